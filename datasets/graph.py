@@ -1,0 +1,97 @@
+"""The `Graph` every loader returns, its validation, and GCN normalization."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+
+class DatasetError(ValueError):
+    """Bad or missing dataset input. The message is one line naming the file and the problem."""
+
+
+@dataclass
+class Graph:
+    """A node-classification graph.
+
+    ``adj`` is the raw N×N adjacency in CSR with ``adj[i, j] != 0`` for an edge i -> j. Undirected
+    graphs store both directions. ``labels`` are int64 with -1 for unlabelled nodes.
+    """
+
+    name: str
+    adj: sp.csr_matrix
+    features: np.ndarray  # float32 (N, F)
+    labels: np.ndarray  # int64 (N,), -1 = no label
+    train_mask: np.ndarray  # bool (N,)
+    val_mask: np.ndarray
+    test_mask: np.ndarray
+    num_classes: int
+    directed: bool = False
+    notes: list[str] = field(default_factory=list)  # e.g. "features are seeded random"
+
+    @property
+    def num_nodes(self) -> int:
+        return self.adj.shape[0]
+
+    @property
+    def num_features(self) -> int:
+        return self.features.shape[1]
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.adj.nnz)
+
+    def validate(self, source: str | None = None) -> "Graph":
+        """Check shapes, dtypes and values; raise `DatasetError` naming ``source`` on a problem."""
+        where = source or self.name
+        n = self.adj.shape[0]
+        if self.adj.shape != (n, n):
+            raise DatasetError(f"{where}: adjacency must be square, got shape {self.adj.shape}")
+        if self.features.ndim != 2 or self.features.shape[0] != n:
+            raise DatasetError(
+                f"{where}: features have shape {self.features.shape}, expected ({n}, F)")
+        if not np.isfinite(self.features).all():
+            bad = int((~np.isfinite(self.features)).any(axis=1).sum())
+            raise DatasetError(f"{where}: features contain NaN/Inf in {bad} rows; "
+                               "clean or impute them before training")
+        if self.labels.shape != (n,):
+            raise DatasetError(f"{where}: labels have shape {self.labels.shape}, expected ({n},)")
+        if self.num_classes < 1:
+            raise DatasetError(f"{where}: class count must be >= 1, got {self.num_classes}")
+        labelled = self.labels[self.labels >= 0]
+        if (self.labels < -1).any() or (labelled >= self.num_classes).any():
+            lo, hi = int(self.labels.min()), int(self.labels.max())
+            raise DatasetError(f"{where}: labels range over [{lo}, {hi}] but must lie in "
+                               f"[0, {self.num_classes - 1}] (or -1 for unlabelled)")
+        for name in ("train_mask", "val_mask", "test_mask"):
+            mask = getattr(self, name)
+            if mask.shape != (n,) or mask.dtype != np.bool_:
+                raise DatasetError(f"{where}: {name} must be a bool array of shape ({n},)")
+            if (mask & (self.labels < 0)).any():
+                raise DatasetError(f"{where}: {name} selects nodes that have no label")
+        return self
+
+
+def gcn_normalize(adj: sp.spmatrix, directed: bool = False) -> sp.csr_matrix:
+    """Â = D^-1/2 (M + I) D^-1/2 in float32 CSR, with M[i, j] = 1 for every edge j -> i.
+
+    Rows are destinations, so ``Â @ H`` aggregates each node's in-neighbours (what a directed graph
+    such as papers100M needs). Undirected graphs are symmetrized first. Edge weights and duplicates
+    are collapsed to 1, existing self loops replaced by one. D is the row sum of M + I.
+    """
+    a = sp.csr_matrix(adj, dtype=np.float32)
+    m = a.T.tocsr() if directed else (a + a.T).tocsr()
+    m.data[:] = 1.0
+    m.setdiag(0)
+    m.eliminate_zeros()
+    m = (m + sp.identity(m.shape[0], dtype=np.float32, format="csr")).tocsr()
+    m.sum_duplicates()
+    m.data[:] = 1.0
+    deg = np.asarray(m.sum(axis=1)).ravel()
+    inv_sqrt = (1.0 / np.sqrt(deg)).astype(np.float32)
+    d = sp.diags(inv_sqrt)
+    out = (d @ m @ d).tocsr().astype(np.float32)
+    out.sort_indices()
+    return out

@@ -1,0 +1,155 @@
+"""Cut a graph into the blocks one rank of an X×Y×Z grid needs (in memory).
+
+For every layer the rank holds the block of Â_k (k = the layer's permuted adjacency) at
+(rows cut by the layer's ``a_rows`` axis, columns cut by its ``a_cols`` axis); layers with the same
+(k, a_rows, a_cols) share one block. Layer 0's input features are stored cut over depth as well.
+Labels and masks are those of the last layer's output rows. Padded rows/columns are zeros, and
+padded nodes carry label -1 and no mask.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from plexus.datasets.graph import Graph, gcn_normalize
+from plexus.schedule import LayerPlan, block, layer_plans, pad_to, padding
+
+from .permutations import Permutation, make_permutation
+
+MASKS = ("train", "val", "test")
+
+
+def block_key(plan: LayerPlan) -> str:
+    """Name of the Â block a layer multiplies by; equal names share one block."""
+    return f"A{plan.adj}:{plan.a_rows}{plan.a_cols}"
+
+
+def row_order(perm: Permutation, k: int) -> np.ndarray:
+    """Order of Â_k's rows (p1 for Â1, p2 for Â2)."""
+    return perm.order(k)
+
+
+def col_order(perm: Permutation, k: int) -> np.ndarray:
+    """Order of Â_k's columns (p2 for Â1, p1 for Â2)."""
+    return perm.order(2 if k == 1 else 1)
+
+
+@dataclass
+class RankShard:
+    """Everything one rank needs from the graph (numpy/scipy; the engine moves it to torch)."""
+
+    shape: dict[str, int]
+    coords: dict[str, int]
+    num_layers: int
+    orders: tuple[str, ...]
+    perm: str
+    seed: int
+    name: str
+    num_nodes: int
+    nodes_padded: int
+    num_features: int
+    features_padded: int
+    num_classes: int
+    blocks: dict[str, sp.csr_matrix]
+    features: np.ndarray  # layer 0's H block, rows further cut over depth (float32)
+    input_ids: list[np.ndarray]  # per layer: original node id of each H-block row (-1: padding)
+    output_ids: np.ndarray  # original node id of each logits row (-1: padding)
+    labels: np.ndarray  # int64, -1 for padding/unlabelled
+    masks: dict[str, np.ndarray]  # "train"/"val"/"test" -> bool over the logits rows
+    mask_counts: dict[str, int]  # global number of nodes in each mask
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def plans(self) -> list[LayerPlan]:
+        return layer_plans(self.num_layers, list(self.orders))
+
+    def adj_block(self, layer: int) -> sp.csr_matrix:
+        """Â block of ``layer`` on this rank."""
+        return self.blocks[block_key(self.plans[layer])]
+
+
+def padded_ids(order: np.ndarray, nodes_padded: int) -> np.ndarray:
+    """The order followed by -1 for every padded position."""
+    out = np.full(nodes_padded, -1, dtype=np.int64)
+    out[: len(order)] = order
+    return out
+
+
+def extract_block(adj_hat: sp.csr_matrix, row_ids: np.ndarray, col_ids: np.ndarray) -> sp.csr_matrix:
+    """Â[row_ids][:, col_ids] for id lists with -1 padding (padded rows/cols are empty)."""
+    n = adj_hat.shape[0]
+    real_rows = row_ids >= 0
+    sub = adj_hat[row_ids[real_rows]]
+    # position of each original node among the block's columns (-1: not in the block)
+    col_pos = np.full(n, -1, dtype=np.int64)
+    real_cols = col_ids >= 0
+    col_pos[col_ids[real_cols]] = np.nonzero(real_cols)[0]
+    rows = np.repeat(np.nonzero(real_rows)[0], np.diff(sub.indptr))
+    cols = col_pos[sub.indices]
+    keep = cols >= 0
+    out = sp.csr_matrix((sub.data[keep], (rows[keep], cols[keep])),
+                        shape=(len(row_ids), len(col_ids)), dtype=np.float32)
+    out.sort_indices()
+    return out
+
+
+def shard_graph(graph: Graph, shape: dict[str, int], coords: dict[str, int], num_layers: int,
+                orders: Sequence[str] | str = "agg", perm: str | Permutation = "none",
+                seed: int = 0, adj_hat: sp.csr_matrix | None = None) -> RankShard:
+    """The shard of the rank at ``coords`` for a grid of ``shape`` (dicts over "x", "y", "z").
+
+    ``adj_hat`` (the GCN-normalized adjacency) and ``perm`` (a built `Permutation`) can be passed
+    in to reuse them across ranks.
+    """
+    plans = layer_plans(num_layers, orders)
+    world = shape["x"] * shape["y"] * shape["z"]
+    if adj_hat is None:
+        adj_hat = gcn_normalize(graph.adj, graph.directed)
+    if not isinstance(perm, Permutation):
+        perm = make_permutation(adj_hat, perm, seed, world)
+    n = graph.num_nodes
+    npad = pad_to(n, world)
+    widths = [graph.num_features] + [1] * (num_layers - 1) + [graph.num_classes]
+    fpad = padding(shape, plans, n, widths).widths_padded[0]
+
+    def rows_of(axis: str) -> slice:
+        return block(npad, shape[axis], coords[axis])
+
+    blocks: dict[str, sp.csr_matrix] = {}
+    for plan in plans:
+        key = block_key(plan)
+        if key not in blocks:
+            r = padded_ids(row_order(perm, plan.adj), npad)[rows_of(plan.a_rows)]
+            c = padded_ids(col_order(perm, plan.adj), npad)[rows_of(plan.a_cols)]
+            blocks[key] = extract_block(adj_hat, r, c)
+
+    input_ids = [padded_ids(col_order(perm, p.adj), npad)[rows_of(p.in_rows)] for p in plans]
+    first = plans[0]
+    h_rows = input_ids[0]
+    flat = block(len(h_rows), shape[first.depth], coords[first.depth])
+    ids0 = h_rows[flat]
+    cols = block(fpad, shape[first.in_cols], coords[first.in_cols])
+    feats = np.zeros((len(ids0), cols.stop - cols.start), dtype=np.float32)
+    real = ids0 >= 0
+    hi = min(cols.stop, graph.num_features)
+    if hi > cols.start:
+        feats[real, : hi - cols.start] = graph.features[ids0[real], cols.start:hi]
+
+    last = plans[-1]
+    out_ids = padded_ids(row_order(perm, last.adj), npad)[rows_of(last.out_rows)]
+    real = out_ids >= 0
+    labels = np.full(len(out_ids), -1, dtype=np.int64)
+    labels[real] = graph.labels[out_ids[real]]
+    masks = {}
+    for name in MASKS:
+        m = np.zeros(len(out_ids), dtype=bool)
+        m[real] = getattr(graph, f"{name}_mask")[out_ids[real]]
+        masks[name] = m
+    counts = {name: int(getattr(graph, f"{name}_mask").sum()) for name in MASKS}
+    return RankShard(dict(shape), dict(coords), num_layers, tuple(p.order for p in plans),
+                     perm.kind, perm.seed, graph.name, n, npad, graph.num_features, fpad,
+                     graph.num_classes, blocks, feats, input_ids, out_ids, labels, masks, counts)
