@@ -1,0 +1,114 @@
+"""Collectives along one grid axis, differentiable, each recorded in the ledger and timed.
+
+The replicated-gradient convention: a tensor replicated over an axis carries, on every replica,
+the full gradient. Hence the pairs below (the f/g operators of tensor parallelism):
+- ``all_reduce``: sums partial results over the axis; backward passes the gradient through.
+- ``all_reduce_grad``: marks a replicated tensor that the ranks of the axis use differently;
+  forward passes it through, backward sums the gradient over the axis.
+- ``all_gather`` (rows): backward reduce-scatters the gradient over the axis.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from .grid import Grid
+from .ledger import Ledger
+from .timing import Timers
+
+
+# torch >= 2.13 renames the single-tensor collectives; keep both spellings working.
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+class Comm:
+    """The grid plus the ledger and timers that every collective reports to."""
+
+    def __init__(self, grid: Grid, ledger: Ledger | None = None, timers: Timers | None = None):
+        self.grid = grid
+        self.ledger = ledger or Ledger()
+        self.timers = timers or Timers(grid.device, enabled=False)
+
+    # ---- raw (non-differentiable) collectives -------------------------------------------
+    def raw_all_reduce(self, x: torch.Tensor, axis: str, op: str = "sum") -> torch.Tensor:
+        """In-place all-reduce of ``x`` over ``axis`` with ``op`` in {"sum", "max", "min"}."""
+        p = self.grid.size(axis)
+        if p == 1:
+            return x
+        self.ledger.record(axis, "all_reduce", x.numel(), p, x.element_size())
+        reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
+                     "min": dist.ReduceOp.MIN}[op]
+        with self.timers(f"all_reduce:{axis}"):
+            dist.all_reduce(x, op=reduce_op, group=self.grid.group(axis))
+        return x
+
+    def raw_all_gather(self, x: torch.Tensor, axis: str) -> torch.Tensor:
+        """Concatenate the ranks' ``x`` along dim 0, in coordinate order of ``axis``."""
+        p = self.grid.size(axis)
+        if p == 1:
+            return x
+        x = x.contiguous()
+        out = x.new_empty((p * x.shape[0],) + tuple(x.shape[1:]))
+        self.ledger.record(axis, "all_gather", out.numel(), p, x.element_size())
+        with self.timers(f"all_gather:{axis}"):
+            _all_gather(out, x, group=self.grid.group(axis))
+        return out
+
+    def raw_reduce_scatter(self, x: torch.Tensor, axis: str) -> torch.Tensor:
+        """Sum ``x`` over ``axis`` and keep this rank's block of dim 0."""
+        p = self.grid.size(axis)
+        if p == 1:
+            return x
+        x = x.contiguous()
+        out = x.new_empty((x.shape[0] // p,) + tuple(x.shape[1:]))
+        self.ledger.record(axis, "reduce_scatter", x.numel(), p, x.element_size())
+        with self.timers(f"reduce_scatter:{axis}"):
+            _reduce_scatter(out, x, group=self.grid.group(axis))
+        return out
+
+    # ---- differentiable ------------------------------------------------------------------
+    def all_reduce(self, x: torch.Tensor, axis: str) -> torch.Tensor:
+        """Sum partial results over ``axis`` (backward: identity)."""
+        return _AllReduce.apply(x, self, axis)
+
+    def all_reduce_grad(self, x: torch.Tensor, axis: str) -> torch.Tensor:
+        """Identity forward; backward all-reduces the gradient over ``axis``."""
+        return _AllReduceGrad.apply(x, self, axis)
+
+    def all_gather(self, x: torch.Tensor, axis: str) -> torch.Tensor:
+        """Gather row blocks over ``axis`` (backward: reduce-scatter)."""
+        return _AllGather.apply(x, self, axis)
+
+
+class _AllReduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, comm: Comm, axis: str):  # noqa: D102
+        return comm.raw_all_reduce(x.clone(), axis)
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        return grad, None, None
+
+
+class _AllReduceGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, comm: Comm, axis: str):  # noqa: D102
+        ctx.comm, ctx.axis = comm, axis
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        return ctx.comm.raw_all_reduce(grad.clone(), ctx.axis), None, None
+
+
+class _AllGather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, comm: Comm, axis: str):  # noqa: D102
+        ctx.comm, ctx.axis = comm, axis
+        return comm.raw_all_gather(x, axis)
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        return ctx.comm.raw_reduce_scatter(grad, ctx.axis), None, None

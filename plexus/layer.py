@@ -1,0 +1,98 @@
+"""One 3D tensor-parallel GCN layer, as in shared/design/3d-algorithm.md.
+
+Symbols follow the design doc: Â (this rank's block of the adjacency), H (input block), AGG = Â·H,
+W (weight block, stored cut over one more axis and gathered before use), OUT = AGG·W. Each
+collective is one line naming its axis; its backward counterpart is in the comment.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .comm import Comm
+from .schedule import LayerPlan, block
+from .spmm import SparseBlock
+
+
+def weight_block(plan: LayerPlan, shape: dict[str, int], coords: dict[str, int], d_in: int,
+                 d_out: int) -> tuple[slice, slice]:
+    """Rows and columns of the padded full W (d_in × d_out) that this rank stores: rows cut by
+    inner then again by W's flat axis, columns by ``plan.w_cols``."""
+    rows = block(d_in, shape[plan.inner], coords[plan.inner])
+    rows = block(rows.stop - rows.start, shape[plan.w_flat], coords[plan.w_flat])
+    offset = block(d_in, shape[plan.inner], coords[plan.inner]).start
+    return (slice(offset + rows.start, offset + rows.stop),
+            block(d_out, shape[plan.w_cols], coords[plan.w_cols]))
+
+
+class _Gemm(torch.autograd.Function):
+    """a @ b with a timed backward (dA = dY·bᵀ, dB = aᵀ·dY)."""
+
+    @staticmethod
+    def forward(ctx, a, b, comm: Comm):  # noqa: D102
+        ctx.save_for_backward(a, b)
+        ctx.comm = comm
+        with comm.timers("gemm"):
+            return a @ b
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        a, b = ctx.saved_tensors
+        da = db = None
+        with ctx.comm.timers("gemm"):
+            if ctx.needs_input_grad[0]:
+                da = grad @ b.T
+            if ctx.needs_input_grad[1]:
+                db = a.T @ grad
+        return da, db, None
+
+
+class _TimedSpMM(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, a: SparseBlock, comm: Comm):  # noqa: D102
+        ctx.a, ctx.comm = a, comm
+        with comm.timers("spmm"):
+            return a.mm(x)
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        if not ctx.needs_input_grad[0]:
+            return None, None, None  # fixed input features: no Âᵀ·dAGG on layer 0
+        with ctx.comm.timers("spmm"):
+            return ctx.a.tmm(grad), None, None
+
+
+class GCNLayer3D(nn.Module):
+    """OUT = Â·H·W (+ b) on the grid, aggregate-first or combine-first per ``plan.order``."""
+
+    def __init__(self, plan: LayerPlan, comm: Comm, a: SparseBlock, w_full: torch.Tensor,
+                 bias: bool) -> None:
+        super().__init__()
+        self.plan, self.comm, self.a = plan, comm, a
+        shape, coords = comm.grid.shape, comm.grid.coords
+        rows, cols = weight_block(plan, shape, coords, *w_full.shape)
+        self.W = nn.Parameter(w_full[rows, cols].clone().to(comm.grid.device))
+        self.b = (nn.Parameter(torch.zeros(cols.stop - cols.start, device=comm.grid.device))
+                  if bias else None)
+
+    def forward(self, H: torch.Tensor) -> torch.Tensor:
+        """H: rows cut by outer, columns by inner, replicated over depth."""
+        OUT = self._aggregate_first(H) if self.plan.order == "agg" else self._combine_first(H)
+        if self.b is not None:
+            OUT = OUT + self.comm.all_reduce_grad(self.b, self.plan.out_rows)  # bwd: AR(db) over out rows
+        return OUT
+
+    def _aggregate_first(self, H: torch.Tensor) -> torch.Tensor:
+        o, i, d, c = self.plan.outer, self.plan.inner, self.plan.depth, self.comm
+        AGG = c.all_reduce(_TimedSpMM.apply(H, self.a, c), o)  # AR(AGG) over o
+        AGG = c.all_reduce_grad(AGG, o)                       # bwd: AR(dAGG) over o
+        W = c.all_gather(self.W, d)                           # AG(W) over d; bwd: RS(dW) over d
+        return c.all_reduce(_Gemm.apply(AGG, W, c), i)        # AR(OUT) over i
+
+    def _combine_first(self, H: torch.Tensor) -> torch.Tensor:
+        o, i, c = self.plan.outer, self.plan.inner, self.comm
+        W = c.all_gather(self.W, o)                           # AG(W) over o; bwd: RS(dW) over o
+        Z = c.all_reduce(_Gemm.apply(H, W, c), i)             # AR(Z) over i
+        Z = c.all_reduce_grad(Z, i)                           # bwd: AR(dZ) over i
+        return c.all_reduce(_TimedSpMM.apply(Z, self.a, c), o)  # AR(OUT) over o

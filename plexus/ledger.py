@@ -1,0 +1,59 @@
+"""Communication ledger: what every collective moved, per axis and operation.
+
+Volumes follow the ring algorithms of the design doc, per rank: an all-reduce of n elements over
+p ranks moves 2(p-1)/p·n elements, an all-gather or reduce-scatter whose full size is n moves
+(p-1)/p·n. Collectives over an axis of size 1 are skipped and move nothing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+
+def ring_volume(op: str, numel: int, p: int) -> float:
+    """Elements one rank sends for collective ``op`` on ``numel`` elements (full size) over p."""
+    if p <= 1:
+        return 0.0
+    if op == "all_reduce":
+        return 2.0 * (p - 1) / p * numel
+    if op in ("all_gather", "reduce_scatter"):
+        return (p - 1) / p * numel
+    raise ValueError(f"unknown collective {op!r}")
+
+
+@dataclass
+class Ledger:
+    """Accumulates elements/bytes moved and call counts, keyed by (axis, op)."""
+
+    def __post_init__(self) -> None:
+        self.elements: dict[tuple[str, str], float] = defaultdict(float)
+        self.bytes: dict[tuple[str, str], float] = defaultdict(float)
+        self.calls: dict[tuple[str, str], int] = defaultdict(int)
+
+    def record(self, axis: str, op: str, numel: int, p: int, itemsize: int) -> None:
+        """Add one collective on ``numel`` elements (its full size) over ``p`` ranks."""
+        moved = ring_volume(op, numel, p)
+        self.elements[axis, op] += moved
+        self.bytes[axis, op] += moved * itemsize
+        self.calls[axis, op] += 1
+
+    def reset(self) -> None:
+        """Forget everything recorded so far."""
+        self.elements.clear()
+        self.bytes.clear()
+        self.calls.clear()
+
+    def per_axis(self, what: str = "bytes") -> dict[str, float]:
+        """Totals per axis ("x", "y", "z") of ``what`` ("bytes" or "elements")."""
+        table = getattr(self, what)
+        out = {"x": 0.0, "y": 0.0, "z": 0.0}
+        for (axis, _op), value in table.items():
+            out[axis] += value
+        return out
+
+    def summary(self) -> dict:
+        """A JSON-ready view: per axis and op, elements, bytes and calls."""
+        return {f"{axis}:{op}": {"elements": self.elements[axis, op], "bytes": self.bytes[axis, op],
+                                  "calls": self.calls[axis, op]}
+                for (axis, op) in sorted(self.calls)}

@@ -1,0 +1,121 @@
+"""Full-batch training loop shared by the serial reference and the distributed model."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Protocol
+
+import torch
+
+from .config import TrainConfig
+
+
+class TrainableGCN(Protocol):
+    """What the trainer needs of a model (SerialGCN and DistributedGCN both provide it)."""
+
+    def __call__(self, step: int | None = None) -> torch.Tensor: ...
+    def loss(self, logits: torch.Tensor, mask: str = "train") -> torch.Tensor: ...
+    def accuracy(self, logits: torch.Tensor) -> dict[str, float]: ...
+    def named_shards(self) -> dict[str, torch.nn.Parameter]: ...
+    def full_parameter(self, name: str, shard: torch.Tensor) -> torch.Tensor: ...
+    def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor: ...
+
+
+@dataclass
+class EpochStats:
+    """One epoch: training loss (with dropout), accuracies (without), and its wall time."""
+
+    epoch: int
+    loss: float
+    train_acc: float | None
+    val_acc: float | None
+    test_acc: float | None
+    epoch_time_s: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class Trainer:
+    """Adam on the model's (sharded) parameters. Sharded Adam equals full Adam: it is elementwise
+    and every element lives on exactly one rank, or identically on each replica."""
+
+    def __init__(self, model: TrainableGCN, cfg: TrainConfig) -> None:
+        self.model, self.cfg = model, cfg
+        self.params = model.named_shards()
+        self.opt = torch.optim.Adam(self.params.values(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.epoch = 0  # epochs completed; also the dropout step key, so a resume replays exactly
+
+    def train_step(self) -> float:
+        """One forward/backward/update with dropout; returns the training loss."""
+        self.model.train()
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.model.loss(self.model(step=self.epoch))
+        loss.backward()
+        self.opt.step()
+        return float(loss.detach())
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Accuracy on train/val/test, without dropout."""
+        self.model.eval()
+        return self.model.accuracy(self.model())
+
+    def run_epoch(self) -> EpochStats:
+        """Train one epoch, then evaluate if ``eval_every`` says so."""
+        start = time.perf_counter()
+        loss = self.train_step()
+        elapsed = time.perf_counter() - start
+        self.epoch += 1
+        every = self.cfg.eval_every
+        acc = self.evaluate() if every and (self.epoch % every == 0 or
+                                             self.epoch == self.cfg.epochs) else {}
+        return EpochStats(self.epoch, loss, acc.get("train"), acc.get("val"), acc.get("test"),
+                          elapsed)
+
+    def fit(self, epochs: int | None = None,
+            callback: Callable[[EpochStats], None] | None = None) -> list[EpochStats]:
+        """Run until ``epochs`` (default: the config's) epochs are complete."""
+        history = []
+        while self.epoch < (epochs if epochs is not None else self.cfg.epochs):
+            stats = self.run_epoch()
+            history.append(stats)
+            if callback is not None:
+                callback(stats)
+        return history
+
+    # ---- grid-independent state ----------------------------------------------------------
+    def full_state(self) -> dict:
+        """Parameters and Adam moments as full unpadded tensors, plus the epoch. On a grid this is
+        a collective: call it on every rank."""
+        params, adam = {}, {}
+        for name, p in self.params.items():
+            params[name] = self.model.full_parameter(name, p).cpu()
+            st = self.opt.state.get(p, {})
+            if st:
+                adam[name] = {"step": float(st["step"]),
+                              "exp_avg": self.model.full_parameter(name, st["exp_avg"]).cpu(),
+                              "exp_avg_sq": self.model.full_parameter(name, st["exp_avg_sq"]).cpu()}
+        return {"epoch": self.epoch, "params": params, "adam": adam}
+
+    def load_full_state(self, state: dict) -> None:
+        """Restore what `full_state` returned (possibly saved on another grid)."""
+        missing = set(self.params) ^ set(state["params"])
+        if missing:
+            raise ValueError(f"checkpoint parameters do not match the model: {sorted(missing)}")
+        with torch.no_grad():
+            for name, p in self.params.items():
+                full = state["params"][name]
+                expected = tuple(self.model.full_parameter(name, p).shape)
+                if tuple(full.shape) != expected:
+                    raise ValueError(f"checkpoint {name} has shape {tuple(full.shape)}, "
+                                     f"the model needs {expected}")
+                p.copy_(self.model.shard_of(name, full))
+                if name in state["adam"]:
+                    st = state["adam"][name]
+                    self.opt.state[p] = {
+                        "step": torch.tensor(st["step"]),
+                        "exp_avg": self.model.shard_of(name, st["exp_avg"]),
+                        "exp_avg_sq": self.model.shard_of(name, st["exp_avg_sq"])}
+        self.epoch = int(state["epoch"])
