@@ -1,0 +1,6 @@
+"""Test helpers live beside the tests (world.py, engine_checks.py); make them importable."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))

@@ -1,0 +1,188 @@
+"""Checks that run inside a gloo world (see world.py): the distributed GCN against the serial
+reference. Each function returns {check name: [failure messages]} for this rank."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from plexus.comm import Comm
+from plexus.config import ModelConfig, TrainConfig
+from plexus.datasets.graph import Graph, gcn_normalize
+from plexus.grid import Grid
+from plexus.model import DistributedGCN
+from plexus.partitioners import shard_graph
+from plexus.serial import SerialGCN
+from plexus.trainer import Trainer
+
+RTOL, ATOL = 1e-4, 1e-5
+HIDDEN = 6  # not a multiple of any axis size used (2, 3, 4)
+
+
+def toy_graph(n: int = 37, f: int = 11, c: int = 5, seed: int = 1) -> Graph:
+    """A small random graph whose N, feature and class counts are primes (no axis divides them),
+    with unlabelled nodes and all three masks."""
+    rng = np.random.default_rng(seed)
+    a = sp.random(n, n, density=0.12, random_state=seed, format="csr")
+    a = sp.csr_matrix(((a + a.T) > 0).astype(np.float32))
+    labels = rng.integers(0, c, n).astype(np.int64)
+    labels[:3] = -1
+    order = rng.permutation(np.arange(3, n))
+    masks = [np.zeros(n, bool) for _ in range(3)]
+    masks[0][order[:17]] = True
+    masks[1][order[17:25]] = True
+    masks[2][order[25:]] = True
+    feats = rng.standard_normal((n, f)).astype(np.float32)
+    return Graph("toy", a, feats, labels, *masks, num_classes=c).validate()
+
+
+def _close(name: str, got: torch.Tensor, want: torch.Tensor) -> list[str]:
+    got, want = got.detach().double(), want.detach().double()
+    if got.shape != want.shape:
+        return [f"{name}: shape {tuple(got.shape)} != {tuple(want.shape)}"]
+    if not torch.allclose(got, want, rtol=RTOL, atol=ATOL):
+        err = (got - want).abs().max().item()
+        return [f"{name}: max abs error {err:.3g}"]
+    return []
+
+
+def build(grid: Grid, g: Graph, adj_hat, cfg: ModelConfig, perm: str):
+    """The distributed and the serial model with the same config and seed."""
+    orders = cfg.orders(g.num_features, g.num_classes)
+    shard = shard_graph(g, grid.shape, grid.coords, cfg.num_layers, orders, perm, seed=11,
+                        adj_hat=adj_hat)
+    return DistributedGCN(Comm(grid), shard, cfg, seed=5), SerialGCN(g, cfg, seed=5, adj_hat=adj_hat), shard
+
+
+def check_step(grid: Grid, g: Graph, adj_hat, cfg: ModelConfig, perm: str) -> list[str]:
+    """Logits, loss and every gradient of one training step (dropout on, step 3)."""
+    dist_model, serial, shard = build(grid, g, adj_hat, cfg, perm)
+    dist_model.train()
+    serial.train()
+    zd, zs = dist_model(step=3), serial(step=3)
+    ld, ls = dist_model.loss(zd), serial.loss(zs)
+    ld.backward()
+    ls.backward()
+    rows = torch.from_numpy(shard.output_ids)
+    real = rows >= 0
+    c0 = dist_model.class_start
+    c1 = min(c0 + zd.shape[1], g.num_classes)
+    fails = []
+    if c1 > c0:
+        fails += _close("logits", zd[real][:, : c1 - c0], zs[rows[real]][:, c0:c1])
+    fails += _close("loss", ld, ls)
+    want = serial.named_shards()
+    for name, p in dist_model.named_shards().items():
+        # shard_of pads with zeros: padded gradient entries must be exactly zero as well
+        fails += _close(f"grad {name}", p.grad, dist_model.shard_of(name, want[name].grad))
+    return fails
+
+
+def check_training(grid: Grid, g: Graph, adj_hat, cfg: ModelConfig, perm: str,
+                   epochs: int = 20) -> list[str]:
+    """The loss curve (and final accuracies) of ``epochs`` epochs of Adam."""
+    dist_model, serial, _ = build(grid, g, adj_hat, cfg, perm)
+    tc = TrainConfig(epochs=epochs, eval_every=epochs)
+    hd, hs = Trainer(dist_model, tc).fit(), Trainer(serial, tc).fit()
+    fails = _close("loss curve", torch.tensor([h.loss for h in hd]), torch.tensor([h.loss for h in hs]))
+    for key in ("train_acc", "val_acc", "test_acc"):
+        a, b = getattr(hd[-1], key), getattr(hs[-1], key)
+        if abs(a - b) > 1e-9:
+            fails.append(f"{key}: {a} != {b}")
+    return fails
+
+
+def expected_volume(model: DistributedGCN, learnable: bool) -> dict[str, float]:
+    """Elements one rank moves per axis in one training step, from the design doc's formulas."""
+    shape = model.comm.grid.shape
+    n, widths = model.pad.nodes_padded, model.pad.widths_padded
+    vol = {"x": 0.0, "y": 0.0, "z": 0.0}
+
+    def ar(axis, elems):
+        p = shape[axis]
+        vol[axis] += 2 * (p - 1) / p * elems
+
+    def ag(axis, full):  # all-gather / reduce-scatter with full size ``full``
+        p = shape[axis]
+        vol[axis] += (p - 1) / p * full
+
+    for plan in model.plans:
+        o, i, d = plan.outer, plan.inner, plan.depth
+        so, si, sd = shape[o], shape[i], shape[d]
+        D, D2 = widths[plan.index], widths[plan.index + 1]
+        first = plan.index == 0
+        if first:
+            ag(d, n / so * D / si)                  # AG(H) over d
+        if plan.order == "agg":
+            ar(o, n / sd * D / si)                  # AR(AGG) over o
+            ag(d, D / si * D2 / so)                 # AG(W) over d
+            ar(i, n / sd * D2 / so)                 # AR(OUT) over i
+            ag(d, D / si * D2 / so)                 # RS(dW) over d
+            if not first or learnable:
+                ar(o, n / sd * D / si)              # AR(dAGG) over o
+        else:
+            ag(o, D / si * D2 / sd)                 # AG(W) over o
+            ar(i, n / so * D2 / sd)                 # AR(Z) over i
+            ar(o, n / si * D2 / sd)                 # AR(OUT) over o
+            ar(i, n / so * D2 / sd)                 # AR(dZ) over i
+            ag(o, D / si * D2 / sd)                 # RS(dW) over o
+        if first and learnable:
+            ag(d, n / so * D / si)                  # RS(dH) over d
+        elif not first:
+            ar(d, n / so * D / si)                  # AR(dH) over d
+        if model.cfg.bias:
+            ar(plan.out_rows, D2 / shape[plan.out_cols])  # AR(db) over the output-rows axis
+    last = model.plans[-1]
+    rows, classes = shape[last.out_rows], shape[last.out_cols]
+    ar(last.out_cols, n / rows)      # row max of the logits (MAX)
+    ar(last.out_cols, 2 * n / rows)  # row sum of exp and the label's logit (SUM)
+    ar(last.out_rows, 1)             # sum of per-node losses
+    return vol
+
+
+def check_ledger(grid: Grid, g: Graph, adj_hat, cfg: ModelConfig, perm: str) -> list[str]:
+    """The ledger's elements per axis for one training step equal the design doc's volumes."""
+    model, _, _ = build(grid, g, adj_hat, cfg, perm)
+    trainer = Trainer(model, TrainConfig(epochs=1, eval_every=0))
+    model.comm.ledger.reset()
+    trainer.run_epoch()
+    got = model.comm.ledger.per_axis("elements")
+    want = expected_volume(model, cfg.learnable_features)
+    fails = [f"axis {a}: ledger {got[a]} != formula {want[a]}" for a in "xyz"
+             if abs(got[a] - want[a]) > 1e-6 * max(1.0, want[a])]
+    bytes_ = model.comm.ledger.per_axis("bytes")
+    fails += [f"axis {a}: bytes {bytes_[a]} != 4 * elements" for a in "xyz"
+              if abs(bytes_[a] - 4 * got[a]) > 1e-6 * max(1.0, got[a])]
+    return fails
+
+
+def run_grid_checks(grids: list[tuple[int, int, int]], layer_counts=(1, 2, 3, 4)) -> dict[str, list[str]]:
+    """Every engine check for every grid in ``grids`` (all of this world's size)."""
+    torch.manual_seed(0)
+    g = toy_graph()
+    adj_hat = gcn_normalize(g.adj)
+    out: dict[str, list[str]] = {}
+    for dims in grids:
+        grid = Grid.create(dims)
+        tag = "x".join(map(str, dims))
+        for layers in layer_counts:
+            base = ModelConfig(num_layers=layers, hidden=HIDDEN, dropout=0.5, bias=True)
+            out[f"{tag}/L{layers}/step"] = check_step(grid, g, adj_hat, base, "double")
+            out[f"{tag}/L{layers}/train-dropout"] = check_training(grid, g, adj_hat, base, "double")
+            out[f"{tag}/L{layers}/train-no-dropout"] = check_training(
+                grid, g, adj_hat, ModelConfig(layers, HIDDEN, 0.0, True), "single")
+        mixed = ModelConfig(3, HIDDEN, 0.5, True, order="agg,combine,agg")
+        out[f"{tag}/orders/step-mixed"] = check_step(grid, g, adj_hat, mixed, "double")
+        out[f"{tag}/orders/step-combine-learnable"] = check_step(
+            grid, g, adj_hat, ModelConfig(2, HIDDEN, 0.5, True, "combine", True), "none")
+        out[f"{tag}/orders/train-auto"] = check_training(
+            grid, g, adj_hat, ModelConfig(4, HIDDEN, 0.5, True, "auto"), "double")
+        out[f"{tag}/features/step-learnable-nobias"] = check_step(
+            grid, g, adj_hat, ModelConfig(3, HIDDEN, 0.5, False, "agg", True), "double")
+        out[f"{tag}/ledger/agg"] = check_ledger(grid, g, adj_hat,
+                                                 ModelConfig(4, HIDDEN, 0.5, True), "double")
+        out[f"{tag}/ledger/mixed-learnable"] = check_ledger(
+            grid, g, adj_hat, ModelConfig(3, HIDDEN, 0.5, True, "combine,agg,combine", True), "none")
+    rank = torch.distributed.get_rank()
+    return {k: [f"rank {rank}: {m}" for m in v] for k, v in out.items()}

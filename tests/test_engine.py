@@ -1,0 +1,42 @@
+"""The 3D engine equals the serial GCN on every grid (issue 3's acceptance).
+
+One world per world size runs every check of every grid of that size (worlds are slow to start);
+each check is then reported as its own test.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_checks import run_grid_checks
+from world import run_world
+
+GRIDS = {1: [(1, 1, 1)], 2: [(2, 1, 1), (1, 2, 1), (1, 1, 2)],
+         4: [(2, 2, 1), (2, 1, 2), (1, 2, 2)], 6: [(3, 1, 2)], 8: [(2, 2, 2)], 16: [(2, 2, 4)]}
+CHECKS = [f"L{l}/{kind}" for l in (1, 2, 3, 4) for kind in ("step", "train-dropout", "train-no-dropout")] + [
+    "orders/step-mixed", "orders/step-combine-learnable", "orders/train-auto",
+    "features/step-learnable-nobias", "ledger/agg", "ledger/mixed-learnable"]
+
+_results: dict[int, dict[str, list[str]]] = {}
+
+
+def world_results(world: int) -> dict[str, list[str]]:
+    """Run (once) every check of the grids of this world size; merge the ranks' failures."""
+    if world not in _results:
+        merged: dict[str, list[str]] = {}
+        for rank_result in run_world(world, run_grid_checks, GRIDS[world]):
+            for key, fails in rank_result.items():
+                merged.setdefault(key, []).extend(fails)
+        _results[world] = merged
+    return _results[world]
+
+
+@pytest.mark.parametrize("dims", [d for ds in GRIDS.values() for d in ds],
+                         ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("check", CHECKS)
+def test_distributed_equals_serial(dims, check):
+    world = dims[0] * dims[1] * dims[2]
+    results = world_results(world)
+    key = f"{'x'.join(map(str, dims))}/{check}"
+    assert key in results, f"check {key} did not run"
+    assert results[key] == [], "\n".join(results[key][:20])
