@@ -1,4 +1,4 @@
-"""Test helpers live beside the tests (world.py, engine_checks.py); make them importable."""
+"""Test helpers live beside the tests (engine_checks.py); make them importable."""
 
 import os
 import sys

@@ -1,4 +1,4 @@
-"""Checks that run inside a gloo world (see world.py): the distributed GCN against the serial
+"""Checks that run inside a gloo world (see plexus.localworld): the distributed GCN against the serial
 reference. Each function returns {check name: [failure messages]} for this rank."""
 
 from __future__ import annotations
