@@ -95,3 +95,45 @@ def gcn_normalize(adj: sp.spmatrix, directed: bool = False) -> sp.csr_matrix:
     out = (d @ m @ d).tocsr().astype(np.float32)
     out.sort_indices()
     return out
+
+
+def edges_to_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int, symmetrize: bool = False,
+                 drop_self_loops: bool = True) -> sp.csr_matrix:
+    """Binary float32 CSR adjacency with an entry (src[k], dst[k]) per edge, duplicates collapsed.
+
+    ``symmetrize`` adds every reverse edge (undirected graphs store both directions). Self loops
+    are dropped by default: `gcn_normalize` adds exactly one per node anyway, and dropping them
+    keeps edge counts comparable with PyG/DGL. Indices are int32 when they fit.
+    """
+    n = int(num_nodes)
+    src = np.asarray(src).ravel().astype(np.int64, copy=False)
+    dst = np.asarray(dst).ravel().astype(np.int64, copy=False)
+    if drop_self_loops:
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
+    # One int64 key per entry, row-major: sorting the keys orders the entries as CSR wants and
+    # puts duplicates side by side. (A plain sort: np.unique and scipy's COO->CSR duplicate
+    # summing are several times slower on tens of millions of edges.)
+    keys = src * n + dst
+    if symmetrize:
+        keys = np.concatenate([keys, dst * n + src])
+    keys.sort()
+    if keys.size:
+        first = np.empty(keys.size, dtype=bool)
+        first[0] = True
+        np.not_equal(keys[1:], keys[:-1], out=first[1:])
+        keys = keys[first]
+    rows = keys // n if n else keys
+    idx_dtype = np.int32 if max(n, keys.size) < 2**31 else np.int64
+    indices = (keys - rows * n).astype(idx_dtype)
+    indptr = np.zeros(n + 1, dtype=idx_dtype)
+    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    data = np.ones(keys.size, dtype=np.float32)
+    adj = sp.csr_matrix((data, indices, indptr), shape=(n, n))
+    adj.has_sorted_indices = True
+    return adj
+
+
+def one_line(text: object) -> str:
+    """Collapse a (possibly multi-line) exception text into one line for `DatasetError` messages."""
+    return " ".join(str(text).split())

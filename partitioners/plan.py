@@ -152,4 +152,5 @@ def shard_graph(graph: Graph, shape: dict[str, int], coords: dict[str, int], num
     counts = {name: int(getattr(graph, f"{name}_mask").sum()) for name in MASKS}
     return RankShard(dict(shape), dict(coords), num_layers, tuple(p.order for p in plans),
                      perm.kind, perm.seed, graph.name, n, npad, graph.num_features, fpad,
-                     graph.num_classes, blocks, feats, input_ids, out_ids, labels, masks, counts)
+                     graph.num_classes, blocks, feats, input_ids, out_ids, labels, masks, counts,
+                     meta={"symmetric": not graph.directed})

@@ -32,17 +32,27 @@ class Comm:
         self.timers = timers or Timers(grid.device, enabled=False)
 
     # ---- raw (non-differentiable) collectives -------------------------------------------
-    def raw_all_reduce(self, x: torch.Tensor, axis: str, op: str = "sum") -> torch.Tensor:
-        """In-place all-reduce of ``x`` over ``axis`` with ``op`` in {"sum", "max", "min"}."""
+    def raw_all_reduce(self, x: torch.Tensor, axis: str, op: str = "sum",
+                       async_op: bool = False):
+        """In-place all-reduce of ``x`` over ``axis`` with ``op`` in {"sum", "max", "min"}.
+        Returns ``x``, or with ``async_op`` a work handle to pass to `wait` (None: nothing to do)."""
         p = self.grid.size(axis)
         if p == 1:
-            return x
+            return None if async_op else x
         self.ledger.record(axis, "all_reduce", x.numel(), p, x.element_size())
         reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
                      "min": dist.ReduceOp.MIN}[op]
+        if async_op:  # the caller times the wait: that is the part not hidden by compute
+            return dist.all_reduce(x, op=reduce_op, group=self.grid.group(axis), async_op=True)
         with self.timers(f"all_reduce:{axis}"):
             dist.all_reduce(x, op=reduce_op, group=self.grid.group(axis))
         return x
+
+    def wait(self, work, axis: str) -> None:
+        """Wait for an asynchronous all-reduce over ``axis``."""
+        if work is not None:
+            with self.timers(f"all_reduce:{axis}"):
+                work.wait()
 
     def raw_all_gather(self, x: torch.Tensor, axis: str) -> torch.Tensor:
         """Concatenate the ranks' ``x`` along dim 0, in coordinate order of ``axis``."""

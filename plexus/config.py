@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class EngineConfig:
     """How the distributed engine runs (results never depend on these)."""
 
     spmm_backend: str = "torch"  # "torch" (CSR), "scipy" (CPU only), "torch-sparse" when installed
-    agg_chunks: int = 1
-    overlap: bool = False
+    agg_chunks: int = 1  # Â's row block cut into this many chunks for the aggregation
+    overlap: bool = False  # each chunk's all-reduce runs while the next chunk's SpMM computes
+    tune_gemms: bool = False  # time each GEMM call site's formulations once, keep the fastest
     timers: bool = True
-    extra: dict = field(default_factory=dict)

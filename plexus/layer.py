@@ -12,6 +12,7 @@ from torch import nn
 
 from .comm import Comm
 from .schedule import LayerPlan, block
+from .gemm import GemmTuner
 from .spmm import SparseBlock
 
 
@@ -27,14 +28,14 @@ def weight_block(plan: LayerPlan, shape: dict[str, int], coords: dict[str, int],
 
 
 class _Gemm(torch.autograd.Function):
-    """a @ b with a timed backward (dA = dY·bᵀ, dB = aᵀ·dY)."""
+    """a @ b with a timed, tunable backward (dA = dY·bᵀ, dB = aᵀ·dY)."""
 
     @staticmethod
-    def forward(ctx, a, b, comm: Comm):  # noqa: D102
+    def forward(ctx, a, b, comm: Comm, tuner: GemmTuner, site: str):  # noqa: D102
         ctx.save_for_backward(a, b)
-        ctx.comm = comm
+        ctx.comm, ctx.tuner, ctx.site = comm, tuner, site
         with comm.timers("gemm"):
-            return a @ b
+            return tuner.mm(site, a, b)
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
@@ -42,34 +43,53 @@ class _Gemm(torch.autograd.Function):
         da = db = None
         with ctx.comm.timers("gemm"):
             if ctx.needs_input_grad[0]:
-                da = grad @ b.T
+                da = ctx.tuner.mm(ctx.site + ":dA", grad, b.T)
             if ctx.needs_input_grad[1]:
-                db = a.T @ grad
-        return da, db, None
+                db = ctx.tuner.mm(ctx.site + ":dB", a.T, grad)
+        return da, db, None, None, None
 
 
-class _TimedSpMM(torch.autograd.Function):
+class _Aggregate(torch.autograd.Function):
+    """AR(Â·X) over ``axis``: the SpMM whose partial sums are all-reduced over the axis Â's
+    columns are cut by. Â's rows are cut into chunks; with ``overlap`` each chunk's all-reduce
+    runs asynchronously while the next chunk's SpMM computes. Backward: Âᵀ·dY (the all-reduce's
+    backward is the identity), skipped when X needs no gradient."""
+
     @staticmethod
-    def forward(ctx, x, a: SparseBlock, comm: Comm):  # noqa: D102
+    def forward(ctx, x, a: SparseBlock, chunks: list[SparseBlock], comm: Comm, axis: str,
+                overlap: bool):  # noqa: D102
         ctx.a, ctx.comm = a, comm
-        with comm.timers("spmm"):
-            return a.mm(x)
+        parts, pending = [], []
+        for chunk in chunks:
+            with comm.timers("spmm"):
+                y = chunk.mm(x)
+            if overlap:
+                pending.append(comm.raw_all_reduce(y, axis, async_op=True))
+            else:
+                comm.raw_all_reduce(y, axis)
+            parts.append(y)
+        for work in pending:
+            comm.wait(work, axis)
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         if not ctx.needs_input_grad[0]:
-            return None, None, None  # fixed input features: no Âᵀ·dAGG on layer 0
+            return (None,) * 6  # fixed input features: no Âᵀ·dAGG on layer 0
         with ctx.comm.timers("spmm"):
-            return ctx.a.tmm(grad), None, None
+            return (ctx.a.tmm(grad),) + (None,) * 5
 
 
 class GCNLayer3D(nn.Module):
     """OUT = Â·H·W (+ b) on the grid, aggregate-first or combine-first per ``plan.order``."""
 
     def __init__(self, plan: LayerPlan, comm: Comm, a: SparseBlock, w_full: torch.Tensor,
-                 bias: bool) -> None:
+                 bias: bool, chunks: list[SparseBlock] | None = None, overlap: bool = False,
+                 tuner: GemmTuner | None = None) -> None:
         super().__init__()
         self.plan, self.comm, self.a = plan, comm, a
+        self.chunks, self.overlap = chunks or [a], overlap
+        self.tuner = tuner or GemmTuner(enabled=False)
         shape, coords = comm.grid.shape, comm.grid.coords
         rows, cols = weight_block(plan, shape, coords, *w_full.shape)
         self.W = nn.Parameter(w_full[rows, cols].clone().to(comm.grid.device))
@@ -85,14 +105,21 @@ class GCNLayer3D(nn.Module):
 
     def _aggregate_first(self, H: torch.Tensor) -> torch.Tensor:
         o, i, d, c = self.plan.outer, self.plan.inner, self.plan.depth, self.comm
-        AGG = c.all_reduce(_TimedSpMM.apply(H, self.a, c), o)  # AR(AGG) over o
+        AGG = self._aggregate(H, o)                           # AR(AGG) over o
         AGG = c.all_reduce_grad(AGG, o)                       # bwd: AR(dAGG) over o
         W = c.all_gather(self.W, d)                           # AG(W) over d; bwd: RS(dW) over d
-        return c.all_reduce(_Gemm.apply(AGG, W, c), i)        # AR(OUT) over i
+        return c.all_reduce(self._gemm(AGG, W), i)            # AR(OUT) over i
 
     def _combine_first(self, H: torch.Tensor) -> torch.Tensor:
         o, i, c = self.plan.outer, self.plan.inner, self.comm
         W = c.all_gather(self.W, o)                           # AG(W) over o; bwd: RS(dW) over o
-        Z = c.all_reduce(_Gemm.apply(H, W, c), i)             # AR(Z) over i
+        Z = c.all_reduce(self._gemm(H, W), i)                 # AR(Z) over i
         Z = c.all_reduce_grad(Z, i)                           # bwd: AR(dZ) over i
-        return c.all_reduce(_TimedSpMM.apply(Z, self.a, c), o)  # AR(OUT) over o
+        return self._aggregate(Z, o)                          # AR(OUT) over o
+
+    def _aggregate(self, X: torch.Tensor, axis: str) -> torch.Tensor:
+        """AR(Â·X) over ``axis``, chunked and overlapped as configured."""
+        return _Aggregate.apply(X, self.a, self.chunks, self.comm, axis, self.overlap)
+
+    def _gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return _Gemm.apply(a, b, self.comm, self.tuner, f"layer{self.plan.index}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -15,7 +16,8 @@ from .layer import GCNLayer3D, weight_block
 from .loss import accuracy, cross_entropy, predict
 from .schedule import block, layer_plans, padding
 from .seeding import dropout, glorot_weights
-from .spmm import SparseBlock
+from .gemm import GemmTuner
+from .spmm import SparseBlock, build_blocks
 
 
 class DistributedGCN(nn.Module):
@@ -43,14 +45,12 @@ class DistributedGCN(nn.Module):
         self.widths = cfg.widths(shard.num_features, shard.num_classes)
         self.pad = padding(shape, self.plans, shard.num_nodes, self.widths)
         self.num_classes = shard.num_classes
-        blocks: dict[str, SparseBlock] = {}
-        for plan in self.plans:  # layers with the same (Â_k, row axis, col axis) share a block
-            key = block_key(plan)
-            if key not in blocks:
-                blocks[key] = SparseBlock(shard.blocks[key], device, engine.spmm_backend)
-        full_w = self._padded_weights()
+        blocks, chunks = self._sparse_blocks(shard, engine)
+        tuner = GemmTuner(enabled=engine.tune_gemms)
         self.layers = nn.ModuleList(
-            GCNLayer3D(p, comm, blocks[block_key(p)], w, cfg.bias) for p, w in zip(self.plans, full_w))
+            GCNLayer3D(p, comm, blocks[block_key(p)], w, cfg.bias, chunks[block_key(p)],
+                       engine.overlap, tuner)
+            for p, w in zip(self.plans, self._padded_weights()))
         feats = torch.from_numpy(shard.features).to(device)
         if cfg.learnable_features:
             self.features = nn.Parameter(feats)
@@ -65,6 +65,46 @@ class DistributedGCN(nn.Module):
         self.labels = torch.from_numpy(shard.labels).to(device)
         self.masks = {k: torch.from_numpy(m).to(device) for k, m in shard.masks.items()}
         self.counts = dict(shard.mask_counts)
+
+    def _sparse_blocks(self, shard: RankShard, engine: EngineConfig):
+        """One SparseBlock per distinct block of Â this rank uses, and its forward row chunks.
+
+        Blocks are identified by (matrix, row range, column range): layers of the none/single
+        permutations use one matrix (Â1 = Â2), so equal blocks are stored once. When Â is
+        symmetric, the transpose of a block is the block at the swapped ranges of the other
+        matrix (Â1ᵀ = Â2); if this rank holds it anyway, the backward reuses it.
+        """
+        shape, coords, n = self.comm.grid.shape, self.comm.grid.coords, shard.nodes_padded
+        same = shard.perm in ("none", "single")
+
+        def ident(plan):
+            rows = block(n, shape[plan.a_rows], coords[plan.a_rows])
+            cols = block(n, shape[plan.a_cols], coords[plan.a_cols])
+            return (1 if same else plan.adj, rows.start, rows.stop, cols.start, cols.stop)
+
+        mats, key_of = {}, {}
+        for plan in self.plans:
+            key_of[block_key(plan)] = ident(plan)
+            mats.setdefault(ident(plan), shard.blocks[block_key(plan)])
+        transposes = {}
+        if shard.meta.get("symmetric", False):
+            for k, r0, r1, c0, c1 in mats:
+                t = (k if same else 3 - k, c0, c1, r0, r1)
+                if t in mats:
+                    transposes[(k, r0, r1, c0, c1)] = t
+        device = self.comm.grid.device
+        built = build_blocks(mats, transposes, device, engine.spmm_backend)
+        blocks = {key: built[i] for key, i in key_of.items()}
+        chunks = {}
+        for key, i in key_of.items():
+            m = mats[i]
+            if engine.agg_chunks <= 1:
+                chunks[key] = [built[i]]
+                continue
+            bounds = np.linspace(0, m.shape[0], engine.agg_chunks + 1).astype(int)
+            chunks[key] = [SparseBlock.build(m[a:b], device, engine.spmm_backend, transpose=False)
+                           for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        return blocks, chunks
 
     def _padded_weights(self) -> list[torch.Tensor]:
         out = []

@@ -1,9 +1,9 @@
-"""Sparse-times-dense products behind one interface, with a hand-written backward.
+"""Sparse-times-dense products behind one interface.
 
-A `SparseBlock` holds a block of Â and its transpose (the backward needs Âᵀ·dY; keeping the
-transpose avoids re-transposing a CSR every step). Backends:
+A `SparseBlock` holds a block of Â and a handle on its transpose (the backward needs Âᵀ·dY).
+Backends:
 - "torch": torch CSR tensors (CPU and CUDA; the default),
-- "scipy": scipy.sparse CSR on the CPU (its single-thread SpMM beats torch's on some machines),
+- "scipy": scipy.sparse CSR on the CPU; its transpose is a free CSC view,
 - "torch-sparse": torch_sparse.SparseTensor, when that optional package is installed.
 Results do not depend on the backend beyond float rounding.
 """
@@ -11,6 +11,7 @@ Results do not depend on the backend beyond float rounding.
 from __future__ import annotations
 
 import warnings
+from typing import Any, Hashable
 
 import numpy as np
 import scipy.sparse as sp
@@ -30,56 +31,89 @@ def available_backends() -> list[str]:
     return out
 
 
-def _torch_csr(m: sp.csr_matrix, device: torch.device) -> torch.Tensor:
-    with warnings.catch_warnings():  # "CSR support is in beta" on every construction
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(torch.from_numpy(m.indptr.astype(np.int64)),
-                                       torch.from_numpy(m.indices.astype(np.int64)),
-                                       torch.from_numpy(m.data.astype(np.float32)),
-                                       size=m.shape, device=device)
+def check_backend(backend: str, device: torch.device) -> None:
+    """Raise a one-line ValueError if ``backend`` cannot run on ``device`` here."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown SpMM backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if backend == "scipy" and device.type != "cpu":
+        raise ValueError("the scipy SpMM backend runs on the CPU only; use --spmm torch on GPUs")
+    if backend not in available_backends():
+        raise ValueError(f"SpMM backend {backend!r} needs the optional package torch-sparse "
+                         "(pip install 'plexus-gnn[sparse]'); or use --spmm torch")
+
+
+def to_backend(m: sp.spmatrix, backend: str, device: torch.device) -> Any:
+    """The backend's representation of the sparse matrix ``m``."""
+    if backend == "scipy":
+        return m  # CSR, or a CSC view for a transpose: both multiply without a copy
+    m = sp.csr_matrix(m)
+    if backend == "torch":
+        with warnings.catch_warnings():  # "CSR support is in beta" on every construction
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_csr_tensor(torch.from_numpy(m.indptr.astype(np.int64)),
+                                           torch.from_numpy(m.indices.astype(np.int64)),
+                                           torch.from_numpy(m.data.astype(np.float32)),
+                                           size=m.shape, device=device)
+    from torch_sparse import SparseTensor  # noqa: PLC0415
+
+    coo = m.tocoo()
+    return SparseTensor(row=torch.from_numpy(coo.row.astype(np.int64)),
+                        col=torch.from_numpy(coo.col.astype(np.int64)),
+                        value=torch.from_numpy(coo.data.astype(np.float32)),
+                        sparse_sizes=m.shape).to(device)
+
+
+def _multiply(handle: Any, backend: str, x: torch.Tensor) -> torch.Tensor:
+    x = x.contiguous()
+    if backend == "torch":
+        return torch.sparse.mm(handle, x)
+    if backend == "scipy":
+        return torch.from_numpy(np.ascontiguousarray(handle @ x.detach().numpy()))
+    return handle.matmul(x)
 
 
 class SparseBlock:
-    """A block of Â (and Âᵀ) ready for ``block @ X`` and ``blockᵀ @ X`` on one backend."""
+    """A block of Â ready for ``block @ x`` (`mm`) and ``blockᵀ @ x`` (`tmm`)."""
 
-    def __init__(self, matrix: sp.csr_matrix, device: torch.device | str = "cpu",
-                 backend: str = "torch", transpose: sp.csr_matrix | None = None) -> None:
+    def __init__(self, a: Any, at: Any | None, shape: tuple[int, int], nnz: int,
+                 backend: str) -> None:
+        self._a, self._at, self.shape, self.nnz, self.backend = a, at, shape, nnz, backend
+
+    @classmethod
+    def build(cls, matrix: sp.csr_matrix, device: torch.device | str = "cpu",
+              backend: str = "torch", transpose: bool = True) -> "SparseBlock":
+        """One block on ``backend``; ``transpose=False`` skips Âᵀ (forward-only blocks)."""
         device = torch.device(device)
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown SpMM backend {backend!r}; use one of {', '.join(BACKENDS)}")
-        if backend == "scipy" and device.type != "cpu":
-            raise ValueError("the scipy SpMM backend runs on the CPU only; use --spmm torch on GPUs")
-        self.shape = matrix.shape
-        self.nnz = int(matrix.nnz)
-        self.backend = backend
-        self.device = device
-        mt = transpose if transpose is not None else matrix.T.tocsr()
-        if backend == "torch":
-            self._a, self._at = _torch_csr(matrix, device), _torch_csr(mt, device)
-        elif backend == "scipy":
-            self._a, self._at = matrix.astype(np.float32), mt.astype(np.float32)
-        else:
-            from torch_sparse import SparseTensor  # noqa: PLC0415
-
-            def conv(m: sp.csr_matrix) -> "SparseTensor":
-                coo = m.tocoo()
-                return SparseTensor(row=torch.from_numpy(coo.row.astype(np.int64)),
-                                    col=torch.from_numpy(coo.col.astype(np.int64)),
-                                    value=torch.from_numpy(coo.data.astype(np.float32)),
-                                    sparse_sizes=m.shape).to(device)
-            self._a, self._at = conv(matrix), conv(mt)
-
-    def _mm(self, a, x: torch.Tensor) -> torch.Tensor:
-        if self.backend == "torch":
-            return torch.sparse.mm(a, x)
-        if self.backend == "scipy":
-            return torch.from_numpy(np.asarray(a @ x.detach().numpy()))
-        return a.matmul(x)
+        check_backend(backend, device)
+        at = to_backend(matrix.T, backend, device) if transpose else None
+        return cls(to_backend(matrix, backend, device), at, matrix.shape, int(matrix.nnz), backend)
 
     def mm(self, x: torch.Tensor) -> torch.Tensor:
         """block @ x (no autograd)."""
-        return self._mm(self._a, x.contiguous())
+        return _multiply(self._a, self.backend, x)
 
     def tmm(self, x: torch.Tensor) -> torch.Tensor:
         """blockᵀ @ x (no autograd)."""
-        return self._mm(self._at, x.contiguous())
+        return _multiply(self._at, self.backend, x)
+
+
+def build_blocks(blocks: dict[Hashable, sp.csr_matrix], transposes: dict[Hashable, Hashable],
+                 device: torch.device, backend: str) -> dict[Hashable, SparseBlock]:
+    """SparseBlocks for every matrix of ``blocks``. ``transposes[k] = j`` says block j is block k's
+    transpose (a symmetric Â): k's backward then reuses j's memory instead of a new Âᵀ."""
+    check_backend(backend, device)
+    handles: dict[Hashable, Any] = {}
+
+    def handle(key: Hashable) -> Any:
+        if key not in handles:
+            handles[key] = to_backend(blocks[key], backend, device)
+        return handles[key]
+
+    out = {}
+    for key, m in blocks.items():
+        if key in transposes:
+            at = handle(transposes[key])
+        else:
+            at = to_backend(m.T, backend, device)
+        out[key] = SparseBlock(handle(key), at, m.shape, int(m.nnz), backend)
+    return out

@@ -8,7 +8,7 @@ import scipy.sparse as sp
 import torch
 
 from plexus.comm import Comm
-from plexus.config import ModelConfig, TrainConfig
+from plexus.config import EngineConfig, ModelConfig, TrainConfig
 from plexus.datasets.graph import Graph, gcn_normalize
 from plexus.grid import Grid
 from plexus.model import DistributedGCN
@@ -47,12 +47,14 @@ def _close(name: str, got: torch.Tensor, want: torch.Tensor) -> list[str]:
     return []
 
 
-def build(grid: Grid, g: Graph, adj_hat, cfg: ModelConfig, perm: str):
+def build(grid: Grid, g: Graph, adj_hat, cfg: ModelConfig, perm: str,
+          engine: EngineConfig | None = None):
     """The distributed and the serial model with the same config and seed."""
     orders = cfg.orders(g.num_features, g.num_classes)
     shard = shard_graph(g, grid.shape, grid.coords, cfg.num_layers, orders, perm, seed=11,
                         adj_hat=adj_hat)
-    return DistributedGCN(Comm(grid), shard, cfg, seed=5), SerialGCN(g, cfg, seed=5, adj_hat=adj_hat), shard
+    return (DistributedGCN(Comm(grid), shard, cfg, seed=5, engine=engine),
+            SerialGCN(g, cfg, seed=5, adj_hat=adj_hat), shard)
 
 
 def check_step(grid: Grid, g: Graph, adj_hat, cfg: ModelConfig, perm: str) -> list[str]:
@@ -80,9 +82,9 @@ def check_step(grid: Grid, g: Graph, adj_hat, cfg: ModelConfig, perm: str) -> li
 
 
 def check_training(grid: Grid, g: Graph, adj_hat, cfg: ModelConfig, perm: str,
-                   epochs: int = 20) -> list[str]:
+                   epochs: int = 20, engine: EngineConfig | None = None) -> list[str]:
     """The loss curve (and final accuracies) of ``epochs`` epochs of Adam."""
-    dist_model, serial, _ = build(grid, g, adj_hat, cfg, perm)
+    dist_model, serial, _ = build(grid, g, adj_hat, cfg, perm, engine)
     tc = TrainConfig(epochs=epochs, eval_every=epochs)
     hd, hs = Trainer(dist_model, tc).fit(), Trainer(serial, tc).fit()
     fails = _close("loss curve", torch.tensor([h.loss for h in hd]), torch.tensor([h.loss for h in hs]))
@@ -180,6 +182,12 @@ def run_grid_checks(grids: list[tuple[int, int, int]], layer_counts=(1, 2, 3, 4)
             grid, g, adj_hat, ModelConfig(4, HIDDEN, 0.5, True, "auto"), "double")
         out[f"{tag}/features/step-learnable-nobias"] = check_step(
             grid, g, adj_hat, ModelConfig(3, HIDDEN, 0.5, False, "agg", True), "double")
+        out[f"{tag}/engine/chunked-overlap-scipy"] = check_training(
+            grid, g, adj_hat, ModelConfig(3, HIDDEN, 0.5, True, "agg,combine,agg"), "double",
+            engine=EngineConfig(spmm_backend="scipy", agg_chunks=3, overlap=True))
+        out[f"{tag}/engine/tuned-gemms-chunked"] = check_training(
+            grid, g, adj_hat, ModelConfig(2, HIDDEN, 0.5, True, "agg", True), "single",
+            engine=EngineConfig(agg_chunks=2, tune_gemms=True))
         out[f"{tag}/ledger/agg"] = check_ledger(grid, g, adj_hat,
                                                  ModelConfig(4, HIDDEN, 0.5, True), "double")
         out[f"{tag}/ledger/mixed-learnable"] = check_ledger(

@@ -1,0 +1,220 @@
+"""OGB node-property-prediction graphs (ogbn-arxiv, ogbn-products, ogbn-papers100M), offline.
+
+Loading goes through ``ogb.nodeproppred.NodePropPredDataset`` with the official split, from a
+local root only. Before ogb is called we check that the files it would otherwise download (or ask
+about on stdin) are there, so a missing dataset is a one-line `DatasetError`, never a download or
+a prompt. Per-dataset facts (class count, whether inverse edges are added, file names) come from
+ogb's own ``master.csv``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from .graph import DatasetError, Graph, edges_to_csr, one_line
+from .synthetic import DEFAULT_FEATURES, random_features
+
+OGB_NAMES = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
+
+
+def ogb_meta(name: str) -> dict[str, str]:
+    """The ``master.csv`` column of an OGB node dataset (as strings), matched case-insensitively."""
+    import pandas as pd
+    import ogb.nodeproppred
+
+    path = Path(ogb.nodeproppred.__file__).parent / "master.csv"
+    master = pd.read_csv(path, index_col=0, keep_default_na=False)
+    for column in master.columns:
+        if column.lower() == name.lower():
+            meta = {k: str(v) for k, v in master[column].items()}
+            meta["name"] = column
+            return meta
+    raise DatasetError(f"{name}: not an OGB node dataset; known: {', '.join(master.columns)}")
+
+
+def expected_ogb_files(meta: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(raw files, processed files) ogb reads for a dataset, relative to ``<root>/<dir name>``.
+
+    ogb uses the processed cache when present and builds it from the raw files otherwise.
+    """
+    if meta["binary"] == "True":
+        raw = ["raw/data.npz", "raw/node-label.npz"]
+    else:
+        raw = ["raw/edge.csv.gz", "raw/num-node-list.csv.gz", "raw/num-edge-list.csv.gz",
+               "raw/node-label.csv.gz"]
+        if meta["has_node_attr"] == "True":
+            raw.append("raw/node-feat.csv.gz")
+        for key in ("additional node files", "additional edge files"):
+            if meta[key] != "None":
+                raw += [f"raw/{f}.csv.gz" for f in meta[key].split(",")]
+    return raw, ["processed/data_processed"]
+
+
+def _split_files(meta: dict[str, str]) -> tuple[list[str], list[str]]:
+    base = f"split/{meta['split']}"
+    return [f"{base}/{p}.csv.gz" for p in ("train", "valid", "test")], [f"{base}/split_dict.pt"]
+
+
+def _check_offline(name: str, root: Path, meta: dict[str, str]) -> Path:
+    """Raise `DatasetError` unless ogb can load ``name`` from ``root`` without network or stdin."""
+    ds_dir = root / name.replace("-", "_")
+    raw, processed = expected_ogb_files(meta)
+    split_csv, split_pt = _split_files(meta)
+    if not ds_dir.is_dir():
+        raise DatasetError(f"{ds_dir}: OGB dataset directory not found; expected it to hold "
+                           f"{', '.join(raw + split_csv)} (download {meta['url']}, "
+                           f"unzip it in {root} "
+                           f"and rename {meta['download_name']}/ to {ds_dir.name}/)")
+    # ogb asks on stdin whether to re-download when the release marker is missing.
+    release = ds_dir / f"RELEASE_v{meta['version']}.txt"
+    if not release.is_file():
+        raise DatasetError(f"{release}: missing (ogb would offer to re-download); create the empty "
+                           f"file if {ds_dir} holds release v{meta['version']} of {name}")
+    for group in ((processed, raw), (split_pt, split_csv)):
+        if not any(all((ds_dir / f).is_file() for f in files) for files in group):
+            missing = [f for f in group[1] if not (ds_dir / f).is_file()]
+            raise DatasetError(f"{ds_dir}: missing {', '.join(missing)} (or {', '.join(group[0])})")
+    return ds_dir
+
+
+def _torch_load_local(path: str) -> Any:
+    """torch.load for ogb's own cache files.
+
+    ogb 1.3.6 calls ``torch.load(path)``; since torch 2.6 that means ``weights_only=True``, which
+    rejects its pickled dict of numpy arrays (saved with pickle protocol 4, which the weights-only
+    unpickler cannot read at all). These files were written by ogb into the user's own dataset
+    directory, so they are loaded as full pickles, here and nowhere else.
+    """
+    import torch
+
+    return torch.load(path, weights_only=False)
+
+
+@contextlib.contextmanager
+def _ogb_offline_and_quiet() -> Iterator[None]:
+    """Silence ogb's prints and progress bars, and make any stdin prompt an error.
+
+    `_check_offline` already rules prompts out; shadowing ``input`` in ogb's modules (restored on
+    exit, nothing global) guarantees it even if a future ogb adds one.
+    """
+    import ogb.nodeproppred.dataset as ds_mod
+    import ogb.utils.url as url_mod
+
+    def no_prompt(prompt: str = "") -> str:
+        raise DatasetError(f"ogb wanted to ask {one_line(prompt)!r}; refusing (offline loader)")
+
+    modules = (ds_mod, url_mod)
+    saved = [m.__dict__.get("input") for m in modules]
+    for m in modules:
+        m.input = no_prompt
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        for m, old in zip(modules, saved):
+            if old is None:
+                del m.input
+            else:
+                m.input = old
+
+
+def _dataset_class():
+    """NodePropPredDataset with ogb's two ``torch.load`` calls routed to `_torch_load_local`."""
+    from ogb.nodeproppred import NodePropPredDataset
+
+    class OfflineNodePropPredDataset(NodePropPredDataset):
+        def pre_process(self) -> None:
+            cache = os.path.join(self.root, "processed", "data_processed")
+            if os.path.exists(cache):
+                loaded = _torch_load_local(cache)
+                self.graph, self.labels = loaded["graph"], loaded["labels"]
+            else:
+                # ogb writes the cache with torch.save but does not create its folder.
+                os.makedirs(os.path.dirname(cache), exist_ok=True)
+                super().pre_process()
+
+        def get_idx_split(self, split_type: str | None = None) -> dict:
+            path = os.path.join(self.root, "split", split_type or self.meta_info["split"],
+                                "split_dict.pt")
+            if os.path.isfile(path):
+                return _torch_load_local(path)
+            return super().get_idx_split(split_type)
+
+    return OfflineNodePropPredDataset
+
+
+def load_ogb(name: str, root: str | Path | None) -> Graph:
+    """Load ogbn-arxiv, ogbn-products or ogbn-papers100M from ``root`` with the official split.
+
+    ``root`` is the directory holding ``ogbn_arxiv/`` etc. (ogb's layout). Unlabelled nodes (NaN in
+    ogb, as in papers100M) get label -1. Graphs ogb stores without inverse edges (the citation
+    graphs) are kept directed; the others are symmetric.
+    """
+    meta = ogb_meta(name)
+    name = meta["name"]
+    if name not in OGB_NAMES:
+        raise DatasetError(f"{name}: not supported (needs a homogeneous, single-task multiclass "
+                           f"graph); supported: {', '.join(OGB_NAMES)}")
+    if root is None:
+        raise DatasetError(f"{name}: needs --root DIR, the directory holding "
+                           f"{name.replace('-', '_')}/ (OGB datasets are never downloaded here)")
+    root = Path(root).expanduser()
+    ds_dir = _check_offline(name, root, meta)
+
+    try:
+        with _ogb_offline_and_quiet():
+            dataset = _dataset_class()(name=name, root=str(root))
+            split = dataset.get_idx_split()
+            graph_dict, raw_labels = dataset[0]
+    except DatasetError:
+        raise
+    except Exception as e:  # malformed csv/npz/cache: report ogb's reason on one line
+        raise DatasetError(f"{ds_dir}: ogb could not read the dataset "
+                           f"({type(e).__name__}: {one_line(e)[:300]})") from None
+
+    n = int(graph_dict["num_nodes"])
+    edge_index = np.asarray(graph_dict["edge_index"])
+    if edge_index.ndim != 2 or edge_index.shape[0] != 2:
+        raise DatasetError(f"{ds_dir}: edge_index has shape {edge_index.shape}, expected (2, E)")
+    if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= n):
+        raise DatasetError(f"{ds_dir}: edge endpoints range over [{int(edge_index.min())}, "
+                           f"{int(edge_index.max())}] but there are {n} nodes")
+    directed = meta["add_inverse_edge"] != "True"
+    adj = edges_to_csr(edge_index[0], edge_index[1], n, symmetrize=not directed)
+
+    notes = []
+    feats = graph_dict.get("node_feat")
+    if feats is None:
+        feats = random_features(n, DEFAULT_FEATURES, 0)
+        notes.append(f"no node_feat in the files: features are seeded random, "
+                     f"{DEFAULT_FEATURES} dims")
+    feats = np.asarray(feats, dtype=np.float32)
+
+    y = np.asarray(raw_labels, dtype=np.float64).reshape(-1)
+    if y.shape[0] != n:
+        raise DatasetError(f"{ds_dir}: {y.shape[0]} labels for {n} nodes")
+    unlabelled = np.isnan(y)
+    labels = np.where(unlabelled, -1, np.nan_to_num(y, nan=-1.0)).astype(np.int64)
+    if unlabelled.any():
+        notes.append(f"{int(unlabelled.sum())} nodes have no label (NaN in ogb) -> -1")
+
+    masks = []
+    for part in ("train", "valid", "test"):
+        idx = np.asarray(split[part], dtype=np.int64).reshape(-1)
+        if idx.size and (idx.min() < 0 or idx.max() >= n):
+            raise DatasetError(f"{ds_dir}: split '{part}' has node ids outside [0, {n - 1}]")
+        mask = np.zeros(n, dtype=bool)
+        mask[idx] = True
+        masks.append(mask)
+    notes.append(f"official OGB split '{meta['split']}'")
+
+    graph = Graph(name=name, adj=adj, features=feats, labels=labels, train_mask=masks[0],
+                  val_mask=masks[1], test_mask=masks[2], num_classes=int(meta["num classes"]),
+                  directed=directed, notes=notes)
+    return graph.validate(str(ds_dir))

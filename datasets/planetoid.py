@@ -1,0 +1,237 @@
+"""Planetoid citation graphs (Cora, CiteSeer, PubMed) in the raw ``ind.<name>.*`` format.
+
+The files are Python 2 pickles from Yang et al. (2016). The public split and the node order follow
+Kipf & Welling's reference code (and PyG's ``Planetoid``): nodes are the ``allx`` rows followed by
+the test nodes at the ids listed in ``test.index``; train = the first ``len(y)`` nodes, val = the
+next 500, test = the ``test.index`` nodes.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from .graph import DatasetError, Graph, edges_to_csr, one_line
+
+PLANETOID_NAMES = ("cora", "citeseer", "pubmed")
+EMBEDDED_DIR = Path(__file__).resolve().parent / "data" / "planetoid"
+_PYG_DIRS = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
+_PICKLED = ("x", "y", "tx", "ty", "allx", "ally", "graph")
+_SUFFIXES = _PICKLED + ("test.index",)
+NUM_VAL = 500
+
+
+class _PlanetoidUnpickler(pickle.Unpickler):
+    """Unpickles only the few types the Planetoid files contain.
+
+    Pickles can run arbitrary code, so nothing else is allowed. Mapping the old module paths
+    (``scipy.sparse.csr``, ``numpy.core``) to today's names also avoids SciPy's deprecation of those
+    modules, which disappear in SciPy 2.
+    """
+
+    _SPARSE = {"csr_matrix": sp.csr_matrix, "csc_matrix": sp.csc_matrix,
+               "coo_matrix": sp.coo_matrix, "lil_matrix": sp.lil_matrix}
+
+    def find_class(self, module: str, name: str):  # noqa: D102 - pickle hook
+        module = "builtins" if module == "__builtin__" else module  # Python 2 name
+        if module.startswith("scipy.sparse") and name in self._SPARSE:
+            return self._SPARSE[name]
+        if module in ("numpy", "numpy.core.multiarray", "numpy._core.multiarray"):
+            if name in ("ndarray", "dtype"):
+                return getattr(np, name)
+            if name in ("_reconstruct", "scalar"):
+                return getattr(np._core.multiarray if hasattr(np, "_core") else np.core.multiarray,
+                               name)
+        if (module, name) in (("collections", "defaultdict"), ("builtins", "list"),
+                              ("builtins", "dict"), ("builtins", "set"), ("builtins", "int"),
+                              ("_codecs", "encode")):  # protocol-2 pickles from Python 3 use it
+            return getattr(__import__(module), name)
+        raise pickle.UnpicklingError(f"unexpected type {module}.{name} in a Planetoid file")
+
+
+def _read_pickle(path: Path):
+    if not path.is_file():
+        raise DatasetError(f"{path}: file not found")
+    try:
+        with open(path, "rb") as f:
+            return _PlanetoidUnpickler(f, encoding="latin1").load()
+    except Exception as e:  # truncated, not a pickle, unexpected type, ...
+        raise DatasetError(f"{path}: not a readable Planetoid pickle "
+                           f"({type(e).__name__}: {one_line(e)})") from None
+
+
+def _read_index(path: Path) -> np.ndarray:
+    if not path.is_file():
+        raise DatasetError(f"{path}: file not found")
+    ids = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            text = line.strip()
+            if not text:
+                continue
+            try:
+                ids.append(int(text))
+            except ValueError:
+                raise DatasetError(f"{path}: line {lineno}: expected one integer node id, "
+                                   f"got {text[:40]!r}") from None
+    if not ids:
+        raise DatasetError(f"{path}: no test node ids")
+    return np.asarray(ids, dtype=np.int64)
+
+
+def _dense(m, path: Path) -> np.ndarray:
+    """Rows of a pickled sparse or dense matrix as a 2-D float32 array."""
+    try:
+        out = m.toarray() if sp.issparse(m) else np.asarray(m)
+        out = out.astype(np.float32, copy=False)
+    except (TypeError, ValueError) as e:
+        raise DatasetError(f"{path}: expected a matrix ({one_line(e)})") from None
+    if out.ndim != 2:
+        raise DatasetError(f"{path}: expected a 2-D matrix, got shape {out.shape}")
+    return out
+
+
+def find_planetoid_dir(name: str, root: str | Path | None) -> Path:
+    """Directory holding ``ind.<name>.*``: searched under ``root`` (also PyG's ``<Name>/raw``
+    layout), falling back to the copy of Cora embedded in the package."""
+    if root is not None:
+        root = Path(root).expanduser()
+        candidates = [root, root / name, root / name / "raw",
+                      root / _PYG_DIRS.get(name, name) / "raw"]
+        for d in candidates:
+            if (d / f"ind.{name}.x").is_file():
+                return d
+    if name == "cora":
+        return EMBEDDED_DIR
+    files = ",".join(_SUFFIXES)
+    if root is None:
+        raise DatasetError(f"{name}: needs --root DIR holding the Planetoid files "
+                           f"ind.{name}.{{{files}}}")
+    raise DatasetError(f"{root}: no ind.{name}.x found there (nor in {name}/, {name}/raw/ "
+                       f"or {_PYG_DIRS.get(name, name)}/raw/); expected ind.{name}.{{{files}}}")
+
+
+def load_planetoid(name_or_path: str, root: str | Path | None = None) -> Graph:
+    """Load a Planetoid graph by name (``cora``, ``citeseer``, ``pubmed``) or from a path.
+
+    A name is looked up under ``root``; Cora needs no root (a copy ships with the package). A path
+    is either a directory holding exactly one ``ind.<name>.*`` set or the prefix ``DIR/ind.<name>``.
+    """
+    key = name_or_path.lower()
+    if key in PLANETOID_NAMES:
+        return read_planetoid(find_planetoid_dir(key, root), key)
+    path = Path(name_or_path).expanduser()
+    if path.name.startswith("ind.") and path.parent.is_dir():
+        return read_planetoid(path.parent, path.name[len("ind."):])
+    if not path.is_dir():
+        raise DatasetError(f"{path}: not a directory and not one of {', '.join(PLANETOID_NAMES)}")
+    names = sorted(p.name[len("ind."):-len(".x")] for p in path.glob("ind.*.x"))
+    if len(names) != 1:
+        found = f"several sets ({', '.join(names)}); pass DIR/ind.<name>" if names else \
+            "no ind.<name>.x file"
+        raise DatasetError(f"{path}: {found}")
+    return read_planetoid(path, names[0])
+
+
+def read_planetoid(directory: str | Path, name: str) -> Graph:
+    """Read ``directory/ind.<name>.*`` into a `Graph` with the public Planetoid split.
+
+    Test ids missing from ``test.index`` but inside its range (CiteSeer's isolated nodes) become
+    nodes with zero features and label -1, as in the reference code (which pads them with zeros).
+    Nodes whose one-hot label row is all zero also get -1; no mask contains an unlabelled node.
+    """
+    directory = Path(directory)
+    files = {s: directory / f"ind.{name}.{s}" for s in _SUFFIXES}
+    data = {s: _read_pickle(files[s]) for s in _PICKLED}
+    test_idx = _read_index(files["test.index"])
+
+    x, y = _dense(data["x"], files["x"]), _dense(data["y"], files["y"])
+    tx, ty = _dense(data["tx"], files["tx"]), _dense(data["ty"], files["ty"])
+    allx, ally = _dense(data["allx"], files["allx"]), _dense(data["ally"], files["ally"])
+    for a, b, fa, fb in ((x, y, "x", "y"), (tx, ty, "tx", "ty"), (allx, ally, "allx", "ally")):
+        if a.shape[0] != b.shape[0]:
+            raise DatasetError(f"{files[fa]}: {a.shape[0]} rows but {files[fb].name} has "
+                               f"{b.shape[0]}")
+    if tx.shape[0] != test_idx.size:
+        raise DatasetError(f"{files['test.index']}: lists {test_idx.size} nodes but "
+                           f"{files['tx'].name} has {tx.shape[0]} rows")
+    for m, s in ((tx, "tx"), (allx, "allx")):
+        if m.shape[1] != x.shape[1]:
+            raise DatasetError(f"{files[s]}: {m.shape[1]} feature columns, x has {x.shape[1]}")
+    for m, s in ((ty, "ty"), (ally, "ally")):
+        if m.shape[1] != y.shape[1]:
+            raise DatasetError(f"{files[s]}: {m.shape[1]} label columns, y has {y.shape[1]}")
+
+    n_all = allx.shape[0]
+    if test_idx.min() < n_all:
+        raise DatasetError(f"{files['test.index']}: test node {int(test_idx.min())} collides "
+                           f"with the {n_all} allx rows (test ids must be >= {n_all})")
+    if np.unique(test_idx).size != test_idx.size:
+        raise DatasetError(f"{files['test.index']}: repeated node ids")
+    n = int(test_idx.max()) + 1
+
+    # Row k of tx/ty belongs to node test_idx[k]; ids in the range that are not listed (gaps)
+    # keep zero features and an all-zero label row.
+    features = np.zeros((n, x.shape[1]), dtype=np.float32)
+    features[:n_all] = allx
+    features[test_idx] = tx
+    onehot = np.zeros((n, y.shape[1]), dtype=np.float32)
+    onehot[:n_all] = ally
+    onehot[test_idx] = ty
+    labels = np.where(onehot.any(axis=1), onehot.argmax(axis=1), -1).astype(np.int64)
+
+    src, dst = _graph_edges(data["graph"], files["graph"])
+    if src.size and max(int(src.max()), int(dst.max())) >= n:
+        raise DatasetError(f"{files['graph']}: refers to node {max(int(src.max()), int(dst.max()))}"
+                           f" but the feature files cover only {n} nodes")
+    if src.size and min(int(src.min()), int(dst.min())) < 0:
+        raise DatasetError(f"{files['graph']}: negative node id")
+    adj = edges_to_csr(src, dst, n, symmetrize=True)
+
+    labelled = labels >= 0
+    train = np.zeros(n, dtype=bool)
+    train[:y.shape[0]] = True
+    val = np.zeros(n, dtype=bool)
+    val[y.shape[0]:min(y.shape[0] + NUM_VAL, n_all)] = True
+    test = np.zeros(n, dtype=bool)
+    test[test_idx] = True
+
+    notes = []
+    gaps = n - n_all - test_idx.size
+    if gaps:
+        notes.append(f"{gaps} node ids missing from test.index (isolated nodes) get zero "
+                     "features and label -1")
+    unlabelled = int((~labelled).sum()) - gaps
+    if unlabelled:
+        notes.append(f"{unlabelled} nodes with an all-zero one-hot label get label -1")
+    dropped = [int((m & ~labelled).sum()) for m in (train, val, test)]
+    if any(dropped):
+        notes.append("unlabelled nodes removed from train/val/test: "
+                     f"{dropped[0]}/{dropped[1]}/{dropped[2]}")
+    if directory.resolve() == EMBEDDED_DIR:
+        notes.append("Planetoid files from the copy embedded in plexus.datasets")
+
+    graph = Graph(name=name, adj=adj, features=features, labels=labels,
+                  train_mask=train & labelled, val_mask=val & labelled,
+                  test_mask=test & labelled, num_classes=y.shape[1], directed=False, notes=notes)
+    return graph.validate(str(directory / f"ind.{name}"))
+
+
+def _graph_edges(adjlist, path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) arrays from the pickled ``{node: [neighbours]}`` dict."""
+    if not isinstance(adjlist, dict):
+        raise DatasetError(f"{path}: expected a dict of adjacency lists, got "
+                           f"{type(adjlist).__name__}")
+    try:
+        keys = np.fromiter(adjlist.keys(), dtype=np.int64, count=len(adjlist))
+        counts = np.fromiter((len(v) for v in adjlist.values()), dtype=np.int64,
+                             count=len(adjlist))
+        dst = np.fromiter((int(u) for v in adjlist.values() for u in v), dtype=np.int64,
+                          count=int(counts.sum()))
+    except (TypeError, ValueError) as e:
+        raise DatasetError(f"{path}: adjacency lists must hold integer node ids "
+                           f"({one_line(e)})") from None
+    return np.repeat(keys, counts), dst

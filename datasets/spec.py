@@ -1,0 +1,68 @@
+"""`load_dataset`: one spec string (``cora``, ``ogbn-arxiv``, ``npz:PATH``, ``rmat:scale=20``, ...)
+chooses the loader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .edgelist import load_edgelist
+from .graph import DatasetError, Graph
+from .mtx import load_mtx
+from .npz import load_npz
+from .planetoid import PLANETOID_NAMES, load_planetoid
+from .rmat import parse_rmat_params, rmat_graph
+
+OGB_SPECS = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
+SPEC_FORMS = ("cora", "citeseer", "pubmed", "planetoid:DIR_OR_NAME", *OGB_SPECS, "npz:PATH",
+              "mtx:PATH", "edgelist:PATH",
+              "rmat[:scale=S,edge_factor=E,features=F,classes=C,seed=K]")
+
+
+def _path(text: str, root: str | None, spec: str) -> Path:
+    """A file path from a spec; relative paths not found as given are tried under ``root``."""
+    if not text:
+        raise DatasetError(f"{spec}: missing path after ':'")
+    path = Path(text).expanduser()
+    if not path.exists() and root is not None and not path.is_absolute():
+        under_root = Path(root).expanduser() / path
+        if under_root.exists():
+            return under_root
+    return path
+
+
+def load_dataset(spec: str, root: str | None = None, seed: int = 0) -> Graph:
+    """Load the graph a spec names; the result has passed `Graph.validate`.
+
+    Specs: ``cora`` (shipped with the package), ``citeseer``, ``pubmed`` (``ind.<name>.*`` under
+    ``root``), ``planetoid:DIR_OR_NAME``, ``ogbn-arxiv``, ``ogbn-products``, ``ogbn-papers100M``
+    (OGB layout under ``root``, never downloaded), ``npz:PATH`` (gnn-benchmark), ``mtx:PATH``
+    (Matrix Market), ``edgelist:PATH`` (SNAP), ``rmat:scale=S,edge_factor=E,features=F,classes=C,
+    seed=K`` (all keys optional). ``seed`` drives synthetic graphs and the stand-in features,
+    labels and splits of formats that lack them; official splits are never reseeded.
+    Raises `DatasetError` (one line) for an unknown spec or bad input.
+    """
+    spec = spec.strip()
+    kind, colon, rest = spec.partition(":")
+    kind = kind.strip().lower()
+    if not colon:
+        if kind in PLANETOID_NAMES:
+            return load_planetoid(kind, root)
+        if kind.startswith("ogbn-"):
+            from .ogb_loader import load_ogb  # imports torch/ogb/pandas: only when needed
+
+            return load_ogb(spec, root)
+        if kind == "rmat":
+            return rmat_graph(**parse_rmat_params("", seed))
+    elif kind == "planetoid":
+        if rest.lower() in PLANETOID_NAMES:
+            return load_planetoid(rest, root)
+        return load_planetoid(str(_path(rest, root, spec)))
+    elif kind == "npz":
+        return load_npz(_path(rest, root, spec), seed)
+    elif kind == "mtx":
+        return load_mtx(_path(rest, root, spec), seed)
+    elif kind == "edgelist":
+        return load_edgelist(_path(rest, root, spec), seed)
+    elif kind == "rmat":
+        return rmat_graph(**parse_rmat_params(rest, seed))
+    raise DatasetError(f"unknown dataset spec {spec!r}; valid forms: {', '.join(SPEC_FORMS)}")
