@@ -8,6 +8,7 @@ on every grid and on the serial reference.
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 
@@ -36,12 +37,27 @@ def _key(*parts: int) -> int:
 def dropout_keep(seed: int, step: int, layer: int, rows: torch.Tensor, col_start: int,
                  num_cols: int, p: float) -> torch.Tensor:
     """Boolean keep-mask of shape (len(rows), num_cols) for global rows ``rows`` (original node
-    ids) and global columns col_start .. col_start + num_cols - 1."""
+    ids) and global columns col_start .. col_start + num_cols - 1.
+
+    Each 32-bit hash yields two 16-bit uniforms (columns 2q and 2q+1), so the per-element work is
+    one xor, two multiply-xorshift rounds and a compare on half as many 64-bit words: dropout on
+    wide features must not cost more than the layer's GEMM.
+    """
     key = _key(seed, step, layer)
-    r = _fmix((rows.to(torch.int64) & _M32) ^ key)
-    cols = torch.arange(col_start, col_start + num_cols, dtype=torch.int64, device=rows.device)
-    h = _fmix((r[:, None] + cols[None, :] * _GOLDEN) & _M32)
-    return h >= int(p * 2**32)
+    row_h = _fmix((rows.to(torch.int64) & _M32) ^ key)
+    q0, q1 = col_start // 2, (col_start + num_cols + 1) // 2
+    q = torch.arange(q0, q1, dtype=torch.int64, device=rows.device)
+    col_h = _fmix((q * _GOLDEN & _M32) ^ _key(key, 1))
+    h = row_h[:, None] ^ col_h[None, :]
+    for _ in range(2):  # one round leaves rows whose hashes share low bits correlated
+        h.mul_(_MUL).bitwise_and_(_M32)
+        h.bitwise_xor_(h >> 16)
+    # the two low 16-bit halves of each 32-bit hash, in column order (little-endian words)
+    halves = h.view(torch.int16).view(h.shape[0], h.shape[1], 4)
+    halves = halves[:, :, :2] if sys.byteorder == "little" else halves[:, :, 3:1:-1]
+    u = halves.reshape(h.shape[0], 2 * h.shape[1])[:, col_start - 2 * q0:][:, :num_cols]
+    # a uniform 16-bit value read as signed is uniform on [-32768, 32767]
+    return u >= round(p * 65536) - 32768
 
 
 def dropout(h: torch.Tensor, seed: int, step: int, layer: int, rows: torch.Tensor,
@@ -50,7 +66,7 @@ def dropout(h: torch.Tensor, seed: int, step: int, layer: int, rows: torch.Tenso
     if p <= 0.0:
         return h
     keep = dropout_keep(seed, step, layer, rows, col_start, h.shape[1], p)
-    return h * keep.to(h.dtype) * (1.0 / (1.0 - p))
+    return h * keep * (1.0 / (1.0 - p))
 
 
 def glorot_weights(seed: int, widths: list[int]) -> list[torch.Tensor]:
