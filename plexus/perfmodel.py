@@ -43,16 +43,19 @@ import argparse
 import itertools
 import json
 import math
+import operator
 import os
 import sys
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from plexus.schedule import AXES, ORDERS, LayerPlan, layer_plans, padding
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 # Above this many layers choose_orders searches greedily instead of over all 2^L orders.
 _EXHAUSTIVE_ORDER_LAYERS = 12
+# Up to this many stored edges plexus-model normalizes the loaded graph for Â's exact nnz.
+_EXACT_NNZ_LIMIT = 50_000_000
 
 Grid3 = tuple[int, int, int]
 
@@ -87,13 +90,17 @@ class ModelSpec:
     name: str = ""
 
     def __post_init__(self) -> None:
-        for key in ("num_nodes", "num_features", "num_classes", "num_layers", "hidden",
+        for key in ("num_nodes", "nnz", "num_features", "num_classes", "num_layers", "hidden",
                     "dtype_bytes", "index_bytes"):
             value = getattr(self, key)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{key} must be a positive integer, got {value!r}")
-        if not isinstance(self.nnz, int) or self.nnz < 0:
-            raise ValueError(f"nnz must be a non-negative integer, got {self.nnz!r}")
+            try:  # accept numpy integers (sizes often come from arrays), reject floats
+                number = operator.index(value)
+            except TypeError:
+                raise ValueError(f"{key} must be an integer, got {value!r}") from None
+            if number < (0 if key == "nnz" else 1):
+                raise ValueError(f"{key} must be {'>= 0' if key == 'nnz' else '>= 1'}, "
+                                 f"got {number}")
+            object.__setattr__(self, key, int(number))  # frozen: normalize in place once
 
     @classmethod
     def from_config(cls, num_nodes: int, nnz: int, num_features: int, num_classes: int,
@@ -241,11 +248,12 @@ class Collective:
 
     name: str  # e.g. "AR(AGG)"
     layer: int | None  # None for the loss
-    phase: str  # "forward", "backward" or "loss"
+    phase: str  # "forward", "loss", "backward" or "eval"
     op: str  # "all_reduce", "all_gather" or "reduce_scatter"
     axis: str
     group: int
     size: int
+    itemsize: int | None = None  # bytes per element; None: the spec's dtype_bytes
 
     @property
     def elements(self) -> float:
@@ -276,15 +284,15 @@ class CommVolume:
 
     collectives: list[Collective]
     dtype_bytes: int
-    elements: dict[str, dict[str, float]] = field(default_factory=_empty_table)
-    bytes: dict[str, dict[str, float]] = field(default_factory=_empty_table)
-    calls: dict[str, dict[str, int]] = field(default_factory=lambda: {
+    elements: dict[str, dict[str, float]] = field(default_factory=_empty_table, init=False)
+    bytes: dict[str, dict[str, float]] = field(default_factory=_empty_table, init=False)
+    calls: dict[str, dict[str, int]] = field(init=False, default_factory=lambda: {
         a: {op: 0 for op in OPS} for a in AXES})
 
     def __post_init__(self) -> None:
         for c in self.collectives:
             self.elements[c.axis][c.op] += c.elements
-            self.bytes[c.axis][c.op] += c.elements * self.dtype_bytes
+            self.bytes[c.axis][c.op] += c.elements * (c.itemsize or self.dtype_bytes)
             self.calls[c.axis][c.op] += 1
 
     def __getitem__(self, axis: str) -> dict[str, float]:
@@ -298,7 +306,7 @@ class CommVolume:
     @property
     def total_bytes(self) -> float:
         """Bytes one rank moves in the epoch."""
-        return self.total_elements * self.dtype_bytes
+        return sum(sum(ops.values()) for ops in self.bytes.values())
 
     def per_axis(self, what: str = "elements") -> dict[str, float]:
         """Totals per axis of ``what`` ("elements", "bytes" or "calls")."""
@@ -336,11 +344,14 @@ def _div(a: int, b: int) -> int:
 
 
 def collectives(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
-                orders: Sequence[str] | None = None) -> list[Collective]:
+                orders: Sequence[str] | None = None, evaluate: bool = False) -> list[Collective]:
     """Every collective one rank issues in one training epoch, in program order.
 
     ``orders`` overrides ``spec.order`` (needed when it is "best"). Collectives over axes of size
-    1 are left out: they move nothing and cost nothing.
+    1 are left out: they move nothing and cost nothing. ``evaluate`` appends what the trainer's
+    evaluation after the step issues (phase "eval"): the forward once more, then the accuracy's
+    argmax (AR-MAX float32 and AR-MIN int64 of N/|rows| over the class axis) and the hit counts
+    of the 3 masks (AR-SUM float64 over the rows axis).
     """
     shape = normalize_grid(grid)
     orders = _resolve_orders(spec, shape, orders)
@@ -349,25 +360,27 @@ def collectives(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     s = shape
     out: list[Collective] = []
 
-    def add(name: str, layer: int | None, phase: str, op: str, axis: str, size: int) -> None:
+    def add(name: str, layer: int | None, phase: str, op: str, axis: str, size: int,
+            itemsize: int | None = None) -> None:
         if s[axis] > 1:
-            out.append(Collective(name, layer, phase, op, axis, s[axis], size))
+            out.append(Collective(name, layer, phase, op, axis, s[axis], size, itemsize))
 
-    # forward
-    for p in plans:
-        o, i, d = p.outer, p.inner, p.depth
-        D, D2 = widths[p.index], widths[p.index + 1]
-        if p.index == 0:
-            add("AG(H)", 0, "forward", "all_gather", d, _div(n * D, s[o] * s[i]))
-        if p.order == "agg":
-            add("AR(AGG)", p.index, "forward", "all_reduce", o, _div(n * D, s[d] * s[i]))
-            add("AG(W)", p.index, "forward", "all_gather", d, _div(D * D2, s[i] * s[o]))
-            add("AR(OUT)", p.index, "forward", "all_reduce", i, _div(n * D2, s[d] * s[o]))
-        else:
-            add("AG(W)", p.index, "forward", "all_gather", o, _div(D * D2, s[i] * s[d]))
-            add("AR(Z)", p.index, "forward", "all_reduce", i, _div(n * D2, s[o] * s[d]))
-            add("AR(OUT)", p.index, "forward", "all_reduce", o, _div(n * D2, s[i] * s[d]))
+    def forward(phase: str) -> None:
+        for p in plans:
+            o, i, d = p.outer, p.inner, p.depth
+            D, D2 = widths[p.index], widths[p.index + 1]
+            if p.index == 0:
+                add("AG(H)", 0, phase, "all_gather", d, _div(n * D, s[o] * s[i]))
+            if p.order == "agg":
+                add("AR(AGG)", p.index, phase, "all_reduce", o, _div(n * D, s[d] * s[i]))
+                add("AG(W)", p.index, phase, "all_gather", d, _div(D * D2, s[i] * s[o]))
+                add("AR(OUT)", p.index, phase, "all_reduce", i, _div(n * D2, s[d] * s[o]))
+            else:
+                add("AG(W)", p.index, phase, "all_gather", o, _div(D * D2, s[i] * s[d]))
+                add("AR(Z)", p.index, phase, "all_reduce", i, _div(n * D2, s[o] * s[d]))
+                add("AR(OUT)", p.index, phase, "all_reduce", o, _div(n * D2, s[i] * s[d]))
 
+    forward("forward")
     # loss on the last layer's layout: rows cut by out_rows, classes by out_cols
     last = plans[-1]
     rows, cls_axis = last.out_rows, last.out_cols
@@ -394,17 +407,24 @@ def collectives(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
             add("AR(dH)", p.index, "backward", "all_reduce", d, dh)
         elif spec.learnable_features:
             add("RS(dH)", 0, "backward", "reduce_scatter", d, dh)
+
+    if evaluate:
+        forward("eval")
+        add("accuracy", None, "eval", "all_reduce", cls_axis, _div(n, s[rows]))  # row max
+        add("accuracy", None, "eval", "all_reduce", cls_axis, _div(n, s[rows]), 8)  # argmin id
+        add("accuracy", None, "eval", "all_reduce", rows, 3, 8)  # hits of train/val/test
     return out
 
 
 def epoch_volume(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
-                 orders: Sequence[str] | None = None) -> CommVolume:
-    """Per-rank communication of one training epoch (forward, loss, backward) on ``grid``.
+                 orders: Sequence[str] | None = None, evaluate: bool = False) -> CommVolume:
+    """Per-rank communication of one training epoch (forward, loss, backward) on ``grid``;
+    with ``evaluate``, plus the evaluation pass that follows it (see `collectives`).
 
     Example: ``v = epoch_volume(ModelSpec(1000, 10000, 64, 8), (2, 2, 2))``, then
     ``v["x"]["all_reduce"]`` (elements per axis and op), ``v.total_bytes``, ``v.flat()``.
     """
-    return CommVolume(collectives(spec, grid, orders), spec.dtype_bytes)
+    return CommVolume(collectives(spec, grid, orders, evaluate), spec.dtype_bytes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -548,7 +568,7 @@ class Prediction:
 def collective_time(c: Collective, calibration: Calibration, dtype_bytes: int = 4) -> float:
     """α-β time of one ring collective: steps·α + bytes moved per rank·β."""
     alpha, beta = calibration.link(c.axis)
-    return c.steps * alpha + c.elements * dtype_bytes * beta
+    return c.steps * alpha + c.elements * (c.itemsize or dtype_bytes) * beta
 
 
 def _resolve_orders(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str] | None,
@@ -693,12 +713,21 @@ def _dataset_sizes(spec: str, root: str | None) -> tuple[str, int, int, int, int
     except ImportError:
         raise ValueError("plexus.datasets.load_dataset is not available in this installation; "
                          "give --nodes/--nnz/--features/--classes instead") from None
-    graph = load_dataset(spec, root) if root is not None else load_dataset(spec)
+    try:
+        graph = load_dataset(spec, root) if root is not None else load_dataset(spec)
+    except Exception as e:  # noqa: BLE001 - any loader failure is reported as one line
+        text = str(e).strip().splitlines()
+        raise ValueError(text[0] if text else f"cannot load dataset {spec!r}: "
+                         f"{type(e).__name__}") from None
     n = graph.num_nodes
-    # gcn_normalize replaces existing self loops by one per node; symmetrization of an
-    # undirected graph adds nothing since both directions are stored.
-    self_loops = int((graph.adj.diagonal() != 0).sum())
-    nnz = int(graph.adj.nnz) - self_loops + n
+    if graph.adj.nnz <= _EXACT_NNZ_LIMIT:
+        from plexus.datasets import gcn_normalize
+
+        nnz = int(gcn_normalize(graph.adj, graph.directed).nnz)
+    else:
+        # Approximation for big graphs: gcn_normalize replaces self loops by one per node, and
+        # symmetrizing an undirected graph adds nothing when both directions are stored.
+        nnz = int(graph.adj.nnz) - int((graph.adj.diagonal() != 0).sum()) + n
     return graph.name, n, nnz, graph.num_features, graph.num_classes
 
 

@@ -1,0 +1,248 @@
+"""Measure this machine for the performance model: SpMM and GEMM rates, collective α and β.
+
+Compute rates are taken with ``threads`` torch threads (1 by default, as each rank of a local
+gloo world runs). Collectives run on a small local gloo world over 127.0.0.1 (one thread per
+rank); their times are fitted to the ring model of `plexus.perfmodel`:
+
+    t(all_reduce of n over p)  = 2(p-1)·α + 2(p-1)/p·n·b·β
+    t(all_gather  of n over p) =  (p-1)·α +  (p-1)/p·n·b·β      (b = bytes per element)
+
+by least squares on relative error, so the latency-bound small messages weigh as much as the
+bandwidth-bound large ones. The whole calibration takes well under a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import statistics
+import tempfile
+import time
+import traceback
+import warnings
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+FORMAT_VERSION = 1
+
+
+def _timeit(fn: Callable[[], object], reps: int) -> float:
+    """Median seconds of ``fn`` over ``reps`` calls, after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure_spmm(num_nodes: int = 50_000, nnz_per_row: int = 16,
+                 widths: Sequence[int] = (16, 64, 128), reps: int = 5,
+                 seed: int = 0) -> list[dict[str, Any]]:
+    """Time ``torch.sparse.mm`` of a random float32 CSR matrix with dense blocks of each width.
+
+    Returns one record per width: n, nnz, width, seconds, flops (2·nnz·width / seconds).
+    """
+    import torch
+
+    rng = np.random.default_rng(seed)
+    nnz = num_nodes * nnz_per_row
+    # Random columns per row: a scattered access pattern like a permuted graph's.
+    crow = np.arange(0, nnz + 1, nnz_per_row, dtype=np.int64)
+    col = np.sort(rng.integers(0, num_nodes, size=(num_nodes, nnz_per_row)), axis=1).ravel()
+    val = rng.random(nnz, dtype=np.float32)
+    with warnings.catch_warnings():  # "CSR support is in beta": noise for a benchmark
+        warnings.simplefilter("ignore", UserWarning)
+        a = torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(col),
+                                    torch.from_numpy(val), size=(num_nodes, num_nodes),
+                                    check_invariants=False)
+    out = []
+    for width in widths:
+        x = torch.randn(num_nodes, width)
+        seconds = _timeit(lambda: torch.sparse.mm(a, x), reps)
+        out.append({"n": num_nodes, "nnz": nnz, "width": width, "seconds": seconds,
+                    "flops": 2.0 * nnz * width / seconds})
+    return out
+
+
+def measure_gemm(shapes: Sequence[tuple[int, int, int]] = ((32_768, 128, 128), (32_768, 64, 64),
+                                                           (8_192, 256, 128)),
+                 reps: int = 5) -> list[dict[str, Any]]:
+    """Time ``torch.mm`` of (m×k)·(k×n) float32 for each (m, k, n): the tall-skinny products of
+    a GCN layer. Returns records with m, k, n, seconds, flops (2·m·k·n / seconds)."""
+    import torch
+
+    out = []
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        seconds = _timeit(lambda: torch.mm(a, b), reps)
+        out.append({"m": m, "k": k, "n": n, "seconds": seconds,
+                    "flops": 2.0 * m * k * n / seconds})
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _collective_worker(rank: int, world: int, port: int, sizes: Sequence[int], reps: int,
+                       queue: Any) -> None:
+    """One rank of the calibration world: time all_reduce and all_gather at every size."""
+    try:
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=world, timeout=timedelta(seconds=60))
+        # torch >= 2.13 renames all_gather_into_tensor; use whichever exists.
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        batches = 5
+        records = []
+        for n in sizes:
+            x = torch.ones(n)
+            out = torch.empty(n * world)
+            ops = {"all_reduce": lambda: dist.all_reduce(x),
+                   "all_gather": lambda: gather(out, x)}
+            for op, fn in ops.items():
+                fn()  # warm-up: connection set-up and buffer allocation
+                means = []
+                # Median of batch means: robust to the scheduler hiccups of a shared machine.
+                for _ in range(batches):
+                    dist.barrier()
+                    start = time.perf_counter()
+                    for _ in range(max(1, reps // batches)):
+                        fn()
+                    means.append((time.perf_counter() - start) / max(1, reps // batches))
+                mean = torch.tensor([statistics.median(means)], dtype=torch.float64)
+                dist.all_reduce(mean, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
+                # all_gather's per-rank input is n; its full size (what the model calls n) n·p.
+                full = n if op == "all_reduce" else n * world
+                records.append({"op": op, "world": world, "elements": full,
+                                "seconds": float(mean)})
+        dist.barrier()
+        dist.destroy_process_group()
+        queue.put((rank, "ok", records))
+    except BaseException:  # noqa: BLE001 - the parent reports it
+        queue.put((rank, "error", traceback.format_exc()))
+
+
+def measure_collectives(world_size: int = 2, sizes: Sequence[int] = (1, 4_096, 65_536, 1 << 20),
+                        reps: int = 20, timeout: float = 120.0) -> list[dict[str, Any]]:
+    """Time gloo all_reduce / all_gather on a fresh local world of ``world_size`` processes.
+
+    ``sizes`` are per-rank float32 element counts. Returns records with op, world, elements (the
+    full size n), seconds (mean per call, slowest rank). Raises RuntimeError if a rank fails.
+    """
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_collective_worker, args=(r, world_size, port, list(sizes), reps,
+                                                          queue), daemon=True)
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    results: dict[int, Any] = {}
+    try:
+        for _ in range(world_size):
+            rank, status, value = queue.get(timeout=timeout)
+            if status != "ok":
+                raise RuntimeError(f"calibration rank {rank} failed:\n{value}")
+            results[rank] = value
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    return results[0]
+
+
+def fit_alpha_beta(records: Sequence[dict[str, Any]], dtype_bytes: int = 4) -> tuple[float, float]:
+    """Least-squares (α, β) of the ring model over collective timing records (see module doc)."""
+    rows, times = [], []
+    for r in records:
+        p, n = r["world"], r["elements"]
+        factor = 2 if r["op"] == "all_reduce" else 1
+        rows.append([factor * (p - 1), factor * (p - 1) / p * n * dtype_bytes])
+        times.append(r["seconds"])
+    a, t = np.asarray(rows, dtype=float), np.asarray(times, dtype=float)
+    w = 1.0 / t  # relative error
+    (alpha, beta), *_ = np.linalg.lstsq(a * w[:, None], t * w, rcond=None)
+    # A negative coefficient means noise swamped that term; keep a tiny positive value so the
+    # model stays well defined.
+    return max(float(alpha), 1e-9), max(float(beta), 1e-15)
+
+
+def calibrate(world_size: int = 2, threads: int = 1, quick: bool = False,
+              log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Measure everything and return the calibration document (see `write_calibration`).
+
+    ``world_size`` 1 skips the collectives (α and β are then left to the model's defaults).
+    ``quick`` uses small problems and few repetitions (for tests; the rates are rough).
+    """
+    import torch
+
+    if world_size < 1:
+        raise ValueError(f"world size must be >= 1, got {world_size}")
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    say = log or (lambda _msg: None)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        say(f"SpMM (torch.sparse.mm, CSR, {threads} thread(s)) ...")
+        spmm = measure_spmm(num_nodes=5_000 if quick else 50_000, reps=2 if quick else 5)
+        say("GEMM (torch.mm) ...")
+        gemm = measure_gemm(((4_096, 64, 64),) if quick else
+                            ((32_768, 128, 128), (32_768, 64, 64), (8_192, 256, 128)),
+                            reps=2 if quick else 5)
+    finally:
+        torch.set_num_threads(previous)
+    doc: dict[str, Any] = {
+        "version": FORMAT_VERSION,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(), "machine": platform.machine(), "torch": torch.__version__,
+        "threads": threads,
+        "spmm_flops": statistics.median(r["flops"] for r in spmm),
+        "gemm_flops": statistics.median(r["flops"] for r in gemm),
+        "measurements": {"spmm": spmm, "gemm": gemm, "collectives": []},
+    }
+    if world_size > 1:
+        say(f"collectives (gloo, {world_size} local ranks) ...")
+        sizes = (1, 65_536) if quick else (1, 4_096, 65_536, 1 << 20)
+        coll = measure_collectives(world_size, sizes, reps=3 if quick else 20)
+        doc["alpha"], doc["beta"] = fit_alpha_beta(coll)
+        doc["measurements"]["collectives"] = coll
+        doc["backend"] = "gloo"
+    else:
+        doc["note"] = "world size 1: collectives not measured, the model uses its default alpha/beta"
+    return doc
+
+
+def write_calibration(doc: dict[str, Any], path: str | os.PathLike) -> Path:
+    """Write ``doc`` as JSON to ``path`` atomically (temp file in the same folder + os.replace)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp creates 0600; a calibration is meant to be shared
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

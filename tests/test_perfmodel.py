@@ -1,0 +1,294 @@
+"""The performance model: volumes against hand-computed values, grid ranking, CLIs, calibration.
+
+No timing assertions: every number checked here is arithmetic.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from plexus.perfmodel import (OPS, Calibration, ModelSpec, choose_grid, choose_orders,
+                              epoch_compute, epoch_memory, epoch_volume, factorizations,
+                              load_calibration, main, predict, rank_configs)
+
+
+def table(volume) -> dict[tuple[str, str], float]:
+    """Non-zero entries of elements[axis][op]."""
+    return {(a, op): v for a, ops in volume.elements.items() for op, v in ops.items() if v}
+
+
+# ---- volumes, by hand ------------------------------------------------------------------------
+def test_2x2x2_two_layers_agg_by_hand():
+    # N=16, widths 8 -> 8 -> 4 need no padding on 2x2x2. Layer 0 (o,i,d) = (x,y,z), layer 1 =
+    # (z,x,y). Layer 0: AG(H) z 32->16, AR(AGG) x 32->32, AG(W) z 16->8, AR(OUT) y 32->32,
+    # RS(dW) z 16->8 (no dAGG/dH: fixed features). Layer 1: AR(AGG) z 32->32, AG(W) y 8->4,
+    # AR(OUT) x 16->16, RS(dW) y 8->4, AR(dAGG) z 32->32, AR(dH) y 32->32. Loss (rows y,
+    # classes z): AR z 8->8 and 16->16, AR y 1->1.
+    spec = ModelSpec(16, 100, 8, 4, num_layers=2, hidden=8, bias=False)
+    v = epoch_volume(spec, (2, 2, 2))
+    assert table(v) == pytest.approx({
+        ("x", "all_reduce"): 48, ("y", "all_reduce"): 65, ("y", "all_gather"): 4,
+        ("y", "reduce_scatter"): 4, ("z", "all_gather"): 24, ("z", "all_reduce"): 88,
+        ("z", "reduce_scatter"): 8})
+    assert v.total_elements == pytest.approx(241)
+    assert v.total_bytes == pytest.approx(241 * 4)
+    assert v["x"]["all_reduce"] == pytest.approx(48)
+    assert v.calls["z"] == {"all_reduce": 4, "all_gather": 2, "reduce_scatter": 1}
+    assert v.per_axis() == pytest.approx({"x": 48, "y": 73, "z": 120})
+
+
+def test_evaluation_pass_by_hand():
+    # The by-hand case above plus an evaluation: its forward again (140 elements) and the
+    # accuracy's AR-MAX (8, float32) and AR-MIN (8, int64) over z, and AR of 3 hits (float64) over y.
+    spec = ModelSpec(16, 100, 8, 4, num_layers=2, hidden=8, bias=False)
+    train = epoch_volume(spec, (2, 2, 2))
+    both = epoch_volume(spec, (2, 2, 2), evaluate=True)
+    assert both.total_elements - train.total_elements == pytest.approx(140 + 8 + 8 + 3)
+    assert both.total_bytes - train.total_bytes == pytest.approx(140 * 4 + 8 * 4 + 8 * 8 + 3 * 8)
+    assert {c.phase for c in both.collectives} == {"forward", "loss", "backward", "eval"}
+
+
+def test_3x1x2_bias_learnable_by_hand():
+    # N=12, F=6, C=3, one layer (o,i,d) = (x,y,z) = (3,1,2). Forward: AG(H) z n=24 -> 12,
+    # AR(AGG) x n=36 -> 48, AG(W) z n=6 -> 3, AR(OUT) over y (size 1) -> nothing. Loss (rows z,
+    # classes x): AR x of 6 and 12 -> 8 + 16, AR z of 1 -> 1. Backward: AR(db) z n=1 -> 1,
+    # RS(dW) z 6 -> 3, AR(dAGG) x 36 -> 48, RS(dH) z 24 -> 12.
+    spec = ModelSpec(12, 50, 6, 3, num_layers=1, hidden=4, bias=True, learnable_features=True)
+    v = epoch_volume(spec, (3, 1, 2))
+    assert table(v) == pytest.approx({("x", "all_reduce"): 120, ("z", "all_gather"): 15,
+                                      ("z", "all_reduce"): 2, ("z", "reduce_scatter"): 15})
+    assert v.calls["y"] == {op: 0 for op in OPS}
+    names = v.by_name()
+    assert names["RS(dH)"] == pytest.approx(12) and names["AR(db)"] == pytest.approx(1)
+
+
+def test_combine_first_by_hand():
+    # One combine-first layer on 2x2x2, N=16, 8 -> 4: AG(H) z 32->16, AG(W) x 8->4, AR(Z) y
+    # 16->16, AR(OUT) x 16->16; loss (rows y, classes z): AR z 8 + 16, AR y 1; backward AR(dZ) y
+    # 16->16, RS(dW) x 8->4.
+    spec = ModelSpec(16, 100, 8, 4, num_layers=1, hidden=8, order="combine", bias=False)
+    v = epoch_volume(spec, (2, 2, 2))
+    assert table(v) == pytest.approx({
+        ("x", "all_gather"): 4, ("x", "all_reduce"): 16, ("x", "reduce_scatter"): 4,
+        ("y", "all_reduce"): 33, ("z", "all_gather"): 16, ("z", "all_reduce"): 24})
+
+
+def test_single_rank_moves_nothing():
+    spec = ModelSpec(1000, 5000, 33, 7, num_layers=3, hidden=20, learnable_features=True)
+    v = epoch_volume(spec, (1, 1, 1))
+    assert v.collectives == [] and v.total_elements == 0 and v.total_bytes == 0
+    p = predict(spec, (1, 1, 1))
+    assert p.comm_s == 0 and p.compute_s > 0
+
+
+def test_padding_is_applied():
+    # N=10, widths 5 -> 7 -> 3 pad to 16, 8 -> 8 -> 4 on 2x2x2: same volume as the by-hand case.
+    padded = epoch_volume(ModelSpec(10, 100, 5, 3, num_layers=2, hidden=7, bias=False), (2, 2, 2))
+    exact = epoch_volume(ModelSpec(16, 100, 8, 4, num_layers=2, hidden=8, bias=False), (2, 2, 2))
+    assert table(padded) == pytest.approx(table(exact))
+
+
+def test_matches_ledger_arithmetic():
+    ledger_mod = pytest.importorskip("plexus.ledger")
+    spec = ModelSpec(100, 999, 30, 7, num_layers=3, hidden=16, order="agg,combine,agg")
+    v = epoch_volume(spec, (2, 3, 2))
+    ledger = ledger_mod.Ledger()
+    for c in v.collectives:
+        ledger.record(c.axis, c.op, c.size, c.group, 4)
+    assert dict(ledger.elements) == pytest.approx(v.flat())
+    assert dict(ledger.calls) == v.flat("calls")
+
+
+def test_combine_first_cheaper_when_layer_narrows():
+    # Layer 1 narrows 256 -> 16: combine first replaces the width-D all-reduces of AGG and dAGG
+    # by width-D' ones of Z and dZ. Not a law for every grid: with an axis of size 1, or on layer
+    # 0 with fixed features (whose aggregate-first backward skips AR(dAGG)), it can lose.
+    spec = ModelSpec(4096, 40_000, 64, 16, num_layers=2, hidden=256)
+    learnable = ModelSpec(4096, 40_000, 256, 16, num_layers=1, learnable_features=True)
+    for grid in [(2, 2, 2), (4, 2, 2), (2, 3, 2), (3, 2, 4)]:
+        agg = epoch_volume(spec, grid, ["agg", "agg"]).total_elements
+        comb = epoch_volume(spec, grid, ["agg", "combine"]).total_elements
+        assert comb < agg, grid
+        agg = epoch_volume(learnable, grid, ["agg"]).total_elements
+        comb = epoch_volume(learnable, grid, ["combine"]).total_elements
+        assert comb < agg, grid
+    assert choose_orders(spec, (2, 2, 2))[1] == "combine"
+
+
+# ---- compute, memory ---------------------------------------------------------------------------
+def test_compute_by_hand():
+    # 1x1x1, one agg layer, N=10, nnz=30, 4 -> 2, fixed features: forward SpMM 2·30·4 = 240,
+    # GEMMs forward and dW 2·(2·10·4·2) = 320; no dH SpMM, no dAGG GEMM.
+    c = epoch_compute(ModelSpec(10, 30, 4, 2, num_layers=1), (1, 1, 1))
+    assert (c.spmm_flops, c.gemm_flops) == (240, 320)
+    c = epoch_compute(ModelSpec(10, 30, 4, 2, num_layers=1, learnable_features=True), (1, 1, 1))
+    assert (c.spmm_flops, c.gemm_flops) == (480, 480)
+    # Spread evenly: the total over 8 ranks equals the serial work when no padding is needed.
+    spec = ModelSpec(64, 640, 16, 8, num_layers=2, hidden=16)
+    serial, dist = epoch_compute(spec, (1, 1, 1)), epoch_compute(spec, (2, 2, 2))
+    assert dist.spmm_flops * 2 == pytest.approx(serial.spmm_flops / 4)  # Â·H replicated over i
+    assert dist.gemm_flops * 8 == pytest.approx(serial.gemm_flops)
+
+
+def test_memory_shrinks_with_ranks():
+    spec = ModelSpec(100_000, 2_000_000, 128, 16, num_layers=3, hidden=64)
+    one, eight = epoch_memory(spec, (1, 1, 1)), epoch_memory(spec, (2, 2, 2))
+    assert 0 < eight.total < one.total
+    assert eight.adjacency < one.adjacency and eight.optimizer < one.optimizer
+    assert one.optimizer == pytest.approx(one.weights)  # Adam: two moments; weights: w + grad
+
+
+# ---- ranking ----------------------------------------------------------------------------------
+def test_factorizations_are_all_ordered_triples():
+    f12 = factorizations(12)
+    assert len(f12) == 18 == len(set(f12))
+    assert all(x * y * z == 12 for x, y, z in f12)
+    assert len(factorizations(1)) == 1 and len(factorizations(7)) == 3
+    assert len(factorizations(16)) == 15
+    with pytest.raises(ValueError):
+        factorizations(0)
+
+
+def test_rank_configs_sorted_and_choose_grid_valid():
+    spec = ModelSpec(2_449_029, 126_167_309, 100, 47, num_layers=3, hidden=128)
+    preds = rank_configs(12, spec)
+    assert len(preds) == 18 and len({p.grid for p in preds}) == 18
+    times = [p.time_s for p in preds]
+    assert times == sorted(times)
+    assert all(p.time_s == pytest.approx(p.comm_s + p.compute_s) for p in preds)
+    grid = choose_grid(12, spec)
+    assert grid == preds[0].grid and grid[0] * grid[1] * grid[2] == 12
+    # A memory limit nobody meets keeps the order by time but flags every grid.
+    capped = rank_configs(12, spec, memory_limit=1.0)
+    assert not any(p.fits for p in capped)
+    # Orders chosen per grid ("best") are never slower than the paper's all-agg order.
+    best = ModelSpec(2_449_029, 126_167_309, 100, 47, num_layers=3, hidden=128, order="best")
+    for p in rank_configs(8, best):
+        assert p.time_s <= predict(spec, p.grid).time_s * (1 + 1e-12)
+
+
+def test_calibration_changes_the_prediction(tmp_path):
+    spec = ModelSpec(50_000, 1_000_000, 64, 8, num_layers=2, hidden=32)
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({"spmm_flops": 1e9, "gemm_flops": 1e10, "alpha": 1e-4,
+                                "beta": 1e-9, "axes": {"z": {"alpha": 1e-3, "beta": 1e-8}}}))
+    cal = load_calibration(path)
+    assert cal.link("z") == (1e-3, 1e-8) and cal.link("x") == (1e-4, 1e-9)
+    assert predict(spec, (2, 2, 2), cal).time_s > predict(spec, (2, 2, 2)).time_s
+    assert Calibration.from_dict(cal.to_dict()).link("z") == cal.link("z")
+    path.write_text(json.dumps({"alpha": -1}))
+    with pytest.raises(ValueError, match="alpha"):
+        load_calibration(path)
+
+
+# ---- CLI --------------------------------------------------------------------------------------
+SIZES = ["--nodes", "2449029", "--nnz", "126167309", "--features", "100", "--classes", "47"]
+
+
+def test_cli_table(capsys):
+    assert main(["--world-size", "12", *SIZES, "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "18 grids, showing 3" in out
+    lines = [l for l in out.splitlines() if l.strip()[:1].isdigit() and "x" in l.split()[1]]
+    assert len(lines) == 3
+
+
+def test_cli_json(capsys):
+    assert main(["-G", "8", *SIZES, "--layers", "2", "--hidden", "64", "--json", "--top", "0",
+                 "--order", "best"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["num_grids"] == 10 and len(doc["configs"]) == 10
+    first = doc["configs"][0]
+    assert first["grid"][0] * first["grid"][1] * first["grid"][2] == 8
+    assert set(first["comm"]["elements"]) == {"x", "y", "z"}
+    assert first["memory_bytes"] > 0 and len(first["orders"]) == 2
+
+
+def test_cli_dataset(capsys):
+    import plexus.datasets
+
+    if not hasattr(plexus.datasets, "load_dataset"):
+        pytest.skip("plexus.datasets.load_dataset not available")
+    assert main(["-G", "4", "--dataset", "cora", "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("cora: N=2,708 nnz=13,264 F=1433 C=7")  # 2·5,278 edges + 2,708 loops
+
+
+@pytest.mark.parametrize("argv", [
+    ["--world-size", "0", *SIZES],
+    ["--world-size", "4", "--dataset", "no-such-dataset-xyz"],
+    ["--world-size", "4", "--nodes", "10"],
+    ["--world-size", "4", *SIZES, "--order", "sideways"],
+    ["--world-size", "4", *SIZES, "--calibration", "/nonexistent/cal.json"],
+    ["--world-size", "four", *SIZES],
+])
+def test_cli_bad_input(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("plexus-model: error: ") and err.count("\n") == 1
+
+
+def test_cli_as_module():
+    proc = subprocess.run([sys.executable, "-m", "plexus.perfmodel", "-G", "4", *SIZES],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "6 grids" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "plexus.perfmodel", "-G", "0", *SIZES],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("plexus-model: error:")
+
+
+# ---- calibration --------------------------------------------------------------------------------
+def test_fit_alpha_beta_recovers_model():
+    from plexus.calibrate import fit_alpha_beta
+
+    alpha, beta = 5e-5, 1e-9
+    recs = []
+    for op, k in (("all_reduce", 2), ("all_gather", 1)):
+        for p in (2, 4):
+            for n in (1, 1000, 1_000_000):
+                recs.append({"op": op, "world": p, "elements": n,
+                             "seconds": k * (p - 1) * alpha + k * (p - 1) / p * n * 4 * beta})
+    a, b = fit_alpha_beta(recs)
+    assert a == pytest.approx(alpha, rel=1e-6) and b == pytest.approx(beta, rel=1e-6)
+
+
+def test_bench_calibrate_quick_without_collectives(tmp_path, capsys):
+    from plexus.bench import main as bench_main
+
+    out = tmp_path / "sub" / "cal.json"
+    assert bench_main(["calibrate", "--out", str(out), "--world-size", "1", "--quick"]) == 0
+    cal = load_calibration(out)
+    assert cal.spmm_flops > 0 and cal.gemm_flops > 0
+    assert (cal.alpha, cal.beta) == (Calibration().alpha, Calibration().beta)
+    assert [p.name for p in out.parent.iterdir()] == ["cal.json"]  # no temp file left
+    with pytest.raises(SystemExit) as exc:
+        bench_main(["calibrate", "--out", str(out), "--world-size", "0"])
+    assert exc.value.code == 2
+
+
+def test_comm_volume_benchmark_runs(tmp_path):
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "comm_volume.py"
+    out = tmp_path / "cv.csv"
+    proc = subprocess.run([sys.executable, str(script), "--out", str(out), "--no-plot",
+                           "--world-sizes", "16,64"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    import csv
+
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["dataset", "world_size", "method", "config", "elements_per_rank",
+                             "bytes_per_rank"]
+    assert len(rows) == 2 * 2 * 5  # 2 datasets x 2 world sizes x 5 methods
+    vols = {(r["dataset"], r["world_size"], r["method"]): float(r["elements_per_rank"])
+            for r in rows}
+    for g in ("16", "64"):  # 3D moves less than 1D on both graphs
+        assert vols["ogbn-products", g, "3d"] < vols["ogbn-products", g, "1d"]
