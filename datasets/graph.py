@@ -74,6 +74,13 @@ class Graph:
         return self
 
 
+def row_normalize(features: np.ndarray) -> np.ndarray:
+    """Scale each row to sum 1 (rows summing to 0 are left as they are)."""
+    sums = features.sum(axis=1, keepdims=True)
+    sums[sums == 0] = 1.0
+    return (features / sums).astype(np.float32)
+
+
 def gcn_normalize(adj: sp.spmatrix, directed: bool = False) -> sp.csr_matrix:
     """Â = D^-1/2 (M + I) D^-1/2 in float32 CSR, with M[i, j] = 1 for every edge j -> i.
 

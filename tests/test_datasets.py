@@ -47,7 +47,10 @@ def test_cora_public_split_and_counts():
     assert not (g.train_mask & g.val_mask).any() and not (g.val_mask & g.test_mask).any()
     assert (g.labels >= 0).all()
     assert np.array_equal(np.bincount(g.labels), [351, 217, 418, 818, 426, 298, 180])
-    assert g.features.dtype == np.float32 and set(np.unique(g.features)) == {0.0, 1.0}
+    # binary bag-of-words rows, row-normalized as Kipf & Welling
+    assert g.features.dtype == np.float32
+    assert np.allclose(g.features.sum(axis=1), 1.0, atol=1e-5)
+    assert all(len(set(row[row > 0].tolist())) == 1 for row in g.features[:50])
     # Same set through the other spec forms.
     for spec in ("planetoid:cora", f"planetoid:{EMBEDDED_DIR}",
                  f"planetoid:{EMBEDDED_DIR}/ind.cora"):
@@ -58,12 +61,14 @@ def test_cora_public_split_and_counts():
 def _write_planetoid(d: Path, name: str, test_index: list[int], n_allx: int, n_train: int,
                      num_feat: int = 4, num_cls: int = 3, zero_label_row: int | None = None,
                      edges: dict | None = None) -> dict:
-    """Fake ind.<name>.* files; feature row of node v is [v+1, 0, ...] so placement is checkable."""
+    """Fake ind.<name>.* files; feature row of node v is [v+1, 1, 0, ...] (row-normalized by the
+    loader to [(v+1)/(v+2), 1/(v+2), ...]) so placement is checkable."""
     d.mkdir(parents=True, exist_ok=True)
 
     def feats(ids):
         m = np.zeros((len(ids), num_feat), dtype=np.float32)
         m[:, 0] = np.asarray(ids) + 1
+        m[:, 1] = 1
         return sp.csr_matrix(m)
 
     def onehot(ids):
@@ -97,7 +102,7 @@ def test_planetoid_gaps_become_zero_unlabelled_nodes(tmp_path):
         assert not g.features[v].any() and g.labels[v] == -1
         assert not (g.train_mask[v] or g.val_mask[v] or g.test_mask[v])
     for v in test_index + list(range(6)):  # tx row k went to node test_index[k]
-        assert g.features[v, 0] == v + 1
+        assert np.isclose(g.features[v, 0], (v + 1) / (v + 2))
     assert g.labels[3] == -1  # all-zero one-hot row
     expected = np.array([v % 3 for v in range(12)])
     keep = ~np.isin(np.arange(12), [3, 8, 10])
