@@ -1,0 +1,142 @@
+"""Grid-independent training checkpoints: save on rank 0, load on every rank, any grid.
+
+A checkpoint holds `plexus.trainer.Trainer.full_state` (full unpadded parameters and Adam moments,
+plus the epoch), the model and training configuration, the dataset's identity (name, nodes,
+features, classes) and the run's best-validation record. Only tensors and plain Python types are
+stored, so it loads with ``torch.load(weights_only=True)``.
+
+Writes are atomic: the new checkpoint goes to a temporary file in the same directory, is fsynced
+and then renamed over the old one, so an interrupted save leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import ModelConfig, TrainConfig
+
+CHECKPOINT_NAME = "checkpoint.pt"
+FORMAT_VERSION = 1
+# Model fields that change the parameter set or shapes: a checkpoint is only usable when they match.
+_MODEL_KEYS = ("num_layers", "hidden", "bias", "learnable_features")
+
+
+class CheckpointError(ValueError):
+    """A missing, unreadable or incompatible checkpoint (a one-line message)."""
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What identifies the graph a model was trained on."""
+
+    name: str
+    num_nodes: int
+    num_features: int
+    num_classes: int
+
+    def describe(self) -> str:
+        return (f"{self.name} (N={self.num_nodes}, F={self.num_features}, "
+                f"C={self.num_classes})")
+
+
+def checkpoint_path(directory: str | os.PathLike) -> Path:
+    """The checkpoint file inside ``directory``."""
+    return Path(directory) / CHECKPOINT_NAME
+
+
+def make_checkpoint(full_state: dict, model: ModelConfig, train: TrainConfig,
+                    dataset: DatasetInfo, extra: dict | None = None) -> dict:
+    """The object `save_checkpoint` writes: ``full_state`` plus what a resume must check."""
+    return {"format": FORMAT_VERSION, "state": full_state, "model": asdict(model),
+            "train": asdict(train), "dataset": asdict(dataset), "extra": dict(extra or {})}
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # e.g. platforms without directory handles
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(directory: str | os.PathLike, payload: dict) -> Path:
+    """Write ``payload`` to DIR/checkpoint.pt atomically; returns the path. Call on one rank."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    target = checkpoint_path(directory)
+    fd, tmp = tempfile.mkstemp(prefix=f".{CHECKPOINT_NAME}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(directory)  # make the rename itself durable
+    return target
+
+
+def load_checkpoint(directory: str | os.PathLike) -> dict:
+    """Read DIR/checkpoint.pt (tensors on the CPU). Raises `CheckpointError` if it is missing or
+    unreadable."""
+    path = checkpoint_path(directory)
+    if not path.is_file():
+        raise CheckpointError(f"--resume: no checkpoint at {path}")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated file, not a torch file, unexpected types
+        text = " ".join(str(e).split())[:200]
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}: {text})") \
+            from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION \
+            or not isinstance(payload.get("state"), dict):
+        raise CheckpointError(f"{path}: not a plexus-train checkpoint (format "
+                              f"{FORMAT_VERSION})")
+    return payload
+
+
+def check_model(payload: dict, model: ModelConfig, where: str = "checkpoint") -> None:
+    """Raise `CheckpointError` if the checkpoint's model has other parameters than ``model``."""
+    saved = payload.get("model", {})
+    wanted = asdict(model)
+    diffs = [f"{k} {saved.get(k)!r} (now {wanted[k]!r})" for k in _MODEL_KEYS
+             if saved.get(k) != wanted[k]]
+    if diffs:
+        raise CheckpointError(f"{where} is from an incompatible model: " + ", ".join(diffs)
+                              + "; use a new --checkpoint directory or matching options")
+
+
+def check_dataset(payload: dict, dataset: DatasetInfo, where: str = "checkpoint") -> None:
+    """Raise `CheckpointError` if the checkpoint was trained on another graph."""
+    saved = payload.get("dataset", {})
+    if saved != asdict(dataset):
+        try:
+            old = DatasetInfo(**saved).describe()
+        except TypeError:
+            old = repr(saved)
+        raise CheckpointError(f"{where} was trained on {old}, this run uses "
+                              f"{dataset.describe()}")
+
+
+def saved_epoch(payload: dict) -> int:
+    """Epochs completed when the checkpoint was written."""
+    return int(payload["state"].get("epoch", 0))
+
+
+def extra(payload: dict) -> dict[str, Any]:
+    """The run's own record stored with the state (best validation so far, ...)."""
+    value = payload.get("extra", {})
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,254 @@
+"""What a training run reports (rank 0): epoch lines, a progress bar, a JSON log and a summary.
+
+On a terminal, epochs advance a tqdm progress bar and each epoch's line is printed above it; when
+stdout is not a terminal (a file, a pipe, a batch job's log) there is no bar, only the plain
+lines. ``--quiet`` keeps just the summary.
+
+The JSON log (``--log-json FILE``) has one object per line: one per epoch, then a final object with
+``"summary": true``. It is written to ``FILE.tmp`` as the run goes and renamed to FILE only when
+complete, so FILE never holds a partial log.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from .trainer import EpochStats
+
+
+def _acc(value: float | None) -> str:
+    return "  -   " if value is None else f"{value:.4f}"
+
+
+def plural(n: int, word: str) -> str:
+    """2, "rank" -> "2 ranks"; 1, "rank" -> "1 rank"."""
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def format_seconds(seconds: float) -> str:
+    """0.0123 -> '12.3 ms'."""
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds * 1e6:.0f} us"
+
+
+def format_bytes(value: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"  # unreachable; keeps type checkers content
+
+
+def format_epoch(stats: EpochStats, total: int) -> str:
+    """One epoch as a line: epoch, training loss, train/val/test accuracy, epoch time."""
+    width = len(str(total))
+    return (f"epoch {stats.epoch:>{width}}/{total}  loss {stats.loss:.4f}  "
+            f"train {_acc(stats.train_acc)}  val {_acc(stats.val_acc)}  "
+            f"test {_acc(stats.test_acc)}  time {format_seconds(stats.epoch_time_s)}")
+
+
+@dataclass
+class BestRecord:
+    """The epoch with the highest validation accuracy so far (the earliest on ties)."""
+
+    epoch: int | None = None
+    val_acc: float | None = None
+    test_acc: float | None = None
+    train_acc: float | None = None
+
+    def update(self, stats: EpochStats) -> None:
+        """Take ``stats`` if it was evaluated and beats the best validation accuracy."""
+        if stats.val_acc is None:
+            return
+        if self.val_acc is None or stats.val_acc > self.val_acc:
+            self.epoch, self.val_acc = stats.epoch, stats.val_acc
+            self.test_acc, self.train_acc = stats.test_acc, stats.train_acc
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain types (stored in checkpoints so a resumed run keeps its best epoch)."""
+        return {"epoch": self.epoch, "val_acc": self.val_acc, "test_acc": self.test_acc,
+                "train_acc": self.train_acc}
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "BestRecord":
+        d = d or {}
+        return cls(d.get("epoch"), d.get("val_acc"), d.get("test_acc"), d.get("train_acc"))
+
+
+class JsonLog:
+    """JSON-lines log written to ``path.tmp`` and atomically renamed to ``path`` by `close`."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.tmp = self.path.with_name(self.path.name + ".tmp")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f: IO[str] | None = open(self.tmp, "w", encoding="utf-8")
+
+    def write(self, obj: dict) -> None:
+        """Append one object as a line; flushed so a running job can be followed."""
+        assert self._f is not None, "log already closed"
+        self._f.write(json.dumps(_finite(obj), sort_keys=False) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        """Make the log durable and move it into place."""
+        if self._f is None:
+            return
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+        self._f = None
+        os.replace(self.tmp, self.path)
+
+    def abandon(self) -> None:
+        """Stop writing without publishing (the run failed); ``path.tmp`` keeps what was logged."""
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    def discard(self) -> None:
+        """Close and remove the temporary file (the run never started)."""
+        self.abandon()
+        self.tmp.unlink(missing_ok=True)
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no NaN/Infinity: write them as null (a diverged loss stays readable)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+class RunLog:
+    """Rank 0's reporter: epoch lines or a progress bar, the JSON log, and the final summary."""
+
+    def __init__(self, total_epochs: int, start_epoch: int = 0, quiet: bool = False,
+                 json_log: JsonLog | None = None, stream: IO[str] | None = None,
+                 progress: bool | None = None) -> None:
+        self.total = total_epochs
+        self.quiet = quiet
+        self.stream = stream or sys.stdout
+        self.json = json_log
+        if progress is None:
+            progress = self.stream.isatty()
+        self.bar = None
+        if progress and not quiet and total_epochs > start_epoch:
+            from tqdm import tqdm  # noqa: PLC0415 (only on a terminal)
+
+            self.bar = tqdm(total=total_epochs, initial=start_epoch, unit="epoch",
+                            file=self.stream, dynamic_ncols=True, leave=False)
+
+    def message(self, text: str) -> None:
+        """A line outside the epoch stream (set-up notes); shown unless quiet."""
+        if not self.quiet:
+            self._print(text)
+
+    def _print(self, text: str) -> None:
+        try:
+            if self.bar is not None:
+                self.bar.write(text, file=self.stream)
+            else:
+                print(text, file=self.stream, flush=True)
+        except BrokenPipeError:
+            # The reader went away (`plexus-train ... | head`): keep training (and writing the
+            # JSON log and checkpoints) without a console rather than losing the run.
+            self._lose_console()
+
+    def _lose_console(self) -> None:
+        self.bar = None
+        self.quiet = True
+        self.stream = open(os.devnull, "w")  # noqa: SIM115 — lives as long as the run
+
+    def epoch(self, stats: EpochStats) -> None:
+        """Report one finished epoch."""
+        if self.json is not None:
+            self.json.write(stats.as_dict())
+        if self.quiet:
+            return
+        self._print(format_epoch(stats, self.total))
+        if self.bar is not None:
+            self.bar.set_postfix(loss=f"{stats.loss:.4f}", refresh=False)
+            try:
+                self.bar.update(1)
+            except BrokenPipeError:
+                self._lose_console()
+
+    def finish(self, summary: dict) -> None:
+        """Print the summary, write it as the JSON log's last object and publish the log."""
+        if self.json is not None:
+            self.json.write({"summary": True, **summary})
+            self.json.close()
+        try:
+            if self.bar is not None:
+                self.bar.close()
+                self.bar = None
+            print(format_summary(summary), file=self.stream, flush=True)
+        except BrokenPipeError:
+            self._lose_console()
+
+    def abandon(self) -> None:
+        """The run failed: close the bar and leave the JSON log unpublished."""
+        if self.bar is not None:
+            try:
+                self.bar.close()
+            except BrokenPipeError:
+                pass
+            self.bar = None
+        if self.json is not None:
+            self.json.abandon()
+
+
+def format_summary(s: dict) -> str:
+    """The end-of-run report: best-validation epoch, timing breakdown, communication volume."""
+    lines = [f"summary: {s['dataset']} on grid {s['grid']} ({plural(s['world_size'], 'rank')}), "
+             f"{plural(s['epochs'], 'epoch')}"]
+    if s.get("best_epoch") is not None:
+        lines.append(f"  best validation: epoch {s['best_epoch']}  val {_acc(s['best_val_acc'])}  "
+                     f"test {_acc(s['best_test_acc'])}")
+    final = s.get("final", {})
+    if final:
+        loss = final.get("loss")
+        loss_text = "  -   " if loss is None else f"{loss:.4f}"
+        lines.append(f"  final epoch {final.get('epoch')}: loss {loss_text}  "
+                     f"train {_acc(final.get('train_acc'))}  val {_acc(final.get('val_acc'))}  "
+                     f"test {_acc(final.get('test_acc'))}")
+    if s.get("ogb") is not None:
+        ogb = s["ogb"]
+        lines.append(f"  OGB evaluator ({ogb['name']}): test {ogb['metric']} {ogb['value']:.4f}")
+    if s.get("epochs_run"):
+        per_epoch = format_seconds(s["mean_epoch_time_s"])
+        lines.append(f"  training time: {format_seconds(s['train_time_s'])} for "
+                     f"{plural(s['epochs_run'], 'epoch')} ({per_epoch} per epoch, training step "
+                     "only)")
+    timers = s.get("timers", {})
+    if timers:
+        lines.append("  time per rank over the run (max / mean over "
+                     f"{plural(s['world_size'], 'rank')}):")
+        width = max(len(n) for n in timers)
+        for name, t in timers.items():
+            ratio = t["max"] / t["mean"] if t["mean"] > 0 else 1.0
+            lines.append(f"    {name:<{width}}  {format_seconds(t['max']):>9} max  "
+                         f"{format_seconds(t['mean']):>9} mean  {ratio:5.2f} max/mean")
+    comm = s.get("comm_bytes")
+    if comm is not None:
+        per_rank = s.get("comm_bytes_max_rank", {})
+        parts = [f"{a} {format_bytes(comm[a])}" + (f" (max/rank {format_bytes(per_rank[a])})"
+                                                   if a in per_rank else "")
+                 for a in ("x", "y", "z")]
+        lines.append("  communication, all ranks: " + ", ".join(parts)
+                     + f"; total {format_bytes(sum(comm.values()))}")
+    return "\n".join(lines)

@@ -1,0 +1,383 @@
+"""``plexus-train``: train a GCN with 3D tensor parallelism on an X×Y×Z grid of processes.
+
+    plexus-train --grid 2x2x2                       # 8 local workers, embedded Cora
+    torchrun --nproc-per-node 4 -m plexus.train --grid 1x2x2 --dataset cora
+    srun plexus-train --grid 4x4x4 --dataset ogbn-products --root data/
+
+Outside a launcher it starts X·Y·Z local workers itself (`plexus.launch`); under torchrun or srun
+every process is one rank of the job it is in. This module only parses and checks the options;
+`plexus.worker` is what each rank does. Bad input ends with one line ``plexus-train: error: ...``
+on stderr and exit status 2, before any worker starts where it can be checked up front.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn, Sequence
+
+from plexus.datasets import DatasetError, Graph, load_dataset
+from plexus.partitioners import PERMUTATIONS
+
+from . import checkpoint as ckpt
+from .config import EngineConfig, ModelConfig, TrainConfig
+from .grid import parse_grid
+from .launch import (JobEnv, LocalJobFailed, check_local_devices, detect_environment,
+                     free_port, launch_local, use_cuda)
+from .schedule import AXES, ORDERS
+from .spmm import BACKENDS, check_backend
+from .worker import (DEFAULT_PERM, PROG, USER_ERRORS, RunOptions, UsageError, auto_grid,
+                     check_writable, error_line, graph_nnz, local_worker, run_rank)
+
+if TYPE_CHECKING:
+    import torch
+
+# Datasets up to this size are loaded once in the launching process to check them before any
+# worker starts; bigger ones only have their paths checked there (each worker loads them anyway).
+PRECHECK_MAX_BYTES = 64 << 20
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line (raised, then printed by `main`), not a usage dump."""
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """All plexus-train options."""
+    p = _Parser(prog=PROG, description="Train a GCN with 3D tensor parallelism (Plexus). Outside "
+                "a launcher it starts X·Y·Z local workers; under torchrun or srun it joins the "
+                "job.")
+    run = p.add_argument_group("job")
+    run.add_argument("--grid", required=True, metavar="XxYxZ|auto",
+                     help="process grid, e.g. 2x2x4 (X·Y·Z ranks); 'auto' lets the performance "
+                          "model choose for --world-size ranks")
+    run.add_argument("--world-size", type=int, metavar="G",
+                     help="number of ranks for --grid auto (default under a launcher: its size)")
+    run.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                     help="process-group timeout: how long a collective may wait (default 300)")
+    data = p.add_argument_group("data")
+    data.add_argument("--dataset", metavar="SPEC",
+                      help="dataset spec: cora (embedded; the default), citeseer, pubmed, "
+                           "ogbn-arxiv, ogbn-products, ogbn-papers100M, npz:PATH, mtx:PATH, "
+                           "edgelist:PATH, planetoid:DIR, rmat:scale=S,...")
+    data.add_argument("--root", metavar="DIR", help="directory holding the dataset's files")
+    data.add_argument("--shards", metavar="DIR",
+                      help="read this rank's shard from a plexus-partition store instead of "
+                           "loading and cutting the dataset; its manifest fixes the dataset, "
+                           "grid, layers, orders and permutation")
+    data.add_argument("--perm", choices=PERMUTATIONS, default=None,
+                      help=f"load-balancing node permutation (default {DEFAULT_PERM}, or the "
+                           "store's with --shards); results do not depend on it")
+    model = p.add_argument_group("model")
+    model.add_argument("--layers", type=int, default=None,
+                       help="GCN layers (default 2, or the store's with --shards)")
+    model.add_argument("--hidden", type=int, default=16, help="hidden width (default 16)")
+    model.add_argument("--dropout", type=float, default=0.5,
+                       help="dropout on each layer's input (default 0.5)")
+    model.add_argument("--bias", action=argparse.BooleanOptionalAction, default=True,
+                       help="bias on every layer (default on)")
+    model.add_argument("--order", default=None, metavar="agg|combine|auto|LIST",
+                       help="product order per layer: agg ((Â·H)·W, the paper's; the default), "
+                            "combine (Â·(H·W)), auto (combine on narrowing layers), or a comma-"
+                            "separated list, one per layer (default with --shards: the store's)")
+    model.add_argument("--learnable-features", action="store_true",
+                       help="train the input features too")
+    train = p.add_argument_group("training")
+    train.add_argument("--epochs", type=int, default=200,
+                       help="training epochs, full batch (default 200)")
+    train.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default 0.01)")
+    train.add_argument("--weight-decay", type=float, default=5e-4,
+                       help="L2 weight decay (default 5e-4)")
+    train.add_argument("--seed", type=int, default=0,
+                       help="seed of weights, dropout masks and the permutation (default 0)")
+    train.add_argument("--eval-every", type=int, default=1, metavar="N",
+                       help="evaluate every N epochs (default 1; 0: only at the end)")
+    out = p.add_argument_group("checkpoints and output")
+    out.add_argument("--checkpoint", metavar="DIR",
+                     help="save DIR/checkpoint.pt (grid-independent) every --checkpoint-every "
+                          "epochs and at the end")
+    out.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                     help="epochs between checkpoints (default 10)")
+    out.add_argument("--resume", action="store_true",
+                     help="continue from DIR/checkpoint.pt of --checkpoint (any grid)")
+    out.add_argument("--log-json", metavar="FILE",
+                     help="JSON lines: one object per epoch, then a summary object")
+    out.add_argument("--quiet", action="store_true", help="print only the summary")
+    eng = p.add_argument_group("engine (results never depend on these)")
+    eng.add_argument("--spmm", choices=BACKENDS, default="torch",
+                     help="SpMM backend (default torch; scipy: CPU only)")
+    eng.add_argument("--agg-chunks", type=int, default=1, metavar="K",
+                     help="cut each aggregation into K row chunks (default 1)")
+    eng.add_argument("--overlap", action="store_true",
+                     help="overlap each chunk's all-reduce with the next chunk's SpMM")
+    eng.add_argument("--tune-gemms", action="store_true",
+                     help="time the GEMM formulations once per call site and keep the fastest")
+    eng.add_argument("--no-timers", dest="timers", action="store_false",
+                     help="do not time kernels and collectives (no timing breakdown)")
+    return p
+
+
+# ---- checks --------------------------------------------------------------------------------
+def check_numbers(a: argparse.Namespace) -> None:
+    """Range checks of the numeric options."""
+    rules = [
+        (a.epochs >= 0, f"--epochs must be >= 0, got {a.epochs}"),
+        (a.layers is None or a.layers >= 1, f"--layers must be >= 1, got {a.layers}"),
+        (a.hidden >= 1, f"--hidden must be >= 1, got {a.hidden}"),
+        (0.0 <= a.dropout < 1.0, f"--dropout must be in [0, 1), got {a.dropout}"),
+        (a.lr > 0, f"--lr must be > 0, got {a.lr}"),
+        (a.weight_decay >= 0, f"--weight-decay must be >= 0, got {a.weight_decay}"),
+        (a.eval_every >= 0, f"--eval-every must be >= 0, got {a.eval_every}"),
+        (a.checkpoint_every is None or a.checkpoint_every >= 1,
+         f"--checkpoint-every must be >= 1, got {a.checkpoint_every}"),
+        (a.timeout > 0, f"--timeout must be > 0 seconds, got {a.timeout}"),
+        (a.agg_chunks >= 1, f"--agg-chunks must be >= 1, got {a.agg_chunks}"),
+        (a.world_size is None or a.world_size >= 1,
+         f"--world-size must be >= 1, got {a.world_size}"),
+        (a.seed >= 0, f"--seed must be >= 0, got {a.seed}"),
+    ]
+    for ok, message in rules:
+        if not ok:
+            raise UsageError(message)
+    if a.resume and not a.checkpoint:
+        raise UsageError("--resume needs --checkpoint DIR (where the checkpoint is)")
+    if a.checkpoint_every is not None and not a.checkpoint:
+        raise UsageError("--checkpoint-every needs --checkpoint DIR")
+
+
+def check_order(order: str, num_layers: int) -> None:
+    """--order is agg, combine, auto or one of those two per layer."""
+    if order in ORDERS or order == "auto":
+        return
+    parts = [o.strip() for o in order.split(",")]
+    bad = [o for o in parts if o not in ORDERS]
+    if bad:
+        raise UsageError(f"--order: unknown order {bad[0]!r}; use agg, combine, auto or a "
+                         "comma-separated list of agg/combine")
+    if len(parts) != num_layers:
+        raise UsageError(f"--order lists {len(parts)} layers but the model has {num_layers}")
+
+
+def precheck_dataset(spec: str, root: str | None, seed: int) -> Graph | None:
+    """Check a dataset spec before workers start; return the graph when it was cheap to load.
+
+    Small inputs (the embedded Cora, files up to 64 MiB) are loaded, so any problem in them shows
+    here; for bigger ones only the spec and the paths are checked and the workers load them.
+    """
+    kind, colon, rest = spec.strip().partition(":")
+    kind = kind.strip().lower()
+    if root is not None and not Path(root).expanduser().is_dir():
+        raise DatasetError(f"--root {root}: not a directory")
+    if not colon and kind.startswith("ogbn-"):
+        if root is None:
+            raise DatasetError(f"{spec}: OGB datasets are read from --root DIR (never "
+                               "downloaded); give the directory holding the dataset")
+        try:  # the loader's own offline check: cheap (file existence), before any worker
+            from plexus.datasets.ogb_loader import _check_offline, ogb_meta  # noqa: PLC0415
+        except ImportError:
+            return None
+        _check_offline(spec.strip(), Path(root).expanduser(), ogb_meta(spec.strip()))
+        return None
+    if colon and kind in ("npz", "mtx", "edgelist", "planetoid") and rest.strip():
+        path = Path(rest.strip()).expanduser()
+        if not path.exists() and root is not None and not path.is_absolute():
+            path = Path(root).expanduser() / path
+        if path.is_file() and path.stat().st_size > PRECHECK_MAX_BYTES:
+            return None
+        if not path.exists() and kind != "planetoid":
+            raise DatasetError(f"{spec}: {path} not found")
+    if kind == "rmat":
+        from plexus.datasets import parse_rmat_params  # noqa: PLC0415
+
+        params = parse_rmat_params(rest if colon else "", seed)
+        if int(params["scale"]) > 16:  # a big synthetic graph: the parameters are checked
+            return None
+    return load_dataset(spec, root, seed=seed)
+
+
+# ---- options -> RunOptions -----------------------------------------------------------------
+@dataclass
+class _Shape:
+    """What the options say about the problem before the model is built."""
+
+    grid: tuple[int, int, int] | None
+    layers: int | None
+    order: str | None
+    dataset: str
+
+
+def _from_store(a: argparse.Namespace, shape: _Shape) -> _Shape:
+    """With --shards the store's manifest fixes the grid, layers, orders, permutation and dataset;
+    flags may repeat them but not contradict them."""
+    from plexus.partitioners import read_manifest  # noqa: PLC0415
+
+    if a.dataset or a.root:
+        raise UsageError("--shards DIR already fixes the dataset; drop --dataset/--root")
+    manifest = read_manifest(a.shards)
+    store_grid = tuple(int(manifest["grid"][x]) for x in AXES)
+    if shape.grid is not None and shape.grid != store_grid:
+        raise UsageError(f"--grid {'x'.join(map(str, shape.grid))} but {a.shards} was cut for "
+                         f"grid {'x'.join(map(str, store_grid))}")
+    layers = int(manifest["num_layers"])
+    if shape.layers is not None and shape.layers != layers:
+        raise UsageError(f"--layers {shape.layers} but {a.shards} was cut for {layers} layers")
+    kind = manifest["permutation"]["kind"]
+    if a.perm is not None and a.perm != kind:
+        raise UsageError(f"--perm {a.perm} but {a.shards} was cut with permutation {kind}")
+    store_orders = ",".join(manifest["orders"])
+    order = shape.order or store_orders
+    check_order(order, layers)
+    resolved = ",".join(ModelConfig(num_layers=layers, hidden=a.hidden, order=order).orders(
+        int(manifest["num_features"]), int(manifest["num_classes"])))
+    if resolved != store_orders:
+        raise UsageError(f"--order {order} gives layer orders {resolved} but {a.shards} was cut "
+                         f"for {store_orders}")
+    dataset = str(manifest.get("dataset", a.shards))
+    return _Shape(store_grid, layers, order, dataset)  # type: ignore[arg-type]
+
+
+def _check_world(grid: tuple[int, int, int] | None, a: argparse.Namespace,
+                 env: JobEnv | None) -> int | None:
+    """The job's world size (None: not known yet), consistent with the grid and --world-size."""
+    world = env.world_size if env is not None else None
+    if a.world_size is not None and world is not None and a.world_size != world:
+        raise UsageError(f"--world-size {a.world_size} but the launcher started {world} ranks")
+    world = world if world is not None else a.world_size
+    if grid is None and world is None:
+        raise UsageError("--grid auto needs --world-size G outside a launcher")
+    if grid is not None:
+        size = grid[0] * grid[1] * grid[2]
+        if world is not None and size != world:
+            where = "the launcher started" if env is not None else "--world-size is"
+            raise UsageError(f"grid {'x'.join(map(str, grid))} has {size} ranks but {where} "
+                             f"{world}; make X·Y·Z equal the world size")
+    return world
+
+
+def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
+    """Validate the parsed options and turn them into `RunOptions`.
+
+    Under a launcher (``env`` set) every rank runs this, so it stays cheap there; the launching
+    process of a local run (``env`` None) also checks the dataset, the checkpoint to resume from
+    and the output paths before any worker starts.
+    """
+    check_numbers(a)
+    grid = None if a.grid.strip().lower() == "auto" else _parse_grid(a.grid)
+    shape = _Shape(grid, a.layers, a.order, a.dataset or "cora")
+    if a.shards:
+        shape = _from_store(a, shape)
+    layers = 2 if shape.layers is None else shape.layers
+    order = "agg" if shape.order is None else shape.order
+    check_order(order, layers)
+    check_backend(a.spmm, _device())
+    world = _check_world(shape.grid, a, env)
+    model = ModelConfig(num_layers=layers, hidden=a.hidden, dropout=a.dropout, bias=a.bias,
+                        order=order, learnable_features=a.learnable_features)
+    grid = shape.grid
+    if env is None:
+        graph = None
+        if not a.shards:
+            graph = precheck_dataset(shape.dataset, a.root, a.seed)
+            if grid is None:  # the performance model needs the graph's sizes
+                graph = graph or load_dataset(shape.dataset, a.root, seed=a.seed)
+                grid = auto_grid(world, graph.num_nodes, graph_nnz(graph),  # type: ignore[arg-type]
+                                 graph.num_features, graph.num_classes, model, graph.name)
+        check_local_devices(grid[0] * grid[1] * grid[2])  # type: ignore[index]
+        if a.resume:
+            payload = ckpt.load_checkpoint(a.checkpoint)
+            where = str(ckpt.checkpoint_path(a.checkpoint))
+            ckpt.check_model(payload, model, where)
+            if graph is not None:
+                ckpt.check_dataset(payload, ckpt.DatasetInfo(
+                    graph.name, graph.num_nodes, graph.num_features, graph.num_classes), where)
+        if a.log_json:  # the file itself is opened by rank 0 (an existing one stays until the end)
+            check_writable(Path(a.log_json).expanduser().parent, "--log-json")
+        if a.checkpoint:
+            check_writable(Path(a.checkpoint).expanduser(), "--checkpoint")
+    return RunOptions(
+        grid=grid, dataset=shape.dataset, root=a.root, model=model,
+        train=TrainConfig(epochs=a.epochs, lr=a.lr, weight_decay=a.weight_decay, seed=a.seed,
+                          eval_every=a.eval_every),
+        engine=EngineConfig(spmm_backend=a.spmm, agg_chunks=a.agg_chunks, overlap=a.overlap,
+                            tune_gemms=a.tune_gemms, timers=a.timers),
+        perm=a.perm, shards=a.shards, checkpoint=a.checkpoint,
+        checkpoint_every=a.checkpoint_every or 10, resume=a.resume, log_json=a.log_json,
+        quiet=a.quiet, timeout_s=a.timeout)
+
+
+def _parse_grid(text: str) -> tuple[int, int, int]:
+    try:
+        return parse_grid(text)
+    except ValueError as e:
+        raise UsageError(f"--grid: {e}; or 'auto' with --world-size") from None
+
+
+def _device() -> "torch.device":
+    import torch  # noqa: PLC0415
+
+    return torch.device("cuda" if use_cuda() else "cpu")
+
+
+# ---- running -------------------------------------------------------------------------------
+def run_local(opts: RunOptions) -> int:
+    """Start X·Y·Z local workers and wait for them; the job's exit status."""
+    assert opts.grid is not None
+    nprocs = opts.grid[0] * opts.grid[1] * opts.grid[2]
+    if nprocs == 1:
+        return run_single(opts)
+    try:
+        codes = launch_local(nprocs, local_worker, opts)
+    except LocalJobFailed as e:
+        root = e.failures[0]
+        if root.traceback:  # a bug or a crash inside the worker: show where
+            print(root.traceback.rstrip(), file=sys.stderr)
+        print(error_line(e), file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # noqa: BLE001 — the agent's signal exception, rendezvous failures
+        signum = getattr(e, "sigval", None)
+        if signum is not None:  # the launcher was told to stop (SIGTERM from a scheduler, ...)
+            print(error_line(f"stopped by signal {int(signum)}"), file=sys.stderr)
+            return 128 + int(signum)
+        raise
+    return max((int(c or 0) for c in codes), default=0)
+
+
+def run_single(opts: RunOptions) -> int:
+    """A one-rank job runs in this process: a worker process would only add start-up time."""
+    env = JobEnv("single", 0, 1, 0, 1, "127.0.0.1", free_port())
+    try:
+        return run_rank(opts, env)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # noqa: BLE001 — a bug: show where, then the usual one line
+        traceback.print_exc()
+        print(error_line(f"{type(e).__name__}: {e}"), file=sys.stderr, flush=True)
+        return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``plexus-train``; returns the exit status (0 ok, 2 bad input, 1 failure)."""
+    env: JobEnv | None = None
+    try:
+        env = detect_environment()
+        args = build_parser().parse_args(argv)
+        opts = build_options(args, env)
+    except (*USER_ERRORS, ValueError, OSError) as e:
+        # Under a launcher every rank checks the same options: rank 0 speaks for them all.
+        if env is None or env.rank == 0:
+            print(error_line(e), file=sys.stderr, flush=True)
+        return 2
+    if env is not None:
+        return run_rank(opts, env)
+    return run_local(opts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

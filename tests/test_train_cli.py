@@ -1,0 +1,340 @@
+"""plexus-train end to end: accuracy, grid independence, resume, torchrun, errors, logs.
+
+Worlds are expensive on a small machine, so one 200-epoch run on 2x2x2 (``reference``) serves
+as the accuracy check, the JSON-format check and the uninterrupted run every other run is
+compared with. Other runs are short (10-20 epochs) and use few ranks. Timeouts only catch hangs:
+they are generous because a busy machine slows everything down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from plexus import checkpoint as ckpt
+from plexus.config import ModelConfig, TrainConfig
+from plexus.launch import LaunchError, detect_environment, slurm_tasks_on_node, threads_per_worker
+from plexus.runlog import JsonLog
+from plexus.train import main
+
+BIN = Path(sys.executable).parent
+EPOCH_KEYS = {"epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_time_s"}
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_ID"):
+        env.pop(key, None)  # the tests' own runs must not look like launched ranks
+    return env
+
+
+def train(*args: str, timeout: float = 600, launcher: tuple[str, ...] = ("plexus-train",)
+          ) -> subprocess.CompletedProcess:
+    """Run plexus-train (or a launcher command) with the venv's bin on PATH. On a timeout the
+    whole process group goes, workers included."""
+    cmd = [*launcher, *args]
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{' '.join(cmd)} did not finish in {timeout} s:\n{out[-2000:]}\n"
+                    f"{err[-2000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def read_log(path: Path) -> tuple[list[dict], dict]:
+    """(epoch records, summary) of a --log-json file."""
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert records and records[-1].get("summary") is True, "the log must end with its summary"
+    return records[:-1], records[-1]
+
+
+def losses(records: list[dict]) -> np.ndarray:
+    return np.array([r["loss"] for r in records])
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict:
+    """The default run (Kipf setup on the embedded Cora) on 2x2x2, 200 epochs, with a JSON log."""
+    out = tmp_path_factory.mktemp("reference")
+    log = out / "run.json"
+    proc = train("--grid", "2x2x2", "--log-json", str(log), timeout=1200)
+    assert proc.returncode == 0, proc.stderr
+    records, summary = read_log(log)
+    return {"proc": proc, "log": log, "records": records, "summary": summary}
+
+
+def test_default_cora_run_reaches_kipf_accuracy(reference):
+    summary = reference["summary"]
+    assert summary["best_test_acc"] >= 0.80, summary
+    assert summary["final"]["test_acc"] >= 0.79, summary
+    assert summary["dataset"] == "cora" and summary["grid"] == "2x2x2"
+
+
+def test_console_output_is_plain_lines_from_rank_0(reference):
+    out = reference["proc"].stdout
+    assert "\r" not in out  # no progress bar when stdout is not a terminal
+    epoch_lines = [line for line in out.splitlines() if line.startswith("epoch ")]
+    assert len(epoch_lines) == 200  # one per epoch, from rank 0 only
+    assert epoch_lines[0].startswith("epoch   1/200  loss ")
+    assert "best validation: epoch" in out and "max/mean" in out
+    for name in ("spmm", "gemm", "all_reduce:x", "all_gather:z"):
+        assert any(line.strip().startswith(name + " ") for line in out.splitlines()), name
+    assert "communication, all ranks: x " in out
+    assert reference["proc"].stderr.strip() == ""
+
+
+def test_json_log_format(reference):
+    records, summary = reference["records"], reference["summary"]
+    assert [r["epoch"] for r in records] == list(range(1, 201))
+    for r in records:
+        assert set(r) == EPOCH_KEYS
+        assert np.isfinite(r["loss"]) and r["epoch_time_s"] > 0
+        assert all(0.0 <= r[k] <= 1.0 for k in ("train_acc", "val_acc", "test_acc"))
+    best = max(records, key=lambda r: r["val_acc"])  # the earliest on ties, as max() does
+    assert summary["best_epoch"] == best["epoch"]
+    assert summary["best_val_acc"] == best["val_acc"]
+    assert summary["best_test_acc"] == best["test_acc"]
+    assert summary["world_size"] == 8 and summary["epochs"] == 200
+    assert set(summary["comm_bytes"]) == {"x", "y", "z"}
+    assert all(v > 0 for v in summary["comm_bytes"].values())
+    for name in ("spmm", "gemm", "all_reduce:x", "all_reduce:y", "all_gather:z"):
+        t = summary["timers"][name]
+        assert t["max"] >= t["mean"] > 0, name
+    assert summary["ogb"] is None
+    log = reference["log"]
+    assert not log.with_name(log.name + ".tmp").exists()  # published atomically
+
+
+def test_same_losses_on_1x1x1(reference, tmp_path):
+    log = tmp_path / "serial.json"
+    proc = train("--grid", "1x1x1", "--epochs", "20", "--eval-every", "0", "--quiet",
+                 "--log-json", str(log))
+    assert proc.returncode == 0, proc.stderr
+    records, summary = read_log(log)
+    assert all(r["val_acc"] is None for r in records)  # --eval-every 0: only at the end
+    assert summary["final"]["test_acc"] is not None
+    np.testing.assert_allclose(losses(records), losses(reference["records"][:20]), atol=1e-4,
+                               rtol=0)
+
+
+def _cora_store(path: Path, grid: dict[str, int]) -> None:
+    from plexus.datasets import load_dataset
+    from plexus.partitioners.store import write_store
+
+    write_store(load_dataset("cora"), path, grid, 2, "agg", "double", 0)
+
+
+def test_resume_equals_uninterrupted_run_on_same_and_other_grid(reference, tmp_path):
+    ref = losses(reference["records"][:20])
+    first = tmp_path / "ck"
+    proc = train("--grid", "2x2x2", "--epochs", "10", "--checkpoint", str(first), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    other = tmp_path / "ck-other"
+    shutil.copytree(first, other)
+
+    # the same grid
+    log = tmp_path / "resumed.json"
+    proc = train("--grid", "2x2x2", "--epochs", "20", "--checkpoint", str(first), "--resume",
+                 "--log-json", str(log))
+    assert proc.returncode == 0, proc.stderr
+    assert "resumed from" in proc.stdout
+    records, summary = read_log(log)
+    assert [r["epoch"] for r in records] == list(range(11, 21))
+    np.testing.assert_allclose(losses(records), ref[10:], atol=1e-5, rtol=0)
+    best = max(reference["records"][:20], key=lambda r: r["val_acc"])
+    assert summary["best_epoch"] == best["epoch"]  # the best epoch survives the interruption
+
+    # another grid, reading its shards from a plexus-partition store
+    store = tmp_path / "store"
+    _cora_store(store, {"x": 1, "y": 2, "z": 1})
+    log = tmp_path / "resumed-other.json"
+    proc = train("--grid", "1x2x1", "--shards", str(store), "--epochs", "20", "--checkpoint",
+                 str(other), "--resume", "--quiet", "--log-json", str(log))
+    assert proc.returncode == 0, proc.stderr
+    records, _ = read_log(log)
+    np.testing.assert_allclose(losses(records), ref[10:], atol=1e-5, rtol=0)
+    state = ckpt.load_checkpoint(other)
+    assert ckpt.saved_epoch(state) == 20 and state["extra"]["grid"] == "1x2x1"
+
+
+def _cora_as_ogb_npz(path: Path) -> None:
+    """Cora in the gnn-benchmark .npz format, under a name that makes it an "ogbn-" dataset."""
+    from plexus.datasets import load_dataset
+
+    g = load_dataset("cora")
+    a = sp.csr_matrix(g.adj)
+    np.savez(path, adj_data=a.data, adj_indices=a.indices, adj_indptr=a.indptr,
+             adj_shape=np.array(a.shape), attr_matrix=g.features, labels=g.labels,
+             train_mask=g.train_mask, val_mask=g.val_mask, test_mask=g.test_mask)
+
+
+def test_torchrun_trains_the_same_and_reports_the_ogb_metric(reference, tmp_path):
+    data = tmp_path / "ogbn-arxiv.npz"
+    _cora_as_ogb_npz(data)
+    log = tmp_path / "torchrun.json"
+    proc = train("--nproc-per-node", "4", "-m", "plexus.train", "--grid", "1x2x2",
+                 "--dataset", f"npz:{data}", "--epochs", "10", "--log-json", str(log),
+                 launcher=("torchrun",))
+    assert proc.returncode == 0, proc.stderr
+    assert sum(line.startswith("epoch  1/10") for line in proc.stdout.splitlines()) == 1
+    records, summary = read_log(log)
+    np.testing.assert_allclose(losses(records), losses(reference["records"][:10]), atol=1e-5,
+                               rtol=0)
+    # the OGB evaluator sees every test node once: its accuracy is the run's own
+    assert summary["dataset"] == "ogbn-arxiv" and summary["world_size"] == 4
+    assert summary["ogb"]["metric"] == "acc"
+    assert summary["ogb"]["value"] == pytest.approx(summary["final"]["test_acc"], abs=1e-12)
+
+
+# ---- errors ------------------------------------------------------------------------------
+@pytest.mark.parametrize("args, message", [
+    (["--grid", "2x2"], "bad grid '2x2'"),
+    (["--grid", "2x0x1"], "bad grid"),
+    (["--grid", "auto"], "--grid auto needs --world-size"),
+    (["--grid", "1x1x1", "--world-size", "2"], "has 1 ranks but --world-size is 2"),
+    (["--grid", "1x1x1", "--dataset", "nope"], "unknown dataset spec 'nope'"),
+    (["--grid", "1x1x1", "--dataset", "ogbn-arxiv"], "--root"),
+    (["--grid", "1x1x1", "--dataset", "cora", "--root", "/nonexistent/dir"], "not a directory"),
+    (["--grid", "1x1x1", "--dataset", "npz:/nonexistent/g.npz"], "not found"),
+    (["--grid", "1x1x1", "--epochs", "-1"], "--epochs must be >= 0"),
+    (["--grid", "1x1x1", "--dropout", "1"], "--dropout must be in [0, 1)"),
+    (["--grid", "1x1x1", "--lr", "0"], "--lr must be > 0"),
+    (["--grid", "1x1x1", "--order", "sideways"], "unknown order 'sideways'"),
+    (["--grid", "1x1x1", "--order", "agg,combine,agg"], "lists 3 layers"),
+    (["--grid", "1x1x1", "--resume"], "--resume needs --checkpoint"),
+    (["--grid", "1x1x1", "--resume", "--checkpoint", "/nonexistent/ck"], "no checkpoint"),
+    (["--grid", "1x1x1", "--shards", "/nonexistent/store"], "not a shard store"),
+    (["--grid", "1x1x1", "--epochs", "ten"], "invalid int value"),
+    (["--grid", "1x1x1", "--no-such-option"], "unrecognized arguments"),
+])
+def test_bad_input_is_one_line_and_status_2(args, message, capsys, monkeypatch):
+    for key in ("RANK", "WORLD_SIZE", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("plexus-train: error: "), err
+    assert message in err
+
+
+def test_grid_must_match_the_launchers_world_size(capsys, monkeypatch):
+    for key, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(key, value)
+    assert main(["--grid", "1x2x2"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == ("plexus-train: error: grid 1x2x2 has 4 ranks but the launcher started"
+                           " 2; make X·Y·Z equal the world size")
+
+
+def test_incompatible_checkpoint_is_refused(tmp_path, capsys):
+    def save(directory, model, dataset):
+        payload = ckpt.make_checkpoint({"epoch": 3, "params": {}, "adam": {}}, model,
+                                       TrainConfig(), dataset)
+        ckpt.save_checkpoint(directory, payload)
+
+    cora = ckpt.DatasetInfo("cora", 2708, 1433, 7)
+    save(tmp_path / "wide", ModelConfig(hidden=32), cora)
+    assert main(["--grid", "1x1x1", "--checkpoint", str(tmp_path / "wide"), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "incompatible model: hidden 32 (now 16)" in err
+    save(tmp_path / "other", ModelConfig(), ckpt.DatasetInfo("citeseer", 3327, 3703, 6))
+    assert main(["--grid", "1x1x1", "--checkpoint", str(tmp_path / "other"), "--resume"]) == 2
+    assert "was trained on citeseer" in capsys.readouterr().err
+
+
+def test_command_line_errors_exit_2_without_traceback():
+    proc = train("--grid", "2x2x2", "--dataset", "nope")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("plexus-train: error: unknown dataset spec")
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+def _workers(pid: int) -> list[int]:
+    """The worker processes under launcher ``pid``: the leaves of its process tree, except
+    multiprocessing's resource tracker (workers may hang below a fork server)."""
+    parent_of, cmdline = {}, {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent_of[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmdline[int(stat.parent.name)] = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+    tree, todo = set(), [pid]
+    while todo:
+        here = todo.pop()
+        kids = [p for p, parent in parent_of.items() if parent == here]
+        tree.update(kids)
+        todo += kids
+    parents = {parent_of[p] for p in tree}
+    return sorted(p for p in tree if p not in parents and b"resource_tracker" not in cmdline[p])
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_a_dying_worker_ends_the_whole_job(tmp_path):
+    proc = subprocess.Popen(["plexus-train", "--grid", "1x1x2", "--epochs", "100000",
+                             "--eval-every", "0"], env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:  # wait until training runs
+            line = proc.stdout.readline()
+            if line.startswith("epoch") or not line:
+                break
+        workers = _workers(proc.pid)
+        assert len(workers) == 2, workers
+        os.kill(workers[-1], signal.SIGKILL)
+        proc.stdout.close()
+        err = proc.stderr.read()
+        assert proc.wait(timeout=300) != 0
+        assert "plexus-train: error: worker rank" in err, err
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+# ---- units ---------------------------------------------------------------------------------
+def test_environment_detection():
+    assert detect_environment({}) is None
+    tr = detect_environment({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
+                             "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "n1", "MASTER_PORT": "1234"})
+    assert (tr.kind, tr.rank, tr.world_size, tr.local_rank, tr.local_world_size,
+            tr.master_addr, tr.master_port) == ("torchrun", 3, 4, 1, 2, "n1", 1234)
+    slurm = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
+             "SLURM_STEP_ID": "0", "SLURM_STEP_TASKS_PER_NODE": "4(x2)", "MASTER_ADDR": "n0"}
+    job = detect_environment(slurm)
+    assert (job.kind, job.rank, job.world_size, job.local_rank, job.local_world_size,
+            job.master_port) == ("slurm", 5, 8, 1, 4, 29500)
+    # an allocation without an srun step (salloc, the batch script itself) is no launcher
+    assert detect_environment({k: v for k, v in slurm.items() if k != "SLURM_STEP_ID"}) is None
+    assert detect_environment({**slurm, "SLURM_STEP_ID": "4294967291"}) is None  # batch step
+    with pytest.raises(LaunchError, match="MASTER_ADDR"):
+        detect_environment({k: v for k, v in slurm.items() if k != "MASTER_ADDR"})
+    assert slurm_tasks_on_node("2(x3),1", 3) == 1 and slurm_tasks_on_node("2(x3),1", 2) == 2
+    assert threads_per_worker(8, cores=2) == 1 and threads_per_worker(2, cores=16) == 8
+
+
+def test_json_log_appears_only_when_complete(tmp_path):
+    path = tmp_path / "log.json"
+    log = JsonLog(path)
+    log.write({"epoch": 1, "loss": float("nan")})
+    assert not path.exists() and path.with_name("log.json.tmp").exists()
+    log.close()
+    assert json.loads(path.read_text()) == {"epoch": 1, "loss": None}
+    assert not path.with_name("log.json.tmp").exists()
