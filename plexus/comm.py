@@ -39,6 +39,13 @@ class Comm:
         p = self.grid.size(axis)
         if p == 1:
             return None if async_op else x
+        if not x.is_contiguous():
+            # Backends reduce the storage in memory order: replicas holding the same matrix in
+            # different layouts (e.g. a tuned GEMM's transposed product) would add mismatched
+            # elements. Reduce a contiguous copy and write it back.
+            if async_op:
+                raise ValueError("an asynchronous all-reduce needs a contiguous tensor")
+            return x.copy_(self.raw_all_reduce(x.contiguous(), axis, op))
         self.ledger.record(axis, "all_reduce", x.numel(), p, x.element_size())
         reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
                      "min": dist.ReduceOp.MIN}[op]
@@ -95,7 +102,7 @@ class Comm:
 class _AllReduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, comm: Comm, axis: str):  # noqa: D102
-        return comm.raw_all_reduce(x.clone(), axis)
+        return comm.raw_all_reduce(x.clone(memory_format=torch.contiguous_format), axis)
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
@@ -110,7 +117,8 @@ class _AllReduceGrad(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
-        return ctx.comm.raw_all_reduce(grad.clone(), ctx.axis), None, None
+        grad = grad.clone(memory_format=torch.contiguous_format)
+        return ctx.comm.raw_all_reduce(grad, ctx.axis), None, None
 
 
 class _AllGather(torch.autograd.Function):

@@ -159,6 +159,23 @@ def check_ledger(grid: Grid, g: Graph, adj_hat, cfg: ModelConfig, perm: str) -> 
     return fails
 
 
+def check_mixed_layouts(grid: Grid) -> list[str]:
+    """All-reduces sum the same elements whatever each rank's memory layout (a transposed view
+    on some replicas and not on others must not pair up mismatched elements)."""
+    comm, fails = Comm(grid), []
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    for axis in ("x", "y", "z"):
+        c, p = grid.coords[axis], grid.size(axis)
+        want = base * (p * (p + 1) / 2)
+        for name, reduce in (("raw", lambda t: comm.raw_all_reduce(t, axis)),
+                             ("autograd", lambda t: comm.all_reduce(t, axis))):
+            x = base * (c + 1)
+            if c % 2:
+                x = x.T.contiguous().T  # same values, column-major storage
+            fails += _close(f"{name} all-reduce over {axis}", reduce(x), want)
+    return fails
+
+
 def run_grid_checks(grids: list[tuple[int, int, int]], layer_counts=(1, 2, 3, 4)) -> dict[str, list[str]]:
     """Every engine check for every grid in ``grids`` (all of this world's size)."""
     torch.manual_seed(0)
@@ -168,6 +185,7 @@ def run_grid_checks(grids: list[tuple[int, int, int]], layer_counts=(1, 2, 3, 4)
     for dims in grids:
         grid = Grid.create(dims)
         tag = "x".join(map(str, dims))
+        out[f"{tag}/comm/mixed-layouts"] = check_mixed_layouts(grid)
         for layers in layer_counts:
             base = ModelConfig(num_layers=layers, hidden=HIDDEN, dropout=0.5, bias=True)
             out[f"{tag}/L{layers}/step"] = check_step(grid, g, adj_hat, base, "double")
