@@ -24,13 +24,16 @@ from plexus.partitioners import PERMUTATIONS
 
 from . import checkpoint as ckpt
 from .config import EngineConfig, ModelConfig, TrainConfig
+from .faults import Fault
 from .grid import parse_grid
 from .launch import (JobEnv, LocalJobFailed, check_local_devices, detect_environment,
                      free_port, launch_local, use_cuda)
+from .memcheck import available_memory, check_memory, predicted_memory
 from .schedule import AXES, ORDERS
 from .spmm import BACKENDS, check_backend
 from .worker import (DEFAULT_PERM, PROG, USER_ERRORS, RunOptions, UsageError, auto_grid,
-                     check_writable, error_line, graph_nnz, local_worker, run_rank)
+                     check_grid_fits, check_writable, error_line, graph_nnz, local_worker,
+                     run_rank)
 
 if TYPE_CHECKING:
     import torch
@@ -60,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="number of ranks for --grid auto (default under a launcher: its size)")
     run.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                      help="process-group timeout: how long a collective may wait (default 300)")
+    run.add_argument("--force", action="store_true",
+                     help="run even when the performance model predicts more memory per rank "
+                          "than is available")
+    # Tests of failure handling: KIND:RANK:EPOCH makes one rank raise, SIGKILL itself or hang.
+    run.add_argument("--inject-fault", metavar="KIND:RANK:EPOCH", help=argparse.SUPPRESS)
     data = p.add_argument_group("data")
     data.add_argument("--dataset", metavar="SPEC",
                       help="dataset spec: cora (embedded; the default), citeseer, pubmed, "
@@ -200,6 +208,33 @@ def precheck_dataset(spec: str, root: str | None, seed: int) -> Graph | None:
     return load_dataset(spec, root, seed=seed)
 
 
+def spec_sizes(spec: str, seed: int) -> tuple[int, int, int, int] | None:
+    """(N, nnz of Â, F, C) of a dataset that was not loaded, where the spec alone tells them
+    (R-MAT: nnz is the upper bound, every generated edge distinct, both directions, self
+    loops); None otherwise."""
+    kind, colon, rest = spec.strip().partition(":")
+    if kind.strip().lower() != "rmat":
+        return None
+    from plexus.datasets import parse_rmat_params  # noqa: PLC0415
+
+    p = parse_rmat_params(rest if colon else "", seed)
+    n = 1 << int(p["scale"])
+    return n, n * (2 * int(p["edge_factor"]) + 1), int(p["features"]), int(p["classes"])
+
+
+def precheck_resources(grid: tuple[int, int, int], model: ModelConfig,
+                       sizes: tuple[int, int, int, int], perm: str, force: bool) -> None:
+    """Before any worker starts: the grid fits the graph, and (unless ``force``) the predicted
+    memory per rank fits what the local ranks will have."""
+    n, nnz, f, c = sizes
+    check_grid_fits(grid, model, n, f, c)
+    if force:
+        return
+    ranks = grid[0] * grid[1] * grid[2]
+    check_memory(predicted_memory(grid, model, n, nnz, f, c, perm),
+                 available_memory(_device(), ranks), grid)
+
+
 # ---- options -> RunOptions -----------------------------------------------------------------
 @dataclass
 class _Shape:
@@ -279,6 +314,8 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
     model = ModelConfig(num_layers=layers, hidden=a.hidden, dropout=a.dropout, bias=a.bias,
                         order=order, learnable_features=a.learnable_features)
     grid = shape.grid
+    fault = Fault.parse(a.inject_fault) if a.inject_fault else None
+    memory_checked = a.force
     if env is None:
         graph = None
         if not a.shards:
@@ -287,6 +324,12 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                 graph = graph or load_dataset(shape.dataset, a.root, seed=a.seed)
                 grid = auto_grid(world, graph.num_nodes, graph_nnz(graph),  # type: ignore[arg-type]
                                  graph.num_features, graph.num_classes, model, graph.name)
+            sizes = ((graph.num_nodes, graph_nnz(graph), graph.num_features, graph.num_classes)
+                     if graph is not None else spec_sizes(shape.dataset, a.seed))
+            if sizes is not None:  # otherwise every worker checks once it has its shard
+                precheck_resources(grid, model, sizes, a.perm or DEFAULT_PERM,  # type: ignore
+                                   a.force)
+                memory_checked = True
         check_local_devices(grid[0] * grid[1] * grid[2])  # type: ignore[index]
         if a.resume:
             payload = ckpt.load_checkpoint(a.checkpoint)
@@ -307,7 +350,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                             tune_gemms=a.tune_gemms, timers=a.timers),
         perm=a.perm, shards=a.shards, checkpoint=a.checkpoint,
         checkpoint_every=a.checkpoint_every or 10, resume=a.resume, log_json=a.log_json,
-        quiet=a.quiet, timeout_s=a.timeout)
+        quiet=a.quiet, timeout_s=a.timeout, check_memory=not memory_checked, fault=fault)
 
 
 def _parse_grid(text: str) -> tuple[int, int, int]:
@@ -334,6 +377,11 @@ def run_local(opts: RunOptions) -> int:
         codes = launch_local(nprocs, local_worker, opts)
     except LocalJobFailed as e:
         root = e.failures[0]
+        if "timed out" in root.message.lower():  # not a bug: a peer stopped answering
+            print(error_line(f"{e}; a collective waited longer than --timeout "
+                             f"{opts.timeout_s:g} s: a peer is stuck or dead"),
+                  file=sys.stderr, flush=True)
+            return 1
         if root.traceback:  # a bug or a crash inside the worker: show where
             print(root.traceback.rstrip(), file=sys.stderr)
         print(error_line(e), file=sys.stderr, flush=True)

@@ -9,6 +9,7 @@ collective. The second phase (grid, model, restoring the checkpoint) and trainin
 
 from __future__ import annotations
 
+import math
 import sys
 import tempfile
 import time
@@ -26,13 +27,15 @@ from plexus.partitioners import RankShard, ShardStoreError, read_manifest, read_
 from . import checkpoint as ckpt
 from .comm import Comm
 from .config import EngineConfig, ModelConfig, TrainConfig
+from .faults import Fault
 from .grid import Grid
 from .launch import (JobEnv, LaunchError, detect_environment, die_with_launcher,
                      init_process_group)
 from .ledger import Ledger
+from .memcheck import MemoryCheckError, available_memory, check_memory, predicted_memory
 from .model import DistributedGCN
 from .runlog import BestRecord, JsonLog, RunLog, plural
-from .schedule import AXES
+from .schedule import AXES, layer_plans
 from .timing import Timers
 from .trainer import EpochStats, Trainer
 
@@ -44,8 +47,13 @@ class UsageError(ValueError):
     """Bad input found while setting up (a one-line message; exit status 2)."""
 
 
+class TrainingDiverged(RuntimeError):
+    """The training loss became NaN or infinite (a one-line message; exit status 1)."""
+
+
 #: Exceptions that are the user's input, not a bug: reported as one line, exit status 2.
-USER_ERRORS = (UsageError, DatasetError, ShardStoreError, ckpt.CheckpointError, LaunchError)
+USER_ERRORS = (UsageError, DatasetError, ShardStoreError, ckpt.CheckpointError, LaunchError,
+               MemoryCheckError)
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,8 @@ class RunOptions:
     log_json: str | None = None
     quiet: bool = False
     timeout_s: float = 300.0
+    check_memory: bool = True  # False: --force, or the launching process already checked
+    fault: Fault | None = None  # --inject-fault (tests of failure handling)
 
 
 def error_line(message: object) -> str:
@@ -105,6 +115,34 @@ def check_world(dims: tuple[int, int, int], world: int) -> None:
                          f"ranks but the job has {world}; make X·Y·Z equal the world size")
 
 
+def check_grid_fits(dims: tuple[int, int, int], model: ModelConfig, num_nodes: int,
+                    num_features: int, num_classes: int) -> None:
+    """Raise `UsageError` when an axis has more ranks than the dimension it cuts: its extra
+    ranks would hold nothing but padding."""
+    shape = dict(zip(AXES, dims))
+    orders = model.orders(num_features, num_classes)
+    plans = layer_plans(model.num_layers, orders)
+    widths = model.widths(num_features, num_classes)
+    cuts = [(axis, num_nodes, "nodes") for axis in AXES]
+    for plan in plans:  # each width is cut by its layer's inner axis (= the last one's out cols)
+        what = "input features" if plan.index == 0 else f"hidden features of layer {plan.index}"
+        cuts.append((plan.in_cols, widths[plan.index], what))
+    cuts.append((plans[-1].out_cols, num_classes, "classes"))
+    for axis, size, what in cuts:
+        if shape[axis] > size:
+            raise UsageError(f"grid {'x'.join(map(str, dims))}: axis {axis} has {shape[axis]} "
+                             f"ranks but cuts the {size} {what}; use a grid whose {axis} is at "
+                             f"most {size}")
+
+
+def shard_bytes(shard: RankShard) -> int:
+    """Bytes of the arrays a rank's shard holds (its Â blocks and features)."""
+    total = shard.features.nbytes
+    for blk in shard.blocks.values():
+        total += blk.data.nbytes + blk.indices.nbytes + blk.indptr.nbytes
+    return total
+
+
 # ---- phase 1: local set-up ----------------------------------------------------------------
 @dataclass
 class LocalSetup:
@@ -135,7 +173,8 @@ def open_json_log(path: str) -> JsonLog:
         raise UsageError(f"--log-json {path}: cannot write it ({e.strerror or e})") from None
 
 
-def load_local(opts: RunOptions, rank: int, world: int) -> LocalSetup:
+def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
+               local_ranks: int) -> LocalSetup:
     """This rank's shard (and checkpoint), with no communication. Raises `USER_ERRORS`."""
     model = opts.model
     if opts.shards:
@@ -145,16 +184,24 @@ def load_local(opts: RunOptions, rank: int, world: int) -> LocalSetup:
         orders = model.orders(int(manifest["num_features"]), int(manifest["num_classes"]))
         shard = read_shard(opts.shards, dict(zip(AXES, dims)), rank_coords(rank, dims),
                            model.num_layers, orders=orders, perm=opts.perm)
+        nnz = int(manifest.get("nnz", 0))
     else:
         graph = load_dataset(opts.dataset, opts.root, seed=opts.train.seed)
         dims = opts.grid or auto_grid(world, graph.num_nodes, graph_nnz(graph),
                                       graph.num_features, graph.num_classes, model, graph.name)
         check_world(dims, world)
+        check_grid_fits(dims, model, graph.num_nodes, graph.num_features, graph.num_classes)
         orders = model.orders(graph.num_features, graph.num_classes)
+        nnz = graph_nnz(graph)
         shard = shard_graph(graph, dict(zip(AXES, dims)), rank_coords(rank, dims),
                             model.num_layers, orders, opts.perm or DEFAULT_PERM,
                             seed=opts.train.seed)
         del graph
+    if opts.check_memory:  # the shard is loaded already: compare the rest with what is free
+        predicted = predicted_memory(dims, model, shard.num_nodes, nnz,  # type: ignore[arg-type]
+                                     shard.num_features, shard.num_classes, shard.perm)
+        free = available_memory(device, local_ranks)
+        check_memory(predicted - shard_bytes(shard), free, dims)  # type: ignore[arg-type]
     info = ckpt.DatasetInfo(shard.name, shard.num_nodes, shard.num_features, shard.num_classes)
     resume_from = None
     if opts.resume:
@@ -210,6 +257,19 @@ class Run:
     dataset: ckpt.DatasetInfo
     best: BestRecord
     log: RunLog | None  # rank 0 only
+    saved_epoch: int | None = None  # the epoch of the newest checkpoint on disk
+
+    def check_finite(self, stats: EpochStats) -> None:
+        """Raise `TrainingDiverged` on a NaN/Inf loss (every rank sees the same reduced loss, so
+        every rank stops at the same epoch and none waits in a collective)."""
+        if math.isfinite(stats.loss):
+            return
+        if self.opts.checkpoint and self.saved_epoch is not None:
+            last = (f"last good checkpoint: {ckpt.checkpoint_path(self.opts.checkpoint)} "
+                    f"(epoch {self.saved_epoch}); resume from it with a lower --lr")
+        else:
+            last = "no checkpoint was written (--checkpoint DIR keeps one to resume from)"
+        raise TrainingDiverged(f"loss is {stats.loss} at epoch {stats.epoch}; stopped; {last}")
 
     def save_checkpoint(self) -> None:
         """Collective: assemble the full state; rank 0 writes it."""
@@ -219,15 +279,20 @@ class Run:
                                            {"best": self.best.as_dict(),
                                             "grid": str(self.grid)})
             ckpt.save_checkpoint(self.opts.checkpoint, payload)  # type: ignore[arg-type]
+        self.saved_epoch = self.trainer.epoch
 
     def on_epoch(self, stats: EpochStats) -> None:
-        """After every epoch: track the best validation epoch, report, checkpoint."""
+        """After every epoch: stop on divergence, track the best validation epoch, report,
+        checkpoint."""
+        self.check_finite(stats)
         self.best.update(stats)
         if self.log is not None:
             self.log.epoch(stats)
         if self.opts.checkpoint and (stats.epoch % self.opts.checkpoint_every == 0
                                      or stats.epoch == self.opts.train.epochs):
             self.save_checkpoint()
+        if self.opts.fault is not None:
+            self.opts.fault.maybe_fire(self.grid.rank, stats.epoch)
 
 
 def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
@@ -250,7 +315,8 @@ def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
         if setup.resume_from is not None:
             log.message(f"{PROG}: resumed from {ckpt.checkpoint_path(opts.checkpoint)} at epoch "
                         f"{trainer.epoch}")  # type: ignore[arg-type]
-    return Run(opts, grid, comm, model, trainer, setup.shard, setup.dataset, best, log)
+    saved = ckpt.saved_epoch(setup.resume_from) if setup.resume_from is not None else None
+    return Run(opts, grid, comm, model, trainer, setup.shard, setup.dataset, best, log, saved)
 
 
 # ---- the end of the run -------------------------------------------------------------------
@@ -374,7 +440,8 @@ def run_rank(opts: RunOptions, env: JobEnv) -> int:
     error: BaseException | None = None
     setup = None
     try:
-        setup = load_local(opts, dist.get_rank(), dist.get_world_size())
+        setup = load_local(opts, dist.get_rank(), dist.get_world_size(), device,
+                           env.local_world_size)
     except Exception as e:  # noqa: BLE001 — every rank must learn of it, see agree_on_failure
         error = e
     code = agree_on_failure(error, device)
@@ -389,6 +456,12 @@ def run_rank(opts: RunOptions, env: JobEnv) -> int:
         start = time.perf_counter()
         history = run.trainer.fit(callback=run.on_epoch)
         finish(run, history, time.perf_counter() - start)
+    except TrainingDiverged as e:  # on every rank at the same epoch: a clean stop, one line
+        if run.log is not None:
+            run.log.abandon()
+            print(error_line(e), file=sys.stderr, flush=True)
+        dist.destroy_process_group()
+        return 1
     except BaseException:
         # Other ranks may be waiting in a collective: leave without tearing the group down; the
         # launcher ends them when this process exits with an error.

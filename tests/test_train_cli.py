@@ -9,62 +9,21 @@ they are generous because a busy machine slows everything down.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from cli_helpers import losses, read_log, train
 from plexus import checkpoint as ckpt
 from plexus.config import ModelConfig, TrainConfig
 from plexus.launch import LaunchError, detect_environment, slurm_tasks_on_node, threads_per_worker
 from plexus.runlog import JsonLog
 from plexus.train import main
 
-BIN = Path(sys.executable).parent
 EPOCH_KEYS = {"epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_time_s"}
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_ID"):
-        env.pop(key, None)  # the tests' own runs must not look like launched ranks
-    return env
-
-
-def train(*args: str, timeout: float = 600, launcher: tuple[str, ...] = ("plexus-train",)
-          ) -> subprocess.CompletedProcess:
-    """Run plexus-train (or a launcher command) with the venv's bin on PATH. On a timeout the
-    whole process group goes, workers included."""
-    cmd = [*launcher, *args]
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"{' '.join(cmd)} did not finish in {timeout} s:\n{out[-2000:]}\n"
-                    f"{err[-2000:]}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
-def read_log(path: Path) -> tuple[list[dict], dict]:
-    """(epoch records, summary) of a --log-json file."""
-    records = [json.loads(line) for line in path.read_text().splitlines()]
-    assert records and records[-1].get("summary") is True, "the log must end with its summary"
-    return records[:-1], records[-1]
-
-
-def losses(records: list[dict]) -> np.ndarray:
-    return np.array([r["loss"] for r in records])
 
 
 @pytest.fixture(scope="module")
@@ -263,50 +222,6 @@ def test_command_line_errors_exit_2_without_traceback():
     assert proc.stderr.startswith("plexus-train: error: unknown dataset spec")
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert proc.stdout == ""
-
-
-def _workers(pid: int) -> list[int]:
-    """The worker processes under launcher ``pid``: the leaves of its process tree, except
-    multiprocessing's resource tracker (workers may hang below a fork server)."""
-    parent_of, cmdline = {}, {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parent_of[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            cmdline[int(stat.parent.name)] = (stat.parent / "cmdline").read_bytes()
-        except (OSError, IndexError, ValueError):
-            continue
-    tree, todo = set(), [pid]
-    while todo:
-        here = todo.pop()
-        kids = [p for p, parent in parent_of.items() if parent == here]
-        tree.update(kids)
-        todo += kids
-    parents = {parent_of[p] for p in tree}
-    return sorted(p for p in tree if p not in parents and b"resource_tracker" not in cmdline[p])
-
-
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
-def test_a_dying_worker_ends_the_whole_job(tmp_path):
-    proc = subprocess.Popen(["plexus-train", "--grid", "1x1x2", "--epochs", "100000",
-                             "--eval-every", "0"], env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:  # wait until training runs
-            line = proc.stdout.readline()
-            if line.startswith("epoch") or not line:
-                break
-        workers = _workers(proc.pid)
-        assert len(workers) == 2, workers
-        os.kill(workers[-1], signal.SIGKILL)
-        proc.stdout.close()
-        err = proc.stderr.read()
-        assert proc.wait(timeout=300) != 0
-        assert "plexus-train: error: worker rank" in err, err
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 # ---- units ---------------------------------------------------------------------------------

@@ -1,0 +1,48 @@
+"""Deliberate failures, for testing how a job fails (``plexus-train --inject-fault``, hidden).
+
+A failure handler that is never exercised does not work: the tests make one rank raise, die by
+SIGKILL or hang at a chosen epoch and check that the whole job ends, promptly, naming the rank.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass
+
+KINDS = ("raise", "kill", "hang")
+
+
+class InjectedFault(RuntimeError):
+    """The failure `Fault` raises on purpose."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Fail on ``rank`` after epoch ``epoch``: raise, SIGKILL itself, or hang (sleep)."""
+
+    rank: int
+    epoch: int
+    kind: str
+
+    @classmethod
+    def parse(cls, text: str) -> "Fault":
+        """"KIND:RANK:EPOCH", e.g. "raise:1:3". Raises ValueError on other input."""
+        m = re.fullmatch(r"(\w+):(\d+):(\d+)", text.strip())
+        if not m or m.group(1) not in KINDS:
+            raise ValueError(f"--inject-fault {text!r}: expected KIND:RANK:EPOCH with KIND one "
+                             f"of {', '.join(KINDS)}")
+        return cls(int(m.group(2)), int(m.group(3)), m.group(1))
+
+    def maybe_fire(self, rank: int, epoch: int) -> None:
+        """Fail here if this is the chosen rank and epoch."""
+        if rank != self.rank or epoch != self.epoch:
+            return
+        if self.kind == "raise":
+            raise InjectedFault(f"fault injected on rank {rank} after epoch {epoch}")
+        if self.kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        while True:  # "hang": a stuck peer; the others' collectives must time out
+            time.sleep(60)

@@ -1,0 +1,74 @@
+"""Refuse, at start, a run that the performance model says will not fit in memory.
+
+A rank that runs out of memory mid-epoch dies after minutes of loading, or drags a node into
+swap; a prediction from the graph's sizes costs nothing. The prediction is
+`plexus.perfmodel.epoch_memory` (Â blocks, features, saved activations, gradient workspace,
+weights and Adam state of one rank); what is available is the GPU's free memory, or on CPUs
+the host's available RAM shared by the ranks of this node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .config import ModelConfig
+from .runlog import format_bytes
+
+
+class MemoryCheckError(ValueError):
+    """The predicted per-rank memory exceeds what is available (a one-line message)."""
+
+
+@dataclass(frozen=True)
+class Available:
+    """Bytes one rank may use, and where the figure comes from."""
+
+    bytes: float
+    source: str
+
+
+def host_available_bytes() -> float:
+    """The host's available RAM (MemAvailable: free plus reclaimable caches)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import os  # noqa: PLC0415 — fallback for systems without /proc
+
+    return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def available_memory(device: torch.device, local_ranks: int) -> Available:
+    """What one rank may use: the free memory of its GPU, or its share of the host's RAM."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return Available(float(free), f"free on {device}")
+    share = host_available_bytes() / max(1, local_ranks)
+    per = f" / {local_ranks} local ranks" if local_ranks > 1 else ""
+    return Available(share, f"available host RAM{per}")
+
+
+def predicted_memory(dims: tuple[int, int, int], model: ModelConfig, num_nodes: int, nnz: int,
+                     num_features: int, num_classes: int, perm: str) -> float:
+    """Bytes per rank the performance model predicts for this grid, graph and model."""
+    from .perfmodel import ModelSpec, epoch_memory  # noqa: PLC0415 (a large module)
+
+    spec = ModelSpec.from_config(num_nodes, max(nnz, 0), num_features, num_classes, model,
+                                 perm=perm)
+    return epoch_memory(spec, dims).total
+
+
+def check_memory(predicted: float, available: Available, dims: tuple[int, int, int]) -> None:
+    """Raise `MemoryCheckError` when ``predicted`` bytes per rank exceed ``available``."""
+    if predicted <= available.bytes:
+        return
+    grid = "x".join(map(str, dims))
+    raise MemoryCheckError(
+        f"predicted memory per rank on grid {grid} is {format_bytes(predicted)} but only "
+        f"{format_bytes(available.bytes)} is available ({available.source}); use more ranks, a "
+        "smaller model or dataset, or --force to run anyway")

@@ -1,0 +1,96 @@
+"""Running ``plexus-train`` as a user does, from tests: subprocesses, logs, the job's processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BIN = Path(sys.executable).parent
+
+
+def cli_env() -> dict[str, str]:
+    """This environment with the venv's bin on PATH and no launcher variables."""
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_ID"):
+        env.pop(key, None)  # the tests' own runs must not look like launched ranks
+    return env
+
+
+def train(*args: str, timeout: float = 600, launcher: tuple[str, ...] = ("plexus-train",)
+          ) -> subprocess.CompletedProcess:
+    """Run plexus-train (or a launcher command) with the venv's bin on PATH. On a timeout the
+    whole process group goes, workers included."""
+    cmd = [*launcher, *args]
+    proc = subprocess.Popen(cmd, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{' '.join(cmd)} did not finish in {timeout} s:\n{out[-2000:]}\n"
+                    f"{err[-2000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def read_log(path: Path) -> tuple[list[dict], dict]:
+    """(epoch records, summary) of a --log-json file."""
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert records and records[-1].get("summary") is True, "the log must end with its summary"
+    return records[:-1], records[-1]
+
+
+def losses(records: list[dict]) -> np.ndarray:
+    """The loss column of a log's epoch records."""
+    return np.array([r["loss"] for r in records])
+
+
+def _proc_table() -> dict[int, tuple[int, int, bytes]]:
+    """pid -> (parent pid, session id, command line) of every process we can read."""
+    table = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            table[int(stat.parent.name)] = (int(fields[1]), int(fields[3]),
+                                            (stat.parent / "cmdline").read_bytes())
+        except (OSError, IndexError, ValueError):
+            continue
+    return table
+
+
+def job_workers(pid: int) -> list[int]:
+    """The worker processes under launcher ``pid``: the leaves of its process tree, except
+    multiprocessing's resource tracker (workers may hang below a fork server)."""
+    table = _proc_table()
+    tree, todo = set(), [pid]
+    while todo:
+        here = todo.pop()
+        kids = [p for p, (parent, _, _) in table.items() if parent == here]
+        tree.update(kids)
+        todo += kids
+    parents = {table[p][0] for p in tree if p in table}
+    return sorted(p for p in tree
+                  if p not in parents and p in table and b"resource_tracker" not in table[p][2])
+
+
+def session_processes(sid: int) -> list[int]:
+    """Live (not zombie) processes of session ``sid`` (a job started with start_new_session)."""
+    alive = []
+    for pid, (_, session, _) in _proc_table().items():
+        if session != sid:
+            continue
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive

@@ -1,0 +1,296 @@
+"""Failures are fast, loud and safe (issue 7): dead, raising and stuck ranks end the whole job;
+a diverged loss stops the run; a run that cannot fit is refused; bad input is one line and
+exit status 2; a checkpoint killed mid-write leaves the previous one usable.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cli_helpers import cli_env, job_workers, losses, read_log, session_processes, train
+from plexus import checkpoint as ckpt
+from plexus import memcheck
+from plexus.datasets import load_dataset
+from plexus.partitioners.store import write_store
+from plexus.train import main
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+
+
+# ---- a failing rank ends the job --------------------------------------------------------------
+def _start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(["plexus-train", *args], env=cli_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _wait_for_epoch(proc: subprocess.Popen, epoch: int, limit_s: float = 300) -> None:
+    """Read rank 0's lines until epoch ``epoch`` has been printed (training is under way)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            pytest.fail(f"the job ended before epoch {epoch}: {proc.stderr.read()[-2000:]}")
+        if line.startswith("epoch") and int(line.split()[1].split("/")[0]) >= epoch:
+            return
+    pytest.fail(f"no epoch {epoch} within {limit_s} s")
+
+
+def _ends_within(proc: subprocess.Popen, seconds: float) -> tuple[int, str, float]:
+    """(exit status, stderr, seconds taken); the job's whole session is gone afterwards."""
+    start = time.monotonic()
+    proc.stdout.close()  # rank 0 must not block on a full pipe
+    try:
+        err = proc.stderr.read()
+        code = proc.wait(timeout=max(1.0, seconds - (time.monotonic() - start)))
+    except subprocess.TimeoutExpired:
+        code, err = None, ""
+    took = time.monotonic() - start
+    left = []
+    for _ in range(50):  # the fork server and workers need a moment to be reaped
+        left = session_processes(proc.pid)
+        if not left:
+            break
+        time.sleep(0.1)
+    if code is None or left:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert code is not None, f"the job was still running {seconds} s after the failure"
+    assert not left, f"processes of the job left running: {left}"
+    return code, err, took
+
+
+def test_a_sigkilled_worker_ends_the_2x2x1_job_within_60s():
+    proc = _start("--grid", "2x2x1", "--epochs", "100000", "--eval-every", "0")
+    try:
+        _wait_for_epoch(proc, 2)
+        workers = job_workers(proc.pid)
+        assert len(workers) == 4, workers
+        os.kill(workers[2], signal.SIGKILL)
+        code, err, took = _ends_within(proc, 60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert code != 0 and took < 60
+    assert "plexus-train: error: worker rank" in err and "SIGKILL" in err, err
+
+
+def test_a_worker_raising_on_one_rank_ends_the_job_within_60s():
+    proc = _start("--grid", "2x2x1", "--epochs", "100000", "--eval-every", "0",
+                  "--inject-fault", "raise:2:3")
+    try:
+        _wait_for_epoch(proc, 3)
+        code, err, took = _ends_within(proc, 60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert code != 0 and took < 60
+    assert "plexus-train: error: worker rank 2 failed" in err, err
+    assert "fault injected on rank 2 after epoch 3" in err
+
+
+def test_a_stuck_rank_times_out_and_ends_the_job():
+    proc = _start("--grid", "1x1x2", "--epochs", "100000", "--eval-every", "0", "--timeout", "8",
+                  "--inject-fault", "hang:1:2")
+    try:
+        _wait_for_epoch(proc, 2)
+        code, err, took = _ends_within(proc, 60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert code != 0 and took < 60
+    assert err.startswith("plexus-train: error: worker rank 0 failed") and "Traceback" not in err
+    assert "waited longer than --timeout 8 s: a peer is stuck or dead" in err, err
+
+
+def test_inject_fault_is_checked():
+    proc = train("--grid", "1x1x1", "--inject-fault", "explode:0:1")
+    assert proc.returncode == 2 and "expected KIND:RANK:EPOCH" in proc.stderr
+
+
+# ---- a diverged loss stops the run ------------------------------------------------------------
+def test_nan_loss_stops_the_run_naming_epoch_and_last_checkpoint(tmp_path, capsys):
+    ck = tmp_path / "ck"
+    code = main(["--grid", "1x1x1", "--epochs", "6", "--lr", "1e30", "--checkpoint", str(ck),
+                 "--checkpoint-every", "1", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.count("\n") == 1, err
+    assert "loss is nan at epoch 2" in err
+    assert f"last good checkpoint: {ck / 'checkpoint.pt'} (epoch 1)" in err
+    assert ckpt.saved_epoch(ckpt.load_checkpoint(ck)) == 1  # the diverged state was not saved
+
+
+def test_nan_loss_stops_every_rank(tmp_path):
+    proc = train("--grid", "1x2x1", "--epochs", "6", "--lr", "1e30", "--quiet",
+                 "--log-json", str(tmp_path / "log.json"), timeout=300)
+    assert proc.returncode == 1
+    assert proc.stderr.count("plexus-train: error: loss is nan at epoch 2") == 1, proc.stderr
+    assert "no checkpoint was written" in proc.stderr
+    assert not (tmp_path / "log.json").exists()  # an unfinished run publishes no log
+
+
+# ---- the memory check ---------------------------------------------------------------------
+def test_memory_check_refuses_then_force_runs(monkeypatch, capsys):
+    monkeypatch.setattr(memcheck, "host_available_bytes", lambda: 4096.0)
+    assert main(["--grid", "1x1x1", "--epochs", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "predicted memory per rank on grid 1x1x1 is" in err, err
+    assert "4.0 KiB is available" in err and "--force" in err
+    assert main(["--grid", "1x1x1", "--epochs", "1", "--quiet", "--force"]) == 0
+
+
+def test_memory_check_before_building_a_huge_graph():
+    # 131072 nodes x 60000 features of float32 = 29 GiB: refused from the spec's sizes alone
+    start = time.monotonic()
+    proc = train("--grid", "1x1x1", "--dataset", "rmat:scale=17,features=60000", timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "predicted memory per rank on grid 1x1x1 is" in proc.stderr
+    assert time.monotonic() - start < 60
+
+
+def test_prediction_grows_with_the_graph_and_shrinks_with_ranks():
+    from plexus.config import ModelConfig
+
+    small = memcheck.predicted_memory((1, 1, 1), ModelConfig(), 1000, 5000, 100, 7, "double")
+    big = memcheck.predicted_memory((1, 1, 1), ModelConfig(), 10000, 50000, 100, 7, "double")
+    spread = memcheck.predicted_memory((2, 2, 2), ModelConfig(), 10000, 50000, 100, 7, "double")
+    assert small < big and spread < big / 4
+    with pytest.raises(memcheck.MemoryCheckError, match="on grid 2x2x2 is"):
+        memcheck.check_memory(big, memcheck.Available(small, "test"), (2, 2, 2))
+
+
+# ---- bad input: one line, status 2 --------------------------------------------------------
+def _npz(path: Path, *, features=None, labels=None, truncate=False) -> str:
+    g = load_dataset("cora")
+    import scipy.sparse as sp
+
+    a = sp.csr_matrix(g.adj)
+    feats = g.features.copy() if features is None else features
+    np.savez(path, adj_data=a.data, adj_indices=a.indices, adj_indptr=a.indptr,
+             adj_shape=np.array(a.shape), attr_matrix=feats,
+             labels=g.labels if labels is None else labels)
+    if truncate:
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    return f"npz:{path}"
+
+
+def _bad_features(value: float) -> np.ndarray:
+    f = load_dataset("cora").features.copy()
+    f[5, 3] = value
+    return f
+
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda p: _npz(p, truncate=True), "g.npz"),
+    (lambda p: _npz(p, features=_bad_features(np.nan)), "NaN"),
+    (lambda p: _npz(p, features=_bad_features(np.inf)), "Inf"),
+    (lambda p: _npz(p, labels=np.full(2708, 9) - np.arange(2708) % 30), "label"),
+])
+def test_bad_dataset_files_exit_2(tmp_path, capsys, make, needle):
+    spec = make(tmp_path / "g.npz")
+    assert main(["--grid", "1x1x1", "--dataset", spec]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("plexus-train: error: ") and needle in err, err
+
+
+@pytest.mark.parametrize("grid, needle", [
+    ("1x1x8", "axis z has 8 ranks but cuts the 7 classes"),
+    ("32x1x1", "axis x has 32 ranks but cuts the 16 hidden features of layer 1"),
+])
+def test_grid_axis_larger_than_what_it_cuts(grid, needle, capsys):
+    assert main(["--grid", grid]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err, err
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("store") / "cora"
+    write_store(load_dataset("cora"), path, {"x": 1, "y": 1, "z": 1}, 2, "agg", "double", 0)
+    return path
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--grid", "2x1x1"], "was cut for grid 1x1x1"),
+    (["--layers", "3"], "was cut for 2 layers"),
+    (["--perm", "single"], "was cut with permutation double"),
+])
+def test_shard_store_for_another_configuration_exits_2(store, args, needle, capsys):
+    argv = ["--shards", str(store), "--epochs", "1", *args]
+    if "--grid" not in args:
+        argv += ["--grid", "1x1x1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err, err
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_damaged_shard_file_exits_2(store, tmp_path, damage, capsys):
+    import shutil
+
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    shard = sorted(p for p in copy.iterdir() if p.name != "manifest.json")[0]
+    data = bytearray(shard.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) - 100]
+    else:
+        data[len(data) // 2] ^= 0x10
+    shard.write_bytes(bytes(data))
+    assert main(["--grid", "1x1x1", "--shards", str(copy), "--epochs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and shard.name in err, err
+
+
+# ---- kill -9 during a checkpoint write ---------------------------------------------------------
+_KILL_MID_WRITE = textwrap.dedent("""
+    import os, signal, sys
+    import torch
+    from plexus import checkpoint as ckpt
+
+    directory, where = sys.argv[1], sys.argv[2]
+    payload = ckpt.load_checkpoint(directory)
+    payload["state"]["epoch"] = 999  # a newer state that must never become visible
+    real_save = torch.save
+    def dying_save(obj, f):
+        real_save(obj, f)
+        if where == "mid-write":  # half the bytes reached the file, then the process dies
+            f.flush()
+            f.truncate(f.tell() // 2)
+            f.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+    torch.save = dying_save
+    if where == "before-rename":  # everything written and synced, the rename not yet done
+        os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)
+    ckpt.save_checkpoint(directory, payload)
+    """)
+
+
+@pytest.mark.parametrize("where", ["mid-write", "before-rename"])
+def test_kill_9_during_a_checkpoint_write_keeps_the_previous_one(tmp_path, where):
+    ck = tmp_path / "ck"
+    base = ["--grid", "1x1x1", "--quiet", "--checkpoint", str(ck)]
+    assert main([*base, "--epochs", "5"]) == 0
+    proc = subprocess.run([sys.executable, "-c", _KILL_MID_WRITE, str(ck), where],
+                          env=cli_env(), capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert any(p.name.endswith(".tmp") for p in ck.iterdir())  # the write really was cut short
+    assert ckpt.saved_epoch(ckpt.load_checkpoint(ck)) == 5
+
+    resumed, whole = tmp_path / "resumed.json", tmp_path / "whole.json"
+    assert main([*base, "--epochs", "8", "--resume", "--log-json", str(resumed)]) == 0
+    assert main(["--grid", "1x1x1", "--quiet", "--epochs", "8", "--log-json", str(whole)]) == 0
+    records, _ = read_log(resumed)
+    assert [r["epoch"] for r in records] == [6, 7, 8]
+    np.testing.assert_allclose(losses(records), losses(read_log(whole)[0])[5:], atol=1e-6,
+                               rtol=0)
