@@ -278,12 +278,34 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any) -> lis
     return [results[r] for r in range(nprocs)]
 
 
-def _failures(error: Any) -> list[WorkerFailure]:
-    """Turn the elastic agent's ChildFailedError into `WorkerFailure`s, root cause first.
+# Errors a rank sees when a *peer* failed: the consequence, never the root cause.
+_PEER_ERRORS = re.compile(r"connection (reset|closed|refused)|broken pipe|timed out|"
+                          r"remote (worker|process)|peer", re.IGNORECASE)
 
-    A worker killed by a signal (the OOM killer, a user) is the root cause even when its peers
-    reported their broken connections first.
-    """
+
+#: How long a rank that lost a peer waits before it exits: the launcher reports the first worker
+#: it sees fail, which should be the peer that failed, not this consequence of it.
+PEER_ERROR_GRACE_S = 1.0
+
+
+def is_peer_error(error: BaseException) -> bool:
+    """Whether ``error`` is what a rank sees when a peer died or stopped answering."""
+    return bool(_PEER_ERRORS.search(f"{type(error).__name__}: {error}"))
+
+
+def _blame(failure: WorkerFailure, signal_name: str) -> int:
+    """How likely ``failure`` is the root cause (lower first): killed by a signal (the OOM
+    killer, a user), then the worker's own exception, then a broken connection to a failed peer,
+    then SIGTERM (the agent stopping the survivors)."""
+    if failure.exitcode < 0:
+        return 3 if signal_name == "SIGTERM" else 0
+    return 2 if _PEER_ERRORS.search(failure.message) else 1
+
+
+def _failures(error: Any) -> list[WorkerFailure]:
+    """Turn the elastic agent's ChildFailedError into `WorkerFailure`s, root cause first (see
+    `_blame`; among equals the earliest, then the lowest rank): the peers of a failed worker
+    often report their broken connections before it reports its own error."""
     out = []
     for rank, failure in error.failures.items():
         data, tb = failure.message, ""
@@ -297,8 +319,8 @@ def _failures(error: Any) -> list[WorkerFailure]:
             message = f"failed: {lines[-1].strip()}"
         else:
             message = f"exited with status {failure.exitcode}"
-        killed = failure.exitcode < 0 and failure.signal_name() != "SIGTERM"
-        out.append((not killed, failure.timestamp, rank, WorkerFailure(rank, failure.exitcode,
-                                                                       message, tb)))
+        found = WorkerFailure(rank, failure.exitcode, message, tb)
+        signal_name = failure.signal_name() if failure.exitcode < 0 else ""
+        out.append((_blame(found, signal_name), failure.timestamp, rank, found))
     out.sort(key=lambda item: item[:3])
     return [item[3] for item in out]

@@ -29,8 +29,8 @@ from .comm import Comm
 from .config import EngineConfig, ModelConfig, TrainConfig
 from .faults import Fault
 from .grid import Grid
-from .launch import (JobEnv, LaunchError, detect_environment, die_with_launcher,
-                     init_process_group)
+from .launch import (PEER_ERROR_GRACE_S, JobEnv, LaunchError, detect_environment,
+                     die_with_launcher, init_process_group, is_peer_error)
 from .ledger import Ledger
 from .memcheck import MemoryCheckError, available_memory, check_memory, predicted_memory
 from .model import DistributedGCN
@@ -462,11 +462,13 @@ def run_rank(opts: RunOptions, env: JobEnv) -> int:
             print(error_line(e), file=sys.stderr, flush=True)
         dist.destroy_process_group()
         return 1
-    except BaseException:
+    except BaseException as e:
         # Other ranks may be waiting in a collective: leave without tearing the group down; the
         # launcher ends them when this process exits with an error.
         if run.log is not None:
             run.log.abandon()
+        if is_peer_error(e):  # let the launcher see the peer's failure first: it is the cause
+            time.sleep(PEER_ERROR_GRACE_S)
         raise
     dist.destroy_process_group()
     return 0

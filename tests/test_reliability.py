@@ -294,3 +294,25 @@ def test_kill_9_during_a_checkpoint_write_keeps_the_previous_one(tmp_path, where
     assert [r["epoch"] for r in records] == [6, 7, 8]
     np.testing.assert_allclose(losses(records), losses(read_log(whole)[0])[5:], atol=1e-6,
                                rtol=0)
+
+
+def test_the_root_cause_is_reported_not_the_peers_broken_connections():
+    from types import SimpleNamespace
+
+    from plexus.launch import _failures
+
+    def failure(exitcode, message, timestamp, sig=""):
+        data = {"message": message, "extraInfo": {"py_callstack": "Traceback ..."}}
+        return SimpleNamespace(exitcode=exitcode, message=data, timestamp=timestamp,
+                               signal_name=lambda: sig)
+
+    reset = "RuntimeError: Read error [127.0.0.1]:1: Connection reset by peer"
+    error = SimpleNamespace(failures={
+        0: failure(1, reset, 10), 1: failure(-15, "", 12, "SIGTERM"),
+        2: failure(1, "InjectedFault: fault injected on rank 2", 11)})
+    assert [f.rank for f in _failures(error)] == [2, 0, 1]
+    error.failures[3] = failure(-9, "", 13, "SIGKILL")  # a killed rank outranks everything
+    assert [f.rank for f in _failures(error)] == [3, 2, 0, 1]
+    timeout = SimpleNamespace(failures={0: failure(1, "Timed out waiting 5000ms", 10),
+                                        1: failure(-15, "", 9, "SIGTERM")})
+    assert [f.rank for f in _failures(timeout)] == [0, 1]

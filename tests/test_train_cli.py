@@ -131,6 +131,20 @@ def test_resume_equals_uninterrupted_run_on_same_and_other_grid(reference, tmp_p
     assert ckpt.saved_epoch(state) == 20 and state["extra"]["grid"] == "1x2x1"
 
 
+def test_training_from_a_shard_store_equals_in_memory_bit_for_bit(tmp_path):
+    store = tmp_path / "store"
+    _cora_store(store, {"x": 1, "y": 1, "z": 2})
+    logs = {}
+    for name, extra in (("memory", ()), ("store", ("--shards", str(store)))):
+        logs[name] = tmp_path / f"{name}.json"
+        proc = train("--grid", "1x1x2", "--epochs", "8", "--quiet", "--log-json",
+                     str(logs[name]), *extra)
+        assert proc.returncode == 0, proc.stderr
+    memory, store_run = read_log(logs["memory"])[0], read_log(logs["store"])[0]
+    keys = ("loss", "train_acc", "val_acc", "test_acc")
+    assert [[r[k] for k in keys] for r in memory] == [[r[k] for k in keys] for r in store_run]
+
+
 def _cora_as_ogb_npz(path: Path) -> None:
     """Cora in the gnn-benchmark .npz format, under a name that makes it an "ogbn-" dataset."""
     from plexus.datasets import load_dataset
