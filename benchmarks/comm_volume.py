@@ -50,13 +50,12 @@ import csv
 import io
 import itertools
 import math
-import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
+from plexus.atomic import atomic_file
 from plexus.perfmodel import ModelSpec, epoch_volume, factorizations
 from plexus.schedule import ORDERS
 
@@ -186,18 +185,6 @@ def rows_for(g: GraphSize, world_sizes: Sequence[int]) -> list[dict[str, object]
     return out
 
 
-def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    """Call ``write(tmp_path)`` then move the temp file over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_csv(rows: list[dict[str, object]], path: Path) -> None:
@@ -206,7 +193,8 @@ def write_csv(rows: list[dict[str, object]], path: Path) -> None:
     writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
-    _atomic_write(path, lambda tmp: Path(tmp).write_text(buf.getvalue(), encoding="utf-8"))
+    with atomic_file(path, "w") as f:
+        f.write(buf.getvalue())
 
 
 def write_plot(rows: list[dict[str, object]], path: Path) -> bool:
@@ -235,7 +223,8 @@ def write_plot(rows: list[dict[str, object]], path: Path) -> bool:
         ax.legend()
     fig.tight_layout()
     # savefig picks the format from the extension, so the temp name keeps ".png".
-    _atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format=path.suffix[1:] or "png"))
+    with atomic_file(path, "wb") as f:
+        fig.savefig(f, dpi=120, format=path.suffix[1:] or "png")
     plt.close(fig)
     return True
 

@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+from plexus.atomic import atomic_file
+
 REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "benchmarks" / "out"
 DEFAULT_SPEC = "rmat:scale=17,edge_factor=16,features=128,classes=16,seed=0"
@@ -48,28 +50,9 @@ def repo_on_path() -> None:
 # ---------------------------------------------------------------------------------------------
 # Output
 # ---------------------------------------------------------------------------------------------
-@contextmanager
-def _atomic(path: str | os.PathLike, mode: str = "w") -> Iterator[Any]:
-    """Open a temp file beside ``path``; on success fsync and rename it onto ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; outputs are meant to be read by others
-        with os.fdopen(fd, mode, **({"encoding": "utf-8", "newline": ""} if "b" not in mode
-                                    else {})) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_text(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` to ``path`` atomically."""
-    with _atomic(path) as f:
+    with atomic_file(path, "w") as f:
         f.write(text)
     return Path(path)
 
@@ -103,7 +86,7 @@ def _csv_value(v: Any) -> Any:
 
 def save_figure(fig: Any, path: str | os.PathLike) -> Path:
     """Save a matplotlib figure as PNG atomically."""
-    with _atomic(path, "wb") as f:
+    with atomic_file(path, "wb") as f:
         fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
     return Path(path)
 

@@ -30,6 +30,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from plexus.atomic import fsync_dir
 from plexus.datasets.graph import Graph, gcn_normalize
 from plexus.schedule import layer_plans, pad_to
 
@@ -259,19 +260,6 @@ def _write_rank_file(path: Path, shard: RankShard, keys: Sequence[str],
         os.fsync(raw.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_store(graph: Graph, out_dir: str | os.PathLike, shape: dict[str, int], num_layers: int,
                 orders: Sequence[str] | str = "agg", perm: str | Permutation = "double",
                 seed: int = 0, *, adj_hat: sp.csr_matrix | None = None,
@@ -341,7 +329,7 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: dict[str, int],
             f.write(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
             f.flush()
             os.fsync(f.fileno())
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         _replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -358,7 +346,7 @@ def _replace_dir(new: Path, out: Path) -> None:
         os.rmdir(old)
         os.rename(out, old)
     os.rename(new, out)
-    _fsync_dir(out.parent)
+    fsync_dir(out.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 

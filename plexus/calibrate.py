@@ -18,7 +18,6 @@ import os
 import platform
 import socket
 import statistics
-import tempfile
 import time
 import traceback
 import warnings
@@ -27,6 +26,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
+
+from .atomic import atomic_file
 
 FORMAT_VERSION = 1
 
@@ -231,18 +232,7 @@ def calibrate(world_size: int = 2, threads: int = 1, quick: bool = False,
 
 def write_calibration(doc: dict[str, Any], path: str | os.PathLike) -> Path:
     """Write ``doc`` as JSON to ``path`` atomically (temp file in the same folder + os.replace)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp creates 0600; a calibration is meant to be shared
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    with atomic_file(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    return Path(path)

@@ -12,13 +12,13 @@ and then renamed over the old one, so an interrupted save leaves the previous ch
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .atomic import atomic_file
 from .config import ModelConfig, TrainConfig
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -57,35 +57,11 @@ def make_checkpoint(full_state: dict, model: ModelConfig, train: TrainConfig,
             "train": asdict(train), "dataset": asdict(dataset), "extra": dict(extra or {})}
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # e.g. platforms without directory handles
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def save_checkpoint(directory: str | os.PathLike, payload: dict) -> Path:
     """Write ``payload`` to DIR/checkpoint.pt atomically; returns the path. Call on one rank."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     target = checkpoint_path(directory)
-    fd, tmp = tempfile.mkstemp(prefix=f".{CHECKPOINT_NAME}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(directory)  # make the rename itself durable
+    with atomic_file(target) as f:
+        torch.save(payload, f)
     return target
 
 

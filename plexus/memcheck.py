@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from .config import ModelConfig
-from .runlog import format_bytes
+from .units import format_bytes
 
 
 class MemoryCheckError(ValueError):

@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from plexus.schedule import AXES, ORDERS, LayerPlan, layer_plans, padding
+from plexus.units import format_bytes, format_seconds
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 # Above this many layers choose_orders searches greedily instead of over all 2^L orders.
@@ -729,24 +730,6 @@ def _dataset_sizes(spec: str, root: str | None) -> tuple[str, int, int, int, int
         # symmetrizing an undirected graph adds nothing when both directions are stored.
         nnz = int(graph.adj.nnz) - int((graph.adj.diagonal() != 0).sum()) + n
     return graph.name, n, nnz, graph.num_features, graph.num_classes
-
-
-def format_bytes(value: float) -> str:
-    """1536 -> '1.5 KiB'."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
-
-
-def format_seconds(value: float) -> str:
-    """0.0123 -> '12.3 ms'."""
-    if value >= 1:
-        return f"{value:.2f} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.2f} ms"
-    return f"{value * 1e6:.1f} us"
 
 
 def _table(spec: ModelSpec, cal: Calibration, preds: list[Prediction], world: int,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .trainer import EpochStats
+from .units import format_bytes, format_seconds
 
 
 def _acc(value: float | None) -> str:
@@ -29,24 +30,6 @@ def _acc(value: float | None) -> str:
 def plural(n: int, word: str) -> str:
     """2, "rank" -> "2 ranks"; 1, "rank" -> "1 rank"."""
     return f"{n} {word}" + ("" if n == 1 else "s")
-
-
-def format_seconds(seconds: float) -> str:
-    """0.0123 -> '12.3 ms'."""
-    if seconds >= 1:
-        return f"{seconds:.2f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds * 1e6:.0f} us"
-
-
-def format_bytes(value: float) -> str:
-    """1536 -> '1.5 KiB'."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"  # unreachable; keeps type checkers content
 
 
 def format_epoch(stats: EpochStats, total: int) -> str:

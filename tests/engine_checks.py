@@ -136,7 +136,7 @@ def expected_volume(model: DistributedGCN, learnable: bool) -> dict[str, float]:
         if model.cfg.bias:
             ar(plan.out_rows, D2 / shape[plan.out_cols])  # AR(db) over the output-rows axis
     last = model.plans[-1]
-    rows, classes = shape[last.out_rows], shape[last.out_cols]
+    rows = shape[last.out_rows]
     ar(last.out_cols, n / rows)      # row max of the logits (MAX)
     ar(last.out_cols, 2 * n / rows)  # row sum of exp and the label's logit (SUM)
     ar(last.out_rows, 1)             # sum of per-node losses
