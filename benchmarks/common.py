@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from plexus.atomic import atomic_file
+from plexus.worker import rank_coords
 
 REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "benchmarks" / "out"
@@ -173,6 +174,21 @@ def fmt_bytes(b: float) -> str:
     return f"{b / 2**20:.2f} MiB"
 
 
+def add_training_options(p: Any, epochs: int, perm_help: str = "node permutation") -> None:
+    """The model and timing options the grid benchmarks share (argparse parser ``p``)."""
+    p.add_argument("--layers", type=int, default=3, help="GCN layers (default 3)")
+    p.add_argument("--hidden", type=int, default=128, help="hidden width (default 128)")
+    p.add_argument("--dropout", type=float, default=0.5, help="dropout (default 0.5)")
+    p.add_argument("--order", default="agg", help="product order: agg, combine, auto or a list")
+    p.add_argument("--backend", default="torch", help="SpMM backend: torch, scipy, torch-sparse")
+    p.add_argument("--engine", default="",
+                   help="more EngineConfig fields, e.g. agg_chunks=4,overlap=1,tune_gemms=1")
+    p.add_argument("--perm", default="none", help=f"{perm_help} (default none)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed epochs per grid (default 1)")
+    p.add_argument("--epochs", type=int, default=epochs,
+                   help=f"timed epochs per grid (default {epochs})")
+
+
 def grid_text(dims: Sequence[int]) -> str:
     return "x".join(str(d) for d in dims)
 
@@ -311,12 +327,6 @@ def _timers_class():
             self.cpu_seconds.clear()
 
     return CpuTimers
-
-
-def rank_coords(rank: int, dims: Sequence[int]) -> dict[str, int]:
-    """Coordinates of ``rank`` on an X×Y×Z grid: rank = (x·Y + y)·Z + z, as `plexus.grid`."""
-    _x, y, z = dims
-    return {"x": rank // (y * z), "y": (rank // z) % y, "z": rank % z}
 
 
 @dataclass

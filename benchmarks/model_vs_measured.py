@@ -38,6 +38,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import (DEFAULT_SPEC, OUT_DIR, SMOKE_SPEC, Job, RunOptions, Tee,
+                               add_training_options,
                                engine_config, format_table, grid_text, load_bundle, machine_info,
                                model_spec, run_by_world, write_csv, write_json, write_text)
 
@@ -98,16 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cores", type=int, default=os.cpu_count() or 1,
                    help="cores the ranks share, for the oversubscription correction "
                         "(default: this machine's; 0: no correction)")
-    p.add_argument("--layers", type=int, default=3, help="GCN layers (default 3)")
-    p.add_argument("--hidden", type=int, default=128, help="hidden width (default 128)")
-    p.add_argument("--dropout", type=float, default=0.5, help="dropout (default 0.5)")
-    p.add_argument("--order", default="agg", help="product order: agg, combine, auto or a list")
-    p.add_argument("--backend", default="torch", help="SpMM backend: torch, scipy, torch-sparse")
-    p.add_argument("--engine", default="",
-                   help="more EngineConfig fields, e.g. agg_chunks=4,overlap=1,tune_gemms=1")
-    p.add_argument("--perm", default="none", help="node permutation (default none)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed epochs per grid (default 1)")
-    p.add_argument("--epochs", type=int, default=3, help="timed epochs per grid (default 3)")
+    add_training_options(p, epochs=3)
     p.add_argument("--out", type=Path, default=OUT_DIR, help=f"output folder (default {OUT_DIR})")
     p.add_argument("--smoke", action="store_true",
                    help="tiny graph, hidden 16, world size 2, 1 epoch, quick calibration")

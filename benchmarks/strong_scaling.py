@@ -45,6 +45,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import (AXES, DEFAULT_SPEC, OUT_DIR, SMOKE_SPEC, GridRun, Job, RunOptions,
+                               add_training_options,
                                Tee, engine_config, format_table, grid_text, grids_of,
                                load_bundle, machine_info, model_bytes, parse_grids,
                                pyplot, run_by_world, save_figure, volumes_equal, write_csv,
@@ -101,17 +102,8 @@ def main(argv: list[str] | None = None) -> int:
                                    "of --world-sizes); 1x1x1 is always added as the reference")
     p.add_argument("--world-sizes", default="1,2,4,8",
                    help="world sizes whose every factorization is run (default 1,2,4,8)")
-    p.add_argument("--layers", type=int, default=3, help="GCN layers (default 3)")
-    p.add_argument("--hidden", type=int, default=128, help="hidden width (default 128)")
-    p.add_argument("--dropout", type=float, default=0.5, help="dropout (default 0.5)")
-    p.add_argument("--order", default="agg", help="product order: agg, combine, auto or a list")
-    p.add_argument("--backend", default="torch", help="SpMM backend: torch, scipy, torch-sparse")
-    p.add_argument("--engine", default="",
-                   help="more EngineConfig fields, e.g. agg_chunks=4,overlap=1,tune_gemms=1")
-    p.add_argument("--perm", default="none", help="node permutation: none, single, double, "
-                                                  "balanced (default none)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed epochs per grid (default 1)")
-    p.add_argument("--epochs", type=int, default=5, help="timed epochs per grid (default 5)")
+    add_training_options(p, epochs=5,
+                         perm_help="node permutation: none, single, double, balanced")
     p.add_argument("--profile", action="store_true",
                    help="print a torch.profiler table of one more epoch of rank 0 per grid")
     p.add_argument("--out", type=Path, default=OUT_DIR, help=f"output folder (default {OUT_DIR})")
