@@ -68,10 +68,12 @@ def _ends_within(proc: subprocess.Popen, seconds: float) -> tuple[int, str, floa
     return code, err, took
 
 
-def test_a_sigkilled_worker_ends_the_2x2x1_job_within_60s():
-    proc = _start("--grid", "2x2x1", "--epochs", "100000", "--eval-every", "0")
+def test_a_sigkilled_worker_ends_the_2x2x1_job_within_60s_and_the_run_resumes(tmp_path):
+    ck = tmp_path / "ck"
+    proc = _start("--grid", "2x2x1", "--epochs", "100000", "--eval-every", "0",
+                  "--checkpoint", str(ck), "--checkpoint-every", "2")
     try:
-        _wait_for_epoch(proc, 2)
+        _wait_for_epoch(proc, 4)  # epoch 2's checkpoint is written before epoch 3 starts
         workers = job_workers(proc.pid)
         assert len(workers) == 4, workers
         os.kill(workers[2], signal.SIGKILL)
@@ -81,6 +83,18 @@ def test_a_sigkilled_worker_ends_the_2x2x1_job_within_60s():
             os.killpg(proc.pid, signal.SIGKILL)
     assert code != 0 and took < 60
     assert "plexus-train: error: worker rank" in err and "SIGKILL" in err, err
+
+    # The killed run resumes (on another grid) with the uninterrupted run's losses.
+    k = ckpt.saved_epoch(ckpt.load_checkpoint(ck))
+    assert k >= 2
+    resumed, whole = tmp_path / "resumed.json", tmp_path / "whole.json"
+    common = ["--grid", "1x1x1", "--quiet", "--eval-every", "0", "--epochs", str(k + 3)]
+    assert main([*common, "--checkpoint", str(ck), "--resume", "--log-json", str(resumed)]) == 0
+    assert main([*common, "--log-json", str(whole)]) == 0
+    records = read_log(resumed)[0]
+    assert [r["epoch"] for r in records] == [k + 1, k + 2, k + 3]
+    np.testing.assert_allclose(losses(records), losses(read_log(whole)[0])[k:], atol=1e-5,
+                               rtol=0)
 
 
 def test_a_worker_raising_on_one_rank_ends_the_job_within_60s():
