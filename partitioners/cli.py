@@ -17,7 +17,7 @@ import sys
 import time
 from typing import NoReturn, Sequence
 
-from plexus.schedule import ORDERS
+from plexus.schedule import ORDERS, grid_misfit, layer_plans
 
 from .permutations import PERMUTATIONS
 
@@ -99,6 +99,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     if not args.stats_only:
         check_out_dir(args.out)  # refuse before spending time on the dataset
     graph = _load(args)
+    plans = layer_plans(args.layers, orders)
+    problem = grid_misfit(shape, plans, graph.num_nodes, [graph.num_features]
+                          + [None] * (args.layers - 1) + [graph.num_classes])
+    if problem:
+        raise CliError(problem)
     if args.stats_only:
         from plexus.datasets.graph import gcn_normalize  # noqa: PLC0415
 

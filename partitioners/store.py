@@ -369,7 +369,28 @@ def read_manifest(store_dir: str | os.PathLike) -> dict:
     if manifest.get("version") != VERSION:
         raise ShardStoreError(f"{path}: format version {manifest.get('version')}, this reader "
                               f"supports {VERSION}; re-run plexus-partition")
+    _check_manifest_fields(manifest, path)
     return manifest
+
+
+# Every field a reader relies on, with its JSON type.
+_MANIFEST_FIELDS = {"grid": dict, "num_layers": int, "orders": list, "permutation": dict,
+                    "seed": int, "dataset": str, "graph_sha256": str, "num_nodes": int,
+                    "nodes_padded": int, "nnz": int, "num_features": int, "num_classes": int,
+                    "block_keys": list, "ranks": list}
+
+
+def _check_manifest_fields(manifest: dict, path: Path) -> None:
+    """`ShardStoreError` naming the first missing or mistyped field of a manifest."""
+    for key, kind in _MANIFEST_FIELDS.items():
+        if not isinstance(manifest.get(key), kind):
+            raise ShardStoreError(f"{path}: field {key!r} missing or not a {kind.__name__}; the "
+                                  "manifest is damaged, re-run plexus-partition")
+    grid, perm = manifest["grid"], manifest["permutation"]
+    if not all(isinstance(grid.get(a), int) and grid[a] >= 1 for a in ("x", "y", "z")) \
+            or not isinstance(perm.get("kind"), str):
+        raise ShardStoreError(f"{path}: bad grid or permutation; the manifest is damaged, "
+                              "re-run plexus-partition")
 
 
 def _check_request(manifest: dict, path: Path, shape: dict[str, int], coords: dict[str, int],

@@ -39,6 +39,7 @@ class DatasetInfo:
     num_nodes: int
     num_features: int
     num_classes: int
+    sha256: str = ""  # the graph's content (`plexus.partitioners.store.graph_hash`)
 
     def describe(self) -> str:
         return (f"{self.name} (N={self.num_nodes}, F={self.num_features}, "
@@ -62,6 +63,8 @@ def save_checkpoint(directory: str | os.PathLike, payload: dict) -> Path:
     target = checkpoint_path(directory)
     with atomic_file(target) as f:
         torch.save(payload, f)
+    for stale in target.parent.glob(f".{CHECKPOINT_NAME}.*.tmp"):  # left by a killed save
+        stale.unlink(missing_ok=True)
     return target
 
 
@@ -77,11 +80,23 @@ def load_checkpoint(directory: str | os.PathLike) -> dict:
         text = " ".join(str(e).split())[:200]
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}: {text})") \
             from None
+    state = payload.get("state") if isinstance(payload, dict) else None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION \
-            or not isinstance(payload.get("state"), dict):
+            or not isinstance(state, dict) or not isinstance(state.get("epoch"), int) \
+            or not isinstance(state.get("params"), dict) \
+            or not isinstance(state.get("adam"), dict) \
+            or not isinstance(payload.get("extra", {}), dict):
         raise CheckpointError(f"{path}: not a plexus-train checkpoint (format "
                               f"{FORMAT_VERSION})")
     return payload
+
+
+def check_epochs(payload: dict, epochs: int, where: str = "checkpoint") -> None:
+    """Raise `CheckpointError` if the checkpoint is already past ``epochs``."""
+    done = saved_epoch(payload)
+    if done > epochs:
+        raise CheckpointError(f"{where} is at epoch {done}, past --epochs {epochs}; give "
+                              f"--epochs {done} or more to continue it")
 
 
 def check_model(payload: dict, model: ModelConfig, where: str = "checkpoint") -> None:
@@ -98,13 +113,19 @@ def check_model(payload: dict, model: ModelConfig, where: str = "checkpoint") ->
 def check_dataset(payload: dict, dataset: DatasetInfo, where: str = "checkpoint") -> None:
     """Raise `CheckpointError` if the checkpoint was trained on another graph."""
     saved = payload.get("dataset", {})
-    if saved != asdict(dataset):
-        try:
-            old = DatasetInfo(**saved).describe()
-        except TypeError:
-            old = repr(saved)
-        raise CheckpointError(f"{where} was trained on {old}, this run uses "
-                              f"{dataset.describe()}")
+    if saved == asdict(dataset):
+        return
+    try:
+        old = DatasetInfo(**saved)
+    except TypeError:
+        raise CheckpointError(f"{where} was trained on {saved!r}, this run uses "
+                              f"{dataset.describe()}") from None
+    if old.describe() == dataset.describe():  # same name and sizes, other content
+        raise CheckpointError(f"{where} was trained on another {dataset.describe()}: the "
+                              "graph's content differs (its files, or the --seed that "
+                              "generated its features, labels or split)")
+    raise CheckpointError(f"{where} was trained on {old.describe()}, this run uses "
+                          f"{dataset.describe()}")
 
 
 def saved_epoch(payload: dict) -> int:

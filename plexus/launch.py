@@ -94,7 +94,8 @@ def detect_environment(environ: Mapping[str, str] | None = None) -> JobEnv | Non
                       _int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else 0, local_world,
                       env["MASTER_ADDR"],
                       _int(env, "MASTER_PORT") if "MASTER_PORT" in env else DEFAULT_MASTER_PORT)
-    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and _in_srun_step(env):
+    if "SLURM_PROCID" in env and env.get("SLURM_NTASKS", "1") != "1" and _in_srun_step(env):
+        # (a one-task step, e.g. an interactive `srun --pty bash`, launches its workers itself)
         if "MASTER_ADDR" not in env:
             raise LaunchError("under srun, export MASTER_ADDR (the first node of the job: "
                               "$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)) "
@@ -161,7 +162,7 @@ def init_process_group(env: JobEnv, timeout_s: float) -> torch.device:
         backend = "nccl"
     else:
         device, backend = torch.device("cpu"), "gloo"
-    if env.kind == "torchrun":
+    if env.kind == "torchrun" and "TORCHELASTIC_RUN_ID" in os.environ:
         # env:// lets torchrun's agent share its store with the workers.
         dist.init_process_group(backend, init_method="env://", timeout=timeout)
     else:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from .atomic import fsync_dir
 from .trainer import EpochStats
 from .units import format_bytes, format_seconds
 
@@ -92,6 +93,7 @@ class JsonLog:
         self._f.close()
         self._f = None
         os.replace(self.tmp, self.path)
+        fsync_dir(self.path.parent)
 
     def abandon(self) -> None:
         """Stop writing without publishing (the run failed); ``path.tmp`` keeps what was logged."""

@@ -96,6 +96,24 @@ def layer_plans(num_layers: int, orders: Sequence[str] | str = "agg") -> list[La
     return plans
 
 
+def grid_misfit(shape: dict[str, int], plans: Sequence[LayerPlan], num_nodes: int,
+                widths: Sequence[int | None]) -> str | None:
+    """Why the grid does not fit the problem, or None: an axis with more ranks than the
+    dimension it cuts would give its extra ranks nothing but padding. ``widths`` are D_0 .. D_L
+    (None where unknown, e.g. the hidden width to a partitioner)."""
+    cuts = [(axis, num_nodes, "nodes") for axis in AXES]
+    for plan in plans:  # each width is cut by its layer's inner axis (= the last one's out cols)
+        what = "input features" if plan.index == 0 else f"hidden features of layer {plan.index}"
+        cuts.append((plan.in_cols, widths[plan.index], what))
+    cuts.append((plans[-1].out_cols, widths[-1], "classes"))
+    for axis, size, what in cuts:
+        if size is not None and shape[axis] > size:
+            grid = "x".join(str(shape[a]) for a in AXES)
+            return (f"grid {grid}: axis {axis} has {shape[axis]} ranks but cuts the {size} "
+                    f"{what}; use a grid whose {axis} is at most {size}")
+    return None
+
+
 def pad_to(n: int, multiple: int) -> int:
     """Smallest multiple of ``multiple`` that is >= n."""
     return -(-n // multiple) * multiple

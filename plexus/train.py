@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, NoReturn, Sequence
 
 from plexus.datasets import DatasetError, Graph, load_dataset
 from plexus.partitioners import PERMUTATIONS
+from plexus.partitioners.store import graph_hash
 
 from . import checkpoint as ckpt
 from .config import EngineConfig, ModelConfig, TrainConfig
@@ -32,8 +33,8 @@ from .memcheck import available_memory, check_memory, predicted_memory
 from .schedule import AXES, ORDERS
 from .spmm import BACKENDS, check_backend
 from .worker import (DEFAULT_PERM, PROG, USER_ERRORS, RunOptions, UsageError, auto_grid,
-                     check_grid_fits, check_writable, error_line, graph_nnz, local_worker,
-                     run_rank)
+                     check_grid_fits, check_log_path, check_writable, error_line, graph_nnz,
+                     load_resume, local_worker, run_rank)
 
 if TYPE_CHECKING:
     import torch
@@ -56,9 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                 "a launcher it starts X·Y·Z local workers; under torchrun or srun it joins the "
                 "job.")
     run = p.add_argument_group("job")
-    run.add_argument("--grid", required=True, metavar="XxYxZ|auto",
+    run.add_argument("--grid", metavar="XxYxZ|auto",
                      help="process grid, e.g. 2x2x4 (X·Y·Z ranks); 'auto' lets the performance "
-                          "model choose for --world-size ranks")
+                          "model choose for --world-size ranks (required unless --shards)")
     run.add_argument("--world-size", type=int, metavar="G",
                      help="number of ranks for --grid auto (default under a launcher: its size)")
     run.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
@@ -272,6 +273,9 @@ def _from_store(a: argparse.Namespace, shape: _Shape) -> _Shape:
     if resolved != store_orders:
         raise UsageError(f"--order {order} gives layer orders {resolved} but {a.shards} was cut "
                          f"for {store_orders}")
+    check_grid_fits(store_grid, ModelConfig(num_layers=layers, hidden=a.hidden, order=order),
+                    int(manifest["num_nodes"]), int(manifest["num_features"]),
+                    int(manifest["num_classes"]))
     dataset = str(manifest.get("dataset", a.shards))
     return _Shape(store_grid, layers, order, dataset)  # type: ignore[arg-type]
 
@@ -302,7 +306,9 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
     and the output paths before any worker starts.
     """
     check_numbers(a)
-    grid = None if a.grid.strip().lower() == "auto" else _parse_grid(a.grid)
+    if a.grid is None and not a.shards:
+        raise UsageError("the following arguments are required: --grid")
+    grid = None if a.grid is None or a.grid.strip().lower() == "auto" else _parse_grid(a.grid)
     shape = _Shape(grid, a.layers, a.order, a.dataset or "cora")
     if a.shards:
         shape = _from_store(a, shape)
@@ -331,15 +337,13 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                                    a.force)
                 memory_checked = True
         check_local_devices(grid[0] * grid[1] * grid[2])  # type: ignore[index]
-        if a.resume:
-            payload = ckpt.load_checkpoint(a.checkpoint)
-            where = str(ckpt.checkpoint_path(a.checkpoint))
-            ckpt.check_model(payload, model, where)
-            if graph is not None:
-                ckpt.check_dataset(payload, ckpt.DatasetInfo(
-                    graph.name, graph.num_nodes, graph.num_features, graph.num_classes), where)
+        if a.resume:  # the dataset is checked here when it was loaded, else by the workers
+            dataset = None if graph is None else ckpt.DatasetInfo(
+                graph.name, graph.num_nodes, graph.num_features, graph.num_classes,
+                graph_hash(graph))
+            load_resume(a.checkpoint, model, a.epochs, dataset)
         if a.log_json:  # the file itself is opened by rank 0 (an existing one stays until the end)
-            check_writable(Path(a.log_json).expanduser().parent, "--log-json")
+            check_log_path(a.log_json)
         if a.checkpoint:
             check_writable(Path(a.checkpoint).expanduser(), "--checkpoint")
     return RunOptions(

@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from plexus.datasets import DatasetError, Graph, load_dataset
 from plexus.partitioners import RankShard, ShardStoreError, read_manifest, read_shard, shard_graph
+from plexus.partitioners.store import graph_hash
 
 from . import checkpoint as ckpt
 from .comm import Comm
@@ -35,7 +36,7 @@ from .ledger import Ledger
 from .memcheck import MemoryCheckError, available_memory, check_memory, predicted_memory
 from .model import DistributedGCN
 from .runlog import BestRecord, JsonLog, RunLog, plural
-from .schedule import AXES, layer_plans
+from .schedule import AXES, grid_misfit, layer_plans
 from .timing import Timers
 from .trainer import EpochStats, Trainer
 
@@ -117,22 +118,13 @@ def check_world(dims: tuple[int, int, int], world: int) -> None:
 
 def check_grid_fits(dims: tuple[int, int, int], model: ModelConfig, num_nodes: int,
                     num_features: int, num_classes: int) -> None:
-    """Raise `UsageError` when an axis has more ranks than the dimension it cuts: its extra
-    ranks would hold nothing but padding."""
-    shape = dict(zip(AXES, dims))
-    orders = model.orders(num_features, num_classes)
-    plans = layer_plans(model.num_layers, orders)
-    widths = model.widths(num_features, num_classes)
-    cuts = [(axis, num_nodes, "nodes") for axis in AXES]
-    for plan in plans:  # each width is cut by its layer's inner axis (= the last one's out cols)
-        what = "input features" if plan.index == 0 else f"hidden features of layer {plan.index}"
-        cuts.append((plan.in_cols, widths[plan.index], what))
-    cuts.append((plans[-1].out_cols, num_classes, "classes"))
-    for axis, size, what in cuts:
-        if shape[axis] > size:
-            raise UsageError(f"grid {'x'.join(map(str, dims))}: axis {axis} has {shape[axis]} "
-                             f"ranks but cuts the {size} {what}; use a grid whose {axis} is at "
-                             f"most {size}")
+    """Raise `UsageError` when an axis has more ranks than the dimension it cuts (see
+    `plexus.schedule.grid_misfit`)."""
+    plans = layer_plans(model.num_layers, model.orders(num_features, num_classes))
+    problem = grid_misfit(dict(zip(AXES, dims)), plans, num_nodes,
+                          model.widths(num_features, num_classes))
+    if problem:
+        raise UsageError(problem)
 
 
 def shard_bytes(shard: RankShard) -> int:
@@ -165,8 +157,17 @@ def check_writable(path: Path, what: str) -> None:
         raise UsageError(f"{what} {path}: cannot write there ({e.strerror or e})") from None
 
 
+def check_log_path(path: str) -> None:
+    """Raise `UsageError` unless the JSON log can be created at ``path``."""
+    target = Path(path).expanduser()
+    if target.is_dir():
+        raise UsageError(f"--log-json {path}: is a directory; give a file name")
+    check_writable(target.parent, "--log-json")
+
+
 def open_json_log(path: str) -> JsonLog:
     """Open the JSON log's temporary file now, so a bad path is a set-up error."""
+    check_log_path(path)
     try:
         return JsonLog(Path(path).expanduser())
     except OSError as e:
@@ -184,7 +185,7 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         orders = model.orders(int(manifest["num_features"]), int(manifest["num_classes"]))
         shard = read_shard(opts.shards, dict(zip(AXES, dims)), rank_coords(rank, dims),
                            model.num_layers, orders=orders, perm=opts.perm)
-        nnz = int(manifest.get("nnz", 0))
+        nnz, sha256 = int(manifest["nnz"]), str(manifest["graph_sha256"])
     else:
         graph = load_dataset(opts.dataset, opts.root, seed=opts.train.seed)
         dims = opts.grid or auto_grid(world, graph.num_nodes, graph_nnz(graph),
@@ -192,23 +193,21 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         check_world(dims, world)
         check_grid_fits(dims, model, graph.num_nodes, graph.num_features, graph.num_classes)
         orders = model.orders(graph.num_features, graph.num_classes)
-        nnz = graph_nnz(graph)
+        nnz, sha256 = graph_nnz(graph), graph_hash(graph)
         shard = shard_graph(graph, dict(zip(AXES, dims)), rank_coords(rank, dims),
                             model.num_layers, orders, opts.perm or DEFAULT_PERM,
                             seed=opts.train.seed)
         del graph
-    if opts.check_memory:  # the shard is loaded already: compare the rest with what is free
+    if opts.check_memory:
         predicted = predicted_memory(dims, model, shard.num_nodes, nnz,  # type: ignore[arg-type]
                                      shard.num_features, shard.num_classes, shard.perm)
-        free = available_memory(device, local_ranks)
-        check_memory(predicted - shard_bytes(shard), free, dims)  # type: ignore[arg-type]
-    info = ckpt.DatasetInfo(shard.name, shard.num_nodes, shard.num_features, shard.num_classes)
-    resume_from = None
-    if opts.resume:
-        resume_from = ckpt.load_checkpoint(opts.checkpoint)  # type: ignore[arg-type]
-        where = str(ckpt.checkpoint_path(opts.checkpoint))  # type: ignore[arg-type]
-        ckpt.check_model(resume_from, model, where)
-        ckpt.check_dataset(resume_from, info, where)
+        if device.type == "cpu":  # the shard already sits in host memory: count the rest
+            predicted -= shard_bytes(shard)
+        check_memory(predicted, available_memory(device, local_ranks), dims)  # type: ignore
+    info = ckpt.DatasetInfo(shard.name, shard.num_nodes, shard.num_features, shard.num_classes,
+                            sha256)
+    resume_from = (load_resume(opts.checkpoint, model, opts.train.epochs, info)  # type: ignore
+                   if opts.resume else None)
     json_log = None
     if rank == 0:  # rank 0 writes the outputs: check them before anything runs
         if opts.checkpoint:
@@ -216,6 +215,19 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         if opts.log_json:
             json_log = open_json_log(opts.log_json)
     return LocalSetup(tuple(dims), shard, info, resume_from, json_log)  # type: ignore[arg-type]
+
+
+def load_resume(checkpoint: str, model: ModelConfig, epochs: int,
+                dataset: ckpt.DatasetInfo | None) -> dict:
+    """The checkpoint in directory ``checkpoint`` to resume from, checked against the model,
+    --epochs and (when known) the dataset. Raises `ckpt.CheckpointError`."""
+    payload = ckpt.load_checkpoint(checkpoint)
+    where = str(ckpt.checkpoint_path(checkpoint))
+    ckpt.check_model(payload, model, where)
+    ckpt.check_epochs(payload, epochs, where)
+    if dataset is not None:
+        ckpt.check_dataset(payload, dataset, where)
+    return payload
 
 
 def agree_on_failure(error: BaseException | None, device: torch.device) -> int:
@@ -436,7 +448,11 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float) -> None:
 # ---- entry points -------------------------------------------------------------------------
 def run_rank(opts: RunOptions, env: JobEnv) -> int:
     """Everything one rank does, from joining the job to the summary; returns the exit status."""
-    device = init_process_group(env, opts.timeout_s)
+    try:
+        device = init_process_group(env, opts.timeout_s)
+    except LaunchError as e:  # e.g. a local rank without a GPU: the same on every such rank
+        print(error_line(f"rank {env.rank}: {e}"), file=sys.stderr, flush=True)
+        return 2
     error: BaseException | None = None
     setup = None
     try:

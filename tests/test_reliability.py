@@ -217,6 +217,21 @@ def test_bad_dataset_files_exit_2(tmp_path, capsys, make, needle):
     assert err.count("\n") == 1 and err.startswith("plexus-train: error: ") and needle in err, err
 
 
+def test_a_shard_store_for_a_grid_too_big_for_the_graph_is_refused(tmp_path, capsys):
+    from plexus.partitioners.cli import main as partition
+
+    assert partition(["--dataset", "cora", "--grid", "1x1x8", "--layers", "2", "--out",
+                      str(tmp_path / "refused")]) == 2
+    err = capsys.readouterr().err
+    assert "axis z has 8 ranks but cuts the 7 classes" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "refused").exists()
+    store = tmp_path / "store"  # cut through the API, which leaves the check to its users
+    write_store(load_dataset("cora"), store, {"x": 1, "y": 1, "z": 8}, 2, "agg", "double", 0)
+    assert main(["--shards", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert "axis z has 8 ranks but cuts the 7 classes" in err and err.count("\n") == 1, err
+
+
 @pytest.mark.parametrize("grid, needle", [
     ("1x1x8", "axis z has 8 ranks but cuts the 7 classes"),
     ("32x1x1", "axis x has 32 ranks but cuts the 16 hidden features of layer 1"),
@@ -308,6 +323,7 @@ def test_kill_9_during_a_checkpoint_write_keeps_the_previous_one(tmp_path, where
     assert [r["epoch"] for r in records] == [6, 7, 8]
     np.testing.assert_allclose(losses(records), losses(read_log(whole)[0])[5:], atol=1e-6,
                                rtol=0)
+    assert not any(p.name.endswith(".tmp") for p in ck.iterdir())  # the next save cleaned up
 
 
 def test_the_root_cause_is_reported_not_the_peers_broken_connections():

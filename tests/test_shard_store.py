@@ -184,6 +184,17 @@ def test_corrupt_manifest_and_non_store_are_rejected(written, tmp_path):
     (bad / store.MANIFEST).write_text(json.dumps(m))
     with pytest.raises(ShardStoreError, match="format version 99"):
         read_rank0(bad)
+    for key in ("grid", "num_features", "permutation"):  # a field missing or mistyped
+        m = json.loads(text)
+        del m[key]
+        (bad / store.MANIFEST).write_text(json.dumps(m))
+        with pytest.raises(ShardStoreError, match=f"field '{key}' missing"):
+            read_rank0(bad)
+    m = json.loads(text)
+    m["grid"]["y"] = "two"
+    (bad / store.MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(ShardStoreError, match="bad grid or permutation"):
+        read_rank0(bad)
 
 
 def test_same_seed_gives_byte_identical_files(tmp_path, graph, adj_hat):

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import torch
 
 from cli_helpers import losses, read_log, train
 from plexus import checkpoint as ckpt
@@ -192,6 +193,7 @@ def test_torchrun_trains_the_same_and_reports_the_ogb_metric(reference, tmp_path
     (["--grid", "1x1x1", "--resume"], "--resume needs --checkpoint"),
     (["--grid", "1x1x1", "--resume", "--checkpoint", "/nonexistent/ck"], "no checkpoint"),
     (["--grid", "1x1x1", "--shards", "/nonexistent/store"], "not a shard store"),
+    (["--grid", "1x1x1", "--log-json", "/"], "--log-json /: is a directory"),
     (["--grid", "1x1x1", "--epochs", "ten"], "invalid int value"),
     (["--grid", "1x1x1", "--no-such-option"], "unrecognized arguments"),
 ])
@@ -228,6 +230,20 @@ def test_incompatible_checkpoint_is_refused(tmp_path, capsys):
     save(tmp_path / "other", ModelConfig(), ckpt.DatasetInfo("citeseer", 3327, 3703, 6))
     assert main(["--grid", "1x1x1", "--checkpoint", str(tmp_path / "other"), "--resume"]) == 2
     assert "was trained on citeseer" in capsys.readouterr().err
+    # same name and sizes, other content (e.g. another --seed of a generated graph)
+    save(tmp_path / "content", ModelConfig(), ckpt.DatasetInfo("cora", 2708, 1433, 7, "0" * 64))
+    assert main(["--grid", "1x1x1", "--checkpoint", str(tmp_path / "content"), "--resume"]) == 2
+    assert "was trained on another cora (N=2708, F=1433, C=7): the graph's content differs" \
+        in capsys.readouterr().err
+    # a checkpoint already past --epochs
+    assert main(["--grid", "1x1x1", "--checkpoint", str(tmp_path / "content"), "--resume",
+                 "--epochs", "2"]) == 2
+    assert "is at epoch 3, past --epochs 2; give --epochs 3 or more" in capsys.readouterr().err
+    # a file that is not a checkpoint's structure
+    (tmp_path / "bad").mkdir()
+    torch.save({"format": 1, "state": {"epoch": "three"}}, tmp_path / "bad" / "checkpoint.pt")
+    assert main(["--grid", "1x1x1", "--checkpoint", str(tmp_path / "bad"), "--resume"]) == 2
+    assert "not a plexus-train checkpoint" in capsys.readouterr().err
 
 
 def test_command_line_errors_exit_2_without_traceback():
@@ -252,6 +268,7 @@ def test_environment_detection():
             job.master_port) == ("slurm", 5, 8, 1, 4, 29500)
     # an allocation without an srun step (salloc, the batch script itself) is no launcher
     assert detect_environment({k: v for k, v in slurm.items() if k != "SLURM_STEP_ID"}) is None
+    assert detect_environment({**slurm, "SLURM_NTASKS": "1"}) is None  # srun --pty bash
     assert detect_environment({**slurm, "SLURM_STEP_ID": "4294967291"}) is None  # batch step
     with pytest.raises(LaunchError, match="MASTER_ADDR"):
         detect_environment({k: v for k, v in slurm.items() if k != "MASTER_ADDR"})
