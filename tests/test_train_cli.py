@@ -146,6 +146,22 @@ def test_training_from_a_shard_store_equals_in_memory_bit_for_bit(tmp_path):
     assert [[r[k] for k in keys] for r in memory] == [[r[k] for k in keys] for r in store_run]
 
 
+def test_grid_auto_trains_on_the_grid_the_model_picks(tmp_path):
+    from plexus.config import ModelConfig
+    from plexus.datasets import load_dataset
+    from plexus.worker import auto_grid, graph_nnz
+
+    g = load_dataset("cora")
+    picked = auto_grid(2, g.num_nodes, graph_nnz(g), g.num_features, g.num_classes,
+                       ModelConfig(), g.name)
+    log = tmp_path / "auto.json"
+    proc = train("--grid", "auto", "--world-size", "2", "--epochs", "3", "--quiet",
+                 "--log-json", str(log))
+    assert proc.returncode == 0, proc.stderr
+    summary = read_log(log)[1]
+    assert summary["grid"] == "x".join(map(str, picked)) and summary["world_size"] == 2
+
+
 def _cora_as_ogb_npz(path: Path) -> None:
     """Cora in the gnn-benchmark .npz format, under a name that makes it an "ogbn-" dataset."""
     from plexus.datasets import load_dataset
