@@ -15,7 +15,9 @@ Two more rows, not engine backends, show alternatives the torch backend could us
 - ``torch-int32``: the same ``torch.sparse.mm`` on CSR tensors with int32 indices (the engine
   builds int64 ones; the CPU kernel then converts the indices on every call).
 - ``torch-reduce``: ``torch.sparse.mm(csr, X, "sum")``, ATen's sparse-times-dense kernel with a
-  reduction, a different code path from plain ``torch.sparse.mm`` on the CPU.
+  reduction, a different code path from plain ``torch.sparse.mm`` on the CPU. The torch backend
+  itself switches to it on the CPU from width ``plexus.spmm.REDUCE_MIN_WIDTH`` on, where it
+  measured faster, so its rows at wide widths time the same kernel.
 
 Â is the GCN-normalized adjacency (self loops included) of R-MAT (edge factor 16, node ids
 randomly permuted by the generator), X a dense float32 N × width block. Each time is the median of
