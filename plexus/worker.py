@@ -193,7 +193,9 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         check_world(dims, world)
         check_grid_fits(dims, model, graph.num_nodes, graph.num_features, graph.num_classes)
         orders = model.orders(graph.num_features, graph.num_classes)
-        nnz, sha256 = graph_nnz(graph), graph_hash(graph)
+        # the content hash identifies the graph in checkpoints; hashing a big graph takes time
+        sha256 = graph_hash(graph) if opts.checkpoint else ""
+        nnz = graph_nnz(graph)
         shard = shard_graph(graph, dict(zip(AXES, dims)), rank_coords(rank, dims),
                             model.num_layers, orders, opts.perm or DEFAULT_PERM,
                             seed=opts.train.seed)
