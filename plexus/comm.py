@@ -102,6 +102,8 @@ class Comm:
 class _AllReduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, comm: Comm, axis: str):  # noqa: D102
+        if comm.grid.size(axis) == 1:  # nothing to sum: no copy
+            return x.view_as(x)
         return comm.raw_all_reduce(x.clone(memory_format=torch.contiguous_format), axis)
 
     @staticmethod
@@ -117,6 +119,8 @@ class _AllReduceGrad(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
+        if ctx.comm.grid.size(ctx.axis) == 1:
+            return grad, None, None
         grad = grad.clone(memory_format=torch.contiguous_format)
         return ctx.comm.raw_all_reduce(grad, ctx.axis), None, None
 
