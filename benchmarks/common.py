@@ -157,18 +157,6 @@ def spread(values: Sequence[float]) -> float:
     return (max(values) - min(values)) / m if values and m > 0 else float("nan")
 
 
-def time_calls(fn, reps: int, warmup: int = 1) -> list[float]:
-    """Wall seconds of ``reps`` calls of ``fn`` after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - start)
-    return out
-
-
 def fmt_bytes(b: float) -> str:
     """Bytes in MiB with 2 decimals (the scale of the volumes here)."""
     return f"{b / 2**20:.2f} MiB"
@@ -187,6 +175,20 @@ def add_training_options(p: Any, epochs: int, perm_help: str = "node permutation
     p.add_argument("--warmup", type=int, default=1, help="untimed epochs per grid (default 1)")
     p.add_argument("--epochs", type=int, default=epochs,
                    help=f"timed epochs per grid (default {epochs})")
+
+
+def training_config(args: Any, p: Any) -> tuple[Any, Any]:
+    """(ModelConfig, EngineConfig) from the options of `add_training_options`; a bad --engine or
+    --backend is reported by parser ``p``."""
+    from plexus.config import ModelConfig  # noqa: PLC0415
+
+    cfg = ModelConfig(num_layers=args.layers, hidden=args.hidden, dropout=args.dropout,
+                      order=args.order)
+    try:
+        return cfg, engine_config(args.backend, args.engine)
+    except ValueError as e:
+        p.error(str(e))
+        raise  # unreachable: p.error exits
 
 
 def grid_text(dims: Sequence[int]) -> str:

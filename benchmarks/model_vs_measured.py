@@ -39,7 +39,7 @@ if __package__ in (None, ""):
 
 from benchmarks.common import (DEFAULT_SPEC, OUT_DIR, SMOKE_SPEC, Job, RunOptions, Tee,
                                add_training_options,
-                               engine_config, format_table, grid_text, load_bundle, machine_info,
+                               training_config, format_table, grid_text, load_bundle, machine_info,
                                model_spec, run_by_world, write_csv, write_json, write_text)
 
 TARGET = 0.10  # the model's chosen grid within 10% of the fastest measured one
@@ -119,7 +119,6 @@ def main(argv: list[str] | None = None) -> int:
     if not worlds or min(worlds) < 1 or args.epochs < 1 or args.warmup < 0:
         p.error("--world-sizes must be positive, --epochs >= 1, --warmup >= 0")
 
-    from plexus.config import ModelConfig
     from plexus.perfmodel import Calibration, factorizations, rank_configs
 
     say = Tee()
@@ -136,12 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     say(f"calibration {source}: SpMM {cal.spmm_flops:.3g} flop/s, GEMM {cal.gemm_flops:.3g} "
         f"flop/s, alpha {cal.alpha * 1e6:.1f} us, beta {1 / cal.beta / 1e9:.2f} GB/s")
 
-    cfg = ModelConfig(num_layers=args.layers, hidden=args.hidden, dropout=args.dropout,
-                      order=args.order)
-    try:
-        engine = engine_config(args.backend, args.engine)
-    except ValueError as e:
-        p.error(str(e))
+    cfg, engine = training_config(args, p)
     bundle = load_bundle(spec, args.root)
     mspec = model_spec(bundle, cfg, args.perm)
     say(f"graph {bundle.describe()}")

@@ -39,7 +39,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import (OUT_DIR, Tee, format_table, load_bundle, loadavg, machine_info,
-                               median, time_calls, write_csv, write_text)
+                               median, write_csv, write_text)
+from plexus.timing import time_calls
 
 
 def _ints(text: str) -> list[int]:

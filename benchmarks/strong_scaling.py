@@ -46,7 +46,7 @@ if __package__ in (None, ""):
 
 from benchmarks.common import (AXES, DEFAULT_SPEC, OUT_DIR, SMOKE_SPEC, GridRun, Job, RunOptions,
                                add_training_options,
-                               Tee, engine_config, format_table, grid_text, grids_of,
+                               Tee, training_config, format_table, grid_text, grids_of,
                                load_bundle, machine_info, model_bytes, parse_grids,
                                pyplot, run_by_world, save_figure, volumes_equal, write_csv,
                                write_json, write_text)
@@ -124,15 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.epochs < 1 or args.warmup < 0:
         p.error("--epochs must be >= 1 and --warmup >= 0")
 
-    from plexus.config import ModelConfig
-
     say = Tee()
-    cfg = ModelConfig(num_layers=args.layers, hidden=args.hidden, dropout=args.dropout,
-                      order=args.order)
-    try:
-        engine = engine_config(args.backend, args.engine)
-    except ValueError as e:
-        p.error(str(e))
+    cfg, engine = training_config(args, p)
     bundle = load_bundle(args.spec, args.root)
     info = machine_info()
     say(f"graph {bundle.describe()}")

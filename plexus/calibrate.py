@@ -28,19 +28,14 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .atomic import atomic_file
+from .timing import time_calls
 
 FORMAT_VERSION = 1
 
 
 def _timeit(fn: Callable[[], object], reps: int) -> float:
     """Median seconds of ``fn`` over ``reps`` calls, after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(time_calls(fn, reps))
 
 
 def measure_spmm(num_nodes: int = 50_000, nnz_per_row: int = 16,

@@ -9,6 +9,7 @@ the host's available RAM shared by the ranks of this node.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -38,8 +39,6 @@ def host_available_bytes() -> float:
                     return float(line.split()[1]) * 1024
     except OSError:
         pass
-    import os  # noqa: PLC0415 — fallback for systems without /proc
-
     return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
