@@ -170,7 +170,7 @@ def add_training_options(p: Any, epochs: int, perm_help: str = "node permutation
     p.add_argument("--order", default="agg", help="product order: agg, combine, auto or a list")
     p.add_argument("--backend", default="torch", help="SpMM backend: torch, scipy, torch-sparse")
     p.add_argument("--engine", default="",
-                   help="more EngineConfig fields, e.g. agg_chunks=4,overlap=1,tune_gemms=1")
+                   help="more EngineConfig fields, e.g. agg_chunks=4,overlap=1,tune_gemms=0")
     p.add_argument("--perm", default="none", help=f"{perm_help} (default none)")
     p.add_argument("--warmup", type=int, default=1, help="untimed epochs per grid (default 1)")
     p.add_argument("--epochs", type=int, default=epochs,
@@ -224,7 +224,7 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def engine_config(backend: str = "torch", options: str = "") -> Any:
     """`plexus.config.EngineConfig` with ``spmm_backend=backend`` and the comma-separated
-    ``key=value`` fields of ``options`` (e.g. "agg_chunks=4,overlap=1,tune_gemms=1"); values are
+    ``key=value`` fields of ``options`` (e.g. "agg_chunks=4,overlap=1,tune_gemms=0"); values are
     converted to the field's type. Raises ValueError naming a bad key or value."""
     import dataclasses
 
@@ -298,31 +298,54 @@ def model_spec(bundle: Bundle, cfg: Any, perm: str = "none") -> Any:
 # ---------------------------------------------------------------------------------------------
 # Distributed runs
 # ---------------------------------------------------------------------------------------------
+COMPUTE = ("spmm", "gemm")
+
+
 def _timers_class():
-    """`plexus.timing.Timers` that also accumulates the calling thread's CPU seconds.
+    """`plexus.timing.Timers` that also accumulates the calling thread's CPU seconds, and can
+    make the ranks take turns in their compute regions.
 
     With more ranks than cores a rank's wall time inside a kernel includes time it waited for a
     core; its thread CPU time does not. Each rank runs torch (and scipy) single-threaded in the
-    calling thread, so thread CPU time is the work the kernel did.
+    calling thread, so thread CPU time is the work the kernel did, but it still includes the
+    cache and memory-bandwidth contention of the ranks computing beside it. With ``turns`` set
+    (a process group over all ranks), each SpMM/GEMM region runs on one rank at a time: rank r
+    computes between the r-th and (r+1)-th of G barriers, the others wait blocked in theirs.
+    The timed kernels are the same; only their neighbours are gone. The collectives between
+    regions are untouched, so the epoch computes exactly what it does otherwise.
     """
+    import torch.distributed as dist
+
     from plexus.timing import Timers
 
     class CpuTimers(Timers):
         def __init__(self, device, enabled: bool = True) -> None:
             super().__init__(device, enabled)
             self.cpu_seconds: dict[str, float] = {}
+            self.turns = None  # a process group: take turns in compute regions
+            self.spans: list[tuple[float, float]] | None = None  # compute (start, end), if kept
 
         @contextmanager
         def __call__(self, name: str) -> Iterator[None]:
             if not self.enabled:
                 yield
                 return
-            cpu = time.thread_time()
+            turns = self.turns if name in COMPUTE else None
+            if turns is not None:
+                rank, size = dist.get_rank(turns), dist.get_world_size(turns)
+                for _ in range(rank):
+                    dist.barrier(group=turns)
+            cpu, start = time.thread_time(), time.perf_counter()
             try:
                 with super().__call__(name):
                     yield
             finally:
                 self.cpu_seconds[name] = self.cpu_seconds.get(name, 0.0) + time.thread_time() - cpu
+                if self.spans is not None and name in COMPUTE:
+                    self.spans.append((start, time.perf_counter()))
+                if turns is not None:
+                    for _ in range(size - rank):
+                        dist.barrier(group=turns)
 
         def reset(self) -> None:
             super().reset()
@@ -341,6 +364,8 @@ class RunOptions:
     perm: str = "none"
     seed: int = 0
     profile: bool = False  # one extra epoch under torch.profiler on rank 0
+    turn_epochs: int = 0  # more epochs whose compute regions run one rank at a time
+    keep_spans: bool = False  # record each compute region's (start, end) in the turn epochs
 
 
 @dataclass
@@ -364,8 +389,13 @@ def rank_worker(shard_dir: str, jobs: list[Job], opts: RunOptions) -> list[dict[
     the machine is shared, and a burst of someone else's load then hits every job alike instead
     of whichever happened to run at that minute.
 
-    Returns, per job: per measured epoch the step's wall and CPU seconds and that epoch's timers
-    (wall and thread CPU) and ledger; plus this rank's nnz and set-up time.
+    Then ``opts.turn_epochs`` more steps of each job whose SpMM/GEMM regions run one rank at a
+    time (see `_timers_class`): their compute times are the ranks' work without the contention
+    of G ranks sharing this machine's cores and caches.
+
+    Returns, per job: per measured epoch (and per turn-taking epoch) the step's wall and CPU
+    seconds and that epoch's timers (wall and thread CPU) and ledger; plus this rank's nnz and
+    set-up time.
     """
     import torch
     import torch.distributed as dist
@@ -394,25 +424,32 @@ def rank_worker(shard_dir: str, jobs: list[Job], opts: RunOptions) -> list[dict[
         trainer = Trainer(model, TrainConfig(epochs=10**9, seed=opts.seed, eval_every=0))
         built.append({"trainer": trainer, "timers": timers, "ledger": ledger, "grid": grid,
                       "nnz": {key: int(b.nnz) for key, b in shard.blocks.items()},
-                      "setup_s": time.perf_counter() - start, "epochs": [], "losses": []})
+                      "setup_s": time.perf_counter() - start, "epochs": [], "turn_epochs": [],
+                      "losses": []})
         del shard
-    for e in range(opts.warmup + opts.epochs):
+    turns = dist.new_group(backend="gloo") if opts.turn_epochs else None
+    for e in range(opts.warmup + opts.epochs + opts.turn_epochs):
+        taking_turns = e >= opts.warmup + opts.epochs
         for k in range(len(built)):
             job = built[(k + e) % len(built)]  # rotate: no job always runs first
             timers, ledger = job["timers"], job["ledger"]
             timers.reset()
             ledger.reset()
+            timers.turns = turns if taking_turns else None
+            timers.spans = [] if taking_turns and opts.keep_spans else None
             dist.barrier()  # all ranks start the step together; the slowest one sets the pace
             wall, cpu, pcpu = time.perf_counter(), time.thread_time(), time.process_time()
             job["losses"].append(job["trainer"].train_step())
             wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
             pcpu = time.process_time() - pcpu  # all threads (intra-op pool, gloo) of the rank
             if e >= opts.warmup:
-                job["epochs"].append({
+                job["turn_epochs" if taking_turns else "epochs"].append({
                     "wall": wall, "cpu": cpu, "process_cpu": pcpu,
                     "timers": dict(timers.seconds), "timers_cpu": dict(timers.cpu_seconds),
+                    "spans": timers.spans,
                     "bytes": {f"{a}:{op}": v for (a, op), v in ledger.bytes.items()},
                     "calls": {f"{a}:{op}": v for (a, op), v in ledger.calls.items()}})
+            timers.turns = timers.spans = None
     results = []
     for job in built:
         profile = None
@@ -425,6 +462,7 @@ def rank_worker(shard_dir: str, jobs: list[Job], opts: RunOptions) -> list[dict[
             if rank == 0:
                 profile = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
         results.append({"rank": rank, "coords": job["grid"].coords, "epochs": job["epochs"],
+                        "turn_epochs": job["turn_epochs"],
                         "losses": job["losses"], "setup_s": job["setup_s"], "nnz": job["nnz"],
                         "threads": torch.get_num_threads(), "profile": profile})
     return results
@@ -467,15 +505,16 @@ class GridRun:
         order = {"spmm": 0, "gemm": 1}
         return sorted(names, key=lambda n: (order.get(n, 2), n))
 
-    def per_rank(self, name: str, cpu: bool = False) -> list[float]:
+    def per_rank(self, name: str, cpu: bool = False, turns: bool = False) -> list[float]:
         """Per rank: median over epochs of timer ``name`` (seconds per epoch). ``name`` may also be
         "compute" (spmm + gemm), "comm" (every collective), "step" (the whole step) or "other"
-        (the step minus every timer: dropout, activations, loss arithmetic, Adam, autograd)."""
+        (the step minus every timer: dropout, activations, loss arithmetic, Adam, autograd).
+        ``turns``: over the epochs whose compute regions ran one rank at a time."""
         key = "timers_cpu" if cpu else "timers"
         out = []
         for r in self.ranks:
             vals = []
-            for ep in r["epochs"]:
+            for ep in r["turn_epochs" if turns else "epochs"]:
                 t = ep[key]
                 if name == "compute":
                     v = t.get("spmm", 0.0) + t.get("gemm", 0.0)
@@ -491,9 +530,9 @@ class GridRun:
             out.append(median(vals))
         return out
 
-    def stat(self, name: str, cpu: bool = False) -> tuple[float, float]:
+    def stat(self, name: str, cpu: bool = False, turns: bool = False) -> tuple[float, float]:
         """(max, mean) over ranks of `per_rank`."""
-        v = self.per_rank(name, cpu)
+        v = self.per_rank(name, cpu, turns)
         return max(v), sum(v) / len(v)
 
     def ledger_bytes(self) -> dict[str, float]:

@@ -19,10 +19,12 @@ Per grid it prints:
 - bytes per axis one rank sent per epoch, from the engine's ledger and from the performance model
   (`plexus.perfmodel.epoch_volume`), and whether they are equal.
 - work efficiency: sum over ranks of compute time (SpMM + GEMM) divided by the 1x1x1 compute time
-  (one thread). The issue's target is <= 1.15 for G = 2, 4, 8. It is computed from the ranks'
-  thread CPU time (primary) and from wall time. With more ranks than cores the ranks wait for a
-  core inside their kernels, which wall time counts and CPU time does not; with at most one rank
-  per core both should agree.
+  (one thread). The issue's target is <= 1.15 for G = 2, 4, 8: the 3D split adds no hidden work.
+  It is measured from the ranks' thread CPU time in ``--turn-epochs`` extra epochs whose SpMM and
+  GEMM regions run one rank at a time (the collectives between them unchanged): on this 2-core
+  machine G ranks otherwise compute side by side on shared cores, caches and memory bandwidth,
+  and that contention, not the algorithm, inflates every kernel. The concurrent figures (thread
+  CPU time, and wall time, which also counts waiting for a core) are printed beside it.
 
 Caveat of this machine: G ranks share ``os.cpu_count()`` cores (2 here). Beyond that many ranks
 the epoch time cannot fall further, whatever the algorithm; the plot shows both ideals,
@@ -104,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="world sizes whose every factorization is run (default 1,2,4,8)")
     add_training_options(p, epochs=5,
                          perm_help="node permutation: none, single, double, balanced")
+    p.add_argument("--turn-epochs", type=int, default=2,
+                   help="extra epochs per grid whose compute regions run one rank at a time, "
+                        "for the work efficiency (default 2)")
     p.add_argument("--profile", action="store_true",
                    help="print a torch.profiler table of one more epoch of rank 0 per grid")
     p.add_argument("--out", type=Path, default=OUT_DIR, help=f"output folder (default {OUT_DIR})")
@@ -112,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.smoke:
         args.spec, args.hidden, args.warmup, args.epochs = SMOKE_SPEC, 16, 1, 2
+        args.turn_epochs = 1
         args.grids = args.grids or "1x1x1,2x1x1"
     try:
         grids = parse_grids(args.grids) if args.grids else \
@@ -121,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     if (1, 1, 1) not in grids:
         grids.insert(0, (1, 1, 1))
     grids = list(dict.fromkeys(grids))
-    if args.epochs < 1 or args.warmup < 0:
-        p.error("--epochs must be >= 1 and --warmup >= 0")
+    if args.epochs < 1 or args.warmup < 0 or args.turn_epochs < 1:
+        p.error("--epochs and --turn-epochs must be >= 1 and --warmup >= 0")
 
     say = Tee()
     cfg, engine = training_config(args, p)
@@ -133,12 +139,18 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.order}, backend {args.backend}, perm {args.perm}; 1 thread per rank; "
         f"{args.warmup} warm-up + {args.epochs} timed epochs")
     say(f"machine: {info['cpus']} cpus, load {info['loadavg']}, torch {info['torch']}")
-    opts = RunOptions(args.warmup, args.epochs, threads=1, perm=args.perm, profile=args.profile)
+    opts = RunOptions(args.warmup, args.epochs, threads=1, perm=args.perm, profile=args.profile,
+                      turn_epochs=args.turn_epochs)
     runs = run_by_world(bundle, [Job(g, cfg, engine) for g in grids], opts, log=say)
     base_run = runs[grids.index((1, 1, 1))]
     t1 = base_run.epoch_time()
     base_cpu = base_run.stat("compute", cpu=True)[0]
     base_wall = base_run.stat("compute")[0]
+    base_turns = base_run.stat("compute", cpu=True, turns=True)[0]
+
+    def work(run: GridRun) -> float:
+        """The work efficiency: compute CPU seconds summed over ranks taking turns / 1x1x1's."""
+        return sum(run.per_rank("compute", cpu=True, turns=True)) / base_turns
     losses0 = base_run.ranks[0]["losses"]
 
     rows, csv_rows, vol_rows = [], [], []
@@ -152,15 +164,17 @@ def main(argv: list[str] | None = None) -> int:
         ot_max, ot_mean = run.stat("other")
         work_cpu = sum(run.per_rank("compute", cpu=True)) / base_cpu
         work_wall = sum(run.per_rank("compute")) / base_wall
+        work_turns = work(run)
         ledger = run.ledger_bytes()
         model = model_bytes(bundle, cfg, run.dims, args.perm)
         equal = volumes_equal(ledger, model)
         loss_diff = max(abs(a - b) for a, b in zip(run.ranks[0]["losses"], losses0))
-        verdict = "" if g == 1 else ("ok" if work_cpu <= TARGET_WORK_EFFICIENCY else "MISS")
+        verdict = "" if g == 1 else ("ok" if work_turns <= TARGET_WORK_EFFICIENCY else "MISS")
         rows.append([grid_text(run.dims), g, f"{t:.3f}", f"{t1 / t:.2f}", f"{t1 / g:.3f}",
                      f"{sp_max:.3f}/{sp_mean:.3f}", f"{mm_max:.3f}/{mm_mean:.3f}",
                      f"{cm_max:.3f}/{cm_mean:.3f}", f"{ot_max:.3f}/{ot_mean:.3f}",
-                     f"{work_cpu:.3f} {verdict}".strip(), f"{work_wall:.3f}",
+                     f"{work_turns:.3f} {verdict}".strip(), f"{work_cpu:.3f}",
+                     f"{work_wall:.3f}",
                      f"{run.nnz_imbalance():.3f}"])
         vol_rows.append([grid_text(run.dims),
                          *(f"{ledger[a] / 2**20:.2f}" for a in AXES),
@@ -173,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
                "gemm_mean_s": mm_mean, "comm_max_s": cm_max, "comm_mean_s": cm_mean,
                "other_max_s": ot_max, "other_mean_s": ot_mean,
                "compute_cpu_sum_s": sum(run.per_rank("compute", cpu=True)),
-               "work_efficiency_cpu": work_cpu, "work_efficiency_wall": work_wall,
+               "compute_cpu_sum_turns_s": sum(run.per_rank("compute", cpu=True, turns=True)),
+               "work_efficiency": work_turns, "work_efficiency_concurrent_cpu": work_cpu,
+               "work_efficiency_concurrent_wall": work_wall,
                "nnz_imbalance": run.nnz_imbalance(), "volumes_equal": equal,
                "max_loss_diff_vs_1x1x1": loss_diff}
         for n in coll:
@@ -184,11 +200,12 @@ def main(argv: list[str] | None = None) -> int:
 
     say("")
     say("epoch s = median slowest-rank step; max/mean = over ranks, seconds per epoch; "
-        "work eff = sum over ranks of (spmm+gemm) / 1x1x1's, from thread CPU time (target "
-        f"<= {TARGET_WORK_EFFICIENCY}) and from wall time; nnz imb = max/mean non-zeros per rank")
+        "work eff = sum over ranks of (spmm+gemm) / 1x1x1's: 'turns' from thread CPU time with "
+        f"the ranks computing one at a time (target <= {TARGET_WORK_EFFICIENCY}), 'cpu' and "
+        "'wall' with the ranks computing side by side; nnz imb = max/mean non-zeros per rank")
     say(format_table(["grid", "G", "epoch s", "speedup", "ideal s", "spmm max/mean",
-                      "gemm max/mean", "comm max/mean", "other max/mean", "work eff (cpu)",
-                      "work eff (wall)", "nnz imb"], rows))
+                      "gemm max/mean", "comm max/mean", "other max/mean", "work eff (turns)",
+                      "work eff (cpu)", "work eff (wall)", "nnz imb"], rows))
     say("")
     say("collectives, seconds per epoch, max/mean over ranks:")
     crow = []
@@ -211,13 +228,14 @@ def main(argv: list[str] | None = None) -> int:
             continue
         group = [r for r in runs if r.world == w]
         best = min(group, key=GridRun.epoch_time)
-        effs = [sum(r.per_rank("compute", cpu=True)) / base_cpu for r in group]
+        effs = [work(r) for r in group]
+        concurrent = [sum(r.per_rank("compute", cpu=True)) / base_cpu for r in group]
         say(f"G={w}: best grid {grid_text(best.dims)} {best.epoch_time():.3f} s/epoch "
-            f"(speed-up {t1 / best.epoch_time():.2f}, ideal {w}); work efficiency (cpu) "
-            f"{min(effs):.3f}..{max(effs):.3f}, best grid's "
-            f"{sum(best.per_rank('compute', cpu=True)) / base_cpu:.3f} -> target <= "
+            f"(speed-up {t1 / best.epoch_time():.2f}, ideal {w}); work efficiency "
+            f"{min(effs):.3f}..{max(effs):.3f} (side by side: {min(concurrent):.3f}.."
+            f"{max(concurrent):.3f}), best grid's {work(best):.3f} -> target <= "
             f"{TARGET_WORK_EFFICIENCY}: "
-            f"{'MET' if max(effs) <= TARGET_WORK_EFFICIENCY else 'MISSED on some grids'}")
+            f"{'MET on every grid' if max(effs) <= TARGET_WORK_EFFICIENCY else 'MISSED on some grids'}")
     for run in runs:
         if run.ranks[0].get("profile"):
             say("")

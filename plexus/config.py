@@ -58,5 +58,5 @@ class EngineConfig:
     spmm_backend: str = "torch"  # "torch" (CSR), "scipy" (CPU only), "torch-sparse" when installed
     agg_chunks: int = 1  # Â's row block cut into this many chunks for the aggregation
     overlap: bool = False  # each chunk's all-reduce runs while the next chunk's SpMM computes
-    tune_gemms: bool = False  # time each GEMM call site's formulations once, keep the fastest
+    tune_gemms: bool = True  # time each GEMM call site's formulations once, keep the fastest
     timers: bool = True

@@ -89,7 +89,7 @@ class GCNLayer3D(nn.Module):
         super().__init__()
         self.plan, self.comm, self.a = plan, comm, a
         self.chunks, self.overlap = chunks or [a], overlap
-        self.tuner = tuner or GemmTuner(enabled=False)
+        self.tuner = tuner or GemmTuner()
         shape, coords = comm.grid.shape, comm.grid.coords
         rows, cols = weight_block(plan, shape, coords, *w_full.shape)
         self.W = nn.Parameter(w_full[rows, cols].clone().to(comm.grid.device))

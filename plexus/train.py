@@ -124,8 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="cut each aggregation into K row chunks (default 1)")
     eng.add_argument("--overlap", action="store_true",
                      help="overlap each chunk's all-reduce with the next chunk's SpMM")
-    eng.add_argument("--tune-gemms", action="store_true",
-                     help="time the GEMM formulations once per call site and keep the fastest")
+    eng.add_argument("--tune-gemms", action=argparse.BooleanOptionalAction, default=True,
+                     help="time the GEMM formulations once per call site and keep the fastest "
+                          "(default on; --no-tune-gemms multiplies as a @ b)")
     eng.add_argument("--no-timers", dest="timers", action="store_false",
                      help="do not time kernels and collectives (no timing breakdown)")
     return p
