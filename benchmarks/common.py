@@ -301,6 +301,29 @@ def model_spec(bundle: Bundle, cfg: Any, perm: str = "none") -> Any:
 COMPUTE = ("spmm", "gemm")
 
 
+@dataclass
+class Turns:
+    """Ranks taking turns in their compute regions, ``slots`` ranks at a time (see
+    `_timers_class`): ``group`` spans all ranks."""
+
+    group: Any
+    slots: int
+
+    def __post_init__(self) -> None:
+        import torch.distributed as dist
+
+        self.size = dist.get_world_size(self.group)
+        self.mine = dist.get_rank(self.group) // self.slots  # this rank's turn
+        self.count = -(-self.size // self.slots)  # turns per region
+
+    def wait(self, before: bool) -> None:
+        """The barriers before this rank's turn (``before``) or from its end on."""
+        import torch.distributed as dist
+
+        for _ in range(self.mine if before else self.count - self.mine):
+            dist.barrier(group=self.group)
+
+
 def _timers_class():
     """`plexus.timing.Timers` that also accumulates the calling thread's CPU seconds, and can
     make the ranks take turns in their compute regions.
@@ -308,21 +331,20 @@ def _timers_class():
     With more ranks than cores a rank's wall time inside a kernel includes time it waited for a
     core; its thread CPU time does not. Each rank runs torch (and scipy) single-threaded in the
     calling thread, so thread CPU time is the work the kernel did, but it still includes the
-    cache and memory-bandwidth contention of the ranks computing beside it. With ``turns`` set
-    (a process group over all ranks), each SpMM/GEMM region runs on one rank at a time: rank r
-    computes between the r-th and (r+1)-th of G barriers, the others wait blocked in theirs.
-    The timed kernels are the same; only their neighbours are gone. The collectives between
-    regions are untouched, so the epoch computes exactly what it does otherwise.
+    cost of sharing a core: another rank's time slices evict this one's caches mid-kernel.
+    With ``turns`` set (a `Turns`), each SpMM/GEMM region runs on ``turns.slots`` ranks at a
+    time: ranks r with r // slots = t compute between the t-th and (t+1)-th of ⌈G/slots⌉
+    barriers, the others wait blocked in theirs. With one slot per core that is G ranks on G
+    cores, as far as the kernels can tell. The collectives between regions are untouched, so
+    the epoch computes exactly what it does otherwise.
     """
-    import torch.distributed as dist
-
     from plexus.timing import Timers
 
     class CpuTimers(Timers):
         def __init__(self, device, enabled: bool = True) -> None:
             super().__init__(device, enabled)
             self.cpu_seconds: dict[str, float] = {}
-            self.turns = None  # a process group: take turns in compute regions
+            self.turns: Turns | None = None
             self.spans: list[tuple[float, float]] | None = None  # compute (start, end), if kept
 
         @contextmanager
@@ -332,9 +354,7 @@ def _timers_class():
                 return
             turns = self.turns if name in COMPUTE else None
             if turns is not None:
-                rank, size = dist.get_rank(turns), dist.get_world_size(turns)
-                for _ in range(rank):
-                    dist.barrier(group=turns)
+                turns.wait(before=True)
             cpu, start = time.thread_time(), time.perf_counter()
             try:
                 with super().__call__(name):
@@ -344,8 +364,7 @@ def _timers_class():
                 if self.spans is not None and name in COMPUTE:
                     self.spans.append((start, time.perf_counter()))
                 if turns is not None:
-                    for _ in range(size - rank):
-                        dist.barrier(group=turns)
+                    turns.wait(before=False)
 
         def reset(self) -> None:
             super().reset()
@@ -364,7 +383,8 @@ class RunOptions:
     perm: str = "none"
     seed: int = 0
     profile: bool = False  # one extra epoch under torch.profiler on rank 0
-    turn_epochs: int = 0  # more epochs whose compute regions run one rank at a time
+    turn_epochs: int = 0  # more epochs whose compute regions run turn_slots ranks at a time
+    turn_slots: int = 1
     keep_spans: bool = False  # record each compute region's (start, end) in the turn epochs
 
 
@@ -389,9 +409,9 @@ def rank_worker(shard_dir: str, jobs: list[Job], opts: RunOptions) -> list[dict[
     the machine is shared, and a burst of someone else's load then hits every job alike instead
     of whichever happened to run at that minute.
 
-    Then ``opts.turn_epochs`` more steps of each job whose SpMM/GEMM regions run one rank at a
-    time (see `_timers_class`): their compute times are the ranks' work without the contention
-    of G ranks sharing this machine's cores and caches.
+    Then ``opts.turn_epochs`` more steps of each job whose SpMM/GEMM regions run
+    ``opts.turn_slots`` ranks at a time (see `_timers_class`): their compute times are the
+    ranks' work without G ranks time-sharing fewer cores.
 
     Returns, per job: per measured epoch (and per turn-taking epoch) the step's wall and CPU
     seconds and that epoch's timers (wall and thread CPU) and ledger; plus this rank's nnz and
@@ -427,7 +447,7 @@ def rank_worker(shard_dir: str, jobs: list[Job], opts: RunOptions) -> list[dict[
                       "setup_s": time.perf_counter() - start, "epochs": [], "turn_epochs": [],
                       "losses": []})
         del shard
-    turns = dist.new_group(backend="gloo") if opts.turn_epochs else None
+    turns = Turns(dist.new_group(backend="gloo"), opts.turn_slots) if opts.turn_epochs else None
     for e in range(opts.warmup + opts.epochs + opts.turn_epochs):
         taking_turns = e >= opts.warmup + opts.epochs
         for k in range(len(built)):
@@ -509,7 +529,7 @@ class GridRun:
         """Per rank: median over epochs of timer ``name`` (seconds per epoch). ``name`` may also be
         "compute" (spmm + gemm), "comm" (every collective), "step" (the whole step) or "other"
         (the step minus every timer: dropout, activations, loss arithmetic, Adam, autograd).
-        ``turns``: over the epochs whose compute regions ran one rank at a time."""
+        ``turns``: over the epochs whose compute regions took turns."""
         key = "timers_cpu" if cpu else "timers"
         out = []
         for r in self.ranks:

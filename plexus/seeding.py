@@ -34,39 +34,51 @@ def _key(*parts: int) -> int:
     return int(k)
 
 
+def _as_int32(x: torch.Tensor) -> torch.Tensor:
+    """int64 tensor of 32-bit values -> int32 tensor with the same 32 bits."""
+    return (x - ((x >> 31) << 32)).to(torch.int32)
+
+
 def dropout_keep(seed: int, step: int, layer: int, rows: torch.Tensor, col_start: int,
                  num_cols: int, p: float) -> torch.Tensor:
     """Boolean keep-mask of shape (len(rows), num_cols) for global rows ``rows`` (original node
     ids) and global columns col_start .. col_start + num_cols - 1.
 
-    Each 32-bit hash yields two 16-bit uniforms (columns 2q and 2q+1), so the per-element work is
-    one xor, two multiply-xorshift rounds and a compare on half as many 64-bit words: dropout on
-    wide features must not cost more than the layer's GEMM.
+    The hash of (row, column pair q) is ``fmix(row_h ^ col_h)``'s first two rounds on 32-bit
+    values; its low and high 16 bits are the uniforms of columns 2q and 2q+1. The per-element
+    rounds run on int32, where a multiply keeps exactly the low 32 bits of the product (two's
+    complement) and ``(x >> 16) & 0xFFFF`` is the logical shift of the unsigned value: the
+    same bits as 64-bit arithmetic on half the memory, and the int32 words then read as int16
+    pairs in column order without a copy. Dropout on wide features must not cost more than the
+    layer's GEMM.
     """
     key = _key(seed, step, layer)
     row_h = _fmix((rows.to(torch.int64) & _M32) ^ key)
     q0, q1 = col_start // 2, (col_start + num_cols + 1) // 2
     q = torch.arange(q0, q1, dtype=torch.int64, device=rows.device)
     col_h = _fmix((q * _GOLDEN & _M32) ^ _key(key, 1))
-    h = row_h[:, None] ^ col_h[None, :]
+    h = _as_int32(row_h)[:, None] ^ _as_int32(col_h)[None, :]
+    shifted = torch.empty_like(h)
     for _ in range(2):  # one round leaves rows whose hashes share low bits correlated
-        h.mul_(_MUL).bitwise_and_(_M32)
-        h.bitwise_xor_(h >> 16)
-    # the two low 16-bit halves of each 32-bit hash, in column order (little-endian words)
-    halves = h.view(torch.int16).view(h.shape[0], h.shape[1], 4)
-    halves = halves[:, :, :2] if sys.byteorder == "little" else halves[:, :, 3:1:-1]
-    u = halves.reshape(h.shape[0], 2 * h.shape[1])[:, col_start - 2 * q0:][:, :num_cols]
+        h.mul_(_MUL)
+        torch.bitwise_right_shift(h, 16, out=shifted).bitwise_and_(0xFFFF)
+        h.bitwise_xor_(shifted)
+    halves = h.view(torch.int16)  # (rows, 2·pairs): each word's two 16-bit halves
+    if sys.byteorder != "little":  # the high half comes first in memory: swap to low, high
+        halves = halves.view(h.shape[0], h.shape[1], 2).flip(-1).reshape(h.shape[0], -1)
+    u = halves[:, col_start - 2 * q0:col_start - 2 * q0 + num_cols]
     # a uniform 16-bit value read as signed is uniform on [-32768, 32767]
     return u >= round(p * 65536) - 32768
 
 
 def dropout(h: torch.Tensor, seed: int, step: int, layer: int, rows: torch.Tensor,
             col_start: int, p: float) -> torch.Tensor:
-    """Inverted dropout of ``h`` with the grid-independent mask of `dropout_keep`."""
+    """Inverted dropout of ``h`` with the grid-independent mask of `dropout_keep`: one product
+    with the mask scaled by 1/(1-p), forward and backward."""
     if p <= 0.0:
         return h
     keep = dropout_keep(seed, step, layer, rows, col_start, h.shape[1], p)
-    return h * keep * (1.0 / (1.0 - p))
+    return h * keep.to(h.dtype).mul_(1.0 / (1.0 - p))
 
 
 def glorot_weights(seed: int, widths: list[int]) -> list[torch.Tensor]:
