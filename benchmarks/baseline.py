@@ -182,9 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.threads, args.epochs, args.rounds) < 1 or args.warmup < 0:
         p.error("--threads, --epochs and --rounds must be >= 1, --warmup >= 0")
     try:
-        engine_config("torch", args.engine)
+        engine = engine_config("torch", args.engine)
     except ValueError as e:
         p.error(str(e))
+    from plexus.hostmem import enable_huge_pages, retain_freed_memory
+
+    # What plexus-train's workers do on the CPU, given to the in-process variants (PyG, serial)
+    # alike; huge pages only work if asked for before the first tensor.
+    huge = engine.huge_pages and enable_huge_pages()
 
     import torch
 
@@ -210,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         f"timed epochs x {args.rounds} round(s)")
     say(f"machine: {info['cpus']} cpus, load {info['loadavg']}, torch {info['torch']}, "
         f"PyG {pyg_version or 'n/a'}")
+    retain = engine.retain_host_memory and retain_freed_memory()
+    say(f"host memory (plexus.hostmem), every variant: huge pages {'on' if huge else 'off'}, "
+        f"freed memory retained {'yes' if retain else 'no'}")
 
     def cfg_for(order: str) -> ModelConfig:
         return ModelConfig(num_layers=args.layers, hidden=args.hidden, dropout=args.dropout,

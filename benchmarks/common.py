@@ -317,9 +317,12 @@ class Turns:
         self.count = -(-self.size // self.slots)  # turns per region
 
     def wait(self, before: bool) -> None:
-        """The barriers before this rank's turn (``before``) or from its end on."""
+        """The barriers before this rank's turn (``before``) or from its end on; none when all
+        ranks fit in one turn (then the ranks compute side by side, one per core)."""
         import torch.distributed as dist
 
+        if self.count == 1:
+            return
         for _ in range(self.mine if before else self.count - self.mine):
             dist.barrier(group=self.group)
 
@@ -401,6 +404,14 @@ class Job:
         return self.dims[0] * self.dims[1] * self.dims[2]
 
 
+def epoch_kinds(opts: RunOptions) -> list[str]:
+    """The epochs of a run in order: the warm-up ones, then the timed and the turn-taking ones
+    spread evenly among each other, so a drift of the machine's load hits both kinds alike."""
+    timed = [("timed", (i + 0.5) / opts.epochs) for i in range(opts.epochs)]
+    turns = [("turns", (i + 0.5) / opts.turn_epochs) for i in range(opts.turn_epochs)]
+    return ["warmup"] * opts.warmup + [k for k, _ in sorted(timed + turns, key=lambda t: t[1])]
+
+
 def rank_worker(shard_dir: str, jobs: list[Job], opts: RunOptions) -> list[dict[str, Any]]:
     """One rank of `run_jobs` (runs inside a gloo world): build every job's grid and model from
     this rank's pickled shards, then time ``opts.warmup`` + ``opts.epochs`` training steps of each.
@@ -409,9 +420,9 @@ def rank_worker(shard_dir: str, jobs: list[Job], opts: RunOptions) -> list[dict[
     the machine is shared, and a burst of someone else's load then hits every job alike instead
     of whichever happened to run at that minute.
 
-    Then ``opts.turn_epochs`` more steps of each job whose SpMM/GEMM regions run
-    ``opts.turn_slots`` ranks at a time (see `_timers_class`): their compute times are the
-    ranks' work without G ranks time-sharing fewer cores.
+    Among them (`epoch_kinds`), ``opts.turn_epochs`` more steps of each job whose SpMM/GEMM
+    regions run ``opts.turn_slots`` ranks at a time (see `_timers_class`): their compute times
+    are the ranks' work without G ranks time-sharing fewer cores.
 
     Returns, per job: per measured epoch (and per turn-taking epoch) the step's wall and CPU
     seconds and that epoch's timers (wall and thread CPU) and ledger; plus this rank's nnz and
@@ -423,6 +434,7 @@ def rank_worker(shard_dir: str, jobs: list[Job], opts: RunOptions) -> list[dict[
     from plexus.comm import Comm
     from plexus.config import TrainConfig
     from plexus.grid import Grid
+    from plexus.hostmem import retain_freed_memory
     from plexus.ledger import Ledger
     from plexus.model import DistributedGCN
     from plexus.trainer import Trainer
@@ -447,9 +459,11 @@ def rank_worker(shard_dir: str, jobs: list[Job], opts: RunOptions) -> list[dict[
                       "setup_s": time.perf_counter() - start, "epochs": [], "turn_epochs": [],
                       "losses": []})
         del shard
+    if any(j.engine_cfg.retain_host_memory for j in jobs):  # as plexus-train does, after loading
+        retain_freed_memory()
     turns = Turns(dist.new_group(backend="gloo"), opts.turn_slots) if opts.turn_epochs else None
-    for e in range(opts.warmup + opts.epochs + opts.turn_epochs):
-        taking_turns = e >= opts.warmup + opts.epochs
+    for e, kind in enumerate(epoch_kinds(opts)):
+        taking_turns = kind == "turns"
         for k in range(len(built)):
             job = built[(k + e) % len(built)]  # rotate: no job always runs first
             timers, ledger = job["timers"], job["ledger"]
@@ -462,7 +476,7 @@ def rank_worker(shard_dir: str, jobs: list[Job], opts: RunOptions) -> list[dict[
             job["losses"].append(job["trainer"].train_step())
             wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
             pcpu = time.process_time() - pcpu  # all threads (intra-op pool, gloo) of the rank
-            if e >= opts.warmup:
+            if kind != "warmup":
                 job["turn_epochs" if taking_turns else "epochs"].append({
                     "wall": wall, "cpu": cpu, "process_cpu": pcpu,
                     "timers": dict(timers.seconds), "timers_cpu": dict(timers.cpu_seconds),
@@ -598,6 +612,7 @@ def run_jobs(bundle: Bundle, jobs: Sequence[Job], opts: RunOptions | None = None
     instead of regenerating the graph.
     """
     from plexus.config import EngineConfig
+    from plexus.hostmem import huge_pages_env
     from plexus.localworld import run_world
     from plexus.partitioners import make_permutation, shard_graph
 
@@ -621,8 +636,9 @@ def run_jobs(bundle: Bundle, jobs: Sequence[Job], opts: RunOptions | None = None
                 with open(Path(tmp) / f"job{k}-rank{r}.pkl", "wb") as f:
                     pickle.dump(shard, f, protocol=pickle.HIGHEST_PROTOCOL)
                 del shard
+        huge = any(j.engine_cfg.huge_pages for j in jobs)  # as plexus-train's workers
         ranks = run_world(world, rank_worker, tmp, jobs, opts, timeout=timeout,
-                          threads=opts.threads)
+                          threads=opts.threads, env=huge_pages_env() if huge else None)
     wall = time.perf_counter() - start
     return [GridRun(j.dims, [r[k] for r in ranks], wall, j.model_cfg, j.engine_cfg, opts)
             for k, j in enumerate(jobs)]

@@ -22,9 +22,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world: int, port: int, threads: int, fn, args, queue) -> None:
+def _worker(rank: int, world: int, port: int, threads: int, fn, args, queue,
+            env: dict[str, str]) -> None:
     import torch.distributed as dist
 
+    os.environ.update(env)  # before this process's first tensor (see plexus.hostmem)
     torch.set_num_threads(threads)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     try:
@@ -38,14 +40,16 @@ def _worker(rank: int, world: int, port: int, threads: int, fn, args, queue) -> 
         queue.put((rank, "error", traceback.format_exc()))
 
 
-def run_world(world: int, fn, *args, timeout: float = 900, threads: int = 1) -> list:
+def run_world(world: int, fn, *args, timeout: float = 900, threads: int = 1,
+              env: dict[str, str] | None = None) -> list:
     """Call ``fn(*args)`` on every rank of a fresh world; return the per-rank results in rank
     order. ``fn`` must be importable (module level). Raises with the failing rank's traceback if
-    any rank raises; a rank silent for ``timeout`` seconds fails the call."""
+    any rank raises; a rank silent for ``timeout`` seconds fails the call. ``env``: variables
+    set in each rank before it does anything else."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, world, port, threads, fn, args, queue), daemon=True)
+    procs = [ctx.Process(target=_worker, args=(r, world, port, threads, fn, args, queue, env or {}), daemon=True)
              for r in range(world)]
     for p in procs:
         p.start()

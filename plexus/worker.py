@@ -30,6 +30,7 @@ from .comm import Comm
 from .config import EngineConfig, ModelConfig, TrainConfig
 from .faults import Fault
 from .grid import Grid
+from .hostmem import enable_huge_pages, retain_freed_memory
 from .launch import (PEER_ERROR_GRACE_S, JobEnv, LaunchError, detect_environment,
                      die_with_launcher, init_process_group, is_peer_error)
 from .ledger import Ledger
@@ -315,6 +316,8 @@ def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
     comm = Comm(grid, Ledger(), Timers(device, enabled=opts.engine.timers))
     model = DistributedGCN(comm, setup.shard, opts.model, opts.train.seed, opts.engine)
     trainer = Trainer(model, opts.train)
+    if opts.engine.retain_host_memory and device.type == "cpu":
+        retain_freed_memory()  # the data is loaded: from here on every epoch allocates alike
     best = BestRecord()
     if setup.resume_from is not None:
         trainer.load_full_state(setup.resume_from["state"])
@@ -450,6 +453,8 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float) -> None:
 # ---- entry points -------------------------------------------------------------------------
 def run_rank(opts: RunOptions, env: JobEnv) -> int:
     """Everything one rank does, from joining the job to the summary; returns the exit status."""
+    if opts.engine.huge_pages:
+        enable_huge_pages()  # before this process's first CPU tensor
     try:
         device = init_process_group(env, opts.timeout_s)
     except LaunchError as e:  # e.g. a local rank without a GPU: the same on every such rank
