@@ -434,7 +434,6 @@ def rank_worker(shard_dir: str, jobs: list[Job], opts: RunOptions) -> list[dict[
     from plexus.comm import Comm
     from plexus.config import TrainConfig
     from plexus.grid import Grid
-    from plexus.hostmem import retain_freed_memory
     from plexus.ledger import Ledger
     from plexus.model import DistributedGCN
     from plexus.trainer import Trainer
@@ -459,8 +458,6 @@ def rank_worker(shard_dir: str, jobs: list[Job], opts: RunOptions) -> list[dict[
                       "setup_s": time.perf_counter() - start, "epochs": [], "turn_epochs": [],
                       "losses": []})
         del shard
-    if any(j.engine_cfg.retain_host_memory for j in jobs):  # as plexus-train does, after loading
-        retain_freed_memory()
     turns = Turns(dist.new_group(backend="gloo"), opts.turn_slots) if opts.turn_epochs else None
     for e, kind in enumerate(epoch_kinds(opts)):
         taking_turns = kind == "turns"

@@ -60,5 +60,4 @@ class EngineConfig:
     overlap: bool = False  # each chunk's all-reduce runs while the next chunk's SpMM computes
     tune_gemms: bool = True  # time each GEMM call site's formulations once, keep the fastest
     huge_pages: bool = True  # large CPU tensors on transparent huge pages (plexus.hostmem)
-    retain_host_memory: bool = False  # keep freed host memory for reuse: faster, +40 % peak
     timers: bool = True

@@ -130,10 +130,6 @@ def build_parser() -> argparse.ArgumentParser:
     eng.add_argument("--huge-pages", action=argparse.BooleanOptionalAction, default=True,
                      help="large CPU tensors on transparent huge pages: far fewer page faults "
                           "(default on)")
-    eng.add_argument("--retain-host-memory", action="store_true",
-                     help="CPU runs: keep freed host memory for reuse instead of page-faulting "
-                          "every epoch's tensors anew; faster, but fragmentation can raise the "
-                          "peak host memory by ~40%% (glibc only)")
     eng.add_argument("--no-timers", dest="timers", action="store_false",
                      help="do not time kernels and collectives (no timing breakdown)")
     return p
@@ -360,7 +356,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                           eval_every=a.eval_every),
         engine=EngineConfig(spmm_backend=a.spmm, agg_chunks=a.agg_chunks, overlap=a.overlap,
                             tune_gemms=a.tune_gemms, timers=a.timers,
-                            huge_pages=a.huge_pages, retain_host_memory=a.retain_host_memory),
+                            huge_pages=a.huge_pages),
         perm=a.perm, shards=a.shards, checkpoint=a.checkpoint,
         checkpoint_every=a.checkpoint_every or 10, resume=a.resume, log_json=a.log_json,
         quiet=a.quiet, timeout_s=a.timeout, check_memory=not memory_checked, fault=fault)

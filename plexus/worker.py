@@ -30,7 +30,7 @@ from .comm import Comm
 from .config import EngineConfig, ModelConfig, TrainConfig
 from .faults import Fault
 from .grid import Grid
-from .hostmem import enable_huge_pages, retain_freed_memory
+from .hostmem import enable_huge_pages
 from .launch import (PEER_ERROR_GRACE_S, JobEnv, LaunchError, detect_environment,
                      die_with_launcher, init_process_group, is_peer_error)
 from .ledger import Ledger
@@ -316,8 +316,6 @@ def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
     comm = Comm(grid, Ledger(), Timers(device, enabled=opts.engine.timers))
     model = DistributedGCN(comm, setup.shard, opts.model, opts.train.seed, opts.engine)
     trainer = Trainer(model, opts.train)
-    if opts.engine.retain_host_memory and device.type == "cpu":
-        retain_freed_memory()  # the data is loaded: from here on every epoch allocates alike
     best = BestRecord()
     if setup.resume_from is not None:
         trainer.load_full_state(setup.resume_from["state"])

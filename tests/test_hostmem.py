@@ -1,5 +1,5 @@
-"""plexus.hostmem: huge pages and retained memory cut the page faults of an epoch's large
-tensors; the local world hands the huge-page setting to its ranks."""
+"""plexus.hostmem: huge pages cut the page faults of an epoch's large tensors; the local world
+hands the setting to its ranks."""
 
 from __future__ import annotations
 
@@ -15,12 +15,10 @@ from plexus.localworld import run_world
 PAGES = 4 * 64 * 2**20 // 4096  # four 64 MiB tensors in 4 KiB pages
 SCRIPT = """
 import sys
-from plexus.hostmem import enable_huge_pages, retain_freed_memory
+from plexus.hostmem import enable_huge_pages
 import test_hostmem
 if sys.argv[1] == "huge":
     enable_huge_pages()
-elif sys.argv[1] == "retain":
-    retain_freed_memory()
 print(test_hostmem.big_allocation_faults())
 """
 
@@ -67,11 +65,6 @@ def test_huge_pages_cut_the_faults_and_reach_the_ranks_of_a_local_world():
     assert faults_in_fresh_process("huge") < PAGES // 20
     rank0, = run_world(1, big_allocation_faults, 1, env=huge_pages_env())
     assert rank0 < PAGES // 20
-
-
-@linux
-def test_retained_memory_is_reused_instead_of_faulted_in_again():
-    assert faults_in_fresh_process("retain") < PAGES // 20
 
 
 def test_a_users_own_huge_page_setting_stands(monkeypatch):
