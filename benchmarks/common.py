@@ -304,7 +304,7 @@ COMPUTE = ("spmm", "gemm")
 @dataclass
 class Turns:
     """Ranks taking turns in their compute regions, ``slots`` ranks at a time (see
-    `_timers_class`): ``group`` spans all ranks."""
+    `timers_class`): ``group`` spans all ranks."""
 
     group: Any
     slots: int
@@ -327,7 +327,7 @@ class Turns:
             dist.barrier(group=self.group)
 
 
-def _timers_class():
+def timers_class():
     """`plexus.timing.Timers` that also accumulates the calling thread's CPU seconds, and can
     make the ranks take turns in their compute regions.
 
@@ -421,7 +421,7 @@ def rank_worker(shard_dir: str, jobs: list[Job], opts: RunOptions) -> list[dict[
     of whichever happened to run at that minute.
 
     Among them (`epoch_kinds`), ``opts.turn_epochs`` more steps of each job whose SpMM/GEMM
-    regions run ``opts.turn_slots`` ranks at a time (see `_timers_class`): their compute times
+    regions run ``opts.turn_slots`` ranks at a time (see `timers_class`): their compute times
     are the ranks' work without G ranks time-sharing fewer cores.
 
     Returns, per job: per measured epoch (and per turn-taking epoch) the step's wall and CPU
@@ -448,7 +448,7 @@ def rank_worker(shard_dir: str, jobs: list[Job], opts: RunOptions) -> list[dict[
         grid = grids[job.dims]
         with open(Path(shard_dir) / f"job{k}-rank{rank}.pkl", "rb") as f:
             shard = pickle.load(f)
-        timers = _timers_class()(grid.device, enabled=True)
+        timers = timers_class()(grid.device, enabled=True)
         ledger = Ledger()
         model = DistributedGCN(Comm(grid, ledger, timers), shard, job.model_cfg, seed=opts.seed,
                                engine=job.engine_cfg)

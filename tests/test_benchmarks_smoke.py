@@ -128,3 +128,15 @@ def test_turn_epochs_compute_at_most_slots_ranks_at_a_time(slots: int) -> None:
 def test_most_at_once() -> None:
     assert most_at_once([(0, 1), (1, 2), (2, 3)]) == 1
     assert most_at_once([(0, 2), (1, 3), (1.5, 4), (3.5, 5)]) == 3
+
+
+def test_work_efficiency_smoke(tmp_path: Path) -> None:
+    out = run_script("work_efficiency.py", tmp_path)
+    assert "fake process group" in out and "G=2:" in out and "G=4:" in out
+    rows = read_csv(tmp_path / "work_efficiency.csv")
+    assert [(r["grid"], r["world"]) for r in rows] == [("2x1x1", "2"), ("1x2x2", "4")]
+    for r in rows:  # every rank's SpMMs and GEMMs ran and were timed
+        assert float(r["sum_spmm_s"]) > 0 and float(r["sum_gemm_s"]) > 0
+        total = float(r["sum_spmm_s"]) + float(r["sum_gemm_s"])
+        base = float(r["base_spmm_s"]) + float(r["base_gemm_s"])
+        assert float(r["work_efficiency"]) == pytest.approx(total / base, rel=1e-4)
