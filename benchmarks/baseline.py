@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", default=",".join(VARIANTS),
                    help=f"comma-separated subset of {', '.join(VARIANTS)}")
     p.add_argument("--engine", default="",
-                   help="more EngineConfig fields for the Plexus variants, e.g. tune_gemms=0")
+                   help="more EngineConfig fields for the Plexus variants, e.g. tune_gemms=1")
     p.add_argument("--profile", action="store_true",
                    help="print torch.profiler tables of one PyG adj_t and one Plexus epoch")
     p.add_argument("--out", type=Path, default=OUT_DIR, help=f"output folder (default {OUT_DIR})")

@@ -170,7 +170,7 @@ def add_training_options(p: Any, epochs: int, perm_help: str = "node permutation
     p.add_argument("--order", default="agg", help="product order: agg, combine, auto or a list")
     p.add_argument("--backend", default="torch", help="SpMM backend: torch, scipy, torch-sparse")
     p.add_argument("--engine", default="",
-                   help="more EngineConfig fields, e.g. agg_chunks=4,overlap=1,tune_gemms=0")
+                   help="more EngineConfig fields, e.g. agg_chunks=4,overlap=1,tune_gemms=1")
     p.add_argument("--perm", default="none", help=f"{perm_help} (default none)")
     p.add_argument("--warmup", type=int, default=1, help="untimed epochs per grid (default 1)")
     p.add_argument("--epochs", type=int, default=epochs,
@@ -224,7 +224,7 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def engine_config(backend: str = "torch", options: str = "") -> Any:
     """`plexus.config.EngineConfig` with ``spmm_backend=backend`` and the comma-separated
-    ``key=value`` fields of ``options`` (e.g. "agg_chunks=4,overlap=1,tune_gemms=0"); values are
+    ``key=value`` fields of ``options`` (e.g. "agg_chunks=4,overlap=1,tune_gemms=1"); values are
     converted to the field's type. Raises ValueError naming a bad key or value."""
     import dataclasses
 

@@ -58,6 +58,7 @@ class EngineConfig:
     spmm_backend: str = "torch"  # "torch" (CSR), "scipy" (CPU only), "torch-sparse" when installed
     agg_chunks: int = 1  # Â's row block cut into this many chunks for the aggregation
     overlap: bool = False  # each chunk's all-reduce runs while the next chunk's SpMM computes
-    tune_gemms: bool = True  # time each GEMM call site's formulations once, keep the fastest
+    tune_gemms: bool = False  # time each GEMM site's formulations once, keep the fastest (not
+    # bit-reproducible across runs); off: a fixed rule by shape (plexus.gemm.default_formulation)
     huge_pages: bool = True  # large CPU tensors on transparent huge pages (plexus.hostmem)
     timers: bool = True

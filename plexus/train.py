@@ -124,9 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="cut each aggregation into K row chunks (default 1)")
     eng.add_argument("--overlap", action="store_true",
                      help="overlap each chunk's all-reduce with the next chunk's SpMM")
-    eng.add_argument("--tune-gemms", action=argparse.BooleanOptionalAction, default=True,
+    eng.add_argument("--tune-gemms", action="store_true",
                      help="time the GEMM formulations once per call site and keep the fastest "
-                          "(default on; --no-tune-gemms multiplies as a @ b)")
+                          "(runs then differ in the last bits; default: a fixed rule by shape)")
     eng.add_argument("--huge-pages", action=argparse.BooleanOptionalAction, default=True,
                      help="large CPU tensors on transparent huge pages: far fewer page faults "
                           "(default on)")

@@ -15,7 +15,7 @@ GRIDS = {1: [(1, 1, 1)], 2: [(2, 1, 1), (1, 2, 1), (1, 1, 2)],
          4: [(2, 2, 1), (2, 1, 2), (1, 2, 2)], 6: [(3, 1, 2)], 8: [(2, 2, 2)], 16: [(2, 2, 4)]}
 CHECKS = [f"L{l}/{kind}" for l in (1, 2, 3, 4) for kind in ("step", "train-dropout", "train-no-dropout")] + [
     "orders/step-mixed", "orders/step-combine-learnable", "orders/train-auto",
-    "features/step-learnable-nobias", "engine/chunked-overlap-scipy", "engine/direct-gemms-chunked",
+    "features/step-learnable-nobias", "engine/chunked-overlap-scipy", "engine/tuned-gemms-chunked",
     "ledger/agg", "ledger/mixed-learnable", "comm/mixed-layouts"]
 
 _results: dict[int, dict[str, list[str]]] = {}

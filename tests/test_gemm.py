@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from plexus.gemm import FORMULATIONS, GemmTuner
+from plexus.gemm import FORMULATIONS, GemmTuner, default_formulation
 
 
 def operands() -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -34,7 +34,7 @@ def test_the_tuner_keeps_each_sites_fastest_formulation(monkeypatch):
         return fake[name]
 
     monkeypatch.setattr(GemmTuner, "_time", time_it)
-    tuner = GemmTuner()
+    tuner = GemmTuner(enabled=True)
     a, b = operands()[1]
     for _ in range(3):
         torch.testing.assert_close(tuner.mm("site", a, b), a @ b)
@@ -44,12 +44,18 @@ def test_the_tuner_keeps_each_sites_fastest_formulation(monkeypatch):
     assert len(tuner.choice) == 2 and len(timed) == 2 * len(FORMULATIONS)
 
 
-def test_a_disabled_tuner_multiplies_directly(monkeypatch):
+def test_untuned_products_follow_a_fixed_rule_without_timing(monkeypatch):
     monkeypatch.setattr(GemmTuner, "_time", lambda *args: pytest.fail("timed"))
-    a, b = operands()[0]
-    tuner = GemmTuner(enabled=False)
-    torch.testing.assert_close(tuner.mm("site", a, b), a @ b)
+    tuner = GemmTuner()
+    for a, b in operands():
+        torch.testing.assert_close(tuner.mm("site", a, b), a @ b)
     assert tuner.choice == {}
+    g = torch.randn(100, 8)
+    wide = torch.randn(100, 16)
+    act = torch.randn(100, 32)
+    assert default_formulation(act.T, g) == "transposed"  # dW = AGGᵀ·dOUT, narrow: the cliff
+    assert default_formulation(act.T, wide) == "direct"
+    assert default_formulation(act, torch.randn(32, 8)) == "direct"  # row-major left operand
 
 
 def test_the_tuner_avoids_a_slow_formulation(monkeypatch):
@@ -62,7 +68,7 @@ def test_the_tuner_avoids_a_slow_formulation(monkeypatch):
         return a @ b
 
     monkeypatch.setitem(FORMULATIONS, "direct", slow_direct)
-    tuner = GemmTuner()
+    tuner = GemmTuner(enabled=True)
     a, b = operands()[0]
     tuner.mm("site", a, b)
     assert list(tuner.choice.values()) in (["transposed"], ["contiguous"])
