@@ -598,6 +598,42 @@ class GridRun:
                 "ranks": [{k: v for k, v in r.items() if k != "profile"} for r in self.ranks]}
 
 
+def rank_shards(bundle: Bundle, dims: Sequence[int], model_cfg: Any, perm: Any,
+                seed: int) -> Iterator[Any]:
+    """Each rank's `RankShard` of grid ``dims`` in rank order, for the GCN of ``model_cfg`` and the
+    node permutation ``perm`` (from `plexus.partitioners.make_permutation`), one at a time."""
+    from plexus.partitioners import shard_graph
+
+    g = bundle.graph
+    dims = tuple(dims)
+    orders = model_cfg.orders(g.num_features, g.num_classes)
+    for r in range(dims[0] * dims[1] * dims[2]):
+        yield shard_graph(g, dict(zip(AXES, dims)), rank_coords(r, dims), model_cfg.num_layers,
+                          orders, perm, seed, bundle.adj_hat)
+
+
+def add_grid_options(p: Any, world_sizes: str, grids_help: str = "") -> None:
+    """--spec, --root, --grids and --world-sizes (default ``world_sizes``) of the grid
+    benchmarks; `selected_grids` reads them."""
+    p.add_argument("--spec", default=DEFAULT_SPEC, help=f"dataset spec (default {DEFAULT_SPEC})")
+    p.add_argument("--root", help="dataset root for file-based specs")
+    p.add_argument("--grids", help="comma-separated XxYxZ grids (default: every factorization "
+                                   f"of --world-sizes){grids_help}")
+    p.add_argument("--world-sizes", default=world_sizes,
+                   help=f"world sizes whose every factorization is run (default {world_sizes})")
+
+
+def selected_grids(args: Any, p: Any) -> list[tuple[int, int, int]]:
+    """The grids of `add_grid_options`' --grids, or else every factorization of --world-sizes,
+    without repeats; a bad value is reported by parser ``p``."""
+    try:
+        grids = parse_grids(args.grids) if args.grids else \
+            grids_of(int(w) for w in args.world_sizes.split(","))
+    except ValueError as e:
+        p.error(str(e))
+    return list(dict.fromkeys(grids))
+
+
 def run_jobs(bundle: Bundle, jobs: Sequence[Job], opts: RunOptions | None = None,
              timeout: float = 3600) -> list[GridRun]:
     """Run every job in turn on one world of local gloo ranks (``opts.threads`` torch threads
@@ -611,7 +647,7 @@ def run_jobs(bundle: Bundle, jobs: Sequence[Job], opts: RunOptions | None = None
     from plexus.config import EngineConfig
     from plexus.hostmem import huge_pages_env
     from plexus.localworld import run_world
-    from plexus.partitioners import make_permutation, shard_graph
+    from plexus.partitioners import make_permutation
 
     opts = opts or RunOptions()
     jobs = [Job(tuple(int(d) for d in j.dims), j.model_cfg, j.engine_cfg or EngineConfig())
@@ -620,16 +656,12 @@ def run_jobs(bundle: Bundle, jobs: Sequence[Job], opts: RunOptions | None = None
     if len(worlds) != 1:
         raise ValueError(f"run_jobs needs one world size, got {sorted(worlds)}")
     world = worlds.pop()
-    g = bundle.graph
     perm = make_permutation(bundle.adj_hat, opts.perm, opts.seed, world)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="plexus-bench-") as tmp:
         for k, job in enumerate(jobs):
-            orders = job.model_cfg.orders(g.num_features, g.num_classes)
-            for r in range(world):
-                shard = shard_graph(g, dict(zip(AXES, job.dims)), rank_coords(r, job.dims),
-                                    job.model_cfg.num_layers, orders, perm, opts.seed,
-                                    bundle.adj_hat)
+            for r, shard in enumerate(rank_shards(bundle, job.dims, job.model_cfg, perm,
+                                                  opts.seed)):
                 with open(Path(tmp) / f"job{k}-rank{r}.pkl", "wb") as f:
                     pickle.dump(shard, f, protocol=pickle.HIGHEST_PROTOCOL)
                 del shard

@@ -26,7 +26,9 @@ Per grid it prints:
   ``--turn-slots`` ranks (default: one per core) at a time, the rest waiting blocked at a
   barrier (the collectives between regions unchanged): G ranks on G cores as far as the kernels
   can tell. Its figure is the ranks' thread CPU time. The concurrent figures (thread CPU time,
-  and wall time, which also counts waiting for a core) are printed beside it.
+  and wall time, which also counts waiting for a core) are printed beside it. On a shared
+  machine both still swing from run to run; `work_efficiency.py`, which measures every rank
+  alone, is the steadier figure for the target.
 
 Caveat of this machine: G ranks share ``os.cpu_count()`` cores (2 here). Beyond that many ranks
 the epoch time cannot fall further, whatever the algorithm; the plot shows both ideals,
@@ -48,10 +50,10 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import (AXES, DEFAULT_SPEC, OUT_DIR, SMOKE_SPEC, GridRun, Job, RunOptions,
-                               add_training_options,
-                               Tee, training_config, format_table, grid_text, grids_of,
-                               load_bundle, machine_info, model_bytes, parse_grids,
+from benchmarks.common import (AXES, OUT_DIR, SMOKE_SPEC, GridRun, Job, RunOptions,
+                               add_grid_options, add_training_options,
+                               Tee, training_config, format_table, grid_text,
+                               load_bundle, machine_info, model_bytes, selected_grids,
                                pyplot, run_by_world, save_figure, volumes_equal, write_csv,
                                write_json, write_text)
 
@@ -100,17 +102,12 @@ def plot(runs: list[GridRun], base: float, path: Path, title: str) -> Path | Non
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--spec", default=DEFAULT_SPEC, help=f"dataset spec (default {DEFAULT_SPEC})")
-    p.add_argument("--root", help="dataset root for file-based specs")
-    p.add_argument("--grids", help="comma-separated XxYxZ grids (default: every factorization "
-                                   "of --world-sizes); 1x1x1 is always added as the reference")
-    p.add_argument("--world-sizes", default="1,2,4,8",
-                   help="world sizes whose every factorization is run (default 1,2,4,8)")
+    add_grid_options(p, "1,2,4,8", "; 1x1x1 is always added as the reference")
     add_training_options(p, epochs=5,
                          perm_help="node permutation: none, single, double, balanced")
     p.add_argument("--turn-epochs", type=int, default=2,
-                   help="extra epochs per grid whose compute regions run one rank at a time, "
-                        "for the work efficiency (default 2)")
+                   help="extra epochs per grid whose compute regions take turns (--turn-slots "
+                        "ranks at a time), for the work efficiency (default 2)")
     p.add_argument("--turn-slots", type=int, default=os.cpu_count() or 1,
                    help="ranks computing at a time in the turn epochs (default: the cores, "
                         f"{os.cpu_count()})")
@@ -124,14 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         args.spec, args.hidden, args.warmup, args.epochs = SMOKE_SPEC, 16, 1, 2
         args.turn_epochs = 1
         args.grids = args.grids or "1x1x1,2x1x1"
-    try:
-        grids = parse_grids(args.grids) if args.grids else \
-            grids_of(int(w) for w in args.world_sizes.split(","))
-    except ValueError as e:
-        p.error(str(e))
+    grids = selected_grids(args, p)
     if (1, 1, 1) not in grids:
         grids.insert(0, (1, 1, 1))
-    grids = list(dict.fromkeys(grids))
     if min(args.epochs, args.turn_epochs, args.turn_slots) < 1 or args.warmup < 0:
         p.error("--epochs, --turn-epochs and --turn-slots must be >= 1 and --warmup >= 0")
 

@@ -12,7 +12,7 @@ concurrent ranks measure the sharing of cores, caches and memory bandwidth as mu
 alone instead: in this one process, one torch thread, on a fake process group
 (``torch.testing._internal.distributed.fake_pg``: collectives return at once and leave their
 buffers as they are). The rank builds its real shard and model and runs the same SpMMs and GEMMs,
-with the same blocks, shapes, layouts and GEMM tuning, as in a real run; only the values that
+with the same blocks, shapes, layouts and GEMM formulations, as in a real run; only the values that
 collectives would have brought differ, and kernel times do not depend on values (denormals are
 flushed to zero, for every variant alike). Round by round, the 1x1x1 step is measured between
 the grids' ranks, so a drift of the machine's load hits both sides of the ratio alike.
@@ -33,10 +33,10 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import (AXES, DEFAULT_SPEC, OUT_DIR, SMOKE_SPEC, COMPUTE, Tee,
-                               add_training_options, format_table, grid_text, grids_of,
-                               load_bundle, machine_info, parse_grids, rank_coords,
-                               training_config, write_csv, write_text, timers_class)
+from benchmarks.common import (OUT_DIR, SMOKE_SPEC, COMPUTE, Tee, add_grid_options,
+                               add_training_options, format_table, grid_text, load_bundle,
+                               machine_info, rank_shards, selected_grids, timers_class,
+                               training_config, write_csv, write_text)
 
 TARGET = 1.15
 
@@ -74,26 +74,10 @@ def rank_step(shard: Any, dims: tuple[int, int, int], rank: int, cfg: Any, engin
         dist.destroy_process_group()
 
 
-def shards_of(bundle: Any, dims: tuple[int, int, int], cfg: Any, perm: str, seed: int) -> list:
-    """Every rank's shard of grid ``dims``, cut as `benchmarks.common.run_jobs` cuts them."""
-    from plexus.partitioners import make_permutation, shard_graph
-
-    g = bundle.graph
-    world = dims[0] * dims[1] * dims[2]
-    p = make_permutation(bundle.adj_hat, perm, seed, world)
-    orders = cfg.orders(g.num_features, g.num_classes)
-    return [shard_graph(g, dict(zip(AXES, dims)), rank_coords(r, dims), cfg.num_layers, orders,
-                        p, seed, bundle.adj_hat) for r in range(world)]
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--spec", default=DEFAULT_SPEC, help=f"dataset spec (default {DEFAULT_SPEC})")
-    p.add_argument("--root", help="dataset root for file-based specs")
-    p.add_argument("--grids", help="comma-separated XxYxZ grids (default: every factorization "
-                                   "of --world-sizes)")
-    p.add_argument("--world-sizes", default="2,4,8", help="default 2,4,8")
+    add_grid_options(p, "2,4,8")
     p.add_argument("--rounds", type=int, default=3,
                    help="measurements of every rank and of 1x1x1 per grid (default 3)")
     add_training_options(p, epochs=1)
@@ -103,12 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.spec, args.hidden, args.rounds = SMOKE_SPEC, 16, 1
         args.grids = args.grids or "2x1x1,1x2x2"
-    try:
-        grids = parse_grids(args.grids) if args.grids else \
-            grids_of(int(w) for w in args.world_sizes.split(","))
-    except ValueError as e:
-        p.error(str(e))
-    grids = [g for g in dict.fromkeys(grids) if g != (1, 1, 1)]
+    grids = [g for g in selected_grids(args, p) if g != (1, 1, 1)]
     if args.rounds < 1 or args.epochs < 1:
         p.error("--rounds and --epochs must be >= 1")
     cfg, engine = training_config(args, p)
@@ -129,18 +108,23 @@ def main(argv: list[str] | None = None) -> int:
         f"a fake process group; {args.rounds} round(s) x {args.epochs} step(s), median; huge "
         f"pages {'on' if huge else 'off'}")
     say(f"machine: {info['cpus']} cpus, load {info['loadavg']}, torch {info['torch']}")
-    base_shard = shards_of(bundle, (1, 1, 1), cfg, args.perm, 0)[0]
-    base_runs: list[dict[str, float]] = []
+    from plexus.partitioners import make_permutation
+
+    def shards_of(dims: tuple[int, int, int]) -> list:
+        world = dims[0] * dims[1] * dims[2]
+        perm = make_permutation(bundle.adj_hat, args.perm, 0, world)
+        return list(rank_shards(bundle, dims, cfg, perm, 0))
+
+    base_shard = shards_of((1, 1, 1))[0]
     rows, csv_rows, by_world = [], [], {}
     for dims in grids:
-        shards = shards_of(bundle, dims, cfg, args.perm, 0)
+        shards = shards_of(dims)
         per_rank: list[list[dict[str, float]]] = [[] for _ in shards]
         base_here = []
         for _ in range(args.rounds):
             base_here.append(rank_step(base_shard, (1, 1, 1), 0, cfg, engine, args.epochs))
             for r, shard in enumerate(shards):
                 per_rank[r].append(rank_step(shard, dims, r, cfg, engine, args.epochs))
-        base_runs += base_here
         base = {n: median(b[n] for b in base_here) for n in COMPUTE}
         ranks = [{n: median(m[n] for m in meas) for n in COMPUTE} for meas in per_rank]
         total = {n: sum(r[n] for r in ranks) for n in COMPUTE}
