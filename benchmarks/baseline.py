@@ -16,10 +16,10 @@ Variants:
   comparison: Plexus also takes Â precomputed. GCNConv always combines first, Â·(H·W).
 - ``pyg-edge_index``: the same convolution on ``edge_index`` + ``edge_weight`` = Â's entries
   (gather/scatter message passing).
-- ``serial``: `plexus.serial.SerialGCN` (torch COO ``sparse.mm``), with the same
+- ``serial``: `plexus.engine.serial.SerialGCN` (torch COO ``sparse.mm``), with the same
   grid-independent dropout masks as Plexus.
-- ``plexus-<backend>-<order>``: `plexus.model.DistributedGCN` on a 1-rank gloo world
-  (`plexus.localworld.run_world`), SpMM backend torch/scipy, product order agg/auto.
+- ``plexus-<backend>-<order>``: `plexus.engine.model.DistributedGCN` on a 1-rank gloo world
+  (`plexus.testing.localworld.run_world`), SpMM backend torch/scipy, product order agg/auto.
 
 Timing: ``--warmup`` untimed epochs, then ``--epochs`` timed ones per round, the median over all
 rounds reported. The machine is shared, so the epochs of the in-process variants are interleaved
@@ -118,9 +118,9 @@ def pyg_step(bundle: Bundle, hidden: int, layers: int, dropout: float, use_adj_t
 
 def serial_step(bundle: Bundle, cfg: Any) -> Callable[[], float]:
     """A closure running one epoch of the serial reference."""
-    from plexus.config import TrainConfig
-    from plexus.serial import SerialGCN
-    from plexus.trainer import Trainer
+    from plexus.engine.config import TrainConfig
+    from plexus.engine.serial import SerialGCN
+    from plexus.engine.trainer import Trainer
 
     trainer = Trainer(SerialGCN(bundle.graph, cfg, seed=0, adj_hat=bundle.adj_hat),
                       TrainConfig(eval_every=0))
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         engine = engine_config("torch", args.engine)
     except ValueError as e:
         p.error(str(e))
-    from plexus.hostmem import enable_huge_pages
+    from plexus.runtime.hostmem import enable_huge_pages
 
     # What plexus-train's workers do on the CPU, given to the in-process variants (PyG, serial)
     # alike; huge pages only work if asked for before the first tensor.
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from plexus.config import ModelConfig
+    from plexus.engine.config import ModelConfig
 
     torch.set_num_threads(args.threads)
     say = Tee()
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         f"timed epochs x {args.rounds} round(s)")
     say(f"machine: {info['cpus']} cpus, load {info['loadavg']}, torch {info['torch']}, "
         f"PyG {pyg_version or 'n/a'}")
-    say(f"host memory (plexus.hostmem), every variant: huge pages {'on' if huge else 'off'}")
+    say(f"host memory (plexus.runtime.hostmem), every variant: huge pages {'on' if huge else 'off'}")
 
     def cfg_for(order: str) -> ModelConfig:
         return ModelConfig(num_layers=args.layers, hidden=args.hidden, dropout=args.dropout,

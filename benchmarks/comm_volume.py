@@ -55,9 +55,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from plexus.atomic import atomic_file
+from plexus.core.atomic import atomic_file
 from plexus.perfmodel import ModelSpec, epoch_volume, factorizations
-from plexus.schedule import ORDERS
+from plexus.core.layout import ORDERS
 
 DTYPE_BYTES = 4
 LAYERS = 3

@@ -14,10 +14,10 @@ import statistics
 
 import torch
 
-from plexus.config import ModelConfig, TrainConfig
+from plexus.engine.config import ModelConfig, TrainConfig
 from plexus.datasets import load_dataset
-from plexus.serial import SerialGCN
-from plexus.trainer import Trainer
+from plexus.engine.serial import SerialGCN
+from plexus.engine.trainer import Trainer
 
 
 def run_seeds(seeds: int, threads: int = 2) -> list[tuple[float, float]]:

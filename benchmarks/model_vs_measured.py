@@ -4,7 +4,7 @@ Run: ``python benchmarks/model_vs_measured.py [--calibration FILE] [--scale 17]`
      ``python benchmarks/model_vs_measured.py --smoke`` (tiny graph, seconds; for the tests)
 
 1. Calibration: ``--calibration FILE`` (JSON from ``plexus-bench calibrate``), or else
-   `plexus.calibrate.calibrate` runs here (SpMM/GEMM rates with one thread, gloo α/β on a
+   `plexus.perfmodel.calibration.calibrate` runs here (SpMM/GEMM rates with one thread, gloo α/β on a
    2-rank local world) and its document is saved as ``calibration.json`` under ``--out``.
 2. For every world size G of ``--world-sizes`` (default 4 and 8), every ordered factorization
    X·Y·Z = G (6 grids for G = 4, 10 for G = 8) is measured: R-MAT scale ``--scale`` (default 17,
@@ -32,7 +32,6 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Sequence
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -40,36 +39,10 @@ if __package__ in (None, ""):
 from benchmarks.common import (DEFAULT_SPEC, OUT_DIR, SMOKE_SPEC, Job, RunOptions, Tee,
                                add_training_options,
                                training_config, format_table, grid_text, load_bundle, machine_info,
-                               model_spec, run_by_world, write_csv, write_json, write_text)
+                               model_spec, ranks_of, run_by_world, spearman, write_csv,
+                               write_json, write_text)
 
 TARGET = 0.10  # the model's chosen grid within 10% of the fastest measured one
-
-
-def ranks_of(values: Sequence[float]) -> list[float]:
-    """1-based ranks, ties sharing their mean rank."""
-    order = sorted(range(len(values)), key=lambda k: values[k])
-    out = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            out[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return out
-
-
-def spearman(a: Sequence[float], b: Sequence[float]) -> float:
-    """Spearman rank correlation of two equally long sequences (NaN if fewer than 2)."""
-    if len(a) < 2:
-        return float("nan")
-    ra, rb = ranks_of(a), ranks_of(b)
-    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
-    va = sum((x - ma) ** 2 for x in ra) ** 0.5
-    vb = sum((y - mb) ** 2 for y in rb) ** 0.5
-    return cov / (va * vb) if va and vb else float("nan")
 
 
 def get_calibration(path: Path | None, out: Path, say: Tee) -> tuple[dict, str]:
@@ -79,9 +52,9 @@ def get_calibration(path: Path | None, out: Path, say: Tee) -> tuple[dict, str]:
     if path is not None:
         with open(path, encoding="utf-8") as f:
             return json.load(f), str(path)
-    from plexus.calibrate import calibrate, write_calibration
+    from plexus.perfmodel.calibration import calibrate, write_calibration
 
-    say("calibrating (plexus.calibrate.calibrate: 1 thread, gloo world of 2) ...")
+    say("calibrating (plexus.perfmodel.calibration.calibrate: 1 thread, gloo world of 2) ...")
     doc = calibrate(world_size=2, threads=1, log=lambda m: say(f"  {m}"))
     saved = write_calibration(doc, out / "calibration.json")
     return doc, str(saved)
@@ -95,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", help="dataset root for file-based specs")
     p.add_argument("--world-sizes", default="4,8", help="world sizes (default 4,8)")
     p.add_argument("--calibration", type=Path,
-                   help="calibration JSON (default: run plexus.calibrate here and save it)")
+                   help="calibration JSON (default: run plexus.perfmodel.calibration here and save it)")
     p.add_argument("--cores", type=int, default=os.cpu_count() or 1,
                    help="cores the ranks share, for the oversubscription correction "
                         "(default: this machine's; 0: no correction)")
@@ -125,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     info = machine_info()
     if args.smoke and args.calibration is None:
-        from plexus.calibrate import calibrate
+        from plexus.perfmodel.calibration import calibrate
 
         say("calibrating (quick, smoke) ...")
         doc, source = calibrate(world_size=2, threads=1, quick=True), "quick calibration"

@@ -3,7 +3,7 @@
 Run: ``python benchmarks/spmm_backends.py [--scales 17,18] [--widths 16,64,128] [--threads 1,2]``
      ``python benchmarks/spmm_backends.py --smoke`` (tiny graph, seconds; for the tests)
 
-Backends, all through `plexus.spmm.SparseBlock` (``mm`` = Â @ X, ``tmm`` = Âᵀ @ X), i.e. exactly
+Backends, all through `plexus.engine.spmm.SparseBlock` (``mm`` = Â @ X, ``tmm`` = Âᵀ @ X), i.e. exactly
 what the engine runs:
 - ``torch``: torch CSR tensors and ``torch.sparse.mm``; Âᵀ is stored as a second CSR.
 - ``scipy``: scipy CSR; Âᵀ is a CSC view of the same arrays (no copy). scipy's sparse products
@@ -16,7 +16,7 @@ Two more rows, not engine backends, show alternatives the torch backend could us
   builds int64 ones; the CPU kernel then converts the indices on every call).
 - ``torch-reduce``: ``torch.sparse.mm(csr, X, "sum")``, ATen's sparse-times-dense kernel with a
   reduction, a different code path from plain ``torch.sparse.mm`` on the CPU. The torch backend
-  itself switches to it on the CPU from width ``plexus.spmm.REDUCE_MIN_WIDTH`` on, where it
+  itself switches to it on the CPU from width ``plexus.engine.spmm.REDUCE_MIN_WIDTH`` on, where it
   measured faster, so its rows at wide widths time the same kernel.
 
 Â is the GCN-normalized adjacency (self loops included) of R-MAT (edge factor 16, node ids
@@ -40,7 +40,7 @@ if __package__ in (None, ""):
 
 from benchmarks.common import (OUT_DIR, Tee, format_table, load_bundle, loadavg, machine_info,
                                median, write_csv, write_text)
-from plexus.timing import time_calls
+from plexus.core.timing import time_calls
 
 
 def _ints(text: str) -> list[int]:
@@ -52,7 +52,7 @@ def operators(adj_hat: Any, extra: bool) -> tuple[dict[str, tuple[Callable, Call
     import numpy as np
     import torch
 
-    from plexus.spmm import SparseBlock, available_backends
+    from plexus.engine.spmm import SparseBlock, available_backends
 
     out: dict[str, tuple[Callable, Callable]] = {}
     notes = []

@@ -48,19 +48,17 @@ def rank_step(shard: Any, dims: tuple[int, int, int], rank: int, cfg: Any, engin
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from plexus.comm import Comm
-    from plexus.config import TrainConfig
-    from plexus.grid import Grid
-    from plexus.ledger import Ledger
-    from plexus.model import DistributedGCN
-    from plexus.trainer import Trainer
+    from plexus.engine.build import build_model
+    from plexus.engine.config import TrainConfig
+    from plexus.engine.grid import Grid
+    from plexus.engine.trainer import Trainer
 
     world = dims[0] * dims[1] * dims[2]
     dist.init_process_group("fake", rank=rank, world_size=world, store=FakeStore())
     try:
         grid = Grid.create(dims)
         timers = timers_class()(grid.device, enabled=True)
-        model = DistributedGCN(Comm(grid, Ledger(), timers), shard, cfg, seed=seed, engine=engine)
+        model = build_model(grid, shard, cfg, seed, engine, timers)
         trainer = Trainer(model, TrainConfig(epochs=10**9, seed=seed, eval_every=0))
         trainer.train_step()  # warm-up: GEMM tuning, first touch of the buffers
         out: dict[str, list[float]] = {n: [] for n in COMPUTE}
@@ -92,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--rounds and --epochs must be >= 1")
     cfg, engine = training_config(args, p)
 
-    from plexus.hostmem import enable_huge_pages
+    from plexus.runtime.hostmem import enable_huge_pages
 
     huge = engine.huge_pages and enable_huge_pages()  # as plexus-train's workers, before tensors
     import torch

@@ -104,6 +104,19 @@ def gcn_normalize(adj: sp.spmatrix, directed: bool = False) -> sp.csr_matrix:
     return out
 
 
+def gcn_nnz(graph: Graph, exact: bool = False) -> int:
+    """Non-zeros of the GCN-normalized Â (`gcn_normalize`, one self loop per node).
+
+    By default counted without building Â: the stored edges minus the self loops plus one per
+    node, exact for directed graphs and for undirected ones that store both directions (as every
+    loader here does). ``exact`` builds Â and counts it (for a graph of unknown storage).
+    """
+    if exact:
+        return int(gcn_normalize(graph.adj, graph.directed).nnz)
+    self_loops = int((graph.adj.diagonal() != 0).sum())
+    return int(graph.adj.nnz) - self_loops + graph.num_nodes
+
+
 def edges_to_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int, symmetrize: bool = False,
                  drop_self_loops: bool = True) -> sp.csr_matrix:
     """Binary float32 CSR adjacency with an entry (src[k], dst[k]) per edge, duplicates collapsed.

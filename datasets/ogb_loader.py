@@ -218,3 +218,9 @@ def load_ogb(name: str, root: str | Path | None) -> Graph:
                   val_mask=masks[1], test_mask=masks[2], num_classes=int(meta["num classes"]),
                   directed=directed, notes=notes)
     return graph.validate(str(ds_dir))
+
+
+def check_files(name: str, root: str | os.PathLike) -> Path:
+    """Raise `DatasetError` unless OGB dataset ``name`` can be loaded from ``root`` offline
+    (cheap: file existence only); returns its directory."""
+    return _check_offline(name, Path(root).expanduser(), ogb_meta(name))

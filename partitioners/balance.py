@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from plexus.schedule import pad_to
+from plexus.core.layout import pad_to
 
 
 def block_capacities(n: int, num_blocks: int) -> np.ndarray:

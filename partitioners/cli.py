@@ -12,33 +12,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
-from typing import NoReturn, Sequence
+from typing import Sequence
 
-from plexus.schedule import ORDERS, grid_misfit, layer_plans
+from plexus.core.cli import ArgumentParser, UsageError, report_error
+from plexus.core.grid import GridShape
+from plexus.core.layout import ORDERS, grid_misfit, layer_plans
 
 from .permutations import PERMUTATIONS
 
 PROG = "plexus-partition"
-
-
-class CliError(Exception):
-    """Bad command-line input: reported as one line, exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, no usage dump
-        raise CliError(message)
-
-
-def parse_grid(text: str) -> dict[str, int]:
-    """``"4x2x2"`` -> ``{"x": 4, "y": 2, "z": 2}``; every axis a positive integer."""
-    m = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*[xX]\s*(\d+)\s*", text)
-    if not m or min(int(g) for g in m.groups()) < 1:
-        raise CliError(f"bad grid {text!r}: expected XxYxZ with positive integers, e.g. 4x2x2")
-    return dict(zip("xyz", (int(g) for g in m.groups())))
 
 
 def parse_orders(text: str, num_layers: int) -> list[str]:
@@ -46,19 +30,20 @@ def parse_orders(text: str, num_layers: int) -> list[str]:
     orders = [o.strip() for o in text.split(",")]
     bad = [o for o in orders if o not in ORDERS]
     if bad:
-        raise CliError(f"unknown layer order {bad[0]!r}; use {' or '.join(ORDERS)}")
+        raise UsageError(f"unknown layer order {bad[0]!r}; use {' or '.join(ORDERS)}")
     if len(orders) == 1:
         return orders * num_layers
     if len(orders) != num_layers:
-        raise CliError(f"--orders lists {len(orders)} orders for {num_layers} layers")
+        raise UsageError(f"--orders lists {len(orders)} orders for {num_layers} layers")
     return orders
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (errors raise `CliError` instead of exiting)."""
-    p = _Parser(prog=PROG, description="Partition a graph into 3D shards for plexus-train.")
+    """The argument parser (errors raise `UsageError` instead of exiting)."""
+    p = ArgumentParser(prog=PROG, description="Partition a graph into 3D shards for plexus-train.")
     p.add_argument("--dataset", required=True, help="dataset spec, e.g. cora or rmat:scale=18")
-    p.add_argument("--root", default=None, help="dataset directory (downloads, caches)")
+    p.add_argument("--root", default=None,
+                   help="directory holding the dataset's files (nothing is ever downloaded)")
     p.add_argument("--grid", required=True, help="process grid XxYxZ, e.g. 4x2x2")
     p.add_argument("--layers", type=int, required=True, help="number of GCN layers")
     p.add_argument("--orders", default="agg",
@@ -82,16 +67,17 @@ def _load(args):
 
 
 def run(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` and do the work; raises `CliError` (or a ValueError/OSError) on bad input."""
+    """Parse ``argv`` and do the work; raises `UsageError` (or a ValueError/OSError) on bad
+    input."""
     args = build_parser().parse_args(argv)
-    shape = parse_grid(args.grid)
+    shape = GridShape.parse(args.grid)
     if args.layers < 1:
-        raise CliError(f"--layers must be >= 1, got {args.layers}")
+        raise UsageError(f"--layers must be >= 1, got {args.layers}")
     orders = parse_orders(args.orders, args.layers)
     if args.json and not args.stats_only:
-        raise CliError("--json applies to --stats-only")
+        raise UsageError("--json applies to --stats-only")
     if not args.stats_only and args.out is None:
-        raise CliError("--out is required unless --stats-only is given")
+        raise UsageError("--out is required unless --stats-only is given")
 
     from .stats import balance_report, format_report  # noqa: PLC0415
     from .store import check_out_dir, write_store  # noqa: PLC0415
@@ -103,7 +89,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     problem = grid_misfit(shape, plans, graph.num_nodes, [graph.num_features]
                           + [None] * (args.layers - 1) + [graph.num_classes])
     if problem:
-        raise CliError(problem)
+        raise UsageError(problem)
     if args.stats_only:
         from plexus.datasets.graph import gcn_normalize  # noqa: PLC0415
 
@@ -115,7 +101,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     manifest = write_store(graph, args.out, shape, args.layers, orders, args.perm, args.seed)
     total = sum(r["size"] for r in manifest["ranks"])
     print(f"{PROG}: wrote {len(manifest['ranks'])} shards of {graph.name} "
-          f"(N={graph.num_nodes}, nnz={manifest['nnz']}) for grid {args.grid}, "
+          f"(N={graph.num_nodes}, nnz={manifest['nnz']}) for grid {shape}, "
           f"{args.layers} layers, perm {args.perm}: {total / 2**20:.1f} MiB in {args.out} "
           f"({time.perf_counter() - start:.1f}s)")
     return 0
@@ -125,10 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: exit status 0 on success, 2 with one stderr line on bad input."""
     try:
         return run(argv)
-    except (CliError, ValueError, OSError) as e:  # DatasetError, ShardStoreError are ValueErrors
-        msg = " ".join(str(e).split()) or type(e).__name__
-        print(f"{PROG}: error: {msg}", file=sys.stderr)
-        return 2
+    except (ValueError, OSError) as e:  # UsageError, DatasetError, ShardStoreError, GridError
+        return report_error(PROG, str(e) or type(e).__name__)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130

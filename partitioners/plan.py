@@ -10,13 +10,14 @@ padded nodes carry label -1 and no mask.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
+from plexus.core.grid import GridShape
+from plexus.core.layout import LayerPlan, block, layer_plans, pad_to, padding
 from plexus.datasets.graph import Graph, gcn_normalize
-from plexus.schedule import LayerPlan, block, layer_plans, pad_to, padding
 
 from .permutations import Permutation, make_permutation
 
@@ -42,7 +43,7 @@ def col_order(perm: Permutation, k: int) -> np.ndarray:
 class RankShard:
     """Everything one rank needs from the graph (numpy/scipy; the engine moves it to torch)."""
 
-    shape: dict[str, int]
+    shape: GridShape
     coords: dict[str, int]
     num_layers: int
     orders: tuple[str, ...]
@@ -97,16 +98,18 @@ def extract_block(adj_hat: sp.csr_matrix, row_ids: np.ndarray, col_ids: np.ndarr
     return out
 
 
-def shard_graph(graph: Graph, shape: dict[str, int], coords: dict[str, int], num_layers: int,
-                orders: Sequence[str] | str = "agg", perm: str | Permutation = "none",
-                seed: int = 0, adj_hat: sp.csr_matrix | None = None) -> RankShard:
-    """The shard of the rank at ``coords`` for a grid of ``shape`` (dicts over "x", "y", "z").
+def shard_graph(graph: Graph, shape: GridShape | Mapping[str, int], coords: Mapping[str, int],
+                num_layers: int, orders: Sequence[str] | str = "agg",
+                perm: str | Permutation = "none", seed: int = 0,
+                adj_hat: sp.csr_matrix | None = None) -> RankShard:
+    """The shard of the rank at ``coords`` (a dict over "x", "y", "z") of a grid ``shape``.
 
     ``adj_hat`` (the GCN-normalized adjacency) and ``perm`` (a built `Permutation`) can be passed
     in to reuse them across ranks.
     """
+    shape = GridShape.of(shape)
     plans = layer_plans(num_layers, orders)
-    world = shape["x"] * shape["y"] * shape["z"]
+    world = shape.world_size
     if adj_hat is None:
         adj_hat = gcn_normalize(graph.adj, graph.directed)
     if not isinstance(perm, Permutation):
@@ -150,7 +153,7 @@ def shard_graph(graph: Graph, shape: dict[str, int], coords: dict[str, int], num
         m[real] = getattr(graph, f"{name}_mask")[out_ids[real]]
         masks[name] = m
     counts = {name: int(getattr(graph, f"{name}_mask").sum()) for name in MASKS}
-    return RankShard(dict(shape), dict(coords), num_layers, tuple(p.order for p in plans),
+    return RankShard(shape, dict(coords), num_layers, tuple(p.order for p in plans),
                      perm.kind, perm.seed, graph.name, n, npad, graph.num_features, fpad,
                      graph.num_classes, blocks, feats, input_ids, out_ids, labels, masks, counts,
                      meta={"symmetric": not graph.directed})

@@ -1,7 +1,7 @@
 """Load-balance statistics: non-zeros of Â in every block each layer multiplies by.
 
 A layer's blocks are the |a_rows| × |a_cols| grid of contiguous blocks of Â_k (k = the layer's
-adjacency, see `plexus.schedule.LayerPlan`). Counting is one chunked pass over Â's rows with
+adjacency, see `plexus.core.layout.LayerPlan`). Counting is one chunked pass over Â's rows with
 ``np.bincount`` over block ids, so it handles graphs with hundreds of millions of non-zeros.
 """
 
@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
-from plexus.schedule import layer_plans, pad_to
+from plexus.core.grid import GridShape
+from plexus.core.layout import layer_plans, pad_to
 
 from .permutations import PERMUTATIONS, Permutation, make_permutation
 from .plan import block_key, col_order, row_order
@@ -72,7 +73,7 @@ def inverse(order: np.ndarray) -> np.ndarray:
     return inv
 
 
-def layer_balance(adj_hat: sp.csr_matrix, perm: Permutation, shape: dict[str, int],
+def layer_balance(adj_hat: sp.csr_matrix, perm: Permutation, shape: Mapping[str, int],
                   num_layers: int, orders: Sequence[str] | str = "agg",
                   chunk_nnz: int = CHUNK_NNZ) -> list[LayerBalance]:
     """Block non-zero counts of every layer of a grid ``shape`` under ``perm``.
@@ -83,7 +84,7 @@ def layer_balance(adj_hat: sp.csr_matrix, perm: Permutation, shape: dict[str, in
     adj_hat = sp.csr_matrix(adj_hat)
     plans = layer_plans(num_layers, orders)
     n = adj_hat.shape[0]
-    npad = pad_to(n, shape["x"] * shape["y"] * shape["z"])
+    npad = pad_to(n, GridShape.of(shape).world_size)
     inv1 = inverse(perm.p1)
     inv2 = inv1 if perm.p2 is perm.p1 else inverse(perm.p2)
 
@@ -122,13 +123,13 @@ def row_chunks(indptr: np.ndarray, chunk_nnz: int) -> list[tuple[int, int]]:
     return list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
 
 
-def balance_report(adj_hat: sp.csr_matrix, shape: dict[str, int], num_layers: int,
+def balance_report(adj_hat: sp.csr_matrix, shape: Mapping[str, int], num_layers: int,
                    orders: Sequence[str] | str = "agg", seed: int = 0,
                    kinds: Sequence[str] = PERMUTATIONS) -> dict:
     """Imbalance of every layer for every permutation kind, in the CLI's JSON form:
     ``{"permutations": {kind: {"layers": [{"layer", "max_over_mean", "max_over_min",
     "nnz_max", "nnz_mean"}, ...]}}}``."""
-    world = shape["x"] * shape["y"] * shape["z"]
+    world = GridShape.of(shape).world_size
     out = {}
     for kind in kinds:
         perm = make_permutation(adj_hat, kind, seed, world)

@@ -25,14 +25,15 @@ import shutil
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
-from plexus.atomic import fsync_dir
+from plexus.core.atomic import fsync_dir
+from plexus.core.grid import GridError, GridShape
+from plexus.core.layout import layer_plans, pad_to
 from plexus.datasets.graph import Graph, gcn_normalize
-from plexus.schedule import layer_plans, pad_to
 
 from .permutations import Permutation, make_permutation
 from .plan import MASKS, RankShard, block_key, col_order, padded_ids, row_order, shard_graph
@@ -54,20 +55,9 @@ class ShardStoreError(ValueError):
 # --------------------------------------------------------------------------- small helpers
 
 
-def grid_str(shape: dict[str, int]) -> str:
-    """``{"x": 4, "y": 2, "z": 2}`` -> ``"4x2x2"``."""
-    return f"{shape['x']}x{shape['y']}x{shape['z']}"
-
-
 def rank_file_name(coords: dict[str, int]) -> str:
     """File of the rank at ``coords`` inside a store."""
     return f"rank-x{coords['x']}-y{coords['y']}-z{coords['z']}.npz"
-
-
-def all_coords(shape: dict[str, int]) -> list[dict[str, int]]:
-    """Every rank's coordinates, x slowest, z fastest."""
-    return [{"x": x, "y": y, "z": z} for x in range(shape["x"]) for y in range(shape["y"])
-            for z in range(shape["z"])]
 
 
 def _hash_array(h: "hashlib._Hash", arr: np.ndarray) -> None:
@@ -260,7 +250,8 @@ def _write_rank_file(path: Path, shard: RankShard, keys: Sequence[str],
         os.fsync(raw.fileno())
 
 
-def write_store(graph: Graph, out_dir: str | os.PathLike, shape: dict[str, int], num_layers: int,
+def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Mapping[str, int],
+                num_layers: int,
                 orders: Sequence[str] | str = "agg", perm: str | Permutation = "double",
                 seed: int = 0, *, adj_hat: sp.csr_matrix | None = None,
                 chunk_nnz: int = WRITE_CHUNK_NNZ) -> dict:
@@ -272,12 +263,12 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: dict[str, int],
     `ShardStoreError`. Returns the manifest.
     """
     out = check_out_dir(out_dir)
-    for axis in ("x", "y", "z"):
-        if int(shape.get(axis, 0)) < 1:
-            raise ShardStoreError(f"grid axis {axis} must be >= 1, got {shape.get(axis)}")
-    shape = {a: int(shape[a]) for a in ("x", "y", "z")}
+    try:
+        shape = GridShape.of(shape)
+    except GridError as e:
+        raise ShardStoreError(str(e)) from None
     plans = layer_plans(num_layers, orders)
-    world = shape["x"] * shape["y"] * shape["z"]
+    world = shape.world_size
     if adj_hat is None:
         adj_hat = gcn_normalize(graph.adj, graph.directed)
     adj_hat = sp.csr_matrix(adj_hat)
@@ -299,7 +290,7 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: dict[str, int],
         parts.mkdir()
         keys = _write_block_parts(adj_hat, perm, shape, plans, npad, parts, chunk_nnz)
         ranks = []
-        for coords in all_coords(shape):
+        for coords in map(shape.coords, range(world)):
             shard = shard_graph(graph, shape, coords, num_layers, orders, perm, seed,
                                 adj_hat=no_edges)
             block_parts, block_shapes = {}, {}
@@ -316,7 +307,8 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: dict[str, int],
                           "sha256": file_sha256(tmp / name)})
         shutil.rmtree(parts)
         manifest = {
-            "format": FORMAT, "version": VERSION, "grid": shape, "num_layers": num_layers,
+            "format": FORMAT, "version": VERSION, "grid": shape.as_dict(),
+            "num_layers": num_layers,
             "orders": [p.order for p in plans],
             "permutation": {"kind": perm.kind, "seed": perm.seed,
                             "p1_sha256": array_hash(perm.p1), "p2_sha256": array_hash(perm.p2)},
@@ -393,15 +385,13 @@ def _check_manifest_fields(manifest: dict, path: Path) -> None:
                               "re-run plexus-partition")
 
 
-def _check_request(manifest: dict, path: Path, shape: dict[str, int], coords: dict[str, int],
+def _check_request(manifest: dict, path: Path, shape: Mapping[str, int], coords: dict[str, int],
                    num_layers: int, orders: tuple[str, ...], perm: str | None,
                    seed: int | None) -> dict:
     try:
-        grid = {a: int(manifest["grid"][a]) for a in ("x", "y", "z")}
-        want = {a: int(shape[a]) for a in ("x", "y", "z")}
+        grid, want = GridShape.of(manifest["grid"]), GridShape.of(shape)
         if grid != want:
-            raise ShardStoreError(f"{path}: store was cut for grid {grid_str(grid)}, "
-                                  f"asked for {grid_str(want)}")
+            raise ShardStoreError(f"{path}: store was cut for grid {grid}, asked for {want}")
         if manifest["num_layers"] != num_layers:
             raise ShardStoreError(f"{path}: store was cut for {manifest['num_layers']} layers, "
                                   f"asked for {num_layers}")
@@ -416,10 +406,9 @@ def _check_request(manifest: dict, path: Path, shape: dict[str, int], coords: di
             raise ShardStoreError(f"{path}: store uses permutation seed {have['seed']}, "
                                   f"asked for {seed}")
         if any(not 0 <= int(coords[a]) < grid[a] for a in ("x", "y", "z")):
-            raise ShardStoreError(f"{path}: coordinates {coords} lie outside grid "
-                                  f"{grid_str(grid)}")
+            raise ShardStoreError(f"{path}: coordinates {coords} lie outside grid {grid}")
         entry = [e for e in manifest["ranks"] if e["coords"] == {a: int(coords[a]) for a in "xyz"}]
-    except (KeyError, TypeError, AttributeError) as e:
+    except (KeyError, TypeError, AttributeError, GridError) as e:
         raise ShardStoreError(f"{path}: malformed manifest (missing or bad field {e})") from None
     if len(entry) != 1:
         raise ShardStoreError(f"{path}: manifest lists no single file for rank {coords}")
@@ -434,7 +423,7 @@ def _load_members(path: Path) -> dict[str, np.ndarray]:
         raise ShardStoreError(f"{path}: not a readable shard file ({e})") from None
 
 
-def read_shard(store_dir: str | os.PathLike, shape: dict[str, int], coords: dict[str, int],
+def read_shard(store_dir: str | os.PathLike, shape: Mapping[str, int], coords: dict[str, int],
                num_layers: int, orders: Sequence[str] | str = "agg", perm: str | None = None,
                seed: int | None = None, verify: bool = True) -> RankShard:
     """Load the `RankShard` of the rank at ``coords`` from a store written by `write_store`.
@@ -481,7 +470,7 @@ def _shard_from_members(path: Path, m: dict[str, np.ndarray], manifest: dict) ->
             blocks[key] = sp.csr_matrix((data, indices, indptr), shape=(rows, cols))
         num_layers = header["num_layers"]
         return RankShard(
-            shape=header["shape"], coords=header["coords"], num_layers=num_layers,
+            shape=GridShape.of(header["shape"]), coords=header["coords"], num_layers=num_layers,
             orders=tuple(header["orders"]), perm=header["perm"], seed=header["seed"],
             name=header["name"], num_nodes=header["num_nodes"],
             nodes_padded=header["nodes_padded"], num_features=header["num_features"],
@@ -491,7 +480,7 @@ def _shard_from_members(path: Path, m: dict[str, np.ndarray], manifest: dict) ->
             output_ids=m["output_ids"], labels=m["labels"],
             masks={name: m[f"mask.{name}"] for name in MASKS},
             mask_counts=header["mask_counts"], meta=header["meta"])
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError) as e:  # GridError is a ValueError
         if isinstance(e, ShardStoreError):
             raise
         raise ShardStoreError(f"{path}: malformed shard file ({type(e).__name__}: {e})") from None

@@ -1,3 +1,69 @@
-"""Plexus: distributed full-graph GCN training with 3D tensor parallelism."""
+"""Plexus: distributed full-graph GNN training with 3D tensor parallelism.
+
+The public API: everything a library user needs is importable from ``plexus`` itself. Names are
+resolved on first use, so ``import plexus.datasets`` or ``plexus.partitioners`` alone does not
+import torch.
+
+Packages, from the bottom up (each imports only those below it; see ARCHITECTURE.md):
+``plexus.core`` (layout rules, grid value, collective schedule), ``plexus.datasets``,
+``plexus.partitioners``, ``plexus.engine`` (the 3D engine), ``plexus.perfmodel`` (beside the
+engine), ``plexus.runtime`` (launchers), ``plexus.train`` (the ``plexus-train`` application),
+``plexus.testing`` (local worlds for tests and benchmarks).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS = {
+    "GridShape": "plexus.core.grid",
+    "Graph": "plexus.datasets",
+    "load_dataset": "plexus.datasets",
+    "gcn_normalize": "plexus.datasets",
+    "RankShard": "plexus.partitioners",
+    "shard_graph": "plexus.partitioners",
+    "make_permutation": "plexus.partitioners",
+    "ModelConfig": "plexus.engine.config",
+    "TrainConfig": "plexus.engine.config",
+    "EngineConfig": "plexus.engine.config",
+    "Grid": "plexus.engine.grid",
+    "DistributedGCN": "plexus.engine.model",
+    "SerialGCN": "plexus.engine.serial",
+    "Trainer": "plexus.engine.trainer",
+    "build_model": "plexus.engine.build",
+    "ModelSpec": "plexus.perfmodel",
+    "predict": "plexus.perfmodel",
+    "choose_grid": "plexus.perfmodel",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'plexus' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # resolve once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:  # noqa: F401 — for type checkers and IDEs: the same names, eagerly
+    from plexus.core.grid import GridShape
+    from plexus.datasets import Graph, gcn_normalize, load_dataset
+    from plexus.engine.build import build_model
+    from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
+    from plexus.engine.grid import Grid
+    from plexus.engine.model import DistributedGCN
+    from plexus.engine.serial import SerialGCN
+    from plexus.engine.trainer import Trainer
+    from plexus.partitioners import RankShard, make_permutation, shard_graph
+    from plexus.perfmodel import ModelSpec, choose_grid, predict

@@ -1,5 +1,5 @@
-"""Checks that run inside a gloo world (see plexus.localworld): the distributed GCN against the serial
-reference. Each function returns {check name: [failure messages]} for this rank."""
+"""Checks that run inside a gloo world (see plexus.testing.localworld): the distributed GCN against
+the serial reference. Each function returns {check name: [failure messages]} for this rank."""
 
 from __future__ import annotations
 
@@ -7,14 +7,15 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from plexus.comm import Comm
-from plexus.config import EngineConfig, ModelConfig, TrainConfig
+from plexus.core.schedule import epoch_collectives, volume_per_axis
+from plexus.engine.comm import Comm
+from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
 from plexus.datasets.graph import Graph, gcn_normalize
-from plexus.grid import Grid
-from plexus.model import DistributedGCN
+from plexus.engine.grid import Grid
+from plexus.engine.model import DistributedGCN
 from plexus.partitioners import shard_graph
-from plexus.serial import SerialGCN
-from plexus.trainer import Trainer
+from plexus.engine.serial import SerialGCN
+from plexus.engine.trainer import Trainer
 
 RTOL, ATOL = 1e-4, 1e-5
 HIDDEN = 6  # not a multiple of any axis size used (2, 3, 4)
@@ -95,62 +96,16 @@ def check_training(grid: Grid, g: Graph, adj_hat, cfg: ModelConfig, perm: str,
     return fails
 
 
-def expected_volume(model: DistributedGCN, learnable: bool) -> dict[str, float]:
-    """Elements one rank moves per axis in one training step, from the design doc's formulas."""
-    shape = model.comm.grid.shape
-    n, widths = model.pad.nodes_padded, model.pad.widths_padded
-    vol = {"x": 0.0, "y": 0.0, "z": 0.0}
-
-    def ar(axis, elems):
-        p = shape[axis]
-        vol[axis] += 2 * (p - 1) / p * elems
-
-    def ag(axis, full):  # all-gather / reduce-scatter with full size ``full``
-        p = shape[axis]
-        vol[axis] += (p - 1) / p * full
-
-    for plan in model.plans:
-        o, i, d = plan.outer, plan.inner, plan.depth
-        so, si, sd = shape[o], shape[i], shape[d]
-        D, D2 = widths[plan.index], widths[plan.index + 1]
-        first = plan.index == 0
-        if first:
-            ag(d, n / so * D / si)                  # AG(H) over d
-        if plan.order == "agg":
-            ar(o, n / sd * D / si)                  # AR(AGG) over o
-            ag(d, D / si * D2 / so)                 # AG(W) over d
-            ar(i, n / sd * D2 / so)                 # AR(OUT) over i
-            ag(d, D / si * D2 / so)                 # RS(dW) over d
-            if not first or learnable:
-                ar(o, n / sd * D / si)              # AR(dAGG) over o
-        else:
-            ag(o, D / si * D2 / sd)                 # AG(W) over o
-            ar(i, n / so * D2 / sd)                 # AR(Z) over i
-            ar(o, n / si * D2 / sd)                 # AR(OUT) over o
-            ar(i, n / so * D2 / sd)                 # AR(dZ) over i
-            ag(o, D / si * D2 / sd)                 # RS(dW) over o
-        if first and learnable:
-            ag(d, n / so * D / si)                  # RS(dH) over d
-        elif not first:
-            ar(d, n / so * D / si)                  # AR(dH) over d
-        if model.cfg.bias:
-            ar(plan.out_rows, D2 / shape[plan.out_cols])  # AR(db) over the output-rows axis
-    last = model.plans[-1]
-    rows = shape[last.out_rows]
-    ar(last.out_cols, n / rows)      # row max of the logits (MAX)
-    ar(last.out_cols, 2 * n / rows)  # row sum of exp and the label's logit (SUM)
-    ar(last.out_rows, 1)             # sum of per-node losses
-    return vol
-
-
 def check_ledger(grid: Grid, g: Graph, adj_hat, cfg: ModelConfig, perm: str) -> list[str]:
-    """The ledger's elements per axis for one training step equal the design doc's volumes."""
+    """The ledger's elements per axis for one training step equal the schedule's volumes
+    (`plexus.core.schedule`, which the performance model prices too)."""
     model, _, _ = build(grid, g, adj_hat, cfg, perm)
     trainer = Trainer(model, TrainConfig(epochs=1, eval_every=0))
     model.comm.ledger.reset()
     trainer.run_epoch()
     got = model.comm.ledger.per_axis("elements")
-    want = expected_volume(model, cfg.learnable_features)
+    want = volume_per_axis(epoch_collectives(model.plans, grid.shape, model.pad, bias=cfg.bias,
+                                             learnable_features=cfg.learnable_features))
     fails = [f"axis {a}: ledger {got[a]} != formula {want[a]}" for a in "xyz"
              if abs(got[a] - want[a]) > 1e-6 * max(1.0, want[a])]
     bytes_ = model.comm.ledger.per_axis("bytes")

@@ -13,7 +13,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "benchmarks"
-sys.path.insert(0, str(REPO))
 
 
 def run_script(name: str, out: Path, *extra: str) -> str:
@@ -77,15 +76,21 @@ def test_model_vs_measured_reads_calibration(tmp_path: Path) -> None:
 
 
 def test_common_helpers(tmp_path: Path) -> None:
-    from benchmarks.common import parse_grids, rank_coords, write_csv, write_json
-    from benchmarks.model_vs_measured import ranks_of, spearman
+    from plexus.core.grid import GridShape
+    from plexus.testing.output import ranks_of, spearman, write_csv, write_json
+
+    def parse_grids(text: str) -> list[tuple[int, int, int]]:  # as the benchmarks' --grids
+        return [GridShape.parse(t).dims for t in text.split(",") if t.strip()]
+
+    def rank_coords(rank: int, dims: tuple[int, int, int]) -> dict[str, int]:
+        return GridShape.of(dims).coords(rank)
 
     path = write_csv(tmp_path / "sub" / "t.csv", [{"a": 1, "b": 0.5}, {"a": 2, "c": [1, 2]}])
     assert read_csv(path) == [{"a": "1", "b": "0.5", "c": ""}, {"a": "2", "b": "", "c": "1 2"}]
     assert json.loads(write_json(tmp_path / "t.json", {"x": 1}).read_text()) == {"x": 1}
     assert not list(tmp_path.glob("**/.*.tmp"))  # no temp files left behind
     assert parse_grids("1x1x1, 2x1x2") == [(1, 1, 1), (2, 1, 2)]
-    # rank = (x·Y + y)·Z + z, as plexus.grid
+    # rank = (x·Y + y)·Z + z, as plexus.core.grid
     assert [tuple(rank_coords(r, (2, 2, 2)).values()) for r in (0, 1, 2, 5)] == \
         [(0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 1)]
     assert ranks_of([3.0, 1.0, 2.0, 2.0]) == [4.0, 1.0, 2.5, 2.5]
@@ -108,10 +113,10 @@ def test_turn_epochs_compute_at_most_slots_ranks_at_a_time(slots: int) -> None:
     """The work-efficiency epochs: at most ``slots`` ranks are inside an SpMM/GEMM region at
     any instant (4 ranks on this machine's 2 cores overlap more otherwise), every rank measures
     every region, and the ranks still train together."""
-    from benchmarks.common import Job, RunOptions, SMOKE_SPEC, load_bundle, run_jobs
-    from plexus.config import ModelConfig
+    from plexus.engine.config import ModelConfig
+    from plexus.testing.gridrun import Job, RunOptions, load_bundle, run_jobs
 
-    bundle = load_bundle(SMOKE_SPEC)
+    bundle = load_bundle("rmat:scale=9,edge_factor=4,features=16,classes=4,seed=0")
     opts = RunOptions(warmup=0, epochs=0, turn_epochs=2, turn_slots=slots, keep_spans=True)
     run, = run_jobs(bundle, [Job((2, 1, 2), ModelConfig(num_layers=3, hidden=16))], opts,
                     timeout=300)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from engine_checks import run_grid_checks
-from plexus.localworld import run_world
+from plexus.testing.localworld import run_world
 
 GRIDS = {1: [(1, 1, 1)], 2: [(2, 1, 1), (1, 2, 1), (1, 1, 2)],
          4: [(2, 2, 1), (2, 1, 2), (1, 2, 2)], 6: [(3, 1, 2)], 8: [(2, 2, 2)], 16: [(2, 2, 4)]}

@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from plexus.gemm import FORMULATIONS, GemmTuner, default_formulation
+from plexus.engine.gemm import FORMULATIONS, GemmTuner, default_formulation
 
 
 def operands() -> list[tuple[torch.Tensor, torch.Tensor]]:

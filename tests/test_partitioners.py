@@ -14,7 +14,7 @@ from plexus.partitioners.balance import (balanced_orders, block_capacities, deal
                                          lpt_deal, spread_order, tree_targets, water_fill)
 from plexus.partitioners.plan import block_key, col_order, padded_ids, row_order
 from plexus.partitioners.stats import balance_report
-from plexus.schedule import layer_plans, pad_to
+from plexus.core.layout import layer_plans, pad_to
 
 
 def rmat_adj(scale: int, edge_factor: int, seed: int = 0) -> sp.csr_matrix:

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from cli_helpers import cli_env, job_workers, losses, read_log, session_processes, train
-from plexus import checkpoint as ckpt
-from plexus import memcheck
+from plexus.train import checkpoint as ckpt
+from plexus.train import memcheck
 from plexus.datasets import load_dataset
 from plexus.partitioners.store import write_store
 from plexus.train import main
@@ -172,7 +172,7 @@ def test_memory_check_before_building_a_huge_graph():
 
 
 def test_prediction_grows_with_the_graph_and_shrinks_with_ranks():
-    from plexus.config import ModelConfig
+    from plexus.engine.config import ModelConfig
 
     small = memcheck.predicted_memory((1, 1, 1), ModelConfig(), 1000, 5000, 100, 7, "double")
     big = memcheck.predicted_memory((1, 1, 1), ModelConfig(), 10000, 50000, 100, 7, "double")
@@ -285,7 +285,7 @@ def test_damaged_shard_file_exits_2(store, tmp_path, damage, capsys):
 _KILL_MID_WRITE = textwrap.dedent("""
     import os, signal, sys
     import torch
-    from plexus import checkpoint as ckpt
+    from plexus.train import checkpoint as ckpt
 
     directory, where = sys.argv[1], sys.argv[2]
     payload = ckpt.load_checkpoint(directory)
@@ -329,7 +329,7 @@ def test_kill_9_during_a_checkpoint_write_keeps_the_previous_one(tmp_path, where
 def test_the_root_cause_is_reported_not_the_peers_broken_connections():
     from types import SimpleNamespace
 
-    from plexus.launch import _failures
+    from plexus.runtime.local import _failures
 
     def failure(exitcode, message, timestamp, sig=""):
         data = {"message": message, "extraInfo": {"py_callstack": "Traceback ..."}}

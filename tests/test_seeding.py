@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from plexus.seeding import _GOLDEN, _M32, _MUL, _fmix, _key, dropout, dropout_keep
+from plexus.engine.seeding import _GOLDEN, _M32, _MUL, _fmix, _key, dropout, dropout_keep
 
 
 def reference_keep(seed, step, layer, rows, col_start, num_cols, p):

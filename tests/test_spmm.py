@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from plexus.spmm import REDUCE_MIN_WIDTH, SparseBlock, available_backends
+from plexus.engine.spmm import REDUCE_MIN_WIDTH, SparseBlock, available_backends
 
 
 @pytest.mark.parametrize("backend", available_backends())

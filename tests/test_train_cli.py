@@ -18,10 +18,10 @@ import scipy.sparse as sp
 import torch
 
 from cli_helpers import losses, read_log, train
-from plexus import checkpoint as ckpt
-from plexus.config import ModelConfig, TrainConfig
-from plexus.launch import LaunchError, detect_environment, slurm_tasks_on_node, threads_per_worker
-from plexus.runlog import JsonLog
+from plexus.train import checkpoint as ckpt
+from plexus.engine.config import ModelConfig, TrainConfig
+from plexus.runtime.env import LaunchError, detect_environment, slurm_tasks_on_node, threads_per_worker
+from plexus.train.runlog import JsonLog
 from plexus.train import main
 
 EPOCH_KEYS = {"epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_time_s"}
@@ -147,9 +147,10 @@ def test_training_from_a_shard_store_equals_in_memory_bit_for_bit(tmp_path):
 
 
 def test_grid_auto_trains_on_the_grid_the_model_picks(tmp_path):
-    from plexus.config import ModelConfig
+    from plexus.engine.config import ModelConfig
     from plexus.datasets import load_dataset
-    from plexus.worker import auto_grid, graph_nnz
+    from plexus.datasets import gcn_nnz as graph_nnz
+    from plexus.train.checks import auto_grid
 
     g = load_dataset("cora")
     picked = auto_grid(2, g.num_nodes, graph_nnz(g), g.num_features, g.num_classes,
@@ -159,7 +160,7 @@ def test_grid_auto_trains_on_the_grid_the_model_picks(tmp_path):
                  "--log-json", str(log))
     assert proc.returncode == 0, proc.stderr
     summary = read_log(log)[1]
-    assert summary["grid"] == "x".join(map(str, picked)) and summary["world_size"] == 2
+    assert summary["grid"] == str(picked) and summary["world_size"] == 2
 
 
 def _cora_as_ogb_npz(path: Path) -> None:

@@ -1,8 +1,7 @@
 """Communication ledger: what every collective moved, per axis and operation.
 
-Volumes follow the ring algorithms of the design doc, per rank: an all-reduce of n elements over
-p ranks moves 2(p-1)/p·n elements, an all-gather or reduce-scatter whose full size is n moves
-(p-1)/p·n. Collectives over an axis of size 1 are skipped and move nothing.
+Volumes are those of ring algorithms, per rank (`plexus.core.schedule.ring_volume`, the formula
+the performance model uses too). Collectives over an axis of size 1 are skipped and move nothing.
 """
 
 from __future__ import annotations
@@ -10,16 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-
-def ring_volume(op: str, numel: int, p: int) -> float:
-    """Elements one rank sends for collective ``op`` on ``numel`` elements (full size) over p."""
-    if p <= 1:
-        return 0.0
-    if op == "all_reduce":
-        return 2.0 * (p - 1) / p * numel
-    if op in ("all_gather", "reduce_scatter"):
-        return (p - 1) / p * numel
-    raise ValueError(f"unknown collective {op!r}")
+from plexus.core.schedule import ring_volume
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Measure this machine for the performance model: SpMM and GEMM rates, collective α and β.
+"""Machine rates for the performance model: the `Calibration` it prices time with, and how
+``plexus-bench calibrate`` measures them (SpMM and GEMM rates, collective α and β).
 
 Compute rates are taken with ``threads`` torch threads (1 by default, as each rank of a local
 gloo world runs). Collectives run on a small local gloo world over 127.0.0.1 (one thread per
@@ -14,23 +15,104 @@ bandwidth-bound large ones. The whole calibration takes well under a minute.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
-import socket
 import statistics
 import time
-import traceback
 import warnings
-from datetime import datetime, timedelta, timezone
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .atomic import atomic_file
-from .timing import time_calls
+from plexus.core.atomic import atomic_file
+from plexus.core.grid import AXES
+from plexus.core.timing import time_calls
 
 FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Machine rates for the time model.
+
+    ``alpha`` is seconds per collective step (latency), ``beta`` seconds per byte moved by one
+    rank; ``axes`` overrides both for single axes, e.g. (("z", 5e-5, 1/12.5e9),) when z crosses
+    nodes. The defaults describe an order-of-magnitude GPU node (not this machine): run
+    ``plexus-bench calibrate`` for measured numbers.
+    """
+
+    spmm_flops: float = 2e11
+    gemm_flops: float = 1e13
+    alpha: float = 1e-5
+    beta: float = 1.0 / 20e9
+    axes: tuple[tuple[str, float, float], ...] = ()
+    source: str = "defaults"
+
+    def link(self, axis: str) -> tuple[float, float]:
+        """(α, β) of collectives over ``axis``."""
+        for name, alpha, beta in self.axes:
+            if name == axis:
+                return alpha, beta
+        return self.alpha, self.beta
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, the format `load_calibration` reads."""
+        return {"spmm_flops": self.spmm_flops, "gemm_flops": self.gemm_flops,
+                "alpha": self.alpha, "beta": self.beta,
+                "axes": {a: {"alpha": al, "beta": be} for a, al, be in self.axes},
+                "source": self.source}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "dict") -> "Calibration":
+        """Read the keys spmm_flops, gemm_flops, alpha, beta and optional axes{x:{alpha,beta}}.
+
+        Missing keys keep their defaults; bad values raise ValueError naming the key.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{source}: calibration must be a JSON object")
+        base = cls()
+
+        def num(d: Mapping[str, Any], key: str, default: float, where: str) -> float:
+            value = d.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{source}: {where}{key} must be a positive number, "
+                                 f"got {value!r}")
+            return float(value)
+
+        axes = []
+        raw_axes = data.get("axes", {}) or {}
+        if not isinstance(raw_axes, Mapping):
+            raise ValueError(f"{source}: axes must be an object like {{\"x\": {{\"alpha\": ...}}}}")
+        for axis, link in raw_axes.items():
+            if axis not in AXES or not isinstance(link, Mapping):
+                raise ValueError(f"{source}: axes.{axis} must be one of x/y/z with alpha/beta")
+            axes.append((axis, num(link, "alpha", base.alpha, f"axes.{axis}."),
+                         num(link, "beta", base.beta, f"axes.{axis}.")))
+        return cls(spmm_flops=num(data, "spmm_flops", base.spmm_flops, ""),
+                   gemm_flops=num(data, "gemm_flops", base.gemm_flops, ""),
+                   alpha=num(data, "alpha", base.alpha, ""),
+                   beta=num(data, "beta", base.beta, ""),
+                   axes=tuple(sorted(axes)), source=source)
+
+
+def load_calibration(path: str | os.PathLike | None) -> Calibration:
+    """The calibration in the JSON file at ``path`` (written by ``plexus-bench calibrate``);
+    the defaults when ``path`` is None. Raises ValueError on an unreadable or invalid file."""
+    if path is None:
+        return Calibration()
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as e:
+        raise ValueError(f"cannot read calibration {path}: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"calibration {path} is not valid JSON: {e}") from None
+    return Calibration.from_dict(data, source=str(path))
 
 
 def _timeit(fn: Callable[[], object], reps: int) -> float:
@@ -83,52 +165,37 @@ def measure_gemm(shapes: Sequence[tuple[int, int, int]] = ((32_768, 128, 128), (
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _collective_worker(rank: int, world: int, port: int, sizes: Sequence[int], reps: int,
-                       queue: Any) -> None:
+def _time_collectives(sizes: Sequence[int], reps: int) -> list[dict[str, Any]]:
     """One rank of the calibration world: time all_reduce and all_gather at every size."""
-    try:
-        import torch
-        import torch.distributed as dist
+    import torch
+    import torch.distributed as dist
 
-        torch.set_num_threads(1)
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=world, timeout=timedelta(seconds=60))
-        # torch >= 2.13 renames all_gather_into_tensor; use whichever exists.
-        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        batches = 5
-        records = []
-        for n in sizes:
-            x = torch.ones(n)
-            out = torch.empty(n * world)
-            ops = {"all_reduce": lambda: dist.all_reduce(x),
-                   "all_gather": lambda: gather(out, x)}
-            for op, fn in ops.items():
-                fn()  # warm-up: connection set-up and buffer allocation
-                means = []
-                # Median of batch means: robust to the scheduler hiccups of a shared machine.
-                for _ in range(batches):
-                    dist.barrier()
-                    start = time.perf_counter()
-                    for _ in range(max(1, reps // batches)):
-                        fn()
-                    means.append((time.perf_counter() - start) / max(1, reps // batches))
-                mean = torch.tensor([statistics.median(means)], dtype=torch.float64)
-                dist.all_reduce(mean, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
-                # all_gather's per-rank input is n; its full size (what the model calls n) n·p.
-                full = n if op == "all_reduce" else n * world
-                records.append({"op": op, "world": world, "elements": full,
-                                "seconds": float(mean)})
-        dist.barrier()
-        dist.destroy_process_group()
-        queue.put((rank, "ok", records))
-    except BaseException:  # noqa: BLE001 - the parent reports it
-        queue.put((rank, "error", traceback.format_exc()))
+    world = dist.get_world_size()
+    # torch >= 2.13 renames all_gather_into_tensor; use whichever exists.
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    batches = 5
+    records = []
+    for n in sizes:
+        x = torch.ones(n)
+        out = torch.empty(n * world)
+        ops = {"all_reduce": lambda: dist.all_reduce(x), "all_gather": lambda: gather(out, x)}
+        for op, fn in ops.items():
+            fn()  # warm-up: connection set-up and buffer allocation
+            means = []
+            # Median of batch means: robust to the scheduler hiccups of a shared machine.
+            for _ in range(batches):
+                dist.barrier()
+                start = time.perf_counter()
+                for _ in range(max(1, reps // batches)):
+                    fn()
+                means.append((time.perf_counter() - start) / max(1, reps // batches))
+            mean = torch.tensor([statistics.median(means)], dtype=torch.float64)
+            dist.all_reduce(mean, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
+            # all_gather's per-rank input is n; its full size (what the model calls n) n·p.
+            full = n if op == "all_reduce" else n * world
+            records.append({"op": op, "world": world, "elements": full,
+                            "seconds": float(mean)})
+    return records
 
 
 def measure_collectives(world_size: int = 2, sizes: Sequence[int] = (1, 4_096, 65_536, 1 << 20),
@@ -138,29 +205,9 @@ def measure_collectives(world_size: int = 2, sizes: Sequence[int] = (1, 4_096, 6
     ``sizes`` are per-rank float32 element counts. Returns records with op, world, elements (the
     full size n), seconds (mean per call, slowest rank). Raises RuntimeError if a rank fails.
     """
-    import torch.multiprocessing as mp
+    from plexus.testing.localworld import run_world  # noqa: PLC0415 (starts processes)
 
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_collective_worker, args=(r, world_size, port, list(sizes), reps,
-                                                          queue), daemon=True)
-             for r in range(world_size)]
-    for p in procs:
-        p.start()
-    results: dict[int, Any] = {}
-    try:
-        for _ in range(world_size):
-            rank, status, value = queue.get(timeout=timeout)
-            if status != "ok":
-                raise RuntimeError(f"calibration rank {rank} failed:\n{value}")
-            results[rank] = value
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-    return results[0]
+    return run_world(world_size, _time_collectives, list(sizes), reps, timeout=timeout)[0]
 
 
 def fit_alpha_beta(records: Sequence[dict[str, Any]], dtype_bytes: int = 4) -> tuple[float, float]:
@@ -221,7 +268,8 @@ def calibrate(world_size: int = 2, threads: int = 1, quick: bool = False,
         doc["measurements"]["collectives"] = coll
         doc["backend"] = "gloo"
     else:
-        doc["note"] = "world size 1: collectives not measured, the model uses its default alpha/beta"
+        doc["note"] = ("world size 1: collectives not measured, the model uses its default "
+                       "alpha/beta")
     return doc
 
 

@@ -34,7 +34,7 @@ class ModelConfig:
         if "," in self.order:
             orders = [o.strip() for o in self.order.split(",")]
             if len(orders) != self.num_layers:
-                raise ValueError(f"--order lists {len(orders)} layers but the model has "
+                raise ValueError(f"the order lists {len(orders)} layers but the model has "
                                  f"{self.num_layers}")
             return orders
         return [self.order] * self.num_layers
@@ -59,6 +59,7 @@ class EngineConfig:
     agg_chunks: int = 1  # Â's row block cut into this many chunks for the aggregation
     overlap: bool = False  # each chunk's all-reduce runs while the next chunk's SpMM computes
     tune_gemms: bool = False  # time each GEMM site's formulations once, keep the fastest (not
-    # bit-reproducible across runs); off: a fixed rule by shape (plexus.gemm.default_formulation)
-    huge_pages: bool = True  # large CPU tensors on transparent huge pages (plexus.hostmem)
+    # bit-reproducible across runs); off: a fixed rule by shape
+    # (plexus.engine.gemm.default_formulation)
+    huge_pages: bool = True  # large CPU tensors on transparent huge pages (plexus.runtime.hostmem)
     timers: bool = True

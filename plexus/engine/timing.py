@@ -1,25 +1,13 @@
-"""Wall-clock timers around compute kernels and collectives, reduced over ranks on demand."""
+"""Wall-clock timers around the engine's compute kernels and collectives."""
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Iterator
 
 import torch
-
-
-def time_calls(fn: Callable[[], object], reps: int, warmup: int = 1) -> list[float]:
-    """Wall seconds of ``reps`` calls of ``fn`` after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - start)
-    return out
 
 
 class Timers:

@@ -36,10 +36,11 @@ def check_backend(backend: str, device: torch.device) -> None:
     if backend not in BACKENDS:
         raise ValueError(f"unknown SpMM backend {backend!r}; use one of {', '.join(BACKENDS)}")
     if backend == "scipy" and device.type != "cpu":
-        raise ValueError("the scipy SpMM backend runs on the CPU only; use --spmm torch on GPUs")
+        raise ValueError("the scipy SpMM backend runs on the CPU only; use the torch backend "
+                         "on GPUs")
     if backend not in available_backends():
         raise ValueError(f"SpMM backend {backend!r} needs the optional package torch-sparse "
-                         "(pip install 'plexus-gnn[sparse]'); or use --spmm torch")
+                         "(pip install 'plexus-gnn[sparse]'); or use the torch backend")
 
 
 def to_backend(m: sp.spmatrix, backend: str, device: torch.device) -> Any:

@@ -1,8 +1,10 @@
-"""One 3D tensor-parallel GCN layer, as in shared/design/3d-algorithm.md.
+"""One 3D tensor-parallel GCN layer, as in docs/design.md.
 
 Symbols follow the design doc: Â (this rank's block of the adjacency), H (input block), AGG = Â·H,
 W (weight block, stored cut over one more axis and gathered before use), OUT = AGG·W. Each
-collective is one line naming its axis; its backward counterpart is in the comment.
+collective is one line naming its axis; its backward counterpart is in the comment. The same
+collectives, with their sizes, are listed in `plexus.core.schedule` (the performance model and the
+tests read that list; the ledger test checks that this code issues exactly it).
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from plexus.core.layout import LayerPlan, block
+
 from .comm import Comm
-from .schedule import LayerPlan, block
 from .gemm import GemmTuner
+from .seeding import dropout
 from .spmm import SparseBlock
 
 
@@ -81,26 +85,43 @@ class _Aggregate(torch.autograd.Function):
 
 
 class GCNLayer3D(nn.Module):
-    """OUT = Â·H·W (+ b) on the grid, aggregate-first or combine-first per ``plan.order``."""
+    """H' = Â·dropout(H)·W (+ b) on the grid, aggregate-first or combine-first per ``plan.order``.
+
+    ``input_ids`` are the original node ids of the rows of H as this layer sees them (after
+    layer 0's all-gather; -1 for padding): dropout masks are keyed by them, the seed, the step and
+    the layer, never by the rank, so every grid drops the same elements as the serial model.
+    """
 
     def __init__(self, plan: LayerPlan, comm: Comm, a: SparseBlock, w_full: torch.Tensor,
-                 bias: bool, chunks: list[SparseBlock] | None = None, overlap: bool = False,
+                 bias: bool, input_ids: torch.Tensor, dropout: float = 0.0, seed: int = 0,
+                 chunks: list[SparseBlock] | None = None, overlap: bool = False,
                  tuner: GemmTuner | None = None) -> None:
         super().__init__()
         self.plan, self.comm, self.a = plan, comm, a
         self.chunks, self.overlap = chunks or [a], overlap
         self.tuner = tuner or GemmTuner()
+        self.p, self.seed, self.input_ids = dropout, seed, input_ids
         shape, coords = comm.grid.shape, comm.grid.coords
+        self.in_col_start = block(w_full.shape[0], shape[plan.in_cols], coords[plan.in_cols]).start
         rows, cols = weight_block(plan, shape, coords, *w_full.shape)
         self.W = nn.Parameter(w_full[rows, cols].clone().to(comm.grid.device))
         self.b = (nn.Parameter(torch.zeros(cols.stop - cols.start, device=comm.grid.device))
                   if bias else None)
 
-    def forward(self, H: torch.Tensor) -> torch.Tensor:
-        """H: rows cut by outer, columns by inner, replicated over depth."""
+    def forward(self, H: torch.Tensor, step: int | None = None) -> torch.Tensor:
+        """H: rows cut by outer, columns by inner (layer 0: rows cut by depth too, as stored;
+        later layers: replicated over depth, as the previous layer left it)."""
+        d, c = self.plan.depth, self.comm
+        if self.plan.index == 0:
+            H = c.all_gather(H, d)                            # AG(H) over d; bwd: RS(dH) over d
+        else:
+            H = c.all_reduce_grad(H, d)                       # bwd: AR(dH) over d
+        if self.training and self.p > 0:
+            H = dropout(H, self.seed, step or 0, self.plan.index, self.input_ids,
+                        self.in_col_start, self.p)
         OUT = self._aggregate_first(H) if self.plan.order == "agg" else self._combine_first(H)
         if self.b is not None:
-            OUT = OUT + self.comm.all_reduce_grad(self.b, self.plan.out_rows)  # bwd: AR(db) over out rows
+            OUT = OUT + c.all_reduce_grad(self.b, self.plan.out_rows)  # bwd: AR(db) over out rows
         return OUT
 
     def _aggregate_first(self, H: torch.Tensor) -> torch.Tensor:

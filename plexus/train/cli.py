@@ -4,58 +4,45 @@
     torchrun --nproc-per-node 4 -m plexus.train --grid 1x2x2 --dataset cora
     srun plexus-train --grid 4x4x4 --dataset ogbn-products --root data/
 
-Outside a launcher it starts X·Y·Z local workers itself (`plexus.launch`); under torchrun or srun
-every process is one rank of the job it is in. This module only parses and checks the options;
-`plexus.worker` is what each rank does. Bad input ends with one line ``plexus-train: error: ...``
-on stderr and exit status 2, before any worker starts where it can be checked up front.
+Outside a launcher it starts X·Y·Z local workers itself (`plexus.train.entry.run_local`); under
+torchrun or srun every process is one rank of the job it is in (`plexus.train.entry.run_rank`).
+This module is the command line: the options, their checks, and turning them into
+`RunOptions`. Bad input ends with one line ``plexus-train: error: ...`` on stderr and exit
+status 2, before any worker starts where it can be checked up front.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, Sequence
+from typing import Sequence
 
-from plexus.datasets import DatasetError, Graph, load_dataset
+from plexus.core.cli import ArgumentParser
+from plexus.core.grid import GridError, GridShape
+from plexus.datasets import gcn_nnz, load_dataset
+from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
+from plexus.engine.spmm import BACKENDS, check_backend
 from plexus.partitioners import PERMUTATIONS
 from plexus.partitioners.store import graph_hash
+from plexus.runtime.env import JobEnv, check_local_devices, default_device, detect_environment
 
 from . import checkpoint as ckpt
-from .config import EngineConfig, ModelConfig, TrainConfig
+from .checks import (auto_grid, check_grid_fits, check_log_path, check_order, check_writable,
+                     precheck_dataset, precheck_resources, spec_sizes)
+from .entry import run_local, run_rank
+from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .faults import Fault
-from .grid import parse_grid
-from .launch import (JobEnv, LocalJobFailed, check_local_devices, detect_environment,
-                     free_port, launch_local, use_cuda)
-from .memcheck import available_memory, check_memory, predicted_memory
-from .schedule import AXES, ORDERS
-from .spmm import BACKENDS, check_backend
-from .worker import (DEFAULT_PERM, PROG, USER_ERRORS, RunOptions, UsageError, auto_grid,
-                     check_grid_fits, check_log_path, check_writable, error_line, graph_nnz,
-                     load_resume, local_worker, run_rank)
-
-if TYPE_CHECKING:
-    import torch
-
-# Datasets up to this size are loaded once in the launching process to check them before any
-# worker starts; bigger ones only have their paths checked there (each worker loads them anyway).
-PRECHECK_MAX_BYTES = 64 << 20
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line (raised, then printed by `main`), not a usage dump."""
-
-    def error(self, message: str) -> NoReturn:  # type: ignore[override]
-        raise UsageError(message)
+from .options import DEFAULT_PERM, RunOptions
+from .prepare import load_resume
 
 
 def build_parser() -> argparse.ArgumentParser:
     """All plexus-train options."""
-    p = _Parser(prog=PROG, description="Train a GCN with 3D tensor parallelism (Plexus). Outside "
-                "a launcher it starts X·Y·Z local workers; under torchrun or srun it joins the "
-                "job.")
+    p = ArgumentParser(prog=PROG, description="Train a GCN with 3D tensor parallelism (Plexus). "
+                       "Outside a launcher it starts X·Y·Z local workers; under torchrun or srun "
+                       "it joins the job.")
     run = p.add_argument_group("job")
     run.add_argument("--grid", metavar="XxYxZ|auto",
                      help="process grid, e.g. 2x2x4 (X·Y·Z ranks); 'auto' lets the performance "
@@ -163,89 +150,12 @@ def check_numbers(a: argparse.Namespace) -> None:
         raise UsageError("--checkpoint-every needs --checkpoint DIR")
 
 
-def check_order(order: str, num_layers: int) -> None:
-    """--order is agg, combine, auto or one of those two per layer."""
-    if order in ORDERS or order == "auto":
-        return
-    parts = [o.strip() for o in order.split(",")]
-    bad = [o for o in parts if o not in ORDERS]
-    if bad:
-        raise UsageError(f"--order: unknown order {bad[0]!r}; use agg, combine, auto or a "
-                         "comma-separated list of agg/combine")
-    if len(parts) != num_layers:
-        raise UsageError(f"--order lists {len(parts)} layers but the model has {num_layers}")
-
-
-def precheck_dataset(spec: str, root: str | None, seed: int) -> Graph | None:
-    """Check a dataset spec before workers start; return the graph when it was cheap to load.
-
-    Small inputs (the embedded Cora, files up to 64 MiB) are loaded, so any problem in them shows
-    here; for bigger ones only the spec and the paths are checked and the workers load them.
-    """
-    kind, colon, rest = spec.strip().partition(":")
-    kind = kind.strip().lower()
-    if root is not None and not Path(root).expanduser().is_dir():
-        raise DatasetError(f"--root {root}: not a directory")
-    if not colon and kind.startswith("ogbn-"):
-        if root is None:
-            raise DatasetError(f"{spec}: OGB datasets are read from --root DIR (never "
-                               "downloaded); give the directory holding the dataset")
-        try:  # the loader's own offline check: cheap (file existence), before any worker
-            from plexus.datasets.ogb_loader import _check_offline, ogb_meta  # noqa: PLC0415
-        except ImportError:
-            return None
-        _check_offline(spec.strip(), Path(root).expanduser(), ogb_meta(spec.strip()))
-        return None
-    if colon and kind in ("npz", "mtx", "edgelist", "planetoid") and rest.strip():
-        path = Path(rest.strip()).expanduser()
-        if not path.exists() and root is not None and not path.is_absolute():
-            path = Path(root).expanduser() / path
-        if path.is_file() and path.stat().st_size > PRECHECK_MAX_BYTES:
-            return None
-        if not path.exists() and kind != "planetoid":
-            raise DatasetError(f"{spec}: {path} not found")
-    if kind == "rmat":
-        from plexus.datasets import parse_rmat_params  # noqa: PLC0415
-
-        params = parse_rmat_params(rest if colon else "", seed)
-        if int(params["scale"]) > 16:  # a big synthetic graph: the parameters are checked
-            return None
-    return load_dataset(spec, root, seed=seed)
-
-
-def spec_sizes(spec: str, seed: int) -> tuple[int, int, int, int] | None:
-    """(N, nnz of Â, F, C) of a dataset that was not loaded, where the spec alone tells them
-    (R-MAT: nnz is the upper bound, every generated edge distinct, both directions, self
-    loops); None otherwise."""
-    kind, colon, rest = spec.strip().partition(":")
-    if kind.strip().lower() != "rmat":
-        return None
-    from plexus.datasets import parse_rmat_params  # noqa: PLC0415
-
-    p = parse_rmat_params(rest if colon else "", seed)
-    n = 1 << int(p["scale"])
-    return n, n * (2 * int(p["edge_factor"]) + 1), int(p["features"]), int(p["classes"])
-
-
-def precheck_resources(grid: tuple[int, int, int], model: ModelConfig,
-                       sizes: tuple[int, int, int, int], perm: str, force: bool) -> None:
-    """Before any worker starts: the grid fits the graph, and (unless ``force``) the predicted
-    memory per rank fits what the local ranks will have."""
-    n, nnz, f, c = sizes
-    check_grid_fits(grid, model, n, f, c)
-    if force:
-        return
-    ranks = grid[0] * grid[1] * grid[2]
-    check_memory(predicted_memory(grid, model, n, nnz, f, c, perm),
-                 available_memory(_device(), ranks), grid)
-
-
-# ---- options -> RunOptions -----------------------------------------------------------------
+# ---- options -> RunOptions ------------------------------------------------------------
 @dataclass
 class _Shape:
     """What the options say about the problem before the model is built."""
 
-    grid: tuple[int, int, int] | None
+    grid: GridShape | None
     layers: int | None
     order: str | None
     dataset: str
@@ -259,10 +169,9 @@ def _from_store(a: argparse.Namespace, shape: _Shape) -> _Shape:
     if a.dataset or a.root:
         raise UsageError("--shards DIR already fixes the dataset; drop --dataset/--root")
     manifest = read_manifest(a.shards)
-    store_grid = tuple(int(manifest["grid"][x]) for x in AXES)
+    store_grid = GridShape.of(manifest["grid"])
     if shape.grid is not None and shape.grid != store_grid:
-        raise UsageError(f"--grid {'x'.join(map(str, shape.grid))} but {a.shards} was cut for "
-                         f"grid {'x'.join(map(str, store_grid))}")
+        raise UsageError(f"--grid {shape.grid} but {a.shards} was cut for grid {store_grid}")
     layers = int(manifest["num_layers"])
     if shape.layers is not None and shape.layers != layers:
         raise UsageError(f"--layers {shape.layers} but {a.shards} was cut for {layers} layers")
@@ -281,11 +190,10 @@ def _from_store(a: argparse.Namespace, shape: _Shape) -> _Shape:
                     int(manifest["num_nodes"]), int(manifest["num_features"]),
                     int(manifest["num_classes"]))
     dataset = str(manifest.get("dataset", a.shards))
-    return _Shape(store_grid, layers, order, dataset)  # type: ignore[arg-type]
+    return _Shape(store_grid, layers, order, dataset)
 
 
-def _check_world(grid: tuple[int, int, int] | None, a: argparse.Namespace,
-                 env: JobEnv | None) -> int | None:
+def _check_world(grid: GridShape | None, a: argparse.Namespace, env: JobEnv | None) -> int | None:
     """The job's world size (None: not known yet), consistent with the grid and --world-size."""
     world = env.world_size if env is not None else None
     if a.world_size is not None and world is not None and a.world_size != world:
@@ -293,12 +201,8 @@ def _check_world(grid: tuple[int, int, int] | None, a: argparse.Namespace,
     world = world if world is not None else a.world_size
     if grid is None and world is None:
         raise UsageError("--grid auto needs --world-size G outside a launcher")
-    if grid is not None:
-        size = grid[0] * grid[1] * grid[2]
-        if world is not None and size != world:
-            where = "the launcher started" if env is not None else "--world-size is"
-            raise UsageError(f"grid {'x'.join(map(str, grid))} has {size} ranks but {where} "
-                             f"{world}; make X·Y·Z equal the world size")
+    if grid is not None and world is not None:
+        grid.check_world(world, "the launcher started" if env is not None else "--world-size is")
     return world
 
 
@@ -319,7 +223,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
     layers = 2 if shape.layers is None else shape.layers
     order = "agg" if shape.order is None else shape.order
     check_order(order, layers)
-    check_backend(a.spmm, _device())
+    check_backend(a.spmm, default_device())
     world = _check_world(shape.grid, a, env)
     model = ModelConfig(num_layers=layers, hidden=a.hidden, dropout=a.dropout, bias=a.bias,
                         order=order, learnable_features=a.learnable_features)
@@ -332,15 +236,15 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
             graph = precheck_dataset(shape.dataset, a.root, a.seed)
             if grid is None:  # the performance model needs the graph's sizes
                 graph = graph or load_dataset(shape.dataset, a.root, seed=a.seed)
-                grid = auto_grid(world, graph.num_nodes, graph_nnz(graph),  # type: ignore[arg-type]
+                grid = auto_grid(world, graph.num_nodes, gcn_nnz(graph),  # type: ignore[arg-type]
                                  graph.num_features, graph.num_classes, model, graph.name)
-            sizes = ((graph.num_nodes, graph_nnz(graph), graph.num_features, graph.num_classes)
+            sizes = ((graph.num_nodes, gcn_nnz(graph), graph.num_features, graph.num_classes)
                      if graph is not None else spec_sizes(shape.dataset, a.seed))
             if sizes is not None:  # otherwise every worker checks once it has its shard
                 precheck_resources(grid, model, sizes, a.perm or DEFAULT_PERM,  # type: ignore
                                    a.force)
                 memory_checked = True
-        check_local_devices(grid[0] * grid[1] * grid[2])  # type: ignore[index]
+        check_local_devices(grid.world_size)  # type: ignore[union-attr]
         if a.resume:  # the dataset is checked here when it was loaded, else by the workers
             dataset = None if graph is None else ckpt.DatasetInfo(
                 graph.name, graph.num_nodes, graph.num_features, graph.num_classes,
@@ -362,61 +266,11 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
         quiet=a.quiet, timeout_s=a.timeout, check_memory=not memory_checked, fault=fault)
 
 
-def _parse_grid(text: str) -> tuple[int, int, int]:
+def _parse_grid(text: str) -> GridShape:
     try:
-        return parse_grid(text)
-    except ValueError as e:
+        return GridShape.parse(text)
+    except GridError as e:
         raise UsageError(f"--grid: {e}; or 'auto' with --world-size") from None
-
-
-def _device() -> "torch.device":
-    import torch  # noqa: PLC0415
-
-    return torch.device("cuda" if use_cuda() else "cpu")
-
-
-# ---- running -------------------------------------------------------------------------------
-def run_local(opts: RunOptions) -> int:
-    """Start X·Y·Z local workers and wait for them; the job's exit status."""
-    assert opts.grid is not None
-    nprocs = opts.grid[0] * opts.grid[1] * opts.grid[2]
-    if nprocs == 1:
-        return run_single(opts)
-    try:
-        codes = launch_local(nprocs, local_worker, opts)
-    except LocalJobFailed as e:
-        root = e.failures[0]
-        if "timed out" in root.message.lower():  # not a bug: a peer stopped answering
-            print(error_line(f"{e}; a collective waited longer than --timeout "
-                             f"{opts.timeout_s:g} s: a peer is stuck or dead"),
-                  file=sys.stderr, flush=True)
-            return 1
-        if root.traceback:  # a bug or a crash inside the worker: show where
-            print(root.traceback.rstrip(), file=sys.stderr)
-        print(error_line(e), file=sys.stderr, flush=True)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    except Exception as e:  # noqa: BLE001 — the agent's signal exception, rendezvous failures
-        signum = getattr(e, "sigval", None)
-        if signum is not None:  # the launcher was told to stop (SIGTERM from a scheduler, ...)
-            print(error_line(f"stopped by signal {int(signum)}"), file=sys.stderr)
-            return 128 + int(signum)
-        raise
-    return max((int(c or 0) for c in codes), default=0)
-
-
-def run_single(opts: RunOptions) -> int:
-    """A one-rank job runs in this process: a worker process would only add start-up time."""
-    env = JobEnv("single", 0, 1, 0, 1, "127.0.0.1", free_port())
-    try:
-        return run_rank(opts, env)
-    except KeyboardInterrupt:
-        return 130
-    except Exception as e:  # noqa: BLE001 — a bug: show where, then the usual one line
-        traceback.print_exc()
-        print(error_line(f"{type(e).__name__}: {e}"), file=sys.stderr, flush=True)
-        return 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -26,7 +26,7 @@ def _worker(rank: int, world: int, port: int, threads: int, fn, args, queue,
             env: dict[str, str]) -> None:
     import torch.distributed as dist
 
-    os.environ.update(env)  # before this process's first tensor (see plexus.hostmem)
+    os.environ.update(env)  # before this process's first tensor (see plexus.runtime.hostmem)
     torch.set_num_threads(threads)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     try:

@@ -1,9 +1,9 @@
 """Per-layer roles of the grid axes and the padding every cut needs.
 
-Pure bookkeeping (no torch.distributed): the partitioner and the engine both read it, so a
-shard written offline and the layer that consumes it agree on every block.
+Pure bookkeeping (no torch): the partitioner and the engine both read it, so a shard written
+offline and the layer that consumes it agree on every block.
 
-Roles follow ``shared/design/3d-algorithm.md``: layer 0 is (outer, inner, depth) = (x, y, z).
+Roles follow docs/design.md: layer 0 is (outer, inner, depth) = (x, y, z).
 An aggregate-first layer (Â·H)·W hands the next layer (depth, outer, inner); a combine-first
 layer Â·(H·W) hands it (inner, depth, outer), i.e. the rotation advances by two.
 """
@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
-AXES = ("x", "y", "z")
+from .grid import AXES, GridShape
+
 ORDERS = ("agg", "combine")
 
 
@@ -96,7 +97,7 @@ def layer_plans(num_layers: int, orders: Sequence[str] | str = "agg") -> list[La
     return plans
 
 
-def grid_misfit(shape: dict[str, int], plans: Sequence[LayerPlan], num_nodes: int,
+def grid_misfit(shape: Mapping[str, int], plans: Sequence[LayerPlan], num_nodes: int,
                 widths: Sequence[int | None]) -> str | None:
     """Why the grid does not fit the problem, or None: an axis with more ranks than the
     dimension it cuts would give its extra ranks nothing but padding. ``widths`` are D_0 .. D_L
@@ -108,9 +109,8 @@ def grid_misfit(shape: dict[str, int], plans: Sequence[LayerPlan], num_nodes: in
     cuts.append((plans[-1].out_cols, widths[-1], "classes"))
     for axis, size, what in cuts:
         if size is not None and shape[axis] > size:
-            grid = "x".join(str(shape[a]) for a in AXES)
-            return (f"grid {grid}: axis {axis} has {shape[axis]} ranks but cuts the {size} "
-                    f"{what}; use a grid whose {axis} is at most {size}")
+            return (f"grid {GridShape.of(shape)}: axis {axis} has {shape[axis]} ranks but cuts "
+                    f"the {size} {what}; use a grid whose {axis} is at most {size}")
     return None
 
 
@@ -129,7 +129,7 @@ class Padding:
     widths_padded: tuple[int, ...]
 
 
-def padding(shape: dict[str, int], plans: Sequence[LayerPlan], num_nodes: int,
+def padding(shape: Mapping[str, int], plans: Sequence[LayerPlan], num_nodes: int,
             widths: Sequence[int]) -> Padding:
     """Pad N and each width so every cut of every layer divides it evenly.
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .atomic import fsync_dir
-from .trainer import EpochStats
-from .units import format_bytes, format_seconds
+from plexus.core.atomic import fsync_dir
+from plexus.engine.trainer import EpochStats
+from plexus.core.units import format_bytes, format_seconds
 
 
 def _acc(value: float | None) -> str:

@@ -8,22 +8,22 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from plexus.core.layout import block, layer_plans, padding
 from plexus.partitioners.plan import RankShard, block_key
 
 from .comm import Comm
 from .config import EngineConfig, ModelConfig
+from .gemm import GemmTuner
 from .layer import GCNLayer3D, weight_block
 from .loss import accuracy, cross_entropy, predict
-from .schedule import block, layer_plans, padding
-from .seeding import dropout, glorot_weights
-from .gemm import GemmTuner
+from .seeding import glorot_weights
 from .spmm import SparseBlock, build_blocks
 
 
 class DistributedGCN(nn.Module):
     """GCN layers on the grid; ``forward`` returns this rank's block of the logits.
 
-    Parameter names match `plexus.serial.SerialGCN` ("W0", "b0", ..., "features"), and
+    Parameter names match `plexus.engine.serial.SerialGCN` ("W0", "b0", ..., "features"), and
     `full_parameter` / `shard_of` convert between a rank's shard and the full, unpadded,
     grid-independent tensor (checkpoints and tests use them).
     """
@@ -47,18 +47,16 @@ class DistributedGCN(nn.Module):
         self.num_classes = shard.num_classes
         blocks, chunks = self._sparse_blocks(shard, engine)
         tuner = GemmTuner(enabled=engine.tune_gemms)
+        self.input_ids = [torch.from_numpy(ids).to(device) for ids in shard.input_ids]
         self.layers = nn.ModuleList(
-            GCNLayer3D(p, comm, blocks[block_key(p)], w, cfg.bias, chunks[block_key(p)],
-                       engine.overlap, tuner)
+            GCNLayer3D(p, comm, blocks[block_key(p)], w, cfg.bias, self.input_ids[p.index],
+                       cfg.dropout, seed, chunks[block_key(p)], engine.overlap, tuner)
             for p, w in zip(self.plans, self._padded_weights()))
         feats = torch.from_numpy(shard.features).to(device)
         if cfg.learnable_features:
             self.features = nn.Parameter(feats)
         else:
             self.register_buffer("features", feats, persistent=False)
-        self.input_ids = [torch.from_numpy(ids).to(device) for ids in shard.input_ids]
-        self.in_col_start = [block(self.pad.widths_padded[p.index], shape[p.in_cols],
-                                   coords[p.in_cols]).start for p in self.plans]
         last = self.plans[-1]
         self.class_start = block(self.pad.widths_padded[-1], shape[last.out_cols],
                                  coords[last.out_cols]).start
@@ -117,15 +115,9 @@ class DistributedGCN(nn.Module):
     def forward(self, step: int | None = None) -> torch.Tensor:
         """Logits block (rows cut by the last layer's out_rows, classes by its out_cols).
         Dropout is applied when training, with masks keyed by ``step``."""
-        c = self.comm
-        H = c.all_gather(self.features, self.plans[0].depth)  # AG(H) over d; bwd: RS(dH) over d
-        for l, (plan, layer) in enumerate(zip(self.plans, self.layers)):
-            if l > 0:
-                H = c.all_reduce_grad(H, plan.depth)  # bwd: AR(dH) over d
-            if self.training and self.cfg.dropout > 0:
-                H = dropout(H, self.seed, step or 0, l, self.input_ids[l], self.in_col_start[l],
-                            self.cfg.dropout)
-            H = layer(H)
+        H = self.features
+        for l, layer in enumerate(self.layers):
+            H = layer(H, step)
             if l < len(self.layers) - 1:
                 H = F.relu(H)
         return H

@@ -1,9 +1,9 @@
 """Grid-independent training checkpoints: save on rank 0, load on every rank, any grid.
 
-A checkpoint holds `plexus.trainer.Trainer.full_state` (full unpadded parameters and Adam moments,
-plus the epoch), the model and training configuration, the dataset's identity (name, nodes,
-features, classes) and the run's best-validation record. Only tensors and plain Python types are
-stored, so it loads with ``torch.load(weights_only=True)``.
+A checkpoint holds `plexus.engine.trainer.Trainer.full_state` (full unpadded parameters and Adam
+moments, plus the epoch), the model and training configuration, the dataset's identity (name,
+nodes, features, classes) and the run's best-validation record. Only tensors and plain Python types
+are stored, so it loads with ``torch.load(weights_only=True)``.
 
 Writes are atomic: the new checkpoint goes to a temporary file in the same directory, is fsynced
 and then renamed over the old one, so an interrupted save leaves the previous checkpoint intact.
@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from .atomic import atomic_file
-from .config import ModelConfig, TrainConfig
+from plexus.core.atomic import atomic_file
+from plexus.engine.config import ModelConfig, TrainConfig
 
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT_VERSION = 1

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import ModelConfig
-from .units import format_bytes
+from plexus.core.grid import GridShape
+from plexus.core.units import format_bytes
+from plexus.engine.config import ModelConfig
+from plexus.perfmodel import ModelSpec, epoch_memory
 
 
 class MemoryCheckError(ValueError):
@@ -52,22 +54,20 @@ def available_memory(device: torch.device, local_ranks: int) -> Available:
     return Available(share, f"available host RAM{per}")
 
 
-def predicted_memory(dims: tuple[int, int, int], model: ModelConfig, num_nodes: int, nnz: int,
-                     num_features: int, num_classes: int, perm: str) -> float:
+def predicted_memory(grid: GridShape | tuple[int, int, int], model: ModelConfig, num_nodes: int,
+                     nnz: int, num_features: int, num_classes: int, perm: str) -> float:
     """Bytes per rank the performance model predicts for this grid, graph and model."""
-    from .perfmodel import ModelSpec, epoch_memory  # noqa: PLC0415 (a large module)
-
     spec = ModelSpec.from_config(num_nodes, max(nnz, 0), num_features, num_classes, model,
                                  perm=perm)
-    return epoch_memory(spec, dims).total
+    return epoch_memory(spec, grid).total
 
 
-def check_memory(predicted: float, available: Available, dims: tuple[int, int, int]) -> None:
+def check_memory(predicted: float, available: Available,
+                 grid: GridShape | tuple[int, int, int]) -> None:
     """Raise `MemoryCheckError` when ``predicted`` bytes per rank exceed ``available``."""
     if predicted <= available.bytes:
         return
-    grid = "x".join(map(str, dims))
     raise MemoryCheckError(
-        f"predicted memory per rank on grid {grid} is {format_bytes(predicted)} but only "
-        f"{format_bytes(available.bytes)} is available ({available.source}); use more ranks, a "
-        "smaller model or dataset, or --force to run anyway")
+        f"predicted memory per rank on grid {GridShape.of(grid)} is {format_bytes(predicted)} but "
+        f"only {format_bytes(available.bytes)} is available ({available.source}); use more "
+        "ranks, a smaller model or dataset")

@@ -1,0 +1,40 @@
+"""What every Plexus command line shares: one-line errors and their exit status.
+
+Each tool (plexus-train, plexus-partition, plexus-model, plexus-bench, ...) parses with
+`ArgumentParser`, whose errors raise `UsageError` instead of printing a usage dump; the tool's
+``main`` turns any typed error into one line, ``PROG: error: ...``, on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+EXIT_USAGE = 2
+
+
+class UsageError(ValueError):
+    """Bad command-line input (a one-line message; exit status 2)."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors raise `UsageError` (one line) rather than exiting with usage."""
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def error_line(prog: str, message: object) -> str:
+    """``PROG: error: <message>`` on one line (newlines and runs of spaces collapsed)."""
+    text = " ".join(str(message).split()) or "unknown error"
+    return f"{prog}: error: {text}"
+
+
+def report_error(prog: str, message: object, status: int = EXIT_USAGE) -> int:
+    """Print `error_line` to stderr and return ``status`` (for ``return report_error(...)``)."""
+    try:
+        print(error_line(prog, message), file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # stderr closed: the status still says it failed
+        pass
+    return status

@@ -1,0 +1,154 @@
+"""The shape of an X×Y×Z process grid, as one value: parse, format, rank ↔ coordinates.
+
+Rank order is ``rank = (x·Y + y)·Z + z``: z is the innermost axis, so the Z ranks of one (x, y)
+are consecutive and share a node when a job is launched node by node. Everything that names a
+grid (command lines, shard stores, checkpoints, logs, the performance model) goes through
+`GridShape`, so the text form, the world size and the coordinates have one definition.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+AXES = ("x", "y", "z")
+
+# ASCII digits only: "\d" would also accept other scripts' digits (e.g. full-width "２").
+_GRID_TEXT = re.compile(r"\s*([0-9]+)\s*[xX]\s*([0-9]+)\s*[xX]\s*([0-9]+)\s*")
+
+
+class GridError(ValueError):
+    """A malformed grid, or one whose size does not match the job (a one-line message)."""
+
+
+def _size(axis: str, value: Any) -> int:
+    """A positive axis size; numpy integers are accepted, floats, bools and strings are not."""
+    try:
+        size = operator.index(value) if not isinstance(value, bool) else None
+    except TypeError:
+        size = None
+    if size is None or size < 1:
+        raise GridError(f"grid axis {axis} must be a positive integer, got {value!r}")
+    return int(size)
+
+
+class GridShape(Mapping[str, int]):
+    """Axis sizes of a 3D grid; a read-only mapping ``{"x": X, "y": Y, "z": Z}``.
+
+    ``str(shape)`` is ``"XxYxZ"``, `parse` reads it back; `dims` is the (X, Y, Z) tuple.
+    """
+
+    __slots__ = ("_dims",)
+
+    def __init__(self, x: int, y: int, z: int) -> None:
+        self._dims: tuple[int, int, int] = (_size("x", x), _size("y", y), _size("z", z))
+
+    # ---- construction ---------------------------------------------------------------------
+    @classmethod
+    def parse(cls, text: str) -> "GridShape":
+        """``"2x2x4"`` -> GridShape(2, 2, 4). Raises `GridError` naming the expected form."""
+        m = _GRID_TEXT.fullmatch(text) if isinstance(text, str) else None
+        if not m or min(int(g) for g in m.groups()) < 1:
+            raise GridError(f"bad grid {text!r}: expected XxYxZ with positive integers, "
+                            "e.g. 2x2x4")
+        return cls(*(int(g) for g in m.groups()))
+
+    @classmethod
+    def of(cls, value: "GridShape | str | Mapping[str, int] | tuple[int, int, int] | list[int]"
+           ) -> "GridShape":
+        """A GridShape from any of its forms: itself, ``"2x2x4"``, ``{"x": 2, ...}``, (2, 2, 4)."""
+        if isinstance(value, GridShape):
+            return value
+        if isinstance(value, str):
+            return cls.parse(value)
+        if isinstance(value, Mapping):
+            try:
+                return cls(*(value[a] for a in AXES))
+            except KeyError as e:
+                raise GridError(f"grid {dict(value)!r} lacks axis {e.args[0]}") from None
+        values = tuple(value)
+        if len(values) != 3:
+            raise GridError(f"a grid has 3 axis sizes, got {values!r}")
+        return cls(*values)
+
+    @classmethod
+    def factorizations(cls, world_size: int) -> list["GridShape"]:
+        """Every grid of ``world_size`` ranks (ordered X·Y·Z = world_size), x-major order."""
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+            raise GridError(f"world size must be a positive integer, got {world_size!r}")
+        out = []
+        for x in range(1, world_size + 1):
+            if world_size % x:
+                continue
+            rest = world_size // x
+            out += [cls(x, y, rest // y) for y in range(1, rest + 1) if rest % y == 0]
+        return out
+
+    # ---- views ----------------------------------------------------------------------------
+    @property
+    def dims(self) -> tuple[int, int, int]:
+        """(X, Y, Z)."""
+        return self._dims
+
+    @property
+    def world_size(self) -> int:
+        """X·Y·Z ranks."""
+        x, y, z = self._dims
+        return x * y * z
+
+    def as_dict(self) -> dict[str, int]:
+        """A plain dict ``{"x": X, "y": Y, "z": Z}`` (JSON-ready)."""
+        return dict(zip(AXES, self._dims))
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """Coordinates of ``rank`` (rank = (x·Y + y)·Z + z)."""
+        if not 0 <= rank < self.world_size:
+            raise GridError(f"rank {rank} is outside grid {self} ({self.world_size} ranks)")
+        _, y, z = self._dims
+        return {"x": rank // (y * z), "y": (rank // z) % y, "z": rank % z}
+
+    def rank(self, coords: Mapping[str, int]) -> int:
+        """The rank at ``coords`` (the inverse of `coords`)."""
+        _, y, z = self._dims
+        return (coords["x"] * y + coords["y"]) * z + coords["z"]
+
+    def check_world(self, world_size: int, who: str = "the job has") -> None:
+        """Raise `GridError` unless this grid has exactly ``world_size`` ranks (``who`` names
+        where that size comes from: "the launcher started", ...)."""
+        if self.world_size != world_size:
+            raise GridError(f"grid {self} has {self.world_size} ranks but {who} {world_size}; "
+                            "make X·Y·Z equal the world size")
+
+    # ---- Mapping protocol and value semantics ---------------------------------------------
+    def __getitem__(self, axis: str) -> int:
+        try:
+            return self._dims[AXES.index(axis)]
+        except ValueError:
+            raise KeyError(axis) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(AXES)
+
+    def __len__(self) -> int:
+        return 3
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, GridShape):
+            return self._dims == other._dims
+        if isinstance(other, Mapping):
+            return dict(self) == dict(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._dims)
+
+    def __str__(self) -> str:
+        return "x".join(map(str, self._dims))
+
+    def __repr__(self) -> str:
+        return f"GridShape({self})"
+
+    def __reduce__(self):  # picklable despite __slots__ (shards cross process boundaries)
+        return (GridShape, self._dims)

@@ -1,0 +1,64 @@
+"""The X×Y×Z process grid on torch.distributed: a DeviceMesh with named axes x, y, z.
+
+Rank order is that of `plexus.core.grid.GridShape`: ``rank = (x·Y + y)·Z + z``. z is the
+innermost (fastest-varying) axis, so the Z ranks that share an (x, y) are consecutive: on a
+cluster launched node by node they sit on one node, on the fastest links. Put the axis with the
+heaviest traffic there (layer 0's depth axis, z, carries the all-gathers of H and W).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from plexus.core.grid import AXES, GridShape
+
+
+@dataclass
+class Grid:
+    """This rank's place in the grid and the process group of each axis."""
+
+    mesh: DeviceMesh
+    device: torch.device
+    shape: GridShape
+
+    @classmethod
+    def create(cls, shape: GridShape | str | Mapping[str, int] | tuple[int, int, int],
+               device: torch.device | str = "cpu") -> "Grid":
+        """Build the grid over the current default process group (X·Y·Z must equal its size)."""
+        shape = GridShape.of(shape)
+        shape.check_world(dist.get_world_size())
+        device = torch.device(device)
+        mesh = init_device_mesh(device.type, shape.dims, mesh_dim_names=AXES)
+        return cls(mesh, device, shape)
+
+    @property
+    def dims(self) -> tuple[int, int, int]:
+        return self.shape.dims
+
+    @property
+    def coords(self) -> dict[str, int]:
+        """Axis name -> this rank's coordinate."""
+        return self.shape.coords(self.rank)
+
+    @property
+    def rank(self) -> int:
+        return dist.get_rank()
+
+    @property
+    def world_size(self) -> int:
+        return self.shape.world_size
+
+    def group(self, axis: str) -> dist.ProcessGroup:
+        """The process group of the ranks that differ from this one only along ``axis``."""
+        return self.mesh.get_group(axis)
+
+    def size(self, axis: str) -> int:
+        return self.shape[axis]
+
+    def __str__(self) -> str:
+        return str(self.shape)

@@ -1,0 +1,19 @@
+"""The performance model: what one epoch of 3D-parallel training costs per rank on every grid.
+
+`model` (communication volume from `plexus.core.schedule`, compute, memory and α-β time, grid and
+order ranking), `calibration` (the machine rates it prices time with, and measuring them), `cli`
+(``plexus-model`` and ``plexus-bench``). Pure arithmetic apart from calibration: it answers
+instantly for billion-edge graphs.
+"""
+
+from plexus.core.schedule import OPS, Collective
+
+from .calibration import Calibration, load_calibration
+from .model import (CommVolume, Compute, Memory, ModelSpec, Prediction, choose_grid,
+                    choose_orders, collective_time, collectives, epoch_compute, epoch_memory,
+                    epoch_volume, factorizations, normalize_grid, predict, rank_configs)
+
+__all__ = ["OPS", "Collective", "Calibration", "load_calibration", "CommVolume", "Compute",
+           "Memory", "ModelSpec", "Prediction", "choose_grid", "choose_orders", "collective_time",
+           "collectives", "epoch_compute", "epoch_memory", "epoch_volume", "factorizations",
+           "normalize_grid", "predict", "rank_configs"]

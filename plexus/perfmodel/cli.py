@@ -1,0 +1,189 @@
+"""The performance model's command lines.
+
+- ``plexus-model``: rank every X×Y×Z grid of a world size by predicted epoch time, with
+  communication volume and memory per rank (`plexus.perfmodel.model`).
+- ``plexus-bench calibrate``: measure SpMM/GEMM rates and gloo collective α/β on this machine
+  and write a JSON file that ``plexus-model --calibration FILE`` reads
+  (`plexus.perfmodel.calibration`).
+
+Bad input ends with one line ``PROG: error: ...`` on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict
+from typing import Sequence
+
+from plexus.core.cli import ArgumentParser, UsageError, report_error
+from plexus.core.grid import GridShape
+from plexus.core.units import format_bytes, format_seconds
+
+from .calibration import Calibration, calibrate, load_calibration, write_calibration
+from .model import ModelSpec, Prediction, rank_configs
+
+# Up to this many stored edges the CLI builds Â to count its non-zeros exactly.
+_EXACT_NNZ_LIMIT = 50_000_000
+
+
+def _model_parser() -> ArgumentParser:
+    p = ArgumentParser(
+        prog="plexus-model",
+        description="Rank every X×Y×Z grid of a world size by the predicted epoch time of 3D "
+                    "GCN training (α-β communication model + calibrated compute rates).")
+    p.add_argument("--world-size", "-G", type=int, required=True, metavar="G",
+                   help="number of ranks; every ordered factorization X·Y·Z = G is evaluated")
+    p.add_argument("--dataset", metavar="SPEC",
+                   help="dataset spec for plexus.datasets.load_dataset (sizes are read from it)")
+    p.add_argument("--root", metavar="DIR", help="dataset root directory (with --dataset)")
+    p.add_argument("--nodes", type=int, metavar="N", help="number of nodes (without --dataset)")
+    p.add_argument("--nnz", type=int, metavar="M",
+                   help="non-zeros of the normalized adjacency, self loops included")
+    p.add_argument("--features", type=int, metavar="F", help="input feature width")
+    p.add_argument("--classes", type=int, metavar="C", help="number of classes")
+    p.add_argument("--layers", type=int, default=3, metavar="L", help="GCN layers (default 3)")
+    p.add_argument("--hidden", type=int, default=128, metavar="H",
+                   help="hidden width (default 128)")
+    p.add_argument("--order", default="agg",
+                   help="per-layer product order: agg (default, the paper's), combine, auto "
+                        "(combine on narrowing layers), best (model's choice per grid), or a "
+                        "comma-separated list")
+    p.add_argument("--no-bias", action="store_true", help="layers without bias")
+    p.add_argument("--learnable-features", action="store_true",
+                   help="input features are trained (adds layer 0's dH reduce-scatter)")
+    p.add_argument("--calibration", metavar="FILE",
+                   help="JSON from `plexus-bench calibrate` (default: built-in GPU-node rates)")
+    p.add_argument("--memory-limit", type=float, metavar="GIB",
+                   help="memory per rank in GiB; grids above it are ranked last and flagged")
+    p.add_argument("--top", type=int, default=10, metavar="K",
+                   help="show the K fastest grids (default 10, 0 = all)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return p
+
+
+def _dataset_sizes(spec: str, root: str | None) -> tuple[str, int, int, int, int]:
+    """(name, N, nnz of Â, F, C) of a dataset loaded through plexus.datasets."""
+    from plexus.datasets import gcn_nnz, load_dataset  # noqa: PLC0415 (heavy; only when asked)
+
+    graph = load_dataset(spec, root)
+    nnz = gcn_nnz(graph, exact=graph.num_edges <= _EXACT_NNZ_LIMIT)
+    return graph.name, graph.num_nodes, nnz, graph.num_features, graph.num_classes
+
+
+def _table(spec: ModelSpec, cal: Calibration, preds: list[Prediction], world: int,
+           shown: int) -> str:
+    lines = [
+        f"{spec.name or 'graph'}: N={spec.num_nodes:,} nnz={spec.nnz:,} F={spec.num_features} "
+        f"C={spec.num_classes} layers={spec.num_layers} hidden={spec.hidden} "
+        f"order={spec.order if isinstance(spec.order, str) else ','.join(spec.order)} "
+        f"bias={'yes' if spec.bias else 'no'}",
+        f"calibration: {cal.source} (SpMM {cal.spmm_flops:.3g} flop/s, GEMM "
+        f"{cal.gemm_flops:.3g} flop/s, alpha {cal.alpha:.3g} s, beta {1 / cal.beta:.3g} B/s)",
+        f"world size {world}: {len(preds)} grids, showing {shown}",
+        "",
+        f"{'rank':>4}  {'XxYxZ':<11} {'epoch':>10} {'comm':>10} {'compute':>10} {'comm%':>6} "
+        f"{'comm/rank':>11} {'memory/rank':>12}  orders",
+    ]
+    for k, p in enumerate(preds[:shown], 1):
+        grid = str(GridShape.of(p.grid))
+        flag = "" if p.fits else "  (over memory limit)"
+        orders = ",".join("a" if o == "agg" else "c" for o in p.orders)
+        lines.append(
+            f"{k:>4}  {grid:<11} {format_seconds(p.time_s):>10} {format_seconds(p.comm_s):>10} "
+            f"{format_seconds(p.compute_s):>10} {100 * p.comm_fraction:>5.1f}% "
+            f"{format_bytes(p.volume.total_bytes):>11} {format_bytes(p.memory.total):>12}  "
+            f"{orders}{flag}")
+    return "\n".join(lines)
+
+
+def model_main(argv: Sequence[str] | None = None) -> int:
+    """``plexus-model``: print the ranked grids for a world size. Exit 2 on bad input."""
+    parser = _model_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.world_size < 1:
+            raise ValueError(f"--world-size must be >= 1, got {args.world_size}")
+        if args.top < 0:
+            raise ValueError(f"--top must be >= 0, got {args.top}")
+        explicit = [args.nodes, args.nnz, args.features, args.classes]
+        if args.dataset is not None:
+            if any(v is not None for v in explicit):
+                raise ValueError("give either --dataset or --nodes/--nnz/--features/--classes")
+            name, n, nnz, f, c = _dataset_sizes(args.dataset, args.root)
+        else:
+            if any(v is None for v in explicit):
+                raise ValueError("give --dataset SPEC, or all of --nodes --nnz --features "
+                                 "--classes")
+            name, (n, nnz, f, c) = "graph", explicit
+        spec = ModelSpec(num_nodes=n, nnz=nnz, num_features=f, num_classes=c,
+                         num_layers=args.layers, hidden=args.hidden, order=args.order,
+                         bias=not args.no_bias, learnable_features=args.learnable_features,
+                         name=name)
+        spec.fixed_orders()  # validate --order before ranking
+        cal = load_calibration(args.calibration)
+        limit = None if args.memory_limit is None else args.memory_limit * 2**30
+        preds = rank_configs(args.world_size, spec, cal, limit)
+    except (ValueError, OSError, KeyError) as e:  # UsageError, DatasetError are ValueErrors
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return report_error(parser.prog, msg)
+    shown = len(preds) if args.top == 0 else min(args.top, len(preds))
+    if args.json:
+        doc = {"spec": {k: (list(v) if isinstance(v, tuple) else v)
+                        for k, v in asdict(spec).items()},
+               "calibration": cal.to_dict(), "world_size": args.world_size,
+               "num_grids": len(preds), "configs": [p.to_dict() for p in preds[:shown]]}
+        json.dump(doc, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(_table(spec, cal, preds, args.world_size, shown))
+    return 0
+
+
+def _bench_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="plexus-bench", description="Benchmarks and calibration for Plexus.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
+    cal = sub.add_parser("calibrate", help="measure this machine for plexus-model",
+                         description="Measure SpMM and GEMM rates (torch, CPU) and the latency "
+                                     "(alpha) and per-byte time (beta) of gloo collectives on a "
+                                     "local world; write them as JSON for plexus-model.")
+    cal.add_argument("--out", required=True, metavar="FILE", help="calibration JSON to write")
+    cal.add_argument("--world-size", type=int, default=2, metavar="P",
+                     help="local gloo ranks for the collective timings (default 2; 1 skips them)")
+    cal.add_argument("--threads", type=int, default=1, metavar="T",
+                     help="torch threads for the compute timings (default 1, as one rank uses)")
+    cal.add_argument("--quick", action="store_true",
+                     help="small problems, few repetitions: seconds instead of tens of seconds")
+    return p
+
+
+def bench_main(argv: Sequence[str] | None = None) -> int:
+    """``plexus-bench``. Exit 2 on bad input, 1 if a measurement fails."""
+    parser = _bench_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            raise UsageError("choose a command: calibrate")
+        if args.world_size < 1:
+            raise UsageError(f"--world-size must be >= 1, got {args.world_size}")
+        if args.threads < 1:
+            raise UsageError(f"--threads must be >= 1, got {args.threads}")
+    except UsageError as e:
+        return report_error(parser.prog, e)
+    if args.command == "calibrate":
+        start = time.perf_counter()
+        try:
+            doc = calibrate(args.world_size, args.threads, args.quick,
+                            log=lambda m: print(m, file=sys.stderr, flush=True))
+            path = write_calibration(doc, args.out)
+        except OSError as e:
+            return report_error(parser.prog, f"cannot write {args.out}: {e.strerror or e}")
+        except RuntimeError as e:
+            return report_error(parser.prog, str(e).splitlines()[0], status=1)
+        print(f"SpMM {doc['spmm_flops']:.3g} flop/s, GEMM {doc['gemm_flops']:.3g} flop/s", end="")
+        if "alpha" in doc:
+            print(f", alpha {doc['alpha'] * 1e6:.1f} us, beta {1 / doc['beta'] / 1e9:.2f} GB/s",
+                  end="")
+        print(f"\nwrote {path} ({time.perf_counter() - start:.1f} s)")
+    return 0

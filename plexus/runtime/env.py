@@ -1,0 +1,140 @@
+"""Where this process runs: which launcher started it, its rank, and the devices it may use.
+
+Three ways to run a Plexus job:
+- on its own: the job starts its local workers itself (`plexus.runtime.local.launch_local`);
+- under torchrun (or any launcher exporting RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR): each process
+  is one rank of the job it is in;
+- under srun (SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID): the same, with MASTER_ADDR (and optionally
+  MASTER_PORT, default 29500) exported by the batch script.
+
+Workers use GPUs (NCCL) when CUDA is available and the CPU (gloo) otherwise; nothing else differs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+import torch
+
+DEFAULT_MASTER_PORT = 29500
+
+
+class LaunchError(RuntimeError):
+    """The job environment is unusable (missing variables, too few GPUs, ...): a user error."""
+
+
+@dataclass(frozen=True)
+class JobEnv:
+    """This process's place in the job, as the launcher describes it."""
+
+    kind: str  # "torchrun" (also the local launcher's workers), "slurm", or "single" (1 rank)
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+
+
+def _int(environ: Mapping[str, str], name: str) -> int:
+    value = environ.get(name, "")
+    try:
+        return int(value)
+    except ValueError:
+        raise LaunchError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def slurm_tasks_on_node(tasks_per_node: str, node_id: int) -> int | None:
+    """Tasks on node ``node_id`` from SLURM's compressed list, e.g. "4(x2),3" -> [4, 4, 3]."""
+    counts: list[int] = []
+    for part in tasks_per_node.split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        if not m:
+            return None
+        counts += [int(m.group(1))] * int(m.group(2) or 1)
+    return counts[node_id] if 0 <= node_id < len(counts) else None
+
+
+def _in_srun_step(env: Mapping[str, str]) -> bool:
+    """Whether this process is a task of an srun step (not the batch script or an extern step,
+    whose special step ids are the largest 32-bit values)."""
+    step = env.get("SLURM_STEP_ID", env.get("SLURM_STEPID", ""))
+    return step.isdigit() and int(step) < 0xFFFFFFF0
+
+
+def detect_environment(environ: Mapping[str, str] | None = None) -> JobEnv | None:
+    """The launcher this process runs under, or None when it runs on its own.
+
+    torchrun's variables win over SLURM's (torchrun inside an srun step is a torchrun job). A
+    SLURM allocation alone (salloc, the batch script itself) is not a launcher: only an srun step
+    (SLURM_STEP_ID set) makes every task a rank.
+    """
+    env = os.environ if environ is None else environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        world = _int(env, "WORLD_SIZE")
+        local_world = _int(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else world
+        if "MASTER_ADDR" not in env:
+            raise LaunchError("RANK and WORLD_SIZE are set but MASTER_ADDR is not; start the job "
+                              "with torchrun or export MASTER_ADDR and MASTER_PORT")
+        return JobEnv("torchrun", _int(env, "RANK"), world,
+                      _int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else 0, local_world,
+                      env["MASTER_ADDR"],
+                      _int(env, "MASTER_PORT") if "MASTER_PORT" in env else DEFAULT_MASTER_PORT)
+    if "SLURM_PROCID" in env and env.get("SLURM_NTASKS", "1") != "1" and _in_srun_step(env):
+        # (a one-task step, e.g. an interactive `srun --pty bash`, launches its workers itself)
+        if "MASTER_ADDR" not in env:
+            raise LaunchError("under srun, export MASTER_ADDR (the first node of the job: "
+                              "$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)) "
+                              "and MASTER_PORT before srun")
+        world = _int(env, "SLURM_NTASKS")
+        node_tasks = None
+        for key in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
+            if key in env:
+                node_tasks = slurm_tasks_on_node(env[key], _int(env, "SLURM_NODEID")
+                                                 if "SLURM_NODEID" in env else 0)
+                if node_tasks:
+                    break
+        if not node_tasks:  # fall back to an even spread over the step's nodes
+            nodes = _int(env, "SLURM_STEP_NUM_NODES") if "SLURM_STEP_NUM_NODES" in env else (
+                _int(env, "SLURM_NNODES") if "SLURM_NNODES" in env else 1)
+            node_tasks = -(-world // max(nodes, 1))
+        return JobEnv("slurm", _int(env, "SLURM_PROCID"), world,
+                      _int(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else 0, node_tasks,
+                      env["MASTER_ADDR"],
+                      _int(env, "MASTER_PORT") if "MASTER_PORT" in env else DEFAULT_MASTER_PORT)
+    return None
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS reports one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def threads_per_worker(local_workers: int, cores: int | None = None) -> int:
+    """Torch threads for each of ``local_workers`` processes sharing this node's cores."""
+    return max(1, (cores if cores is not None else available_cores()) // max(1, local_workers))
+
+
+def use_cuda() -> bool:
+    """Whether workers run on GPUs (NCCL) rather than CPUs (gloo)."""
+    return torch.cuda.is_available()
+
+
+def check_local_devices(local_workers: int) -> None:
+    """On a GPU node every local worker needs its own GPU (NCCL refuses to share one)."""
+    if use_cuda() and local_workers > torch.cuda.device_count():
+        raise LaunchError(f"{local_workers} workers on this node but only "
+                          f"{torch.cuda.device_count()} GPUs; use a grid with at most that many "
+                          "ranks per node, or hide the GPUs (CUDA_VISIBLE_DEVICES=) to run on CPUs")
+
+
+def default_device() -> torch.device:
+    """The device a rank of this machine runs on when none is given: a GPU if CUDA is available
+    (each local rank then takes ``cuda:LOCAL_RANK``), else the CPU."""
+    return torch.device("cuda" if use_cuda() else "cpu")

@@ -1,0 +1,59 @@
+"""Joining a job's process group, and tying a locally launched worker's life to its launcher."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from .env import JobEnv, LaunchError, threads_per_worker, use_cuda
+
+
+def init_process_group(env: JobEnv, timeout_s: float) -> torch.device:
+    """Join the job's default process group; return this rank's device.
+
+    Sets the torch thread count first (before any parallel work), so workers sharing a node do
+    not oversubscribe its cores.
+    """
+    torch.set_num_threads(threads_per_worker(env.local_world_size))
+    timeout = timedelta(seconds=timeout_s)
+    if use_cuda():
+        if env.local_rank >= torch.cuda.device_count():
+            raise LaunchError(f"local rank {env.local_rank} has no GPU: this node has "
+                              f"{torch.cuda.device_count()}")
+        device = torch.device("cuda", env.local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    if env.kind == "torchrun" and "TORCHELASTIC_RUN_ID" in os.environ:
+        # env:// lets torchrun's agent share its store with the workers.
+        dist.init_process_group(backend, init_method="env://", timeout=timeout)
+    else:
+        dist.init_process_group(backend, init_method=f"tcp://{env.master_addr}:{env.master_port}",
+                                rank=env.rank, world_size=env.world_size, timeout=timeout)
+    return device
+
+
+def die_with_launcher() -> None:
+    """Make this locally launched worker end when its launcher does (Linux; elsewhere a no-op).
+
+    The launcher stops its workers itself on errors and signals; this covers a launcher that is
+    killed outright (SIGKILL, OOM killer), which would otherwise leave its workers running.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes  # noqa: PLC0415
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the launcher died before the request took effect
+        os._exit(1)

@@ -1,0 +1,157 @@
+"""Start a job's workers on this machine with torch's elastic launcher, and name why one failed.
+
+`launch_local` runs X·Y·Z worker processes (c10d rendezvous on 127.0.0.1, a free port); when a
+worker raises or dies, the agent stops the others and `LocalJobFailed` names the root cause
+first (a killed worker before its peers' broken connections).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import re
+import socket
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .env import use_cuda
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (the rendezvous binds it right after)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class WorkerFailure:
+    """A local worker that ended with an exception or a non-zero exit status."""
+
+    rank: int
+    exitcode: int
+    message: str  # the worker's exception, one line
+    traceback: str  # the worker's traceback where it reported one
+
+
+class LocalJobFailed(RuntimeError):
+    """One or more local workers failed; ``failures[0]`` is the root cause."""
+
+    def __init__(self, failures: list[WorkerFailure]) -> None:
+        self.failures = failures
+        first = failures[0]
+        more = f" ({len(failures) - 1} more failed after it)" if len(failures) > 1 else ""
+        super().__init__(f"worker rank {first.rank} {first.message}{more}")
+
+
+def _quiet_elastic_logs() -> None:
+    # The elastic agent logs every worker failure with a full traceback, several times over; we
+    # report failures ourselves (`WorkerFailure`). LOGLEVEL=INFO/DEBUG brings them back.
+    if os.environ.get("LOGLEVEL", "").upper() in ("INFO", "DEBUG"):
+        return
+    prefixes = ("torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing")
+    # elastic sets a level on each of its module loggers, so parents' levels do not reach them
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith(prefixes):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _start_method(entrypoint: Callable[..., Any]) -> str:
+    """How local workers are started.
+
+    Importing torch costs each worker seconds of CPU, so on CPUs workers are forked from a fork
+    server that has imported torch, torch._dynamo (the optimizer's first construction imports
+    it) and the entry point's module once. The server is a fresh single-threaded process: a
+    plain fork of this one, whose launcher threads may hold locks, can deadlock. With CUDA,
+    spawn: a CUDA context never crosses a fork.
+    """
+    if use_cuda() or "forkserver" not in mp.get_all_start_methods():
+        return "spawn"
+    mp.set_forkserver_preload(["torch", "torch._dynamo", entrypoint.__module__])
+    return "forkserver"
+
+
+def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any) -> list[Any]:
+    """Run ``entrypoint(*args)`` in ``nprocs`` local worker processes that form one job.
+
+    Returns the workers' return values in rank order. Raises `LocalJobFailed` when a worker
+    raises or dies; the elastic agent then stops all the others, so a failure never leaves the
+    job hanging.
+    """
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs  # noqa: PLC0415
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError  # noqa: PLC0415
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch  # noqa: PLC0415
+
+    _quiet_elastic_logs()
+    start_method = _start_method(entrypoint)
+    sys.stdout.flush()  # our own lines first, then the workers'
+    sys.stderr.flush()
+    with tempfile.TemporaryDirectory(prefix="plexus-launch-") as log_dir:
+        config = LaunchConfig(
+            min_nodes=1, max_nodes=1, nproc_per_node=nprocs,
+            run_id=f"plexus-{uuid.uuid4().hex[:12]}",
+            rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}",
+            local_addr="127.0.0.1",
+            max_restarts=0,  # a failed worker fails the job: training is not elastic
+            monitor_interval=0.1,
+            start_method=start_method,
+            # Workers inherit our stdout/stderr (rank 0's progress bar sees the terminal); the
+            # directory only holds the agent's error files and disappears with the job.
+            logs_specs=DefaultLogsSpecs(log_dir=log_dir))
+        try:
+            results = elastic_launch(config, entrypoint)(*args)
+        except ChildFailedError as e:
+            raise LocalJobFailed(_failures(e)) from None
+    return [results[r] for r in range(nprocs)]
+
+
+# Errors a rank sees when a *peer* failed: the consequence, never the root cause.
+_PEER_ERRORS = re.compile(r"connection (reset|closed|refused)|broken pipe|timed out|"
+                          r"remote (worker|process)|peer", re.IGNORECASE)
+
+
+#: How long a rank that lost a peer waits before it exits: the launcher reports the first worker
+#: it sees fail, which should be the peer that failed, not this consequence of it.
+PEER_ERROR_GRACE_S = 1.0
+
+
+def is_peer_error(error: BaseException) -> bool:
+    """Whether ``error`` is what a rank sees when a peer died or stopped answering."""
+    return bool(_PEER_ERRORS.search(f"{type(error).__name__}: {error}"))
+
+
+def _blame(failure: WorkerFailure, signal_name: str) -> int:
+    """How likely ``failure`` is the root cause (lower first): killed by a signal (the OOM
+    killer, a user), then the worker's own exception, then a broken connection to a failed peer,
+    then SIGTERM (the agent stopping the survivors)."""
+    if failure.exitcode < 0:
+        return 3 if signal_name == "SIGTERM" else 0
+    return 2 if _PEER_ERRORS.search(failure.message) else 1
+
+
+def _failures(error: Any) -> list[WorkerFailure]:
+    """Turn the elastic agent's ChildFailedError into `WorkerFailure`s, root cause first (see
+    `_blame`; among equals the earliest, then the lowest rank): the peers of a failed worker
+    often report their broken connections before it reports its own error."""
+    out = []
+    for rank, failure in error.failures.items():
+        data, tb = failure.message, ""
+        if isinstance(data, dict):  # the worker's error file: message + traceback
+            tb = str(data.get("extraInfo", {}).get("py_callstack", ""))
+            data = data.get("message", "")
+        lines = [ln for ln in str(data or "").strip().splitlines() if ln.strip()]
+        if failure.exitcode < 0:
+            message = f"was killed by signal {failure.signal_name()}"
+        elif lines and tb:
+            message = f"failed: {lines[-1].strip()}"
+        else:
+            message = f"exited with status {failure.exitcode}"
+        found = WorkerFailure(rank, failure.exitcode, message, tb)
+        signal_name = failure.signal_name() if failure.exitcode < 0 else ""
+        out.append((_blame(found, signal_name), failure.timestamp, rank, found))
+    out.sort(key=lambda item: item[:3])
+    return [item[3] for item in out]

@@ -1,0 +1,2 @@
+"""Helpers for tests, benchmarks and calibration on one machine: `localworld.run_world` runs a
+function on every rank of a fresh local gloo world and collects what each rank returns."""

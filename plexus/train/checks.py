@@ -1,0 +1,143 @@
+"""Checks of a run's input that need no process group: paths, grids, datasets, memory.
+
+The launching process runs them before any worker starts (so bad input costs nothing); under a
+launcher each rank runs the cheap ones itself. Each raises a typed error with a one-line message.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from plexus.core.cli import UsageError
+from plexus.core.grid import GridShape
+from plexus.core.layout import ORDERS, grid_misfit, layer_plans
+from plexus.datasets import DatasetError, Graph, load_dataset
+from plexus.engine.config import ModelConfig
+from plexus.partitioners import RankShard
+from plexus.perfmodel import ModelSpec, choose_grid
+from plexus.runtime.env import default_device
+
+from .memcheck import available_memory, check_memory, predicted_memory
+
+# Datasets up to this size are loaded once in the launching process to check them before any
+# worker starts; bigger ones only have their paths checked there (each worker loads them anyway).
+PRECHECK_MAX_BYTES = 64 << 20
+
+
+def check_writable(path: Path, what: str) -> None:
+    """Raise `UsageError` unless files can be created in directory ``path`` (made if missing)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        raise UsageError(f"{what} {path}: cannot write there ({e.strerror or e})") from None
+
+
+def check_log_path(path: str) -> None:
+    """Raise `UsageError` unless the JSON log can be created at ``path`` (``--log-json``)."""
+    target = Path(path).expanduser()
+    if target.is_dir():
+        raise UsageError(f"--log-json {path}: is a directory; give a file name")
+    check_writable(target.parent, "--log-json")
+
+
+def auto_grid(world_size: int, num_nodes: int, nnz: int, num_features: int, num_classes: int,
+              model: ModelConfig, name: str = "") -> GridShape:
+    """The grid `plexus.perfmodel.choose_grid` predicts fastest for this graph and model."""
+    spec = ModelSpec.from_config(num_nodes, nnz, num_features, num_classes, model, name=name)
+    return GridShape.of(choose_grid(world_size, spec))
+
+
+def check_grid_fits(grid: GridShape, model: ModelConfig, num_nodes: int, num_features: int,
+                    num_classes: int) -> None:
+    """Raise `UsageError` when an axis has more ranks than the dimension it cuts (see
+    `plexus.core.layout.grid_misfit`)."""
+    plans = layer_plans(model.num_layers, model.orders(num_features, num_classes))
+    problem = grid_misfit(grid, plans, num_nodes,
+                          model.widths(num_features, num_classes))
+    if problem:
+        raise UsageError(problem)
+
+
+def check_order(order: str, num_layers: int) -> None:
+    """--order is agg, combine, auto or one of those two per layer."""
+    if order in ORDERS or order == "auto":
+        return
+    parts = [o.strip() for o in order.split(",")]
+    bad = [o for o in parts if o not in ORDERS]
+    if bad:
+        raise UsageError(f"--order: unknown order {bad[0]!r}; use agg, combine, auto or a "
+                         "comma-separated list of agg/combine")
+    if len(parts) != num_layers:
+        raise UsageError(f"--order lists {len(parts)} layers but the model has {num_layers}")
+
+
+def shard_bytes(shard: RankShard) -> int:
+    """Bytes of the arrays a rank's shard holds (its Â blocks and features)."""
+    total = shard.features.nbytes
+    for blk in shard.blocks.values():
+        total += blk.data.nbytes + blk.indices.nbytes + blk.indptr.nbytes
+    return total
+
+
+def precheck_dataset(spec: str, root: str | None, seed: int) -> Graph | None:
+    """Check a dataset spec before workers start; return the graph when it was cheap to load.
+
+    Small inputs (the embedded Cora, files up to 64 MiB) are loaded, so any problem in them shows
+    here; for bigger ones only the spec and the paths are checked and the workers load them.
+    """
+    kind, colon, rest = spec.strip().partition(":")
+    kind = kind.strip().lower()
+    if root is not None and not Path(root).expanduser().is_dir():
+        raise DatasetError(f"--root {root}: not a directory")
+    if not colon and kind.startswith("ogbn-"):
+        if root is None:
+            raise DatasetError(f"{spec}: OGB datasets are read from --root DIR (never "
+                               "downloaded); give the directory holding the dataset")
+        from plexus.datasets.ogb_loader import check_files  # noqa: PLC0415 (imports ogb)
+
+        check_files(spec.strip(), root)  # the loader's own offline check: file existence only
+        return None
+    if colon and kind in ("npz", "mtx", "edgelist", "planetoid") and rest.strip():
+        path = Path(rest.strip()).expanduser()
+        if not path.exists() and root is not None and not path.is_absolute():
+            path = Path(root).expanduser() / path
+        if path.is_file() and path.stat().st_size > PRECHECK_MAX_BYTES:
+            return None
+        if not path.exists() and kind != "planetoid":
+            raise DatasetError(f"{spec}: {path} not found")
+    if kind == "rmat":
+        from plexus.datasets import parse_rmat_params  # noqa: PLC0415
+
+        params = parse_rmat_params(rest if colon else "", seed)
+        if int(params["scale"]) > 16:  # a big synthetic graph: the parameters are checked
+            return None
+    return load_dataset(spec, root, seed=seed)
+
+
+def spec_sizes(spec: str, seed: int) -> tuple[int, int, int, int] | None:
+    """(N, nnz of Â, F, C) of a dataset that was not loaded, where the spec alone tells them
+    (R-MAT: nnz is the upper bound, every generated edge distinct, both directions, self
+    loops); None otherwise."""
+    kind, colon, rest = spec.strip().partition(":")
+    if kind.strip().lower() != "rmat":
+        return None
+    from plexus.datasets import parse_rmat_params  # noqa: PLC0415
+
+    p = parse_rmat_params(rest if colon else "", seed)
+    n = 1 << int(p["scale"])
+    return n, n * (2 * int(p["edge_factor"]) + 1), int(p["features"]), int(p["classes"])
+
+
+def precheck_resources(grid: GridShape, model: ModelConfig, sizes: tuple[int, int, int, int],
+                       perm: str, force: bool) -> None:
+    """Before any worker starts: the grid fits the graph, and (unless ``force``) the predicted
+    memory per rank fits what the local ranks will have."""
+    n, nnz, f, c = sizes
+    check_grid_fits(grid, model, n, f, c)
+    if force:
+        return
+    check_memory(predicted_memory(grid, model, n, nnz, f, c, perm),
+                 available_memory(default_device(), grid.world_size), grid)

@@ -1,0 +1,121 @@
+"""The entry points of a ``plexus-train`` job: what each rank runs from joining the process
+group to the summary (`run_rank`), and how the launching process starts local workers and turns
+their failures into one line (`run_local`, `run_single`)."""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+
+import torch.distributed as dist
+
+from plexus.runtime.env import JobEnv, LaunchError, detect_environment
+from plexus.runtime.group import die_with_launcher, init_process_group
+from plexus.runtime.hostmem import enable_huge_pages
+from plexus.runtime.local import (PEER_ERROR_GRACE_S, LocalJobFailed, free_port, is_peer_error,
+                                  launch_local)
+
+from .errors import TrainingDiverged, error_line
+from .options import RunOptions
+from .prepare import agree_on_failure, load_local
+from .report import finish
+from .session import build_run
+
+
+def run_rank(opts: RunOptions, env: JobEnv) -> int:
+    """Everything one rank does, from joining the job to the summary; returns the exit status."""
+    if opts.engine.huge_pages:
+        enable_huge_pages()  # before this process's first CPU tensor
+    try:
+        device = init_process_group(env, opts.timeout_s)
+    except LaunchError as e:  # e.g. a local rank without a GPU: the same on every such rank
+        print(error_line(f"rank {env.rank}: {e}"), file=sys.stderr, flush=True)
+        return 2
+    error: BaseException | None = None
+    setup = None
+    try:
+        setup = load_local(opts, dist.get_rank(), dist.get_world_size(), device,
+                           env.local_world_size)
+    except Exception as e:  # noqa: BLE001 — every rank must learn of it, see agree_on_failure
+        error = e
+    code = agree_on_failure(error, device)
+    if code:
+        if setup is not None and setup.json_log is not None:
+            setup.json_log.discard()
+        dist.destroy_process_group()
+        return code
+    assert setup is not None
+    run = build_run(opts, setup, device)
+    try:
+        start = time.perf_counter()
+        history = run.trainer.fit(callback=run.on_epoch)
+        finish(run, history, time.perf_counter() - start)
+    except TrainingDiverged as e:  # on every rank at the same epoch: a clean stop, one line
+        if run.log is not None:
+            run.log.abandon()
+            print(error_line(e), file=sys.stderr, flush=True)
+        dist.destroy_process_group()
+        return 1
+    except BaseException as e:
+        # Other ranks may be waiting in a collective: leave without tearing the group down; the
+        # launcher ends them when this process exits with an error.
+        if run.log is not None:
+            run.log.abandon()
+        if is_peer_error(e):  # let the launcher see the peer's failure first: it is the cause
+            time.sleep(PEER_ERROR_GRACE_S)
+        raise
+    dist.destroy_process_group()
+    return 0
+
+
+def local_worker(opts: RunOptions) -> int:
+    """Entry point of a worker started by `launch_local` (torchrun-style environment)."""
+    die_with_launcher()
+    env = detect_environment()
+    if env is None:
+        raise LaunchError("worker started without RANK/WORLD_SIZE in its environment")
+    return run_rank(opts, env)
+
+
+def run_local(opts: RunOptions) -> int:
+    """Start X·Y·Z local workers and wait for them; the job's exit status."""
+    assert opts.grid is not None
+    nprocs = opts.grid.world_size
+    if nprocs == 1:
+        return run_single(opts)
+    try:
+        codes = launch_local(nprocs, local_worker, opts)
+    except LocalJobFailed as e:
+        root = e.failures[0]
+        if "timed out" in root.message.lower():  # not a bug: a peer stopped answering
+            print(error_line(f"{e}; a collective waited longer than --timeout "
+                             f"{opts.timeout_s:g} s: a peer is stuck or dead"),
+                  file=sys.stderr, flush=True)
+            return 1
+        if root.traceback:  # a bug or a crash inside the worker: show where
+            print(root.traceback.rstrip(), file=sys.stderr)
+        print(error_line(e), file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # noqa: BLE001 — the agent's signal exception, rendezvous failures
+        signum = getattr(e, "sigval", None)
+        if signum is not None:  # the launcher was told to stop (SIGTERM from a scheduler, ...)
+            print(error_line(f"stopped by signal {int(signum)}"), file=sys.stderr)
+            return 128 + int(signum)
+        raise
+    return max((int(c or 0) for c in codes), default=0)
+
+
+def run_single(opts: RunOptions) -> int:
+    """A one-rank job runs in this process: a worker process would only add start-up time."""
+    env = JobEnv("single", 0, 1, 0, 1, "127.0.0.1", free_port())
+    try:
+        return run_rank(opts, env)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # noqa: BLE001 — a bug: show where, then the usual one line
+        traceback.print_exc()
+        print(error_line(f"{type(e).__name__}: {e}"), file=sys.stderr, flush=True)
+        return 1

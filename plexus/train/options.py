@@ -1,0 +1,34 @@
+"""What one ``plexus-train`` run is asked to do, once the command line has been checked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plexus.core.grid import GridShape
+from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
+
+from .faults import Fault
+
+DEFAULT_PERM = "double"  # results do not depend on it; it balances the blocks of real graphs
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything a rank needs to know about the run (validated by `plexus.train`)."""
+
+    grid: GridShape | None  # None: "auto", chosen by plexus.perfmodel
+    dataset: str
+    root: str | None
+    model: ModelConfig
+    train: TrainConfig
+    engine: EngineConfig
+    perm: str | None = None  # None: DEFAULT_PERM, or whatever the shard store was cut with
+    shards: str | None = None
+    checkpoint: str | None = None
+    checkpoint_every: int = 10
+    resume: bool = False
+    log_json: str | None = None
+    quiet: bool = False
+    timeout_s: float = 300.0
+    check_memory: bool = True  # False: --force, or the launching process already checked
+    fault: Fault | None = None  # --inject-fault (tests of failure handling)

@@ -1,0 +1,132 @@
+"""Phase 1 of a rank's set-up: everything local, with no communication, then an agreement.
+
+A rank loads the dataset and cuts its shard (or reads its file from a shard store) and reads the
+checkpoint to resume from. Then every rank learns whether any rank failed (`agree_on_failure`),
+so a bad input on one rank ends the whole job cleanly (one error line, exit status 2) instead of
+leaving the others waiting in a collective.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from plexus.core.grid import GridShape
+from plexus.datasets import gcn_nnz, load_dataset
+from plexus.engine.config import ModelConfig
+from plexus.partitioners import RankShard, read_manifest, read_shard, shard_graph
+from plexus.partitioners.store import graph_hash
+
+from . import checkpoint as ckpt
+from .checks import auto_grid, check_grid_fits, check_log_path, check_writable, shard_bytes
+from .errors import USER_ERRORS, UsageError, error_line
+from .memcheck import available_memory, check_memory, predicted_memory
+from .options import DEFAULT_PERM, RunOptions
+from .runlog import JsonLog
+
+
+@dataclass
+class LocalSetup:
+    """What phase 1 produced on this rank."""
+
+    grid: GridShape
+    shard: RankShard
+    dataset: ckpt.DatasetInfo
+    resume_from: dict | None
+    json_log: JsonLog | None = None  # rank 0 with --log-json
+
+
+def open_json_log(path: str) -> JsonLog:
+    """Open the JSON log's temporary file now, so a bad path is a set-up error."""
+    check_log_path(path)
+    try:
+        return JsonLog(Path(path).expanduser())
+    except OSError as e:
+        raise UsageError(f"--log-json {path}: cannot write it ({e.strerror or e})") from None
+
+
+def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
+               local_ranks: int) -> LocalSetup:
+    """This rank's shard (and checkpoint), with no communication. Raises `USER_ERRORS`."""
+    model = opts.model
+    if opts.shards:
+        manifest = read_manifest(opts.shards)
+        grid = opts.grid or GridShape.of(manifest["grid"])
+        grid.check_world(world)
+        orders = model.orders(int(manifest["num_features"]), int(manifest["num_classes"]))
+        shard = read_shard(opts.shards, grid, grid.coords(rank), model.num_layers,
+                           orders=orders, perm=opts.perm)
+        nnz, sha256 = int(manifest["nnz"]), str(manifest["graph_sha256"])
+    else:
+        graph = load_dataset(opts.dataset, opts.root, seed=opts.train.seed)
+        nnz = gcn_nnz(graph)
+        grid = opts.grid or auto_grid(world, graph.num_nodes, nnz, graph.num_features,
+                                      graph.num_classes, model, graph.name)
+        grid.check_world(world)
+        check_grid_fits(grid, model, graph.num_nodes, graph.num_features, graph.num_classes)
+        orders = model.orders(graph.num_features, graph.num_classes)
+        # the content hash identifies the graph in checkpoints; hashing a big graph takes time
+        sha256 = graph_hash(graph) if opts.checkpoint else ""
+        shard = shard_graph(graph, grid, grid.coords(rank), model.num_layers, orders,
+                            opts.perm or DEFAULT_PERM, seed=opts.train.seed)
+        del graph
+    if opts.check_memory:
+        predicted = predicted_memory(grid, model, shard.num_nodes, nnz, shard.num_features,
+                                     shard.num_classes, shard.perm)
+        if device.type == "cpu":  # the shard already sits in host memory: count the rest
+            predicted -= shard_bytes(shard)
+        check_memory(predicted, available_memory(device, local_ranks), grid)
+    info = ckpt.DatasetInfo(shard.name, shard.num_nodes, shard.num_features, shard.num_classes,
+                            sha256)
+    resume_from = (load_resume(opts.checkpoint, model, opts.train.epochs, info)  # type: ignore
+                   if opts.resume else None)
+    json_log = None
+    if rank == 0:  # rank 0 writes the outputs: check them before anything runs
+        if opts.checkpoint:
+            check_writable(Path(opts.checkpoint).expanduser(), "--checkpoint")
+        if opts.log_json:
+            json_log = open_json_log(opts.log_json)
+    return LocalSetup(grid, shard, info, resume_from, json_log)
+
+
+def load_resume(checkpoint: str, model: ModelConfig, epochs: int,
+                dataset: ckpt.DatasetInfo | None) -> dict:
+    """The checkpoint in directory ``checkpoint`` to resume from, checked against the model,
+    --epochs and (when known) the dataset. Raises `ckpt.CheckpointError`."""
+    payload = ckpt.load_checkpoint(checkpoint)
+    where = str(ckpt.checkpoint_path(checkpoint))
+    ckpt.check_model(payload, model, where)
+    ckpt.check_epochs(payload, epochs, where)
+    if dataset is not None:
+        ckpt.check_dataset(payload, dataset, where)
+    return payload
+
+
+def agree_on_failure(error: BaseException | None, device: torch.device) -> int:
+    """Collective: 0 if no rank failed; otherwise 2 for a user error anywhere, else 1.
+
+    One rank reports (one line for a user error, the traceback for a bug), so a failure shows
+    once, not once per rank.
+    """
+    rank, world = dist.get_rank(), dist.get_world_size()
+    code = 0 if error is None else (2 if isinstance(error, USER_ERRORS) else 1)
+    worst = torch.tensor([code], dtype=torch.int64, device=device)
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    if int(worst) == 0:
+        return 0
+    # The lowest rank with the worst failure reports it (user errors outrank bugs: they say what
+    # to fix).
+    first = torch.tensor([rank if code == int(worst) else world], dtype=torch.int64,
+                         device=device)
+    dist.all_reduce(first, op=dist.ReduceOp.MIN)
+    if int(first) == rank and error is not None:
+        if code == 1:
+            traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
+        print(error_line(error if code == 2 else f"rank {rank} failed: "
+                         f"{type(error).__name__}: {error}"), file=sys.stderr, flush=True)
+    return int(worst)

@@ -1,0 +1,129 @@
+"""The end of a run: reduce timers and the communication ledger over ranks, gather predictions
+for the OGB evaluator, and have rank 0 report the summary."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from plexus.core.grid import AXES
+from plexus.engine.ledger import Ledger
+from plexus.engine.timing import Timers
+from plexus.engine.trainer import EpochStats
+
+from .runlog import BestRecord
+from .session import Run
+
+
+def reduce_timers(timers: Timers, device: torch.device) -> dict[str, dict[str, float]]:
+    """Per timer name: max and mean seconds over all ranks (collective)."""
+    names: list[list[str]] = [[] for _ in range(dist.get_world_size())]
+    dist.all_gather_object(names, sorted(timers.seconds))
+    union = sorted(set().union(*names))
+    if not union:
+        return {}
+    values = torch.tensor([timers.seconds.get(n, 0.0) for n in union], dtype=torch.float64,
+                          device=device)
+    mx, total = values.clone(), values.clone()
+    dist.all_reduce(mx, op=dist.ReduceOp.MAX)
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    world = dist.get_world_size()
+    return {n: {"max": float(a), "mean": float(b) / world}
+            for n, a, b in zip(union, mx.tolist(), total.tolist())}
+
+
+def reduce_ledger(ledger: Ledger,
+                  device: torch.device) -> tuple[dict[str, float], dict[str, float]]:
+    """Bytes moved per axis: summed over all ranks, and the largest single rank (collective)."""
+    per_axis = ledger.per_axis("bytes")
+    values = torch.tensor([per_axis[a] for a in AXES], dtype=torch.float64, device=device)
+    mx, total = values.clone(), values.clone()
+    dist.all_reduce(mx, op=dist.ReduceOp.MAX)
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    return dict(zip(AXES, total.tolist())), dict(zip(AXES, mx.tolist()))
+
+
+@torch.no_grad()
+def gather_predictions(run: Run) -> dict[str, np.ndarray] | None:
+    """Global predicted class, label and test mask of every node, on rank 0 (None elsewhere).
+
+    Predictions are complete on every rank of the class axis and replicated over the third axis,
+    so only the ranks at coordinate 0 of both send their rows: together they cover every node
+    exactly once. Rank 0 receives them one by one (memory O(N) on rank 0 only).
+    """
+    model, grid = run.model, run.grid
+    model.eval()
+    pred = model.predict(model())
+    last = model.plans[-1]
+    rows = torch.stack([torch.from_numpy(run.shard.output_ids).to(pred.device), pred,
+                        model.labels, model.masks["test"].to(torch.int64)])
+    senders = [r for r in range(grid.world_size)
+               if grid.shape.coords(r)[last.out_cols] == 0
+               and grid.shape.coords(r)[last.out_replicated] == 0]
+    if grid.rank != 0:
+        if grid.rank in senders:
+            dist.send(rows.contiguous(), dst=0)
+        return None
+    n = run.shard.num_nodes
+    out = {"pred": np.full(n, -1, np.int64), "label": np.full(n, -1, np.int64),
+           "test": np.zeros(n, bool)}
+    for src in senders:
+        if src != 0:
+            dist.recv(rows, src=src)
+        ids, p, y, t = rows.cpu().numpy()
+        real = ids >= 0
+        out["pred"][ids[real]], out["label"][ids[real]] = p[real], y[real]
+        out["test"][ids[real]] = t[real].astype(bool)
+    return out
+
+
+def ogb_metric(name: str, gathered: dict[str, np.ndarray]) -> dict | None:
+    """The official OGB evaluator's test metric for ``name`` (None if it has no accuracy)."""
+    from ogb.nodeproppred import Evaluator  # noqa: PLC0415 (only for OGB datasets)
+
+    evaluator = Evaluator(name)
+    if evaluator.eval_metric != "acc":
+        return None
+    test = gathered["test"]
+    result = evaluator.eval({"y_true": gathered["label"][test].reshape(-1, 1),
+                             "y_pred": gathered["pred"][test].reshape(-1, 1)})
+    return {"name": name, "metric": "acc", "value": float(result["acc"])}
+
+
+def finish(run: Run, history: list[EpochStats], train_time_s: float) -> None:
+    """Collective: final evaluation if needed, timers, ledger, OGB metric; rank 0 reports."""
+    trainer = run.trainer
+    final = history[-1].as_dict() if history else {"epoch": trainer.epoch}
+    if final.get("test_acc") is None:  # never evaluated at the end (eval_every 0, or resumed at N)
+        acc = trainer.evaluate()
+        final.update(train_acc=acc["train"], val_acc=acc["val"], test_acc=acc["test"])
+    if run.best.epoch is None:
+        run.best = BestRecord(trainer.epoch, final["val_acc"], final["test_acc"],
+                              final["train_acc"])
+    timers = reduce_timers(run.comm.timers, run.grid.device)
+    comm_total, comm_max = reduce_ledger(run.comm.ledger, run.grid.device)
+    ogb = None
+    if run.dataset.name.startswith("ogbn-"):
+        gathered = gather_predictions(run)
+        if gathered is not None:
+            ogb = ogb_metric(run.dataset.name, gathered)
+    if run.log is None:
+        return
+    epoch_times = [s.epoch_time_s for s in history]
+    summary = {
+        "dataset": run.dataset.name, "grid": str(run.grid), "world_size": run.grid.world_size,
+        "epochs": trainer.epoch, "epochs_run": len(history),
+        "best_epoch": run.best.epoch, "best_val_acc": run.best.val_acc,
+        "best_test_acc": run.best.test_acc,
+        "final": {k: final.get(k) for k in ("epoch", "loss", "train_acc", "val_acc", "test_acc")},
+        "train_time_s": train_time_s,
+        "mean_epoch_time_s": float(np.mean(epoch_times)) if epoch_times else 0.0,
+        "comm_bytes": comm_total, "comm_bytes_max_rank": comm_max,
+        "comm_ledger": run.comm.ledger.summary(),  # rank 0's collectives by axis and operation
+        "timers": timers,
+        "ogb": ogb,
+        "model": {"layers": run.opts.model.num_layers, "hidden": run.opts.model.hidden,
+                  "orders": list(run.shard.orders), "perm": run.shard.perm},
+    }
+    run.log.finish(summary)

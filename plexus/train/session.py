@@ -1,0 +1,97 @@
+"""Phase 2 of a rank's set-up (collective: the grid, the model, the restored checkpoint) and
+what happens after every epoch (divergence stop, best-validation record, log, checkpoint)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from plexus.engine.build import build_model
+from plexus.engine.comm import Comm
+from plexus.engine.grid import Grid
+from plexus.engine.model import DistributedGCN
+from plexus.engine.trainer import EpochStats, Trainer
+from plexus.partitioners import RankShard
+
+from . import checkpoint as ckpt
+from .errors import PROG, TrainingDiverged
+from .options import RunOptions
+from .prepare import LocalSetup
+from .runlog import BestRecord, RunLog, plural
+
+
+@dataclass
+class Run:
+    """One rank's training run after set-up."""
+
+    opts: RunOptions
+    grid: Grid
+    comm: Comm
+    model: DistributedGCN
+    trainer: Trainer
+    shard: RankShard
+    dataset: ckpt.DatasetInfo
+    best: BestRecord
+    log: RunLog | None  # rank 0 only
+    saved_epoch: int | None = None  # the epoch of the newest checkpoint on disk
+
+    def check_finite(self, stats: EpochStats) -> None:
+        """Raise `TrainingDiverged` on a NaN/Inf loss (every rank sees the same reduced loss, so
+        every rank stops at the same epoch and none waits in a collective)."""
+        if math.isfinite(stats.loss):
+            return
+        if self.opts.checkpoint and self.saved_epoch is not None:
+            last = (f"last good checkpoint: {ckpt.checkpoint_path(self.opts.checkpoint)} "
+                    f"(epoch {self.saved_epoch}); resume from it with a lower --lr")
+        else:
+            last = "no checkpoint was written (--checkpoint DIR keeps one to resume from)"
+        raise TrainingDiverged(f"loss is {stats.loss} at epoch {stats.epoch}; stopped; {last}")
+
+    def save_checkpoint(self) -> None:
+        """Collective: assemble the full state; rank 0 writes it."""
+        state = self.trainer.full_state()
+        if self.grid.rank == 0:
+            payload = ckpt.make_checkpoint(state, self.opts.model, self.opts.train, self.dataset,
+                                           {"best": self.best.as_dict(),
+                                            "grid": str(self.grid)})
+            ckpt.save_checkpoint(self.opts.checkpoint, payload)  # type: ignore[arg-type]
+        self.saved_epoch = self.trainer.epoch
+
+    def on_epoch(self, stats: EpochStats) -> None:
+        """After every epoch: stop on divergence, track the best validation epoch, report,
+        checkpoint."""
+        self.check_finite(stats)
+        self.best.update(stats)
+        if self.log is not None:
+            self.log.epoch(stats)
+        if self.opts.checkpoint and (stats.epoch % self.opts.checkpoint_every == 0
+                                     or stats.epoch == self.opts.train.epochs):
+            self.save_checkpoint()
+        if self.opts.fault is not None:
+            self.opts.fault.maybe_fire(self.grid.rank, stats.epoch)
+
+
+def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
+    """Collective set-up: grid, model, trainer, restored checkpoint, rank 0's reporter."""
+    grid = Grid.create(setup.grid, device)
+    model = build_model(grid, setup.shard, opts.model, opts.train.seed, opts.engine)
+    trainer = Trainer(model, opts.train)
+    best = BestRecord()
+    if setup.resume_from is not None:
+        trainer.load_full_state(setup.resume_from["state"])
+        best = BestRecord.from_dict(ckpt.extra(setup.resume_from).get("best"))
+    log = None
+    if grid.rank == 0:
+        log = RunLog(opts.train.epochs, trainer.epoch, opts.quiet, setup.json_log)
+        log.message(f"{PROG}: {setup.dataset.describe()} on grid {grid} "
+                    f"({plural(grid.world_size, 'rank')}, {device.type}), "
+                    f"{plural(opts.model.num_layers, 'layer')}, orders "
+                    f"{','.join(setup.shard.orders)}, permutation {setup.shard.perm}")
+        if setup.resume_from is not None:
+            log.message(f"{PROG}: resumed from {ckpt.checkpoint_path(opts.checkpoint)} at epoch "
+                        f"{trainer.epoch}")  # type: ignore[arg-type]
+    saved = ckpt.saved_epoch(setup.resume_from) if setup.resume_from is not None else None
+    return Run(opts, grid, model.comm, model, trainer, setup.shard, setup.dataset, best, log,
+               saved)
