@@ -1,0 +1,73 @@
+"""plexus.core: the grid value and the collective schedule's arithmetic."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from plexus.core.grid import GridError, GridShape
+from plexus.core.layout import layer_plans, padding
+from plexus.core.schedule import epoch_collectives, ring_steps, ring_volume, volume_per_axis
+
+
+def test_grid_parse_format_and_forms():
+    g = GridShape.parse(" 2X3x4 ")
+    assert str(g) == "2x3x4" and g.dims == (2, 3, 4) and g.world_size == 24
+    assert g == {"x": 2, "y": 3, "z": 4} and dict(g) == g.as_dict() == {"x": 2, "y": 3, "z": 4}
+    assert g["y"] == 3 and list(g) == ["x", "y", "z"] and len(g) == 3
+    for form in ("2x3x4", (2, 3, 4), [2, 3, 4], {"x": 2, "y": 3, "z": 4}, g):
+        assert GridShape.of(form) == g
+    assert hash(GridShape(2, 3, 4)) == hash(g) and pickle.loads(pickle.dumps(g)) == g
+
+
+@pytest.mark.parametrize("text", ["2x2", "2x0x1", "axbxc", "2x2x2x2", "", "２x2x2", "1x1x-1"])
+def test_grid_parse_refuses(text):
+    with pytest.raises(GridError, match="expected XxYxZ"):
+        GridShape.parse(text)
+
+
+@pytest.mark.parametrize("args", [(0, 1, 1), (1.5, 1, 1), ("2", 1, 1), (True, 1, 1)])
+def test_grid_sizes_are_positive_integers(args):
+    with pytest.raises(GridError, match="must be a positive integer"):
+        GridShape(*args)
+
+
+def test_rank_coordinates_round_trip_in_rank_order():
+    g = GridShape(2, 3, 4)
+    coords = [g.coords(r) for r in range(g.world_size)]
+    assert coords[:3] == [{"x": 0, "y": 0, "z": 0}, {"x": 0, "y": 0, "z": 1},
+                          {"x": 0, "y": 0, "z": 2}]  # z is innermost
+    assert coords[4] == {"x": 0, "y": 1, "z": 0} and coords[12] == {"x": 1, "y": 0, "z": 0}
+    assert [g.rank(c) for c in coords] == list(range(24))
+    with pytest.raises(GridError):
+        g.coords(24)
+
+
+def test_world_size_check_and_factorizations():
+    GridShape(2, 2, 1).check_world(4)
+    with pytest.raises(GridError, match="grid 2x2x1 has 4 ranks but the job has 8; make"):
+        GridShape(2, 2, 1).check_world(8)
+    facts = GridShape.factorizations(12)
+    assert len(facts) == 18 and all(f.world_size == 12 for f in facts)
+    assert len(set(facts)) == 18 and facts[0] == GridShape(1, 1, 12)
+
+
+def test_ring_volume_and_steps():
+    assert ring_volume("all_reduce", 100, 4) == pytest.approx(150)
+    assert ring_volume("all_gather", 100, 4) == ring_volume("reduce_scatter", 100, 4) == 75
+    assert ring_volume("all_reduce", 100, 1) == 0 and ring_steps("all_reduce", 4) == 6
+    with pytest.raises(ValueError, match="unknown collective"):
+        ring_volume("broadcast", 1, 2)
+
+
+def test_schedule_leaves_out_size_one_axes_and_eval_is_extra():
+    plans = layer_plans(2, "agg")
+    shape = GridShape(2, 1, 1)
+    pad = padding(shape, plans, 10, [4, 3, 2])
+    train = epoch_collectives(plans, shape, pad)
+    assert {c.axis for c in train} == {"x"}
+    full = epoch_collectives(plans, shape, pad, evaluate=True)
+    assert full[:len(train)] == train and {c.phase for c in full[len(train):]} == {"eval"}
+    assert volume_per_axis(full, phases=("forward", "loss", "backward")) == \
+        volume_per_axis(train)
