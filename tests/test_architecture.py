@@ -26,6 +26,9 @@ ALLOWED = {
                        "plexus.perfmodel", "plexus.runtime"},
     "plexus.train": {"plexus.core", "plexus.datasets", "plexus.partitioners", "plexus.engine",
                      "plexus.perfmodel", "plexus.runtime"},
+    # application level: drives plexus-train as a subprocess, reads its logs
+    "plexus.studies": {"plexus.core", "plexus.datasets", "plexus.engine", "plexus.perfmodel",
+                       "plexus.testing"},
 }
 PACKAGES = sorted(ALLOWED, key=len, reverse=True)
 

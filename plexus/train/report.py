@@ -12,6 +12,7 @@ from plexus.engine.ledger import Ledger
 from plexus.engine.timing import Timers
 from plexus.engine.trainer import EpochStats
 
+from .provenance import gather_provenance
 from .runlog import BestRecord
 from .session import Run
 
@@ -108,6 +109,7 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float) -> None:
         gathered = gather_predictions(run)
         if gathered is not None:
             ogb = ogb_metric(run.dataset.name, gathered)
+    provenance = gather_provenance(run)
     if run.log is None:
         return
     epoch_times = [s.epoch_time_s for s in history]
@@ -126,4 +128,7 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float) -> None:
         "model": {"layers": run.opts.model.num_layers, "hidden": run.opts.model.hidden,
                   "orders": list(run.shard.orders), "perm": run.shard.perm},
     }
+    summary["model"].update(dropout=run.opts.model.dropout, bias=run.opts.model.bias,
+                            learnable_features=run.opts.model.learnable_features)
+    summary.update(provenance or {})
     run.log.finish(summary)

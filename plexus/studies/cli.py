@@ -1,0 +1,199 @@
+"""``plexus-sweep`` and ``plexus-report``: the command lines of a scaling study."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from plexus.core.cli import ArgumentParser, UsageError, report_error
+
+from .launchers import LAUNCHERS, SlurmOptions
+from .plan import ModelOptions, PlanError, SweepRequest, model_auto_grid, parse_world_sizes, \
+    plan_runs
+from .sweep import SweepError, run_sweep
+
+SWEEP, REPORT = "plexus-sweep", "plexus-report"
+
+
+def sweep_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(
+        prog=SWEEP, description="Run a scaling study: one plexus-train run per grid, world size "
+        "and repeat, each writing its JSON log into OUT/runs/, or write SLURM batch scripts for "
+        "them. Runs whose log is complete are skipped, so the same command resumes a sweep. "
+        "Then: plexus-report OUT.")
+    s = p.add_argument_group("what to run")
+    s.add_argument("--dataset", required=True, metavar="SPEC",
+                   help="plexus-train dataset spec (cora, ogbn-products, rmat:scale=S,..., ...)")
+    s.add_argument("--root", metavar="DIR", help="directory holding the dataset's files")
+    s.add_argument("--world-sizes", metavar="G,G,...",
+                   help="rank counts, e.g. 1,2,4,8 (default with a grid list: its grids' sizes)")
+    s.add_argument("--grids", default="all", metavar="all|auto|LIST",
+                   help="all: every X·Y·Z factorization of each world size; auto: the grid the "
+                        "performance model picks; or a comma-separated list of XxYxZ grids, "
+                        "all and auto (default all)")
+    s.add_argument("--weak", action="store_true",
+                   help="weak scaling: the dataset grows with G (R-MAT: scale + log2 G; "
+                        "otherwise give --weak-dataset once per world size)")
+    s.add_argument("--weak-dataset", action="append", default=[], metavar="SPEC",
+                   help="with --weak: the dataset of the next world size (repeat, in order)")
+    s.add_argument("--epochs", type=int, default=5,
+                   help="epochs per run (default 5; the first is untimed warm-up)")
+    s.add_argument("--repeats", type=int, default=1,
+                   help="separate runs of each configuration (default 1)")
+    s.add_argument("--out", required=True, type=Path, metavar="DIR", help="results folder")
+    m = p.add_argument_group("model (passed to plexus-train)")
+    m.add_argument("--layers", type=int, default=2, help="GCN layers (default 2)")
+    m.add_argument("--hidden", type=int, default=16, help="hidden width (default 16)")
+    m.add_argument("--dropout", type=float, default=0.5, help="dropout (default 0.5)")
+    m.add_argument("--order", default="agg", help="product order (default agg)")
+    m.add_argument("--perm", default="double", help="node permutation (default double)")
+    m.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    m.add_argument("--spmm", default="torch", help="SpMM backend (default torch)")
+    m.add_argument("--eval-every", type=int, default=0,
+                   help="evaluate every N epochs (default 0: only after the last, so epoch "
+                        "times are training steps only)")
+    m.add_argument("--train-arg", action="append", default=[], metavar="ARG",
+                   help="one more plexus-train argument, as is (repeat; e.g. "
+                        "--train-arg=--agg-chunks --train-arg=4)")
+    r = p.add_argument_group("where it runs")
+    r.add_argument("--launcher", choices=LAUNCHERS, default="local",
+                   help="local: plexus-train starts its own workers on this machine; torchrun: "
+                        "under torchrun on this machine; slurm: write batch scripts into "
+                        "OUT/slurm/ and OUT/slurm/submit.sh (default local)")
+    r.add_argument("--python", default=sys.executable,
+                   help="the Python with plexus installed (default: this one)")
+    r.add_argument("--run-timeout", type=float, metavar="SECONDS",
+                   help="stop a local run after this long (default: no limit)")
+    sl = p.add_argument_group("SLURM (--launcher slurm)")
+    sl.add_argument("--array", action="store_true",
+                    help="one job array per world size instead of one script per run")
+    sl.add_argument("--tasks-per-node", type=int, metavar="N", help="ranks per node")
+    sl.add_argument("--gpus-per-node", type=int, metavar="N", help="GPUs per node")
+    sl.add_argument("--time", default="01:00:00", help="time limit per job (default 01:00:00)")
+    sl.add_argument("--partition", help="SLURM partition")
+    sl.add_argument("--account", help="SLURM account")
+    sl.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
+                    help="one more #SBATCH option, e.g. --sbatch=--constraint=a100 (repeat)")
+    sl.add_argument("--setup", action="append", default=[], metavar="LINE",
+                    help="a shell line run before srun, e.g. 'module load cuda' (repeat)")
+    sl.add_argument("--workdir", default=os.getcwd(),
+                    help="directory the jobs start in (default: the current one)")
+    return p
+
+
+def build_request(a: argparse.Namespace) -> SweepRequest:
+    checks = [(a.epochs >= 1, f"--epochs must be >= 1, got {a.epochs}"),
+              (a.repeats >= 1, f"--repeats must be >= 1, got {a.repeats}"),
+              (a.eval_every >= 0, f"--eval-every must be >= 0, got {a.eval_every}"),
+              (a.weak or not a.weak_dataset, "--weak-dataset needs --weak"),
+              (a.launcher == "slurm" or not a.array, "--array needs --launcher slurm"),
+              (a.tasks_per_node is None or a.tasks_per_node >= 1, "--tasks-per-node must be >= 1"),
+              (a.run_timeout is None or a.run_timeout > 0, "--run-timeout must be > 0")]
+    for ok, message in checks:
+        if not ok:
+            raise UsageError(message)
+    try:
+        worlds = parse_world_sizes(a.world_sizes) if a.world_sizes else ()
+    except PlanError as e:
+        raise UsageError(f"--world-sizes: {e}") from None
+    model = ModelOptions(layers=a.layers, hidden=a.hidden, dropout=a.dropout, order=a.order,
+                         perm=a.perm, seed=a.seed, spmm=a.spmm, eval_every=a.eval_every,
+                         extra=tuple(a.train_arg))
+    return SweepRequest(dataset=a.dataset, world_sizes=worlds, grids=a.grids, epochs=a.epochs,
+                        repeats=a.repeats, weak=a.weak, weak_datasets=tuple(a.weak_dataset),
+                        root=a.root, model=model)
+
+
+def sweep_main(argv: Sequence[str] | None = None) -> int:
+    """``plexus-sweep``; 0 when every run is complete (or its script written), 1 when a run
+    failed, 2 on bad input."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        a = sweep_parser().parse_args(argv)
+        request = build_request(a)
+        plans = plan_runs(request, model_auto_grid(request))
+        slurm = SlurmOptions(python=a.python, workdir=a.workdir, tasks_per_node=a.tasks_per_node,
+                             gpus_per_node=a.gpus_per_node, time=a.time, partition=a.partition,
+                             account=a.account, sbatch=tuple(a.sbatch), setup=tuple(a.setup))
+        result = run_sweep(request, plans, a.out, a.launcher, python=a.python, slurm=slurm,
+                           array=a.array, argv=argv, timeout_s=a.run_timeout)
+    except (UsageError, PlanError, SweepError, ValueError, OSError) as e:
+        return report_error(SWEEP, e)
+    except KeyboardInterrupt:
+        return 130
+    total = len(plans)
+    if a.launcher == "slurm":
+        print(f"{SWEEP}: {len(result.skipped)} of {total} runs complete; "
+              f"{len(result.scripts)} batch script(s) in {a.out / 'slurm'}; submit them with: "
+              f"bash {a.out / 'slurm' / 'submit.sh'}; then: {REPORT} {a.out}")
+        return 0
+    print(f"{SWEEP}: {len(result.ran)} run(s) done, {len(result.skipped)} already complete "
+          f"(skipped), {len(result.failed)} failed, of {total}; results in {a.out}; next: "
+          f"{REPORT} {a.out}")
+    if result.failed:
+        print(f"{SWEEP}: failed: {', '.join(result.failed)} (the same command retries them)",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def report_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(prog=REPORT, description="Turn a sweep's JSON logs (RESULTS/runs/*.json, "
+                       "from any machine) into RESULTS/report/runs.csv, one row per run, and the "
+                       "figures of the study (PNG).")
+    p.add_argument("results", type=Path, metavar="RESULTS", help="the folder of plexus-sweep --out")
+    p.add_argument("--calibration", metavar="FILE",
+                   help="machine rates for the predicted times (plexus-bench calibrate); "
+                        "default: the model's order-of-magnitude GPU rates")
+    return p
+
+
+def report_main(argv: Sequence[str] | None = None) -> int:
+    """``plexus-report``; 0 on success, 2 on bad input."""
+    from plexus.perfmodel import load_calibration  # noqa: PLC0415
+    from plexus.testing.output import format_table, write_csv  # noqa: PLC0415
+
+    from .collect import ReportError, collect, columns  # noqa: PLC0415
+    from .plots import write_figures  # noqa: PLC0415
+
+    try:
+        a = report_parser().parse_args(argv)
+        if not (a.results / "runs").is_dir():
+            raise UsageError(f"{a.results} has no runs/ folder; give the --out of plexus-sweep")
+        calibration = load_calibration(a.calibration)
+        rows, manifest = collect(a.results, calibration)
+    except (UsageError, ReportError, ValueError, OSError) as e:
+        return report_error(REPORT, e)
+    out = a.results / "report"
+    out.mkdir(exist_ok=True)
+    csv_path = write_csv(out / "runs.csv", rows, columns(rows))
+    hosts = sorted({str(r.get("host")) for r in rows})
+    gpus = sorted({str(r.get("gpu")) for r in rows if r.get("gpu")})
+    subtitle = (f"{len(rows)} runs on {', '.join(hosts)}"
+                + (f", {', '.join(gpus)}" if gpus else ", CPU")
+                + f", torch {rows[0].get('torch')}")
+    figs = write_figures(rows, out, subtitle, manifest.get("weak_series", []),
+                         calibration.source)
+    table = [[r["run_id"], r["grid"], r["world_size"], fmt(r.get("epoch_time_median_s")),
+              fmt(r.get("epoch_time_min_s")) + ".." + fmt(r.get("epoch_time_max_s")),
+              fmt(r.get("predicted_time_s")), fmt(r.get("comm_mean_s")),
+              {True: "yes", False: "NO"}.get(r.get("comm_bytes_match_model"), "-")]
+             for r in rows]
+    print(format_table(["run", "grid", "G", "epoch s (median)", "min..max", "predicted s",
+                        "comm s (mean)", "bytes = model"], table))
+    rho = figs["spearman"]
+    if rho is not None:
+        print(f"Spearman rank correlation, measured vs predicted epoch time: {rho:.2f}")
+    print(f"{REPORT}: wrote {csv_path} and {len(figs['files'])} figure(s) in {out}")
+    return 0
+
+
+def fmt(v: object) -> str:
+    return f"{v:.4f}" if isinstance(v, float) else "-"
+
+
+if __name__ == "__main__":
+    sys.exit(sweep_main())

@@ -1,0 +1,229 @@
+"""plexus-train JSON logs to report rows: one row per run, with the performance model's
+predictions for the same graph, model and grid.
+
+Figures per epoch: the epoch time is rank 0's training step (forward, backward, Adam; collectives
+make it wait for the slowest rank); its median and spread are over the timed epochs, every epoch
+but the first (warm-up: first-touch allocations) when there are two or more. Timers and bytes are
+totals of the run in the log, divided by the epochs run; timers give the slowest rank (max) and
+the mean over ranks, so imbalance stays visible. Memory comes from the log's ``memory`` record
+when the run measured it (max and mean over ranks); the prediction is the log's or the model's.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Iterable
+
+from plexus.core.grid import AXES, GridShape
+
+from .sweep import MANIFEST
+
+MEMORY_KINDS = ("peak_rss", "tracked_peak", "cuda_peak")
+
+
+class ReportError(ValueError):
+    """Logs that cannot be reported (a one-line message)."""
+
+
+def read_log(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+    """(epoch records, summary) of a complete JSON log; None if it has no summary."""
+    epochs, summary = [], None
+    try:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            obj = json.loads(line)
+            if obj.get("summary"):
+                summary = obj
+            elif "epoch" in obj:
+                epochs.append(obj)
+    except (OSError, ValueError):
+        return None
+    return None if summary is None else (epochs, summary)
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Linear-interpolated quantile of sorted-able values (NaN for none)."""
+    if not values:
+        return float("nan")
+    v = sorted(values)
+    pos = q * (len(v) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def timed_epochs(epochs: list[dict[str, Any]]) -> list[float]:
+    """Epoch times without the first (warm-up) epoch, when there are two or more."""
+    times = [float(e["epoch_time_s"]) for e in epochs if e.get("epoch_time_s") is not None]
+    return times[1:] if len(times) > 1 else times
+
+
+def evaluations(epochs: list[dict[str, Any]]) -> int:
+    """Evaluation passes the run made: every evaluated epoch, plus the final one plexus-train
+    adds when the last epoch was not evaluated."""
+    n = sum(1 for e in epochs if e.get("test_acc") is not None)
+    return n + (1 if epochs and epochs[-1].get("test_acc") is None else 0)
+
+
+def model_spec(summary: dict[str, Any]) -> Any | None:
+    """The performance model's `ModelSpec` of the logged run (None: the log lacks the sizes)."""
+    from plexus.perfmodel import ModelSpec  # noqa: PLC0415
+
+    g, m = summary.get("graph"), summary.get("model") or {}
+    if not g or "orders" not in m:
+        return None
+    return ModelSpec(num_nodes=g["nodes"], nnz=g["nnz"], num_features=g["features"],
+                     num_classes=g["classes"], num_layers=m["layers"], hidden=m["hidden"],
+                     order=tuple(m["orders"]), bias=m.get("bias", True),
+                     learnable_features=m.get("learnable_features", False),
+                     perm=m.get("perm", "double"))
+
+
+def predictions(summary: dict[str, Any], epochs: list[dict[str, Any]],
+                calibration: Any) -> dict[str, Any]:
+    """The model's time, memory and bytes for the logged run (empty without graph sizes)."""
+    from plexus.perfmodel import epoch_volume, predict  # noqa: PLC0415
+
+    spec = model_spec(summary)
+    if spec is None:
+        return {}
+    grid = GridShape.parse(summary["grid"]).dims
+    p = predict(spec, grid, calibration)
+    train = epoch_volume(spec, grid).per_axis("bytes")
+    with_eval = epoch_volume(spec, grid, evaluate=True).per_axis("bytes")
+    runs, evals = int(summary.get("epochs_run") or 0), evaluations(epochs)
+    row = {"predicted_time_s": p.time_s, "predicted_comm_s": p.comm_s,
+           "predicted_compute_s": p.compute_s, "predicted_comm_share": p.comm_fraction,
+           "predicted_memory_bytes": p.memory.total}
+    for a in AXES:
+        # what the ledger of the busiest rank must show: the training steps and the evaluations
+        row[f"model_bytes_{a}_run"] = runs * train[a] + evals * (with_eval[a] - train[a])
+    return row
+
+
+def memory_columns(summary: dict[str, Any]) -> dict[str, Any]:
+    """Measured memory per rank (max and mean over ranks) and the log's prediction, if any."""
+    mem = summary.get("memory") or {}
+    row: dict[str, Any] = {}
+    for kind in MEMORY_KINDS:
+        values = [float(v) for v in (mem.get(f"{kind}_bytes") or []) if v is not None]
+        row[f"mem_{kind}_max_bytes"] = max(values) if values else None
+        row[f"mem_{kind}_mean_bytes"] = statistics.fmean(values) if values else None
+    row["mem_logged_predicted_bytes"] = mem.get("predicted_bytes")
+    return row
+
+
+def run_row(rid: str, epochs: list[dict[str, Any]], summary: dict[str, Any],
+            info: dict[str, Any], calibration: Any) -> dict[str, Any]:
+    """One report row (see the module docstring for what each figure means)."""
+    grid = GridShape.parse(summary["grid"])
+    env, graph, model = (summary.get("environment") or {}, summary.get("graph") or {},
+                         summary.get("model") or {})
+    runs = max(int(summary.get("epochs_run") or 0), 1)
+    times = timed_epochs(epochs)
+    all_times = [float(e["epoch_time_s"]) for e in epochs if e.get("epoch_time_s") is not None]
+    row: dict[str, Any] = {
+        "run_id": rid, "dataset": summary.get("dataset"), "spec": info.get("dataset"),
+        "grid": str(grid), "x": grid["x"], "y": grid["y"], "z": grid["z"],
+        "world_size": grid.world_size, "repeat": info.get("repeat"),
+        "studies": " ".join(info.get("studies", ["strong"])),
+        "picked_by": " ".join(info.get("picked_by", [])),
+        "nodes": graph.get("nodes"), "nnz": graph.get("nnz"), "features": graph.get("features"),
+        "classes": graph.get("classes"), "layers": model.get("layers"),
+        "hidden": model.get("hidden"), "orders": ",".join(model.get("orders", [])),
+        "perm": model.get("perm"), "epochs": summary.get("epochs"),
+        "timed_epochs": len(times),
+        "epoch_time_median_s": statistics.median(times) if times else None,
+        "epoch_time_min_s": min(times) if times else None,
+        "epoch_time_p25_s": quantile(times, 0.25) if times else None,
+        "epoch_time_p75_s": quantile(times, 0.75) if times else None,
+        "epoch_time_max_s": max(times) if times else None,
+        "epoch_time_mean_all_s": statistics.fmean(all_times) if all_times else None,
+        "final_loss": (summary.get("final") or {}).get("loss"),
+    }
+    timers = summary.get("timers") or {}
+    compute = comm = 0.0
+    for name in sorted(timers):
+        mx, mean = timers[name]["max"] / runs, timers[name]["mean"] / runs
+        row[f"t_{name}_max_s"], row[f"t_{name}_mean_s"] = mx, mean
+        if ":" in name:
+            comm += mean
+        elif name in ("spmm", "gemm"):
+            compute += mean
+    row["compute_mean_s"], row["comm_mean_s"] = compute, comm
+    if row["epoch_time_mean_all_s"] is not None and timers:
+        row["other_mean_s"] = max(row["epoch_time_mean_all_s"] - compute - comm, 0.0)
+    comm_total = summary.get("comm_bytes") or {}
+    comm_max = summary.get("comm_bytes_max_rank") or {}
+    for a in AXES:
+        row[f"comm_bytes_{a}_per_epoch"] = comm_total.get(a, 0.0) / runs
+        row[f"comm_bytes_{a}_max_rank_per_epoch"] = comm_max.get(a, 0.0) / runs
+    row.update(memory_columns(summary))
+    pred = predictions(summary, epochs, calibration)
+    model_bytes = {a: pred.pop(f"model_bytes_{a}_run", None) for a in AXES}
+    row.update(pred)
+    if row.get("mem_logged_predicted_bytes") is not None:
+        row["predicted_memory_bytes"] = row["mem_logged_predicted_bytes"]
+    if all(v is not None for v in model_bytes.values()) and comm_max:
+        row["comm_bytes_match_model"] = all(
+            abs(comm_max.get(a, 0.0) - model_bytes[a]) <= 1e-6 * max(model_bytes[a], 1.0)
+            for a in AXES)
+    row.update({"host": env.get("host"), "hosts": env.get("hosts"), "device": env.get("device"),
+                "gpu": env.get("gpu"), "torch": env.get("torch"),
+                "threads_per_rank": env.get("threads_per_rank"),
+                "slurm_job_id": env.get("slurm_job_id")})
+    return row
+
+
+def add_loss_diffs(rows: list[dict[str, Any]], losses: dict[str, list[float]]) -> None:
+    """``loss_diff_vs_1x1x1``: the largest |loss - loss of the 1x1x1 run| over the epochs, for the
+    same dataset (grids must train identically, to float rounding)."""
+    base = {r["dataset"]: losses[r["run_id"]] for r in rows if r["grid"] == "1x1x1"}
+    for r in rows:
+        ref, mine = base.get(r["dataset"]), losses[r["run_id"]]
+        if ref is not None and len(ref) == len(mine) and mine:
+            r["loss_diff_vs_1x1x1"] = max(abs(a - b) for a, b in zip(mine, ref)
+                                          if a is not None and b is not None)
+
+
+def collect(results: Path, calibration: Any = None) -> tuple[list[dict[str, Any]], dict]:
+    """(rows, manifest) of every complete log in ``results/runs``; raises ReportError when there
+    is none. Logs without a manifest entry count as strong-scaling runs."""
+    from plexus.perfmodel import Calibration  # noqa: PLC0415
+
+    calibration = calibration or Calibration()
+    manifest: dict[str, Any] = {}
+    if (results / MANIFEST).exists():
+        try:
+            manifest = json.loads((results / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ReportError(f"{results / MANIFEST} is unreadable: {e}") from None
+    infos = manifest.get("runs", {})
+    rows, losses = [], {}
+    for path in sorted((results / "runs").glob("*.json")):
+        log = read_log(path)
+        if log is None:
+            continue
+        epochs, summary = log
+        rid = path.stem
+        rows.append(run_row(rid, epochs, summary, infos.get(rid, {}), calibration))
+        losses[rid] = [e.get("loss") for e in epochs]
+    if not rows:
+        raise ReportError(f"no complete run log in {results / 'runs'}; run plexus-sweep first")
+    rows.sort(key=lambda r: (str(r["dataset"]), r["world_size"], r["grid"], r["repeat"] or 0))
+    add_loss_diffs(rows, losses)
+    return rows, manifest
+
+
+def columns(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """Every column in first-seen order, the timers (which vary with the grids) together:
+    SpMM, GEMM, then the collectives by axis."""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    timers = [k for k in keys if k.startswith("t_")]
+    timers.sort(key=lambda k: (":" in k, k.split(":")[-1], k))
+    rest = [k for k in keys if not k.startswith("t_")]
+    at = rest.index("compute_mean_s") if "compute_mean_s" in rest else len(rest)
+    return rest[:at] + timers + rest[at:]

@@ -1,0 +1,121 @@
+"""How one run of a sweep is started: plexus-train on its own (it starts its local workers), under
+torchrun, or from a SLURM batch script (one per run, or one job array per world size)."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+LAUNCHERS = ("local", "torchrun", "slurm")
+
+
+def local_command(python: str, train_args: Sequence[str]) -> list[str]:
+    """plexus-train in one process that starts the grid's local workers itself."""
+    return [python, "-m", "plexus.train", *train_args]
+
+
+def torchrun_command(python: str, nproc: int, train_args: Sequence[str]) -> list[str]:
+    """torchrun with ``nproc`` workers on this machine (``--standalone``: its own rendezvous on a
+    free port, so runs never collide), each one rank of plexus-train."""
+    return [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+            str(nproc), "-m", "plexus.train", *train_args]
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """What a batch script asks SLURM for, beyond the run's own rank count."""
+
+    python: str
+    workdir: str
+    tasks_per_node: int | None = None  # default: SLURM places the G tasks
+    gpus_per_node: int | None = None
+    time: str = "01:00:00"
+    partition: str | None = None
+    account: str | None = None
+    sbatch: tuple[str, ...] = ()  # more #SBATCH options, e.g. "--constraint=a100"
+    setup: tuple[str, ...] = ()  # shell lines before srun, e.g. "module load cuda"
+
+    def header(self, name: str, ntasks: int, output: str) -> list[str]:
+        """The #SBATCH lines of a job of ``ntasks`` ranks."""
+        lines = ["#!/bin/bash", f"#SBATCH --job-name={name}", f"#SBATCH --ntasks={ntasks}"]
+        if self.tasks_per_node:
+            nodes = -(-ntasks // self.tasks_per_node)
+            lines += [f"#SBATCH --nodes={nodes}",
+                      f"#SBATCH --ntasks-per-node={min(ntasks, self.tasks_per_node)}"]
+        if self.gpus_per_node:
+            lines.append(f"#SBATCH --gpus-per-node={self.gpus_per_node}")
+        lines.append(f"#SBATCH --time={self.time}")
+        if self.partition:
+            lines.append(f"#SBATCH --partition={self.partition}")
+        if self.account:
+            lines.append(f"#SBATCH --account={self.account}")
+        lines += [f"#SBATCH {opt}" for opt in self.sbatch]
+        lines.append(f"#SBATCH --output={output}")
+        return lines
+
+    def prologue(self) -> list[str]:
+        """The rendezvous every rank joins (the first node of the job), then the set-up lines."""
+        return ["set -euo pipefail",
+                f"cd {shlex.quote(self.workdir)}",
+                *self.setup,
+                'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+                "# a port per job: two jobs sharing a node never meet",
+                "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))"]
+
+    def srun(self, ntasks: int, args: str) -> str:
+        """The srun line: one task per rank; a rank that fails ends the job (no hang)."""
+        return (f"srun --kill-on-bad-exit=1 --ntasks={ntasks} {shlex.quote(self.python)} "
+                f"-m plexus.train {args}")
+
+
+def quote_args(args: Sequence[str]) -> str:
+    return " ".join(shlex.quote(a) for a in args)
+
+
+SKIP_DONE = ['if [ -s "$LOG" ]; then',
+             '    # complete logs only ever appear whole (plexus-train renames them at the end)',
+             '    echo "already complete: $LOG"; exit 0',
+             'fi']
+
+
+def slurm_script(slurm: SlurmOptions, name: str, ntasks: int, train_args: Sequence[str],
+                 log: str, output: str, note: str) -> str:
+    """A batch script running one plexus-train job of ``ntasks`` ranks; ``train_args`` end with
+    ``--log-json LOG``. A requeued or resubmitted job whose log is complete does nothing."""
+    args = list(train_args)
+    if args[-2:] != ["--log-json", log]:
+        raise ValueError("train_args must end with --log-json LOG")
+    lines = [*slurm.header(name, ntasks, output), f"# {note}", *slurm.prologue(),
+             f"LOG={shlex.quote(log)}", *SKIP_DONE,
+             slurm.srun(ntasks, quote_args(args[:-2]) + ' --log-json "$LOG"')]
+    return "\n".join(lines) + "\n"
+
+
+def slurm_array_script(slurm: SlurmOptions, name: str, ntasks: int,
+                       runs: Sequence[tuple[str, Sequence[str], str]], output: str,
+                       note: str) -> str:
+    """One job array over runs of the same rank count: element i runs ``runs[i]`` = (run id,
+    plexus-train arguments ending with ``--log-json LOG``, LOG)."""
+    header = slurm.header(name, ntasks, output)
+    header.insert(2, f"#SBATCH --array=0-{len(runs) - 1}")
+    lines = [*header, f"# {note}", *slurm.prologue(), 'case "$SLURM_ARRAY_TASK_ID" in']
+    for i, (rid, args, log) in enumerate(runs):
+        args = list(args)
+        if args[-2:] != ["--log-json", log]:
+            raise ValueError("train_args must end with --log-json LOG")
+        lines += [f"    {i})  # {rid}",
+                  f"        LOG={shlex.quote(log)}",
+                  f"        ARGS=({quote_args(args[:-2])}) ;;"]
+    lines += ['    *) echo "no run for array index $SLURM_ARRAY_TASK_ID" >&2; exit 2 ;;', "esac",
+              *SKIP_DONE, slurm.srun(ntasks, '"${ARGS[@]}" --log-json "$LOG"')]
+    return "\n".join(lines) + "\n"
+
+
+def submit_script(scripts: Sequence[Path]) -> str:
+    """A script that submits every batch script with sbatch."""
+    lines = ["#!/bin/bash", "# Submit every batch script of this sweep (written by plexus-sweep).",
+             "set -euo pipefail", 'cd "$(dirname "$0")"']
+    lines += [f"sbatch {shlex.quote(p.name)}" for p in scripts]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,352 @@
+"""The figures of a scaling study, from report rows (matplotlib on the Agg backend, PNG files):
+
+- ``strong_scaling.png``  epoch time vs ranks G: every grid with min..max bars, the best grid per
+  G joined, the ideal T(G0)·G0/G; the performance model's pick marked
+- ``breakdown.png``       seconds per epoch per grid, stacked: SpMM, GEMM, each collective, other
+- ``comm_share.png``      share of the epoch in compute, communication and other, per grid,
+  beside the model's predicted communication share
+- ``memory.png``          memory per rank vs G: measured max and mean over ranks, predicted
+- ``weak_scaling.png``    weak-scaling efficiency T(1)/T(G) of the best grid per G
+- ``predicted_vs_measured.png``  measured vs model-predicted epoch time, Spearman's ρ
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from plexus.testing.output import pyplot, save_figure, spearman
+
+Row = dict[str, Any]
+FIGURES = ("strong_scaling.png", "breakdown.png", "comm_share.png", "memory.png",
+           "weak_scaling.png", "predicted_vs_measured.png")
+MIB = 2.0**20
+COLLECTIVE_COLOURS = {"x": "Blues", "y": "Oranges", "z": "Greens"}
+
+
+def num(v: Any) -> float | None:
+    """A finite float, or None (empty CSV cells, missing figures)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+class Config:
+    """The runs of one (dataset, grid): repeats pooled."""
+
+    def __init__(self, rows: list[Row]) -> None:
+        self.rows = rows
+        r0 = rows[0]
+        self.dataset, self.grid, self.world = r0["dataset"], r0["grid"], int(r0["world_size"])
+        self.auto = any("auto" in (r.get("picked_by") or "") for r in rows)
+
+    def median(self, key: str = "epoch_time_median_s") -> float | None:
+        values = [v for v in (num(r.get(key)) for r in self.rows) if v is not None]
+        return statistics.median(values) if values else None
+
+    def low_high(self) -> tuple[float, float] | None:
+        lo = [v for v in (num(r.get("epoch_time_min_s")) for r in self.rows) if v is not None]
+        hi = [v for v in (num(r.get("epoch_time_max_s")) for r in self.rows) if v is not None]
+        return (min(lo), max(hi)) if lo and hi else None
+
+
+def configs(rows: Sequence[Row], study: str | None = None) -> list[Config]:
+    """Rows grouped by (dataset, grid), of one study if given, in order of G and grid."""
+    groups: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for r in rows:
+        if study is None or study in (r.get("studies") or "strong").split():
+            groups[(str(r["dataset"]), str(r["grid"]))].append(r)
+    out = [Config(g) for g in groups.values()]
+    return sorted(out, key=lambda c: (c.dataset, c.world, c.grid))
+
+
+def by_dataset(cs: Sequence[Config]) -> dict[str, list[Config]]:
+    out: dict[str, list[Config]] = defaultdict(list)
+    for c in cs:
+        out[c.dataset].append(c)
+    return dict(out)
+
+
+def best_per_world(cs: Sequence[Config]) -> dict[int, Config]:
+    best: dict[int, Config] = {}
+    for c in cs:
+        t = c.median()
+        if t is not None and (c.world not in best or t < (best[c.world].median() or math.inf)):
+            best[c.world] = c
+    return dict(sorted(best.items()))
+
+
+def empty_note(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=10,
+            wrap=True)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def world_axis(ax: Any, worlds: Sequence[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(worlds), [str(w) for w in worlds])
+    ax.minorticks_off()
+    ax.set_xlabel("ranks G = X·Y·Z")
+
+
+def strong_scaling(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    groups = by_dataset(configs(rows, "strong"))
+    if not groups:
+        empty_note(ax, "no strong-scaling runs in this folder")
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    worlds_seen: set[int] = set()
+    for k, (ds, cs) in enumerate(groups.items()):
+        col = colours[k % len(colours)]
+        for c in cs:
+            t, lh = c.median(), c.low_high()
+            if t is None:
+                continue
+            worlds_seen.add(c.world)
+            err = [[t - lh[0]], [lh[1] - t]] if lh else None
+            ax.errorbar([c.world], [t], yerr=err, fmt="*" if c.auto else "o",
+                        ms=11 if c.auto else 5, color=col, alpha=0.7, capsize=3)
+            ax.annotate(c.grid, (c.world, t), textcoords="offset points", xytext=(5, -3),
+                        fontsize=7, color=col)
+        best = best_per_world(cs)
+        if not best:
+            continue
+        w = list(best)
+        ax.plot(w, [best[x].median() for x in w], "-", color=col, label=f"{ds}: best grid per G")
+        w0 = w[0]
+        t0 = best[w0].median()
+        ax.plot(w, [t0 * w0 / x for x in w], "--", color=col, alpha=0.5,
+                label=f"{ds}: ideal T(G={w0})·{w0}/G")
+    if worlds_seen:
+        world_axis(ax, sorted(worlds_seen))
+        ax.set_yscale("log")
+        ax.plot([], [], "*", color="gray", ms=11, label="grid picked by the model (auto)")
+        ax.plot([], [], "o", color="gray", ms=5, label="other grid (bars: min..max epoch)")
+        ax.legend(fontsize=7, loc="best")
+        ax.grid(True, which="both", alpha=0.3)
+    ax.set_ylabel("epoch time (s, median of timed epochs)")
+    ax.set_title(f"Strong scaling: epoch time vs ranks\n{subtitle}", fontsize=10)
+    return fig
+
+
+def breakdown_parts(rows: Sequence[Row]) -> list[str]:
+    names = {k[2:-7] for r in rows for k in r if k.startswith("t_") and k.endswith("_mean_s")}
+    coll = sorted((n for n in names if ":" in n), key=lambda n: (n.split(":")[1], n))
+    return [n for n in ("spmm", "gemm") if n in names] + coll
+
+
+def part_colour(plt: Any, name: str, index: int) -> Any:
+    if name == "spmm":
+        return "tab:purple"
+    if name == "gemm":
+        return "tab:red"
+    axis = name.split(":")[1]
+    return plt.get_cmap(COLLECTIVE_COLOURS.get(axis, "Greys"))(0.45 + 0.18 * (index % 3))
+
+
+def breakdown(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
+    cs = [c for c in configs(rows) if c.median("epoch_time_mean_all_s") is not None]
+    parts = breakdown_parts(rows)
+    fig, ax = plt.subplots(figsize=(max(6.5, 0.55 * len(cs) + 2.5), 4.8))
+    if not cs or not parts:
+        empty_note(ax, "no timers in these logs (runs with --no-timers?)")
+        return fig
+    labels = [c.grid if len(by_dataset(cs)) == 1 else f"{c.grid}\n{c.dataset}" for c in cs]
+    bottom = [0.0] * len(cs)
+    for i, name in enumerate(parts + ["other"]):
+        key = f"t_{name}_mean_s" if name != "other" else "other_mean_s"
+        vals = [c.median(key) or 0.0 for c in cs]
+        colour = "lightgray" if name == "other" else part_colour(plt, name, i)
+        ax.bar(range(len(cs)), vals, bottom=bottom, color=colour, label=name, width=0.7,
+               edgecolor="white", linewidth=0.3)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    slow = [sum(c.median(f"t_{n}_max_s") or 0.0 for n in parts) for c in cs]
+    ax.scatter(range(len(cs)), slow, marker="_", s=300, color="black", zorder=3,
+               label="timers of the slowest rank (max), summed")
+    ax.set_xticks(range(len(cs)), labels, fontsize=8, rotation=0 if len(cs) < 10 else 60)
+    ax.set_ylabel("seconds per epoch (mean over ranks)")
+    ax.set_xlabel("grid X×Y×Z")
+    ax.set_title("Where an epoch goes, per grid (mean over all epochs incl. the first; other = "
+                 f"epoch minus timers)\n{subtitle}", fontsize=10)
+    ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.grid(True, axis="y", alpha=0.3)
+    return fig
+
+
+def comm_share(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
+    cs = [c for c in configs(rows) if c.median("epoch_time_mean_all_s")]
+    fig, ax = plt.subplots(figsize=(7, max(3.5, 0.38 * len(cs) + 1.8)))
+    if not cs:
+        empty_note(ax, "no epoch times in these logs")
+        return fig
+    comp, comm, other, model = [], [], [], []
+    for c in cs:
+        total = c.median("epoch_time_mean_all_s") or 1.0
+        a, b = c.median("compute_mean_s") or 0.0, c.median("comm_mean_s") or 0.0
+        comp.append(100 * a / total)
+        comm.append(100 * b / total)
+        other.append(max(100 - 100 * (a + b) / total, 0.0))
+        model.append(c.median("predicted_comm_share"))
+    y = range(len(cs))
+    ax.barh(y, comp, color="tab:purple", label="compute (SpMM + GEMM)")
+    ax.barh(y, comm, left=comp, color="tab:green", label="communication (all collectives)")
+    ax.barh(y, other, left=[a + b for a, b in zip(comp, comm)], color="lightgray",
+            label="other (elementwise, loss, Adam, waiting outside collectives)")
+    pts = [(i, 100 * m) for i, m in enumerate(model) if m is not None]
+    if pts:
+        ax.scatter([p[1] for p in pts], [p[0] for p in pts], marker="D", color="black",
+                   zorder=3, s=22, label="model: predicted communication share")
+    ax.set_yticks(list(y), [f"{c.grid} ({c.dataset})" if len(by_dataset(cs)) > 1 else c.grid
+                            for c in cs], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of the epoch (%, mean over ranks)")
+    ax.set_title(f"Compute vs communication per grid\n{subtitle}", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.grid(True, axis="x", alpha=0.3)
+    return fig
+
+
+def memory(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    cs = configs(rows)
+    kinds = [("peak_rss", "peak RSS"), ("tracked_peak", "tracked tensors"),
+             ("cuda_peak", "CUDA peak")]
+    measured = False
+    worlds = sorted({c.world for c in cs})
+    styles = {"max": ("o", "-"), "mean": ("s", ":")}
+    colours = {"peak_rss": "tab:blue", "tracked_peak": "tab:orange", "cuda_peak": "tab:red"}
+    for kind, label in kinds:
+        for stat in ("max", "mean"):
+            key = f"mem_{kind}_{stat}_bytes"
+            pts = [(c.world, c.median(key)) for c in cs if c.median(key) is not None]
+            if not pts:
+                continue
+            measured = True
+            marker, _ = styles[stat]
+            ax.scatter([p[0] for p in pts], [p[1] / MIB for p in pts], marker=marker,
+                       facecolors=colours[kind] if stat == "max" else "none",
+                       edgecolors=colours[kind], label=f"measured {label}, {stat} over ranks")
+    pred = [(c.world, c.median("predicted_memory_bytes") / MIB) for c in cs  # type: ignore
+            if c.median("predicted_memory_bytes") is not None]
+    if pred:
+        ax.scatter([p[0] for p in pred], [p[1] for p in pred], marker="x", color="black",
+                   label="predicted per rank (performance model), each grid")
+        lowest: dict[int, float] = {}
+        for w, v in pred:
+            lowest[w] = min(v, lowest.get(w, math.inf))
+        ax.plot(list(lowest), list(lowest.values()), "-", color="black", alpha=0.5,
+                label="predicted, best grid per G")
+    if not pred and not measured:
+        empty_note(ax, "no memory figures in these logs")
+        return fig
+    if not measured:
+        ax.text(0.02, 0.02, "measured memory per rank: not in these logs (only predictions)",
+                transform=ax.transAxes, fontsize=8, color="tab:red")
+    world_axis(ax, worlds)
+    ax.set_yscale("log")
+    ax.set_ylabel("MiB per rank (log scale)")
+    ax.set_title(f"Memory per rank vs ranks (max and mean over ranks)\n{subtitle}", fontsize=10)
+    ax.legend(fontsize=7, loc="best")
+    ax.grid(True, which="both", alpha=0.3)
+    return fig
+
+
+def weak_scaling(plt: Any, rows: Sequence[Row], subtitle: str, series: Sequence[dict]) -> Any:
+    fig, ax = plt.subplots(figsize=(7, 4.6))
+    cs = configs(rows, "weak")
+    drawn = False
+    worlds_seen: set[int] = set()
+    for s in series or [{"base": "weak", "datasets": {}}]:
+        datasets = set(s.get("datasets", {}).values())
+        mine = [c for c in cs if not datasets or c.dataset in datasets]
+        best = best_per_world(mine)
+        if 1 not in best:
+            continue
+        t1 = best[1].median()
+        w = list(best)
+        eff = [t1 / best[x].median() for x in w]  # type: ignore[operator]
+        ax.plot(w, eff, "o-", label=f"best grid per G, base {s.get('base')}")
+        for x, e in zip(w, eff):
+            ax.annotate(f"{best[x].grid}\n{best[x].dataset}", (x, e), textcoords="offset points",
+                        xytext=(5, 4), fontsize=6)
+        for c in mine:
+            t = c.median()
+            if t is not None and c is not best.get(c.world):
+                ax.scatter([c.world], [t1 / t], color="gray", s=12, alpha=0.6)  # type: ignore
+        worlds_seen |= set(w)
+        drawn = True
+    if not drawn:
+        empty_note(ax, "no weak-scaling runs in this folder\n"
+                       "(plexus-sweep --weak grows the R-MAT scale by log2 G)")
+        ax.set_title(f"Weak scaling\n{subtitle}", fontsize=10)
+        return fig
+    ax.axhline(1.0, linestyle="--", color="gray", label="ideal (constant time per epoch)")
+    ax.scatter([], [], color="gray", s=12, label="other grids")
+    world_axis(ax, sorted(worlds_seen))
+    ax.set_ylim(0, max(1.2, ax.get_ylim()[1]))
+    ax.set_ylabel("weak-scaling efficiency T(1) / T(G)")
+    ax.set_title(f"Weak scaling: work per rank fixed, graph grows with G\n{subtitle}",
+                 fontsize=10)
+    ax.legend(fontsize=7, loc="best")
+    ax.grid(True, alpha=0.3)
+    return fig
+
+
+def predicted_vs_measured(plt: Any, rows: Sequence[Row], subtitle: str,
+                          calibration: str) -> tuple[Any, float]:
+    fig, ax = plt.subplots(figsize=(6.4, 5.2))
+    cs = [c for c in configs(rows) if c.median() is not None
+          and c.median("predicted_time_s") is not None]
+    if len(cs) < 2:
+        empty_note(ax, "fewer than two runs with a prediction (logs without graph sizes?)")
+        return fig, float("nan")
+    pred = [c.median("predicted_time_s") for c in cs]
+    meas = [c.median() for c in cs]
+    rho = spearman(pred, meas)  # type: ignore[arg-type]
+    for group, cg in by_dataset(cs).items():
+        ax.scatter([c.median("predicted_time_s") for c in cg], [c.median() for c in cg],
+                   label=group, s=24)
+        for c in cg:
+            ax.annotate(c.grid, (c.median("predicted_time_s"), c.median()),
+                        textcoords="offset points", xytext=(4, 2), fontsize=7)
+    lo, hi = min(pred + meas), max(pred + meas)  # type: ignore[operator]
+    ax.plot([lo, hi], [lo, hi], "--", color="gray", label="measured = predicted")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"model-predicted epoch time (s; calibration: {calibration})")
+    ax.set_ylabel("measured epoch time (s, median)")
+    ax.set_title(f"Measured vs predicted epoch time: Spearman ρ = {rho:.2f} over {len(cs)} "
+                 f"configurations\n{subtitle}", fontsize=10)
+    ax.legend(fontsize=7, loc="best")
+    ax.grid(True, which="both", alpha=0.3)
+    return fig, rho
+
+
+def write_figures(rows: Sequence[Row], folder: Path, subtitle: str,
+                  weak_series: Sequence[dict], calibration: str,
+                  say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Every figure as a PNG in ``folder``; returns {"files": [...], "spearman": rho} (no files
+    when matplotlib is missing)."""
+    plt = pyplot()
+    if plt is None:
+        say("matplotlib is not installed: no figures (pip install matplotlib)")
+        return {"files": [], "spearman": None}
+    figs = {"strong_scaling.png": strong_scaling(plt, rows, subtitle),
+            "breakdown.png": breakdown(plt, rows, subtitle),
+            "comm_share.png": comm_share(plt, rows, subtitle),
+            "memory.png": memory(plt, rows, subtitle),
+            "weak_scaling.png": weak_scaling(plt, rows, subtitle, weak_series)}
+    fig, rho = predicted_vs_measured(plt, rows, subtitle, calibration)
+    figs["predicted_vs_measured.png"] = fig
+    files = []
+    for name, f in figs.items():
+        files.append(save_figure(f, folder / name))
+        plt.close(f)
+    return {"files": files, "spearman": rho}
