@@ -48,15 +48,16 @@ def test_spmm_backends_smoke(tmp_path: Path) -> None:
 
 
 def test_strong_scaling_smoke(tmp_path: Path) -> None:
+    # a thin user of plexus-sweep + plexus-report: one plexus-train run per grid
     run_script("strong_scaling.py", tmp_path)
-    rows = read_csv(tmp_path / "strong_scaling.csv")
+    rows = read_csv(tmp_path / "report" / "runs.csv")
     assert [r["grid"] for r in rows] == ["1x1x1", "2x1x1"]
-    assert all(r["volumes_equal"] == "True" for r in rows)  # ledger == perf model
-    assert all(float(r["max_loss_diff_vs_1x1x1"]) < 1e-4 for r in rows)
-    for name in ("strong_scaling.json", "strong_scaling.txt"):
-        assert (tmp_path / name).exists()
+    assert all(r["comm_bytes_match_model"] == "True" for r in rows)  # ledger == perf model
+    assert all(float(r["loss_diff_vs_1x1x1"]) < 1e-4 for r in rows)
+    assert all(r["timed_epochs"] == "2" for r in rows)  # --warmup 1 + --epochs 2
+    assert (tmp_path / "manifest.json").exists()
     pytest.importorskip("matplotlib")
-    assert (tmp_path / "strong_scaling.png").stat().st_size > 0
+    assert (tmp_path / "report" / "strong_scaling.png").stat().st_size > 0
 
 
 def test_model_vs_measured_smoke(tmp_path: Path) -> None:
