@@ -194,8 +194,8 @@ def resolve_worlds(request: SweepRequest, tokens: Sequence[str | GridShape]) -> 
 
 def plan_runs(request: SweepRequest,
               auto_grid: Callable[[str, int], GridShape]) -> list[PlannedRun]:
-    """Every run of ``request``, in order of world size and grid; ``auto_grid(dataset, G)`` is the
-    performance model's pick (called only for ``auto``). Raises PlanError."""
+    """Every run of ``request``: by repeat, then world size and grid; ``auto_grid(dataset, G)``
+    is the performance model's pick (called only for ``auto``). Raises PlanError."""
     if request.epochs < 1 or request.repeats < 1:
         raise PlanError("epochs and repeats must be >= 1")
     tokens = grid_tokens(request.grids)
@@ -217,8 +217,10 @@ def plan_runs(request: SweepRequest,
                 if how not in picks[(ds, g)]:
                     picks[(ds, g)].append(how)
     study = "weak" if request.weak else "strong"
+    # repeats interleaved (every configuration once, then again): a change of the machine's load
+    # during the sweep then hits every configuration alike
     return [PlannedRun(run_id(ds, g, r), ds, g, r, (study,), tuple(how))
-            for (ds, g), how in picks.items() for r in range(request.repeats)]
+            for r in range(request.repeats) for (ds, g), how in picks.items()]
 
 
 def model_auto_grid(request: SweepRequest) -> Callable[[str, int], GridShape]:
