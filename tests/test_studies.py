@@ -123,6 +123,8 @@ def test_report_csv_has_a_row_per_run(study):
     assert float(by_grid["2x1x1"]["t_all_reduce:x_max_s"]) >= \
         float(by_grid["2x1x1"]["t_all_reduce:x_mean_s"]) > 0
     assert "Spearman" in study["report"].stdout
+    assert "weak-scaling efficiency T(1)/T(G), best grid per G: G=1 1.00, G=2 " in \
+        study["report"].stdout
 
 
 def test_report_writes_every_figure(study):

@@ -187,6 +187,9 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     rho = figs["spearman"]
     if rho is not None:
         print(f"Spearman rank correlation, measured vs predicted epoch time: {rho:.2f}")
+    if figs["weak_efficiency"]:
+        print("weak-scaling efficiency T(1)/T(G), best grid per G: " + ", ".join(
+            f"{k} {v:.2f}" for k, v in figs["weak_efficiency"].items()))
     print(f"{REPORT}: wrote {csv_path} and {len(figs['files'])} figure(s) in {out}")
     return 0
 

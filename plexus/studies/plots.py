@@ -43,6 +43,7 @@ class Config:
         self.rows = rows
         r0 = rows[0]
         self.dataset, self.grid, self.world = r0["dataset"], r0["grid"], int(r0["world_size"])
+        self.spec = r0.get("spec") or r0["dataset"]  # the sweep's spec; the log's name if unknown
         self.auto = any("auto" in (r.get("picked_by") or "") for r in rows)
 
     def median(self, key: str = "epoch_time_median_s") -> float | None:
@@ -50,8 +51,10 @@ class Config:
         return statistics.median(values) if values else None
 
     def low_high(self) -> tuple[float, float] | None:
-        lo = [v for v in (num(r.get("epoch_time_min_s")) for r in self.rows) if v is not None]
-        hi = [v for v in (num(r.get("epoch_time_max_s")) for r in self.rows) if v is not None]
+        """The spread bar: from the lowest first quartile to the highest third quartile of the
+        runs' timed epochs (one outlier epoch does not hide the rest)."""
+        lo = [v for v in (num(r.get("epoch_time_p25_s")) for r in self.rows) if v is not None]
+        hi = [v for v in (num(r.get("epoch_time_p75_s")) for r in self.rows) if v is not None]
         return (min(lo), max(hi)) if lo and hi else None
 
 
@@ -60,7 +63,7 @@ def configs(rows: Sequence[Row], study: str | None = None) -> list[Config]:
     groups: dict[tuple[str, str], list[Row]] = defaultdict(list)
     for r in rows:
         if study is None or study in (r.get("studies") or "strong").split():
-            groups[(str(r["dataset"]), str(r["grid"]))].append(r)
+            groups[(str(r.get("spec") or r["dataset"]), str(r["grid"]))].append(r)
     out = [Config(g) for g in groups.values()]
     return sorted(out, key=lambda c: (c.dataset, c.world, c.grid))
 
@@ -88,6 +91,17 @@ def empty_note(ax: Any, text: str) -> None:
     ax.set_yticks([])
 
 
+def log_scale(ax: Any, which: str = "y") -> None:
+    """A log axis labelled at 1, 2, 5 per decade in plain numbers (no crowded minor labels)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: PLC0415
+
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    (ax.set_yscale if which == "y" else ax.set_xscale)("log")
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def world_axis(ax: Any, worlds: Sequence[int]) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(worlds), [str(w) for w in worlds])
@@ -104,16 +118,19 @@ def strong_scaling(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
     worlds_seen: set[int] = set()
     for k, (ds, cs) in enumerate(groups.items()):
         col = colours[k % len(colours)]
-        for c in cs:
+        last: dict[int, float] = {}  # the lowest label so far per G: labels must not overlap
+        for c in sorted(cs, key=lambda c: -(c.median() or 0.0)):
             t, lh = c.median(), c.low_high()
             if t is None:
                 continue
             worlds_seen.add(c.world)
-            err = [[t - lh[0]], [lh[1] - t]] if lh else None
+            err = [[max(t - lh[0], 0.0)], [max(lh[1] - t, 0.0)]] if lh else None
             ax.errorbar([c.world], [t], yerr=err, fmt="*" if c.auto else "o",
                         ms=11 if c.auto else 5, color=col, alpha=0.7, capsize=3)
-            ax.annotate(c.grid, (c.world, t), textcoords="offset points", xytext=(5, -3),
-                        fontsize=7, color=col)
+            y = min(t, last[c.world] / 1.09) if c.world in last else t
+            last[c.world] = y
+            ax.annotate(c.grid, (c.world, y), xytext=(c.world * 1.03, y), fontsize=7,
+                        color=col, va="center")
         best = best_per_world(cs)
         if not best:
             continue
@@ -125,9 +142,9 @@ def strong_scaling(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
                 label=f"{ds}: ideal T(G={w0})·{w0}/G")
     if worlds_seen:
         world_axis(ax, sorted(worlds_seen))
-        ax.set_yscale("log")
+        log_scale(ax, "y")
         ax.plot([], [], "*", color="gray", ms=11, label="grid picked by the model (auto)")
-        ax.plot([], [], "o", color="gray", ms=5, label="other grid (bars: min..max epoch)")
+        ax.plot([], [], "o", color="gray", ms=5, label="other grid (bars: quartiles of the epoch times)")
         ax.legend(fontsize=7, loc="best")
         ax.grid(True, which="both", alpha=0.3)
     ax.set_ylabel("epoch time (s, median of timed epochs)")
@@ -250,7 +267,7 @@ def memory(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
         ax.text(0.02, 0.02, "measured memory per rank: not in these logs (only predictions)",
                 transform=ax.transAxes, fontsize=8, color="tab:red")
     world_axis(ax, worlds)
-    ax.set_yscale("log")
+    log_scale(ax, "y")
     ax.set_ylabel("MiB per rank (log scale)")
     ax.set_title(f"Memory per rank vs ranks (max and mean over ranks)\n{subtitle}", fontsize=10)
     ax.legend(fontsize=7, loc="best")
@@ -258,14 +275,16 @@ def memory(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
     return fig
 
 
-def weak_scaling(plt: Any, rows: Sequence[Row], subtitle: str, series: Sequence[dict]) -> Any:
+def weak_scaling(plt: Any, rows: Sequence[Row], subtitle: str, series: Sequence[dict],
+                 found: dict[str, float] | None = None) -> Any:
+    """The weak-scaling figure; ``found`` receives "G=<g>" -> efficiency of each point drawn."""
     fig, ax = plt.subplots(figsize=(7, 4.6))
     cs = configs(rows, "weak")
     drawn = False
     worlds_seen: set[int] = set()
     for s in series or [{"base": "weak", "datasets": {}}]:
         datasets = set(s.get("datasets", {}).values())
-        mine = [c for c in cs if not datasets or c.dataset in datasets]
+        mine = [c for c in cs if not datasets or c.spec in datasets]
         best = best_per_world(mine)
         if 1 not in best:
             continue
@@ -273,6 +292,8 @@ def weak_scaling(plt: Any, rows: Sequence[Row], subtitle: str, series: Sequence[
         w = list(best)
         eff = [t1 / best[x].median() for x in w]  # type: ignore[operator]
         ax.plot(w, eff, "o-", label=f"best grid per G, base {s.get('base')}")
+        if found is not None:
+            found.update({f"G={x}": e for x, e in zip(w, eff)})
         for x, e in zip(w, eff):
             ax.annotate(f"{best[x].grid}\n{best[x].dataset}", (x, e), textcoords="offset points",
                         xytext=(5, 4), fontsize=6)
@@ -318,8 +339,8 @@ def predicted_vs_measured(plt: Any, rows: Sequence[Row], subtitle: str,
                         textcoords="offset points", xytext=(4, 2), fontsize=7)
     lo, hi = min(pred + meas), max(pred + meas)  # type: ignore[operator]
     ax.plot([lo, hi], [lo, hi], "--", color="gray", label="measured = predicted")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    log_scale(ax, "x")
+    log_scale(ax, "y")
     ax.set_xlabel(f"model-predicted epoch time (s; calibration: {calibration})")
     ax.set_ylabel("measured epoch time (s, median)")
     ax.set_title(f"Measured vs predicted epoch time: Spearman ρ = {rho:.2f} over {len(cs)} "
@@ -332,21 +353,22 @@ def predicted_vs_measured(plt: Any, rows: Sequence[Row], subtitle: str,
 def write_figures(rows: Sequence[Row], folder: Path, subtitle: str,
                   weak_series: Sequence[dict], calibration: str,
                   say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Every figure as a PNG in ``folder``; returns {"files": [...], "spearman": rho} (no files
-    when matplotlib is missing)."""
+    """Every figure as a PNG in ``folder``; returns {"files": [...], "spearman": rho,
+    "weak_efficiency": {"G=2": e, ...}} (no files when matplotlib is missing)."""
     plt = pyplot()
     if plt is None:
         say("matplotlib is not installed: no figures (pip install matplotlib)")
-        return {"files": [], "spearman": None}
+        return {"files": [], "spearman": None, "weak_efficiency": {}}
+    weak: dict[str, float] = {}
     figs = {"strong_scaling.png": strong_scaling(plt, rows, subtitle),
             "breakdown.png": breakdown(plt, rows, subtitle),
             "comm_share.png": comm_share(plt, rows, subtitle),
             "memory.png": memory(plt, rows, subtitle),
-            "weak_scaling.png": weak_scaling(plt, rows, subtitle, weak_series)}
+            "weak_scaling.png": weak_scaling(plt, rows, subtitle, weak_series, weak)}
     fig, rho = predicted_vs_measured(plt, rows, subtitle, calibration)
     figs["predicted_vs_measured.png"] = fig
     files = []
     for name, f in figs.items():
         files.append(save_figure(f, folder / name))
         plt.close(f)
-    return {"files": files, "spearman": rho}
+    return {"files": files, "spearman": rho, "weak_efficiency": weak}
