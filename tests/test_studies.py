@@ -234,3 +234,41 @@ def test_plan_arithmetic():
                         weak_datasets=("cora", "pubmed"))
     assert [p.dataset for p in plan_runs(weak, lambda ds, w: GridShape(1, 1, w))] == \
         ["cora", "pubmed"]
+
+
+def test_report_reads_measured_memory_when_the_log_has_it(study, tmp_path):
+    # the memory record agreed with the memory issue: per-rank lists and the prediction
+    from plexus.perfmodel import Calibration
+    from plexus.studies.collect import collect
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    src = study["out"] / "runs" / f"{slug(SPEC)}_1x2x1_r0.json"
+    lines = src.read_text().splitlines()
+    summary = json.loads(lines[-1])
+    summary["memory"] = {"peak_rss_bytes": [300e6, 100e6], "tracked_peak_bytes": [4e6, 2e6],
+                         "cuda_peak_bytes": None, "predicted_bytes": 5e6}
+    (runs / src.name).write_text("\n".join(lines[:-1] + [json.dumps(summary)]) + "\n")
+    (runs / "broken.json").write_text('{"epoch": 1, "loss": 1.0}\n')  # no summary: not a run
+    rows, manifest = collect(tmp_path, Calibration())
+    assert len(rows) == 1 and manifest == {}
+    r = rows[0]
+    assert r["mem_peak_rss_max_bytes"] == 300e6 and r["mem_peak_rss_mean_bytes"] == 200e6
+    assert r["mem_tracked_peak_max_bytes"] == 4e6 and r["mem_tracked_peak_mean_bytes"] == 3e6
+    assert r["mem_cuda_peak_max_bytes"] is None and r["predicted_memory_bytes"] == 5e6
+    assert r["studies"] == "strong"  # no manifest: every log counts as a strong-scaling run
+
+
+def test_a_failed_run_is_reported_and_retried(tmp_path):
+    out = tmp_path / "failing"
+    args = ["--dataset", SPEC, "--grids", "1x1x1", *COMMON, "--out", str(out),
+            "--train-arg=--dropout", "--train-arg=2"]  # plexus-train refuses it: exit 2
+    res = cli("sweep", *args)
+    assert res.returncode == 1
+    assert "failed (exit status 2): plexus-train: error: --dropout must be in [0, 1)" in res.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    (run,) = manifest["runs"].values()
+    assert run["state"] == "failed" and run["exit_status"] == 2
+    assert not list((out / "runs").glob("*.json"))
+    again = cli("sweep", *args)  # not skipped: its log is not complete
+    assert again.returncode == 1 and "0 already complete" in again.stdout
