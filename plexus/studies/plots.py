@@ -5,7 +5,8 @@
 - ``breakdown.png``       seconds per epoch per grid, stacked: SpMM, GEMM, each collective, other
 - ``comm_share.png``      share of the epoch in compute, communication and other, per grid,
   beside the model's predicted communication share
-- ``memory.png``          memory per rank vs G: measured max and mean over ranks, predicted
+- ``memory.png``          memory per rank vs G (strong-scaling runs): measured max and mean over
+  ranks, predicted
 - ``weak_scaling.png``    weak-scaling efficiency T(1)/T(G) of the best grid per G
 - ``predicted_vs_measured.png``  measured vs model-predicted epoch time, Spearman's ρ
 """
@@ -92,12 +93,16 @@ def empty_note(ax: Any, text: str) -> None:
 
 
 def log_scale(ax: Any, which: str = "y") -> None:
-    """A log axis labelled at 1, 2, 5 per decade in plain numbers (no crowded minor labels)."""
+    """A log axis labelled at 1, 2, 5 per decade (more when less than a decade is shown) in plain
+    numbers, with no crowded minor labels. Call it once the data are drawn."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: PLC0415
 
     axis = ax.yaxis if which == "y" else ax.xaxis
     (ax.set_yscale if which == "y" else ax.set_xscale)("log")
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    lo, hi = ax.get_ylim() if which == "y" else ax.get_xlim()
+    narrow = lo > 0 and hi / lo < 10  # less than a decade shown: label more values
+    subs = (1.0, 1.5, 2.0, 3.0, 5.0, 7.0) if narrow else (1.0, 2.0, 5.0)
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
 
@@ -232,7 +237,7 @@ def comm_share(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
 
 def memory(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
     fig, ax = plt.subplots(figsize=(7, 4.8))
-    cs = configs(rows)
+    cs = configs(rows, "strong")  # one graph: the weak series' graphs grow with G
     kinds = [("peak_rss", "peak RSS"), ("tracked_peak", "tracked tensors"),
              ("cuda_peak", "CUDA peak")]
     measured = False
@@ -269,7 +274,9 @@ def memory(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
     world_axis(ax, worlds)
     log_scale(ax, "y")
     ax.set_ylabel("MiB per rank (log scale)")
-    ax.set_title(f"Memory per rank vs ranks (max and mean over ranks)\n{subtitle}", fontsize=10)
+    names = ", ".join(sorted({c.dataset for c in cs}))
+    ax.set_title(f"Memory per rank vs ranks, strong scaling of {names}\n{subtitle}",
+                 fontsize=10)
     ax.legend(fontsize=7, loc="best")
     ax.grid(True, which="both", alpha=0.3)
     return fig
