@@ -16,9 +16,9 @@ Variants:
   comparison: Plexus also takes Â precomputed. GCNConv always combines first, Â·(H·W).
 - ``pyg-edge_index``: the same convolution on ``edge_index`` + ``edge_weight`` = Â's entries
   (gather/scatter message passing).
-- ``serial``: `plexus.engine.serial.SerialGCN` (torch COO ``sparse.mm``), with the same
+- ``serial``: `plexus.engine.serial.SerialModel` (torch COO ``sparse.mm``), with the same
   grid-independent dropout masks as Plexus.
-- ``plexus-<backend>-<order>``: `plexus.engine.model.DistributedGCN` on a 1-rank gloo world
+- ``plexus-<backend>-<order>``: `plexus.engine.model.DistributedModel` on a 1-rank gloo world
   (`plexus.testing.localworld.run_world`), SpMM backend torch/scipy, product order agg/auto.
 
 Timing: ``--warmup`` untimed epochs, then ``--epochs`` timed ones per round, the median over all
@@ -119,10 +119,10 @@ def pyg_step(bundle: Bundle, hidden: int, layers: int, dropout: float, use_adj_t
 def serial_step(bundle: Bundle, cfg: Any) -> Callable[[], float]:
     """A closure running one epoch of the serial reference."""
     from plexus.engine.config import TrainConfig
-    from plexus.engine.serial import SerialGCN
+    from plexus.engine.serial import SerialModel
     from plexus.engine.trainer import Trainer
 
-    trainer = Trainer(SerialGCN(bundle.graph, cfg, seed=0, adj_hat=bundle.adj_hat),
+    trainer = Trainer(SerialModel(bundle.graph, cfg, seed=0, adj_hat=bundle.adj_hat),
                       TrainConfig(eval_every=0))
     return trainer.train_step
 

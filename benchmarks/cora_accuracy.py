@@ -16,7 +16,7 @@ import torch
 
 from plexus.engine.config import ModelConfig, TrainConfig
 from plexus.datasets import load_dataset
-from plexus.engine.serial import SerialGCN
+from plexus.engine.serial import SerialModel
 from plexus.engine.trainer import Trainer
 
 
@@ -26,7 +26,7 @@ def run_seeds(seeds: int, threads: int = 2) -> list[tuple[float, float]]:
     graph = load_dataset("cora")
     out = []
     for seed in range(seeds):
-        trainer = Trainer(SerialGCN(graph, ModelConfig(), seed), TrainConfig(seed=seed))
+        trainer = Trainer(SerialModel(graph, ModelConfig(), seed), TrainConfig(seed=seed))
         history = trainer.fit()
         best = max(history, key=lambda s: s.val_acc)
         out.append((history[-1].test_acc, best.test_acc))

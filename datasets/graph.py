@@ -81,25 +81,56 @@ def row_normalize(features: np.ndarray) -> np.ndarray:
     return (features / sums).astype(np.float32)
 
 
-def gcn_normalize(adj: sp.spmatrix, directed: bool = False) -> sp.csr_matrix:
-    """Â = D^-1/2 (M + I) D^-1/2 in float32 CSR, with M[i, j] = 1 for every edge j -> i.
+AGGREGATIONS = ("gcn", "mean", "sum")
 
-    Rows are destinations, so ``Â @ H`` aggregates each node's in-neighbours (what a directed graph
-    such as papers100M needs). Undirected graphs are symmetrized first. Edge weights and duplicates
-    are collapsed to 1, existing self loops replaced by one. D is the row sum of M + I.
+
+def incoming(adj: sp.spmatrix, directed: bool = False) -> sp.csr_matrix:
+    """M with M[i, j] = 1 for every edge j -> i (rows are destinations), in float32 CSR.
+
+    Undirected graphs are symmetrized; edge weights and duplicates collapse to 1. Self loops stay
+    (an edge i -> i is a message like any other, as in PyG's message passing).
     """
     a = sp.csr_matrix(adj, dtype=np.float32)
     m = a.T.tocsr() if directed else (a + a.T).tocsr()
-    m.data[:] = 1.0
-    m.setdiag(0)
-    m.eliminate_zeros()
-    m = (m + sp.identity(m.shape[0], dtype=np.float32, format="csr")).tocsr()
     m.sum_duplicates()
     m.data[:] = 1.0
+    return m
+
+
+def gcn_normalize(adj: sp.spmatrix, directed: bool = False) -> sp.csr_matrix:
+    """Â = D^-1/2 (M + I) D^-1/2 in float32 CSR, with M = `incoming` (edge j -> i).
+
+    Rows are destinations, so ``Â @ H`` aggregates each node's in-neighbours (what a directed graph
+    such as papers100M needs); D is the row sum of M + I (in-degree + 1). Existing self loops are
+    replaced by the one of I, as PyG's GCNConv does.
+    """
+    m = incoming(adj, directed)
+    m.setdiag(0)
+    m.eliminate_zeros()
+    m = m + sp.identity(adj.shape[0], dtype=np.float32, format="csr")
     deg = np.asarray(m.sum(axis=1)).ravel()
-    inv_sqrt = (1.0 / np.sqrt(deg)).astype(np.float32)
-    d = sp.diags(inv_sqrt)
+    d = sp.diags((1.0 / np.sqrt(deg)).astype(np.float32))
     out = (d @ m @ d).tocsr().astype(np.float32)
+    out.sort_indices()
+    return out
+
+
+def normalize(adj: sp.spmatrix, directed: bool = False, aggregation: str = "gcn") -> sp.csr_matrix:
+    """The sparse operator a model aggregates with, rows = destinations:
+
+    - "gcn": `gcn_normalize` (GCNConv);
+    - "mean": D⁻¹·M, the mean over in-neighbours (SAGEConv; a node without one gets 0);
+    - "sum": M, the sum over in-neighbours (GINConv).
+    """
+    if aggregation == "gcn":
+        return gcn_normalize(adj, directed)
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {aggregation!r}; use one of {AGGREGATIONS}")
+    m = incoming(adj, directed)
+    if aggregation == "mean":
+        deg = np.asarray(m.sum(axis=1)).ravel()
+        m = (sp.diags((1.0 / np.maximum(deg, 1)).astype(np.float32)) @ m).tocsr()
+    out = m.astype(np.float32)
     out.sort_indices()
     return out
 

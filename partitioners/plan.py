@@ -17,7 +17,7 @@ import scipy.sparse as sp
 
 from plexus.core.grid import GridShape
 from plexus.core.layout import LayerPlan, block, layer_plans, pad_to, padding
-from plexus.datasets.graph import Graph, gcn_normalize
+from plexus.datasets.graph import Graph, normalize
 
 from .permutations import Permutation, make_permutation
 
@@ -37,6 +37,16 @@ def row_order(perm: Permutation, k: int) -> np.ndarray:
 def col_order(perm: Permutation, k: int) -> np.ndarray:
     """Order of Â_k's columns (p2 for Â1, p1 for Â2)."""
     return perm.order(2 if k == 1 else 1)
+
+
+def output_order(perm: Permutation, plan: LayerPlan) -> np.ndarray:
+    """Order of a stage's output rows: Â_k's rows, or for a dense stage its input's."""
+    return col_order(perm, plan.adj) if plan.dense else row_order(perm, plan.adj)
+
+
+def symmetric(graph: Graph, aggregation: str) -> bool:
+    """Whether the normalized Â is symmetric (then a block's transpose is another block)."""
+    return not graph.directed and aggregation != "mean"
 
 
 @dataclass
@@ -101,17 +111,19 @@ def extract_block(adj_hat: sp.csr_matrix, row_ids: np.ndarray, col_ids: np.ndarr
 def shard_graph(graph: Graph, shape: GridShape | Mapping[str, int], coords: Mapping[str, int],
                 num_layers: int, orders: Sequence[str] | str = "agg",
                 perm: str | Permutation = "none", seed: int = 0,
-                adj_hat: sp.csr_matrix | None = None) -> RankShard:
+                adj_hat: sp.csr_matrix | None = None, aggregation: str = "gcn") -> RankShard:
     """The shard of the rank at ``coords`` (a dict over "x", "y", "z") of a grid ``shape``.
 
-    ``adj_hat`` (the GCN-normalized adjacency) and ``perm`` (a built `Permutation`) can be passed
-    in to reuse them across ranks.
+    ``orders`` has one entry per stage ("agg", "combine" or "dense": a dense stage needs no
+    block of Â). ``adj_hat`` (the adjacency normalized for ``aggregation``, see
+    `plexus.datasets.normalize`) and ``perm`` (a built `Permutation`) can be passed in to reuse
+    them across ranks.
     """
     shape = GridShape.of(shape)
     plans = layer_plans(num_layers, orders)
     world = shape.world_size
     if adj_hat is None:
-        adj_hat = gcn_normalize(graph.adj, graph.directed)
+        adj_hat = normalize(graph.adj, graph.directed, aggregation)
     if not isinstance(perm, Permutation):
         perm = make_permutation(adj_hat, perm, seed, world)
     n = graph.num_nodes
@@ -125,7 +137,7 @@ def shard_graph(graph: Graph, shape: GridShape | Mapping[str, int], coords: Mapp
     blocks: dict[str, sp.csr_matrix] = {}
     for plan in plans:
         key = block_key(plan)
-        if key not in blocks:
+        if key not in blocks and not plan.dense:
             r = padded_ids(row_order(perm, plan.adj), npad)[rows_of(plan.a_rows)]
             c = padded_ids(col_order(perm, plan.adj), npad)[rows_of(plan.a_cols)]
             blocks[key] = extract_block(adj_hat, r, c)
@@ -143,7 +155,7 @@ def shard_graph(graph: Graph, shape: GridShape | Mapping[str, int], coords: Mapp
         feats[real, : hi - cols.start] = graph.features[ids0[real], cols.start:hi]
 
     last = plans[-1]
-    out_ids = padded_ids(row_order(perm, last.adj), npad)[rows_of(last.out_rows)]
+    out_ids = padded_ids(output_order(perm, last), npad)[rows_of(last.out_rows)]
     real = out_ids >= 0
     labels = np.full(len(out_ids), -1, dtype=np.int64)
     labels[real] = graph.labels[out_ids[real]]
@@ -156,4 +168,5 @@ def shard_graph(graph: Graph, shape: GridShape | Mapping[str, int], coords: Mapp
     return RankShard(shape, dict(coords), num_layers, tuple(p.order for p in plans),
                      perm.kind, perm.seed, graph.name, n, npad, graph.num_features, fpad,
                      graph.num_classes, blocks, feats, input_ids, out_ids, labels, masks, counts,
-                     meta={"symmetric": not graph.directed})
+                     meta={"symmetric": symmetric(graph, aggregation),
+                           "aggregation": aggregation})

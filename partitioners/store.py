@@ -33,7 +33,7 @@ import scipy.sparse as sp
 from plexus.core.atomic import fsync_dir
 from plexus.core.grid import GridError, GridShape
 from plexus.core.layout import layer_plans, pad_to
-from plexus.datasets.graph import Graph, gcn_normalize
+from plexus.datasets.graph import Graph, normalize
 
 from .permutations import Permutation, make_permutation
 from .plan import MASKS, RankShard, block_key, col_order, padded_ids, row_order, shard_graph
@@ -187,7 +187,7 @@ def _write_block_parts(adj_hat: sp.csr_matrix, perm: Permutation, shape: dict[st
     keys: list[str] = []
     for plan in plans:
         key = block_key(plan)
-        if key in keys:
+        if key in keys or plan.dense:
             continue
         keys.append(key)
         nr, nc = shape[plan.a_rows], shape[plan.a_cols]
@@ -254,11 +254,11 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Map
                 num_layers: int,
                 orders: Sequence[str] | str = "agg", perm: str | Permutation = "double",
                 seed: int = 0, *, adj_hat: sp.csr_matrix | None = None,
-                chunk_nnz: int = WRITE_CHUNK_NNZ) -> dict:
+                aggregation: str = "gcn", chunk_nnz: int = WRITE_CHUNK_NNZ) -> dict:
     """Partition ``graph`` for a grid ``shape`` and write one shard file per rank to ``out_dir``.
 
-    ``perm`` is a permutation kind or a built `Permutation`; ``adj_hat`` (GCN-normalized Â)
-    can be passed to reuse it. An existing store at ``out_dir`` (or an empty directory) is
+    ``perm`` is a permutation kind or a built `Permutation`; ``adj_hat`` (Â normalized for
+    ``aggregation``, `plexus.datasets.normalize`) can be passed to reuse it. An existing store at ``out_dir`` (or an empty directory) is
     replaced only once the new one is complete; anything else there is refused with
     `ShardStoreError`. Returns the manifest.
     """
@@ -270,7 +270,7 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Map
     plans = layer_plans(num_layers, orders)
     world = shape.world_size
     if adj_hat is None:
-        adj_hat = gcn_normalize(graph.adj, graph.directed)
+        adj_hat = normalize(graph.adj, graph.directed, aggregation)
     adj_hat = sp.csr_matrix(adj_hat)
     if not isinstance(perm, Permutation):
         perm = make_permutation(adj_hat, perm, seed, world)
@@ -292,11 +292,11 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Map
         ranks = []
         for coords in map(shape.coords, range(world)):
             shard = shard_graph(graph, shape, coords, num_layers, orders, perm, seed,
-                                adj_hat=no_edges)
+                                adj_hat=no_edges, aggregation=aggregation)
             block_parts, block_shapes = {}, {}
             for plan in plans:
                 key = block_key(plan)
-                if key in block_parts:
+                if key in block_parts or plan.dense:
                     continue
                 r, c = coords[plan.a_rows], coords[plan.a_cols]
                 block_parts[key] = parts / f"{keys.index(key)}-{r}-{c}"
@@ -309,7 +309,7 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Map
         manifest = {
             "format": FORMAT, "version": VERSION, "grid": shape.as_dict(),
             "num_layers": num_layers,
-            "orders": [p.order for p in plans],
+            "orders": [p.order for p in plans], "aggregation": aggregation,
             "permutation": {"kind": perm.kind, "seed": perm.seed,
                             "p1_sha256": array_hash(perm.p1), "p2_sha256": array_hash(perm.p2)},
             "seed": perm.seed, "dataset": graph.name, "graph_sha256": graph_hash(graph),

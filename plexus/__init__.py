@@ -31,8 +31,8 @@ _EXPORTS = {
     "TrainConfig": "plexus.engine.config",
     "EngineConfig": "plexus.engine.config",
     "Grid": "plexus.engine.grid",
-    "DistributedGCN": "plexus.engine.model",
-    "SerialGCN": "plexus.engine.serial",
+    "DistributedModel": "plexus.engine.model",
+    "SerialModel": "plexus.engine.serial",
     "Trainer": "plexus.engine.trainer",
     "build_model": "plexus.engine.build",
     "ModelSpec": "plexus.perfmodel",
@@ -62,8 +62,8 @@ if TYPE_CHECKING:  # noqa: F401 — for type checkers and IDEs: the same names, 
     from plexus.engine.build import build_model
     from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
     from plexus.engine.grid import Grid
-    from plexus.engine.model import DistributedGCN
-    from plexus.engine.serial import SerialGCN
+    from plexus.engine.model import DistributedModel
+    from plexus.engine.serial import SerialModel
     from plexus.engine.trainer import Trainer
     from plexus.partitioners import RankShard, make_permutation, shard_graph
     from plexus.perfmodel import ModelSpec, choose_grid, predict

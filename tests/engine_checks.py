@@ -10,11 +10,11 @@ import torch
 from plexus.core.schedule import epoch_collectives, volume_per_axis
 from plexus.engine.comm import Comm
 from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
-from plexus.datasets.graph import Graph, gcn_normalize
+from plexus.datasets.graph import Graph, normalize
 from plexus.engine.grid import Grid
-from plexus.engine.model import DistributedGCN
+from plexus.engine.model import DistributedModel
 from plexus.partitioners import shard_graph
-from plexus.engine.serial import SerialGCN
+from plexus.engine.serial import SerialModel
 from plexus.engine.trainer import Trainer
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -38,6 +38,18 @@ def toy_graph(n: int = 37, f: int = 11, c: int = 5, seed: int = 1) -> Graph:
     return Graph("toy", a, feats, labels, *masks, num_classes=c).validate()
 
 
+def directed_toy_graph(n: int = 41, f: int = 7, c: int = 3, seed: int = 2) -> Graph:
+    """Like `toy_graph` but directed (Â not symmetric: a broken transpose path shows), with a
+    node that has no in-neighbour."""
+    g = toy_graph(n, f, c, seed)
+    a = sp.random(n, n, density=0.1, random_state=seed + 7, format="csr")
+    a = sp.csr_matrix((a > 0).astype(np.float32))
+    a[:, 5] = 0  # node 5 has no in-neighbour: mean aggregation over nothing is 0
+    a.eliminate_zeros()
+    return Graph("toy-directed", a, g.features, g.labels, g.train_mask, g.val_mask, g.test_mask,
+                 num_classes=c, directed=True).validate()
+
+
 def _close(name: str, got: torch.Tensor, want: torch.Tensor) -> list[str]:
     got, want = got.detach().double(), want.detach().double()
     if got.shape != want.shape:
@@ -48,19 +60,20 @@ def _close(name: str, got: torch.Tensor, want: torch.Tensor) -> list[str]:
     return []
 
 
-def build(grid: Grid, g: Graph, adj_hat, cfg: ModelConfig, perm: str,
+def build(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
           engine: EngineConfig | None = None):
     """The distributed and the serial model with the same config and seed."""
     orders = cfg.orders(g.num_features, g.num_classes)
-    shard = shard_graph(g, grid.shape, grid.coords, cfg.num_layers, orders, perm, seed=11,
-                        adj_hat=adj_hat)
-    return (DistributedGCN(Comm(grid), shard, cfg, seed=5, engine=engine),
-            SerialGCN(g, cfg, seed=5, adj_hat=adj_hat), shard)
+    adj_hat = normalize(g.adj, g.directed, cfg.aggregation)
+    shard = shard_graph(g, grid.shape, grid.coords, cfg.num_stages, orders, perm, seed=11,
+                        adj_hat=adj_hat, aggregation=cfg.aggregation)
+    return (DistributedModel(Comm(grid), shard, cfg, seed=5, engine=engine),
+            SerialModel(g, cfg, seed=5, adj_hat=adj_hat), shard)
 
 
-def check_step(grid: Grid, g: Graph, adj_hat, cfg: ModelConfig, perm: str) -> list[str]:
+def check_step(grid: Grid, g: Graph, cfg: ModelConfig, perm: str) -> list[str]:
     """Logits, loss and every gradient of one training step (dropout on, step 3)."""
-    dist_model, serial, shard = build(grid, g, adj_hat, cfg, perm)
+    dist_model, serial, shard = build(grid, g, cfg, perm)
     dist_model.train()
     serial.train()
     zd, zs = dist_model(step=3), serial(step=3)
@@ -82,11 +95,12 @@ def check_step(grid: Grid, g: Graph, adj_hat, cfg: ModelConfig, perm: str) -> li
     return fails
 
 
-def check_training(grid: Grid, g: Graph, adj_hat, cfg: ModelConfig, perm: str,
-                   epochs: int = 20, engine: EngineConfig | None = None) -> list[str]:
+def check_training(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
+                   epochs: int = 20, engine: EngineConfig | None = None,
+                   decay_scope: str = "all") -> list[str]:
     """The loss curve (and final accuracies) of ``epochs`` epochs of Adam."""
-    dist_model, serial, _ = build(grid, g, adj_hat, cfg, perm, engine)
-    tc = TrainConfig(epochs=epochs, eval_every=epochs)
+    dist_model, serial, _ = build(grid, g, cfg, perm, engine)
+    tc = TrainConfig(epochs=epochs, eval_every=epochs, weight_decay_scope=decay_scope)
     hd, hs = Trainer(dist_model, tc).fit(), Trainer(serial, tc).fit()
     fails = _close("loss curve", torch.tensor([h.loss for h in hd]), torch.tensor([h.loss for h in hs]))
     for key in ("train_acc", "val_acc", "test_acc"):
@@ -96,16 +110,17 @@ def check_training(grid: Grid, g: Graph, adj_hat, cfg: ModelConfig, perm: str,
     return fails
 
 
-def check_ledger(grid: Grid, g: Graph, adj_hat, cfg: ModelConfig, perm: str) -> list[str]:
+def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str) -> list[str]:
     """The ledger's elements per axis for one training step equal the schedule's volumes
     (`plexus.core.schedule`, which the performance model prices too)."""
-    model, _, _ = build(grid, g, adj_hat, cfg, perm)
+    model, _, _ = build(grid, g, cfg, perm)
     trainer = Trainer(model, TrainConfig(epochs=1, eval_every=0))
     model.comm.ledger.reset()
     trainer.run_epoch()
     got = model.comm.ledger.per_axis("elements")
     want = volume_per_axis(epoch_collectives(model.plans, grid.shape, model.pad, bias=cfg.bias,
-                                             learnable_features=cfg.learnable_features))
+                                             learnable_features=cfg.learnable_features,
+                                             learnable_eps=cfg.train_eps))
     fails = [f"axis {a}: ledger {got[a]} != formula {want[a]}" for a in "xyz"
              if abs(got[a] - want[a]) > 1e-6 * max(1.0, want[a])]
     bytes_ = model.comm.ledger.per_axis("bytes")
@@ -135,7 +150,6 @@ def run_grid_checks(grids: list[tuple[int, int, int]], layer_counts=(1, 2, 3, 4)
     """Every engine check for every grid in ``grids`` (all of this world's size)."""
     torch.manual_seed(0)
     g = toy_graph()
-    adj_hat = gcn_normalize(g.adj)
     out: dict[str, list[str]] = {}
     for dims in grids:
         grid = Grid.create(dims)
@@ -143,27 +157,76 @@ def run_grid_checks(grids: list[tuple[int, int, int]], layer_counts=(1, 2, 3, 4)
         out[f"{tag}/comm/mixed-layouts"] = check_mixed_layouts(grid)
         for layers in layer_counts:
             base = ModelConfig(num_layers=layers, hidden=HIDDEN, dropout=0.5, bias=True)
-            out[f"{tag}/L{layers}/step"] = check_step(grid, g, adj_hat, base, "double")
-            out[f"{tag}/L{layers}/train-dropout"] = check_training(grid, g, adj_hat, base, "double")
+            out[f"{tag}/L{layers}/step"] = check_step(grid, g, base, "double")
+            out[f"{tag}/L{layers}/train-dropout"] = check_training(grid, g, base, "double")
             out[f"{tag}/L{layers}/train-no-dropout"] = check_training(
-                grid, g, adj_hat, ModelConfig(layers, HIDDEN, 0.0, True), "single")
+                grid, g, ModelConfig(layers, HIDDEN, 0.0, True), "single")
         mixed = ModelConfig(3, HIDDEN, 0.5, True, order="agg,combine,agg")
-        out[f"{tag}/orders/step-mixed"] = check_step(grid, g, adj_hat, mixed, "double")
+        out[f"{tag}/orders/step-mixed"] = check_step(grid, g, mixed, "double")
         out[f"{tag}/orders/step-combine-learnable"] = check_step(
-            grid, g, adj_hat, ModelConfig(2, HIDDEN, 0.5, True, "combine", True), "none")
+            grid, g, ModelConfig(2, HIDDEN, 0.5, True, "combine", True), "none")
         out[f"{tag}/orders/train-auto"] = check_training(
-            grid, g, adj_hat, ModelConfig(4, HIDDEN, 0.5, True, "auto"), "double")
+            grid, g, ModelConfig(4, HIDDEN, 0.5, True, "auto"), "double")
         out[f"{tag}/features/step-learnable-nobias"] = check_step(
-            grid, g, adj_hat, ModelConfig(3, HIDDEN, 0.5, False, "agg", True), "double")
+            grid, g, ModelConfig(3, HIDDEN, 0.5, False, "agg", True), "double")
         out[f"{tag}/engine/chunked-overlap-scipy"] = check_training(
-            grid, g, adj_hat, ModelConfig(3, HIDDEN, 0.5, True, "agg,combine,agg"), "double",
+            grid, g, ModelConfig(3, HIDDEN, 0.5, True, "agg,combine,agg"), "double",
             engine=EngineConfig(spmm_backend="scipy", agg_chunks=3, overlap=True))
         out[f"{tag}/engine/tuned-gemms-chunked"] = check_training(
-            grid, g, adj_hat, ModelConfig(2, HIDDEN, 0.5, True, "agg", True), "single",
+            grid, g, ModelConfig(2, HIDDEN, 0.5, True, "agg", True), "single",
             engine=EngineConfig(agg_chunks=2, tune_gemms=True))
-        out[f"{tag}/ledger/agg"] = check_ledger(grid, g, adj_hat,
+        out[f"{tag}/ledger/agg"] = check_ledger(grid, g,
                                                  ModelConfig(4, HIDDEN, 0.5, True), "double")
         out[f"{tag}/ledger/mixed-learnable"] = check_ledger(
-            grid, g, adj_hat, ModelConfig(3, HIDDEN, 0.5, True, "combine,agg,combine", True), "none")
+            grid, g, ModelConfig(3, HIDDEN, 0.5, True, "combine,agg,combine", True), "none")
     rank = torch.distributed.get_rank()
     return {k: [f"rank {rank}: {m}" for m in v] for k, v in out.items()}
+
+
+# Every model kind and option against its serial reference: 1-4 layers, both product orders.
+MODELS = {
+    "gcn-batchnorm": ModelConfig(3, HIDDEN, 0.5, norm="batch"),
+    "gcn-residual": ModelConfig(4, HIDDEN, 0.5, order="agg,combine,agg,combine", residual=True,
+                                norm="batch", input_dropout=False),
+    "sage": ModelConfig(2, HIDDEN, 0.5, kind="sage"),
+    "sage-combine-batchnorm": ModelConfig(3, HIDDEN, 0.5, kind="sage", order="combine",
+                                          norm="batch"),
+    "gin": ModelConfig(1, HIDDEN, 0.5, kind="gin"),
+    "gin-combine-batchnorm": ModelConfig(3, HIDDEN, 0.5, kind="gin", order="combine",
+                                         norm="batch", learnable_features=True),
+    "mlp": ModelConfig(2, HIDDEN, 0.5, kind="mlp"),
+}
+MODEL_CHECKS = [f"{graph}/{name}/{kind}" for graph in ("undirected", "directed")
+                for name in MODELS for kind in ("step", "train")] + [
+    f"directed/{name}/ledger" for name in MODELS] + [
+    "directed/gin-fixed-eps-decay-first/train"]
+
+
+def run_model_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
+    """`MODEL_CHECKS` for every grid in ``grids`` (all of this world's size)."""
+    torch.manual_seed(0)
+    graphs = {"undirected": toy_graph(), "directed": directed_toy_graph()}
+    out: dict[str, list[str]] = {}
+    for dims in grids:
+        grid = Grid.create(dims)
+        tag = "x".join(map(str, dims))
+        for gname, g in graphs.items():
+            for name, cfg in MODELS.items():
+                out[f"{tag}/{gname}/{name}/step"] = check_step(grid, g, cfg, "double")
+                out[f"{tag}/{gname}/{name}/train"] = check_training(grid, g, cfg, "double")
+                if gname == "directed":
+                    out[f"{tag}/{gname}/{name}/ledger"] = check_ledger(grid, g, cfg, "double")
+        out[f"{tag}/directed/gin-fixed-eps-decay-first/train"] = check_training(
+            grid, graphs["directed"], ModelConfig(2, HIDDEN, 0.5, kind="gin", train_eps=False),
+            "single", decay_scope="first")
+    rank = torch.distributed.get_rank()
+    return {k: [f"rank {rank}: {m}" for m in v] for k, v in out.items()}
+
+
+def run_all_checks(grids: list[tuple[int, int, int]],
+                   model_grids: set[tuple[int, int, int]]) -> dict[str, list[str]]:
+    """Both families in one world: the GCN checks on every grid, the model checks on those of
+    ``model_grids``."""
+    out = run_grid_checks(grids)
+    out.update(run_model_checks([d for d in grids if d in model_grids]))
+    return out

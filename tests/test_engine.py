@@ -1,18 +1,21 @@
-"""The 3D engine equals the serial GCN on every grid (issue 3's acceptance).
+"""The 3D engine equals the serial reference on every grid.
 
 One world per world size runs every check of every grid of that size (worlds are slow to start);
-each check is then reported as its own test.
+each check is then reported as its own test. The GCN checks run on every grid; every model kind
+and option (BatchNorm, residual, GraphSAGE, GIN, dense layers) on the grids of `MODEL_GRIDS`, on an
+undirected and a directed graph.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from engine_checks import run_grid_checks
+from engine_checks import MODEL_CHECKS, run_all_checks
 from plexus.testing.localworld import run_world
 
-GRIDS = {1: [(1, 1, 1)], 2: [(2, 1, 1), (1, 2, 1), (1, 1, 2)],
+GRIDS = {1: [(1, 1, 1)], 2: [(2, 1, 1), (1, 2, 1), (1, 1, 2)], 3: [(1, 3, 1)],
          4: [(2, 2, 1), (2, 1, 2), (1, 2, 2)], 6: [(3, 1, 2)], 8: [(2, 2, 2)], 16: [(2, 2, 4)]}
+MODEL_GRIDS = {(1, 1, 1), (2, 1, 1), (1, 3, 1), (2, 2, 2), (2, 2, 4)}
 CHECKS = [f"L{l}/{kind}" for l in (1, 2, 3, 4) for kind in ("step", "train-dropout", "train-no-dropout")] + [
     "orders/step-mixed", "orders/step-combine-learnable", "orders/train-auto",
     "features/step-learnable-nobias", "engine/chunked-overlap-scipy", "engine/tuned-gemms-chunked",
@@ -25,19 +28,28 @@ def world_results(world: int) -> dict[str, list[str]]:
     """Run (once) every check of the grids of this world size; merge the ranks' failures."""
     if world not in _results:
         merged: dict[str, list[str]] = {}
-        for rank_result in run_world(world, run_grid_checks, GRIDS[world]):
+        for rank_result in run_world(world, run_all_checks, GRIDS[world], MODEL_GRIDS):
             for key, fails in rank_result.items():
                 merged.setdefault(key, []).extend(fails)
         _results[world] = merged
     return _results[world]
 
 
+def _check(dims: tuple[int, int, int], check: str) -> None:
+    results = world_results(dims[0] * dims[1] * dims[2])
+    key = f"{'x'.join(map(str, dims))}/{check}"
+    assert key in results, f"check {key} did not run"
+    assert results[key] == [], "\n".join(results[key][:20])
+
+
 @pytest.mark.parametrize("dims", [d for ds in GRIDS.values() for d in ds],
                          ids=lambda d: "x".join(map(str, d)))
 @pytest.mark.parametrize("check", CHECKS)
 def test_distributed_equals_serial(dims, check):
-    world = dims[0] * dims[1] * dims[2]
-    results = world_results(world)
-    key = f"{'x'.join(map(str, dims))}/{check}"
-    assert key in results, f"check {key} did not run"
-    assert results[key] == [], "\n".join(results[key][:20])
+    _check(dims, check)
+
+
+@pytest.mark.parametrize("dims", sorted(MODEL_GRIDS), ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("check", MODEL_CHECKS)
+def test_models_equal_serial(dims, check):
+    _check(dims, check)

@@ -5,7 +5,13 @@ offline and the layer that consumes it agree on every block.
 
 Roles follow docs/design.md: layer 0 is (outer, inner, depth) = (x, y, z).
 An aggregate-first layer (Â·H)·W hands the next layer (depth, outer, inner); a combine-first
-layer Â·(H·W) hands it (inner, depth, outer), i.e. the rotation advances by two.
+layer Â·(H·W) hands it (inner, depth, outer), i.e. the rotation advances by two; a dense layer
+H·W (no aggregation: an MLP layer) keeps the rows where they are and hands it (outer, depth,
+inner).
+
+A "plan" is one stage of the model: a graph convolution or a dense layer. A GNN layer is one
+stage (GCN, GraphSAGE) or two (GIN: the convolution with the MLP's first linear map, then a
+dense stage with its second).
 """
 
 from __future__ import annotations
@@ -16,27 +22,39 @@ from typing import Mapping, Sequence
 
 from .grid import AXES, GridShape
 
-ORDERS = ("agg", "combine")
+ORDERS = ("agg", "combine")  # the product orders of a graph convolution
+STAGE_ORDERS = ORDERS + ("dense",)
+ROOTS = ("none", "sage", "gin", "res")
 
 
 @dataclass(frozen=True)
 class LayerPlan:
-    """Which axis cuts what in one layer.
+    """Which axis cuts what in one stage.
 
-    ``adj`` is 1 or 2: which permuted adjacency the layer multiplies by (Â1 = P1 Â P2ᵀ on even
-    layers, Â2 = P2 Â P1ᵀ on odd ones; both are the same matrix for the ``none``/``single``
-    permutations). Every matrix is described by the axis cutting its rows and its columns.
+    ``adj`` is 1 or 2: which permuted adjacency the stage multiplies by (Â1 = P1 Â P2ᵀ, Â2 =
+    P2 Â P1ᵀ, alternating over the graph convolutions; both are the same matrix for the
+    ``none``/``single`` permutations); a dense stage keeps the row order its input has, which is
+    the column order of Â_adj. Every matrix is described by the axis cutting its rows and its
+    columns.
+
+    ``root`` is the term a convolution adds for each node's own features: "sage" (H·Wr, a second
+    weight), "gin" ((1+ε)·H before the weight), "res" (a residual H) or "none". ``norm`` says a
+    BatchNorm follows the stage; ``layer`` is the GNN layer the stage belongs to.
     """
 
     index: int
-    order: str  # "agg": (Â·H)·W   "combine": Â·(H·W)
+    order: str  # "agg": (Â·H)·W   "combine": Â·(H·W)   "dense": H·W
     outer: str
     inner: str
     depth: str
+    adj: int = 1
+    layer: int = 0
+    root: str = "none"
+    norm: bool = False
 
     @property
-    def adj(self) -> int:
-        return 1 if self.index % 2 == 0 else 2
+    def dense(self) -> bool:
+        return self.order == "dense"
 
     @property
     def in_rows(self) -> str:  # H rows
@@ -47,8 +65,8 @@ class LayerPlan:
         return self.inner
 
     @property
-    def a_rows(self) -> str:  # Â block rows
-        return self.depth if self.order == "agg" else self.inner
+    def a_rows(self) -> str:  # Â block rows (a dense stage's output rows)
+        return {"agg": self.depth, "combine": self.inner, "dense": self.outer}[self.order]
 
     @property
     def a_cols(self) -> str:  # Â block cols
@@ -72,28 +90,40 @@ class LayerPlan:
 
     @property
     def out_replicated(self) -> str:
-        return self.inner if self.order == "agg" else self.outer
+        return self.inner if self.order in ("agg", "dense") else self.outer
 
     def next_roles(self) -> tuple[str, str, str]:
-        """(outer, inner, depth) of the next layer: its input is this layer's output layout."""
+        """(outer, inner, depth) of the next stage: its input is this stage's output layout."""
         return (self.out_rows, self.out_cols, self.out_replicated)
 
 
-def layer_plans(num_layers: int, orders: Sequence[str] | str = "agg") -> list[LayerPlan]:
-    """The roles of every layer, given each layer's product order."""
+def layer_plans(num_layers: int, orders: Sequence[str] | str = "agg", *,
+                roots: Sequence[str] | None = None, norms: Sequence[bool] | None = None,
+                layers: Sequence[int] | None = None) -> list[LayerPlan]:
+    """The roles of every stage, given each stage's order ("agg", "combine" or "dense") and,
+    for a model, each stage's root term, BatchNorm and GNN layer (default: none, none, the
+    stage's index)."""
     if num_layers < 1:
         raise ValueError(f"num_layers must be >= 1, got {num_layers}")
     if isinstance(orders, str):
         orders = [orders] * num_layers
     if len(orders) != num_layers:
         raise ValueError(f"need one order per layer ({num_layers}), got {len(orders)}")
-    plans, roles = [], ("x", "y", "z")
+    roots = roots or ["none"] * num_layers
+    norms = norms or [False] * num_layers
+    layers = layers or list(range(num_layers))
+    plans, roles, adj = [], ("x", "y", "z"), 1
     for index, order in enumerate(orders):
-        if order not in ORDERS:
-            raise ValueError(f"unknown layer order {order!r}; use one of {ORDERS}")
-        plan = LayerPlan(index, order, *roles)
+        if order not in STAGE_ORDERS:
+            raise ValueError(f"unknown layer order {order!r}; use one of {STAGE_ORDERS}")
+        if roots[index] not in ROOTS or (order == "dense" and roots[index] != "none"):
+            raise ValueError(f"stage {index}: root term {roots[index]!r} does not apply")
+        plan = LayerPlan(index, order, *roles, adj=adj, layer=layers[index], root=roots[index],
+                         norm=bool(norms[index]))
         plans.append(plan)
         roles = plan.next_roles()
+        if not plan.dense:
+            adj = 3 - adj
     return plans
 
 

@@ -30,6 +30,16 @@ loss      AR-MAX of N/|rows| and AR-SUM of 2·N/|rows| over the class axis (the 
           output columns), AR-SUM of 1 element over its rows axis
 Layer 0 with fixed input features needs no dH, hence no dAGG: autograd skips both.
 
+Further stages and terms (docs/design.md, "Models"):
+dense layer H·W   forward AG(W) over o (D·D'/(|i||d|)), AR(OUT) over i (N·D'/(|o||d|));
+                  backward RS(dW) over o, AR(dH) over d
+root term         aggregate-first: AR(AGG) and AR(dAGG) carry [Â·H; S·H] (twice the size);
+                  combine-first with Wr (SAGE, residual): AR(Z) and AR(dZ) carry [H·W | H·Wr];
+                  SAGE gathers Wr like W (AG(Wr), RS(dWr)); GIN: AR(dε) of 1 element over
+                  every axis
+BatchNorm         forward AR(Σx), AR(Σx²) over the output rows (D'/|out cols| each, training
+                  only); backward AR(dγ), AR(dβ), AR(dΣx), AR(dΣx²) over the output rows
+
 Volumes are those of ring algorithms: an all-reduce of n elements over p ranks moves
 2(p-1)/p·n elements per rank in 2(p-1) steps; an all-gather or reduce-scatter whose full size is
 n moves (p-1)/p·n in p-1 steps. Collectives over an axis of size 1 are not issued.
@@ -113,36 +123,63 @@ class _Schedule:
         s, n = self.s, self.n
         o, i, d = p.outer, p.inner, p.depth
         D, D2 = self.widths[p.index], self.widths[p.index + 1]
+        stacked = 2 if p.root != "none" else 1  # [Â; S]·H gives AGG and R together
+        wide = 2 if p.root in ("sage", "res") else 1  # H·[W | Wr]
         if p.index == 0:
             self.add("AG(H)", 0, phase, "all_gather", d, _div(n * D, s[o] * s[i]))
         if p.order == "agg":
-            self.add("AR(AGG)", p.index, phase, "all_reduce", o, _div(n * D, s[d] * s[i]))
+            self.add("AR(AGG)", p.index, phase, "all_reduce", o,
+                     stacked * _div(n * D, s[d] * s[i]))
             self.add("AG(W)", p.index, phase, "all_gather", d, _div(D * D2, s[i] * s[o]))
+            if p.root == "sage":
+                self.add("AG(Wr)", p.index, phase, "all_gather", d, _div(D * D2, s[i] * s[o]))
             self.add("AR(OUT)", p.index, phase, "all_reduce", i, _div(n * D2, s[d] * s[o]))
-        else:
+        elif p.order == "combine":
             self.add("AG(W)", p.index, phase, "all_gather", o, _div(D * D2, s[i] * s[d]))
-            self.add("AR(Z)", p.index, phase, "all_reduce", i, _div(n * D2, s[o] * s[d]))
+            if p.root == "sage":
+                self.add("AG(Wr)", p.index, phase, "all_gather", o, _div(D * D2, s[i] * s[d]))
+            self.add("AR(Z)", p.index, phase, "all_reduce", i, wide * _div(n * D2, s[o] * s[d]))
             self.add("AR(OUT)", p.index, phase, "all_reduce", o, _div(n * D2, s[i] * s[d]))
+        else:  # dense
+            self.add("AG(W)", p.index, phase, "all_gather", o, _div(D * D2, s[i] * s[d]))
+            self.add("AR(OUT)", p.index, phase, "all_reduce", i, _div(n * D2, s[o] * s[d]))
+        if p.norm and phase == "forward":  # evaluation normalizes with the running statistics
+            for what in ("AR(Σx)", "AR(Σx²)"):
+                self.add(what, p.index, phase, "all_reduce", p.out_rows, _div(D2, s[p.out_cols]))
 
-    def backward(self, p: LayerPlan, bias: bool, learnable_features: bool) -> None:
+    def backward(self, p: LayerPlan, bias: bool, learnable_features: bool,
+                 learnable_eps: bool = True) -> None:
         s, n = self.s, self.n
         o, i, d = p.outer, p.inner, p.depth
         D, D2 = self.widths[p.index], self.widths[p.index + 1]
-        if bias:
-            self.add("AR(db)", p.index, "backward", "all_reduce", p.out_rows,
-                     _div(D2, s[p.out_cols]))
+        stacked = 2 if p.root != "none" else 1
+        wide = 2 if p.root in ("sage", "res") else 1
+        vector = _div(D2, s[p.out_cols])
+        if p.norm:  # dγ, dβ and the two column sums' gradients
+            for what in ("AR(dγ)", "AR(dβ)", "AR(dΣx)", "AR(dΣx²)"):
+                self.add(what, p.index, "backward", "all_reduce", p.out_rows, vector)
+        if bias and not p.norm:
+            self.add("AR(db)", p.index, "backward", "all_reduce", p.out_rows, vector)
+        if p.root == "gin" and learnable_eps:
+            for axis in ("x", "y", "z"):
+                self.add("AR(dε)", p.index, "backward", "all_reduce", axis, 1)
         dh = _div(n * D, s[o] * s[i])
         need_dh = p.index > 0 or learnable_features
         if p.order == "agg":
-            self.add("RS(dW)", p.index, "backward", "reduce_scatter", d,
-                     _div(D * D2, s[i] * s[o]))
+            for w in ("W", "Wr") if p.root == "sage" else ("W",):
+                self.add(f"RS(d{w})", p.index, "backward", "reduce_scatter", d,
+                         _div(D * D2, s[i] * s[o]))
             if need_dh:  # dAGG only feeds dH; autograd skips both for fixed input features
                 self.add("AR(dAGG)", p.index, "backward", "all_reduce", o,
-                         _div(n * D, s[d] * s[i]))
+                         stacked * _div(n * D, s[d] * s[i]))
+        elif p.order == "combine":
+            self.add("AR(dZ)", p.index, "backward", "all_reduce", i,
+                     wide * _div(n * D2, s[o] * s[d]))
+            for w in ("W", "Wr") if p.root == "sage" else ("W",):
+                self.add(f"RS(d{w})", p.index, "backward", "reduce_scatter", o,
+                         _div(D * D2, s[i] * s[d]))
         else:
-            self.add("AR(dZ)", p.index, "backward", "all_reduce", i, _div(n * D2, s[o] * s[d]))
-            self.add("RS(dW)", p.index, "backward", "reduce_scatter", o,
-                     _div(D * D2, s[i] * s[d]))
+            self.add("RS(dW)", p.index, "backward", "reduce_scatter", o, _div(D * D2, s[i] * s[d]))
         if p.index > 0:
             self.add("AR(dH)", p.index, "backward", "all_reduce", d, dh)
         elif learnable_features:
@@ -164,7 +201,7 @@ class _Schedule:
 
 def epoch_collectives(plans: Sequence[LayerPlan], shape: Mapping[str, int], pad: Padding, *,
                       bias: bool = True, learnable_features: bool = False,
-                      evaluate: bool = False) -> list[Collective]:
+                      learnable_eps: bool = True, evaluate: bool = False) -> list[Collective]:
     """Every collective one rank issues in one training step, in program order: the forward,
     the loss, the backward (last layer first). ``evaluate`` appends the evaluation that follows
     (the forward again, the prediction's argmax over the class axis and the three masks' hit
@@ -174,7 +211,7 @@ def epoch_collectives(plans: Sequence[LayerPlan], shape: Mapping[str, int], pad:
         sched.forward(p, "forward")
     sched.loss(plans[-1])
     for p in reversed(plans):
-        sched.backward(p, bias, learnable_features)
+        sched.backward(p, bias, learnable_features, learnable_eps)
     if evaluate:
         for p in plans:
             sched.forward(p, "eval")

@@ -9,15 +9,15 @@ from .comm import Comm
 from .config import EngineConfig, ModelConfig
 from .grid import Grid
 from .ledger import Ledger
-from .model import DistributedGCN
+from .model import DistributedModel
 from .timing import Timers
 
 
 def build_model(grid: Grid, shard: RankShard, model: ModelConfig, seed: int,
                 engine: EngineConfig | None = None, timers: Timers | None = None
-                ) -> DistributedGCN:
+                ) -> DistributedModel:
     """This rank's distributed model on ``grid`` from its ``shard``, with a fresh ledger and
     ``timers`` (default: the engine config's; pass your own to time differently)."""
     engine = engine or EngineConfig()
     timers = timers or Timers(grid.device, enabled=engine.timers)
-    return DistributedGCN(Comm(grid, Ledger(), timers), shard, model, seed, engine)
+    return DistributedModel(Comm(grid, Ledger(), timers), shard, model, seed, engine)

@@ -1,10 +1,14 @@
-"""One 3D tensor-parallel GCN layer, as in docs/design.md.
+"""The 3D tensor-parallel stages of a model, as in docs/design.md: a graph convolution and a
+dense layer.
 
 Symbols follow the design doc: Â (this rank's block of the adjacency), H (input block), AGG = Â·H,
-W (weight block, stored cut over one more axis and gathered before use), OUT = AGG·W. Each
-collective is one line naming its axis; its backward counterpart is in the comment. The same
-collectives, with their sizes, are listed in `plexus.core.schedule` (the performance model and the
-tests read that list; the ledger test checks that this code issues exactly it).
+W (weight block, stored cut over one more axis and gathered before use), OUT = AGG·W. A root term
+(SAGE's H·Wr, GIN's (1+ε)·H, a residual H) needs H in the output's row layout: S, the block of the
+(permuted) identity laid out like Â, brings it there, stacked with Â so that one SpMM and one
+all-reduce serve both. Each collective is one line naming its axis; its backward counterpart is in
+the comment. The same collectives, with their sizes, are listed in `plexus.core.schedule` (the
+performance model and the tests read that list; the ledger test checks that this code issues
+exactly it).
 """
 
 from __future__ import annotations
@@ -84,63 +88,131 @@ class _Aggregate(torch.autograd.Function):
             return (ctx.a.tmm(grad),) + (None,) * 5
 
 
-class GCNLayer3D(nn.Module):
-    """H' = Â·dropout(H)·W (+ b) on the grid, aggregate-first or combine-first per ``plan.order``.
+class Stage3D(nn.Module):
+    """What every stage shares: its weight blocks, receiving H, dropout, the bias.
 
-    ``input_ids`` are the original node ids of the rows of H as this layer sees them (after
-    layer 0's all-gather; -1 for padding): dropout masks are keyed by them, the seed, the step and
-    the layer, never by the rank, so every grid drops the same elements as the serial model.
+    ``params`` holds the stage's full padded tensors ("W", and where they exist "Wr", "b",
+    "eps"); ``input_ids`` are the original node ids of the rows of H as this stage sees them
+    (after stage 0's all-gather; -1 for padding): dropout masks are keyed by them, the seed, the
+    step and the GNN layer, never by the rank, so every grid drops the same elements as the
+    serial model.
     """
 
-    def __init__(self, plan: LayerPlan, comm: Comm, a: SparseBlock, w_full: torch.Tensor,
-                 bias: bool, input_ids: torch.Tensor, dropout: float = 0.0, seed: int = 0,
-                 chunks: list[SparseBlock] | None = None, overlap: bool = False,
+    def __init__(self, plan: LayerPlan, comm: Comm, params: dict[str, torch.Tensor],
+                 input_ids: torch.Tensor, dropout: float = 0.0, seed: int = 0,
                  tuner: GemmTuner | None = None) -> None:
         super().__init__()
-        self.plan, self.comm, self.a = plan, comm, a
-        self.chunks, self.overlap = chunks or [a], overlap
+        self.plan, self.comm = plan, comm
         self.tuner = tuner or GemmTuner()
         self.p, self.seed, self.input_ids = dropout, seed, input_ids
-        shape, coords = comm.grid.shape, comm.grid.coords
+        shape, coords, device = comm.grid.shape, comm.grid.coords, comm.grid.device
+        w_full = params["W"]
         self.in_col_start = block(w_full.shape[0], shape[plan.in_cols], coords[plan.in_cols]).start
         rows, cols = weight_block(plan, shape, coords, *w_full.shape)
-        self.W = nn.Parameter(w_full[rows, cols].clone().to(comm.grid.device))
-        self.b = (nn.Parameter(torch.zeros(cols.stop - cols.start, device=comm.grid.device))
-                  if bias else None)
+        self.W = nn.Parameter(w_full[rows, cols].clone().to(device))
+        self.Wr = nn.Parameter(params["Wr"][rows, cols].clone().to(device)) \
+            if "Wr" in params else None
+        self.b = nn.Parameter(params["b"][cols].clone().to(device)) if "b" in params else None
+        self.eps = nn.Parameter(params["eps"].clone().to(device)) if "eps" in params else None
 
-    def forward(self, H: torch.Tensor, step: int | None = None) -> torch.Tensor:
-        """H: rows cut by outer, columns by inner (layer 0: rows cut by depth too, as stored;
-        later layers: replicated over depth, as the previous layer left it)."""
+    def receive(self, H: torch.Tensor, step: int | None) -> torch.Tensor:
+        """H as the stage multiplies it: gathered over depth (stage 0), dropped out."""
         d, c = self.plan.depth, self.comm
         if self.plan.index == 0:
             H = c.all_gather(H, d)                            # AG(H) over d; bwd: RS(dH) over d
         else:
             H = c.all_reduce_grad(H, d)                       # bwd: AR(dH) over d
         if self.training and self.p > 0:
-            H = dropout(H, self.seed, step or 0, self.plan.index, self.input_ids,
+            H = dropout(H, self.seed, step or 0, self.plan.layer, self.input_ids,
                         self.in_col_start, self.p)
+        return H
+
+    def add_bias(self, OUT: torch.Tensor) -> torch.Tensor:
+        if self.b is None:
+            return OUT
+        return OUT + self.comm.all_reduce_grad(self.b, self.plan.out_rows)  # bwd: AR(db) over out rows
+
+    def _gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return _Gemm.apply(a, b, self.comm, self.tuner, f"layer{self.plan.index}")
+
+
+class DenseLayer3D(Stage3D):
+    """OUT = dropout(H)·W (+ b): no aggregation; the rows stay where they are (an MLP layer)."""
+
+    def forward(self, H: torch.Tensor, step: int | None = None) -> torch.Tensor:
+        """H: rows cut by outer, columns by inner; OUT: rows by outer, columns by depth."""
+        o, i, c = self.plan.outer, self.plan.inner, self.comm
+        H = self.receive(H, step)
+        W = c.all_gather(self.W, o)                           # AG(W) over o; bwd: RS(dW) over o
+        return self.add_bias(c.all_reduce(self._gemm(H, W), i))  # AR(OUT) over i
+
+
+class ConvLayer3D(Stage3D):
+    """H' = Â·dropout(H)·W (+ root term) (+ b), aggregate-first or combine-first per
+    ``plan.order``. ``a`` is Â's block, or with a root term the stacked block [Â; S]
+    (aggregate-first) or [Â | S] (combine-first); ``identity`` is the residual's fixed Wr."""
+
+    def __init__(self, plan: LayerPlan, comm: Comm, params: dict[str, torch.Tensor],
+                 input_ids: torch.Tensor, a: SparseBlock, dropout: float = 0.0, seed: int = 0,
+                 chunks: list[SparseBlock] | None = None, overlap: bool = False,
+                 tuner: GemmTuner | None = None) -> None:
+        super().__init__(plan, comm, params, input_ids, dropout, seed, tuner)
+        self.a, self.chunks, self.overlap = a, chunks or [a], overlap
+        if plan.root == "res":  # H = H·I: the identity's block, a constant, gathered already
+            shape, coords = comm.grid.shape, comm.grid.coords
+            eye = torch.eye(*params["W"].shape)
+            rows = block(eye.shape[0], shape[plan.inner], coords[plan.inner])
+            cols = block(eye.shape[1], shape[plan.w_cols], coords[plan.w_cols])
+            self.register_buffer("I", eye[rows, cols].clone().to(comm.grid.device),
+                                 persistent=False)
+
+    def forward(self, H: torch.Tensor, step: int | None = None) -> torch.Tensor:
+        """H: rows cut by outer, columns by inner (stage 0: rows cut by depth too, as stored;
+        later stages: replicated over depth, as the previous stage left it)."""
+        H = self.receive(H, step)
         OUT = self._aggregate_first(H) if self.plan.order == "agg" else self._combine_first(H)
-        if self.b is not None:
-            OUT = OUT + c.all_reduce_grad(self.b, self.plan.out_rows)  # bwd: AR(db) over out rows
-        return OUT
+        return self.add_bias(OUT)
+
+    def _root_weight(self, axis: str) -> torch.Tensor:
+        if self.plan.root == "res":
+            return self.I
+        return self.comm.all_gather(self.Wr, axis)            # AG(Wr) over W's flat axis; bwd: RS(dWr)
+
+    def _one_plus_eps(self) -> torch.Tensor | float:
+        if self.eps is None:
+            return 1.0
+        eps = self.eps
+        for axis in self.comm.grid.shape:  # dε sums every rank's block
+            eps = self.comm.all_reduce_grad(eps, axis)        # bwd: AR(dε) over each axis
+        return 1 + eps
 
     def _aggregate_first(self, H: torch.Tensor) -> torch.Tensor:
         o, i, d, c = self.plan.outer, self.plan.inner, self.plan.depth, self.comm
-        AGG = self._aggregate(H, o)                           # AR(AGG) over o
-        AGG = c.all_reduce_grad(AGG, o)                       # bwd: AR(dAGG) over o
+        X = self._aggregate(H, o)                             # AR([Â;S]·H) over o
+        X = c.all_reduce_grad(X, o)                           # bwd: AR(d[AGG;R]) over o
         W = c.all_gather(self.W, d)                           # AG(W) over d; bwd: RS(dW) over d
-        return c.all_reduce(self._gemm(AGG, W), i)            # AR(OUT) over i
+        if self.plan.root != "none":
+            AGG, R = X.chunk(2)                               # Â·H and S·H = H in OUT's rows
+            if self.plan.root == "gin":
+                X = AGG + self._one_plus_eps() * R
+            else:                                             # [AGG | R]·[W; Wr]
+                X, W = torch.cat([AGG, R], 1), torch.cat([W, self._root_weight(d)], 0)
+        return c.all_reduce(self._gemm(X, W), i)              # AR(OUT) over i
 
     def _combine_first(self, H: torch.Tensor) -> torch.Tensor:
         o, i, c = self.plan.outer, self.plan.inner, self.comm
         W = c.all_gather(self.W, o)                           # AG(W) over o; bwd: RS(dW) over o
+        root = self.plan.root
+        if root in ("sage", "res"):                           # H·[W | Wr]
+            W = torch.cat([W, self._root_weight(o)], 1)
         Z = c.all_reduce(self._gemm(H, W), i)                 # AR(Z) over i
         Z = c.all_reduce_grad(Z, i)                           # bwd: AR(dZ) over i
-        return self._aggregate(Z, o)                          # AR(OUT) over o
+        if root in ("sage", "res"):
+            Z = torch.cat(Z.chunk(2, 1), 0)                   # [H·W; H·Wr]
+        elif root == "gin":
+            Z = torch.cat([Z, self._one_plus_eps() * Z], 0)   # [Z; (1+ε)·Z]
+        return self._aggregate(Z, o)                          # AR([Â | S]·Z) over o
 
     def _aggregate(self, X: torch.Tensor, axis: str) -> torch.Tensor:
         """AR(Â·X) over ``axis``, chunked and overlapped as configured."""
         return _Aggregate.apply(X, self.a, self.chunks, self.comm, axis, self.overlap)
-
-    def _gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return _Gemm.apply(a, b, self.comm, self.tuner, f"layer{self.plan.index}")

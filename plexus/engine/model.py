@@ -1,31 +1,43 @@
-"""The distributed GCN: one rank's view of the model, built from its `RankShard`."""
+"""The distributed model: one rank's view of it, built from its `RankShard`."""
 
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from plexus.core.layout import block, layer_plans, padding
+from plexus.core.layout import block, padding
 from plexus.partitioners.plan import RankShard, block_key
 
 from .comm import Comm
 from .config import EngineConfig, ModelConfig
 from .gemm import GemmTuner
-from .layer import GCNLayer3D, weight_block
+from .layer import ConvLayer3D, DenseLayer3D, weight_block
 from .loss import accuracy, cross_entropy, predict
-from .seeding import glorot_weights
+from .norm import BatchNorm3D
+from .seeding import initial_parameters, initial_stats, parameter_layer
 from .spmm import SparseBlock, build_blocks
 
 
-class DistributedGCN(nn.Module):
-    """GCN layers on the grid; ``forward`` returns this rank's block of the logits.
+_STAGE_PARAMS = ("W", "Wr", "b", "eps", "gamma", "beta")
+_VECTORS = ("b", "gamma", "beta", "mean", "var")  # cut like the output's columns
 
-    Parameter names match `plexus.engine.serial.SerialGCN` ("W0", "b0", ..., "features"), and
-    `full_parameter` / `shard_of` convert between a rank's shard and the full, unpadded,
-    grid-independent tensor (checkpoints and tests use them).
+
+def split_name(name: str) -> tuple[str, int]:
+    """"W3" -> ("W", 3): a parameter's kind and stage."""
+    kind = name.rstrip("0123456789")
+    return kind, int(name[len(kind):])
+
+
+class DistributedModel(nn.Module):
+    """The model of a `ModelConfig` on the grid; ``forward`` returns this rank's logits block.
+
+    Parameter names match `plexus.engine.serial.SerialModel` ("W0", "b0", "Wr0", "eps0",
+    "gamma0", ..., "features"), and `full_parameter` / `shard_of` convert between a rank's shard
+    and the full, unpadded, grid-independent tensor (checkpoints, exports and tests use them).
     """
 
     def __init__(self, comm: Comm, shard: RankShard, cfg: ModelConfig, seed: int,
@@ -38,20 +50,43 @@ class DistributedGCN(nn.Module):
         if shard.shape != shape or shard.coords != coords:
             raise ValueError(f"shard is for grid {shard.shape} at {shard.coords}, but this rank is "
                              f"at {coords} of {shape}")
-        if shard.num_layers != cfg.num_layers:
-            raise ValueError(f"shard was cut for {shard.num_layers} layers, model has "
-                             f"{cfg.num_layers}")
-        self.plans = layer_plans(cfg.num_layers, list(shard.orders))
+        self.plans = cfg.plans(shard.num_features, shard.num_classes)
+        if tuple(p.order for p in self.plans) != tuple(shard.orders):
+            raise ValueError(f"shard was cut for stages {'/'.join(shard.orders)}, the model has "
+                             f"{'/'.join(p.order for p in self.plans)}")
+        if shard.meta.get("aggregation", "gcn") != cfg.aggregation:  # older stores: GCN's
+            raise ValueError(f"shard holds the {shard.meta.get('aggregation', 'gcn')} "
+                             "aggregation, the "
+                             f"{cfg.kind} model needs {cfg.aggregation}")
         self.widths = cfg.widths(shard.num_features, shard.num_classes)
         self.pad = padding(shape, self.plans, shard.num_nodes, self.widths)
         self.num_classes = shard.num_classes
+        self.input_ids = [torch.from_numpy(ids).to(device) for ids in shard.input_ids]
+        out_ids = [torch.from_numpy(ids) for ids in list(shard.input_ids[1:])
+                   + [shard.output_ids]]
         blocks, chunks = self._sparse_blocks(shard, engine)
         tuner = GemmTuner(enabled=engine.tune_gemms)
-        self.input_ids = [torch.from_numpy(ids).to(device) for ids in shard.input_ids]
-        self.layers = nn.ModuleList(
-            GCNLayer3D(p, comm, blocks[block_key(p)], w, cfg.bias, self.input_ids[p.index],
-                       cfg.dropout, seed, chunks[block_key(p)], engine.overlap, tuner)
-            for p, w in zip(self.plans, self._padded_weights()))
+        init = initial_parameters(seed, self.plans, self.widths, cfg.bias, cfg.train_eps)
+        stats = initial_stats(self.plans, self.widths)
+        stages, norms = [], {}
+        for p in self.plans:
+            params = {k: self._padded(f"{k}{p.index}", init[f"{k}{p.index}"])
+                      for k in _STAGE_PARAMS if f"{k}{p.index}" in init}
+            drop = cfg.dropout if cfg.drops_input(p) else 0.0
+            ids = self.input_ids[p.index]
+            if p.dense:
+                stages.append(DenseLayer3D(p, comm, params, ids, drop, seed, tuner))
+            else:
+                stages.append(ConvLayer3D(p, comm, params, ids, blocks[p.index], drop, seed,
+                                          chunks[p.index], engine.overlap, tuner))
+            if p.norm:
+                st = {k: self._padded(f"{k}{p.index}", stats[f"{k}{p.index}"])
+                      for k in ("mean", "var")}
+                cols = self._placement(f"gamma{p.index}")[0][0]
+                norms[str(p.index)] = BatchNorm3D(p, comm, cols, params, st,
+                                                  out_ids[p.index] >= 0, shard.num_nodes)
+        self.layers = nn.ModuleList(stages)
+        self.norms = nn.ModuleDict(norms)
         feats = torch.from_numpy(shard.features).to(device)
         if cfg.learnable_features:
             self.features = nn.Parameter(feats)
@@ -60,65 +95,91 @@ class DistributedGCN(nn.Module):
         last = self.plans[-1]
         self.class_start = block(self.pad.widths_padded[-1], shape[last.out_cols],
                                  coords[last.out_cols]).start
+        self.output_ids = torch.from_numpy(shard.output_ids).to(device)
         self.labels = torch.from_numpy(shard.labels).to(device)
         self.masks = {k: torch.from_numpy(m).to(device) for k, m in shard.masks.items()}
         self.counts = dict(shard.mask_counts)
 
     def _sparse_blocks(self, shard: RankShard, engine: EngineConfig):
-        """One SparseBlock per distinct block of Â this rank uses, and its forward row chunks.
+        """Per convolution stage: the SparseBlock it multiplies by, and its forward row chunks.
 
-        Blocks are identified by (matrix, row range, column range): layers of the none/single
-        permutations use one matrix (Â1 = Â2), so equal blocks are stored once. When Â is
-        symmetric, the transpose of a block is the block at the swapped ranges of the other
-        matrix (Â1ᵀ = Â2); if this rank holds it anyway, the backward reuses it.
+        Plain blocks are identified by (matrix, row range, column range): stages of the
+        none/single permutations use one matrix (Â1 = Â2), so equal blocks are stored once. When
+        Â is symmetric, the transpose of a block is the block at the swapped ranges of the other
+        matrix (Â1ᵀ = Â2); if this rank holds it anyway, the backward reuses it. A stage with a
+        root term gets its own stacked block [Â; S] or [Â | S] (`stacked_block`).
         """
         shape, coords, n = self.comm.grid.shape, self.comm.grid.coords, shard.nodes_padded
         same = shard.perm in ("none", "single")
+        convs = [p for p in self.plans if not p.dense]
 
         def ident(plan):
             rows = block(n, shape[plan.a_rows], coords[plan.a_rows])
             cols = block(n, shape[plan.a_cols], coords[plan.a_cols])
             return (1 if same else plan.adj, rows.start, rows.stop, cols.start, cols.stop)
 
-        mats, key_of = {}, {}
-        for plan in self.plans:
-            key_of[block_key(plan)] = ident(plan)
-            mats.setdefault(ident(plan), shard.blocks[block_key(plan)])
+        mats, key_of, stacked = {}, {}, {}
+        for plan in convs:
+            a = shard.blocks[block_key(plan)]
+            if plan.root == "none":
+                key_of[plan.index] = ident(plan)
+                mats.setdefault(ident(plan), a)
+            else:
+                out_ids = (shard.input_ids[plan.index + 1] if plan.index + 1 < len(self.plans)
+                           else shard.output_ids)
+                stacked[plan.index] = stacked_block(a, out_ids, shard.input_ids[plan.index],
+                                                    plan.order)
         transposes = {}
         if shard.meta.get("symmetric", False):
             for k, r0, r1, c0, c1 in mats:
                 t = (k if same else 3 - k, c0, c1, r0, r1)
                 if t in mats:
                     transposes[(k, r0, r1, c0, c1)] = t
-        device = self.comm.grid.device
-        built = build_blocks(mats, transposes, device, engine.spmm_backend)
-        blocks = {key: built[i] for key, i in key_of.items()}
+        device, backend = self.comm.grid.device, engine.spmm_backend
+        built = build_blocks(mats, transposes, device, backend)
+        blocks = {s: built[i] for s, i in key_of.items()}
+        matrix = {s: mats[i] for s, i in key_of.items()}
+        for s, m in stacked.items():
+            blocks[s], matrix[s] = SparseBlock.build(m, device, backend), m
         chunks = {}
-        for key, i in key_of.items():
-            m = mats[i]
+        for s, m in matrix.items():
             if engine.agg_chunks <= 1:
-                chunks[key] = [built[i]]
+                chunks[s] = [blocks[s]]
                 continue
             bounds = np.linspace(0, m.shape[0], engine.agg_chunks + 1).astype(int)
-            chunks[key] = [SparseBlock.build(m[a:b], device, engine.spmm_backend, transpose=False)
-                           for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+            chunks[s] = [SparseBlock.build(m[a:b], device, backend, transpose=False)
+                         for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
         return blocks, chunks
 
-    def _padded_weights(self) -> list[torch.Tensor]:
-        out = []
-        for l, w in enumerate(glorot_weights(self.seed, self.widths)):
-            full = torch.zeros(self.pad.widths_padded[l], self.pad.widths_padded[l + 1])
-            full[: w.shape[0], : w.shape[1]] = w
-            out.append(full)
-        return out
+    def _padded(self, name: str, full: torch.Tensor) -> torch.Tensor:
+        """``full`` zero-padded to the padded widths."""
+        padded = torch.zeros(self._padded_shape(name))
+        padded[tuple(slice(0, d) for d in full.shape)] = full
+        return padded
 
-    def forward(self, step: int | None = None) -> torch.Tensor:
-        """Logits block (rows cut by the last layer's out_rows, classes by its out_cols).
-        Dropout is applied when training, with masks keyed by ``step``."""
+    def _padded_shape(self, name: str) -> tuple[int, ...]:
+        kind, s = split_name(name)
+        w = self.pad.widths_padded
+        return {"W": (w[s], w[s + 1]), "Wr": (w[s], w[s + 1]), "eps": (1,)}.get(kind, (w[s + 1],))
+
+    def _real_shape(self, name: str) -> tuple[int, ...]:
+        kind, s = split_name(name)
+        w = self.widths
+        return {"W": (w[s], w[s + 1]), "Wr": (w[s], w[s + 1]), "eps": (1,)}.get(kind, (w[s + 1],))
+
+    def forward(self, step: int | None = None, embeddings: bool = False) -> torch.Tensor:
+        """Logits block (rows cut by the last stage's out_rows, classes by its out_cols).
+        Dropout is applied when training, with masks keyed by ``step``. With ``embeddings``
+        the last layer's input instead (rows cut by its outer axis, columns by its inner one)."""
         H = self.features
-        for l, layer in enumerate(self.layers):
+        for p, layer in zip(self.plans, self.layers):
+            if embeddings and p.layer == self.cfg.num_layers - 1 and \
+                    p.index % self.cfg.stages_per_layer == 0:
+                return H
             H = layer(H, step)
-            if l < len(self.layers) - 1:
+            if p.norm:
+                H = self.norms[str(p.index)](H)
+            if self.cfg.activates(p):
                 H = F.relu(H)
         return H
 
@@ -147,26 +208,43 @@ class DistributedGCN(nn.Module):
         """Where this rank's ``name`` sits in the padded full tensor, and whether this rank is
         the one replica that contributes it when assembling the full tensor."""
         shape, coords = self.comm.grid.shape, self.comm.grid.coords
-        l = int(name[1:]) if name[0] in "Wb" else 0
-        plan = self.plans[l]
-        rows, cols = weight_block(plan, shape, coords, self.pad.widths_padded[l],
-                                  self.pad.widths_padded[l + 1])
-        if name[0] == "W":
+        kind, s = split_name(name)
+        plan = self.plans[s]
+        rows, cols = weight_block(plan, shape, coords, self.pad.widths_padded[s],
+                                  self.pad.widths_padded[s + 1])
+        if kind in ("W", "Wr"):
             return (rows, cols), True
-        if name[0] == "b":  # replicated over out_rows and out_replicated: coordinate 0 speaks
+        if kind in _VECTORS:  # replicated over out_rows and out_replicated: coordinate 0 speaks
             return (cols,), coords[plan.out_rows] == 0 and coords[plan.out_replicated] == 0
+        if kind == "eps":  # replicated everywhere
+            return (slice(None),), all(c == 0 for c in coords.values())
         raise KeyError(name)
 
     def named_shards(self) -> dict[str, nn.Parameter]:
         """Trainable shards by grid-independent name."""
         out = {}
         for l, layer in enumerate(self.layers):
-            out[f"W{l}"] = layer.W
-            if layer.b is not None:
-                out[f"b{l}"] = layer.b
+            for kind in ("W", "Wr", "b", "eps"):
+                value = getattr(layer, kind)
+                if isinstance(value, nn.Parameter):
+                    out[f"{kind}{l}"] = value
+            if str(l) in self.norms:
+                out[f"gamma{l}"] = self.norms[str(l)].gamma
+                out[f"beta{l}"] = self.norms[str(l)].beta
         if self.cfg.learnable_features:
             out["features"] = self.features
         return out
+
+    def named_stats(self) -> dict[str, torch.Tensor]:
+        """BatchNorm running statistics (shards) by grid-independent name."""
+        out = {}
+        for s, norm in self.norms.items():
+            out[f"mean{s}"], out[f"var{s}"] = norm.mean, norm.var
+        return out
+
+    def parameter_layer(self, name: str) -> int | None:
+        """The GNN layer of a parameter (None: the input features)."""
+        return parameter_layer(self.plans, name)
 
     def _feature_rows(self) -> tuple[torch.Tensor, slice]:
         plan, shape, coords = self.plans[0], self.comm.grid.shape, self.comm.grid.coords
@@ -187,14 +265,11 @@ class DistributedGCN(nn.Module):
             dist.all_reduce(full)
             return full[:, :f]
         index, speaks = self._placement(name)
-        l = int(name[1:])
-        dims = (self.pad.widths_padded[l], self.pad.widths_padded[l + 1])
-        full = torch.zeros(dims if name[0] == "W" else dims[1:], device=shard.device)
+        full = torch.zeros(self._padded_shape(name), device=shard.device)
         if speaks:
             full[index] = shard.detach()
         dist.all_reduce(full)
-        real = (self.widths[l], self.widths[l + 1]) if name[0] == "W" else (self.widths[l + 1],)
-        return full[tuple(slice(0, r) for r in real)]
+        return full[tuple(slice(0, r) for r in self._real_shape(name))]
 
     def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
         """This rank's shard of the full unpadded tensor ``full``."""
@@ -205,8 +280,23 @@ class DistributedGCN(nn.Module):
             real = ids >= 0
             padded[real, : full.shape[1]] = full[ids[real]]
             return padded[:, cols].clone()
-        l = int(name[1:])
-        dims = (self.pad.widths_padded[l], self.pad.widths_padded[l + 1])
-        padded = torch.zeros(dims if name[0] == "W" else dims[1:], device=full.device)
-        padded[tuple(slice(0, s) for s in full.shape)] = full
-        return padded[self._placement(name)[0]].clone()
+        return self._padded(name, full.cpu()).to(full.device)[self._placement(name)[0]].clone()
+
+
+def stacked_block(a: sp.csr_matrix, out_ids: np.ndarray, in_ids: np.ndarray,
+                  order: str) -> sp.csr_matrix:
+    """Â's block with S, the identity's block in the same layout (S[i, j] = 1 where output row i
+    and input row j are the same real node), stacked as [Â; S] for aggregate-first stages (one
+    SpMM gives Â·H and H in the output's rows) or [Â | S] for combine-first ones (Â·Z + S·Zr)."""
+    size = int(max(in_ids.max(initial=-1), out_ids.max(initial=-1))) + 1
+    position = np.full(size + 1, -1, dtype=np.int64)  # slot ``size`` answers the -1 padding
+    real_in = in_ids >= 0
+    position[in_ids[real_in]] = np.nonzero(real_in)[0]
+    cols = position[np.where(out_ids >= 0, out_ids, size)]
+    rows = np.nonzero(cols >= 0)[0]
+    cols = cols[rows]
+    S = sp.csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, cols)), shape=a.shape)
+    out = sp.vstack([a, S]) if order == "agg" else sp.hstack([a, S])
+    out = out.tocsr().astype(np.float32)
+    out.sort_indices()
+    return out

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import math
 import sys
+from typing import Sequence
 
 import torch
+
+from plexus.core.layout import LayerPlan
 
 _M32 = 0xFFFFFFFF
 # Multipliers below 2**31 keep every product of a 32-bit value below 2**63: int64 arithmetic then
@@ -90,3 +93,43 @@ def glorot_weights(seed: int, widths: list[int]) -> list[torch.Tensor]:
         bound = math.sqrt(6.0 / (d_in + d_out))
         out.append((torch.rand(d_in, d_out, generator=gen) * 2 - 1) * bound)
     return out
+
+
+def initial_parameters(seed: int, plans: Sequence[LayerPlan], widths: Sequence[int], bias: bool,
+                       learnable_eps: bool = True) -> dict[str, torch.Tensor]:
+    """Every parameter of a model at initialization, full and unpadded, by grid-independent name:
+    W{s} (Glorot, `glorot_weights`: the same draws as a plain GCN), then Wr{s} (SAGE's root
+    weight, Glorot, drawn after all W), b{s} zeros, eps{s} zero (GIN), gamma{s}/beta{s} ones and
+    zeros (BatchNorm). The serial and the distributed model both start from this."""
+    widths = list(widths)
+    out = {f"W{s}": w for s, w in enumerate(glorot_weights(seed, widths))}
+    gen = torch.Generator().manual_seed(seed + 1)
+    for p in plans:
+        d_in, d_out = widths[p.index], widths[p.index + 1]
+        if p.root == "sage":
+            bound = math.sqrt(6.0 / (d_in + d_out))
+            out[f"Wr{p.index}"] = (torch.rand(d_in, d_out, generator=gen) * 2 - 1) * bound
+        if p.root == "gin" and learnable_eps:
+            out[f"eps{p.index}"] = torch.zeros(1)
+        if bias and not p.norm:  # BatchNorm's β is the bias there (see ModelConfig)
+            out[f"b{p.index}"] = torch.zeros(d_out)
+        if p.norm:
+            out[f"gamma{p.index}"] = torch.ones(d_out)
+            out[f"beta{p.index}"] = torch.zeros(d_out)
+    return out
+
+
+def initial_stats(plans: Sequence[LayerPlan], widths: Sequence[int]) -> dict[str, torch.Tensor]:
+    """BatchNorm running statistics at initialization: mean{s} zeros, var{s} ones."""
+    out = {}
+    for p in plans:
+        if p.norm:
+            out[f"mean{p.index}"] = torch.zeros(widths[p.index + 1])
+            out[f"var{p.index}"] = torch.ones(widths[p.index + 1])
+    return out
+
+
+def parameter_layer(plans: Sequence[LayerPlan], name: str) -> int | None:
+    """The GNN layer a parameter belongs to (None for the learnable input features)."""
+    stage = name.lstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    return plans[int(stage)].layer if stage else None

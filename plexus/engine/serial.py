@@ -1,7 +1,8 @@
-"""The serial reference GCN: plain full-graph PyTorch, the oracle for every distributed test.
+"""The serial reference model: plain full-graph PyTorch, the oracle for every distributed test.
 
-It takes the same `ModelConfig`, the same seeded Glorot weights and the same grid-independent
-dropout masks as the distributed model, so the two agree to float rounding.
+It takes the same `ModelConfig`, the same seeded initial parameters and the same
+grid-independent dropout masks as the distributed model, so the two agree to float rounding; it in
+turn equals PyG's layers of the same names (tests/test_pyg_reference.py).
 """
 
 from __future__ import annotations
@@ -11,10 +12,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plexus.datasets.graph import Graph, gcn_normalize
+from plexus.core.layout import LayerPlan
+from plexus.datasets.graph import Graph, normalize
 
 from .config import ModelConfig
-from .seeding import dropout, glorot_weights
+from .norm import EPS as BN_EPS, MOMENTUM as BN_MOMENTUM
+from .seeding import dropout, initial_parameters, initial_stats, parameter_layer
+
+
 
 
 def sparse_tensor(adj_hat) -> torch.Tensor:
@@ -25,20 +30,23 @@ def sparse_tensor(adj_hat) -> torch.Tensor:
                                    coo.shape).coalesce()
 
 
-class SerialGCN(nn.Module):
-    """GCN(Â, X) on one process: H' = ReLU(Â·dropout(H)·W + b), no ReLU on the last layer."""
+class SerialModel(nn.Module):
+    """The model of ``cfg`` on one process, stage by stage (see `ModelConfig`)."""
 
     def __init__(self, graph: Graph, cfg: ModelConfig, seed: int, adj_hat=None) -> None:
         super().__init__()
         self.cfg, self.seed = cfg, seed
-        orders = cfg.orders(graph.num_features, graph.num_classes)
-        self.orders = orders
+        f, c = graph.num_features, graph.num_classes
+        self.plans = cfg.plans(f, c)
+        self.widths = cfg.widths(f, c)
+        self.orders = [p.order for p in self.plans]
         self.adj = sparse_tensor(adj_hat if adj_hat is not None
-                                 else gcn_normalize(graph.adj, graph.directed))
-        widths = cfg.widths(graph.num_features, graph.num_classes)
-        self.W = nn.ParameterList(nn.Parameter(w) for w in glorot_weights(seed, widths))
-        self.b = nn.ParameterList(nn.Parameter(torch.zeros(d)) for d in widths[1:]) if cfg.bias \
-            else None
+                                 else normalize(graph.adj, graph.directed, cfg.aggregation))
+        init = initial_parameters(seed, self.plans, self.widths, cfg.bias, cfg.train_eps)
+        self.params = nn.ParameterDict({k: nn.Parameter(v) for k, v in init.items()})
+        self._stats = initial_stats(self.plans, self.widths)
+        for name, value in self._stats.items():
+            self.register_buffer(name, value)
         feats = torch.from_numpy(graph.features)
         if cfg.learnable_features:
             self.features = nn.Parameter(feats.clone())
@@ -48,24 +56,52 @@ class SerialGCN(nn.Module):
         self.masks = {k: torch.from_numpy(getattr(graph, f"{k}_mask")) for k in ("train", "val", "test")}
         self.ids = torch.arange(graph.num_nodes)
 
-    def forward(self, step: int | None = None) -> torch.Tensor:
-        """Logits (N × classes)."""
-        H = self.features
-        for l, W in enumerate(self.W):
-            if self.training and self.cfg.dropout > 0:
-                H = dropout(H, self.seed, step or 0, l, self.ids, 0, self.cfg.dropout)
+    def _param(self, name: str, s: int) -> torch.Tensor | None:
+        key = f"{name}{s}"
+        return self.params[key] if key in self.params else None
+
+    def stage(self, p: LayerPlan, H: torch.Tensor) -> torch.Tensor:
+        """One stage without dropout and activation: convolution or dense, bias, BatchNorm."""
+        W, s = self.params[f"W{p.index}"], p.index
+        if p.dense:
+            OUT = H @ W
+        else:
             # Both product orders are the same math; follow the configured one for like rounding.
-            H = torch.sparse.mm(self.adj, H) @ W if self.orders[l] == "agg" \
-                else torch.sparse.mm(self.adj, H @ W)
-            if self.b is not None:
-                H = H + self.b[l]
-            if l < len(self.W) - 1:
+            X = H if p.order == "agg" else H @ W
+            AGG = torch.sparse.mm(self.adj, X)
+            if p.root == "gin":
+                eps = self._param("eps", s)
+                AGG = AGG + (1 + (eps if eps is not None else 0.0)) * X
+            OUT = AGG @ W if p.order == "agg" else AGG
+            if p.root == "sage":
+                OUT = OUT + H @ self.params[f"Wr{s}"]
+            elif p.root == "res":
+                OUT = OUT + H
+        if self._param("b", s) is not None:
+            OUT = OUT + self.params[f"b{s}"]
+        if p.norm:
+            OUT = F.batch_norm(OUT, getattr(self, f"mean{s}"), getattr(self, f"var{s}"),
+                               self.params[f"gamma{s}"], self.params[f"beta{s}"],
+                               self.training, BN_MOMENTUM, BN_EPS)
+        return OUT
+
+    def forward(self, step: int | None = None, embeddings: bool = False) -> torch.Tensor:
+        """Logits (N × classes); with ``embeddings`` the input of the last layer instead."""
+        H = self.features
+        for p in self.plans:
+            if embeddings and p.layer == self.cfg.num_layers - 1 and p.index % \
+                    self.cfg.stages_per_layer == 0:
+                return H
+            if self.training and self.cfg.drops_input(p):
+                H = dropout(H, self.seed, step or 0, p.layer, self.ids, 0, self.cfg.dropout)
+            H = self.stage(p, H)
+            if self.cfg.activates(p):
                 H = F.relu(H)
         return H
 
-    def loss(self, logits: torch.Tensor, mask: str = "train") -> torch.Tensor:
-        """Mean cross-entropy over the nodes of ``mask``."""
-        m = self.masks[mask]
+    def loss(self, logits: torch.Tensor, mask: str | torch.Tensor = "train") -> torch.Tensor:
+        """Mean cross-entropy over the nodes of ``mask`` (a name or a bool tensor over nodes)."""
+        m = self.masks[mask] if isinstance(mask, str) else mask
         return F.cross_entropy(logits[m], self.labels[m])
 
     def accuracy(self, logits: torch.Tensor) -> dict[str, float]:
@@ -80,14 +116,18 @@ class SerialGCN(nn.Module):
 
     def named_shards(self) -> dict[str, nn.Parameter]:
         """Trainable parameters by the names the distributed model uses."""
-        out: dict[str, nn.Parameter] = {}
-        for l, W in enumerate(self.W):
-            out[f"W{l}"] = W
-            if self.b is not None:
-                out[f"b{l}"] = self.b[l]
+        out: dict[str, nn.Parameter] = dict(self.params.items())
         if self.cfg.learnable_features:
             out["features"] = self.features
         return out
+
+    def named_stats(self) -> dict[str, torch.Tensor]:
+        """BatchNorm running statistics by name."""
+        return {name: getattr(self, name) for name in self._stats}
+
+    def parameter_layer(self, name: str) -> int | None:
+        """The GNN layer of a parameter (None: the input features)."""
+        return parameter_layer(self.plans, name)
 
     def full_parameter(self, name: str, shard: torch.Tensor) -> torch.Tensor:
         """The serial model's tensors are already full."""

@@ -12,7 +12,7 @@ from .config import TrainConfig
 
 
 class TrainableGCN(Protocol):
-    """What the trainer needs of a model (SerialGCN and DistributedGCN both provide it)."""
+    """What the trainer needs of a model (SerialModel and DistributedModel both provide it)."""
 
     def __call__(self, step: int | None = None) -> torch.Tensor: ...
     def loss(self, logits: torch.Tensor, mask: str = "train") -> torch.Tensor: ...
@@ -20,6 +20,8 @@ class TrainableGCN(Protocol):
     def named_shards(self) -> dict[str, torch.nn.Parameter]: ...
     def full_parameter(self, name: str, shard: torch.Tensor) -> torch.Tensor: ...
     def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor: ...
+    def named_stats(self) -> dict[str, torch.Tensor]: ...
+    def parameter_layer(self, name: str) -> int | None: ...
 
 
 @dataclass
@@ -37,6 +39,20 @@ class EpochStats:
         return asdict(self)
 
 
+def param_groups(model: TrainableGCN, params: dict[str, torch.nn.Parameter],
+                 cfg: TrainConfig) -> list[dict]:
+    """Adam's parameter groups: weight decay on every parameter, or (scope "first", as Kipf &
+    Welling) on the first layer's only."""
+    if cfg.weight_decay_scope not in ("all", "first"):
+        raise ValueError(f"unknown weight decay scope {cfg.weight_decay_scope!r}; use all or first")
+    if cfg.weight_decay_scope == "all":
+        return [{"params": list(params.values()), "weight_decay": cfg.weight_decay}]
+    first = [p for n, p in params.items() if model.parameter_layer(n) == 0]
+    rest = [p for n, p in params.items() if model.parameter_layer(n) != 0]
+    return [{"params": first, "weight_decay": cfg.weight_decay},
+            {"params": rest, "weight_decay": 0.0}]
+
+
 class Trainer:
     """Adam on the model's (sharded) parameters. Sharded Adam equals full Adam: it is elementwise
     and every element lives on exactly one rank, or identically on each replica."""
@@ -44,7 +60,7 @@ class Trainer:
     def __init__(self, model: TrainableGCN, cfg: TrainConfig) -> None:
         self.model, self.cfg = model, cfg
         self.params = model.named_shards()
-        self.opt = torch.optim.Adam(self.params.values(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.opt = torch.optim.Adam(param_groups(model, self.params, cfg), lr=cfg.lr)
         self.epoch = 0  # epochs completed; also the dropout step key, so a resume replays exactly
 
     def train_step(self) -> float:
@@ -87,9 +103,11 @@ class Trainer:
 
     # ---- grid-independent state ----------------------------------------------------------
     def full_state(self) -> dict:
-        """Parameters and Adam moments as full unpadded tensors, plus the epoch. On a grid this is
-        a collective: call it on every rank."""
+        """Parameters, BatchNorm running statistics and Adam moments as full unpadded tensors,
+        plus the epoch. On a grid this is a collective: call it on every rank."""
         params, adam = {}, {}
+        stats = {name: self.model.full_parameter(name, b).cpu()
+                 for name, b in self.model.named_stats().items()}
         for name, p in self.params.items():
             params[name] = self.model.full_parameter(name, p).cpu()
             st = self.opt.state.get(p, {})
@@ -97,7 +115,7 @@ class Trainer:
                 adam[name] = {"step": float(st["step"]),
                               "exp_avg": self.model.full_parameter(name, st["exp_avg"]).cpu(),
                               "exp_avg_sq": self.model.full_parameter(name, st["exp_avg_sq"]).cpu()}
-        return {"epoch": self.epoch, "params": params, "adam": adam}
+        return {"epoch": self.epoch, "params": params, "adam": adam, "stats": stats}
 
     def load_full_state(self, state: dict) -> None:
         """Restore what `full_state` returned (possibly saved on another grid)."""
@@ -118,4 +136,10 @@ class Trainer:
                         "step": torch.tensor(st["step"]),
                         "exp_avg": self.model.shard_of(name, st["exp_avg"]),
                         "exp_avg_sq": self.model.shard_of(name, st["exp_avg_sq"])}
+            own = self.model.named_stats()
+            if set(own) != set(state.get("stats", {})):
+                raise ValueError("checkpoint running statistics do not match the model: "
+                                 f"{sorted(set(own) ^ set(state.get('stats', {})))}")
+            for name, b in own.items():
+                b.copy_(self.model.shard_of(name, state["stats"][name]))
         self.epoch = int(state["epoch"])

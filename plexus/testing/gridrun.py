@@ -293,8 +293,9 @@ def rank_shards(bundle: Bundle, dims: Sequence[int], model_cfg: Any, perm: Any,
     orders = model_cfg.orders(g.num_features, g.num_classes)
     shape = GridShape.of(dims)
     for r in range(shape.world_size):
-        yield shard_graph(g, shape, shape.coords(r), model_cfg.num_layers, orders, perm, seed,
-                          bundle.adj_hat)
+        adj_hat = bundle.adj_hat if model_cfg.aggregation == "gcn" else None
+        yield shard_graph(g, shape, shape.coords(r), model_cfg.num_stages, orders, perm, seed,
+                          adj_hat, aggregation=model_cfg.aggregation)
 
 
 def run_jobs(bundle: Bundle, jobs: Sequence[Job], opts: RunOptions | None = None,

@@ -24,7 +24,8 @@ from plexus.engine.config import ModelConfig, TrainConfig
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT_VERSION = 1
 # Model fields that change the parameter set or shapes: a checkpoint is only usable when they match.
-_MODEL_KEYS = ("num_layers", "hidden", "bias", "learnable_features")
+_MODEL_KEYS = ("kind", "num_layers", "hidden", "bias", "learnable_features", "norm", "residual",
+               "train_eps")
 
 
 class CheckpointError(ValueError):
@@ -102,9 +103,9 @@ def check_epochs(payload: dict, epochs: int, where: str = "checkpoint") -> None:
 def check_model(payload: dict, model: ModelConfig, where: str = "checkpoint") -> None:
     """Raise `CheckpointError` if the checkpoint's model has other parameters than ``model``."""
     saved = payload.get("model", {})
-    wanted = asdict(model)
-    diffs = [f"{k} {saved.get(k)!r} (now {wanted[k]!r})" for k in _MODEL_KEYS
-             if saved.get(k) != wanted[k]]
+    wanted, default = asdict(model), asdict(ModelConfig())  # older checkpoints: the defaults
+    diffs = [f"{k} {saved.get(k, default[k])!r} (now {wanted[k]!r})" for k in _MODEL_KEYS
+             if saved.get(k, default[k]) != wanted[k]]
     if diffs:
         raise CheckpointError(f"{where} is from an incompatible model: " + ", ".join(diffs)
                               + "; use a new --checkpoint directory or matching options")

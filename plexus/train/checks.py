@@ -11,7 +11,7 @@ from pathlib import Path
 
 from plexus.core.cli import UsageError
 from plexus.core.grid import GridShape
-from plexus.core.layout import ORDERS, grid_misfit, layer_plans
+from plexus.core.layout import ORDERS, grid_misfit
 from plexus.datasets import DatasetError, Graph, load_dataset
 from plexus.engine.config import ModelConfig
 from plexus.partitioners import RankShard
@@ -54,7 +54,7 @@ def check_grid_fits(grid: GridShape, model: ModelConfig, num_nodes: int, num_fea
                     num_classes: int) -> None:
     """Raise `UsageError` when an axis has more ranks than the dimension it cuts (see
     `plexus.core.layout.grid_misfit`)."""
-    plans = layer_plans(model.num_layers, model.orders(num_features, num_classes))
+    plans = model.plans(num_features, num_classes)
     problem = grid_misfit(grid, plans, num_nodes,
                           model.widths(num_features, num_classes))
     if problem:

@@ -22,7 +22,7 @@ from typing import Sequence
 from plexus.core.cli import ArgumentParser
 from plexus.core.grid import GridError, GridShape
 from plexus.datasets import gcn_nnz, load_dataset
-from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
+from plexus.engine.config import MODEL_KINDS, NORMS, EngineConfig, ModelConfig, TrainConfig
 from plexus.engine.spmm import BACKENDS, check_backend
 from plexus.partitioners import PERMUTATIONS
 from plexus.partitioners.store import graph_hash
@@ -40,7 +40,8 @@ from .prepare import load_resume
 
 def build_parser() -> argparse.ArgumentParser:
     """All plexus-train options."""
-    p = ArgumentParser(prog=PROG, description="Train a GCN with 3D tensor parallelism (Plexus). "
+    p = ArgumentParser(prog=PROG, description="Train a GNN (GCN, GraphSAGE, GIN) with 3D tensor "
+                       "parallelism (Plexus). "
                        "Outside a launcher it starts X·Y·Z local workers; under torchrun or srun "
                        "it joins the job.")
     run = p.add_argument_group("job")
@@ -70,8 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"load-balancing node permutation (default {DEFAULT_PERM}, or the "
                            "store's with --shards); results do not depend on it")
     model = p.add_argument_group("model")
+    model.add_argument("--model", choices=MODEL_KINDS, default="gcn",
+                       help="gcn (GCNConv, the default), sage (SAGEConv: mean aggregation + root "
+                            "weight), gin (GINConv with a 2-layer MLP), mlp (no graph)")
     model.add_argument("--layers", type=int, default=None,
-                       help="GCN layers (default 2, or the store's with --shards)")
+                       help="GNN layers (default 2, or the store's with --shards)")
     model.add_argument("--hidden", type=int, default=16, help="hidden width (default 16)")
     model.add_argument("--dropout", type=float, default=0.5,
                        help="dropout on each layer's input (default 0.5)")
@@ -83,12 +87,26 @@ def build_parser() -> argparse.ArgumentParser:
                             "separated list, one per layer (default with --shards: the store's)")
     model.add_argument("--learnable-features", action="store_true",
                        help="train the input features too")
+    model.add_argument("--norm", choices=NORMS, default="none",
+                       help="batch: BatchNorm after every layer but the last (statistics over "
+                            "all nodes; that layer then has no bias); default none")
+    model.add_argument("--residual", action="store_true",
+                       help="GCN only: add each layer's input to its output where the widths "
+                            "agree")
+    model.add_argument("--input-dropout", action=argparse.BooleanOptionalAction, default=True,
+                       help="dropout on the input features too, not only on hidden layers "
+                            "(default on, as Kipf & Welling; OGB's examples: off)")
+    model.add_argument("--train-eps", action=argparse.BooleanOptionalAction, default=True,
+                       help="GIN: learn ε (default on)")
     train = p.add_argument_group("training")
     train.add_argument("--epochs", type=int, default=200,
                        help="training epochs, full batch (default 200)")
     train.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default 0.01)")
     train.add_argument("--weight-decay", type=float, default=5e-4,
                        help="L2 weight decay (default 5e-4)")
+    train.add_argument("--weight-decay-on", choices=("all", "first"), default="all",
+                       help="decay every parameter (default) or the first layer's only "
+                            "(Kipf & Welling)")
     train.add_argument("--seed", type=int, default=0,
                        help="seed of weights, dropout masks and the permutation (default 0)")
     train.add_argument("--eval-every", type=int, default=1, metavar="N",
@@ -144,6 +162,11 @@ def check_numbers(a: argparse.Namespace) -> None:
     for ok, message in rules:
         if not ok:
             raise UsageError(message)
+    if a.residual and a.model != "gcn":
+        raise UsageError(f"--residual is a GCN option; --model {a.model} has no residual form")
+    if a.shards and a.model != "gcn":
+        raise UsageError(f"--shards stores are cut for GCN; train --model {a.model} from "
+                         "--dataset instead")
     if a.resume and not a.checkpoint:
         raise UsageError("--resume needs --checkpoint DIR (where the checkpoint is)")
     if a.checkpoint_every is not None and not a.checkpoint:
@@ -226,7 +249,9 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
     check_backend(a.spmm, default_device())
     world = _check_world(shape.grid, a, env)
     model = ModelConfig(num_layers=layers, hidden=a.hidden, dropout=a.dropout, bias=a.bias,
-                        order=order, learnable_features=a.learnable_features)
+                        order=order, learnable_features=a.learnable_features, kind=a.model,
+                        norm=a.norm, residual=a.residual, input_dropout=a.input_dropout,
+                        train_eps=a.train_eps)
     grid = shape.grid
     fault = Fault.parse(a.inject_fault) if a.inject_fault else None
     memory_checked = a.force
@@ -257,7 +282,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
     return RunOptions(
         grid=grid, dataset=shape.dataset, root=a.root, model=model,
         train=TrainConfig(epochs=a.epochs, lr=a.lr, weight_decay=a.weight_decay, seed=a.seed,
-                          eval_every=a.eval_every),
+                          eval_every=a.eval_every, weight_decay_scope=a.weight_decay_on),
         engine=EngineConfig(spmm_backend=a.spmm, agg_chunks=a.agg_chunks, overlap=a.overlap,
                             tune_gemms=a.tune_gemms, timers=a.timers,
                             huge_pages=a.huge_pages),

@@ -59,7 +59,7 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         grid = opts.grid or GridShape.of(manifest["grid"])
         grid.check_world(world)
         orders = model.orders(int(manifest["num_features"]), int(manifest["num_classes"]))
-        shard = read_shard(opts.shards, grid, grid.coords(rank), model.num_layers,
+        shard = read_shard(opts.shards, grid, grid.coords(rank), model.num_stages,
                            orders=orders, perm=opts.perm)
         nnz, sha256 = int(manifest["nnz"]), str(manifest["graph_sha256"])
     else:
@@ -72,8 +72,9 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         orders = model.orders(graph.num_features, graph.num_classes)
         # the content hash identifies the graph in checkpoints; hashing a big graph takes time
         sha256 = graph_hash(graph) if opts.checkpoint else ""
-        shard = shard_graph(graph, grid, grid.coords(rank), model.num_layers, orders,
-                            opts.perm or DEFAULT_PERM, seed=opts.train.seed)
+        shard = shard_graph(graph, grid, grid.coords(rank), model.num_stages, orders,
+                            opts.perm or DEFAULT_PERM, seed=opts.train.seed,
+                            aggregation=model.aggregation)
         del graph
     if opts.check_memory:
         predicted = predicted_memory(grid, model, shard.num_nodes, nnz, shard.num_features,

@@ -125,7 +125,9 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float) -> None:
         "comm_ledger": run.comm.ledger.summary(),  # rank 0's collectives by axis and operation
         "timers": timers,
         "ogb": ogb,
-        "model": {"layers": run.opts.model.num_layers, "hidden": run.opts.model.hidden,
+        "model": {"kind": run.opts.model.kind, "layers": run.opts.model.num_layers,
+                  "hidden": run.opts.model.hidden, "norm": run.opts.model.norm,
+                  "residual": run.opts.model.residual,
                   "orders": list(run.shard.orders), "perm": run.shard.perm},
     }
     summary["model"].update(dropout=run.opts.model.dropout, bias=run.opts.model.bias,

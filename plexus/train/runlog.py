@@ -199,8 +199,12 @@ class RunLog:
 
 def format_summary(s: dict) -> str:
     """The end-of-run report: best-validation epoch, timing breakdown, communication volume."""
-    lines = [f"summary: {s['dataset']} on grid {s['grid']} ({plural(s['world_size'], 'rank')}), "
-             f"{plural(s['epochs'], 'epoch')}"]
+    m = s.get("model", {})
+    what = m.get("kind", "gcn") + (f" {m['layers']}x{m['hidden']}" if "layers" in m else "") \
+        + (" +BatchNorm" if m.get("norm") == "batch" else "") \
+        + (" +residual" if m.get("residual") else "")
+    lines = [f"summary: {what} on {s['dataset']}, grid {s['grid']} "
+             f"({plural(s['world_size'], 'rank')}), {plural(s['epochs'], 'epoch')}"]
     if s.get("best_epoch") is not None:
         lines.append(f"  best validation: epoch {s['best_epoch']}  val {_acc(s['best_val_acc'])}  "
                      f"test {_acc(s['best_test_acc'])}")

@@ -11,7 +11,7 @@ import torch
 from plexus.engine.build import build_model
 from plexus.engine.comm import Comm
 from plexus.engine.grid import Grid
-from plexus.engine.model import DistributedGCN
+from plexus.engine.model import DistributedModel
 from plexus.engine.trainer import EpochStats, Trainer
 from plexus.partitioners import RankShard
 
@@ -29,7 +29,7 @@ class Run:
     opts: RunOptions
     grid: Grid
     comm: Comm
-    model: DistributedGCN
+    model: DistributedModel
     trainer: Trainer
     shard: RankShard
     dataset: ckpt.DatasetInfo

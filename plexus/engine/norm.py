@@ -1,0 +1,55 @@
+"""BatchNorm on the grid: per-feature statistics over all real nodes.
+
+OUT's block has rows cut by the stage's output-rows axis r and columns by its output-columns axis,
+and is replicated over the third axis. The column sums are all-reduced over r (padding rows
+excluded), so every rank normalizes with the statistics of the whole graph, as
+``torch.nn.BatchNorm1d`` on the full matrix does; γ and β are replicated like a bias.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from plexus.core.layout import LayerPlan
+
+from .comm import Comm
+
+MOMENTUM, EPS = 0.1, 1e-5  # torch.nn.BatchNorm1d's defaults
+
+
+class BatchNorm3D(nn.Module):
+    """y = (x − mean) / sqrt(var + eps) · γ + β over the real rows; running statistics as
+    BatchNorm1d (momentum 0.1, unbiased running variance) for evaluation."""
+
+    def __init__(self, plan: LayerPlan, comm: Comm, cols: slice, params: dict[str, torch.Tensor],
+                 stats: dict[str, torch.Tensor], real_rows: torch.Tensor, num_nodes: int) -> None:
+        super().__init__()
+        self.plan, self.comm, self.n = plan, comm, num_nodes
+        device = comm.grid.device
+        self.gamma = nn.Parameter(params["gamma"][cols].clone().to(device))
+        self.beta = nn.Parameter(params["beta"][cols].clone().to(device))
+        self.register_buffer("mean", stats["mean"][cols].clone().to(device))
+        self.register_buffer("var", stats["var"][cols].clone().to(device))
+        self.register_buffer("real", real_rows.to(device).unsqueeze(1), persistent=False)
+
+    def _column_sum(self, x: torch.Tensor) -> torch.Tensor:
+        r, c = self.plan.out_rows, self.comm
+        total = c.all_reduce((x * self.real).sum(0), r)       # AR(Σx) over r
+        return c.all_reduce_grad(total, r)                    # bwd: AR(dΣx) over r
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        if self.training:
+            mean = self._column_sum(x) / self.n
+            xc = x - mean
+            var = self._column_sum(xc * xc) / self.n
+            with torch.no_grad():
+                self.mean.mul_(1 - MOMENTUM).add_(MOMENTUM * mean.detach())
+                unbiased = var.detach() * (self.n / max(self.n - 1, 1))
+                self.var.mul_(1 - MOMENTUM).add_(MOMENTUM * unbiased)
+        else:
+            xc, var = x - self.mean, self.var
+        r, c = self.plan.out_rows, self.comm
+        gamma = c.all_reduce_grad(self.gamma, r)              # bwd: AR(dγ) over r
+        beta = c.all_reduce_grad(self.beta, r)                # bwd: AR(dβ) over r
+        return xc * torch.rsqrt(var + EPS) * gamma + beta
