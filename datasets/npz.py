@@ -9,7 +9,6 @@ missing is filled by `plexus.datasets.synthetic`. The adjacency is symmetrized (
 
 from __future__ import annotations
 
-import math
 import zipfile
 from pathlib import Path
 
@@ -18,38 +17,13 @@ import scipy.sparse as sp
 
 from .graph import DatasetError, Graph, edges_to_csr, one_line
 from .synthetic import complete_graph
-from .validate import check_alloc, check_graph_size, csr_from_parts
+from .validate import check_alloc, check_graph_size, csr_from_parts, read_npz_member
 
 _CSR_PARTS = ("data", "indices", "indptr", "shape")
 
 
 def _member(archive, key: str, path: Path) -> np.ndarray:
-    """``archive[key]``, once its header's declared size is known to be backed by the file.
-
-    np.load allocates the whole declared array before reading a member, so a header that lies
-    about its shape would otherwise be a MemoryError (or a swap storm) rather than an error.
-    """
-    try:
-        info = archive.zip.getinfo(key + ".npy") if key + ".npy" in archive.zip.namelist() \
-            else archive.zip.getinfo(key)
-        check_alloc(float(info.file_size), str(path), f"key {key!r}")
-        with archive.zip.open(info) as f:
-            version = np.lib.format.read_magic(f)
-            read_header = {(1, 0): np.lib.format.read_array_header_1_0,
-                           (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-            if read_header is None:
-                raise ValueError(f".npy format version {version} not supported")
-            shape, _, dtype = read_header(f)
-            declared = math.prod(shape) * dtype.itemsize
-            if declared > info.file_size:
-                raise ValueError(f"declares shape {shape} of {dtype} ({declared} bytes) but "
-                                 f"holds {info.file_size} bytes")
-        return archive[key]
-    except DatasetError:
-        raise
-    except Exception as e:  # truncated member, object array (pickles are refused), size lie
-        raise DatasetError(f"{path}: cannot read key {key!r} ({type(e).__name__}: "
-                           f"{one_line(e)[:200]})") from None
+    return read_npz_member(archive, key, str(path))
 
 
 def _csr(archive, prefix: str, path: Path) -> sp.csr_matrix | None:

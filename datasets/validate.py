@@ -11,6 +11,7 @@ killer.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -179,3 +180,34 @@ def sparse_from_pickle(obj: Any, where: str, error: ErrorType = DatasetError) ->
         return sp.csr_matrix((data, (row, col)), shape=_shape2(shape, where, "matrix", error))
     raise error(f"{where}: a {type(obj).__name__} is not a supported sparse matrix type "
                 "(expected csr_matrix, csc_matrix or coo_matrix)")
+
+
+def read_npz_member(archive: np.lib.npyio.NpzFile, key: str, where: str,
+                    error: ErrorType = DatasetError) -> np.ndarray:
+    """``archive[key]``, once its header's declared size is known to be backed by the file.
+
+    np.load allocates the whole declared array before reading a member, so a header that lies
+    about its shape would otherwise be a MemoryError (or a swap storm) rather than an error;
+    an uncompressed size beyond the available memory (a zip bomb) is refused too.
+    """
+    try:
+        names = archive.zip.namelist()
+        info = archive.zip.getinfo(key + ".npy" if key + ".npy" in names else key)
+        check_alloc(float(info.file_size), where, f"key {key!r}", error)
+        with archive.zip.open(info) as f:
+            version = np.lib.format.read_magic(f)
+            read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                           (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+            if read_header is None:
+                raise ValueError(f".npy format version {version} not supported")
+            shape, _, dtype = read_header(f)
+            declared = math.prod(shape) * dtype.itemsize
+            if declared > info.file_size:
+                raise ValueError(f"declares shape {shape} of {dtype} ({declared} bytes) but "
+                                 f"holds {info.file_size} bytes")
+        return archive[key]
+    except error:
+        raise
+    except Exception as e:  # noqa: BLE001 - truncated member, object array (no pickles), lie
+        raise error(f"{where}: cannot read key {key!r} ({type(e).__name__}: "
+                    f"{' '.join(str(e).split())[:200]})") from None
