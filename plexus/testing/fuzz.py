@@ -27,6 +27,7 @@ import os
 import pickle
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import zipfile
@@ -53,6 +54,9 @@ class Case:
     root: str | None = None
     store: str | None = None
     coords: tuple[int, int, int] = (0, 0, 0)
+    #: for testing the harness itself: "signal" kills the loading process, "payload" creates
+    #: the marker file, as a segfault or a crafted pickle would
+    selftest: str | None = None
 
 
 # ------------------------------------------------------------------------- mutations of bytes
@@ -468,6 +472,22 @@ def make_cases(work: Path, seed: int, per_kind: int, kinds=KINDS,
     return cases
 
 
+def cora_flip_cases(work: Path, cora: Path, count: int, seed: int) -> list[Case]:
+    """``count`` copies of the real Cora files with one bit flipped in ``allx`` or ``tx`` (the
+    flips that made scipy segfault in issue 16)."""
+    rng = random.Random(seed)
+    cases = []
+    for i in range(count):
+        d = work / f"cora-{i:04d}"
+        d.mkdir(parents=True)
+        for f in cora.glob("ind.cora.*"):
+            shutil.copy(f, d / f.name)
+        target = d / f"ind.cora.{rng.choice(('allx', 'tx'))}"
+        target.write_bytes(flip_bits(target.read_bytes(), rng, 1))
+        cases.append(Case("planetoid", f"cora-{i:04d}", f"planetoid:{d}/ind.cora"))
+    return cases
+
+
 # ------------------------------------------------------------------------------- running them
 
 
@@ -476,6 +496,11 @@ def run_one(case: Case) -> tuple[str, str]:
     from plexus.datasets import DatasetError, gcn_normalize, load_dataset
     from plexus.partitioners import ShardStoreError, read_shard
 
+    if case.selftest == "signal":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if case.selftest == "payload":
+        Path(case.spec).touch()
+        return "ok", ""
     try:
         if case.store is not None:
             x, y, z = case.coords
