@@ -49,7 +49,7 @@ def check_alloc(nbytes: float, where: str, what: str, error: ErrorType = Dataset
     avail = available_bytes() if available is None else available
     if nbytes > avail:
         raise error(f"{where}: {what} would need {_gib(nbytes)} but only {_gib(avail)} of memory "
-                    "is available; the file is damaged or the graph too large for this machine")
+                    "is available; the input is damaged or the graph too large for this machine")
 
 
 def graph_bytes(num_nodes: int, nnz: int, num_features: int) -> float:

@@ -543,6 +543,9 @@ def test_rmat_defaults_and_seed_argument():
     ("scale", ["'scale' is not key=value"]),
     ("a=0.9,b=0.2", ["a+b+c <= 1"]),
     ("a=x", ["a must be a number"]),
+    ("a=nan", ["a must be a number"]),
+    ("scale=１２", ["scale must be an integer"]),
+    ("scale=1_2", ["scale must be an integer"]),
 ])
 def test_rmat_bad_parameters(params, words):
     with pytest.raises(DatasetError) as e:
