@@ -103,9 +103,12 @@ def _normalize_orders(num_layers: int, orders: Sequence[str] | str) -> tuple[str
 def is_store(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a directory holding a shard-store manifest."""
     try:
-        with open(Path(path) / MANIFEST, encoding="utf-8") as f:
+        manifest = Path(path) / MANIFEST
+        if not manifest.is_file() or manifest.stat().st_size > MAX_MANIFEST_BYTES:
+            return False
+        with open(manifest, encoding="utf-8") as f:
             return json.load(f).get("format") == FORMAT
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return False
 
 

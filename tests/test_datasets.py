@@ -497,6 +497,11 @@ def test_edgelist_bad_inputs(tmp_path):
     with pytest.raises(DatasetError) as e:
         load_dataset(f"edgelist:{p}")
     assert_one_line(e, str(p), "no edges")
+    for line in ("１ 2", "1_0 2"):  # int() takes these; a node id is ASCII digits
+        p.write_text(f"0 1\n{line}\n")
+        with pytest.raises(DatasetError) as e:
+            load_dataset(f"edgelist:{p}")
+        assert_one_line(e, str(p), "line 2", "integers")
 
 
 # ---------------------------------------------------------------------------------------- R-MAT
