@@ -250,7 +250,8 @@ def _checked_graph(graph_dict: Any, ds_dir: Path) -> tuple[dict, int, np.ndarray
     if isinstance(n, np.ndarray) and n.shape == () and n.dtype.kind in "iu":
         n = n.item()
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise DatasetError(f"{ds_dir}: num_nodes is {n!r}, expected a non-negative integer"[:300])
+        raise DatasetError(f"{ds_dir}: num_nodes is {one_line(repr(n))[:100]}, expected a "
+                           "non-negative integer")
     n = int(n)
     edge_index = _numeric(graph_dict.get("edge_index"), ds_dir, "edge_index", "iu")
     if edge_index.ndim != 2 or edge_index.shape[0] != 2:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .graph import MAX_NODES, DatasetError
+from .graph import MAX_NODES, DatasetError, one_line
 
 #: The error class a check raises by default (the shard store passes its own).
 ErrorType = type[Exception]
@@ -70,7 +70,8 @@ def check_graph_size(where: str, num_nodes: Any, nnz: Any, num_features: Any,
     for label, v in (("node count", num_nodes), ("edge count", nnz),
                      ("feature width", num_features)):
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
-            raise error(f"{where}: {label} must be a non-negative integer, got {v!r}")
+            raise error(f"{where}: {label} must be a non-negative integer, got "
+                        f"{one_line(repr(v))[:100]}")
         values.append(int(v))
     n, m, f = values
     if n > MAX_NODES:
@@ -86,7 +87,8 @@ def _shape2(shape: Any, where: str, what: str, error: ErrorType) -> tuple[int, i
     except Exception:  # noqa: BLE001 - anything odd in a file is just a bad shape
         arr = None
     if arr is None or arr.shape != (2,) or arr.dtype.kind not in "iu":
-        raise error(f"{where}: {what} shape must be two integers, got {shape!r}"[:300])
+        raise error(f"{where}: {what} shape must be two integers, got "
+                    f"{one_line(repr(shape))[:100]}")
     rows, cols = (int(v) for v in arr)
     if rows < 0 or cols < 0 or rows > 2**62 or cols > 2**62:
         raise error(f"{where}: {what} shape {rows}x{cols} is out of range")
@@ -210,4 +212,4 @@ def read_npz_member(archive: np.lib.npyio.NpzFile, key: str, where: str,
         raise
     except Exception as e:  # noqa: BLE001 - truncated member, object array (no pickles), lie
         raise error(f"{where}: cannot read key {key!r} ({type(e).__name__}: "
-                    f"{' '.join(str(e).split())[:200]})") from None
+                    f"{one_line(e)[:200]})") from None

@@ -505,7 +505,7 @@ def _shard_from_members(path: Path, m: dict[str, np.ndarray], manifest: dict) ->
                                          f"block {key}", ShardStoreError)
         num_layers = header["num_layers"]
         if not _is_count(num_layers) or num_layers != manifest["num_layers"]:
-            raise ShardStoreError(f"{path}: header says {num_layers!r} layers, the manifest "
+            raise ShardStoreError(f"{path}: header says {num_layers!r:.100} layers, the manifest "
                                   f"{manifest['num_layers']}")
         return RankShard(
             shape=GridShape.of(header["shape"]), coords=header["coords"], num_layers=num_layers,
@@ -542,7 +542,7 @@ def _check_shard(s: RankShard, path: Path, manifest: dict, coords: dict[str, int
                                "swapped, re-run plexus-partition")
 
     if not isinstance(s.coords, dict) or {a: s.coords.get(a) for a in "xyz"} != coords:
-        raise bad(f"holds the shard of rank {s.coords!r}, not of rank {coords}")
+        raise bad(f"holds the shard of rank {s.coords!r:.100}, not of rank {coords}")
     same = {"num_nodes": manifest["num_nodes"], "nodes_padded": manifest["nodes_padded"],
             "num_features": manifest["num_features"], "num_classes": manifest["num_classes"],
             "seed": manifest["permutation"]["seed"], "perm": manifest["permutation"]["kind"],
@@ -550,7 +550,7 @@ def _check_shard(s: RankShard, path: Path, manifest: dict, coords: dict[str, int
     for name, want in same.items():
         have = getattr(s, name)
         if have != want or type(have) is not type(want):
-            raise bad(f"{name} is {have!r}, the manifest says {want!r}")
+            raise bad(f"{name} is {have!r:.100}, the manifest says {want!r:.100}")
     shape, n, npad = s.shape, s.num_nodes, s.nodes_padded
     try:
         plans = layer_plans(s.num_layers, list(s.orders))
