@@ -60,7 +60,8 @@ def load_npz(path: str | Path, seed: int = 0) -> Graph:
         fh.seek(0)
         try:
             archive = np.load(fh, allow_pickle=False)
-        except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
+        except Exception as e:  # noqa: BLE001 - BadZipFile, OSError, NotImplementedError (zip
+            # versions or compressions zipfile lacks), RuntimeError (encrypted), zlib.error, ...
             raise DatasetError(f"{path}: not a readable .npz archive ({type(e).__name__}: "
                                f"{one_line(e)[:200]})") from None
         if not isinstance(archive, np.lib.npyio.NpzFile):
