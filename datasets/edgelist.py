@@ -8,6 +8,7 @@ graph is symmetrized. Features, labels and the split are seeded stand-ins (see `
 from __future__ import annotations
 
 import gzip
+import re
 from pathlib import Path
 from typing import IO
 
@@ -15,6 +16,9 @@ import numpy as np
 
 from .graph import DatasetError, Graph, edges_to_csr, one_line
 from .synthetic import complete_graph
+
+
+_ID = re.compile(r"[+-]?[0-9]{1,19}")  # ASCII: int() would also take "1_0" and "１"
 
 
 def _open(path: Path) -> IO[bytes]:
@@ -42,13 +46,11 @@ def _parse_slow(path: Path, comment: str) -> tuple[np.ndarray, np.ndarray]:
             if len(fields) < 2:
                 raise DatasetError(f"{path}: line {lineno}: expected 'src dst', got "
                                    f"{line.strip()[:60]!r}")
-            try:
-                s, d = int(fields[0]), int(fields[1])
-            except ValueError:
+            if not (_ID.fullmatch(fields[0]) and _ID.fullmatch(fields[1])):
                 raise DatasetError(f"{path}: line {lineno}: node ids must be integers, got "
-                                   f"{line.strip()[:60]!r}") from None
-            src.append(s)
-            dst.append(d)
+                                   f"{line.strip()[:60]!r}")
+            src.append(int(fields[0]))
+            dst.append(int(fields[1]))
     return np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
 
 

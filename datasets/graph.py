@@ -12,6 +12,10 @@ class DatasetError(ValueError):
     """Bad or missing dataset input. The message is one line naming the file and the problem."""
 
 
+#: Most nodes a graph may have: `edges_to_csr` keys an edge as ``src * N + dst`` in an int64.
+MAX_NODES = 3_000_000_000
+
+
 @dataclass
 class Graph:
     """A node-classification graph.
@@ -157,6 +161,8 @@ def edges_to_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int, symmetrize: b
     keeps edge counts comparable with PyG/DGL. Indices are int32 when they fit.
     """
     n = int(num_nodes)
+    if not 0 <= n <= MAX_NODES:
+        raise DatasetError(f"{n} nodes: a graph has between 0 and {MAX_NODES} nodes")
     src = np.asarray(src).ravel().astype(np.int64, copy=False)
     dst = np.asarray(dst).ravel().astype(np.int64, copy=False)
     if drop_self_loops:

@@ -17,8 +17,13 @@ import scipy.sparse as sp
 
 from .graph import DatasetError, Graph, edges_to_csr, one_line
 from .synthetic import complete_graph
+from .validate import check_alloc, check_graph_size, csr_from_parts, read_npz_member
 
 _CSR_PARTS = ("data", "indices", "indptr", "shape")
+
+
+def _member(archive, key: str, path: Path) -> np.ndarray:
+    return read_npz_member(archive, key, str(path))
 
 
 def _csr(archive, prefix: str, path: Path) -> sp.csr_matrix | None:
@@ -30,22 +35,17 @@ def _csr(archive, prefix: str, path: Path) -> sp.csr_matrix | None:
     if len(present) != len(keys):
         missing = sorted(set(keys) - set(present))
         raise DatasetError(f"{path}: has {', '.join(present)} but lacks {', '.join(missing)}")
-    try:
-        parts = [archive[k] for k in keys]
-        return sp.csr_matrix(tuple(parts[:3]), shape=tuple(int(s) for s in parts[3]))
-    except Exception as e:  # inconsistent indptr/indices, bad shape, corrupt member
-        raise DatasetError(f"{path}: {prefix}_* do not form a valid CSR matrix "
-                           f"({type(e).__name__}: {one_line(e)[:200]})") from None
+    data, indices, indptr, shape = (_member(archive, k, path) for k in keys)
+    return csr_from_parts(data, indices, indptr, shape, str(path), f"{prefix}_*")
 
 
-def _get(archive, key: str, path: Path) -> np.ndarray | None:
+def _get(archive, key: str, path: Path, numeric: bool = True) -> np.ndarray | None:
     if key not in archive:
         return None
-    try:
-        return archive[key]
-    except Exception as e:  # truncated member, object array (pickles are refused)
-        raise DatasetError(f"{path}: cannot read key {key!r} ({type(e).__name__}: "
-                           f"{one_line(e)[:200]})") from None
+    arr = _member(archive, key, path)
+    if numeric and arr.dtype.kind not in "biuf":
+        raise DatasetError(f"{path}: key {key!r} has dtype {arr.dtype}, expected numbers")
+    return arr
 
 
 def load_npz(path: str | Path, seed: int = 0) -> Graph:
@@ -60,7 +60,8 @@ def load_npz(path: str | Path, seed: int = 0) -> Graph:
         fh.seek(0)
         try:
             archive = np.load(fh, allow_pickle=False)
-        except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
+        except Exception as e:  # noqa: BLE001 - BadZipFile, OSError, NotImplementedError (zip
+            # versions or compressions zipfile lacks), RuntimeError (encrypted), zlib.error, ...
             raise DatasetError(f"{path}: not a readable .npz archive ({type(e).__name__}: "
                                f"{one_line(e)[:200]})") from None
         if not isinstance(archive, np.lib.npyio.NpzFile):
@@ -77,6 +78,7 @@ def _from_archive(archive, path: Path, seed: int) -> Graph:
     n = adj.shape[0]
     if adj.shape != (n, n):
         raise DatasetError(f"{path}: adj_shape is {adj.shape}, must be square")
+    check_graph_size(str(path), n, 2 * adj.nnz, 0)
     coo = adj.tocoo()
     nonzero = coo.data != 0
     adj = edges_to_csr(coo.row[nonzero], coo.col[nonzero], n, symmetrize=True)
@@ -84,6 +86,8 @@ def _from_archive(archive, path: Path, seed: int) -> Graph:
 
     features = _csr(archive, "attr", path)
     if features is not None:
+        check_alloc(4.0 * features.shape[0] * features.shape[1], str(path),
+                    f"dense features of shape {features.shape}")
         features = features.toarray()
     else:
         features = _get(archive, "attr_matrix", path)
@@ -120,7 +124,7 @@ def _labels(archive, path: Path, n: int) -> tuple[np.ndarray | None, int | None]
     elif raw.dtype.kind not in "iub":
         raise DatasetError(f"{path}: labels have dtype {raw.dtype}, expected integers")
     labels = raw.astype(np.int64)
-    names = _get(archive, "class_names", path)
+    names = _get(archive, "class_names", path, numeric=False)
     num_classes = len(names) if names is not None and np.ndim(names) == 1 else None
     return labels, num_classes
 
@@ -140,6 +144,8 @@ def _split(archive, path: Path, n: int) -> tuple[np.ndarray, np.ndarray, np.ndar
                     raise DatasetError(f"{path}: {k} has {arr.size} entries, expected {n}")
                 masks.append(arr.astype(bool))
             else:
+                if arr.dtype.kind not in "iu":
+                    raise DatasetError(f"{path}: {k} has dtype {arr.dtype}, expected node ids")
                 if arr.size and (arr.min() < 0 or arr.max() >= n):
                     raise DatasetError(f"{path}: {k} has node ids outside [0, {n - 1}]")
                 mask = np.zeros(n, dtype=bool)

@@ -18,7 +18,9 @@ from typing import Any, Iterator
 import numpy as np
 
 from .graph import DatasetError, Graph, edges_to_csr, one_line
+from .safepickle import load_torch_numpy
 from .synthetic import DEFAULT_FEATURES, random_features
+from .validate import check_coo, check_graph_size
 
 OGB_NAMES = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
 
@@ -83,17 +85,26 @@ def _check_offline(name: str, root: Path, meta: dict[str, str]) -> Path:
     return ds_dir
 
 
-def _torch_load_local(path: str) -> Any:
-    """torch.load for ogb's own cache files.
+def _read_cache(path: str, what: str) -> dict:
+    """One of ogb's ``torch.save`` caches, read without running code.
 
-    ogb 1.3.6 calls ``torch.load(path)``; since torch 2.6 that means ``weights_only=True``, which
-    rejects its pickled dict of numpy arrays (saved with pickle protocol 4, which the weights-only
-    unpickler cannot read at all). These files were written by ogb into the user's own dataset
-    directory, so they are loaded as full pickles, here and nowhere else.
+    ogb 1.3.6 reads them with ``torch.load``: a full unpickler, so a crafted file under the
+    user's ``--root`` would run code. ogb stores only numpy arrays and plain containers in
+    them, which is all `load_torch_numpy` admits. A cache that does not hold what ogb writes
+    there is an error naming the file (delete it: ogb rebuilds it from ``raw/``).
     """
-    import torch
-
-    return torch.load(path, weights_only=False)
+    if not os.path.isfile(path):
+        raise DatasetError(f"{path}: not a regular file; remove it so that ogb rebuilds it "
+                           "from raw/")
+    try:
+        loaded = load_torch_numpy(path)
+    except Exception as e:  # noqa: BLE001 - refused type, truncated or not a zip, ...
+        raise DatasetError(f"{path}: not a readable ogb {what} cache ({type(e).__name__}: "
+                           f"{one_line(e)[:200]}); delete it to rebuild it from raw/") from None
+    if not isinstance(loaded, dict):
+        raise DatasetError(f"{path}: ogb {what} cache holds a {type(loaded).__name__}, not a "
+                           "dict; delete it to rebuild it from raw/")
+    return loaded
 
 
 @contextlib.contextmanager
@@ -125,15 +136,15 @@ def _ogb_offline_and_quiet() -> Iterator[None]:
 
 
 def _dataset_class():
-    """NodePropPredDataset with ogb's two ``torch.load`` calls routed to `_torch_load_local`."""
+    """NodePropPredDataset with ogb's two ``torch.load`` calls routed to `_read_cache`."""
     from ogb.nodeproppred import NodePropPredDataset
 
     class OfflineNodePropPredDataset(NodePropPredDataset):
         def pre_process(self) -> None:
             cache = os.path.join(self.root, "processed", "data_processed")
-            if os.path.exists(cache):
-                loaded = _torch_load_local(cache)
-                self.graph, self.labels = loaded["graph"], loaded["labels"]
+            if os.path.lexists(cache):
+                loaded = _read_cache(cache, "processed")
+                self.graph, self.labels = loaded.get("graph"), loaded.get("labels")
             else:
                 # ogb writes the cache with torch.save but does not create its folder.
                 os.makedirs(os.path.dirname(cache), exist_ok=True)
@@ -142,8 +153,8 @@ def _dataset_class():
         def get_idx_split(self, split_type: str | None = None) -> dict:
             path = os.path.join(self.root, "split", split_type or self.meta_info["split"],
                                 "split_dict.pt")
-            if os.path.isfile(path):
-                return _torch_load_local(path)
+            if os.path.lexists(path):
+                return _read_cache(path, "split")
             return super().get_idx_split(split_type)
 
     return OfflineNodePropPredDataset
@@ -178,25 +189,22 @@ def load_ogb(name: str, root: str | Path | None) -> Graph:
         raise DatasetError(f"{ds_dir}: ogb could not read the dataset "
                            f"({type(e).__name__}: {one_line(e)[:300]})") from None
 
-    n = int(graph_dict["num_nodes"])
-    edge_index = np.asarray(graph_dict["edge_index"])
-    if edge_index.ndim != 2 or edge_index.shape[0] != 2:
-        raise DatasetError(f"{ds_dir}: edge_index has shape {edge_index.shape}, expected (2, E)")
-    if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= n):
-        raise DatasetError(f"{ds_dir}: edge endpoints range over [{int(edge_index.min())}, "
-                           f"{int(edge_index.max())}] but there are {n} nodes")
+    graph_dict, n, edge_index = _checked_graph(graph_dict, ds_dir)
     directed = meta["add_inverse_edge"] != "True"
+    feats = graph_dict.get("node_feat")
+    width = feats.shape[1] if isinstance(feats, np.ndarray) and feats.ndim == 2 else \
+        DEFAULT_FEATURES
+    check_graph_size(str(ds_dir), n, edge_index.shape[1] * (1 if directed else 2), width)
     adj = edges_to_csr(edge_index[0], edge_index[1], n, symmetrize=not directed)
 
     notes = []
-    feats = graph_dict.get("node_feat")
     if feats is None:
         feats = random_features(n, DEFAULT_FEATURES, 0)
         notes.append(f"no node_feat in the files: features are seeded random, "
                      f"{DEFAULT_FEATURES} dims")
-    feats = np.asarray(feats, dtype=np.float32)
+    feats = _numeric(feats, ds_dir, "node_feat").astype(np.float32, copy=False)
 
-    y = np.asarray(raw_labels, dtype=np.float64).reshape(-1)
+    y = _numeric(raw_labels, ds_dir, "labels").astype(np.float64).reshape(-1)
     if y.shape[0] != n:
         raise DatasetError(f"{ds_dir}: {y.shape[0]} labels for {n} nodes")
     unlabelled = np.isnan(y)
@@ -205,8 +213,10 @@ def load_ogb(name: str, root: str | Path | None) -> Graph:
         notes.append(f"{int(unlabelled.sum())} nodes have no label (NaN in ogb) -> -1")
 
     masks = []
+    if not isinstance(split, dict):
+        raise DatasetError(f"{ds_dir}: the split is a {type(split).__name__}, not a dict")
     for part in ("train", "valid", "test"):
-        idx = np.asarray(split[part], dtype=np.int64).reshape(-1)
+        idx = _numeric(split.get(part), ds_dir, f"split '{part}'", "iu").reshape(-1)
         if idx.size and (idx.min() < 0 or idx.max() >= n):
             raise DatasetError(f"{ds_dir}: split '{part}' has node ids outside [0, {n - 1}]")
         mask = np.zeros(n, dtype=bool)
@@ -218,6 +228,36 @@ def load_ogb(name: str, root: str | Path | None) -> Graph:
                   val_mask=masks[1], test_mask=masks[2], num_classes=int(meta["num classes"]),
                   directed=directed, notes=notes)
     return graph.validate(str(ds_dir))
+
+
+def _numeric(value: Any, ds_dir: Path, what: str, kinds: str = "biuf") -> np.ndarray:
+    """``value`` as a numpy array of one of ``kinds``; `DatasetError` for anything else."""
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in kinds:
+        kind = f"array of {value.dtype}" if isinstance(value, np.ndarray) else \
+            type(value).__name__
+        raise DatasetError(f"{ds_dir}: {what} is a {kind}, expected numbers"
+                           f"{' (node ids)' if kinds == 'iu' else ''}; a cache under "
+                           f"{ds_dir} may be damaged (delete processed/ to rebuild it)")
+    return value
+
+
+def _checked_graph(graph_dict: Any, ds_dir: Path) -> tuple[dict, int, np.ndarray]:
+    """(graph dict, node count, edge_index) of what ogb returned, checked before use."""
+    if not isinstance(graph_dict, dict):
+        raise DatasetError(f"{ds_dir}: ogb returned a {type(graph_dict).__name__} for the graph, "
+                           "not a dict; delete processed/ to rebuild it from raw/")
+    n = graph_dict.get("num_nodes")
+    if isinstance(n, np.ndarray) and n.shape == () and n.dtype.kind in "iu":
+        n = n.item()
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise DatasetError(f"{ds_dir}: num_nodes is {one_line(repr(n))[:100]}, expected a "
+                           "non-negative integer")
+    n = int(n)
+    edge_index = _numeric(graph_dict.get("edge_index"), ds_dir, "edge_index", "iu")
+    if edge_index.ndim != 2 or edge_index.shape[0] != 2:
+        raise DatasetError(f"{ds_dir}: edge_index has shape {edge_index.shape}, expected (2, E)")
+    check_coo(edge_index[0], edge_index[1], (n, n), str(ds_dir), "edge_index")
+    return graph_dict, n, edge_index
 
 
 def check_files(name: str, root: str | os.PathLike) -> Path:

@@ -8,13 +8,15 @@ next 500, test = the ``test.index`` nodes.
 
 from __future__ import annotations
 
-import pickle
+import re
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
 from .graph import DatasetError, Graph, edges_to_csr, one_line, row_normalize
+from .safepickle import load_restricted
+from .validate import check_alloc, check_graph_size, sparse_from_pickle
 
 PLANETOID_NAMES = ("cora", "citeseer", "pubmed")
 EMBEDDED_DIR = Path(__file__).resolve().parent / "data" / "planetoid"
@@ -22,34 +24,16 @@ _PYG_DIRS = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
 _PICKLED = ("x", "y", "tx", "ty", "allx", "ally", "graph")
 _SUFFIXES = _PICKLED + ("test.index",)
 NUM_VAL = 500
+_ID = re.compile(r"[+-]?[0-9]{1,18}")  # ASCII, and within int64
 
 
-class _PlanetoidUnpickler(pickle.Unpickler):
-    """Unpickles only the few types the Planetoid files contain.
-
-    Pickles can run arbitrary code, so nothing else is allowed. Mapping the old module paths
-    (``scipy.sparse.csr``, ``numpy.core``) to today's names also avoids SciPy's deprecation of those
-    modules, which disappear in SciPy 2.
-    """
-
-    _SPARSE = {"csr_matrix": sp.csr_matrix, "csc_matrix": sp.csc_matrix,
-               "coo_matrix": sp.coo_matrix, "lil_matrix": sp.lil_matrix}
-
-    def find_class(self, module: str, name: str):  # noqa: D102 - pickle hook
-        module = "builtins" if module == "__builtin__" else module  # Python 2 name
-        if module.startswith("scipy.sparse") and name in self._SPARSE:
-            return self._SPARSE[name]
-        if module in ("numpy", "numpy.core.multiarray", "numpy._core.multiarray"):
-            if name in ("ndarray", "dtype"):
-                return getattr(np, name)
-            if name in ("_reconstruct", "scalar"):
-                return getattr(np._core.multiarray if hasattr(np, "_core") else np.core.multiarray,
-                               name)
-        if (module, name) in (("collections", "defaultdict"), ("builtins", "list"),
-                              ("builtins", "dict"), ("builtins", "set"), ("builtins", "int"),
-                              ("_codecs", "encode")):  # protocol-2 pickles from Python 3 use it
-            return getattr(__import__(module), name)
-        raise pickle.UnpicklingError(f"unexpected type {module}.{name} in a Planetoid file")
+# Pickles can run arbitrary code: besides numpy data and plain containers (`safepickle`), the
+# Planetoid files need scipy's sparse classes (under the module names old scipy wrote; mapping
+# them to today's classes also avoids the deprecated ``scipy.sparse.csr`` modules).
+_SPARSE = {"csr_matrix": sp.csr_matrix, "csc_matrix": sp.csc_matrix, "coo_matrix": sp.coo_matrix}
+_SPARSE_MODULES = ("scipy.sparse", "scipy.sparse.csr", "scipy.sparse.csc", "scipy.sparse.coo",
+                   "scipy.sparse._csr", "scipy.sparse._csc", "scipy.sparse._coo")
+_PLANETOID_GLOBALS = {(m, n): cls for m in _SPARSE_MODULES for n, cls in _SPARSE.items()}
 
 
 def _read_pickle(path: Path):
@@ -57,7 +41,7 @@ def _read_pickle(path: Path):
         raise DatasetError(f"{path}: file not found")
     try:
         with open(path, "rb") as f:
-            return _PlanetoidUnpickler(f, encoding="latin1").load()
+            return load_restricted(f, _PLANETOID_GLOBALS, encoding="latin1")
     except Exception as e:  # truncated, not a pickle, unexpected type, ...
         raise DatasetError(f"{path}: not a readable Planetoid pickle "
                            f"({type(e).__name__}: {one_line(e)})") from None
@@ -72,11 +56,10 @@ def _read_index(path: Path) -> np.ndarray:
             text = line.strip()
             if not text:
                 continue
-            try:
-                ids.append(int(text))
-            except ValueError:
+            if not _ID.fullmatch(text):  # int() would also take "1_0" and non-ASCII digits
                 raise DatasetError(f"{path}: line {lineno}: expected one integer node id, "
-                                   f"got {text[:40]!r}") from None
+                                   f"got {text[:40]!r}")
+            ids.append(int(text))
     if not ids:
         raise DatasetError(f"{path}: no test node ids")
     return np.asarray(ids, dtype=np.int64)
@@ -84,11 +67,17 @@ def _read_index(path: Path) -> np.ndarray:
 
 def _dense(m, path: Path) -> np.ndarray:
     """Rows of a pickled sparse or dense matrix as a 2-D float32 array."""
+    if sp.issparse(m):
+        m = sparse_from_pickle(m, str(path))  # checked before scipy's kernels see it
+        check_alloc(4.0 * m.shape[0] * m.shape[1], str(path),
+                    f"a dense {m.shape[0]}x{m.shape[1]} float32 matrix")
     try:
         out = m.toarray() if sp.issparse(m) else np.asarray(m)
+        if out.dtype.kind not in "biuf":
+            raise TypeError(f"values of dtype {out.dtype}")
         out = out.astype(np.float32, copy=False)
-    except (TypeError, ValueError) as e:
-        raise DatasetError(f"{path}: expected a matrix ({one_line(e)})") from None
+    except (TypeError, ValueError, OverflowError) as e:
+        raise DatasetError(f"{path}: expected a numeric matrix ({one_line(e)[:200]})") from None
     if out.ndim != 2:
         raise DatasetError(f"{path}: expected a 2-D matrix, got shape {out.shape}")
     return out
@@ -172,6 +161,8 @@ def read_planetoid(directory: str | Path, name: str) -> Graph:
     if np.unique(test_idx).size != test_idx.size:
         raise DatasetError(f"{files['test.index']}: repeated node ids")
     n = int(test_idx.max()) + 1
+    # the largest test id fixes the node count: check it before allocating (N, F) arrays
+    check_graph_size(str(files["test.index"]), n, 0, x.shape[1] + y.shape[1])
 
     # Row k of tx/ty belongs to node test_idx[k]; ids in the range that are not listed (gaps)
     # keep zero features and an all-zero label row.
@@ -234,7 +225,7 @@ def _graph_edges(adjlist, path: Path) -> tuple[np.ndarray, np.ndarray]:
                              count=len(adjlist))
         dst = np.fromiter((int(u) for v in adjlist.values() for u in v), dtype=np.int64,
                           count=int(counts.sum()))
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:
         raise DatasetError(f"{path}: adjacency lists must hold integer node ids "
                            f"({one_line(e)})") from None
     return np.repeat(keys, counts), dst

@@ -13,11 +13,14 @@ features X and a random projection W, i.e. a linear function of exactly what one
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import scipy.sparse as sp
 
 from .graph import DatasetError, Graph, edges_to_csr
 from .synthetic import random_features, random_split, rng_for
+from .validate import check_graph_size
 
 RMAT_DEFAULTS: dict[str, float | int] = {
     "scale": 16, "edge_factor": 16, "features": 128, "classes": 8,
@@ -25,6 +28,8 @@ RMAT_DEFAULTS: dict[str, float | int] = {
 }
 _INT_KEYS = ("scale", "edge_factor", "features", "classes", "seed")
 _FLOAT_KEYS = ("a", "b", "c")
+_INT = re.compile(r"[+-]?[0-9]{1,19}")
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]{1,3})?")
 MAX_SCALE = 30  # node ids stay in int32; 2**30 nodes is far beyond a single machine's memory anyway
 
 _EDGES, _PERMUTE, _PROJECTION = 11, 12, 13  # random streams (see synthetic.rng_for)
@@ -73,6 +78,8 @@ def rmat_graph(scale: int = 16, edge_factor: int = 16, features: int = 128, clas
     _check_params(dict(scale=scale, edge_factor=edge_factor, features=features, classes=classes,
                        seed=seed, a=a, b=b, c=c))
     n = 1 << scale
+    # edges are drawn as int64 pairs (16 bytes each, both directions) before the CSR is built
+    check_graph_size(f"rmat scale={scale}", n, 2 * edge_factor * n, features)
     src, dst = rmat_edges(scale, edge_factor, seed, a, b, c)
     adj = edges_to_csr(src, dst, n, symmetrize=True)
     del src, dst
@@ -108,6 +115,9 @@ def parse_rmat_params(text: str, seed: int = 0) -> dict[str, float | int]:
             raise DatasetError(f"rmat:{text}: unknown parameter {key!r} "
                                f"(keys: {', '.join(_INT_KEYS + _FLOAT_KEYS)})")
         try:
+            # ASCII only: int() and float() also take "1_0", "２０", "nan" and "inf"
+            if not (_INT if key in _INT_KEYS else _FLOAT).fullmatch(value.strip()):
+                raise ValueError(value)
             params[key] = int(value) if key in _INT_KEYS else float(value)
         except ValueError:
             kind = "an integer" if key in _INT_KEYS else "a number"

@@ -11,6 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .graph import Graph
+from .validate import check_graph_size
 
 DEFAULT_FEATURES = 128
 DEFAULT_CLASSES = 4
@@ -85,6 +86,10 @@ def complete_graph(name: str, adj: sp.csr_matrix, *, features: np.ndarray | None
     """
     notes = list(notes or [])
     n = adj.shape[0]
+    # the stand-ins are N x DEFAULT_FEATURES floats: refuse a graph that cannot hold them
+    check_graph_size(source or name, n, adj.nnz,
+                     DEFAULT_FEATURES if features is None else
+                     (np.shape(features)[1] if np.ndim(features) == 2 else 0))
     if features is None:
         features = random_features(n, DEFAULT_FEATURES, seed)
         notes.append(f"features are seeded random N(0,1), {DEFAULT_FEATURES} dims (seed {seed})")

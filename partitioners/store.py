@@ -32,8 +32,9 @@ import scipy.sparse as sp
 
 from plexus.core.atomic import fsync_dir
 from plexus.core.grid import GridError, GridShape
-from plexus.core.layout import layer_plans, pad_to
+from plexus.core.layout import layer_plans, pad_to, padding
 from plexus.datasets.graph import Graph, normalize
+from plexus.datasets.validate import csr_from_parts, read_npz_member
 
 from .permutations import Permutation, make_permutation
 from .plan import MASKS, RankShard, block_key, col_order, padded_ids, row_order, shard_graph
@@ -46,6 +47,8 @@ MANIFEST = "manifest.json"
 WRITE_CHUNK_NNZ = 1 << 24
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed: zip entries otherwise carry the wall clock
 _HASH_BUF = 1 << 20
+#: A manifest is a few hundred bytes per rank; anything far larger is not one
+MAX_MANIFEST_BYTES = 64 << 20
 
 
 class ShardStoreError(ValueError):
@@ -100,9 +103,12 @@ def _normalize_orders(num_layers: int, orders: Sequence[str] | str) -> tuple[str
 def is_store(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a directory holding a shard-store manifest."""
     try:
-        with open(Path(path) / MANIFEST, encoding="utf-8") as f:
+        manifest = Path(path) / MANIFEST
+        if not manifest.is_file() or manifest.stat().st_size > MAX_MANIFEST_BYTES:
+            return False
+        with open(manifest, encoding="utf-8") as f:
             return json.load(f).get("format") == FORMAT
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return False
 
 
@@ -350,12 +356,18 @@ def read_manifest(store_dir: str | os.PathLike) -> dict:
     """The manifest of a store; `ShardStoreError` when it is missing or not a store's."""
     path = Path(store_dir) / MANIFEST
     try:
+        if not path.is_file():
+            raise FileNotFoundError(path)
+        if path.stat().st_size > MAX_MANIFEST_BYTES:
+            raise ShardStoreError(f"{path}: {path.stat().st_size} bytes, more than a manifest "
+                                  f"has ({MAX_MANIFEST_BYTES}); the store is damaged")
         with open(path, encoding="utf-8") as f:
             manifest = json.load(f)
     except FileNotFoundError:
         raise ShardStoreError(f"{path}: missing; {store_dir} is not a shard store") from None
-    except (OSError, ValueError) as e:
-        raise ShardStoreError(f"{path}: unreadable manifest ({e})") from None
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: absurdly nested JSON
+        raise ShardStoreError(f"{path}: unreadable manifest ({type(e).__name__}: "
+                              f"{' '.join(str(e).split())[:200]})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ShardStoreError(f"{path}: not a {FORMAT} manifest")
     if manifest.get("version") != VERSION:
@@ -372,17 +384,34 @@ _MANIFEST_FIELDS = {"grid": dict, "num_layers": int, "orders": list, "permutatio
                     "block_keys": list, "ranks": list}
 
 
+def _is_count(value: object) -> bool:
+    """A non-negative JSON integer (``true`` is not one, although Python's bool is an int)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _check_manifest_fields(manifest: dict, path: Path) -> None:
     """`ShardStoreError` naming the first missing or mistyped field of a manifest."""
+    def bad(what: str) -> ShardStoreError:
+        return ShardStoreError(f"{path}: {what}; the manifest is damaged, re-run "
+                               "plexus-partition")
+
     for key, kind in _MANIFEST_FIELDS.items():
-        if not isinstance(manifest.get(key), kind):
-            raise ShardStoreError(f"{path}: field {key!r} missing or not a {kind.__name__}; the "
-                                  "manifest is damaged, re-run plexus-partition")
+        value = manifest.get(key)
+        if not isinstance(value, kind) or (kind is int and not _is_count(value)):
+            raise bad(f"field {key!r} missing or not a {'non-negative ' if kind is int else ''}"
+                      f"{kind.__name__}")
     grid, perm = manifest["grid"], manifest["permutation"]
-    if not all(isinstance(grid.get(a), int) and grid[a] >= 1 for a in ("x", "y", "z")) \
-            or not isinstance(perm.get("kind"), str):
-        raise ShardStoreError(f"{path}: bad grid or permutation; the manifest is damaged, "
-                              "re-run plexus-partition")
+    if not all(_is_count(grid.get(a)) and grid[a] >= 1 for a in ("x", "y", "z")) \
+            or not isinstance(perm.get("kind"), str) or not _is_count(perm.get("seed")):
+        raise bad("bad grid or permutation")
+    if not all(isinstance(o, str) for o in manifest["orders"] + manifest["block_keys"]):
+        raise bad("orders and block_keys must be lists of strings")
+    for entry in manifest["ranks"]:
+        coords = entry.get("coords") if isinstance(entry, dict) else None
+        if not (isinstance(coords, dict) and all(_is_count(coords.get(a)) for a in "xyz")
+                and isinstance(entry.get("file"), str) and _is_count(entry.get("size"))
+                and isinstance(entry.get("sha256"), str)):
+            raise bad("a 'ranks' entry lacks coords {x, y, z}, file, size or sha256")
 
 
 def _check_request(manifest: dict, path: Path, shape: Mapping[str, int], coords: dict[str, int],
@@ -418,9 +447,16 @@ def _check_request(manifest: dict, path: Path, shape: Mapping[str, int], coords:
 def _load_members(path: Path) -> dict[str, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as npz:
-            return {name: npz[name] for name in npz.files}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
-        raise ShardStoreError(f"{path}: not a readable shard file ({e})") from None
+            if not isinstance(npz, np.lib.npyio.NpzFile):
+                raise ValueError("not an .npz archive")
+            return {name: read_npz_member(npz, name, str(path), ShardStoreError)
+                    for name in npz.files}
+    except ShardStoreError:
+        raise
+    except Exception as e:  # noqa: BLE001 - zipfile also raises NotImplementedError, RuntimeError,
+        # zlib.error for unsupported or corrupt archives
+        raise ShardStoreError(f"{path}: not a readable shard file ({type(e).__name__}: "
+                              f"{' '.join(str(e).split())[:200]})") from None
 
 
 def read_shard(store_dir: str | os.PathLike, shape: Mapping[str, int], coords: dict[str, int],
@@ -445,30 +481,33 @@ def read_shard(store_dir: str | os.PathLike, shape: Mapping[str, int], coords: d
         size = path.stat().st_size
     except FileNotFoundError:
         raise ShardStoreError(f"{path}: shard file missing") from None
-    if size != entry.get("size"):
-        what = "truncated" if size < entry.get("size", 0) else "wrong size"
+    if size != entry["size"]:
+        what = "truncated" if size < entry["size"] else "wrong size"
         raise ShardStoreError(f"{path}: {what}: {size} bytes, manifest says {entry.get('size')}")
     if verify and file_sha256(path) != entry.get("sha256"):
         raise ShardStoreError(f"{path}: sha256 mismatch with the manifest; the file is corrupt")
     members = _load_members(path)
-    return _shard_from_members(path, members, manifest)
+    shard = _shard_from_members(path, members, manifest)
+    _check_shard(shard, path, manifest, {a: int(coords[a]) for a in "xyz"})
+    return shard
 
 
 def _shard_from_members(path: Path, m: dict[str, np.ndarray], manifest: dict) -> RankShard:
     try:
         header = json.loads(m["header"].tobytes().decode("utf-8"))
-        if header.get("format") != FORMAT or header["shape"] != manifest["grid"]:
+        if not isinstance(header, dict) or header.get("format") != FORMAT \
+                or header["shape"] != manifest["grid"]:
             raise ShardStoreError(f"{path}: header does not match the manifest")
         blocks = {}
         for i, key in enumerate(header["block_keys"]):
             rows, cols = header["block_shapes"][key]
-            indptr, indices = m[f"block{i}.indptr"], m[f"block{i}.indices"]
-            data = m[f"block{i}.data"]
-            if (len(indptr) != rows + 1 or len(indices) != len(data) or indptr[-1] != len(data)
-                    or (len(indices) and (indices.min() < 0 or indices.max() >= cols))):
-                raise ShardStoreError(f"{path}: block {key} is not a valid {rows}x{cols} CSR")
-            blocks[key] = sp.csr_matrix((data, indices, indptr), shape=(rows, cols))
+            blocks[key] = csr_from_parts(m[f"block{i}.data"], m[f"block{i}.indices"],
+                                         m[f"block{i}.indptr"], [rows, cols], str(path),
+                                         f"block {key}", ShardStoreError)
         num_layers = header["num_layers"]
+        if not _is_count(num_layers) or num_layers != manifest["num_layers"]:
+            raise ShardStoreError(f"{path}: header says {num_layers!r:.100} layers, the manifest "
+                                  f"{manifest['num_layers']}")
         return RankShard(
             shape=GridShape.of(header["shape"]), coords=header["coords"], num_layers=num_layers,
             orders=tuple(header["orders"]), perm=header["perm"], seed=header["seed"],
@@ -480,7 +519,76 @@ def _shard_from_members(path: Path, m: dict[str, np.ndarray], manifest: dict) ->
             output_ids=m["output_ids"], labels=m["labels"],
             masks={name: m[f"mask.{name}"] for name in MASKS},
             mask_counts=header["mask_counts"], meta=header["meta"])
-    except (KeyError, TypeError, ValueError) as e:  # GridError is a ValueError
-        if isinstance(e, ShardStoreError):
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as e:
+        if isinstance(e, ShardStoreError):  # GridError, DatasetError are ValueErrors too
             raise
-        raise ShardStoreError(f"{path}: malformed shard file ({type(e).__name__}: {e})") from None
+        raise ShardStoreError(f"{path}: malformed shard file ({type(e).__name__}: "
+                              f"{' '.join(str(e).split())[:200]})") from None
+
+
+def _vector(arr: object, length: int, kinds: str) -> bool:
+    return (isinstance(arr, np.ndarray) and arr.shape == (length,)
+            and arr.dtype.kind in kinds)
+
+
+def _check_shard(s: RankShard, path: Path, manifest: dict, coords: dict[str, int]) -> None:
+    """Every field of a shard read from ``path`` against the manifest and the grid's layout.
+
+    The sha256 in the manifest only proves that a file is the one the manifest names; these
+    checks catch a file that is another rank's (files swapped along with their manifest
+    entries) or whose content does not fit the configuration, before the engine indexes it.
+    """
+    def bad(what: str) -> ShardStoreError:
+        return ShardStoreError(f"{path}: {what}; the store is damaged or its files were "
+                               "swapped, re-run plexus-partition")
+
+    if not isinstance(s.coords, dict) or {a: s.coords.get(a) for a in "xyz"} != coords:
+        raise bad(f"holds the shard of rank {s.coords!r:.100}, not of rank {coords}")
+    same = {"num_nodes": manifest["num_nodes"], "nodes_padded": manifest["nodes_padded"],
+            "num_features": manifest["num_features"], "num_classes": manifest["num_classes"],
+            "seed": manifest["permutation"]["seed"], "perm": manifest["permutation"]["kind"],
+            "name": manifest["dataset"], "orders": tuple(manifest["orders"])}
+    for name, want in same.items():
+        have = getattr(s, name)
+        if have != want or type(have) is not type(want):
+            raise bad(f"{name} is {have!r:.100}, the manifest says {want!r:.100}")
+    shape, n, npad = s.shape, s.num_nodes, s.nodes_padded
+    try:
+        plans = layer_plans(s.num_layers, list(s.orders))
+        widths = [s.num_features] + [1] * (s.num_layers - 1) + [s.num_classes]
+        fpad = padding(shape, plans, n, widths).widths_padded[0]
+    except (ValueError, KeyError, TypeError) as e:
+        raise bad(f"unusable layer orders ({e})") from None
+    if npad != pad_to(n, shape.world_size) or s.features_padded != fpad:
+        raise bad(f"padded sizes {npad}, {s.features_padded} do not fit the grid")
+    expect_blocks = {}
+    for plan in (p for p in plans if not p.dense):
+        expect_blocks.setdefault(block_key(plan),
+                                 (npad // shape[plan.a_rows], npad // shape[plan.a_cols]))
+    if {k: b.shape for k, b in s.blocks.items()} != expect_blocks:
+        raise bad("its adjacency blocks do not have the grid's block shapes")
+    for key, blk in s.blocks.items():
+        if blk.dtype != np.float32 or not np.isfinite(blk.data).all():
+            raise bad(f"block {key} is not finite float32")
+    for layer, (plan, ids) in enumerate(zip(plans, s.input_ids)):
+        if not _vector(ids, npad // shape[plan.in_rows], "iu") or \
+                (ids.size and (ids.min() < -1 or ids.max() >= n)):
+            raise bad(f"input_ids.{layer} do not fit the grid and {n} nodes")
+    rows = len(s.input_ids[0]) // shape[plans[0].depth]
+    if not (isinstance(s.features, np.ndarray) and s.features.dtype == np.float32
+            and s.features.shape == (rows, fpad // shape[plans[0].in_cols])
+            and np.isfinite(s.features).all()):
+        raise bad("its features are not a finite float32 block of the grid's shape")
+    out = npad // shape[plans[-1].out_rows]
+    if not _vector(s.output_ids, out, "iu") or \
+            (out and (s.output_ids.min() < -1 or s.output_ids.max() >= n)):
+        raise bad(f"output_ids do not fit the grid and {n} nodes")
+    if not _vector(s.labels, out, "i") or \
+            (out and (s.labels.min() < -1 or s.labels.max() >= s.num_classes)):
+        raise bad(f"labels are not {out} ids in [-1, {s.num_classes - 1}]")
+    if not all(_vector(s.masks[k], out, "b") for k in MASKS):
+        raise bad(f"masks are not {out} booleans each")
+    if not (isinstance(s.mask_counts, dict) and set(s.mask_counts) == set(MASKS)
+            and all(_is_count(v) and v <= n for v in s.mask_counts.values())
+            and isinstance(s.meta, dict)):
+        raise bad("mask counts or meta are malformed")

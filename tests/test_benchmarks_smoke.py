@@ -146,3 +146,10 @@ def test_work_efficiency_smoke(tmp_path: Path) -> None:
         total = float(r["sum_spmm_s"]) + float(r["sum_gemm_s"])
         base = float(r["base_spmm_s"]) + float(r["base_gemm_s"])
         assert float(r["work_efficiency"]) == pytest.approx(total / base, rel=1e-4)
+
+
+def test_fuzz_inputs_smoke(tmp_path: Path) -> None:
+    out = run_script("fuzz_inputs.py", tmp_path, "--kinds", "npz,planetoid")
+    assert "unacceptable outcomes: 0" in out
+    doc = json.loads((tmp_path / "fuzz_inputs.json").read_text())
+    assert sum(doc["counts"]["npz"].values()) == 5 and doc["bad"] == []

@@ -497,6 +497,11 @@ def test_edgelist_bad_inputs(tmp_path):
     with pytest.raises(DatasetError) as e:
         load_dataset(f"edgelist:{p}")
     assert_one_line(e, str(p), "no edges")
+    for line in ("１ 2", "1_0 2"):  # int() takes these; a node id is ASCII digits
+        p.write_text(f"0 1\n{line}\n")
+        with pytest.raises(DatasetError) as e:
+            load_dataset(f"edgelist:{p}")
+        assert_one_line(e, str(p), "line 2", "integers")
 
 
 # ---------------------------------------------------------------------------------------- R-MAT
@@ -543,6 +548,9 @@ def test_rmat_defaults_and_seed_argument():
     ("scale", ["'scale' is not key=value"]),
     ("a=0.9,b=0.2", ["a+b+c <= 1"]),
     ("a=x", ["a must be a number"]),
+    ("a=nan", ["a must be a number"]),
+    ("scale=１２", ["scale must be an integer"]),
+    ("scale=1_2", ["scale must be an integer"]),
 ])
 def test_rmat_bad_parameters(params, words):
     with pytest.raises(DatasetError) as e:
@@ -602,3 +610,181 @@ def test_synthetic_labels_and_split():
     tr, va, te = random_split(np.array([0, 1, -1] * 10), seed=0)
     assert not (tr & va).any() and not (va & te).any() and not (tr & te).any()
     assert (tr | va | te).sum() == 20 and not (tr | va | te)[2::3].any()
+
+
+# ------------------------------------------------------------------ hostile and damaged inputs
+
+class _Payload:
+    """Unpickles to a call that creates a marker file (what a crafted cache would do)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.path}",))
+
+
+@pytest.fixture
+def little_memory(monkeypatch):
+    """8 GiB available, whatever this machine has: the size checks are then deterministic."""
+    from plexus.datasets import validate
+
+    monkeypatch.setattr(validate, "available_bytes", lambda: 8.0 * 2**30)
+
+
+@pytest.mark.parametrize("cache", ["processed/data_processed", "split/time/split_dict.pt"])
+def test_ogb_crafted_cache_never_runs_code(tmp_path, no_stdin_prompt, cache):
+    import torch
+
+    d = _write_ogb_csv(tmp_path, "ogbn-arxiv", "time", "node_year")
+    load_dataset("ogbn-arxiv", root=str(tmp_path))  # writes ogb's processed cache
+    marker = tmp_path / "PAYLOAD-RAN"
+    (d / cache).parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"graph": _Payload(marker), "labels": None, "train": _Payload(marker)}, d / cache)
+    with pytest.raises(DatasetError) as e:
+        load_dataset("ogbn-arxiv", root=str(tmp_path))
+    assert not marker.exists()
+    assert_one_line(e, str(d / cache), "posix.system refused", "delete it")
+
+
+def test_ogb_malformed_caches_are_one_line_errors(tmp_path, no_stdin_prompt):
+    import torch
+
+    d = _write_ogb_csv(tmp_path, "ogbn-arxiv", "time", "node_year")
+    (d / "processed").mkdir()
+    good = {"edge_index": np.array(OGB_EDGES).T, "edge_feat": None, "num_nodes": 6,
+            "node_feat": np.ones((6, 3), np.float32)}
+    cases = [({**good, "num_nodes": "6"}, "num_nodes"), ({**good, "num_nodes": True}, "num_nodes"),
+             ({**good, "edge_index": np.array([[0, 9], [1, 2]])}, "outside [0, 5]"),
+             ({**good, "edge_index": np.array([[0.5, 1], [1, 2]])}, "edge_index"),
+             ({**good, "edge_index": [[0, 1], [1, 2]]}, "edge_index"),
+             ({**good, "num_nodes": 10**12}, "10^12"), ([1, 2], "not a dict"),
+             ({**good, "node_feat": np.array(["a"] * 6)}, "node_feat")]
+    for graph, needle in cases:
+        torch.save({"graph": graph, "labels": np.zeros((6, 1))}, d / "processed/data_processed")
+        with pytest.raises(DatasetError) as e:
+            load_dataset("ogbn-arxiv", root=str(tmp_path))
+        assert_one_line(e, str(d))
+        assert needle.replace("10^12", str(10**12)) in str(e.value), (needle, str(e.value))
+    torch.save({"graph": good, "labels": np.zeros((6, 1))}, d / "processed/data_processed")
+    torch.save({"train": np.array([0]), "valid": "1", "test": np.array([2])},
+               d / "split/time/split_dict.pt")
+    with pytest.raises(DatasetError) as e:
+        load_dataset("ogbn-arxiv", root=str(tmp_path))
+    assert_one_line(e, "split 'valid'")
+    torch.save(torch.ones(3), d / "split/time/split_dict.pt")  # a tensor: not what ogb writes
+    with pytest.raises(DatasetError) as e:
+        load_dataset("ogbn-arxiv", root=str(tmp_path))
+    assert_one_line(e, "split_dict.pt", "refused")
+
+
+@pytest.mark.parametrize("key, change, needle", [
+    ("adj_indptr", lambda a: a.__setitem__(2, 10**6), "indptr"),  # issue 16: a segfault
+    ("adj_indptr", lambda a: a.__setitem__(3, 0), "indptr decreases"),
+    ("adj_indices", lambda a: a.__setitem__(0, 4), "column indices range over"),
+    ("adj_indices", lambda a: a.__setitem__(0, -1), "column indices range over"),
+    ("adj_indptr", lambda a: a.__setitem__(-1, 99), "indptr runs from 0 to 99"),
+])
+def test_npz_inconsistent_csr_is_refused_before_scipy(tmp_path, key, change, needle):
+    p = tmp_path / "g.npz"
+    adj = sp.csr_matrix(np.array([[0, 1, 0, 0], [1, 0, 1, 0], [0, 1, 0, 1], [0, 0, 1, 0]],
+                                 dtype=np.float32))
+    parts = dict(adj_data=adj.data, adj_indices=adj.indices, adj_indptr=adj.indptr,
+                 adj_shape=np.array(adj.shape))
+    parts[key] = parts[key].astype(np.int64)
+    change(parts[key])
+    np.savez(p, **parts)
+    with pytest.raises(DatasetError) as e:
+        load_dataset(f"npz:{p}")
+    assert_one_line(e, str(p), "adj_*", needle)
+
+
+def test_declared_sizes_are_checked_before_allocating(tmp_path, little_memory):
+    p = tmp_path / "g.npz"
+    attr = sp.csr_matrix(np.ones((4, 2), np.float32))
+    _npz_graph(p, attr_data=attr.data, attr_indices=attr.indices, attr_indptr=attr.indptr,
+               attr_shape=np.array([4, 2**33]))
+    with pytest.raises(DatasetError) as e:  # 4 x 2^33 float32 = 128 GiB
+        load_dataset(f"npz:{p}")
+    assert_one_line(e, str(p), "128.0 GiB", "8.0 GiB")
+    _npz_graph(p, attr_data=attr.data, attr_indices=attr.indices, attr_indptr=attr.indptr,
+               attr_shape=np.array([3, 2**33]))  # the issue's case: 3 rows, not 4
+    with pytest.raises(DatasetError) as e:
+        load_dataset(f"npz:{p}")
+    assert_one_line(e, str(p), "indptr has 5 entries, expected rows + 1 = 4")
+    # a .npy member whose header claims more than it holds is refused before np.load allocates
+    np.savez(p, adj_data=np.ones(1), adj_indices=np.zeros(1, np.int32),
+             adj_indptr=np.array([0, 1]), adj_shape=np.array([1, 1]))
+    raw = p.read_bytes().replace(b"'shape': (1,)", b"'shape': (9999999999,)", 1)
+    p.write_bytes(raw)
+    with pytest.raises(DatasetError) as e:
+        load_dataset(f"npz:{p}")
+    assert_one_line(e, str(p), "cannot read key")
+
+    for n in (10**8, 10**10, 10**12):
+        m = tmp_path / f"n{n}.mtx"
+        m.write_text(f"%%MatrixMarket matrix coordinate pattern general\n{n} {n} 1\n1 2\n")
+        with pytest.raises(DatasetError) as e:
+            load_dataset(f"mtx:{m}")
+        assert_one_line(e, str(m), str(n))
+    m.write_text("%%MatrixMarket matrix coordinate pattern general\n5 5 100000000000\n1 2\n")
+    with pytest.raises(DatasetError) as e:
+        load_dataset(f"mtx:{m}")
+    assert_one_line(e, str(m), "100000000000 entries", "GiB")
+
+    d = tmp_path / "p"
+    _write_planetoid(d, "toy", [5, 4], n_allx=4, n_train=2)
+    (d / "ind.toy.test.index").write_text("9999999999\n4\n")
+    with pytest.raises(DatasetError) as e:
+        load_dataset(f"planetoid:{d}")
+    assert_one_line(e, "ind.toy.test.index", "10000000000 nodes")
+
+
+def test_mtx_body_with_stray_bytes_is_an_error_not_a_segfault(tmp_path):
+    # scipy.io.mmread (fast_matrix_market) segfaulted on exactly this line
+    p = tmp_path / "g.mtx"
+    p.write_bytes(b"%%MatrixMarket matrix coordinate real general\n% fuzz\n8 8 3\n1 2 1.0\n"
+                  b"2 3 1.\xff\x80\xff\xff\x80\x00\x80.0\n4 5 1.0\n")
+    with pytest.raises(DatasetError) as e:
+        load_dataset(f"mtx:{p}")
+    assert_one_line(e, str(p), "Matrix Market")
+
+
+def test_planetoid_sparse_matrices_of_the_wrong_kind_or_shape(tmp_path, little_memory):
+    d = tmp_path / "p"
+    bad_ptr = sp.csr_matrix(np.ones((4, 4), np.float32))
+    bad_ptr.indptr = np.array([0, 10**6, 8, 12, 16], dtype=np.int32)
+    float_idx = sp.csr_matrix(np.ones((4, 4), np.float32))
+    float_idx.indices = float_idx.indices.astype(np.float64)
+    lie = sp.csr_matrix(np.ones((4, 4), np.float32))
+    lie._shape = (4, 2**40)
+    for obj, needle in ((bad_ptr, "indptr"), (float_idx, "1-D integer array"),
+                        (sp.lil_matrix(np.ones((4, 4))), "lil_matrix"),
+                        (lie, "GiB"), (np.array(["a", "b"]), "numeric"),
+                        ({"a": 1}, "numeric")):
+        _write_planetoid(d, "toy", [5, 4], n_allx=4, n_train=2)
+        with open(d / "ind.toy.allx", "wb") as f:
+            pickle.dump(obj, f, protocol=2)
+        with pytest.raises(DatasetError) as e:
+            load_dataset(f"planetoid:{d}")
+        assert_one_line(e, "ind.toy.allx", needle)
+    # csc and coo are converted (and checked) like csr
+    _write_planetoid(d, "toy", [5, 4], n_allx=4, n_train=2)
+    with open(d / "ind.toy.allx", "rb") as f:
+        allx = pickle.load(f)
+    for other in (allx.tocsc(), allx.tocoo()):
+        with open(d / "ind.toy.allx", "wb") as f:
+            pickle.dump(other, f, protocol=2)
+        assert load_dataset(f"planetoid:{d}").num_nodes == 6
+
+
+def test_planetoid_test_index_takes_ascii_integers_only(tmp_path):
+    d = tmp_path / "p"
+    for text in ("５\n4\n", "1_0\n4\n", "99999999999999999999\n4\n"):
+        _write_planetoid(d, "toy", [5, 4], n_allx=4, n_train=2)
+        (d / "ind.toy.test.index").write_text(text)
+        with pytest.raises(DatasetError) as e:
+            load_dataset(f"planetoid:{d}")
+        assert_one_line(e, "ind.toy.test.index", "line 1")

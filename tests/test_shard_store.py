@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -195,6 +196,76 @@ def test_corrupt_manifest_and_non_store_are_rejected(written, tmp_path):
     (bad / store.MANIFEST).write_text(json.dumps(m))
     with pytest.raises(ShardStoreError, match="bad grid or permutation"):
         read_rank0(bad)
+
+
+def _rehash(path: Path) -> None:
+    """Make the manifest agree with the files as they are now (a forged, consistent store)."""
+    m = json.loads((path / store.MANIFEST).read_text())
+    for entry in m["ranks"]:
+        f = path / entry["file"]
+        entry["size"], entry["sha256"] = f.stat().st_size, store.file_sha256(f)
+    (path / store.MANIFEST).write_text(json.dumps(m))
+
+
+def test_swapped_files_with_a_consistent_manifest_are_rejected(written, tmp_path):
+    bad = copy_store(written, tmp_path / "swap")
+    a, b = rank0_file(bad), bad / store.rank_file_name({"x": 1, "y": 0, "z": 0})
+    a_bytes = a.read_bytes()
+    a.write_bytes(b.read_bytes())
+    b.write_bytes(a_bytes)
+    _rehash(bad)  # sizes and sha256 now match the swapped files
+    with pytest.raises(ShardStoreError, match=r"holds the shard of rank .*'x': 1.*, not of rank"):
+        read_rank0(bad)
+
+
+def test_manifest_fields_of_the_wrong_type_or_nesting_are_rejected(written, tmp_path):
+    bad = copy_store(written, tmp_path / "types")
+    text = (bad / store.MANIFEST).read_text()
+    edits = [("num_layers", True), ("num_layers", -3), ("nnz", "12"), ("num_nodes", 1.5),
+             ("orders", ["agg", 7]), ("ranks", [["x"]]), ("ranks", [{"coords": [0, 0, 0]}])]
+    for key, value in edits:
+        m = json.loads(text)
+        m[key] = value
+        (bad / store.MANIFEST).write_text(json.dumps(m))
+        with pytest.raises(ShardStoreError, match="the manifest is damaged") as e:
+            read_rank0(bad)
+        assert "\n" not in str(e.value)
+    m = json.loads(text)
+    m["ranks"][0]["size"] = str(m["ranks"][0]["size"])
+    (bad / store.MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(ShardStoreError, match="lacks coords"):
+        read_rank0(bad)
+    deep = 100_000
+    (bad / store.MANIFEST).write_text('{"format": "plexus-shard-store", "version": 1, "x": '
+                                       + "[" * deep + "]" * deep + "}")
+    with pytest.raises(ShardStoreError, match="unreadable manifest"):
+        read_rank0(bad)
+
+
+def test_blocks_are_checked_by_the_datasets_csr_rule(written, tmp_path, monkeypatch):
+    """A block whose indptr decreases, re-hashed so that only the structure check can see it."""
+    import zipfile
+
+    bad = copy_store(written, tmp_path / "ptr")
+    f = rank0_file(bad)
+    with zipfile.ZipFile(f) as zf:
+        members = {i.filename: zf.read(i) for i in zf.infolist()}
+    with np.load(f) as z:
+        indptr = z["block0.indptr"].copy()
+    indptr[1] = indptr[-1] + 5  # out of range and then decreasing
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, indptr)
+    members["block0.indptr.npy"] = buf.getvalue()
+    with zipfile.ZipFile(f, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    _rehash(bad)
+    calls = []
+    real = store.csr_from_parts
+    monkeypatch.setattr(store, "csr_from_parts", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with pytest.raises(ShardStoreError, match="block .* indptr decreases"):
+        read_rank0(bad)
+    assert calls  # the one rule from plexus.datasets.validate
 
 
 def test_same_seed_gives_byte_identical_files(tmp_path, graph, adj_hat):

@@ -237,6 +237,8 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
     and the output paths before any worker starts.
     """
     check_numbers(a)
+    if a.dataset is not None and not a.dataset.strip():  # '' must not quietly mean cora
+        raise UsageError("--dataset is empty; give a spec such as cora, ogbn-arxiv or npz:PATH")
     if a.grid is None and not a.shards:
         raise UsageError("the following arguments are required: --grid")
     grid = None if a.grid is None or a.grid.strip().lower() == "auto" else _parse_grid(a.grid)

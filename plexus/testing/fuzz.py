@@ -1,0 +1,577 @@
+"""Seeded fuzzing of every input file kind Plexus reads: npz, Matrix Market, edge lists, Planetoid
+files, an OGB directory (raw CSVs and ogb's pickled caches) and a shard store.
+
+`make_cases` writes small valid inputs and, from a seed, mutated copies of them: bit flips,
+truncations, field and type edits, size lies, crafted pickles whose payload would create a
+marker file, store files swapped or altered along with their manifest. `run_cases` loads each
+case in a child process (a segfault must be seen, not suffered) exactly as the command lines do
+(`plexus.datasets.load_dataset`, `plexus.partitioners.read_shard`) and sorts the outcomes:
+
+- ``ok``: loaded (and, for a graph, GCN-normalized without trouble);
+- ``error``: a typed one-line error, what the command lines print as ``error:`` with exit 2;
+- ``traceback``: any other exception (a command line would print a traceback);
+- ``signal``: the process died (segfault, abort, OOM kill);
+- ``payload``: the marker file appeared (a pickle ran code).
+
+Only the first two are acceptable. ``tests/test_fuzz_inputs.py`` runs a bounded set in the test
+suite; ``benchmarks/fuzz_inputs.py`` a larger one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import os
+import pickle
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import zipfile
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import scipy.sparse as sp
+
+KINDS = ("npz", "mtx", "edgelist", "planetoid", "ogb", "store")
+GOOD = ("ok", "error")
+MARKER_NAME = "PAYLOAD-RAN"
+
+
+@dataclass
+class Case:
+    """One input to load: ``spec``/``root`` for `load_dataset`, or a store directory."""
+
+    kind: str
+    name: str
+    spec: str = ""
+    root: str | None = None
+    store: str | None = None
+    coords: tuple[int, int, int] = (0, 0, 0)
+    #: for testing the harness itself: "signal" kills the loading process, "payload" creates
+    #: the marker file, as a segfault or a crafted pickle would
+    selftest: str | None = None
+
+
+# ------------------------------------------------------------------------- mutations of bytes
+
+
+def flip_bits(data: bytes, rng: random.Random, count: int | None = None) -> bytes:
+    """``data`` with 1-4 (or ``count``) random bits flipped."""
+    out = bytearray(data)
+    for _ in range(count or rng.randint(1, 4)):
+        if out:
+            out[rng.randrange(len(out))] ^= 1 << rng.randrange(8)
+    return bytes(out)
+
+
+def truncate(data: bytes, rng: random.Random) -> bytes:
+    return data[:rng.randrange(max(1, len(data)))]
+
+
+def overwrite(data: bytes, rng: random.Random) -> bytes:
+    """A few bytes at a random place set to boundary values (0x00, 0xff, 0x7f, 0x80)."""
+    out = bytearray(data)
+    at = rng.randrange(max(1, len(out)))
+    for i in range(rng.randint(1, 8)):
+        if at + i < len(out):
+            out[at + i] = rng.choice((0x00, 0xFF, 0x7F, 0x80))
+    return bytes(out)
+
+
+def mutate_bytes(data: bytes, rng: random.Random) -> bytes:
+    return rng.choice((flip_bits, flip_bits, truncate, overwrite))(data, rng)
+
+
+def rezip(path: Path, rng: random.Random, member_filter: Callable[[str], bool] = lambda n: True
+          ) -> None:
+    """Mutate the bytes of one zip member and rewrite the archive with valid CRCs, so that the
+    damage reaches the reader instead of zipfile's checksum."""
+    with zipfile.ZipFile(path) as zf:
+        members = [(info, zf.read(info)) for info in zf.infolist()]
+    target = rng.choice([i for i, (info, _) in enumerate(members) if member_filter(info.filename)]
+                        or [0])
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
+        for i, (info, data) in enumerate(members):
+            zf.writestr(info.filename, mutate_bytes(data, rng) if i == target else data)
+
+
+# ----------------------------------------------------------------------------- valid inputs
+
+EDGES = [(0, 1), (1, 2), (2, 0), (3, 4), (4, 5), (5, 3), (0, 3), (1, 0), (6, 2), (7, 6)]
+N = 8
+
+
+def _gz_csv(path: Path, rows) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        for row in rows:
+            f.write(",".join(str(v) for v in np.atleast_1d(row)) + "\n")
+
+
+class _Payload:
+    """Unpickles to a call that creates ``path``: what a crafted cache would do."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+def write_npz(path: Path, **edit) -> None:
+    adj = sp.csr_matrix((np.ones(len(EDGES), np.float32), np.array(EDGES).T), shape=(N, N))
+    attr = sp.csr_matrix(np.arange(N * 3, dtype=np.float32).reshape(N, 3) % 4)
+    parts = dict(adj_data=adj.data, adj_indices=adj.indices, adj_indptr=adj.indptr,
+                 adj_shape=np.array(adj.shape), attr_data=attr.data, attr_indices=attr.indices,
+                 attr_indptr=attr.indptr, attr_shape=np.array(attr.shape),
+                 labels=np.arange(N) % 3, idx_train=np.array([0, 1]), idx_val=np.array([2]),
+                 idx_test=np.array([3, 4]))
+    for key, value in edit.items():
+        if value is None:
+            parts.pop(key, None)
+        else:
+            parts[key] = value
+    with open(path, "wb") as f:
+        np.savez(f, **parts)
+
+
+def write_mtx(path: Path) -> None:
+    lines = [f"{s + 1} {d + 1} 1.0" for s, d in EDGES]
+    path.write_text("%%MatrixMarket matrix coordinate real general\n% fuzz\n"
+                    f"{N} {N} {len(lines)}\n" + "\n".join(lines) + "\n")
+
+
+def write_edgelist(path: Path) -> None:
+    path.write_text("# fuzz\n" + "".join(f"{10 * s}\t{10 * d}\n" for s, d in EDGES))
+
+
+def write_planetoid(d: Path, name: str = "toy", objs: dict | None = None,
+                    test_index: str | None = None) -> None:
+    """Small ind.<name>.* files: 6 allx rows, test nodes 6 and 7."""
+    d.mkdir(parents=True, exist_ok=True)
+    feats = sp.csr_matrix(np.eye(N, 4, dtype=np.float32) + 0.5)
+    onehot = np.eye(3, dtype=np.int64)[np.arange(N) % 3]
+    base = {"x": feats[:2], "y": onehot[:2], "allx": feats[:6], "ally": onehot[:6],
+            "tx": feats[6:], "ty": onehot[6:],
+            "graph": {v: [u for s, u in EDGES if s == v] for v in range(N)}}
+    base.update(objs or {})
+    for key, obj in base.items():
+        with open(d / f"ind.{name}.{key}", "wb") as f:
+            pickle.dump(obj, f, protocol=2)
+    (d / f"ind.{name}.test.index").write_text("7\n6\n" if test_index is None else test_index)
+
+
+def write_ogb(root: Path, processed: bool = True) -> Path:
+    """ogbn-arxiv's raw layout for a tiny graph, plus ogb's caches (``processed``)."""
+    d = root / "ogbn_arxiv"
+    _gz_csv(d / "raw/edge.csv.gz", EDGES)
+    _gz_csv(d / "raw/num-node-list.csv.gz", [N])
+    _gz_csv(d / "raw/num-edge-list.csv.gz", [len(EDGES)])
+    _gz_csv(d / "raw/node-feat.csv.gz", np.arange(N * 3).reshape(N, 3) * 0.5)
+    _gz_csv(d / "raw/node-label.csv.gz", [[i % 3] for i in range(N)])
+    _gz_csv(d / "raw/node_year.csv.gz", [[2000 + i] for i in range(N)])
+    for part, ids in (("train", [0, 1, 2]), ("valid", [3]), ("test", [4, 5])):
+        _gz_csv(d / f"split/time/{part}.csv.gz", ids)
+    (d / "RELEASE_v1.txt").touch()
+    if processed:
+        import torch
+
+        graph = {"edge_index": np.array(EDGES, dtype=np.int64).T, "edge_feat": None,
+                 "node_feat": (np.arange(N * 3).reshape(N, 3) * 0.5).astype(np.float32),
+                 "num_nodes": N, "node_year": np.arange(N)[:, None] + 2000}
+        (d / "processed").mkdir(exist_ok=True)
+        torch.save({"graph": graph, "labels": (np.arange(N) % 3)[:, None]},
+                   d / "processed/data_processed", pickle_protocol=4)
+        torch.save({"train": np.array([0, 1, 2]), "valid": np.array([3]),
+                    "test": np.array([4, 5])}, d / "split/time/split_dict.pt")
+    return d
+
+
+def write_store(out: Path, grid=(2, 1, 1)) -> None:
+    from plexus.datasets import load_dataset
+    from plexus.partitioners import write_store as _write
+
+    graph = load_dataset("rmat:scale=6,edge_factor=4,features=4,classes=3,seed=1")
+    _write(graph, out, grid, 2, "agg", "double", 0)
+
+
+def rehash(store: Path) -> None:
+    """Make the manifest agree with the files' current sizes and sha256 (a forged store)."""
+    from plexus.partitioners.store import file_sha256
+
+    manifest = json.loads((store / "manifest.json").read_text())
+    for entry in manifest["ranks"]:
+        f = store / entry["file"]
+        if f.is_file():
+            entry["size"], entry["sha256"] = f.stat().st_size, file_sha256(f)
+    (store / "manifest.json").write_text(json.dumps(manifest))
+
+
+# ----------------------------------------------------------------------------- mutated cases
+
+_ODD_VALUES = (None, True, -1, 0, 2**63, 1e308, "12", "", [], {}, [[1]], {"x": 1}, 3.5)
+_BIG = (2**31, 2**33, 10**8, 10**10, 10**12, 2**62)
+
+
+def _npz_case(d: Path, rng: random.Random, marker: Path) -> None:
+    p = d / "g.npz"
+    keys = ["adj_data", "adj_indices", "adj_indptr", "adj_shape", "attr_data", "attr_indices",
+            "attr_indptr", "attr_shape", "labels", "idx_train", "idx_val", "idx_test"]
+    how = rng.choice(("value", "dtype", "shape", "drop", "lie", "rezip", "bytes"))
+    key = rng.choice(keys)
+    write_npz(p)
+    with np.load(p) as z:
+        arr = z[key].copy()
+    if how == "value" and arr.size:
+        arr = arr.astype(np.int64) if arr.dtype.kind != "f" else arr
+        arr.flat[rng.randrange(arr.size)] = rng.choice((-1, 10**6, 2**31, -(2**40), N, 0))
+        write_npz(p, **{key: arr})
+    elif how == "dtype":
+        write_npz(p, **{key: arr.astype(rng.choice((np.float64, np.int8, np.uint64, np.bool_,
+                                                    np.complex64, "U3")))})
+    elif how == "shape":
+        write_npz(p, **{key: rng.choice((arr.reshape(1, -1), np.zeros(0, arr.dtype),
+                                         np.concatenate([arr, arr]), arr[:-1]))})
+    elif how == "drop":
+        write_npz(p, **{key: None})
+    elif how == "lie":
+        k = rng.choice(("adj_shape", "attr_shape"))
+        write_npz(p, **{k: np.array(rng.choice(([3, 2**33], [2**40, 2**40], [N, 2**40],
+                                                [10**12, 10**12], [-1, N], [N, N, N])))})
+    elif how == "rezip":
+        rezip(p, rng)
+    else:
+        p.write_bytes(mutate_bytes(p.read_bytes(), rng))
+
+
+def _mtx_case(d: Path, rng: random.Random, marker: Path) -> None:
+    p = d / "g.mtx"
+    write_mtx(p)
+    lines = p.read_text().splitlines()
+    how = rng.choice(("header", "entry", "banner", "bytes"))
+    if how == "header":
+        sizes = [str(rng.choice((N, *_BIG, -3, 0))) for _ in range(3)]
+        lines[2] = " ".join(sizes)
+    elif how == "entry":
+        i = rng.randrange(3, len(lines))
+        lines[i] = rng.choice(("0 1 1.0", f"{N + 1} 1 1.0", "-5 2 1", "1 2", "a b c",
+                               "1 2 nan", "99999999999999999999 1 1", "１ 2 1.0"))
+    elif how == "banner":
+        lines[0] = rng.choice(("%%MatrixMarket matrix array real general",
+                               "%%MatrixMarket matrix coordinate complex hermitian",
+                               "%%MatrixMarket matrix coordinate pattern skew-symmetric",
+                               "%%MatrixMarket vector coordinate real general", "%%junk"))
+    p.write_text("\n".join(lines) + "\n")
+    if how == "bytes":
+        p.write_bytes(mutate_bytes(p.read_bytes(), rng))
+
+
+def _edgelist_case(d: Path, rng: random.Random, marker: Path) -> None:
+    p = d / "g.txt"
+    write_edgelist(p)
+    lines = p.read_text().splitlines()
+    if rng.random() < 0.5:
+        lines.insert(rng.randrange(len(lines) + 1), rng.choice((
+            "1", "1 2 3 4", "x y", "-5 -7", "99999999999999999999 1", f"{2**62} 0",
+            "１ ２", "1_0 2", "0x10 1", "1e3 2", "\x00\x01 2")))
+        p.write_text("\n".join(lines) + "\n")
+    else:
+        p.write_bytes(mutate_bytes(p.read_bytes(), rng))
+
+
+def _planetoid_case(d: Path, rng: random.Random, marker: Path, cora: Path | None) -> None:
+    how = rng.choice(("bytes", "bytes", "object", "index", "payload", "cora"))
+    if how == "cora" and cora is not None:
+        for f in cora.glob("ind.cora.*"):
+            shutil.copy(f, d / f.name)
+        target = d / f"ind.cora.{rng.choice(('allx', 'tx', 'x', 'graph', 'ally', 'ty'))}"
+        target.write_bytes(flip_bits(target.read_bytes(), rng, rng.randint(1, 2)))
+        return
+    write_planetoid(d)
+    key = rng.choice(("x", "y", "tx", "ty", "allx", "ally", "graph"))
+    if how in ("bytes", "cora"):
+        f = d / f"ind.toy.{key}"
+        f.write_bytes(mutate_bytes(f.read_bytes(), rng))
+    elif how == "object":
+        good = sp.csr_matrix(np.ones((2, 4), np.float32))
+        lie = sp.csr_matrix(np.ones((2, 4), np.float32))
+        lie._shape = rng.choice(((2, 2**40), (2**40, 4), (-1, 4)))
+        bad_ptr = sp.csr_matrix(np.ones((2, 4), np.float32))
+        bad_ptr.indptr = np.array([0, 10**6, 8], dtype=np.int32)
+        bad_idx = sp.csr_matrix(np.ones((2, 4), np.float32))
+        bad_idx.indices = bad_idx.indices.astype(np.float64)
+        obj = rng.choice((good.tocsc(), good.tocoo(), good.tolil(), good.todok(), lie,
+                          bad_ptr, bad_idx, [[1, 2]], "text", 7, None, {"a": 1},
+                          np.array(["a", "b"]), np.ones((2, 4, 1))))
+        write_planetoid(d, objs={key: obj})
+    elif how == "index":
+        write_planetoid(d, test_index=rng.choice((
+            "9999999999\n6\n", "7\n-6\n", "7\n7\n", "７\n6\n", "1_0\n6\n", "7\n6\n" * 3,
+            "\n", "99999999999999999999999\n6\n", "7\n6\n1000\n")))
+    else:
+        write_planetoid(d, objs={key: _Payload(marker)})
+
+
+def _ogb_case(d: Path, rng: random.Random, marker: Path) -> None:
+    ds = write_ogb(d, processed=rng.random() < 0.6)
+    cached = (ds / "processed/data_processed").exists()
+    how = rng.choice(("csv", "csv", "cache", "payload", "edit") if cached else ("csv",))
+    if how == "csv":
+        target = rng.choice(("num-node-list", "num-edge-list", "edge", "node-label",
+                             "node-feat", "node_year"))
+        path = ds / f"raw/{target}.csv.gz"
+        choice = rng.random()
+        if choice < 0.5:
+            _gz_csv(path, [[rng.choice((-1, 10**12, 2**40, "x", 1.5, ""))]] +
+                    [[v] for v in range(rng.randint(0, N))])
+        else:
+            path.write_bytes(mutate_bytes(path.read_bytes(), rng))
+        shutil.rmtree(ds / "processed", ignore_errors=True)
+        (ds / "split/time/split_dict.pt").unlink(missing_ok=True)
+    elif how == "cache":
+        path = ds / rng.choice(("processed/data_processed", "split/time/split_dict.pt"))
+        if rng.random() < 0.5:
+            rezip(path, rng, lambda n: n.endswith("data.pkl"))
+        else:
+            path.write_bytes(mutate_bytes(path.read_bytes(), rng))
+    elif how == "payload":
+        import torch
+
+        if rng.random() < 0.5:
+            torch.save({"graph": _Payload(marker), "labels": None},
+                       ds / "processed/data_processed")
+        else:
+            torch.save({"train": _Payload(marker)}, ds / "split/time/split_dict.pt")
+    else:
+        import torch
+
+        graph = {"edge_index": np.array(EDGES, dtype=np.int64).T, "edge_feat": None,
+                 "node_feat": np.ones((N, 3), np.float32), "num_nodes": N}
+        field = rng.choice(list(graph) + ["labels", "split"])
+        value = rng.choice((*_ODD_VALUES, np.array([[0, 99], [1, 2]]), np.ones((N, 2)) * np.nan,
+                            np.array(["a"] * N), 10**12))
+        labels = (np.arange(N) % 3)[:, None]
+        split = {"train": np.array([0]), "valid": np.array([1]), "test": np.array([2])}
+        if field == "labels":
+            labels = value
+        elif field == "split":
+            split["valid"] = value
+        else:
+            graph[field] = value
+        torch.save({"graph": graph, "labels": labels}, ds / "processed/data_processed")
+        torch.save(split, ds / "split/time/split_dict.pt")
+
+
+def _json_edit(obj, rng: random.Random, depth: int = 0):
+    """``obj`` with one field somewhere replaced by an odd value (or deleted)."""
+    if isinstance(obj, dict) and obj:
+        key = rng.choice(sorted(obj))
+        if depth > 0 and rng.random() < 0.4 or not isinstance(obj[key], (dict, list)):
+            if rng.random() < 0.2:
+                del obj[key]
+            else:
+                obj[key] = rng.choice(_ODD_VALUES + _BIG)
+        else:
+            obj[key] = _json_edit(obj[key], rng, depth + 1)
+    elif isinstance(obj, list) and obj:
+        i = rng.randrange(len(obj))
+        obj[i] = _json_edit(obj[i], rng, depth + 1) if isinstance(obj[i], (dict, list)) and \
+            rng.random() < 0.6 else rng.choice(_ODD_VALUES + _BIG)
+    return obj
+
+
+def _store_case(d: Path, rng: random.Random, marker: Path, base: Path) -> None:
+    store = d / "s"
+    shutil.copytree(base, store)
+    how = rng.choice(("member", "member", "manifest", "swap", "header", "nested", "bytes"))
+    files = sorted(store.glob("rank-*.npz"))
+    if how == "member":  # damage inside a member, with CRCs and the manifest made consistent
+        rezip(rng.choice(files), rng)
+        rehash(store)
+    elif how == "bytes":
+        f = rng.choice(files)
+        f.write_bytes(mutate_bytes(f.read_bytes(), rng))
+        if rng.random() < 0.5:
+            rehash(store)
+    elif how == "manifest":
+        m = json.loads((store / "manifest.json").read_text())
+        (store / "manifest.json").write_text(json.dumps(_json_edit(m, rng)))
+    elif how == "swap":
+        a, b = files[0], files[1]
+        tmp = a.with_suffix(".tmp")
+        a.rename(tmp)
+        b.rename(a)
+        tmp.rename(b)
+        rehash(store)
+    elif how == "header":  # the JSON header inside a shard file, re-hashed
+        f = rng.choice(files)
+        with zipfile.ZipFile(f) as zf:
+            members = {i.filename: zf.read(i) for i in zf.infolist()}
+        with np.load(f) as z:
+            header = json.loads(z["header"].tobytes())
+        buf = io.BytesIO()
+        np.lib.format.write_array(buf, np.frombuffer(json.dumps(_json_edit(header, rng))
+                                                     .encode(), dtype=np.uint8))
+        members["header.npy"] = buf.getvalue()
+        with zipfile.ZipFile(f, "w") as zf:
+            for name, data in members.items():
+                zf.writestr(name, data)
+        rehash(store)
+    else:
+        depth = rng.choice((1000, 100000))
+        (store / "manifest.json").write_text('{"format": "plexus-shard-store", "version": 1, '
+                                             '"x": ' + "[" * depth + "]" * depth + "}")
+
+
+def make_cases(work: Path, seed: int, per_kind: int, kinds=KINDS,
+               cora: Path | None = None) -> list[Case]:
+    """``per_kind`` mutated inputs of each kind under ``work`` (seeded), as `Case` records.
+
+    ``cora`` is a directory holding the real ``ind.cora.*`` files, bit-flipped by some of the
+    Planetoid cases.
+    """
+    rng = random.Random(seed)
+    marker = work / MARKER_NAME
+    cases: list[Case] = []
+    base_store = work / "base-store"
+    if "store" in kinds:
+        write_store(base_store)
+    for kind in kinds:
+        for i in range(per_kind):
+            d = work / f"{kind}-{i:04d}"
+            d.mkdir(parents=True)
+            r = random.Random(rng.getrandbits(64))
+            name = f"{kind}-{i:04d}"
+            if kind == "npz":
+                _npz_case(d, r, marker)
+                cases.append(Case(kind, name, f"npz:{d / 'g.npz'}"))
+            elif kind == "mtx":
+                _mtx_case(d, r, marker)
+                cases.append(Case(kind, name, f"mtx:{d / 'g.mtx'}"))
+            elif kind == "edgelist":
+                _edgelist_case(d, r, marker)
+                cases.append(Case(kind, name, f"edgelist:{d / 'g.txt'}"))
+            elif kind == "planetoid":
+                _planetoid_case(d, r, marker, cora)
+                sets = sorted(p.name[4:-2] for p in d.glob("ind.*.x"))
+                cases.append(Case(kind, name, f"planetoid:{d}/ind.{sets[0] if sets else 'toy'}"))
+            elif kind == "ogb":
+                _ogb_case(d, r, marker)
+                cases.append(Case(kind, name, "ogbn-arxiv", root=str(d)))
+            elif kind == "store":
+                _store_case(d, r, marker, base_store)
+                cases.append(Case(kind, name, store=str(d / "s"),
+                                  coords=r.choice(((0, 0, 0), (1, 0, 0)))))
+    return cases
+
+
+def cora_flip_cases(work: Path, cora: Path, count: int, seed: int) -> list[Case]:
+    """``count`` copies of the real Cora files with one bit flipped in ``allx`` or ``tx`` (the
+    flips that made scipy segfault in issue 16)."""
+    rng = random.Random(seed)
+    cases = []
+    for i in range(count):
+        d = work / f"cora-{i:04d}"
+        d.mkdir(parents=True)
+        for f in cora.glob("ind.cora.*"):
+            shutil.copy(f, d / f.name)
+        target = d / f"ind.cora.{rng.choice(('allx', 'tx'))}"
+        target.write_bytes(flip_bits(target.read_bytes(), rng, 1))
+        cases.append(Case("planetoid", f"cora-{i:04d}", f"planetoid:{d}/ind.cora"))
+    return cases
+
+
+# ------------------------------------------------------------------------------- running them
+
+
+def run_one(case: Case) -> tuple[str, str]:
+    """(outcome, detail) of loading one case in this process (no ``signal``/``payload`` here)."""
+    from plexus.datasets import DatasetError, gcn_normalize, load_dataset
+    from plexus.partitioners import ShardStoreError, read_shard
+
+    if case.selftest == "signal":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if case.selftest == "payload":
+        Path(case.spec).touch()
+        return "ok", ""
+    try:
+        if case.store is not None:
+            x, y, z = case.coords
+            read_shard(case.store, {"x": 2, "y": 1, "z": 1}, {"x": x, "y": y, "z": z}, 2, "agg")
+        else:
+            graph = load_dataset(case.spec, case.root)
+            gcn_normalize(graph.adj, graph.directed)
+    except (DatasetError, ShardStoreError) as e:
+        msg = str(e)
+        if "\n" in msg or not msg.strip():
+            return "traceback", f"{type(e).__name__} message is not one line: {msg[:300]!r}"
+        return "error", msg[:300]
+    except Exception as e:  # noqa: BLE001 - anything untyped would be a traceback in the CLI
+        return "traceback", f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+    return "ok", ""
+
+
+def _child(cases_file: Path, start: int) -> None:
+    """Run cases from ``start``, printing ``START i`` before and a JSON result after each."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    cases = [Case(**{**c, "coords": tuple(c["coords"])})
+             for c in json.loads(cases_file.read_text())]
+    marker = cases_file.parent / MARKER_NAME
+    for i in range(start, len(cases)):
+        print(f"START {i}", flush=True)
+        outcome, detail = run_one(cases[i])
+        if marker.exists():
+            outcome, detail = "payload", f"{MARKER_NAME} created"
+            marker.unlink()
+        print(json.dumps({"i": i, "outcome": outcome, "detail": detail}), flush=True)
+
+
+def run_cases(cases: list[Case], work: Path, timeout: float = 600
+              ) -> list[tuple[Case, str, str]]:
+    """Load every case in child processes; a child that dies is restarted after its case."""
+    cases_file = work / "cases.json"
+    cases_file.write_text(json.dumps([asdict(c) for c in cases]))
+    results: dict[int, tuple[str, str]] = {}
+    start = 0
+    while start < len(cases):
+        proc = subprocess.run([sys.executable, "-m", "plexus.testing.fuzz", "--child",
+                               str(cases_file), str(start)], capture_output=True, text=True,
+                              timeout=timeout)
+        current = None
+        for line in proc.stdout.splitlines():
+            if line.startswith("START "):
+                current = int(line.split()[1])
+            elif line.startswith("{"):
+                rec = json.loads(line)
+                results[rec["i"]] = (rec["outcome"], rec["detail"])
+        if proc.returncode == 0:
+            break
+        if current is None or current in results:  # died outside a case
+            raise RuntimeError(f"fuzz child failed: {proc.stderr[-2000:]}")
+        results[current] = ("signal", f"exit status {proc.returncode}: {proc.stderr[-300:]}")
+        start = current + 1
+    return [(c, *results[i]) for i, c in enumerate(cases)]
+
+
+def summarize(results: list[tuple[Case, str, str]]) -> dict[str, Counter]:
+    """Outcome counts per input kind."""
+    out: dict[str, Counter] = {}
+    for case, outcome, _ in results:
+        out.setdefault(case.kind, Counter())[outcome] += 1
+    return out
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--child", nargs=2, metavar=("CASES", "START"))
+    args = parser.parse_args()
+    _child(Path(args.child[0]), int(args.child[1]))

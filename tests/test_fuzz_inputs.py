@@ -1,0 +1,123 @@
+"""Fuzzing every input file kind (issue 16): each damaged or hostile input either loads or ends
+in one typed one-line error, never a signal, a traceback or a pickle payload that runs.
+
+The bounded, seeded run here loads the cases in a child process as the command lines do
+(`plexus.testing.fuzz`); a few command-line runs check the same from the outside (exit status
+2, exactly one ``error:`` line). ``benchmarks/fuzz_inputs.py`` runs a larger set.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from cli_helpers import train
+from plexus.datasets.planetoid import EMBEDDED_DIR
+from plexus.testing import fuzz
+
+SEED = 16
+PER_KIND = 25
+
+
+def test_every_input_kind_loads_or_fails_in_one_line(tmp_path):
+    cases = fuzz.make_cases(tmp_path, SEED, PER_KIND, cora=EMBEDDED_DIR)
+    cases += fuzz.cora_flip_cases(tmp_path, EMBEDDED_DIR, 15, SEED)
+    results = fuzz.run_cases(cases, tmp_path)
+    bad = [(case.name, outcome, detail) for case, outcome, detail in results
+           if outcome not in fuzz.GOOD]
+    assert not bad, "\n".join(map(str, bad))
+    counts = fuzz.summarize(results)
+    for kind in fuzz.KINDS:  # the mutations do reach the checks
+        assert counts[kind]["error"] > 0, (kind, counts[kind])
+    assert sum(c["ok"] for c in counts.values()) > 0  # and not everything is refused
+    assert not (tmp_path / fuzz.MARKER_NAME).exists()
+
+
+def assert_one_error_line(proc, prog: str, *needles: str) -> None:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), proc.stderr[-2000:]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def crafted_ogb(tmp_path_factory):
+    """An ogbn-arxiv directory whose split cache would create a marker file when unpickled."""
+    import torch
+
+    root = tmp_path_factory.mktemp("ogb")
+    d = fuzz.write_ogb(root)
+    marker = root / fuzz.MARKER_NAME
+    torch.save({"train": fuzz._Payload(marker), "valid": 1, "test": 2},
+               d / "split/time/split_dict.pt")
+    return root, marker
+
+
+@pytest.mark.parametrize("prog, args", [
+    ("plexus-train", ["--grid", "1x1x1", "--epochs", "1"]),
+    ("plexus-partition", ["--grid", "1x1x1", "--layers", "2", "--stats-only"]),
+    ("plexus-model", ["--world-size", "2"]),
+])
+def test_a_crafted_ogb_pickle_never_runs(crafted_ogb, prog, args):
+    root, marker = crafted_ogb
+    proc = train("--dataset", "ogbn-arxiv", "--root", str(root), *args, launcher=(prog,),
+                 timeout=120)
+    assert not marker.exists()
+    assert_one_error_line(proc, prog, "split_dict.pt", "refused")
+
+
+def test_an_npz_with_a_broken_indptr_is_one_line_not_a_segfault(tmp_path):
+    p = tmp_path / "g.npz"
+    adj = sp.random(50, 50, density=0.2, format="csr", random_state=0, dtype=np.float32)
+    indptr = adj.indptr.astype(np.int64)
+    indptr[5] = 10**6  # issue 16's reproduction: signal 11 in scipy
+    np.savez(p, adj_data=adj.data, adj_indices=adj.indices, adj_indptr=indptr,
+             adj_shape=np.array(adj.shape))
+    proc = train("--dataset", f"npz:{p}", "--grid", "1x1x1", "--layers", "2", "--stats-only",
+                 launcher=("plexus-partition",), timeout=120)
+    assert_one_error_line(proc, "plexus-partition", "adj_* indptr")
+
+
+def test_swapped_shard_files_end_the_job_with_one_line(tmp_path):
+    store = tmp_path / "s"
+    fuzz.write_store(store)
+    a, b = sorted(store.glob("rank-*.npz"))[:2]
+    a_bytes = a.read_bytes()
+    a.write_bytes(b.read_bytes())
+    b.write_bytes(a_bytes)
+    fuzz.rehash(store)
+    proc = train("--shards", str(store), "--epochs", "1", timeout=300)
+    assert_one_error_line(proc, "plexus-train", "holds the shard of rank", "swapped")
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_empty_dataset_spec_is_refused():
+    proc = train("--dataset", "", "--grid", "1x1x1", "--epochs", "1", timeout=120)
+    assert_one_error_line(proc, "plexus-train", "--dataset is empty")
+
+
+def test_fuzz_cases_are_seeded(tmp_path):
+    """The same seed writes the same files (a failure can be replayed)."""
+    def digest(work: Path) -> list[tuple[str, bytes]]:
+        cases = fuzz.make_cases(work, 3, 4, kinds=("npz", "mtx", "edgelist", "planetoid"))
+        assert len(cases) == 16
+        return sorted((str(p.relative_to(work)), p.read_bytes().replace(bytes(work), b"W"))
+                      for p in work.rglob("*") if p.is_file())
+
+    assert digest(tmp_path / "a") == digest(tmp_path / "b")
+
+
+def test_the_outcome_sorter_sees_a_signal_and_a_payload(tmp_path):
+    """The harness can fail: a case that kills its process, or that creates the marker file,
+    is reported as such, and the cases after it still run."""
+    cases = [fuzz.Case("npz", "fine", "rmat:scale=4"),
+             fuzz.Case("npz", "dies", selftest="signal"),
+             fuzz.Case("npz", "runs", str(tmp_path / fuzz.MARKER_NAME), selftest="payload"),
+             fuzz.Case("npz", "after", "cora:nope")]
+    results = fuzz.run_cases(cases, tmp_path)
+    assert [(c.name, o) for c, o, _ in results] == [("fine", "ok"), ("dies", "signal"),
+                                                   ("runs", "payload"), ("after", "error")]
