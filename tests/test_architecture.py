@@ -24,8 +24,10 @@ ALLOWED = {
     "plexus.runtime": {"plexus.core"},
     "plexus.testing": {"plexus.core", "plexus.datasets", "plexus.partitioners", "plexus.engine",
                        "plexus.perfmodel", "plexus.runtime"},
+    "plexus.api": {"plexus.core", "plexus.datasets", "plexus.partitioners", "plexus.engine",
+                   "plexus.runtime"},
     "plexus.train": {"plexus.core", "plexus.datasets", "plexus.partitioners", "plexus.engine",
-                     "plexus.perfmodel", "plexus.runtime"},
+                     "plexus.perfmodel", "plexus.runtime", "plexus.api"},
 }
 PACKAGES = sorted(ALLOWED, key=len, reverse=True)
 
