@@ -331,3 +331,33 @@ def test_summary_json_names_the_files(runs):
     assert Path(summary["predictions_file"]) == out / "best.npz"
     assert not list(out.glob(".*.tmp"))  # written atomically, nothing left behind
     json.dumps(summary)
+
+
+def test_export_best_survives_a_resume(runs, tmp_path):
+    # stop just after the best epoch of the 60-epoch run, resume to 60: the checkpoint carries
+    # the best epoch's weights, so the export equals the uninterrupted run's
+    best = runs["best"]
+    stop = best["summary"]["best_epoch"] + 1
+    assert stop < 60, "the setting must peak before the last epoch"
+    ck, out = tmp_path / "ck", tmp_path / "resumed.pt"
+    first = train(*RUN[:2], "--epochs", str(stop), *RUN[4:], "--checkpoint", str(ck),
+                  "--export-best", "--export", str(tmp_path / "first.pt"))
+    assert first.returncode == 0, first.stderr
+    proc = train(*RUN, "--checkpoint", str(ck), "--resume", "--export-best", "--export",
+                 str(out))
+    assert proc.returncode == 0, proc.stderr
+    got = torch.load(out, weights_only=True)
+    assert got["epoch"] == best["weights"]["epoch"]
+    for name, tensor in best["weights"]["state_dict"].items():
+        torch.testing.assert_close(got["state_dict"][name], tensor, atol=1e-6, rtol=0)
+
+
+def test_export_best_refuses_a_checkpoint_without_the_best_weights(tmp_path):
+    ck = tmp_path / "ck"
+    first = train(*RUN[:2], "--epochs", "5", *RUN[4:], "--checkpoint", str(ck))
+    assert first.returncode == 0, first.stderr
+    proc = train(*RUN, "--checkpoint", str(ck), "--resume", "--export-best", "--export",
+                 str(tmp_path / "w.pt"))
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "does not hold the weights of its best" in proc.stderr
+    assert not (tmp_path / "w.pt").exists()

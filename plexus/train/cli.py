@@ -38,7 +38,7 @@ from .entry import run_local, run_rank
 from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .faults import Fault
 from .options import DEFAULT_PERM, RunOptions
-from .prepare import load_resume
+from .prepare import check_best_kept, load_resume
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -327,7 +327,9 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
             dataset = None if graph is None else ckpt.DatasetInfo(
                 graph.name, graph.num_nodes, graph.num_features, graph.num_classes,
                 graph_hash(graph))
-            load_resume(a.checkpoint, model, a.epochs, dataset)
+            payload = load_resume(a.checkpoint, model, a.epochs, dataset)
+            if a.export_best:
+                check_best_kept(payload, str(ckpt.checkpoint_path(a.checkpoint)))
         if a.log_json:  # the file itself is opened by rank 0 (an existing one stays until the end)
             check_log_path(a.log_json)
         if a.checkpoint:

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from plexus.api import GraphModel, gather_outputs, save_weights
+from plexus.api.results import gather_rows
 from plexus.core.atomic import atomic_file
 
 from .options import RunOptions
@@ -80,8 +81,6 @@ def ogb_metric(name: str, pred: np.ndarray, labels: np.ndarray, test: np.ndarray
 
 def _labels_and_test(model: GraphModel) -> tuple[np.ndarray, np.ndarray] | None:
     """Labels and the test mask of every node on rank 0 (collective)."""
-    from plexus.api.results import gather_rows  # noqa: PLC0415
-
     last = model.net.plans[-1]
     cols = torch.stack([model.labels, model.net.masks["test"].to(torch.int64)], dim=1)
     out = gather_rows(model, cols, model.node_ids, 0, 2,
