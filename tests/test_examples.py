@@ -36,6 +36,16 @@ def test_custom_loop_trains_cora_and_writes_its_results(tmp_path):
     assert (pred[t] == cora.labels[t]).mean() == pytest.approx(values["test_acc"], abs=1e-4)
     weights = torch.load(tmp_path / "gcn.pt", weights_only=True)
     assert weights["state_dict"]["convs.0.lin.weight"].shape == (16, cora.num_features)
+    # under torchrun, plexus.launch joins the job instead: the same run, the same numbers
+    joined = tmp_path / "torchrun"
+    joined.mkdir()
+    proc2 = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node",
+                            "2", str(EXAMPLES / "custom_loop.py"), "--grid", "2x1x1", "--out",
+                            str(joined)], cwd=tmp_path, env=cli_env(), capture_output=True,
+                           text=True, timeout=600)
+    assert proc2.returncode == 0, proc2.stderr
+    assert proc2.stdout.strip().splitlines()[-1] == proc.stdout.strip().splitlines()[-1]
+    np.testing.assert_array_equal(np.load(joined / "pred.npy"), pred)
 
 
 def test_ogbn_arxiv_example_on_a_stand_in(tmp_path):

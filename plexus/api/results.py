@@ -37,15 +37,17 @@ def gather_rows(model: GraphModel, local: torch.Tensor, row_ids: torch.Tensor, c
             dist.send(meta, dst=0)
             dist.send(local, dst=0)
         return None
-    dtype = local.cpu().numpy().dtype
+    dtype = torch.empty(0, dtype=local.dtype).numpy().dtype
     out = np.zeros((model.num_nodes, width), dtype=dtype)
+    meta_buf, buf = torch.empty_like(meta), torch.empty_like(local)  # the caller's stay intact
     for src in senders:
         if src != 0:
-            dist.recv(meta, src=src)
-            dist.recv(local, src=src)
-        ids = meta[1:].cpu().numpy()
-        start = int(meta[0])
-        values = local.cpu().numpy()
+            dist.recv(meta_buf, src=src)
+            dist.recv(buf, src=src)
+        m, block_values = (meta, local) if src == 0 else (meta_buf, buf)
+        ids = m[1:].cpu().numpy()
+        start = int(m[0])
+        values = block_values.cpu().numpy()
         real = ids >= 0
         cols = max(0, min(values.shape[1], width - start))
         out[ids[real], start:start + cols] = values[real, :cols]
