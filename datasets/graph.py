@@ -85,6 +85,8 @@ class Graph:
         n = int(getattr(data, "num_nodes", None) or x.shape[0])
         adj = sp.csr_matrix((np.ones(edge_index.shape[1], np.float32),
                              (edge_index[0], edge_index[1])), shape=(n, n))
+        adj.sum_duplicates()
+        adj.data[:] = 1.0  # repeated edges count once, here as in the GCN normalization
         if directed is None:
             nodiag = adj - sp.diags(adj.diagonal())
             directed = bool((nodiag != nodiag.T).nnz)

@@ -68,7 +68,9 @@ def test_from_scipy_keeps_directions_and_to_undirected_adds_them():
 def test_from_pyg_duck_typed_round_trip():
     cora = load_dataset("cora")
     coo = cora.adj.tocoo()
-    data = SimpleNamespace(edge_index=torch.tensor(np.vstack([coo.row, coo.col])),
+    repeated = np.vstack([coo.row, coo.col])[:, :50]  # a repeated edge is still one edge
+    data = SimpleNamespace(edge_index=torch.tensor(np.hstack([np.vstack([coo.row, coo.col]),
+                                                              repeated])),
                            x=torch.from_numpy(cora.features),
                            y=torch.from_numpy(cora.labels).reshape(-1, 1),  # OGB's (N, 1)
                            train_mask=torch.from_numpy(cora.train_mask),

@@ -53,7 +53,8 @@ class Run:
     def save_checkpoint(self) -> None:
         """Collective: assemble the full state; rank 0 writes it."""
         state = self.trainer.full_state()
-        best_params = self.best_weights.full(self.model) if self.best_weights else None
+        best_params = (self.best_weights.full(self.model) if self.best_weights is not None
+                       else None)
         if self.grid.rank == 0:
             extra = {"best": self.best.as_dict(), "grid": str(self.grid)}
             if best_params is not None:
