@@ -363,3 +363,65 @@ def test_export_best_refuses_a_checkpoint_without_the_best_weights(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "does not hold the weights of its best" in proc.stderr
     assert not (tmp_path / "w.pt").exists()
+
+
+def test_a_recipe_sets_what_the_command_line_does_not(monkeypatch):
+    from plexus.api.recipes import Recipe
+    from plexus.runtime.env import JobEnv
+    from plexus.train.cli import build_options, build_parser
+
+    monkeypatch.setitem(RECIPES, "test-recipe", Recipe(
+        "test-recipe", "ogbn-arxiv", "a test", model={"num_layers": 3, "hidden": 32,
+                                                      "bias": False},
+        train={"epochs": 7, "lr": 0.02}, symmetrize=True))
+    argv = ["--grid", "1x1x1", "--recipe", "test-recipe", "--hidden", "8", "--epochs", "9"]
+    args = build_parser().parse_args(argv)
+    args.explicit = explicit_options(argv)
+    env = JobEnv("torchrun", 0, 1, 0, 1, "127.0.0.1", 29500)  # a launched rank: cheap checks
+    opts = build_options(args, env)
+    assert (opts.model.num_layers, opts.model.hidden, opts.model.bias) == (3, 8, False)
+    assert (opts.train.epochs, opts.train.lr) == (9, 0.02)
+    assert opts.symmetrize and opts.dataset == "ogbn-arxiv"
+
+
+def _tiny_ogb_arxiv(root: Path) -> None:
+    """A 7-node ogbn-arxiv in OGB's raw CSV layout (directed: OGB adds no inverse edges)."""
+    import gzip
+
+    def write(rel: str, rows) -> None:
+        path = root / "ogbn_arxiv" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with gzip.open(path, "wt") as f:
+            f.writelines(",".join(str(v) for v in np.atleast_1d(r)) + "\n" for r in rows)
+
+    edges = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 0), (0, 3)]
+    write("raw/edge.csv.gz", edges)
+    write("raw/num-node-list.csv.gz", [7])
+    write("raw/num-edge-list.csv.gz", [len(edges)])
+    write("raw/node-feat.csv.gz", np.random.default_rng(0).standard_normal((7, 4)).round(3))
+    write("raw/node-label.csv.gz", [[i % 3] for i in range(7)])
+    write("raw/node_year.csv.gz", [[2000 + i] for i in range(7)])
+    for part, ids in (("train", [0, 1, 2]), ("valid", [3, 4]), ("test", [5, 6])):
+        write(f"split/time/{part}.csv.gz", ids)
+    (root / "ogbn_arxiv" / "RELEASE_v1.txt").touch()
+
+
+def test_symmetrize_trains_on_the_undirected_graph(tmp_path, monkeypatch):
+    import builtins
+
+    monkeypatch.setattr(builtins, "input", lambda *a: pytest.fail("ogb asked on stdin"))
+    _tiny_ogb_arxiv(tmp_path)
+    graph = load_dataset("ogbn-arxiv", root=str(tmp_path))
+    assert graph.directed
+    got = {}
+    for name, flags in (("directed", ()), ("symmetrized", ("--symmetrize",))):
+        out = tmp_path / f"{name}.npz"
+        proc = train("--grid", "1x1x1", "--dataset", "ogbn-arxiv", "--root", str(tmp_path),
+                     "--epochs", "0", "--quiet", "--save-predictions", str(out), *flags)
+        assert proc.returncode == 0, proc.stderr
+        got[name] = np.load(out)["logits"]
+    for name, g in (("directed", graph), ("symmetrized", graph.to_undirected())):
+        ser = SerialGCN(g, ModelConfig(), seed=0).eval()
+        with torch.no_grad():
+            np.testing.assert_allclose(got[name], ser().numpy(), atol=ATOL, rtol=1e-4)
+    assert not np.allclose(got["directed"], got["symmetrized"], atol=1e-3)
