@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -46,6 +47,66 @@ class Graph:
     @property
     def num_edges(self) -> int:
         return int(self.adj.nnz)
+
+    @classmethod
+    def from_scipy(cls, adj: sp.spmatrix, features: Any, labels: Any, *, train: Any = None,
+                   val: Any = None, test: Any = None, num_classes: int | None = None,
+                   directed: bool = False, name: str = "graph") -> "Graph":
+        """A validated `Graph` from a scipy sparse adjacency (``adj[i, j] != 0``: edge i -> j),
+        features (N×F, numpy or torch) and labels (N, -1 = unlabelled).
+
+        ``train``/``val``/``test`` are bool masks of length N or arrays of node indices (None:
+        empty). An undirected graph (``directed=False``) may store one or both directions of
+        each edge: both are stored. Edge weights collapse to 1 and self loops are dropped (the
+        GCN normalization adds one per node).
+        """
+        n = adj.shape[0] if adj.ndim == 2 else -1
+        if adj.ndim != 2 or adj.shape[0] != adj.shape[1]:
+            raise DatasetError(f"{name}: adjacency must be square, got shape {adj.shape}")
+        coo = sp.coo_matrix(adj)
+        csr = edges_to_csr(coo.row, coo.col, n, symmetrize=not directed)
+        labels = _numpy(labels).astype(np.int64).reshape(-1)
+        masks = tuple(_mask(m, n, what, name) for m, what in
+                      ((train, "train"), (val, "val"), (test, "test")))
+        if num_classes is None:
+            num_classes = int(labels.max()) + 1 if labels.size and labels.max() >= 0 else 1
+        return cls(name=name, adj=csr, features=_numpy(features).astype(np.float32),
+                   labels=labels, train_mask=masks[0], val_mask=masks[1], test_mask=masks[2],
+                   num_classes=int(num_classes), directed=directed).validate()
+
+    @classmethod
+    def from_pyg(cls, data: Any, *, directed: bool | None = None, name: str = "pyg") -> "Graph":
+        """A validated `Graph` from a PyG-style ``Data`` (duck-typed, PyG itself is not needed):
+        ``edge_index`` (2×E, row 0 the sources, as PyG), ``x``, ``y`` and ``train_mask``/
+        ``val_mask``/``test_mask`` (masks or index arrays; a missing one is empty). ``directed``
+        defaults to whether some edge lacks its reverse. ``y`` of shape (N, 1), as OGB stores it,
+        is flattened."""
+        edge_index = _numpy(data.edge_index).astype(np.int64)
+        x = _numpy(data.x)
+        if edge_index.ndim != 2 or edge_index.shape[0] != 2:
+            raise DatasetError(f"{name}: edge_index must have shape (2, E), got "
+                               f"{edge_index.shape}")
+        n = int(getattr(data, "num_nodes", None) or x.shape[0])
+        adj = sp.csr_matrix((np.ones(edge_index.shape[1], np.float32),
+                             (edge_index[0], edge_index[1])), shape=(n, n))
+        adj.sum_duplicates()
+        adj.data[:] = 1.0  # repeated edges count once, here as in the GCN normalization
+        if directed is None:
+            nodiag = adj - sp.diags(adj.diagonal())
+            directed = bool((nodiag != nodiag.T).nnz)
+        masks = {k: getattr(data, f"{k}_mask", None) for k in ("train", "val", "test")}
+        return cls.from_scipy(adj, x, data.y, **masks, directed=directed, name=name)
+
+    def to_undirected(self) -> "Graph":
+        """The same graph with every edge in both directions (OGB's examples make directed
+        citation graphs undirected this way); an undirected graph is returned as it is."""
+        if not self.directed:
+            return self
+        coo = self.adj.tocoo()
+        adj = edges_to_csr(coo.row, coo.col, self.num_nodes, symmetrize=True)
+        return Graph(self.name, adj, self.features, self.labels, self.train_mask, self.val_mask,
+                     self.test_mask, self.num_classes, False,
+                     [*self.notes, "made undirected (every edge in both directions)"])
 
     def validate(self, source: str | None = None) -> "Graph":
         """Check shapes, dtypes and values; raise `DatasetError` naming ``source`` on a problem."""
@@ -194,3 +255,30 @@ def edges_to_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int, symmetrize: b
 def one_line(text: object) -> str:
     """Collapse a (possibly multi-line) exception text into one line for `DatasetError` messages."""
     return " ".join(str(text).split())
+
+
+def _numpy(value: Any) -> np.ndarray:
+    """A numpy array from numpy, a torch tensor (any device) or a sequence."""
+    if hasattr(value, "detach"):  # a torch tensor, without importing torch here
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def _mask(value: Any, n: int, what: str, name: str) -> np.ndarray:
+    """A bool mask of length ``n`` from a mask, an index array or None (empty)."""
+    if value is None:
+        return np.zeros(n, dtype=bool)
+    arr = _numpy(value).reshape(-1)
+    if arr.dtype == np.bool_:
+        if arr.shape != (n,):
+            raise DatasetError(f"{name}: {what} mask has {arr.size} entries, expected {n}")
+        return arr.copy()
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise DatasetError(f"{name}: {what} must be a bool mask or an array of node indices, "
+                           f"got dtype {arr.dtype}")
+    idx = arr.astype(np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise DatasetError(f"{name}: {what} indices must lie in [0, {n - 1}]")
+    mask = np.zeros(n, dtype=bool)
+    mask[idx] = True
+    return mask

@@ -8,7 +8,9 @@ Packages, from the bottom up (each imports only those below it; see ARCHITECTURE
 ``plexus.core`` (layout rules, grid value, collective schedule), ``plexus.datasets``,
 ``plexus.partitioners``, ``plexus.engine`` (the 3D engine), ``plexus.perfmodel`` (beside the
 engine), ``plexus.runtime`` (launchers), ``plexus.train`` (the ``plexus-train`` application),
-``plexus.testing`` (local worlds for tests and benchmarks).
+``plexus.api`` (the Python API beside ``plexus.train``: launch or join a grid, a distributed
+model from a `Graph`, results and weights out), ``plexus.testing`` (local worlds for tests and
+benchmarks).
 """
 
 from __future__ import annotations
@@ -38,6 +40,18 @@ _EXPORTS = {
     "ModelSpec": "plexus.perfmodel",
     "predict": "plexus.perfmodel",
     "choose_grid": "plexus.perfmodel",
+    # the Python API (plexus.api): your own training loop on the grid
+    "launch": "plexus.api",
+    "init": "plexus.api",
+    "distributed_model": "plexus.api",
+    "GraphModel": "plexus.api",
+    "gather_predictions": "plexus.api",
+    "gather_logits": "plexus.api",
+    "gather_embeddings": "plexus.api",
+    "gather_outputs": "plexus.api",
+    "save_weights": "plexus.api",
+    "full_weights": "plexus.api",
+    "RECIPES": "plexus.api",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -57,6 +71,9 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # noqa: F401 — for type checkers and IDEs: the same names, eagerly
+    from plexus.api import (RECIPES, GraphModel, distributed_model, full_weights,
+                            gather_embeddings, gather_logits, gather_outputs, gather_predictions,
+                            init, launch, save_weights)
     from plexus.core.grid import GridShape
     from plexus.datasets import Graph, gcn_normalize, load_dataset
     from plexus.engine.build import build_model

@@ -24,8 +24,10 @@ ALLOWED = {
     "plexus.runtime": {"plexus.core"},
     "plexus.testing": {"plexus.core", "plexus.datasets", "plexus.partitioners", "plexus.engine",
                        "plexus.perfmodel", "plexus.runtime"},
+    "plexus.api": {"plexus.core", "plexus.datasets", "plexus.partitioners", "plexus.engine",
+                   "plexus.runtime"},
     "plexus.train": {"plexus.core", "plexus.datasets", "plexus.partitioners", "plexus.engine",
-                     "plexus.perfmodel", "plexus.runtime"},
+                     "plexus.perfmodel", "plexus.runtime", "plexus.api"},
     # application level: drives plexus-train as a subprocess, reads its logs
     "plexus.studies": {"plexus.core", "plexus.datasets", "plexus.engine", "plexus.perfmodel",
                        "plexus.testing"},

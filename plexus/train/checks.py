@@ -43,6 +43,14 @@ def check_log_path(path: str) -> None:
     check_writable(target.parent, "--log-json")
 
 
+def check_output_file(path: str, flag: str) -> None:
+    """Raise `UsageError` unless a result file can be created at ``path`` (``--export`` ...)."""
+    target = Path(path).expanduser()
+    if target.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory; give a file name")
+    check_writable(target.parent, flag)
+
+
 def auto_grid(world_size: int, num_nodes: int, nnz: int, num_features: int, num_classes: int,
               model: ModelConfig, name: str = "") -> GridShape:
     """The grid `plexus.perfmodel.choose_grid` predicts fastest for this graph and model."""

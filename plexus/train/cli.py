@@ -14,11 +14,13 @@ status 2, before any worker starts where it can be checked up front.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from plexus.api.recipes import RECIPES, RecipeError, get_recipe
 from plexus.core.cli import ArgumentParser
 from plexus.core.grid import GridError, GridShape
 from plexus.datasets import gcn_nnz, load_dataset
@@ -29,13 +31,14 @@ from plexus.partitioners.store import graph_hash
 from plexus.runtime.env import JobEnv, check_local_devices, default_device, detect_environment
 
 from . import checkpoint as ckpt
-from .checks import (auto_grid, check_grid_fits, check_log_path, check_order, check_writable,
-                     precheck_dataset, precheck_resources, spec_sizes)
+from .checks import (auto_grid, check_grid_fits, check_log_path, check_order,
+                     check_output_file, check_writable, precheck_dataset, precheck_resources,
+                     spec_sizes)
 from .entry import run_local, run_rank
 from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .faults import Fault
 from .options import DEFAULT_PERM, RunOptions
-from .prepare import load_resume
+from .prepare import check_best_kept, load_resume
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,6 +125,30 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--log-json", metavar="FILE",
                      help="JSON lines: one object per epoch, then a summary object")
     out.add_argument("--quiet", action="store_true", help="print only the summary")
+    res = p.add_argument_group("results and OGB recipes")
+    res.add_argument("--save-predictions", metavar="FILE.npz",
+                     help="write the final model's predicted class of every node ('pred', "
+                          "original node order) and its logits ('logits') to FILE.npz")
+    res.add_argument("--save-embeddings", action="store_true",
+                     help="add the last hidden layer's output ('embeddings') to "
+                          "--save-predictions")
+    res.add_argument("--export", metavar="FILE.pt",
+                     help="write the unsharded weights under the parameter names of the matching "
+                          "PyG model (a ModuleList 'convs' of GCNConv) with the model "
+                          "configuration; loads with torch.load(weights_only=True)")
+    res.add_argument("--export-best", action="store_true",
+                     help="--export the weights of the best-validation epoch instead of the "
+                          "final ones")
+    res.add_argument("--symmetrize", action="store_true",
+                     help="make the graph undirected (every edge both ways) before training, as "
+                          "OGB's arxiv example does")
+    res.add_argument("--recipe", choices=sorted(RECIPES), metavar="NAME",
+                     help="settings of the official OGB examples (sources: "
+                          "ogb/examples/nodeproppred/arxiv/gnn.py and products/gnn.py): "
+                          "ogbn-arxiv-gcn (3 layers, hidden 256, BatchNorm, dropout 0.5 on hidden "
+                          "layers, lr 0.01, no weight decay, 500 epochs, --symmetrize), "
+                          "ogbn-products-gcn and ogbn-products-sage (the same without BatchNorm, "
+                          "300 epochs); it also picks the dataset; flags given explicitly win")
     eng = p.add_argument_group("engine (results never depend on these)")
     eng.add_argument("--spmm", choices=BACKENDS, default="torch",
                      help="SpMM backend (default torch; scipy: CPU only)")
@@ -171,6 +198,48 @@ def check_numbers(a: argparse.Namespace) -> None:
         raise UsageError("--resume needs --checkpoint DIR (where the checkpoint is)")
     if a.checkpoint_every is not None and not a.checkpoint:
         raise UsageError("--checkpoint-every needs --checkpoint DIR")
+    if a.save_embeddings and not a.save_predictions:
+        raise UsageError("--save-embeddings needs --save-predictions FILE.npz (where they go)")
+    if a.export_best and not a.export:
+        raise UsageError("--export-best needs --export FILE.pt (where the weights go)")
+    if a.symmetrize and a.shards:
+        raise UsageError("--symmetrize changes the graph, but a --shards store was cut from it "
+                         "already; drop --symmetrize (or cut a store from a symmetrized graph)")
+
+
+# ---- recipes ------------------------------------------------------------------------------
+# Recipe field -> the option that sets it (a field without an option is set on the model).
+_RECIPE_FLAGS = {"num_layers": "layers", "kind": "model"}
+
+
+def explicit_options(argv: Sequence[str] | None) -> set[str]:
+    """The destinations of the options given on the command line (a recipe does not override
+    them)."""
+    shadow = build_parser()
+    for action in shadow._actions:  # noqa: SLF001 — argparse has no public way to list them
+        action.default = argparse.SUPPRESS
+    given, _ = shadow.parse_known_args(argv)
+    return set(vars(given))
+
+
+def apply_recipe(a: argparse.Namespace, explicit: set[str]) -> dict:
+    """Set the recipe's values on the options not given explicitly; return the model fields no
+    option sets (applied to the `ModelConfig`). Raises `RecipeError` (a user error) when the
+    engine lacks a model option the recipe needs."""
+    recipe = get_recipe(a.recipe)
+    recipe.check()
+    rest = {}
+    values = {**recipe.model, **recipe.train, "symmetrize": recipe.symmetrize,
+              "dataset": recipe.dataset}
+    for field, value in values.items():
+        dest = _RECIPE_FLAGS.get(field, field)
+        if dest in explicit or (dest == "dataset" and a.shards):  # a store fixes its dataset
+            continue
+        if hasattr(a, dest):
+            setattr(a, dest, value)
+        else:
+            rest[field] = value
+    return rest
 
 
 # ---- options -> RunOptions ------------------------------------------------------------
@@ -236,6 +305,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
     process of a local run (``env`` None) also checks the dataset, the checkpoint to resume from
     and the output paths before any worker starts.
     """
+    recipe_fields = apply_recipe(a, getattr(a, "explicit", set())) if a.recipe else {}
     check_numbers(a)
     if a.dataset is not None and not a.dataset.strip():  # '' must not quietly mean cora
         raise UsageError("--dataset is empty; give a spec such as cora, ogbn-arxiv or npz:PATH")
@@ -254,6 +324,10 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                         order=order, learnable_features=a.learnable_features, kind=a.model,
                         norm=a.norm, residual=a.residual, input_dropout=a.input_dropout,
                         train_eps=a.train_eps)
+    if recipe_fields:
+        model = dataclasses.replace(model, **recipe_fields)
+    if a.save_embeddings and model.num_layers < 2:
+        raise UsageError("--save-embeddings needs a hidden layer (--layers 2 or more)")
     grid = shape.grid
     fault = Fault.parse(a.inject_fault) if a.inject_fault else None
     memory_checked = a.force
@@ -261,8 +335,12 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
         graph = None
         if not a.shards:
             graph = precheck_dataset(shape.dataset, a.root, a.seed)
+            if graph is not None and a.symmetrize:
+                graph = graph.to_undirected()
             if grid is None:  # the performance model needs the graph's sizes
-                graph = graph or load_dataset(shape.dataset, a.root, seed=a.seed)
+                if graph is None:
+                    graph = load_dataset(shape.dataset, a.root, seed=a.seed)
+                    graph = graph.to_undirected() if a.symmetrize else graph
                 grid = auto_grid(world, graph.num_nodes, gcn_nnz(graph),  # type: ignore[arg-type]
                                  graph.num_features, graph.num_classes, model, graph.name)
             sizes = ((graph.num_nodes, gcn_nnz(graph), graph.num_features, graph.num_classes)
@@ -276,11 +354,16 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
             dataset = None if graph is None else ckpt.DatasetInfo(
                 graph.name, graph.num_nodes, graph.num_features, graph.num_classes,
                 graph_hash(graph))
-            load_resume(a.checkpoint, model, a.epochs, dataset)
+            payload = load_resume(a.checkpoint, model, a.epochs, dataset)
+            if a.export_best:
+                check_best_kept(payload, str(ckpt.checkpoint_path(a.checkpoint)))
         if a.log_json:  # the file itself is opened by rank 0 (an existing one stays until the end)
             check_log_path(a.log_json)
         if a.checkpoint:
             check_writable(Path(a.checkpoint).expanduser(), "--checkpoint")
+        for path, flag in ((a.save_predictions, "--save-predictions"), (a.export, "--export")):
+            if path:
+                check_output_file(path, flag)
     return RunOptions(
         grid=grid, dataset=shape.dataset, root=a.root, model=model,
         train=TrainConfig(epochs=a.epochs, lr=a.lr, weight_decay=a.weight_decay, seed=a.seed,
@@ -290,7 +373,9 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                             huge_pages=a.huge_pages),
         perm=a.perm, shards=a.shards, checkpoint=a.checkpoint,
         checkpoint_every=a.checkpoint_every or 10, resume=a.resume, log_json=a.log_json,
-        quiet=a.quiet, timeout_s=a.timeout, check_memory=not memory_checked, fault=fault)
+        quiet=a.quiet, timeout_s=a.timeout, check_memory=not memory_checked, fault=fault,
+        save_predictions=a.save_predictions, save_embeddings=a.save_embeddings, export=a.export,
+        export_best=a.export_best, symmetrize=a.symmetrize)
 
 
 def _parse_grid(text: str) -> GridShape:
@@ -306,8 +391,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         env = detect_environment()
         args = build_parser().parse_args(argv)
+        args.explicit = explicit_options(argv)
         opts = build_options(args, env)
-    except (*USER_ERRORS, ValueError, OSError) as e:
+    except (*USER_ERRORS, RecipeError, ValueError, OSError) as e:
         # Under a launcher every rank checks the same options: rank 0 speaks for them all.
         if env is None or env.rank == 0:
             print(error_line(e), file=sys.stderr, flush=True)

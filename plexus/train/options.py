@@ -32,3 +32,9 @@ class RunOptions:
     timeout_s: float = 300.0
     check_memory: bool = True  # False: --force, or the launching process already checked
     fault: Fault | None = None  # --inject-fault (tests of failure handling)
+    # results out (plexus.train.results) and OGB fidelity
+    save_predictions: str | None = None  # .npz: pred, logits (+ embeddings)
+    save_embeddings: bool = False
+    export: str | None = None  # unsharded weights under PyG names
+    export_best: bool = False  # ... of the best-validation epoch
+    symmetrize: bool = False  # make the graph undirected before training

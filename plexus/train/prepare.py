@@ -19,11 +19,13 @@ import torch.distributed as dist
 from plexus.core.grid import GridShape
 from plexus.datasets import gcn_nnz, load_dataset
 from plexus.engine.config import ModelConfig
-from plexus.partitioners import RankShard, read_manifest, read_shard, shard_graph
+from plexus.api import cut_shard
+from plexus.partitioners import RankShard, read_manifest, read_shard
 from plexus.partitioners.store import graph_hash
 
 from . import checkpoint as ckpt
-from .checks import auto_grid, check_grid_fits, check_log_path, check_writable, shard_bytes
+from .checks import (auto_grid, check_grid_fits, check_log_path, check_output_file,
+                     check_writable, shard_bytes)
 from .errors import USER_ERRORS, UsageError, error_line
 from .memcheck import available_memory, check_memory, predicted_memory
 from .options import DEFAULT_PERM, RunOptions
@@ -64,17 +66,17 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         nnz, sha256 = int(manifest["nnz"]), str(manifest["graph_sha256"])
     else:
         graph = load_dataset(opts.dataset, opts.root, seed=opts.train.seed)
+        if opts.symmetrize:
+            graph = graph.to_undirected()
         nnz = gcn_nnz(graph)
         grid = opts.grid or auto_grid(world, graph.num_nodes, nnz, graph.num_features,
                                       graph.num_classes, model, graph.name)
         grid.check_world(world)
         check_grid_fits(grid, model, graph.num_nodes, graph.num_features, graph.num_classes)
-        orders = model.orders(graph.num_features, graph.num_classes)
         # the content hash identifies the graph in checkpoints; hashing a big graph takes time
         sha256 = graph_hash(graph) if opts.checkpoint else ""
-        shard = shard_graph(graph, grid, grid.coords(rank), model.num_stages, orders,
-                            opts.perm or DEFAULT_PERM, seed=opts.train.seed,
-                            aggregation=model.aggregation)
+        shard = cut_shard(graph, grid, grid.coords(rank), model, opts.perm or DEFAULT_PERM,
+                          opts.train.seed)
         del graph
     if opts.check_memory:
         predicted = predicted_memory(grid, model, shard.num_nodes, nnz, shard.num_features,
@@ -86,10 +88,16 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
                             sha256)
     resume_from = (load_resume(opts.checkpoint, model, opts.train.epochs, info)  # type: ignore
                    if opts.resume else None)
+    if resume_from is not None and opts.export_best:
+        check_best_kept(resume_from, str(ckpt.checkpoint_path(opts.checkpoint)))  # type: ignore
     json_log = None
     if rank == 0:  # rank 0 writes the outputs: check them before anything runs
         if opts.checkpoint:
             check_writable(Path(opts.checkpoint).expanduser(), "--checkpoint")
+        for path, flag in ((opts.save_predictions, "--save-predictions"),
+                           (opts.export, "--export")):
+            if path:
+                check_output_file(path, flag)
         if opts.log_json:
             json_log = open_json_log(opts.log_json)
     return LocalSetup(grid, shard, info, resume_from, json_log)
@@ -106,6 +114,17 @@ def load_resume(checkpoint: str, model: ModelConfig, epochs: int,
     if dataset is not None:
         ckpt.check_dataset(payload, dataset, where)
     return payload
+
+
+def check_best_kept(payload: dict, where: str) -> None:
+    """--export-best after a resume needs the best epoch's weights in the checkpoint (written by
+    runs with --export-best or on an OGB dataset) unless no epoch was evaluated yet."""
+    extra = ckpt.extra(payload)
+    best = extra.get("best") or {}
+    if best.get("epoch") is not None and "best_params" not in extra:
+        raise UsageError(f"--export-best: {where} does not hold the weights of its best "
+                         f"validation epoch {best['epoch']} (it was written without "
+                         "--export-best); resume without --export-best, or start afresh")
 
 
 def agree_on_failure(error: BaseException | None, device: torch.device) -> int:

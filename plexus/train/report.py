@@ -1,5 +1,6 @@
-"""The end of a run: reduce timers and the communication ledger over ranks, gather predictions
-for the OGB evaluator, and have rank 0 report the summary."""
+"""The end of a run: reduce timers and the communication ledger over ranks, hand back the
+results (`plexus.train.results`: predictions, weights, the OGB evaluator's metric), and have rank
+0 report the summary."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from plexus.engine.timing import Timers
 from plexus.engine.trainer import EpochStats
 
 from .provenance import gather_provenance
+from .results import end_of_run
 from .runlog import BestRecord
 from .session import Run
 
@@ -45,53 +47,6 @@ def reduce_ledger(ledger: Ledger,
     return dict(zip(AXES, total.tolist())), dict(zip(AXES, mx.tolist()))
 
 
-@torch.no_grad()
-def gather_predictions(run: Run) -> dict[str, np.ndarray] | None:
-    """Global predicted class, label and test mask of every node, on rank 0 (None elsewhere).
-
-    Predictions are complete on every rank of the class axis and replicated over the third axis,
-    so only the ranks at coordinate 0 of both send their rows: together they cover every node
-    exactly once. Rank 0 receives them one by one (memory O(N) on rank 0 only).
-    """
-    model, grid = run.model, run.grid
-    model.eval()
-    pred = model.predict(model())
-    last = model.plans[-1]
-    rows = torch.stack([torch.from_numpy(run.shard.output_ids).to(pred.device), pred,
-                        model.labels, model.masks["test"].to(torch.int64)])
-    senders = [r for r in range(grid.world_size)
-               if grid.shape.coords(r)[last.out_cols] == 0
-               and grid.shape.coords(r)[last.out_replicated] == 0]
-    if grid.rank != 0:
-        if grid.rank in senders:
-            dist.send(rows.contiguous(), dst=0)
-        return None
-    n = run.shard.num_nodes
-    out = {"pred": np.full(n, -1, np.int64), "label": np.full(n, -1, np.int64),
-           "test": np.zeros(n, bool)}
-    for src in senders:
-        if src != 0:
-            dist.recv(rows, src=src)
-        ids, p, y, t = rows.cpu().numpy()
-        real = ids >= 0
-        out["pred"][ids[real]], out["label"][ids[real]] = p[real], y[real]
-        out["test"][ids[real]] = t[real].astype(bool)
-    return out
-
-
-def ogb_metric(name: str, gathered: dict[str, np.ndarray]) -> dict | None:
-    """The official OGB evaluator's test metric for ``name`` (None if it has no accuracy)."""
-    from ogb.nodeproppred import Evaluator  # noqa: PLC0415 (only for OGB datasets)
-
-    evaluator = Evaluator(name)
-    if evaluator.eval_metric != "acc":
-        return None
-    test = gathered["test"]
-    result = evaluator.eval({"y_true": gathered["label"][test].reshape(-1, 1),
-                             "y_pred": gathered["pred"][test].reshape(-1, 1)})
-    return {"name": name, "metric": "acc", "value": float(result["acc"])}
-
-
 def finish(run: Run, history: list[EpochStats], train_time_s: float) -> None:
     """Collective: final evaluation if needed, timers, ledger, OGB metric; rank 0 reports."""
     trainer = run.trainer
@@ -104,11 +59,8 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float) -> None:
                               final["train_acc"])
     timers = reduce_timers(run.comm.timers, run.grid.device)
     comm_total, comm_max = reduce_ledger(run.comm.ledger, run.grid.device)
-    ogb = None
-    if run.dataset.name.startswith("ogbn-"):
-        gathered = gather_predictions(run)
-        if gathered is not None:
-            ogb = ogb_metric(run.dataset.name, gathered)
+    results = end_of_run(run.opts, run.model, run.dataset.name, trainer.epoch, run.best.epoch,
+                         run.best_weights)
     provenance = gather_provenance(run)
     if run.log is None:
         return
@@ -124,11 +76,13 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float) -> None:
         "comm_bytes": comm_total, "comm_bytes_max_rank": comm_max,
         "comm_ledger": run.comm.ledger.summary(),  # rank 0's collectives by axis and operation
         "timers": timers,
-        "ogb": ogb,
+        "ogb": results.pop("ogb", None),
+        "ogb_best": results.pop("ogb_best", None),
         "model": {"kind": run.opts.model.kind, "layers": run.opts.model.num_layers,
                   "hidden": run.opts.model.hidden, "norm": run.opts.model.norm,
                   "residual": run.opts.model.residual,
                   "orders": list(run.shard.orders), "perm": run.shard.perm},
+        **results,  # the files written (--save-predictions, --export)
     }
     summary["model"].update(dropout=run.opts.model.dropout, bias=run.opts.model.bias,
                             learnable_features=run.opts.model.learnable_features)

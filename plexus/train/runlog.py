@@ -218,6 +218,13 @@ def format_summary(s: dict) -> str:
     if s.get("ogb") is not None:
         ogb = s["ogb"]
         lines.append(f"  OGB evaluator ({ogb['name']}): test {ogb['metric']} {ogb['value']:.4f}")
+    if s.get("ogb_best") is not None:
+        ogb = s["ogb_best"]
+        lines.append(f"  OGB evaluator ({ogb['name']}) at the best validation epoch "
+                     f"{ogb['epoch']}: test {ogb['metric']} {ogb['value']:.4f}")
+    for key, what in (("predictions_file", "predictions"), ("export_file", "weights")):
+        if s.get(key):
+            lines.append(f"  {what} written to {s[key]}")
     if s.get("epochs_run"):
         per_epoch = format_seconds(s["mean_epoch_time_s"])
         lines.append(f"  training time: {format_seconds(s['train_time_s'])} for "

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 
 import torch
 
-from plexus.engine.build import build_model
+from plexus.api import GraphModel, model_from_shard
 from plexus.engine.comm import Comm
 from plexus.engine.grid import Grid
-from plexus.engine.model import DistributedModel
 from plexus.engine.trainer import EpochStats, Trainer
 from plexus.partitioners import RankShard
 
@@ -19,6 +18,7 @@ from . import checkpoint as ckpt
 from .errors import PROG, TrainingDiverged
 from .options import RunOptions
 from .prepare import LocalSetup
+from .results import BestWeights, needs_best_weights
 from .runlog import BestRecord, RunLog, plural
 
 
@@ -29,13 +29,14 @@ class Run:
     opts: RunOptions
     grid: Grid
     comm: Comm
-    model: DistributedModel
+    model: GraphModel
     trainer: Trainer
     shard: RankShard
     dataset: ckpt.DatasetInfo
     best: BestRecord
     log: RunLog | None  # rank 0 only
     saved_epoch: int | None = None  # the epoch of the newest checkpoint on disk
+    best_weights: BestWeights | None = None  # kept when --export-best or the OGB metric needs them
 
     def check_finite(self, stats: EpochStats) -> None:
         """Raise `TrainingDiverged` on a NaN/Inf loss (every rank sees the same reduced loss, so
@@ -52,10 +53,14 @@ class Run:
     def save_checkpoint(self) -> None:
         """Collective: assemble the full state; rank 0 writes it."""
         state = self.trainer.full_state()
+        best_params = (self.best_weights.full(self.model) if self.best_weights is not None
+                       else None)
         if self.grid.rank == 0:
+            extra = {"best": self.best.as_dict(), "grid": str(self.grid)}
+            if best_params is not None:
+                extra["best_params"] = best_params
             payload = ckpt.make_checkpoint(state, self.opts.model, self.opts.train, self.dataset,
-                                           {"best": self.best.as_dict(),
-                                            "grid": str(self.grid)})
+                                           extra)
             ckpt.save_checkpoint(self.opts.checkpoint, payload)  # type: ignore[arg-type]
         self.saved_epoch = self.trainer.epoch
 
@@ -64,6 +69,8 @@ class Run:
         checkpoint."""
         self.check_finite(stats)
         self.best.update(stats)
+        if self.best_weights is not None and self.best.epoch == stats.epoch:
+            self.best_weights.capture(self.model, stats.epoch)
         if self.log is not None:
             self.log.epoch(stats)
         if self.opts.checkpoint and (stats.epoch % self.opts.checkpoint_every == 0
@@ -76,12 +83,16 @@ class Run:
 def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
     """Collective set-up: grid, model, trainer, restored checkpoint, rank 0's reporter."""
     grid = Grid.create(setup.grid, device)
-    model = build_model(grid, setup.shard, opts.model, opts.train.seed, opts.engine)
+    model = model_from_shard(grid, setup.shard, opts.model, opts.train.seed, opts.engine)
     trainer = Trainer(model, opts.train)
     best = BestRecord()
+    best_weights = BestWeights() if needs_best_weights(opts, setup.dataset.name) else None
     if setup.resume_from is not None:
         trainer.load_full_state(setup.resume_from["state"])
         best = BestRecord.from_dict(ckpt.extra(setup.resume_from).get("best"))
+        kept = ckpt.extra(setup.resume_from).get("best_params")
+        if best_weights is not None and kept is not None and best.epoch is not None:
+            best_weights.restore(model, best.epoch, kept)
     log = None
     if grid.rank == 0:
         log = RunLog(opts.train.epochs, trainer.epoch, opts.quiet, setup.json_log)
@@ -94,4 +105,4 @@ def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
                         f"{trainer.epoch}")  # type: ignore[arg-type]
     saved = ckpt.saved_epoch(setup.resume_from) if setup.resume_from is not None else None
     return Run(opts, grid, model.comm, model, trainer, setup.shard, setup.dataset, best, log,
-               saved)
+               saved, best_weights)

@@ -1,0 +1,157 @@
+"""This rank's distributed model from a `Graph`: cut the shard, build the engine's model, wrap it
+with what a user's own training loop needs (the original id of every local row, own masks)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from plexus.core.grid import GridShape
+from plexus.core.layout import grid_misfit
+from plexus.datasets import Graph
+from plexus.engine.build import build_model
+from plexus.engine.config import EngineConfig, ModelConfig
+from plexus.engine.grid import Grid
+from plexus.engine.model import DistributedModel
+from plexus.partitioners import RankShard, shard_graph
+
+DEFAULT_PERM = "double"  # results never depend on it; it balances the blocks of real graphs
+
+
+def cut_shard(graph: Graph, shape: GridShape, coords: dict[str, int], model: ModelConfig,
+              perm: str = DEFAULT_PERM, seed: int = 0) -> RankShard:
+    """The shard of the rank at ``coords`` for ``model`` (raises ValueError when the grid does
+    not fit the graph: an axis with more ranks than what it cuts)."""
+    f, c = graph.num_features, graph.num_classes
+    problem = grid_misfit(shape, model.plans(f, c), graph.num_nodes, model.widths(f, c))
+    if problem:
+        raise ValueError(problem)
+    return shard_graph(graph, shape, coords, model.num_stages, model.orders(f, c), perm,
+                       seed=seed, aggregation=model.aggregation)
+
+
+class GraphModel(nn.Module):
+    """One rank's part of a distributed GNN (an ``nn.Module``: give ``parameters()`` to any
+    optimizer; sharded Adam/SGD equal the full ones, they are elementwise).
+
+    ``model(step)`` returns this rank's block of the logits (dropout masks keyed by ``step`` when
+    training); ``loss(logits, mask)`` is the masked mean cross-entropy over the whole graph (the
+    same value on every rank); ``node_ids`` is the original node id of every local logits row
+    (-1: padding), ``labels`` their labels. `plexus.api.results` gathers logits, predictions and
+    embeddings on rank 0; `plexus.api.export` the unsharded weights.
+    """
+
+    def __init__(self, net: DistributedModel, shard: RankShard) -> None:
+        super().__init__()
+        self.net = net
+        self.shard = shard
+        self.node_ids = torch.from_numpy(shard.output_ids).to(net.comm.grid.device)
+
+    # ---- what a training loop uses ------------------------------------------------------
+    def forward(self, step: int | None = None) -> torch.Tensor:
+        """This rank's logits block (rows: ``node_ids``; columns: a block of the classes)."""
+        return self.net(step)
+
+    def loss(self, logits: torch.Tensor, mask: str = "train") -> torch.Tensor:
+        """Mean cross-entropy over the nodes of ``mask`` ("train", "val", "test" or one added
+        with `add_mask`), the same scalar on every rank."""
+        return self.net.loss(logits, mask)
+
+    def accuracy(self, logits: torch.Tensor) -> dict[str, float]:
+        """Accuracy on every mask (collective; the same on every rank)."""
+        return self.net.accuracy(logits)
+
+    def predict(self, logits: torch.Tensor) -> torch.Tensor:
+        """Predicted class of every local row (collective over the class cut)."""
+        return self.net.predict(logits)
+
+    def add_mask(self, name: str, mask: Any) -> None:
+        """Register a node set (a bool mask over all N nodes, numpy or torch) for `loss`."""
+        full = np.asarray(mask.cpu() if hasattr(mask, "cpu") else mask, dtype=bool).reshape(-1)
+        if full.shape != (self.num_nodes,):
+            raise ValueError(f"mask {name!r} has {full.size} entries, the graph {self.num_nodes}")
+        ids = self.shard.output_ids
+        local = np.zeros(len(ids), dtype=bool)
+        local[ids >= 0] = full[ids[ids >= 0]]
+        self.net.masks[name] = torch.from_numpy(local).to(self.node_ids.device)
+        self.net.counts[name] = int(full.sum())
+
+    @property
+    def labels(self) -> torch.Tensor:
+        """Label of every local logits row (-1: padding or unlabelled)."""
+        return self.net.labels
+
+    @property
+    def grid(self) -> Grid:
+        return self.net.comm.grid
+
+    @property
+    def comm(self):  # noqa: ANN201 — plexus.engine.comm.Comm (ledger, timers)
+        return self.net.comm
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.net.cfg
+
+    @property
+    def num_nodes(self) -> int:
+        return self.shard.num_nodes
+
+    @property
+    def num_features(self) -> int:
+        return self.shard.num_features
+
+    @property
+    def num_classes(self) -> int:
+        return self.shard.num_classes
+
+    # ---- grid-independent parameters (checkpoints, export; see plexus.engine.trainer) ------
+    def named_shards(self) -> dict[str, nn.Parameter]:
+        """This rank's trainable shards by grid-independent name ("W0", "b0", ...)."""
+        return self.net.named_shards()
+
+    def named_stats(self) -> dict[str, torch.Tensor]:
+        """This rank's BatchNorm running statistics by grid-independent name ("mean0", ...)."""
+        return self.net.named_stats()
+
+    def named_tensors(self) -> dict[str, torch.Tensor]:
+        """`named_shards` and `named_stats` together: everything a model's state holds."""
+        return {**self.named_shards(), **self.named_stats()}
+
+    def parameter_layer(self, name: str) -> int | None:
+        """The GNN layer of a parameter (None: the input features)."""
+        return self.net.parameter_layer(name)
+
+    def full_parameter(self, name: str, shard: torch.Tensor) -> torch.Tensor:
+        """The full unpadded tensor of ``name`` from every rank's ``shard`` (collective)."""
+        return self.net.full_parameter(name, shard)
+
+    def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
+        """This rank's shard of the full tensor ``full``."""
+        return self.net.shard_of(name, full)
+
+
+def model_from_shard(grid: Grid, shard: RankShard, model: ModelConfig, seed: int = 0,
+                     engine: EngineConfig | None = None) -> GraphModel:
+    """The `GraphModel` of this rank from its ``shard`` (collective: builds the engine's model)."""
+    return GraphModel(build_model(grid, shard, model, seed, engine), shard)
+
+
+def distributed_model(graph: Graph, grid: Grid, model: ModelConfig | None = None, *,
+                      seed: int = 0, perm: str = DEFAULT_PERM,
+                      engine: EngineConfig | None = None, **options: Any) -> GraphModel:
+    """This rank's part of a GNN on ``graph`` over ``grid`` (call it on every rank).
+
+    ``model`` is a `ModelConfig`, or give its fields as keywords (``num_layers=2, hidden=16,
+    dropout=0.5, ...``). ``seed`` fixes the weights and dropout masks (the same on every grid),
+    ``perm`` the load-balancing node permutation (results do not depend on it).
+    """
+    if model is None:
+        model = ModelConfig(**options)
+    elif options:
+        raise TypeError("give either a ModelConfig or its fields as keywords, not both")
+    shard = cut_shard(graph, grid.shape, grid.coords, model, perm, seed)
+    return model_from_shard(grid, shard, model, seed, engine)

@@ -1,0 +1,81 @@
+"""The settings of the official OGB examples, as presets (``plexus-train --recipe NAME``).
+
+Sources: ogb/examples/nodeproppred/arxiv/gnn.py (GCN: 3 layers, hidden 256, BatchNorm after
+every layer but the last, dropout 0.5 after each hidden layer's ReLU and none on the input,
+Adam lr 0.01 without weight decay, 500 epochs, the graph made undirected with
+``adj_t.to_symmetric()``) and ogb/examples/nodeproppred/products/gnn.py (GCN or SAGE: 3 layers,
+hidden 256, no BatchNorm, dropout 0.5 on hidden layers, lr 0.01, no weight decay, 300 epochs; the
+products graph is undirected already). Both report the test accuracy at the best validation
+epoch with ``ogb.nodeproppred.Evaluator``.
+
+A recipe names `ModelConfig` fields; one the engine does not have yet is a `RecipeError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from plexus.engine.config import ModelConfig, TrainConfig
+
+
+class RecipeError(ValueError):
+    """A recipe that is unknown, or that needs a model option the engine does not have."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One preset: model and training settings, the dataset it is for and where it comes from."""
+
+    name: str
+    dataset: str
+    source: str
+    model: dict[str, Any] = field(default_factory=dict)  # ModelConfig fields
+    train: dict[str, Any] = field(default_factory=dict)  # TrainConfig fields
+    symmetrize: bool = False
+
+    def check(self) -> None:
+        """Raise `RecipeError` when the engine lacks a model option this recipe sets."""
+        have = {f.name for f in dataclasses.fields(ModelConfig)}
+        missing = [k for k in self.model if k not in have]
+        if missing:
+            wanted = ", ".join(f"{k}={self.model[k]!r}" for k in missing)
+            raise RecipeError(f"recipe {self.name} needs model options this version of the "
+                              f"engine does not have yet ({wanted})")
+
+    def model_config(self, **overrides: Any) -> ModelConfig:
+        """The recipe's `ModelConfig`, with ``overrides`` (fields) taking precedence."""
+        self.check()
+        try:
+            return ModelConfig(**{**self.model, **overrides})
+        except ValueError as e:  # e.g. a model kind the engine does not know
+            raise RecipeError(f"recipe {self.name}: {e}") from None
+
+    def train_config(self, **overrides: Any) -> TrainConfig:
+        """The recipe's `TrainConfig`, with ``overrides`` (fields) taking precedence."""
+        return TrainConfig(**{**self.train, **overrides})
+
+
+_HIDDEN_ONLY_DROPOUT = {"num_layers": 3, "hidden": 256, "dropout": 0.5, "input_dropout": False}
+_OGB_TRAIN = {"lr": 0.01, "weight_decay": 0.0}
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in (
+    Recipe("ogbn-arxiv-gcn", "ogbn-arxiv", "ogb/examples/nodeproppred/arxiv/gnn.py",
+           model={"kind": "gcn", "norm": "batch", **_HIDDEN_ONLY_DROPOUT},
+           train={**_OGB_TRAIN, "epochs": 500}, symmetrize=True),
+    Recipe("ogbn-products-gcn", "ogbn-products", "ogb/examples/nodeproppred/products/gnn.py",
+           model={"kind": "gcn", **_HIDDEN_ONLY_DROPOUT}, train={**_OGB_TRAIN, "epochs": 300}),
+    Recipe("ogbn-products-sage", "ogbn-products", "ogb/examples/nodeproppred/products/gnn.py "
+           "(--use_sage)", model={"kind": "sage", **_HIDDEN_ONLY_DROPOUT},
+           train={**_OGB_TRAIN, "epochs": 300}),
+)}
+
+
+def get_recipe(name: str) -> Recipe:
+    """The recipe called ``name``; raises `RecipeError` for an unknown one."""
+    try:
+        return RECIPES[name]
+    except KeyError:
+        raise RecipeError(f"unknown recipe {name!r}; choose one of "
+                          f"{', '.join(RECIPES)}") from None

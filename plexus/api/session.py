@@ -1,0 +1,83 @@
+"""Start a grid of local workers (`launch`) or join the job this process is in (`init`).
+
+One launcher: `launch` runs the workers with `plexus.runtime.local.launch_local`, the same
+elastic launcher as ``plexus-train``; under torchrun or srun it joins the job instead, so one
+script runs both ways.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from plexus.core.grid import GridShape
+from plexus.engine.grid import Grid
+from plexus.runtime.env import JobEnv, LaunchError, check_local_devices, detect_environment
+from plexus.runtime.group import die_with_launcher, init_process_group
+from plexus.runtime.local import free_port, launch_local
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def init(grid: str | GridShape | tuple[int, int, int], timeout_s: float = DEFAULT_TIMEOUT_S
+         ) -> Grid:
+    """Join the job this process runs in and return its `Grid` of shape ``grid`` ("2x2x2").
+
+    Uses the default process group when one exists (e.g. your own ``init_process_group``);
+    otherwise joins the torchrun/SLURM job from the environment (gloo on CPUs, NCCL with
+    ``cuda:LOCAL_RANK``). Raises `LaunchError` outside a launcher: use `launch` there.
+    """
+    shape = GridShape.of(grid)
+    if dist.is_initialized():
+        device = (torch.device("cuda", torch.cuda.current_device())
+                  if dist.get_backend() == "nccl" else torch.device("cpu"))
+        return Grid.create(shape, device)
+    env = detect_environment()
+    if env is None:
+        raise LaunchError("not inside torchrun or srun: start local workers with "
+                          "plexus.launch(fn, ..., grid=...)")
+    shape.check_world(env.world_size, "the launcher started")
+    return Grid.create(shape, init_process_group(env, timeout_s))
+
+
+def _run(fn: Callable[..., Any], grid: GridShape, timeout_s: float, args: tuple) -> Any:
+    """One rank: join, call ``fn(grid, *args)``, leave."""
+    handle = init(grid, timeout_s)
+    try:
+        return fn(handle, *args)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _local_worker(fn: Callable[..., Any], grid: GridShape, timeout_s: float, args: tuple) -> Any:
+    die_with_launcher()
+    return _run(fn, grid, timeout_s, args)
+
+
+def launch(fn: Callable[..., Any], *args: Any, grid: str | GridShape = "1x1x1",
+           timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
+    """Run ``fn(grid, *args)`` on every rank of an X×Y×Z grid; ``grid`` is a `Grid`.
+
+    Outside a launcher this starts X·Y·Z local workers (gloo on CPUs, one GPU each with CUDA;
+    a 1x1x1 grid runs in this process) and returns what ``fn`` returned on rank 0. Under
+    torchrun or srun this process joins the job as one rank and returns what ``fn`` returned
+    here. ``fn`` and ``args`` must be picklable (a module-level function; in a script, guard the
+    call with ``if __name__ == "__main__":``). A worker that fails ends the job:
+    `plexus.runtime.local.LocalJobFailed` names the rank and the cause.
+    """
+    shape = GridShape.of(grid)
+    if detect_environment() is not None or dist.is_initialized():
+        return _run(fn, shape, timeout_s, args)
+    check_local_devices(shape.world_size)
+    if shape.world_size == 1:
+        env = JobEnv("single", 0, 1, 0, 1, "127.0.0.1", free_port())
+        device = init_process_group(env, timeout_s)
+        try:
+            return fn(Grid.create(shape, device), *args)
+        finally:
+            dist.destroy_process_group()
+    return launch_local(shape.world_size, _local_worker, fn, shape, timeout_s, args)[0]
+
