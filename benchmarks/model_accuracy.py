@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=200)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    ours = run_world(1, plexus_runs, args.seeds, args.epochs)[0]
+    ours = run_world(1, plexus_runs, args.seeds, args.epochs, timeout=6 * 3600)[0]
     theirs = pyg_runs(args.seeds, args.epochs)
     print(f"Cora, {args.seeds} seeds, {args.epochs} epochs: test accuracy at the best-validation "
           "epoch, mean ± std")
