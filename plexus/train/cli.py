@@ -21,6 +21,8 @@ from typing import Sequence
 
 from plexus.core.cli import ArgumentParser
 from plexus.core.grid import GridError, GridShape
+from plexus.core.modelopts import (ModelOptionsText, add_model_options, check_model_options,
+                                   resolve_layers, resolve_order)
 from plexus.datasets import gcn_nnz, load_dataset
 from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
 from plexus.engine.spmm import BACKENDS, check_backend
@@ -69,20 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--perm", choices=PERMUTATIONS, default=None,
                       help=f"load-balancing node permutation (default {DEFAULT_PERM}, or the "
                            "store's with --shards); results do not depend on it")
-    model = p.add_argument_group("model")
-    model.add_argument("--layers", type=int, default=None,
-                       help="GCN layers (default 2, or the store's with --shards)")
-    model.add_argument("--hidden", type=int, default=16, help="hidden width (default 16)")
-    model.add_argument("--dropout", type=float, default=0.5,
-                       help="dropout on each layer's input (default 0.5)")
-    model.add_argument("--bias", action=argparse.BooleanOptionalAction, default=True,
-                       help="bias on every layer (default on)")
-    model.add_argument("--order", default=None, metavar="agg|combine|auto|LIST",
-                       help="product order per layer: agg ((Â·H)·W, the paper's; the default), "
-                            "combine (Â·(H·W)), auto (combine on narrowing layers), or a comma-"
-                            "separated list, one per layer (default with --shards: the store's)")
-    model.add_argument("--learnable-features", action="store_true",
-                       help="train the input features too")
+    add_model_options(p, ModelOptionsText(store_note=", or the store's with --shards"))
     train = p.add_argument_group("training")
     train.add_argument("--epochs", type=int, default=200,
                        help="training epochs, full batch (default 200)")
@@ -127,9 +116,6 @@ def check_numbers(a: argparse.Namespace) -> None:
     """Range checks of the numeric options."""
     rules = [
         (a.epochs >= 0, f"--epochs must be >= 0, got {a.epochs}"),
-        (a.layers is None or a.layers >= 1, f"--layers must be >= 1, got {a.layers}"),
-        (a.hidden >= 1, f"--hidden must be >= 1, got {a.hidden}"),
-        (0.0 <= a.dropout < 1.0, f"--dropout must be in [0, 1), got {a.dropout}"),
         (a.lr > 0, f"--lr must be > 0, got {a.lr}"),
         (a.weight_decay >= 0, f"--weight-decay must be >= 0, got {a.weight_decay}"),
         (a.eval_every >= 0, f"--eval-every must be >= 0, got {a.eval_every}"),
@@ -144,6 +130,7 @@ def check_numbers(a: argparse.Namespace) -> None:
     for ok, message in rules:
         if not ok:
             raise UsageError(message)
+    check_model_options(a)
     if a.resume and not a.checkpoint:
         raise UsageError("--resume needs --checkpoint DIR (where the checkpoint is)")
     if a.checkpoint_every is not None and not a.checkpoint:
@@ -220,8 +207,8 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
     shape = _Shape(grid, a.layers, a.order, a.dataset or "cora")
     if a.shards:
         shape = _from_store(a, shape)
-    layers = 2 if shape.layers is None else shape.layers
-    order = "agg" if shape.order is None else shape.order
+    layers = resolve_layers(shape.layers)
+    order = resolve_order(shape.order)
     check_order(order, layers)
     check_backend(a.spmm, default_device())
     world = _check_world(shape.grid, a, env)
