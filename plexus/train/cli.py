@@ -31,8 +31,8 @@ from plexus.partitioners.store import graph_hash
 from plexus.runtime.env import JobEnv, check_local_devices, default_device, detect_environment
 
 from . import checkpoint as ckpt
-from .checks import (auto_grid, check_grid_fits, check_log_path, check_order, check_writable,
-                     precheck_dataset, precheck_resources, spec_sizes)
+from .checks import (auto_grid_choice, check_grid_fits, check_log_path, check_order,
+                     check_writable, precheck_dataset, precheck_resources, spec_sizes)
 from .entry import run_local, run_rank
 from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .faults import Fault
@@ -223,8 +223,11 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
             graph = precheck_dataset(shape.dataset, a.root, a.seed)
             if grid is None:  # the performance model needs the graph's sizes
                 graph = graph or load_dataset(shape.dataset, a.root, seed=a.seed)
-                grid = auto_grid(world, graph.num_nodes, gcn_nnz(graph),  # type: ignore[arg-type]
-                                 graph.num_features, graph.num_classes, model, graph.name)
+                grid, why = auto_grid_choice(world, graph.num_nodes,  # type: ignore[arg-type]
+                                             gcn_nnz(graph), graph.num_features,
+                                             graph.num_classes, model, graph.name)
+                if not a.quiet:
+                    print(f"{PROG}: {why}", flush=True)
             sizes = ((graph.num_nodes, gcn_nnz(graph), graph.num_features, graph.num_classes)
                      if graph is not None else spec_sizes(shape.dataset, a.seed))
             if sizes is not None:  # otherwise every worker checks once it has its shard

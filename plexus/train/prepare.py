@@ -23,8 +23,8 @@ from plexus.partitioners import RankShard, read_manifest, read_shard, shard_grap
 from plexus.partitioners.store import graph_hash
 
 from . import checkpoint as ckpt
-from .checks import auto_grid, check_grid_fits, check_log_path, check_writable, shard_bytes
-from .errors import USER_ERRORS, UsageError, error_line
+from .checks import auto_grid_choice, check_grid_fits, check_log_path, check_writable, shard_bytes
+from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .memcheck import available_memory, check_memory, predicted_memory
 from .options import DEFAULT_PERM, RunOptions
 from .runlog import JsonLog
@@ -65,8 +65,12 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
     else:
         graph = load_dataset(opts.dataset, opts.root, seed=opts.train.seed)
         nnz = gcn_nnz(graph)
-        grid = opts.grid or auto_grid(world, graph.num_nodes, nnz, graph.num_features,
-                                      graph.num_classes, model, graph.name)
+        grid = opts.grid
+        if grid is None:  # --grid auto under a launcher: every rank computes the same choice
+            grid, why = auto_grid_choice(world, graph.num_nodes, nnz, graph.num_features,
+                                         graph.num_classes, model, graph.name)
+            if rank == 0 and not opts.quiet:
+                print(f"{PROG}: {why}", flush=True)
         grid.check_world(world)
         check_grid_fits(grid, model, graph.num_nodes, graph.num_features, graph.num_classes)
         orders = model.orders(graph.num_features, graph.num_classes)

@@ -23,6 +23,8 @@ from plexus.core.atomic import fsync_dir
 from plexus.engine.trainer import EpochStats
 from plexus.core.units import format_bytes, format_seconds
 
+from .walltime import format_wall_time
+
 
 def _acc(value: float | None) -> str:
     return "  -   " if value is None else f"{value:.4f}"
@@ -214,7 +216,9 @@ def format_summary(s: dict) -> str:
     if s.get("ogb") is not None:
         ogb = s["ogb"]
         lines.append(f"  OGB evaluator ({ogb['name']}): test {ogb['metric']} {ogb['value']:.4f}")
-    if s.get("epochs_run"):
+    if s.get("wall_time"):
+        lines += format_wall_time(s["wall_time"], s.get("epochs_run", 0), s.get("evaluations", 0))
+    elif s.get("epochs_run"):
         per_epoch = format_seconds(s["mean_epoch_time_s"])
         lines.append(f"  training time: {format_seconds(s['train_time_s'])} for "
                      f"{plural(s['epochs_run'], 'epoch')} ({per_epoch} per epoch, training step "
