@@ -34,6 +34,7 @@ from . import checkpoint as ckpt
 from .checks import (auto_grid_choice, check_grid_fits, check_log_path, check_order,
                      check_writable, precheck_dataset, precheck_resources, spec_sizes)
 from .entry import run_local, run_rank
+from .epochlogs import check_targets
 from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .faults import Fault
 from .options import DEFAULT_PERM, RunOptions
@@ -88,10 +89,18 @@ def build_parser() -> argparse.ArgumentParser:
                           "epochs and at the end")
     out.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                      help="epochs between checkpoints (default 10)")
-    out.add_argument("--resume", action="store_true",
-                     help="continue from DIR/checkpoint.pt of --checkpoint (any grid)")
+    out.add_argument("--resume", nargs="?", const=True, default=False, metavar="auto",
+                     help="continue from DIR/checkpoint.pt of --checkpoint (any grid); "
+                          "'--resume auto' continues if that file exists and starts afresh if "
+                          "not (a requeued batch job needs no shell guard)")
     out.add_argument("--log-json", metavar="FILE",
                      help="JSON lines: one object per epoch, then a summary object")
+    out.add_argument("--log-csv", metavar="FILE",
+                     help="CSV, one row per epoch (loss, accuracies, step and evaluation time), "
+                          "flushed every epoch: tail -f FILE follows the run")
+    out.add_argument("--tensorboard", metavar="DIR",
+                     help="TensorBoard scalars in DIR: loss, accuracies, epoch time, time per "
+                          "timer (needs the tensorboard package; without it, one note)")
     out.add_argument("--quiet", action="store_true", help="print only the summary")
     eng = p.add_argument_group("engine (results never depend on these)")
     eng.add_argument("--spmm", choices=BACKENDS, default="torch",
@@ -131,6 +140,8 @@ def check_numbers(a: argparse.Namespace) -> None:
         if not ok:
             raise UsageError(message)
     check_model_options(a)
+    if a.resume not in (True, False, "auto"):
+        raise UsageError(f"--resume takes no value or 'auto', got {a.resume!r}")
     if a.resume and not a.checkpoint:
         raise UsageError("--resume needs --checkpoint DIR (where the checkpoint is)")
     if a.checkpoint_every is not None and not a.checkpoint:
@@ -201,6 +212,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
     and the output paths before any worker starts.
     """
     check_numbers(a)
+    a.resume = resolve_resume(a, env is None or env.rank == 0)
     if a.grid is None and not a.shards:
         raise UsageError("the following arguments are required: --grid")
     grid = None if a.grid is None or a.grid.strip().lower() == "auto" else _parse_grid(a.grid)
@@ -244,6 +256,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
             check_log_path(a.log_json)
         if a.checkpoint:
             check_writable(Path(a.checkpoint).expanduser(), "--checkpoint")
+        check_targets(a.log_csv, a.tensorboard)
     return RunOptions(
         grid=grid, dataset=shape.dataset, root=a.root, model=model,
         train=TrainConfig(epochs=a.epochs, lr=a.lr, weight_decay=a.weight_decay, seed=a.seed,
@@ -253,7 +266,23 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                             huge_pages=a.huge_pages),
         perm=a.perm, shards=a.shards, checkpoint=a.checkpoint,
         checkpoint_every=a.checkpoint_every or 10, resume=a.resume, log_json=a.log_json,
-        quiet=a.quiet, timeout_s=a.timeout, check_memory=not memory_checked, fault=fault)
+        quiet=a.quiet, timeout_s=a.timeout, check_memory=not memory_checked, fault=fault,
+        log_csv=a.log_csv, tensorboard=a.tensorboard)
+
+
+def resolve_resume(a: argparse.Namespace, speak: bool) -> bool:
+    """``--resume auto``: resume when the checkpoint file exists, else start at epoch 0 (said
+    once when ``speak``). Every rank decides before the process group forms, so before any
+    checkpoint of this run can appear: all decide alike."""
+    if a.resume != "auto":
+        return bool(a.resume)
+    path = ckpt.checkpoint_path(Path(a.checkpoint).expanduser())
+    if path.is_file():
+        return True
+    if speak and not a.quiet:
+        print(f"{PROG}: --resume auto: no checkpoint at {path} yet; starting from epoch 0",
+              flush=True)
+    return False
 
 
 def _parse_grid(text: str) -> GridShape:

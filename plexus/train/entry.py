@@ -44,6 +44,8 @@ def run_rank(opts: RunOptions, env: JobEnv) -> int:
     if code:
         if setup is not None and setup.json_log is not None:
             setup.json_log.discard()
+        for sink in setup.sinks if setup is not None else ():
+            getattr(sink, "discard", sink.close)()  # the run never started
         dist.destroy_process_group()
         return code
     assert setup is not None

@@ -32,3 +32,5 @@ class RunOptions:
     timeout_s: float = 300.0
     check_memory: bool = True  # False: --force, or the launching process already checked
     fault: Fault | None = None  # --inject-fault (tests of failure handling)
+    log_csv: str | None = None  # a CSV of epochs
+    tensorboard: str | None = None  # a TensorBoard log directory

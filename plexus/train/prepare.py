@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -24,6 +24,7 @@ from plexus.partitioners.store import graph_hash
 
 from . import checkpoint as ckpt
 from .checks import auto_grid_choice, check_grid_fits, check_log_path, check_writable, shard_bytes
+from .epochlogs import EpochSink, open_sinks
 from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .memcheck import available_memory, check_memory, predicted_memory
 from .options import DEFAULT_PERM, RunOptions
@@ -39,6 +40,7 @@ class LocalSetup:
     dataset: ckpt.DatasetInfo
     resume_from: dict | None
     json_log: JsonLog | None = None  # rank 0 with --log-json
+    sinks: list[EpochSink] = field(default_factory=list)  # rank 0: --log-csv, --tensorboard
 
 
 def open_json_log(path: str) -> JsonLog:
@@ -95,6 +97,10 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
             check_writable(Path(opts.checkpoint).expanduser(), "--checkpoint")
         if opts.log_json:
             json_log = open_json_log(opts.log_json)
+        sinks = open_sinks(opts.log_csv, opts.tensorboard,
+                           lambda text: print(f"{PROG}: note: {text}", file=sys.stderr,
+                                              flush=True))
+        return LocalSetup(grid, shard, info, resume_from, json_log, sinks)
     return LocalSetup(grid, shard, info, resume_from, json_log)
 
 
