@@ -96,6 +96,15 @@ class TensorBoardLog:
             self._writer = None
 
 
+def tensorboard_available() -> bool:
+    """Whether the ``tensorboard`` package imports (cheap: not torch's writer)."""
+    try:
+        import tensorboard  # noqa: F401, PLC0415
+    except ImportError:
+        return False
+    return True
+
+
 def open_tensorboard(logdir: str | os.PathLike) -> TensorBoardLog | None:
     """A `TensorBoardLog`, or None when the ``tensorboard`` package cannot be imported."""
     try:
@@ -114,7 +123,7 @@ def check_targets(log_csv: str | None, tensorboard: str | None) -> None:
         if target.is_dir():
             raise UsageError(f"--log-csv {log_csv}: is a directory; give a file name")
         check_writable(target.parent, "--log-csv")
-    if tensorboard:
+    if tensorboard and tensorboard_available():  # else nothing is written there
         target = Path(tensorboard).expanduser()
         if target.exists() and not target.is_dir():
             raise UsageError(f"--tensorboard {tensorboard}: exists and is not a directory")
@@ -127,12 +136,16 @@ def open_sinks(log_csv: str | None, tensorboard: str | None,
     gets the one line saying TensorBoard is missing."""
     check_targets(log_csv, tensorboard)
     sinks: list[EpochSink] = []
-    if log_csv:
-        sinks.append(CsvLog(Path(log_csv).expanduser()))
-    if tensorboard:
+    board = None
+    if tensorboard and tensorboard_available():
         board = open_tensorboard(Path(tensorboard).expanduser())
-        if board is None:
-            note(TENSORBOARD_MISSING)
-        else:
-            sinks.append(board)
-    return sinks
+    if tensorboard and board is None:
+        note(TENSORBOARD_MISSING)
+    if log_csv:
+        try:
+            sinks.append(CsvLog(Path(log_csv).expanduser()))
+        except OSError as e:
+            from .errors import UsageError  # noqa: PLC0415
+
+            raise UsageError(f"--log-csv {log_csv}: cannot write it ({e.strerror or e})") from None
+    return sinks + ([board] if board is not None else [])
