@@ -185,3 +185,20 @@ def test_headline_check_fails_when_the_readme_differs(tmp_path):
     proc = subprocess.run([sys.executable, str(fake_repo / "benchmarks" / "headline.py"),
                            "--check"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "differs from benchmarks/results" in proc.stderr
+
+
+def test_benchmark_readme_commands_name_real_scripts_and_options():
+    # too long to run here (minutes each; tests/test_benchmarks_smoke.py runs every script with
+    # --smoke): check that each script exists and takes every option the command gives it
+    text = (REPO / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    lines = [line for _, line in readme_commands(text)]
+    assert len(lines) >= 5
+    for line in lines:
+        words = line.split()
+        assert words[:2] == ["./run", "python"], line
+        script = REPO / words[2]
+        assert script.is_file(), line
+        source = script.read_text(encoding="utf-8") + (
+            REPO / "benchmarks" / "common.py").read_text(encoding="utf-8")
+        for flag in (w for w in words[3:] if w.startswith("--")):
+            assert f'"{flag}"' in source, f"{line}: {script.name} has no {flag}"
