@@ -220,11 +220,22 @@ def test_resume_auto_in_an_existing_empty_directory_and_bad_values(tmp_path, cap
     assert "--resume needs --checkpoint DIR" in capsys.readouterr().err
 
 
-def test_resume_help_mentions_auto(capsys):
+def test_help_texts_name_the_new_options(capsys):
+    from plexus.perfmodel.cli import _model_parser
+
     with pytest.raises(SystemExit):
         train_parser().parse_args(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--resume [auto]" in text and "'--resume auto' continues if that file exists" in text
+    assert "--log-csv FILE CSV, one row per epoch" in text and "tail -f FILE follows" in text
+    assert "--tensorboard DIR TensorBoard scalars in DIR" in text
+    assert "--layers L GCN layers (default 2, or the store's with --shards)" in text
+    with pytest.raises(SystemExit):
+        _model_parser().parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--layers L GCN layers (default 2)" in text
+    assert "--hidden H hidden width (default 16)" in text
+    assert "best (the model's choice per grid)" in text
 
 
 # ---- TensorBoard ----------------------------------------------------------------------------
@@ -275,6 +286,12 @@ def test_bad_log_targets_are_refused_before_the_run(tmp_path, capsys):
     assert main(["--grid", "1x1x1", "--log-csv", str(tmp_path)]) == 2
     assert capsys.readouterr().err == (f"plexus-train: error: --log-csv {tmp_path}: is a "
                                        "directory; give a file name\n")
+    import os
+
+    os.mkfifo(tmp_path / "fifo")
+    assert main(["--grid", "1x1x1", "--log-csv", str(tmp_path / "fifo")]) == 2
+    assert capsys.readouterr().err == (f"plexus-train: error: --log-csv {tmp_path / 'fifo'}: not "
+                                       "a regular file; give a file name\n")
     (tmp_path / "file").write_text("x")
     from plexus.train.epochlogs import tensorboard_available
 

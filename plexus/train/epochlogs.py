@@ -122,6 +122,8 @@ def check_targets(log_csv: str | None, tensorboard: str | None) -> None:
         target = Path(log_csv).expanduser()
         if target.is_dir():
             raise UsageError(f"--log-csv {log_csv}: is a directory; give a file name")
+        if target.exists() and not target.is_file():  # a FIFO or device: open() could block
+            raise UsageError(f"--log-csv {log_csv}: not a regular file; give a file name")
         check_writable(target.parent, "--log-csv")
     if tensorboard and tensorboard_available():  # else nothing is written there
         target = Path(tensorboard).expanduser()
