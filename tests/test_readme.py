@@ -143,6 +143,8 @@ def test_readme_command_runs_as_written(command, sandbox):
 
 def test_bare_console_script_needs_the_venv_on_path(sandbox):
     # what the README warns about: without ./run (or an activated venv) the name is unknown
+    if shutil.which("plexus-train", path=fresh_env()["PATH"]):
+        pytest.skip("a plexus-train is installed outside the venv on this machine")
     proc = subprocess.run(["bash", "-c", "plexus-train --help"], cwd=sandbox, env=fresh_env(),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 127 and "command not found" in proc.stderr
