@@ -1,7 +1,7 @@
 """``plexus-partition``: cut a dataset into per-rank shard files, or report load balance.
 
     plexus-partition --dataset SPEC [--root DIR] --grid XxYxZ --layers L --perm double \\
-                     [--orders agg[,combine...]] [--seed S] --out DIR
+                     [--orders agg[,combine...]] [--seed S] --out DIR [--force]
     plexus-partition --dataset SPEC --grid XxYxZ --layers L --stats-only [--json]
 
 Bad input ends with one line ``plexus-partition: error: ...`` on stderr and exit status 2,
@@ -53,7 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="permutation seed (default 0)")
     p.add_argument("--dataset-seed", type=int, default=0,
                    help="seed of synthetic datasets/features (default 0)")
-    p.add_argument("--out", default=None, help="store directory to write")
+    p.add_argument("--out", default=None,
+                   help="store directory to write (an existing store is kept unless --force)")
+    p.add_argument("--force", action="store_true",
+                   help="replace the shard store already at --out")
     p.add_argument("--stats-only", action="store_true",
                    help="print the imbalance of every permutation; write nothing")
     p.add_argument("--json", action="store_true", help="with --stats-only: print JSON")
@@ -80,9 +83,12 @@ def run(argv: Sequence[str] | None = None) -> int:
         raise UsageError("--out is required unless --stats-only is given")
 
     from .stats import balance_report, format_report  # noqa: PLC0415
-    from .store import check_out_dir, write_store  # noqa: PLC0415
+    from .store import check_out_dir, is_store, write_store  # noqa: PLC0415
 
     if not args.stats_only:
+        if is_store(args.out) and not args.force:
+            raise UsageError(f"--out {args.out}: a shard store is already there; add --force to "
+                             "replace it, or choose another directory")
         check_out_dir(args.out)  # refuse before spending time on the dataset
     graph = _load(args)
     plans = layer_plans(args.layers, orders)

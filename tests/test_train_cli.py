@@ -24,7 +24,8 @@ from plexus.runtime.env import LaunchError, detect_environment, slurm_tasks_on_n
 from plexus.train.runlog import JsonLog
 from plexus.train import main
 
-EPOCH_KEYS = {"epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_time_s"}
+EPOCH_KEYS = {"epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_time_s",
+              "eval_time_s"}
 
 
 @pytest.fixture(scope="module")

@@ -26,14 +26,16 @@ class TrainableGCN(Protocol):
 
 @dataclass
 class EpochStats:
-    """One epoch: training loss (with dropout), accuracies (without), and its wall time."""
+    """One epoch: training loss (with dropout), accuracies (without), the wall time of its
+    training step and that of its evaluation (0 when it was not evaluated)."""
 
     epoch: int
     loss: float
     train_acc: float | None
     val_acc: float | None
     test_acc: float | None
-    epoch_time_s: float
+    epoch_time_s: float  # the training step only (forward, backward, update)
+    eval_time_s: float = 0.0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -85,10 +87,11 @@ class Trainer:
         elapsed = time.perf_counter() - start
         self.epoch += 1
         every = self.cfg.eval_every
+        start = time.perf_counter()
         acc = self.evaluate() if every and (self.epoch % every == 0 or
                                              self.epoch == self.cfg.epochs) else {}
         return EpochStats(self.epoch, loss, acc.get("train"), acc.get("val"), acc.get("test"),
-                          elapsed)
+                          elapsed, time.perf_counter() - start if acc else 0.0)
 
     def fit(self, epochs: int | None = None,
             callback: Callable[[EpochStats], None] | None = None) -> list[EpochStats]:

@@ -19,6 +19,8 @@ from typing import Sequence
 
 from plexus.core.cli import ArgumentParser, UsageError, report_error
 from plexus.core.grid import GridShape
+from plexus.core.modelopts import (ModelOptionsText, add_model_options, check_model_options,
+                                   describe_model, resolve_layers, resolve_order)
 from plexus.core.units import format_bytes, format_seconds
 
 from .calibration import Calibration, calibrate, load_calibration, write_calibration
@@ -43,16 +45,8 @@ def _model_parser() -> ArgumentParser:
                    help="non-zeros of the normalized adjacency, self loops included")
     p.add_argument("--features", type=int, metavar="F", help="input feature width")
     p.add_argument("--classes", type=int, metavar="C", help="number of classes")
-    p.add_argument("--layers", type=int, default=3, metavar="L", help="GCN layers (default 3)")
-    p.add_argument("--hidden", type=int, default=128, metavar="H",
-                   help="hidden width (default 128)")
-    p.add_argument("--order", default="agg",
-                   help="per-layer product order: agg (default, the paper's), combine, auto "
-                        "(combine on narrowing layers), best (model's choice per grid), or a "
-                        "comma-separated list")
-    p.add_argument("--no-bias", action="store_true", help="layers without bias")
-    p.add_argument("--learnable-features", action="store_true",
-                   help="input features are trained (adds layer 0's dH reduce-scatter)")
+    # the same model options and defaults as plexus-train, so both describe the same run
+    add_model_options(p, ModelOptionsText(extra_orders=", best (the model's choice per grid)"))
     p.add_argument("--calibration", metavar="FILE",
                    help="JSON from `plexus-bench calibrate` (default: built-in GPU-node rates)")
     p.add_argument("--memory-limit", type=float, metavar="GIB",
@@ -74,11 +68,15 @@ def _dataset_sizes(spec: str, root: str | None) -> tuple[str, int, int, int, int
 
 def _table(spec: ModelSpec, cal: Calibration, preds: list[Prediction], world: int,
            shown: int) -> str:
+    order_text = spec.order if isinstance(spec.order, str) else ",".join(spec.order)
     lines = [
         f"{spec.name or 'graph'}: N={spec.num_nodes:,} nnz={spec.nnz:,} F={spec.num_features} "
         f"C={spec.num_classes} layers={spec.num_layers} hidden={spec.hidden} "
-        f"order={spec.order if isinstance(spec.order, str) else ','.join(spec.order)} "
+        f"order={order_text} "
         f"bias={'yes' if spec.bias else 'no'}",
+        "model: " + describe_model(spec.num_layers, spec.hidden, order_text, spec.bias,
+                                   spec.learnable_features)
+        + " (plexus-train's model options and defaults: --layers, --hidden, --order, ...)",
         f"calibration: {cal.source} (SpMM {cal.spmm_flops:.3g} flop/s, GEMM "
         f"{cal.gemm_flops:.3g} flop/s, alpha {cal.alpha:.3g} s, beta {1 / cal.beta:.3g} B/s)",
         f"world size {world}: {len(preds)} grids, showing {shown}",
@@ -107,6 +105,7 @@ def model_main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"--world-size must be >= 1, got {args.world_size}")
         if args.top < 0:
             raise ValueError(f"--top must be >= 0, got {args.top}")
+        check_model_options(args)
         explicit = [args.nodes, args.nnz, args.features, args.classes]
         if args.dataset is not None:
             if any(v is not None for v in explicit):
@@ -118,9 +117,9 @@ def model_main(argv: Sequence[str] | None = None) -> int:
                                  "--classes")
             name, (n, nnz, f, c) = "graph", explicit
         spec = ModelSpec(num_nodes=n, nnz=nnz, num_features=f, num_classes=c,
-                         num_layers=args.layers, hidden=args.hidden, order=args.order,
-                         bias=not args.no_bias, learnable_features=args.learnable_features,
-                         name=name)
+                         num_layers=resolve_layers(args.layers), hidden=args.hidden,
+                         order=resolve_order(args.order), bias=args.bias,
+                         learnable_features=args.learnable_features, name=name)
         spec.fixed_orders()  # validate --order before ranking
         cal = load_calibration(args.calibration)
         limit = None if args.memory_limit is None else args.memory_limit * 2**30

@@ -15,7 +15,8 @@ from plexus.core.layout import ORDERS, grid_misfit
 from plexus.datasets import DatasetError, Graph, load_dataset
 from plexus.engine.config import ModelConfig
 from plexus.partitioners import RankShard
-from plexus.perfmodel import ModelSpec, choose_grid
+from plexus.core.units import format_bytes, format_seconds
+from plexus.perfmodel import ModelSpec, choose_grid, rank_configs
 from plexus.runtime.env import default_device
 
 from .memcheck import available_memory, check_memory, predicted_memory
@@ -56,6 +57,29 @@ def auto_grid(world_size: int, num_nodes: int, nnz: int, num_features: int, num_
     """The grid `plexus.perfmodel.choose_grid` predicts fastest for this graph and model."""
     spec = ModelSpec.from_config(num_nodes, nnz, num_features, num_classes, model, name=name)
     return GridShape.of(choose_grid(world_size, spec))
+
+
+def auto_grid_choice(world_size: int, num_nodes: int, nnz: int, num_features: int,
+                     num_classes: int, model: ModelConfig,
+                     name: str = "") -> tuple[GridShape, str]:
+    """`auto_grid`'s grid and one line saying why: its predicted epoch time and memory per rank,
+    and the runner-up's (``--grid auto`` prints it, so the choice is never silent)."""
+    spec = ModelSpec.from_config(num_nodes, nnz, num_features, num_classes, model, name=name)
+    ranked = rank_configs(world_size, spec)
+    best = ranked[0]
+    grid = GridShape.of(best.grid)
+    assert grid == GridShape.of(choose_grid(world_size, spec))  # one rule for both
+
+    def figures(p) -> str:
+        return (f"predicted epoch {format_seconds(p.time_s)}, memory "
+                f"{format_bytes(p.memory.total)} per rank")
+
+    line = f"--grid auto: chose {grid} for {world_size} ranks ({figures(best)})"
+    if len(ranked) > 1:
+        line += f"; runner-up {GridShape.of(ranked[1].grid)} ({figures(ranked[1])})"
+    else:
+        line += "; no other grid of that size"
+    return grid, line + "; plexus-model ranks them all"
 
 
 def check_grid_fits(grid: GridShape, model: ModelConfig, num_nodes: int, num_features: int,

@@ -23,6 +23,8 @@ from typing import Sequence
 from plexus.api.recipes import RECIPES, RecipeError, get_recipe
 from plexus.core.cli import ArgumentParser
 from plexus.core.grid import GridError, GridShape
+from plexus.core.modelopts import (ModelOptionsText, add_model_options, check_model_options,
+                                   resolve_layers, resolve_order)
 from plexus.datasets import gcn_nnz, load_dataset
 from plexus.engine.config import MODEL_KINDS, NORMS, EngineConfig, ModelConfig, TrainConfig
 from plexus.engine.spmm import BACKENDS, check_backend
@@ -31,10 +33,11 @@ from plexus.partitioners.store import graph_hash
 from plexus.runtime.env import JobEnv, check_local_devices, default_device, detect_environment
 
 from . import checkpoint as ckpt
-from .checks import (auto_grid, check_grid_fits, check_log_path, check_order,
+from .checks import (auto_grid_choice, check_grid_fits, check_log_path, check_order,
                      check_output_file, check_writable, precheck_dataset, precheck_resources,
                      spec_sizes)
 from .entry import run_local, run_rank
+from .epochlogs import check_targets
 from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .faults import Fault
 from .options import DEFAULT_PERM, RunOptions
@@ -73,23 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--perm", choices=PERMUTATIONS, default=None,
                       help=f"load-balancing node permutation (default {DEFAULT_PERM}, or the "
                            "store's with --shards); results do not depend on it")
-    model = p.add_argument_group("model")
+    model = add_model_options(p, ModelOptionsText(store_note=", or the store's with --shards"))
     model.add_argument("--model", choices=MODEL_KINDS, default="gcn",
                        help="gcn (GCNConv, the default), sage (SAGEConv: mean aggregation + root "
                             "weight), gin (GINConv with a 2-layer MLP), mlp (no graph)")
-    model.add_argument("--layers", type=int, default=None,
-                       help="GNN layers (default 2, or the store's with --shards)")
-    model.add_argument("--hidden", type=int, default=16, help="hidden width (default 16)")
-    model.add_argument("--dropout", type=float, default=0.5,
-                       help="dropout on each layer's input (default 0.5)")
-    model.add_argument("--bias", action=argparse.BooleanOptionalAction, default=True,
-                       help="bias on every layer (default on)")
-    model.add_argument("--order", default=None, metavar="agg|combine|auto|LIST",
-                       help="product order per layer: agg ((Â·H)·W, the paper's; the default), "
-                            "combine (Â·(H·W)), auto (combine on narrowing layers), or a comma-"
-                            "separated list, one per layer (default with --shards: the store's)")
-    model.add_argument("--learnable-features", action="store_true",
-                       help="train the input features too")
     model.add_argument("--norm", choices=NORMS, default="none",
                        help="batch: BatchNorm after every layer but the last (statistics over "
                             "all nodes; that layer then has no bias); default none")
@@ -120,10 +110,18 @@ def build_parser() -> argparse.ArgumentParser:
                           "epochs and at the end")
     out.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                      help="epochs between checkpoints (default 10)")
-    out.add_argument("--resume", action="store_true",
-                     help="continue from DIR/checkpoint.pt of --checkpoint (any grid)")
+    out.add_argument("--resume", nargs="?", const=True, default=False, metavar="auto",
+                     help="continue from DIR/checkpoint.pt of --checkpoint (any grid); "
+                          "'--resume auto' continues if that file exists and starts afresh if "
+                          "not (a requeued batch job needs no shell guard)")
     out.add_argument("--log-json", metavar="FILE",
                      help="JSON lines: one object per epoch, then a summary object")
+    out.add_argument("--log-csv", metavar="FILE",
+                     help="CSV, one row per epoch (loss, accuracies, step and evaluation time), "
+                          "flushed every epoch: tail -f FILE follows the run")
+    out.add_argument("--tensorboard", metavar="DIR",
+                     help="TensorBoard scalars in DIR: loss, accuracies, epoch time, time per "
+                          "timer (needs the tensorboard package; without it, one note)")
     out.add_argument("--quiet", action="store_true", help="print only the summary")
     res = p.add_argument_group("results and OGB recipes")
     res.add_argument("--save-predictions", metavar="FILE.npz",
@@ -172,9 +170,6 @@ def check_numbers(a: argparse.Namespace) -> None:
     """Range checks of the numeric options."""
     rules = [
         (a.epochs >= 0, f"--epochs must be >= 0, got {a.epochs}"),
-        (a.layers is None or a.layers >= 1, f"--layers must be >= 1, got {a.layers}"),
-        (a.hidden >= 1, f"--hidden must be >= 1, got {a.hidden}"),
-        (0.0 <= a.dropout < 1.0, f"--dropout must be in [0, 1), got {a.dropout}"),
         (a.lr > 0, f"--lr must be > 0, got {a.lr}"),
         (a.weight_decay >= 0, f"--weight-decay must be >= 0, got {a.weight_decay}"),
         (a.eval_every >= 0, f"--eval-every must be >= 0, got {a.eval_every}"),
@@ -189,6 +184,9 @@ def check_numbers(a: argparse.Namespace) -> None:
     for ok, message in rules:
         if not ok:
             raise UsageError(message)
+    check_model_options(a)
+    if a.resume not in (True, False, "auto"):
+        raise UsageError(f"--resume takes no value or 'auto', got {a.resume!r}")
     if a.residual and a.model != "gcn":
         raise UsageError(f"--residual is a GCN option; --model {a.model} has no residual form")
     if a.shards and a.model != "gcn":
@@ -309,14 +307,15 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
     check_numbers(a)
     if a.dataset is not None and not a.dataset.strip():  # '' must not quietly mean cora
         raise UsageError("--dataset is empty; give a spec such as cora, ogbn-arxiv or npz:PATH")
+    a.resume = resolve_resume(a, env is None or env.rank == 0)
     if a.grid is None and not a.shards:
         raise UsageError("the following arguments are required: --grid")
     grid = None if a.grid is None or a.grid.strip().lower() == "auto" else _parse_grid(a.grid)
     shape = _Shape(grid, a.layers, a.order, a.dataset or "cora")
     if a.shards:
         shape = _from_store(a, shape)
-    layers = 2 if shape.layers is None else shape.layers
-    order = "agg" if shape.order is None else shape.order
+    layers = resolve_layers(shape.layers)
+    order = resolve_order(shape.order)
     check_order(order, layers)
     check_backend(a.spmm, default_device())
     world = _check_world(shape.grid, a, env)
@@ -341,8 +340,11 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                 if graph is None:
                     graph = load_dataset(shape.dataset, a.root, seed=a.seed)
                     graph = graph.to_undirected() if a.symmetrize else graph
-                grid = auto_grid(world, graph.num_nodes, gcn_nnz(graph),  # type: ignore[arg-type]
-                                 graph.num_features, graph.num_classes, model, graph.name)
+                grid, why = auto_grid_choice(world, graph.num_nodes,  # type: ignore[arg-type]
+                                             gcn_nnz(graph), graph.num_features,
+                                             graph.num_classes, model, graph.name)
+                if not a.quiet:
+                    print(f"{PROG}: {why}", flush=True)
             sizes = ((graph.num_nodes, gcn_nnz(graph), graph.num_features, graph.num_classes)
                      if graph is not None else spec_sizes(shape.dataset, a.seed))
             if sizes is not None:  # otherwise every worker checks once it has its shard
@@ -364,6 +366,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
         for path, flag in ((a.save_predictions, "--save-predictions"), (a.export, "--export")):
             if path:
                 check_output_file(path, flag)
+        check_targets(a.log_csv, a.tensorboard)
     return RunOptions(
         grid=grid, dataset=shape.dataset, root=a.root, model=model,
         train=TrainConfig(epochs=a.epochs, lr=a.lr, weight_decay=a.weight_decay, seed=a.seed,
@@ -375,7 +378,23 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
         checkpoint_every=a.checkpoint_every or 10, resume=a.resume, log_json=a.log_json,
         quiet=a.quiet, timeout_s=a.timeout, check_memory=not memory_checked, fault=fault,
         save_predictions=a.save_predictions, save_embeddings=a.save_embeddings, export=a.export,
-        export_best=a.export_best, symmetrize=a.symmetrize)
+        export_best=a.export_best, symmetrize=a.symmetrize, log_csv=a.log_csv,
+        tensorboard=a.tensorboard)
+
+
+def resolve_resume(a: argparse.Namespace, speak: bool) -> bool:
+    """``--resume auto``: resume when the checkpoint file exists, else start at epoch 0 (said
+    once when ``speak``). Every rank decides before the process group forms, so before any
+    checkpoint of this run can appear: all decide alike."""
+    if a.resume != "auto":
+        return bool(a.resume)
+    path = ckpt.checkpoint_path(Path(a.checkpoint).expanduser())
+    if path.is_file():
+        return True
+    if speak and not a.quiet:
+        print(f"{PROG}: --resume auto: no checkpoint at {path} yet; starting from epoch 0",
+              flush=True)
+    return False
 
 
 def _parse_grid(text: str) -> GridShape:

@@ -25,6 +25,7 @@ from .session import build_run
 
 def run_rank(opts: RunOptions, env: JobEnv) -> int:
     """Everything one rank does, from joining the job to the summary; returns the exit status."""
+    started = time.perf_counter()
     if opts.engine.huge_pages:
         enable_huge_pages()  # before this process's first CPU tensor
     try:
@@ -43,6 +44,8 @@ def run_rank(opts: RunOptions, env: JobEnv) -> int:
     if code:
         if setup is not None and setup.json_log is not None:
             setup.json_log.discard()
+        for sink in setup.sinks if setup is not None else ():
+            getattr(sink, "discard", sink.close)()  # the run never started
         dist.destroy_process_group()
         return code
     assert setup is not None
@@ -50,7 +53,7 @@ def run_rank(opts: RunOptions, env: JobEnv) -> int:
     try:
         start = time.perf_counter()
         history = run.trainer.fit(callback=run.on_epoch)
-        finish(run, history, time.perf_counter() - start)
+        finish(run, history, time.perf_counter() - start, setup_s=start - started)
     except TrainingDiverged as e:  # on every rank at the same epoch: a clean stop, one line
         if run.log is not None:
             run.log.abandon()

@@ -38,3 +38,5 @@ class RunOptions:
     export: str | None = None  # unsharded weights under PyG names
     export_best: bool = False  # ... of the best-validation epoch
     symmetrize: bool = False  # make the graph undirected before training
+    log_csv: str | None = None  # a CSV of epochs
+    tensorboard: str | None = None  # a TensorBoard log directory

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -24,9 +24,10 @@ from plexus.partitioners import RankShard, read_manifest, read_shard
 from plexus.partitioners.store import graph_hash
 
 from . import checkpoint as ckpt
-from .checks import (auto_grid, check_grid_fits, check_log_path, check_output_file,
+from .checks import (auto_grid_choice, check_grid_fits, check_log_path, check_output_file,
                      check_writable, shard_bytes)
-from .errors import USER_ERRORS, UsageError, error_line
+from .epochlogs import EpochSink, open_sinks
+from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .memcheck import available_memory, check_memory, predicted_memory
 from .options import DEFAULT_PERM, RunOptions
 from .runlog import JsonLog
@@ -41,6 +42,7 @@ class LocalSetup:
     dataset: ckpt.DatasetInfo
     resume_from: dict | None
     json_log: JsonLog | None = None  # rank 0 with --log-json
+    sinks: list[EpochSink] = field(default_factory=list)  # rank 0: --log-csv, --tensorboard
 
 
 def open_json_log(path: str) -> JsonLog:
@@ -69,8 +71,12 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         if opts.symmetrize:
             graph = graph.to_undirected()
         nnz = gcn_nnz(graph)
-        grid = opts.grid or auto_grid(world, graph.num_nodes, nnz, graph.num_features,
-                                      graph.num_classes, model, graph.name)
+        grid = opts.grid
+        if grid is None:  # --grid auto under a launcher: every rank computes the same choice
+            grid, why = auto_grid_choice(world, graph.num_nodes, nnz, graph.num_features,
+                                         graph.num_classes, model, graph.name)
+            if rank == 0 and not opts.quiet:
+                print(f"{PROG}: {why}", flush=True)
         grid.check_world(world)
         check_grid_fits(grid, model, graph.num_nodes, graph.num_features, graph.num_classes)
         # the content hash identifies the graph in checkpoints; hashing a big graph takes time
@@ -100,6 +106,10 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
                 check_output_file(path, flag)
         if opts.log_json:
             json_log = open_json_log(opts.log_json)
+        sinks = open_sinks(opts.log_csv, opts.tensorboard,
+                           lambda text: print(f"{PROG}: note: {text}", file=sys.stderr,
+                                              flush=True))
+        return LocalSetup(grid, shard, info, resume_from, json_log, sinks)
     return LocalSetup(grid, shard, info, resume_from, json_log)
 
 

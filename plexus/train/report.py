@@ -4,6 +4,8 @@ results (`plexus.train.results`: predictions, weights, the OGB evaluator's metri
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -16,6 +18,7 @@ from plexus.engine.trainer import EpochStats
 from .provenance import gather_provenance
 from .results import end_of_run
 from .runlog import BestRecord
+from .walltime import WallTime
 from .session import Run
 
 
@@ -47,12 +50,18 @@ def reduce_ledger(ledger: Ledger,
     return dict(zip(AXES, total.tolist())), dict(zip(AXES, mx.tolist()))
 
 
-def finish(run: Run, history: list[EpochStats], train_time_s: float) -> None:
-    """Collective: final evaluation if needed, timers, ledger, OGB metric; rank 0 reports."""
+def finish(run: Run, history: list[EpochStats], train_time_s: float,
+           setup_s: float = 0.0) -> None:
+    """Collective: final evaluation if needed, timers, ledger, OGB metric; rank 0 reports.
+
+    ``train_time_s`` is the training loop's wall time, ``setup_s`` what came before it."""
+    begun = time.perf_counter()
     trainer = run.trainer
     final = history[-1].as_dict() if history else {"epoch": trainer.epoch}
+    final_eval_s = 0.0
     if final.get("test_acc") is None:  # never evaluated at the end (eval_every 0, or resumed at N)
         acc = trainer.evaluate()
+        final_eval_s = time.perf_counter() - begun
         final.update(train_acc=acc["train"], val_acc=acc["val"], test_acc=acc["test"])
     if run.best.epoch is None:
         run.best = BestRecord(trainer.epoch, final["val_acc"], final["test_acc"],
@@ -65,6 +74,9 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float) -> None:
     if run.log is None:
         return
     epoch_times = [s.epoch_time_s for s in history]
+    wall = WallTime.of(history, setup_s, setup_s + train_time_s + time.perf_counter() - begun,
+                       final_eval_s)
+    evaluations = sum(s.test_acc is not None for s in history) + (final_eval_s > 0)
     summary = {
         "dataset": run.dataset.name, "grid": str(run.grid), "world_size": run.grid.world_size,
         "epochs": trainer.epoch, "epochs_run": len(history),
@@ -73,6 +85,7 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float) -> None:
         "final": {k: final.get(k) for k in ("epoch", "loss", "train_acc", "val_acc", "test_acc")},
         "train_time_s": train_time_s,
         "mean_epoch_time_s": float(np.mean(epoch_times)) if epoch_times else 0.0,
+        "wall_time": wall.as_dict(), "evaluations": int(evaluations),
         "comm_bytes": comm_total, "comm_bytes_max_rank": comm_max,
         "comm_ledger": run.comm.ledger.summary(),  # rank 0's collectives by axis and operation
         "timers": timers,

@@ -17,11 +17,14 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Mapping, Sequence
 
 from plexus.core.atomic import fsync_dir
 from plexus.engine.trainer import EpochStats
 from plexus.core.units import format_bytes, format_seconds
+
+from .epochlogs import EpochSink
+from .walltime import format_wall_time
 
 
 def _acc(value: float | None) -> str:
@@ -123,8 +126,9 @@ class RunLog:
 
     def __init__(self, total_epochs: int, start_epoch: int = 0, quiet: bool = False,
                  json_log: JsonLog | None = None, stream: IO[str] | None = None,
-                 progress: bool | None = None) -> None:
+                 progress: bool | None = None, sinks: Sequence[EpochSink] = ()) -> None:
         self.total = total_epochs
+        self.sinks = list(sinks)  # --log-csv, --tensorboard
         self.quiet = quiet
         self.stream = stream or sys.stdout
         self.json = json_log
@@ -158,10 +162,12 @@ class RunLog:
         self.quiet = True
         self.stream = open(os.devnull, "w")  # noqa: SIM115 — lives as long as the run
 
-    def epoch(self, stats: EpochStats) -> None:
-        """Report one finished epoch."""
+    def epoch(self, stats: EpochStats, timers: Mapping[str, float] | None = None) -> None:
+        """Report one finished epoch (``timers``: rank 0's cumulative seconds per timer)."""
         if self.json is not None:
             self.json.write(stats.as_dict())
+        for sink in self.sinks:
+            sink.epoch(stats, timers or {})
         if self.quiet:
             return
         self._print(format_epoch(stats, self.total))
@@ -177,6 +183,7 @@ class RunLog:
         if self.json is not None:
             self.json.write({"summary": True, **summary})
             self.json.close()
+        self._close_sinks()
         try:
             if self.bar is not None:
                 self.bar.close()
@@ -195,6 +202,12 @@ class RunLog:
             self.bar = None
         if self.json is not None:
             self.json.abandon()
+        self._close_sinks()
+
+    def _close_sinks(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+        self.sinks = []
 
 
 def format_summary(s: dict) -> str:
@@ -225,7 +238,9 @@ def format_summary(s: dict) -> str:
     for key, what in (("predictions_file", "predictions"), ("export_file", "weights")):
         if s.get(key):
             lines.append(f"  {what} written to {s[key]}")
-    if s.get("epochs_run"):
+    if s.get("wall_time"):
+        lines += format_wall_time(s["wall_time"], s.get("epochs_run", 0), s.get("evaluations", 0))
+    elif s.get("epochs_run"):
         per_epoch = format_seconds(s["mean_epoch_time_s"])
         lines.append(f"  training time: {format_seconds(s['train_time_s'])} for "
                      f"{plural(s['epochs_run'], 'epoch')} ({per_epoch} per epoch, training step "

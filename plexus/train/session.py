@@ -72,7 +72,7 @@ class Run:
         if self.best_weights is not None and self.best.epoch == stats.epoch:
             self.best_weights.capture(self.model, stats.epoch)
         if self.log is not None:
-            self.log.epoch(stats)
+            self.log.epoch(stats, self.comm.timers.seconds)
         if self.opts.checkpoint and (stats.epoch % self.opts.checkpoint_every == 0
                                      or stats.epoch == self.opts.train.epochs):
             self.save_checkpoint()
@@ -95,7 +95,8 @@ def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
             best_weights.restore(model, best.epoch, kept)
     log = None
     if grid.rank == 0:
-        log = RunLog(opts.train.epochs, trainer.epoch, opts.quiet, setup.json_log)
+        log = RunLog(opts.train.epochs, trainer.epoch, opts.quiet, setup.json_log,
+                     sinks=setup.sinks)
         log.message(f"{PROG}: {setup.dataset.describe()} on grid {grid} "
                     f"({plural(grid.world_size, 'rank')}, {device.type}), "
                     f"{plural(opts.model.num_layers, 'layer')}, orders "
