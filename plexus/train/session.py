@@ -75,7 +75,7 @@ class Run:
 
 def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
     """Collective set-up: grid, model, trainer, restored checkpoint, rank 0's reporter."""
-    grid = Grid.create(setup.grid, device)
+    grid = Grid.create(setup.grid, device, opts.timeout_s)
     model = build_model(grid, setup.shard, opts.model, opts.train.seed, opts.engine)
     trainer = Trainer(model, opts.train)
     best = BestRecord()
