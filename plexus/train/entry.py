@@ -11,8 +11,9 @@ import traceback
 import torch.distributed as dist
 
 from plexus.runtime.env import JobEnv, LaunchError, detect_environment
-from plexus.runtime.group import die_with_launcher, init_process_group
+from plexus.runtime.group import init_process_group
 from plexus.runtime.hostmem import enable_huge_pages
+from plexus.runtime.progress import lagging_rank
 from plexus.runtime.local import (PEER_ERROR_GRACE_S, LocalJobFailed, free_port, is_peer_error,
                                   launch_local)
 
@@ -70,8 +71,8 @@ def run_rank(opts: RunOptions, env: JobEnv) -> int:
 
 
 def local_worker(opts: RunOptions) -> int:
-    """Entry point of a worker started by `launch_local` (torchrun-style environment)."""
-    die_with_launcher()
+    """Entry point of a worker started by `launch_local` (torchrun-style environment; it has
+    already tied its life to the launcher's)."""
     env = detect_environment()
     if env is None:
         raise LaunchError("worker started without RANK/WORLD_SIZE in its environment")
@@ -89,8 +90,12 @@ def run_local(opts: RunOptions) -> int:
     except LocalJobFailed as e:
         root = e.failures[0]
         if "timed out" in root.message.lower():  # not a bug: a peer stopped answering
+            stuck = lagging_rank(e.progress, nprocs)
+            which = ("" if stuck is None else
+                     f"; rank {stuck} is the stuck one (it stopped after "
+                     f"{e.progress[stuck]} collectives, its peers went on)")
             print(error_line(f"{e}; a collective waited longer than --timeout "
-                             f"{opts.timeout_s:g} s: a peer is stuck or dead"),
+                             f"{opts.timeout_s:g} s: a peer is stuck or dead{which}"),
                   file=sys.stderr, flush=True)
             return 1
         if root.traceback:  # a bug or a crash inside the worker: show where

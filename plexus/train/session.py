@@ -14,6 +14,7 @@ from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedGCN
 from plexus.engine.trainer import EpochStats, Trainer
 from plexus.partitioners import RankShard
+from plexus.runtime.progress import start_beacon
 
 from . import checkpoint as ckpt
 from .errors import PROG, TrainingDiverged
@@ -78,6 +79,8 @@ def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
     grid = Grid.create(setup.grid, device, opts.timeout_s)
     model = build_model(grid, setup.shard, opts.model, opts.train.seed, opts.engine)
     trainer = Trainer(model, opts.train)
+    # collectives entered so far: the launcher names the rank that stopped (a stuck peer)
+    start_beacon(grid.rank, lambda: sum(model.comm.ledger.calls.values()))
     best = BestRecord()
     if setup.resume_from is not None:
         trainer.load_full_state(setup.resume_from["state"])
