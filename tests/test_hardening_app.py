@@ -85,13 +85,11 @@ def test_a_hung_rank_ends_a_job_with_two_or_three_cut_axes_naming_it(grid, tmp_p
     try:
         _wait_for_epoch(proc, 2)
         start = time.monotonic()
-        proc.stdout.close()
         try:
-            err = proc.stderr.read()
-            code = proc.wait(timeout=60)
+            _, err = proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
             pytest.fail(f"grid {grid}: the job was still running 60 s after rank 1 hung")
-        took = time.monotonic() - start
+        code, took = proc.returncode, time.monotonic() - start
         assert not _gone_within(proc.pid, 5), "processes of the job left running"
     finally:
         _kill_session(proc)
@@ -141,3 +139,133 @@ def test_a_raising_worker_leaves_no_error_file(tmp_path):
         _kill_session(proc)
     assert proc.returncode == 1 and "fault injected on rank 1" in err, err
     assert not _leftovers(tmpdir), f"files left in the temporary directory: {_leftovers(tmpdir)}"
+
+
+# ---- item 2: an output path never replaces what is not a regular file -------------------------
+def _node(path: Path) -> tuple:
+    """What identifies a node and its state: type, inode, size, mtime."""
+    st = os.lstat(path)
+    return st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _one_error_line(err: str, needle: str) -> None:
+    assert err.count("\n") == 1 and err.startswith("plexus-train: error: "), err
+    assert needle in err, err
+
+
+@pytest.fixture
+def nodes(tmp_path) -> dict[str, Path]:
+    """A FIFO, symlinks to it, to /dev/null and to nothing, and a directory, in tmp_path."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    made = {"fifo": fifo, "dir": tmp_path / "dir"}
+    made["dir"].mkdir()
+    for name, to in [("to-fifo", fifo), ("to-null", Path(os.devnull)),
+                     ("to-nothing", tmp_path / "nothing")]:
+        made[name] = tmp_path / name
+        made[name].symlink_to(to)
+    return made
+
+
+@pytest.mark.parametrize("name, needle", [
+    ("fifo", "is a FIFO"), ("to-fifo", "is a symlink to a FIFO"),
+    ("to-null", "is a symlink to a character device"), ("to-nothing", "a symlink to nothing"),
+    ("dir", "is a directory")])
+def test_log_json_at_a_device_node_or_a_symlink_to_one_is_refused(nodes, name, needle, capsys):
+    from plexus.train import main
+
+    before = {n: _node(p) for n, p in nodes.items()}
+    devnull = _node(Path(os.devnull))
+    assert main(["--grid", "1x1x1", "--epochs", "1", "--log-json", str(nodes[name])]) == 2
+    _one_error_line(capsys.readouterr().err, needle)
+    assert {n: _node(p) for n, p in nodes.items()} == before
+    assert _node(Path(os.devnull)) == devnull
+    assert sorted(p.name for p in nodes["fifo"].parent.iterdir()) == sorted(
+        p.name for p in nodes.values())  # no temporary file beside them
+
+
+def test_log_json_whose_temporary_file_is_a_fifo_is_refused(tmp_path, capsys):
+    from plexus.train import main
+
+    fifo = tmp_path / "log.json.tmp"
+    os.mkfifo(fifo)
+    before = _node(fifo)
+    assert main(["--grid", "1x1x1", "--epochs", "1", "--log-json", str(tmp_path / "log.json")]) \
+        == 2
+    _one_error_line(capsys.readouterr().err, "is a FIFO")
+    assert _node(fifo) == before and not (tmp_path / "log.json").exists()
+
+
+def test_log_json_at_the_processes_stdout_is_refused(tmp_path):
+    from cli_helpers import train
+
+    proc = train("--grid", "1x1x1", "--epochs", "1", "--log-json", "/proc/self/fd/1")
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    _one_error_line(proc.stderr, "is a symlink to a FIFO")
+
+
+def test_checkpoint_file_that_is_a_fifo_is_refused(nodes, tmp_path, capsys):
+    from plexus.train import main
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "checkpoint.pt").symlink_to(nodes["fifo"])
+    before = _node(nodes["fifo"])
+    assert main(["--grid", "1x1x1", "--epochs", "1", "--checkpoint", str(ck)]) == 2
+    _one_error_line(capsys.readouterr().err, "--checkpoint")
+    assert _node(nodes["fifo"]) == before
+    assert main(["--grid", "1x1x1", "--epochs", "1", "--checkpoint", str(nodes["fifo"])]) == 2
+    _one_error_line(capsys.readouterr().err, "not a directory")
+
+
+def test_the_atomic_writer_refuses_non_regular_targets_and_follows_links_to_files(nodes,
+                                                                                  tmp_path):
+    from plexus.core.atomic import UnsafeTargetError, atomic_file
+
+    for name in ("fifo", "to-fifo", "to-null", "to-nothing", "dir"):
+        with pytest.raises(UnsafeTargetError):
+            with atomic_file(nodes[name], "w") as f:
+                f.write("never")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in nodes.values())
+    real = tmp_path / "real.txt"
+    real.write_text("old")
+    link = tmp_path / "link.txt"
+    link.symlink_to(real)
+    with atomic_file(link, "w") as f:
+        f.write("new")
+    assert link.is_symlink() and real.read_text() == "new"
+
+
+# ---- item 8: two runs on one checkpoint directory ---------------------------------------------
+def test_a_second_run_on_a_checkpoint_directory_in_use_is_refused(tmp_path):
+    from cli_helpers import train
+
+    ck = tmp_path / "ck"
+    first = _start(tmp_path / "tmp", "--grid", "1x1x1", "--epochs", "100000", "--eval-every",
+                   "0", "--checkpoint", str(ck), "--checkpoint-every", "1")
+    try:
+        _wait_for_epoch(first, 2)
+        second = train("--grid", "1x1x1", "--epochs", "1", "--checkpoint", str(ck))
+        assert second.returncode == 2, second.stderr
+        _one_error_line(second.stderr, f"in use by another running plexus-train (pid "
+                                       f"{first.pid})")
+        assert first.poll() is None  # the first run goes on
+    finally:
+        _kill_session(first)
+    # the lock dies with its holder: the directory is usable again
+    third = train("--grid", "1x1x1", "--epochs", "3", "--checkpoint", str(ck), "--quiet")
+    assert third.returncode == 0, third.stderr
+
+
+def test_the_checkpoint_lock_is_released_at_the_end_of_a_run(tmp_path):
+    from plexus.train import checkpoint as ckpt
+    from plexus.train import main
+
+    ck = tmp_path / "ck"
+    assert main(["--grid", "1x1x1", "--epochs", "2", "--quiet", "--checkpoint", str(ck)]) == 0
+    lock = ckpt.lock_directory(ck)
+    with pytest.raises(ckpt.CheckpointError, match="in use by another running"):
+        ckpt.lock_directory(ck)
+    lock.release()
+    assert main(["--grid", "1x1x1", "--epochs", "3", "--quiet", "--checkpoint", str(ck),
+                 "--resume"]) == 0

@@ -11,6 +11,8 @@ and then renamed over the old one, so an interrupted save leaves the previous ch
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,6 +24,8 @@ from plexus.core.atomic import atomic_file
 from plexus.engine.config import ModelConfig, TrainConfig
 
 CHECKPOINT_NAME = "checkpoint.pt"
+#: Held (flock) by the run that writes the directory's checkpoint: two runs never share one.
+LOCK_NAME = "checkpoint.lock"
 FORMAT_VERSION = 1
 # Model fields that change the parameter set or shapes: a checkpoint is only usable when they match.
 _MODEL_KEYS = ("num_layers", "hidden", "bias", "learnable_features")
@@ -49,6 +53,45 @@ class DatasetInfo:
 def checkpoint_path(directory: str | os.PathLike) -> Path:
     """The checkpoint file inside ``directory``."""
     return Path(directory) / CHECKPOINT_NAME
+
+
+class DirectoryLock:
+    """An exclusive lock on a checkpoint directory (`lock_directory`); `release` ends it, as
+    does the end of the process holding it, however it ends."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+
+def lock_directory(directory: str | os.PathLike) -> DirectoryLock:
+    """Lock ``directory`` for this run's checkpoints. Raises `CheckpointError` when another
+    live run holds it (its saves would delete this run's temporary files, and the other way
+    round)."""
+    path = Path(directory) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot create the lock file ({e.strerror or e})") \
+            from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            who = f" (pid {holder})" if holder.isdigit() else ""
+            raise CheckpointError(f"--checkpoint {directory}: in use by another running "
+                                  f"plexus-train{who}; wait for it to end or use another "
+                                  "directory") from None
+        raise CheckpointError(f"{path}: cannot lock it ({e.strerror or e})") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return DirectoryLock(fd)
 
 
 def make_checkpoint(full_state: dict, model: ModelConfig, train: TrainConfig,

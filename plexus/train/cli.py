@@ -29,8 +29,8 @@ from plexus.partitioners.store import graph_hash
 from plexus.runtime.env import JobEnv, check_local_devices, default_device, detect_environment
 
 from . import checkpoint as ckpt
-from .checks import (auto_grid, check_grid_fits, check_log_path, check_order, check_writable,
-                     precheck_dataset, precheck_resources, spec_sizes)
+from .checks import (auto_grid, check_checkpoint_dir, check_grid_fits, check_log_path,
+                     check_order, precheck_dataset, precheck_resources, spec_sizes)
 from .entry import run_local, run_rank
 from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .faults import Fault
@@ -253,7 +253,9 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
         if a.log_json:  # the file itself is opened by rank 0 (an existing one stays until the end)
             check_log_path(a.log_json)
         if a.checkpoint:
-            check_writable(Path(a.checkpoint).expanduser(), "--checkpoint")
+            check_checkpoint_dir(a.checkpoint)
+            # refused now if another run holds the directory; rank 0 locks it for the run
+            ckpt.lock_directory(Path(a.checkpoint).expanduser()).release()
     return RunOptions(
         grid=grid, dataset=shape.dataset, root=a.root, model=model,
         train=TrainConfig(epochs=a.epochs, lr=a.lr, weight_decay=a.weight_decay, seed=a.seed,

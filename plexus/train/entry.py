@@ -8,6 +8,7 @@ import sys
 import time
 import traceback
 
+import torch
 import torch.distributed as dist
 
 from plexus.runtime.env import JobEnv, LaunchError, detect_environment
@@ -19,7 +20,7 @@ from plexus.runtime.local import (PEER_ERROR_GRACE_S, LocalJobFailed, free_port,
 
 from .errors import TrainingDiverged, error_line
 from .options import RunOptions
-from .prepare import agree_on_failure, load_local
+from .prepare import LocalSetup, agree_on_failure, load_local
 from .report import finish
 from .session import build_run
 
@@ -40,6 +41,16 @@ def run_rank(opts: RunOptions, env: JobEnv) -> int:
                            env.local_world_size)
     except Exception as e:  # noqa: BLE001 — every rank must learn of it, see agree_on_failure
         error = e
+    try:
+        return _train(opts, setup, error, device)
+    finally:
+        if setup is not None:
+            setup.release()  # the checkpoint directory's lock, on every path out
+
+
+def _train(opts: RunOptions, setup: LocalSetup | None, error: BaseException | None,
+           device: torch.device) -> int:
+    """Agree on set-up failures, then train (the second half of `run_rank`)."""
     code = agree_on_failure(error, device)
     if code:
         if setup is not None and setup.json_log is not None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from plexus.core.atomic import UnsafeTargetError
 from plexus.core.grid import GridShape
 from plexus.datasets import gcn_nnz, load_dataset
 from plexus.engine.config import ModelConfig
@@ -23,7 +24,8 @@ from plexus.partitioners import RankShard, read_manifest, read_shard, shard_grap
 from plexus.partitioners.store import graph_hash
 
 from . import checkpoint as ckpt
-from .checks import auto_grid, check_grid_fits, check_log_path, check_writable, shard_bytes
+from .checks import (auto_grid, check_checkpoint_dir, check_grid_fits, check_log_path,
+                     shard_bytes)
 from .errors import USER_ERRORS, UsageError, error_line
 from .memcheck import available_memory, check_memory, predicted_memory
 from .options import DEFAULT_PERM, RunOptions
@@ -39,6 +41,13 @@ class LocalSetup:
     dataset: ckpt.DatasetInfo
     resume_from: dict | None
     json_log: JsonLog | None = None  # rank 0 with --log-json
+    checkpoint_lock: ckpt.DirectoryLock | None = None  # rank 0 with --checkpoint: held to the end
+
+    def release(self) -> None:
+        """Let another run use the checkpoint directory (at the end of the run, on any path)."""
+        if self.checkpoint_lock is not None:
+            self.checkpoint_lock.release()
+            self.checkpoint_lock = None
 
 
 def open_json_log(path: str) -> JsonLog:
@@ -46,6 +55,8 @@ def open_json_log(path: str) -> JsonLog:
     check_log_path(path)
     try:
         return JsonLog(Path(path).expanduser())
+    except UnsafeTargetError as e:  # the path changed since it was checked
+        raise UsageError(f"--log-json {e}") from None
     except OSError as e:
         raise UsageError(f"--log-json {path}: cannot write it ({e.strerror or e})") from None
 
@@ -85,13 +96,20 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
                             sha256)
     resume_from = (load_resume(opts.checkpoint, model, opts.train.epochs, info)  # type: ignore
                    if opts.resume else None)
-    json_log = None
+    json_log = lock = None
     if rank == 0:  # rank 0 writes the outputs: check them before anything runs
         if opts.checkpoint:
-            check_writable(Path(opts.checkpoint).expanduser(), "--checkpoint")
+            check_checkpoint_dir(opts.checkpoint)
         if opts.log_json:
             json_log = open_json_log(opts.log_json)
-    return LocalSetup(grid, shard, info, resume_from, json_log)
+        if opts.checkpoint:  # last: nothing after it may fail and leave the lock held
+            try:
+                lock = ckpt.lock_directory(Path(opts.checkpoint).expanduser())
+            except ckpt.CheckpointError:
+                if json_log is not None:
+                    json_log.discard()
+                raise
+    return LocalSetup(grid, shard, info, resume_from, json_log, lock)
 
 
 def load_resume(checkpoint: str, model: ModelConfig, epochs: int,

@@ -16,10 +16,9 @@ import math
 import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any
 
-from plexus.core.atomic import fsync_dir
+from plexus.core.atomic import UnsafeTargetError, output_target, replace_into
 from plexus.engine.trainer import EpochStats
 from plexus.core.units import format_bytes, format_seconds
 
@@ -73,10 +72,15 @@ class JsonLog:
     """JSON-lines log written to ``path.tmp`` and atomically renamed to ``path`` by `close`."""
 
     def __init__(self, path: str | os.PathLike) -> None:
-        self.path = Path(path)
+        # Only a regular file (or nothing) is replaced, at FILE and at FILE.tmp: never a device,
+        # a FIFO or what a symlink there points to (`plexus.core.atomic.output_target`).
+        self.path = output_target(path)
         self.tmp = self.path.with_name(self.path.name + ".tmp")
+        if output_target(self.tmp) != self.tmp:
+            raise UnsafeTargetError(f"{self.tmp}: is a symlink; refusing to write through it")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f: IO[str] | None = open(self.tmp, "w", encoding="utf-8")
+        fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        self._f: IO[str] | None = open(fd, "w", encoding="utf-8")
 
     def write(self, obj: dict) -> None:
         """Append one object as a line; flushed so a running job can be followed."""
@@ -92,8 +96,7 @@ class JsonLog:
         os.fsync(self._f.fileno())
         self._f.close()
         self._f = None
-        os.replace(self.tmp, self.path)
-        fsync_dir(self.path.parent)
+        replace_into(self.tmp, self.path)
 
     def abandon(self) -> None:
         """Stop writing without publishing (the run failed); ``path.tmp`` keeps what was logged."""
