@@ -118,8 +118,11 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any) -> lis
 
     _quiet_elastic_logs()
     start_method = _start_method(entrypoint)
-    sys.stdout.flush()  # our own lines first, then the workers'
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):  # our own lines first, then the workers'
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):  # closed or full: nothing to order
+            pass
     # multiprocessing's own directory (the fork server's socket), made now so that it stays
     # where it is; a killed launcher's workers remove it with the job's directory.
     mp_dir = multiprocessing.util.get_temp_dir()

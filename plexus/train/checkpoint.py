@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -123,15 +124,113 @@ def load_checkpoint(directory: str | os.PathLike) -> dict:
         text = " ".join(str(e).split())[:200]
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}: {text})") \
             from None
-    state = payload.get("state") if isinstance(payload, dict) else None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION \
-            or not isinstance(state, dict) or not isinstance(state.get("epoch"), int) \
-            or not isinstance(state.get("params"), dict) \
-            or not isinstance(state.get("adam"), dict) \
-            or not isinstance(payload.get("extra", {}), dict):
-        raise CheckpointError(f"{path}: not a plexus-train checkpoint (format "
-                              f"{FORMAT_VERSION})")
+    problem = _structure_problem(payload)
+    if problem:
+        raise CheckpointError(f"{path}: not a plexus-train checkpoint (format {FORMAT_VERSION}): "
+                              f"{problem}")
     return payload
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+def _structure_problem(payload: Any) -> str | None:
+    """What is wrong with the types of a loaded checkpoint's fields (None: nothing)."""
+    if not isinstance(payload, dict):
+        return f"a {type(payload).__name__}, not a dict"
+    if payload.get("format") != FORMAT_VERSION or isinstance(payload.get("format"), bool):
+        return f"format {payload.get('format')!r}"
+    for key in ("state", "model", "train", "dataset"):
+        if not isinstance(payload.get(key), dict):
+            return f"{key} is missing or not a dict"
+    state, dataset = payload["state"], payload["dataset"]
+    if not _is_int(state.get("epoch")) or state["epoch"] < 0:
+        return f"epoch {state.get('epoch')!r} is not a count of epochs"
+    if not isinstance(state.get("params"), dict) or not isinstance(state.get("adam"), dict):
+        return "params or adam is missing or not a dict"
+    for name, value in state["params"].items():
+        if not isinstance(name, str) or not isinstance(value, torch.Tensor):
+            return f"parameter {name!r} is not a tensor"
+    for name, moments in state["adam"].items():
+        if not isinstance(moments, dict) or set(moments) != {"step", "exp_avg", "exp_avg_sq"}:
+            return f"Adam state of {name!r} is not step, exp_avg and exp_avg_sq"
+        if not _is_number(moments["step"]) or moments["step"] < 0 \
+                or not isinstance(moments["exp_avg"], torch.Tensor) \
+                or not isinstance(moments["exp_avg_sq"], torch.Tensor):
+            return f"Adam state of {name!r} has fields of the wrong type"
+    if set(dataset) - {"name", "num_nodes", "num_features", "num_classes", "sha256"} \
+            or not isinstance(dataset.get("name"), str) \
+            or not isinstance(dataset.get("sha256", ""), str) \
+            or not all(_is_int(dataset.get(k)) and dataset[k] >= 1
+                       for k in ("num_nodes", "num_features", "num_classes")):
+        return "the dataset record has fields of the wrong type"
+    model = payload["model"]
+    if not (_is_int(model.get("num_layers")) and _is_int(model.get("hidden"))
+            and isinstance(model.get("bias"), bool)
+            and isinstance(model.get("learnable_features"), bool)):
+        return "the model record has fields of the wrong type"
+    extra = payload.get("extra", {})
+    if not isinstance(extra, dict):
+        return "extra is not a dict"
+    best = extra.get("best")
+    if best is not None:
+        if not isinstance(best, dict) or set(best) - {"epoch", "val_acc", "test_acc", "train_acc"}:
+            return "the best-validation record is not a dict of its fields"
+        if not (best.get("epoch") is None or _is_int(best["epoch"])) or not all(
+                best.get(k) is None or _is_number(best[k])
+                for k in ("val_acc", "test_acc", "train_acc")):
+            return "the best-validation record has fields of the wrong type"
+    return None
+
+
+def parameter_shapes(model: ModelConfig, num_nodes: int, num_features: int,
+                     num_classes: int) -> dict[str, tuple[int, ...]]:
+    """Name -> full unpadded shape of every trainable tensor of ``model`` (the names of
+    `plexus.engine.model.DistributedGCN.named_shards`)."""
+    widths = model.widths(num_features, num_classes)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for layer in range(model.num_layers):
+        shapes[f"W{layer}"] = (widths[layer], widths[layer + 1])
+        if model.bias:
+            shapes[f"b{layer}"] = (widths[layer + 1],)
+    if model.learnable_features:
+        shapes["features"] = (num_nodes, num_features)
+    return shapes
+
+
+def check_state(payload: dict, model: ModelConfig, where: str = "checkpoint") -> None:
+    """Raise `CheckpointError` unless the checkpoint holds exactly ``model``'s tensors, at their
+    full shapes for the checkpoint's dataset, finite, with Adam moments of the same shapes (a
+    checkpoint that `load_checkpoint` returned, checked by `check_model`)."""
+    d = payload["dataset"]
+    wanted = parameter_shapes(model, d["num_nodes"], d["num_features"], d["num_classes"])
+    params, adam = payload["state"]["params"], payload["state"]["adam"]
+    if set(params) != set(wanted):
+        missing, unknown = sorted(set(wanted) - set(params)), sorted(set(params) - set(wanted))
+        raise CheckpointError(f"{where} does not hold this model's parameters (missing "
+                              f"{missing or 'none'}, unknown {unknown or 'none'})")
+    if set(adam) - set(params):
+        raise CheckpointError(f"{where} has Adam state of unknown parameters "
+                              f"{sorted(set(adam) - set(params))}")
+    for name, shape in wanted.items():
+        tensors = [("", params[name])]
+        if name in adam:
+            tensors += [(f" Adam {k}", adam[name][k]) for k in ("exp_avg", "exp_avg_sq")]
+        for label, t in tensors:
+            if t.layout != torch.strided or not t.is_floating_point() or tuple(t.shape) != shape:
+                raise CheckpointError(f"{where}: {name}{label} is a {t.layout} {t.dtype} tensor "
+                                      f"of shape {tuple(t.shape)}; the model needs a dense "
+                                      f"float tensor of shape {shape}")
+            if not bool(torch.isfinite(t).all()):
+                raise CheckpointError(f"{where}: {name}{label} holds NaN or infinite values; "
+                                      "it is no state to resume from")
+        if name in adam and bool((adam[name]["exp_avg_sq"] < 0).any()):
+            raise CheckpointError(f"{where}: {name} Adam exp_avg_sq has negative values")
 
 
 def check_epochs(payload: dict, epochs: int, where: str = "checkpoint") -> None:

@@ -4,6 +4,7 @@ their failures into one line (`run_local`, `run_single`)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import traceback
@@ -23,6 +24,21 @@ from .options import RunOptions
 from .prepare import LocalSetup, agree_on_failure, load_local
 from .report import finish
 from .session import build_run
+
+
+def reserve_standard_fds() -> None:
+    """Open /dev/null on stdin, stdout or stderr where it is closed (``>&-``): otherwise the next
+    file or socket this process (or a worker) opens gets that number, and whatever is meant for
+    the console lands in it. Python has already set the closed stream to None, and the run
+    reports to it as to a lost console."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
 
 
 def run_rank(opts: RunOptions, env: JobEnv) -> int:

@@ -122,6 +122,7 @@ def load_resume(checkpoint: str, model: ModelConfig, epochs: int,
     ckpt.check_epochs(payload, epochs, where)
     if dataset is not None:
         ckpt.check_dataset(payload, dataset, where)
+    ckpt.check_state(payload, model, where)
     return payload
 
 

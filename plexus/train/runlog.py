@@ -121,6 +121,17 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
+#: A console that cannot be written: a closed pipe, a full device, a closed file.
+CONSOLE_ERRORS = (OSError, ValueError)
+
+
+def _isatty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (OSError, ValueError):
+        return False
+
+
 class RunLog:
     """Rank 0's reporter: epoch lines or a progress bar, the JSON log, and the final summary."""
 
@@ -129,11 +140,13 @@ class RunLog:
                  progress: bool | None = None) -> None:
         self.total = total_epochs
         self.quiet = quiet
-        self.stream = stream or sys.stdout
+        self.stream = stream if stream is not None else sys.stdout
         self.json = json_log
-        if progress is None:
-            progress = self.stream.isatty()
         self.bar = None
+        if self.stream is None:  # stdout closed (`>&-`): train without a console
+            self._lose_console()
+        if progress is None:
+            progress = _isatty(self.stream)
         if progress and not quiet and total_epochs > start_epoch:
             from tqdm import tqdm  # noqa: PLC0415 (only on a terminal)
 
@@ -151,15 +164,23 @@ class RunLog:
                 self.bar.write(text, file=self.stream)
             else:
                 print(text, file=self.stream, flush=True)
-        except BrokenPipeError:
-            # The reader went away (`plexus-train ... | head`): keep training (and writing the
-            # JSON log and checkpoints) without a console rather than losing the run.
+        except CONSOLE_ERRORS:
+            # The reader went away (`plexus-train ... | head`), stdout is full (`> /dev/full`)
+            # or closed: keep training (and writing the JSON log and checkpoints) without a
+            # console rather than losing the run.
             self._lose_console()
 
     def _lose_console(self) -> None:
         self.bar = None
         self.quiet = True
-        self.stream = open(os.devnull, "w")  # noqa: SIM115 — lives as long as the run
+        lost, self.stream = self.stream, open(os.devnull, "w")  # noqa: SIM115 — run-long
+        if lost is not None and lost is sys.stdout:
+            # What stays in stdout's buffer is flushed at exit: let it go to /dev/null there,
+            # not fail again (a traceback-like "Exception ignored" and status 120).
+            try:
+                os.dup2(self.stream.fileno(), lost.fileno())
+            except (OSError, ValueError):
+                pass
 
     def epoch(self, stats: EpochStats) -> None:
         """Report one finished epoch."""
@@ -172,7 +193,7 @@ class RunLog:
             self.bar.set_postfix(loss=f"{stats.loss:.4f}", refresh=False)
             try:
                 self.bar.update(1)
-            except BrokenPipeError:
+            except CONSOLE_ERRORS:
                 self._lose_console()
 
     def finish(self, summary: dict) -> None:
@@ -185,7 +206,7 @@ class RunLog:
                 self.bar.close()
                 self.bar = None
             print(format_summary(summary), file=self.stream, flush=True)
-        except BrokenPipeError:
+        except CONSOLE_ERRORS:
             self._lose_console()
 
     def abandon(self) -> None:
@@ -193,7 +214,7 @@ class RunLog:
         if self.bar is not None:
             try:
                 self.bar.close()
-            except BrokenPipeError:
+            except CONSOLE_ERRORS:
                 pass
             self.bar = None
         if self.json is not None:

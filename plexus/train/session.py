@@ -37,13 +37,20 @@ class Run:
     best: BestRecord
     log: RunLog | None  # rank 0 only
     saved_epoch: int | None = None  # the epoch of the newest checkpoint on disk
+    resumed_epoch: int | None = None  # the epoch of the checkpoint this run resumed from
 
     def check_finite(self, stats: EpochStats) -> None:
         """Raise `TrainingDiverged` on a NaN/Inf loss (every rank sees the same reduced loss, so
         every rank stops at the same epoch and none waits in a collective)."""
         if math.isfinite(stats.loss):
             return
-        if self.opts.checkpoint and self.saved_epoch is not None:
+        if self.saved_epoch is not None and self.saved_epoch == self.resumed_epoch \
+                and stats.epoch == self.resumed_epoch + 1:
+            # the state resumed from diverges at once: it is not a good checkpoint
+            last = (f"the checkpoint resumed from, {ckpt.checkpoint_path(self.opts.checkpoint)} "
+                    f"(epoch {self.resumed_epoch}), gives it at once: no good checkpoint to "
+                    "resume from")  # type: ignore[arg-type]
+        elif self.opts.checkpoint and self.saved_epoch is not None:
             last = (f"last good checkpoint: {ckpt.checkpoint_path(self.opts.checkpoint)} "
                     f"(epoch {self.saved_epoch}); resume from it with a lower --lr")
         else:
@@ -97,4 +104,4 @@ def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
                         f"{trainer.epoch}")  # type: ignore[arg-type]
     saved = ckpt.saved_epoch(setup.resume_from) if setup.resume_from is not None else None
     return Run(opts, grid, model.comm, model, trainer, setup.shard, setup.dataset, best, log,
-               saved)
+               saved, saved)
