@@ -269,3 +269,165 @@ def test_the_checkpoint_lock_is_released_at_the_end_of_a_run(tmp_path):
     lock.release()
     assert main(["--grid", "1x1x1", "--epochs", "3", "--quiet", "--checkpoint", str(ck),
                  "--resume"]) == 0
+
+
+# ---- item 7: options and consoles -------------------------------------------------------------
+@pytest.mark.parametrize("args, needle", [
+    (["--timeout", "inf"], "--timeout must be > 0"), (["--timeout", "1e300"], "--timeout must"),
+    (["--timeout", "nan"], "--timeout must"), (["--seed", str(2**64)], "--seed must be in"),
+    (["--seed", str(2**63)], "--seed must be in")])
+def test_out_of_range_timeout_and_seed_are_one_line(args, needle, capsys):
+    from plexus.train import main
+
+    assert main(["--grid", "1x1x1", "--epochs", "1", *args]) == 2
+    _one_error_line(capsys.readouterr().err, needle)
+
+
+@pytest.mark.parametrize("grid", ["1x1x1", "1x2x1"])
+@pytest.mark.parametrize("stdout", ["closed", "full"])
+def test_a_closed_or_full_stdout_does_not_end_the_run(grid, stdout, tmp_path):
+    """Decision: stdout is only a console; when it cannot be written (closed, full, a pipe
+    whose reader left) the run goes on without it, exit status 0, the JSON log complete."""
+    log = tmp_path / "log.json"
+    cmd = ["plexus-train", "--grid", grid, "--epochs", "2", "--log-json", str(log)]
+    if stdout == "closed":
+        proc = subprocess.run(cmd, env=cli_env(), stderr=subprocess.PIPE, text=True,
+                              timeout=300, pass_fds=(), close_fds=True,
+                              preexec_fn=lambda: os.close(1))
+    else:
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(cmd, env=cli_env(), stdout=full, stderr=subprocess.PIPE,
+                                  text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert log.read_text().splitlines()[-1].startswith('{"summary": true')
+
+
+# ---- items 7 and 9: checkpoints that are not what a resume needs ------------------------------
+@pytest.fixture(scope="module")
+def good_checkpoint(tmp_path_factory) -> dict:
+    """The payload of a real 2-epoch Cora checkpoint (1x1x1, the default model)."""
+    from plexus.train import checkpoint as ckpt
+    from plexus.train import main
+
+    ck = tmp_path_factory.mktemp("good")
+    assert main(["--grid", "1x1x1", "--epochs", "2", "--quiet", "--checkpoint", str(ck)]) == 0
+    return ckpt.load_checkpoint(ck)
+
+
+def _edited(payload: dict, edit) -> dict:
+    import copy
+
+    out = copy.deepcopy(payload)
+    edit(out)
+    return out
+
+
+def _set(path: tuple, value):
+    def edit(payload):
+        where = payload
+        for key in path[:-1]:
+            where = where[key]
+        where[path[-1]] = value
+    return edit
+
+
+def _drop(path: tuple):
+    def edit(payload):
+        where = payload
+        for key in path[:-1]:
+            where = where[key]
+        del where[path[-1]]
+    return edit
+
+
+def _scaled(name: str, factor: float, moment: str | None = None):
+    def edit(payload):
+        state = payload["state"]
+        if moment is None:
+            state["params"][name] = state["params"][name] * factor
+        else:
+            state["adam"][name][moment] = state["adam"][name][moment] * factor
+    return edit
+
+
+def _reshaped(name: str, moment: str | None = None):
+    def edit(payload):
+        state = payload["state"]
+        holder = state["params"] if moment is None else state["adam"][name]
+        key = name if moment is None else moment
+        holder[key] = holder[key][:-1]
+    return edit
+
+
+BAD_CHECKPOINTS = {
+    "W0 transposed": (lambda p: _set(("state", "params", "W0"), p["state"]["params"]["W0"].T)(p),
+                      "W0 is a torch.strided torch.float32 tensor of shape (16, 1433)"),
+    "b1 missing": (_drop(("state", "params", "b1")), "missing ['b1']"),
+    "unknown parameter": (_set(("state", "params", "W9"), None), "is not a tensor"),
+    "W0 Adam exp_avg a row short": (_reshaped("W0", "exp_avg"), "W0 Adam exp_avg is a"),
+    "W1 a row short": (_reshaped("W1"), "W1 is a"),
+    "Adam state without moments": (_set(("state", "adam", "W0"), {"step": 2.0}),
+                                   "Adam state of 'W0' is not step"),
+    "Adam step a string": (_set(("state", "adam", "W0", "step"), "two"), "wrong type"),
+    "Adam exp_avg_sq negative": (_scaled("W0", -1.0, "exp_avg_sq"), "negative values"),
+    "epoch -5": (_set(("state", "epoch"), -5), "epoch -5 is not a count"),
+    "epoch a string": (_set(("state", "epoch"), "2"), "is not a count"),
+    "epoch a bool": (_set(("state", "epoch"), True), "is not a count"),
+    "W0 NaN": (_scaled("W0", float("nan")), "W0 holds NaN"),
+    "W0 integer": (lambda p: _set(("state", "params", "W0"),
+                                  p["state"]["params"]["W0"].long())(p), "dense float"),
+    "dataset size a string": (_set(("dataset", "num_nodes"), "2708"), "dataset record"),
+    "model hidden a float": (_set(("model", "hidden"), 16.0), "model record"),
+    "train a list": (_set(("train",), []), "train is missing or not a dict"),
+    "extra a list": (_set(("extra",), []), "extra is not a dict"),
+    "best val_acc a string": (_set(("extra", "best", "val_acc"), "high"), "best-validation"),
+    "format a bool": (_set(("format",), True), "format True"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CHECKPOINTS))
+def test_a_malformed_checkpoint_is_one_line_and_status_2(good_checkpoint, case, tmp_path,
+                                                         capsys):
+    import torch
+
+    from plexus.train import main
+
+    edit, needle = BAD_CHECKPOINTS[case]
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    torch.save(_edited(good_checkpoint, edit), ck / "checkpoint.pt")
+    assert main(["--grid", "1x1x1", "--epochs", "4", "--quiet", "--checkpoint", str(ck),
+                 "--resume"]) == 2
+    _one_error_line(capsys.readouterr().err, needle)
+
+
+def test_a_resumed_state_that_diverges_at_once_is_not_called_good(good_checkpoint, tmp_path,
+                                                                  capsys):
+    import torch
+
+    from plexus.train import main
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    torch.save(_edited(good_checkpoint, lambda p: [_scaled(n, 1e30)(p) for n in ("W0", "W1")]),
+               ck / "checkpoint.pt")
+    assert main(["--grid", "1x1x1", "--epochs", "4", "--quiet", "--checkpoint", str(ck),
+                 "--resume"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "at epoch 3; stopped" in err, err
+    assert "last good checkpoint" not in err and "no good checkpoint to resume from" in err
+
+
+def test_parameter_shapes_are_those_the_model_saves(tmp_path):
+    from plexus.engine.config import ModelConfig
+    from plexus.train import checkpoint as ckpt
+    from plexus.train import main
+
+    ck = tmp_path / "ck"
+    assert main(["--grid", "1x1x1", "--epochs", "1", "--quiet", "--layers", "3",
+                 "--learnable-features", "--checkpoint", str(ck)]) == 0
+    payload = ckpt.load_checkpoint(ck)
+    saved = {k: tuple(v.shape) for k, v in payload["state"]["params"].items()}
+    model = ModelConfig(num_layers=3, learnable_features=True)
+    assert saved == ckpt.parameter_shapes(model, 2708, 1433, 7)
+    ckpt.check_state(payload, model)
