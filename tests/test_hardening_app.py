@@ -369,6 +369,7 @@ BAD_CHECKPOINTS = {
     "Adam state without moments": (_set(("state", "adam", "W0"), {"step": 2.0}),
                                    "Adam state of 'W0' is not step"),
     "Adam step a string": (_set(("state", "adam", "W0", "step"), "two"), "wrong type"),
+    "Adam state of b0 missing": (_drop(("state", "adam", "b0")), "not for every parameter"),
     "Adam exp_avg_sq negative": (_scaled("W0", -1.0, "exp_avg_sq"), "negative values"),
     "epoch -5": (_set(("state", "epoch"), -5), "epoch -5 is not a count"),
     "epoch a string": (_set(("state", "epoch"), "2"), "is not a count"),
@@ -431,3 +432,20 @@ def test_parameter_shapes_are_those_the_model_saves(tmp_path):
     model = ModelConfig(num_layers=3, learnable_features=True)
     assert saved == ckpt.parameter_shapes(model, 2708, 1433, 7)
     ckpt.check_state(payload, model)
+
+
+# ---- the fuzz suite (seeded, bounded; `benchmarks/fuzz_app.py --cases N` runs more) ------------
+def test_fuzzed_checkpoints_and_output_targets_end_in_status_0_or_one_line(tmp_path):
+    import json
+    import sys
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "fuzz_app.py"
+    proc = subprocess.run([sys.executable, str(script), "--smoke", "--seed", "0", "--out",
+                           str(tmp_path)], env=cli_env(), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-3000:]}"  # < 0: a signal
+    report = json.loads((tmp_path / "fuzz_app.json").read_text())
+    families = {r["family"] for r in report["results"]}
+    statuses = {r["status"] for r in report["results"]}
+    assert report["cases"] >= 40 and families == {"checkpoint", "target"}
+    assert statuses == {0, 2} and not report["failures"]

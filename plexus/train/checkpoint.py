@@ -75,7 +75,7 @@ def lock_directory(directory: str | os.PathLike) -> DirectoryLock:
     round)."""
     path = Path(directory) / LOCK_NAME
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as e:
         raise CheckpointError(f"{path}: cannot create the lock file ({e.strerror or e})") \
             from None
@@ -214,9 +214,9 @@ def check_state(payload: dict, model: ModelConfig, where: str = "checkpoint") ->
         missing, unknown = sorted(set(wanted) - set(params)), sorted(set(params) - set(wanted))
         raise CheckpointError(f"{where} does not hold this model's parameters (missing "
                               f"{missing or 'none'}, unknown {unknown or 'none'})")
-    if set(adam) - set(params):
-        raise CheckpointError(f"{where} has Adam state of unknown parameters "
-                              f"{sorted(set(adam) - set(params))}")
+    if adam and set(adam) != set(params):  # Adam keeps state for all of them or none
+        raise CheckpointError(f"{where} has Adam state for {sorted(adam)}, not for every "
+                              f"parameter {sorted(params)}")
     for name, shape in wanted.items():
         tensors = [("", params[name])]
         if name in adam:
