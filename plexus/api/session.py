@@ -15,7 +15,7 @@ import torch.distributed as dist
 from plexus.core.grid import GridShape
 from plexus.engine.grid import Grid
 from plexus.runtime.env import JobEnv, LaunchError, check_local_devices, detect_environment
-from plexus.runtime.group import die_with_launcher, init_process_group
+from plexus.runtime.group import init_process_group
 from plexus.runtime.local import free_port, launch_local
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -33,13 +33,13 @@ def init(grid: str | GridShape | tuple[int, int, int], timeout_s: float = DEFAUL
     if dist.is_initialized():
         device = (torch.device("cuda", torch.cuda.current_device())
                   if dist.get_backend() == "nccl" else torch.device("cpu"))
-        return Grid.create(shape, device)
+        return Grid.create(shape, device, timeout_s)
     env = detect_environment()
     if env is None:
         raise LaunchError("not inside torchrun or srun: start local workers with "
                           "plexus.launch(fn, ..., grid=...)")
     shape.check_world(env.world_size, "the launcher started")
-    return Grid.create(shape, init_process_group(env, timeout_s))
+    return Grid.create(shape, init_process_group(env, timeout_s), timeout_s)
 
 
 def _run(fn: Callable[..., Any], grid: GridShape, timeout_s: float, args: tuple) -> Any:
@@ -53,7 +53,7 @@ def _run(fn: Callable[..., Any], grid: GridShape, timeout_s: float, args: tuple)
 
 
 def _local_worker(fn: Callable[..., Any], grid: GridShape, timeout_s: float, args: tuple) -> Any:
-    die_with_launcher()
+    # the local launcher ties this worker's life to its own (plexus.runtime.lifeline)
     return _run(fn, grid, timeout_s, args)
 
 
@@ -76,7 +76,7 @@ def launch(fn: Callable[..., Any], *args: Any, grid: str | GridShape = "1x1x1",
         env = JobEnv("single", 0, 1, 0, 1, "127.0.0.1", free_port())
         device = init_process_group(env, timeout_s)
         try:
-            return fn(Grid.create(shape, device), *args)
+            return fn(Grid.create(shape, device, timeout_s), *args)
         finally:
             dist.destroy_process_group()
     return launch_local(shape.world_size, _local_worker, fn, shape, timeout_s, args)[0]

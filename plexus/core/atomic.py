@@ -1,10 +1,17 @@
 """Files that never exist half-written: write a temporary file beside the target, fsync it, and
 rename it over the target (a crash or ``kill -9`` leaves the old file, or none, never a torn
-one)."""
+one).
+
+An output path may only name a regular file or nothing: a rename over ``/dev/full``, a FIFO, a
+socket or a directory (or a symlink to one, such as ``/proc/self/fd/1``) would replace a node the
+user never meant to lose, so `output_target` refuses them. A symlink to a regular file is
+followed: the file it points to is replaced, the link stays.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,12 +32,60 @@ def fsync_dir(directory: str | os.PathLike) -> None:
         os.close(fd)
 
 
+class UnsafeTargetError(ValueError):
+    """An output path names something that is not a regular file (a one-line message)."""
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def output_target(path: str | os.PathLike) -> Path:
+    """The file that writing ``path`` replaces: ``path`` itself, or the regular file a symlink
+    points to. Raises `UnsafeTargetError` when that is anything but a regular file or nothing
+    (a directory, a device, a FIFO, a socket, a dangling link)."""
+    path = Path(path)
+    try:
+        link = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    except OSError as e:  # e.g. a parent that is a file
+        raise UnsafeTargetError(f"{path}: cannot write there ({e.strerror or e})") from None
+    if stat.S_ISREG(link.st_mode):
+        return path
+    try:
+        mode = os.stat(path).st_mode  # follows links, /proc/self/fd/N included
+    except OSError:
+        raise UnsafeTargetError(f"{path}: a symlink to nothing; refusing to write through "
+                                "it") from None
+    if stat.S_ISLNK(link.st_mode) and stat.S_ISREG(mode):
+        return Path(os.path.realpath(path))
+    where = "a symlink to " if stat.S_ISLNK(link.st_mode) else ""
+    raise UnsafeTargetError(f"{path}: is {where}{_kind(mode)}, not a regular file; refusing to "
+                            "replace it (give a file name)")
+
+
+def replace_into(tmp: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Rename the finished ``tmp`` onto ``target`` once `output_target` still allows it (the
+    path may have changed while ``tmp`` was written)."""
+    final = output_target(target)
+    os.replace(tmp, final)
+    fsync_dir(final.parent)
+
+
 @contextmanager
 def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO[Any]]:
     """Open a temporary file beside ``path`` (text modes: UTF-8, no newline translation); when
     the block ends without an exception it is fsynced and renamed onto ``path``, otherwise
-    removed. The file is readable by others (0644), like a plain ``open``."""
-    path = Path(path)
+    removed. The file is readable by others (0644), like a plain ``open``. Raises
+    `UnsafeTargetError` before writing anything when ``path`` is not a regular file or
+    absent."""
+    path = output_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -40,8 +95,7 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO[Any]]:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        replace_into(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)

@@ -9,7 +9,8 @@ heaviest traffic there (layer 0's depth axis, z, carries the all-gathers of H an
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from datetime import timedelta
+from typing import Any, Mapping
 
 import torch
 import torch.distributed as dist
@@ -28,12 +29,22 @@ class Grid:
 
     @classmethod
     def create(cls, shape: GridShape | str | Mapping[str, int] | tuple[int, int, int],
-               device: torch.device | str = "cpu") -> "Grid":
-        """Build the grid over the current default process group (X·Y·Z must equal its size)."""
+               device: torch.device | str = "cpu", timeout_s: float | None = None) -> "Grid":
+        """Build the grid over the current default process group (X·Y·Z must equal its size).
+
+        ``timeout_s`` is how long a collective of an axis group may wait for a peer (None:
+        PyTorch's default, 30 minutes on gloo). The axis groups are new process groups, which do
+        not inherit the default group's timeout: a job's timeout must be given here too.
+        """
         shape = GridShape.of(shape)
         shape.check_world(dist.get_world_size())
         device = torch.device(device)
-        mesh = init_device_mesh(device.type, shape.dims, mesh_dim_names=AXES)
+        override = None
+        if timeout_s is not None:
+            options = _group_options(dist.get_backend(), timedelta(seconds=timeout_s))
+            override = {axis: (dist.get_backend(), options) for axis in AXES}
+        mesh = init_device_mesh(device.type, shape.dims, mesh_dim_names=AXES,
+                                backend_override=override)
         return cls(mesh, device, shape)
 
     @property
@@ -62,3 +73,13 @@ class Grid:
 
     def __str__(self) -> str:
         return str(self.shape)
+
+
+def _group_options(backend: str, timeout: timedelta) -> Any:
+    """Options of a new process group of ``backend`` whose collectives wait at most
+    ``timeout`` (NCCL takes its own options class)."""
+    if backend == "nccl":
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout
+        return options
+    return torch._C._distributed_c10d.Backend.Options(backend, timeout)

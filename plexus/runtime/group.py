@@ -1,10 +1,8 @@
-"""Joining a job's process group, and tying a locally launched worker's life to its launcher."""
+"""Joining a job's process group."""
 
 from __future__ import annotations
 
 import os
-import signal
-import sys
 from datetime import timedelta
 
 import torch
@@ -37,23 +35,3 @@ def init_process_group(env: JobEnv, timeout_s: float) -> torch.device:
         dist.init_process_group(backend, init_method=f"tcp://{env.master_addr}:{env.master_port}",
                                 rank=env.rank, world_size=env.world_size, timeout=timeout)
     return device
-
-
-def die_with_launcher() -> None:
-    """Make this locally launched worker end when its launcher does (Linux; elsewhere a no-op).
-
-    The launcher stops its workers itself on errors and signals; this covers a launcher that is
-    killed outright (SIGKILL, OOM killer), which would otherwise leave its workers running.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes  # noqa: PLC0415
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() == 1:  # the launcher died before the request took effect
-        os._exit(1)

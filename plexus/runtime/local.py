@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import multiprocessing.util
 import os
 import re
+import shutil
 import socket
 import sys
 import tempfile
 import uuid
-from dataclasses import dataclass
-from typing import Any, Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
 
 from .env import use_cuda
+from .lifeline import Lifeline
+from .progress import PROGRESS_DIR_ENV, read_progress
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -39,10 +44,13 @@ class WorkerFailure:
 
 
 class LocalJobFailed(RuntimeError):
-    """One or more local workers failed; ``failures[0]`` is the root cause."""
+    """One or more local workers failed; ``failures[0]`` is the root cause. ``progress`` maps
+    each rank to the collectives it had entered (see `plexus.runtime.progress`)."""
 
-    def __init__(self, failures: list[WorkerFailure]) -> None:
+    def __init__(self, failures: list[WorkerFailure],
+                 progress: dict[int, int] | None = None) -> None:
         self.failures = failures
+        self.progress = dict(progress or {})
         first = failures[0]
         more = f" ({len(failures) - 1} more failed after it)" if len(failures) > 1 else ""
         super().__init__(f"worker rank {first.rank} {first.message}{more}")
@@ -75,12 +83,34 @@ def _start_method(entrypoint: Callable[..., Any]) -> str:
     return "forkserver"
 
 
+@contextmanager
+def _temporary_files_in(directory: str) -> Iterator[None]:
+    """Make this process's temporary files go to ``directory`` for a while: torch's process
+    starter leaves one ``pytorch-errorfile-*.pickle`` in the temporary directory for every worker
+    that raised, and never removes it; in the job's directory it goes with the job."""
+    saved = tempfile.tempdir
+    tempfile.tempdir = directory
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
+
+
+def _worker(lifeline: Lifeline, progress_dir: str, entrypoint: Callable[..., Any],
+            *args: Any) -> Any:
+    """What a local worker runs: first tie its life to the launcher's, then the entry point."""
+    lifeline.hold()
+    os.environ[PROGRESS_DIR_ENV] = progress_dir
+    return entrypoint(*args)
+
+
 def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any) -> list[Any]:
     """Run ``entrypoint(*args)`` in ``nprocs`` local worker processes that form one job.
 
     Returns the workers' return values in rank order. Raises `LocalJobFailed` when a worker
     raises or dies; the elastic agent then stops all the others, so a failure never leaves the
-    job hanging.
+    job hanging. Workers end (and remove the job's temporary files) when this process dies,
+    even by SIGKILL (`plexus.runtime.lifeline`).
     """
     from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs  # noqa: PLC0415
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError  # noqa: PLC0415
@@ -88,9 +118,19 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any) -> lis
 
     _quiet_elastic_logs()
     start_method = _start_method(entrypoint)
-    sys.stdout.flush()  # our own lines first, then the workers'
-    sys.stderr.flush()
-    with tempfile.TemporaryDirectory(prefix="plexus-launch-") as log_dir:
+    for stream in (sys.stdout, sys.stderr):  # our own lines first, then the workers'
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):  # closed or full: nothing to order
+            pass
+    # multiprocessing's own directory (the fork server's socket), made now so that it stays
+    # where it is; a killed launcher's workers remove it with the job's directory.
+    mp_dir = multiprocessing.util.get_temp_dir()
+    log_dir = tempfile.mkdtemp(prefix="plexus-launch-")
+    progress_dir = os.path.join(log_dir, "progress")
+    os.mkdir(progress_dir)
+    lifeline = Lifeline(os.getpid(), (log_dir, mp_dir))
+    try:
         config = LaunchConfig(
             min_nodes=1, max_nodes=1, nproc_per_node=nprocs,
             run_id=f"plexus-{uuid.uuid4().hex[:12]}",
@@ -103,9 +143,13 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any) -> lis
             # directory only holds the agent's error files and disappears with the job.
             logs_specs=DefaultLogsSpecs(log_dir=log_dir))
         try:
-            results = elastic_launch(config, entrypoint)(*args)
+            with _temporary_files_in(log_dir):
+                results = elastic_launch(config, _worker)(lifeline, progress_dir, entrypoint,
+                                                          *args)
         except ChildFailedError as e:
-            raise LocalJobFailed(_failures(e)) from None
+            raise LocalJobFailed(_failures(e), read_progress(progress_dir)) from None
+    finally:
+        shutil.rmtree(log_dir, ignore_errors=True)
     return [results[r] for r in range(nprocs)]
 
 

@@ -11,6 +11,9 @@ and then renamed over the old one, so an interrupted save leaves the previous ch
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,8 +23,11 @@ import torch
 
 from plexus.core.atomic import atomic_file
 from plexus.engine.config import ModelConfig, TrainConfig
+from plexus.engine.seeding import initial_parameters
 
 CHECKPOINT_NAME = "checkpoint.pt"
+#: Held (flock) by the run that writes the directory's checkpoint: two runs never share one.
+LOCK_NAME = "checkpoint.lock"
 FORMAT_VERSION = 1
 # Model fields that change the parameter set or shapes: a checkpoint is only usable when they match.
 _MODEL_KEYS = ("kind", "num_layers", "hidden", "bias", "learnable_features", "norm", "residual",
@@ -50,6 +56,45 @@ class DatasetInfo:
 def checkpoint_path(directory: str | os.PathLike) -> Path:
     """The checkpoint file inside ``directory``."""
     return Path(directory) / CHECKPOINT_NAME
+
+
+class DirectoryLock:
+    """An exclusive lock on a checkpoint directory (`lock_directory`); `release` ends it, as
+    does the end of the process holding it, however it ends."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+
+def lock_directory(directory: str | os.PathLike) -> DirectoryLock:
+    """Lock ``directory`` for this run's checkpoints. Raises `CheckpointError` when another
+    live run holds it (its saves would delete this run's temporary files, and the other way
+    round)."""
+    path = Path(directory) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot create the lock file ({e.strerror or e})") \
+            from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            who = f" (pid {holder})" if holder.isdigit() else ""
+            raise CheckpointError(f"--checkpoint {directory}: in use by another running "
+                                  f"plexus-train{who}; wait for it to end or use another "
+                                  "directory") from None
+        raise CheckpointError(f"{path}: cannot lock it ({e.strerror or e})") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return DirectoryLock(fd)
 
 
 def make_checkpoint(full_state: dict, model: ModelConfig, train: TrainConfig,
@@ -81,15 +126,111 @@ def load_checkpoint(directory: str | os.PathLike) -> dict:
         text = " ".join(str(e).split())[:200]
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}: {text})") \
             from None
-    state = payload.get("state") if isinstance(payload, dict) else None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION \
-            or not isinstance(state, dict) or not isinstance(state.get("epoch"), int) \
-            or not isinstance(state.get("params"), dict) \
-            or not isinstance(state.get("adam"), dict) \
-            or not isinstance(payload.get("extra", {}), dict):
-        raise CheckpointError(f"{path}: not a plexus-train checkpoint (format "
-                              f"{FORMAT_VERSION})")
+    problem = _structure_problem(payload)
+    if problem:
+        raise CheckpointError(f"{path}: not a plexus-train checkpoint (format {FORMAT_VERSION}): "
+                              f"{problem}")
     return payload
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+def _structure_problem(payload: Any) -> str | None:
+    """What is wrong with the types of a loaded checkpoint's fields (None: nothing)."""
+    if not isinstance(payload, dict):
+        return f"a {type(payload).__name__}, not a dict"
+    if payload.get("format") != FORMAT_VERSION or isinstance(payload.get("format"), bool):
+        return f"format {payload.get('format')!r}"
+    for key in ("state", "model", "train", "dataset"):
+        if not isinstance(payload.get(key), dict):
+            return f"{key} is missing or not a dict"
+    state, dataset = payload["state"], payload["dataset"]
+    if not _is_int(state.get("epoch")) or state["epoch"] < 0:
+        return f"epoch {state.get('epoch')!r} is not a count of epochs"
+    if not isinstance(state.get("params"), dict) or not isinstance(state.get("adam"), dict):
+        return "params or adam is missing or not a dict"
+    for name, value in state["params"].items():
+        if not isinstance(name, str) or not isinstance(value, torch.Tensor):
+            return f"parameter {name!r} is not a tensor"
+    for name, moments in state["adam"].items():
+        if not isinstance(moments, dict) or set(moments) != {"step", "exp_avg", "exp_avg_sq"}:
+            return f"Adam state of {name!r} is not step, exp_avg and exp_avg_sq"
+        if not _is_number(moments["step"]) or moments["step"] < 0 \
+                or not isinstance(moments["exp_avg"], torch.Tensor) \
+                or not isinstance(moments["exp_avg_sq"], torch.Tensor):
+            return f"Adam state of {name!r} has fields of the wrong type"
+    if set(dataset) - {"name", "num_nodes", "num_features", "num_classes", "sha256"} \
+            or not isinstance(dataset.get("name"), str) \
+            or not isinstance(dataset.get("sha256", ""), str) \
+            or not all(_is_int(dataset.get(k)) and dataset[k] >= 1
+                       for k in ("num_nodes", "num_features", "num_classes")):
+        return "the dataset record has fields of the wrong type"
+    model = payload["model"]
+    if not (_is_int(model.get("num_layers")) and _is_int(model.get("hidden"))
+            and isinstance(model.get("bias"), bool)
+            and isinstance(model.get("learnable_features"), bool)):
+        return "the model record has fields of the wrong type"
+    extra = payload.get("extra", {})
+    if not isinstance(extra, dict):
+        return "extra is not a dict"
+    best = extra.get("best")
+    if best is not None:
+        if not isinstance(best, dict) or set(best) - {"epoch", "val_acc", "test_acc", "train_acc"}:
+            return "the best-validation record is not a dict of its fields"
+        if not (best.get("epoch") is None or _is_int(best["epoch"])) or not all(
+                best.get(k) is None or _is_number(best[k])
+                for k in ("val_acc", "test_acc", "train_acc")):
+            return "the best-validation record has fields of the wrong type"
+    return None
+
+
+def parameter_shapes(model: ModelConfig, num_nodes: int, num_features: int,
+                     num_classes: int) -> dict[str, tuple[int, ...]]:
+    """Name -> full unpadded shape of every trainable tensor of ``model`` (the names of
+    `plexus.engine.model.DistributedModel.named_shards`, by the engine's own initialization)."""
+    plans = model.plans(num_features, num_classes)
+    init = initial_parameters(0, plans, model.widths(num_features, num_classes), model.bias,
+                              model.train_eps)
+    shapes: dict[str, tuple[int, ...]] = {k: tuple(v.shape) for k, v in init.items()}
+    if model.learnable_features:
+        shapes["features"] = (num_nodes, num_features)
+    return shapes
+
+
+def check_state(payload: dict, model: ModelConfig, where: str = "checkpoint") -> None:
+    """Raise `CheckpointError` unless the checkpoint holds exactly ``model``'s tensors, at their
+    full shapes for the checkpoint's dataset, finite, with Adam moments of the same shapes (a
+    checkpoint that `load_checkpoint` returned, checked by `check_model`)."""
+    d = payload["dataset"]
+    wanted = parameter_shapes(model, d["num_nodes"], d["num_features"], d["num_classes"])
+    params, adam = payload["state"]["params"], payload["state"]["adam"]
+    if set(params) != set(wanted):
+        missing, unknown = sorted(set(wanted) - set(params)), sorted(set(params) - set(wanted))
+        raise CheckpointError(f"{where} does not hold this model's parameters (missing "
+                              f"{missing or 'none'}, unknown {unknown or 'none'})")
+    if adam and set(adam) != set(params):  # Adam keeps state for all of them or none
+        raise CheckpointError(f"{where} has Adam state for {sorted(adam)}, not for every "
+                              f"parameter {sorted(params)}")
+    for name, shape in wanted.items():
+        tensors = [("", params[name])]
+        if name in adam:
+            tensors += [(f" Adam {k}", adam[name][k]) for k in ("exp_avg", "exp_avg_sq")]
+        for label, t in tensors:
+            if t.layout != torch.strided or not t.is_floating_point() or tuple(t.shape) != shape:
+                raise CheckpointError(f"{where}: {name}{label} is a {t.layout} {t.dtype} tensor "
+                                      f"of shape {tuple(t.shape)}; the model needs a dense "
+                                      f"float tensor of shape {shape}")
+            if not bool(torch.isfinite(t).all()):
+                raise CheckpointError(f"{where}: {name}{label} holds NaN or infinite values; "
+                                      "it is no state to resume from")
+        if name in adam and bool((adam[name]["exp_avg_sq"] < 0).any()):
+            raise CheckpointError(f"{where}: {name} Adam exp_avg_sq has negative values")
 
 
 def check_epochs(payload: dict, epochs: int, where: str = "checkpoint") -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from plexus.core.atomic import UnsafeTargetError, output_target
 from plexus.core.cli import UsageError
 from plexus.core.grid import GridShape
 from plexus.core.layout import ORDERS, grid_misfit
@@ -19,6 +20,7 @@ from plexus.core.units import format_bytes, format_seconds
 from plexus.perfmodel import ModelSpec, choose_grid, rank_configs
 from plexus.runtime.env import default_device
 
+from .checkpoint import CHECKPOINT_NAME
 from .memcheck import available_memory, check_memory, predicted_memory
 
 # Datasets up to this size are loaded once in the launching process to check them before any
@@ -36,20 +38,33 @@ def check_writable(path: Path, what: str) -> None:
         raise UsageError(f"{what} {path}: cannot write there ({e.strerror or e})") from None
 
 
+def check_output_file(path: Path | str, what: str) -> Path:
+    """Raise `UsageError` unless ``path`` is a regular file or absent (never a device, a FIFO,
+    a directory or a symlink to one), with its temporary file ``path.tmp`` likewise, and files
+    can be created beside it; returns the file that will be replaced."""
+    path = Path(path).expanduser()
+    try:
+        target = output_target(path)
+        output_target(path.with_name(path.name + ".tmp"))
+    except UnsafeTargetError as e:
+        raise UsageError(f"{what} {e}") from None
+    check_writable(target.parent, what)
+    return target
+
+
 def check_log_path(path: str) -> None:
     """Raise `UsageError` unless the JSON log can be created at ``path`` (``--log-json``)."""
-    target = Path(path).expanduser()
-    if target.is_dir():
-        raise UsageError(f"--log-json {path}: is a directory; give a file name")
-    check_writable(target.parent, "--log-json")
+    check_output_file(Path(path).expanduser(), "--log-json")
 
 
-def check_output_file(path: str, flag: str) -> None:
-    """Raise `UsageError` unless a result file can be created at ``path`` (``--export`` ...)."""
-    target = Path(path).expanduser()
-    if target.is_dir():
-        raise UsageError(f"{flag} {path}: is a directory; give a file name")
-    check_writable(target.parent, flag)
+def check_checkpoint_dir(path: str) -> None:
+    """Raise `UsageError` unless ``path`` is (or can be made) a directory in which the
+    checkpoint file can be written (``--checkpoint``)."""
+    directory = Path(path).expanduser()
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"--checkpoint {path}: not a directory")
+    check_writable(directory, "--checkpoint")
+    check_output_file(directory / CHECKPOINT_NAME, "--checkpoint")
 
 
 def auto_grid(world_size: int, num_nodes: int, nnz: int, num_features: int, num_classes: int,

@@ -33,10 +33,10 @@ from plexus.partitioners.store import graph_hash
 from plexus.runtime.env import JobEnv, check_local_devices, default_device, detect_environment
 
 from . import checkpoint as ckpt
-from .checks import (auto_grid_choice, check_grid_fits, check_log_path, check_order,
-                     check_output_file, check_writable, precheck_dataset, precheck_resources,
+from .checks import (auto_grid_choice, check_checkpoint_dir, check_grid_fits, check_log_path,
+                     check_order, check_output_file, precheck_dataset, precheck_resources,
                      spec_sizes)
-from .entry import run_local, run_rank
+from .entry import reserve_standard_fds, run_local, run_rank
 from .epochlogs import check_targets
 from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .faults import Fault
@@ -166,6 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ---- checks --------------------------------------------------------------------------------
+MAX_TIMEOUT_S = 365 * 86400  # a year: longer is no timeout, and timedelta overflows past ~1e14 s
+MAX_SEED = 2**63 - 1  # what every generator (torch, numpy, R-MAT) takes
+
+
 def check_numbers(a: argparse.Namespace) -> None:
     """Range checks of the numeric options."""
     rules = [
@@ -175,11 +179,12 @@ def check_numbers(a: argparse.Namespace) -> None:
         (a.eval_every >= 0, f"--eval-every must be >= 0, got {a.eval_every}"),
         (a.checkpoint_every is None or a.checkpoint_every >= 1,
          f"--checkpoint-every must be >= 1, got {a.checkpoint_every}"),
-        (a.timeout > 0, f"--timeout must be > 0 seconds, got {a.timeout}"),
+        (0 < a.timeout <= MAX_TIMEOUT_S,  # also false for NaN; inf overflows timedelta
+         f"--timeout must be > 0 and at most {MAX_TIMEOUT_S} seconds, got {a.timeout}"),
         (a.agg_chunks >= 1, f"--agg-chunks must be >= 1, got {a.agg_chunks}"),
         (a.world_size is None or a.world_size >= 1,
          f"--world-size must be >= 1, got {a.world_size}"),
-        (a.seed >= 0, f"--seed must be >= 0, got {a.seed}"),
+        (0 <= a.seed <= MAX_SEED, f"--seed must be in [0, 2**63 - 1], got {a.seed}"),
     ]
     for ok, message in rules:
         if not ok:
@@ -362,7 +367,9 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
         if a.log_json:  # the file itself is opened by rank 0 (an existing one stays until the end)
             check_log_path(a.log_json)
         if a.checkpoint:
-            check_writable(Path(a.checkpoint).expanduser(), "--checkpoint")
+            check_checkpoint_dir(a.checkpoint)
+            # refused now if another run holds the directory; rank 0 locks it for the run
+            ckpt.lock_directory(Path(a.checkpoint).expanduser()).release()
         for path, flag in ((a.save_predictions, "--save-predictions"), (a.export, "--export")):
             if path:
                 check_output_file(path, flag)
@@ -406,6 +413,7 @@ def _parse_grid(text: str) -> GridShape:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``plexus-train``; returns the exit status (0 ok, 2 bad input, 1 failure)."""
+    reserve_standard_fds()
     env: JobEnv | None = None
     try:
         env = detect_environment()

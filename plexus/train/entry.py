@@ -4,23 +4,41 @@ their failures into one line (`run_local`, `run_single`)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import traceback
 
+import torch
 import torch.distributed as dist
 
 from plexus.runtime.env import JobEnv, LaunchError, detect_environment
-from plexus.runtime.group import die_with_launcher, init_process_group
+from plexus.runtime.group import init_process_group
 from plexus.runtime.hostmem import enable_huge_pages
+from plexus.runtime.progress import lagging_rank
 from plexus.runtime.local import (PEER_ERROR_GRACE_S, LocalJobFailed, free_port, is_peer_error,
                                   launch_local)
 
 from .errors import TrainingDiverged, error_line
 from .options import RunOptions
-from .prepare import agree_on_failure, load_local
+from .prepare import LocalSetup, agree_on_failure, load_local
 from .report import finish
 from .session import build_run
+
+
+def reserve_standard_fds() -> None:
+    """Open /dev/null on stdin, stdout or stderr where it is closed (``>&-``): otherwise the next
+    file or socket this process (or a worker) opens gets that number, and whatever is meant for
+    the console lands in it. Python has already set the closed stream to None, and the run
+    reports to it as to a lost console."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
 
 
 def run_rank(opts: RunOptions, env: JobEnv) -> int:
@@ -40,6 +58,16 @@ def run_rank(opts: RunOptions, env: JobEnv) -> int:
                            env.local_world_size)
     except Exception as e:  # noqa: BLE001 — every rank must learn of it, see agree_on_failure
         error = e
+    try:
+        return _train(opts, setup, error, device)
+    finally:
+        if setup is not None:
+            setup.release()  # the checkpoint directory's lock, on every path out
+
+
+def _train(opts: RunOptions, setup: LocalSetup | None, error: BaseException | None,
+           device: torch.device) -> int:
+    """Agree on set-up failures, then train (the second half of `run_rank`)."""
     code = agree_on_failure(error, device)
     if code:
         if setup is not None and setup.json_log is not None:
@@ -73,8 +101,8 @@ def run_rank(opts: RunOptions, env: JobEnv) -> int:
 
 
 def local_worker(opts: RunOptions) -> int:
-    """Entry point of a worker started by `launch_local` (torchrun-style environment)."""
-    die_with_launcher()
+    """Entry point of a worker started by `launch_local` (torchrun-style environment; it has
+    already tied its life to the launcher's)."""
     env = detect_environment()
     if env is None:
         raise LaunchError("worker started without RANK/WORLD_SIZE in its environment")
@@ -92,8 +120,12 @@ def run_local(opts: RunOptions) -> int:
     except LocalJobFailed as e:
         root = e.failures[0]
         if "timed out" in root.message.lower():  # not a bug: a peer stopped answering
+            stuck = lagging_rank(e.progress, nprocs)
+            which = ("" if stuck is None else
+                     f"; rank {stuck} is the stuck one (it stopped after "
+                     f"{e.progress[stuck]} collectives, its peers went on)")
             print(error_line(f"{e}; a collective waited longer than --timeout "
-                             f"{opts.timeout_s:g} s: a peer is stuck or dead"),
+                             f"{opts.timeout_s:g} s: a peer is stuck or dead{which}"),
                   file=sys.stderr, flush=True)
             return 1
         if root.traceback:  # a bug or a crash inside the worker: show where

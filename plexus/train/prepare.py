@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from plexus.core.atomic import UnsafeTargetError
 from plexus.core.grid import GridShape
 from plexus.datasets import gcn_nnz, load_dataset
 from plexus.engine.config import ModelConfig
@@ -24,8 +25,8 @@ from plexus.partitioners import RankShard, read_manifest, read_shard
 from plexus.partitioners.store import graph_hash
 
 from . import checkpoint as ckpt
-from .checks import (auto_grid_choice, check_grid_fits, check_log_path, check_output_file,
-                     check_writable, shard_bytes)
+from .checks import (auto_grid_choice, check_checkpoint_dir, check_grid_fits, check_log_path,
+                     check_output_file, shard_bytes)
 from .epochlogs import EpochSink, open_sinks
 from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .memcheck import available_memory, check_memory, predicted_memory
@@ -43,6 +44,13 @@ class LocalSetup:
     resume_from: dict | None
     json_log: JsonLog | None = None  # rank 0 with --log-json
     sinks: list[EpochSink] = field(default_factory=list)  # rank 0: --log-csv, --tensorboard
+    checkpoint_lock: ckpt.DirectoryLock | None = None  # rank 0 with --checkpoint: held to the end
+
+    def release(self) -> None:
+        """Let another run use the checkpoint directory (at the end of the run, on any path)."""
+        if self.checkpoint_lock is not None:
+            self.checkpoint_lock.release()
+            self.checkpoint_lock = None
 
 
 def open_json_log(path: str) -> JsonLog:
@@ -50,6 +58,8 @@ def open_json_log(path: str) -> JsonLog:
     check_log_path(path)
     try:
         return JsonLog(Path(path).expanduser())
+    except UnsafeTargetError as e:  # the path changed since it was checked
+        raise UsageError(f"--log-json {e}") from None
     except OSError as e:
         raise UsageError(f"--log-json {path}: cannot write it ({e.strerror or e})") from None
 
@@ -96,10 +106,11 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
                    if opts.resume else None)
     if resume_from is not None and opts.export_best:
         check_best_kept(resume_from, str(ckpt.checkpoint_path(opts.checkpoint)))  # type: ignore
-    json_log = None
+    json_log = lock = None
+    sinks: list[EpochSink] = []
     if rank == 0:  # rank 0 writes the outputs: check them before anything runs
         if opts.checkpoint:
-            check_writable(Path(opts.checkpoint).expanduser(), "--checkpoint")
+            check_checkpoint_dir(opts.checkpoint)
         for path, flag in ((opts.save_predictions, "--save-predictions"),
                            (opts.export, "--export")):
             if path:
@@ -109,8 +120,14 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         sinks = open_sinks(opts.log_csv, opts.tensorboard,
                            lambda text: print(f"{PROG}: note: {text}", file=sys.stderr,
                                               flush=True))
-        return LocalSetup(grid, shard, info, resume_from, json_log, sinks)
-    return LocalSetup(grid, shard, info, resume_from, json_log)
+        if opts.checkpoint:  # last: nothing after it may fail and leave the lock held
+            try:
+                lock = ckpt.lock_directory(Path(opts.checkpoint).expanduser())
+            except ckpt.CheckpointError:
+                if json_log is not None:
+                    json_log.discard()
+                raise
+    return LocalSetup(grid, shard, info, resume_from, json_log, sinks, lock)
 
 
 def load_resume(checkpoint: str, model: ModelConfig, epochs: int,
@@ -123,6 +140,7 @@ def load_resume(checkpoint: str, model: ModelConfig, epochs: int,
     ckpt.check_epochs(payload, epochs, where)
     if dataset is not None:
         ckpt.check_dataset(payload, dataset, where)
+    ckpt.check_state(payload, model, where)
     return payload
 
 

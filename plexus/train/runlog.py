@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Mapping, Sequence
 
-from plexus.core.atomic import fsync_dir
+from plexus.core.atomic import UnsafeTargetError, output_target, replace_into
 from plexus.engine.trainer import EpochStats
 from plexus.core.units import format_bytes, format_seconds
 
@@ -76,10 +76,15 @@ class JsonLog:
     """JSON-lines log written to ``path.tmp`` and atomically renamed to ``path`` by `close`."""
 
     def __init__(self, path: str | os.PathLike) -> None:
-        self.path = Path(path)
+        # Only a regular file (or nothing) is replaced, at FILE and at FILE.tmp: never a device,
+        # a FIFO or what a symlink there points to (`plexus.core.atomic.output_target`).
+        self.path = output_target(path)
         self.tmp = self.path.with_name(self.path.name + ".tmp")
+        if output_target(self.tmp) != self.tmp:
+            raise UnsafeTargetError(f"{self.tmp}: is a symlink; refusing to write through it")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f: IO[str] | None = open(self.tmp, "w", encoding="utf-8")
+        fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        self._f: IO[str] | None = open(fd, "w", encoding="utf-8")
 
     def write(self, obj: dict) -> None:
         """Append one object as a line; flushed so a running job can be followed."""
@@ -95,8 +100,7 @@ class JsonLog:
         os.fsync(self._f.fileno())
         self._f.close()
         self._f = None
-        os.replace(self.tmp, self.path)
-        fsync_dir(self.path.parent)
+        replace_into(self.tmp, self.path)
 
     def abandon(self) -> None:
         """Stop writing without publishing (the run failed); ``path.tmp`` keeps what was logged."""
@@ -121,6 +125,17 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
+#: A console that cannot be written: a closed pipe, a full device, a closed file.
+CONSOLE_ERRORS = (OSError, ValueError)
+
+
+def _isatty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (OSError, ValueError):
+        return False
+
+
 class RunLog:
     """Rank 0's reporter: epoch lines or a progress bar, the JSON log, and the final summary."""
 
@@ -130,11 +145,13 @@ class RunLog:
         self.total = total_epochs
         self.sinks = list(sinks)  # --log-csv, --tensorboard
         self.quiet = quiet
-        self.stream = stream or sys.stdout
+        self.stream = stream if stream is not None else sys.stdout
         self.json = json_log
-        if progress is None:
-            progress = self.stream.isatty()
         self.bar = None
+        if self.stream is None:  # stdout closed (`>&-`): train without a console
+            self._lose_console()
+        if progress is None:
+            progress = _isatty(self.stream)
         if progress and not quiet and total_epochs > start_epoch:
             from tqdm import tqdm  # noqa: PLC0415 (only on a terminal)
 
@@ -152,15 +169,23 @@ class RunLog:
                 self.bar.write(text, file=self.stream)
             else:
                 print(text, file=self.stream, flush=True)
-        except BrokenPipeError:
-            # The reader went away (`plexus-train ... | head`): keep training (and writing the
-            # JSON log and checkpoints) without a console rather than losing the run.
+        except CONSOLE_ERRORS:
+            # The reader went away (`plexus-train ... | head`), stdout is full (`> /dev/full`)
+            # or closed: keep training (and writing the JSON log and checkpoints) without a
+            # console rather than losing the run.
             self._lose_console()
 
     def _lose_console(self) -> None:
         self.bar = None
         self.quiet = True
-        self.stream = open(os.devnull, "w")  # noqa: SIM115 — lives as long as the run
+        lost, self.stream = self.stream, open(os.devnull, "w")  # noqa: SIM115 — run-long
+        if lost is not None and lost is sys.stdout:
+            # What stays in stdout's buffer is flushed at exit: let it go to /dev/null there,
+            # not fail again (a traceback-like "Exception ignored" and status 120).
+            try:
+                os.dup2(self.stream.fileno(), lost.fileno())
+            except (OSError, ValueError):
+                pass
 
     def epoch(self, stats: EpochStats, timers: Mapping[str, float] | None = None) -> None:
         """Report one finished epoch (``timers``: rank 0's cumulative seconds per timer)."""
@@ -175,7 +200,7 @@ class RunLog:
             self.bar.set_postfix(loss=f"{stats.loss:.4f}", refresh=False)
             try:
                 self.bar.update(1)
-            except BrokenPipeError:
+            except CONSOLE_ERRORS:
                 self._lose_console()
 
     def finish(self, summary: dict) -> None:
@@ -189,7 +214,7 @@ class RunLog:
                 self.bar.close()
                 self.bar = None
             print(format_summary(summary), file=self.stream, flush=True)
-        except BrokenPipeError:
+        except CONSOLE_ERRORS:
             self._lose_console()
 
     def abandon(self) -> None:
@@ -197,7 +222,7 @@ class RunLog:
         if self.bar is not None:
             try:
                 self.bar.close()
-            except BrokenPipeError:
+            except CONSOLE_ERRORS:
                 pass
             self.bar = None
         if self.json is not None:

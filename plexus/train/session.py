@@ -13,6 +13,7 @@ from plexus.engine.comm import Comm
 from plexus.engine.grid import Grid
 from plexus.engine.trainer import EpochStats, Trainer
 from plexus.partitioners import RankShard
+from plexus.runtime.progress import start_beacon
 
 from . import checkpoint as ckpt
 from .errors import PROG, TrainingDiverged
@@ -36,6 +37,7 @@ class Run:
     best: BestRecord
     log: RunLog | None  # rank 0 only
     saved_epoch: int | None = None  # the epoch of the newest checkpoint on disk
+    resumed_epoch: int | None = None  # the epoch of the checkpoint this run resumed from
     best_weights: BestWeights | None = None  # kept when --export-best or the OGB metric needs them
 
     def check_finite(self, stats: EpochStats) -> None:
@@ -43,7 +45,13 @@ class Run:
         every rank stops at the same epoch and none waits in a collective)."""
         if math.isfinite(stats.loss):
             return
-        if self.opts.checkpoint and self.saved_epoch is not None:
+        if self.saved_epoch is not None and self.saved_epoch == self.resumed_epoch \
+                and stats.epoch == self.resumed_epoch + 1:
+            # the state resumed from diverges at once: it is not a good checkpoint
+            last = (f"the checkpoint resumed from, {ckpt.checkpoint_path(self.opts.checkpoint)} "
+                    f"(epoch {self.resumed_epoch}), gives it at once: no good checkpoint to "
+                    "resume from")  # type: ignore[arg-type]
+        elif self.opts.checkpoint and self.saved_epoch is not None:
             last = (f"last good checkpoint: {ckpt.checkpoint_path(self.opts.checkpoint)} "
                     f"(epoch {self.saved_epoch}); resume from it with a lower --lr")
         else:
@@ -82,9 +90,11 @@ class Run:
 
 def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
     """Collective set-up: grid, model, trainer, restored checkpoint, rank 0's reporter."""
-    grid = Grid.create(setup.grid, device)
+    grid = Grid.create(setup.grid, device, opts.timeout_s)
     model = model_from_shard(grid, setup.shard, opts.model, opts.train.seed, opts.engine)
     trainer = Trainer(model, opts.train)
+    # collectives entered so far: the launcher names the rank that stopped (a stuck peer)
+    start_beacon(grid.rank, lambda: sum(model.comm.ledger.calls.values()))
     best = BestRecord()
     best_weights = BestWeights() if needs_best_weights(opts, setup.dataset.name) else None
     if setup.resume_from is not None:
@@ -106,4 +116,4 @@ def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
                         f"{trainer.epoch}")  # type: ignore[arg-type]
     saved = ckpt.saved_epoch(setup.resume_from) if setup.resume_from is not None else None
     return Run(opts, grid, model.comm, model, trainer, setup.shard, setup.dataset, best, log,
-               saved, best_weights)
+               saved, saved, best_weights)
