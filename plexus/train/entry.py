@@ -59,15 +59,16 @@ def run_rank(opts: RunOptions, env: JobEnv) -> int:
     except Exception as e:  # noqa: BLE001 — every rank must learn of it, see agree_on_failure
         error = e
     try:
-        return _train(opts, setup, error, device)
+        return _train(opts, setup, error, device, started)
     finally:
         if setup is not None:
             setup.release()  # the checkpoint directory's lock, on every path out
 
 
 def _train(opts: RunOptions, setup: LocalSetup | None, error: BaseException | None,
-           device: torch.device) -> int:
-    """Agree on set-up failures, then train (the second half of `run_rank`)."""
+           device: torch.device, started: float) -> int:
+    """Agree on set-up failures, then train (the second half of `run_rank`, which began at
+    ``started``)."""
     code = agree_on_failure(error, device)
     if code:
         if setup is not None and setup.json_log is not None:
