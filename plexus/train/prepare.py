@@ -39,6 +39,7 @@ class LocalSetup:
     dataset: ckpt.DatasetInfo
     resume_from: dict | None
     json_log: JsonLog | None = None  # rank 0 with --log-json
+    predicted_bytes: float = 0.0  # the performance model's memory per rank (whole rank)
 
 
 def open_json_log(path: str) -> JsonLog:
@@ -75,9 +76,10 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         shard = shard_graph(graph, grid, grid.coords(rank), model.num_layers, orders,
                             opts.perm or DEFAULT_PERM, seed=opts.train.seed)
         del graph
+    full_prediction = predicted_memory(grid, model, shard.num_nodes, nnz, shard.num_features,
+                                       shard.num_classes, shard.perm)
     if opts.check_memory:
-        predicted = predicted_memory(grid, model, shard.num_nodes, nnz, shard.num_features,
-                                     shard.num_classes, shard.perm)
+        predicted = full_prediction
         if device.type == "cpu":  # the shard already sits in host memory: count the rest
             predicted -= shard_bytes(shard)
         check_memory(predicted, available_memory(device, local_ranks), grid)
@@ -91,7 +93,7 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
             check_writable(Path(opts.checkpoint).expanduser(), "--checkpoint")
         if opts.log_json:
             json_log = open_json_log(opts.log_json)
-    return LocalSetup(grid, shard, info, resume_from, json_log)
+    return LocalSetup(grid, shard, info, resume_from, json_log, full_prediction)
 
 
 def load_resume(checkpoint: str, model: ModelConfig, epochs: int,

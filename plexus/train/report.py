@@ -11,6 +11,7 @@ from plexus.core.grid import AXES
 from plexus.engine.ledger import Ledger
 from plexus.engine.timing import Timers
 from plexus.engine.trainer import EpochStats
+from plexus.runtime.memstats import cuda_peak_bytes, peak_rss_bytes
 
 from .runlog import BestRecord
 from .session import Run
@@ -42,6 +43,28 @@ def reduce_ledger(ledger: Ledger,
     dist.all_reduce(mx, op=dist.ReduceOp.MAX)
     dist.all_reduce(total, op=dist.ReduceOp.SUM)
     return dict(zip(AXES, total.tolist())), dict(zip(AXES, mx.tolist()))
+
+
+def gather_memory(run: Run) -> dict:
+    """Every rank's measured peaks, in rank order (collective), next to the model's prediction:
+    ``peak_rss_bytes`` (the process, set-up included), ``tracked_peak_bytes`` (tensor storages:
+    the rank's resident state plus training's high-water mark; None where not tracked) and
+    ``cuda_peak_bytes`` (None off CUDA)."""
+    cuda = cuda_peak_bytes(run.grid.device)
+    tracked = run.tracker.peak_bytes if run.tracker is not None else -1
+    mine = torch.tensor([peak_rss_bytes(), tracked, -1 if cuda is None else cuda],
+                        dtype=torch.int64, device=run.grid.device)
+    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    table = torch.stack(every).cpu().tolist()
+
+    def column(i: int) -> list[int | None]:
+        return [None if row[i] < 0 else int(row[i]) for row in table]
+
+    cuda_col = column(2)
+    return {"peak_rss_bytes": column(0), "tracked_peak_bytes": column(1),
+            "cuda_peak_bytes": None if all(c is None for c in cuda_col) else cuda_col,
+            "predicted_bytes": float(run.predicted_bytes)}
 
 
 @torch.no_grad()
@@ -103,6 +126,7 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float) -> None:
                               final["train_acc"])
     timers = reduce_timers(run.comm.timers, run.grid.device)
     comm_total, comm_max = reduce_ledger(run.comm.ledger, run.grid.device)
+    memory = gather_memory(run)
     ogb = None
     if run.dataset.name.startswith("ogbn-"):
         gathered = gather_predictions(run)
@@ -123,6 +147,7 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float) -> None:
         "comm_ledger": run.comm.ledger.summary(),  # rank 0's collectives by axis and operation
         "timers": timers,
         "ogb": ogb,
+        "memory": memory,
         "model": {"layers": run.opts.model.num_layers, "hidden": run.opts.model.hidden,
                   "orders": list(run.shard.orders), "perm": run.shard.perm},
     }

@@ -228,6 +228,9 @@ def format_summary(s: dict) -> str:
             ratio = t["max"] / t["mean"] if t["mean"] > 0 else 1.0
             lines.append(f"    {name:<{width}}  {format_seconds(t['max']):>9} max  "
                          f"{format_seconds(t['mean']):>9} mean  {ratio:5.2f} max/mean")
+    memory = s.get("memory")
+    if memory:
+        lines.extend(format_memory(memory))
     comm = s.get("comm_bytes")
     if comm is not None:
         per_rank = s.get("comm_bytes_max_rank", {})
@@ -237,3 +240,23 @@ def format_summary(s: dict) -> str:
         lines.append("  communication, all ranks: " + ", ".join(parts)
                      + f"; total {format_bytes(sum(comm.values()))}")
     return "\n".join(lines)
+
+
+def format_memory(m: dict) -> list[str]:
+    """Summary lines of measured memory per rank (max and min over ranks) against the model."""
+
+    def span(values: list | None) -> str | None:
+        real = [v for v in values or [] if v is not None]
+        if not real:
+            return None
+        hi, lo = format_bytes(max(real)), format_bytes(min(real))
+        return hi + ("" if hi == lo else f" max, {lo} min")
+
+    parts = [f"{name} {text}" for name, key in (("peak RSS", "peak_rss_bytes"),
+                                                ("tensors", "tracked_peak_bytes"),
+                                                ("CUDA", "cuda_peak_bytes"))
+             if (text := span(m.get(key))) is not None]
+    predicted = m.get("predicted_bytes")
+    if predicted:
+        parts.append(f"model {format_bytes(predicted)}")
+    return ["  memory per rank: " + "; ".join(parts)] if parts else []

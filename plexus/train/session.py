@@ -14,6 +14,7 @@ from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedGCN
 from plexus.engine.trainer import EpochStats, Trainer
 from plexus.partitioners import RankShard
+from plexus.runtime.memstats import TensorTracker, resident_bytes
 
 from . import checkpoint as ckpt
 from .errors import PROG, TrainingDiverged
@@ -36,6 +37,8 @@ class Run:
     best: BestRecord
     log: RunLog | None  # rank 0 only
     saved_epoch: int | None = None  # the epoch of the newest checkpoint on disk
+    predicted_bytes: float = 0.0  # the performance model's memory per rank
+    tracker: TensorTracker | None = None  # tensor bytes of training (CPU runs)
 
     def check_finite(self, stats: EpochStats) -> None:
         """Raise `TrainingDiverged` on a NaN/Inf loss (every rank sees the same reduced loss, so
@@ -93,5 +96,8 @@ def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
             log.message(f"{PROG}: resumed from {ckpt.checkpoint_path(opts.checkpoint)} at epoch "
                         f"{trainer.epoch}")  # type: ignore[arg-type]
     saved = ckpt.saved_epoch(setup.resume_from) if setup.resume_from is not None else None
+    # CPU runs count tensor bytes (CUDA's allocator counts its own): what the rank holds now,
+    # then what training allocates on top
+    tracker = TensorTracker(resident_bytes(model, setup.shard)) if device.type == "cpu" else None
     return Run(opts, grid, model.comm, model, trainer, setup.shard, setup.dataset, best, log,
-               saved)
+               saved, setup.predicted_bytes, tracker)
