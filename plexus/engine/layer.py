@@ -36,7 +36,9 @@ class _Gemm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a, b, comm: Comm, tuner: GemmTuner, site: str):  # noqa: D102
-        ctx.save_for_backward(a, b)
+        # keep only what backward reads: dA needs b, dB needs a (layer 0: no dA, so no W)
+        ctx.save_for_backward(a if ctx.needs_input_grad[1] else None,
+                              b if ctx.needs_input_grad[0] else None)
         ctx.comm, ctx.tuner, ctx.site = comm, tuner, site
         with comm.timers("gemm"):
             return tuner.mm(site, a, b)
@@ -51,6 +53,26 @@ class _Gemm(torch.autograd.Function):
             if ctx.needs_input_grad[1]:
                 db = ctx.tuner.mm(ctx.site + ":dB", a.T, grad)
         return da, db, None, None, None
+
+
+class _ReLU(torch.autograd.Function):
+    """max(x, 0) saving a one-byte mask for backward instead of the float output."""
+
+    @staticmethod
+    def forward(ctx, x):  # noqa: D102
+        out = torch.relu(x)
+        ctx.save_for_backward(out > 0)  # where threshold_backward passes the gradient
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        (positive,) = ctx.saved_tensors
+        return torch.where(positive, grad, 0.0)
+
+
+def relu(x: torch.Tensor) -> torch.Tensor:
+    """ReLU whose backward keeps a bool mask (a quarter of the float output's bytes)."""
+    return _ReLU.apply(x) if torch.is_grad_enabled() and x.requires_grad else torch.relu(x)
 
 
 class _Aggregate(torch.autograd.Function):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from plexus.core.layout import block, layer_plans, padding
@@ -14,7 +13,7 @@ from plexus.partitioners.plan import RankShard, block_key
 from .comm import Comm
 from .config import EngineConfig, ModelConfig
 from .gemm import GemmTuner
-from .layer import GCNLayer3D, weight_block
+from .layer import GCNLayer3D, relu, weight_block
 from .loss import accuracy, cross_entropy, predict
 from .seeding import glorot_weights
 from .spmm import SparseBlock, build_blocks
@@ -119,7 +118,7 @@ class DistributedGCN(nn.Module):
         for l, layer in enumerate(self.layers):
             H = layer(H, step)
             if l < len(self.layers) - 1:
-                H = F.relu(H)
+                H = relu(H)
         return H
 
     # ---- loss and metrics on the last layer's layout ------------------------------------------

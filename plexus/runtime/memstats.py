@@ -28,6 +28,17 @@ def peak_rss_bytes() -> int:
     return int(peak) if sys.platform == "darwin" else int(peak) * 1024  # Linux reports KiB
 
 
+def reset_peak_rss() -> bool:
+    """Restart the kernel's peak-RSS count of this process (Linux ``clear_refs`` 5), so a later
+    `peak_rss_bytes` covers only what follows (training, not loading). False where unsupported."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def cuda_peak_bytes(device: torch.device) -> int | None:
     """The CUDA caching allocator's peak allocated bytes on ``device`` (None off CUDA)."""
     if device.type != "cuda":

@@ -47,12 +47,15 @@ def reduce_ledger(ledger: Ledger,
 
 def gather_memory(run: Run) -> dict:
     """Every rank's measured peaks, in rank order (collective), next to the model's prediction:
-    ``peak_rss_bytes`` (the process, set-up included), ``tracked_peak_bytes`` (tensor storages:
-    the rank's resident state plus training's high-water mark; None where not tracked) and
-    ``cuda_peak_bytes`` (None off CUDA)."""
+    ``peak_rss_bytes`` (the process, set-up included), ``train_peak_rss_bytes`` (from the end of
+    set-up on; None where the kernel cannot restart the count), ``tracked_peak_bytes`` (tensor
+    storages: the rank's resident state plus training's high-water mark; None where not
+    tracked) and ``cuda_peak_bytes`` (None off CUDA)."""
     cuda = cuda_peak_bytes(run.grid.device)
     tracked = run.tracker.peak_bytes if run.tracker is not None else -1
-    mine = torch.tensor([peak_rss_bytes(), tracked, -1 if cuda is None else cuda],
+    train_rss = peak_rss_bytes()  # since set-up when the kernel could restart the count
+    mine = torch.tensor([max(train_rss, run.setup_peak_rss), tracked,
+                         -1 if cuda is None else cuda, train_rss if run.setup_peak_rss else -1],
                         dtype=torch.int64, device=run.grid.device)
     every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(every, mine)
@@ -64,7 +67,8 @@ def gather_memory(run: Run) -> dict:
     cuda_col = column(2)
     return {"peak_rss_bytes": column(0), "tracked_peak_bytes": column(1),
             "cuda_peak_bytes": None if all(c is None for c in cuda_col) else cuda_col,
-            "predicted_bytes": float(run.predicted_bytes)}
+            "predicted_bytes": float(run.predicted_bytes),
+            "train_peak_rss_bytes": column(3)}
 
 
 @torch.no_grad()

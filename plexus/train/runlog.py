@@ -253,6 +253,7 @@ def format_memory(m: dict) -> list[str]:
         return hi + ("" if hi == lo else f" max, {lo} min")
 
     parts = [f"{name} {text}" for name, key in (("peak RSS", "peak_rss_bytes"),
+                                                ("training", "train_peak_rss_bytes"),
                                                 ("tensors", "tracked_peak_bytes"),
                                                 ("CUDA", "cuda_peak_bytes"))
              if (text := span(m.get(key))) is not None]

@@ -14,7 +14,7 @@ from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedGCN
 from plexus.engine.trainer import EpochStats, Trainer
 from plexus.partitioners import RankShard
-from plexus.runtime.memstats import TensorTracker, resident_bytes
+from plexus.runtime.memstats import TensorTracker, peak_rss_bytes, reset_peak_rss, resident_bytes
 
 from . import checkpoint as ckpt
 from .errors import PROG, TrainingDiverged
@@ -39,6 +39,7 @@ class Run:
     saved_epoch: int | None = None  # the epoch of the newest checkpoint on disk
     predicted_bytes: float = 0.0  # the performance model's memory per rank
     tracker: TensorTracker | None = None  # tensor bytes of training (CPU runs)
+    setup_peak_rss: int = 0  # peak RSS of loading and set-up, before training
 
     def check_finite(self, stats: EpochStats) -> None:
         """Raise `TrainingDiverged` on a NaN/Inf loss (every rank sees the same reduced loss, so
@@ -99,5 +100,9 @@ def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
     # CPU runs count tensor bytes (CUDA's allocator counts its own): what the rank holds now,
     # then what training allocates on top
     tracker = TensorTracker(resident_bytes(model, setup.shard)) if device.type == "cpu" else None
+    # loading holds the whole graph for a moment; training's own peak is counted from here
+    setup_peak = peak_rss_bytes()
+    if not reset_peak_rss():
+        setup_peak = 0
     return Run(opts, grid, model.comm, model, trainer, setup.shard, setup.dataset, best, log,
-               saved, setup.predicted_bytes, tracker)
+               saved, setup.predicted_bytes, tracker, setup_peak)
