@@ -132,6 +132,9 @@ def run_plexus(args: argparse.Namespace, grid: str) -> dict:
     summary = lines[-1]
     mem = summary["memory"]
     return {"ok": True, "peak_rss": mem["peak_rss_bytes"], "tracked": mem["tracked_peak_bytes"],
+            "train_rss": [t if t is not None else r for t, r in
+                          zip(mem.get("train_peak_rss_bytes") or mem["peak_rss_bytes"],
+                              mem["peak_rss_bytes"])],
             "predicted": mem["predicted_bytes"], "epoch_s": sorted(times)[len(times) // 2],
             "spmm_s": summary["timers"].get("spmm", {}).get("max", 0.0) / max(1, len(epochs)),
             "wall_s": wall}
@@ -180,8 +183,11 @@ def main(argv: list[str] | None = None) -> int:
                       f"epoch {pyg['epoch_s']:7.2f} s", flush=True)
             else:
                 print(f"PyG failed: {pyg['why']}", flush=True)
-    print(f"{'grid':<8} {'peak RSS max/rank':>18} {'tensors max/rank':>17} {'model':>11} "
-          f"{'model/RSS':>9} {'epoch':>9} {'SpMM/epoch':>10}")
+    print("per rank, max over ranks: peak RSS of the process (loading included), peak RSS of "
+          "training, tracked tensor peak; the memory model (plexus.perfmodel.epoch_memory) "
+          "against training's peak RSS")
+    print(f"{'grid':<8} {'peak RSS':>11} {'training':>11} {'tensors':>11} {'model':>11} "
+          f"{'model/meas':>10} {'epoch':>9} {'SpMM/epoch':>10}")
     results = {}
     for grid in args.grids.split(","):
         r = run_plexus(args, grid)
@@ -189,10 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         if not r["ok"]:
             print(f"{grid:<8} failed: {r['why']}", flush=True)
             continue
-        rss = max(r["peak_rss"])
-        print(f"{grid:<8} {gib(rss):>18} {gib(max(r['tracked'])):>17} {gib(r['predicted']):>11} "
-              f"{r['predicted'] / rss:9.2f} {r['epoch_s']:8.2f}s {r['spmm_s']:9.2f}s",
-              flush=True)
+        rss, train = max(r["peak_rss"]), max(r["train_rss"])
+        print(f"{grid:<8} {gib(rss):>11} {gib(train):>11} {gib(max(r['tracked'])):>11} "
+              f"{gib(r['predicted']):>11} {r['predicted'] / train:10.2f} {r['epoch_s']:8.2f}s "
+              f"{r['spmm_s']:9.2f}s", flush=True)
     one = results.get("1x1x1")
     if pyg and pyg["ok"] and one and one["ok"]:
         mem = max(one["peak_rss"]) / pyg["peak_rss"][0]

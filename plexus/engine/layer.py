@@ -59,20 +59,28 @@ class _ReLU(torch.autograd.Function):
     """max(x, 0) saving a one-byte mask for backward instead of the float output."""
 
     @staticmethod
-    def forward(ctx, x):  # noqa: D102
-        out = torch.relu(x)
+    def forward(ctx, x, inplace: bool):  # noqa: D102
+        if inplace:
+            ctx.mark_dirty(x)
+            out = x.clamp_min_(0.0)
+        else:
+            out = torch.relu(x)
         ctx.save_for_backward(out > 0)  # where threshold_backward passes the gradient
         return out
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         (positive,) = ctx.saved_tensors
-        return torch.where(positive, grad, 0.0)
+        return torch.where(positive, grad, 0.0), None
 
 
-def relu(x: torch.Tensor) -> torch.Tensor:
-    """ReLU whose backward keeps a bool mask (a quarter of the float output's bytes)."""
-    return _ReLU.apply(x) if torch.is_grad_enabled() and x.requires_grad else torch.relu(x)
+def relu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    """ReLU whose backward keeps a bool mask (a quarter of the float output's bytes).
+    ``inplace``: overwrite ``x`` (the caller holds no other use of it; autograd refuses it
+    where a backward needs ``x``)."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _ReLU.apply(x, inplace)
+    return x.clamp_min_(0.0) if inplace else torch.relu(x)
 
 
 class _Aggregate(torch.autograd.Function):
@@ -143,7 +151,8 @@ class GCNLayer3D(nn.Module):
                         self.in_col_start, self.p)
         OUT = self._aggregate_first(H) if self.plan.order == "agg" else self._combine_first(H)
         if self.b is not None:
-            OUT = OUT + c.all_reduce_grad(self.b, self.plan.out_rows)  # bwd: AR(db) over out rows
+            # in place: OUT is fresh and saved by nobody (a copy would double the layer's output)
+            OUT = OUT.add_(c.all_reduce_grad(self.b, self.plan.out_rows))  # bwd: AR(db) over out rows
         return OUT
 
     def _aggregate_first(self, H: torch.Tensor) -> torch.Tensor:

@@ -118,7 +118,7 @@ class DistributedGCN(nn.Module):
         for l, layer in enumerate(self.layers):
             H = layer(H, step)
             if l < len(self.layers) - 1:
-                H = relu(H)
+                H = relu(H, inplace=True)  # H's only use; saves a copy per layer
         return H
 
     # ---- loss and metrics on the last layer's layout ------------------------------------------
