@@ -16,7 +16,7 @@ from plexus.core.layout import LayerPlan, block
 
 from .comm import Comm
 from .gemm import GemmTuner
-from .seeding import dropout
+from .seeding import dropout, masked
 from .spmm import SparseBlock
 
 
@@ -91,8 +91,11 @@ class _Aggregate(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, a: SparseBlock, chunks: list[SparseBlock], comm: Comm, axis: str,
-                overlap: bool):  # noqa: D102
-        ctx.a, ctx.comm = a, comm
+                overlap: bool, drop: tuple | None):  # noqa: D102
+        ctx.a, ctx.comm, ctx.drop = a, comm, drop
+        if drop is not None:  # dropout here: the dropped X lives only while it is multiplied
+            # drop[-1] (consume): x is the caller's to overwrite (nothing reads it again)
+            x = masked(x, *drop[:-1], inplace=drop[-1] and x.is_contiguous())
         parts, pending = [], []
         for chunk in chunks:
             with comm.timers("spmm"):
@@ -109,9 +112,12 @@ class _Aggregate(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         if not ctx.needs_input_grad[0]:
-            return (None,) * 6  # fixed input features: no Âᵀ·dAGG on layer 0
+            return (None,) * 7  # fixed input features: no Âᵀ·dAGG on layer 0
         with ctx.comm.timers("spmm"):
-            return (ctx.a.tmm(grad),) + (None,) * 5
+            dx = ctx.a.tmm(grad)
+        if ctx.drop is not None:  # the dropout's backward, on the fresh product in place
+            dx = masked(dx, *ctx.drop[:-1], inplace=True)
+        return (dx,) + (None,) * 6
 
 
 class GCNLayer3D(nn.Module):
@@ -131,6 +137,9 @@ class GCNLayer3D(nn.Module):
         self.chunks, self.overlap = chunks or [a], overlap
         self.tuner = tuner or GemmTuner()
         self.p, self.seed, self.input_ids = dropout, seed, input_ids
+        # Set by a model that passes H to this layer and never reads it again (e.g. a fresh
+        # ReLU output): aggregate-first dropout then overwrites H instead of copying it.
+        self.consume_input = False
         shape, coords = comm.grid.shape, comm.grid.coords
         self.in_col_start = block(w_full.shape[0], shape[plan.in_cols], coords[plan.in_cols]).start
         rows, cols = weight_block(plan, shape, coords, *w_full.shape)
@@ -146,18 +155,22 @@ class GCNLayer3D(nn.Module):
             H = c.all_gather(H, d)                            # AG(H) over d; bwd: RS(dH) over d
         else:
             H = c.all_reduce_grad(H, d)                       # bwd: AR(dH) over d
+        drop = None
         if self.training and self.p > 0:
-            H = dropout(H, self.seed, step or 0, self.plan.index, self.input_ids,
-                        self.in_col_start, self.p)
-        OUT = self._aggregate_first(H) if self.plan.order == "agg" else self._combine_first(H)
+            drop = (self.seed, step or 0, self.plan.index, self.input_ids, self.in_col_start,
+                    self.p)
+        if self.plan.order == "agg":  # dropout inside the SpMM's autograd function
+            OUT = self._aggregate_first(H, None if drop is None else drop + (self.consume_input,))
+        else:
+            OUT = self._combine_first(H if drop is None else dropout(H, *drop))
         if self.b is not None:
             # in place: OUT is fresh and saved by nobody (a copy would double the layer's output)
-            OUT = OUT.add_(c.all_reduce_grad(self.b, self.plan.out_rows))  # bwd: AR(db) over out rows
+            OUT = OUT.add_(c.all_reduce_grad(self.b, self.plan.out_rows))  # bwd: AR(db), out rows
         return OUT
 
-    def _aggregate_first(self, H: torch.Tensor) -> torch.Tensor:
+    def _aggregate_first(self, H: torch.Tensor, drop: tuple | None = None) -> torch.Tensor:
         o, i, d, c = self.plan.outer, self.plan.inner, self.plan.depth, self.comm
-        AGG = self._aggregate(H, o)                           # AR(AGG) over o
+        AGG = self._aggregate(H, o, drop)                     # AR(AGG) over o
         AGG = c.all_reduce_grad(AGG, o)                       # bwd: AR(dAGG) over o
         W = c.all_gather(self.W, d)                           # AG(W) over d; bwd: RS(dW) over d
         return c.all_reduce(self._gemm(AGG, W), i)            # AR(OUT) over i
@@ -169,9 +182,11 @@ class GCNLayer3D(nn.Module):
         Z = c.all_reduce_grad(Z, i)                           # bwd: AR(dZ) over i
         return self._aggregate(Z, o)                          # AR(OUT) over o
 
-    def _aggregate(self, X: torch.Tensor, axis: str) -> torch.Tensor:
-        """AR(Â·X) over ``axis``, chunked and overlapped as configured."""
-        return _Aggregate.apply(X, self.a, self.chunks, self.comm, axis, self.overlap)
+    def _aggregate(self, X: torch.Tensor, axis: str, drop: tuple | None = None) -> torch.Tensor:
+        """AR(Â·dropout(X)) over ``axis``, chunked and overlapped as configured; ``drop``: the
+        dropout's arguments (`plexus.engine.seeding.masked`) and whether X may be overwritten,
+        None for no dropout."""
+        return _Aggregate.apply(X, self.a, self.chunks, self.comm, axis, self.overlap, drop)
 
     def _gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return _Gemm.apply(a, b, self.comm, self.tuner, f"layer{self.plan.index}")

@@ -51,6 +51,8 @@ class DistributedGCN(nn.Module):
             GCNLayer3D(p, comm, blocks[block_key(p)], w, cfg.bias, self.input_ids[p.index],
                        cfg.dropout, seed, chunks[block_key(p)], engine.overlap, tuner)
             for p, w in zip(self.plans, self._padded_weights()))
+        for layer in self.layers[1:]:  # forward hands each a fresh ReLU output it never reuses
+            layer.consume_input = True
         feats = torch.from_numpy(shard.features).to(device)
         if cfg.learnable_features:
             self.features = nn.Parameter(feats)

@@ -79,11 +79,11 @@ class _Dropout(torch.autograd.Function):
     def forward(ctx, h, seed: int, step: int, layer: int, rows: torch.Tensor, col_start: int,
                 p: float):  # noqa: D102
         ctx.args = (seed, step, layer, rows, col_start, p)
-        return _masked(h, *ctx.args)
+        return masked(h, *ctx.args)
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
-        return (_masked(grad, *ctx.args),) + (None,) * 6
+        return (masked(grad, *ctx.args),) + (None,) * 6
 
 
 # Rows per piece of the mask: its hash words and bool mask then take a few MiB, not several
@@ -91,11 +91,12 @@ class _Dropout(torch.autograd.Function):
 _MASK_ROWS = 8192
 
 
-def _masked(x: torch.Tensor, seed: int, step: int, layer: int, rows: torch.Tensor,
-            col_start: int, p: float) -> torch.Tensor:
-    """x·keep/(1-p): kept elements scaled, dropped ones zero, the mask built row piece by row
-    piece (no float mask and no whole-size hash buffers)."""
-    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+def masked(x: torch.Tensor, seed: int, step: int, layer: int, rows: torch.Tensor,
+           col_start: int, p: float, inplace: bool = False) -> torch.Tensor:
+    """x·keep/(1-p) with the mask of `dropout_keep` (no autograd): kept elements scaled, dropped
+    ones zero, the mask built row piece by row piece (no float mask and no whole-size hash
+    buffers). ``inplace`` overwrites x (a contiguous tensor nobody else reads)."""
+    out = x if inplace else torch.empty_like(x, memory_format=torch.contiguous_format)
     zero = torch.zeros((), dtype=x.dtype, device=x.device)
     for r0 in range(0, x.shape[0], _MASK_ROWS):
         r1 = min(r0 + _MASK_ROWS, x.shape[0])

@@ -81,10 +81,10 @@ def _storages(obj: Any, seen: dict[int, int], depth: int = 0) -> None:
             _storages(v, seen, depth + 1)
 
 
-def resident_bytes(*roots: Any) -> int:
-    """Bytes of the distinct tensor storages (and numpy / scipy arrays) reachable from ``roots``:
-    modules' parameters, buffers and plain attributes (lists, dicts and small objects such as
-    sparse-block handles included)."""
+def resident_storages(*roots: Any) -> dict[int, int]:
+    """{data pointer: bytes} of the distinct tensor storages (and numpy / scipy arrays) reachable
+    from ``roots``: modules' parameters, buffers and plain attributes (lists, dicts and small
+    objects such as sparse-block handles included)."""
     seen: dict[int, int] = {}
     for root in roots:
         modules: Iterable[Any] = root.modules() if isinstance(root, torch.nn.Module) else [root]
@@ -97,19 +97,23 @@ def resident_bytes(*roots: Any) -> int:
                         _storages(v, seen)
             else:
                 _storages(m, seen)
-    return sum(seen.values())
+    return seen
 
 
 class TensorTracker(TorchDispatchMode):
     """Context manager: the high-water mark of tensor storage bytes alive at once.
 
-    ``peak_bytes`` = ``baseline`` (bytes resident at entry, given by the caller) + the most bytes
+    ``peak_bytes`` = ``baseline`` (the storages resident at entry, given by the caller as
+    `resident_storages` returns them) + the most bytes
     that storages first seen inside the region held at once. Re-entering keeps the peak.
     """
 
-    def __init__(self, baseline: int = 0) -> None:
+    def __init__(self, resident: dict[int, int] | None = None) -> None:
         super().__init__()
-        self.baseline = baseline
+        # views of resident storages (e.g. the features passed through an identity) are not
+        # new memory
+        self._resident = dict(resident or {})
+        self.baseline = sum(self._resident.values())
         self.live = 0
         self.peak_live = 0
         self._alive: dict[int, Any] = {}
@@ -129,7 +133,7 @@ class TensorTracker(TorchDispatchMode):
             if isinstance(t, torch.Tensor) and t.layout == torch.strided and not t.is_meta:
                 st = t.untyped_storage()
                 ptr = st.data_ptr()
-                if ptr and ptr not in self._alive:
+                if ptr and ptr not in self._alive and ptr not in self._resident:
                     n = st.nbytes()
                     self.live += n
                     self.peak_live = max(self.peak_live, self.live)

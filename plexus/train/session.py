@@ -14,7 +14,8 @@ from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedGCN
 from plexus.engine.trainer import EpochStats, Trainer
 from plexus.partitioners import RankShard
-from plexus.runtime.memstats import TensorTracker, peak_rss_bytes, reset_peak_rss, resident_bytes
+from plexus.runtime.memstats import TensorTracker, peak_rss_bytes, reset_peak_rss,
+                                     resident_storages
 
 from . import checkpoint as ckpt
 from .errors import PROG, TrainingDiverged
@@ -99,7 +100,7 @@ def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
     saved = ckpt.saved_epoch(setup.resume_from) if setup.resume_from is not None else None
     # CPU runs count tensor bytes (CUDA's allocator counts its own): what the rank holds now,
     # then what training allocates on top
-    tracker = TensorTracker(resident_bytes(model, setup.shard)) if device.type == "cpu" else None
+    tracker = TensorTracker(resident_storages(model, setup.shard)) if device.type == "cpu" else None
     # loading holds the whole graph for a moment; training's own peak is counted from here
     setup_peak = peak_rss_bytes()
     if not reset_peak_rss():
