@@ -347,50 +347,52 @@ def epoch_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     features += out_rows * (8 + 8 + 3)  # output ids, labels (int64), three masks (bool)
 
     weights = optimizer = 0.0
-    saved_before = 0.0  # what layers before this one hold for backward
-    peak_saved = peak_work = 0.0
-    saved_of: list[float] = []
+    saved_before = 0.0  # what earlier layers hold for backward
+    peaks: list[tuple[float, float]] = []  # (saved, transient) at each candidate moment
     for p in plans:
         o, i, d = s[p.outer], s[p.inner], s[p.depth]
         D, D2 = widths[p.index], widths[p.index + 1]
         h_in = n / o * D / i
         needs_dh = p.index > 0 or spec.learnable_features
-        if p.order == "agg":
-            inter, out, w_blk = n / d * D / i, n / d * D2 / o, D / i * D2 / o
-            saved = inter * fb  # AGG for dW
-            out_copies = 2 if i > 1 else 1  # the all-reduce over i sums a copy
-        else:
-            inter, out, w_blk = n / o * D2 / d, n / i * D2 / d, D / i * D2 / d
-            saved = h_in * fb  # the dropped H for dW
-            out_copies = 1
-            inter *= 2 if i > 1 else 1  # Z and its all-reduced copy
-        w_shard = w_blk / s[p.w_flat]
+        drop = h_in if spec.dropout > 0 else 0.0  # a dropped copy of the input
+        # the caller's input: layer 0 reads the stored features (a gathered copy when d > 1)
+        caller = h_in if p.index > 0 or d > 1 else 0.0
+        w_shard_blk = (D / i * D2 / o) if p.order == "agg" else (D / i * D2 / d)
+        w_shard = w_shard_blk / s[p.w_flat]
         bias = D2 / s[p.out_cols] if spec.bias else 0.0
-        gathered_w = w_blk if s[p.w_flat] > 1 else 0.0
+        gathered_w = w_shard_blk if s[p.w_flat] > 1 else 0.0
         weights += (2 * (w_shard + bias) + gathered_w) * fb  # parameter, gradient, gathered W
         optimizer += 2 * (w_shard + bias) * fb
-        if needs_dh:
-            saved += gathered_w * fb  # W for dH
-        if p.index < len(plans) - 1:
-            saved += out  # ReLU mask, one byte per element
+        mask = out_mask = 0.0
+        if p.order == "agg":
+            inter, out = n / d * D / i, n / d * D2 / o
+            out_all = out * (2 if i > 1 else 1)  # the all-reduce over i sums a copy
+            kept = inter  # AGG for dW
+            # the SpMM's dropout overwrites a consumed input; layer 0's is a copy, freed
+            # before the GEMM
+            fwd = [caller + (drop if p.index == 0 else 0.0) + inter, caller + inter + out_all]
         else:
-            saved += out * (fb + 1)  # the loss's softmax and one-hot labels
-        # forward: the caller's input (layer 0: the stored features, or their gathered copy),
-        # the dropped copy, the intermediate and the output (the last layer's logits are small)
-        caller = h_in if p.index > 0 or d > 1 else 0.0
-        dropped = h_in if spec.dropout > 0 else 0.0
-        forward = (caller + dropped + inter + out * out_copies) * fb
-        cand = [(saved_before, forward)]
-        saved_of.append(saved)
-        saved_before += saved
-        # backward of this layer, everything up to it still saved
-        grads = max(out + inter + (inter if p.order == "agg" else 0.0),
-                    (inter + h_in) if needs_dh else 0.0,
-                    2 * h_in if needs_dh else 0.0) * fb
-        cand.append((saved_before, grads))
-        for sv, wk in cand:
-            if sv + wk > peak_saved + peak_work:
-                peak_saved, peak_work = sv, wk
+            inter, out = n / o * D2 / d, n / i * D2 / d
+            z_all = inter * (2 if i > 1 else 1)  # Z and its all-reduced copy
+            kept = drop if drop else h_in  # the dropped H for dW (H itself without dropout)
+            fwd = [caller + drop + z_all + out]
+        if needs_dh:
+            kept += gathered_w  # W for dH
+        if p.index < len(plans) - 1:
+            out_mask = out  # ReLU mask, one byte per element
+        saved = kept * fb + out_mask
+        for f in fwd:
+            peaks.append((saved_before, f * fb))
+        if p.index == len(plans) - 1:  # the loss: softmax and one-hot labels of the logits
+            peaks.append((saved_before + saved + out * (fb + 1), 0.0))
+        # backward, last layer first: everything up to this layer still saved
+        upto = saved_before + saved
+        peaks.append((upto, (out + inter) * fb))  # dOUT, d(intermediate) beside the saved
+        if needs_dh:
+            peaks.append((upto - kept * fb, (inter + h_in) * fb))  # d(intermediate), dH
+            peaks.append((upto - kept * fb - out_mask, 2 * h_in * fb))  # ReLU's backward
+        saved_before = upto
+    peak_saved, peak_work = max(peaks, key=lambda sw: sw[0] + sw[1])
     return Memory(adjacency, features, peak_saved, peak_work, weights, optimizer,
                   RUNTIME_BYTES)
 
