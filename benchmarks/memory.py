@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plexus-arg", dest="plexus_args", action="append", default=[],
                    help="extra plexus-train argument (repeatable), e.g. --plexus-arg=--spmm=scipy")
     p.add_argument("--smoke", action="store_true", help="a tiny graph: seconds")
+    p.add_argument("--out", default="benchmarks/out", help="folder for memory.txt and .json")
     p.add_argument("--pyg-worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.smoke:
@@ -166,45 +167,54 @@ def main(argv: list[str] | None = None) -> int:
     if args.pyg_worker:
         pyg_worker(args)
         return 0
-    print(f"memory benchmark: {args.spec}; {args.layers} layers, hidden {args.hidden}, "
+    from plexus.testing.output import Tee
+
+    say = Tee()
+    say(f"memory benchmark: {args.spec}; {args.layers} layers, hidden {args.hidden}, "
           f"dropout {args.dropout}; {args.epochs} epochs (median of all but the first); "
-          f"{args.threads} threads per process; one child process per run", flush=True)
+          f"{args.threads} threads per process; one child process per run")
     pyg = None
     if not args.skip_pyg:
         try:
             import torch_geometric  # noqa: F401
         except ImportError:
-            print("note: torch_geometric is not installed (pip install 'plexus-gnn[bench]'); "
+            say("note: torch_geometric is not installed (pip install 'plexus-gnn[bench]'); "
                   "PyG skipped")
         else:
             pyg = run_pyg(args)
             if pyg["ok"]:
-                print(f"PyG GCNConv adj_t   peak RSS {gib(pyg['peak_rss'][0])}  "
-                      f"epoch {pyg['epoch_s']:7.2f} s", flush=True)
+                say(f"PyG GCNConv adj_t   peak RSS {gib(pyg['peak_rss'][0])}  "
+                      f"epoch {pyg['epoch_s']:7.2f} s")
             else:
-                print(f"PyG failed: {pyg['why']}", flush=True)
-    print("per rank, max over ranks: peak RSS of the process (loading included), peak RSS of "
+                say(f"PyG failed: {pyg['why']}")
+    say("per rank, max over ranks: peak RSS of the process (loading included), peak RSS of "
           "training, tracked tensor peak; the memory model (plexus.perfmodel.epoch_memory) "
           "against training's peak RSS")
-    print(f"{'grid':<8} {'peak RSS':>11} {'training':>11} {'tensors':>11} {'model':>11} "
+    say(f"{'grid':<8} {'peak RSS':>11} {'training':>11} {'tensors':>11} {'model':>11} "
           f"{'model/meas':>10} {'epoch':>9} {'SpMM/epoch':>10}")
     results = {}
     for grid in args.grids.split(","):
         r = run_plexus(args, grid)
         results[grid] = r
         if not r["ok"]:
-            print(f"{grid:<8} failed: {r['why']}", flush=True)
+            say(f"{grid:<8} failed: {r['why']}")
             continue
         rss, train = max(r["peak_rss"]), max(r["train_rss"])
-        print(f"{grid:<8} {gib(rss):>11} {gib(train):>11} {gib(max(r['tracked'])):>11} "
+        say(f"{grid:<8} {gib(rss):>11} {gib(train):>11} {gib(max(r['tracked'])):>11} "
               f"{gib(r['predicted']):>11} {r['predicted'] / train:10.2f} {r['epoch_s']:8.2f}s "
-              f"{r['spmm_s']:9.2f}s", flush=True)
+              f"{r['spmm_s']:9.2f}s")
     one = results.get("1x1x1")
     if pyg and pyg["ok"] and one and one["ok"]:
         mem = max(one["peak_rss"]) / pyg["peak_rss"][0]
         tim = one["epoch_s"] / pyg["epoch_s"]
-        print(f"Plexus 1x1x1 / PyG: memory {mem:.2f}x (target <= {TARGET_MEMORY}), epoch time "
+        say(f"Plexus 1x1x1 / PyG: memory {mem:.2f}x (target <= {TARGET_MEMORY}), epoch time "
               f"{tim:.2f}x (target <= {TARGET_TIME})")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "memory.txt").write_text(say.text(), encoding="utf-8")
+    (out / "memory.json").write_text(json.dumps({"spec": args.spec, "pyg": pyg,
+                                                 "plexus": results}, indent=1) + "\n",
+                                     encoding="utf-8")
     return 0 if all(r["ok"] for r in results.values()) else 1
 
 

@@ -145,3 +145,12 @@ def test_work_efficiency_smoke(tmp_path: Path) -> None:
         total = float(r["sum_spmm_s"]) + float(r["sum_gemm_s"])
         base = float(r["base_spmm_s"]) + float(r["base_gemm_s"])
         assert float(r["work_efficiency"]) == pytest.approx(total / base, rel=1e-4)
+
+
+def test_memory_smoke(tmp_path: Path) -> None:
+    out = run_script("memory.py", tmp_path, "--grids", "1x1x1,2x1x1", "--skip-pyg")
+    assert "model/meas" in out
+    doc = json.loads((tmp_path / "memory.json").read_text())
+    for grid, world in (("1x1x1", 1), ("2x1x1", 2)):
+        run = doc["plexus"][grid]
+        assert run["ok"] and len(run["peak_rss"]) == world and run["predicted"] > 0

@@ -14,8 +14,8 @@ from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedGCN
 from plexus.engine.trainer import EpochStats, Trainer
 from plexus.partitioners import RankShard
-from plexus.runtime.memstats import TensorTracker, peak_rss_bytes, reset_peak_rss,
-                                     resident_storages
+from plexus.runtime.memstats import (TensorTracker, peak_rss_bytes, reset_peak_rss,
+                                     resident_storages)
 
 from . import checkpoint as ckpt
 from .errors import PROG, TrainingDiverged
