@@ -270,9 +270,11 @@ def epoch_compute(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     return Compute(spmm, gemm)
 
 
-# What a CPU rank's process holds besides tensors: the interpreter, torch, numpy and scipy, the
-# process group, allocator slack (peak RSS minus tracked tensor bytes, Cora and R-MAT runs here).
-RUNTIME_BYTES = 320 * 2**20
+# What a CPU rank's process holds besides tensors at its peak: the interpreter, torch, numpy and
+# scipy, the process group, kernels' internal buffers and allocator slack. Measured as training's
+# peak RSS minus the tracked tensor peak: 0.40-0.58 GiB on R-MAT scale 17 and 19 at 1-8 ranks
+# (benchmarks/memory.py), 0.33 GiB on Cora.
+RUNTIME_BYTES = 460 * 2**20
 
 
 @dataclass(frozen=True)
