@@ -93,17 +93,23 @@ def padded_ids(order: np.ndarray, nodes_padded: int) -> np.ndarray:
 def extract_block(adj_hat: sp.csr_matrix, row_ids: np.ndarray, col_ids: np.ndarray) -> sp.csr_matrix:
     """Â[row_ids][:, col_ids] for id lists with -1 padding (padded rows/cols are empty)."""
     n = adj_hat.shape[0]
+    # 32-bit positions where the sizes fit: the temporaries are as long as the block's nnz
+    index = np.int32 if max(n, len(row_ids), len(col_ids)) < 2**31 else np.int64
     real_rows = row_ids >= 0
     sub = adj_hat[row_ids[real_rows]]
     # position of each original node among the block's columns (-1: not in the block)
-    col_pos = np.full(n, -1, dtype=np.int64)
+    col_pos = np.full(n, -1, dtype=index)
     real_cols = col_ids >= 0
     col_pos[col_ids[real_cols]] = np.nonzero(real_cols)[0]
-    rows = np.repeat(np.nonzero(real_rows)[0], np.diff(sub.indptr))
+    rows = np.repeat(np.nonzero(real_rows)[0].astype(index), np.diff(sub.indptr))
     cols = col_pos[sub.indices]
     keep = cols >= 0
-    out = sp.csr_matrix((sub.data[keep], (rows[keep], cols[keep])),
-                        shape=(len(row_ids), len(col_ids)), dtype=np.float32)
+    data = sub.data[keep]
+    del sub
+    rows, cols = rows[keep], cols[keep]
+    del keep
+    out = sp.csr_matrix((data, (rows, cols)), shape=(len(row_ids), len(col_ids)),
+                        dtype=np.float32)
     out.sort_indices()
     return out
 

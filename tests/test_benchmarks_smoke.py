@@ -153,3 +153,12 @@ def test_fuzz_inputs_smoke(tmp_path: Path) -> None:
     assert "unacceptable outcomes: 0" in out
     doc = json.loads((tmp_path / "fuzz_inputs.json").read_text())
     assert sum(doc["counts"]["npz"].values()) == 5 and doc["bad"] == []
+
+
+def test_memory_smoke(tmp_path: Path) -> None:
+    out = run_script("memory.py", tmp_path, "--grids", "1x1x1,2x1x1", "--skip-pyg")
+    assert "model/meas" in out
+    doc = json.loads((tmp_path / "memory.json").read_text())
+    for grid, world in (("1x1x1", 1), ("2x1x1", 2)):
+        run = doc["plexus"][grid]
+        assert run["ok"] and len(run["peak_rss"]) == world and run["predicted"] > 0

@@ -302,3 +302,21 @@ def test_json_log_appears_only_when_complete(tmp_path):
     log.close()
     assert json.loads(path.read_text()) == {"epoch": 1, "loss": None}
     assert not path.with_name("log.json.tmp").exists()
+
+
+def test_summary_records_measured_memory_per_rank(tmp_path):
+    log = tmp_path / "run.json"
+    proc = train("--grid", "2x1x1", "--epochs", "3", "--log-json", str(log), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    memory = read_log(log)[1]["memory"]
+    assert set(memory) == {"peak_rss_bytes", "tracked_peak_bytes", "cuda_peak_bytes",
+                           "predicted_bytes", "train_peak_rss_bytes"}
+    assert memory["cuda_peak_bytes"] is None  # a CPU run
+    assert len(memory["peak_rss_bytes"]) == len(memory["tracked_peak_bytes"]) == 2
+    for rss, train_rss, tracked in zip(memory["peak_rss_bytes"], memory["train_peak_rss_bytes"],
+                                       memory["tracked_peak_bytes"]):
+        # tensors are part of what the process holds; a Cora rank holds megabytes of them
+        assert 2**20 < tracked < rss
+        assert train_rss is None or tracked < train_rss <= rss
+    assert memory["predicted_bytes"] > 0
+    assert "memory per rank: peak RSS " in proc.stdout

@@ -88,6 +88,8 @@ class Comm:
     # ---- differentiable ------------------------------------------------------------------
     def all_reduce(self, x: torch.Tensor, axis: str) -> torch.Tensor:
         """Sum partial results over ``axis`` (backward: identity)."""
+        if self.grid.size(axis) == 1:  # nothing to sum: x itself (not a view, so it may be
+            return x                   # updated in place, e.g. by the bias)
         return _AllReduce.apply(x, self, axis)
 
     def all_reduce_grad(self, x: torch.Tensor, axis: str) -> torch.Tensor:

@@ -20,7 +20,7 @@ from plexus.core.layout import LayerPlan, block
 
 from .comm import Comm
 from .gemm import GemmTuner
-from .seeding import dropout
+from .seeding import dropout, masked
 from .spmm import SparseBlock
 
 
@@ -40,7 +40,9 @@ class _Gemm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a, b, comm: Comm, tuner: GemmTuner, site: str):  # noqa: D102
-        ctx.save_for_backward(a, b)
+        # keep only what backward reads: dA needs b, dB needs a (layer 0: no dA, so no W)
+        ctx.save_for_backward(a if ctx.needs_input_grad[1] else None,
+                              b if ctx.needs_input_grad[0] else None)
         ctx.comm, ctx.tuner, ctx.site = comm, tuner, site
         with comm.timers("gemm"):
             return tuner.mm(site, a, b)
@@ -57,6 +59,34 @@ class _Gemm(torch.autograd.Function):
         return da, db, None, None, None
 
 
+class _ReLU(torch.autograd.Function):
+    """max(x, 0) saving a one-byte mask for backward instead of the float output."""
+
+    @staticmethod
+    def forward(ctx, x, inplace: bool):  # noqa: D102
+        if inplace:
+            ctx.mark_dirty(x)
+            out = x.clamp_min_(0.0)
+        else:
+            out = torch.relu(x)
+        ctx.save_for_backward(out > 0)  # where threshold_backward passes the gradient
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        (positive,) = ctx.saved_tensors
+        return torch.where(positive, grad, 0.0), None
+
+
+def relu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    """ReLU whose backward keeps a bool mask (a quarter of the float output's bytes).
+    ``inplace``: overwrite ``x`` (the caller holds no other use of it; autograd refuses it
+    where a backward needs ``x``)."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _ReLU.apply(x, inplace)
+    return x.clamp_min_(0.0) if inplace else torch.relu(x)
+
+
 class _Aggregate(torch.autograd.Function):
     """AR(Â·X) over ``axis``: the SpMM whose partial sums are all-reduced over the axis Â's
     columns are cut by. Â's rows are cut into chunks; with ``overlap`` each chunk's all-reduce
@@ -65,8 +95,11 @@ class _Aggregate(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, a: SparseBlock, chunks: list[SparseBlock], comm: Comm, axis: str,
-                overlap: bool):  # noqa: D102
-        ctx.a, ctx.comm = a, comm
+                overlap: bool, drop: tuple | None):  # noqa: D102
+        ctx.a, ctx.comm, ctx.drop = a, comm, drop
+        if drop is not None:  # dropout here: the dropped X lives only while it is multiplied
+            # drop[-1] (consume): x is the caller's to overwrite (nothing reads it again)
+            x = masked(x, *drop[:-1], inplace=drop[-1] and x.is_contiguous())
         parts, pending = [], []
         for chunk in chunks:
             with comm.timers("spmm"):
@@ -83,9 +116,12 @@ class _Aggregate(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         if not ctx.needs_input_grad[0]:
-            return (None,) * 6  # fixed input features: no Âᵀ·dAGG on layer 0
+            return (None,) * 7  # fixed input features: no Âᵀ·dAGG on layer 0
         with ctx.comm.timers("spmm"):
-            return (ctx.a.tmm(grad),) + (None,) * 5
+            dx = ctx.a.tmm(grad)
+        if ctx.drop is not None:  # the dropout's backward, on the fresh product in place
+            dx = masked(dx, *ctx.drop[:-1], inplace=True)
+        return (dx,) + (None,) * 6
 
 
 class Stage3D(nn.Module):
@@ -105,6 +141,9 @@ class Stage3D(nn.Module):
         self.plan, self.comm = plan, comm
         self.tuner = tuner or GemmTuner()
         self.p, self.seed, self.input_ids = dropout, seed, input_ids
+        # Set by a model that passes H to this stage and never reads it again (e.g. a fresh
+        # ReLU output): aggregate-first dropout then overwrites H instead of copying it.
+        self.consume_input = False
         shape, coords, device = comm.grid.shape, comm.grid.coords, comm.grid.device
         w_full = params["W"]
         self.in_col_start = block(w_full.shape[0], shape[plan.in_cols], coords[plan.in_cols]).start
@@ -115,22 +154,25 @@ class Stage3D(nn.Module):
         self.b = nn.Parameter(params["b"][cols].clone().to(device)) if "b" in params else None
         self.eps = nn.Parameter(params["eps"].clone().to(device)) if "eps" in params else None
 
-    def receive(self, H: torch.Tensor, step: int | None) -> torch.Tensor:
-        """H as the stage multiplies it: gathered over depth (stage 0), dropped out."""
+    def receive(self, H: torch.Tensor) -> torch.Tensor:
+        """H as the stage multiplies it: gathered over depth (stage 0)."""
         d, c = self.plan.depth, self.comm
         if self.plan.index == 0:
-            H = c.all_gather(H, d)                            # AG(H) over d; bwd: RS(dH) over d
-        else:
-            H = c.all_reduce_grad(H, d)                       # bwd: AR(dH) over d
-        if self.training and self.p > 0:
-            H = dropout(H, self.seed, step or 0, self.plan.layer, self.input_ids,
-                        self.in_col_start, self.p)
-        return H
+            return c.all_gather(H, d)                         # AG(H) over d; bwd: RS(dH) over d
+        return c.all_reduce_grad(H, d)                        # bwd: AR(dH) over d
+
+    def dropout_args(self, step: int | None) -> tuple | None:
+        """The arguments of this step's dropout of H (`plexus.engine.seeding.masked`), None
+        without dropout."""
+        if not (self.training and self.p > 0):
+            return None
+        return (self.seed, step or 0, self.plan.layer, self.input_ids, self.in_col_start, self.p)
 
     def add_bias(self, OUT: torch.Tensor) -> torch.Tensor:
         if self.b is None:
             return OUT
-        return OUT + self.comm.all_reduce_grad(self.b, self.plan.out_rows)  # bwd: AR(db) over out rows
+        # in place: OUT is fresh and saved by nobody (a copy would double the stage's output)
+        return OUT.add_(self.comm.all_reduce_grad(self.b, self.plan.out_rows))  # bwd: AR(db)
 
     def _gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return _Gemm.apply(a, b, self.comm, self.tuner, f"layer{self.plan.index}")
@@ -142,7 +184,9 @@ class DenseLayer3D(Stage3D):
     def forward(self, H: torch.Tensor, step: int | None = None) -> torch.Tensor:
         """H: rows cut by outer, columns by inner; OUT: rows by outer, columns by depth."""
         o, i, c = self.plan.outer, self.plan.inner, self.comm
-        H = self.receive(H, step)
+        H = self.receive(H)
+        drop = self.dropout_args(step)
+        H = H if drop is None else dropout(H, *drop)
         W = c.all_gather(self.W, o)                           # AG(W) over o; bwd: RS(dW) over o
         return self.add_bias(c.all_reduce(self._gemm(H, W), i))  # AR(OUT) over i
 
@@ -169,8 +213,12 @@ class ConvLayer3D(Stage3D):
     def forward(self, H: torch.Tensor, step: int | None = None) -> torch.Tensor:
         """H: rows cut by outer, columns by inner (stage 0: rows cut by depth too, as stored;
         later stages: replicated over depth, as the previous stage left it)."""
-        H = self.receive(H, step)
-        OUT = self._aggregate_first(H) if self.plan.order == "agg" else self._combine_first(H)
+        H = self.receive(H)
+        drop = self.dropout_args(step)
+        if self.plan.order == "agg":  # dropout inside the SpMM's autograd function
+            OUT = self._aggregate_first(H, None if drop is None else drop + (self.consume_input,))
+        else:
+            OUT = self._combine_first(H if drop is None else dropout(H, *drop))
         return self.add_bias(OUT)
 
     def _root_weight(self, axis: str) -> torch.Tensor:
@@ -186,9 +234,9 @@ class ConvLayer3D(Stage3D):
             eps = self.comm.all_reduce_grad(eps, axis)        # bwd: AR(dε) over each axis
         return 1 + eps
 
-    def _aggregate_first(self, H: torch.Tensor) -> torch.Tensor:
+    def _aggregate_first(self, H: torch.Tensor, drop: tuple | None = None) -> torch.Tensor:
         o, i, d, c = self.plan.outer, self.plan.inner, self.plan.depth, self.comm
-        X = self._aggregate(H, o)                             # AR([Â;S]·H) over o
+        X = self._aggregate(H, o, drop)                       # AR([Â;S]·H) over o
         X = c.all_reduce_grad(X, o)                           # bwd: AR(d[AGG;R]) over o
         W = c.all_gather(self.W, d)                           # AG(W) over d; bwd: RS(dW) over d
         if self.plan.root != "none":
@@ -213,6 +261,8 @@ class ConvLayer3D(Stage3D):
             Z = torch.cat([Z, self._one_plus_eps() * Z], 0)   # [Z; (1+ε)·Z]
         return self._aggregate(Z, o)                          # AR([Â | S]·Z) over o
 
-    def _aggregate(self, X: torch.Tensor, axis: str) -> torch.Tensor:
-        """AR(Â·X) over ``axis``, chunked and overlapped as configured."""
-        return _Aggregate.apply(X, self.a, self.chunks, self.comm, axis, self.overlap)
+    def _aggregate(self, X: torch.Tensor, axis: str, drop: tuple | None = None) -> torch.Tensor:
+        """AR(Â·dropout(X)) over ``axis``, chunked and overlapped as configured; ``drop``: the
+        dropout's arguments (`plexus.engine.seeding.masked`) and whether X may be overwritten,
+        None for no dropout."""
+        return _Aggregate.apply(X, self.a, self.chunks, self.comm, axis, self.overlap, drop)

@@ -6,7 +6,6 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from plexus.core.layout import block, padding
@@ -15,7 +14,7 @@ from plexus.partitioners.plan import RankShard, block_key
 from .comm import Comm
 from .config import EngineConfig, ModelConfig
 from .gemm import GemmTuner
-from .layer import ConvLayer3D, DenseLayer3D, weight_block
+from .layer import ConvLayer3D, DenseLayer3D, relu, weight_block
 from .loss import accuracy, cross_entropy, predict
 from .norm import BatchNorm3D
 from .seeding import initial_parameters, initial_stats, parameter_layer
@@ -87,6 +86,8 @@ class DistributedModel(nn.Module):
                                                   out_ids[p.index] >= 0, shard.num_nodes)
         self.layers = nn.ModuleList(stages)
         self.norms = nn.ModuleDict(norms)
+        for layer in self.layers[1:]:  # forward hands each a fresh ReLU output it never reuses
+            layer.consume_input = True
         feats = torch.from_numpy(shard.features).to(device)
         if cfg.learnable_features:
             self.features = nn.Parameter(feats)
@@ -180,7 +181,7 @@ class DistributedModel(nn.Module):
             if p.norm:
                 H = self.norms[str(p.index)](H)
             if self.cfg.activates(p):
-                H = F.relu(H)
+                H = relu(H, inplace=True)  # H's only use; saves a copy per stage
         return H
 
     # ---- loss and metrics on the last layer's layout ------------------------------------------

@@ -74,14 +74,47 @@ def dropout_keep(seed: int, step: int, layer: int, rows: torch.Tensor, col_start
     return u >= round(p * 65536) - 32768
 
 
+class _Dropout(torch.autograd.Function):
+    """Inverted dropout that saves nothing for backward: the mask is a hash of global indices,
+    so backward recomputes it instead of holding a mask as large as the activation."""
+
+    @staticmethod
+    def forward(ctx, h, seed: int, step: int, layer: int, rows: torch.Tensor, col_start: int,
+                p: float):  # noqa: D102
+        ctx.args = (seed, step, layer, rows, col_start, p)
+        return masked(h, *ctx.args)
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        return (masked(grad, *ctx.args),) + (None,) * 6
+
+
+# Rows per piece of the mask: its hash words and bool mask then take a few MiB, not several
+# bytes per element of the whole activation.
+_MASK_ROWS = 8192
+
+
+def masked(x: torch.Tensor, seed: int, step: int, layer: int, rows: torch.Tensor,
+           col_start: int, p: float, inplace: bool = False) -> torch.Tensor:
+    """x·keep/(1-p) with the mask of `dropout_keep` (no autograd): kept elements scaled, dropped
+    ones zero, the mask built row piece by row piece (no float mask and no whole-size hash
+    buffers). ``inplace`` overwrites x (a contiguous tensor nobody else reads)."""
+    out = x if inplace else torch.empty_like(x, memory_format=torch.contiguous_format)
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    for r0 in range(0, x.shape[0], _MASK_ROWS):
+        r1 = min(r0 + _MASK_ROWS, x.shape[0])
+        keep = dropout_keep(seed, step, layer, rows[r0:r1], col_start, x.shape[1], p)
+        torch.where(keep, x[r0:r1], zero, out=out[r0:r1])
+    return out.mul_(1.0 / (1.0 - p))
+
+
 def dropout(h: torch.Tensor, seed: int, step: int, layer: int, rows: torch.Tensor,
             col_start: int, p: float) -> torch.Tensor:
-    """Inverted dropout of ``h`` with the grid-independent mask of `dropout_keep`: one product
-    with the mask scaled by 1/(1-p), forward and backward."""
+    """Inverted dropout of ``h`` with the grid-independent mask of `dropout_keep`, scaled by
+    1/(1-p), forward and backward; nothing is saved for backward (the mask is recomputed)."""
     if p <= 0.0:
         return h
-    keep = dropout_keep(seed, step, layer, rows, col_start, h.shape[1], p)
-    return h * keep.to(h.dtype).mul_(1.0 / (1.0 - p))
+    return _Dropout.apply(h, seed, step, layer, rows, col_start, p)
 
 
 def glorot_weights(seed: int, widths: list[int]) -> list[torch.Tensor]:

@@ -43,18 +43,27 @@ def check_backend(backend: str, device: torch.device) -> None:
                          "(pip install 'plexus-gnn[sparse]'); or use the torch backend")
 
 
+def index_fits_int32(shape: tuple[int, int], nnz: int) -> bool:
+    """Whether a CSR block of this shape and non-zero count can use 32-bit indices."""
+    return max(shape[0], shape[1], nnz) < 2**31
+
+
 def to_backend(m: sp.spmatrix, backend: str, device: torch.device) -> Any:
     """The backend's representation of the sparse matrix ``m``."""
     if backend == "scipy":
         return m  # CSR, or a CSC view for a transpose: both multiply without a copy
     m = sp.csr_matrix(m)
     if backend == "torch":
+        # 32-bit indices where they fit (half the index bytes); on the CPU the tensor then
+        # shares the scipy arrays instead of copying them
+        index = np.int32 if index_fits_int32(m.shape, m.nnz) else np.int64
         with warnings.catch_warnings():  # "CSR support is in beta" on every construction
             warnings.simplefilter("ignore", UserWarning)
-            return torch.sparse_csr_tensor(torch.from_numpy(m.indptr.astype(np.int64)),
-                                           torch.from_numpy(m.indices.astype(np.int64)),
-                                           torch.from_numpy(m.data.astype(np.float32)),
-                                           size=m.shape, device=device)
+            return torch.sparse_csr_tensor(
+                torch.from_numpy(m.indptr.astype(index, copy=False)),
+                torch.from_numpy(m.indices.astype(index, copy=False)),
+                torch.from_numpy(m.data.astype(np.float32, copy=False)),
+                size=m.shape, device=device)
     from torch_sparse import SparseTensor  # noqa: PLC0415
 
     coo = m.tocoo()

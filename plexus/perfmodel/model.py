@@ -58,13 +58,17 @@ class ModelSpec:
     learnable_features: bool = False
     perm: str = "double"
     dtype_bytes: int = 4  # float32 features, weights and messages
-    index_bytes: int = 8  # int64 CSR indices (torch's default)
+    index_bytes: int = 0  # CSR index bytes; 0: 4 where a block's sizes fit 32 bits, else 8
+    dropout: float = 0.5
+    symmetric: bool = True  # Â = Âᵀ (undirected graphs): a block's transpose is another block
     name: str = ""
 
     def __post_init__(self) -> None:
         for key in ("num_nodes", "nnz", "num_features", "num_classes", "num_layers", "hidden",
                     "dtype_bytes", "index_bytes"):
             value = getattr(self, key)
+            if key == "index_bytes" and value == 0:
+                continue
             try:  # accept numpy integers (sizes often come from arrays), reject floats
                 number = operator.index(value)
             except TypeError:
@@ -81,7 +85,7 @@ class ModelSpec:
         ...)."""
         return cls(num_nodes=num_nodes, nnz=nnz, num_features=num_features,
                    num_classes=num_classes, num_layers=model.num_layers, hidden=model.hidden,
-                   order=model.order, bias=model.bias,
+                   order=model.order, bias=model.bias, dropout=model.dropout,
                    learnable_features=model.learnable_features, **extra)
 
     @property
@@ -266,63 +270,133 @@ def epoch_compute(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     return Compute(spmm, gemm)
 
 
+# What a CPU rank's process holds besides tensors at its peak: the interpreter, torch, numpy and
+# scipy, the process group, kernels' internal buffers and allocator slack. Measured as training's
+# peak RSS minus the tracked tensor peak: 0.40-0.58 GiB on R-MAT scale 17 and 19 at 1-8 ranks
+# (benchmarks/memory.py), 0.33 GiB on Cora.
+RUNTIME_BYTES = 460 * 2**20
+
+
 @dataclass(frozen=True)
 class Memory:
-    """Bytes per rank, by component (an estimate of the steady-state peak)."""
+    """Bytes per rank at the training peak, by component (what `plexus-train` measures as the
+    peak RSS of training; see benchmarks/memory.py for the comparison)."""
 
-    adjacency: float  # Â blocks and their transposes (CSR)
-    features: float  # layer 0's stored feature shard (+ gradient and Adam state if learnable)
-    activations: float  # what autograd keeps for backward, per layer
-    workspace: float  # largest set of gradient buffers alive at once in backward
+    adjacency: float  # Â blocks (CSR) and the transposes not shared with another block
+    features: float  # layer 0's stored feature shard (+ gradient and Adam state if learnable),
+    #                  node ids, labels and masks of the shard
+    activations: float  # what autograd holds for backward at the peak
+    workspace: float  # the tensors of the step at the peak that are not saved for backward
     weights: float  # weight and bias shards, their gradients and the gathered W blocks
     optimizer: float  # Adam's two moments of every parameter shard
+    runtime: float = 0.0  # the process itself (interpreter, libraries, allocator slack)
 
     @property
     def total(self) -> float:
         return (self.adjacency + self.features + self.activations + self.workspace
-                + self.weights + self.optimizer)
+                + self.weights + self.optimizer + self.runtime)
 
     def to_dict(self) -> dict[str, float]:
         return {**asdict(self), "total": self.total}
 
 
+def _csr_bytes(nnz: float, rows: float, fb: int, ib: int) -> float:
+    return nnz * (fb + ib) + (rows + 1) * ib
+
+
 def epoch_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
                  orders: Sequence[str] | None = None) -> Memory:
-    """Bytes one rank holds: Â blocks (with transposes), features, saved activations, gradient
-    workspace, parameters with gradients, and Adam state."""
+    """Bytes one rank holds at the peak of a training epoch, following the engine step by step.
+
+    Resident: Â blocks (32-bit indices where they fit; a block's transpose is another block of
+    the rank when Â is symmetric, else a copy), the feature shard, ids/labels/masks, parameters,
+    gradients and Adam state. Saved for backward per layer: the GEMM's data operand (AGG, or
+    the dropped H when combining first) and a one-byte ReLU mask (dropout masks are recomputed).
+    The peak is the largest of every layer's forward (the caller's input, its dropped copy, the
+    intermediate and the output alive at once, over what earlier layers saved) and backward
+    (gradients of the output, the intermediate and the input, over what is still saved).
+    """
     s = normalize_grid(grid)
     orders = _resolve_orders(spec, s, orders)
     plans = layer_plans(spec.num_layers, list(orders))
     n, widths = _layer_sizes(plans, s, spec)
-    fb, ib = spec.dtype_bytes, spec.index_bytes
+    fb = spec.dtype_bytes
+    nnz_max = spec.nnz / min(s[p.a_rows] * s[p.a_cols] for p in plans)
+    ib = spec.index_bytes if spec.index_bytes else (4 if max(n, nnz_max) < 2**31 else 8)
 
-    # One Â block per distinct (adjacency, rows axis, cols axis); CSR of Â and of Âᵀ.
-    blocks = {(p.adj if spec.perm == "double" else 1, p.a_rows, p.a_cols) for p in plans}
+    # One Â block per distinct (adjacency, row range, column range): an axis of size 1 is the
+    # whole range whatever its name (the engine stores equal blocks once). Ranks off the
+    # diagonal hold the most blocks: axes of equal size count as different ranges.
+    def cut(axis: str) -> str:
+        return axis if s[axis] > 1 else "*"
+
+    blocks = {(p.adj if spec.perm == "double" else 1, cut(p.a_rows), cut(p.a_cols))
+              for p in plans}
     adjacency = 0.0
-    for _k, r, c in blocks:
-        nnz_blk = spec.nnz / (s[r] * s[c])
-        adjacency += 2 * nnz_blk * (fb + ib) + (n / s[r] + 1 + n / s[c] + 1) * ib
+    for k, r, c in blocks:
+        sr, sc = (s[r] if r != "*" else 1), (s[c] if c != "*" else 1)
+        nnz_blk = spec.nnz / (sr * sc)
+        adjacency += _csr_bytes(nnz_blk, n / sr, fb, ib)
+        other = (3 - k if spec.perm == "double" else k, c, r)
+        if not (spec.symmetric and other in blocks):
+            adjacency += _csr_bytes(nnz_blk, n / sc, fb, ib)
 
-    first = plans[0]
+    first, last = plans[0], plans[-1]
     feat_shard = n * widths[0] / (s[first.outer] * s[first.inner] * s[first.depth])
     features = feat_shard * fb * (4 if spec.learnable_features else 1)
+    features += sum(n / s[p.in_rows] for p in plans) * 8  # input ids per layer (int64)
+    out_rows = n / s[last.out_rows]
+    features += out_rows * (8 + 8 + 3)  # output ids, labels (int64), three masks (bool)
 
-    activations = workspace = weights = optimizer = 0.0
+    weights = optimizer = 0.0
+    saved_before = 0.0  # what earlier layers hold for backward
+    peaks: list[tuple[float, float]] = []  # (saved, transient) at each candidate moment
     for p in plans:
         o, i, d = s[p.outer], s[p.inner], s[p.depth]
         D, D2 = widths[p.index], widths[p.index + 1]
         h_in = n / o * D / i
-        if p.order == "agg":
-            inter, out, w_blk = n / d * D / i, n / d * D2 / o, D / i * D2 / o
-        else:
-            inter, out, w_blk = n / o * D2 / d, n / i * D2 / d, D / i * D2 / d
-        w_shard = w_blk / s[p.w_flat]
+        needs_dh = p.index > 0 or spec.learnable_features
+        drop = h_in if spec.dropout > 0 else 0.0  # a dropped copy of the input
+        # the caller's input: layer 0 reads the stored features (a gathered copy when d > 1)
+        caller = h_in if p.index > 0 or d > 1 else 0.0
+        w_shard_blk = (D / i * D2 / o) if p.order == "agg" else (D / i * D2 / d)
+        w_shard = w_shard_blk / s[p.w_flat]
         bias = D2 / s[p.out_cols] if spec.bias else 0.0
-        activations += (h_in + inter + out + w_blk) * fb  # input, intermediate, output, gathered W
-        workspace = max(workspace, (out + inter + h_in) * fb)  # dOUT, d(intermediate), dH
-        weights += (2 * (w_shard + bias)) * fb  # parameter and gradient
+        gathered_w = w_shard_blk if s[p.w_flat] > 1 else 0.0
+        weights += (2 * (w_shard + bias) + gathered_w) * fb  # parameter, gradient, gathered W
         optimizer += 2 * (w_shard + bias) * fb
-    return Memory(adjacency, features, activations, workspace, weights, optimizer)
+        mask = out_mask = 0.0
+        if p.order == "agg":
+            inter, out = n / d * D / i, n / d * D2 / o
+            out_all = out * (2 if i > 1 else 1)  # the all-reduce over i sums a copy
+            kept = inter  # AGG for dW
+            # the SpMM's dropout overwrites a consumed input; layer 0's is a copy, freed
+            # before the GEMM
+            fwd = [caller + (drop if p.index == 0 else 0.0) + inter, caller + inter + out_all]
+        else:
+            inter, out = n / o * D2 / d, n / i * D2 / d
+            z_all = inter * (2 if i > 1 else 1)  # Z and its all-reduced copy
+            kept = drop if drop else h_in  # the dropped H for dW (H itself without dropout)
+            fwd = [caller + drop + z_all + out]
+        if needs_dh:
+            kept += gathered_w  # W for dH
+        if p.index < len(plans) - 1:
+            out_mask = out  # ReLU mask, one byte per element
+        saved = kept * fb + out_mask
+        for f in fwd:
+            peaks.append((saved_before, f * fb))
+        if p.index == len(plans) - 1:  # the loss: softmax and one-hot labels of the logits
+            peaks.append((saved_before + saved + out * (fb + 1), 0.0))
+        # backward, last layer first: everything up to this layer still saved
+        upto = saved_before + saved
+        peaks.append((upto, (out + inter) * fb))  # dOUT, d(intermediate) beside the saved
+        if needs_dh:
+            peaks.append((upto - kept * fb, (inter + h_in) * fb))  # d(intermediate), dH
+            peaks.append((upto - kept * fb - out_mask, 2 * h_in * fb))  # ReLU's backward
+        saved_before = upto
+    peak_saved, peak_work = max(peaks, key=lambda sw: sw[0] + sw[1])
+    return Memory(adjacency, features, peak_saved, peak_work, weights, optimizer,
+                  RUNTIME_BYTES)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ their failures into one line (`run_local`, `run_single`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -81,7 +82,8 @@ def _train(opts: RunOptions, setup: LocalSetup | None, error: BaseException | No
     run = build_run(opts, setup, device)
     try:
         start = time.perf_counter()
-        history = run.trainer.fit(callback=run.on_epoch)
+        with run.tracker or contextlib.nullcontext():
+            history = run.trainer.fit(callback=run.on_epoch)
         finish(run, history, time.perf_counter() - start, setup_s=start - started)
     except TrainingDiverged as e:  # on every rank at the same epoch: a clean stop, one line
         if run.log is not None:

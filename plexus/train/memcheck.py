@@ -2,9 +2,10 @@
 
 A rank that runs out of memory mid-epoch dies after minutes of loading, or drags a node into
 swap; a prediction from the graph's sizes costs nothing. The prediction is
-`plexus.perfmodel.epoch_memory` (Â blocks, features, saved activations, gradient workspace,
-weights and Adam state of one rank); what is available is the GPU's free memory, or on CPUs
-the host's available RAM shared by the ranks of this node.
+`plexus.perfmodel.epoch_memory` (Â blocks, features, what autograd saves and the step at the
+peak, weights and Adam state, the process itself; checked against measured peaks by
+benchmarks/memory.py); what is available is the GPU's free memory, or on CPUs the host's
+available RAM shared by the ranks of this node.
 """
 
 from __future__ import annotations

@@ -45,6 +45,7 @@ class LocalSetup:
     json_log: JsonLog | None = None  # rank 0 with --log-json
     sinks: list[EpochSink] = field(default_factory=list)  # rank 0: --log-csv, --tensorboard
     checkpoint_lock: ckpt.DirectoryLock | None = None  # rank 0 with --checkpoint: held to the end
+    predicted_bytes: float = 0.0  # the performance model's memory per rank (whole rank)
 
     def release(self) -> None:
         """Let another run use the checkpoint directory (at the end of the run, on any path)."""
@@ -94,9 +95,10 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         shard = cut_shard(graph, grid, grid.coords(rank), model, opts.perm or DEFAULT_PERM,
                           opts.train.seed)
         del graph
+    full_prediction = predicted_memory(grid, model, shard.num_nodes, nnz, shard.num_features,
+                                       shard.num_classes, shard.perm)
     if opts.check_memory:
-        predicted = predicted_memory(grid, model, shard.num_nodes, nnz, shard.num_features,
-                                     shard.num_classes, shard.perm)
+        predicted = full_prediction
         if device.type == "cpu":  # the shard already sits in host memory: count the rest
             predicted -= shard_bytes(shard)
         check_memory(predicted, available_memory(device, local_ranks), grid)
@@ -127,7 +129,7 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
                 if json_log is not None:
                     json_log.discard()
                 raise
-    return LocalSetup(grid, shard, info, resume_from, json_log, sinks, lock)
+    return LocalSetup(grid, shard, info, resume_from, json_log, sinks, lock, full_prediction)
 
 
 def load_resume(checkpoint: str, model: ModelConfig, epochs: int,

@@ -14,6 +14,7 @@ from plexus.core.grid import AXES
 from plexus.engine.ledger import Ledger
 from plexus.engine.timing import Timers
 from plexus.engine.trainer import EpochStats
+from plexus.runtime.memstats import cuda_peak_bytes, peak_rss_bytes
 
 from .provenance import gather_provenance
 from .results import end_of_run
@@ -50,6 +51,32 @@ def reduce_ledger(ledger: Ledger,
     return dict(zip(AXES, total.tolist())), dict(zip(AXES, mx.tolist()))
 
 
+def gather_memory(run: Run) -> dict:
+    """Every rank's measured peaks, in rank order (collective), next to the model's prediction:
+    ``peak_rss_bytes`` (the process, set-up included), ``train_peak_rss_bytes`` (from the end of
+    set-up on; None where the kernel cannot restart the count), ``tracked_peak_bytes`` (tensor
+    storages: the rank's resident state plus training's high-water mark; None where not
+    tracked) and ``cuda_peak_bytes`` (None off CUDA)."""
+    cuda = cuda_peak_bytes(run.grid.device)
+    tracked = run.tracker.peak_bytes if run.tracker is not None else -1
+    train_rss = peak_rss_bytes()  # since set-up when the kernel could restart the count
+    mine = torch.tensor([max(train_rss, run.setup_peak_rss), tracked,
+                         -1 if cuda is None else cuda, train_rss if run.setup_peak_rss else -1],
+                        dtype=torch.int64, device=run.grid.device)
+    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    table = torch.stack(every).cpu().tolist()
+
+    def column(i: int) -> list[int | None]:
+        return [None if row[i] < 0 else int(row[i]) for row in table]
+
+    cuda_col = column(2)
+    return {"peak_rss_bytes": column(0), "tracked_peak_bytes": column(1),
+            "cuda_peak_bytes": None if all(c is None for c in cuda_col) else cuda_col,
+            "predicted_bytes": float(run.predicted_bytes),
+            "train_peak_rss_bytes": column(3)}
+
+
 def finish(run: Run, history: list[EpochStats], train_time_s: float,
            setup_s: float = 0.0) -> None:
     """Collective: final evaluation if needed, timers, ledger, OGB metric; rank 0 reports.
@@ -71,6 +98,7 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
     results = end_of_run(run.opts, run.model, run.dataset.name, trainer.epoch, run.best.epoch,
                          run.best_weights)
     provenance = gather_provenance(run)
+    memory = gather_memory(run)
     if run.log is None:
         return
     epoch_times = [s.epoch_time_s for s in history]
@@ -91,6 +119,7 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         "timers": timers,
         "ogb": results.pop("ogb", None),
         "ogb_best": results.pop("ogb_best", None),
+        "memory": memory,
         "model": {"kind": run.opts.model.kind, "layers": run.opts.model.num_layers,
                   "hidden": run.opts.model.hidden, "norm": run.opts.model.norm,
                   "residual": run.opts.model.residual,

@@ -5,7 +5,10 @@ stdout is not a terminal (a file, a pipe, a batch job's log) there is no bar, on
 lines. ``--quiet`` keeps just the summary.
 
 The JSON log (``--log-json FILE``) has one object per line: one per epoch, then a final object with
-``"summary": true``. It is written to ``FILE.tmp`` as the run goes and renamed to FILE only when
+``"summary": true``. The summary's ``"memory"`` holds every rank's measured peaks, in rank order:
+``peak_rss_bytes`` (the whole process), ``train_peak_rss_bytes`` (from the end of set-up on),
+``tracked_peak_bytes`` (tensor storages, CPU runs), ``cuda_peak_bytes`` (a list, or null off CUDA),
+and ``predicted_bytes``, the performance model's figure per rank. It is written to ``FILE.tmp`` as the run goes and renamed to FILE only when
 complete, so FILE never holds a partial log.
 """
 
@@ -279,6 +282,9 @@ def format_summary(s: dict) -> str:
             ratio = t["max"] / t["mean"] if t["mean"] > 0 else 1.0
             lines.append(f"    {name:<{width}}  {format_seconds(t['max']):>9} max  "
                          f"{format_seconds(t['mean']):>9} mean  {ratio:5.2f} max/mean")
+    memory = s.get("memory")
+    if memory:
+        lines.extend(format_memory(memory))
     comm = s.get("comm_bytes")
     if comm is not None:
         per_rank = s.get("comm_bytes_max_rank", {})
@@ -288,3 +294,24 @@ def format_summary(s: dict) -> str:
         lines.append("  communication, all ranks: " + ", ".join(parts)
                      + f"; total {format_bytes(sum(comm.values()))}")
     return "\n".join(lines)
+
+
+def format_memory(m: dict) -> list[str]:
+    """Summary lines of measured memory per rank (max and min over ranks) against the model."""
+
+    def span(values: list | None) -> str | None:
+        real = [v for v in values or [] if v is not None]
+        if not real:
+            return None
+        hi, lo = format_bytes(max(real)), format_bytes(min(real))
+        return hi + ("" if hi == lo else f" max, {lo} min")
+
+    parts = [f"{name} {text}" for name, key in (("peak RSS", "peak_rss_bytes"),
+                                                ("training", "train_peak_rss_bytes"),
+                                                ("tensors", "tracked_peak_bytes"),
+                                                ("CUDA", "cuda_peak_bytes"))
+             if (text := span(m.get(key))) is not None]
+    predicted = m.get("predicted_bytes")
+    if predicted:
+        parts.append(f"model {format_bytes(predicted)}")
+    return ["  memory per rank: " + "; ".join(parts)] if parts else []

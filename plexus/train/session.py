@@ -14,6 +14,8 @@ from plexus.engine.grid import Grid
 from plexus.engine.trainer import EpochStats, Trainer
 from plexus.partitioners import RankShard
 from plexus.runtime.progress import start_beacon
+from plexus.runtime.memstats import (TensorTracker, peak_rss_bytes, reset_peak_rss,
+                                     resident_storages)
 
 from . import checkpoint as ckpt
 from .errors import PROG, TrainingDiverged
@@ -39,6 +41,9 @@ class Run:
     saved_epoch: int | None = None  # the epoch of the newest checkpoint on disk
     resumed_epoch: int | None = None  # the epoch of the checkpoint this run resumed from
     best_weights: BestWeights | None = None  # kept when --export-best or the OGB metric needs them
+    predicted_bytes: float = 0.0  # the performance model's memory per rank
+    tracker: TensorTracker | None = None  # tensor bytes of training (CPU runs)
+    setup_peak_rss: int = 0  # peak RSS of loading and set-up, before training
 
     def check_finite(self, stats: EpochStats) -> None:
         """Raise `TrainingDiverged` on a NaN/Inf loss (every rank sees the same reduced loss, so
@@ -115,5 +120,12 @@ def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
             log.message(f"{PROG}: resumed from {ckpt.checkpoint_path(opts.checkpoint)} at epoch "
                         f"{trainer.epoch}")  # type: ignore[arg-type]
     saved = ckpt.saved_epoch(setup.resume_from) if setup.resume_from is not None else None
+    # CPU runs count tensor bytes (CUDA's allocator counts its own): what the rank holds now,
+    # then what training allocates on top
+    tracker = TensorTracker(resident_storages(model, setup.shard)) if device.type == "cpu" else None
+    # loading holds the whole graph for a moment; training's own peak is counted from here
+    setup_peak = peak_rss_bytes()
+    if not reset_peak_rss():
+        setup_peak = 0
     return Run(opts, grid, model.comm, model, trainer, setup.shard, setup.dataset, best, log,
-               saved, saved, best_weights)
+               saved, saved, best_weights, setup.predicted_bytes, tracker, setup_peak)

@@ -1,0 +1,222 @@
+"""Peak memory and epoch time of PyG and of Plexus, each in its own process, and the memory model
+against measured peaks per rank.
+
+    python benchmarks/memory.py                      # PyG vs Plexus 1x1x1, R-MAT scale 19
+    python benchmarks/memory.py --grids 1x1x1,2x1x1,1x2x2,2x2x2 --skip-pyg   # model table
+    python benchmarks/memory.py --spec rmat:scale=21,edge_factor=30,features=100,classes=47 \
+        --skip-pyg --epochs 3                        # ogbn-products size, 1x1x1
+    python benchmarks/memory.py --smoke              # tiny graph, seconds (the tests run it)
+
+Model everywhere: 3 GCN layers, hidden 256, dropout 0.5, bias, Adam; one epoch = forward,
+backward and the Adam step (full batch). Each variant runs in a fresh child process, and its
+peak RSS is the kernel's figure for that child (``wait4``'s ru_maxrss): dataset loading is
+included for both sides (each loads the same graph the same way).
+
+- PyG: ``GCNConv(normalize=False)`` on the precomputed Â passed as a ``torch.sparse_csr_tensor``
+  ``adj_t`` (PyG calls ``torch.sparse.mm``). torch-sparse (PyG's SparseTensor) does not install
+  here, so this is the adj_t path PyG supports without it. Â is symmetric, so adj_t = Â.
+- Plexus: ``plexus-train`` at each grid (its own launcher, its JSON log), read back for per-rank
+  peak RSS, tracked tensor peak and the model's prediction.
+
+While a child runs, the host's available memory is polled; below ``--min-free`` GiB the child is
+killed (the machine is shared) and the row says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+DEFAULT_SPEC = "rmat:scale=19,edge_factor=25,features=100,classes=47,seed=0"
+SMOKE_SPEC = "rmat:scale=10,edge_factor=8,features=16,classes=4,seed=0"
+GIB = 2**30
+TARGET_MEMORY, TARGET_TIME = 0.6, 0.6  # issue 14: Plexus <= 0.6 x PyG's peak, at <= 0.6 x time
+
+
+def available_bytes() -> float:
+    """The host's MemAvailable."""
+    with open("/proc/meminfo", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024
+    return float("inf")
+
+
+def run_child(cmd: list[str], min_free: float, env: dict | None = None
+              ) -> tuple[int, int, float, str, bool]:
+    """Run ``cmd`` in a new session; (exit status, peak RSS of its largest process, wall seconds,
+    stdout, killed for low memory). Peak RSS covers the child and every worker it waited for."""
+    start = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True, env=env)
+        killed = False
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if available_bytes() < min_free:
+                os.killpg(proc.pid, signal.SIGKILL)
+                killed = True
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.5)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read()
+    # the child's own peak; its workers (local ranks) report theirs in the JSON log
+    return proc.returncode, usage.ru_maxrss * 1024, time.perf_counter() - start, text, killed
+
+
+# ---- the PyG child ----------------------------------------------------------------------------
+def pyg_worker(args: argparse.Namespace) -> None:
+    """Train PyG's GCN (adj_t) in this process and print one JSON line of figures."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from benchmarks.baseline import pyg_step
+    from plexus.testing.gridrun import load_bundle
+
+    bundle = load_bundle(args.spec)
+    step = pyg_step(bundle, args.hidden, args.layers, args.dropout, use_adj_t=True)
+    del bundle  # PyG's model holds what it needs (x, labels, adj_t)
+    times = []
+    for _ in range(args.epochs):
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"epoch_times": times, "peak_rss": peak}))
+
+
+def run_pyg(args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, __file__, "--pyg-worker", "--spec", args.spec, "--epochs",
+           str(args.epochs), "--threads", str(args.threads), "--hidden", str(args.hidden),
+           "--layers", str(args.layers), "--dropout", str(args.dropout)]
+    code, rss, wall, text, killed = run_child(cmd, args.min_free * GIB)
+    if code != 0:
+        return {"ok": False, "why": "killed: low host memory" if killed else text[-2000:]}
+    figures = json.loads(text.strip().splitlines()[-1])
+    times = figures["epoch_times"][1:] or figures["epoch_times"]  # the first warms up
+    return {"ok": True, "peak_rss": [rss], "epoch_s": sorted(times)[len(times) // 2],
+            "wall_s": wall}
+
+
+# ---- the Plexus child -------------------------------------------------------------------------
+def run_plexus(args: argparse.Namespace, grid: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "run.json"
+        cmd = ["plexus-train", "--dataset", args.spec, "--grid", grid, "--layers",
+               str(args.layers), "--hidden", str(args.hidden), "--dropout", str(args.dropout),
+               "--epochs", str(args.epochs), "--eval-every", "0", "--quiet", "--log-json",
+               str(log)] + args.plexus_args
+        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        code, _rss, wall, text, killed = run_child(cmd, args.min_free * GIB, env)
+        if code != 0 or not log.exists():
+            return {"ok": False, "why": "killed: low host memory" if killed else text[-2000:]}
+        lines = [json.loads(line) for line in log.read_text().splitlines()]
+    epochs = [r["epoch_time_s"] for r in lines if "epoch_time_s" in r and not r.get("summary")]
+    times = epochs[1:] or epochs
+    summary = lines[-1]
+    mem = summary["memory"]
+    return {"ok": True, "peak_rss": mem["peak_rss_bytes"], "tracked": mem["tracked_peak_bytes"],
+            "train_rss": [t if t is not None else r for t, r in
+                          zip(mem.get("train_peak_rss_bytes") or mem["peak_rss_bytes"],
+                              mem["peak_rss_bytes"])],
+            "predicted": mem["predicted_bytes"], "epoch_s": sorted(times)[len(times) // 2],
+            "spmm_s": summary["timers"].get("spmm", {}).get("max", 0.0) / max(1, len(epochs)),
+            "wall_s": wall}
+
+
+def gib(b: float) -> str:
+    return f"{b / GIB:6.2f} GiB"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--spec", default=DEFAULT_SPEC, help=f"dataset (default {DEFAULT_SPEC})")
+    p.add_argument("--grids", default="1x1x1", help="Plexus grids, comma-separated")
+    p.add_argument("--epochs", type=int, default=3, help="epochs per run (the first is warm-up)")
+    p.add_argument("--threads", type=int, default=2, help="torch threads per process")
+    p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--dropout", type=float, default=0.5)
+    p.add_argument("--skip-pyg", action="store_true", help="only the Plexus runs")
+    p.add_argument("--min-free", type=float, default=4.0,
+                   help="kill a run when the host's available memory drops below this (GiB)")
+    p.add_argument("--plexus-arg", dest="plexus_args", action="append", default=[],
+                   help="extra plexus-train argument (repeatable), e.g. --plexus-arg=--spmm=scipy")
+    p.add_argument("--smoke", action="store_true", help="a tiny graph: seconds")
+    p.add_argument("--out", default="benchmarks/out", help="folder for memory.txt and .json")
+    p.add_argument("--pyg-worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.spec, args.epochs, args.hidden = SMOKE_SPEC, 2, 16
+    if args.pyg_worker:
+        pyg_worker(args)
+        return 0
+    from plexus.testing.output import Tee
+
+    say = Tee()
+    say(f"memory benchmark: {args.spec}; {args.layers} layers, hidden {args.hidden}, "
+          f"dropout {args.dropout}; {args.epochs} epochs (median of all but the first); "
+          f"{args.threads} threads per process; one child process per run")
+    pyg = None
+    if not args.skip_pyg:
+        try:
+            import torch_geometric  # noqa: F401
+        except ImportError:
+            say("note: torch_geometric is not installed (pip install 'plexus-gnn[bench]'); "
+                  "PyG skipped")
+        else:
+            pyg = run_pyg(args)
+            if pyg["ok"]:
+                say(f"PyG GCNConv adj_t   peak RSS {gib(pyg['peak_rss'][0])}  "
+                      f"epoch {pyg['epoch_s']:7.2f} s")
+            else:
+                say(f"PyG failed: {pyg['why']}")
+    say("per rank, max over ranks: peak RSS of the process (loading included), peak RSS of "
+          "training, tracked tensor peak; the memory model (plexus.perfmodel.epoch_memory) "
+          "against training's peak RSS")
+    say(f"{'grid':<8} {'peak RSS':>11} {'training':>11} {'tensors':>11} {'model':>11} "
+          f"{'model/meas':>10} {'epoch':>9} {'SpMM/epoch':>10}")
+    results = {}
+    for grid in args.grids.split(","):
+        r = run_plexus(args, grid)
+        results[grid] = r
+        if not r["ok"]:
+            say(f"{grid:<8} failed: {r['why']}")
+            continue
+        rss, train = max(r["peak_rss"]), max(r["train_rss"])
+        say(f"{grid:<8} {gib(rss):>11} {gib(train):>11} {gib(max(r['tracked'])):>11} "
+              f"{gib(r['predicted']):>11} {r['predicted'] / train:10.2f} {r['epoch_s']:8.2f}s "
+              f"{r['spmm_s']:9.2f}s")
+    one = results.get("1x1x1")
+    if pyg and pyg["ok"] and one and one["ok"]:
+        mem = max(one["peak_rss"]) / pyg["peak_rss"][0]
+        tim = one["epoch_s"] / pyg["epoch_s"]
+        say(f"Plexus 1x1x1 / PyG: memory {mem:.2f}x (target <= {TARGET_MEMORY}), epoch time "
+              f"{tim:.2f}x (target <= {TARGET_TIME})")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "memory.txt").write_text(say.text(), encoding="utf-8")
+    (out / "memory.json").write_text(json.dumps({"spec": args.spec, "pyg": pyg,
+                                                 "plexus": results}, indent=1) + "\n",
+                                     encoding="utf-8")
+    return 0 if all(r["ok"] for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
