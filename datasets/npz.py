@@ -9,7 +9,6 @@ missing is filled by `plexus.datasets.synthetic`. The adjacency is symmetrized (
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
 import numpy as np

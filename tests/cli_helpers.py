@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -94,3 +95,15 @@ def session_processes(sid: int) -> list[int]:
         if state != "Z":
             alive.append(pid)
     return alive
+
+
+def wait_for_epoch(proc: subprocess.Popen, epoch: int, limit_s: float = 300) -> None:
+    """Read rank 0's lines until epoch ``epoch`` has been printed (training is under way)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            pytest.fail(f"the job ended before epoch {epoch}: {proc.stderr.read()[-2000:]}")
+        if line.startswith("epoch") and int(line.split()[1].split("/")[0]) >= epoch:
+            return
+    pytest.fail(f"no epoch {epoch} within {limit_s} s")

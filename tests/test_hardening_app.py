@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import cli_env, session_processes
+from cli_helpers import cli_env, session_processes, wait_for_epoch
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 
@@ -27,17 +27,6 @@ def _start(tmpdir: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(["plexus-train", *args], env=dict(cli_env(), TMPDIR=str(tmpdir)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
-
-
-def _wait_for_epoch(proc: subprocess.Popen, epoch: int, limit_s: float = 300) -> None:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            pytest.fail(f"the job ended before epoch {epoch}: {proc.stderr.read()[-2000:]}")
-        if line.startswith("epoch") and int(line.split()[1].split("/")[0]) >= epoch:
-            return
-    pytest.fail(f"no epoch {epoch} within {limit_s} s")
 
 
 def _gone_within(sid: int, seconds: float, but: int | None = None) -> list[int]:
@@ -83,7 +72,7 @@ def test_a_hung_rank_ends_a_job_with_two_or_three_cut_axes_naming_it(grid, tmp_p
     proc = _start(tmp_path / "tmp", "--grid", grid, "--epochs", "100000", "--eval-every", "0",
                   "--timeout", "8", "--inject-fault", "hang:1:2")
     try:
-        _wait_for_epoch(proc, 2)
+        wait_for_epoch(proc, 2)
         start = time.monotonic()
         try:
             _, err = proc.communicate(timeout=60)
@@ -106,7 +95,7 @@ def test_sigkill_of_the_launcher_ends_every_process_and_leaves_no_file(tmp_path)
     proc = _start(tmpdir, "--grid", "2x2x1", "--epochs", "100000", "--eval-every", "0",
                   "--checkpoint", str(ck), "--checkpoint-every", "1")
     try:
-        _wait_for_epoch(proc, 2)
+        wait_for_epoch(proc, 2)
         semaphores = _semaphores_of(proc.pid)
         assert semaphores, "the job's processes share multiprocessing semaphores"
         assert len(session_processes(proc.pid)) >= 6  # launcher, fork server, tracker, 4 workers
@@ -246,7 +235,7 @@ def test_a_second_run_on_a_checkpoint_directory_in_use_is_refused(tmp_path):
     first = _start(tmp_path / "tmp", "--grid", "1x1x1", "--epochs", "100000", "--eval-every",
                    "0", "--checkpoint", str(ck), "--checkpoint-every", "1")
     try:
-        _wait_for_epoch(first, 2)
+        wait_for_epoch(first, 2)
         second = train("--grid", "1x1x1", "--epochs", "1", "--checkpoint", str(ck))
         assert second.returncode == 2, second.stderr
         _one_error_line(second.stderr, f"in use by another running plexus-train (pid "

@@ -60,6 +60,19 @@ EXPENSIVE = {
     "(sbatch script)": "needs SLURM and 4 GPU nodes",
     "./run plexus-model --world-size 64 --dataset ogbn-products --root /data/ogb --layers 3 "
     "--hidden 128": "needs the ogbn-products files",
+    "./run plexus-sweep --dataset rmat:scale=15,edge_factor=16,features=128,classes=16 "
+    "--world-sizes 1,2,4 --grids all,auto --epochs 6 --repeats 2 --hidden 128 --out study/":
+        "a 24-run sweep; tests/test_studies.py runs a small one",
+    "./run plexus-sweep --dataset rmat:scale=15,edge_factor=16,features=128,classes=16 "
+    "--world-sizes 1,2,4 --grids auto --weak --epochs 6 --repeats 2 --hidden 128 --out study/":
+        "a weak-scaling sweep; tests/test_studies.py runs one under torchrun",
+    "./run plexus-report study/": "needs a sweep's logs; tests/test_studies.py reports one",
+    "./run plexus-sweep --dataset ogbn-products --root /data/ogb --world-sizes 4,8,16,32 "
+    "--grids auto,all --epochs 20 --repeats 3 --layers 3 --hidden 128 --out study/ --launcher "
+    "slurm --tasks-per-node 4 --gpus-per-node 4 --time 00:30:00 --partition gpu --setup "
+    "'module load cuda'": "needs the ogbn-products files (it only writes SLURM scripts); "
+                          "tests/test_studies.py writes and checks such scripts",
+    "bash study/slurm/submit.sh": "needs SLURM (sbatch)",
 }
 
 
@@ -96,7 +109,7 @@ def test_every_readme_command_is_classified():
 def test_no_bare_console_script_in_the_readme():
     # a bare plexus-train is "command not found" in a fresh shell: every command goes via ./run
     for line, key in COMMANDS:
-        if key != "(sbatch script)":
+        if key != "(sbatch script)" and not key.startswith("bash "):  # a generated script
             assert key.startswith("./run "), line
 
 

@@ -25,8 +25,10 @@ def test_plexus_model_and_plexus_train_share_model_options_and_defaults():
     from plexus.perfmodel.cli import _model_parser
 
     train, model = _model_actions(train_parser()), _model_actions(_model_parser())
-    assert train == model
-    assert set(train) == {"layers", "hidden", "dropout", "bias", "order", "learnable_features"}
+    shared = {"layers", "hidden", "dropout", "bias", "order", "learnable_features"}
+    assert set(model) == shared and {k: train[k] for k in shared} == model
+    # plexus-train adds the model kind and its options (the performance model prices a GCN)
+    assert set(train) - shared == {"model", "norm", "residual", "input_dropout", "train_eps"}
     # the defaults are the engine's ModelConfig defaults
     ref = ModelConfig()
     args = train_parser().parse_args(["--grid", "1x1x1"])
@@ -229,11 +231,11 @@ def test_help_texts_name_the_new_options(capsys):
     assert "--resume [auto]" in text and "'--resume auto' continues if that file exists" in text
     assert "--log-csv FILE CSV, one row per epoch" in text and "tail -f FILE follows" in text
     assert "--tensorboard DIR TensorBoard scalars in DIR" in text
-    assert "--layers L GCN layers (default 2, or the store's with --shards)" in text
+    assert "--layers L GNN layers (default 2, or the store's with --shards)" in text
     with pytest.raises(SystemExit):
         _model_parser().parse_args(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "--layers L GCN layers (default 2)" in text
+    assert "--layers L GNN layers (default 2)" in text
     assert "--hidden H hidden width (default 16)" in text
     assert "best (the model's choice per grid)" in text
 
@@ -276,7 +278,7 @@ def test_without_tensorboard_the_run_goes_on_with_a_one_line_note(tmp_path):
     assert proc.stderr == ("plexus-train: note: --tensorboard: the tensorboard package is not "
                            "installed (pip install tensorboard); training goes on without "
                            "TensorBoard scalars\n")
-    assert "summary: cora" in proc.stdout
+    assert "summary: gcn 2x16 on cora" in proc.stdout
     assert not board.exists()  # nothing made for it
 
 

@@ -365,7 +365,7 @@ def epoch_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
         gathered_w = w_shard_blk if s[p.w_flat] > 1 else 0.0
         weights += (2 * (w_shard + bias) + gathered_w) * fb  # parameter, gradient, gathered W
         optimizer += 2 * (w_shard + bias) * fb
-        mask = out_mask = 0.0
+        out_mask = 0.0
         if p.order == "agg":
             inter, out = n / d * D / i, n / d * D2 / o
             out_all = out * (2 if i > 1 else 1)  # the all-reduce over i sums a copy

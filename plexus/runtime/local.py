@@ -18,7 +18,7 @@ import sys
 import tempfile
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from .env import use_cuda

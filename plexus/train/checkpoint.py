@@ -245,11 +245,17 @@ def check_model(payload: dict, model: ModelConfig, where: str = "checkpoint") ->
     """Raise `CheckpointError` if the checkpoint's model has other parameters than ``model``."""
     saved = payload.get("model", {})
     wanted, default = asdict(model), asdict(ModelConfig())  # older checkpoints: the defaults
-    diffs = [f"{k} {saved.get(k, default[k])!r} (now {wanted[k]!r})" for k in _MODEL_KEYS
-             if saved.get(k, default[k]) != wanted[k]]
+    diffs = [f"{k} {saved.get(k, default[k])!r:.60} (now {wanted[k]!r})" for k in _MODEL_KEYS
+             if not _same_value(saved.get(k, default[k]), wanted[k])]
     if diffs:
         raise CheckpointError(f"{where} is from an incompatible model: " + ", ".join(diffs)
                               + "; use a new --checkpoint directory or matching options")
+
+
+def _same_value(saved: Any, wanted: Any) -> bool:
+    """Whether a checkpoint's field equals the run's (a field of another type never does, and
+    comparing never raises: a damaged checkpoint may hold a tensor where a flag belongs)."""
+    return type(saved) is type(wanted) and saved == wanted
 
 
 def check_dataset(payload: dict, dataset: DatasetInfo, where: str = "checkpoint") -> None:

@@ -10,13 +10,13 @@ available RAM shared by the ranks of this node.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 
 from plexus.core.grid import GridShape
 from plexus.core.units import format_bytes
+from plexus.datasets.validate import available_bytes
 from plexus.engine.config import ModelConfig
 from plexus.perfmodel import ModelSpec, epoch_memory
 
@@ -34,15 +34,9 @@ class Available:
 
 
 def host_available_bytes() -> float:
-    """The host's available RAM (MemAvailable: free plus reclaimable caches)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    """The host's available RAM (MemAvailable: free plus reclaimable caches); one rule with the
+    loaders' declared-size check."""
+    return available_bytes()
 
 
 def available_memory(device: torch.device, local_ranks: int) -> Available:

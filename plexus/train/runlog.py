@@ -19,7 +19,6 @@ import math
 import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any, Mapping, Sequence
 
 from plexus.core.atomic import UnsafeTargetError, output_target, replace_into
