@@ -25,7 +25,7 @@ import torch
 
 from plexus.core.atomic import atomic_file
 from plexus.engine.config import ModelConfig
-from plexus.engine.model import split_name
+from plexus.engine.seeding import split_name
 
 from .model import GraphModel
 

@@ -62,7 +62,7 @@ def _logits_and_embedding(model: GraphModel, embeddings: bool
     if embeddings and net.cfg.num_layers < 2:
         raise ValueError("a 1-layer model has no hidden layer: no embeddings to gather")
     seen: list[torch.Tensor] = []
-    last = net.layers[_last_layer_stage(model)]  # its input is the last hidden layer's output
+    last = net.layers[net.cfg.last_layer_stage]  # its input is the last hidden layer's output
     hook = (last.register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
             if embeddings else None)
     was_training = model.training
@@ -92,15 +92,9 @@ def _gather_predictions(model: GraphModel, logits: torch.Tensor) -> np.ndarray |
     return None if out is None else out[:, 0]
 
 
-def _last_layer_stage(model: GraphModel) -> int:
-    """The first stage of the last GNN layer (GIN's layers have two stages)."""
-    cfg = model.net.cfg
-    return cfg.stages_per_layer * (cfg.num_layers - 1)
-
-
 def _gather_embedding(model: GraphModel, hidden: torch.Tensor) -> np.ndarray | None:
     net, grid = model.net, model.grid
-    l = _last_layer_stage(model)
+    l = net.cfg.last_layer_stage
     plan = net.plans[l]
     cols = block(net.pad.widths_padded[l], grid.shape[plan.in_cols], grid.coords[plan.in_cols])
     return gather_rows(model, hidden, net.input_ids[l], cols.start, net.widths[l],

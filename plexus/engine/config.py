@@ -28,8 +28,8 @@ class ModelConfig:
     ``norm`` "batch" puts a BatchNorm (statistics over all real nodes) after every layer but the
     last, before its ReLU; the stage before it has no bias (BatchNorm subtracts the mean, so
     the bias's gradient is rounding noise, which Adam would turn into steps of size lr; β is the
-    bias there, and an export to PyG sets that layer's bias to zero). Dropout hits each layer's input; ``input_dropout`` False spares the
-    first layer's (as OGB's examples do). ``order`` is "agg" ((Â·H)·W, as the paper),
+    bias there, and an export to PyG sets that layer's bias to zero). Dropout hits each layer's
+    input; ``input_dropout`` False spares the first layer's (as OGB's examples do). ``order`` is "agg" ((Â·H)·W, as the paper),
     "combine" (Â·(H·W)), "auto" (combine first on convolutions that narrow, which makes the
     SpMM and its all-reduces cheaper), or a comma-separated list with one of "agg"/"combine" per
     layer.
@@ -70,6 +70,12 @@ class ModelConfig:
     @property
     def num_stages(self) -> int:
         return self.num_layers * self.stages_per_layer
+
+    @property
+    def last_layer_stage(self) -> int:
+        """The first stage of the last GNN layer: its input is the last hidden layer's output
+        (the embeddings)."""
+        return self.stages_per_layer * (self.num_layers - 1)
 
     def layer_widths(self, num_features: int, num_classes: int) -> list[int]:
         """Input width, each layer's output width, class count."""

@@ -194,7 +194,8 @@ class DenseLayer3D(Stage3D):
 class ConvLayer3D(Stage3D):
     """H' = Â·dropout(H)·W (+ root term) (+ b), aggregate-first or combine-first per
     ``plan.order``. ``a`` is Â's block, or with a root term the stacked block [Â; S]
-    (aggregate-first) or [Â | S] (combine-first); ``identity`` is the residual's fixed Wr."""
+    (aggregate-first) or [Â | S] (combine-first); a residual stage's Wr is the fixed block ``I``
+    of the identity."""
 
     def __init__(self, plan: LayerPlan, comm: Comm, params: dict[str, torch.Tensor],
                  input_ids: torch.Tensor, a: SparseBlock, dropout: float = 0.0, seed: int = 0,

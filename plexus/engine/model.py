@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -17,18 +19,12 @@ from .gemm import GemmTuner
 from .layer import ConvLayer3D, DenseLayer3D, relu, weight_block
 from .loss import accuracy, cross_entropy, predict
 from .norm import BatchNorm3D
-from .seeding import initial_parameters, initial_stats, parameter_layer
+from .seeding import initial_parameters, initial_stats, parameter_layer, split_name
 from .spmm import SparseBlock, build_blocks
 
 
 _STAGE_PARAMS = ("W", "Wr", "b", "eps", "gamma", "beta")
 _VECTORS = ("b", "gamma", "beta", "mean", "var")  # cut like the output's columns
-
-
-def split_name(name: str) -> tuple[str, int]:
-    """"W3" -> ("W", 3): a parameter's kind and stage."""
-    kind = name.rstrip("0123456789")
-    return kind, int(name[len(kind):])
 
 
 class DistributedModel(nn.Module):
@@ -61,9 +57,8 @@ class DistributedModel(nn.Module):
         self.pad = padding(shape, self.plans, shard.num_nodes, self.widths)
         self.num_classes = shard.num_classes
         self.input_ids = [torch.from_numpy(ids).to(device) for ids in shard.input_ids]
-        out_ids = [torch.from_numpy(ids) for ids in list(shard.input_ids[1:])
-                   + [shard.output_ids]]
-        blocks, chunks = self._sparse_blocks(shard, engine)
+        out_ids = stage_output_ids(shard)
+        blocks, chunks = self._sparse_blocks(shard, out_ids, engine)
         tuner = GemmTuner(enabled=engine.tune_gemms)
         init = initial_parameters(seed, self.plans, self.widths, cfg.bias, cfg.train_eps)
         stats = initial_stats(self.plans, self.widths)
@@ -83,7 +78,8 @@ class DistributedModel(nn.Module):
                       for k in ("mean", "var")}
                 cols = self._placement(f"gamma{p.index}")[0][0]
                 norms[str(p.index)] = BatchNorm3D(p, comm, cols, params, st,
-                                                  out_ids[p.index] >= 0, shard.num_nodes)
+                                                  torch.from_numpy(out_ids[p.index] >= 0),
+                                                  shard.num_nodes)
         self.layers = nn.ModuleList(stages)
         self.norms = nn.ModuleDict(norms)
         for layer in self.layers[1:]:  # forward hands each a fresh ReLU output it never reuses
@@ -96,12 +92,11 @@ class DistributedModel(nn.Module):
         last = self.plans[-1]
         self.class_start = block(self.pad.widths_padded[-1], shape[last.out_cols],
                                  coords[last.out_cols]).start
-        self.output_ids = torch.from_numpy(shard.output_ids).to(device)
         self.labels = torch.from_numpy(shard.labels).to(device)
         self.masks = {k: torch.from_numpy(m).to(device) for k, m in shard.masks.items()}
         self.counts = dict(shard.mask_counts)
 
-    def _sparse_blocks(self, shard: RankShard, engine: EngineConfig):
+    def _sparse_blocks(self, shard: RankShard, out_ids: list[np.ndarray], engine: EngineConfig):
         """Per convolution stage: the SparseBlock it multiplies by, and its forward row chunks.
 
         Plain blocks are identified by (matrix, row range, column range): stages of the
@@ -126,10 +121,8 @@ class DistributedModel(nn.Module):
                 key_of[plan.index] = ident(plan)
                 mats.setdefault(ident(plan), a)
             else:
-                out_ids = (shard.input_ids[plan.index + 1] if plan.index + 1 < len(self.plans)
-                           else shard.output_ids)
-                stacked[plan.index] = stacked_block(a, out_ids, shard.input_ids[plan.index],
-                                                    plan.order)
+                stacked[plan.index] = stacked_block(a, out_ids[plan.index],
+                                                    shard.input_ids[plan.index], plan.order)
         transposes = {}
         if shard.meta.get("symmetric", False):
             for k, r0, r1, c0, c1 in mats:
@@ -154,29 +147,15 @@ class DistributedModel(nn.Module):
 
     def _padded(self, name: str, full: torch.Tensor) -> torch.Tensor:
         """``full`` zero-padded to the padded widths."""
-        padded = torch.zeros(self._padded_shape(name))
+        padded = torch.zeros(_shape(name, self.pad.widths_padded))
         padded[tuple(slice(0, d) for d in full.shape)] = full
         return padded
 
-    def _padded_shape(self, name: str) -> tuple[int, ...]:
-        kind, s = split_name(name)
-        w = self.pad.widths_padded
-        return {"W": (w[s], w[s + 1]), "Wr": (w[s], w[s + 1]), "eps": (1,)}.get(kind, (w[s + 1],))
-
-    def _real_shape(self, name: str) -> tuple[int, ...]:
-        kind, s = split_name(name)
-        w = self.widths
-        return {"W": (w[s], w[s + 1]), "Wr": (w[s], w[s + 1]), "eps": (1,)}.get(kind, (w[s + 1],))
-
-    def forward(self, step: int | None = None, embeddings: bool = False) -> torch.Tensor:
+    def forward(self, step: int | None = None) -> torch.Tensor:
         """Logits block (rows cut by the last stage's out_rows, classes by its out_cols).
-        Dropout is applied when training, with masks keyed by ``step``. With ``embeddings``
-        the last layer's input instead (rows cut by its outer axis, columns by its inner one)."""
+        Dropout is applied when training, with masks keyed by ``step``."""
         H = self.features
         for p, layer in zip(self.plans, self.layers):
-            if embeddings and p.layer == self.cfg.num_layers - 1 and \
-                    p.index % self.cfg.stages_per_layer == 0:
-                return H
             H = layer(H, step)
             if p.norm:
                 H = self.norms[str(p.index)](H)
@@ -266,11 +245,11 @@ class DistributedModel(nn.Module):
             dist.all_reduce(full)
             return full[:, :f]
         index, speaks = self._placement(name)
-        full = torch.zeros(self._padded_shape(name), device=shard.device)
+        full = torch.zeros(_shape(name, self.pad.widths_padded), device=shard.device)
         if speaks:
             full[index] = shard.detach()
         dist.all_reduce(full)
-        return full[tuple(slice(0, r) for r in self._real_shape(name))]
+        return full[tuple(slice(0, r) for r in _shape(name, self.widths))]
 
     def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
         """This rank's shard of the full unpadded tensor ``full``."""
@@ -282,6 +261,21 @@ class DistributedModel(nn.Module):
             padded[real, : full.shape[1]] = full[ids[real]]
             return padded[:, cols].clone()
         return self._padded(name, full.cpu()).to(full.device)[self._placement(name)[0]].clone()
+
+
+def _shape(name: str, widths: Sequence[int]) -> tuple[int, ...]:
+    """The shape of parameter or statistic ``name`` for stage widths ``widths`` (real or
+    padded): a stage's weights are D_s × D_s+1, ε one number, the rest one per output column."""
+    kind, s = split_name(name)
+    if kind in ("W", "Wr"):
+        return (widths[s], widths[s + 1])
+    return (1,) if kind == "eps" else (widths[s + 1],)
+
+
+def stage_output_ids(shard: RankShard) -> list[np.ndarray]:
+    """Per stage, the original node id of each of its output rows on this rank (-1: padding):
+    the next stage's input rows, and the logits rows after the last."""
+    return list(shard.input_ids[1:]) + [shard.output_ids]
 
 
 def stacked_block(a: sp.csr_matrix, out_ids: np.ndarray, in_ids: np.ndarray,

@@ -121,18 +121,26 @@ def glorot_weights(seed: int, widths: list[int]) -> list[torch.Tensor]:
     """Full (unpadded) weight matrices W_l of shape (D_l, D_l+1), Glorot-uniform as Kipf & Welling,
     drawn in layer order from one generator seeded with ``seed``."""
     gen = torch.Generator().manual_seed(seed)
-    out = []
-    for d_in, d_out in zip(widths[:-1], widths[1:]):
-        bound = math.sqrt(6.0 / (d_in + d_out))
-        out.append((torch.rand(d_in, d_out, generator=gen) * 2 - 1) * bound)
-    return out
+    return [_glorot(d_in, d_out, gen) for d_in, d_out in zip(widths[:-1], widths[1:])]
+
+
+def _glorot(d_in: int, d_out: int, gen: torch.Generator) -> torch.Tensor:
+    """One d_in × d_out Glorot-uniform matrix drawn from ``gen``."""
+    bound = math.sqrt(6.0 / (d_in + d_out))
+    return (torch.rand(d_in, d_out, generator=gen) * 2 - 1) * bound
+
+
+def split_name(name: str) -> tuple[str, int]:
+    """"W3" -> ("W", 3): a parameter's kind and stage (names of `initial_parameters`)."""
+    kind = name.rstrip("0123456789")
+    return kind, int(name[len(kind):])
 
 
 def initial_parameters(seed: int, plans: Sequence[LayerPlan], widths: Sequence[int], bias: bool,
                        learnable_eps: bool = True) -> dict[str, torch.Tensor]:
     """Every parameter of a model at initialization, full and unpadded, by grid-independent name:
-    W{s} (Glorot, `glorot_weights`: the same draws as a plain GCN), then Wr{s} (SAGE's root
-    weight, Glorot, drawn after all W), b{s} zeros, eps{s} zero (GIN), gamma{s}/beta{s} ones and
+    W{s} (Glorot, `glorot_weights`: the same draws as a plain GCN), Wr{s} (SAGE's root
+    weight, Glorot, from a second generator seeded seed + 1), b{s} zeros, eps{s} zero (GIN), gamma{s}/beta{s} ones and
     zeros (BatchNorm). The serial and the distributed model both start from this."""
     widths = list(widths)
     out = {f"W{s}": w for s, w in enumerate(glorot_weights(seed, widths))}
@@ -140,8 +148,7 @@ def initial_parameters(seed: int, plans: Sequence[LayerPlan], widths: Sequence[i
     for p in plans:
         d_in, d_out = widths[p.index], widths[p.index + 1]
         if p.root == "sage":
-            bound = math.sqrt(6.0 / (d_in + d_out))
-            out[f"Wr{p.index}"] = (torch.rand(d_in, d_out, generator=gen) * 2 - 1) * bound
+            out[f"Wr{p.index}"] = _glorot(d_in, d_out, gen)
         if p.root == "gin" and learnable_eps:
             out[f"eps{p.index}"] = torch.zeros(1)
         if bias and not p.norm:  # BatchNorm's β is the bias there (see ModelConfig)
@@ -164,5 +171,4 @@ def initial_stats(plans: Sequence[LayerPlan], widths: Sequence[int]) -> dict[str
 
 def parameter_layer(plans: Sequence[LayerPlan], name: str) -> int | None:
     """The GNN layer a parameter belongs to (None for the learnable input features)."""
-    stage = name.lstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-    return plans[int(stage)].layer if stage else None
+    return None if name == "features" else plans[split_name(name)[1]].layer

@@ -89,8 +89,7 @@ class SerialModel(nn.Module):
         """Logits (N × classes); with ``embeddings`` the input of the last layer instead."""
         H = self.features
         for p in self.plans:
-            if embeddings and p.layer == self.cfg.num_layers - 1 and p.index % \
-                    self.cfg.stages_per_layer == 0:
+            if embeddings and p.index == self.cfg.last_layer_stage:
                 return H
             if self.training and self.cfg.drops_input(p):
                 H = dropout(H, self.seed, step or 0, p.layer, self.ids, 0, self.cfg.dropout)
