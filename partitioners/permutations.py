@@ -3,6 +3,12 @@
 A permutation is stored as two orders: ``p1[k]`` (``p2[k]``) is the original id of the node at
 position k. Layers alternate Â1 = P1 Â P2ᵀ (rows in p1 order, columns in p2 order) and
 Â2 = P2 Â P1ᵀ; input features are in p2 order. ``none`` and ``single`` have p1 == p2.
+
+Every kind but ``none`` then sorts the nodes inside each fine block by degree, heaviest first
+(`locality_order`): which nodes a block holds, and so its balance, does not change, but the
+columns of Â that most rows read sit together, so the rows of H they select stay in cache during
+the SpMM (R-MAT scale 19: 76% of the non-zeros fall in the first 32k columns; the SpMM runs
+1.4-1.6x faster than on a random order, benchmarks/spmm_epoch.py).
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+
+from plexus.core.layout import pad_to
 
 PERMUTATIONS = ("none", "single", "double", "balanced")
 
@@ -23,6 +31,7 @@ class Permutation:
     seed: int
     p1: np.ndarray
     p2: np.ndarray
+    locality: bool = False  # fine blocks sorted by degree inside (`locality_order`)
 
     def order(self, k: int) -> np.ndarray:
         """p1 for k == 1, p2 for k == 2."""
@@ -33,12 +42,22 @@ class Permutation:
         return self.p1 if num_layers % 2 == 1 else self.p2
 
 
+def locality_order(order: np.ndarray, weight: np.ndarray, num_blocks: int) -> np.ndarray:
+    """``order`` (position -> node id) with the nodes of each of its ``num_blocks`` fine blocks
+    (positions cut as the grid cuts them: blocks of pad_to(n, num_blocks) / num_blocks, padding at
+    the end) sorted by descending ``weight``; equal weights keep their order."""
+    size = max(pad_to(len(order), max(num_blocks, 1)) // max(num_blocks, 1), 1)
+    fine_block = np.arange(len(order)) // size
+    return order[np.lexsort((-weight[order], fine_block))]  # last key first; stable
+
+
 def make_permutation(adj: sp.csr_matrix, kind: str = "none", seed: int = 0,
-                     num_blocks: int = 1) -> Permutation:
+                     num_blocks: int = 1, locality: bool = True) -> Permutation:
     """Build the permutation ``kind`` for the (normalized) adjacency ``adj``.
 
     ``num_blocks`` is the finest number of contiguous row/column blocks the grid uses (X·Y·Z):
-    degree-aware permutations balance those, and so every coarser block too.
+    degree-aware permutations balance those, and so every coarser block too. ``locality``
+    (every kind but ``none``): sort each fine block by degree (`locality_order`).
     """
     n = adj.shape[0]
     rng = np.random.default_rng(seed)
@@ -46,15 +65,21 @@ def make_permutation(adj: sp.csr_matrix, kind: str = "none", seed: int = 0,
         ident = np.arange(n, dtype=np.int64)
         return Permutation(kind, seed, ident, ident)
     if kind == "single":
-        p = rng.permutation(n).astype(np.int64)
-        return Permutation(kind, seed, p, p)
-    if kind == "double":
+        p1 = p2 = rng.permutation(n).astype(np.int64)
+    elif kind == "double":
         p1 = rng.permutation(n).astype(np.int64)
         p2 = rng.permutation(n).astype(np.int64)
-        return Permutation(kind, seed, p1, p2)
-    if kind == "balanced":
+    elif kind == "balanced":
         from .balance import balanced_orders  # noqa: PLC0415 (kept separate: the heavier algorithm)
 
         p1, p2 = balanced_orders(adj, seed, num_blocks)
+    else:
+        raise ValueError(f"unknown permutation {kind!r}; use one of {', '.join(PERMUTATIONS)}")
+    if not locality:
         return Permutation(kind, seed, p1, p2)
-    raise ValueError(f"unknown permutation {kind!r}; use one of {', '.join(PERMUTATIONS)}")
+    # a node's non-zeros as a column of Â (rows reading it forward) and as a row (backward, Âᵀ)
+    adj = sp.csr_matrix(adj)
+    degree = np.diff(adj.indptr) + np.bincount(adj.indices, minlength=n)
+    q1 = locality_order(p1, degree, num_blocks)
+    q2 = q1 if p2 is p1 else locality_order(p2, degree, num_blocks)
+    return Permutation(kind, seed, q1, q2, locality=True)

@@ -32,7 +32,7 @@ import scipy.sparse as sp
 
 from plexus.core.atomic import fsync_dir
 from plexus.core.grid import GridError, GridShape
-from plexus.core.layout import layer_plans, pad_to, padding
+from plexus.core.layout import DEFAULT_PERMUTATION, layer_plans, pad_to, padding
 from plexus.datasets.graph import Graph, normalize
 from plexus.datasets.validate import csr_from_parts, read_npz_member
 
@@ -258,7 +258,7 @@ def _write_rank_file(path: Path, shard: RankShard, keys: Sequence[str],
 
 def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Mapping[str, int],
                 num_layers: int,
-                orders: Sequence[str] | str = "agg", perm: str | Permutation = "double",
+                orders: Sequence[str] | str = "agg", perm: str | Permutation = DEFAULT_PERMUTATION,
                 seed: int = 0, *, adj_hat: sp.csr_matrix | None = None,
                 aggregation: str = "gcn", chunk_nnz: int = WRITE_CHUNK_NNZ) -> dict:
     """Partition ``graph`` for a grid ``shape`` and write one shard file per rank to ``out_dir``.
@@ -316,7 +316,7 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Map
             "format": FORMAT, "version": VERSION, "grid": shape.as_dict(),
             "num_layers": num_layers,
             "orders": [p.order for p in plans], "aggregation": aggregation,
-            "permutation": {"kind": perm.kind, "seed": perm.seed,
+            "permutation": {"kind": perm.kind, "seed": perm.seed, "locality": perm.locality,
                             "p1_sha256": array_hash(perm.p1), "p2_sha256": array_hash(perm.p2)},
             "seed": perm.seed, "dataset": graph.name, "graph_sha256": graph_hash(graph),
             "num_nodes": n, "nodes_padded": npad, "nnz": int(adj_hat.nnz),

@@ -162,3 +162,16 @@ def test_memory_smoke(tmp_path: Path) -> None:
     for grid, world in (("1x1x1", 1), ("2x1x1", 2)):
         run = doc["plexus"][grid]
         assert run["ok"] and len(run["peak_rss"]) == world and run["predicted"] > 0
+
+
+def test_memory_smoke_with_store(tmp_path: Path) -> None:
+    out = run_script("memory.py", tmp_path, "--grids", "2x1x1", "--skip-pyg", "--store")
+    assert "cut beforehand by plexus-partition" in out
+    assert json.loads((tmp_path / "memory.json").read_text())["plexus"]["2x1x1"]["ok"]
+
+
+def test_spmm_epoch_smoke(tmp_path: Path) -> None:
+    out = run_script("spmm_epoch.py", tmp_path)
+    for engine in ("before", "+locality", "+auto", "after"):
+        assert engine in out
+    assert "largest loss difference" in out and (tmp_path / "spmm_epoch.txt").exists()

@@ -63,6 +63,30 @@ def coords_of(shape: dict[str, int]) -> list[dict[str, int]]:
 # --------------------------------------------------------------------------- permutations
 
 
+@pytest.mark.parametrize("kind", ["single", "double", "balanced"])
+@pytest.mark.parametrize("blocks", [1, 4, 6, 7])
+def test_locality_sorts_inside_fine_blocks_only(kind, blocks):
+    """The locality order keeps every fine block's nodes (so the balance) and sorts each by
+    degree, heaviest first; the random order stays the tie-break."""
+    adj_hat = gcn_normalize(skewed_graph().adj)
+    n = adj_hat.shape[0]
+    degree = np.diff(adj_hat.indptr) + np.bincount(adj_hat.indices, minlength=n)
+    plain = make_permutation(adj_hat, kind, 5, blocks, locality=False)
+    local = make_permutation(adj_hat, kind, 5, blocks)
+    assert local.locality and not plain.locality
+    size = -(-n // blocks)
+    for p, q in ((plain.p1, local.p1), (plain.p2, local.p2)):
+        assert not np.array_equal(p, q)
+        for start in range(0, n, size):
+            before, after = p[start:start + size], q[start:start + size]
+            assert np.array_equal(np.sort(before), np.sort(after))
+            assert (np.diff(degree[after]) <= 0).all()
+            ties = after[degree[after] == degree[after][-1]]  # equal degrees: random order kept
+            assert np.array_equal(ties, before[np.isin(before, ties)])
+    if kind == "single":
+        assert local.p2 is local.p1
+
+
 @pytest.mark.parametrize("kind", PERMUTATIONS)
 @pytest.mark.parametrize("blocks", [1, 4, 6, 7])
 def test_permutations_are_seeded_permutations(kind, blocks):
