@@ -18,7 +18,7 @@ from typing import Sequence
 
 from plexus.core.cli import ArgumentParser, UsageError, report_error
 from plexus.core.grid import GridShape
-from plexus.core.layout import ORDERS, grid_misfit, layer_plans
+from plexus.core.layout import DEFAULT_PERMUTATION, ORDERS, grid_misfit, layer_plans
 
 from .permutations import PERMUTATIONS
 
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, required=True, help="number of GCN layers")
     p.add_argument("--orders", default="agg",
                    help="product order, one for all layers or one per layer (agg,combine)")
-    p.add_argument("--perm", default="double", choices=PERMUTATIONS,
+    p.add_argument("--perm", default=DEFAULT_PERMUTATION, choices=PERMUTATIONS,
                    help="load-balancing permutation (default: double)")
     p.add_argument("--seed", type=int, default=0, help="permutation seed (default 0)")
     p.add_argument("--dataset-seed", type=int, default=0,

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from plexus.core.grid import GridShape
-from plexus.core.layout import grid_misfit
+from plexus.core.layout import DEFAULT_PERMUTATION, grid_misfit
 from plexus.datasets import Graph
 from plexus.engine.build import build_model
 from plexus.engine.config import EngineConfig, ModelConfig
@@ -18,7 +18,7 @@ from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedModel
 from plexus.partitioners import RankShard, shard_graph
 
-DEFAULT_PERM = "double"  # results never depend on it; it balances the blocks of real graphs
+DEFAULT_PERM = DEFAULT_PERMUTATION
 
 
 def cut_shard(graph: Graph, shape: GridShape, coords: dict[str, int], model: ModelConfig,

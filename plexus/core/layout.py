@@ -23,6 +23,9 @@ from typing import Mapping, Sequence
 from .grid import AXES, GridShape
 
 ORDERS = ("agg", "combine")  # the product orders of a graph convolution
+# the node permutation every tool defaults to: results never depend on it; it balances the
+# blocks of real graphs (plexus.partitioners.permutations)
+DEFAULT_PERMUTATION = "double"
 STAGE_ORDERS = ORDERS + ("dense",)
 ROOTS = ("none", "sage", "gin", "res")
 

@@ -9,10 +9,17 @@ from pathlib import Path
 from typing import Sequence
 
 from plexus.core.cli import ArgumentParser, UsageError, report_error
+from plexus.core.layout import DEFAULT_PERMUTATION
 
 from .launchers import LAUNCHERS, SlurmOptions
-from .plan import ModelOptions, PlanError, SweepRequest, model_auto_grid, parse_world_sizes, \
-    plan_runs
+from .plan import (
+    ModelOptions,
+    PlanError,
+    SweepRequest,
+    model_auto_grid,
+    parse_world_sizes,
+    plan_runs,
+)
 from .sweep import SweepError, run_sweep
 
 SWEEP, REPORT = "plexus-sweep", "plexus-report"
@@ -49,7 +56,8 @@ def sweep_parser() -> argparse.ArgumentParser:
     m.add_argument("--hidden", type=int, default=16, help="hidden width (default 16)")
     m.add_argument("--dropout", type=float, default=0.5, help="dropout (default 0.5)")
     m.add_argument("--order", default="agg", help="product order (default agg)")
-    m.add_argument("--perm", default="double", help="node permutation (default double)")
+    m.add_argument("--perm", default=DEFAULT_PERMUTATION,
+                   help=f"node permutation (default {DEFAULT_PERMUTATION})")
     m.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     m.add_argument("--spmm", default="torch", help="SpMM backend (default torch)")
     m.add_argument("--eval-every", type=int, default=0,

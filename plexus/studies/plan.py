@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from plexus.core.grid import GridError, GridShape
+from plexus.core.layout import DEFAULT_PERMUTATION
 
 Sizes = tuple[int, int, int, int]  # nodes, nnz of Â, features, classes
 GRID_WORDS = ("all", "auto")
@@ -29,7 +30,7 @@ class ModelOptions:
     hidden: int = 16
     dropout: float = 0.5
     order: str = "agg"
-    perm: str = "double"
+    perm: str = DEFAULT_PERMUTATION
     seed: int = 0
     spmm: str = "torch"
     eval_every: int = 0  # evaluating inside timed epochs would blur the epoch times

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plexus.core.grid import GridShape
+from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
 
 from .faults import Fault
 
-DEFAULT_PERM = "double"  # results do not depend on it; it balances the blocks of real graphs
+DEFAULT_PERM = DEFAULT_PERMUTATION
 
 
 @dataclass(frozen=True)
