@@ -115,14 +115,24 @@ def run_pyg(args: argparse.Namespace) -> dict:
 
 # ---- the Plexus child -------------------------------------------------------------------------
 def run_plexus(args: argparse.Namespace, grid: str) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "run.json"
-        cmd = ["plexus-train", "--dataset", args.spec, "--grid", grid, "--layers",
-               str(args.layers), "--hidden", str(args.hidden), "--dropout", str(args.dropout),
+        data = ["--dataset", args.spec, "--layers", str(args.layers)]
+        cut_rss = None
+        if args.store:  # cut once, in its own process; each rank then reads only its shard
+            store = Path(tmp) / "store"
+            cut = ["plexus-partition", *data, "--grid", grid, "--orders", args.orders, "--out",
+                   str(store)]
+            code, cut_rss, _wall, text, killed = run_child(cut, args.min_free * GIB, env)
+            if code != 0:
+                return {"ok": False, "why": "killed: low host memory" if killed else text[-2000:]}
+            data = ["--shards", str(store)]
+        cmd = ["plexus-train", *data, "--grid", grid, "--order", args.orders,
+               "--hidden", str(args.hidden), "--dropout", str(args.dropout),
                "--epochs", str(args.epochs), "--eval-every", "0", "--quiet", "--log-json",
                str(log)] + args.plexus_args
-        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         code, _rss, wall, text, killed = run_child(cmd, args.min_free * GIB, env)
         if code != 0 or not log.exists():
             return {"ok": False, "why": "killed: low host memory" if killed else text[-2000:]}
@@ -137,7 +147,7 @@ def run_plexus(args: argparse.Namespace, grid: str) -> dict:
                               mem["peak_rss_bytes"])],
             "predicted": mem["predicted_bytes"], "epoch_s": sorted(times)[len(times) // 2],
             "spmm_s": summary["timers"].get("spmm", {}).get("max", 0.0) / max(1, len(epochs)),
-            "wall_s": wall}
+            "wall_s": wall, "cut_rss": cut_rss}
 
 
 def gib(b: float) -> str:
@@ -153,6 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--dropout", type=float, default=0.5)
+    p.add_argument("--orders", default="agg",
+                   help="Plexus product order (agg, combine, auto or a list; default agg, as PyG)")
+    p.add_argument("--store", action="store_true",
+                   help="cut each grid's shards with plexus-partition first (its own process) "
+                        "and train with --shards: no rank then holds the whole graph")
     p.add_argument("--skip-pyg", action="store_true", help="only the Plexus runs")
     p.add_argument("--min-free", type=float, default=4.0,
                    help="kill a run when the host's available memory drops below this (GiB)")
@@ -203,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         say(f"{grid:<8} {gib(rss):>11} {gib(train):>11} {gib(max(r['tracked'])):>11} "
               f"{gib(r['predicted']):>11} {r['predicted'] / train:10.2f} {r['epoch_s']:8.2f}s "
               f"{r['spmm_s']:9.2f}s")
+        if r["cut_rss"] is not None:
+            say(f"{'':<8} (cut beforehand by plexus-partition, one process: peak RSS "
+                f"{gib(r['cut_rss']).strip()})")
     one = results.get("1x1x1")
     if pyg and pyg["ok"] and one and one["ok"]:
         mem = max(one["peak_rss"]) / pyg["peak_rss"][0]

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from plexus.core.grid import AXES, GridShape
-from plexus.core.layout import ORDERS, LayerPlan, layer_plans, padding
+from plexus.core.layout import DEFAULT_PERMUTATION, ORDERS, LayerPlan, layer_plans, padding
 from plexus.core.schedule import OPS, Collective, epoch_collectives
 
 from .calibration import Calibration
@@ -56,11 +56,13 @@ class ModelSpec:
     order: str | tuple[str, ...] = "agg"
     bias: bool = True
     learnable_features: bool = False
-    perm: str = "double"
+    perm: str = DEFAULT_PERMUTATION
     dtype_bytes: int = 4  # float32 features, weights and messages
     index_bytes: int = 0  # CSR index bytes; 0: 4 where a block's sizes fit 32 bits, else 8
     dropout: float = 0.5
     symmetric: bool = True  # Â = Âᵀ (undirected graphs): a block's transpose is another block
+    from_store: bool = False  # the rank reads its shard from a store instead of cutting it from
+    #                           the whole graph in its own process (a smaller runtime term)
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -272,9 +274,12 @@ def epoch_compute(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
 
 # What a CPU rank's process holds besides tensors at its peak: the interpreter, torch, numpy and
 # scipy, the process group, kernels' internal buffers and allocator slack. Measured as training's
-# peak RSS minus the tracked tensor peak: 0.40-0.58 GiB on R-MAT scale 17 and 19 at 1-8 ranks
-# (benchmarks/memory.py), 0.33 GiB on Cora.
+# peak RSS minus the tracked tensor peak (benchmarks/memory.py): 0.40-0.58 GiB on R-MAT scale 17
+# and 19 at 1-8 ranks when each rank loaded the whole graph and cut its shard itself (the C heap
+# keeps much of what loading freed; handing it back with malloc_trim measured a higher training
+# peak, not a lower one), 0.30-0.35 GiB on scale 19 at 1-8 ranks reading a shard store.
 RUNTIME_BYTES = 460 * 2**20
+STORE_RUNTIME_BYTES = 330 * 2**20
 
 
 @dataclass(frozen=True)
@@ -396,7 +401,7 @@ def epoch_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
         saved_before = upto
     peak_saved, peak_work = max(peaks, key=lambda sw: sw[0] + sw[1])
     return Memory(adjacency, features, peak_saved, peak_work, weights, optimizer,
-                  RUNTIME_BYTES)
+                  STORE_RUNTIME_BYTES if spec.from_store else RUNTIME_BYTES)
 
 
 # ---------------------------------------------------------------------------------------------

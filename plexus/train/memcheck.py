@@ -50,10 +50,12 @@ def available_memory(device: torch.device, local_ranks: int) -> Available:
 
 
 def predicted_memory(grid: GridShape | tuple[int, int, int], model: ModelConfig, num_nodes: int,
-                     nnz: int, num_features: int, num_classes: int, perm: str) -> float:
-    """Bytes per rank the performance model predicts for this grid, graph and model."""
+                     nnz: int, num_features: int, num_classes: int, perm: str,
+                     from_store: bool = False) -> float:
+    """Bytes per rank the performance model predicts for this grid, graph and model
+    (``from_store``: the rank reads its shard from a shard store)."""
     spec = ModelSpec.from_config(num_nodes, max(nnz, 0), num_features, num_classes, model,
-                                 perm=perm)
+                                 perm=perm, from_store=from_store)
     return epoch_memory(spec, grid).total
 
 
