@@ -50,10 +50,14 @@ def available_memory(device: torch.device, local_ranks: int) -> Available:
 
 
 def predicted_memory(grid: GridShape | tuple[int, int, int], model: ModelConfig, num_nodes: int,
-                     nnz: int, num_features: int, num_classes: int, perm: str) -> float:
-    """Bytes per rank the performance model predicts for this grid, graph and model."""
+                     nnz: int, num_features: int, num_classes: int, perm: str,
+                     dtype_bytes: int = 4) -> float:
+    """Bytes per rank the performance model predicts for this grid, graph and model, with
+    activations, Â values and messages at ``dtype_bytes`` per element (the engine's compute
+    precision; `plexus.engine.config.EngineConfig.dtype_bytes`). Activation recomputation is
+    not in the model: with it the prediction is an upper bound."""
     spec = ModelSpec.from_config(num_nodes, max(nnz, 0), num_features, num_classes, model,
-                                 perm=perm)
+                                 perm=perm, dtype_bytes=dtype_bytes)
     return epoch_memory(spec, grid).total
 
 
