@@ -162,3 +162,11 @@ def test_memory_smoke(tmp_path: Path) -> None:
     for grid, world in (("1x1x1", 1), ("2x1x1", 2)):
         run = doc["plexus"][grid]
         assert run["ok"] and len(run["peak_rss"]) == world and run["predicted"] > 0
+
+
+def test_precision_smoke(tmp_path: Path) -> None:
+    out = run_script("precision.py", tmp_path)
+    assert "bf16 - fp32 mean test accuracy" in out and "bf16 recompute" in out
+    doc = json.loads((tmp_path / "precision.json").read_text())
+    assert set(doc["cora"]) == {"fp32", "bf16"} and all(r["ok"] for r in doc["rmat"]["runs"])
+    assert (tmp_path / "precision.txt").exists()
