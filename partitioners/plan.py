@@ -82,6 +82,15 @@ class RankShard:
         """Â block of ``layer`` on this rank."""
         return self.blocks[block_key(self.plans[layer])]
 
+    def release_values(self) -> None:
+        """Free the float arrays (Â values, features) once a model holds its own copies of them
+        (e.g. in a lower precision): the features become 0 rows, every block's values one NaN
+        broadcast to their length, so the structure (non-zero counts, index arrays, which a
+        model may share) stays and a product with a released block shows as NaN."""
+        self.features = self.features[:0].copy()
+        for blk in self.blocks.values():
+            blk.data = np.broadcast_to(np.float32(np.nan), blk.data.shape)
+
 
 def padded_ids(order: np.ndarray, nodes_padded: int) -> np.ndarray:
     """The order followed by -1 for every padded position."""

@@ -175,3 +175,11 @@ def test_spmm_epoch_smoke(tmp_path: Path) -> None:
     for engine in ("before", "+locality", "+auto", "after"):
         assert engine in out
     assert "largest loss difference" in out and (tmp_path / "spmm_epoch.txt").exists()
+
+
+def test_precision_smoke(tmp_path: Path) -> None:
+    out = run_script("precision.py", tmp_path)
+    assert "bf16 - fp32 mean test accuracy" in out and "bf16 recompute" in out
+    doc = json.loads((tmp_path / "precision.json").read_text())
+    assert set(doc["cora"]) == {"fp32", "bf16"} and all(r["ok"] for r in doc["rmat"]["runs"])
+    assert (tmp_path / "precision.txt").exists()

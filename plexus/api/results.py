@@ -63,7 +63,8 @@ def _logits_and_embedding(model: GraphModel, embeddings: bool
         raise ValueError("a 1-layer model has no hidden layer: no embeddings to gather")
     seen: list[torch.Tensor] = []
     last = net.layers[net.cfg.last_layer_stage]  # its input is the last hidden layer's output
-    hook = (last.register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
+    # float32 whatever the engine's compute precision (numpy has no bfloat16)
+    hook = (last.register_forward_pre_hook(lambda _m, args: seen.append(args[0].float()))
             if embeddings else None)
     was_training = model.training
     model.eval()

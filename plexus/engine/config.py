@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from plexus.core.layout import LayerPlan, layer_plans
 
@@ -152,9 +153,25 @@ class TrainConfig:
     eval_every: int = 1  # 0: never evaluate during training
 
 
+# Compute precisions of `EngineConfig.dtype` and the bytes of one element in each.
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+DTYPES = tuple(DTYPE_BYTES)
+_TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
 @dataclass(frozen=True)
 class EngineConfig:
-    """How the distributed engine runs (results never depend on these)."""
+    """How the distributed engine runs. Results never depend on these, except ``dtype``: the
+    one option that changes results (by rounding).
+
+    ``dtype`` is the precision of activations, the Â blocks, the fixed input features and every
+    collective's message ("fp32", "bf16" or "fp16"); parameters (the master weights), their
+    gradients, the optimizer, BatchNorm's statistics and the loss stay float32. fp16 has no
+    loss scaling: a gradient below its range is lost (bf16 has float32's range). ``recompute``
+    keeps only each stage's input for backward and recomputes the rest of the stage (its
+    BatchNorm and ReLU included) there: less memory for about one more forward's time, the
+    same results.
+    """
 
     spmm_backend: str = "torch"  # "torch" (CSR), "scipy" (CPU only), "torch-sparse" when installed
     agg_chunks: int = 1  # Â's row block cut into this many chunks for the aggregation
@@ -164,3 +181,22 @@ class EngineConfig:
     # (plexus.engine.gemm.default_formulation)
     huge_pages: bool = True  # large CPU tensors on transparent huge pages (plexus.runtime.hostmem)
     timers: bool = True
+    dtype: str = "fp32"  # compute precision (one of DTYPES): changes results by rounding
+    recompute: bool = False  # recompute each stage's activations in backward
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown compute dtype {self.dtype!r}; use one of "
+                             f"{', '.join(DTYPES)}")
+
+    @property
+    def dtype_bytes(self) -> int:
+        """Bytes of one activation, message or Â value."""
+        return DTYPE_BYTES[self.dtype]
+
+    def torch_dtype(self) -> Any:
+        """The torch dtype of ``dtype`` (imported here so that reading a configuration does not
+        import torch)."""
+        import torch  # noqa: PLC0415
+
+        return getattr(torch, _TORCH_DTYPES[self.dtype])

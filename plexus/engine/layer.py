@@ -9,6 +9,11 @@ all-reduce serve both. Each collective is one line naming its axis; its backward
 the comment. The same collectives, with their sizes, are listed in `plexus.core.schedule` (the
 performance model and the tests read that list; the ledger test checks that this code issues
 exactly it).
+
+Parameters are float32 (the master weights); each stage casts them to its compute precision
+``dtype`` at use, before their collective, so W, Wr, b and ε travel in that precision and their
+gradients come back into the float32 parameters through the cast. With float32 the casts are
+no-ops.
 """
 
 from __future__ import annotations
@@ -131,14 +136,14 @@ class Stage3D(nn.Module):
     "eps"); ``input_ids`` are the original node ids of the rows of H as this stage sees them
     (after stage 0's all-gather; -1 for padding): dropout masks are keyed by them, the seed, the
     step and the GNN layer, never by the rank, so every grid drops the same elements as the
-    serial model.
+    serial model. ``dtype`` is the compute precision of H, OUT and the messages.
     """
 
     def __init__(self, plan: LayerPlan, comm: Comm, params: dict[str, torch.Tensor],
                  input_ids: torch.Tensor, dropout: float = 0.0, seed: int = 0,
-                 tuner: GemmTuner | None = None) -> None:
+                 tuner: GemmTuner | None = None, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
-        self.plan, self.comm = plan, comm
+        self.plan, self.comm, self.dtype = plan, comm, dtype
         self.tuner = tuner or GemmTuner()
         self.p, self.seed, self.input_ids = dropout, seed, input_ids
         # Set by a model that passes H to this stage and never reads it again (e.g. a fresh
@@ -171,8 +176,9 @@ class Stage3D(nn.Module):
     def add_bias(self, OUT: torch.Tensor) -> torch.Tensor:
         if self.b is None:
             return OUT
+        b = self.comm.all_reduce_grad(self.b.to(self.dtype), self.plan.out_rows)  # bwd: AR(db)
         # in place: OUT is fresh and saved by nobody (a copy would double the stage's output)
-        return OUT.add_(self.comm.all_reduce_grad(self.b, self.plan.out_rows))  # bwd: AR(db)
+        return OUT.add_(b)
 
     def _gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return _Gemm.apply(a, b, self.comm, self.tuner, f"layer{self.plan.index}")
@@ -187,7 +193,7 @@ class DenseLayer3D(Stage3D):
         H = self.receive(H)
         drop = self.dropout_args(step)
         H = H if drop is None else dropout(H, *drop)
-        W = c.all_gather(self.W, o)                           # AG(W) over o; bwd: RS(dW) over o
+        W = c.all_gather(self.W.to(self.dtype), o)            # AG(W) over o; bwd: RS(dW) over o
         return self.add_bias(c.all_reduce(self._gemm(H, W), i))  # AR(OUT) over i
 
 
@@ -200,15 +206,15 @@ class ConvLayer3D(Stage3D):
     def __init__(self, plan: LayerPlan, comm: Comm, params: dict[str, torch.Tensor],
                  input_ids: torch.Tensor, a: SparseBlock, dropout: float = 0.0, seed: int = 0,
                  chunks: list[SparseBlock] | None = None, overlap: bool = False,
-                 tuner: GemmTuner | None = None) -> None:
-        super().__init__(plan, comm, params, input_ids, dropout, seed, tuner)
+                 tuner: GemmTuner | None = None, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__(plan, comm, params, input_ids, dropout, seed, tuner, dtype)
         self.a, self.chunks, self.overlap = a, chunks or [a], overlap
         if plan.root == "res":  # H = H·I: the identity's block, a constant, gathered already
             shape, coords = comm.grid.shape, comm.grid.coords
             eye = torch.eye(*params["W"].shape)
             rows = block(eye.shape[0], shape[plan.inner], coords[plan.inner])
             cols = block(eye.shape[1], shape[plan.w_cols], coords[plan.w_cols])
-            self.register_buffer("I", eye[rows, cols].clone().to(comm.grid.device),
+            self.register_buffer("I", eye[rows, cols].clone().to(comm.grid.device, dtype),
                                  persistent=False)
 
     def forward(self, H: torch.Tensor, step: int | None = None) -> torch.Tensor:
@@ -225,12 +231,12 @@ class ConvLayer3D(Stage3D):
     def _root_weight(self, axis: str) -> torch.Tensor:
         if self.plan.root == "res":
             return self.I
-        return self.comm.all_gather(self.Wr, axis)            # AG(Wr) over W's flat axis; bwd: RS(dWr)
+        return self.comm.all_gather(self.Wr.to(self.dtype), axis)  # AG(Wr) over W's flat axis; bwd: RS(dWr)
 
     def _one_plus_eps(self) -> torch.Tensor | float:
         if self.eps is None:
             return 1.0
-        eps = self.eps
+        eps = self.eps.to(self.dtype)
         for axis in self.comm.grid.shape:  # dε sums every rank's block
             eps = self.comm.all_reduce_grad(eps, axis)        # bwd: AR(dε) over each axis
         return 1 + eps
@@ -239,7 +245,7 @@ class ConvLayer3D(Stage3D):
         o, i, d, c = self.plan.outer, self.plan.inner, self.plan.depth, self.comm
         X = self._aggregate(H, o, drop)                       # AR([Â;S]·H) over o
         X = c.all_reduce_grad(X, o)                           # bwd: AR(d[AGG;R]) over o
-        W = c.all_gather(self.W, d)                           # AG(W) over d; bwd: RS(dW) over d
+        W = c.all_gather(self.W.to(self.dtype), d)            # AG(W) over d; bwd: RS(dW) over d
         if self.plan.root != "none":
             AGG, R = X.chunk(2)                               # Â·H and S·H = H in OUT's rows
             if self.plan.root == "gin":
@@ -250,7 +256,7 @@ class ConvLayer3D(Stage3D):
 
     def _combine_first(self, H: torch.Tensor) -> torch.Tensor:
         o, i, c = self.plan.outer, self.plan.inner, self.comm
-        W = c.all_gather(self.W, o)                           # AG(W) over o; bwd: RS(dW) over o
+        W = c.all_gather(self.W.to(self.dtype), o)            # AG(W) over o; bwd: RS(dW) over o
         root = self.plan.root
         if root in ("sage", "res"):                           # H·[W | Wr]
             W = torch.cat([W, self._root_weight(o)], 1)

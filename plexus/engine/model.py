@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack, nullcontext
 from typing import Sequence
 
 import numpy as np
@@ -9,8 +10,9 @@ import scipy.sparse as sp
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
-from plexus.core.layout import block, padding
+from plexus.core.layout import LayerPlan, block, padding
 from plexus.partitioners.plan import RankShard, block_key
 
 from .comm import Comm
@@ -28,7 +30,8 @@ _VECTORS = ("b", "gamma", "beta", "mean", "var")  # cut like the output's column
 
 
 class DistributedModel(nn.Module):
-    """The model of a `ModelConfig` on the grid; ``forward`` returns this rank's logits block.
+    """The model of a `ModelConfig` on the grid; ``forward`` returns this rank's logits block
+    (float32 whatever the engine's compute precision).
 
     Parameter names match `plexus.engine.serial.SerialModel` ("W0", "b0", "Wr0", "eps0",
     "gamma0", ..., "features"), and `full_parameter` / `shard_of` convert between a rank's shard
@@ -40,6 +43,7 @@ class DistributedModel(nn.Module):
         super().__init__()
         engine = engine or EngineConfig()
         self.comm, self.cfg, self.seed = comm, cfg, seed
+        self.dtype, self.recompute = engine.torch_dtype(), engine.recompute
         grid = comm.grid
         device, shape, coords = grid.device, grid.shape, grid.coords
         if shard.shape != shape or shard.coords != coords:
@@ -69,10 +73,10 @@ class DistributedModel(nn.Module):
             drop = cfg.dropout if cfg.drops_input(p) else 0.0
             ids = self.input_ids[p.index]
             if p.dense:
-                stages.append(DenseLayer3D(p, comm, params, ids, drop, seed, tuner))
+                stages.append(DenseLayer3D(p, comm, params, ids, drop, seed, tuner, self.dtype))
             else:
                 stages.append(ConvLayer3D(p, comm, params, ids, blocks[p.index], drop, seed,
-                                          chunks[p.index], engine.overlap, tuner))
+                                          chunks[p.index], engine.overlap, tuner, self.dtype))
             if p.norm:
                 st = {k: self._padded(f"{k}{p.index}", stats[f"{k}{p.index}"])
                       for k in ("mean", "var")}
@@ -82,13 +86,15 @@ class DistributedModel(nn.Module):
                                                   shard.num_nodes)
         self.layers = nn.ModuleList(stages)
         self.norms = nn.ModuleDict(norms)
-        for layer in self.layers[1:]:  # forward hands each a fresh ReLU output it never reuses
-            layer.consume_input = True
+        # forward hands each a fresh ReLU output it never reuses; under recompute that output
+        # is the next segment's saved input, which the recomputation reads again
+        for layer in self.layers[1:]:
+            layer.consume_input = not self.recompute
         feats = torch.from_numpy(shard.features).to(device)
-        if cfg.learnable_features:
+        if cfg.learnable_features:  # a float32 parameter like the weights, cast at use
             self.features = nn.Parameter(feats)
-        else:
-            self.register_buffer("features", feats, persistent=False)
+        else:  # held in the compute precision: no float32 copy stays alive
+            self.register_buffer("features", feats.to(self.dtype), persistent=False)
         last = self.plans[-1]
         self.class_start = block(self.pad.widths_padded[-1], shape[last.out_cols],
                                  coords[last.out_cols]).start
@@ -129,19 +135,19 @@ class DistributedModel(nn.Module):
                 t = (k if same else 3 - k, c0, c1, r0, r1)
                 if t in mats:
                     transposes[(k, r0, r1, c0, c1)] = t
-        device, backend = self.comm.grid.device, engine.spmm_backend
-        built = build_blocks(mats, transposes, device, backend)
+        device, backend, dtype = self.comm.grid.device, engine.spmm_backend, self.dtype
+        built = build_blocks(mats, transposes, device, backend, dtype)
         blocks = {s: built[i] for s, i in key_of.items()}
         matrix = {s: mats[i] for s, i in key_of.items()}
         for s, m in stacked.items():
-            blocks[s], matrix[s] = SparseBlock.build(m, device, backend), m
+            blocks[s], matrix[s] = SparseBlock.build(m, device, backend, dtype=dtype), m
         chunks = {}
         for s, m in matrix.items():
             if engine.agg_chunks <= 1:
                 chunks[s] = [blocks[s]]
                 continue
             bounds = np.linspace(0, m.shape[0], engine.agg_chunks + 1).astype(int)
-            chunks[s] = [SparseBlock.build(m[a:b], device, backend, transpose=False)
+            chunks[s] = [SparseBlock.build(m[a:b], device, backend, False, dtype)
                          for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
         return blocks, chunks
 
@@ -152,16 +158,44 @@ class DistributedModel(nn.Module):
         return padded
 
     def forward(self, step: int | None = None) -> torch.Tensor:
-        """Logits block (rows cut by the last stage's out_rows, classes by its out_cols).
-        Dropout is applied when training, with masks keyed by ``step``."""
-        H = self.features
+        """Logits block (rows cut by the last stage's out_rows, classes by its out_cols), in
+        float32: the loss and the accuracy never see the compute precision's rounding of their
+        own arithmetic. Dropout is applied when training, with masks keyed by ``step``.
+
+        With ``recompute`` (and autograd on), each stage with its BatchNorm and ReLU is one
+        checkpointed segment: backward keeps only the segment's input and runs the segment
+        again to get what it saved. The re-run issues the segment's collectives again, in the
+        same order on every rank, and draws the same dropout masks (a hash of the step and
+        global ids, no generator state); BatchNorm does not update its running statistics a
+        second time (`_frozen_stats`).
+        """
+        H = self.features.to(self.dtype)  # a learnable float32 parameter: cast at use
+        segments = self.recompute and torch.is_grad_enabled()
         for p, layer in zip(self.plans, self.layers):
-            H = layer(H, step)
-            if p.norm:
-                H = self.norms[str(p.index)](H)
-            if self.cfg.activates(p):
-                H = relu(H, inplace=True)  # H's only use; saves a copy per stage
+            if segments:
+                H = checkpoint(self._stage, p, layer, H, step, use_reentrant=False,
+                               preserve_rng_state=False,  # dropout draws no random numbers
+                               context_fn=lambda: (nullcontext(), self._frozen_stats()))
+            else:
+                H = self._stage(p, layer, H, step)
+        return H.float()
+
+    def _stage(self, p: LayerPlan, layer: nn.Module, H: torch.Tensor,
+               step: int | None) -> torch.Tensor:
+        """One stage, its BatchNorm and its ReLU."""
+        H = layer(H, step)
+        if p.norm:
+            H = self.norms[str(p.index)](H)
+        if self.cfg.activates(p):
+            H = relu(H, inplace=True)  # H's only use; saves a copy per stage
         return H
+
+    def _frozen_stats(self) -> ExitStack:
+        """Every BatchNorm's running statistics kept as they are (a recomputation's pass)."""
+        stack = ExitStack()
+        for norm in self.norms.values():
+            stack.enter_context(norm.frozen_stats())
+        return stack
 
     # ---- loss and metrics on the last layer's layout ------------------------------------------
     def _axes(self) -> tuple[str, str]:

@@ -57,7 +57,9 @@ class ModelSpec:
     bias: bool = True
     learnable_features: bool = False
     perm: str = DEFAULT_PERMUTATION
-    dtype_bytes: int = 4  # float32 features, weights and messages
+    dtype_bytes: int = 4  # compute precision: activations, Â values, fixed features, messages
+    # (4: float32; 2: bfloat16/float16, `plexus.engine.config.EngineConfig.dtype`); parameters,
+    # their gradients and Adam's moments are float32 whatever it is (MASTER_BYTES)
     index_bytes: int = 0  # CSR index bytes; 0: 4 where a block's sizes fit 32 bits, else 8
     dropout: float = 0.5
     symmetric: bool = True  # Â = Âᵀ (undirected graphs): a block's transpose is another block
@@ -281,6 +283,10 @@ def epoch_compute(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
 RUNTIME_BYTES = 460 * 2**20
 STORE_RUNTIME_BYTES = 330 * 2**20
 
+# Parameters, their gradients and Adam's moments (the master weights) are float32 in every
+# compute precision.
+MASTER_BYTES = 4
+
 
 @dataclass(frozen=True)
 class Memory:
@@ -315,7 +321,8 @@ def epoch_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
 
     Resident: Â blocks (32-bit indices where they fit; a block's transpose is another block of
     the rank when Â is symmetric, else a copy), the feature shard, ids/labels/masks, parameters,
-    gradients and Adam state. Saved for backward per layer: the GEMM's data operand (AGG, or
+    gradients and Adam state. Activations, Â values and fixed features take ``dtype_bytes`` per
+    element, parameters and their state `MASTER_BYTES` (plus a cast copy in a lower precision). Saved for backward per layer: the GEMM's data operand (AGG, or
     the dropped H when combining first) and a one-byte ReLU mask (dropout masks are recomputed).
     The peak is the largest of every layer's forward (the caller's input, its dropped copy, the
     intermediate and the output alive at once, over what earlier layers saved) and backward
@@ -326,6 +333,7 @@ def epoch_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     plans = layer_plans(spec.num_layers, list(orders))
     n, widths = _layer_sizes(plans, s, spec)
     fb = spec.dtype_bytes
+    cast = fb != MASTER_BYTES  # parameters are cast to the compute precision at use
     nnz_max = spec.nnz / min(s[p.a_rows] * s[p.a_cols] for p in plans)
     ib = spec.index_bytes if spec.index_bytes else (4 if max(n, nnz_max) < 2**31 else 8)
 
@@ -348,7 +356,10 @@ def epoch_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
 
     first, last = plans[0], plans[-1]
     feat_shard = n * widths[0] / (s[first.outer] * s[first.inner] * s[first.depth])
-    features = feat_shard * fb * (4 if spec.learnable_features else 1)
+    if spec.learnable_features:  # parameter, gradient, two moments (+ the cast at use)
+        features = feat_shard * (4 * MASTER_BYTES + (fb if cast else 0))
+    else:
+        features = feat_shard * fb
     features += sum(n / s[p.in_rows] for p in plans) * 8  # input ids per layer (int64)
     out_rows = n / s[last.out_rows]
     features += out_rows * (8 + 8 + 3)  # output ids, labels (int64), three masks (bool)
@@ -368,8 +379,10 @@ def epoch_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
         w_shard = w_shard_blk / s[p.w_flat]
         bias = D2 / s[p.out_cols] if spec.bias else 0.0
         gathered_w = w_shard_blk if s[p.w_flat] > 1 else 0.0
-        weights += (2 * (w_shard + bias) + gathered_w) * fb  # parameter, gradient, gathered W
-        optimizer += 2 * (w_shard + bias) * fb
+        # parameter and gradient; the gathered W (and the cast shard) in the compute precision
+        weights += 2 * (w_shard + bias) * MASTER_BYTES
+        weights += (gathered_w + ((w_shard + bias) if cast else 0.0)) * fb
+        optimizer += 2 * (w_shard + bias) * MASTER_BYTES
         out_mask = 0.0
         if p.order == "agg":
             inter, out = n / d * D / i, n / d * D2 / o

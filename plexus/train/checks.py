@@ -179,12 +179,13 @@ def spec_sizes(spec: str, seed: int) -> tuple[int, int, int, int] | None:
 
 
 def precheck_resources(grid: GridShape, model: ModelConfig, sizes: tuple[int, int, int, int],
-                       perm: str, force: bool) -> None:
+                       perm: str, force: bool, dtype_bytes: int = 4) -> None:
     """Before any worker starts: the grid fits the graph, and (unless ``force``) the predicted
-    memory per rank fits what the local ranks will have."""
+    memory per rank (activations at ``dtype_bytes`` per element) fits what the local ranks will
+    have."""
     n, nnz, f, c = sizes
     check_grid_fits(grid, model, n, f, c)
     if force:
         return
-    check_memory(predicted_memory(grid, model, n, nnz, f, c, perm),
+    check_memory(predicted_memory(grid, model, n, nnz, f, c, perm, dtype_bytes),
                  available_memory(default_device(), grid.world_size), grid)

@@ -26,7 +26,8 @@ from plexus.core.grid import GridError, GridShape
 from plexus.core.modelopts import (ModelOptionsText, add_model_options, check_model_options,
                                    resolve_layers, resolve_order)
 from plexus.datasets import gcn_nnz, load_dataset
-from plexus.engine.config import MODEL_KINDS, NORMS, EngineConfig, ModelConfig, TrainConfig
+from plexus.engine.config import (DTYPES, MODEL_KINDS, NORMS, EngineConfig, ModelConfig,
+                                  TrainConfig)
 from plexus.engine.spmm import BACKENDS, check_backend
 from plexus.partitioners import PERMUTATIONS
 from plexus.partitioners.store import graph_hash
@@ -147,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "layers, lr 0.01, no weight decay, 500 epochs, --symmetrize), "
                           "ogbn-products-gcn and ogbn-products-sage (the same without BatchNorm, "
                           "300 epochs); it also picks the dataset; flags given explicitly win")
-    eng = p.add_argument_group("engine (results never depend on these)")
+    eng = p.add_argument_group("engine (results never depend on these, except --dtype by "
+                               "rounding)")
     eng.add_argument("--spmm", choices=BACKENDS, default="torch",
                      help="SpMM backend (default torch; scipy: CPU only)")
     eng.add_argument("--agg-chunks", type=int, default=1, metavar="K",
@@ -162,6 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default on)")
     eng.add_argument("--no-timers", dest="timers", action="store_false",
                      help="do not time kernels and collectives (no timing breakdown)")
+    eng.add_argument("--dtype", choices=DTYPES, default="fp32",
+                     help="activations and communication in this precision; weights, loss and "
+                          "optimizer stay fp32; off by default; Cora accuracy cost measured in "
+                          "benchmarks/results/precision.txt")
+    eng.add_argument("--recompute", action="store_true",
+                     help="recompute each layer's activations in backward instead of keeping "
+                          "them: less memory, about one more forward's time")
     return p
 
 
@@ -322,7 +331,15 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
     layers = resolve_layers(shape.layers)
     order = resolve_order(shape.order)
     check_order(order, layers)
-    check_backend(a.spmm, default_device())
+    engine = EngineConfig(spmm_backend=a.spmm, agg_chunks=a.agg_chunks, overlap=a.overlap,
+                          tune_gemms=a.tune_gemms, timers=a.timers, huge_pages=a.huge_pages,
+                          dtype=a.dtype, recompute=a.recompute)
+    try:
+        check_backend(a.spmm, default_device(), engine.torch_dtype())
+    except ValueError as e:  # the library's message names no flag
+        if a.dtype != "fp32":
+            raise UsageError(f"--spmm {a.spmm} with --dtype {a.dtype}: {e}") from None
+        raise
     world = _check_world(shape.grid, a, env)
     model = ModelConfig(num_layers=layers, hidden=a.hidden, dropout=a.dropout, bias=a.bias,
                         order=order, learnable_features=a.learnable_features, kind=a.model,
@@ -354,7 +371,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                      if graph is not None else spec_sizes(shape.dataset, a.seed))
             if sizes is not None:  # otherwise every worker checks once it has its shard
                 precheck_resources(grid, model, sizes, a.perm or DEFAULT_PERM,  # type: ignore
-                                   a.force)
+                                   a.force, engine.dtype_bytes)
                 memory_checked = True
         check_local_devices(grid.world_size)  # type: ignore[union-attr]
         if a.resume:  # the dataset is checked here when it was loaded, else by the workers
@@ -378,9 +395,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
         grid=grid, dataset=shape.dataset, root=a.root, model=model,
         train=TrainConfig(epochs=a.epochs, lr=a.lr, weight_decay=a.weight_decay, seed=a.seed,
                           eval_every=a.eval_every, weight_decay_scope=a.weight_decay_on),
-        engine=EngineConfig(spmm_backend=a.spmm, agg_chunks=a.agg_chunks, overlap=a.overlap,
-                            tune_gemms=a.tune_gemms, timers=a.timers,
-                            huge_pages=a.huge_pages),
+        engine=engine,
         perm=a.perm, shards=a.shards, checkpoint=a.checkpoint,
         checkpoint_every=a.checkpoint_every or 10, resume=a.resume, log_json=a.log_json,
         quiet=a.quiet, timeout_s=a.timeout, check_memory=not memory_checked, fault=fault,

@@ -97,6 +97,10 @@ def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
     """Collective set-up: grid, model, trainer, restored checkpoint, rank 0's reporter."""
     grid = Grid.create(setup.grid, device, opts.timeout_s)
     model = model_from_shard(grid, setup.shard, opts.model, opts.train.seed, opts.engine)
+    if opts.engine.dtype != "fp32":
+        # the model holds Â's values and the features in its own precision: the shard's float32
+        # arrays would only add to every rank's peak (nothing reads them after the build)
+        setup.shard.release_values()
     trainer = Trainer(model, opts.train)
     # collectives entered so far: the launcher names the rank that stopped (a stuck peer)
     start_beacon(grid.rank, lambda: sum(model.comm.ledger.calls.values()))
