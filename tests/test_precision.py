@@ -213,7 +213,7 @@ def test_bf16_cora_accuracy_equals_fp32(capsys):
     acc = world(1)[0]["cora"]
     means = {k: statistics.mean(v) for k, v in acc.items()}
     with capsys.disabled():
-        print(f"\nCora GCN, 3 seeds, test accuracy at the best validation epoch: "
+        print("\nCora GCN, 3 seeds, test accuracy at the best validation epoch: "
               + ", ".join(f"{k} {m:.4f} ({', '.join(f'{a:.3f}' for a in acc[k])})"
                           for k, m in means.items()))
     assert abs(means["bf16"] - means["fp32"]) <= 0.005, means
