@@ -62,6 +62,10 @@ def headline() -> str:
     picks = "; ".join(picks) + (
         f"; G = 4 re-measured with 7 epochs: gap {again['gap']} "
         f"({_source('model_vs_measured_g4_7epochs.txt', prov)})")
+    mem = _find("memory.txt", r"^Plexus 1x1x1 / PyG: memory (?P<mem>[\d.]+)x .*?"
+                r"epoch time (?P<time>[\d.]+)x")[0]
+    spmm = {m["engine"]: m["x"] for m in _find(
+        "spmm_epoch.txt", r"^(?P<engine>\+locality|after) .*?(?P<x>[\d.]+)x$")}
     lines = [
         BEGIN,
         "Headline figures of the committed snapshot (2-core CPU machine; see "
@@ -70,6 +74,11 @@ def headline() -> str:
         f"- Plexus 1x1x1 epoch time: {ratio['torch-agg']}× PyG's (`--order auto`: "
         f"{ratio['torch-auto']}×), 3-layer GCN on R-MAT scale 17 — "
         f"{_source('baseline.txt', prov)}",
+        f"- Plexus 1x1x1 peak memory: {mem['mem']}× PyG's, at {mem['time']}× its epoch time, "
+        f"3-layer GCN (hidden 256) on R-MAT scale 19 — {_source('memory.txt', prov)}",
+        f"- SpMM time per epoch at 1x1x1: {spmm['+locality']}× faster with the locality node "
+        f"order ({spmm['after']}× with `--order auto` too), R-MAT scale 19 — "
+        f"{_source('spmm_epoch.txt', prov)}",
         f"- the performance model's grid choice: {picks} — "
         f"{_source('model_vs_measured.txt', prov)}",
         f"- bytes per axis equal the model's on {equal} of {len(grids)} grids — "
