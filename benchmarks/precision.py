@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             opts = argparse.Namespace(
                 spec=args.spec, layers=args.layers, hidden=args.hidden, dropout=0.5,
                 epochs=args.epochs, threads=args.threads, min_free=args.min_free,
-                plexus_args=["--norm", norm, *flags])
+                orders="agg", store=False, plexus_args=["--norm", norm, *flags])
             r = run_plexus(opts, args.grid)
             rows.append({"variant": name, "norm": norm, **r})
             if not r["ok"]:
