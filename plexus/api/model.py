@@ -18,11 +18,9 @@ from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedModel
 from plexus.partitioners import RankShard, shard_graph
 
-DEFAULT_PERM = DEFAULT_PERMUTATION
-
 
 def cut_shard(graph: Graph, shape: GridShape, coords: dict[str, int], model: ModelConfig,
-              perm: str = DEFAULT_PERM, seed: int = 0) -> RankShard:
+              perm: str = DEFAULT_PERMUTATION, seed: int = 0) -> RankShard:
     """The shard of the rank at ``coords`` for ``model`` (raises ValueError when the grid does
     not fit the graph: an axis with more ranks than what it cuts)."""
     f, c = graph.num_features, graph.num_classes
@@ -141,7 +139,7 @@ def model_from_shard(grid: Grid, shard: RankShard, model: ModelConfig, seed: int
 
 
 def distributed_model(graph: Graph, grid: Grid, model: ModelConfig | None = None, *,
-                      seed: int = 0, perm: str = DEFAULT_PERM,
+                      seed: int = 0, perm: str = DEFAULT_PERMUTATION,
                       engine: EngineConfig | None = None, **options: Any) -> GraphModel:
     """This rank's part of a GNN on ``graph`` over ``grid`` (call it on every rank).
 

@@ -23,6 +23,7 @@ from typing import Sequence
 from plexus.api.recipes import RECIPES, RecipeError, get_recipe
 from plexus.core.cli import ArgumentParser
 from plexus.core.grid import GridError, GridShape
+from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.core.modelopts import (ModelOptionsText, add_model_options, check_model_options,
                                    resolve_layers, resolve_order)
 from plexus.datasets import gcn_nnz, load_dataset
@@ -41,7 +42,7 @@ from .entry import reserve_standard_fds, run_local, run_rank
 from .epochlogs import check_targets
 from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .faults import Fault
-from .options import DEFAULT_PERM, RunOptions
+from .options import RunOptions
 from .prepare import check_best_kept, load_resume
 
 
@@ -75,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "loading and cutting the dataset; its manifest fixes the dataset, "
                            "grid, layers, orders and permutation")
     data.add_argument("--perm", choices=PERMUTATIONS, default=None,
-                      help=f"load-balancing node permutation (default {DEFAULT_PERM}, or the "
+                      help=f"load-balancing node permutation (default {DEFAULT_PERMUTATION}, or the "
                            "store's with --shards); results do not depend on it")
     model = add_model_options(p, ModelOptionsText(store_note=", or the store's with --shards"))
     model.add_argument("--model", choices=MODEL_KINDS, default="gcn",
@@ -370,7 +371,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
             sizes = ((graph.num_nodes, gcn_nnz(graph), graph.num_features, graph.num_classes)
                      if graph is not None else spec_sizes(shape.dataset, a.seed))
             if sizes is not None:  # otherwise every worker checks once it has its shard
-                precheck_resources(grid, model, sizes, a.perm or DEFAULT_PERM,  # type: ignore
+                precheck_resources(grid, model, sizes, a.perm or DEFAULT_PERMUTATION,  # type: ignore
                                    a.force, engine.dtype_bytes)
                 memory_checked = True
         check_local_devices(grid.world_size)  # type: ignore[union-attr]

@@ -5,12 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plexus.core.grid import GridShape
-from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
 
 from .faults import Fault
-
-DEFAULT_PERM = DEFAULT_PERMUTATION
 
 
 @dataclass(frozen=True)
@@ -23,7 +20,7 @@ class RunOptions:
     model: ModelConfig
     train: TrainConfig
     engine: EngineConfig
-    perm: str | None = None  # None: DEFAULT_PERM, or whatever the shard store was cut with
+    perm: str | None = None  # None: DEFAULT_PERMUTATION, or whatever the shard store was cut with
     shards: str | None = None
     checkpoint: str | None = None
     checkpoint_every: int = 10

@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from plexus.core.atomic import UnsafeTargetError
 from plexus.core.grid import GridShape
+from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.datasets import gcn_nnz, load_dataset
 from plexus.engine.config import ModelConfig
 from plexus.api import cut_shard
@@ -30,7 +31,7 @@ from .checks import (auto_grid_choice, check_checkpoint_dir, check_grid_fits, ch
 from .epochlogs import EpochSink, open_sinks
 from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .memcheck import available_memory, check_memory, predicted_memory
-from .options import DEFAULT_PERM, RunOptions
+from .options import RunOptions
 from .runlog import JsonLog
 
 
@@ -92,7 +93,7 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         check_grid_fits(grid, model, graph.num_nodes, graph.num_features, graph.num_classes)
         # the content hash identifies the graph in checkpoints; hashing a big graph takes time
         sha256 = graph_hash(graph) if opts.checkpoint else ""
-        shard = cut_shard(graph, grid, grid.coords(rank), model, opts.perm or DEFAULT_PERM,
+        shard = cut_shard(graph, grid, grid.coords(rank), model, opts.perm or DEFAULT_PERMUTATION,
                           opts.train.seed)
         del graph
     full_prediction = predicted_memory(grid, model, shard.num_nodes, nnz, shard.num_features,
