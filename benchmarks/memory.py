@@ -154,7 +154,9 @@ def gib(b: float) -> str:
     return f"{b / GIB:6.2f} GiB"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The options of this script; `run_plexus` reads its runs' settings from them (other
+    benchmarks parse their own plexus-train runs with it too)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--spec", default=DEFAULT_SPEC, help=f"dataset (default {DEFAULT_SPEC})")
     p.add_argument("--grids", default="1x1x1", help="Plexus grids, comma-separated")
@@ -176,7 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true", help="a tiny graph: seconds")
     p.add_argument("--out", default="benchmarks/out", help="folder for memory.txt and .json")
     p.add_argument("--pyg-worker", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.smoke:
         args.spec, args.epochs, args.hidden = SMOKE_SPEC, 2, 16
     if args.pyg_worker:

@@ -83,9 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.seeds, args.cora_epochs, args.spec, args.epochs, args.hidden = 2, 5, SMOKE_SPEC, 2, 16
         cora = SMOKE_SPEC
-    from benchmarks.memory import run_plexus
+    from benchmarks.memory import build_parser as memory_parser, run_plexus
     from plexus.testing.localworld import run_world
     from plexus.testing.output import Tee, machine_info, write_json, write_text
+
+    memory_options = memory_parser().parse_args  # memory.py's own defaults for every other field
 
     say = Tee()
     info = machine_info()
@@ -114,10 +116,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{'epoch':>8}")
         rows = []
         for name, norm, flags in VARIANTS[::7] if args.smoke else VARIANTS:
-            opts = argparse.Namespace(
-                spec=args.spec, layers=args.layers, hidden=args.hidden, dropout=0.5,
-                epochs=args.epochs, threads=args.threads, min_free=args.min_free,
-                orders="agg", store=False, plexus_args=["--norm", norm, *flags])
+            opts = memory_options([
+                "--spec", args.spec, "--layers", str(args.layers), "--hidden", str(args.hidden),
+                "--epochs", str(args.epochs), "--threads", str(args.threads), "--min-free",
+                str(args.min_free), "--plexus-arg=--norm", f"--plexus-arg={norm}",
+                *(f"--plexus-arg={flag}" for flag in flags)])
             r = run_plexus(opts, args.grid)
             rows.append({"variant": name, "norm": norm, **r})
             if not r["ok"]:
