@@ -12,6 +12,7 @@ tests/test_engine.py.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 
 import pytest
@@ -71,14 +72,15 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def check_precision(grid: Grid) -> list[str]:
-    """bf16 and fp16 against float32 on every model of `PRECISION_MODELS`."""
+    """bf16 and fp16 against float32 on every model of `PRECISION_MODELS`, both graphs."""
     fails = []
-    g = toy_graph()
-    for name, cfg in PRECISION_MODELS.items():
+    for (gname, g), (name, cfg) in itertools.product(
+            (("undirected", toy_graph()), ("directed", directed_toy_graph())),
+            PRECISION_MODELS.items()):
         ref = _step(grid, g, cfg, EngineConfig())
         for dtype, (rtol, grad_rtol) in TOLERANCES.items():
             got = _step(grid, g, cfg, EngineConfig(dtype=dtype))
-            tag = f"{name}/{dtype}"
+            tag = f"{gname}/{name}/{dtype}"
             if got["logits"].dtype != torch.float32:
                 fails.append(f"{tag}: logits are {got['logits'].dtype}, not float32")
             for key in ("logits", "eval"):
