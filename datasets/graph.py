@@ -49,46 +49,68 @@ class Graph:
         return int(self.adj.nnz)
 
     @classmethod
-    def from_scipy(cls, adj: sp.spmatrix, features: Any, labels: Any, *, train: Any = None,
+    def from_scipy(cls, adj: Any, features: Any, labels: Any, *, train: Any = None,
                    val: Any = None, test: Any = None, num_classes: int | None = None,
                    directed: bool = False, name: str = "graph") -> "Graph":
-        """A validated `Graph` from a scipy sparse adjacency (``adj[i, j] != 0``: edge i -> j),
-        features (N×F, numpy or torch) and labels (N, -1 = unlabelled).
+        """A validated `Graph` from a sparse adjacency (``adj[i, j] != 0``: edge i -> j; any
+        scipy sparse format, a sparse torch tensor or a dense array), features (N×F, numpy or
+        torch) and labels (N or N×1 whole numbers, -1 = unlabelled).
 
         ``train``/``val``/``test`` are bool masks of length N or arrays of node indices (None:
         empty). An undirected graph (``directed=False``) may store one or both directions of
         each edge: both are stored. Edge weights collapse to 1 and self loops are dropped (the
-        GCN normalization adds one per node).
+        GCN normalization adds one per node). Every input is checked as the file loaders check
+        theirs (`plexus.datasets.inputs`): a bad one raises `DatasetError` (one line).
         """
-        n = adj.shape[0] if adj.ndim == 2 else -1
-        if adj.ndim != 2 or adj.shape[0] != adj.shape[1]:
-            raise DatasetError(f"{name}: adjacency must be square, got shape {adj.shape}")
-        coo = sp.coo_matrix(adj)
+        from . import inputs  # noqa: PLC0415 (inputs imports this module)
+
+        if not isinstance(name, str):
+            raise DatasetError(f"name must be a string, got {type(name).__name__}")
+        directed = inputs.flag(directed, name, "directed")
+        csr = inputs.adjacency(adj, name)
+        n = csr.shape[0]
+        x = inputs.features(features, n, name)
+        from .validate import check_graph_size  # noqa: PLC0415
+
+        check_graph_size(name, n, 2 * csr.nnz, x.shape[1])  # both directions: 2·nnz keys
+        coo = csr.tocoo()
         csr = edges_to_csr(coo.row, coo.col, n, symmetrize=not directed)
-        labels = _numpy(labels).astype(np.int64).reshape(-1)
-        masks = tuple(_mask(m, n, what, name) for m, what in
+        y = inputs.labels(labels, n, name)
+        masks = tuple(inputs.mask(m, n, what, name) for m, what in
                       ((train, "train"), (val, "val"), (test, "test")))
-        if num_classes is None:
-            num_classes = int(labels.max()) + 1 if labels.size and labels.max() >= 0 else 1
-        return cls(name=name, adj=csr, features=_numpy(features).astype(np.float32),
-                   labels=labels, train_mask=masks[0], val_mask=masks[1], test_mask=masks[2],
-                   num_classes=int(num_classes), directed=directed).validate()
+        classes = inputs.class_count(num_classes, y, n, name)
+        return cls(name=name, adj=csr, features=x, labels=y, train_mask=masks[0],
+                   val_mask=masks[1], test_mask=masks[2], num_classes=classes,
+                   directed=directed).validate()
 
     @classmethod
     def from_pyg(cls, data: Any, *, directed: bool | None = None, name: str = "pyg") -> "Graph":
         """A validated `Graph` from a PyG-style ``Data`` (duck-typed, PyG itself is not needed):
-        ``edge_index`` (2×E, row 0 the sources, as PyG), ``x``, ``y`` and ``train_mask``/
-        ``val_mask``/``test_mask`` (masks or index arrays; a missing one is empty). ``directed``
-        defaults to whether some edge lacks its reverse. ``y`` of shape (N, 1), as OGB stores it,
-        is flattened."""
-        edge_index = _numpy(data.edge_index).astype(np.int64)
-        x = _numpy(data.x)
-        if edge_index.ndim != 2 or edge_index.shape[0] != 2:
-            raise DatasetError(f"{name}: edge_index must have shape (2, E), got "
-                               f"{edge_index.shape}")
-        n = int(getattr(data, "num_nodes", None) or x.shape[0])
-        adj = sp.csr_matrix((np.ones(edge_index.shape[1], np.float32),
-                             (edge_index[0], edge_index[1])), shape=(n, n))
+        ``edge_index`` (2×E integer node ids, row 0 the sources, as PyG), ``x``, ``y`` and
+        ``train_mask``/``val_mask``/``test_mask`` (masks or index arrays; a missing one is
+        empty). ``directed`` defaults to whether some edge lacks its reverse. ``y`` of shape
+        (N, 1), as OGB stores it, is flattened. A bad field raises `DatasetError` (one line)."""
+        from . import inputs  # noqa: PLC0415 (inputs imports this module)
+        from .validate import check_coo, check_graph_size  # noqa: PLC0415
+
+        if not isinstance(name, str):
+            raise DatasetError(f"name must be a string, got {type(name).__name__}")
+        for field in ("edge_index", "x", "y"):
+            if getattr(data, field, None) is None:
+                raise DatasetError(f"{name}: the data has no {field}")
+        edge_index = inputs.as_array(data.edge_index, name, "edge_index")
+        if edge_index.ndim != 2 or edge_index.shape[0] != 2 or edge_index.dtype.kind not in "iu":
+            raise DatasetError(f"{name}: edge_index must be an integer array of shape (2, E), "
+                               f"got {edge_index.dtype} {edge_index.shape}")
+        x = inputs.as_array(data.x, name, "x")
+        declared = getattr(data, "num_nodes", None)
+        n = x.shape[0] if x.ndim else -1
+        if declared is not None and declared != n:
+            raise DatasetError(f"{name}: num_nodes is {one_line(repr(declared))[:40]} but x has "
+                               f"{n} rows")
+        check_graph_size(name, n, 2 * edge_index.shape[1], x.shape[1] if x.ndim == 2 else 0)
+        row, col = check_coo(edge_index[0], edge_index[1], (n, n), name, "edge_index")
+        adj = sp.csr_matrix((np.ones(row.size, np.float32), (row, col)), shape=(n, n))
         adj.sum_duplicates()
         adj.data[:] = 1.0  # repeated edges count once, here as in the GCN normalization
         if directed is None:
@@ -110,33 +132,54 @@ class Graph:
 
     def validate(self, source: str | None = None) -> "Graph":
         """Check shapes, dtypes and values; raise `DatasetError` naming ``source`` on a problem."""
-        where = source or self.name
-        n = self.adj.shape[0]
-        if self.adj.shape != (n, n):
-            raise DatasetError(f"{where}: adjacency must be square, got shape {self.adj.shape}")
-        if self.features.ndim != 2 or self.features.shape[0] != n:
-            raise DatasetError(
-                f"{where}: features have shape {self.features.shape}, expected ({n}, F)")
+        where = self.check_structure(source)
         if not np.isfinite(self.features).all():
             bad = int((~np.isfinite(self.features)).any(axis=1).sum())
             raise DatasetError(f"{where}: features contain NaN/Inf in {bad} rows; "
                                "clean or impute them before training")
-        if self.labels.shape != (n,):
-            raise DatasetError(f"{where}: labels have shape {self.labels.shape}, expected ({n},)")
-        if self.num_classes < 1:
-            raise DatasetError(f"{where}: class count must be >= 1, got {self.num_classes}")
         labelled = self.labels[self.labels >= 0]
         if (self.labels < -1).any() or (labelled >= self.num_classes).any():
             lo, hi = int(self.labels.min()), int(self.labels.max())
             raise DatasetError(f"{where}: labels range over [{lo}, {hi}] but must lie in "
                                f"[0, {self.num_classes - 1}] (or -1 for unlabelled)")
         for name in ("train_mask", "val_mask", "test_mask"):
-            mask = getattr(self, name)
-            if mask.shape != (n,) or mask.dtype != np.bool_:
-                raise DatasetError(f"{where}: {name} must be a bool array of shape ({n},)")
-            if (mask & (self.labels < 0)).any():
+            if (getattr(self, name) & (self.labels < 0)).any():
                 raise DatasetError(f"{where}: {name} selects nodes that have no label")
         return self
+
+    def check_structure(self, source: str | None = None) -> str:
+        """The checks of `validate` that read no values but the adjacency's indices (cheap
+        next to cutting a shard): the adjacency's CSR arrays form an N×N matrix (scipy would
+        segfault on them otherwise), and features, labels and masks have the types and shapes
+        the engine takes. Raises `DatasetError`; returns the name to use in messages."""
+        from .validate import csr_from_parts  # noqa: PLC0415 (validate imports this module)
+
+        where = source if source is not None else str(self.name)
+        adj = self.adj
+        if not sp.issparse(adj) or getattr(adj, "format", None) != "csr":
+            raise DatasetError(f"{where}: adjacency must be a scipy CSR matrix, got "
+                               f"{type(adj).__name__} (Graph.from_scipy converts any format)")
+        csr_from_parts(adj.data, adj.indices, adj.indptr, adj.shape, where, "adjacency")
+        n = adj.shape[0]
+        if adj.shape != (n, n):
+            raise DatasetError(f"{where}: adjacency must be square, got shape {adj.shape}")
+        for field, dtype, shape in (("features", np.float32, None), ("labels", np.int64, (n,)),
+                                    ("train_mask", np.bool_, (n,)), ("val_mask", np.bool_, (n,)),
+                                    ("test_mask", np.bool_, (n,))):
+            arr = getattr(self, field)
+            ok = isinstance(arr, np.ndarray) and arr.dtype == dtype and (
+                arr.shape == shape if shape else arr.ndim == 2 and arr.shape[0] == n)
+            if not ok:
+                got = (f"{arr.dtype} {arr.shape}" if isinstance(arr, np.ndarray)
+                       else type(arr).__name__)
+                want = f"({n},)" if shape else f"({n}, F)"
+                raise DatasetError(f"{where}: {field} must be a {np.dtype(dtype)} array of shape "
+                                   f"{want}, got {got} (Graph.from_scipy converts them)")
+        if isinstance(self.num_classes, (bool, np.bool_)) or not isinstance(
+                self.num_classes, (int, np.integer)) or self.num_classes < 1:
+            raise DatasetError(f"{where}: class count must be a positive integer, got "
+                               f"{self.num_classes!r}")
+        return where
 
 
 def row_normalize(features: np.ndarray) -> np.ndarray:
@@ -155,7 +198,9 @@ def incoming(adj: sp.spmatrix, directed: bool = False) -> sp.csr_matrix:
     Undirected graphs are symmetrized; edge weights and duplicates collapse to 1. Self loops stay
     (an edge i -> i is a message like any other, as in PyG's message passing).
     """
-    a = sp.csr_matrix(adj, dtype=np.float32)
+    from .validate import check_sparse  # noqa: PLC0415 (validate imports this module)
+
+    a = check_sparse(adj, "adjacency", "matrix").astype(np.float32)  # before scipy's kernels
     m = a.T.tocsr() if directed else (a + a.T).tocsr()
     m.sum_duplicates()
     m.data[:] = 1.0
@@ -255,30 +300,3 @@ def edges_to_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int, symmetrize: b
 def one_line(text: object) -> str:
     """Collapse a (possibly multi-line) exception text into one line for `DatasetError` messages."""
     return " ".join(str(text).split())
-
-
-def _numpy(value: Any) -> np.ndarray:
-    """A numpy array from numpy, a torch tensor (any device) or a sequence."""
-    if hasattr(value, "detach"):  # a torch tensor, without importing torch here
-        value = value.detach().cpu().numpy()
-    return np.asarray(value)
-
-
-def _mask(value: Any, n: int, what: str, name: str) -> np.ndarray:
-    """A bool mask of length ``n`` from a mask, an index array or None (empty)."""
-    if value is None:
-        return np.zeros(n, dtype=bool)
-    arr = _numpy(value).reshape(-1)
-    if arr.dtype == np.bool_:
-        if arr.shape != (n,):
-            raise DatasetError(f"{name}: {what} mask has {arr.size} entries, expected {n}")
-        return arr.copy()
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        raise DatasetError(f"{name}: {what} must be a bool mask or an array of node indices, "
-                           f"got dtype {arr.dtype}")
-    idx = arr.astype(np.int64)
-    if idx.size and (idx.min() < 0 or idx.max() >= n):
-        raise DatasetError(f"{name}: {what} indices must lie in [0, {n - 1}]")
-    mask = np.zeros(n, dtype=bool)
-    mask[idx] = True
-    return mask

@@ -213,3 +213,66 @@ def read_npz_member(archive: np.lib.npyio.NpzFile, key: str, where: str,
     except Exception as e:  # noqa: BLE001 - truncated member, object array (no pickles), lie
         raise error(f"{where}: cannot read key {key!r} ({type(e).__name__}: "
                     f"{one_line(e)[:200]})") from None
+
+
+def check_sparse(matrix: Any, where: str, what: str = "matrix",
+                 error: ErrorType = DatasetError) -> sp.csr_matrix:
+    """A CSR matrix from a scipy sparse matrix (or array) a caller handed over, checked like one
+    read from a file before any compiled scipy kernel touches it.
+
+    A scipy matrix is only its arrays: nothing stops a caller from setting ``indptr`` or
+    ``indices`` to anything, and scipy's kernels then read and write out of bounds (a segfault
+    or a corrupted heap, not an exception). CSR, CSC and BSR structures go through
+    `csr_from_parts`, COO through `check_coo`; LIL, DOK and DIA matrices are converted in Python
+    first (their row lists must match their shape) and the result checked. A valid CSR input
+    comes back sharing its arrays.
+    """
+    if not sp.issparse(matrix):
+        raise error(f"{where}: {what} must be a scipy sparse matrix, got "
+                    f"{type(matrix).__name__}")
+    fmt = getattr(matrix, "format", None)
+    shape = _shape2(getattr(matrix, "shape", None), where, what, error)
+    try:
+        if fmt == "csr":
+            return csr_from_parts(matrix.data, matrix.indices, matrix.indptr, shape, where, what,
+                                  error)
+        if fmt == "csc":  # the same arrays describe the transpose in CSR
+            return csr_from_parts(matrix.data, matrix.indices, matrix.indptr, shape[::-1], where,
+                                  what, error).T.tocsr()
+        if fmt == "coo":
+            row, col = check_coo(getattr(matrix, "row", None), getattr(matrix, "col", None),
+                                 shape, where, what, error)
+            data = matrix.data
+            if not isinstance(data, np.ndarray) or data.shape != row.shape or \
+                    data.dtype.kind not in "biuf":
+                raise error(f"{where}: {what} values do not match its {row.size} coordinates")
+            return sp.csr_matrix((data, (row, col)), shape=shape)
+        if fmt == "bsr":
+            r, c = matrix.blocksize
+            data = matrix.data
+            if not (isinstance(data, np.ndarray) and data.ndim == 3 and data.shape[1:] == (r, c)
+                    and r > 0 and c > 0 and shape[0] % r == 0 and shape[1] % c == 0):
+                raise error(f"{where}: {what} blocks do not match its block size and shape")
+            csr_from_parts(np.zeros(len(data), np.float32), matrix.indices, matrix.indptr,
+                           (shape[0] // r, shape[1] // c), where, f"{what} block", error)
+            return check_sparse(matrix.tocsr(), where, what, error)
+        if fmt == "lil":
+            rows, values = matrix.rows, matrix.data
+            if len(rows) != shape[0] or len(values) != shape[0] or any(
+                    not isinstance(a, list) or not isinstance(b, list) or len(a) != len(b)
+                    for a, b in zip(rows, values)):
+                raise error(f"{where}: {what} row lists do not match its shape {shape}")
+            rows_ok = [np.asarray(a) for a in rows if a]
+            if rows_ok and (any(a.dtype.kind not in "iu" for a in rows_ok) or
+                            min(int(a.min()) for a in rows_ok) < 0 or
+                            max(int(a.max()) for a in rows_ok) >= shape[1]):
+                raise error(f"{where}: {what} column indices outside [0, {shape[1] - 1}]")
+            return check_sparse(matrix.tocsr(), where, what, error)
+        if fmt in ("dok", "dia"):
+            return check_sparse(matrix.tocoo(), where, what, error)
+    except error:
+        raise
+    except (ValueError, TypeError, IndexError, OverflowError, AttributeError) as e:
+        raise error(f"{where}: {what} is not a valid {fmt} matrix ({type(e).__name__}: "
+                    f"{one_line(e)[:200]})") from None
+    raise error(f"{where}: {what} has sparse format {fmt!r}; give a CSR, CSC or COO matrix")

@@ -11,7 +11,8 @@ from torch import nn
 
 from plexus.core.grid import GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION, grid_misfit
-from plexus.datasets import Graph
+from plexus.datasets import DatasetError, Graph
+from plexus.datasets.inputs import mask as node_mask
 from plexus.engine.build import build_model
 from plexus.engine.config import EngineConfig, ModelConfig
 from plexus.engine.grid import Grid
@@ -22,7 +23,12 @@ from plexus.partitioners import RankShard, shard_graph
 def cut_shard(graph: Graph, shape: GridShape, coords: dict[str, int], model: ModelConfig,
               perm: str = DEFAULT_PERMUTATION, seed: int = 0) -> RankShard:
     """The shard of the rank at ``coords`` for ``model`` (raises ValueError when the grid does
-    not fit the graph: an axis with more ranks than what it cuts)."""
+    not fit the graph: an axis with more ranks than what it cuts, `DatasetError` when the
+    graph's arrays do not form one: `Graph.check_structure`)."""
+    if not isinstance(graph, Graph):
+        raise DatasetError(f"expected a plexus Graph, got {type(graph).__name__} (build one with "
+                           "Graph.from_scipy or Graph.from_pyg)")
+    graph.check_structure()
     f, c = graph.num_features, graph.num_classes
     problem = grid_misfit(shape, model.plans(f, c), graph.num_nodes, model.widths(f, c))
     if problem:
@@ -67,10 +73,11 @@ class GraphModel(nn.Module):
         return self.net.predict(logits)
 
     def add_mask(self, name: str, mask: Any) -> None:
-        """Register a node set (a bool mask over all N nodes, numpy or torch) for `loss`."""
-        full = np.asarray(mask.cpu() if hasattr(mask, "cpu") else mask, dtype=bool).reshape(-1)
-        if full.shape != (self.num_nodes,):
-            raise ValueError(f"mask {name!r} has {full.size} entries, the graph {self.num_nodes}")
+        """Register a node set (a bool mask over all N nodes or node indices, numpy or torch) for
+        `loss`; raises `DatasetError` (a ValueError) on anything else."""
+        if not isinstance(name, str) or not name:
+            raise DatasetError(f"a mask's name must be a non-empty string, got {name!r:.60}")
+        full = node_mask(mask, self.num_nodes, f"mask {name!r}", "add_mask")
         ids = self.shard.output_ids
         local = np.zeros(len(ids), dtype=bool)
         local[ids >= 0] = full[ids[ids >= 0]]
@@ -151,5 +158,7 @@ def distributed_model(graph: Graph, grid: Grid, model: ModelConfig | None = None
         model = ModelConfig(**options)
     elif options:
         raise TypeError("give either a ModelConfig or its fields as keywords, not both")
+    if isinstance(graph, Graph):
+        graph.validate()  # what the loaders promise of their graphs, for one built by hand too
     shard = cut_shard(graph, grid.shape, grid.coords, model, perm, seed)
     return model_from_shard(grid, shard, model, seed, engine)

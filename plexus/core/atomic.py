@@ -38,11 +38,14 @@ class UnsafeTargetError(ValueError):
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-          (stat.S_ISSOCK, "a socket"))
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symlink"))
 
 
-def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+def describe_mode(mode: int) -> str:
+    """What a node of ``st_mode`` is, for messages: "a directory", "a FIFO (named pipe)", ..."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return next((name for test, name in _KINDS if test(mode)), "an unknown kind of node")
 
 
 def output_target(path: str | os.PathLike) -> Path:
@@ -66,7 +69,7 @@ def output_target(path: str | os.PathLike) -> Path:
     if stat.S_ISLNK(link.st_mode) and stat.S_ISREG(mode):
         return Path(os.path.realpath(path))
     where = "a symlink to " if stat.S_ISLNK(link.st_mode) else ""
-    raise UnsafeTargetError(f"{path}: is {where}{_kind(mode)}, not a regular file; refusing to "
+    raise UnsafeTargetError(f"{path}: is {where}{describe_mode(mode)}, not a regular file; refusing to "
                             "replace it (give a file name)")
 
 
@@ -78,24 +81,53 @@ def replace_into(tmp: str | os.PathLike, target: str | os.PathLike) -> None:
     fsync_dir(final.parent)
 
 
+class _RecordingWriter:
+    """A file that keeps the `OSError` of a failed write: a library that catches it and raises
+    its own error instead (``torch.save``: a RuntimeError about stream positions) loses the
+    cause, and a full disk must be reported as one."""
+
+    def __init__(self, f: IO[Any]) -> None:
+        self._f = f
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self._f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+
 @contextmanager
 def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO[Any]]:
     """Open a temporary file beside ``path`` (text modes: UTF-8, no newline translation); when
     the block ends without an exception it is fsynced and renamed onto ``path``, otherwise
     removed. The file is readable by others (0644), like a plain ``open``. Raises
     `UnsafeTargetError` before writing anything when ``path`` is not a regular file or
-    absent."""
+    absent. A failed write (a full disk, a quota, an I/O error) raises its `OSError`, with
+    ``filename`` set to ``path``, even where the writing library replaced it with an error of
+    its own; the temporary file is gone and the old file untouched."""
     path = output_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    writer: _RecordingWriter | None = None
     try:
         os.fchmod(fd, 0o644)  # mkstemp makes 0600
         text = {} if "b" in mode else {"encoding": "utf-8", "newline": ""}
         with os.fdopen(fd, mode, **text) as f:
-            yield f
+            writer = _RecordingWriter(f)
+            yield writer  # type: ignore[misc]
             f.flush()
             os.fsync(f.fileno())
         replace_into(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        cause = writer.error if writer is not None and writer.error is not None else e
+        if isinstance(cause, OSError) and cause.filename is None:
+            cause.filename = str(path)
+        if cause is not e:
+            raise cause from None
         raise

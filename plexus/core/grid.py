@@ -19,6 +19,11 @@ AXES = ("x", "y", "z")
 _GRID_TEXT = re.compile(r"\s*([0-9]+)\s*[xX]\s*([0-9]+)\s*[xX]\s*([0-9]+)\s*")
 
 
+#: Most ranks a grid may have (2^20): beyond any machine, and every question about a world size
+#: (its factorizations, the performance model's ranking) is answered at once up to it.
+MAX_WORLD_SIZE = 1 << 20
+
+
 class GridError(ValueError):
     """A malformed grid, or one whose size does not match the job (a one-line message)."""
 
@@ -34,6 +39,28 @@ def _size(axis: str, value: Any) -> int:
     return int(size)
 
 
+def check_world_size(world_size: Any, what: str = "world size") -> int:
+    """``world_size`` as an int in [1, `MAX_WORLD_SIZE`]; raises `GridError` otherwise."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise GridError(f"{what} must be a positive integer, got {world_size!r}")
+    if world_size > MAX_WORLD_SIZE:
+        raise GridError(f"{what} has {world_size} ranks; at most {MAX_WORLD_SIZE} are supported")
+    return world_size
+
+
+def _divisors(n: int) -> list[int]:
+    """The divisors of ``n`` in increasing order (trial division up to sqrt(n))."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
+
+
 class GridShape(Mapping[str, int]):
     """Axis sizes of a 3D grid; a read-only mapping ``{"x": X, "y": Y, "z": Z}``.
 
@@ -44,6 +71,7 @@ class GridShape(Mapping[str, int]):
 
     def __init__(self, x: int, y: int, z: int) -> None:
         self._dims: tuple[int, int, int] = (_size("x", x), _size("y", y), _size("z", z))
+        check_world_size(self.world_size, f"grid {self}")
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
@@ -76,15 +104,10 @@ class GridShape(Mapping[str, int]):
     @classmethod
     def factorizations(cls, world_size: int) -> list["GridShape"]:
         """Every grid of ``world_size`` ranks (ordered X·Y·Z = world_size), x-major order."""
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-            raise GridError(f"world size must be a positive integer, got {world_size!r}")
-        out = []
-        for x in range(1, world_size + 1):
-            if world_size % x:
-                continue
-            rest = world_size // x
-            out += [cls(x, y, rest // y) for y in range(1, rest + 1) if rest % y == 0]
-        return out
+        check_world_size(world_size)
+        divisors = _divisors(world_size)
+        return [cls(x, y, world_size // (x * y)) for x in divisors for y in divisors
+                if (world_size // x) % y == 0 and world_size % x == 0]
 
     # ---- views ----------------------------------------------------------------------------
     @property

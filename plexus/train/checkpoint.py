@@ -11,8 +11,6 @@ and then renamed over the old one, so an interrupted save leaves the previous ch
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import math
 import os
 from dataclasses import asdict, dataclass
@@ -22,8 +20,9 @@ from typing import Any
 import torch
 
 from plexus.core.atomic import atomic_file
+from plexus.core.lockfile import FileLock, LockBusy, LockError, acquire
 from plexus.engine.config import ModelConfig, TrainConfig
-from plexus.engine.seeding import initial_parameters
+from plexus.engine.seeding import initial_parameters, initial_stats, split_name
 
 CHECKPOINT_NAME = "checkpoint.pt"
 #: Held (flock) by the run that writes the directory's checkpoint: two runs never share one.
@@ -58,43 +57,25 @@ def checkpoint_path(directory: str | os.PathLike) -> Path:
     return Path(directory) / CHECKPOINT_NAME
 
 
-class DirectoryLock:
-    """An exclusive lock on a checkpoint directory (`lock_directory`); `release` ends it, as
-    does the end of the process holding it, however it ends."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd: int | None = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor drops the flock
-            self._fd = None
+#: An exclusive lock on a checkpoint directory (`lock_directory`); ``release`` ends it, as does
+#: the end of the process holding it, however it ends.
+DirectoryLock = FileLock
 
 
 def lock_directory(directory: str | os.PathLike) -> DirectoryLock:
-    """Lock ``directory`` for this run's checkpoints. Raises `CheckpointError` when another
-    live run holds it (its saves would delete this run's temporary files, and the other way
-    round)."""
-    path = Path(directory) / LOCK_NAME
+    """Lock ``directory`` for this run's checkpoints (`plexus.core.lockfile`: no link followed,
+    nothing truncated, only a regular file of one link written). Raises `CheckpointError` when
+    another live run holds it (its saves would delete this run's temporary files, and the other
+    way round) or the lock file is not one."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot create the lock file ({e.strerror or e})") \
-            from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        os.close(fd)
-        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            who = f" (pid {holder})" if holder.isdigit() else ""
-            raise CheckpointError(f"--checkpoint {directory}: in use by another running "
-                                  f"plexus-train{who}; wait for it to end or use another "
-                                  "directory") from None
-        raise CheckpointError(f"{path}: cannot lock it ({e.strerror or e})") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return DirectoryLock(fd)
+        return acquire(Path(directory) / LOCK_NAME)
+    except LockBusy as e:
+        who = f" (pid {e.holder})" if e.holder is not None else ""
+        raise CheckpointError(f"--checkpoint {directory}: in use by another running "
+                              f"plexus-train{who}; wait for it to end or use another "
+                              "directory") from None
+    except LockError as e:
+        raise CheckpointError(str(e)) from None
 
 
 def make_checkpoint(full_state: dict, model: ModelConfig, train: TrainConfig,
@@ -155,9 +136,12 @@ def _structure_problem(payload: Any) -> str | None:
         return f"epoch {state.get('epoch')!r} is not a count of epochs"
     if not isinstance(state.get("params"), dict) or not isinstance(state.get("adam"), dict):
         return "params or adam is missing or not a dict"
-    for name, value in state["params"].items():
-        if not isinstance(name, str) or not isinstance(value, torch.Tensor):
-            return f"parameter {name!r} is not a tensor"
+    for key, what in (("params", "parameter"), ("stats", "running statistic")):
+        if not isinstance(state.get(key, {}), dict):
+            return f"{key} is not a dict"
+        for name, value in state.get(key, {}).items():
+            if not isinstance(name, str) or not isinstance(value, torch.Tensor):
+                return f"{what} {name!r} is not a tensor"
     for name, moments in state["adam"].items():
         if not isinstance(moments, dict) or set(moments) != {"step", "exp_avg", "exp_avg_sq"}:
             return f"Adam state of {name!r} is not step, exp_avg and exp_avg_sq"
@@ -179,6 +163,10 @@ def _structure_problem(payload: Any) -> str | None:
     extra = payload.get("extra", {})
     if not isinstance(extra, dict):
         return "extra is not a dict"
+    kept = extra.get("best_params")
+    if kept is not None and (not isinstance(kept, dict) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in kept.items())):
+        return "the best-validation weights are not a dict of tensors"
     best = extra.get("best")
     if best is not None:
         if not isinstance(best, dict) or set(best) - {"epoch", "val_acc", "test_acc", "train_acc"}:
@@ -203,34 +191,66 @@ def parameter_shapes(model: ModelConfig, num_nodes: int, num_features: int,
     return shapes
 
 
+def buffer_shapes(model: ModelConfig, num_features: int,
+                  num_classes: int) -> dict[str, tuple[int, ...]]:
+    """Name -> full shape of every buffer a model's state holds besides its parameters (the
+    BatchNorm running statistics), from the engine's own set (`initial_stats`), so that a
+    buffer a new layer kind adds is checked like the others."""
+    plans = model.plans(num_features, num_classes)
+    return {k: tuple(v.shape) for k, v in
+            initial_stats(plans, model.widths(num_features, num_classes)).items()}
+
+
+#: Buffers that hold a variance (by name, as `split_name` reads it): never negative.
+NONNEGATIVE_BUFFERS = ("var",)
+
+
+def _check_tensors(tensors: dict, wanted: dict[str, tuple[int, ...]], where: str,
+                   what: str, nonnegative: frozenset[str] = frozenset()) -> None:
+    """Exactly the names of ``wanted``, each a dense float tensor of its shape, finite, and
+    non-negative where named in ``nonnegative``; one `CheckpointError` line for the first
+    problem."""
+    if set(tensors) != set(wanted):
+        missing, unknown = sorted(set(wanted) - set(tensors)), sorted(set(tensors) - set(wanted))
+        raise CheckpointError(f"{where} does not hold this model's {what} (missing "
+                              f"{missing or 'none'}, unknown {unknown or 'none'})")
+    for name, shape in wanted.items():
+        t = tensors[name]
+        if t.layout != torch.strided or not t.is_floating_point() or tuple(t.shape) != shape:
+            raise CheckpointError(f"{where}: {name} is a {t.layout} {t.dtype} tensor of shape "
+                                  f"{tuple(t.shape)}; the model needs a dense float tensor of "
+                                  f"shape {shape}")
+        if not bool(torch.isfinite(t).all()):
+            raise CheckpointError(f"{where}: {name} holds NaN or infinite values; it is no state "
+                                  "to resume from")
+        if name in nonnegative and bool((t < 0).any()):
+            raise CheckpointError(f"{where}: {name} has negative values; it holds a variance")
+
+
 def check_state(payload: dict, model: ModelConfig, where: str = "checkpoint") -> None:
-    """Raise `CheckpointError` unless the checkpoint holds exactly ``model``'s tensors, at their
-    full shapes for the checkpoint's dataset, finite, with Adam moments of the same shapes (a
-    checkpoint that `load_checkpoint` returned, checked by `check_model`)."""
+    """Raise `CheckpointError` unless the checkpoint holds exactly ``model``'s tensors at their
+    full shapes for the checkpoint's dataset, finite: the parameters, Adam moments of the same
+    shapes (exp_avg_sq non-negative), every buffer (`buffer_shapes`: running means, variances
+    non-negative) and the best-validation weights when kept (a checkpoint that
+    `load_checkpoint` returned, checked by `check_model`)."""
     d = payload["dataset"]
     wanted = parameter_shapes(model, d["num_nodes"], d["num_features"], d["num_classes"])
-    params, adam = payload["state"]["params"], payload["state"]["adam"]
-    if set(params) != set(wanted):
-        missing, unknown = sorted(set(wanted) - set(params)), sorted(set(params) - set(wanted))
-        raise CheckpointError(f"{where} does not hold this model's parameters (missing "
-                              f"{missing or 'none'}, unknown {unknown or 'none'})")
+    buffers = buffer_shapes(model, d["num_features"], d["num_classes"])
+    state = payload["state"]
+    params, adam = state["params"], state["adam"]
+    _check_tensors(params, wanted, where, "parameters")
     if adam and set(adam) != set(params):  # Adam keeps state for all of them or none
         raise CheckpointError(f"{where} has Adam state for {sorted(adam)}, not for every "
                               f"parameter {sorted(params)}")
-    for name, shape in wanted.items():
-        tensors = [("", params[name])]
-        if name in adam:
-            tensors += [(f" Adam {k}", adam[name][k]) for k in ("exp_avg", "exp_avg_sq")]
-        for label, t in tensors:
-            if t.layout != torch.strided or not t.is_floating_point() or tuple(t.shape) != shape:
-                raise CheckpointError(f"{where}: {name}{label} is a {t.layout} {t.dtype} tensor "
-                                      f"of shape {tuple(t.shape)}; the model needs a dense "
-                                      f"float tensor of shape {shape}")
-            if not bool(torch.isfinite(t).all()):
-                raise CheckpointError(f"{where}: {name}{label} holds NaN or infinite values; "
-                                      "it is no state to resume from")
-        if name in adam and bool((adam[name]["exp_avg_sq"] < 0).any()):
-            raise CheckpointError(f"{where}: {name} Adam exp_avg_sq has negative values")
+    for name in adam:
+        _check_tensors({f"{name} Adam {k}": adam[name][k] for k in ("exp_avg", "exp_avg_sq")},
+                       {f"{name} Adam {k}": wanted[name] for k in ("exp_avg", "exp_avg_sq")},
+                       where, "Adam moments", frozenset({f"{name} Adam exp_avg_sq"}))
+    variances = frozenset(n for n in buffers if split_name(n)[0] in NONNEGATIVE_BUFFERS)
+    _check_tensors(state.get("stats", {}), buffers, where, "running statistics", variances)
+    kept = extra(payload).get("best_params")
+    if kept is not None:
+        _check_tensors(kept, {**wanted, **buffers}, where, "best-validation weights", variances)
 
 
 def check_epochs(payload: dict, epochs: int, where: str = "checkpoint") -> None:
@@ -239,6 +259,18 @@ def check_epochs(payload: dict, epochs: int, where: str = "checkpoint") -> None:
     if done > epochs:
         raise CheckpointError(f"{where} is at epoch {done}, past --epochs {epochs}; give "
                               f"--epochs {done} or more to continue it")
+
+
+def check_seed(payload: dict, seed: int, where: str = "checkpoint") -> None:
+    """Raise `CheckpointError` if the run would continue with another seed than the checkpoint
+    was trained with: the dropout masks of every later epoch follow the seed (a resume replays
+    the uninterrupted run exactly), so a changed seed is refused, not silently taken."""
+    saved = payload.get("train", {}).get("seed")
+    if _is_int(saved) and saved != seed:
+        raise CheckpointError(f"--seed {seed} but {where} was trained with --seed {saved}: the "
+                              "dropout masks of the epochs to come follow the seed; give "
+                              f"--seed {saved} to continue it, or start a new --checkpoint "
+                              "directory")
 
 
 def check_model(payload: dict, model: ModelConfig, where: str = "checkpoint") -> None:

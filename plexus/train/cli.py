@@ -22,7 +22,7 @@ from typing import Sequence
 
 from plexus.api.recipes import RECIPES, RecipeError, get_recipe
 from plexus.core.cli import ArgumentParser
-from plexus.core.grid import GridError, GridShape
+from plexus.core.grid import MAX_WORLD_SIZE, GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.core.modelopts import (ModelOptionsText, add_model_options, check_model_options,
                                    resolve_layers, resolve_order)
@@ -43,6 +43,7 @@ from .epochlogs import check_targets
 from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .faults import Fault
 from .options import RunOptions
+from .outputs import check_claims, dataset_files, run_claims
 from .prepare import check_best_kept, load_resume
 
 
@@ -178,22 +179,27 @@ def build_parser() -> argparse.ArgumentParser:
 # ---- checks --------------------------------------------------------------------------------
 MAX_TIMEOUT_S = 365 * 86400  # a year: longer is no timeout, and timedelta overflows past ~1e14 s
 MAX_SEED = 2**63 - 1  # what every generator (torch, numpy, R-MAT) takes
+# Adam's step moves every weight by about the learning rate: far above these a run can only
+# diverge (or overflow float32 before the loss shows it), so they are typing mistakes
+MAX_LR = 1e3
+MAX_WEIGHT_DECAY = 1e3
 
 
 def check_numbers(a: argparse.Namespace) -> None:
     """Range checks of the numeric options."""
     rules = [
         (a.epochs >= 0, f"--epochs must be >= 0, got {a.epochs}"),
-        (a.lr > 0, f"--lr must be > 0, got {a.lr}"),
-        (a.weight_decay >= 0, f"--weight-decay must be >= 0, got {a.weight_decay}"),
+        (0 < a.lr <= MAX_LR, f"--lr must be > 0 and at most {MAX_LR:g}, got {a.lr}"),
+        (0 <= a.weight_decay <= MAX_WEIGHT_DECAY,  # both false for NaN
+         f"--weight-decay must be >= 0 and at most {MAX_WEIGHT_DECAY:g}, got {a.weight_decay}"),
         (a.eval_every >= 0, f"--eval-every must be >= 0, got {a.eval_every}"),
         (a.checkpoint_every is None or a.checkpoint_every >= 1,
          f"--checkpoint-every must be >= 1, got {a.checkpoint_every}"),
         (0 < a.timeout <= MAX_TIMEOUT_S,  # also false for NaN; inf overflows timedelta
          f"--timeout must be > 0 and at most {MAX_TIMEOUT_S} seconds, got {a.timeout}"),
         (a.agg_chunks >= 1, f"--agg-chunks must be >= 1, got {a.agg_chunks}"),
-        (a.world_size is None or a.world_size >= 1,
-         f"--world-size must be >= 1, got {a.world_size}"),
+        (a.world_size is None or 1 <= a.world_size <= MAX_WORLD_SIZE,
+         f"--world-size must be in [1, {MAX_WORLD_SIZE}], got {a.world_size}"),
         (0 <= a.seed <= MAX_SEED, f"--seed must be in [0, 2**63 - 1], got {a.seed}"),
     ]
     for ok, message in rules:
@@ -322,6 +328,10 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
     check_numbers(a)
     if a.dataset is not None and not a.dataset.strip():  # '' must not quietly mean cora
         raise UsageError("--dataset is empty; give a spec such as cora, ogbn-arxiv or npz:PATH")
+    # every output resolved and compared before anything is read or written (cheap: stats)
+    check_claims(run_claims(a.checkpoint, a.log_json, a.log_csv, a.tensorboard,
+                            a.save_predictions, a.export,
+                            dataset_files(a.dataset, a.root, a.shards)))
     a.resume = resolve_resume(a, env is None or env.rank == 0)
     if a.grid is None and not a.shards:
         raise UsageError("the following arguments are required: --grid")
@@ -379,7 +389,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
             dataset = None if graph is None else ckpt.DatasetInfo(
                 graph.name, graph.num_nodes, graph.num_features, graph.num_classes,
                 graph_hash(graph))
-            payload = load_resume(a.checkpoint, model, a.epochs, dataset)
+            payload = load_resume(a.checkpoint, model, a.epochs, dataset, a.seed)
             if a.export_best:
                 check_best_kept(payload, str(ckpt.checkpoint_path(a.checkpoint)))
         if a.log_json:  # the file itself is opened by rank 0 (an existing one stays until the end)

@@ -20,7 +20,7 @@ from plexus.runtime.progress import lagging_rank
 from plexus.runtime.local import (PEER_ERROR_GRACE_S, LocalJobFailed, free_port, is_peer_error,
                                   launch_local)
 
-from .errors import TrainingDiverged, error_line
+from .errors import OutputFailed, RunStopped, error_line
 from .options import RunOptions
 from .prepare import LocalSetup, agree_on_failure, load_local
 from .report import finish
@@ -84,10 +84,11 @@ def _train(opts: RunOptions, setup: LocalSetup | None, error: BaseException | No
         start = time.perf_counter()
         with run.tracker or contextlib.nullcontext():
             history = run.trainer.fit(callback=run.on_epoch)
+        run.agree(None)  # an output the last epoch could not write stops every rank here
         finish(run, history, time.perf_counter() - start, setup_s=start - started)
-    except TrainingDiverged as e:  # on every rank at the same epoch: a clean stop, one line
-        if run.log is not None:
-            run.log.abandon()
+    except RunStopped as e:  # on every rank at the same epoch (or rank 0 alone, after the last
+        if run.log is not None:  # collective): a clean stop, one line
+            run.log.abandon(discard=isinstance(e, OutputFailed))
             print(error_line(e), file=sys.stderr, flush=True)
         dist.destroy_process_group()
         return 1

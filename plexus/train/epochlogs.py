@@ -1,22 +1,29 @@
 """Per-epoch logs besides the JSON lines (rank 0): a CSV of epochs and TensorBoard scalars.
 
-- ``--log-csv FILE``: a header, then one row per epoch, each written and flushed whole, so FILE
-  is readable (complete lines) while the run goes: ``tail -f FILE`` follows it. A failed run
-  keeps the rows of the epochs it finished.
+- ``--log-csv FILE``: a header, then one row per epoch, each written whole or not at all (a full
+  disk never leaves half a row), so FILE is readable (complete lines) while the run goes:
+  ``tail -f FILE`` follows it. A failed run keeps the rows of the epochs it finished; a resumed
+  run keeps the rows up to the epoch it resumed from and appends its own.
 - ``--tensorboard DIR``: event files for TensorBoard (``tensorboard --logdir DIR``): training
   loss, train/val/test accuracy, the step's and the evaluation's wall time, and rank 0's time
   per timer (SpMM, GEMM, each collective) in that epoch. Needs the ``tensorboard`` package;
-  without it the run goes on and says so in one line.
+  without it the run goes on and says so in one line. A resumed run purges the steps after the
+  epoch it resumed from (TensorBoard's ``purge_step``), so a requeued job's curves are whole.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import os
+import stat
 from pathlib import Path
-from typing import IO, Callable, Mapping, Protocol
+from typing import Callable, Mapping, Protocol
 
+from plexus.core.atomic import UnsafeTargetError, atomic_file, describe_mode, output_target
 from plexus.engine.trainer import EpochStats
+
+from .errors import OutputFailed, output_failure
 
 CSV_COLUMNS = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_time_s",
                "eval_time_s")
@@ -31,46 +38,128 @@ class EpochSink(Protocol):
     def close(self) -> None: ...
 
 
-class CsvLog:
-    """One row per epoch in ``path``; empty cells where an epoch was not evaluated."""
+class LineFile:
+    """A file of lines written through one descriptor, each `append` whole or not at all: a
+    write that fails part-way (a full disk, a quota) is cut back to the last whole line, so a
+    reader never sees half a row. Opened without following a link; only a regular file."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
-        self.path = Path(path)
-        self._f: IO[str] | None = open(self.path, "w", encoding="utf-8", newline="")
-        self._w = csv.writer(self._f)
-        self._w.writerow(CSV_COLUMNS)
-        self._f.flush()
+    def __init__(self, path: Path, what: str, append: bool = False) -> None:
+        self.path, self.what = path, what
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        fd = os.open(path, flags | (os.O_APPEND if append else os.O_TRUNC), 0o644)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise UnsafeTargetError(f"{path}: is {describe_mode(mode)}, not a regular file")
+        self._fd: int | None = fd
+        self._size = os.lseek(fd, 0, os.SEEK_END)
+
+    def append(self, text: str) -> None:
+        """Write ``text`` (whole lines) at the end; raises `OutputFailed` naming the file."""
+        if self._fd is None:
+            return
+        data = memoryview(text.encode("utf-8"))
+        try:
+            while data:
+                data = data[os.write(self._fd, data):]
+        except OSError as e:
+            try:
+                os.ftruncate(self._fd, self._size)  # back to the last whole line
+            except OSError:
+                pass
+            e.filename = str(self.path)
+            raise output_failure(e, self.what) from None
+        self._size += len(text.encode("utf-8"))
+
+    def close(self, sync: bool = True) -> None:
+        """Make the lines durable (``sync``) and close; raises `OutputFailed` when that fails."""
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            if sync:
+                os.fsync(fd)
+        except OSError as e:
+            e.filename = str(self.path)
+            raise output_failure(e, self.what) from None
+        finally:
+            os.close(fd)
+
+
+def _csv_line(values) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(values)
+    return buf.getvalue()
+
+
+def kept_csv_rows(path: Path, until: int) -> list[str]:
+    """The whole rows of a CSV log at ``path`` for epochs 1..``until`` (a resumed run keeps them;
+    none when the file is not such a log)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError):
+        return []
+    lines = text.split("\n")[:-1]  # a last line without its newline was cut: dropped
+    if not lines or next(csv.reader([lines[0]]), []) != list(CSV_COLUMNS):
+        return []
+    kept, last = [], 0
+    for line in lines[1:]:
+        row = next(csv.reader([line]), [])
+        if len(row) == len(CSV_COLUMNS) and row[0].isdigit() and last < int(row[0]) <= until:
+            last = int(row[0])
+            kept.append(line + "\n")
+    return kept
+
+
+class CsvLog:
+    """One row per epoch in ``path``; empty cells where an epoch was not evaluated. Resumed at
+    epoch ``resume`` it keeps the earlier rows of epochs 1..``resume``."""
+
+    def __init__(self, path: str | os.PathLike, resume: int | None = None) -> None:
+        # a symlink to a regular file is followed, as for every output (`output_target`)
+        self.path = output_target(Path(path))
+        rows = kept_csv_rows(self.path, resume) if resume else []
+        header = _csv_line(CSV_COLUMNS)
+        if rows:  # rewrite the kept rows atomically, then append to them
+            with atomic_file(self.path, "w") as f:
+                f.write(header + "".join(rows))
+            self._f: LineFile | None = LineFile(self.path, "the CSV log", append=True)
+        else:
+            self._f = LineFile(self.path, "the CSV log")
+            self._f.append(header)
 
     def epoch(self, stats: EpochStats, timers: Mapping[str, float]) -> None:
         """Append the epoch's row (``timers`` are for TensorBoard; the CSV keeps fixed columns)."""
         if self._f is None:
             return
         row = stats.as_dict()
-        self._w.writerow(["" if row.get(c) is None else row[c] for c in CSV_COLUMNS])
-        self._f.flush()
+        self._f.append(_csv_line(["" if row.get(c) is None else row[c] for c in CSV_COLUMNS]))
 
     def close(self) -> None:
         """Flush to disk and close (also when the run failed: the rows so far stay)."""
         if self._f is not None:
-            self._f.flush()
-            os.fsync(self._f.fileno())
-            self._f.close()
-            self._f = None
+            f, self._f = self._f, None
+            f.close()
 
     def discard(self) -> None:
         """Close and remove the file (the run never started)."""
-        self.close()
+        if self._f is not None:
+            f, self._f = self._f, None
+            f.close(sync=False)
         self.path.unlink(missing_ok=True)
 
 
 class TensorBoardLog:
     """Scalars per epoch through `torch.utils.tensorboard.SummaryWriter`."""
 
-    def __init__(self, logdir: str | os.PathLike) -> None:
+    def __init__(self, logdir: str | os.PathLike, resume: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415 (optional package)
 
         self.logdir = Path(logdir)
-        self._writer = SummaryWriter(log_dir=str(self.logdir))
+        # a resumed run's steps replace those an interrupted run wrote after the checkpoint
+        self._writer = SummaryWriter(log_dir=str(self.logdir),
+                                     purge_step=resume + 1 if resume else None)
         self._last: dict[str, float] = {}
 
     def epoch(self, stats: EpochStats, timers: Mapping[str, float]) -> None:
@@ -78,22 +167,31 @@ class TensorBoardLog:
         if self._writer is None:
             return
         w, step = self._writer, stats.epoch
-        w.add_scalar("loss/train", stats.loss, step)
-        for split in ("train", "val", "test"):
-            value = getattr(stats, f"{split}_acc")
-            if value is not None:
-                w.add_scalar(f"accuracy/{split}", value, step)
-        w.add_scalar("time/train_step_s", stats.epoch_time_s, step)
-        w.add_scalar("time/eval_s", stats.eval_time_s, step)
-        for name, total in timers.items():
-            w.add_scalar(f"timers/{name}", total - self._last.get(name, 0.0), step)
-        self._last = dict(timers)
-        w.flush()  # followable while the run goes (the writer would wait up to 2 minutes)
+        try:
+            w.add_scalar("loss/train", stats.loss, step)
+            for split in ("train", "val", "test"):
+                value = getattr(stats, f"{split}_acc")
+                if value is not None:
+                    w.add_scalar(f"accuracy/{split}", value, step)
+            w.add_scalar("time/train_step_s", stats.epoch_time_s, step)
+            w.add_scalar("time/eval_s", stats.eval_time_s, step)
+            for name, total in timers.items():
+                w.add_scalar(f"timers/{name}", total - self._last.get(name, 0.0), step)
+            self._last = dict(timers)
+            w.flush()  # followable while the run goes (the writer would wait up to 2 minutes)
+        except Exception as e:  # noqa: BLE001 - the writer's thread re-raises what it met
+            self._writer = None
+            raise OutputFailed(f"cannot write TensorBoard scalars in {self.logdir}: "
+                               f"{getattr(e, 'strerror', None) or e}") from None
 
     def close(self) -> None:
         if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+            writer, self._writer = self._writer, None
+            try:
+                writer.close()
+            except Exception as e:  # noqa: BLE001 - as in `epoch`
+                raise OutputFailed(f"cannot write TensorBoard scalars in {self.logdir}: "
+                                   f"{getattr(e, 'strerror', None) or e}") from None
 
 
 def tensorboard_available() -> bool:
@@ -105,10 +203,11 @@ def tensorboard_available() -> bool:
     return True
 
 
-def open_tensorboard(logdir: str | os.PathLike) -> TensorBoardLog | None:
+def open_tensorboard(logdir: str | os.PathLike, resume: int | None = None
+                     ) -> TensorBoardLog | None:
     """A `TensorBoardLog`, or None when the ``tensorboard`` package cannot be imported."""
     try:
-        return TensorBoardLog(logdir)
+        return TensorBoardLog(logdir, resume)
     except ImportError:
         return None
 
@@ -133,21 +232,30 @@ def check_targets(log_csv: str | None, tensorboard: str | None) -> None:
 
 
 def open_sinks(log_csv: str | None, tensorboard: str | None,
-               note: Callable[[str], None]) -> list[EpochSink]:
+               note: Callable[[str], None], resume: int | None = None) -> list[EpochSink]:
     """Rank 0's epoch sinks for ``--log-csv`` and ``--tensorboard`` (checked first); ``note``
-    gets the one line saying TensorBoard is missing."""
+    gets the one line saying TensorBoard is missing. ``resume``: the epoch a resumed run starts
+    after (earlier rows and steps are kept, later ones dropped)."""
+    from .errors import UsageError  # noqa: PLC0415
+
     check_targets(log_csv, tensorboard)
     sinks: list[EpochSink] = []
     board = None
     if tensorboard and tensorboard_available():
-        board = open_tensorboard(Path(tensorboard).expanduser())
+        try:
+            board = open_tensorboard(Path(tensorboard).expanduser(), resume)
+        except (OSError, OutputFailed) as e:
+            raise UsageError(f"--tensorboard {tensorboard}: cannot write there "
+                             f"({getattr(e, 'strerror', None) or e})") from None
     if tensorboard and board is None:
         note(TENSORBOARD_MISSING)
     if log_csv:
         try:
-            sinks.append(CsvLog(Path(log_csv).expanduser()))
-        except OSError as e:
-            from .errors import UsageError  # noqa: PLC0415
-
-            raise UsageError(f"--log-csv {log_csv}: cannot write it ({e.strerror or e})") from None
+            sinks.append(CsvLog(Path(log_csv).expanduser(), resume))
+        except (OSError, OutputFailed, UnsafeTargetError) as e:
+            for sink in [*sinks, board]:
+                if sink is not None:
+                    sink.close()
+            raise UsageError(f"--log-csv {log_csv}: cannot write it "
+                             f"({getattr(e, 'strerror', None) or e})") from None
     return sinks + ([board] if board is not None else [])

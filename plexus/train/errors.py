@@ -17,8 +17,27 @@ from .memcheck import MemoryCheckError
 PROG = "plexus-train"
 
 
-class TrainingDiverged(RuntimeError):
-    """The training loss became NaN or infinite (a one-line message; exit status 1)."""
+class RunStopped(RuntimeError):
+    """A run that stops part-way, on every rank at the same epoch (a one-line message, printed
+    by rank 0; exit status 1)."""
+
+
+class TrainingDiverged(RunStopped):
+    """The training loss, or the state after an optimizer step, became NaN or infinite."""
+
+
+class OutputFailed(RunStopped):
+    """An output could not be written (a full disk, a quota, an I/O error, a path that changed
+    under the run): nothing half-written stays, the previous checkpoint is intact."""
+
+
+def output_failure(error: BaseException, what: str) -> OutputFailed:
+    """`OutputFailed` naming the file and the cause of an `OSError` or `UnsafeTargetError`
+    raised while writing ``what`` (e.g. "the checkpoint")."""
+    if isinstance(error, OSError):
+        where = f" {error.filename}" if error.filename else ""
+        return OutputFailed(f"cannot write {what}{where}: {error.strerror or error}")
+    return OutputFailed(f"cannot write {what}: {error}")
 
 
 #: Exceptions that are the user's input, not a bug: reported as one line, exit status 2.
@@ -35,4 +54,5 @@ def error_line(error: object) -> str:
     return _error_line(PROG, f"{error}; {hint}" if hint else error)
 
 
-__all__ = ["PROG", "UsageError", "TrainingDiverged", "USER_ERRORS", "error_line"]
+__all__ = ["PROG", "UsageError", "RunStopped", "TrainingDiverged", "OutputFailed",
+           "output_failure", "USER_ERRORS", "error_line"]

@@ -1,7 +1,8 @@
 """Deliberate failures, for testing how a job fails (``plexus-train --inject-fault``, hidden).
 
 A failure handler that is never exercised does not work: the tests make one rank raise, die by
-SIGKILL or hang at a chosen epoch and check that the whole job ends, promptly, naming the rank.
+SIGKILL or hang at a chosen epoch and check that the whole job ends, promptly, naming the rank;
+or make one rank's optimizer step leave NaN in a weight (``nan``), which no checkpoint may keep.
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ import re
 import signal
 import time
 from dataclasses import dataclass
+from typing import Any, Mapping
 
-KINDS = ("raise", "kill", "hang")
+import torch
+
+KINDS = ("raise", "kill", "hang", "nan")
 
 
 class InjectedFault(RuntimeError):
@@ -36,9 +40,17 @@ class Fault:
                              f"of {', '.join(KINDS)}")
         return cls(int(m.group(2)), int(m.group(3)), m.group(1))
 
+    def maybe_corrupt(self, rank: int, epoch: int, shards: Mapping[str, Any]) -> None:
+        """``nan``: fill this rank's shard of the first parameter (by name) with NaN, as a
+        diverged optimizer step of ``epoch`` would, before the epoch's checks."""
+        if self.kind == "nan" and rank == self.rank and epoch == self.epoch and shards:
+            shard = shards[sorted(shards)[0]]
+            with torch.no_grad():
+                shard.fill_(float("nan"))
+
     def maybe_fire(self, rank: int, epoch: int) -> None:
         """Fail here if this is the chosen rank and epoch."""
-        if rank != self.rank or epoch != self.epoch:
+        if rank != self.rank or epoch != self.epoch or self.kind == "nan":
             return
         if self.kind == "raise":
             raise InjectedFault(f"fault injected on rank {rank} after epoch {epoch}")

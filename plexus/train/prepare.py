@@ -29,7 +29,7 @@ from . import checkpoint as ckpt
 from .checks import (auto_grid_choice, check_checkpoint_dir, check_grid_fits, check_log_path,
                      check_output_file, shard_bytes)
 from .epochlogs import EpochSink, open_sinks
-from .errors import PROG, USER_ERRORS, UsageError, error_line
+from .errors import PROG, USER_ERRORS, OutputFailed, UsageError, error_line
 from .memcheck import available_memory, check_memory, predicted_memory
 from .options import RunOptions
 from .runlog import JsonLog
@@ -55,15 +55,17 @@ class LocalSetup:
             self.checkpoint_lock = None
 
 
-def open_json_log(path: str) -> JsonLog:
-    """Open the JSON log's temporary file now, so a bad path is a set-up error."""
+def open_json_log(path: str, resume: int | None = None) -> JsonLog:
+    """Open the JSON log's temporary file now, so a bad path is a set-up error (``resume``: the
+    epoch a resumed run starts after; the earlier log's epochs up to it are kept)."""
     check_log_path(path)
     try:
-        return JsonLog(Path(path).expanduser())
+        return JsonLog(Path(path).expanduser(), resume)
     except UnsafeTargetError as e:  # the path changed since it was checked
         raise UsageError(f"--log-json {e}") from None
-    except OSError as e:
-        raise UsageError(f"--log-json {path}: cannot write it ({e.strerror or e})") from None
+    except (OSError, OutputFailed) as e:
+        raise UsageError(f"--log-json {path}: cannot write it "
+                         f"({getattr(e, 'strerror', None) or e})") from None
 
 
 def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
@@ -106,8 +108,8 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         check_memory(predicted, available_memory(device, local_ranks), grid)
     info = ckpt.DatasetInfo(shard.name, shard.num_nodes, shard.num_features, shard.num_classes,
                             sha256)
-    resume_from = (load_resume(opts.checkpoint, model, opts.train.epochs, info)  # type: ignore
-                   if opts.resume else None)
+    resume_from = (load_resume(opts.checkpoint, model, opts.train.epochs, info,  # type: ignore
+                               opts.train.seed) if opts.resume else None)
     if resume_from is not None and opts.export_best:
         check_best_kept(resume_from, str(ckpt.checkpoint_path(opts.checkpoint)))  # type: ignore
     json_log = lock = None
@@ -119,11 +121,17 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
                            (opts.export, "--export")):
             if path:
                 check_output_file(path, flag)
+        resumed = ckpt.saved_epoch(resume_from) if resume_from is not None else None
         if opts.log_json:
-            json_log = open_json_log(opts.log_json)
-        sinks = open_sinks(opts.log_csv, opts.tensorboard,
-                           lambda text: print(f"{PROG}: note: {text}", file=sys.stderr,
-                                              flush=True))
+            json_log = open_json_log(opts.log_json, resumed)
+        try:
+            sinks = open_sinks(opts.log_csv, opts.tensorboard,
+                               lambda text: print(f"{PROG}: note: {text}", file=sys.stderr,
+                                                  flush=True), resumed)
+        except UsageError:
+            if json_log is not None:
+                json_log.discard()
+            raise
         if opts.checkpoint:  # last: nothing after it may fail and leave the lock held
             try:
                 lock = ckpt.lock_directory(Path(opts.checkpoint).expanduser())
@@ -135,13 +143,14 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
 
 
 def load_resume(checkpoint: str, model: ModelConfig, epochs: int,
-                dataset: ckpt.DatasetInfo | None) -> dict:
+                dataset: ckpt.DatasetInfo | None, seed: int = 0) -> dict:
     """The checkpoint in directory ``checkpoint`` to resume from, checked against the model,
-    --epochs and (when known) the dataset. Raises `ckpt.CheckpointError`."""
+    --epochs, --seed and (when known) the dataset. Raises `ckpt.CheckpointError`."""
     payload = ckpt.load_checkpoint(checkpoint)
     where = str(ckpt.checkpoint_path(checkpoint))
     ckpt.check_model(payload, model, where)
     ckpt.check_epochs(payload, epochs, where)
+    ckpt.check_seed(payload, seed, where)
     if dataset is not None:
         ckpt.check_dataset(payload, dataset, where)
     ckpt.check_state(payload, model, where)

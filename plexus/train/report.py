@@ -101,6 +101,9 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
     memory = gather_memory(run)
     if run.log is None:
         return
+    failed = results.pop("output_error", None)
+    if failed is not None:  # rank 0, after the last collective: the others end normally
+        raise failed
     epoch_times = [s.epoch_time_s for s in history]
     wall = WallTime.of(history, setup_s, setup_s + train_time_s + time.perf_counter() - begun,
                        final_eval_s)

@@ -17,8 +17,9 @@ import torch
 
 from plexus.api import GraphModel, gather_outputs, save_weights
 from plexus.api.results import gather_rows
-from plexus.core.atomic import atomic_file
+from plexus.core.atomic import UnsafeTargetError, atomic_file
 
+from .errors import output_failure
 from .options import RunOptions
 
 
@@ -110,10 +111,16 @@ def end_of_run(opts: RunOptions, model: GraphModel, dataset_name: str, epoch: in
         outputs = gather_outputs(model, logits=bool(opts.save_predictions),
                                  embeddings=bool(opts.save_predictions) and opts.save_embeddings)
     truth = _labels_and_test(model) if ogb else None
+    def failed(error: BaseException, what: str) -> None:  # rank 0: report it after the last
+        summary.setdefault("output_error", output_failure(error, what))  # collective
+
     if rank0 and opts.save_predictions:
         assert outputs is not None
-        summary["predictions_file"] = str(save_predictions(opts.save_predictions, outputs,
-                                                           epoch))
+        try:
+            summary["predictions_file"] = str(save_predictions(opts.save_predictions, outputs,
+                                                               epoch))
+        except (OSError, UnsafeTargetError) as e:
+            failed(e, "--save-predictions")
     if rank0 and ogb:
         assert outputs is not None and truth is not None
         summary["ogb"] = ogb_metric(dataset_name, outputs["pred"], *truth)
@@ -121,7 +128,11 @@ def end_of_run(opts: RunOptions, model: GraphModel, dataset_name: str, epoch: in
             summary["ogb_best"] = {**summary["ogb"], "epoch": epoch}
 
     def export(final: bool, at: int | None) -> None:
-        path = save_weights(model, opts.export, {"epoch": at, "best": not final})
+        try:  # a collective; only rank 0 writes (last), so only it can fail here
+            path = save_weights(model, opts.export, {"epoch": at, "best": not final})
+        except (OSError, UnsafeTargetError) as e:
+            failed(e, "--export")
+            return
         if rank0:
             summary["export_file"] = str(path)
 

@@ -17,15 +17,18 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any, Mapping, Sequence
 
 from plexus.core.atomic import UnsafeTargetError, output_target, replace_into
 from plexus.engine.trainer import EpochStats
 from plexus.core.units import format_bytes, format_seconds
 
-from .epochlogs import EpochSink
+from .epochlogs import EpochSink, LineFile
+from .errors import OutputFailed, output_failure
 from .walltime import format_wall_time
 
 
@@ -74,10 +77,42 @@ class BestRecord:
         return cls(d.get("epoch"), d.get("val_acc"), d.get("test_acc"), d.get("train_acc"))
 
 
-class JsonLog:
-    """JSON-lines log written to ``path.tmp`` and atomically renamed to ``path`` by `close`."""
+def kept_json_records(paths: Sequence[Path], until: int) -> list[str]:
+    """The epoch lines, epochs 1..``until``, of the first of ``paths`` (regular files only) that
+    is a readable JSON log; a resumed run keeps them. Lines that are not whole JSON objects
+    with an epoch (a line cut by a kill, a summary, someone else's file) are dropped."""
+    for path in paths:
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                continue
+            with open(path, encoding="utf-8") as f:
+                lines = f.read().split("\n")[:-1]  # a last line without its newline was cut
+        except (OSError, UnicodeDecodeError):
+            continue
+        kept, last = [], 0
+        for line in lines:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            epoch = obj.get("epoch") if isinstance(obj, dict) else None
+            if isinstance(epoch, int) and not isinstance(epoch, bool) \
+                    and not obj.get("summary") and last < epoch <= until:
+                last = epoch
+                kept.append(line + "\n")
+        if kept:
+            return kept
+    return []
 
-    def __init__(self, path: str | os.PathLike) -> None:
+
+class JsonLog:
+    """JSON-lines log written to ``path.tmp`` and atomically renamed to ``path`` by `close`.
+
+    A run resumed at epoch ``resume`` starts the log with the epochs 1..``resume`` of the log
+    an earlier run left (its unpublished ``path.tmp`` if it was stopped, else ``path``), so
+    the log of a requeued job is whole."""
+
+    def __init__(self, path: str | os.PathLike, resume: int | None = None) -> None:
         # Only a regular file (or nothing) is replaced, at FILE and at FILE.tmp: never a device,
         # a FIFO or what a symlink there points to (`plexus.core.atomic.output_target`).
         self.path = output_target(path)
@@ -85,33 +120,37 @@ class JsonLog:
         if output_target(self.tmp) != self.tmp:
             raise UnsafeTargetError(f"{self.tmp}: is a symlink; refusing to write through it")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        self._f: IO[str] | None = open(fd, "w", encoding="utf-8")
+        kept = kept_json_records([self.tmp, self.path], resume) if resume else []
+        self._f: LineFile | None = LineFile(self.tmp, "the JSON log")
+        if kept:
+            self._f.append("".join(kept))
 
     def write(self, obj: dict) -> None:
-        """Append one object as a line; flushed so a running job can be followed."""
+        """Append one object as a line, whole or not at all, so a running job can be followed;
+        raises `OutputFailed` naming the file."""
         assert self._f is not None, "log already closed"
-        self._f.write(json.dumps(_finite(obj), sort_keys=False) + "\n")
-        self._f.flush()
+        self._f.append(json.dumps(_finite(obj), sort_keys=False) + "\n")
 
     def close(self) -> None:
-        """Make the log durable and move it into place."""
+        """Make the log durable and move it into place (`OutputFailed` when that fails)."""
         if self._f is None:
             return
-        self._f.flush()
-        os.fsync(self._f.fileno())
-        self._f.close()
-        self._f = None
-        replace_into(self.tmp, self.path)
+        f, self._f = self._f, None
+        f.close()
+        try:
+            replace_into(self.tmp, self.path)
+        except (OSError, UnsafeTargetError) as e:
+            raise output_failure(e, "the JSON log") from None
 
     def abandon(self) -> None:
-        """Stop writing without publishing (the run failed); ``path.tmp`` keeps what was logged."""
+        """Stop writing without publishing (the run failed); ``path.tmp`` keeps what was logged
+        (a resumed run starts from it)."""
         if self._f is not None:
-            self._f.close()
-            self._f = None
+            f, self._f = self._f, None
+            f.close(sync=False)
 
     def discard(self) -> None:
-        """Close and remove the temporary file (the run never started)."""
+        """Close and remove the temporary file (the run never started, or could not write)."""
         self.abandon()
         self.tmp.unlink(missing_ok=True)
 
@@ -219,8 +258,9 @@ class RunLog:
         except CONSOLE_ERRORS:
             self._lose_console()
 
-    def abandon(self) -> None:
-        """The run failed: close the bar and leave the JSON log unpublished."""
+    def abandon(self, discard: bool = False) -> None:
+        """The run failed: close the bar and leave the JSON log unpublished (``discard``: an
+        output could not be written, and the log's temporary file goes too)."""
         if self.bar is not None:
             try:
                 self.bar.close()
@@ -228,13 +268,25 @@ class RunLog:
                 pass
             self.bar = None
         if self.json is not None:
-            self.json.abandon()
-        self._close_sinks()
+            if discard:
+                self.json.discard()
+            else:
+                self.json.abandon()
+        try:
+            self._close_sinks()
+        except OutputFailed:  # the run has failed already; that failure is the one to report
+            pass
 
     def _close_sinks(self) -> None:
-        for sink in self.sinks:
-            sink.close()
-        self.sinks = []
+        sinks, self.sinks = self.sinks, []
+        failure = None
+        for sink in sinks:
+            try:
+                sink.close()
+            except OutputFailed as e:
+                failure = failure or e
+        if failure is not None:
+            raise failure
 
 
 def format_summary(s: dict) -> str:

@@ -7,8 +7,10 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from plexus.api import GraphModel, model_from_shard
+from plexus.core.atomic import UnsafeTargetError
 from plexus.engine.comm import Comm
 from plexus.engine.grid import Grid
 from plexus.engine.trainer import EpochStats, Trainer
@@ -18,7 +20,7 @@ from plexus.runtime.memstats import (TensorTracker, peak_rss_bytes, reset_peak_r
                                      resident_storages)
 
 from . import checkpoint as ckpt
-from .errors import PROG, TrainingDiverged
+from .errors import PROG, OutputFailed, TrainingDiverged, output_failure
 from .options import RunOptions
 from .prepare import LocalSetup
 from .results import BestWeights, needs_best_weights
@@ -44,14 +46,22 @@ class Run:
     predicted_bytes: float = 0.0  # the performance model's memory per rank
     tracker: TensorTracker | None = None  # tensor bytes of training (CPU runs)
     setup_peak_rss: int = 0  # peak RSS of loading and set-up, before training
+    pending: OutputFailed | None = None  # rank 0: an output it could not write, not yet agreed
 
     def check_finite(self, stats: EpochStats) -> None:
         """Raise `TrainingDiverged` on a NaN/Inf loss (every rank sees the same reduced loss, so
         every rank stops at the same epoch and none waits in a collective)."""
         if math.isfinite(stats.loss):
             return
+        raise TrainingDiverged(f"loss is {stats.loss} at epoch {stats.epoch}; stopped; "
+                               f"{self._last_good(stats.epoch)}")
+
+    def _last_good(self, epoch: int) -> str:
+        """What a stop at ``epoch`` leaves to resume from: every checkpoint this run wrote held
+        a finite state (`check_state` runs before each), and so did the one it resumed from
+        (`plexus.train.checkpoint.check_state`), unless that one diverges at once."""
         if self.saved_epoch is not None and self.saved_epoch == self.resumed_epoch \
-                and stats.epoch == self.resumed_epoch + 1:
+                and epoch == self.resumed_epoch + 1:
             # the state resumed from diverges at once: it is not a good checkpoint
             last = (f"the checkpoint resumed from, {ckpt.checkpoint_path(self.opts.checkpoint)} "
                     f"(epoch {self.resumed_epoch}), gives it at once: no good checkpoint to "
@@ -61,7 +71,45 @@ class Run:
                     f"(epoch {self.saved_epoch}); resume from it with a lower --lr")
         else:
             last = "no checkpoint was written (--checkpoint DIR keeps one to resume from)"
-        raise TrainingDiverged(f"loss is {stats.loss} at epoch {stats.epoch}; stopped; {last}")
+        return last
+
+    def _state_tensors(self) -> dict[str, torch.Tensor]:
+        """This rank's shards of every parameter, running statistic and Adam moment, by name."""
+        out = dict(self.model.named_tensors())
+        for name, p in self.trainer.params.items():
+            for moment, value in self.trainer.opt.state.get(p, {}).items():
+                if moment != "step" and isinstance(value, torch.Tensor):
+                    out[f"{name} Adam {moment}"] = value
+        return out
+
+    def agree(self, stats: EpochStats | None) -> None:
+        """Collective (one all-reduce): after epoch ``stats`` (None: at the end of training),
+        every rank learns whether any rank's state holds NaN/Inf after the optimizer step, and
+        whether rank 0 failed to write an output; all stop together (`TrainingDiverged`,
+        `OutputFailed`) before anything more is written. Nothing non-finite reaches a
+        checkpoint: this runs before every save."""
+        tensors = self._state_tensors() if stats is not None else {}
+        names = sorted(tensors)
+        flags = [0 if bool(torch.isfinite(tensors[n]).all()) else 1 for n in names]
+        flags.append(int(self.pending is not None))
+        if self.grid.world_size > 1:
+            t = torch.tensor(flags, dtype=torch.int64, device=self.grid.device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            flags = [int(v) for v in t.tolist()]
+        if flags[-1]:
+            raise self.pending or OutputFailed("rank 0 could not write an output")
+        bad = [n for n, f in zip(names, flags) if f]
+        if bad and stats is not None:
+            shown = ", ".join(bad[:4]) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
+            raise TrainingDiverged(
+                f"the optimizer step of epoch {stats.epoch} (loss {stats.loss:.4g} before it) left "
+                f"NaN or infinite values in {shown}; stopped before saving that state; "
+                f"{self._last_good(stats.epoch)}")
+
+    def note_failure(self, error: BaseException, what: str) -> None:
+        """Rank 0 could not write ``what``: remember it for the next `agree`, write no more."""
+        if self.pending is None:
+            self.pending = output_failure(error, what)
 
     def save_checkpoint(self) -> None:
         """Collective: assemble the full state; rank 0 writes it."""
@@ -74,18 +122,30 @@ class Run:
                 extra["best_params"] = best_params
             payload = ckpt.make_checkpoint(state, self.opts.model, self.opts.train, self.dataset,
                                            extra)
-            ckpt.save_checkpoint(self.opts.checkpoint, payload)  # type: ignore[arg-type]
+            if self.pending is None:  # after a failed output, nothing more is written
+                try:
+                    ckpt.save_checkpoint(self.opts.checkpoint, payload)  # type: ignore[arg-type]
+                except (OSError, UnsafeTargetError) as e:
+                    self.note_failure(e, "the checkpoint")
+                    return
         self.saved_epoch = self.trainer.epoch
 
     def on_epoch(self, stats: EpochStats) -> None:
-        """After every epoch: stop on divergence, track the best validation epoch, report,
+        """After every epoch: stop on divergence (of the loss, or of the state the step left)
+        or on an output rank 0 could not write, track the best validation epoch, report,
         checkpoint."""
+        if self.opts.fault is not None:
+            self.opts.fault.maybe_corrupt(self.grid.rank, stats.epoch, self.model.named_shards())
         self.check_finite(stats)
+        self.agree(stats)
         self.best.update(stats)
         if self.best_weights is not None and self.best.epoch == stats.epoch:
             self.best_weights.capture(self.model, stats.epoch)
-        if self.log is not None:
-            self.log.epoch(stats, self.comm.timers.seconds)
+        if self.log is not None and self.pending is None:
+            try:
+                self.log.epoch(stats, self.comm.timers.seconds)
+            except OutputFailed as e:
+                self.pending = e
         if self.opts.checkpoint and (stats.epoch % self.opts.checkpoint_every == 0
                                      or stats.epoch == self.opts.train.epochs):
             self.save_checkpoint()
