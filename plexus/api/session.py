@@ -7,6 +7,9 @@ script runs both ways.
 
 from __future__ import annotations
 
+import ast
+import sys
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -57,6 +60,43 @@ def _local_worker(fn: Callable[..., Any], grid: GridShape, timeout_s: float, arg
     return _run(fn, grid, timeout_s, args)
 
 
+def _is_main_guard(node: ast.stmt) -> bool:
+    """``if __name__ == "__main__":`` (either way round)."""
+    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
+        return False
+    parts = [node.test.left, *node.test.comparators]
+    names = {p.id for p in parts if isinstance(p, ast.Name)}
+    texts = {p.value for p in parts if isinstance(p, ast.Constant)}
+    return names == {"__name__"} and texts == {"__main__"} and \
+        isinstance(node.test.ops[0], ast.Eq)
+
+
+def unguarded_main_call() -> str | None:
+    """``FILE:LINE`` where the script run as ``__main__`` reaches this call from its top level
+    outside ``if __name__ == "__main__":`` (local workers import the script again: they would
+    reach the call too), or None (guarded, or no script file: ``-c``, a notebook)."""
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not main_file or not str(main_file).endswith(".py"):
+        return None
+    lines = []
+    frame = sys._getframe(1)  # noqa: SLF001 - the caller chain is what the question is about
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "__main__" and frame.f_code.co_name == "<module>":
+            lines.append(frame.f_lineno)
+        frame = frame.f_back
+    if not lines:
+        return None
+    try:
+        tree = ast.parse(Path(main_file).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return None
+    guarded = [(n.lineno, n.end_lineno or n.lineno) for n in tree.body if _is_main_guard(n)]
+    for line in lines:
+        if not any(lo <= line <= hi for lo, hi in guarded):
+            return f"{main_file}:{line}"
+    return None
+
+
 def launch(fn: Callable[..., Any], *args: Any, grid: str | GridShape = "1x1x1",
            timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
     """Run ``fn(grid, *args)`` on every rank of an X×Y×Z grid; ``grid`` is a `Grid`.
@@ -65,9 +105,16 @@ def launch(fn: Callable[..., Any], *args: Any, grid: str | GridShape = "1x1x1",
     a 1x1x1 grid runs in this process) and returns what ``fn`` returned on rank 0. Under
     torchrun or srun this process joins the job as one rank and returns what ``fn`` returned
     here. ``fn`` and ``args`` must be picklable (a module-level function; in a script, guard the
-    call with ``if __name__ == "__main__":``). A worker that fails ends the job:
-    `plexus.runtime.local.LocalJobFailed` names the rank and the cause.
+    call with ``if __name__ == "__main__":``; without it the script ends at the call with one
+    line saying so, before anything starts, since every worker would import the script and
+    launch again). A worker that fails ends the job: `plexus.runtime.local.LocalJobFailed` names
+    the rank and the cause.
     """
+    where = unguarded_main_call()
+    if where is not None:
+        raise SystemExit(f"plexus.launch: error: called at the top level of {where} without "
+                         "if __name__ == \"__main__\": (each worker imports the script and "
+                         "would launch again); put the call under that guard")
     shape = GridShape.of(grid)
     if detect_environment() is not None or dist.is_initialized():
         return _run(fn, shape, timeout_s, args)

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import platform
+import stat
 import statistics
 import time
 import warnings
@@ -102,17 +103,57 @@ class Calibration:
 
 def load_calibration(path: str | os.PathLike | None) -> Calibration:
     """The calibration in the JSON file at ``path`` (written by ``plexus-bench calibrate``);
-    the defaults when ``path`` is None. Raises ValueError on an unreadable or invalid file."""
+    the defaults when ``path`` is None. Raises ValueError on an unreadable or invalid file (a
+    FIFO or a device is refused before it is opened; a key the format does not have, or a
+    missing rate, is refused rather than quietly replaced by the defaults)."""
     if path is None:
         return Calibration()
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"calibration {path}: not a regular file; give the JSON file "
+                             "plexus-bench calibrate wrote")
+        if os.stat(path).st_size > MAX_CALIBRATION_BYTES:
+            raise ValueError(f"calibration {path}: too large for a calibration file")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with open(fd, encoding="utf-8") as f:
+            data = json.load(f, parse_constant=_no_constant)
     except OSError as e:
         raise ValueError(f"cannot read calibration {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"calibration {path} is not UTF-8 text: {e.reason}") from None
+    except RecursionError:
+        raise ValueError(f"calibration {path} is not valid JSON: nested too deeply") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"calibration {path} is not valid JSON: {e}") from None
-    return Calibration.from_dict(data, source=str(path))
+    if not isinstance(data, Mapping):
+        raise ValueError(f"calibration {path}: must be a JSON object")
+    unknown = sorted(set(data) - FILE_KEYS)
+    if unknown:
+        raise ValueError(f"calibration {path}: unknown key {unknown[0]!r}; a calibration file "
+                         f"has {', '.join(sorted(RATE_KEYS))} (plexus-bench calibrate writes it)")
+    source = str(path) if "alpha" in data else \
+        f"{path} (collectives not measured: default alpha/beta)"
+    calibration = Calibration.from_dict(data, source=source)  # the values present, checked
+    missing = [k for k in ("spmm_flops", "gemm_flops") if k not in data]
+    if missing:
+        raise ValueError(f"calibration {path}: {missing[0]} is missing (plexus-bench calibrate "
+                         "writes it)")
+    if ("alpha" in data) != ("beta" in data):
+        raise ValueError(f"calibration {path}: has {'alpha' if 'alpha' in data else 'beta'} "
+                         "without its partner; collectives are calibrated as an alpha/beta pair")
+    return calibration
+
+
+def _no_constant(name: str) -> Any:
+    raise json.JSONDecodeError(f"{name} is not a JSON number", name, 0)
+
+
+#: The rates a calibration file holds, and what else plexus-bench calibrate writes in it.
+RATE_KEYS = frozenset({"spmm_flops", "gemm_flops", "alpha", "beta", "axes"})
+FILE_KEYS = RATE_KEYS | {"version", "created", "host", "machine", "torch", "threads",
+                         "measurements", "backend", "note", "source"}
+MAX_CALIBRATION_BYTES = 64 << 20
 
 
 def _timeit(fn: Callable[[], object], reps: int) -> float:

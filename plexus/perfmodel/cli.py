@@ -12,13 +12,14 @@ Bad input ends with one line ``PROG: error: ...`` on stderr and exit status 2.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from dataclasses import asdict
 from typing import Sequence
 
 from plexus.core.cli import ArgumentParser, UsageError, report_error
-from plexus.core.grid import GridShape
+from plexus.core.grid import MAX_WORLD_SIZE, GridShape
 from plexus.core.modelopts import (ModelOptionsText, add_model_options, check_model_options,
                                    describe_model, resolve_layers, resolve_order)
 from plexus.core.units import format_bytes, format_seconds
@@ -101,8 +102,12 @@ def model_main(argv: Sequence[str] | None = None) -> int:
     parser = _model_parser()
     try:
         args = parser.parse_args(argv)
-        if args.world_size < 1:
-            raise ValueError(f"--world-size must be >= 1, got {args.world_size}")
+        if not 1 <= args.world_size <= MAX_WORLD_SIZE:  # the ranking answers at once up to it
+            raise ValueError(f"--world-size must be in [1, {MAX_WORLD_SIZE}], got "
+                             f"{args.world_size}")
+        if args.memory_limit is not None and not 0 < args.memory_limit < math.inf:
+            raise ValueError(f"--memory-limit must be a number of GiB > 0, got "
+                             f"{args.memory_limit}")
         if args.top < 0:
             raise ValueError(f"--top must be >= 0, got {args.top}")
         check_model_options(args)

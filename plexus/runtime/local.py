@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import multiprocessing.forkserver
 import multiprocessing.util
 import os
 import re
 import shutil
+import signal
 import socket
 import sys
 import tempfile
+import threading
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,6 +44,7 @@ class WorkerFailure:
     exitcode: int
     message: str  # the worker's exception, one line
     traceback: str  # the worker's traceback where it reported one
+    pid: int | None = None
 
 
 class LocalJobFailed(RuntimeError):
@@ -53,7 +57,8 @@ class LocalJobFailed(RuntimeError):
         self.progress = dict(progress or {})
         first = failures[0]
         more = f" ({len(failures) - 1} more failed after it)" if len(failures) > 1 else ""
-        super().__init__(f"worker rank {first.rank} {first.message}{more}")
+        pid = f" (pid {first.pid})" if first.pid else ""
+        super().__init__(f"worker rank {first.rank}{pid} {first.message}{more}")
 
 
 def _quiet_elastic_logs() -> None:
@@ -79,8 +84,22 @@ def _start_method(entrypoint: Callable[..., Any]) -> str:
     """
     if use_cuda() or "forkserver" not in mp.get_all_start_methods():
         return "spawn"
-    mp.set_forkserver_preload(["torch", "torch._dynamo", entrypoint.__module__])
+    mp.set_forkserver_preload(["torch", "torch._dynamo", "plexus.runtime.bootstrap",
+                               entrypoint.__module__])
     return "forkserver"
+
+
+def _start_forkserver() -> None:
+    """Start the fork server with SIGINT ignored: it imports torch first (seconds), and a
+    Ctrl-C then would print its traceback; the launcher handles the interrupt alone. The
+    workers it forks take SIGINT back (`_worker`)."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal dispositions belong to the main thread; the server starts on demand
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextmanager
@@ -98,7 +117,12 @@ def _temporary_files_in(directory: str) -> Iterator[None]:
 
 def _worker(lifeline: Lifeline, progress_dir: str, entrypoint: Callable[..., Any],
             *args: Any) -> Any:
-    """What a local worker runs: first tie its life to the launcher's, then the entry point."""
+    """What a local worker runs: first tie its life to the launcher's, then the entry point.
+
+    SIGINT ends a worker at once, by the signal: the launcher then names it ("worker rank 1
+    (pid N) was killed by signal SIGINT") rather than a peer's broken connection, and no
+    traceback is printed (Ctrl-C reaches every process of the job)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     lifeline.hold()
     os.environ[PROGRESS_DIR_ENV] = progress_dir
     return entrypoint(*args)
@@ -116,8 +140,17 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any) -> lis
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError  # noqa: PLC0415
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch  # noqa: PLC0415
 
+    if getattr(mp.current_process(), "_inheriting", False):
+        # a worker importing the user's script again, which called the launch at its top level
+        # (no ``if __name__ == "__main__":`` guard): starting workers here would recurse
+        print("plexus: error: a worker process imported your script and reached its call to "
+              "plexus.launch again; put that call under if __name__ == \"__main__\":",
+              file=sys.stderr, flush=True)
+        raise SystemExit(2)
     _quiet_elastic_logs()
     start_method = _start_method(entrypoint)
+    if start_method == "forkserver":
+        _start_forkserver()
     for stream in (sys.stdout, sys.stderr):  # our own lines first, then the workers'
         try:
             stream.flush()
@@ -194,7 +227,7 @@ def _failures(error: Any) -> list[WorkerFailure]:
             message = f"failed: {lines[-1].strip()}"
         else:
             message = f"exited with status {failure.exitcode}"
-        found = WorkerFailure(rank, failure.exitcode, message, tb)
+        found = WorkerFailure(rank, failure.exitcode, message, tb, failure.pid or None)
         signal_name = failure.signal_name() if failure.exitcode < 0 else ""
         out.append((_blame(found, signal_name), failure.timestamp, rank, found))
     out.sort(key=lambda item: item[:3])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -10,7 +11,9 @@ from typing import Sequence
 
 from plexus.core.cli import ArgumentParser, UsageError, report_error
 from plexus.core.layout import DEFAULT_PERMUTATION
+from plexus.core.modelopts import check_model_options
 
+from .folder import ResultsFolder
 from .launchers import LAUNCHERS, SlurmOptions
 from .plan import (
     ModelOptions,
@@ -99,10 +102,13 @@ def build_request(a: argparse.Namespace) -> SweepRequest:
               (a.weak or not a.weak_dataset, "--weak-dataset needs --weak"),
               (a.launcher == "slurm" or not a.array, "--array needs --launcher slurm"),
               (a.tasks_per_node is None or a.tasks_per_node >= 1, "--tasks-per-node must be >= 1"),
-              (a.run_timeout is None or a.run_timeout > 0, "--run-timeout must be > 0")]
+              (a.run_timeout is None or 0 < a.run_timeout < math.inf,  # also false for NaN
+               f"--run-timeout must be a number of seconds > 0, got {a.run_timeout}"),
+              (0 <= a.seed <= 2**63 - 1, f"--seed must be in [0, 2**63 - 1], got {a.seed}")]
     for ok, message in checks:
         if not ok:
             raise UsageError(message)
+    check_model_options(a)  # --layers, --hidden, --dropout as plexus-train checks them
     try:
         worlds = parse_world_sizes(a.world_sizes) if a.world_sizes else ()
     except PlanError as e:
@@ -131,7 +137,8 @@ def sweep_main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, PlanError, SweepError, ValueError, OSError) as e:
         return report_error(SWEEP, e)
     except KeyboardInterrupt:
-        return 130
+        return report_error(SWEEP, "interrupted (SIGINT); the same command resumes the sweep",
+                            130)
     total = len(plans)
     if a.launcher == "slurm":
         print(f"{SWEEP}: {len(result.skipped)} of {total} runs complete; "
@@ -171,20 +178,22 @@ def report_main(argv: Sequence[str] | None = None) -> int:
         a = report_parser().parse_args(argv)
         if not (a.results / "runs").is_dir():
             raise UsageError(f"{a.results} has no runs/ folder; give the --out of plexus-sweep")
+        folder = ResultsFolder(a.results)
         calibration = load_calibration(a.calibration)
-        rows, manifest = collect(a.results, calibration)
-    except (UsageError, ReportError, ValueError, OSError) as e:
-        return report_error(REPORT, e)
-    out = a.results / "report"
-    out.mkdir(exist_ok=True)
-    csv_path = write_csv(out / "runs.csv", rows, columns(rows))
-    hosts = sorted({str(r.get("host")) for r in rows})
-    gpus = sorted({str(r.get("gpu")) for r in rows if r.get("gpu")})
-    subtitle = (f"{len(rows)} runs on {', '.join(hosts)}"
-                + (f", {', '.join(gpus)}" if gpus else ", CPU")
-                + f", torch {rows[0].get('torch')}")
-    figs = write_figures(rows, out, subtitle, manifest.get("weak_series", []),
-                         calibration.source)
+        rows, manifest = collect(folder, calibration)
+        out = folder.subdir("report")
+        csv_path = write_csv(folder.target(out / "runs.csv"), rows, columns(rows))
+        hosts = sorted({str(r.get("host")) for r in rows})
+        gpus = sorted({str(r.get("gpu")) for r in rows if r.get("gpu")})
+        subtitle = (f"{len(rows)} runs on {', '.join(hosts)}"
+                    + (f", {', '.join(gpus)}" if gpus else ", CPU")
+                    + f", torch {rows[0].get('torch')}")
+        figs = write_figures(rows, out, subtitle, manifest.get("weak_series", []),
+                             calibration.source, target=folder.target)
+    except (UsageError, ReportError, ValueError, OSError) as e:  # FolderError, SchemaError,
+        return report_error(REPORT, e)  # UnsafeTargetError are ValueErrors
+    except KeyboardInterrupt:
+        return report_error(REPORT, "interrupted (SIGINT)", 130)
     table = [[r["run_id"], r["grid"], r["world_size"], fmt(r.get("epoch_time_median_s")),
               fmt(r.get("epoch_time_min_s")) + ".." + fmt(r.get("epoch_time_max_s")),
               fmt(r.get("predicted_time_s")), fmt(r.get("comm_mean_s")),

@@ -11,14 +11,15 @@ when the run measured it (max and mean over ranks); the prediction is the log's 
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any, Iterable
 
 from plexus.core.grid import AXES, GridShape
 
-from .sweep import MANIFEST
+from .folder import ResultsFolder
+from .schema import EPOCH_RECORD, SUMMARY_RECORD, SchemaError, check, parse_json
+from .sweep import read_manifest
 
 MEMORY_KINDS = ("peak_rss", "tracked_peak", "cuda_peak")
 
@@ -27,20 +28,26 @@ class ReportError(ValueError):
     """Logs that cannot be reported (a one-line message)."""
 
 
-def read_log(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
-    """(epoch records, summary) of a complete JSON log; None if it has no summary."""
+def read_log(text: str, where: str) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+    """(epoch records, summary) of a complete JSON log's ``text``; None if it has no summary
+    (a run still going, or one that failed). A line that is not a plexus-train record raises
+    `SchemaError` naming ``where``, the line and the field."""
     epochs, summary = [], None
-    try:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            obj = json.loads(line)
-            if obj.get("summary"):
-                summary = obj
-            elif "epoch" in obj:
-                epochs.append(obj)
-    except (OSError, ValueError):
-        return None
+    lines = text.split("\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        at = f"{where} line {number}"
+        try:
+            obj = parse_json(line, at)
+        except SchemaError:
+            if number == len(lines):  # a last line being written (or cut): not complete yet
+                return None
+            raise
+        if isinstance(obj, dict) and obj.get("summary") is not None:
+            summary = check(obj, SUMMARY_RECORD, at)
+        else:
+            epochs.append(check(obj, EPOCH_RECORD, at))
     return None if summary is None else (epochs, summary)
 
 
@@ -189,30 +196,36 @@ def add_loss_diffs(rows: list[dict[str, Any]], losses: dict[str, list[float]]) -
                                           if a is not None and b is not None)
 
 
-def collect(results: Path, calibration: Any = None) -> tuple[list[dict[str, Any]], dict]:
+def collect(results: Path | ResultsFolder, calibration: Any = None
+            ) -> tuple[list[dict[str, Any]], dict]:
     """(rows, manifest) of every complete log in ``results/runs``; raises ReportError when there
-    is none. Logs without a manifest entry count as strong-scaling runs."""
+    is none. Logs without a manifest entry count as strong-scaling runs. Every file is read
+    through `ResultsFolder` (inside the folder, regular files only) and schema-checked: a bad
+    one raises `FolderError` or `SchemaError`, one line naming it."""
     from plexus.perfmodel import Calibration  # noqa: PLC0415
 
+    folder = results if isinstance(results, ResultsFolder) else ResultsFolder(results)
     calibration = calibration or Calibration()
-    manifest: dict[str, Any] = {}
-    if (results / MANIFEST).exists():
-        try:
-            manifest = json.loads((results / MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise ReportError(f"{results / MANIFEST} is unreadable: {e}") from None
+    manifest: dict[str, Any] = read_manifest(folder) or {}
     infos = manifest.get("runs", {})
     rows, losses = [], {}
-    for path in sorted((results / "runs").glob("*.json")):
-        log = read_log(path)
+    runs = folder.root / "runs"
+    if not folder.inside(runs).is_dir():
+        raise ReportError(f"{folder.given} has no runs/ folder; give the --out of plexus-sweep")
+    for path in sorted(runs.glob("*.json")):
+        text = folder.read_text(path)
+        log = read_log(text, str(path)) if text is not None else None
         if log is None:
             continue
         epochs, summary = log
         rid = path.stem
-        rows.append(run_row(rid, epochs, summary, infos.get(rid, {}), calibration))
+        try:
+            rows.append(run_row(rid, epochs, summary, infos.get(rid, {}), calibration))
+        except (ValueError, ArithmeticError) as e:  # sizes no model takes, a grid no grid is
+            raise ReportError(f"{path}: cannot report this run ({e})") from None
         losses[rid] = [e.get("loss") for e in epochs]
     if not rows:
-        raise ReportError(f"no complete run log in {results / 'runs'}; run plexus-sweep first")
+        raise ReportError(f"no complete run log in {runs}; run plexus-sweep first")
     rows.sort(key=lambda r: (str(r["dataset"]), r["world_size"], r["grid"], r["repeat"] or 0))
     add_loss_diffs(rows, losses)
     return rows, manifest

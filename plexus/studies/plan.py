@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from plexus.core.grid import GridError, GridShape
+from plexus.core.grid import MAX_WORLD_SIZE, GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION
 
 Sizes = tuple[int, int, int, int]  # nodes, nnz of Â, features, classes
@@ -118,8 +118,8 @@ def parse_world_sizes(text: str) -> tuple[int, ...]:
         sizes = tuple(int(t) for t in text.split(",") if t.strip())
     except ValueError:
         raise PlanError(f"world sizes must be comma-separated integers, got {text!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise PlanError(f"world sizes must be integers >= 1, got {text!r}")
+    if not sizes or min(sizes) < 1 or max(sizes) > MAX_WORLD_SIZE:
+        raise PlanError(f"world sizes must be integers in [1, {MAX_WORLD_SIZE}], got {text!r}")
     return tuple(dict.fromkeys(sizes))
 
 

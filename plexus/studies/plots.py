@@ -359,9 +359,11 @@ def predicted_vs_measured(plt: Any, rows: Sequence[Row], subtitle: str,
 
 def write_figures(rows: Sequence[Row], folder: Path, subtitle: str,
                   weak_series: Sequence[dict], calibration: str,
-                  say: Callable[[str], None] = print) -> dict[str, Any]:
+                  say: Callable[[str], None] = print,
+                  target: Callable[[Path], Path] = lambda p: p) -> dict[str, Any]:
     """Every figure as a PNG in ``folder``; returns {"files": [...], "spearman": rho,
-    "weak_efficiency": {"G=2": e, ...}} (no files when matplotlib is missing)."""
+    "weak_efficiency": {"G=2": e, ...}} (no files when matplotlib is missing). ``target``
+    checks each file's path before it is written (`ResultsFolder.target`)."""
     plt = pyplot()
     if plt is None:
         say("matplotlib is not installed: no figures (pip install matplotlib)")
@@ -376,6 +378,6 @@ def write_figures(rows: Sequence[Row], folder: Path, subtitle: str,
     figs["predicted_vs_measured.png"] = fig
     files = []
     for name, f in figs.items():
-        files.append(save_figure(f, folder / name))
+        files.append(save_figure(f, target(folder / name)))
         plt.close(f)
     return {"files": files, "spearman": rho, "weak_efficiency": weak}

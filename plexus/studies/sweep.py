@@ -8,7 +8,9 @@
 A run whose log is complete (its summary record for the requested epochs) is skipped, so the
 same command resumes a sweep after a failure or a requeued job. Runs of one folder must share
 the model options and epochs (they are compared); more world sizes, grids, repeats or a weak
-series may be added to it.
+series may be added to it. One sweep at a time writes a folder (a lock; a second one is
+refused), and every file in it is read and written through `plexus.studies.folder` (inside
+the folder, regular files only) and its JSON checked (`plexus.studies.schema`).
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from plexus.core.atomic import atomic_file
-
+from .folder import FolderError, ResultsFolder
 from .launchers import (SlurmOptions, local_command, slurm_array_script, slurm_script,
                         submit_script, torchrun_command)
 from .plan import PlannedRun, SweepRequest
+from .schema import MANIFEST as MANIFEST_SCHEMA
+from .schema import SchemaError, check, parse_json
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -50,32 +53,39 @@ def log_path(out: Path, rid: str) -> Path:
     return out / "runs" / f"{rid}.json"
 
 
-def log_complete(path: Path, epochs: int) -> bool:
-    """The JSON log at ``path`` ends with a summary of a run of ``epochs`` epochs."""
+def last_record(text: str) -> Any:
+    """The last JSON value of a JSON-lines text (None: none, or not JSON)."""
+    lines = text.strip().splitlines()
     try:
-        lines = path.read_text(encoding="utf-8").strip().splitlines()
-        last = json.loads(lines[-1]) if lines else {}
-    except (OSError, ValueError):
-        return False
-    return bool(last.get("summary")) and last.get("epochs") == epochs
-
-
-def read_manifest(out: Path) -> dict[str, Any] | None:
-    """The folder's manifest, None if there is none; raises SweepError if it is unreadable."""
-    path = out / MANIFEST
-    if not path.exists():
+        return parse_json(lines[-1], "log") if lines else None
+    except SchemaError:
         return None
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise SweepError(f"{path} is not a readable manifest ({e}); move it away") from None
-    if doc.get("format") != FORMAT or not isinstance(doc.get("runs"), dict):
-        raise SweepError(f"{path} is not a plexus-sweep manifest; use another results folder")
+
+
+def log_complete(folder: ResultsFolder, path: Path, epochs: int) -> bool:
+    """The JSON log at ``path`` ends with a summary of a run of ``epochs`` epochs (raises
+    `FolderError` when ``path`` is not a regular file in the folder)."""
+    text = folder.read_text(path)
+    last = last_record(text) if text is not None else None
+    return isinstance(last, dict) and last.get("summary") is True and last.get("epochs") == epochs
+
+
+def read_manifest(folder: ResultsFolder) -> dict[str, Any] | None:
+    """The folder's manifest, None if there is none; raises `SchemaError` (one line naming the
+    field) when it is not a plexus-sweep manifest, `FolderError` when it is no regular file."""
+    path = folder.root / MANIFEST
+    text = folder.read_text(path)
+    if text is None:
+        return None
+    doc = check(parse_json(text, str(path)), MANIFEST_SCHEMA, str(path))
+    if doc["format"] != FORMAT:
+        raise SweepError(f"{path}: format {doc['format']}, this plexus-sweep writes format "
+                         f"{FORMAT}; use another results folder")
     return doc
 
 
-def write_manifest(out: Path, doc: dict[str, Any]) -> None:
-    with atomic_file(out / MANIFEST, "w") as f:
+def write_manifest(folder: ResultsFolder, doc: dict[str, Any]) -> None:
+    with folder.atomic(folder.root / MANIFEST, "w") as f:
         f.write(json.dumps(doc, indent=1) + "\n")
 
 
@@ -133,19 +143,20 @@ def command_for(p: PlannedRun, request: SweepRequest, out: Path, launcher: str,
     return local_command(python, args)
 
 
-def last_line(path: Path) -> str:
+def last_line(folder: ResultsFolder, path: Path) -> str:
     try:
-        lines = [l for l in path.read_text(encoding="utf-8", errors="replace").splitlines()
-                 if l.strip()]
-    except OSError:
+        text = folder.read_text(path) or ""
+    except FolderError:
         return ""
+    lines = [line for line in text.splitlines() if line.strip()]
     return lines[-1].strip() if lines else ""
 
 
-def run_one(command: list[str], output: Path, timeout_s: float | None) -> tuple[int, float]:
+def run_one(command: list[str], output: Path, timeout_s: float | None,
+            folder: ResultsFolder) -> tuple[int, float]:
     """Run ``command`` with its console output in ``output``; (exit status, seconds)."""
     start = time.perf_counter()
-    with open(output, "w", encoding="utf-8") as f:
+    with folder.open_output(output) as f:
         f.write("$ " + " ".join(command) + "\n")
         f.flush()
         try:
@@ -162,52 +173,79 @@ def run_sweep(request: SweepRequest, plans: Sequence[PlannedRun], out: Path, lau
               array: bool = False, argv: Sequence[str] = (), timeout_s: float | None = None,
               say: Callable[[str], None] = print) -> SweepResult:
     """Run every planned run that has no complete log (local, torchrun), or write the batch
-    scripts for them (slurm); the manifest records each run's command and state."""
-    doc = merge(read_manifest(out), request, plans, launcher, argv)  # checks before writing
-    (out / "runs").mkdir(parents=True, exist_ok=True)
+    scripts for them (slurm); the manifest records each run's command and state. The folder is
+    locked for the sweep: a second sweep on it is refused (`FolderError`)."""
+    folder = ResultsFolder(out, create=True)
+    lock = folder.lock()
+    try:
+        return _run_sweep(folder, request, plans, out, launcher, python, slurm, array, argv,
+                          timeout_s, say)
+    finally:
+        lock.release()
+
+
+def _run_sweep(folder: ResultsFolder, request: SweepRequest, plans: Sequence[PlannedRun],
+               out: Path, launcher: str, python: str, slurm: SlurmOptions | None, array: bool,
+               argv: Sequence[str], timeout_s: float | None,
+               say: Callable[[str], None]) -> SweepResult:
+    doc = merge(read_manifest(folder), request, plans, launcher, argv)  # checks before writing
+    for rec in doc["runs"].values():  # the folder is locked: no sweep is running these now
+        if rec["state"] == "running":
+            rec["state"] = "interrupted"
+    folder.subdir("runs")
     result = SweepResult()
     todo = []
     for p in plans:
         rec = doc["runs"][p.run_id]
-        if log_complete(log_path(out, p.run_id), request.epochs):
+        log = log_path(out, p.run_id)
+        if log_complete(folder, log, request.epochs):
             rec["state"] = "complete"
             result.skipped.append(p.run_id)
         else:
             todo.append(p)
-    write_manifest(out, doc)
+            # what the run writes must be regular files in the folder, before anything runs
+            for target in (log, log.with_name(log.name + ".tmp"),
+                           out / "runs" / f"{p.run_id}.out"):
+                folder.target(target)
+    write_manifest(folder, doc)
     if launcher == "slurm":
         assert slurm is not None, "the slurm launcher needs SlurmOptions"
-        result.scripts = write_slurm(request, todo, out, slurm, array, doc)
-        write_manifest(out, doc)
+        result.scripts = write_slurm(request, todo, out, slurm, array, doc, folder)
+        write_manifest(folder, doc)
         return result
     for i, p in enumerate(todo, 1):
         rec = doc["runs"][p.run_id]
         command = command_for(p, request, out, launcher, python)
         rec.update(command=command, launcher=launcher, state="running")
-        write_manifest(out, doc)
+        write_manifest(folder, doc)
         say(f"[{i}/{len(todo)}] {p.run_id}: grid {p.grid} on {p.world_size} rank(s) "
             f"({launcher})")
         output = out / "runs" / f"{p.run_id}.out"
-        code, seconds = run_one(command, output, timeout_s)
-        ok = code == 0 and log_complete(log_path(out, p.run_id), request.epochs)
+        try:
+            code, seconds = run_one(command, output, timeout_s, folder)
+        except BaseException:
+            rec["state"] = "interrupted"
+            write_manifest(folder, doc)
+            raise
+        ok = code == 0 and log_complete(folder, log_path(out, p.run_id), request.epochs)
         rec.update(state="complete" if ok else "failed", exit_status=code,
                    wall_s=round(seconds, 2))
-        write_manifest(out, doc)
+        write_manifest(folder, doc)
         if ok:
             result.ran.append(p.run_id)
         else:
             result.failed.append(p.run_id)
-            say(f"    failed (exit status {code}): {last_line(output)} [see {output}]")
+            say(f"    failed (exit status {code}): {last_line(folder, output)} [see {output}]")
     return result
 
 
 def write_slurm(request: SweepRequest, todo: Sequence[PlannedRun], out: Path,
-                slurm: SlurmOptions, array: bool, doc: dict[str, Any]) -> list[Path]:
+                slurm: SlurmOptions, array: bool, doc: dict[str, Any],
+                results: ResultsFolder) -> list[Path]:
     """Batch scripts for the runs without a complete log, and ``submit.sh``."""
-    folder = out / "slurm"
-    folder.mkdir(exist_ok=True)
+    folder = results.subdir("slurm")
     for old in folder.glob("*.sbatch"):  # scripts of runs now complete must not be resubmitted
-        old.unlink()
+        old.unlink()  # (a link or a FIFO of that name goes as a name: nothing is followed)
     scripts = []
     out_abs = out.resolve()
     if array:
@@ -222,7 +260,7 @@ def write_slurm(request: SweepRequest, todo: Sequence[PlannedRun], out: Path,
             text = slurm_array_script(slurm, f"plexus-G{world}", world, runs,
                                       str(out_abs / "slurm" / "%x-%A_%a.out"),
                                       f"plexus-sweep: {len(runs)} runs of {world} ranks")
-            scripts.append(write_script(folder / f"array_G{world}.sbatch", text))
+            scripts.append(write_script(results, folder / f"array_G{world}.sbatch", text))
     else:
         for p in todo:
             log = str(log_path(out_abs, p.run_id))
@@ -231,15 +269,16 @@ def write_slurm(request: SweepRequest, todo: Sequence[PlannedRun], out: Path,
                                 str(out_abs / "slurm" / f"{p.run_id}-%j.out"),
                                 f"plexus-sweep run {p.run_id}: grid {p.grid}, "
                                 f"{p.world_size} ranks, dataset {p.dataset}")
-            scripts.append(write_script(folder / f"{p.run_id}.sbatch", text))
+            scripts.append(write_script(results, folder / f"{p.run_id}.sbatch", text))
             doc["runs"][p.run_id].update(launcher="slurm", state="script written",
                                          script=f"slurm/{p.run_id}.sbatch")
-    write_script(folder / "submit.sh", submit_script(scripts))
+    write_script(results, folder / "submit.sh", submit_script(scripts))
     return scripts
 
 
-def write_script(path: Path, text: str) -> Path:
-    with atomic_file(path, "w") as f:
+def write_script(results: ResultsFolder, path: Path, text: str) -> Path:
+    target = results.target(path)
+    with results.atomic(target, "w") as f:
         f.write(text)
-    os.chmod(path, 0o755)
+    os.chmod(target, 0o755)  # the file just written, never what a link there points to
     return path

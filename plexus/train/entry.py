@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import time
 import traceback
@@ -136,12 +137,16 @@ def run_local(opts: RunOptions) -> int:
             print(root.traceback.rstrip(), file=sys.stderr)
         print(error_line(e), file=sys.stderr, flush=True)
         return 1
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt:  # before the agent took over the signal (starting the workers)
+        print(error_line(f"the launcher (pid {os.getpid()}) was interrupted (SIGINT) while "
+                         "starting the workers; the job stopped"), file=sys.stderr, flush=True)
+        return 128 + signal.SIGINT
     except Exception as e:  # noqa: BLE001 — the agent's signal exception, rendezvous failures
         signum = getattr(e, "sigval", None)
         if signum is not None:  # the launcher was told to stop (SIGTERM from a scheduler, ...)
-            print(error_line(f"stopped by signal {int(signum)}"), file=sys.stderr)
+            print(error_line(f"the launcher (pid {os.getpid()}) was stopped by signal "
+                             f"{signal.Signals(int(signum)).name}; its workers were ended"),
+                  file=sys.stderr, flush=True)
             return 128 + int(signum)
         raise
     return max((int(c or 0) for c in codes), default=0)
@@ -153,7 +158,9 @@ def run_single(opts: RunOptions) -> int:
     try:
         return run_rank(opts, env)
     except KeyboardInterrupt:
-        return 130
+        print(error_line(f"interrupted (SIGINT) (pid {os.getpid()}); the job stopped"),
+              file=sys.stderr, flush=True)
+        return 128 + signal.SIGINT
     except Exception as e:  # noqa: BLE001 — a bug: show where, then the usual one line
         traceback.print_exc()
         print(error_line(f"{type(e).__name__}: {e}"), file=sys.stderr, flush=True)

@@ -54,7 +54,7 @@ def file_output(flag: str, path: str, companions: Sequence[str] = ()) -> list[Cl
     target = resolve(path)
     owner = f"{flag} {path}"
     return [Claim(owner, target)] + [Claim(owner, target.with_name(target.name + suffix))
-                                     for suffix in companions]
+                                     for suffix in companions if target.name]  # "/": no name
 
 
 def dir_output(flag: str, path: str, names: Sequence[str] = (),

@@ -1,0 +1,63 @@
+"""The command-line tools' entry points (``[project.scripts]``).
+
+Each imports its tool only when called, inside a guard: importing torch takes seconds, and a
+Ctrl-C then (or anywhere a tool does not handle it itself) ends the tool with one line
+``PROG: error: interrupted (SIGINT)`` and status 130, never an import traceback. (While the
+modules load, the interrupt ends the process at once: an import cut half-way can leave a
+module broken, and nothing has been written yet.)
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+from typing import Any, Callable
+
+from plexus.core.cli import error_line, report_error
+
+INTERRUPTED = 128 + signal.SIGINT
+
+
+def _run(prog: str, target: str) -> int:
+    module, _, function = target.partition(":")
+
+    def interrupted_while_loading(signum: int, frame: Any) -> None:  # noqa: ARG001
+        try:
+            os.write(2, (error_line(prog, "interrupted (SIGINT) while starting") + "\n").encode())
+        finally:
+            os._exit(INTERRUPTED)
+
+    previous = signal.signal(signal.SIGINT, interrupted_while_loading)
+    try:
+        main: Callable[[], int] = getattr(importlib.import_module(module), function)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        return main()
+    except KeyboardInterrupt:
+        return report_error(prog, "interrupted (SIGINT)", INTERRUPTED)
+
+
+def plexus_train() -> int:
+    return _run("plexus-train", "plexus.train.cli:main")
+
+
+def plexus_partition() -> int:
+    return _run("plexus-partition", "plexus.partitioners.cli:main")
+
+
+def plexus_model() -> int:
+    return _run("plexus-model", "plexus.perfmodel.cli:model_main")
+
+
+def plexus_bench() -> int:
+    return _run("plexus-bench", "plexus.perfmodel.cli:bench_main")
+
+
+def plexus_sweep() -> int:
+    return _run("plexus-sweep", "plexus.studies.cli:sweep_main")
+
+
+def plexus_report() -> int:
+    return _run("plexus-report", "plexus.studies.cli:report_main")
