@@ -1,5 +1,5 @@
-"""Fuzz plexus-train's own inputs and outputs: the checkpoint it resumes from, and the paths
-it writes (``--log-json``, ``--checkpoint``).
+"""Fuzz plexus-train's own inputs and outputs: the checkpoint it resumes from, the paths it
+writes (``--log-json``, ``--checkpoint``), and pairs of outputs that may name one file.
 
 Each case damages a real checkpoint (random bit flips, a truncation, a field replaced by a value
 of another type or size, a field removed) or points an output option at a hostile target (a
@@ -9,7 +9,14 @@ one ``plexus-train: error:`` line and status 2; never a traceback, never a hang,
 (a signal kills this script: its exit status says so), and no FIFO or device changed. Seeded:
 the same ``--seed`` runs the same cases.
 
-    python benchmarks/fuzz_app.py [--cases 300] [--seed 0] [--out DIR] [--smoke]
+The ``outputs`` family (``--outputs N`` cases) gives two or three output options paths that may
+be one file: the same name, a symlink or a hard link to another's file, a file inside another's
+directory or under another's file, the JSON log's ``.tmp``, the files ``--checkpoint`` keeps,
+the dataset's own file. A run that collides must end in one line before writing anything; a run
+that does not must leave every output whole (each file read back as what it should be), or it
+lost data.
+
+    python benchmarks/fuzz_app.py [--cases 300] [--outputs 0] [--seed 0] [--out DIR] [--smoke]
 
 Prints a line per failing case and a summary (cases per kind and outcome); writes
 ``fuzz_app.json`` to ``--out`` and exits with status 1 if any case broke the promise.
@@ -231,25 +238,164 @@ def fuzz(cases: int, seed: int, work: Path) -> list[dict]:
     return results
 
 
+# ---- output-path pairs ------------------------------------------------------------------------
+OUTPUT_FLAGS = ("--log-json", "--log-csv", "--save-predictions", "--export", "--checkpoint",
+                "--tensorboard")
+_DIRS = ("--checkpoint", "--tensorboard")
+
+
+def _output_paths(d: Path, rng: random.Random, flags: list[str], data: Path) -> list[str]:
+    """A path per flag, drawn so that they often name one file (directly or not)."""
+    paths: list[str] = []
+    for flag in flags:
+        earlier = paths[rng.randrange(len(paths))] if paths else None
+        how = rng.choice(("own", "own", "same", "link", "hard link", "tmp", "inside", "under",
+                          "checkpoint file", "dataset", "tensorboard file"))
+        own = str(d / f"{flag.strip('-')}-{rng.randrange(1000)}")
+        if how == "own" or earlier is None:
+            path = own
+        elif how == "same":
+            path = earlier
+        elif how == "link":
+            link = d / f"link-{rng.randrange(10**6)}"
+            link.symlink_to(earlier)
+            path = str(link)
+        elif how == "hard link":
+            Path(earlier).parent.mkdir(parents=True, exist_ok=True)
+            if not Path(earlier).exists():
+                Path(earlier).write_text("")
+            path = str(d / f"hard-{rng.randrange(10**6)}")
+            if Path(earlier).is_file():
+                os.link(earlier, path)
+        elif how == "tmp":
+            path = earlier + ".tmp"
+        elif how == "inside":
+            path = str(Path(earlier) / rng.choice(("x", ckpt.CHECKPOINT_NAME, ckpt.LOCK_NAME)))
+        elif how == "under":
+            path = str(Path(earlier).parent)
+        elif how == "checkpoint file":
+            path = str(Path(earlier) / rng.choice((ckpt.CHECKPOINT_NAME, ckpt.LOCK_NAME,
+                                                   f".{ckpt.CHECKPOINT_NAME}.ab12.tmp")))
+        elif how == "dataset":
+            path = str(data)
+        else:
+            path = str(Path(earlier) / "events.out.tfevents.1.host.1.0")
+        paths.append(path)
+    return paths
+
+
+def _whole(flag: str, path: Path) -> str | None:
+    """Why the output of ``flag`` at ``path`` is not what a finished run writes (None: it is)."""
+    import numpy as np  # noqa: PLC0415
+
+    try:
+        if flag == "--log-json":
+            lines = path.read_text().splitlines()
+            return None if json.loads(lines[-1]).get("summary") is True else "no summary"
+        if flag == "--log-csv":
+            return None if path.read_text().startswith("epoch,loss") else "no CSV header"
+        if flag == "--save-predictions":
+            with np.load(path) as z:
+                return None if "pred" in z else "no predictions"
+        if flag == "--export":
+            return None if "state_dict" in torch.load(path, weights_only=True) else "no weights"
+        if flag == "--checkpoint":
+            ckpt.load_checkpoint(path)
+            return None
+        return None if any(path.glob("events.out.tfevents.*")) else "no TensorBoard events"
+    except Exception as e:  # noqa: BLE001 - unreadable: lost
+        return f"{type(e).__name__}: {e}"[:200]
+
+
+def fuzz_outputs(cases: int, seed: int, work: Path) -> list[dict]:
+    """``cases`` runs whose output options may collide (see the module docstring)."""
+    from plexus.testing.fuzz import write_npz  # noqa: PLC0415
+
+    rng = random.Random(seed + 1)
+    results = []
+    for i in range(cases):
+        d = work / f"outputs{i}"
+        d.mkdir()
+        data = d / "g.npz"
+        write_npz(data)
+        flags = rng.sample(OUTPUT_FLAGS, rng.choice((2, 2, 3)))
+        paths = _output_paths(d, rng, flags, data)
+        args = ["--grid", "1x1x1", "--epochs", "1", "--quiet", "--eval-every", "0",
+                "--dataset", f"npz:{data}", "--layers", "2"]
+        for flag, path in zip(flags, paths):
+            args += [flag, path]
+        kind = " ".join(f"{f} {Path(p).relative_to(work) if p.startswith(str(work)) else p}"
+                        for f, p in zip(flags, paths))
+        before = data.read_bytes()
+        start = time.perf_counter()
+        code, err = run_train(args)
+        problem = verdict(code, err)
+        if data.read_bytes() != before:
+            problem = (problem + "; " if problem else "") + "the dataset file was written"
+        if code == 0:
+            lost = [f"{f}: {why}" for f, p in zip(flags, paths)
+                    if (why := _whole(f, Path(p))) is not None
+                    and not (f == "--tensorboard" and not tensorboard_installed())]
+            if lost:
+                problem = (problem + "; " if problem else "") + "lost " + ", ".join(lost)
+        results.append({"case": i, "family": "outputs", "kind": kind, "status": code,
+                        "error": err.strip().splitlines()[0] if err.strip() else "",
+                        "problem": problem, "seconds": round(time.perf_counter() - start, 3)})
+    return results
+
+
+def tensorboard_installed() -> bool:
+    from plexus.train.epochlogs import tensorboard_available  # noqa: PLC0415
+
+    return tensorboard_available()
+
+
+def outcome(r: dict) -> str:
+    """ok (status 0), error (one line, status 2), traceback, hang, lost (data lost or a node
+    changed), other (another status)."""
+    problem = r["problem"] or ""
+    if "HANG" in problem:
+        return "hang"
+    if "traceback" in problem or "ESCAPED" in problem:
+        return "traceback"
+    if "lost" in problem or "changed" in problem or "was written" in problem:
+        return "lost"
+    if problem:
+        return "other"
+    return "ok" if r["status"] == 0 else "error"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", type=int, default=300)
+    parser.add_argument("--cases", type=int, default=300,
+                        help="checkpoint and output-target cases")
+    parser.add_argument("--outputs", type=int, default=0,
+                        help="cases of the outputs family (output options that may collide)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="folder for fuzz_app.json")
     parser.add_argument("--smoke", action="store_true", help="a few cases (the test suite's)")
     args = parser.parse_args()
     cases = 2 * len(TARGETS) if args.smoke else args.cases
+    outputs = 12 if args.smoke else args.outputs
     torch.set_num_threads(1)
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="plexus-fuzz-app-") as work:
-        results = fuzz(cases, args.seed, Path(work))
+        results = fuzz(cases, args.seed, Path(work)) if cases else []
+        if outputs:
+            results += fuzz_outputs(outputs, args.seed, Path(work))
     bad = [r for r in results if r["problem"]]
     for r in bad:
         print(f"case {r['case']} ({r['family']}, {r['kind']}): {r['problem']}")
-    outcomes = Counter((r["family"], "ok" if r["status"] == 0 else f"status {r['status']}")
-                       for r in results)
-    print(f"{len(results)} cases, seed {args.seed}: "
-          + ", ".join(f"{fam} {what}: {n}" for (fam, what), n in sorted(outcomes.items()))
-          + f"; {len(bad)} broke the promise")
+    kinds = ("ok", "error", "traceback", "hang", "lost", "other")
+    table = Counter((r["family"], outcome(r)) for r in results)
+    families = sorted({r["family"] for r in results})
+    print(f"fuzz_app: seed {args.seed}, {len(results)} cases in "
+          f"{time.perf_counter() - started:.0f} s; no signal (the script ran to its end)")
+    print(f"{'family':<12}" + "".join(f"{k:>11}" for k in kinds) + f"{'total':>8}")
+    for fam in families:
+        print(f"{fam:<12}" + "".join(f"{table[(fam, k)]:>11}" for k in kinds)
+              + f"{sum(table[(fam, k)] for k in kinds):>8}")
+    print(f"{len(bad)} broke the promise")
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "fuzz_app.json").write_text(json.dumps(

@@ -1,15 +1,18 @@
-"""Fuzz every input file kind at scale and print the count of each outcome per kind.
+"""Fuzz every input kind at scale and print the count of each outcome per kind.
 
     python benchmarks/fuzz_inputs.py [--per-kind 300] [--seed 0] [--cora DIR] [--kinds npz,mtx]
                                      [--out DIR] [--smoke]
 
 Writes seeded mutations of small valid inputs (npz, Matrix Market, edge list, Planetoid files,
 an OGB directory with its caches, a shard store; see `plexus.testing.fuzz`) plus single-bit
-flips of the real Cora files, loads each in a child process as the command lines do, and
-prints a table of outcomes. Acceptable: ``ok`` and ``error`` (one typed line, exit 2 in the
-CLIs); ``traceback``, ``signal`` and ``payload`` are bugs, listed one per line with their case.
-Writes ``fuzz_inputs.txt`` and ``fuzz_inputs.json`` under ``--out``. Exit status 1 if any case
-was not acceptable.
+flips of the real Cora files, loads each in a child process as the command lines do; damaged
+calls of the Python API (kind ``api``: `plexus.testing.fuzz_api`); damaged study folders run
+through plexus-sweep and plexus-report (kinds ``sweep`` and ``report``:
+`plexus.studies.fuzzcases`). Prints a table of outcomes. Acceptable: ``ok`` and ``error`` (one
+typed line, exit 2 in the CLIs); ``traceback``, ``signal``, ``payload`` (a pickle ran code, or
+a tool wrote outside its folder) and ``hang`` (a case ran past the alarm) are bugs, listed one
+per line with their case. Writes ``fuzz_inputs.txt`` and ``fuzz_inputs.json`` under ``--out``.
+Exit status 1 if any case was not acceptable.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ import time
 from pathlib import Path
 
 from plexus.datasets.planetoid import EMBEDDED_DIR
+from plexus.studies import fuzzcases
 from plexus.testing import fuzz
 from plexus.testing.output import write_json, write_text
 
-OUTCOMES = ("ok", "error", "traceback", "signal", "payload")
+OUTCOMES = fuzz.OUTCOMES
+ALL_KINDS = (*fuzz.KINDS, *fuzzcases.KINDS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,25 +40,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cora", type=Path, default=EMBEDDED_DIR,
                    help="directory holding ind.cora.* (default: the copy in the package)")
-    p.add_argument("--kinds", default=",".join(fuzz.KINDS))
+    p.add_argument("--kinds", default=",".join(ALL_KINDS))
     p.add_argument("--out", type=Path, default=Path("benchmarks/out"))
     p.add_argument("--smoke", action="store_true", help="5 cases per kind, 3 Cora flips")
     args = p.parse_args(argv)
     if args.smoke:
         args.per_kind, args.cora_flips = 5, 3
     kinds = tuple(k for k in args.kinds.split(",") if k)
-    unknown = set(kinds) - set(fuzz.KINDS)
+    unknown = set(kinds) - set(ALL_KINDS)
     if unknown:
-        p.error(f"unknown kinds {sorted(unknown)}; choose from {','.join(fuzz.KINDS)}")
+        p.error(f"unknown kinds {sorted(unknown)}; choose from {','.join(ALL_KINDS)}")
+    file_kinds = tuple(k for k in kinds if k in fuzz.KINDS)
+    study_kinds = tuple(k for k in kinds if k in fuzzcases.KINDS)
 
     with tempfile.TemporaryDirectory(prefix="plexus-fuzz-") as tmp:
         work = Path(tmp)
         start = time.perf_counter()
-        cases = fuzz.make_cases(work, args.seed, args.per_kind, kinds, cora=args.cora)
+        cases = fuzz.make_cases(work, args.seed, args.per_kind, file_kinds, cora=args.cora)
         if args.cora_flips and "planetoid" in kinds:
             cases += fuzz.cora_flip_cases(work / "cora", args.cora, args.cora_flips, args.seed)
+        studies = fuzzcases.make_cases(work / "studies", args.seed, args.per_kind,
+                                       study_kinds) if study_kinds else []
         made = time.perf_counter() - start
-        results = fuzz.run_cases(cases, work, timeout=3600)
+        results = fuzz.run_cases(cases, work, timeout=7200) if cases else []
+        if studies:
+            results += fuzz.run_cases(studies, work / "studies", timeout=7200,
+                                      runner="plexus.studies.fuzzcases")
         ran = time.perf_counter() - start - made
 
     counts = fuzz.summarize(results)
@@ -68,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
            if outcome not in fuzz.GOOD]
     lines.append("")
     lines.append(f"unacceptable outcomes: {len(bad)}")
+    lines.append(f"(hangs: cases still running after {fuzz.CASE_LIMIT_S} s; signals: the "
+                 "loading process died)")
     lines += [f"  {case.name} ({case.spec or case.store}): {outcome}: {detail}"
               for case, outcome, detail in bad]
     text = "\n".join(lines)

@@ -105,7 +105,8 @@ class Graph:
         x = inputs.as_array(data.x, name, "x")
         declared = getattr(data, "num_nodes", None)
         n = x.shape[0] if x.ndim else -1
-        if declared is not None and declared != n:
+        if declared is not None and (isinstance(declared, (bool, np.bool_)) or not isinstance(
+                declared, (int, np.integer)) or declared != n):
             raise DatasetError(f"{name}: num_nodes is {one_line(repr(declared))[:40]} but x has "
                                f"{n} rows")
         check_graph_size(name, n, 2 * edge_index.shape[1], x.shape[1] if x.ndim == 2 else 0)

@@ -215,6 +215,30 @@ def read_npz_member(archive: np.lib.npyio.NpzFile, key: str, where: str,
                     f"{one_line(e)[:200]})") from None
 
 
+def _dia_to_csr(matrix: Any, shape: tuple[int, int], where: str, what: str,
+                error: ErrorType) -> sp.csr_matrix:
+    """A DIA matrix (``A[j - offsets[i], j] = data[i, j]``) as CSR, built with numpy from its
+    checked arrays."""
+    data, offsets = matrix.data, matrix.offsets
+    if not (isinstance(data, np.ndarray) and isinstance(offsets, np.ndarray) and data.ndim == 2
+            and offsets.ndim == 1 and offsets.dtype.kind in "iu"
+            and data.dtype.kind in "biuf" and len(offsets) == data.shape[0]):
+        raise error(f"{where}: {what} diagonals do not match their offsets")
+    rows_n, cols_n = shape
+    cols = np.arange(min(data.shape[1], cols_n))
+    rows_all, cols_all, values = [], [], []
+    for i, k in enumerate(offsets.astype(np.int64)):
+        rows = cols - k
+        keep = (rows >= 0) & (rows < rows_n) & (data[i, :cols.size] != 0)
+        rows_all.append(rows[keep])
+        cols_all.append(cols[keep])
+        values.append(data[i, :cols.size][keep])
+    row, col = np.concatenate([np.zeros(0, np.int64), *rows_all]), \
+        np.concatenate([np.zeros(0, np.int64), *cols_all])
+    vals = np.concatenate([np.zeros(0, data.dtype), *values])
+    return sp.csr_matrix((vals, (row, col)), shape=shape)
+
+
 def check_sparse(matrix: Any, where: str, what: str = "matrix",
                  error: ErrorType = DatasetError) -> sp.csr_matrix:
     """A CSR matrix from a scipy sparse matrix (or array) a caller handed over, checked like one
@@ -232,6 +256,9 @@ def check_sparse(matrix: Any, where: str, what: str = "matrix",
                     f"{type(matrix).__name__}")
     fmt = getattr(matrix, "format", None)
     shape = _shape2(getattr(matrix, "shape", None), where, what, error)
+    if fmt != "csr":  # a conversion allocates index pointers over the rows or the columns
+        check_alloc(8.0 * (shape[0] + shape[1] + 2), where, f"a {shape[0]}x{shape[1]} {what}",
+                    error)
     try:
         if fmt == "csr":
             return csr_from_parts(matrix.data, matrix.indices, matrix.indptr, shape, where, what,
@@ -268,7 +295,9 @@ def check_sparse(matrix: Any, where: str, what: str = "matrix",
                             max(int(a.max()) for a in rows_ok) >= shape[1]):
                 raise error(f"{where}: {what} column indices outside [0, {shape[1] - 1}]")
             return check_sparse(matrix.tocsr(), where, what, error)
-        if fmt in ("dok", "dia"):
+        if fmt == "dia":  # scipy's compiled conversion trusts offsets and data: do it here
+            return _dia_to_csr(matrix, shape, where, what, error)
+        if fmt == "dok":  # a dict of entries, converted in Python
             return check_sparse(matrix.tocoo(), where, what, error)
     except error:
         raise

@@ -19,6 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from plexus.core.layout import pad_to
+from plexus.datasets.validate import check_sparse
 
 PERMUTATIONS = ("none", "single", "double", "balanced")
 
@@ -57,8 +58,13 @@ def make_permutation(adj: sp.csr_matrix, kind: str = "none", seed: int = 0,
 
     ``num_blocks`` is the finest number of contiguous row/column blocks the grid uses (X·Y·Z):
     degree-aware permutations balance those, and so every coarser block too. ``locality``
-    (every kind but ``none``): sort each fine block by degree (`locality_order`).
+    (every kind but ``none``): sort each fine block by degree (`locality_order`). A matrix
+    whose arrays do not form one raises `DatasetError` before scipy's kernels read it.
     """
+    adj = check_sparse(adj, "make_permutation", "adjacency")
+    if isinstance(num_blocks, bool) or not isinstance(num_blocks, (int, np.integer)) \
+            or num_blocks < 1:
+        raise ValueError(f"num_blocks must be a positive integer, got {num_blocks!r:.40}")
     n = adj.shape[0]
     rng = np.random.default_rng(seed)
     if kind == "none":

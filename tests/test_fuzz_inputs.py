@@ -1,5 +1,7 @@
-"""Fuzzing every input file kind (issue 16): each damaged or hostile input either loads or ends
-in one typed one-line error, never a signal, a traceback or a pickle payload that runs.
+"""Fuzzing every input file kind (issue 16) and the Python API's graph inputs (issue 24): each
+damaged or hostile input either loads or ends in one typed one-line error, never a signal, a
+traceback, a hang or a pickle payload that runs. Study folders (plexus-sweep, plexus-report)
+are fuzzed the same way (`plexus.studies.fuzzcases`).
 
 The bounded, seeded run here loads the cases in a child process as the command lines do
 (`plexus.testing.fuzz`); a few command-line runs check the same from the outside (exit status
@@ -34,6 +36,20 @@ def test_every_input_kind_loads_or_fails_in_one_line(tmp_path):
         assert counts[kind]["error"] > 0, (kind, counts[kind])
     assert sum(c["ok"] for c in counts.values()) > 0  # and not everything is refused
     assert not (tmp_path / fuzz.MARKER_NAME).exists()
+
+
+def test_damaged_study_folders_are_one_line_or_work(tmp_path):
+    """A few damaged sweep and report folders (``benchmarks/fuzz_inputs.py --kinds sweep,report``
+    runs hundreds): status 0 or one line, nothing written outside the folder, no hang."""
+    from plexus.studies import fuzzcases
+
+    cases = fuzzcases.make_cases(tmp_path, SEED, 4)
+    results = fuzz.run_cases(cases, tmp_path, runner="plexus.studies.fuzzcases")
+    bad = [(case.name, case.spec, outcome, detail) for case, outcome, detail in results
+           if outcome not in fuzz.GOOD]
+    assert not bad, "\n".join(map(str, bad))
+    counts = fuzz.summarize(results)
+    assert set(counts) == {"sweep", "report"} and all(c["error"] for c in counts.values())
 
 
 def assert_one_error_line(proc, prog: str, *needles: str) -> None:

@@ -438,5 +438,7 @@ def test_fuzzed_checkpoints_and_output_targets_end_in_status_0_or_one_line(tmp_p
     report = json.loads((tmp_path / "fuzz_app.json").read_text())
     families = {r["family"] for r in report["results"]}
     statuses = {r["status"] for r in report["results"]}
-    assert report["cases"] >= 40 and families == {"checkpoint", "target"}
+    assert report["cases"] >= 40 and families == {"checkpoint", "target", "outputs"}
     assert statuses == {0, 2} and not report["failures"]
+    outputs = [r for r in report["results"] if r["family"] == "outputs"]
+    assert {r["status"] for r in outputs} == {0, 2}  # collisions refused, the rest written

@@ -1,5 +1,7 @@
 """Seeded fuzzing of every input file kind Plexus reads: npz, Matrix Market, edge lists, Planetoid
-files, an OGB directory (raw CSVs and ogb's pickled caches) and a shard store.
+files, an OGB directory (raw CSVs and ogb's pickled caches) and a shard store; and of the Python
+API's graph inputs (kind ``api``, `plexus.testing.fuzz_api`). The study folders of plexus-sweep
+and plexus-report have their cases in `plexus.studies.fuzzcases`, run by the same harness.
 
 `make_cases` writes small valid inputs and, from a seed, mutated copies of them: bit flips,
 truncations, field and type edits, size lies, crafted pickles whose payload would create a
@@ -11,7 +13,8 @@ case in a child process (a segfault must be seen, not suffered) exactly as the c
 - ``error``: a typed one-line error, what the command lines print as ``error:`` with exit 2;
 - ``traceback``: any other exception (a command line would print a traceback);
 - ``signal``: the process died (segfault, abort, OOM kill);
-- ``payload``: the marker file appeared (a pickle ran code).
+- ``payload``: the marker file appeared (a pickle ran code);
+- ``hang``: the case ran longer than `CASE_LIMIT_S` (e.g. blocked on a FIFO).
 
 Only the first two are acceptable. ``tests/test_fuzz_inputs.py`` runs a bounded set in the test
 suite; ``benchmarks/fuzz_inputs.py`` a larger one.
@@ -39,9 +42,11 @@ from typing import Callable
 import numpy as np
 import scipy.sparse as sp
 
-KINDS = ("npz", "mtx", "edgelist", "planetoid", "ogb", "store")
+KINDS = ("npz", "mtx", "edgelist", "planetoid", "ogb", "store", "api")
 GOOD = ("ok", "error")
+OUTCOMES = ("ok", "error", "traceback", "signal", "payload", "hang")
 MARKER_NAME = "PAYLOAD-RAN"
+CASE_LIMIT_S = 60  # a case that runs longer hangs
 
 
 @dataclass
@@ -469,6 +474,11 @@ def make_cases(work: Path, seed: int, per_kind: int, kinds=KINDS,
                 _store_case(d, r, marker, base_store)
                 cases.append(Case(kind, name, store=str(d / "s"),
                                   coords=r.choice(((0, 0, 0), (1, 0, 0)))))
+            elif kind == "api":
+                from .fuzz_api import make_case  # noqa: PLC0415
+
+                make_case(d / "case.pkl", r)
+                cases.append(Case(kind, name, str(d / "case.pkl")))
     return cases
 
 
@@ -496,6 +506,8 @@ def run_one(case: Case) -> tuple[str, str]:
     from plexus.datasets import DatasetError, gcn_normalize, load_dataset
     from plexus.partitioners import ShardStoreError, read_shard
 
+    if case.kind == "api":
+        return _run_api(case)
     if case.selftest == "signal":
         os.kill(os.getpid(), signal.SIGSEGV)
     if case.selftest == "payload":
@@ -518,34 +530,87 @@ def run_one(case: Case) -> tuple[str, str]:
     return "ok", ""
 
 
-def _child(cases_file: Path, start: int) -> None:
-    """Run cases from ``start``, printing ``START i`` before and a JSON result after each."""
+def _own_raise(error: BaseException) -> bool:
+    """Whether ``error`` was raised by the project's own code (a deliberate check), not by a
+    library it called (numpy, scipy, torch: an input that slipped past the checks)."""
+    import plexus  # noqa: PLC0415
+    import plexus.datasets  # noqa: PLC0415
+    import plexus.partitioners  # noqa: PLC0415
+
+    roots = {str(Path(m.__file__).resolve().parent) for m in (plexus, plexus.datasets,
+                                                               plexus.partitioners)}
+    tb = error.__traceback__
+    last = None
+    while tb is not None:
+        last = tb.tb_frame.f_code.co_filename
+        tb = tb.tb_next
+    return last is not None and any(str(Path(last).resolve()).startswith(r + os.sep)
+                                    for r in roots)
+
+
+def _run_api(case: Case) -> tuple[str, str]:
+    """An API call (`plexus.testing.fuzz_api`): a `ValueError` (`DatasetError` included) or
+    `TypeError` raised by the project's own checks, on one line, is the typed refusal a
+    library user gets; one escaping from numpy, scipy or torch is a ``traceback``."""
+    from .fuzz_api import run_case  # noqa: PLC0415
+
+    try:
+        run_case(Path(case.spec))
+    except (ValueError, TypeError) as e:
+        msg = str(e)
+        if _own_raise(e) and msg.strip() and "\n" not in msg:
+            return "error", f"{type(e).__name__}: {msg[:300]}"
+        return "traceback", f"{type(e).__name__}: {' '.join(msg.split())[:300]}"
+    except Exception as e:  # noqa: BLE001 - anything else is a bug
+        return "traceback", f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+    return "ok", ""
+
+
+class _Hang(BaseException):
+    """Raised by the alarm when a case runs past `CASE_LIMIT_S`."""
+
+
+def _on_alarm(signum, frame):  # noqa: ARG001
+    raise _Hang()
+
+
+def child_main(run: Callable[[Case], tuple[str, str]], cases_file: Path, start: int) -> None:
+    """Run cases from ``start`` with ``run``, printing ``START i`` before and a JSON result
+    after each (a case still running after `CASE_LIMIT_S` is a ``hang``)."""
     import warnings
 
     warnings.simplefilter("ignore")
     cases = [Case(**{**c, "coords": tuple(c["coords"])})
              for c in json.loads(cases_file.read_text())]
     marker = cases_file.parent / MARKER_NAME
+    signal.signal(signal.SIGALRM, _on_alarm)
     for i in range(start, len(cases)):
         print(f"START {i}", flush=True)
-        outcome, detail = run_one(cases[i])
+        signal.alarm(CASE_LIMIT_S)
+        try:
+            outcome, detail = run(cases[i])
+        except _Hang:
+            outcome, detail = "hang", f"still running after {CASE_LIMIT_S} s"
+        finally:
+            signal.alarm(0)
         if marker.exists():
             outcome, detail = "payload", f"{MARKER_NAME} created"
             marker.unlink()
         print(json.dumps({"i": i, "outcome": outcome, "detail": detail}), flush=True)
 
 
-def run_cases(cases: list[Case], work: Path, timeout: float = 600
-              ) -> list[tuple[Case, str, str]]:
-    """Load every case in child processes; a child that dies is restarted after its case."""
+def run_cases(cases: list[Case], work: Path, timeout: float = 600,
+              runner: str = "plexus.testing.fuzz") -> list[tuple[Case, str, str]]:
+    """Run every case in child processes (``python -m RUNNER --child``; the runner's
+    ``run_one`` makes the call); a child that dies is restarted after its case."""
     cases_file = work / "cases.json"
     cases_file.write_text(json.dumps([asdict(c) for c in cases]))
     results: dict[int, tuple[str, str]] = {}
     start = 0
     while start < len(cases):
-        proc = subprocess.run([sys.executable, "-m", "plexus.testing.fuzz", "--child",
-                               str(cases_file), str(start)], capture_output=True, text=True,
-                              timeout=timeout)
+        proc = subprocess.run([sys.executable, "-m", runner, "--child", str(cases_file),
+                               str(start)], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
         current = None
         for line in proc.stdout.splitlines():
             if line.startswith("START "):
@@ -570,8 +635,13 @@ def summarize(results: list[tuple[Case, str, str]]) -> dict[str, Counter]:
     return out
 
 
-if __name__ == "__main__":
+def main(run: Callable[[Case], tuple[str, str]]) -> None:
+    """The child's command line: ``--child CASES START``."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--child", nargs=2, metavar=("CASES", "START"))
     args = parser.parse_args()
-    _child(Path(args.child[0]), int(args.child[1]))
+    child_main(run, Path(args.child[0]), int(args.child[1]))
+
+
+if __name__ == "__main__":
+    main(run_one)
