@@ -19,7 +19,8 @@ lost data.
     python benchmarks/fuzz_app.py [--cases 300] [--outputs 0] [--seed 0] [--out DIR] [--smoke]
 
 Prints a line per failing case and a summary (cases per kind and outcome); writes
-``fuzz_app.json`` to ``--out`` and exits with status 1 if any case broke the promise.
+``fuzz_app.txt`` (the table) and ``fuzz_app.json`` (every case) to ``--out`` and exits with
+status 1 if any case broke the promise.
 """
 
 from __future__ import annotations
@@ -384,20 +385,23 @@ def main() -> int:
         if outputs:
             results += fuzz_outputs(outputs, args.seed, Path(work))
     bad = [r for r in results if r["problem"]]
-    for r in bad:
-        print(f"case {r['case']} ({r['family']}, {r['kind']}): {r['problem']}")
+    lines = [f"case {r['case']} ({r['family']}, {r['kind']}): {r['problem']}" for r in bad]
     kinds = ("ok", "error", "traceback", "hang", "lost", "other")
     table = Counter((r["family"], outcome(r)) for r in results)
     families = sorted({r["family"] for r in results})
-    print(f"fuzz_app: seed {args.seed}, {len(results)} cases in "
-          f"{time.perf_counter() - started:.0f} s; no signal (the script ran to its end)")
-    print(f"{'family':<12}" + "".join(f"{k:>11}" for k in kinds) + f"{'total':>8}")
+    lines.append(f"fuzz_app: seed {args.seed}, {len(results)} cases in "
+                 f"{time.perf_counter() - started:.0f} s; no signal (the script ran to its end)")
+    lines.append(f"{'family':<12}" + "".join(f"{k:>11}" for k in kinds) + f"{'total':>8}")
     for fam in families:
-        print(f"{fam:<12}" + "".join(f"{table[(fam, k)]:>11}" for k in kinds)
-              + f"{sum(table[(fam, k)] for k in kinds):>8}")
-    print(f"{len(bad)} broke the promise")
+        lines.append(f"{fam:<12}" + "".join(f"{table[(fam, k)]:>11}" for k in kinds)
+                     + f"{sum(table[(fam, k)] for k in kinds):>8}")
+    lines.append(f"{len(bad)} broke the promise (ok: status 0 with every output whole; error: "
+                 "one line, status 2; lost: an output missing or damaged, a FIFO or device "
+                 "changed)")
+    print("\n".join(lines))
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "fuzz_app.txt").write_text("\n".join(lines) + "\n")
         (args.out / "fuzz_app.json").write_text(json.dumps(
             {"seed": args.seed, "cases": len(results), "failures": bad, "results": results},
             indent=1))
