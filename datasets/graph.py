@@ -95,9 +95,9 @@ class Graph:
 
         if not isinstance(name, str):
             raise DatasetError(f"name must be a string, got {type(name).__name__}")
-        for field in ("edge_index", "x", "y"):
-            if getattr(data, field, None) is None:
-                raise DatasetError(f"{name}: the data has no {field}")
+        for attr in ("edge_index", "x", "y"):
+            if getattr(data, attr, None) is None:
+                raise DatasetError(f"{name}: the data has no {attr}")
         edge_index = inputs.as_array(data.edge_index, name, "edge_index")
         if edge_index.ndim != 2 or edge_index.shape[0] != 2 or edge_index.dtype.kind not in "iu":
             raise DatasetError(f"{name}: edge_index must be an integer array of shape (2, E), "
@@ -164,17 +164,17 @@ class Graph:
         n = adj.shape[0]
         if adj.shape != (n, n):
             raise DatasetError(f"{where}: adjacency must be square, got shape {adj.shape}")
-        for field, dtype, shape in (("features", np.float32, None), ("labels", np.int64, (n,)),
-                                    ("train_mask", np.bool_, (n,)), ("val_mask", np.bool_, (n,)),
-                                    ("test_mask", np.bool_, (n,))):
-            arr = getattr(self, field)
+        for attr, dtype, shape in (("features", np.float32, None), ("labels", np.int64, (n,)),
+                                   ("train_mask", np.bool_, (n,)), ("val_mask", np.bool_, (n,)),
+                                   ("test_mask", np.bool_, (n,))):
+            arr = getattr(self, attr)
             ok = isinstance(arr, np.ndarray) and arr.dtype == dtype and (
                 arr.shape == shape if shape else arr.ndim == 2 and arr.shape[0] == n)
             if not ok:
                 got = (f"{arr.dtype} {arr.shape}" if isinstance(arr, np.ndarray)
                        else type(arr).__name__)
                 want = f"({n},)" if shape else f"({n}, F)"
-                raise DatasetError(f"{where}: {field} must be a {np.dtype(dtype)} array of shape "
+                raise DatasetError(f"{where}: {attr} must be a {np.dtype(dtype)} array of shape "
                                    f"{want}, got {got} (Graph.from_scipy converts them)")
         if isinstance(self.num_classes, (bool, np.bool_)) or not isinstance(
                 self.num_classes, (int, np.integer)) or self.num_classes < 1:

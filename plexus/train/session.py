@@ -58,7 +58,7 @@ class Run:
 
     def _last_good(self, epoch: int) -> str:
         """What a stop at ``epoch`` leaves to resume from: every checkpoint this run wrote held
-        a finite state (`check_state` runs before each), and so did the one it resumed from
+        a finite state (`agree` runs before each), and so did the one it resumed from
         (`plexus.train.checkpoint.check_state`), unless that one diverges at once."""
         if self.saved_epoch is not None and self.saved_epoch == self.resumed_epoch \
                 and epoch == self.resumed_epoch + 1:
@@ -90,12 +90,13 @@ class Run:
         checkpoint: this runs before every save."""
         tensors = self._state_tensors() if stats is not None else {}
         names = sorted(tensors)
-        flags = [0 if bool(torch.isfinite(tensors[n]).all()) else 1 for n in names]
-        flags.append(int(self.pending is not None))
+        pending = torch.tensor([self.pending is not None], device=self.grid.device)
+        flags = torch.cat([torch.stack([~torch.isfinite(tensors[n]).all() for n in names]),
+                           pending]) if names else pending
+        flags = flags.to(torch.int64)  # one tensor: a single device sync, a single all-reduce
         if self.grid.world_size > 1:
-            t = torch.tensor(flags, dtype=torch.int64, device=self.grid.device)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            flags = [int(v) for v in t.tolist()]
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        flags = [int(v) for v in flags.tolist()]
         if flags[-1]:
             raise self.pending or OutputFailed("rank 0 could not write an output")
         bad = [n for n, f in zip(names, flags) if f]
