@@ -17,6 +17,7 @@ import csv
 import io
 import os
 import stat
+import threading
 from pathlib import Path
 from typing import Callable, Mapping, Protocol
 
@@ -150,12 +151,26 @@ class CsvLog:
         self.path.unlink(missing_ok=True)
 
 
+def _quiet_event_writer(args: threading.ExceptHookArgs) -> None:
+    """``threading.excepthook``: TensorBoard's writer thread dies on a full disk and the writer
+    raises that error again at its next call, where `TensorBoardLog` reports it in one line;
+    the thread's own traceback is left out. Anything else is printed as before."""
+    if type(args.thread).__name__ == "_AsyncWriterThread" and args.exc_type is not None \
+            and issubclass(args.exc_type, OSError):
+        return
+    _previous_excepthook(args)
+
+
+_previous_excepthook = threading.excepthook
+
+
 class TensorBoardLog:
     """Scalars per epoch through `torch.utils.tensorboard.SummaryWriter`."""
 
     def __init__(self, logdir: str | os.PathLike, resume: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415 (optional package)
 
+        threading.excepthook = _quiet_event_writer
         self.logdir = Path(logdir)
         # a resumed run's steps replace those an interrupted run wrote after the checkpoint
         self._writer = SummaryWriter(log_dir=str(self.logdir),
