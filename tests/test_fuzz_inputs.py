@@ -43,7 +43,7 @@ def test_damaged_study_folders_are_one_line_or_work(tmp_path):
     runs hundreds): status 0 or one line, nothing written outside the folder, no hang."""
     from plexus.studies import fuzzcases
 
-    cases = fuzzcases.make_cases(tmp_path, SEED, 4)
+    cases = fuzzcases.make_cases(tmp_path, SEED, 3)
     results = fuzz.run_cases(cases, tmp_path, runner="plexus.studies.fuzzcases")
     bad = [(case.name, case.spec, outcome, detail) for case, outcome, detail in results
            if outcome not in fuzz.GOOD]

@@ -25,7 +25,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from cli_helpers import cli_env, job_workers, read_log, session_processes, wait_for_epoch
+from cli_helpers import (cli_env, job_workers, read_log, session_processes, train,
+                         wait_for_epoch)
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = ["--grid", "1x1x1", "--quiet", "--eval-every", "0"]
@@ -204,12 +205,22 @@ def test_two_outputs_on_one_file_are_one_line_before_anything_runs(case, tmp_pat
 # ---- 3: no non-finite state on disk -----------------------------------------------------------
 @pytest.mark.parametrize("args, needle", [
     (["--lr", "inf"], "--lr must be > 0 and at most"), (["--lr", "1e38"], "--lr must be"),
-    (["--lr", "nan"], "--lr must be"), (["--weight-decay", "inf"], "--weight-decay must be"),
-    (["--world-size", "10000000000000", "--grid", "auto"], "--world-size must be in")])
+    (["--lr", "nan"], "--lr must be"), (["--weight-decay", "inf"], "--weight-decay must be")])
 def test_float_options_out_of_range_are_one_line(args, needle, capsys):
     code, err = run_main([*SMALL, "--epochs", "4", *args], capsys)
     assert code == 2
     one_line(err, "plexus-train", needle)
+
+
+@pytest.mark.parametrize("prog, args", [
+    ("plexus-train", ["--grid", "auto", "--world-size", "999999999999", "--epochs", "1"]),
+    ("plexus-model", ["--world-size", "999999999999", "--nodes", "1000", "--nnz", "5000",
+                      "--features", "8", "--classes", "3"])])
+def test_a_huge_world_size_answers_at_once(prog, args):
+    """(A subprocess: before the bound, both spent minutes factorizing the world size.)"""
+    proc = train(*args, launcher=(prog,), timeout=60)
+    assert proc.returncode == 2
+    one_line(proc.stderr, prog, "--world-size must be in [1, 1048576]")
 
 
 def test_a_non_finite_step_is_never_saved_and_the_last_good_checkpoint_is_finite(tmp_path,
@@ -680,18 +691,20 @@ def test_a_malformed_calibration_is_one_line_not_the_defaults(content, needle, t
     cal.write_text(content if isinstance(content, str) else json.dumps(content))
     assert model_main(["--world-size", "4", *SIZES, "--calibration", str(cal)]) == 2
     one_line(capsys.readouterr().err, "plexus-model", needle)
-    os.unlink(cal)
-    os.mkfifo(cal)
-    assert model_main(["--world-size", "4", *SIZES, "--calibration", str(cal)]) == 2
-    one_line(capsys.readouterr().err, "plexus-model", "not a regular file")
 
 
-def test_a_huge_world_size_answers_at_once(capsys):
+def test_a_calibration_fifo_is_refused_not_waited_on(tmp_path):
+    os.mkfifo(tmp_path / "cal.json")
+    proc = train("--world-size", "4", *SIZES, "--calibration", str(tmp_path / "cal.json"),
+                 launcher=("plexus-model",), timeout=60)
+    assert proc.returncode == 2
+    one_line(proc.stderr, "plexus-model", "not a regular file")
+
+
+def test_the_largest_world_size_is_ranked_at_once(capsys):
     from plexus.perfmodel.cli import model_main
 
     start = time.perf_counter()
-    assert model_main(["--world-size", "999999999999", *SIZES]) == 2
-    one_line(capsys.readouterr().err, "plexus-model", "--world-size must be in [1, 1048576]")
     assert model_main(["--world-size", str(1 << 20), *SIZES, "--top", "1"]) == 0
     assert time.perf_counter() - start < 30
 

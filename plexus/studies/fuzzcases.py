@@ -153,7 +153,11 @@ def _damage(out: Path, d: Path, rng: random.Random, kind: str) -> str:
             path.write_text(_damage_text(path.read_text(), rng))
             done.append(f"{target} text")
         elif target == "lock" and how < 0.3:
-            (d / "victim.txt").exists() and os.link(d / "victim.txt", path)
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+            os.link(d / "victim.txt", path)
             done.append("lock hard-linked outside")
         else:
             done.append(f"{target}: {_node(rng, path, d, out)}")
