@@ -75,6 +75,9 @@ def make_base(work: Path) -> Path:
 # ---- damage ---------------------------------------------------------------------------------
 def _node(rng: random.Random, path: Path, d: Path, out: Path) -> str:
     """Put something that is not a regular file of the folder at ``path``."""
+    parent = Path(os.path.realpath(path.parent))
+    if not parent.is_dir() or (parent != out.resolve() and out.resolve() not in parent.parents):
+        return "nothing (its folder was replaced)"  # an earlier damage took the folder away
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     else:
