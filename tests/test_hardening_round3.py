@@ -633,7 +633,7 @@ def test_sigint_to_one_worker_is_one_line_naming_it(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 1
-    one_line(err, "plexus-train", f"(pid {worker}) was killed by signal SIGINT", "worker rank")
+    one_line(err, "plexus-train", f"was killed by signal SIGINT (pid {worker})", "worker rank")
     time.sleep(1)
     assert not [p for p in session_processes(proc.pid) if p != proc.pid]
     assert [p.name for p in tmpdir.iterdir() if not p.name.startswith("torchinductor_")] == []

@@ -58,7 +58,7 @@ class LocalJobFailed(RuntimeError):
         first = failures[0]
         more = f" ({len(failures) - 1} more failed after it)" if len(failures) > 1 else ""
         pid = f" (pid {first.pid})" if first.pid else ""
-        super().__init__(f"worker rank {first.rank}{pid} {first.message}{more}")
+        super().__init__(f"worker rank {first.rank} {first.message}{pid}{more}")
 
 
 def _quiet_elastic_logs() -> None:
@@ -227,7 +227,8 @@ def _failures(error: Any) -> list[WorkerFailure]:
             message = f"failed: {lines[-1].strip()}"
         else:
             message = f"exited with status {failure.exitcode}"
-        found = WorkerFailure(rank, failure.exitcode, message, tb, failure.pid or None)
+        found = WorkerFailure(rank, failure.exitcode, message, tb,
+                              getattr(failure, "pid", None) or None)
         signal_name = failure.signal_name() if failure.exitcode < 0 else ""
         out.append((_blame(found, signal_name), failure.timestamp, rank, found))
     out.sort(key=lambda item: item[:3])
