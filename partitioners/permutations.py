@@ -59,7 +59,17 @@ def make_permutation(adj: sp.csr_matrix, kind: str = "none", seed: int = 0,
     degree-aware permutations balance those, and so every coarser block too. ``locality``
     (every kind but ``none``): sort each fine block by degree (`locality_order`).
     """
-    n = adj.shape[0]
+    adj = sp.csr_matrix(adj)
+    return permutation_from_counts(kind, seed, np.diff(adj.indptr),
+                                   np.bincount(adj.indices, minlength=adj.shape[1]),
+                                   num_blocks, locality)
+
+
+def permutation_from_counts(kind: str, seed: int, row_nnz: np.ndarray, col_nnz: np.ndarray,
+                            num_blocks: int = 1, locality: bool = True) -> Permutation:
+    """`make_permutation` from the non-zeros of every row and every column of Â (node-sized
+    arrays: what the out-of-core partitioner has instead of Â)."""
+    n = len(row_nnz)
     rng = np.random.default_rng(seed)
     if kind == "none":
         ident = np.arange(n, dtype=np.int64)
@@ -70,16 +80,15 @@ def make_permutation(adj: sp.csr_matrix, kind: str = "none", seed: int = 0,
         p1 = rng.permutation(n).astype(np.int64)
         p2 = rng.permutation(n).astype(np.int64)
     elif kind == "balanced":
-        from .balance import balanced_orders  # noqa: PLC0415 (kept separate: the heavier algorithm)
+        from .balance import balanced_orders_from_counts  # noqa: PLC0415 (the heavier algorithm)
 
-        p1, p2 = balanced_orders(adj, seed, num_blocks)
+        p1, p2 = balanced_orders_from_counts(row_nnz, col_nnz, seed, num_blocks)
     else:
         raise ValueError(f"unknown permutation {kind!r}; use one of {', '.join(PERMUTATIONS)}")
     if not locality:
         return Permutation(kind, seed, p1, p2)
     # a node's non-zeros as a column of Â (rows reading it forward) and as a row (backward, Âᵀ)
-    adj = sp.csr_matrix(adj)
-    degree = np.diff(adj.indptr) + np.bincount(adj.indices, minlength=n)
+    degree = np.asarray(row_nnz, dtype=np.int64) + np.asarray(col_nnz, dtype=np.int64)
     q1 = locality_order(p1, degree, num_blocks)
     q2 = q1 if p2 is p1 else locality_order(p2, degree, num_blocks)
     return Permutation(kind, seed, q1, q2, locality=True)

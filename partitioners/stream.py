@@ -1,0 +1,663 @@
+"""The out-of-core partitioner: a graph (on disk or in memory) to a shard store in bounded memory.
+
+Phases (every one a list of tasks run by a `plexus.datasets.work.Runner`, resumable; see
+docs/design.md, "The out-of-core partitioner"):
+
+1. ``canon-*``: M, the incoming adjacency, as row pieces (`plexus.datasets.canonical`): edge
+   chunks are histogrammed, routed to row-range buckets and each bucket deduplicated. A graph
+   stored in csr form is cut into pieces in place instead.
+2. ``degrees-*``: entries per row and column of M and its self loops, from the pieces (never from
+   raw edges: repeats and the second direction of undirected edges would count twice).
+3. ``permutation``: the permutation from Â's row and column counts (node-sized), the scale factor
+   of every row (gcn: D^-1/2, mean: D^-1), and how each block row is cut into sub-buckets of at
+   most ``bucket_entries`` non-zeros (from the row counts in permuted order).
+4. ``route``: every non-zero of Â (M's entries, gcn: without self loops plus one per node) goes,
+   once per distinct block of the model plan, to the file of its sub-bucket as one int64 key
+   (column block, row position, column in block); features are routed by row chunks to the
+   pieces of the rank row groups that hold them; one task hashes the graph's content.
+5. ``sort``: every sub-bucket is sorted; its keys give each block's CSR rows in order, the values
+   come from the node-sized scale factors: one piece of indptr counts, indices and data per block.
+6. ``ranks``: every rank's file is assembled by copying its blocks' pieces and its feature rows
+   into the zip members, in the format `plexus.partitioners.store.read_shard` reads.
+7. ``manifest``: written last, by the leader, and the finished store renamed into place.
+
+Memory: node-sized arrays (permutation, inverse, degrees, scale factors: about 60 bytes per node
+at the permutation step, about 40 while routing, mostly memory-mapped) plus one chunk or one
+bucket. No array of the whole graph's edges is ever created. `write_store` runs the same
+phases with one chunk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from plexus.core.atomic import fsync_dir
+from plexus.core.grid import GridShape
+from plexus.core.layout import layer_plans, pad_to, padding
+from plexus.datasets.canonical import (BUCKET_ENTRIES, CHUNK_EDGES, Degrees, Pieces,
+                                       budget_bounds, canonicalize, csr_pieces, hash_array_prefix,
+                                       scan_pieces, structure_sha256)
+from plexus.datasets.graph import AGGREGATIONS
+from plexus.datasets.npyio import load_npy, save_npy, write_header
+from plexus.datasets.work import Runner
+
+from .permutations import Permutation, permutation_from_counts
+from .plan import MASKS, block_key, feature_cols, feature_group, rank_input_ids, rank_outputs
+from .store import FORMAT, MANIFEST, VERSION, file_sha256, rank_file_name
+
+_ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed: zip entries otherwise carry the wall clock
+_COPY_BUF = 1 << 22
+#: bytes of feature rows per routed chunk and per assembled piece
+FEATURE_BYTES = 1 << 27
+
+
+class PartitionError(ValueError):
+    """The partitioner cannot go on (bad configuration, damaged work directory); one line."""
+
+
+# --------------------------------------------------------------------------- the job
+
+
+@dataclass(frozen=True)
+class BlockSpec:
+    """One distinct Â block of the model plan, cut into ``nr`` x ``nc`` blocks of rs x cs."""
+
+    key: str
+    index: int
+    adj: int
+    a_rows: str
+    a_cols: str
+    nr: int
+    nc: int
+    rs: int
+    cs: int
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a task needs (picklable: tasks of a process pool receive it)."""
+
+    work: str
+    shape: tuple[tuple[str, int], ...]
+    num_layers: int
+    orders: tuple[str, ...]
+    aggregation: str
+    name: str
+    n: int
+    npad: int
+    fpad: int
+    num_features: int
+    num_classes: int
+    directed: bool
+    blocks: tuple[BlockSpec, ...]
+    pieces: Pieces
+    source: Any
+    bucket_entries: int
+    feature_rows: int
+
+    @property
+    def grid(self) -> GridShape:
+        return GridShape.of(dict(self.shape))
+
+    @property
+    def plans(self):
+        return layer_plans(self.num_layers, list(self.orders))
+
+    def path(self, *parts: str) -> Path:
+        return Path(self.work, *parts)
+
+    def node(self, name: str, mmap: bool = True) -> np.ndarray:
+        """A node-sized array of the permutation step (memory-mapped by default)."""
+        return load_npy(self.path("node", f"{name}.npy"), PartitionError, "biuf", mmap=mmap)
+
+    @property
+    def feature_groups(self) -> int:
+        first = self.plans[0]
+        return dict(self.shape)[first.in_rows] * dict(self.shape)[first.depth]
+
+    @property
+    def group_rows(self) -> int:
+        return self.npad // self.feature_groups
+
+    def permutation(self, meta: Mapping[str, Any]) -> Permutation:
+        return Permutation(meta["kind"], meta["seed"], self.node("p1"), self.node("p2"),
+                           meta["locality"])
+
+
+def block_specs(shape: Mapping[str, int], plans, npad: int) -> tuple[BlockSpec, ...]:
+    """The distinct Â blocks of a plan, in the order the store lists them."""
+    out: list[BlockSpec] = []
+    for plan in plans:
+        key = block_key(plan)
+        if plan.dense or any(b.key == key for b in out):
+            continue
+        nr, nc = shape[plan.a_rows], shape[plan.a_cols]
+        out.append(BlockSpec(key, len(out), plan.adj, plan.a_rows, plan.a_cols, nr, nc,
+                             npad // nr, npad // nc))
+    return tuple(out)
+
+
+def _save(path: Path, arr: np.ndarray) -> None:
+    """Save beside and rename: a killed task leaves no file under the final name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    save_npy(tmp, arr)
+    tmp.replace(path)
+
+
+def _index_dtype(limit: int) -> np.dtype:
+    return np.dtype(np.int32) if limit < np.iinfo(np.int32).max else np.dtype(np.int64)
+
+
+def _pos_dtype(npad: int) -> np.dtype:
+    return np.dtype(np.int32) if npad < 2**31 else np.dtype(np.int64)
+
+
+# --------------------------------------------------------------------------- permutation step
+
+
+def _array_sha256(arr: np.ndarray) -> str:
+    h = hashlib.sha256()
+    arr = np.ascontiguousarray(arr)
+    hash_array_prefix(h, arr.dtype, arr.shape)
+    h.update(memoryview(arr).cast("B"))
+    return h.hexdigest()
+
+
+def _inverse(order: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    inv = np.empty(len(order), dtype=dtype)
+    inv[order] = np.arange(len(order), dtype=dtype)
+    return inv
+
+
+def _permutation_step(job: Job, degrees: Degrees, kind: str, seed: int, given: bool) -> dict:
+    """Serial step: the permutation, its inverses, the row scale factors, the sub-buckets."""
+    row, loops = degrees.load("row"), degrees.load("loops")
+    gcn = job.aggregation == "gcn"
+    # non-zeros of Â per row and column: gcn replaces M's self loops by one per node
+    row_nnz = row - loops + 1 if gcn else row.copy()
+    del row
+    col = degrees.load("col")
+    col_nnz = col - loops + 1 if gcn else col.copy()
+    del col, loops
+    if given:
+        p1 = load_npy(job.path("node", "given.p1.npy"), PartitionError, "i", (job.n,))
+        p2 = load_npy(job.path("node", "given.p2.npy"), PartitionError, "i", (job.n,))
+        given_meta = json.loads(job.path("node", "given.json").read_text(encoding="utf-8"))
+        perm = Permutation(given_meta["kind"], given_meta["seed"], p1.astype(np.int64),
+                           p2.astype(np.int64), given_meta["locality"])
+    else:
+        perm = permutation_from_counts(kind, seed, row_nnz, col_nnz, job.grid.world_size)
+    del col_nnz
+    meta = {"kind": perm.kind, "seed": int(perm.seed), "locality": bool(perm.locality),
+            "p1_sha256": _array_sha256(perm.p1), "p2_sha256": _array_sha256(perm.p2),
+            "nnz": int(row_nnz.sum())}
+    pos = _pos_dtype(job.npad)
+    for name, order in (("p1", perm.p1), ("p2", perm.p2)):
+        _save(job.path("node", f"{name}.npy"), order.astype(pos))
+        _save(job.path("node", f"inv{name[1]}.npy"), _inverse(order, pos))
+    del perm
+    # the factor every value of a row is scaled by, exactly as plexus.datasets.normalize
+    # computes it in float32 (gcn: Â[i, j] = d[i] * d[j] with d = 1/sqrt(deg))
+    if gcn:
+        scale = np.float32(1.0) / np.sqrt(row_nnz.astype(np.float32))
+    elif job.aggregation == "mean":
+        scale = np.float32(1.0) / np.maximum(row_nnz.astype(np.float32), np.float32(1.0))
+    else:
+        scale = np.ones(job.n, dtype=np.float32)
+    _save(job.path("node", "scale.npy"), scale.astype(np.float32))
+    del scale
+    subs = {}
+    for spec in job.blocks:
+        order = job.node(f"p{_row_order_index(spec.adj)}")
+        per_pos = np.zeros(job.npad, dtype=np.int64)
+        per_pos[:job.n] = row_nnz[order]
+        cuts = []
+        for r in range(spec.nr):
+            lo = r * spec.rs
+            b = budget_bounds(per_pos[lo:lo + spec.rs], job.bucket_entries, first=lo)
+            cuts += [[r, a, z] for a, z in zip(b[:-1], b[1:])]
+        subs[spec.key] = cuts
+        del per_pos, order
+    meta["subs"] = subs
+    return meta
+
+
+def _row_order_index(adj: int) -> int:
+    """Â1's rows are in p1 order, Â2's in p2 order (`plexus.partitioners.plan.row_order`)."""
+    return 1 if adj == 1 else 2
+
+
+def _col_order_index(adj: int) -> int:
+    return 2 if adj == 1 else 1
+
+
+def _write_given(job: Job, perm: Permutation) -> dict:
+    _save(job.path("node", "given.p1.npy"), np.asarray(perm.p1, dtype=np.int64))
+    _save(job.path("node", "given.p2.npy"), np.asarray(perm.p2, dtype=np.int64))
+    job.path("node", "given.json").write_text(json.dumps(
+        {"kind": perm.kind, "seed": int(perm.seed), "locality": bool(perm.locality)}),
+        encoding="utf-8")
+    return {}
+
+
+# --------------------------------------------------------------------------- route
+
+
+def _ahat_entries(job: Job, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(row, col) of Â's non-zeros in piece k's rows (gcn: M without loops, plus the diagonal)."""
+    counts, cols = job.pieces.piece(k)
+    r0, r1 = job.pieces.rows(k)
+    rows = np.repeat(np.arange(r0, r1, dtype=np.int64), counts)
+    if job.aggregation == "gcn":
+        keep = rows != cols
+        diag = np.arange(r0, r1, dtype=np.int64)
+        rows = np.concatenate([rows[keep], diag])
+        cols = np.concatenate([cols[keep], diag])
+    return rows, cols
+
+
+def _route_task(job: Job, k: int, subs: dict) -> dict:
+    """Route piece k's non-zeros of Â to the sub-buckets of every block."""
+    rows, cols = _ahat_entries(job, k)
+    out: dict[str, list[int]] = {}
+    for spec in job.blocks:
+        pos_r = job.node(f"inv{_row_order_index(spec.adj)}")[rows].astype(np.int64)
+        pos_c = job.node(f"inv{_col_order_index(spec.adj)}")[cols].astype(np.int64)
+        cb = pos_c // spec.cs
+        keys = (cb * job.npad + pos_r) * spec.cs + (pos_c - cb * spec.cs)
+        del pos_c
+        out[spec.key] = np.bincount((pos_r // spec.rs) * spec.nc + cb,
+                                    minlength=spec.nr * spec.nc).tolist()
+        del cb
+        starts = np.array([s[1] for s in subs[spec.key]], dtype=np.int64)
+        sub = np.searchsorted(starts, pos_r, side="right") - 1
+        del pos_r
+        sub = sub.astype(np.uint16 if len(starts) <= 1 << 16 else np.int64)
+        order = np.argsort(sub, kind="stable")
+        sub, keys = sub[order], keys[order]
+        del order
+        cut = np.flatnonzero(np.diff(sub)) + 1
+        for a, b in zip([0, *cut.tolist()], [*cut.tolist(), sub.size]):
+            if b > a:
+                _save(job.path("blk", str(spec.index), f"{int(sub[a]):05d}", f"{k:05d}.npy"),
+                      keys[a:b])
+        del sub, keys
+    return {"counts": out}
+
+
+def _feature_task(job: Job, chunk: int, piece_rows: int) -> dict:
+    """Route feature rows of one chunk to the (row group, piece) files of the ranks."""
+    lo = chunk * job.feature_rows
+    x = job.source.feature_rows(lo, min(lo + job.feature_rows, job.n))
+    pos = job.node(f"inv{_col_order_index(job.plans[0].adj)}")[lo:lo + len(x)].astype(np.int64)
+    group = pos // job.group_rows
+    local = pos - group * job.group_rows
+    pieces = -(-job.group_rows // piece_rows)
+    bucket = group * pieces + local // piece_rows
+    order = np.argsort(bucket, kind="stable")
+    bucket, local, x = bucket[order], local[order], x[order]
+    cut = np.flatnonzero(np.diff(bucket)) + 1
+    for a, b in zip([0, *cut.tolist()], [*cut.tolist(), bucket.size]):
+        if b > a:
+            g, p = divmod(int(bucket[a]), pieces)
+            base = job.path("feat", f"{g}-{p}", f"{chunk:06d}")
+            _save(Path(f"{base}.rows.npy"), local[a:b])
+            _save(Path(f"{base}.vals.npy"), x[a:b])
+    return {}
+
+
+def _hash_task(job: Job, chunk_rows: int) -> dict:
+    """The graph's content hash, the same as `plexus.partitioners.store.graph_hash` of it."""
+    h = hashlib.sha256()
+    h.update(f"N={job.n};C={job.num_classes};directed={job.directed};".encode())
+    row = load_npy(job.path("degrees", "sum", "row.npy"), PartitionError, "i")
+    structure_sha256(h, job.pieces, row)
+    del row
+    hash_array_prefix(h, np.float32, (job.n, job.num_features))
+    for lo in range(0, job.n, chunk_rows):
+        x = job.source.feature_rows(lo, min(lo + chunk_rows, job.n))
+        h.update(memoryview(np.ascontiguousarray(x)).cast("B"))
+    labels = job.source.labels()
+    hash_array_prefix(h, np.int64, labels.shape)
+    h.update(memoryview(np.ascontiguousarray(labels, dtype=np.int64)).cast("B"))
+    for mask in job.source.masks(labels):
+        hash_array_prefix(h, np.bool_, mask.shape)
+        h.update(memoryview(np.ascontiguousarray(mask, dtype=np.bool_)).cast("B"))
+    return {"sha256": h.hexdigest()}
+
+
+def _labels_step(job: Job) -> dict:
+    """Serial step: labels and split masks as node-sized files the rank tasks map."""
+    labels = job.source.labels()
+    masks = job.source.masks(labels)
+    _save(job.path("node", "labels.npy"), labels.astype(np.int64))
+    bits = np.zeros(job.n, dtype=np.uint8)
+    for i, mask in enumerate(masks):
+        bits |= mask.astype(np.uint8) << np.uint8(i)
+    _save(job.path("node", "masks.npy"), bits)
+    return {"counts": {name: int(m.sum()) for name, m in zip(MASKS, masks)}}
+
+
+# --------------------------------------------------------------------------- sort
+
+
+def _sort_task(job: Job, spec_index: int, sub: int, r: int, p0: int, p1: int,
+               idx_dtypes: list[str]) -> dict:
+    """Sort one sub-bucket: the rows p0..p1 (positions) of every column block of a block row."""
+    spec = job.blocks[spec_index]
+    folder = job.path("blk", str(spec.index), f"{sub:05d}")
+    parts = [load_npy(p, PartitionError, "i") for k in range(len(job.pieces))
+             if (p := folder / f"{k:05d}.npy").exists()]
+    keys = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    del parts
+    keys.sort()
+    span = job.npad * spec.cs
+    cuts = np.searchsorted(keys, np.arange(spec.nc + 1, dtype=np.int64) * span)
+    row_order = job.node(f"p{_row_order_index(spec.adj)}")
+    col_order = job.node(f"p{_col_order_index(spec.adj)}")
+    scale = job.node("scale")
+    nnz = []
+    for c in range(spec.nc):
+        seg = keys[cuts[c]:cuts[c + 1]] - c * span
+        pos_r = seg // spec.cs
+        lc = seg - pos_r * spec.cs
+        del seg
+        i = np.asarray(row_order[pos_r]).astype(np.int64)
+        if job.aggregation == "gcn":
+            j = np.asarray(col_order[c * spec.cs + lc]).astype(np.int64)
+            data = np.asarray(scale[i]) * np.asarray(scale[j])
+            del j
+        else:
+            data = np.asarray(scale[i])
+        del i
+        counts = np.bincount(pos_r - p0, minlength=p1 - p0)
+        if counts.size != p1 - p0:
+            raise PartitionError(f"{folder}: holds rows outside {p0}..{p1}; the work directory "
+                                 "is damaged, remove it and start again")
+        base = job.path("pc", str(spec.index), f"{r}-{c}", f"{sub:05d}")
+        _save(Path(f"{base}.counts.npy"), counts.astype(np.int64))
+        _save(Path(f"{base}.indices.npy"), lc.astype(idx_dtypes[r * spec.nc + c]))
+        _save(Path(f"{base}.data.npy"), data.astype(np.float32))
+        nnz.append(int(lc.size))
+        del pos_r, lc, data, counts
+    return {"nnz": nnz}
+
+
+# --------------------------------------------------------------------------- rank files
+
+
+def _zip_info(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date_time=_ZIP_DATE)
+    info.compress_type = zipfile.ZIP_STORED
+    info.create_system = 3
+    info.external_attr = 0o644 << 16
+    return info
+
+
+def _member(zf: zipfile.ZipFile, name: str, dtype: np.dtype | str, shape: tuple[int, ...],
+            pieces: Iterable[np.ndarray]) -> None:
+    """One .npy member written from ``pieces`` (C order, concatenated along the first axis)."""
+    with zf.open(_zip_info(f"{name}.npy"), "w", force_zip64=True) as dst:
+        write_header(dst, np.dtype(dtype), shape)
+        for piece in pieces:
+            dst.write(memoryview(np.ascontiguousarray(piece, dtype=dtype)).cast("B"))
+
+
+def _file_data(path: Path) -> Iterator[np.ndarray]:
+    """The data of a (pieces') .npy file in pieces of at most `_COPY_BUF` bytes."""
+    arr = load_npy(path, PartitionError, "biuf", mmap=True)
+    flat = arr.reshape(-1)
+    step = max(1, _COPY_BUF // max(flat.itemsize, 1))
+    for lo in range(0, flat.size, step):
+        yield np.array(flat[lo:lo + step])
+    del arr, flat
+
+
+def _block_members(zf: zipfile.ZipFile, job: Job, spec: BlockSpec, r: int, c: int,
+                   subs: list[list[int]], nnz: int, idx_dtype: str) -> None:
+    mine = [i for i, (rr, _, _) in enumerate(subs) if rr == r]
+    base = job.path("pc", str(spec.index), f"{r}-{c}")
+    counts = [load_npy(base / f"{i:05d}.counts.npy", PartitionError, "i") for i in mine]
+    indptr = np.zeros(spec.rs + 1, dtype=idx_dtype)
+    np.cumsum(np.concatenate(counts) if counts else np.zeros(0, np.int64), out=indptr[1:])
+    del counts
+    if int(indptr[-1]) != nnz:
+        raise PartitionError(f"{base}: holds {int(indptr[-1])} non-zeros, the route counted "
+                             f"{nnz}; the work directory is damaged, remove it")
+    _member(zf, f"block{spec.index}.indptr", idx_dtype, indptr.shape, [indptr])
+    for part, dtype in (("indices", idx_dtype), ("data", np.float32)):
+        _member(zf, f"block{spec.index}.{part}", dtype, (nnz,),
+                (piece for i in mine for piece in _file_data(base / f"{i:05d}.{part}.npy")))
+
+
+def _feature_pieces(job: Job, group: int, cols: slice, piece_rows: int,
+                    chunks: int) -> Iterator[np.ndarray]:
+    rows_total = job.group_rows
+    width = cols.stop - cols.start
+    hi = min(cols.stop, job.num_features)
+    for p in range(-(-rows_total // piece_rows)):
+        n_rows = min(piece_rows, rows_total - p * piece_rows)
+        dense = np.zeros((n_rows, width), dtype=np.float32)
+        folder = job.path("feat", f"{group}-{p}")
+        if hi > cols.start:
+            for chunk in range(chunks):
+                base = folder / f"{chunk:06d}"
+                if not Path(f"{base}.rows.npy").exists():
+                    continue
+                local = load_npy(f"{base}.rows.npy", PartitionError, "i") - p * piece_rows
+                vals = load_npy(f"{base}.vals.npy", PartitionError, "f",
+                                (len(local), job.num_features))
+                dense[local, :hi - cols.start] = vals[:, cols.start:hi]
+        yield dense
+
+
+def _rank_task(job: Job, rank: int, meta: dict, subs: dict, block_nnz: dict,
+               idx_dtypes: dict, mask_counts: dict, piece_rows: int, chunks: int) -> dict:
+    grid = job.grid
+    coords = grid.coords(rank)
+    plans = job.plans
+    perm = job.permutation(meta)
+    input_ids = rank_input_ids(perm, plans, grid, coords, job.npad)
+    labels = job.node("labels")
+    bits = np.asarray(job.node("masks"))
+    masks = [(bits >> np.uint8(i)) & np.uint8(1) == 1 for i in range(len(MASKS))]
+    out_ids, out_labels, out_masks = rank_outputs(perm, plans, grid, coords, job.npad, labels,
+                                                  masks)
+    del bits, masks
+    group = feature_group(plans, grid, coords)
+    cols = feature_cols(plans, grid, coords, job.fpad)
+    block_shapes = {s.key: [s.rs, s.cs] for s in job.blocks}
+    header = {"format": FORMAT, "version": VERSION, "shape": dict(job.shape),
+              "coords": {a: int(v) for a, v in coords.items()}, "num_layers": job.num_layers,
+              "orders": list(job.orders), "perm": meta["kind"], "seed": meta["seed"],
+              "name": job.name, "num_nodes": job.n, "nodes_padded": job.npad,
+              "num_features": job.num_features, "features_padded": job.fpad,
+              "num_classes": job.num_classes, "mask_counts": mask_counts,
+              "block_keys": [s.key for s in job.blocks], "block_shapes": block_shapes,
+              "meta": {"symmetric": not job.directed and job.aggregation != "mean",
+                       "aggregation": job.aggregation}}
+    name = rank_file_name(coords)
+    path = job.path("store", name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{name}.tmp")
+    with open(tmp, "wb") as raw:
+        with zipfile.ZipFile(raw, "w", zipfile.ZIP_STORED) as zf:
+            for spec in job.blocks:
+                r, c = coords[spec.a_rows], coords[spec.a_cols]
+                _block_members(zf, job, spec, r, c, subs[spec.key],
+                               block_nnz[spec.key][r * spec.nc + c],
+                               idx_dtypes[spec.key][r * spec.nc + c])
+            _member(zf, "features", np.float32, (job.group_rows, cols.stop - cols.start),
+                    _feature_pieces(job, group, cols, piece_rows, chunks))
+            vectors = [(f"input_ids.{layer}", ids) for layer, ids in enumerate(input_ids)]
+            vectors += [("output_ids", out_ids), ("labels", out_labels)]
+            vectors += [(f"mask.{m}", out_masks[m]) for m in MASKS]
+            text = json.dumps(header, sort_keys=True).encode()
+            vectors.append(("header", np.frombuffer(text, dtype=np.uint8)))
+            for member, arr in vectors:
+                _member(zf, member, arr.dtype, arr.shape, [arr])
+        raw.flush()
+        os.fsync(raw.fileno())
+    tmp.replace(path)
+    return {"coords": {a: int(v) for a, v in coords.items()}, "file": name,
+            "size": path.stat().st_size, "sha256": file_sha256(path)}
+
+
+def _manifest_step(job: Job, meta: dict, ranks: list, graph_sha256: str, nnz: int) -> dict:
+    manifest = {
+        "format": FORMAT, "version": VERSION, "grid": dict(job.shape),
+        "num_layers": job.num_layers, "orders": list(job.orders),
+        "aggregation": job.aggregation,
+        "permutation": {k: meta[k] for k in ("kind", "seed", "locality", "p1_sha256",
+                                             "p2_sha256")},
+        "seed": meta["seed"], "dataset": job.name, "graph_sha256": graph_sha256,
+        "num_nodes": job.n, "nodes_padded": job.npad, "nnz": nnz,
+        "num_features": job.num_features, "num_classes": job.num_classes,
+        "block_keys": [s.key for s in job.blocks], "ranks": ranks,
+    }
+    with open(job.path("store", MANIFEST), "w", encoding="utf-8") as f:
+        f.write(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    fsync_dir(job.path("store"))
+    return manifest
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the streaming partitioner cuts its work: edges per chunk, non-zeros (or raw
+    entries) per bucket. Results never depend on them."""
+
+    chunk_edges: int = CHUNK_EDGES
+    bucket_entries: int = BUCKET_ENTRIES
+    feature_bytes: int = FEATURE_BYTES
+
+
+def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
+                     num_layers: int, orders: Sequence[str] | str, perm: str | Permutation,
+                     seed: int, aggregation: str, runner: Runner, work: Path,
+                     settings: Settings = Settings(),
+                     replace: Any = None) -> dict:
+    """Partition ``source`` (a `DiskGraph` or a `MemoryGraph`) into the store ``out_dir``, the
+    work going into ``work`` (kept on failure, so that a rerun resumes; removed on success).
+    ``replace(new, out)`` moves the finished store into place. Returns the manifest."""
+    if aggregation not in AGGREGATIONS:
+        raise PartitionError(f"unknown aggregation {aggregation!r}; use one of "
+                             f"{', '.join(AGGREGATIONS)}")
+    plans = layer_plans(num_layers, orders)
+    n = int(source.num_nodes)
+    world = shape.world_size
+    npad = pad_to(n, world)
+    widths = [source.num_features] + [1] * (num_layers - 1) + [source.num_classes]
+    fpad = padding(shape, plans, n, widths).widths_padded[0]
+    specs = block_specs(shape, plans, npad)
+    out = Path(out_dir)
+    bucket = max(1, int(settings.bucket_entries))
+    if source.edges == "csr":
+        pieces = csr_pieces(source, bucket)
+        check = True
+    else:
+        pieces = canonicalize(source, work / "canon", runner, chunk_edges=settings.chunk_edges,
+                              bucket_entries=bucket)
+        check = False
+    degrees = scan_pieces(pieces, work / "degrees", runner, check=check,
+                          directed=source.directed, bucket_entries=bucket)
+    feature_rows = max(1, settings.feature_bytes // (4 * max(source.num_features, 1)))
+    job = Job(str(work), tuple(shape.as_dict().items()), num_layers,
+              tuple(p.order for p in plans), aggregation, source.name, n, npad, fpad,
+              source.num_features, source.num_classes, bool(source.directed), specs, pieces,
+              source, bucket, feature_rows)
+    given = isinstance(perm, Permutation)
+    if given:
+        if len(perm.p1) != n or len(perm.p2) != n:
+            raise PartitionError(f"the permutation orders {len(perm.p1)} nodes, the graph has "
+                                 f"{n}")
+        runner.once("permutation-given", _write_given, job, perm)
+    kind = perm.kind if given else perm
+    meta = runner.once("permutation", _permutation_step, job, degrees, kind, int(seed), given)
+    subs = meta.pop("subs")
+    labels = runner.once("labels", _labels_step, job)
+    piece_rows = max(1, min(job.group_rows, feature_rows))
+    chunks = -(-n // feature_rows)
+    tasks: list[tuple] = [(job, k, subs) for k in range(len(pieces))]
+    weights = [nz * len(specs) for nz in pieces.nnz]
+    route_fns = [_route_task] * len(tasks)
+    tasks += [(job, c, piece_rows) for c in range(chunks)]
+    weights += [0] * chunks  # the bar counts non-zeros
+    route_fns += [_feature_task] * chunks
+    tasks.append((job, feature_rows))
+    weights.append(0)
+    route_fns.append(_hash_task)
+    results = runner.run("route", _dispatch, [(fn, *t) for fn, t in zip(route_fns, tasks)],
+                         weights)
+    graph_sha256 = results[-1]["sha256"]
+    if runner.leader:  # M's pieces and the degree scan are no longer read
+        shutil.rmtree(work / "canon", ignore_errors=True)
+    block_nnz = {s.key: np.sum([r["counts"][s.key] for r in results[:len(pieces)]],
+                               axis=0, dtype=np.int64).tolist() if len(pieces) else
+                 [0] * (s.nr * s.nc) for s in specs}
+    idx_dtypes = {s.key: [_index_dtype(max(s.rs, s.cs, nz)).name for nz in block_nnz[s.key]]
+                  for s in specs}
+    sort_tasks, sort_weights = [], []
+    for s in specs:
+        for i, (r, p0, p1) in enumerate(subs[s.key]):
+            sort_tasks.append((job, s.index, i, r, p0, p1, idx_dtypes[s.key]))
+            sort_weights.append(sum(block_nnz[s.key][r * s.nc:(r + 1) * s.nc]) *
+                                (p1 - p0) // max(s.rs, 1))
+    runner.run("sort", _sort_task, sort_tasks, sort_weights)
+    if runner.leader:
+        shutil.rmtree(work / "blk", ignore_errors=True)
+    rank_tasks = [(job, r, meta, subs, block_nnz, idx_dtypes, labels["counts"], piece_rows,
+                   chunks) for r in range(world)]
+    per_rank = sum(block_nnz[s.key][0] for s in specs) if specs else 0
+    ranks = runner.run("ranks", _rank_task, rank_tasks, [per_rank + 1] * world)
+    manifest = runner.once("manifest", _manifest_step, job, meta, ranks, graph_sha256,
+                           meta["nnz"])
+    if runner.leader:
+        new = work / "store"
+        if new.exists():
+            replace(new, out)
+        shutil.rmtree(work, ignore_errors=True)
+    return manifest
+
+
+def _dispatch(fn, *args):
+    """One task of a phase that mixes kinds of tasks."""
+    return fn(*args)
+
+
+def stage_work_dir(out: Path, key: str | None) -> Path:
+    """The work directory of a store: a fixed name beside it for a resumable run (``key``: the
+    run's configuration), else a fresh temporary one."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if key is None:
+        return Path(tempfile.mkdtemp(prefix=f".{out.name}.work-", dir=out.parent))
+    work = out.parent / f".{out.name}.work-{key[:16]}"
+    work.mkdir(exist_ok=True)
+    return work
+
+
+def config_key(config: Mapping[str, Any]) -> str:
+    """A key naming one configuration of a run (its work directory)."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def check_memory_source(source: Any) -> None:
+    """Only graphs on disk can be read by several processes."""
+    if getattr(source, "content_sha256", None) is None:
+        raise PartitionError("a graph held in memory is partitioned by one process; write it "
+                             "to a graph directory (plexus.datasets.write_graph) to use --jobs")
