@@ -53,6 +53,11 @@ def run_task(marker: str, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
     return result
 
 
+def call(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``: the task function of a phase that mixes kinds of tasks."""
+    return fn(*args)
+
+
 def read_marker(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 

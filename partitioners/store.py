@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
@@ -163,25 +162,20 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Map
     try:
         with Runner(work, progress=False) as runner:
             return partition_source(source, out, shape, num_layers, orders, perm, seed,
-                                    aggregation, runner, work, settings, _replace_dir)
+                                    aggregation, runner, work, settings, replace_store_dir)
     except PartitionError as e:
         raise ShardStoreError(str(e)) from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _replace_dir(new: Path, out: Path) -> None:
-    """Move the finished ``new`` to ``out``; an old store there is moved aside, then removed."""
-    check_out_dir(out)  # the target may have changed while we were writing
-    old = None
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.rmdir(old)
-        os.rename(out, old)
-    os.rename(new, out)
+def replace_store_dir(new: Path, out: Path) -> None:
+    """Move the finished store ``new`` to ``out``; an old store there is moved aside, then
+    removed (a crash in between leaves one of the two, never a mix)."""
+    from plexus.datasets.diskgraph import replace_dir  # noqa: PLC0415
+
+    replace_dir(new, out, check_out_dir)
     fsync_dir(out.parent)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- reading

@@ -49,7 +49,7 @@ from plexus.datasets.canonical import (BUCKET_ENTRIES, CHUNK_EDGES, Degrees, Pie
                                        scan_pieces, structure_sha256)
 from plexus.datasets.graph import AGGREGATIONS
 from plexus.datasets.npyio import load_npy, save_npy, write_header
-from plexus.datasets.work import Runner
+from plexus.datasets.work import Runner, call
 
 from .permutations import Permutation, permutation_from_counts
 from .plan import MASKS, block_key, feature_cols, feature_group, rank_input_ids, rank_outputs
@@ -602,7 +602,7 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
     tasks.append((job, feature_rows))
     weights.append(0)
     route_fns.append(_hash_task)
-    results = runner.run("route", _dispatch, [(fn, *t) for fn, t in zip(route_fns, tasks)],
+    results = runner.run("route", call, [(fn, *t) for fn, t in zip(route_fns, tasks)],
                          weights)
     graph_sha256 = results[-1]["sha256"]
     if runner.leader:  # M's pieces and the degree scan are no longer read
@@ -633,11 +633,6 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
             replace(new, out)
         shutil.rmtree(work, ignore_errors=True)
     return manifest
-
-
-def _dispatch(fn, *args):
-    """One task of a phase that mixes kinds of tasks."""
-    return fn(*args)
 
 
 def stage_work_dir(out: Path, key: str | None) -> Path:
