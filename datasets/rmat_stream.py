@@ -158,9 +158,9 @@ def _finish(job: RmatJob, isolated: int) -> dict:
     for name, mask in zip(("train", "valid", "test"), random_split(labels, job.params["seed"])):
         job.writer.put(name, np.flatnonzero(mask).astype(np.int64))
     del labels
+    job.writer.finish(rmat_notes(job.params, isolated))
     for name in ("perm.npy", "src.npy", "dst.npy", "h.npy"):
         job.path(name).unlink(missing_ok=True)
-    job.writer.finish(rmat_notes(job.params, isolated))
     return {}
 
 
@@ -171,6 +171,8 @@ def rmat_to_disk(params: dict, out: str | Path, runner: Runner, work: str | Path
     directory ``out`` (csr form), working in ``work`` with ``runner``. Loading the result
     (`DiskGraph.to_graph`) gives `rmat_graph(**params)` exactly (with float32 features)."""
     work = Path(work)
+    if is_disk_graph(out) and not (work / "graph.partial").exists():
+        return DiskGraph.open(out)  # finished by an earlier run that was then interrupted
     work.mkdir(parents=True, exist_ok=True)
     p = dict(params)
     n = 1 << p["scale"]
