@@ -107,7 +107,7 @@ def _expected_arrays(h: dict) -> dict[str, tuple[tuple[str, ...], tuple[int | No
     return out
 
 
-def _content_hash(header: dict) -> str:
+def header_sha256(header: dict) -> str:
     body = {k: v for k, v in header.items() if k != "content_sha256"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
@@ -149,7 +149,7 @@ def _check_header(h: Any, where: str) -> dict:
                 and isinstance(entry.get("sha256"), str)):
             want = tuple("*" if w is None else w for w in shape)
             raise bad(f"array {name!r} must be {' or '.join(dtypes)} of shape {want}")
-    if h.get("content_sha256") != _content_hash(h):
+    if h.get("content_sha256") != header_sha256(h):
         raise bad("content_sha256 does not match the header (edited by hand?)")
     return h
 
@@ -439,7 +439,7 @@ class DiskGraphWriter:
                             "sha256": file_data_sha256(self.file(name), layout)}
         meta["num_edges"] = arrays["src" if meta["edges"] == "coo" else "indices"]["shape"][0]
         header = {"format": FORMAT, "version": VERSION, **meta, "arrays": arrays}
-        header["content_sha256"] = _content_hash(header)
+        header["content_sha256"] = header_sha256(header)
         _check_header(header, str(self.staging / HEADER))
         extra = [p.name for p in self.staging.iterdir() if p.name not in
                  {f"{a}.npy" for a in names}]

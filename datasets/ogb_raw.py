@@ -62,12 +62,16 @@ def _csv_chunks(path: Path, rows: int, dtype: type) -> Iterator[np.ndarray]:
     import pandas as pd  # noqa: PLC0415 - only the csv datasets need it
 
     try:
+        with gzip.open(path, "rb") as f:
+            if not f.read(1):
+                return  # an empty file: no rows (pandas refuses to parse it)
         for frame in pd.read_csv(path, compression="gzip", header=None, chunksize=rows):
             values = frame.values
             if values.dtype.kind not in "iuf":
                 raise ValueError(f"non-numeric values ({values.dtype})")
             yield values.astype(dtype) if dtype is not None else values
-    except (OSError, ValueError, EOFError, UnicodeDecodeError, pd.errors.ParserError) as e:
+    except (OSError, ValueError, EOFError, UnicodeDecodeError, pd.errors.ParserError,
+            pd.errors.EmptyDataError) as e:
         raise DatasetError(f"{path}: not a readable csv.gz of numbers ({type(e).__name__}: "
                            f"{one_line(e)[:200]})") from None
 

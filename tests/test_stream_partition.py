@@ -206,9 +206,9 @@ def _damage(graph_dir: Path, how: str) -> None:
         header["num_nodes"] += 1
         header["arrays"]["labels"]["shape"] = [header["num_nodes"]]
         header["arrays"]["features"]["shape"][0] = header["num_nodes"]
-        from plexus.datasets.diskgraph import _content_hash  # noqa: PLC0415 - forge it well
+        from plexus.datasets.diskgraph import header_sha256  # noqa: PLC0415 - forge it well
 
-        header["content_sha256"] = _content_hash(header)
+        header["content_sha256"] = header_sha256(header)
         (graph_dir / "graph.json").write_text(json.dumps(header))
     elif how == "wrong dtype":
         np.save(graph_dir / "dst.npy", np.load(graph_dir / "dst.npy").astype(np.float64))
