@@ -10,9 +10,9 @@ Phases (tasks of a `plexus.datasets.work.Runner`, resumable):
 - M (here the symmetric adjacency) in row pieces (`plexus.datasets.canonical.canonicalize`):
   duplicates and self loops removed, both directions kept;
 - ``rmat-projection``: H = X·W block by block (`rmat_projection`'s blocks);
-- ``rmat-labels``: per piece of rows, the neighbour sum of H accumulated in column order over
-  windows of H (the order scipy's CSR product adds in, so the labels are bit for bit those of
-  `rmat_labels`), then ``argmax(H + sum / deg)``;
+- ``rmat-labels``: per piece of rows, the neighbour sum of H by scipy's CSR product over windows
+  of H, each window's product continuing the sum so far (so every row adds its terms in column
+  order, and the labels are bit for bit those of `rmat_labels`), then ``argmax(H + sum / deg)``;
 - ``rmat-indices`` and ``rmat-finish``: the pieces' columns become the graph's csr indices, the
   split is drawn, the directory is written.
 
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 from .canonical import BUCKET_ENTRIES, CHUNK_EDGES, EdgeFiles, Pieces, canonicalize
 from .diskgraph import FEATURE_DTYPES, DiskGraph, DiskGraphWriter, encode_features
@@ -108,21 +109,34 @@ def _projection_task(job: RmatJob, lo: int) -> dict:
 
 
 def _labels_task(job: RmatJob, pieces: Pieces, k: int) -> dict:
+    """Labels of piece k's rows. The neighbour sum is scipy's CSR product, as `rmat_labels`
+    computes it, window by window of H: each window's product starts from the sum so far,
+    entered as the row's first term (a column of its own with value 1), so that every row adds
+    its terms one at a time in column order, exactly as one product over all of H would."""
     counts, cols = pieces.piece(k)
     r0, r1 = pieces.rows(k)
-    classes = job.params["classes"]
-    local = np.repeat(np.arange(r1 - r0, dtype=np.int64), counts)
-    neigh = np.zeros((r1 - r0, classes), dtype=np.float32)
+    rows = r1 - r0
+    local = np.repeat(np.arange(rows, dtype=np.int64), counts)
+    neigh = np.zeros((rows, job.params["classes"]), dtype=np.float32)
     h_path = job.path("h.npy")
     layout = npy_layout(h_path)
-    step = max(1, WINDOW_BYTES // (4 * classes))
+    step = max(1, WINDOW_BYTES // (4 * job.params["classes"]))
     for k0 in range(0, job.n, step):
         sel = (cols >= k0) & (cols < k0 + step)
-        if sel.any():
-            window = read_rows(h_path, layout, k0, k0 + step)
-            # one addition at a time, in (row, column) order: exactly scipy's CSR product
-            np.add.at(neigh, local[sel], window[cols[sel] - k0])
-            del window
+        if not sel.any():
+            continue
+        window = read_rows(h_path, layout, k0, k0 + step)
+        indptr = np.zeros(rows + 1, dtype=np.int64)
+        np.cumsum(np.bincount(local[sel], minlength=rows) + 1, out=indptr[1:])
+        indices = np.empty(int(indptr[-1]), dtype=np.int64)
+        real = np.ones(indices.size, dtype=bool)
+        real[indptr[:-1]] = False
+        indices[indptr[:-1]] = np.arange(rows)  # the sum so far, first in every row
+        indices[real] = cols[sel] - k0 + rows
+        a = sp.csr_matrix((np.ones(indices.size, np.float32), indices, indptr),
+                          shape=(rows, rows + len(window)))
+        neigh = a @ np.concatenate([neigh, window])
+        del window, a, indices, real
     deg = counts.astype(np.float32)
     h = read_rows(h_path, layout, r0, r1)
     labels = np.argmax(h + neigh / np.maximum(deg, 1.0)[:, None], axis=1).astype(np.int32)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -182,14 +183,18 @@ def _inverse(order: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 def _permutation_step(job: Job, degrees: Degrees, kind: str, seed: int, given: bool) -> dict:
     """Serial step: the permutation, its inverses, the row scale factors, the sub-buckets."""
-    row, loops = degrees.load("row"), degrees.load("loops")
     gcn = job.aggregation == "gcn"
-    # non-zeros of Â per row and column: gcn replaces M's self loops by one per node
-    row_nnz = row - loops + 1 if gcn else row.copy()
-    del row
-    col = degrees.load("col")
-    col_nnz = col - loops + 1 if gcn else col.copy()
-    del col, loops
+    counts = np.dtype(np.int32) if job.n < 2**31 - 2 else np.dtype(np.int64)
+
+    def nnz_of(name: str) -> np.ndarray:
+        """Non-zeros of Â per row or column: gcn replaces M's self loops by one per node."""
+        deg = degrees.load(name).astype(counts)
+        if gcn:
+            deg += 1
+            deg -= degrees.load("loops")
+        return deg
+
+    row_nnz = nnz_of("row")
     if given:
         p1 = load_npy(job.path("node", "given.p1.npy"), PartitionError, "i", (job.n,))
         p2 = load_npy(job.path("node", "given.p2.npy"), PartitionError, "i", (job.n,))
@@ -197,11 +202,10 @@ def _permutation_step(job: Job, degrees: Degrees, kind: str, seed: int, given: b
         perm = Permutation(given_meta["kind"], given_meta["seed"], p1.astype(np.int64),
                            p2.astype(np.int64), given_meta["locality"])
     else:
-        perm = permutation_from_counts(kind, seed, row_nnz, col_nnz, job.grid.world_size)
-    del col_nnz
+        perm = permutation_from_counts(kind, seed, row_nnz, nnz_of("col"), job.grid.world_size)
     meta = {"kind": perm.kind, "seed": int(perm.seed), "locality": bool(perm.locality),
             "p1_sha256": _array_sha256(perm.p1), "p2_sha256": _array_sha256(perm.p2),
-            "nnz": int(row_nnz.sum())}
+            "nnz": int(row_nnz.sum(dtype=np.int64))}
     pos = _pos_dtype(job.npad)
     for name, order in (("p1", perm.p1), ("p2", perm.p2)):
         _save(job.path("node", f"{name}.npy"), order.astype(pos))
@@ -217,20 +221,34 @@ def _permutation_step(job: Job, degrees: Degrees, kind: str, seed: int, given: b
         scale = np.ones(job.n, dtype=np.float32)
     _save(job.path("node", "scale.npy"), scale.astype(np.float32))
     del scale
+    # Â1 and Â2 are one matrix when p1 == p2 (none, single): it is routed and sorted once
+    meta["same"] = bool(np.array_equal(job.node("p1"), job.node("p2")))
+    meta["first_adj"] = min((s.adj for s in job.blocks), default=1)
     subs = {}
-    for spec in job.blocks:
-        order = job.node(f"p{_row_order_index(spec.adj)}")
-        per_pos = np.zeros(job.npad, dtype=np.int64)
+    for adj in routed_adjs(job, meta["same"]):
+        # a sub-bucket never crosses a row block of any block of this adjacency
+        align = job.npad // math.lcm(*(s.nr for s in job.blocks if route_of(s, meta) == adj))
+        order = job.node(f"p{_row_order_index(adj)}")
+        per_pos = np.zeros(job.npad, dtype=row_nnz.dtype)
         per_pos[:job.n] = row_nnz[order]
-        cuts = []
-        for r in range(spec.nr):
-            lo = r * spec.rs
-            b = budget_bounds(per_pos[lo:lo + spec.rs], job.bucket_entries, first=lo)
-            cuts += [[r, a, z] for a, z in zip(b[:-1], b[1:])]
-        subs[spec.key] = cuts
+        cuts: list[int] = [0]
+        for lo in range(0, job.npad, max(align, 1)):
+            cuts += budget_bounds(per_pos[lo:lo + align], job.bucket_entries, first=lo)[1:]
+        subs[str(adj)] = [[a, b] for a, b in zip(cuts[:-1], cuts[1:])]
         del per_pos, order
     meta["subs"] = subs
     return meta
+
+
+def routed_adjs(job: Job, same: bool) -> list[int]:
+    """The adjacencies whose non-zeros are routed and sorted (Â2 is Â1 when p1 == p2)."""
+    adjs = sorted({s.adj for s in job.blocks})
+    return adjs[:1] if same and adjs else adjs
+
+
+def route_of(spec: BlockSpec, meta: Mapping[str, Any]) -> int:
+    """The routed adjacency a block is cut from."""
+    return meta["first_adj"] if meta["same"] else spec.adj
 
 
 def _row_order_index(adj: int) -> int:
@@ -267,33 +285,34 @@ def _ahat_entries(job: Job, k: int) -> tuple[np.ndarray, np.ndarray]:
     return rows, cols
 
 
-def _route_task(job: Job, k: int, subs: dict) -> dict:
-    """Route piece k's non-zeros of Â to the sub-buckets of every block."""
+def _route_task(job: Job, k: int, meta: dict) -> dict:
+    """Route piece k's non-zeros of Â_k, for each routed k, to the sub-buckets of its rows; count
+    the non-zeros of every block."""
     rows, cols = _ahat_entries(job, k)
-    out: dict[str, list[int]] = {}
-    for spec in job.blocks:
-        pos_r = job.node(f"inv{_row_order_index(spec.adj)}")[rows].astype(np.int64)
-        pos_c = job.node(f"inv{_col_order_index(spec.adj)}")[cols].astype(np.int64)
-        cb = pos_c // spec.cs
-        keys = (cb * job.npad + pos_r) * spec.cs + (pos_c - cb * spec.cs)
+    counts: dict[str, list[int]] = {}
+    for adj in routed_adjs(job, meta["same"]):
+        pos_r = job.node(f"inv{_row_order_index(adj)}")[rows].astype(np.int64)
+        pos_c = job.node(f"inv{_col_order_index(adj)}")[cols].astype(np.int64)
+        for spec in job.blocks:
+            if route_of(spec, meta) == adj:
+                counts[spec.key] = np.bincount((pos_r // spec.rs) * spec.nc + pos_c // spec.cs,
+                                               minlength=spec.nr * spec.nc).tolist()
+        keys = pos_r * job.npad + pos_c
         del pos_c
-        out[spec.key] = np.bincount((pos_r // spec.rs) * spec.nc + cb,
-                                    minlength=spec.nr * spec.nc).tolist()
-        del cb
-        starts = np.array([s[1] for s in subs[spec.key]], dtype=np.int64)
+        starts = np.array([a for a, _ in meta["subs"][str(adj)]], dtype=np.int64)
         sub = np.searchsorted(starts, pos_r, side="right") - 1
         del pos_r
         sub = sub.astype(np.uint16 if len(starts) <= 1 << 16 else np.int64)
-        order = np.argsort(sub, kind="stable")
+        order = np.argsort(sub, kind="stable")  # a radix sort on 16-bit ids
         sub, keys = sub[order], keys[order]
         del order
         cut = np.flatnonzero(np.diff(sub)) + 1
         for a, b in zip([0, *cut.tolist()], [*cut.tolist(), sub.size]):
             if b > a:
-                _save(job.path("blk", str(spec.index), f"{int(sub[a]):05d}", f"{k:05d}.npy"),
+                _save(job.path("blk", str(adj), f"{int(sub[a]):05d}", f"{k:05d}.npy"),
                       keys[a:b])
         del sub, keys
-    return {"counts": out}
+    return {"counts": counts}
 
 
 def _feature_task(job: Job, chunk: int, piece_rows: int) -> dict:
@@ -352,45 +371,55 @@ def _labels_step(job: Job) -> dict:
 # --------------------------------------------------------------------------- sort
 
 
-def _sort_task(job: Job, spec_index: int, sub: int, r: int, p0: int, p1: int,
-               idx_dtypes: list[str]) -> dict:
-    """Sort one sub-bucket: the rows p0..p1 (positions) of every column block of a block row."""
-    spec = job.blocks[spec_index]
-    folder = job.path("blk", str(spec.index), f"{sub:05d}")
+def _sort_task(job: Job, adj: int, sub: int, p0: int, p1: int, meta: dict,
+               idx_dtypes: dict) -> dict:
+    """Sort one sub-bucket of Â_adj (rows p0..p1 in position order) by (row, column), compute
+    its values, and split it into the pieces of every block cut from it."""
+    folder = job.path("blk", str(adj), f"{sub:05d}")
     parts = [load_npy(p, PartitionError, "i") for k in range(len(job.pieces))
              if (p := folder / f"{k:05d}.npy").exists()]
     keys = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     del parts
     keys.sort()
-    span = job.npad * spec.cs
-    cuts = np.searchsorted(keys, np.arange(spec.nc + 1, dtype=np.int64) * span)
-    row_order = job.node(f"p{_row_order_index(spec.adj)}")
-    col_order = job.node(f"p{_col_order_index(spec.adj)}")
+    pos_r = keys // job.npad
+    pos_c = keys - pos_r * job.npad
+    del keys
+    if pos_r.size and (pos_r[0] < p0 or pos_r[-1] >= p1):
+        raise PartitionError(f"{folder}: holds rows outside {p0}..{p1}; the work directory is "
+                             "damaged, remove it and start again")
     scale = job.node("scale")
-    nnz = []
-    for c in range(spec.nc):
-        seg = keys[cuts[c]:cuts[c + 1]] - c * span
-        pos_r = seg // spec.cs
-        lc = seg - pos_r * spec.cs
-        del seg
-        i = np.asarray(row_order[pos_r]).astype(np.int64)
-        if job.aggregation == "gcn":
-            j = np.asarray(col_order[c * spec.cs + lc]).astype(np.int64)
-            data = np.asarray(scale[i]) * np.asarray(scale[j])
-            del j
+    i = np.asarray(job.node(f"p{_row_order_index(adj)}")[pos_r])
+    data = np.asarray(scale[i])
+    del i
+    if job.aggregation == "gcn":
+        data = data * np.asarray(scale[np.asarray(job.node(f"p{_col_order_index(adj)}")[pos_c])])
+    local = pos_r - p0
+    del pos_r
+    nnz = {}
+    for spec in job.blocks:
+        if route_of(spec, meta) != adj:
+            continue
+        r = p0 // spec.rs
+        cb = pos_c // spec.cs
+        if spec.nc > 1:  # stable: each block keeps the (row, column) order
+            order = np.argsort(cb.astype(np.uint16 if spec.nc <= 1 << 16 else np.int64),
+                               kind="stable")
+            cb = cb[order]
         else:
-            data = np.asarray(scale[i])
-        del i
-        counts = np.bincount(pos_r - p0, minlength=p1 - p0)
-        if counts.size != p1 - p0:
-            raise PartitionError(f"{folder}: holds rows outside {p0}..{p1}; the work directory "
-                                 "is damaged, remove it and start again")
-        base = job.path("pc", str(spec.index), f"{r}-{c}", f"{sub:05d}")
-        _save(Path(f"{base}.counts.npy"), counts.astype(np.int64))
-        _save(Path(f"{base}.indices.npy"), lc.astype(idx_dtypes[r * spec.nc + c]))
-        _save(Path(f"{base}.data.npy"), data.astype(np.float32))
-        nnz.append(int(lc.size))
-        del pos_r, lc, data, counts
+            order = None
+        cuts = np.searchsorted(cb, np.arange(spec.nc + 1))
+        del cb
+        nnz[spec.key] = []
+        for c in range(spec.nc):
+            sel = slice(cuts[c], cuts[c + 1]) if order is None else order[cuts[c]:cuts[c + 1]]
+            base = job.path("pc", str(spec.index), f"{r}-{c}", f"{sub:05d}")
+            _save(Path(f"{base}.counts.npy"),
+                  np.bincount(local[sel], minlength=p1 - p0).astype(np.int64))
+            _save(Path(f"{base}.indices.npy"),
+                  (pos_c[sel] - c * spec.cs).astype(idx_dtypes[spec.key][r * spec.nc + c]))
+            _save(Path(f"{base}.data.npy"), data[sel].astype(np.float32))
+            nnz[spec.key].append(int(cuts[c + 1] - cuts[c]))
+        del order
     return {"nnz": nnz}
 
 
@@ -426,7 +455,9 @@ def _file_data(path: Path) -> Iterator[np.ndarray]:
 
 def _block_members(zf: zipfile.ZipFile, job: Job, spec: BlockSpec, r: int, c: int,
                    subs: list[list[int]], nnz: int, idx_dtype: str) -> None:
-    mine = [i for i, (rr, _, _) in enumerate(subs) if rr == r]
+    """The three members of one block: its pieces (the sub-buckets of its row block) in order."""
+    lo, hi = r * spec.rs, (r + 1) * spec.rs
+    mine = [i for i, (a, _) in enumerate(subs) if lo <= a < hi]
     base = job.path("pc", str(spec.index), f"{r}-{c}")
     counts = [load_npy(base / f"{i:05d}.counts.npy", PartitionError, "i") for i in mine]
     indptr = np.zeros(spec.rs + 1, dtype=idx_dtype)
@@ -462,7 +493,7 @@ def _feature_pieces(job: Job, group: int, cols: slice, piece_rows: int,
         yield dense
 
 
-def _rank_task(job: Job, rank: int, meta: dict, subs: dict, block_nnz: dict,
+def _rank_task(job: Job, rank: int, meta: dict, block_nnz: dict,
                idx_dtypes: dict, mask_counts: dict, piece_rows: int, chunks: int) -> dict:
     grid = job.grid
     coords = grid.coords(rank)
@@ -495,7 +526,7 @@ def _rank_task(job: Job, rank: int, meta: dict, subs: dict, block_nnz: dict,
         with zipfile.ZipFile(raw, "w", zipfile.ZIP_STORED) as zf:
             for spec in job.blocks:
                 r, c = coords[spec.a_rows], coords[spec.a_cols]
-                _block_members(zf, job, spec, r, c, subs[spec.key],
+                _block_members(zf, job, spec, r, c, meta["subs"][str(route_of(spec, meta))],
                                block_nnz[spec.key][r * spec.nc + c],
                                idx_dtypes[spec.key][r * spec.nc + c])
             _member(zf, "features", np.float32, (job.group_rows, cols.stop - cols.start),
@@ -589,40 +620,33 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
         runner.once("permutation-given", _write_given, job, perm)
     kind = perm.kind if given else perm
     meta = runner.once("permutation", _permutation_step, job, degrees, kind, int(seed), given)
-    subs = meta.pop("subs")
     labels = runner.once("labels", _labels_step, job)
     piece_rows = max(1, min(job.group_rows, feature_rows))
     chunks = -(-n // feature_rows)
-    tasks: list[tuple] = [(job, k, subs) for k in range(len(pieces))]
-    weights = [nz * len(specs) for nz in pieces.nnz]
-    route_fns = [_route_task] * len(tasks)
-    tasks += [(job, c, piece_rows) for c in range(chunks)]
-    weights += [0] * chunks  # the bar counts non-zeros
-    route_fns += [_feature_task] * chunks
-    tasks.append((job, feature_rows))
-    weights.append(0)
-    route_fns.append(_hash_task)
-    results = runner.run("route", call, [(fn, *t) for fn, t in zip(route_fns, tasks)],
-                         weights)
+    routed = routed_adjs(job, meta["same"])
+    tasks: list[tuple] = [(_route_task, job, k, meta) for k in range(len(pieces))]
+    weights = [nz * len(routed) for nz in pieces.nnz]
+    tasks += [(_feature_task, job, c, piece_rows) for c in range(chunks)]
+    tasks.append((_hash_task, job, feature_rows))
+    weights += [0] * (chunks + 1)  # the bar counts non-zeros
+    results = runner.run("route", call, tasks, weights)
     graph_sha256 = results[-1]["sha256"]
-    if runner.leader:  # M's pieces and the degree scan are no longer read
+    if runner.leader:  # M's pieces are no longer read
         shutil.rmtree(work / "canon", ignore_errors=True)
     block_nnz = {s.key: np.sum([r["counts"][s.key] for r in results[:len(pieces)]],
                                axis=0, dtype=np.int64).tolist() if len(pieces) else
                  [0] * (s.nr * s.nc) for s in specs}
     idx_dtypes = {s.key: [_index_dtype(max(s.rs, s.cs, nz)).name for nz in block_nnz[s.key]]
                   for s in specs}
-    sort_tasks, sort_weights = [], []
-    for s in specs:
-        for i, (r, p0, p1) in enumerate(subs[s.key]):
-            sort_tasks.append((job, s.index, i, r, p0, p1, idx_dtypes[s.key]))
-            sort_weights.append(sum(block_nnz[s.key][r * s.nc:(r + 1) * s.nc]) *
-                                (p1 - p0) // max(s.rs, 1))
-    runner.run("sort", _sort_task, sort_tasks, sort_weights)
+    sort_tasks = [(job, adj, i, p0, p1, meta, idx_dtypes) for adj in routed
+                  for i, (p0, p1) in enumerate(meta["subs"][str(adj)])]
+    # the bar counts non-zeros: about the same in every sub-bucket
+    runner.run("sort", _sort_task, sort_tasks,
+               [meta["nnz"] * len(routed) // max(len(sort_tasks), 1)] * len(sort_tasks))
     if runner.leader:
         shutil.rmtree(work / "blk", ignore_errors=True)
-    rank_tasks = [(job, r, meta, subs, block_nnz, idx_dtypes, labels["counts"], piece_rows,
-                   chunks) for r in range(world)]
+    rank_tasks = [(job, r, meta, block_nnz, idx_dtypes, labels["counts"], piece_rows, chunks)
+                  for r in range(world)]
     per_rank = sum(block_nnz[s.key][0] for s in specs) if specs else 0
     ranks = runner.run("ranks", _rank_task, rank_tasks, [per_rank + 1] * world)
     manifest = runner.once("manifest", _manifest_step, job, meta, ranks, graph_sha256,
