@@ -9,8 +9,8 @@ holding more than one chunk of it or one bucket of M:
 1. ``count`` (a task per edge chunk): a histogram of M's entries over at most `HIST_BINS`
    groups of consecutive rows (the chunk's ids are checked on the way); the row ranges of the
    buckets are chosen from it so that each bucket holds about ``bucket_entries`` raw entries;
-2. ``route`` (a task per edge chunk): every entry of M, as the int64 key row * N + col, is
-   appended to the file of its bucket (one file per chunk and bucket);
+2. ``route`` (a task per edge chunk): every entry of M, as one int64 key (row, col) (`pack`),
+   is appended to the file of its bucket (one file per chunk and bucket);
 3. ``dedup`` (a task per bucket): a bucket's keys are sorted and repeats dropped; the result is
    one CSR piece of M (its row counts and its column ids), written to disk.
 
@@ -41,8 +41,24 @@ from .work import Runner
 #: row groups of the histogram pass (a bucket is a run of whole groups)
 HIST_BINS = 1 << 16
 #: edges per chunk and raw entries of M per bucket, by default
-CHUNK_EDGES = 1 << 22
-BUCKET_ENTRIES = 1 << 23
+CHUNK_EDGES = 1 << 23
+BUCKET_ENTRIES = 1 << 24
+
+
+def pack(rows: np.ndarray, cols: np.ndarray, size: int) -> np.ndarray:
+    """One int64 key per (row, col) with ids below ``size``, ordered as (row, col) are: bit
+    fields where both fit in 31 bits (fast to split), else row * size + col."""
+    if size <= 1 << 31:
+        return (rows.astype(np.int64) << 31) | cols
+    return rows.astype(np.int64) * size + cols
+
+
+def unpack(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, cols) of `pack`'s keys."""
+    if size <= 1 << 31:
+        return keys >> 31, keys & ((1 << 31) - 1)
+    rows = keys // size
+    return rows, keys - rows * size
 
 
 def index_dtype(num_nodes: int) -> np.dtype:
@@ -190,7 +206,7 @@ def _count_task(job: CanonJob, c: int) -> dict:
 def _route_task(job: CanonJob, c: int) -> dict:
     rows, cols = job.chunk(c)
     bin_bucket = load_npy(Path(job.folder) / "bin_bucket.npy", DatasetError, "iu")
-    keys = rows * job.num_nodes + cols
+    keys = pack(rows, cols, job.num_nodes)
     bucket = bin_bucket[rows // job.group]
     del rows, cols
     order = np.argsort(bucket, kind="stable")  # a radix sort on the small bucket ids
@@ -220,8 +236,8 @@ def _dedup_task(job: CanonJob, k: int, r0: int, r1: int, chunks: int) -> dict:
         keys = keys[first]
         del first
     n = job.num_nodes
-    rows = keys // n
-    cols = (keys - rows * n).astype(index_dtype(n))
+    rows, cols = unpack(keys, n)
+    cols = cols.astype(index_dtype(n))
     del keys
     counts = np.bincount(rows - r0, minlength=r1 - r0).astype(np.int64)
     if counts.size != r1 - r0:

@@ -9,14 +9,17 @@ docs/design.md, "The out-of-core partitioner"):
 2. ``degrees-*``: entries per row and column of M and its self loops, from the pieces (never from
    raw edges: repeats and the second direction of undirected edges would count twice).
 3. ``permutation``: the permutation from Â's row and column counts (node-sized), the scale factor
-   of every row (gcn: D^-1/2, mean: D^-1), and how each block row is cut into sub-buckets of at
-   most ``bucket_entries`` non-zeros (from the row counts in permuted order).
-4. ``route``: every non-zero of Â (M's entries, gcn: without self loops plus one per node) goes,
-   once per distinct block of the model plan, to the file of its sub-bucket as one int64 key
-   (column block, row position, column in block); features are routed by row chunks to the
-   pieces of the rank row groups that hold them; one task hashes the graph's content.
-5. ``sort``: every sub-bucket is sorted; its keys give each block's CSR rows in order, the values
-   come from the node-sized scale factors: one piece of indptr counts, indices and data per block.
+   of every row (gcn: D^-1/2, mean: D^-1), and how the rows of each Â_k are cut into sub-buckets
+   of at most ``bucket_entries`` non-zeros (from the row counts in permuted order), none
+   crossing a block row.
+4. ``route``: every non-zero of Â_k (k = 1, 2, the two permuted adjacencies; only one when
+   p1 == p2, as for the none and single permutations) goes to the file of its sub-bucket as one
+   int64 key (row position, column position); features are routed by row chunks to the pieces
+   of the rank row groups that hold them; one task hashes the graph's content.
+5. ``sort``: every sub-bucket is sorted by (row, column); the blocks of every layer that
+   multiplies by Â_k take their columns from it by a stable radix partition on the column
+   block, their values from the node-sized scale factors: one piece of indptr counts, indices
+   and data per block and sub-bucket.
 6. ``ranks``: every rank's file is assembled by copying its blocks' pieces and its feature rows
    into the zip members, in the format `plexus.partitioners.store.read_shard` reads.
 7. ``manifest``: written last, by the leader, and the finished store renamed into place.
@@ -47,14 +50,15 @@ from plexus.core.grid import GridShape
 from plexus.core.layout import layer_plans, pad_to, padding
 from plexus.datasets.canonical import (BUCKET_ENTRIES, CHUNK_EDGES, Degrees, Pieces,
                                        budget_bounds, canonicalize, csr_pieces, hash_array_prefix,
-                                       scan_pieces, structure_sha256)
+                                       pack, scan_pieces, structure_sha256, unpack)
 from plexus.datasets.graph import AGGREGATIONS
 from plexus.datasets.npyio import load_npy, save_npy, write_header
 from plexus.datasets.work import Runner, call
 
 from .permutations import Permutation, permutation_from_counts
-from .plan import MASKS, block_key, feature_cols, feature_group, rank_input_ids, rank_outputs
-from .store import FORMAT, MANIFEST, VERSION, file_sha256, rank_file_name
+from .plan import (MASKS, block_key, feature_cols, feature_group, pack_masks, rank_input_ids,
+                   rank_outputs)
+from .store import FORMAT, MANIFEST, VERSION, rank_file_name
 
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed: zip entries otherwise carry the wall clock
 _COPY_BUF = 1 << 22
@@ -297,7 +301,7 @@ def _route_task(job: Job, k: int, meta: dict) -> dict:
             if route_of(spec, meta) == adj:
                 counts[spec.key] = np.bincount((pos_r // spec.rs) * spec.nc + pos_c // spec.cs,
                                                minlength=spec.nr * spec.nc).tolist()
-        keys = pos_r * job.npad + pos_c
+        keys = pack(pos_r, pos_c, job.npad)
         del pos_c
         starts = np.array([a for a, _ in meta["subs"][str(adj)]], dtype=np.int64)
         sub = np.searchsorted(starts, pos_r, side="right") - 1
@@ -361,10 +365,7 @@ def _labels_step(job: Job) -> dict:
     labels = job.source.labels()
     masks = job.source.masks(labels)
     _save(job.path("node", "labels.npy"), labels.astype(np.int64))
-    bits = np.zeros(job.n, dtype=np.uint8)
-    for i, mask in enumerate(masks):
-        bits |= mask.astype(np.uint8) << np.uint8(i)
-    _save(job.path("node", "masks.npy"), bits)
+    _save(job.path("node", "masks.npy"), pack_masks(masks))
     return {"counts": {name: int(m.sum()) for name, m in zip(MASKS, masks)}}
 
 
@@ -381,8 +382,7 @@ def _sort_task(job: Job, adj: int, sub: int, p0: int, p1: int, meta: dict,
     keys = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     del parts
     keys.sort()
-    pos_r = keys // job.npad
-    pos_c = keys - pos_r * job.npad
+    pos_r, pos_c = unpack(keys, job.npad)
     del keys
     if pos_r.size and (pos_r[0] < p0 or pos_r[-1] >= p1):
         raise PartitionError(f"{folder}: holds rows outside {p0}..{p1}; the work directory is "
@@ -500,12 +500,8 @@ def _rank_task(job: Job, rank: int, meta: dict, block_nnz: dict,
     plans = job.plans
     perm = job.permutation(meta)
     input_ids = rank_input_ids(perm, plans, grid, coords, job.npad)
-    labels = job.node("labels")
-    bits = np.asarray(job.node("masks"))
-    masks = [(bits >> np.uint8(i)) & np.uint8(1) == 1 for i in range(len(MASKS))]
-    out_ids, out_labels, out_masks = rank_outputs(perm, plans, grid, coords, job.npad, labels,
-                                                  masks)
-    del bits, masks
+    out_ids, out_labels, out_masks = rank_outputs(perm, plans, grid, coords, job.npad,
+                                                  job.node("labels"), job.node("masks"))
     group = feature_group(plans, grid, coords)
     cols = feature_cols(plans, grid, coords, job.fpad)
     block_shapes = {s.key: [s.rs, s.cs] for s in job.blocks}
@@ -523,7 +519,8 @@ def _rank_task(job: Job, rank: int, meta: dict, block_nnz: dict,
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{name}.tmp")
     with open(tmp, "wb") as raw:
-        with zipfile.ZipFile(raw, "w", zipfile.ZIP_STORED) as zf:
+        out = _HashingWriter(raw)
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf:
             for spec in job.blocks:
                 r, c = coords[spec.a_rows], coords[spec.a_cols]
                 _block_members(zf, job, spec, r, c, meta["subs"][str(route_of(spec, meta))],
@@ -542,7 +539,30 @@ def _rank_task(job: Job, rank: int, meta: dict, block_nnz: dict,
         os.fsync(raw.fileno())
     tmp.replace(path)
     return {"coords": {a: int(v) for a, v in coords.items()}, "file": name,
-            "size": path.stat().st_size, "sha256": file_sha256(path)}
+            "size": out.size, "sha256": out.hash.hexdigest()}
+
+
+class _HashingWriter:
+    """A write-only file that hashes what goes through it. It cannot seek, so zipfile writes
+    each member's sizes after its data instead of going back for them, and the file's sha256
+    is known without reading it again."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw, self.hash, self.size = raw, hashlib.sha256(), 0
+
+    def write(self, data: bytes) -> int:
+        self.hash.update(data)
+        self.size += len(data)
+        return self.raw.write(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def seek(self, *_: Any) -> int:
+        raise OSError("not seekable")
+
+    def flush(self) -> None:
+        self.raw.flush()
 
 
 def _manifest_step(job: Job, meta: dict, ranks: list, graph_sha256: str, nnz: int) -> dict:
