@@ -1,0 +1,144 @@
+"""Peak memory and speed of the out-of-core partitioner, as a user runs it.
+
+    python benchmarks/partition_stream.py [--scales 21,23,24] [--jobs-scale 21] [--repeats 2]
+                                          [--work DIR] [--out DIR] [--smoke]
+
+For every scale S, one run of
+
+    plexus-partition --dataset rmat:scale=S,edge_factor=16,features=32,classes=16 \\
+                     --grid 2x2x2 --layers 3 --out DIR/store --verbose
+
+in its own process under ``/usr/bin/time -v`` (peak RSS of the largest process, wall time),
+the R-MAT graph generated into the work directory in pieces first; non-zeros of Â per second per
+process over the whole command, and per phase (conversion, partition). Then ``--jobs 1`` and
+``--jobs 2`` at ``--jobs-scale``, interleaved, ``--repeats`` each: the median speed-up.
+Checks: peak RSS <= 3 GiB at every scale, the largest-but-one scale's peak within 25% of the
+smallest's, >= 1 M non-zeros/s per process, --jobs 2 >= 1.6x. Stores are removed after each
+run (scale 24 needs ~45 GB of disk for a moment); the free disk space is checked first.
+Results: ``partition_stream.txt`` and ``.json`` in ``--out`` (default benchmarks/out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.common import OUT_DIR, loadavg, median, write_json, write_text  # noqa: E402
+
+SPEC = "rmat:scale={scale},edge_factor=16,features=32,classes=16"
+GIB = 2**30
+#: disk a run needs, per non-zero of Â (graph, work pieces and the store at once), with margin
+DISK_PER_NNZ = 100
+
+
+def run_once(scale: int, jobs: int, work: Path, extra: list[str]) -> dict:
+    out = work / f"store-s{scale}-j{jobs}"
+    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "plexus.partitioners.cli",
+           "--dataset", SPEC.format(scale=scale), "--grid", "2x2x2", "--layers", "3",
+           "--out", str(out), "--verbose", "--jobs", str(jobs), *extra]
+    load = loadavg()
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    shutil.rmtree(out, ignore_errors=True)
+    if done.returncode != 0:
+        raise SystemExit(f"scale {scale}: plexus-partition failed:\n{done.stderr[-3000:]}")
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr).group(1))
+    summary = [ln for ln in done.stdout.splitlines() if "wrote" in ln][-1]
+    nnz = int(re.search(r"nnz=(\d+)", summary).group(1))
+    phases = {}
+    for line in done.stdout.splitlines():
+        m = re.match(r"plexus-partition: phase (\S+): ([\d.]+)s", line)
+        if m:
+            phases[m.group(1)] = float(m.group(2))
+    convert = sum(v for k, v in phases.items() if k.startswith("rmat-"))
+    return {"scale": scale, "jobs": jobs, "nnz": nnz, "peak_rss_bytes": rss * 1024,
+            "wall_s": wall, "convert_s": convert, "partition_s": sum(phases.values()) - convert,
+            "nnz_per_s_per_process": nnz / wall / jobs, "phases": phases, "load_before": load,
+            "load_after": loadavg()}
+
+
+def check_disk(work: Path, scale: int) -> None:
+    need = DISK_PER_NNZ * 32 * (1 << scale)
+    free = shutil.disk_usage(work).free
+    if free < need:
+        raise SystemExit(f"scale {scale} needs about {need / GIB:.0f} GiB of disk in {work}, "
+                         f"{free / GIB:.0f} GiB are free")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scales", default="21,23,24")
+    p.add_argument("--jobs-scale", type=int, default=21)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--work", default=None, help="where stores go (default: a temporary dir)")
+    p.add_argument("--out", default=str(OUT_DIR))
+    p.add_argument("--smoke", action="store_true", help="scales 10 and 11, tiny chunks")
+    args = p.parse_args()
+    scales = [10, 11] if args.smoke else [int(s) for s in args.scales.split(",")]
+    jobs_scale = 10 if args.smoke else args.jobs_scale
+    extra = ["--chunk-edges", "5000", "--bucket-entries", "9000"] if args.smoke else []
+    work = Path(args.work or tempfile.mkdtemp(prefix="partition-stream-"))
+    work.mkdir(parents=True, exist_ok=True)
+    lines = [f"Out-of-core partitioner, R-MAT (edge factor 16, 32 features, 16 classes), grid "
+             f"2x2x2, 3 layers, perm double; {os.cpu_count()} cores; load before/after each "
+             "run in brackets"]
+    runs = []
+    try:
+        for scale in scales:
+            check_disk(work, scale)
+            r = run_once(scale, 1, work, extra)
+            runs.append(r)
+            lines.append(f"scale {scale}: nnz {r['nnz']:,}  peak RSS {r['peak_rss_bytes'] / GIB:.2f}"
+                         f" GiB  wall {r['wall_s']:.1f}s (convert {r['convert_s']:.1f}s, "
+                         f"partition {r['partition_s']:.1f}s)  "
+                         f"{r['nnz_per_s_per_process'] / 1e6:.2f} M non-zeros/s per process "
+                         f"[load {r['load_before']} / {r['load_after']}]")
+            print(lines[-1], flush=True)
+        pairs = []
+        for _ in range(args.repeats):
+            one = run_once(jobs_scale, 1, work, extra)
+            two = run_once(jobs_scale, 2, work, extra)
+            pairs.append((one, two))
+            lines.append(f"scale {jobs_scale} --jobs 1 {one['wall_s']:.1f}s, --jobs 2 "
+                         f"{two['wall_s']:.1f}s: {one['wall_s'] / two['wall_s']:.2f}x; peak RSS "
+                         f"per process {one['peak_rss_bytes'] / GIB:.2f} / "
+                         f"{two['peak_rss_bytes'] / GIB:.2f} GiB [load {one['load_before']} / "
+                         f"{two['load_after']}]")
+            print(lines[-1], flush=True)
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    speedup = median(a["wall_s"] / b["wall_s"] for a, b in pairs)
+    peaks = [r["peak_rss_bytes"] for r in runs]
+    checks = {
+        "peak RSS <= 3 GiB at every scale": max(peaks) <= 3 * GIB,
+        f"scale {scales[1] if len(scales) > 1 else scales[0]} peak within 25% of scale "
+        f"{scales[0]}'s": len(peaks) < 2 or peaks[1] <= 1.25 * peaks[0],
+        ">= 1 M non-zeros/s per process (every scale)":
+            min(r["nnz_per_s_per_process"] for r in runs) >= 1e6,
+        "--jobs 2 >= 1.6x --jobs 1 (median)": speedup >= 1.6,
+    }
+    lines.append(f"--jobs 2 speed-up at scale {jobs_scale}: {speedup:.2f}x (median of "
+                 f"{len(pairs)}, interleaved)")
+    lines += [f"{'PASS' if ok else 'FAIL'}: {name}" for name, ok in checks.items()]
+    text = "\n".join(lines) + "\n"
+    print("\n".join(lines[-len(checks) - 1:]))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / "partition_stream.txt", text)
+    write_json(out / "partition_stream.json", {"runs": runs, "jobs_pairs": pairs,
+                                               "speedup": speedup, "checks": checks})
+
+
+if __name__ == "__main__":
+    main()
