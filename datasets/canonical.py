@@ -53,12 +53,28 @@ def pack(rows: np.ndarray, cols: np.ndarray, size: int) -> np.ndarray:
     return rows.astype(np.int64) * size + cols
 
 
-def unpack(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, cols) of `pack`'s keys."""
+def unpack(keys: np.ndarray, size: int,
+           dtype: np.dtype = np.dtype(np.int64)) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, cols) of `pack`'s keys, as ``dtype`` (which must hold ``size``)."""
     if size <= 1 << 31:
-        return keys >> 31, keys & ((1 << 31) - 1)
+        rows, cols = np.empty(keys.shape, dtype), np.empty(keys.shape, dtype)
+        np.right_shift(keys, 31, out=rows, casting="unsafe")
+        np.bitwise_and(keys, (1 << 31) - 1, out=cols, casting="unsafe")
+        return rows, cols
     rows = keys // size
-    return rows, keys - rows * size
+    return rows.astype(dtype), (keys - rows * size).astype(dtype)
+
+
+def group_order(ids: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """(order, bounds): ``order`` lists the positions of ``ids`` (group ids in [0, groups)) group
+    by group, keeping their order inside a group (numpy sorts small unsigned ids stably by
+    radix: one pass for 8-bit ids); group g is ``order[bounds[g]:bounds[g + 1]]``."""
+    small = np.uint8 if groups <= 1 << 8 else np.uint16 if groups <= 1 << 16 else np.int64
+    ids = ids.astype(small, copy=False)
+    order = np.argsort(ids, kind="stable")
+    bounds = np.zeros(groups + 1, dtype=np.int64)
+    np.cumsum(np.bincount(ids, minlength=groups), out=bounds[1:])
+    return order, bounds
 
 
 def index_dtype(num_nodes: int) -> np.dtype:
@@ -209,16 +225,13 @@ def _route_task(job: CanonJob, c: int) -> dict:
     keys = pack(rows, cols, job.num_nodes)
     bucket = bin_bucket[rows // job.group]
     del rows, cols
-    order = np.argsort(bucket, kind="stable")  # a radix sort on the small bucket ids
-    bucket, keys = bucket[order], keys[order]
-    del order
-    cut = np.flatnonzero(np.diff(bucket)) + 1
-    starts = np.concatenate([[0], cut]) if bucket.size else np.zeros(0, np.int64)
-    ends = np.concatenate([cut, [bucket.size]]) if bucket.size else np.zeros(0, np.int64)
-    for a, b in zip(starts.tolist(), ends.tolist()):
-        folder = Path(job.folder) / "route" / f"{int(bucket[a]):05d}"
-        folder.mkdir(parents=True, exist_ok=True)
-        _save_atomic(folder / f"{c:06d}.npy", keys[a:b])
+    order, bounds = group_order(bucket, int(bin_bucket[-1]) + 1 if bin_bucket.size else 1)
+    del bucket
+    for b in range(len(bounds) - 1):
+        if bounds[b + 1] > bounds[b]:
+            folder = Path(job.folder) / "route" / f"{b:05d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            _save_atomic(folder / f"{c:06d}.npy", keys[order[bounds[b]:bounds[b + 1]]])
     return {}
 
 

@@ -50,7 +50,8 @@ from plexus.core.grid import GridShape
 from plexus.core.layout import layer_plans, pad_to, padding
 from plexus.datasets.canonical import (BUCKET_ENTRIES, CHUNK_EDGES, Degrees, Pieces,
                                        budget_bounds, canonicalize, csr_pieces, hash_array_prefix,
-                                       pack, scan_pieces, structure_sha256, unpack)
+                                       group_order, pack, scan_pieces, structure_sha256,
+                                       unpack)
 from plexus.datasets.graph import AGGREGATIONS
 from plexus.datasets.npyio import load_npy, save_npy, write_header
 from plexus.datasets.work import Runner, call
@@ -223,7 +224,14 @@ def _permutation_step(job: Job, degrees: Degrees, kind: str, seed: int, given: b
         scale = np.float32(1.0) / np.maximum(row_nnz.astype(np.float32), np.float32(1.0))
     else:
         scale = np.ones(job.n, dtype=np.float32)
-    _save(job.path("node", "scale.npy"), scale.astype(np.float32))
+    scale = scale.astype(np.float32)
+    for adj in (1, 2):  # in the position order of Â_adj's rows and columns, padding 0
+        for name, order in ((f"rscale{adj}", f"p{_row_order_index(adj)}"),
+                            (f"cscale{adj}", f"p{_col_order_index(adj)}")):
+            by_pos = np.zeros(job.npad, dtype=np.float32)
+            by_pos[:job.n] = scale[job.node(order)]
+            _save(job.path("node", f"{name}.npy"), by_pos)
+            del by_pos
     del scale
     # Â1 and Â2 are one matrix when p1 == p2 (none, single): it is routed and sorted once
     meta["same"] = bool(np.array_equal(job.node("p1"), job.node("p2")))
@@ -306,16 +314,13 @@ def _route_task(job: Job, k: int, meta: dict) -> dict:
         starts = np.array([a for a, _ in meta["subs"][str(adj)]], dtype=np.int64)
         sub = np.searchsorted(starts, pos_r, side="right") - 1
         del pos_r
-        sub = sub.astype(np.uint16 if len(starts) <= 1 << 16 else np.int64)
-        order = np.argsort(sub, kind="stable")  # a radix sort on 16-bit ids
-        sub, keys = sub[order], keys[order]
-        del order
-        cut = np.flatnonzero(np.diff(sub)) + 1
-        for a, b in zip([0, *cut.tolist()], [*cut.tolist(), sub.size]):
-            if b > a:
-                _save(job.path("blk", str(adj), f"{int(sub[a]):05d}", f"{k:05d}.npy"),
-                      keys[a:b])
-        del sub, keys
+        order, bounds = group_order(sub, len(starts))
+        del sub
+        for i in range(len(starts)):
+            if bounds[i + 1] > bounds[i]:
+                _save(job.path("blk", str(adj), f"{i:05d}", f"{k:05d}.npy"),
+                      keys[order[bounds[i]:bounds[i + 1]]])
+        del order, keys
     return {"counts": counts}
 
 
@@ -328,15 +333,14 @@ def _feature_task(job: Job, chunk: int, piece_rows: int) -> dict:
     local = pos - group * job.group_rows
     pieces = -(-job.group_rows // piece_rows)
     bucket = group * pieces + local // piece_rows
-    order = np.argsort(bucket, kind="stable")
-    bucket, local, x = bucket[order], local[order], x[order]
-    cut = np.flatnonzero(np.diff(bucket)) + 1
-    for a, b in zip([0, *cut.tolist()], [*cut.tolist(), bucket.size]):
-        if b > a:
-            g, p = divmod(int(bucket[a]), pieces)
+    order, bounds = group_order(bucket, job.feature_groups * pieces)
+    for b in range(len(bounds) - 1):
+        if bounds[b + 1] > bounds[b]:
+            sel = order[bounds[b]:bounds[b + 1]]
+            g, p = divmod(b, pieces)
             base = job.path("feat", f"{g}-{p}", f"{chunk:06d}")
-            _save(Path(f"{base}.rows.npy"), local[a:b])
-            _save(Path(f"{base}.vals.npy"), x[a:b])
+            _save(Path(f"{base}.rows.npy"), local[sel])
+            _save(Path(f"{base}.vals.npy"), x[sel])
     return {}
 
 
@@ -382,43 +386,38 @@ def _sort_task(job: Job, adj: int, sub: int, p0: int, p1: int, meta: dict,
     keys = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     del parts
     keys.sort()
-    pos_r, pos_c = unpack(keys, job.npad)
+    pos_r, pos_c = unpack(keys, job.npad, _pos_dtype(job.npad))
     del keys
     if pos_r.size and (pos_r[0] < p0 or pos_r[-1] >= p1):
         raise PartitionError(f"{folder}: holds rows outside {p0}..{p1}; the work directory is "
                              "damaged, remove it and start again")
-    scale = job.node("scale")
-    i = np.asarray(job.node(f"p{_row_order_index(adj)}")[pos_r])
-    data = np.asarray(scale[i])
-    del i
+    # the scale factors in row and column position order (gcn: Â = D^-1/2 M D^-1/2)
+    data = np.asarray(job.node(f"rscale{adj}")[pos_r])
     if job.aggregation == "gcn":
-        data = data * np.asarray(scale[np.asarray(job.node(f"p{_col_order_index(adj)}")[pos_c])])
-    local = pos_r - p0
-    del pos_r
+        data *= job.node(f"cscale{adj}")[pos_c]
+    pos_r -= p0  # rows within the sub-bucket
     nnz = {}
     for spec in job.blocks:
         if route_of(spec, meta) != adj:
             continue
         r = p0 // spec.rs
-        cb = pos_c // spec.cs
         if spec.nc > 1:  # stable: each block keeps the (row, column) order
-            order = np.argsort(cb.astype(np.uint16 if spec.nc <= 1 << 16 else np.int64),
-                               kind="stable")
-            cb = cb[order]
+            order, cuts = group_order(pos_c // spec.cs, spec.nc)
         else:
-            order = None
-        cuts = np.searchsorted(cb, np.arange(spec.nc + 1))
-        del cb
+            order, cuts = None, np.array([0, pos_c.size])
         nnz[spec.key] = []
         for c in range(spec.nc):
             sel = slice(cuts[c], cuts[c + 1]) if order is None else order[cuts[c]:cuts[c + 1]]
             base = job.path("pc", str(spec.index), f"{r}-{c}", f"{sub:05d}")
             _save(Path(f"{base}.counts.npy"),
-                  np.bincount(local[sel], minlength=p1 - p0).astype(np.int64))
+                  np.bincount(pos_r[sel], minlength=p1 - p0).astype(np.int64))
+            cols = pos_c[sel]
+            cols -= c * spec.cs
             _save(Path(f"{base}.indices.npy"),
-                  (pos_c[sel] - c * spec.cs).astype(idx_dtypes[spec.key][r * spec.nc + c]))
-            _save(Path(f"{base}.data.npy"), data[sel].astype(np.float32))
+                  cols.astype(idx_dtypes[spec.key][r * spec.nc + c], copy=False))
+            _save(Path(f"{base}.data.npy"), data[sel])
             nnz[spec.key].append(int(cuts[c + 1] - cuts[c]))
+            del cols
         del order
     return {"nnz": nnz}
 
