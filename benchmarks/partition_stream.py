@@ -55,16 +55,78 @@ def run_once(scale: int, jobs: int, work: Path, extra: list[str]) -> dict:
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr).group(1))
     summary = [ln for ln in done.stdout.splitlines() if "wrote" in ln][-1]
     nnz = int(re.search(r"nnz=(\d+)", summary).group(1))
-    phases = {}
+    phases, phase_rss = {}, {}
     for line in done.stdout.splitlines():
-        m = re.match(r"plexus-partition: phase (\S+): ([\d.]+)s", line)
+        m = re.match(r"plexus-partition: phase (\S+): ([\d.]+)s.*peak RSS (\d+) MiB", line)
         if m:
             phases[m.group(1)] = float(m.group(2))
+            phase_rss[m.group(1)] = int(m.group(3)) * 2**20
     convert = sum(v for k, v in phases.items() if k.startswith("rmat-"))
     return {"scale": scale, "jobs": jobs, "nnz": nnz, "peak_rss_bytes": rss * 1024,
             "wall_s": wall, "convert_s": convert, "partition_s": sum(phases.values()) - convert,
-            "nnz_per_s_per_process": nnz / wall / jobs, "phases": phases, "load_before": load,
+            "nnz_per_s_per_process": nnz / wall / jobs, "phases": phases,
+            "phase_peak_rss": phase_rss, "load_before": load,
             "load_after": loadavg()}
+
+
+#: ogbn-papers100M as OGB ships it, and made undirected (as OGB's examples train it)
+PAPERS = {"num_nodes": 111_059_956, "edges": 1_615_685_872, "features": 128, "classes": 172}
+
+
+def project(runs: list[dict]) -> list[str]:
+    """ogbn-papers100M from the measured constants: every phase's peak RSS fitted as a + b * N
+    over the measured scales (the R-MAT generator's phases but its canonicalization left out:
+    papers100M arrives as raw edges, which the partitioner canonicalizes itself), the
+    non-zeros per second per process of the largest run, and per-rank memory of training from
+    the performance model (3-layer GCN, hidden 256, the grid it picks) for G = 64, 256, 1024."""
+    import numpy as np  # noqa: PLC0415
+
+    from plexus.core.grid import GridShape  # noqa: PLC0415
+    from plexus.core.layout import layer_plans  # noqa: PLC0415
+    from plexus.partitioners.plan import block_key  # noqa: PLC0415
+    from plexus.engine.config import ModelConfig  # noqa: PLC0415
+    from plexus.perfmodel.model import ModelSpec, choose_grid, epoch_memory  # noqa: PLC0415
+
+    single = [r for r in runs if r["jobs"] == 1]
+    if len({r["scale"] for r in single}) < 2:
+        return ["(projection needs runs at two scales)"]
+    n_p = PAPERS["num_nodes"]
+    nnz_p = 2 * PAPERS["edges"] + n_p
+    fits = {}
+    for name in single[0]["phase_peak_rss"]:
+        if name.startswith("rmat-") and not name.startswith("rmat-canon-"):
+            continue
+        xs = [2 ** r["scale"] for r in single if name in r["phase_peak_rss"]]
+        ys = [r["phase_peak_rss"][name] for r in single if name in r["phase_peak_rss"]]
+        b, a = np.polyfit(xs, ys, 1)
+        fits[name.replace("rmat-", "")] = (a, max(b, 0.0))
+    worst = max(fits, key=lambda k: fits[k][0] + fits[k][1] * n_p)
+    a, b = fits[worst]
+    rate = single[-1]["nnz_per_s_per_process"]
+    lines = [f"ogbn-papers100M projection (N = {n_p:,}, {PAPERS['edges']:,} edges, made "
+             f"undirected: nnz(Â) <= {nnz_p / 1e9:.2f} B; {PAPERS['features']} features, "
+             f"{PAPERS['classes']} classes)",
+             f"  partition peak per process: {(a + b * n_p) / GIB:.1f} GiB, in phase {worst} "
+             f"({a / 2**20:.0f} MiB + {b:.1f} B/node, fitted over scales "
+             f"{', '.join(str(r['scale']) for r in single)}); the same for any G and any "
+             "number of processes"]
+    for procs in (1, 16, 64):
+        lines.append(f"  partition time with {procs} processes at {rate / 1e6:.2f} M "
+                     f"non-zeros/s each: {nnz_p / rate / procs / 3600:.2f} h")
+    model = ModelConfig(num_layers=3, hidden=256)
+    spec = ModelSpec.from_config(n_p, nnz_p, PAPERS["features"], PAPERS["classes"], model,
+                                 perm="double", from_store=True)
+    for world in (64, 256, 1024):
+        grid = choose_grid(world, spec)
+        mem = epoch_memory(spec, grid).total
+        shape = GridShape.of(grid)
+        cuts = {block_key(q): shape[q.a_rows] * shape[q.a_cols] for q in layer_plans(3, "agg")}
+        # its blocks of Â (int32 index + float32 value per non-zero) and its feature rows
+        store = sum(8 * nnz_p / c for c in cuts.values()) + 4 * n_p * PAPERS["features"] / world
+        lines.append(f"  G = {world:4d}: grid {GridShape.of(grid)}, training memory per rank "
+                     f"(performance model, from a store) {mem / GIB:.2f} GiB; its shard "
+                     f"file about {store / GIB:.2f} GiB")
+    return lines
 
 
 def check_disk(work: Path, scale: int) -> None:
@@ -83,7 +145,13 @@ def main() -> None:
     p.add_argument("--work", default=None, help="where stores go (default: a temporary dir)")
     p.add_argument("--out", default=str(OUT_DIR))
     p.add_argument("--smoke", action="store_true", help="scales 10 and 11, tiny chunks")
+    p.add_argument("--from-json", default=None,
+                   help="recompute the checks and the projection from a saved .json")
     args = p.parse_args()
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        print("\n".join(project(saved["runs"])))
+        return
     scales = [10, 11] if args.smoke else [int(s) for s in args.scales.split(",")]
     jobs_scale = 10 if args.smoke else args.jobs_scale
     extra = ["--chunk-edges", "5000", "--bucket-entries", "9000"] if args.smoke else []
@@ -131,8 +199,10 @@ def main() -> None:
     lines.append(f"--jobs 2 speed-up at scale {jobs_scale}: {speedup:.2f}x (median of "
                  f"{len(pairs)}, interleaved)")
     lines += [f"{'PASS' if ok else 'FAIL'}: {name}" for name, ok in checks.items()]
+    projection = project(runs)
+    lines += projection
     text = "\n".join(lines) + "\n"
-    print("\n".join(lines[-len(checks) - 1:]))
+    print("\n".join(lines[-len(checks) - 1 - len(projection):]))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "partition_stream.txt", text)

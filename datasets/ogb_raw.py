@@ -17,7 +17,7 @@ without importing ogb, so without torch):
 
 Edges are kept as coo (``add_inverse_edge`` datasets are undirected; the citation graphs stay
 directed), self loops dropped; loading the result gives the graph `load_ogb` gives. Memory: one
-chunk of edges or feature rows, plus node-sized labels and split indices.
+chunk of edges, feature rows or labels, plus the split's indices.
 """
 
 from __future__ import annotations
@@ -97,16 +97,15 @@ def _count(values: np.ndarray, path: Path, what: str) -> int:
     return int(values[0])
 
 
-def _labels(raw: np.ndarray, n: int, path: Path) -> tuple[np.ndarray, int]:
-    """int32 labels (-1 for NaN) and the count of unlabelled nodes, as `load_ogb` maps them."""
+def _labels(raw: np.ndarray, path: Path) -> np.ndarray:
+    """int32 labels of a chunk, -1 for NaN, as `load_ogb` maps them."""
     if raw.dtype.kind not in "iuf":
         raise DatasetError(f"{path}: labels are {raw.dtype}, expected numbers")
     y = raw.astype(np.float64).reshape(-1)
-    if y.shape[0] != n:
-        raise DatasetError(f"{path}: {y.shape[0]} labels for {n} nodes")
-    unlabelled = np.isnan(y)
-    labels = np.where(unlabelled, -1, np.nan_to_num(y, nan=-1.0)).astype(np.int64)
-    return labels, int(unlabelled.sum())
+    bad = ~np.isnan(y) & ((y < -1) | (y >= 2**31) | (y != np.floor(y)))
+    if bad.any():
+        raise DatasetError(f"{path}: label {y[bad][0]!r} is not a class id")
+    return np.where(np.isnan(y), -1, np.nan_to_num(y, nan=-1.0)).astype(np.int32)
 
 
 def _split(ds: Path, split: str) -> dict[str, np.ndarray]:
@@ -152,20 +151,11 @@ def ogb_to_disk(name: str, root: str | Path, out: str | Path, *, chunk_edges: in
         reader = _CsvRaw(raw, meta["has_node_attr"] == "True")
     n, e = reader.sizes()
     split = _split(ds, meta["split"])
-    labels, unlabelled = reader.labels(n)
-    stored = reader.feature_dtype()
-    fdtype = feature_dtype or stored
-    notes = []
-    if reader.width is None:
-        notes.append(f"no node_feat in the files: features are seeded random, "
-                     f"{DEFAULT_FEATURES} dims")
-    if unlabelled:
-        notes.append(f"{unlabelled} nodes have no label (NaN in ogb) -> -1")
-    notes.append(f"official OGB split '{meta['split']}'")
+    fdtype = feature_dtype or reader.feature_dtype()
     width = reader.width or DEFAULT_FEATURES
     w = DiskGraphWriter(out, name=name, num_nodes=n, num_features=width,
                         num_classes=int(meta["num classes"]), directed=directed, edges="coo",
-                        self_loops="drop", feature_dtype=fdtype, notes=notes)
+                        self_loops="drop", feature_dtype=fdtype)
     try:
         idx = np.int32 if n < 2**31 else np.int64
         with w.writer("src", idx) as ws, w.writer("dst", idx) as wd:
@@ -183,13 +173,26 @@ def ogb_to_disk(name: str, root: str | Path, out: str | Path, *, chunk_edges: in
                           encode_features(block, fdtype))
         if wf.rows != n:
             raise DatasetError(f"{raw}: features for {wf.rows} nodes, expected {n}")
-        w.put("labels", labels.astype(np.int32))
+        unlabelled = 0
+        with w.writer("labels", np.int32) as wl:
+            for chunk in reader.labels(chunk_edges):
+                wl.append(chunk)
+                unlabelled += int((chunk < 0).sum())
+        if wl.rows != n:
+            raise DatasetError(f"{reader.label_path}: {wl.rows} labels for {n} nodes")
         for part, _ in SPLITS:
             idx_arr = split[part]
             if idx_arr.size and (idx_arr.min() < 0 or idx_arr.max() >= n):
                 raise DatasetError(f"{ds}: split '{part}' has node ids outside [0, {n - 1}]")
             w.put(part, idx_arr)
-        graph = w.finish()
+        notes = []
+        if reader.width is None:
+            notes.append(f"no node_feat in the files: features are seeded random, "
+                         f"{DEFAULT_FEATURES} dims")
+        if unlabelled:
+            notes.append(f"{unlabelled} nodes have no label (NaN in ogb) -> -1")
+        notes.append(f"official OGB split '{meta['split']}'")
+        graph = w.finish(notes)
     except BaseException:
         w.abort()
         raise
@@ -256,9 +259,14 @@ class _BinaryRaw:
                 yield block if self.dtype in (np.float16, np.float32) else \
                     block.astype(np.float32)
 
-    def labels(self, n: int) -> tuple[np.ndarray, int]:
+    @property
+    def label_path(self) -> Path:
+        return self.label_file
+
+    def labels(self, chunk: int) -> Iterator[np.ndarray]:
         with NpyStream(self.label_file, "node_label.npy") as s:
-            return _labels(s.read(s.remaining), n, self.label_file)
+            for raw in s.chunks(s.remaining, chunk):
+                yield _labels(raw, self.label_file)
 
 
 class _CsvRaw:
@@ -303,6 +311,10 @@ class _CsvRaw:
             yield block.astype(np.float32) if block.dtype.kind == "f" else \
                 block.astype(np.float32)
 
-    def labels(self, n: int) -> tuple[np.ndarray, int]:
-        path = _require(self.raw / "node-label.csv.gz", "labels")
-        return _labels(_csv_column(path), n, path)
+    @property
+    def label_path(self) -> Path:
+        return _require(self.raw / "node-label.csv.gz", "labels")
+
+    def labels(self, chunk: int) -> Iterator[np.ndarray]:
+        for block in _csv_chunks(self.label_path, chunk, None):
+            yield _labels(block[:, 0], self.label_path)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ class PhaseTime:
     unit: str
     tasks_run: int
     tasks: int
+    peak_rss: int = 0  # bytes, sampled in this process (not its workers) during the phase
 
     @property
     def rate(self) -> float:
@@ -62,6 +64,38 @@ def read_marker(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+class RssSampler:
+    """This process's largest resident set size while the block runs, sampled every few
+    milliseconds (Linux /proc; 0 elsewhere): which phase holds the memory."""
+
+    def __init__(self, interval: float = 0.005) -> None:
+        self.interval, self.peak = interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def current() -> int:
+        try:
+            with open("/proc/self/statm", encoding="ascii") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, self.current())
+
+    def __enter__(self) -> "RssSampler":
+        self.peak = self.current()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.current())
+
+
 class Runner:
     """Runs every phase's tasks one after another in this process."""
 
@@ -87,10 +121,11 @@ class Runner:
         show = self.leader and (sys.stderr.isatty() if self.progress is None else self.progress)
         with tqdm(total=total, initial=total - sum(weights[i] for i in todo), desc=phase,
                   unit=unit, unit_scale=True, disable=not show, leave=False,
-                  file=sys.stderr) as bar:
+                  file=sys.stderr) as bar, RssSampler() as rss:
             self._execute(fn, tasks, todo, phase, lambda i: bar.update(weights[i]))
         self.timings.append(PhaseTime(phase, time.perf_counter() - start,
-                                      sum(weights[i] for i in todo), unit, len(todo), len(tasks)))
+                                      sum(weights[i] for i in todo), unit, len(todo), len(tasks),
+                                      rss.peak))
         return [read_marker(marker_path(self.work, phase, i)) for i in range(len(tasks))]
 
     def once(self, phase: str, fn: Callable[..., Any], *args: Any) -> Any:

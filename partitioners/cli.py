@@ -138,7 +138,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         for t in timings:
             print(f"{PROG}: phase {t.phase}: {t.seconds:.1f}s, {t.tasks_run}/{t.tasks} tasks"
                   + (f", {t.amount / 1e6:.1f}M {t.unit}s ({t.rate / 1e6:.2f}M/s)"
-                     if t.amount and t.unit in ("edge", "node") else ""))
+                     if t.amount and t.unit in ("edge", "node") else "")
+                  + f", peak RSS {t.peak_rss / 2**20:.0f} MiB")
     total = sum(r["size"] for r in manifest["ranks"])
     procs = _processes(args.jobs)
     print(f"{PROG}: wrote {len(manifest['ranks'])} shards of {manifest['dataset']} "
