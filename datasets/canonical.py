@@ -41,8 +41,8 @@ from .work import Runner
 #: row groups of the histogram pass (a bucket is a run of whole groups)
 HIST_BINS = 1 << 16
 #: edges per chunk and raw entries of M per bucket, by default
-CHUNK_EDGES = 1 << 23
-BUCKET_ENTRIES = 1 << 24
+CHUNK_EDGES = 1 << 22
+BUCKET_ENTRIES = 1 << 23
 
 
 def pack(rows: np.ndarray, cols: np.ndarray, size: int) -> np.ndarray:
@@ -249,10 +249,10 @@ def _dedup_task(job: CanonJob, k: int, r0: int, r1: int, chunks: int) -> dict:
         keys = keys[first]
         del first
     n = job.num_nodes
-    rows, cols = unpack(keys, n)
-    cols = cols.astype(index_dtype(n))
+    rows, cols = unpack(keys, n, index_dtype(n))
     del keys
-    counts = np.bincount(rows - r0, minlength=r1 - r0).astype(np.int64)
+    rows -= r0
+    counts = np.bincount(rows, minlength=r1 - r0).astype(np.int64)
     if counts.size != r1 - r0:
         raise DatasetError(f"{folder}: a bucket holds rows outside {r0}..{r1}; the work "
                            "directory is damaged, remove it and start again")

@@ -121,12 +121,21 @@ def _labels_task(job: RmatJob, pieces: Pieces, k: int) -> dict:
     h_path = job.path("h.npy")
     layout = npy_layout(h_path)
     step = max(1, WINDOW_BYTES // (4 * job.params["classes"]))
+    started = False
     for k0 in range(0, job.n, step):
         sel = (cols >= k0) & (cols < k0 + step)
         if not sel.any():
             continue
         window = read_rows(h_path, layout, k0, k0 + step)
         indptr = np.zeros(rows + 1, dtype=np.int64)
+        if not started:  # the first product starts from 0, as one product over all of H
+            np.cumsum(np.bincount(local[sel], minlength=rows), out=indptr[1:])
+            a = sp.csr_matrix((np.ones(indptr[-1], np.float32), cols[sel] - k0, indptr),
+                              shape=(rows, len(window)))
+            neigh = a @ window
+            started = True
+            del window, a
+            continue
         np.cumsum(np.bincount(local[sel], minlength=rows) + 1, out=indptr[1:])
         indices = np.empty(int(indptr[-1]), dtype=np.int64)
         real = np.ones(indices.size, dtype=bool)

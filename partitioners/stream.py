@@ -53,7 +53,7 @@ from plexus.datasets.canonical import (BUCKET_ENTRIES, CHUNK_EDGES, Degrees, Pie
                                        group_order, pack, scan_pieces, structure_sha256,
                                        unpack)
 from plexus.datasets.graph import AGGREGATIONS
-from plexus.datasets.npyio import load_npy, save_npy, write_header
+from plexus.datasets.npyio import load_npy, npy_layout, save_npy, write_header
 from plexus.datasets.work import Runner, call
 
 from .permutations import Permutation, permutation_from_counts
@@ -248,6 +248,11 @@ def _permutation_step(job: Job, degrees: Degrees, kind: str, seed: int, given: b
             cuts += budget_bounds(per_pos[lo:lo + align], job.bucket_entries, first=lo)[1:]
         subs[str(adj)] = [[a, b] for a, b in zip(cuts[:-1], cuts[1:])]
         del per_pos, order
+        # the sub-bucket of every row position (a gather in the route, not a search)
+        ids = np.uint8 if len(cuts) <= 1 << 8 else np.uint16 if len(cuts) <= 1 << 16 else \
+            np.int32
+        _save(job.path("node", f"sub{adj}.npy"),
+              np.repeat(np.arange(len(cuts) - 1, dtype=ids), np.diff(cuts)))
     meta["subs"] = subs
     return meta
 
@@ -298,30 +303,20 @@ def _ahat_entries(job: Job, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _route_task(job: Job, k: int, meta: dict) -> dict:
-    """Route piece k's non-zeros of Â_k, for each routed k, to the sub-buckets of its rows; count
-    the non-zeros of every block."""
+    """Route piece k's non-zeros of Â_k, for each routed k, to the sub-buckets of its rows."""
     rows, cols = _ahat_entries(job, k)
-    counts: dict[str, list[int]] = {}
     for adj in routed_adjs(job, meta["same"]):
-        pos_r = job.node(f"inv{_row_order_index(adj)}")[rows].astype(np.int64)
-        pos_c = job.node(f"inv{_col_order_index(adj)}")[cols].astype(np.int64)
-        for spec in job.blocks:
-            if route_of(spec, meta) == adj:
-                counts[spec.key] = np.bincount((pos_r // spec.rs) * spec.nc + pos_c // spec.cs,
-                                               minlength=spec.nr * spec.nc).tolist()
-        keys = pack(pos_r, pos_c, job.npad)
-        del pos_c
-        starts = np.array([a for a, _ in meta["subs"][str(adj)]], dtype=np.int64)
-        sub = np.searchsorted(starts, pos_r, side="right") - 1
+        pos_r = job.node(f"inv{_row_order_index(adj)}")[rows]
+        keys = pack(pos_r, job.node(f"inv{_col_order_index(adj)}")[cols], job.npad)
+        subs = len(meta["subs"][str(adj)])
+        order, bounds = group_order(job.node(f"sub{adj}")[pos_r], subs)
         del pos_r
-        order, bounds = group_order(sub, len(starts))
-        del sub
-        for i in range(len(starts)):
+        for i in range(subs):
             if bounds[i + 1] > bounds[i]:
                 _save(job.path("blk", str(adj), f"{i:05d}", f"{k:05d}.npy"),
                       keys[order[bounds[i]:bounds[i + 1]]])
         del order, keys
-    return {"counts": counts}
+    return {}
 
 
 def _feature_task(job: Job, chunk: int, piece_rows: int) -> dict:
@@ -376,8 +371,7 @@ def _labels_step(job: Job) -> dict:
 # --------------------------------------------------------------------------- sort
 
 
-def _sort_task(job: Job, adj: int, sub: int, p0: int, p1: int, meta: dict,
-               idx_dtypes: dict) -> dict:
+def _sort_task(job: Job, adj: int, sub: int, p0: int, p1: int, meta: dict) -> dict:
     """Sort one sub-bucket of Â_adj (rows p0..p1 in position order) by (row, column), compute
     its values, and split it into the pieces of every block cut from it."""
     folder = job.path("blk", str(adj), f"{sub:05d}")
@@ -413,13 +407,15 @@ def _sort_task(job: Job, adj: int, sub: int, p0: int, p1: int, meta: dict,
                   np.bincount(pos_r[sel], minlength=p1 - p0).astype(np.int64))
             cols = pos_c[sel]
             cols -= c * spec.cs
-            _save(Path(f"{base}.indices.npy"),
-                  cols.astype(idx_dtypes[spec.key][r * spec.nc + c], copy=False))
+            # column indices as stored; a block with 2^31 non-zeros or more gets int64
+            # indices when its rank file is written
+            _save(Path(f"{base}.indices.npy"), cols.astype(_index_dtype(spec.cs), copy=False))
             _save(Path(f"{base}.data.npy"), data[sel])
             nnz[spec.key].append(int(cuts[c + 1] - cuts[c]))
             del cols
         del order
-    return {"nnz": nnz}
+    return {"nnz": nnz, "r": {spec.key: p0 // spec.rs for spec in job.blocks
+                              if route_of(spec, meta) == adj}}
 
 
 # --------------------------------------------------------------------------- rank files
@@ -442,14 +438,22 @@ def _member(zf: zipfile.ZipFile, name: str, dtype: np.dtype | str, shape: tuple[
             dst.write(memoryview(np.ascontiguousarray(piece, dtype=dtype)).cast("B"))
 
 
-def _file_data(path: Path) -> Iterator[np.ndarray]:
-    """The data of a (pieces') .npy file in pieces of at most `_COPY_BUF` bytes."""
-    arr = load_npy(path, PartitionError, "biuf", mmap=True)
-    flat = arr.reshape(-1)
-    step = max(1, _COPY_BUF // max(flat.itemsize, 1))
-    for lo in range(0, flat.size, step):
-        yield np.array(flat[lo:lo + step])
-    del arr, flat
+def _file_data(path: Path, dtype: np.dtype | str | None = None) -> Iterator[np.ndarray]:
+    """The data of a (pieces') .npy file in pieces of at most `_COPY_BUF` bytes, read into one
+    reused buffer (cast to ``dtype`` when given)."""
+    layout = npy_layout(path, PartitionError)
+    total = layout.nbytes
+    buf = np.empty(max(1, min(total, _COPY_BUF)) // layout.dtype.itemsize or 1, layout.dtype)
+    with open(path, "rb") as f:
+        f.seek(layout.offset)
+        done = 0
+        while done < total:
+            count = f.readinto(memoryview(buf).cast("B")[:min(buf.nbytes, total - done)])
+            if not count:
+                raise PartitionError(f"{path}: ends early; the work directory is damaged")
+            piece = buf[:count // layout.dtype.itemsize]
+            yield piece if dtype is None or piece.dtype == dtype else piece.astype(dtype)
+            done += count
 
 
 def _block_members(zf: zipfile.ZipFile, job: Job, spec: BlockSpec, r: int, c: int,
@@ -466,9 +470,10 @@ def _block_members(zf: zipfile.ZipFile, job: Job, spec: BlockSpec, r: int, c: in
         raise PartitionError(f"{base}: holds {int(indptr[-1])} non-zeros, the route counted "
                              f"{nnz}; the work directory is damaged, remove it")
     _member(zf, f"block{spec.index}.indptr", idx_dtype, indptr.shape, [indptr])
-    for part, dtype in (("indices", idx_dtype), ("data", np.float32)):
+    for part, dtype in (("indices", np.dtype(idx_dtype)), ("data", np.dtype(np.float32))):
         _member(zf, f"block{spec.index}.{part}", dtype, (nnz,),
-                (piece for i in mine for piece in _file_data(base / f"{i:05d}.{part}.npy")))
+                (piece for i in mine
+                 for piece in _file_data(base / f"{i:05d}.{part}.npy", dtype)))
 
 
 def _feature_pieces(job: Job, group: int, cols: slice, piece_rows: int,
@@ -652,18 +657,23 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
     graph_sha256 = results[-1]["sha256"]
     if runner.leader:  # M's pieces are no longer read
         shutil.rmtree(work / "canon", ignore_errors=True)
-    block_nnz = {s.key: np.sum([r["counts"][s.key] for r in results[:len(pieces)]],
-                               axis=0, dtype=np.int64).tolist() if len(pieces) else
-                 [0] * (s.nr * s.nc) for s in specs}
-    idx_dtypes = {s.key: [_index_dtype(max(s.rs, s.cs, nz)).name for nz in block_nnz[s.key]]
-                  for s in specs}
-    sort_tasks = [(job, adj, i, p0, p1, meta, idx_dtypes) for adj in routed
+    sort_tasks = [(job, adj, i, p0, p1, meta) for adj in routed
                   for i, (p0, p1) in enumerate(meta["subs"][str(adj)])]
     # the bar counts non-zeros: about the same in every sub-bucket
-    runner.run("sort", _sort_task, sort_tasks,
-               [meta["nnz"] * len(routed) // max(len(sort_tasks), 1)] * len(sort_tasks))
+    sorted_ = runner.run("sort", _sort_task, sort_tasks,
+                         [meta["nnz"] * len(routed) // max(len(sort_tasks), 1)] *
+                         len(sort_tasks))
     if runner.leader:
         shutil.rmtree(work / "blk", ignore_errors=True)
+    block_nnz = {s.key: [0] * (s.nr * s.nc) for s in specs}
+    for result in sorted_:
+        for key, counts in result["nnz"].items():
+            spec = next(s for s in specs if s.key == key)
+            r = result["r"][key]
+            for c, count in enumerate(counts):
+                block_nnz[key][r * spec.nc + c] += count
+    idx_dtypes = {s.key: [_index_dtype(max(s.rs, s.cs, nz)).name for nz in block_nnz[s.key]]
+                  for s in specs}
     rank_tasks = [(job, r, meta, block_nnz, idx_dtypes, labels["counts"], piece_rows, chunks)
                   for r in range(world)]
     per_rank = sum(block_nnz[s.key][0] for s in specs) if specs else 0

@@ -67,7 +67,10 @@ def test_ogb_csv_layouts_convert_to_what_ogb_loads(tmp_path, name, undirected):
     assert_same_graph(disk.to_graph(), load_ogb(name, tmp_path))
 
 
-def test_rmat_generated_in_pieces_is_the_rmat_spec(tmp_path):
+def test_rmat_generated_in_pieces_is_the_rmat_spec(tmp_path, monkeypatch):
+    from plexus.datasets import rmat_stream
+
+    monkeypatch.setattr(rmat_stream, "WINDOW_BYTES", 4 * 5 * 300)  # H in windows of 300 rows
     p = parse_rmat_params("scale=11,edge_factor=8,features=7,classes=5,seed=4")
     with Runner(tmp_path / "work") as runner:
         disk = rmat_to_disk(p, tmp_path / "g", runner, tmp_path / "work", chunk_edges=3000,
