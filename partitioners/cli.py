@@ -182,6 +182,9 @@ def _processes(jobs: int) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: exit status 0 on success, 2 with one stderr line on bad input."""
+    from plexus.runtime.hostmem import keep_freed_heap_memory  # noqa: PLC0415
+
+    keep_freed_heap_memory()  # before the first chunk; --jobs workers inherit it
     try:
         return run(argv)
     except (ValueError, OSError) as e:  # UsageError, DatasetError, ShardStoreError, GridError,
