@@ -34,7 +34,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .diskgraph import DiskGraph, DiskGraphError
-from .graph import DatasetError
+from .graph import DatasetError, sorted_unique
 from .npyio import load_npy, npy_layout, read_rows, save_npy
 from .work import Runner
 
@@ -241,13 +241,7 @@ def _dedup_task(job: CanonJob, k: int, r0: int, r1: int, chunks: int) -> dict:
              if (p := folder / f"{c:06d}.npy").exists()]
     keys = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     del parts
-    keys.sort()
-    if keys.size:
-        first = np.empty(keys.size, dtype=bool)
-        first[0] = True
-        np.not_equal(keys[1:], keys[:-1], out=first[1:])
-        keys = keys[first]
-        del first
+    keys = sorted_unique(keys)
     n = job.num_nodes
     rows, cols = unpack(keys, n, index_dtype(n))
     del keys
