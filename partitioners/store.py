@@ -20,9 +20,8 @@ import hashlib
 import json
 import os
 import shutil
-import zipfile
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp

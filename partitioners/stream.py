@@ -1,7 +1,7 @@
 """The out-of-core partitioner: a graph (on disk or in memory) to a shard store in bounded memory.
 
 Phases (every one a list of tasks run by a `plexus.datasets.work.Runner`, resumable; see
-docs/design.md, "The out-of-core partitioner"):
+docs/design.md, "Big graphs: graph directories and the out-of-core partitioner"):
 
 1. ``canon-*``: M, the incoming adjacency, as row pieces (`plexus.datasets.canonical`): edge
    chunks are histogrammed, routed to row-range buckets and each bucket deduplicated. A graph
@@ -21,12 +21,13 @@ docs/design.md, "The out-of-core partitioner"):
    block, their values from the node-sized scale factors: one piece of indptr counts, indices
    and data per block and sub-bucket.
 6. ``ranks``: every rank's file is assembled by copying its blocks' pieces and its feature rows
-   into the zip members, in the format `plexus.partitioners.store.read_shard` reads.
+   into the zip members, in the format `plexus.partitioners.store.read_shard` reads
+   (`plexus.partitioners.rankfile`).
 7. ``manifest``: written last, by the leader, and the finished store renamed into place.
 
-Memory: node-sized arrays (permutation, inverse, degrees, scale factors: about 60 bytes per node
-at the permutation step, about 40 while routing, mostly memory-mapped) plus one chunk or one
-bucket. No array of the whole graph's edges is ever created. `write_store` runs the same
+Memory: node-sized arrays (permutation, inverses, degrees, scale factors: about 40 bytes per
+node at the permutation step, 4-8 bytes per node per mapped array elsewhere) plus one chunk or
+one bucket. No array of the whole graph's edges is ever created. `write_store` runs the same
 phases with one chunk.
 """
 
@@ -38,135 +39,29 @@ import math
 import os
 import shutil
 import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from plexus.core.atomic import fsync_dir
 from plexus.core.grid import GridShape
 from plexus.core.layout import layer_plans, pad_to, padding
-from plexus.datasets.canonical import (BUCKET_ENTRIES, CHUNK_EDGES, Degrees, Pieces,
-                                       budget_bounds, canonicalize, csr_pieces, hash_array_prefix,
-                                       group_order, pack, scan_pieces, structure_sha256,
-                                       unpack)
+from plexus.datasets.canonical import (BUCKET_ENTRIES, CHUNK_EDGES, Degrees, budget_bounds,
+                                       canonicalize, csr_pieces, group_order, hash_array_prefix,
+                                       pack, scan_pieces, structure_sha256, unpack)
 from plexus.datasets.graph import AGGREGATIONS
-from plexus.datasets.npyio import load_npy, npy_layout, save_npy, write_header
+from plexus.datasets.npyio import load_npy
 from plexus.datasets.work import Runner, call
 
+from . import rankfile
 from .permutations import Permutation, permutation_from_counts
-from .plan import (MASKS, block_key, feature_cols, feature_group, pack_masks, rank_input_ids,
-                   rank_outputs)
-from .store import FORMAT, MANIFEST, VERSION, rank_file_name
+from .plan import MASKS, pack_masks
+from .streamjob import (Job, PartitionError, block_specs, col_order_index, index_dtype,
+                        pos_dtype, route_of, routed_adjs, row_order_index, save_piece)
 
-_ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed: zip entries otherwise carry the wall clock
-_COPY_BUF = 1 << 22
 #: bytes of feature rows per routed chunk and per assembled piece
 FEATURE_BYTES = 1 << 27
-
-
-class PartitionError(ValueError):
-    """The partitioner cannot go on (bad configuration, damaged work directory); one line."""
-
-
-# --------------------------------------------------------------------------- the job
-
-
-@dataclass(frozen=True)
-class BlockSpec:
-    """One distinct Â block of the model plan, cut into ``nr`` x ``nc`` blocks of rs x cs."""
-
-    key: str
-    index: int
-    adj: int
-    a_rows: str
-    a_cols: str
-    nr: int
-    nc: int
-    rs: int
-    cs: int
-
-
-@dataclass(frozen=True)
-class Job:
-    """Everything a task needs (picklable: tasks of a process pool receive it)."""
-
-    work: str
-    shape: tuple[tuple[str, int], ...]
-    num_layers: int
-    orders: tuple[str, ...]
-    aggregation: str
-    name: str
-    n: int
-    npad: int
-    fpad: int
-    num_features: int
-    num_classes: int
-    directed: bool
-    blocks: tuple[BlockSpec, ...]
-    pieces: Pieces
-    source: Any
-    bucket_entries: int
-    feature_rows: int
-
-    @property
-    def grid(self) -> GridShape:
-        return GridShape.of(dict(self.shape))
-
-    @property
-    def plans(self):
-        return layer_plans(self.num_layers, list(self.orders))
-
-    def path(self, *parts: str) -> Path:
-        return Path(self.work, *parts)
-
-    def node(self, name: str, mmap: bool = True) -> np.ndarray:
-        """A node-sized array of the permutation step (memory-mapped by default)."""
-        return load_npy(self.path("node", f"{name}.npy"), PartitionError, "biuf", mmap=mmap)
-
-    @property
-    def feature_groups(self) -> int:
-        first = self.plans[0]
-        return dict(self.shape)[first.in_rows] * dict(self.shape)[first.depth]
-
-    @property
-    def group_rows(self) -> int:
-        return self.npad // self.feature_groups
-
-    def permutation(self, meta: Mapping[str, Any]) -> Permutation:
-        return Permutation(meta["kind"], meta["seed"], self.node("p1"), self.node("p2"),
-                           meta["locality"])
-
-
-def block_specs(shape: Mapping[str, int], plans, npad: int) -> tuple[BlockSpec, ...]:
-    """The distinct Â blocks of a plan, in the order the store lists them."""
-    out: list[BlockSpec] = []
-    for plan in plans:
-        key = block_key(plan)
-        if plan.dense or any(b.key == key for b in out):
-            continue
-        nr, nc = shape[plan.a_rows], shape[plan.a_cols]
-        out.append(BlockSpec(key, len(out), plan.adj, plan.a_rows, plan.a_cols, nr, nc,
-                             npad // nr, npad // nc))
-    return tuple(out)
-
-
-def _save(path: Path, arr: np.ndarray) -> None:
-    """Save beside and rename: a killed task leaves no file under the final name."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_npy(tmp, arr)
-    tmp.replace(path)
-
-
-def _index_dtype(limit: int) -> np.dtype:
-    return np.dtype(np.int32) if limit < np.iinfo(np.int32).max else np.dtype(np.int64)
-
-
-def _pos_dtype(npad: int) -> np.dtype:
-    return np.dtype(np.int32) if npad < 2**31 else np.dtype(np.int64)
 
 
 # --------------------------------------------------------------------------- permutation step
@@ -211,10 +106,10 @@ def _permutation_step(job: Job, degrees: Degrees, kind: str, seed: int, given: b
     meta = {"kind": perm.kind, "seed": int(perm.seed), "locality": bool(perm.locality),
             "p1_sha256": _array_sha256(perm.p1), "p2_sha256": _array_sha256(perm.p2),
             "nnz": int(row_nnz.sum(dtype=np.int64))}
-    pos = _pos_dtype(job.npad)
+    pos = pos_dtype(job.npad)
     for name, order in (("p1", perm.p1), ("p2", perm.p2)):
-        _save(job.path("node", f"{name}.npy"), order.astype(pos))
-        _save(job.path("node", f"inv{name[1]}.npy"), _inverse(order, pos))
+        save_piece(job.path("node", f"{name}.npy"), order.astype(pos))
+        save_piece(job.path("node", f"inv{name[1]}.npy"), _inverse(order, pos))
     del perm
     # the factor every value of a row is scaled by, exactly as plexus.datasets.normalize
     # computes it in float32 (gcn: Â[i, j] = d[i] * d[j] with d = 1/sqrt(deg))
@@ -226,11 +121,11 @@ def _permutation_step(job: Job, degrees: Degrees, kind: str, seed: int, given: b
         scale = np.ones(job.n, dtype=np.float32)
     scale = scale.astype(np.float32)
     for adj in (1, 2):  # in the position order of Â_adj's rows and columns, padding 0
-        for name, order in ((f"rscale{adj}", f"p{_row_order_index(adj)}"),
-                            (f"cscale{adj}", f"p{_col_order_index(adj)}")):
+        for name, order in ((f"rscale{adj}", f"p{row_order_index(adj)}"),
+                            (f"cscale{adj}", f"p{col_order_index(adj)}")):
             by_pos = np.zeros(job.npad, dtype=np.float32)
             by_pos[:job.n] = scale[job.node(order)]
-            _save(job.path("node", f"{name}.npy"), by_pos)
+            save_piece(job.path("node", f"{name}.npy"), by_pos)
             del by_pos
     del scale
     # Â1 and Â2 are one matrix when p1 == p2 (none, single): it is routed and sorted once
@@ -240,7 +135,7 @@ def _permutation_step(job: Job, degrees: Degrees, kind: str, seed: int, given: b
     for adj in routed_adjs(job, meta["same"]):
         # a sub-bucket never crosses a row block of any block of this adjacency
         align = job.npad // math.lcm(*(s.nr for s in job.blocks if route_of(s, meta) == adj))
-        order = job.node(f"p{_row_order_index(adj)}")
+        order = job.node(f"p{row_order_index(adj)}")
         per_pos = np.zeros(job.npad, dtype=row_nnz.dtype)
         per_pos[:job.n] = row_nnz[order]
         cuts: list[int] = [0]
@@ -251,35 +146,15 @@ def _permutation_step(job: Job, degrees: Degrees, kind: str, seed: int, given: b
         # the sub-bucket of every row position (a gather in the route, not a search)
         ids = np.uint8 if len(cuts) <= 1 << 8 else np.uint16 if len(cuts) <= 1 << 16 else \
             np.int32
-        _save(job.path("node", f"sub{adj}.npy"),
+        save_piece(job.path("node", f"sub{adj}.npy"),
               np.repeat(np.arange(len(cuts) - 1, dtype=ids), np.diff(cuts)))
     meta["subs"] = subs
     return meta
 
 
-def routed_adjs(job: Job, same: bool) -> list[int]:
-    """The adjacencies whose non-zeros are routed and sorted (Â2 is Â1 when p1 == p2)."""
-    adjs = sorted({s.adj for s in job.blocks})
-    return adjs[:1] if same and adjs else adjs
-
-
-def route_of(spec: BlockSpec, meta: Mapping[str, Any]) -> int:
-    """The routed adjacency a block is cut from."""
-    return meta["first_adj"] if meta["same"] else spec.adj
-
-
-def _row_order_index(adj: int) -> int:
-    """Â1's rows are in p1 order, Â2's in p2 order (`plexus.partitioners.plan.row_order`)."""
-    return 1 if adj == 1 else 2
-
-
-def _col_order_index(adj: int) -> int:
-    return 2 if adj == 1 else 1
-
-
 def _write_given(job: Job, perm: Permutation) -> dict:
-    _save(job.path("node", "given.p1.npy"), np.asarray(perm.p1, dtype=np.int64))
-    _save(job.path("node", "given.p2.npy"), np.asarray(perm.p2, dtype=np.int64))
+    save_piece(job.path("node", "given.p1.npy"), np.asarray(perm.p1, dtype=np.int64))
+    save_piece(job.path("node", "given.p2.npy"), np.asarray(perm.p2, dtype=np.int64))
     job.path("node", "given.json").write_text(json.dumps(
         {"kind": perm.kind, "seed": int(perm.seed), "locality": bool(perm.locality)}),
         encoding="utf-8")
@@ -306,14 +181,14 @@ def _route_task(job: Job, k: int, meta: dict) -> dict:
     """Route piece k's non-zeros of Â_k, for each routed k, to the sub-buckets of its rows."""
     rows, cols = _ahat_entries(job, k)
     for adj in routed_adjs(job, meta["same"]):
-        pos_r = job.node(f"inv{_row_order_index(adj)}")[rows]
-        keys = pack(pos_r, job.node(f"inv{_col_order_index(adj)}")[cols], job.npad)
+        pos_r = job.node(f"inv{row_order_index(adj)}")[rows]
+        keys = pack(pos_r, job.node(f"inv{col_order_index(adj)}")[cols], job.npad)
         subs = len(meta["subs"][str(adj)])
         order, bounds = group_order(job.node(f"sub{adj}")[pos_r], subs)
         del pos_r
         for i in range(subs):
             if bounds[i + 1] > bounds[i]:
-                _save(job.path("blk", str(adj), f"{i:05d}", f"{k:05d}.npy"),
+                save_piece(job.path("blk", str(adj), f"{i:05d}", f"{k:05d}.npy"),
                       keys[order[bounds[i]:bounds[i + 1]]])
         del order, keys
     return {}
@@ -323,7 +198,7 @@ def _feature_task(job: Job, chunk: int, piece_rows: int) -> dict:
     """Route feature rows of one chunk to the (row group, piece) files of the ranks."""
     lo = chunk * job.feature_rows
     x = job.source.feature_rows(lo, min(lo + job.feature_rows, job.n))
-    pos = job.node(f"inv{_col_order_index(job.plans[0].adj)}")[lo:lo + len(x)].astype(np.int64)
+    pos = job.node(f"inv{col_order_index(job.plans[0].adj)}")[lo:lo + len(x)].astype(np.int64)
     group = pos // job.group_rows
     local = pos - group * job.group_rows
     pieces = -(-job.group_rows // piece_rows)
@@ -334,8 +209,8 @@ def _feature_task(job: Job, chunk: int, piece_rows: int) -> dict:
             sel = order[bounds[b]:bounds[b + 1]]
             g, p = divmod(b, pieces)
             base = job.path("feat", f"{g}-{p}", f"{chunk:06d}")
-            _save(Path(f"{base}.rows.npy"), local[sel])
-            _save(Path(f"{base}.vals.npy"), x[sel])
+            save_piece(Path(f"{base}.rows.npy"), local[sel])
+            save_piece(Path(f"{base}.vals.npy"), x[sel])
     return {}
 
 
@@ -363,8 +238,8 @@ def _labels_step(job: Job) -> dict:
     """Serial step: labels and split masks as node-sized files the rank tasks map."""
     labels = job.source.labels()
     masks = job.source.masks(labels)
-    _save(job.path("node", "labels.npy"), labels.astype(np.int64))
-    _save(job.path("node", "masks.npy"), pack_masks(masks))
+    save_piece(job.path("node", "labels.npy"), labels.astype(np.int64))
+    save_piece(job.path("node", "masks.npy"), pack_masks(masks))
     return {"counts": {name: int(m.sum()) for name, m in zip(MASKS, masks)}}
 
 
@@ -380,7 +255,7 @@ def _sort_task(job: Job, adj: int, sub: int, p0: int, p1: int, meta: dict) -> di
     keys = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     del parts
     keys.sort()
-    pos_r, pos_c = unpack(keys, job.npad, _pos_dtype(job.npad))
+    pos_r, pos_c = unpack(keys, job.npad, pos_dtype(job.npad))
     del keys
     if pos_r.size and (pos_r[0] < p0 or pos_r[-1] >= p1):
         raise PartitionError(f"{folder}: holds rows outside {p0}..{p1}; the work directory is "
@@ -403,190 +278,19 @@ def _sort_task(job: Job, adj: int, sub: int, p0: int, p1: int, meta: dict) -> di
         for c in range(spec.nc):
             sel = slice(cuts[c], cuts[c + 1]) if order is None else order[cuts[c]:cuts[c + 1]]
             base = job.path("pc", str(spec.index), f"{r}-{c}", f"{sub:05d}")
-            _save(Path(f"{base}.counts.npy"),
+            save_piece(Path(f"{base}.counts.npy"),
                   np.bincount(pos_r[sel], minlength=p1 - p0).astype(np.int64))
             cols = pos_c[sel]
             cols -= c * spec.cs
             # column indices as stored; a block with 2^31 non-zeros or more gets int64
             # indices when its rank file is written
-            _save(Path(f"{base}.indices.npy"), cols.astype(_index_dtype(spec.cs), copy=False))
-            _save(Path(f"{base}.data.npy"), data[sel])
+            save_piece(Path(f"{base}.indices.npy"), cols.astype(index_dtype(spec.cs), copy=False))
+            save_piece(Path(f"{base}.data.npy"), data[sel])
             nnz[spec.key].append(int(cuts[c + 1] - cuts[c]))
             del cols
         del order
     return {"nnz": nnz, "r": {spec.key: p0 // spec.rs for spec in job.blocks
                               if route_of(spec, meta) == adj}}
-
-
-# --------------------------------------------------------------------------- rank files
-
-
-def _zip_info(name: str) -> zipfile.ZipInfo:
-    info = zipfile.ZipInfo(name, date_time=_ZIP_DATE)
-    info.compress_type = zipfile.ZIP_STORED
-    info.create_system = 3
-    info.external_attr = 0o644 << 16
-    return info
-
-
-def _member(zf: zipfile.ZipFile, name: str, dtype: np.dtype | str, shape: tuple[int, ...],
-            pieces: Iterable[np.ndarray]) -> None:
-    """One .npy member written from ``pieces`` (C order, concatenated along the first axis)."""
-    with zf.open(_zip_info(f"{name}.npy"), "w", force_zip64=True) as dst:
-        write_header(dst, np.dtype(dtype), shape)
-        for piece in pieces:
-            dst.write(memoryview(np.ascontiguousarray(piece, dtype=dtype)).cast("B"))
-
-
-def _file_data(path: Path, dtype: np.dtype | str | None = None) -> Iterator[np.ndarray]:
-    """The data of a (pieces') .npy file in pieces of at most `_COPY_BUF` bytes, read into one
-    reused buffer (cast to ``dtype`` when given)."""
-    layout = npy_layout(path, PartitionError)
-    total = layout.nbytes
-    buf = np.empty(max(1, min(total, _COPY_BUF)) // layout.dtype.itemsize or 1, layout.dtype)
-    with open(path, "rb") as f:
-        f.seek(layout.offset)
-        done = 0
-        while done < total:
-            count = f.readinto(memoryview(buf).cast("B")[:min(buf.nbytes, total - done)])
-            if not count:
-                raise PartitionError(f"{path}: ends early; the work directory is damaged")
-            piece = buf[:count // layout.dtype.itemsize]
-            yield piece if dtype is None or piece.dtype == dtype else piece.astype(dtype)
-            done += count
-
-
-def _block_members(zf: zipfile.ZipFile, job: Job, spec: BlockSpec, r: int, c: int,
-                   subs: list[list[int]], nnz: int, idx_dtype: str) -> None:
-    """The three members of one block: its pieces (the sub-buckets of its row block) in order."""
-    lo, hi = r * spec.rs, (r + 1) * spec.rs
-    mine = [i for i, (a, _) in enumerate(subs) if lo <= a < hi]
-    base = job.path("pc", str(spec.index), f"{r}-{c}")
-    counts = [load_npy(base / f"{i:05d}.counts.npy", PartitionError, "i") for i in mine]
-    indptr = np.zeros(spec.rs + 1, dtype=idx_dtype)
-    np.cumsum(np.concatenate(counts) if counts else np.zeros(0, np.int64), out=indptr[1:])
-    del counts
-    if int(indptr[-1]) != nnz:
-        raise PartitionError(f"{base}: holds {int(indptr[-1])} non-zeros, the route counted "
-                             f"{nnz}; the work directory is damaged, remove it")
-    _member(zf, f"block{spec.index}.indptr", idx_dtype, indptr.shape, [indptr])
-    for part, dtype in (("indices", np.dtype(idx_dtype)), ("data", np.dtype(np.float32))):
-        _member(zf, f"block{spec.index}.{part}", dtype, (nnz,),
-                (piece for i in mine
-                 for piece in _file_data(base / f"{i:05d}.{part}.npy", dtype)))
-
-
-def _feature_pieces(job: Job, group: int, cols: slice, piece_rows: int,
-                    chunks: int) -> Iterator[np.ndarray]:
-    rows_total = job.group_rows
-    width = cols.stop - cols.start
-    hi = min(cols.stop, job.num_features)
-    for p in range(-(-rows_total // piece_rows)):
-        n_rows = min(piece_rows, rows_total - p * piece_rows)
-        dense = np.zeros((n_rows, width), dtype=np.float32)
-        folder = job.path("feat", f"{group}-{p}")
-        if hi > cols.start:
-            for chunk in range(chunks):
-                base = folder / f"{chunk:06d}"
-                if not Path(f"{base}.rows.npy").exists():
-                    continue
-                local = load_npy(f"{base}.rows.npy", PartitionError, "i") - p * piece_rows
-                vals = load_npy(f"{base}.vals.npy", PartitionError, "f",
-                                (len(local), job.num_features))
-                dense[local, :hi - cols.start] = vals[:, cols.start:hi]
-        yield dense
-
-
-def _rank_task(job: Job, rank: int, meta: dict, block_nnz: dict,
-               idx_dtypes: dict, mask_counts: dict, piece_rows: int, chunks: int) -> dict:
-    grid = job.grid
-    coords = grid.coords(rank)
-    plans = job.plans
-    perm = job.permutation(meta)
-    input_ids = rank_input_ids(perm, plans, grid, coords, job.npad)
-    out_ids, out_labels, out_masks = rank_outputs(perm, plans, grid, coords, job.npad,
-                                                  job.node("labels"), job.node("masks"))
-    group = feature_group(plans, grid, coords)
-    cols = feature_cols(plans, grid, coords, job.fpad)
-    block_shapes = {s.key: [s.rs, s.cs] for s in job.blocks}
-    header = {"format": FORMAT, "version": VERSION, "shape": dict(job.shape),
-              "coords": {a: int(v) for a, v in coords.items()}, "num_layers": job.num_layers,
-              "orders": list(job.orders), "perm": meta["kind"], "seed": meta["seed"],
-              "name": job.name, "num_nodes": job.n, "nodes_padded": job.npad,
-              "num_features": job.num_features, "features_padded": job.fpad,
-              "num_classes": job.num_classes, "mask_counts": mask_counts,
-              "block_keys": [s.key for s in job.blocks], "block_shapes": block_shapes,
-              "meta": {"symmetric": not job.directed and job.aggregation != "mean",
-                       "aggregation": job.aggregation}}
-    name = rank_file_name(coords)
-    path = job.path("store", name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{name}.tmp")
-    with open(tmp, "wb") as raw:
-        out = _HashingWriter(raw)
-        with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf:
-            for spec in job.blocks:
-                r, c = coords[spec.a_rows], coords[spec.a_cols]
-                _block_members(zf, job, spec, r, c, meta["subs"][str(route_of(spec, meta))],
-                               block_nnz[spec.key][r * spec.nc + c],
-                               idx_dtypes[spec.key][r * spec.nc + c])
-            _member(zf, "features", np.float32, (job.group_rows, cols.stop - cols.start),
-                    _feature_pieces(job, group, cols, piece_rows, chunks))
-            vectors = [(f"input_ids.{layer}", ids) for layer, ids in enumerate(input_ids)]
-            vectors += [("output_ids", out_ids), ("labels", out_labels)]
-            vectors += [(f"mask.{m}", out_masks[m]) for m in MASKS]
-            text = json.dumps(header, sort_keys=True).encode()
-            vectors.append(("header", np.frombuffer(text, dtype=np.uint8)))
-            for member, arr in vectors:
-                _member(zf, member, arr.dtype, arr.shape, [arr])
-        raw.flush()
-        os.fsync(raw.fileno())
-    tmp.replace(path)
-    return {"coords": {a: int(v) for a, v in coords.items()}, "file": name,
-            "size": out.size, "sha256": out.hash.hexdigest()}
-
-
-class _HashingWriter:
-    """A write-only file that hashes what goes through it. It cannot seek, so zipfile writes
-    each member's sizes after its data instead of going back for them, and the file's sha256
-    is known without reading it again."""
-
-    def __init__(self, raw: Any) -> None:
-        self.raw, self.hash, self.size = raw, hashlib.sha256(), 0
-
-    def write(self, data: bytes) -> int:
-        self.hash.update(data)
-        self.size += len(data)
-        return self.raw.write(data)
-
-    def tell(self) -> int:
-        return self.size
-
-    def seek(self, *_: Any) -> int:
-        raise OSError("not seekable")
-
-    def flush(self) -> None:
-        self.raw.flush()
-
-
-def _manifest_step(job: Job, meta: dict, ranks: list, graph_sha256: str, nnz: int) -> dict:
-    manifest = {
-        "format": FORMAT, "version": VERSION, "grid": dict(job.shape),
-        "num_layers": job.num_layers, "orders": list(job.orders),
-        "aggregation": job.aggregation,
-        "permutation": {k: meta[k] for k in ("kind", "seed", "locality", "p1_sha256",
-                                             "p2_sha256")},
-        "seed": meta["seed"], "dataset": job.name, "graph_sha256": graph_sha256,
-        "num_nodes": job.n, "nodes_padded": job.npad, "nnz": nnz,
-        "num_features": job.num_features, "num_classes": job.num_classes,
-        "block_keys": [s.key for s in job.blocks], "ranks": ranks,
-    }
-    with open(job.path("store", MANIFEST), "w", encoding="utf-8") as f:
-        f.write(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    fsync_dir(job.path("store"))
-    return manifest
 
 
 # --------------------------------------------------------------------------- the driver
@@ -672,13 +376,13 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
             r = result["r"][key]
             for c, count in enumerate(counts):
                 block_nnz[key][r * spec.nc + c] += count
-    idx_dtypes = {s.key: [_index_dtype(max(s.rs, s.cs, nz)).name for nz in block_nnz[s.key]]
+    idx_dtypes = {s.key: [index_dtype(max(s.rs, s.cs, nz)).name for nz in block_nnz[s.key]]
                   for s in specs}
     rank_tasks = [(job, r, meta, block_nnz, idx_dtypes, labels["counts"], piece_rows, chunks)
                   for r in range(world)]
     per_rank = sum(block_nnz[s.key][0] for s in specs) if specs else 0
-    ranks = runner.run("ranks", _rank_task, rank_tasks, [per_rank + 1] * world)
-    manifest = runner.once("manifest", _manifest_step, job, meta, ranks, graph_sha256,
+    ranks = runner.run("ranks", rankfile.rank_task, rank_tasks, [per_rank + 1] * world)
+    manifest = runner.once("manifest", rankfile.manifest_step, job, meta, ranks, graph_sha256,
                            meta["nnz"])
     if runner.leader:
         new = work / "store"
@@ -702,10 +406,3 @@ def stage_work_dir(out: Path, key: str | None) -> Path:
 def config_key(config: Mapping[str, Any]) -> str:
     """A key naming one configuration of a run (its work directory)."""
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def check_memory_source(source: Any) -> None:
-    """Only graphs on disk can be read by several processes."""
-    if getattr(source, "content_sha256", None) is None:
-        raise PartitionError("a graph held in memory is partitioned by one process; write it "
-                             "to a graph directory (plexus.datasets.write_graph) to use --jobs")

@@ -12,7 +12,7 @@ import pytest
 from plexus.datasets.graph import gcn_normalize
 from plexus.partitioners import (RankShard, ShardStoreError, make_permutation, read_manifest,
                                  read_shard, shard_graph, write_store)
-from plexus.partitioners import cli, store, stream
+from plexus.partitioners import cli, rankfile, store
 from test_partitioners import coords_of, shape_of, skewed_graph
 
 ORDERS3 = ["agg", "combine", "agg"]
@@ -282,7 +282,7 @@ def test_same_seed_gives_byte_identical_files(tmp_path, graph, adj_hat):
 
 
 def crash_after_first_rank(monkeypatch):
-    real = stream._rank_task
+    real = rankfile.rank_task
     calls = []
 
     def failing(job, rank, *args, **kwargs):
@@ -292,7 +292,7 @@ def crash_after_first_rank(monkeypatch):
         calls.append(Path(job.work) / "store" / result["file"])
         return result
 
-    monkeypatch.setattr(stream, "_rank_task", failing)
+    monkeypatch.setattr(rankfile, "rank_task", failing)
     return calls
 
 
