@@ -110,6 +110,20 @@ def read_rows(path: str | os.PathLike, layout: NpyLayout, lo: int, hi: int) -> n
     return out
 
 
+def read_rows_into(path: str | os.PathLike, layout: NpyLayout, lo: int, hi: int,
+                   out: np.ndarray) -> None:
+    """Read rows ``[lo, hi)`` of the .npy file at ``path`` into ``out`` (C-contiguous, of the
+    file's dtype and row shape), with no copy in between."""
+    row_bytes = layout.row_items * layout.dtype.itemsize
+    view = memoryview(out).cast("B")
+    want = (hi - lo) * row_bytes
+    with open(path, "rb") as f:
+        f.seek(layout.offset + lo * row_bytes)
+        got = f.readinto(view[:want])
+    if got != want:
+        raise DatasetError(f"{path}: ends early (truncated)")
+
+
 def write_header(f: IO[bytes], dtype: np.dtype, shape: tuple[int, ...]) -> int:
     """Write an .npy (1.0) header for a C-order array; returns its length in bytes."""
     buf = io.BytesIO()

@@ -31,7 +31,7 @@ import scipy.sparse as sp
 from .canonical import BUCKET_ENTRIES, CHUNK_EDGES, EdgeFiles, Pieces, canonicalize
 from .diskgraph import FEATURE_DTYPES, DiskGraph, DiskGraphWriter, encode_features
 from .graph import DatasetError
-from .npyio import NpyWriter, load_npy, npy_layout, read_rows
+from .npyio import NpyWriter, load_npy, npy_layout, read_rows, read_rows_into
 from .rmat import (PROJECTION_ROWS, rmat_chunks, rmat_edges, rmat_name, rmat_node_permutation,
                    rmat_notes, rmat_projection)
 from .synthetic import random_split, rng_for
@@ -39,7 +39,7 @@ from .diskgraph import is_disk_graph
 from .work import Runner, call
 
 #: bytes of H read at once while summing neighbours
-WINDOW_BYTES = 1 << 28
+WINDOW_BYTES = 1 << 27
 _FEATURES = 1  # synthetic.random_features' stream
 
 
@@ -116,36 +116,39 @@ def _labels_task(job: RmatJob, pieces: Pieces, k: int) -> dict:
     counts, cols = pieces.piece(k)
     r0, r1 = pieces.rows(k)
     rows = r1 - r0
+    classes = job.params["classes"]
     local = np.repeat(np.arange(rows, dtype=np.int64), counts)
-    neigh = np.zeros((rows, job.params["classes"]), dtype=np.float32)
     h_path = job.path("h.npy")
     layout = npy_layout(h_path)
-    step = max(1, WINDOW_BYTES // (4 * job.params["classes"]))
+    step = max(1, WINDOW_BYTES // (4 * classes))
+    # the operand of every product: the sum so far on top, the window of H below it
+    x = np.zeros((rows + min(step, job.n), classes), dtype=np.float32)
     started = False
     for k0 in range(0, job.n, step):
         sel = (cols >= k0) & (cols < k0 + step)
         if not sel.any():
             continue
-        window = read_rows(h_path, layout, k0, k0 + step)
+        k1 = min(k0 + step, job.n)
+        read_rows_into(h_path, layout, k0, k1, x[rows:rows + k1 - k0])
         indptr = np.zeros(rows + 1, dtype=np.int64)
+        per_row = np.bincount(local[sel], minlength=rows)
         if not started:  # the first product starts from 0, as one product over all of H
-            np.cumsum(np.bincount(local[sel], minlength=rows), out=indptr[1:])
-            a = sp.csr_matrix((np.ones(indptr[-1], np.float32), cols[sel] - k0, indptr),
-                              shape=(rows, len(window)))
-            neigh = a @ window
-            started = True
-            del window, a
-            continue
-        np.cumsum(np.bincount(local[sel], minlength=rows) + 1, out=indptr[1:])
-        indices = np.empty(int(indptr[-1]), dtype=np.int64)
-        real = np.ones(indices.size, dtype=bool)
-        real[indptr[:-1]] = False
-        indices[indptr[:-1]] = np.arange(rows)  # the sum so far, first in every row
-        indices[real] = cols[sel] - k0 + rows
+            np.cumsum(per_row, out=indptr[1:])
+            indices = cols[sel] - k0 + rows
+        else:
+            np.cumsum(per_row + 1, out=indptr[1:])
+            indices = np.empty(int(indptr[-1]), dtype=np.int64)
+            real = np.ones(indices.size, dtype=bool)
+            real[indptr[:-1]] = False
+            indices[indptr[:-1]] = np.arange(rows)  # the sum so far, first in every row
+            indices[real] = cols[sel] - k0 + rows
+            del real
         a = sp.csr_matrix((np.ones(indices.size, np.float32), indices, indptr),
-                          shape=(rows, rows + len(window)))
-        neigh = a @ np.concatenate([neigh, window])
-        del window, a, indices, real
+                          shape=(rows, rows + k1 - k0))
+        x[:rows] = a @ x[:rows + k1 - k0]
+        started = True
+        del a, indices, sel
+    neigh = x[:rows]
     deg = counts.astype(np.float32)
     h = read_rows(h_path, layout, r0, r1)
     labels = np.argmax(h + neigh / np.maximum(deg, 1.0)[:, None], axis=1).astype(np.int32)
