@@ -76,11 +76,14 @@ def test_cora_streamed_equals_in_memory(tmp_path, cora, grid, layers, orders, pe
     assert leftovers(tmp_path) == []
 
 
-@pytest.mark.parametrize("perm", ["none", "single", "double", "balanced"])
-@pytest.mark.parametrize("aggregation", ["gcn", "mean", "sum"])
+@pytest.mark.parametrize("perm,aggregation", [
+    ("none", "gcn"), ("none", "mean"), ("single", "mean"), ("double", "sum"),
+    ("balanced", "mean"), ("balanced", "sum"),
+])
 def test_directed_toy_every_permutation_and_aggregation(tmp_path, toy, perm, aggregation):
-    """The directed toy graph (self loops, a node without in-neighbours): streamed (chunks of
-    7 edges, buckets of 11 entries) equals in memory, and every shard equals `shard_graph`."""
+    """The directed toy graph (self loops, a node without in-neighbours), every permutation and
+    every aggregation (with Cora's and R-MAT's cases, each pair of them): streamed (chunks of 7
+    edges, buckets of 11 entries) equals in memory, and every shard equals `shard_graph`."""
     shape = shape_of((2, 1, 2))
     write_store(toy, tmp_path / "mem", shape, 3, MIX, perm, 1, aggregation=aggregation)
     partition_to_store(write_graph(toy, tmp_path / "g"), tmp_path / "disk", shape, 3, MIX, perm,
@@ -243,6 +246,8 @@ def test_bad_graph_directory_is_one_line_and_exit_2_with_nothing_left(tmp_path, 
                            chunk_edges=50, bucket_entries=80)
     assert needle in str(err.value) and "\n" not in str(err.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+    if how not in ("truncated", "nan feature"):  # the command line: two of them suffice
+        return
     cmd = [sys.executable, "-m", "plexus.partitioners.cli", "--dataset", f"graph:{g}", "--grid",
            "2x1x1", "--layers", "2", "--out", str(tmp_path / "s"), "--jobs", "2",
            "--chunk-edges", "50"]
