@@ -35,7 +35,7 @@ import numpy as np
 
 from .diskgraph import DiskGraph, DiskGraphError
 from .graph import DatasetError, sorted_unique
-from .npyio import load_npy, npy_layout, read_rows, save_npy
+from .npyio import load_npy, npy_layout, read_concatenated, read_rows, save_npy
 from .work import Runner
 
 #: row groups of the histogram pass (a bucket is a run of whole groups)
@@ -237,11 +237,8 @@ def _route_task(job: CanonJob, c: int) -> dict:
 
 def _dedup_task(job: CanonJob, k: int, r0: int, r1: int, chunks: int) -> dict:
     folder = Path(job.folder) / "route" / f"{k:05d}"
-    parts = [load_npy(p, DatasetError, "i") for c in range(chunks)
-             if (p := folder / f"{c:06d}.npy").exists()]
-    keys = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    del parts
-    keys = sorted_unique(keys)
+    keys = sorted_unique(read_concatenated(
+        [p for c in range(chunks) if (p := folder / f"{c:06d}.npy").exists()], np.int64))
     n = job.num_nodes
     rows, cols = unpack(keys, n, index_dtype(n))
     del keys

@@ -124,6 +124,22 @@ def read_rows_into(path: str | os.PathLike, layout: NpyLayout, lo: int, hi: int,
         raise DatasetError(f"{path}: ends early (truncated)")
 
 
+def read_concatenated(paths: list, dtype: np.dtype | str,
+                      error: ErrorType = DatasetError) -> np.ndarray:
+    """The 1-D .npy files ``paths`` (of ``dtype``) end to end in one array, each read straight
+    into its place (no per-file array, no concatenation copy)."""
+    layouts = [npy_layout(p, error) for p in paths]
+    for p, lay in zip(paths, layouts):
+        if lay.dtype != np.dtype(dtype) or len(lay.shape) != 1:
+            raise error(f"{p}: holds {lay.dtype}{lay.shape}, expected 1-D {np.dtype(dtype)}")
+    out = np.empty(sum(lay.rows for lay in layouts), dtype=dtype)
+    at = 0
+    for p, lay in zip(paths, layouts):
+        read_rows_into(p, lay, 0, lay.rows, out[at:at + lay.rows])
+        at += lay.rows
+    return out
+
+
 def write_header(f: IO[bytes], dtype: np.dtype, shape: tuple[int, ...]) -> int:
     """Write an .npy (1.0) header for a C-order array; returns its length in bytes."""
     buf = io.BytesIO()

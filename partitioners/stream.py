@@ -51,7 +51,7 @@ from plexus.datasets.canonical import (BUCKET_ENTRIES, CHUNK_EDGES, Degrees, bud
                                        canonicalize, csr_pieces, group_order, hash_array_prefix,
                                        pack, scan_pieces, structure_sha256, unpack)
 from plexus.datasets.graph import AGGREGATIONS
-from plexus.datasets.npyio import load_npy
+from plexus.datasets.npyio import load_npy, read_concatenated
 from plexus.datasets.work import Runner, call
 
 from . import rankfile
@@ -250,10 +250,9 @@ def _sort_task(job: Job, adj: int, sub: int, p0: int, p1: int, meta: dict) -> di
     """Sort one sub-bucket of Â_adj (rows p0..p1 in position order) by (row, column), compute
     its values, and split it into the pieces of every block cut from it."""
     folder = job.path("blk", str(adj), f"{sub:05d}")
-    parts = [load_npy(p, PartitionError, "i") for k in range(len(job.pieces))
-             if (p := folder / f"{k:05d}.npy").exists()]
-    keys = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    del parts
+    keys = read_concatenated([p for k in range(len(job.pieces))
+                              if (p := folder / f"{k:05d}.npy").exists()], np.int64,
+                             PartitionError)
     keys.sort()
     pos_r, pos_c = unpack(keys, job.npad, pos_dtype(job.npad))
     del keys
@@ -270,27 +269,39 @@ def _sort_task(job: Job, adj: int, sub: int, p0: int, p1: int, meta: dict) -> di
         if route_of(spec, meta) != adj:
             continue
         r = p0 // spec.rs
-        if spec.nc > 1:  # stable: each block keeps the (row, column) order
-            order, cuts = group_order(pos_c // spec.cs, spec.nc)
-        else:
-            order, cuts = None, np.array([0, pos_c.size])
         nnz[spec.key] = []
-        for c in range(spec.nc):
-            sel = slice(cuts[c], cuts[c + 1]) if order is None else order[cuts[c]:cuts[c + 1]]
+        for c, sel in _column_blocks(pos_c, spec.cs, spec.nc):
             base = job.path("pc", str(spec.index), f"{r}-{c}", f"{sub:05d}")
             save_piece(Path(f"{base}.counts.npy"),
-                  np.bincount(pos_r[sel], minlength=p1 - p0).astype(np.int64))
+                       np.bincount(pos_r[sel], minlength=p1 - p0).astype(np.int64))
             cols = pos_c[sel]
             cols -= c * spec.cs
             # column indices as stored; a block with 2^31 non-zeros or more gets int64
             # indices when its rank file is written
-            save_piece(Path(f"{base}.indices.npy"), cols.astype(index_dtype(spec.cs), copy=False))
+            save_piece(Path(f"{base}.indices.npy"), cols.astype(index_dtype(spec.cs),
+                                                                copy=False))
             save_piece(Path(f"{base}.data.npy"), data[sel])
-            nnz[spec.key].append(int(cuts[c + 1] - cuts[c]))
+            nnz[spec.key].append(int(cols.size))
             del cols
-        del order
     return {"nnz": nnz, "r": {spec.key: p0 // spec.rs for spec in job.blocks
                               if route_of(spec, meta) == adj}}
+
+
+def _column_blocks(pos_c: np.ndarray, cs: int, nc: int):
+    """(c, selection) of the entries of each of ``nc`` column blocks of width ``cs``, each in
+    the entries' order: boolean masks for a few blocks (sequential passes), a stable radix
+    grouping for many."""
+    if nc == 1:
+        yield 0, slice(None)
+        return
+    block = pos_c // cs
+    if nc <= 4:
+        for c in range(nc):
+            yield c, block == c
+        return
+    order, cuts = group_order(block, nc)
+    for c in range(nc):
+        yield c, order[cuts[c]:cuts[c + 1]]
 
 
 # --------------------------------------------------------------------------- the driver
