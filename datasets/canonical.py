@@ -453,6 +453,6 @@ def structure_sha256(h: "hashlib._Hash", pieces: Pieces, row_counts: np.ndarray)
     for k in range(len(pieces)):
         h.update(memoryview(np.ascontiguousarray(pieces.piece(k)[1], dtype=idx)).cast("B"))
     hash_array_prefix(h, np.float32, (nnz,))
-    ones = np.ones(min(nnz, 1 << 22), dtype=np.float32)
+    ones = np.ones(max(1, min(nnz, 1 << 22)), dtype=np.float32)
     for lo in range(0, nnz, ones.size):
         h.update(memoryview(ones[:min(ones.size, nnz - lo)]).cast("B"))

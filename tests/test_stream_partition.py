@@ -264,3 +264,18 @@ def test_configuration_errors(tmp_path, toy):
     with pytest.raises(PartitionError, match="unknown aggregation"):
         partition_to_store(toy, tmp_path / "s", shape_of((2, 1, 1)), 2, aggregation="max")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_graph_without_edges(tmp_path):
+    import scipy.sparse as sp
+
+    from plexus.datasets.graph import Graph
+
+    n = 13
+    g = Graph("empty", sp.csr_matrix((n, n), dtype=np.float32), np.ones((n, 3), np.float32),
+              np.arange(n) % 2, np.arange(n) < 4, np.arange(n) == 5, np.arange(n) == 6, 2)
+    shape = shape_of((2, 1, 2))
+    write_store(g, tmp_path / "mem", shape, 2, "agg", "double", 0)
+    partition_to_store(write_graph(g, tmp_path / "g"), tmp_path / "disk", shape, 2)
+    assert_same_store(tmp_path / "mem", tmp_path / "disk")
+    assert read_manifest(tmp_path / "disk")["nnz"] == n  # the self loops of Â only
