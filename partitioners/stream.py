@@ -17,9 +17,9 @@ docs/design.md, "Big graphs: graph directories and the out-of-core partitioner")
    int64 key (row position, column position); features are routed by row chunks to the pieces
    of the rank row groups that hold them; one task hashes the graph's content.
 5. ``sort``: every sub-bucket is sorted by (row, column); the blocks of every layer that
-   multiplies by Â_k take their columns from it by a stable radix partition on the column
-   block, their values from the node-sized scale factors: one piece of indptr counts, indices
-   and data per block and sub-bucket.
+   multiplies by Â_k take their columns from it in that order (`_column_blocks`), their values
+   from the node-sized scale factors: one piece of indptr counts, indices and data per block
+   and sub-bucket.
 6. ``ranks``: every rank's file is assembled by copying its blocks' pieces and its feature rows
    into the zip members, in the format `plexus.partitioners.store.read_shard` reads
    (`plexus.partitioners.rankfile`).
