@@ -5,7 +5,7 @@ from .permutations import PERMUTATIONS, Permutation, make_permutation
 from .plan import RankShard, shard_graph
 from .stats import LayerBalance, balance_report, format_report, layer_balance
 from .store import ShardStoreError, is_store, read_manifest, read_shard, write_store
-from .stream import PartitionError
+from .streamjob import PartitionError, PartitionInterrupted
 
 
 def partition_to_store(*args, **kwargs) -> dict:
@@ -21,5 +21,5 @@ __all__ = [
     "RankShard", "shard_graph",
     "LayerBalance", "layer_balance", "balance_report", "format_report",
     "ShardStoreError", "write_store", "read_shard", "read_manifest", "is_store",
-    "PartitionError", "partition_to_store",
+    "PartitionError", "PartitionInterrupted", "partition_to_store",
 ]

@@ -31,6 +31,7 @@ from plexus.datasets.diskgraph import FEATURE_DTYPES
 from plexus.datasets.graph import AGGREGATIONS
 
 from .permutations import PERMUTATIONS
+from .streamjob import PartitionInterrupted
 
 PROG = "plexus-partition"
 
@@ -190,6 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as e:  # UsageError, DatasetError, ShardStoreError, GridError,
         # PartitionError
         return report_error(PROG, str(e) or type(e).__name__)
+    except PartitionInterrupted as e:  # not the input's fault: status 1, the work is kept
+        return report_error(PROG, e, status=1)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130

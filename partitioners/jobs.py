@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from plexus.datasets.work import Runner, marker_path, run_task
 
-from .stream import PartitionError
+from .streamjob import PartitionError, PartitionInterrupted
 
 
 def _start_worker() -> None:
@@ -58,8 +58,9 @@ class PoolRunner(Runner):
                     fut.result()
                     done(futures[fut])
         except BrokenProcessPool:
-            raise PartitionError(f"a worker process died during phase {phase} (killed, or out of "
-                                 "memory: try fewer --jobs); rerun to resume") from None
+            raise PartitionInterrupted(f"a worker process died during phase {phase} (killed, or "
+                                       "out of memory: try fewer --jobs); run the same command "
+                                       "again to resume") from None
         finally:
             for fut in pending:
                 fut.cancel()

@@ -19,7 +19,8 @@ from plexus.datasets.work import PhaseTime, Runner
 from .jobs import GroupRunner, PoolRunner, launched, launcher_env
 from .permutations import Permutation
 from .store import ShardStoreError, check_out_dir, replace_store_dir
-from .stream import PartitionError, Settings, config_key, partition_source, stage_work_dir
+from .stream import Settings, config_key, partition_source, stage_work_dir
+from .streamjob import PartitionError
 
 #: how long a rank of a launcher job waits for the others at the end of a phase
 GROUP_TIMEOUT_S = 6 * 3600.0

@@ -23,6 +23,11 @@ class PartitionError(ValueError):
     """The partitioner cannot go on (bad configuration, damaged work directory); one line."""
 
 
+class PartitionInterrupted(RuntimeError):
+    """A worker process died (a signal, the OOM killer); the work directory is kept, so that
+    running the same partition again resumes it."""
+
+
 # --------------------------------------------------------------------------- the job
 
 

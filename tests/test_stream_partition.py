@@ -23,7 +23,8 @@ from plexus.datasets.graph import normalize
 from plexus.datasets.rmat import parse_rmat_params, rmat_graph
 from plexus.partitioners import (make_permutation, partition_to_store, read_manifest, read_shard,
                                  shard_graph, write_store)
-from plexus.partitioners.stream import PartitionError
+from plexus.partitioners import PartitionError, PartitionInterrupted
+from plexus.partitioners.jobs import PoolRunner
 from test_partitioners import coords_of, shape_of
 from test_shard_store import assert_same_shard
 
@@ -279,3 +280,24 @@ def test_a_graph_without_edges(tmp_path):
     partition_to_store(write_graph(g, tmp_path / "g"), tmp_path / "disk", shape, 2)
     assert_same_store(tmp_path / "mem", tmp_path / "disk")
     assert read_manifest(tmp_path / "disk")["nnz"] == n  # the self loops of Â only
+
+
+def _die_on_three(i: int) -> dict:
+    if i == 3:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would
+    return {"i": i}
+
+
+def test_a_worker_that_dies_ends_the_run_and_keeps_the_finished_tasks(tmp_path):
+    with PoolRunner(tmp_path, 2, progress=False) as runner:
+        with pytest.raises(PartitionInterrupted, match="run the same command again"):
+            runner.run("phase", _die_on_three, [(i,) for i in range(6)])
+    finished = {i for i in range(6) if (tmp_path / "done" / "phase" / f"{i:06d}.json").exists()}
+    assert 3 not in finished
+    with PoolRunner(tmp_path, 2, progress=False) as runner:  # a rerun redoes only what is left
+        results = runner.run("phase", _rerun, [(i,) for i in range(6)])
+    assert results == [{"i": i} if i in finished else {"rerun": i} for i in range(6)]
+
+
+def _rerun(i: int) -> dict:
+    return {"rerun": i}
