@@ -212,9 +212,15 @@ class CanonJob:
 
 
 def _count_task(job: CanonJob, c: int) -> dict:
-    rows, _ = job.chunk(c)
+    lo = c * job.chunk_edges
+    src, dst = job.source.edge_rows(lo, lo + job.chunk_edges)
+    if not job.keep_loops:
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
     bins = -(-job.num_nodes // job.group)
-    hist = np.bincount(rows // job.group, minlength=bins)
+    hist = np.bincount(dst // job.group, minlength=bins)  # M's rows are destinations
+    if not job.directed:  # and sources too (without building the entries)
+        hist += np.bincount(src // job.group, minlength=bins)
     _save_atomic(Path(job.folder) / "hist" / f"{c:06d}.npy", hist)
     return {}
 

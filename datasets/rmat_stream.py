@@ -210,8 +210,9 @@ def rmat_to_disk(params: dict, out: str | Path, runner: Runner, work: str | Path
     runner.once("rmat-setup", _setup, job, m)
     ranges = rmat_chunks(p["scale"], p["edge_factor"], chunk_edges)
     rows = max(1, (64 << 20) // (4 * p["features"]))
-    tasks = [(_edges_task, job, lo, hi, m) for lo, hi in ranges] + [(_features_task, job, rows)]
-    runner.run("rmat-generate", call, tasks, [hi - lo for lo, hi in ranges] + [0])
+    # the features come from one sequential stream: their task goes first, beside the edges'
+    tasks = [(_features_task, job, rows)] + [(_edges_task, job, lo, hi, m) for lo, hi in ranges]
+    runner.run("rmat-generate", call, tasks, [0] + [hi - lo for lo, hi in ranges])
     edges = EdgeFiles(str(job.path("src.npy")), str(job.path("dst.npy")), n, directed=False)
     pieces = canonicalize(edges, work / "canon", runner, chunk_edges=chunk_edges,
                           bucket_entries=bucket_entries, prefix="rmat-canon")
