@@ -281,12 +281,7 @@ def edges_to_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int, symmetrize: b
     keys = src * n + dst
     if symmetrize:
         keys = np.concatenate([keys, dst * n + src])
-    keys.sort()
-    if keys.size:
-        first = np.empty(keys.size, dtype=bool)
-        first[0] = True
-        np.not_equal(keys[1:], keys[:-1], out=first[1:])
-        keys = keys[first]
+    keys = sorted_unique(keys)
     rows = keys // n if n else keys
     idx_dtype = np.int32 if max(n, keys.size) < 2**31 else np.int64
     indices = (keys - rows * n).astype(idx_dtype)
@@ -296,6 +291,18 @@ def edges_to_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int, symmetrize: b
     adj = sp.csr_matrix((data, indices, indptr), shape=(n, n))
     adj.has_sorted_indices = True
     return adj
+
+
+def sorted_unique(keys: np.ndarray) -> np.ndarray:
+    """``keys`` sorted (in place) without repeats: what ``np.unique`` gives, several times faster
+    on tens of millions of integers."""
+    keys.sort()
+    if keys.size:
+        first = np.empty(keys.size, dtype=bool)
+        first[0] = True
+        np.not_equal(keys[1:], keys[:-1], out=first[1:])
+        keys = keys[first]
+    return keys
 
 
 def one_line(text: object) -> str:

@@ -1,8 +1,10 @@
 """Synthetic R-MAT graphs (Chakrabarti et al. 2004; the Graph500 generator), vectorized in numpy.
 
 Each of ``edge_factor * 2**scale`` edges picks one quadrant of the adjacency matrix per bit of the
-node id, with probabilities a, b, c, d (default 0.57, 0.19, 0.19, 0.05 as in Graph500). All edges
-are drawn at once, one bit level at a time. As in Graph500 the node ids are then randomly permuted,
+node id, with probabilities a, b, c, d (default 0.57, 0.19, 0.19, 0.05 as in Graph500). Edges are
+drawn one bit level at a time, for the whole list or for any aligned range of it (the generator
+jumps ahead), so a graph too big for memory is generated in pieces with exactly the same edges
+(`plexus.datasets.rmat_stream`). As in Graph500 the node ids are then randomly permuted,
 so high-degree nodes are not bunched at low ids (which would flatter or hurt a partitioner
 arbitrarily). The graph is symmetrized; duplicates and self loops are removed, so the edge count
 is below ``2 * edge_factor * 2**scale``. Unlike Graph500 there is no per-level noise on a..d.
@@ -36,19 +38,24 @@ _EDGES, _PERMUTE, _PROJECTION = 11, 12, 13  # random streams (see synthetic.rng_
 
 
 def rmat_edges(scale: int, edge_factor: int, seed: int = 0, a: float = 0.57, b: float = 0.19,
-               c: float = 0.19) -> tuple[np.ndarray, np.ndarray]:
-    """Raw R-MAT edge endpoints (int32 arrays of length ``edge_factor * 2**scale``, with duplicates
-    and self loops), node ids randomly permuted; deterministic in ``seed``."""
+               c: float = 0.19, lo: int = 0, hi: int | None = None,
+               perm: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Raw R-MAT edge endpoints (int32, with duplicates and self loops) of edges ``[lo, hi)`` of
+    the ``edge_factor * 2**scale``, node ids randomly permuted; deterministic in ``seed``.
+
+    Any range gives the same edges as the whole list cut at that range (`rmat_chunks` says which
+    ranges can be drawn on their own), so a graph of any scale can be generated in pieces.
+    ``perm`` is `rmat_node_permutation` (computed when not given).
+    """
     n = 1 << scale
     m = edge_factor * n
-    rng = rng_for(seed, _EDGES)
+    hi = m if hi is None else hi
     # 16-bit uniform draws against integer thresholds: a quarter of the memory traffic of float64
     # draws, and 1/65536 resolution is far finer than any meaningful change to a..d.
     thresholds = [np.uint16(min(round(p * 65536), 65535)) for p in (a, a + b, a + b + c)]
-    src = np.zeros(m, dtype=np.int32)
-    dst = np.zeros(m, dtype=np.int32)
-    for _ in range(scale):
-        r = rng.integers(0, 65536, m, dtype=np.uint16)
+    src = np.zeros(hi - lo, dtype=np.int32)
+    dst = np.zeros(hi - lo, dtype=np.int32)
+    for r in _level_draws(scale, m, seed, lo, hi):
         # q = thresholds passed = quadrant 0..3 (a, b, c, d) = (src bit, dst bit) in binary.
         q = (r >= thresholds[0]).view(np.uint8)
         q += (r >= thresholds[1]).view(np.uint8)
@@ -57,19 +64,77 @@ def rmat_edges(scale: int, edge_factor: int, seed: int = 0, a: float = 0.57, b: 
         np.bitwise_or(src, q >> 1, out=src)
         np.left_shift(dst, 1, out=dst)
         np.bitwise_or(dst, q & 1, out=dst)
-    perm = rng_for(seed, _PERMUTE).permutation(n).astype(np.int32)
+    perm = rmat_node_permutation(scale, seed) if perm is None else perm
     return perm[src], perm[dst]
+
+
+def _level_draws(scale: int, m: int, seed: int, lo: int, hi: int):
+    """The 16-bit draws of edges [lo, hi) for each bit level: the whole list draws ``m`` values
+    per level from one generator; a range jumps there (PCG64 advances in steps of one 64-bit
+    output = four 16-bit draws, hence the alignment `rmat_chunks` keeps)."""
+    if lo == 0 and hi == m:
+        rng = rng_for(seed, _EDGES)
+        for _ in range(scale):
+            yield rng.integers(0, 65536, m, dtype=np.uint16)
+        return
+    if m % 4 or lo % 4:
+        raise ValueError(f"edges {lo}..{hi} of {m} cannot be drawn on their own")
+    for level in range(scale):
+        rng = rng_for(seed, _EDGES)
+        rng.bit_generator.advance((level * m + lo) // 4)
+        yield rng.integers(0, 65536, hi - lo, dtype=np.uint16)
+
+
+def rmat_chunks(scale: int, edge_factor: int, chunk: int) -> list[tuple[int, int]]:
+    """Edge ranges of about ``chunk`` edges that `rmat_edges` can draw on their own."""
+    m = edge_factor << scale
+    if m % 4:
+        return [(0, m)]
+    step = max(4, chunk - chunk % 4)
+    return [(lo, min(lo + step, m)) for lo in range(0, m, step)]
+
+
+def rmat_node_permutation(scale: int, seed: int) -> np.ndarray:
+    """The random relabelling of R-MAT's node ids (int32, node-sized)."""
+    return rng_for(seed, _PERMUTE).permutation(1 << scale).astype(np.int32)
+
+
+#: rows of X projected at once for the labels (the projection is defined chunk by chunk, so a
+#: generator holding one chunk computes exactly the same labels)
+PROJECTION_ROWS = 1 << 16
+
+
+def rmat_projection(features: np.ndarray, num_classes: int, seed: int = 0) -> np.ndarray:
+    """``X @ W`` for rows of X (at most `PROJECTION_ROWS` at once) with the seeded Gaussian W."""
+    w = rng_for(seed, _PROJECTION).standard_normal((features.shape[1], num_classes),
+                                                   dtype=np.float32)
+    return np.concatenate([features[lo:lo + PROJECTION_ROWS] @ w
+                           for lo in range(0, max(len(features), 1), PROJECTION_ROWS)])
 
 
 def rmat_labels(adj: sp.csr_matrix, features: np.ndarray, num_classes: int,
                 seed: int = 0) -> np.ndarray:
     """``argmax((X + D^-1 A X) @ W)`` with a seeded Gaussian W: labels a one-layer GCN can fit."""
-    w = rng_for(seed, _PROJECTION).standard_normal((features.shape[1], num_classes),
-                                                   dtype=np.float32)
-    h = features @ w
+    h = rmat_projection(features, num_classes, seed)
     deg = np.diff(adj.indptr).astype(np.float32)
     neigh = (adj @ h) / np.maximum(deg, 1.0)[:, None]
     return np.argmax(h + neigh, axis=1).astype(np.int64)
+
+
+def rmat_notes(p: dict, isolated: int) -> list[str]:
+    """What a generated R-MAT graph says about itself (``p``: `parse_rmat_params`' keys)."""
+    d = 1.0 - p["a"] - p["b"] - p["c"]
+    return [f"synthetic R-MAT scale={p['scale']} edge_factor={p['edge_factor']} "
+            f"a={p['a']:g} b={p['b']:g} c={p['c']:g} d={d:g} seed={p['seed']}; symmetrized, "
+            f"duplicates and self loops removed; {isolated} isolated nodes",
+            f"features are seeded random N(0,1), {p['features']} dims",
+            f"labels: argmax of a random projection of features + neighbour mean, "
+            f"{p['classes']} classes",
+            "split is seeded random 60%/20%/20%"]
+
+
+def rmat_name(p: dict) -> str:
+    return f"rmat-s{p['scale']}-e{p['edge_factor']}"
 
 
 def rmat_graph(scale: int = 16, edge_factor: int = 16, features: int = 128, classes: int = 8,
@@ -87,17 +152,11 @@ def rmat_graph(scale: int = 16, edge_factor: int = 16, features: int = 128, clas
     labels = rmat_labels(adj, x, classes, seed)
     masks = random_split(labels, seed)
     isolated = int((np.diff(adj.indptr) == 0).sum())
-    d = 1.0 - a - b - c
-    notes = [f"synthetic R-MAT scale={scale} edge_factor={edge_factor} "
-             f"a={a:g} b={b:g} c={c:g} d={d:g} seed={seed}; symmetrized, duplicates and self "
-             f"loops removed; {isolated} isolated nodes",
-             f"features are seeded random N(0,1), {features} dims",
-             f"labels: argmax of a random projection of features + neighbour mean, {classes} "
-             "classes",
-             "split is seeded random 60%/20%/20%"]
-    graph = Graph(name=f"rmat-s{scale}-e{edge_factor}", adj=adj, features=x, labels=labels,
+    params = dict(scale=scale, edge_factor=edge_factor, features=features, classes=classes,
+                  seed=seed, a=a, b=b, c=c)
+    graph = Graph(name=rmat_name(params), adj=adj, features=x, labels=labels,
                   train_mask=masks[0], val_mask=masks[1], test_mask=masks[2],
-                  num_classes=classes, directed=False, notes=notes)
+                  num_classes=classes, directed=False, notes=rmat_notes(params, isolated))
     return graph.validate()
 
 

@@ -14,11 +14,11 @@ from .rmat import parse_rmat_params, rmat_graph
 
 OGB_SPECS = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
 SPEC_FORMS = ("cora", "citeseer", "pubmed", "planetoid:DIR_OR_NAME", *OGB_SPECS, "npz:PATH",
-              "mtx:PATH", "edgelist:PATH",
+              "mtx:PATH", "edgelist:PATH", "graph:DIR",
               "rmat[:scale=S,edge_factor=E,features=F,classes=C,seed=K]")
 
 
-def _path(text: str, root: str | None, spec: str) -> Path:
+def spec_path(text: str, root: str | None, spec: str) -> Path:
     """A file path from a spec; relative paths not found as given are tried under ``root``."""
     if not text:
         raise DatasetError(f"{spec}: missing path after ':'")
@@ -36,8 +36,9 @@ def load_dataset(spec: str, root: str | None = None, seed: int = 0) -> Graph:
     Specs: ``cora`` (shipped with the package), ``citeseer``, ``pubmed`` (``ind.<name>.*`` under
     ``root``), ``planetoid:DIR_OR_NAME``, ``ogbn-arxiv``, ``ogbn-products``, ``ogbn-papers100M``
     (OGB layout under ``root``, never downloaded), ``npz:PATH`` (gnn-benchmark), ``mtx:PATH``
-    (Matrix Market), ``edgelist:PATH`` (SNAP), ``rmat:scale=S,edge_factor=E,features=F,classes=C,
-    seed=K`` (all keys optional). ``seed`` drives synthetic graphs and the stand-in features,
+    (Matrix Market), ``edgelist:PATH`` (SNAP), ``graph:DIR`` (a graph directory,
+    `plexus.datasets.diskgraph`), ``rmat:scale=S,edge_factor=E,features=F,classes=C,seed=K``
+    (all keys optional). ``seed`` drives synthetic graphs and the stand-in features,
     labels and splits of formats that lack them; official splits are never reseeded.
     Raises `DatasetError` (one line) for an unknown spec or bad input.
     """
@@ -56,13 +57,17 @@ def load_dataset(spec: str, root: str | None = None, seed: int = 0) -> Graph:
     elif kind == "planetoid":
         if rest.lower() in PLANETOID_NAMES:
             return load_planetoid(rest, root)
-        return load_planetoid(str(_path(rest, root, spec)))
+        return load_planetoid(str(spec_path(rest, root, spec)))
     elif kind == "npz":
-        return load_npz(_path(rest, root, spec), seed)
+        return load_npz(spec_path(rest, root, spec), seed)
     elif kind == "mtx":
-        return load_mtx(_path(rest, root, spec), seed)
+        return load_mtx(spec_path(rest, root, spec), seed)
     elif kind == "edgelist":
-        return load_edgelist(_path(rest, root, spec), seed)
+        return load_edgelist(spec_path(rest, root, spec), seed)
     elif kind == "rmat":
         return rmat_graph(**parse_rmat_params(rest, seed))
+    elif kind == "graph":
+        from .diskgraph import load_disk_graph  # noqa: PLC0415
+
+        return load_disk_graph(spec_path(rest, root, spec))
     raise DatasetError(f"unknown dataset spec {spec!r}; valid forms: {', '.join(SPEC_FORMS)}")

@@ -11,7 +11,6 @@ killer.
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
@@ -196,14 +195,12 @@ def read_npz_member(archive: np.lib.npyio.NpzFile, key: str, where: str,
         names = archive.zip.namelist()
         info = archive.zip.getinfo(key + ".npy" if key + ".npy" in names else key)
         check_alloc(float(info.file_size), where, f"key {key!r}", error)
+        from .npyio import read_header  # noqa: PLC0415 - npyio imports this module
+
         with archive.zip.open(info) as f:
-            version = np.lib.format.read_magic(f)
-            read_header = {(1, 0): np.lib.format.read_array_header_1_0,
-                           (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-            if read_header is None:
-                raise ValueError(f".npy format version {version} not supported")
-            shape, _, dtype = read_header(f)
-            declared = math.prod(shape) * dtype.itemsize
+            layout = read_header(f, where, ValueError)
+            shape, dtype = layout.shape, layout.dtype
+            declared = layout.nbytes
             if declared > info.file_size:
                 raise ValueError(f"declares shape {shape} of {dtype} ({declared} bytes) but "
                                  f"holds {info.file_size} bytes")

@@ -271,7 +271,13 @@ def balanced_orders(adj_hat: sp.csr_matrix, seed: int,
     For a symmetric Â both counts are the degree + 1; for a directed graph they differ.
     """
     adj_hat = sp.csr_matrix(adj_hat)
-    row_nnz = np.diff(adj_hat.indptr)
-    col_nnz = np.bincount(adj_hat.indices, minlength=adj_hat.shape[1])
+    return balanced_orders_from_counts(np.diff(adj_hat.indptr),
+                                       np.bincount(adj_hat.indices, minlength=adj_hat.shape[1]),
+                                       seed, num_blocks)
+
+
+def balanced_orders_from_counts(row_nnz: np.ndarray, col_nnz: np.ndarray, seed: int,
+                                num_blocks: int) -> tuple[np.ndarray, np.ndarray]:
+    """`balanced_orders` from the non-zeros of every row and every column of Â."""
     rng1, rng2 = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
     return deal_by_weight(row_nnz, num_blocks, rng1), deal_by_weight(col_nnz, num_blocks, rng2)

@@ -46,10 +46,16 @@ class Permutation:
 def locality_order(order: np.ndarray, weight: np.ndarray, num_blocks: int) -> np.ndarray:
     """``order`` (position -> node id) with the nodes of each of its ``num_blocks`` fine blocks
     (positions cut as the grid cuts them: blocks of pad_to(n, num_blocks) / num_blocks, padding at
-    the end) sorted by descending ``weight``; equal weights keep their order."""
+    the end) sorted by descending ``weight``; equal weights keep their order. ``weight`` may be a
+    callable giving the weights of an array of node ids (so that no node-sized weight array is
+    needed)."""
     size = max(pad_to(len(order), max(num_blocks, 1)) // max(num_blocks, 1), 1)
-    fine_block = np.arange(len(order)) // size
-    return order[np.lexsort((-weight[order], fine_block))]  # last key first; stable
+    out = np.empty_like(order)
+    for lo in range(0, len(order), size):  # one fine block at a time: memory of one block
+        ids = order[lo:lo + size]
+        w = weight(ids) if callable(weight) else weight[ids]
+        out[lo:lo + size] = ids[np.argsort(-np.asarray(w, dtype=np.int64), kind="stable")]
+    return out
 
 
 def make_permutation(adj: sp.csr_matrix, kind: str = "none", seed: int = 0,
@@ -62,10 +68,19 @@ def make_permutation(adj: sp.csr_matrix, kind: str = "none", seed: int = 0,
     whose arrays do not form one raises `DatasetError` before scipy's kernels read it.
     """
     adj = check_sparse(adj, "make_permutation", "adjacency")
+    return permutation_from_counts(kind, seed, np.diff(adj.indptr),
+                                   np.bincount(adj.indices, minlength=adj.shape[1]),
+                                   num_blocks, locality)
+
+
+def permutation_from_counts(kind: str, seed: int, row_nnz: np.ndarray, col_nnz: np.ndarray,
+                            num_blocks: int = 1, locality: bool = True) -> Permutation:
+    """`make_permutation` from the non-zeros of every row and every column of Â (node-sized
+    arrays: what the out-of-core partitioner has instead of Â)."""
     if isinstance(num_blocks, bool) or not isinstance(num_blocks, (int, np.integer)) \
             or num_blocks < 1:
         raise ValueError(f"num_blocks must be a positive integer, got {num_blocks!r:.40}")
-    n = adj.shape[0]
+    n = len(row_nnz)
     rng = np.random.default_rng(seed)
     if kind == "none":
         ident = np.arange(n, dtype=np.int64)
@@ -76,16 +91,19 @@ def make_permutation(adj: sp.csr_matrix, kind: str = "none", seed: int = 0,
         p1 = rng.permutation(n).astype(np.int64)
         p2 = rng.permutation(n).astype(np.int64)
     elif kind == "balanced":
-        from .balance import balanced_orders  # noqa: PLC0415 (kept separate: the heavier algorithm)
+        from .balance import balanced_orders_from_counts  # noqa: PLC0415 (the heavier algorithm)
 
-        p1, p2 = balanced_orders(adj, seed, num_blocks)
+        p1, p2 = balanced_orders_from_counts(row_nnz, col_nnz, seed, num_blocks)
     else:
         raise ValueError(f"unknown permutation {kind!r}; use one of {', '.join(PERMUTATIONS)}")
     if not locality:
         return Permutation(kind, seed, p1, p2)
     # a node's non-zeros as a column of Â (rows reading it forward) and as a row (backward, Âᵀ)
-    adj = sp.csr_matrix(adj)
-    degree = np.diff(adj.indptr) + np.bincount(adj.indices, minlength=n)
+    def degree(ids: np.ndarray) -> np.ndarray:
+        return np.asarray(row_nnz[ids], dtype=np.int64) + np.asarray(col_nnz[ids], dtype=np.int64)
+
+    same = p2 is p1
     q1 = locality_order(p1, degree, num_blocks)
-    q2 = q1 if p2 is p1 else locality_order(p2, degree, num_blocks)
+    del p1  # one order less in memory while the other is sorted
+    q2 = q1 if same else locality_order(p2, degree, num_blocks)
     return Permutation(kind, seed, q1, q2, locality=True)

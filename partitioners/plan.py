@@ -157,31 +157,84 @@ def shard_graph(graph: Graph, shape: GridShape | Mapping[str, int], coords: Mapp
             c = padded_ids(col_order(perm, plan.adj), npad)[rows_of(plan.a_cols)]
             blocks[key] = extract_block(adj_hat, r, c)
 
-    input_ids = [padded_ids(col_order(perm, p.adj), npad)[rows_of(p.in_rows)] for p in plans]
-    first = plans[0]
-    h_rows = input_ids[0]
-    flat = block(len(h_rows), shape[first.depth], coords[first.depth])
-    ids0 = h_rows[flat]
-    cols = block(fpad, shape[first.in_cols], coords[first.in_cols])
+    input_ids = rank_input_ids(perm, plans, shape, coords, npad)
+    ids0 = input_ids[0][feature_rows(plans, shape, coords, npad)]
+    cols = feature_cols(plans, shape, coords, fpad)
     feats = np.zeros((len(ids0), cols.stop - cols.start), dtype=np.float32)
     real = ids0 >= 0
     hi = min(cols.stop, graph.num_features)
     if hi > cols.start:
         feats[real, : hi - cols.start] = graph.features[ids0[real], cols.start:hi]
 
-    last = plans[-1]
-    out_ids = padded_ids(output_order(perm, last), npad)[rows_of(last.out_rows)]
-    real = out_ids >= 0
-    labels = np.full(len(out_ids), -1, dtype=np.int64)
-    labels[real] = graph.labels[out_ids[real]]
-    masks = {}
-    for name in MASKS:
-        m = np.zeros(len(out_ids), dtype=bool)
-        m[real] = getattr(graph, f"{name}_mask")[out_ids[real]]
-        masks[name] = m
-    counts = {name: int(getattr(graph, f"{name}_mask").sum()) for name in MASKS}
+    masks_all = (graph.train_mask, graph.val_mask, graph.test_mask)
+    out_ids, labels, masks = rank_outputs(perm, plans, shape, coords, npad, graph.labels,
+                                          pack_masks(masks_all))
+    counts = {name: int(m.sum()) for name, m in zip(MASKS, masks_all)}
     return RankShard(shape, dict(coords), num_layers, tuple(p.order for p in plans),
                      perm.kind, perm.seed, graph.name, n, npad, graph.num_features, fpad,
                      graph.num_classes, blocks, feats, input_ids, out_ids, labels, masks, counts,
                      meta={"symmetric": symmetric(graph, aggregation),
                            "aggregation": aggregation})
+
+
+def padded_block(order: np.ndarray, npad: int, parts: int, index: int) -> np.ndarray:
+    """Block ``index`` of ``parts`` of `padded_ids` (order, npad), without building the rest."""
+    cut = block(npad, parts, index)
+    out = np.full(cut.stop - cut.start, -1, dtype=np.int64)
+    take = order[cut.start:min(cut.stop, len(order))]
+    out[:len(take)] = take
+    return out
+
+
+def rank_input_ids(perm: Permutation, plans: Sequence[LayerPlan], shape: Mapping[str, int],
+                   coords: Mapping[str, int], npad: int) -> list[np.ndarray]:
+    """Per stage: the original node id of each row of the rank's H block (-1: padding)."""
+    return [padded_block(col_order(perm, p.adj), npad, shape[p.in_rows], coords[p.in_rows])
+            for p in plans]
+
+
+def feature_group(plans: Sequence[LayerPlan], shape: Mapping[str, int],
+                  coords: Mapping[str, int]) -> int:
+    """Which of the |in_rows|·|depth| equal runs of layer 0's input order holds the rank's
+    feature rows: its H block (cut by in_rows) is cut once more over depth."""
+    first = plans[0]
+    return coords[first.in_rows] * shape[first.depth] + coords[first.depth]
+
+
+def feature_rows(plans: Sequence[LayerPlan], shape: Mapping[str, int],
+                 coords: Mapping[str, int], npad: int) -> slice:
+    """The rank's feature rows within its layer-0 H block."""
+    first = plans[0]
+    return block(npad // shape[first.in_rows], shape[first.depth], coords[first.depth])
+
+
+def feature_cols(plans: Sequence[LayerPlan], shape: Mapping[str, int],
+                 coords: Mapping[str, int], fpad: int) -> slice:
+    """The rank's feature columns (padded width ``fpad``)."""
+    first = plans[0]
+    return block(fpad, shape[first.in_cols], coords[first.in_cols])
+
+
+def rank_outputs(perm: Permutation, plans: Sequence[LayerPlan], shape: Mapping[str, int],
+                 coords: Mapping[str, int], npad: int, labels: np.ndarray,
+                 mask_bits: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(output ids, labels, masks) of the rank's logits rows: the last stage's output rows.
+    ``mask_bits`` holds every node's masks as bits (`pack_masks`)."""
+    last = plans[-1]
+    out_ids = padded_block(output_order(perm, last), npad, shape[last.out_rows],
+                           coords[last.out_rows])
+    real = out_ids >= 0
+    out_labels = np.full(len(out_ids), -1, dtype=np.int64)
+    out_labels[real] = labels[out_ids[real]]
+    bits = np.zeros(len(out_ids), dtype=np.uint8)
+    bits[real] = mask_bits[out_ids[real]]
+    out_masks = {name: (bits >> np.uint8(i)) & np.uint8(1) == 1 for i, name in enumerate(MASKS)}
+    return out_ids, out_labels, out_masks
+
+
+def pack_masks(masks: Sequence[np.ndarray]) -> np.ndarray:
+    """The train/val/test masks as bits 0, 1, 2 of one byte per node."""
+    bits = np.zeros(len(masks[0]), dtype=np.uint8)
+    for i, mask in enumerate(masks):
+        bits |= mask.astype(np.uint8) << np.uint8(i)
+    return bits

@@ -7,11 +7,9 @@ Layout of a store directory::
                              size and sha256
     rank-x0-y0-z0.npz ...    exactly that rank's `RankShard` (plain .npy members, no pickle)
 
-Writing goes into a hidden temporary directory next to the target and is renamed into place at
-the end, so a crash never leaves a directory that looks complete. Â is cut one row group (and
-one chunk of rows) at a time; each unique block is written once as parts and then copied into
-the files of the ranks that replicate it, so memory stays bounded by a row group, not the graph.
-Reading opens only the caller's file, checks its size and sha256 against the manifest, and
+Writing (`plexus.partitioners.stream`, the out-of-core partitioner; `write_store` runs it on an
+in-memory graph) goes into a hidden work directory next to the target and is renamed into place
+at the end, so a crash never leaves a directory that looks complete. Reading opens only the caller's file, checks its size and sha256 against the manifest, and
 checks that the store was cut for the grid, layer count, orders and permutation asked for.
 Files are byte-identical for the same inputs and seed (fixed zip timestamps, no clock, no pids).
 """
@@ -22,10 +20,8 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
-import zipfile
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -33,19 +29,15 @@ import scipy.sparse as sp
 from plexus.core.atomic import fsync_dir
 from plexus.core.grid import GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION, layer_plans, pad_to, padding
-from plexus.datasets.graph import Graph, normalize
+from plexus.datasets.graph import Graph, incoming
 from plexus.datasets.validate import csr_from_parts, read_npz_member
 
-from .permutations import Permutation, make_permutation
-from .plan import MASKS, RankShard, block_key, col_order, padded_ids, row_order, shard_graph
-from .stats import inverse, row_chunks
+from .permutations import Permutation
+from .plan import MASKS, RankShard, block_key
 
 FORMAT = "plexus-shard-store"
 VERSION = 1
 MANIFEST = "manifest.json"
-#: Â rows are cut in chunks of about this many non-zeros while writing
-WRITE_CHUNK_NNZ = 1 << 24
-_ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed: zip entries otherwise carry the wall clock
 _HASH_BUF = 1 << 20
 #: A manifest is a few hundred bytes per rank; anything far larger is not one
 MAX_MANIFEST_BYTES = 64 << 20
@@ -70,12 +62,16 @@ def _hash_array(h: "hashlib._Hash", arr: np.ndarray) -> None:
 
 
 def graph_hash(graph: Graph) -> str:
-    """sha256 of a graph's content (adjacency, features, labels, masks, class count)."""
+    """sha256 of a graph's content: its incoming adjacency M (M[i, j] for an edge j -> i, as
+    `plexus.datasets.graph.incoming` builds it) in canonical CSR form, features, labels, masks
+    and class count. The out-of-core partitioner computes the same hash from pieces of M
+    (`plexus.datasets.canonical.structure_sha256`)."""
     h = hashlib.sha256()
-    adj = sp.csr_matrix(graph.adj)
+    m = incoming(graph.adj, graph.directed)
+    idx = np.int32 if max(graph.num_nodes, m.nnz) < 2**31 else np.int64
     h.update(f"N={graph.num_nodes};C={graph.num_classes};directed={graph.directed};".encode())
-    for arr in (adj.indptr, adj.indices, adj.data, graph.features, graph.labels,
-                graph.train_mask, graph.val_mask, graph.test_mask):
+    for arr in (m.indptr.astype(idx), m.indices.astype(idx), np.ones(m.nnz, np.float32),
+                graph.features, graph.labels, graph.train_mask, graph.val_mask, graph.test_mask):
         _hash_array(h, arr)
     return h.hexdigest()
 
@@ -129,224 +125,57 @@ def check_out_dir(out_dir: str | os.PathLike) -> Path:
 # --------------------------------------------------------------------------- writing
 
 
-def _zip_info(name: str) -> zipfile.ZipInfo:
-    info = zipfile.ZipInfo(name, date_time=_ZIP_DATE)
-    info.compress_type = zipfile.ZIP_STORED
-    info.create_system = 3
-    info.external_attr = 0o644 << 16
-    return info
-
-
-def _index_dtype(limit: int) -> np.dtype:
-    return np.dtype(np.int32) if limit < np.iinfo(np.int32).max else np.dtype(np.int64)
-
-
-def _save_npy(path: Path, arr: np.ndarray) -> None:
-    with open(path, "wb") as f:
-        np.lib.format.write_array(f, np.ascontiguousarray(arr), allow_pickle=False)
-
-
-def _cut_row_group(adj_hat: sp.csr_matrix, ids: np.ndarray, col_pos: np.ndarray, rs: int,
-                   cs: int, nc: int, chunk_nnz: int) -> Iterator[tuple[int, sp.csr_matrix]]:
-    """The ``nc`` column blocks (rs x cs CSR, sorted) of the rows ``ids`` of Â, one at a time.
-
-    Rows are read in chunks of about ``chunk_nnz`` non-zeros; each chunk is sorted by (column
-    block, row, column) and split, so only the row group's entries (as int32/float32 triples)
-    and one chunk's work arrays are in memory at once.
-    """
-    row_t, col_t = _index_dtype(rs), _index_dtype(cs)
-    pieces: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = [[] for _ in range(nc)]
-    local_ptr = np.zeros(len(ids) + 1, dtype=np.int64)
-    np.cumsum(np.diff(adj_hat.indptr)[ids], out=local_ptr[1:])
-    for lo, hi in row_chunks(local_ptr, chunk_nnz):
-        sub = adj_hat[ids[lo:hi]]
-        pos = col_pos[sub.indices]
-        cb = pos // cs
-        row = np.repeat(np.arange(lo, hi, dtype=np.int64), np.diff(sub.indptr))
-        order = np.argsort((cb * rs + row) * cs + (pos - cb * cs))  # keys are unique
-        bounds = np.searchsorted(cb[order], np.arange(nc + 1))
-        for c in range(nc):
-            sel = order[bounds[c]:bounds[c + 1]]
-            pieces[c].append((row[sel].astype(row_t), (pos[sel] - c * cs).astype(col_t),
-                              sub.data[sel].astype(np.float32, copy=False)))
-        del sub, pos, cb, row, order
-    for c in range(nc):
-        got, pieces[c] = pieces[c], []
-        if not got:
-            got = [(np.zeros(0, row_t), np.zeros(0, col_t), np.zeros(0, np.float32))]
-        rows, cols, data = (np.concatenate([p[k] for p in got]) for k in range(3))
-        del got
-        idx_t = _index_dtype(max(rs, cs, len(cols)))  # what scipy would pick
-        indptr = np.zeros(rs + 1, dtype=idx_t)
-        np.cumsum(np.bincount(rows, minlength=rs), out=indptr[1:])
-        del rows
-        yield c, sp.csr_matrix((data, cols.astype(idx_t, copy=False), indptr), shape=(rs, cs))
-
-
-def _write_block_parts(adj_hat: sp.csr_matrix, perm: Permutation, shape: dict[str, int],
-                       plans, npad: int, parts: Path, chunk_nnz: int) -> list[str]:
-    """Cut every distinct Â block of the grid and save it as three .npy parts.
-
-    Parts are named ``{key index}-{row block}-{col block}.{indptr,indices,data}.npy``; Â_k is
-    cut one row group at a time (`_cut_row_group`).
-    """
-    keys: list[str] = []
-    for plan in plans:
-        key = block_key(plan)
-        if key in keys or plan.dense:
-            continue
-        keys.append(key)
-        nr, nc = shape[plan.a_rows], shape[plan.a_cols]
-        rs, cs = npad // nr, npad // nc
-        rows_all = padded_ids(row_order(perm, plan.adj), npad)
-        col_pos = inverse(col_order(perm, plan.adj))
-        for r in range(nr):
-            ids = rows_all[r * rs:(r + 1) * rs]
-            ids = ids[ids >= 0]  # padding is a suffix of the order
-            for c, blk in _cut_row_group(adj_hat, ids, col_pos, rs, cs, nc, chunk_nnz):
-                stem = parts / f"{len(keys) - 1}-{r}-{c}"
-                for part in ("indptr", "indices", "data"):
-                    _save_npy(stem.with_suffix(f".{part}.npy"), getattr(blk, part))
-                del blk
-    return keys
-
-
-def _shard_header(shard: RankShard, keys: Sequence[str],
-                  block_shapes: dict[str, list[int]]) -> dict:
-    shape = {a: int(v) for a, v in shard.shape.items()}
-    coords = {a: int(v) for a, v in shard.coords.items()}
-    return {"format": FORMAT, "version": VERSION, "shape": shape, "coords": coords,
-            "num_layers": int(shard.num_layers), "orders": list(shard.orders),
-            "perm": shard.perm, "seed": int(shard.seed), "name": shard.name,
-            "num_nodes": int(shard.num_nodes), "nodes_padded": int(shard.nodes_padded),
-            "num_features": int(shard.num_features),
-            "features_padded": int(shard.features_padded), "num_classes": int(shard.num_classes),
-            "mask_counts": {k: int(v) for k, v in shard.mask_counts.items()},
-            "block_keys": list(keys), "block_shapes": block_shapes, "meta": shard.meta}
-
-
-def _vector_members(shard: RankShard) -> Iterator[tuple[str, np.ndarray]]:
-    yield "features", shard.features
-    for layer, ids in enumerate(shard.input_ids):
-        yield f"input_ids.{layer}", ids
-    yield "output_ids", shard.output_ids
-    yield "labels", shard.labels
-    for name in MASKS:
-        yield f"mask.{name}", shard.masks[name]
-
-
-def _write_rank_file(path: Path, shard: RankShard, keys: Sequence[str],
-                     block_parts: dict[str, Path], block_shapes: dict[str, list[int]]) -> None:
-    """One rank's .npz: its blocks (copied from the parts), its vectors, and a JSON header."""
-    with open(path, "wb") as raw:
-        with zipfile.ZipFile(raw, "w", zipfile.ZIP_STORED) as zf:
-            for i, key in enumerate(keys):
-                for part in ("indptr", "indices", "data"):
-                    info = _zip_info(f"block{i}.{part}.npy")
-                    with open(block_parts[key].with_suffix(f".{part}.npy"), "rb") as src, \
-                            zf.open(info, "w", force_zip64=True) as dst:
-                        shutil.copyfileobj(src, dst, _HASH_BUF)
-            members = list(_vector_members(shard))
-            header = json.dumps(_shard_header(shard, keys, block_shapes), sort_keys=True)
-            members.append(("header", np.frombuffer(header.encode(), dtype=np.uint8)))
-            for name, arr in members:
-                with zf.open(_zip_info(f"{name}.npy"), "w", force_zip64=True) as dst:
-                    np.lib.format.write_array(dst, np.ascontiguousarray(arr), allow_pickle=False)
-        raw.flush()  # after the zip's central directory
-        os.fsync(raw.fileno())
-
-
 def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Mapping[str, int],
                 num_layers: int,
                 orders: Sequence[str] | str = "agg", perm: str | Permutation = DEFAULT_PERMUTATION,
                 seed: int = 0, *, adj_hat: sp.csr_matrix | None = None,
-                aggregation: str = "gcn", chunk_nnz: int = WRITE_CHUNK_NNZ) -> dict:
-    """Partition ``graph`` for a grid ``shape`` and write one shard file per rank to ``out_dir``.
+                aggregation: str = "gcn", chunk_nnz: int | None = None) -> dict:
+    """Partition the in-memory ``graph`` for a grid ``shape`` and write one shard file per rank
+    to ``out_dir``; returns the manifest.
 
-    ``perm`` is a permutation kind or a built `Permutation`; ``adj_hat`` (Â normalized for
-    ``aggregation``, `plexus.datasets.normalize`) can be passed to reuse it. An existing store at ``out_dir`` (or an empty directory) is
-    replaced only once the new one is complete; anything else there is refused with
-    `ShardStoreError`. Returns the manifest.
+    This is the out-of-core partitioner (`plexus.partitioners.stream`) run in this process on
+    the graph as it is in memory, with one chunk (``chunk_nnz``: a smaller chunk and bucket size,
+    for tests); the store is the same, byte for byte, as `partition_to_store` writes from the
+    graph on disk. ``perm`` is a permutation kind or a built `Permutation`. ``adj_hat`` is
+    accepted for compatibility and not used: Â is built while streaming, exactly as
+    `plexus.datasets.normalize` builds it. An existing store at ``out_dir`` (or an empty
+    directory) is replaced only once the new one is complete; anything else there is refused
+    with `ShardStoreError`.
     """
+    from plexus.datasets.diskgraph import MemoryGraph  # noqa: PLC0415
+    from plexus.datasets.work import Runner  # noqa: PLC0415
+
+    from .stream import Settings, partition_source, stage_work_dir  # noqa: PLC0415
+    from .streamjob import PartitionError  # noqa: PLC0415
+
+    del adj_hat
     out = check_out_dir(out_dir)
     try:
         shape = GridShape.of(shape)
     except GridError as e:
         raise ShardStoreError(str(e)) from None
-    plans = layer_plans(num_layers, orders)
-    world = shape.world_size
-    if adj_hat is None:
-        adj_hat = normalize(graph.adj, graph.directed, aggregation)
-    adj_hat = sp.csr_matrix(adj_hat)
-    if not isinstance(perm, Permutation):
-        perm = make_permutation(adj_hat, perm, seed, world)
-    n = graph.num_nodes
-    if adj_hat.shape != (n, n) or len(perm.p1) != n or len(perm.p2) != n:
-        raise ShardStoreError(f"adjacency {adj_hat.shape} / permutation of {len(perm.p1)} nodes "
-                              f"do not match the graph's {n} nodes")
-    npad = pad_to(n, world)
-    # the vectors of a shard come from shard_graph on an edgeless copy (cheap), blocks from parts
-    no_edges = sp.csr_matrix((n, n), dtype=np.float32)
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    source = MemoryGraph(graph)
+    size = max(1, source.num_edges * 2 + graph.num_nodes)
+    settings = Settings(chunk_edges=chunk_nnz or size, bucket_entries=chunk_nnz or size,
+                        feature_bytes=max(1, 4 * graph.num_nodes * graph.num_features))
+    work = stage_work_dir(out, None)
     try:
-        tmp.chmod(0o755)  # mkdtemp makes it private; the store is read by every rank's process
-        parts = tmp / ".parts"
-        parts.mkdir()
-        keys = _write_block_parts(adj_hat, perm, shape, plans, npad, parts, chunk_nnz)
-        ranks = []
-        for coords in map(shape.coords, range(world)):
-            shard = shard_graph(graph, shape, coords, num_layers, orders, perm, seed,
-                                adj_hat=no_edges, aggregation=aggregation)
-            block_parts, block_shapes = {}, {}
-            for plan in plans:
-                key = block_key(plan)
-                if key in block_parts or plan.dense:
-                    continue
-                r, c = coords[plan.a_rows], coords[plan.a_cols]
-                block_parts[key] = parts / f"{keys.index(key)}-{r}-{c}"
-                block_shapes[key] = [npad // shape[plan.a_rows], npad // shape[plan.a_cols]]
-            name = rank_file_name(coords)
-            _write_rank_file(tmp / name, shard, keys, block_parts, block_shapes)
-            ranks.append({"coords": coords, "file": name, "size": (tmp / name).stat().st_size,
-                          "sha256": file_sha256(tmp / name)})
-        shutil.rmtree(parts)
-        manifest = {
-            "format": FORMAT, "version": VERSION, "grid": shape.as_dict(),
-            "num_layers": num_layers,
-            "orders": [p.order for p in plans], "aggregation": aggregation,
-            "permutation": {"kind": perm.kind, "seed": perm.seed, "locality": perm.locality,
-                            "p1_sha256": array_hash(perm.p1), "p2_sha256": array_hash(perm.p2)},
-            "seed": perm.seed, "dataset": graph.name, "graph_sha256": graph_hash(graph),
-            "num_nodes": n, "nodes_padded": npad, "nnz": int(adj_hat.nnz),
-            "num_features": graph.num_features, "num_classes": graph.num_classes,
-            "block_keys": keys, "ranks": ranks,
-        }
-        with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
-            f.write(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        fsync_dir(tmp)
-        _replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return manifest
+        with Runner(work, progress=False) as runner:
+            return partition_source(source, out, shape, num_layers, orders, perm, seed,
+                                    aggregation, runner, work, settings, replace_store_dir)
+    except PartitionError as e:
+        raise ShardStoreError(str(e)) from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
-def _replace_dir(new: Path, out: Path) -> None:
-    """Move the finished ``new`` to ``out``; an old store there is moved aside, then removed."""
-    check_out_dir(out)  # the target may have changed while we were writing
-    old = None
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.rmdir(old)
-        os.rename(out, old)
-    os.rename(new, out)
+def replace_store_dir(new: Path, out: Path) -> None:
+    """Move the finished store ``new`` to ``out``; an old store there is moved aside, then
+    removed (a crash in between leaves one of the two, never a mix)."""
+    from plexus.datasets.diskgraph import replace_dir  # noqa: PLC0415
+
+    replace_dir(new, out, check_out_dir)
     fsync_dir(out.parent)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- reading

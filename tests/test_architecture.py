@@ -18,7 +18,9 @@ SOURCES = {"plexus": REPO / "plexus", "plexus.datasets": REPO / "datasets",
 ALLOWED = {
     "plexus.core": set(),
     "plexus.datasets": set(),
-    "plexus.partitioners": {"plexus.datasets", "plexus.core"},
+    # runtime: the launchers' variables and a gloo group when plexus-partition runs under
+    # torchrun/srun, and the workers' parent-death signal of --jobs
+    "plexus.partitioners": {"plexus.datasets", "plexus.core", "plexus.runtime"},
     "plexus.engine": {"plexus.core", "plexus.datasets", "plexus.partitioners"},
     "plexus.perfmodel": {"plexus.core", "plexus.datasets", "plexus.testing"},
     "plexus.runtime": {"plexus.core"},

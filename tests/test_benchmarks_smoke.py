@@ -183,3 +183,11 @@ def test_precision_smoke(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "precision.json").read_text())
     assert set(doc["cora"]) == {"fp32", "bf16"} and all(r["ok"] for r in doc["rmat"]["runs"])
     assert (tmp_path / "precision.txt").exists()
+
+
+def test_partition_stream_smoke(tmp_path: Path) -> None:
+    out = run_script("partition_stream.py", tmp_path, "--repeats", "1")
+    assert "peak RSS <= 3 GiB" in out and "--jobs 2 speed-up" in out
+    doc = json.loads((tmp_path / "partition_stream.json").read_text())
+    assert [r["scale"] for r in doc["runs"]] == [10, 11] and doc["runs"][0]["nnz"] > 0
+    assert (tmp_path / "partition_stream.txt").exists()

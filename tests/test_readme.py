@@ -31,6 +31,8 @@ CHEAP = [
     "./run plexus-partition --dataset cora --grid 1x1x2 --layers 2 --perm double --out "
     "shards/cora-1x1x2",
     "./run train --shards shards/cora-1x1x2 --epochs 20",
+    "./run plexus-partition --dataset rmat:scale=14 --grid 2x2x1 --layers 2 --jobs 2 --out "
+    "shards/rmat14",
     "./run plexus-model --help",
     "./run plexus-model --world-size 8 --dataset cora",
     "./run train --grid 1x1x1 --epochs 5 --checkpoint ck-requeue/ --resume auto",
@@ -58,6 +60,11 @@ EXPENSIVE = {
     '"$HEAD:29500" -m plexus.train --grid 4x2x2 --dataset ogbn-products --root /data/ogb':
         "4 nodes and the ogbn-products files",
     "(sbatch script)": "needs SLURM and 4 GPU nodes",
+    './run torchrun --nnodes 8 --nproc-per-node 16 --rdzv-backend c10d --rdzv-endpoint '
+    '"$HEAD:29500" -m plexus.partitioners.cli --dataset ogbn-papers100M --root /shared/ogb '
+    '--grid 8x8x4 --layers 3 --out /shared/stores/papers-8x8x4':
+        "128 processes on 8 nodes and the ogbn-papers100M files; tests/test_stream_partition.py "
+        "runs two launcher ranks",
     "./run plexus-model --world-size 64 --dataset ogbn-products --root /data/ogb --layers 3 "
     "--hidden 128": "needs the ogbn-products files",
     "./run plexus-sweep --dataset rmat:scale=15,edge_factor=16,features=128,classes=16 "

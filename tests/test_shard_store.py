@@ -12,7 +12,7 @@ import pytest
 from plexus.datasets.graph import gcn_normalize
 from plexus.partitioners import (RankShard, ShardStoreError, make_permutation, read_manifest,
                                  read_shard, shard_graph, write_store)
-from plexus.partitioners import cli, store
+from plexus.partitioners import cli, rankfile, store
 from test_partitioners import coords_of, shape_of, skewed_graph
 
 ORDERS3 = ["agg", "combine", "agg"]
@@ -282,16 +282,17 @@ def test_same_seed_gives_byte_identical_files(tmp_path, graph, adj_hat):
 
 
 def crash_after_first_rank(monkeypatch):
-    real = store._write_rank_file
+    real = rankfile.rank_task
     calls = []
 
-    def failing(path, *args, **kwargs):
+    def failing(job, rank, *args, **kwargs):
         if calls:
             raise RuntimeError("simulated crash")
-        calls.append(path)
-        real(path, *args, **kwargs)
+        result = real(job, rank, *args, **kwargs)
+        calls.append(Path(job.work) / "store" / result["file"])
+        return result
 
-    monkeypatch.setattr(store, "_write_rank_file", failing)
+    monkeypatch.setattr(rankfile, "rank_task", failing)
     return calls
 
 

@@ -11,15 +11,16 @@ import torch.distributed as dist
 from .env import JobEnv, LaunchError, threads_per_worker, use_cuda
 
 
-def init_process_group(env: JobEnv, timeout_s: float) -> torch.device:
+def init_process_group(env: JobEnv, timeout_s: float, cpu: bool = False) -> torch.device:
     """Join the job's default process group; return this rank's device.
 
     Sets the torch thread count first (before any parallel work), so workers sharing a node do
-    not oversubscribe its cores.
+    not oversubscribe its cores. ``cpu``: a gloo group on the CPU even where GPUs are (for jobs
+    that only coordinate, such as the partitioner's).
     """
     torch.set_num_threads(threads_per_worker(env.local_world_size))
     timeout = timedelta(seconds=timeout_s)
-    if use_cuda():
+    if use_cuda() and not cpu:
         if env.local_rank >= torch.cuda.device_count():
             raise LaunchError(f"local rank {env.local_rank} has no GPU: this node has "
                               f"{torch.cuda.device_count()}")

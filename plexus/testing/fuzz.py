@@ -1,6 +1,6 @@
 """Seeded fuzzing of every input file kind Plexus reads: npz, Matrix Market, edge lists, Planetoid
-files, an OGB directory (raw CSVs and ogb's pickled caches) and a shard store; and of the Python
-API's graph inputs (kind ``api``, `plexus.testing.fuzz_api`). The study folders of plexus-sweep
+files, an OGB directory (raw CSVs and ogb's pickled caches), a shard store and a graph directory
+(`plexus.datasets.diskgraph`); and of the Python API's graph inputs (kind ``api``, `plexus.testing.fuzz_api`). The study folders of plexus-sweep
 and plexus-report have their cases in `plexus.studies.fuzzcases`, run by the same harness.
 
 `make_cases` writes small valid inputs and, from a seed, mutated copies of them: bit flips,
@@ -42,7 +42,7 @@ from typing import Callable
 import numpy as np
 import scipy.sparse as sp
 
-KINDS = ("npz", "mtx", "edgelist", "planetoid", "ogb", "store", "api")
+KINDS = ("npz", "mtx", "edgelist", "planetoid", "ogb", "store", "graph", "api")
 GOOD = ("ok", "error")
 OUTCOMES = ("ok", "error", "traceback", "signal", "payload", "hang")
 MARKER_NAME = "PAYLOAD-RAN"
@@ -435,6 +435,32 @@ def _store_case(d: Path, rng: random.Random, marker: Path, base: Path) -> None:
                                              '"x": ' + "[" * depth + "]" * depth + "}")
 
 
+def _graph_case(d: Path, rng: random.Random, marker: Path) -> None:
+    """A graph directory with one .npy file or its header damaged (some re-hashed to agree)."""
+    from plexus.datasets.diskgraph import header_sha256, write_graph  # noqa: PLC0415
+    from plexus.datasets.graph import Graph  # noqa: PLC0415
+
+    adj = sp.csr_matrix((np.ones(len(EDGES), np.float32), np.array(EDGES).T), shape=(N, N))
+    g = d / "g"
+    write_graph(Graph("fuzz", adj, np.ones((N, 2), np.float32), np.arange(N) % 3,
+                      np.arange(N) < 3, np.arange(N) == 3, np.arange(N) == 4, 3,
+                      directed=bool(rng.random() < 0.5)), g,
+                rng.choice(("float32", "float16", "bfloat16")))
+    header = json.loads((g / "graph.json").read_text())
+    how = rng.choice(("bytes", "bytes", "header", "header", "dtype"))
+    if how == "bytes":
+        f = g / rng.choice(sorted(p.name for p in g.glob("*.npy")))
+        f.write_bytes(mutate_bytes(f.read_bytes(), rng))
+    elif how == "dtype":
+        f = g / rng.choice(("src.npy", "labels.npy", "train.npy", "features.npy"))
+        np.save(f, np.load(f).astype(rng.choice((np.float64, np.int8, np.uint64, np.int64))))
+    else:
+        header = _json_edit(header, rng)
+        if isinstance(header, dict) and rng.random() < 0.7:
+            header["content_sha256"] = header_sha256(header)
+        (g / "graph.json").write_text(json.dumps(header))
+
+
 def make_cases(work: Path, seed: int, per_kind: int, kinds=KINDS,
                cora: Path | None = None) -> list[Case]:
     """``per_kind`` mutated inputs of each kind under ``work`` (seeded), as `Case` records.
@@ -470,6 +496,9 @@ def make_cases(work: Path, seed: int, per_kind: int, kinds=KINDS,
             elif kind == "ogb":
                 _ogb_case(d, r, marker)
                 cases.append(Case(kind, name, "ogbn-arxiv", root=str(d)))
+            elif kind == "graph":
+                _graph_case(d, r, marker)
+                cases.append(Case(kind, name, f"graph:{d / 'g'}"))
             elif kind == "store":
                 _store_case(d, r, marker, base_store)
                 cases.append(Case(kind, name, store=str(d / "s"),

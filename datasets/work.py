@@ -1,0 +1,148 @@
+"""Out-of-core work as phases of independent tasks, each run once, resumable after a crash.
+
+A phase is a list of tasks (a top-level function and its arguments); every task reads and writes
+files under a work directory and returns a small JSON-able result. When a task has finished, the
+process that ran it writes its result as a marker file (written beside, then renamed: a task
+killed half-way leaves no marker), so a rerun after ``kill -9`` skips finished tasks and redoes
+the rest; tasks therefore write their outputs under fixed names, replacing what a killed attempt
+left. `Runner` runs tasks in this process; `plexus.partitioners.jobs` spreads them over a local
+process pool (``--jobs``) or over the ranks of a torchrun/srun job. Every phase shows a tqdm
+progress bar in ``unit``/s and is timed (`Runner.timings`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from tqdm import tqdm
+
+
+@dataclass(frozen=True)
+class PhaseTime:
+    """How long a phase took in this run and how much it processed (its tasks' weights)."""
+
+    phase: str
+    seconds: float
+    amount: int
+    unit: str
+    tasks_run: int
+    tasks: int
+    peak_rss: int = 0  # bytes, sampled in this process (not its workers) during the phase
+
+    @property
+    def rate(self) -> float:
+        return self.amount / self.seconds if self.seconds > 0 else 0.0
+
+
+def marker_path(work: Path, phase: str, index: int) -> Path:
+    return work / "done" / phase / f"{index:06d}.json"
+
+
+def run_task(marker: str, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
+    """Run one task and record its result in ``marker`` (module level: pools pickle it)."""
+    result = fn(*args)
+    path = Path(marker)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(result), encoding="utf-8")
+    os.replace(tmp, path)
+    return result
+
+
+def call(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``: the task function of a phase that mixes kinds of tasks."""
+    return fn(*args)
+
+
+def read_marker(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+class RssSampler:
+    """This process's largest resident set size while the block runs, sampled every few
+    milliseconds (Linux /proc; 0 elsewhere): which phase holds the memory."""
+
+    def __init__(self, interval: float = 0.005) -> None:
+        self.interval, self.peak = interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def current() -> int:
+        try:
+            with open("/proc/self/statm", encoding="ascii") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, self.current())
+
+    def __enter__(self) -> "RssSampler":
+        self.peak = self.current()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.current())
+
+
+class Runner:
+    """Runs every phase's tasks one after another in this process."""
+
+    #: processes working on a phase at once
+    width = 1
+    #: whether this process shows progress and reports (rank 0 of a launcher job)
+    leader = True
+
+    def __init__(self, work: str | os.PathLike, progress: bool | None = None) -> None:
+        self.work = Path(work)
+        self.progress = progress
+        self.timings: list[PhaseTime] = []
+
+    def run(self, phase: str, fn: Callable[..., Any], tasks: Sequence[Sequence[Any]],
+            weights: Sequence[int] | None = None, unit: str = "edge") -> list[Any]:
+        """Run ``fn(*task)`` for every task not finished before; every task's result, in order."""
+        folder = self.work / "done" / phase
+        folder.mkdir(parents=True, exist_ok=True)
+        weights = [int(w) for w in (weights or [1] * len(tasks))]
+        todo = [i for i in range(len(tasks)) if not marker_path(self.work, phase, i).exists()]
+        total = sum(weights)
+        start = time.perf_counter()
+        show = self.leader and (sys.stderr.isatty() if self.progress is None else self.progress)
+        with tqdm(total=total, initial=total - sum(weights[i] for i in todo), desc=phase,
+                  unit=unit, unit_scale=True, disable=not show, leave=False,
+                  file=sys.stderr) as bar, RssSampler() as rss:
+            self._execute(fn, tasks, todo, phase, lambda i: bar.update(weights[i]))
+        self.timings.append(PhaseTime(phase, time.perf_counter() - start,
+                                      sum(weights[i] for i in todo), unit, len(todo), len(tasks),
+                                      rss.peak))
+        return [read_marker(marker_path(self.work, phase, i)) for i in range(len(tasks))]
+
+    def once(self, phase: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run one step once (on the leader when several processes share the work)."""
+        return self.run(phase, fn, [args], unit="step")[0]
+
+    def _execute(self, fn: Callable[..., Any], tasks: Sequence[Sequence[Any]], todo: list[int],
+                 phase: str, done: Callable[[int], None]) -> None:
+        for i in todo:
+            run_task(str(marker_path(self.work, phase, i)), fn, tasks[i])
+            done(i)
+
+    def close(self) -> None:
+        """Release processes the runner started (none here)."""
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

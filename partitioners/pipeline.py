@@ -1,0 +1,168 @@
+"""`partition_to_store`: any dataset to a shard store, in bounded memory, on one or many processes."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from plexus.core.grid import GridError, GridShape
+from plexus.core.layout import DEFAULT_PERMUTATION, grid_misfit, layer_plans
+from plexus.datasets.canonical import BUCKET_ENTRIES, CHUNK_EDGES
+from plexus.datasets.convert import convert_dataset
+from plexus.datasets.diskgraph import DiskGraph, MemoryGraph, is_disk_graph, write_graph
+from plexus.datasets.graph import DatasetError, Graph
+from plexus.datasets.work import PhaseTime, Runner
+
+from .jobs import GroupRunner, PoolRunner, launched, launcher_env
+from .permutations import Permutation
+from .store import ShardStoreError, check_out_dir, replace_store_dir
+from .stream import Settings, config_key, partition_source, stage_work_dir
+from .streamjob import PartitionError
+
+#: how long a rank of a launcher job waits for the others at the end of a phase
+GROUP_TIMEOUT_S = 6 * 3600.0
+
+
+def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
+                       grid: GridShape | Mapping[str, int] | str, num_layers: int,
+                       orders: Sequence[str] | str = "agg",
+                       perm: str | Permutation = DEFAULT_PERMUTATION, seed: int = 0, *,
+                       aggregation: str = "gcn", root: str | None = None, dataset_seed: int = 0,
+                       jobs: int = 1, graph_dir: str | os.PathLike | None = None,
+                       chunk_edges: int = CHUNK_EDGES, bucket_entries: int = BUCKET_ENTRIES,
+                       feature_dtype: str | None = None, progress: bool | None = None,
+                       timings: list[PhaseTime] | None = None,
+                       timeout_s: float = GROUP_TIMEOUT_S) -> dict:
+    """Partition ``dataset`` into the shard store ``out_dir`` with memory that does not grow with
+    the number of edges; returns the store's manifest (what `read_manifest` returns).
+
+    ``dataset``: a dataset spec (``rmat:...`` and the OGB names are converted in pieces, other
+    specs are loaded in memory first), a graph directory (its path, ``graph:PATH``, or an
+    opened `plexus.datasets.diskgraph.DiskGraph`), or an in-memory `Graph`. ``grid``,
+    ``num_layers``, ``orders``, ``perm``, ``seed`` and ``aggregation`` are those of `write_store`
+    (the stores are identical). ``root``/``dataset_seed``: as `load_dataset` takes them.
+
+    Processes: ``jobs`` worker processes on this machine; under torchrun or srun every rank of
+    the job takes a share of the tasks instead (the output's directory must then be on a
+    filesystem all ranks share; rank 0 writes the manifest). The work goes into a directory
+    beside ``out_dir`` named after the configuration: a run that was killed (even with
+    ``kill -9``) leaves any previous store intact, and running it again resumes from the tasks
+    it had finished and gives the same store. A converted dataset is kept in ``graph_dir`` when
+    given (and read from there when it already holds a graph directory); otherwise it goes with
+    the work. ``chunk_edges``/``bucket_entries`` bound the memory (about 60 bytes per edge of a
+    chunk, 40 per entry of a bucket) and never change the result. ``timings`` receives every
+    phase's `PhaseTime`.
+
+    Raises `ShardStoreError` (target), `DatasetError` (input), `PartitionError` (configuration);
+    after such an error nothing is left on disk.
+    """
+    out = check_out_dir(out_dir)
+    try:
+        shape = GridShape.of(GridShape.parse(grid) if isinstance(grid, str) else grid)
+        plans = layer_plans(num_layers, orders)
+    except (GridError, ValueError) as e:
+        raise PartitionError(str(e)) from None
+    if jobs < 1:
+        raise PartitionError(f"jobs must be >= 1, got {jobs}")
+    env = launcher_env() if launched() else None
+    if env is not None and jobs > 1:
+        raise PartitionError("under torchrun/srun every rank is one job; leave --jobs at 1")
+    settings = Settings(chunk_edges=max(1, int(chunk_edges)),
+                        bucket_entries=max(1, int(bucket_entries)))
+    source, spec = _source(dataset, root)
+    identity = None
+    if isinstance(source, DiskGraph):
+        identity = source.content_sha256
+    elif spec is not None:
+        identity = {"spec": spec, "root": root, "seed": dataset_seed, "graph_dir":
+                    str(graph_dir) if graph_dir else None, "features": feature_dtype}
+    if env is not None and identity is None:
+        raise PartitionError("under torchrun/srun, give the graph as a spec or a graph "
+                             "directory, not one held in memory")
+    key = None if identity is None else config_key(
+        {"source": identity, "grid": shape.as_dict(), "layers": num_layers,
+         "orders": [p.order for p in plans], "perm": perm if isinstance(perm, str) else None,
+         "seed": seed, "aggregation": aggregation, "chunk": settings.chunk_edges,
+         "bucket": settings.bucket_entries, "version": 1})
+    if isinstance(perm, Permutation):
+        key = None  # a permutation built by the caller is not part of a resumable configuration
+    work = stage_work_dir(out, key)
+    if env is not None:
+        runner: Runner = GroupRunner(work, env, timeout_s, progress)
+    elif jobs > 1:
+        runner = PoolRunner(work, jobs, progress)
+    else:
+        runner = Runner(work, progress)
+    lock = _lock(work) if runner.leader else None
+    try:
+        if spec is not None:
+            target = Path(graph_dir) if graph_dir else work / "graph"
+            if graph_dir and is_disk_graph(target):
+                source = DiskGraph.open(target)
+            else:
+                source = convert_dataset(spec, target, runner, work / "convert", root=root,
+                                         seed=dataset_seed, chunk_edges=settings.chunk_edges,
+                                         bucket_entries=settings.bucket_entries,
+                                         feature_dtype=feature_dtype)
+        elif isinstance(source, MemoryGraph) and jobs > 1:
+            runner.once("write-graph", _write, source.graph, str(work / "graph"))
+            source = DiskGraph.open(work / "graph")
+        problem = grid_misfit(shape, plans, source.num_nodes, [source.num_features]
+                              + [None] * (num_layers - 1) + [source.num_classes])
+        if problem:
+            raise PartitionError(problem)
+        manifest = partition_source(source, out, shape, num_layers, orders, perm, seed,
+                                    aggregation, runner, work / "part", settings,
+                                    replace_store_dir)
+    except (DatasetError, ShardStoreError, PartitionError):
+        if runner.leader:  # bad input or configuration: nothing to resume
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+    finally:
+        if timings is not None:
+            timings.extend(runner.timings)
+        runner.close()
+        if lock is not None:
+            os.close(lock)
+    if runner.leader:
+        shutil.rmtree(work, ignore_errors=True)
+    return manifest
+
+
+def _source(dataset: Any, root: str | None) -> tuple[Any, str | None]:
+    """(the source to read, or None; the spec to convert, or None)."""
+    if isinstance(dataset, Graph):
+        return MemoryGraph(dataset), None
+    if isinstance(dataset, DiskGraph):
+        return dataset, None
+    if isinstance(dataset, Path) or (isinstance(dataset, str) and is_disk_graph(dataset)):
+        return DiskGraph.open(dataset), None
+    if isinstance(dataset, str):
+        if dataset.strip().lower().startswith("graph:"):
+            from plexus.datasets.spec import spec_path  # noqa: PLC0415
+
+            return DiskGraph.open(spec_path(dataset.strip()[6:], root, dataset)), None
+        return None, dataset
+    raise PartitionError(f"cannot partition a {type(dataset).__name__}: give a dataset spec, a "
+                         "graph directory or a Graph")
+
+
+def _write(graph: Graph, out: str) -> dict:
+    if not is_disk_graph(out):
+        write_graph(graph, out)
+    return {}
+
+
+def _lock(work: Path) -> int:
+    """Hold the work directory for this run (released when the process ends, however)."""
+    fd = os.open(work / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise PartitionError(f"{work}: another plexus-partition is writing this store; wait "
+                             "for it to finish") from None
+    return fd
