@@ -38,19 +38,12 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from plexus.datasets.validate import available_bytes  # noqa: E402 (one rule for free memory)
+
 DEFAULT_SPEC = "rmat:scale=19,edge_factor=25,features=100,classes=47,seed=0"
 SMOKE_SPEC = "rmat:scale=10,edge_factor=8,features=16,classes=4,seed=0"
 GIB = 2**30
 TARGET_MEMORY, TARGET_TIME = 0.6, 0.6  # issue 14: Plexus <= 0.6 x PyG's peak, at <= 0.6 x time
-
-
-def available_bytes() -> float:
-    """The host's MemAvailable."""
-    with open("/proc/meminfo", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return float(line.split()[1]) * 1024
-    return float("inf")
 
 
 def run_child(cmd: list[str], min_free: float, env: dict | None = None

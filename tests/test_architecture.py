@@ -5,6 +5,8 @@ performance model beside the engine; no library module reaches into another's pr
 from __future__ import annotations
 
 import ast
+import graphlib
+import re
 from pathlib import Path
 
 import pytest
@@ -14,26 +16,27 @@ REPO = Path(__file__).resolve().parent.parent
 SOURCES = {"plexus": REPO / "plexus", "plexus.datasets": REPO / "datasets",
            "plexus.partitioners": REPO / "partitioners"}
 
-# package -> the project packages its modules may import (besides itself)
-ALLOWED = {
-    "plexus.core": set(),
-    "plexus.datasets": set(),
-    # runtime: the launchers' variables and a gloo group when plexus-partition runs under
-    # torchrun/srun, and the workers' parent-death signal of --jobs
-    "plexus.partitioners": {"plexus.datasets", "plexus.core", "plexus.runtime"},
-    "plexus.engine": {"plexus.core", "plexus.datasets", "plexus.partitioners"},
-    "plexus.perfmodel": {"plexus.core", "plexus.datasets", "plexus.testing"},
-    "plexus.runtime": {"plexus.core"},
-    "plexus.testing": {"plexus.core", "plexus.datasets", "plexus.partitioners", "plexus.engine",
-                       "plexus.perfmodel", "plexus.runtime"},
-    "plexus.api": {"plexus.core", "plexus.datasets", "plexus.partitioners", "plexus.engine",
-                   "plexus.runtime"},
-    "plexus.train": {"plexus.core", "plexus.datasets", "plexus.partitioners", "plexus.engine",
-                     "plexus.perfmodel", "plexus.runtime", "plexus.api"},
-    # application level: drives plexus-train as a subprocess, reads its logs
-    "plexus.studies": {"plexus.core", "plexus.datasets", "plexus.engine", "plexus.perfmodel",
-                       "plexus.testing"},
-}
+
+def allowed_from_architecture_md() -> dict[str, set[str]]:
+    """package -> the project packages its modules may import (besides itself), read from the
+    table in ARCHITECTURE.md: the one source of the rule (names before any parenthesis)."""
+    table, found = {}, False
+    for line in (REPO / "ARCHITECTURE.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("| package | may import"):
+            found = True
+            continue
+        if found and not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if not found or len(cells) != 2 or cells[0].startswith("---"):
+            continue
+        package = cells[0].strip("`")
+        may = re.findall(r"`([a-z]+)`", cells[1].split("(")[0])
+        table[package] = {f"plexus.{m}" for m in may}
+    return table
+
+
+ALLOWED = allowed_from_architecture_md()
 PACKAGES = sorted(ALLOWED, key=len, reverse=True)
 
 
@@ -127,3 +130,41 @@ def test_a_rule_violation_is_caught(tmp_path):
     found = imports("plexus.datasets.bad", fake)
     assert ("plexus.engine.model", "DistributedGCN", 2) in found
     assert package_of("plexus.engine.model") not in ALLOWED["plexus.datasets"]
+
+
+def test_the_table_names_every_package_and_only_packages():
+    packages = {package_of(name) for name in ALL} - {None}
+    assert set(ALLOWED) == packages, "ARCHITECTURE.md's table and the packages on disk differ"
+    for own, may in ALLOWED.items():
+        assert may <= packages, f"{own} may import unknown packages {may - packages}"
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as e:
+        return e.args[1]
+    return None
+
+
+def test_the_allowed_graph_has_no_cycle():
+    assert _cycle(ALLOWED) is None, f"the rule allows a cycle: {_cycle(ALLOWED)}"
+
+
+def test_no_package_level_import_cycle():
+    """The imports actually made (inside functions too) between packages form no cycle."""
+    graph: dict[str, set[str]] = {}
+    for name, path in ALL.items():
+        own = package_of(name)
+        if own is None:
+            continue
+        for target, _, _ in imports(name, path):
+            dep = package_of(target) if target.startswith("plexus") else None
+            if dep is not None and dep != own:
+                graph.setdefault(own, set()).add(dep)
+    assert _cycle(graph) is None, f"package import cycle: {_cycle(graph)}"
+
+
+def test_a_cycle_is_caught():
+    assert _cycle({"a": {"b"}, "b": {"a"}}) is not None
+    assert _cycle({"a": {"b"}, "b": set()}) is None

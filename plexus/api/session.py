@@ -18,10 +18,9 @@ import torch.distributed as dist
 from plexus.core.grid import GridShape
 from plexus.engine.grid import Grid
 from plexus.runtime.env import JobEnv, LaunchError, check_local_devices, detect_environment
-from plexus.runtime.group import init_process_group
+from plexus.runtime.group import DEFAULT_TIMEOUT_S, init_process_group
 from plexus.runtime.local import free_port, launch_local
 
-DEFAULT_TIMEOUT_S = 300.0
 
 
 def init(grid: str | GridShape | tuple[int, int, int], timeout_s: float = DEFAULT_TIMEOUT_S

@@ -246,7 +246,7 @@ def measure_collectives(world_size: int = 2, sizes: Sequence[int] = (1, 4_096, 6
     ``sizes`` are per-rank float32 element counts. Returns records with op, world, elements (the
     full size n), seconds (mean per call, slowest rank). Raises RuntimeError if a rank fails.
     """
-    from plexus.testing.localworld import run_world  # noqa: PLC0415 (starts processes)
+    from plexus.runtime.world import run_world  # noqa: PLC0415 (starts processes)
 
     return run_world(world_size, _time_collectives, list(sizes), reps, timeout=timeout)[0]
 

@@ -11,6 +11,11 @@ import torch.distributed as dist
 from .env import JobEnv, LaunchError, threads_per_worker, use_cuda
 
 
+# How long a collective may wait for its peers before the job ends (plexus-train --timeout, the
+# API's timeout_s): one default for every way into a run.
+DEFAULT_TIMEOUT_S = 300.0
+
+
 def init_process_group(env: JobEnv, timeout_s: float, cpu: bool = False) -> torch.device:
     """Join the job's default process group; return this rank's device.
 

@@ -33,6 +33,7 @@ from plexus.engine.spmm import BACKENDS, check_backend
 from plexus.partitioners import PERMUTATIONS
 from plexus.partitioners.store import graph_hash
 from plexus.runtime.env import JobEnv, check_local_devices, default_device, detect_environment
+from plexus.runtime.group import DEFAULT_TIMEOUT_S
 
 from . import checkpoint as ckpt
 from .checks import (auto_grid_choice, check_checkpoint_dir, check_grid_fits, check_log_path,
@@ -59,8 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "model choose for --world-size ranks (required unless --shards)")
     run.add_argument("--world-size", type=int, metavar="G",
                      help="number of ranks for --grid auto (default under a launcher: its size)")
-    run.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
-                     help="process-group timeout: how long a collective may wait (default 300)")
+    run.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                     help="process-group timeout: how long a collective may wait (default "
+                          f"{DEFAULT_TIMEOUT_S:g})")
     run.add_argument("--force", action="store_true",
                      help="run even when the performance model predicts more memory per rank "
                           "than is available")

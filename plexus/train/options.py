@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from plexus.core.grid import GridShape
 from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
+from plexus.runtime.group import DEFAULT_TIMEOUT_S
 
 from .faults import Fault
 
@@ -27,7 +28,7 @@ class RunOptions:
     resume: bool = False
     log_json: str | None = None
     quiet: bool = False
-    timeout_s: float = 300.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
     check_memory: bool = True  # False: --force, or the launching process already checked
     fault: Fault | None = None  # --inject-fault (tests of failure handling)
     # results out (plexus.train.results) and OGB fidelity
