@@ -118,9 +118,8 @@ def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str) -> list[str]
     model.comm.ledger.reset()
     trainer.run_epoch()
     got = model.comm.ledger.per_axis("elements")
-    want = volume_per_axis(epoch_collectives(model.plans, grid.shape, model.pad, bias=cfg.bias,
-                                             learnable_features=cfg.learnable_features,
-                                             learnable_eps=cfg.train_eps))
+    want = volume_per_axis(epoch_collectives(model.plans, grid.shape, model.pad,
+                                             learnable_features=cfg.learnable_features))
     fails = [f"axis {a}: ledger {got[a]} != formula {want[a]}" for a in "xyz"
              if abs(got[a] - want[a]) > 1e-6 * max(1.0, want[a])]
     bytes_ = model.comm.ledger.per_axis("bytes")
@@ -195,6 +194,11 @@ MODELS = {
     "gin-combine-batchnorm": ModelConfig(3, HIDDEN, 0.5, kind="gin", order="combine",
                                          norm="batch", learnable_features=True),
     "mlp": ModelConfig(2, HIDDEN, 0.5, kind="mlp"),
+    # GAT: 2 heads concatenated, then 4 heads averaged; 4 heads, BatchNorm, then 1 head; attention
+    # dropout on in both (hidden 3·2 and 2·4: no axis divides a head's width)
+    "gat": ModelConfig(3, 3, 0.5, kind="gat", heads=2, out_heads=4, attn_dropout=0.3),
+    "gat-batchnorm": ModelConfig(2, 2, 0.5, kind="gat", heads=4, norm="batch", attn_dropout=0.5,
+                                 learnable_features=True),
 }
 MODEL_CHECKS = [f"{graph}/{name}/{kind}" for graph in ("undirected", "directed")
                 for name in MODELS for kind in ("step", "train")] + [
