@@ -313,8 +313,13 @@ def test_every_recipe_builds_and_an_unknown_option_is_one_clear_error():
     assert built["ogbn-products-sage"].kind == "sage" and built["ogbn-products-sage"].aggregation == "mean"
     assert not any(cfg.input_dropout for cfg in built.values())
     from plexus.api.recipes import Recipe
-    with pytest.raises(RecipeError, match=r"needs model options .*heads=4"):
-        Recipe("gat", "cora", "nowhere", model={"heads": 4}).model_config()
+    gat = built["ogbn-arxiv-gat"]
+    assert (gat.kind, gat.num_layers, gat.hidden, gat.heads, gat.out_heads, gat.norm) == (
+        "gat", 3, 250, 3, 3, "batch")
+    with pytest.raises(RecipeError, match=r"needs model options .*hops=4"):
+        Recipe("sgc", "cora", "nowhere", model={"hops": 4}).model_config()
+    with pytest.raises(RecipeError, match=r"recipe bad: heads is an option of the gat model"):
+        Recipe("bad", "cora", "nowhere", model={"heads": 4}).model_config()
 
 
 def test_summary_json_names_the_files(runs):
@@ -420,12 +425,15 @@ def test_symmetrize_trains_on_the_undirected_graph(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("model", [("--model", "sage", "--norm", "batch"),
                                    ("--model", "gin", "--norm", "batch", "--layers", "3"),
-                                   ("--residual", "--norm", "batch", "--layers", "3")],
-                         ids=["sage-batchnorm", "gin-batchnorm", "gcn-residual-batchnorm"])
+                                   ("--residual", "--norm", "batch", "--layers", "3"),
+                                   ("--model", "gat", "--heads", "2", "--out-heads", "3",
+                                    "--norm", "batch", "--hidden", "5", "--attn-dropout", "0.2")],
+                         ids=["sage-batchnorm", "gin-batchnorm", "gcn-residual-batchnorm",
+                              "gat-batchnorm"])
 def test_every_model_kind_exports_to_its_pyg_stack(model, tmp_path):
-    """--export of SAGE, GIN and GCN with BatchNorm and residual connections loads (strictly)
-    into PyG's stack of SAGEConv / GINConv / GCNConv and BatchNorm1d, whose logits and last
-    hidden output equal the saved ones."""
+    """--export of SAGE, GIN, GAT and GCN with BatchNorm and residual connections loads
+    (strictly) into PyG's stack of SAGEConv / GINConv / GATConv / GCNConv and BatchNorm1d, whose
+    logits and last hidden output equal the saved ones."""
     from plexus.testing.pyg_reference import PygStack
 
     cora = load_dataset("cora")
