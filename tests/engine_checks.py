@@ -3,9 +3,13 @@ the serial reference. Each function returns {check name: [failure messages]} for
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import scipy.sparse as sp
 import torch
+import torch.nn.functional as F
 
 from plexus.core.schedule import epoch_collectives, volume_per_axis
 from plexus.engine.comm import Comm
@@ -128,6 +132,65 @@ def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str) -> list[str]
     return fails
 
 
+def _example(name: str):
+    """A script of examples/ as a module (imported by path: examples/ is not a package)."""
+    path = Path(__file__).resolve().parent.parent / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_custom_layers(grid: Grid, g: Graph, epochs: int = 20) -> list[str]:
+    """examples/custom_layer.py: the user's layers (plexus.nn) on the grid against their own
+    serial version: logits, loss and every gradient of a step with dropout on (features and
+    attention) and the evaluation logits, then ``epochs`` epochs of Adam on both (the loss
+    curve)."""
+    ex = _example("custom_layer")
+    opts = dict(heads=2, dropout=0.5, attn_dropout=0.3, seed=5)
+    net = ex.build(g, grid, hidden=HIDDEN, **opts)
+    params = {k: v.clone().requires_grad_() for k, v in net.full_parameters().items()}
+    mask, labels = torch.from_numpy(g.train_mask), torch.from_numpy(g.labels)
+    rows = net.node_ids
+    real = rows >= 0
+    c0 = net.class_start
+
+    def serial(step, training):
+        return ex.serial_forward(g, params, step=step, training=training, **opts)
+
+    def logits_close(name, zd, zs):
+        c1 = min(c0 + zd.shape[1], g.num_classes)
+        return _close(name, zd[real][:, : c1 - c0], zs[rows[real]][:, c0:c1]) if c1 > c0 else []
+
+    net.train()
+    zd, zs = net(step=3), serial(3, True)
+    ld, ls = net.loss(zd), F.cross_entropy(zs[mask], labels[mask])
+    ld.backward()
+    ls.backward()
+    fails = logits_close("logits", zd, zs) + _close("loss", ld, ls)
+    for name, p in net.named_shards().items():
+        fails += _close(f"grad {name}", p.grad, net.shard_of(name, params[name].grad))
+    with torch.no_grad():
+        fails += logits_close("eval logits", net.eval()(), serial(0, False))
+    net.train()
+    opt_d = torch.optim.Adam(net.parameters(), lr=0.01)
+    opt_s = torch.optim.Adam(params.values(), lr=0.01)
+    curve_d, curve_s = [], []
+    for epoch in range(epochs):
+        for opt in (opt_d, opt_s):
+            opt.zero_grad()
+        ld = net.loss(net(step=epoch))
+        zs = serial(epoch, True)
+        ls = F.cross_entropy(zs[mask], labels[mask])
+        ld.backward()
+        ls.backward()
+        opt_d.step()
+        opt_s.step()
+        curve_d.append(float(ld.detach()))
+        curve_s.append(float(ls.detach()))
+    return fails + _close("loss curve", torch.tensor(curve_d), torch.tensor(curve_s))
+
+
 def check_mixed_layouts(grid: Grid) -> list[str]:
     """All-reduces sum the same elements whatever each rank's memory layout (a transposed view
     on some replicas and not on others must not pair up mismatched elements)."""
@@ -202,6 +265,7 @@ MODELS = {
 }
 MODEL_CHECKS = [f"{graph}/{name}/{kind}" for graph in ("undirected", "directed")
                 for name in MODELS for kind in ("step", "train")] + [
+    f"{graph}/custom-layers" for graph in ("undirected", "directed")] + [
     f"directed/{name}/ledger" for name in MODELS] + [
     "directed/gin-fixed-eps-decay-first/train"]
 
@@ -215,6 +279,7 @@ def run_model_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
         grid = Grid.create(dims)
         tag = "x".join(map(str, dims))
         for gname, g in graphs.items():
+            out[f"{tag}/{gname}/custom-layers"] = check_custom_layers(grid, g)
             for name, cfg in MODELS.items():
                 out[f"{tag}/{gname}/{name}/step"] = check_step(grid, g, cfg, "double")
                 out[f"{tag}/{gname}/{name}/train"] = check_training(grid, g, cfg, "double")

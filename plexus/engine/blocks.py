@@ -85,7 +85,19 @@ class GraphBlocks:
                 if t in mats:
                     transposes[(k, r0, r1, c0, c1)] = t
         self._mats = mats
+        self._extra: dict[str, SparseBlock] = {}
         self._built = build_blocks(mats, transposes, device, engine.spmm_backend, dtype)
+
+    def plain_block(self, plan: LayerPlan) -> SparseBlock:
+        """Â's block for ``plan``: the shared one of the stages declared to use it, else built
+        now (with its transpose) and kept for the stages at the same place."""
+        if plan.index in self._key:
+            return self._built[self._key[plan.index]]
+        key = block_key(plan)
+        if key not in self._extra:
+            self._extra[key] = SparseBlock.build(self.matrix(plan), self.device,
+                                                 self.engine.spmm_backend, dtype=self.dtype)
+        return self._extra[key]
 
     def matrix(self, plan: LayerPlan) -> sp.csr_matrix:
         """The shard's block of Â for ``plan``."""
