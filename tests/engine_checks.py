@@ -75,9 +75,18 @@ def build(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
             SerialModel(g, cfg, seed=5, adj_hat=adj_hat), shard)
 
 
-def check_step(grid: Grid, g: Graph, cfg: ModelConfig, perm: str) -> list[str]:
-    """Logits, loss and every gradient of one training step (dropout on, step 3)."""
-    dist_model, serial, shard = build(grid, g, cfg, perm)
+def _buffers(dist_model, serial) -> list[str]:
+    """Every running statistic (BatchNorm's means and variances) of the two models."""
+    want = serial.named_stats()
+    return [m for name, b in dist_model.named_stats().items()
+            for m in _close(f"buffer {name}", dist_model.full_parameter(name, b), want[name])]
+
+
+def check_step(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
+               engine: EngineConfig | None = None) -> list[str]:
+    """Logits, loss and every gradient of one training step (dropout on, step 3), then every
+    running statistic and the evaluation-mode logits (what only evaluation uses)."""
+    dist_model, serial, shard = build(grid, g, cfg, perm, engine)
     dist_model.train()
     serial.train()
     zd, zs = dist_model(step=3), serial(step=3)
@@ -96,6 +105,11 @@ def check_step(grid: Grid, g: Graph, cfg: ModelConfig, perm: str) -> list[str]:
     for name, p in dist_model.named_shards().items():
         # shard_of pads with zeros: padded gradient entries must be exactly zero as well
         fails += _close(f"grad {name}", p.grad, dist_model.shard_of(name, want[name].grad))
+    fails += _buffers(dist_model, serial)
+    with torch.no_grad():
+        zd, zs = dist_model.eval()(), serial.eval()()
+    if c1 > c0:
+        fails += _close("eval logits", zd[real][:, : c1 - c0], zs[rows[real]][:, c0:c1])
     return fails
 
 
@@ -107,6 +121,7 @@ def check_training(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
     tc = TrainConfig(epochs=epochs, eval_every=epochs, weight_decay_scope=decay_scope)
     hd, hs = Trainer(dist_model, tc).fit(), Trainer(serial, tc).fit()
     fails = _close("loss curve", torch.tensor([h.loss for h in hd]), torch.tensor([h.loss for h in hs]))
+    fails += _buffers(dist_model, serial)
     for key in ("train_acc", "val_acc", "test_acc"):
         a, b = getattr(hd[-1], key), getattr(hs[-1], key)
         if abs(a - b) > 1e-9:
@@ -114,21 +129,27 @@ def check_training(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
     return fails
 
 
-def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str) -> list[str]:
-    """The ledger's elements per axis for one training step equal the schedule's volumes
-    (`plexus.core.schedule`, which the performance model prices too)."""
-    model, _, _ = build(grid, g, cfg, perm)
+def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
+                 engine: EngineConfig | None = None) -> list[str]:
+    """The ledger's elements and bytes per axis for one training step equal the schedule's
+    volumes (`plexus.core.schedule`, which the performance model prices too): under a lower
+    precision, the collectives declared float32 (statistics, the loss) must move 4 bytes per
+    element and the rest the compute precision's."""
+    engine = engine or EngineConfig()
+    model, _, _ = build(grid, g, cfg, perm, engine)
     trainer = Trainer(model, TrainConfig(epochs=1, eval_every=0))
     model.comm.ledger.reset()
     trainer.run_epoch()
     got = model.comm.ledger.per_axis("elements")
-    want = volume_per_axis(epoch_collectives(model.plans, grid.shape, model.pad,
-                                             learnable_features=cfg.learnable_features))
+    schedule = epoch_collectives(model.plans, grid.shape, model.pad,
+                                 learnable_features=cfg.learnable_features)
+    want = volume_per_axis(schedule)
     fails = [f"axis {a}: ledger {got[a]} != formula {want[a]}" for a in "xyz"
              if abs(got[a] - want[a]) > 1e-6 * max(1.0, want[a])]
     bytes_ = model.comm.ledger.per_axis("bytes")
-    fails += [f"axis {a}: bytes {bytes_[a]} != 4 * elements" for a in "xyz"
-              if abs(bytes_[a] - 4 * got[a]) > 1e-6 * max(1.0, got[a])]
+    want_bytes = volume_per_axis(schedule, engine.dtype_bytes)
+    fails += [f"axis {a}: ledger bytes {bytes_[a]} != declared {want_bytes[a]}" for a in "xyz"
+              if abs(bytes_[a] - want_bytes[a]) > 1e-6 * max(1.0, want_bytes[a])]
     return fails
 
 
@@ -263,9 +284,12 @@ MODELS = {
     "gat-batchnorm": ModelConfig(2, 2, 0.5, kind="gat", heads=4, norm="batch", attn_dropout=0.5,
                                  learnable_features=True),
 }
+# bf16: the ledger's bytes pin the precision of statistics (BatchNorm's, the attention's)
+BF16_LEDGER = ("gcn-batchnorm", "gat-batchnorm")
 MODEL_CHECKS = [f"{graph}/{name}/{kind}" for graph in ("undirected", "directed")
                 for name in MODELS for kind in ("step", "train")] + [
     f"{graph}/custom-layers" for graph in ("undirected", "directed")] + [
+    f"directed/{name}/ledger-bf16" for name in BF16_LEDGER] + [
     f"directed/{name}/ledger" for name in MODELS] + [
     "directed/gin-fixed-eps-decay-first/train"]
 
@@ -285,6 +309,9 @@ def run_model_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
                 out[f"{tag}/{gname}/{name}/train"] = check_training(grid, g, cfg, "double")
                 if gname == "directed":
                     out[f"{tag}/{gname}/{name}/ledger"] = check_ledger(grid, g, cfg, "double")
+                if gname == "directed" and name in BF16_LEDGER:
+                    out[f"{tag}/{gname}/{name}/ledger-bf16"] = check_ledger(
+                        grid, g, cfg, "double", EngineConfig(dtype="bf16"))
         out[f"{tag}/directed/gin-fixed-eps-decay-first/train"] = check_training(
             grid, graphs["directed"], ModelConfig(2, HIDDEN, 0.5, kind="gin", train_eps=False),
             "single", decay_scope="first")

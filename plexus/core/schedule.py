@@ -116,15 +116,15 @@ class _Schedule:
 
     def loss(self, last: LayerPlan, n: int) -> None:
         rows, classes = last.out_rows, last.out_cols
-        add = self.adder(None)
-        add("loss", "loss", "all_reduce", classes, div(n, self.s[rows]))  # row max
-        add("loss", "loss", "all_reduce", classes, 2 * div(n, self.s[rows]))  # Σ exp, label
-        add("loss", "loss", "all_reduce", rows, 1)  # sum of per-node losses
+        add = self.adder(None)  # the logits are float32 in every compute precision
+        add("loss", "loss", "all_reduce", classes, div(n, self.s[rows]), 4)  # row max
+        add("loss", "loss", "all_reduce", classes, 2 * div(n, self.s[rows]), 4)  # Σ exp, label
+        add("loss", "loss", "all_reduce", rows, 1, 4)  # sum of per-node losses
 
     def accuracy(self, last: LayerPlan, n: int) -> None:
         rows, classes = last.out_rows, last.out_cols
         add = self.adder(None)
-        add("accuracy", "eval", "all_reduce", classes, div(n, self.s[rows]))  # max
+        add("accuracy", "eval", "all_reduce", classes, div(n, self.s[rows]), 4)  # max
         add("accuracy", "eval", "all_reduce", classes, div(n, self.s[rows]), 8)  # class id
         add("accuracy", "eval", "all_reduce", rows, 3, 8)  # hits of train/val/test
 
