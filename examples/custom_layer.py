@@ -109,32 +109,32 @@ def serial_forward(graph, params, heads=2, step=0, training=False, dropout=0.5,
     return h
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--grid", default="1x1x2")
-    parser.add_argument("--epochs", type=int, default=100)
-    args = parser.parse_args()
-    grid = plexus.launch(args.grid)
-    graph = plexus.load_dataset("cora")
+def train(grid, graph, epochs):
+    """Train the network on ``grid``; rank 0 returns the loss and the test accuracy of the
+    network and of its serial version with the trained parameters (they predict the same)."""
     net = build(graph, grid)
     opt = torch.optim.Adam(net.parameters(), lr=0.01, weight_decay=5e-4)
-    for epoch in range(args.epochs):
+    for epoch in range(epochs):
         net.train()
         opt.zero_grad()
-        loss = net.loss(net(step=epoch))
+        loss = net.loss(net(step=epoch))  # the same value on every rank
         loss.backward()
         opt.step()
     with torch.no_grad():
         acc = net.eval().accuracy(net())
-    # the serial version, with the trained parameters, predicts the same
-    params = net.full_parameters()
+    params = net.full_parameters()  # full tensors, the same on every grid
     with torch.no_grad():
         pred = serial_forward(graph, params).argmax(1).numpy()
     serial_acc = (pred[graph.test_mask] == graph.labels[graph.test_mask]).mean()
     if grid.rank == 0:
-        print(f"loss {loss.item():.4f} test_acc {acc['test']:.4f} serial_test_acc "
-              f"{serial_acc:.4f}")
+        return {"loss": loss.item(), "test_acc": acc["test"], "serial_test_acc": serial_acc}
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--grid", default="1x1x2")
+    parser.add_argument("--epochs", type=int, default=100)
+    args = parser.parse_args()
+    result = plexus.launch(train, plexus.load_dataset("cora"), args.epochs, grid=args.grid)
+    if result is not None:  # rank 0's
+        print(" ".join(f"{k} {v:.4f}" for k, v in result.items()))

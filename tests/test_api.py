@@ -161,6 +161,54 @@ def test_gathered_results_equal_the_serial_model_in_original_order(graphs, grid,
         assert own_loss == pytest.approx(float(want), abs=1e-5)
 
 
+def api_traps(grid, graph):
+    """What a PyG user tries: calling the model in training mode without a step, the kind by
+    the command line's name, a misspelt option, an unknown kind."""
+    from plexus.core.model import ModelError
+
+    out = {}
+    model = plexus.distributed_model(graph, grid, "sage", hidden=8, dropout=0.5)
+    out["kind"] = model.config.kind
+    model.train()
+    with torch.no_grad():
+        first, second = model(), model()  # steps 0 and 1 of the internal count
+        out["masks_differ"] = not torch.equal(first, second)
+        out["same_as_explicit"] = (torch.equal(first, model(step=0))
+                                   and torch.equal(second, model(step=1)))
+        out["explicit_moves_count"] = torch.equal(model(), model(step=2))
+        model.eval()
+        out["eval_deterministic"] = torch.equal(model(), model())
+    serial = SerialModel(graph, ModelConfig(kind="sage", hidden=8), seed=0).train()
+    with torch.no_grad():
+        out["serial_masks_differ"] = not torch.equal(serial(), serial())
+    for name, call in (("kind_keyword", lambda: plexus.distributed_model(graph, grid,
+                                                                           kind="sage")),
+                       ("misspelt", lambda: plexus.distributed_model(graph, grid, hiden=8)),
+                       ("unknown_kind", lambda: plexus.distributed_model(graph, grid, "sgae")),
+                       ("bad_value", lambda: plexus.distributed_model(graph, grid, "gat",
+                                                                       heads=0))):
+        try:
+            call()
+            out[name] = None
+        except (TypeError, ModelError) as e:
+            out[name] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def test_a_pyg_user_cannot_fall_into_the_api_traps():
+    got = plexus.launch(api_traps, load_dataset("cora"), grid="1x1x1", timeout_s=120)
+    assert got["kind"] == "sage"
+    assert got["masks_differ"] and got["same_as_explicit"] and got["explicit_moves_count"]
+    assert got["eval_deterministic"] and got["serial_masks_differ"]
+    assert got["kind_keyword"].startswith("TypeError: the model kind is distributed_model("
+                                          "graph, grid, model=...)")
+    assert got["misspelt"].startswith("TypeError: unknown model option 'hiden'; the options "
+                                      "are num_layers, hidden,")
+    assert got["unknown_kind"] == ("ModelError: unknown model kind 'sgae'; use one of gcn, "
+                                   "sage, gin, mlp, gat")
+    assert got["bad_value"] == "ModelError: heads must be an integer >= 1, got 0"
+
+
 def test_init_outside_a_launcher_says_what_to_do(monkeypatch):
     for key in ("RANK", "WORLD_SIZE", "SLURM_PROCID"):
         monkeypatch.delenv(key, raising=False)

@@ -21,6 +21,8 @@ ALLOWED = {
     "plexus.partitioners": {"plexus.datasets", "plexus.core"},
     "plexus.engine": {"plexus.core", "plexus.datasets", "plexus.partitioners"},
     "plexus.perfmodel": {"plexus.core", "plexus.datasets", "plexus.testing"},
+    # users' layers on the engine's building blocks
+    "plexus.nn": {"plexus.core", "plexus.datasets", "plexus.partitioners", "plexus.engine"},
     "plexus.runtime": {"plexus.core"},
     "plexus.testing": {"plexus.core", "plexus.datasets", "plexus.partitioners", "plexus.engine",
                        "plexus.perfmodel", "plexus.runtime"},
