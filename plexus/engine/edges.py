@@ -3,7 +3,7 @@ grid, the α-weighted aggregation and its chunked backward.
 
 An `EdgeBlock` is the structure of this rank's block of Â (M + I: rows = destinations cut by one
 axis, columns = sources cut by another) as edges, with its transpose and the original ids of its
-rows and columns. Per-edge tensors are (heads, edges) float32; every pass over the edges runs in
+rows and columns. Per-edge tensors are (edges, heads) float32; every pass over the edges runs in
 chunks, so no temporary is larger than a chunk times the width, and no edge × feature tensor or
 dense per-edge gradient ever exists (torch.sparse.mm's gradient for CSR values would be dense).
 
@@ -83,28 +83,39 @@ class EdgeBlock:
 
 def _scores(block: EdgeBlock, sd: torch.Tensor, ss: torch.Tensor, a: int, b: int,
             slope: float | None) -> torch.Tensor:
-    """(heads, b - a): s_dst[row] + s_src[col] of edges a..b, LeakyReLU'd when ``slope``."""
-    e = sd.index_select(1, block.row[a:b]).add_(ss.index_select(1, block.col[a:b]))
+    """(b - a, heads): s_dst[row] + s_src[col] of edges a..b, LeakyReLU'd when ``slope``."""
+    e = sd.index_select(0, block.row[a:b]).add_(ss.index_select(0, block.col[a:b]))
     return e if slope is None else F.leaky_relu(e, slope)
 
 
+def _row_sums(block: EdgeBlock, x: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
+    """(rows, heads): the sum (or max: -inf for a row without edges) of per-edge ``x`` over each
+    row's edges (CSR order: rows are contiguous segments)."""
+    return torch.segment_reduce(x, reduce, offsets=block.crow)
+
+
+def _col_sums(block: EdgeBlock, x: torch.Tensor) -> torch.Tensor:
+    """(cols, heads): the sum of per-edge ``x`` over each column's edges."""
+    out = torch.zeros(block.num_cols, x.shape[1], dtype=x.dtype, device=x.device)
+    for a, b in block.chunks(x.shape[1]):  # index_add_ is fast with 64-bit indices only
+        out.index_add_(0, block.col[a:b].to(torch.int64), x[a:b])
+    return out
+
+
 def _softmax(block: EdgeBlock, heads: int, comm: Comm, axis: str, edge_scores) -> torch.Tensor:
-    """α (heads, edges): the softmax over every row's edges of ``edge_scores(a, b)``, the rows'
+    """α (edges, heads): the softmax over every row's edges of ``edge_scores(a, b)``, the rows'
     maximum and sum all-reduced over ``axis`` (the axis that cuts a row's columns)."""
-    m = torch.full((heads, block.num_rows), float("-inf"), device=block.row.device)
+    alpha = torch.empty(block.nnz, heads, device=block.row.device)
     for a, b in block.chunks(heads):
-        rows = block.row[a:b].to(torch.int64).expand(heads, -1)
-        m.scatter_reduce_(1, rows, edge_scores(a, b), "amax")
+        alpha[a:b] = edge_scores(a, b)
+    m = _row_sums(block, alpha, "max")
     comm.raw_all_reduce(m, axis, "max")                       # AR-MAX(e) over the row's cut
-    alpha = torch.empty(heads, block.nnz, device=m.device)
-    total = torch.zeros_like(m)
     for a, b in block.chunks(heads):
-        p = edge_scores(a, b).sub_(m.index_select(1, block.row[a:b])).exp_()
-        alpha[:, a:b] = p
-        total.index_add_(1, block.row[a:b], p)
+        alpha[a:b].sub_(m.index_select(0, block.row[a:b])).exp_()
+    total = _row_sums(block, alpha)
     comm.raw_all_reduce(total, axis)                          # AR-SUM(e) over the row's cut
     for a, b in block.chunks(heads):
-        alpha[:, a:b].div_(total.index_select(1, block.row[a:b]))
+        alpha[a:b].div_(total.index_select(0, block.row[a:b]))
     return alpha
 
 
@@ -112,14 +123,11 @@ def _softmax_backward(block: EdgeBlock, alpha: torch.Tensor, grad: torch.Tensor,
                       axis: str) -> torch.Tensor:
     """de = α·(dα − Σ_j α·dα) per row, written over ``grad`` (dα; fresh, nobody else's); the row
     sums all-reduced over ``axis``."""
-    heads = alpha.shape[0]
     de = grad.mul_(alpha)
-    c = torch.zeros(heads, block.num_rows, device=alpha.device)
-    for a, b in block.chunks(heads):
-        c.index_add_(1, block.row[a:b], de[:, a:b])
+    c = _row_sums(block, de)
     comm.raw_all_reduce(c, axis)                              # AR(Σα·dα) over the row's cut
-    for a, b in block.chunks(heads):
-        de[:, a:b].sub_(alpha[:, a:b] * c.index_select(1, block.row[a:b]))
+    for a, b in block.chunks(alpha.shape[1]):
+        de[a:b].sub_(alpha[a:b] * c.index_select(0, block.row[a:b]))
     return de
 
 
@@ -127,10 +135,9 @@ class _AttentionSoftmax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, s_dst, s_src, block: EdgeBlock, comm: Comm, axis: str,
                 slope: float):  # noqa: D102
-        sd, ss = s_dst.detach().T.contiguous(), s_src.detach().T.contiguous()
-        heads = sd.shape[0]
+        sd, ss = s_dst.detach().contiguous(), s_src.detach().contiguous()
         with comm.timers("edges"):
-            alpha = _softmax(block, heads, comm, axis,
+            alpha = _softmax(block, sd.shape[1], comm, axis,
                              lambda a, b: _scores(block, sd, ss, a, b, slope))
         ctx.save_for_backward(alpha, s_dst, s_src)
         ctx.block, ctx.comm, ctx.axis, ctx.slope = block, comm, axis, slope
@@ -139,24 +146,20 @@ class _AttentionSoftmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         alpha, s_dst, s_src = ctx.saved_tensors
-        block, heads = ctx.block, alpha.shape[0]
-        sd, ss = s_dst.T.contiguous(), s_src.T.contiguous()
+        block, heads = ctx.block, alpha.shape[1]
+        sd, ss = s_dst.contiguous(), s_src.contiguous()
         with ctx.comm.timers("edges"):
             de = _softmax_backward(block, alpha, grad.contiguous(), ctx.comm, ctx.axis)
-            d_dst = torch.zeros(heads, block.num_rows, device=alpha.device)
-            d_src = torch.zeros(heads, block.num_cols, device=alpha.device)
-            for a, b in block.chunks(heads):
-                raw = _scores(block, sd, ss, a, b, None)
-                g = de[:, a:b]
-                g.mul_(torch.where(raw > 0, 1.0, ctx.slope))  # LeakyReLU's backward
-                d_dst.index_add_(1, block.row[a:b], g)
-                d_src.index_add_(1, block.col[a:b], g)
-        return d_dst.T, d_src.T, None, None, None, None
+            for a, b in block.chunks(heads):  # LeakyReLU's backward: its sign, recomputed
+                negative = _scores(block, sd, ss, a, b, None) < 0
+                de[a:b].mul_(negative.to(de.dtype).mul_(ctx.slope - 1.0).add_(1.0))
+            d_dst, d_src = _row_sums(block, de), _col_sums(block, de)
+        return d_dst, d_src, None, None, None, None
 
 
 def attention_softmax(s_dst: torch.Tensor, s_src: torch.Tensor, block: EdgeBlock, comm: Comm,
                       axis: str, negative_slope: float = 0.2) -> torch.Tensor:
-    """GAT's attention coefficients α (heads, edges), float32: the softmax over each row's
+    """GAT's attention coefficients α (edges, heads), float32: the softmax over each row's
     in-edges of LeakyReLU(s_dst[row] + s_src[col]). ``s_dst`` (rows, heads) are in Â's row
     layout, ``s_src`` (cols, heads) in its column layout, both float32 and complete; ``axis``
     cuts the block's columns. Saves α and the node scores (LeakyReLU's sign is recomputed)."""
@@ -168,7 +171,7 @@ class _EdgeSoftmax(torch.autograd.Function):
     def forward(ctx, e, block: EdgeBlock, comm: Comm, axis: str):  # noqa: D102
         e = e.detach().float()
         with comm.timers("edges"):
-            alpha = _softmax(block, e.shape[0], comm, axis, lambda a, b: e[:, a:b].clone())
+            alpha = _softmax(block, e.shape[1], comm, axis, lambda a, b: e[a:b].clone())
         ctx.save_for_backward(alpha)
         ctx.block, ctx.comm, ctx.axis = block, comm, axis
         return alpha
@@ -182,7 +185,7 @@ class _EdgeSoftmax(torch.autograd.Function):
 
 
 def edge_softmax(e: torch.Tensor, block: EdgeBlock, comm: Comm, axis: str) -> torch.Tensor:
-    """α = the softmax of per-edge scores ``e`` (heads, edges) over each row's edges, across
+    """α = the softmax of per-edge scores ``e`` (edges, heads) over each row's edges, across
     the grid (``axis`` cuts the block's columns); float32."""
     return _EdgeSoftmax.apply(e, block, comm, axis)
 
@@ -209,16 +212,33 @@ def head_ranges(col_start: int, width: int, head_width: int, heads: int
     return out
 
 
+def _dot(block: EdgeBlock, q: torch.Tensor, k: torch.Tensor, P: torch.Tensor) -> torch.Tensor:
+    """(edges, heads): Σ_{c of head h} q[row, c]·k[col, c], this rank's columns only. float32:
+    one sampled product per head (torch.sparse.sampled_addmm); other precisions: gathered in
+    chunks of edges."""
+    heads = P.shape[1]
+    out = torch.zeros(block.nnz, heads, device=q.device)
+    if q.dtype == torch.float32:
+        counts = P.sum(0).to(torch.int64).tolist()  # each head's columns are contiguous
+        firsts = P.argmax(0).tolist()
+        ranges = [(h, firsts[h], firsts[h] + counts[h]) for h in range(heads) if counts[h]]
+        empty = block.csr(torch.zeros(block.nnz, device=q.device))
+        for h, lo, hi in ranges:
+            out[:, h] = torch.sparse.sampled_addmm(empty, q[:, lo:hi], k[:, lo:hi].T,
+                                                   beta=0.0).values()
+        return out
+    for a, b in block.chunks(max(heads, q.shape[1])):
+        g = q.index_select(0, block.row[a:b]).mul_(k.index_select(0, block.col[a:b]))
+        out[a:b] = g @ P.to(g.dtype)
+    return out
+
+
 class _SDDMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, block: EdgeBlock, P: torch.Tensor, comm: Comm,
                 axis: str):  # noqa: D102
-        heads = P.shape[1]
-        out = torch.empty(heads, block.nnz, device=q.device)
         with comm.timers("edges"):
-            for a, b in block.chunks(max(heads, q.shape[1])):
-                g = q.index_select(0, block.row[a:b]).mul_(k.index_select(0, block.col[a:b]))
-                out[:, a:b] = (g @ P.to(g.dtype)).T
+            out = _dot(block, q, k, P)
         comm.raw_all_reduce(out, axis)                        # AR(e) over the features' cut
         ctx.save_for_backward(q, k, P)
         ctx.block, ctx.comm, ctx.axis = block, comm, axis
@@ -232,16 +252,17 @@ class _SDDMM(torch.autograd.Function):
         dq, dk = torch.zeros_like(q), torch.zeros_like(k)
         with ctx.comm.timers("edges"):
             for a, b in block.chunks(max(P.shape[1], q.shape[1])):
-                w = (grad[:, a:b].T.to(q.dtype) @ P.T.to(q.dtype))  # (edges, width)
-                dq.index_add_(0, block.row[a:b], w * k.index_select(0, block.col[a:b]))
-                dk.index_add_(0, block.col[a:b], w * q.index_select(0, block.row[a:b]))
+                w = grad[a:b].to(q.dtype) @ P.T.to(q.dtype)  # (edges, width)
+                rows, cols = block.row[a:b].to(torch.int64), block.col[a:b].to(torch.int64)
+                dq.index_add_(0, rows, w * k.index_select(0, cols))
+                dk.index_add_(0, cols, w * q.index_select(0, rows))
         return dq, dk, None, None, None, None
 
 
 def sddmm(q: torch.Tensor, k: torch.Tensor, block: EdgeBlock, P: torch.Tensor, comm: Comm,
           axis: str) -> torch.Tensor:
-    """Per-edge, per-head dot products e[h, (i, j)] = Σ_{c of head h} q[i, c]·k[j, c] (float32,
-    (heads, edges)), with ``q`` in the block's row layout and ``k`` in its column layout, their
+    """Per-edge, per-head dot products e[(i, j), h] = Σ_{c of head h} q[i, c]·k[j, c] (float32,
+    (edges, heads)), with ``q`` in the block's row layout and ``k`` in its column layout, their
     columns cut by ``axis`` (so the partial sums are all-reduced over it; backward all-reduces
     the gradient over it too: every rank of the axis used e on its own columns). ``P``:
     `head_matrix` of this rank's columns."""
@@ -252,54 +273,44 @@ class _WeightedAggregate(torch.autograd.Function):
     @staticmethod
     def forward(ctx, alpha, z, block: EdgeBlock, comm: Comm, axis: str | None,
                 heads: list[tuple[int, int, int]], P: torch.Tensor,
-                drop: tuple | None):  # noqa: D102
+                keep: torch.Tensor | None, scale: float):  # noqa: D102
         out = torch.zeros(block.num_rows, z.shape[1], dtype=z.dtype, device=z.device)
         with comm.timers("spmm"):
             for h, lo, hi in heads:
-                values = _dropped(alpha, h, block, drop).to(z.dtype)
-                out[:, lo:hi] = csr_mm(block.csr(values), z[:, lo:hi])
+                out[:, lo:hi] = csr_mm(block.csr(_values(alpha, h, keep, scale, z.dtype)),
+                                       z[:, lo:hi])
         if axis is not None:
             comm.raw_all_reduce(out, axis)                    # AR(OUT) over Â's column cut
-        ctx.save_for_backward(alpha, z, P)
-        ctx.block, ctx.comm, ctx.heads, ctx.drop = block, comm, heads, drop
+        ctx.save_for_backward(alpha, z, P, keep)
+        ctx.block, ctx.comm, ctx.heads, ctx.scale = block, comm, heads, scale
         return out
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
-        alpha, z, P = ctx.saved_tensors
-        block, heads, drop = ctx.block, ctx.heads, ctx.drop
+        alpha, z, P, keep = ctx.saved_tensors
+        block, heads, scale = ctx.block, ctx.heads, ctx.scale
         grad = grad.contiguous()
         dz = dalpha = None
         if ctx.needs_input_grad[1]:
             dz = torch.zeros_like(z)
             with ctx.comm.timers("spmm"):
                 for h, lo, hi in heads:
-                    values = _dropped(alpha, h, block, drop).to(z.dtype)
+                    values = _values(alpha, h, keep, scale, z.dtype)
                     dz[:, lo:hi] = csr_mm(block.csr_t(values), grad[:, lo:hi])
         if ctx.needs_input_grad[0]:
-            dalpha = torch.zeros_like(alpha)
             with ctx.comm.timers("edges"):
-                for a, b in block.chunks(max(alpha.shape[0], z.shape[1])):  # the SDDMM
-                    g = grad.index_select(0, block.row[a:b])
-                    g.mul_(z.index_select(0, block.col[a:b]))
-                    dalpha[:, a:b] = (g @ P.to(g.dtype)).T
-                if drop is not None:
-                    for h in range(alpha.shape[0]):
-                        dalpha[h] = _dropped(dalpha, h, block, drop)
-        return dalpha, dz, None, None, None, None, None, None
+                dalpha = _dot(block, grad, z, P)  # the SDDMM: dα_ij = dOUT_i·Z_j per head
+                if keep is not None:
+                    dalpha.mul_(keep).mul_(scale)
+        return dalpha, dz, None, None, None, None, None, None, None
 
 
-def _dropped(alpha: torch.Tensor, h: int, block: EdgeBlock, drop: tuple | None) -> torch.Tensor:
-    """Head h's row of ``alpha`` with attention dropout applied (scaled by 1/(1-p))."""
-    if drop is None:
-        return alpha[h]
-    seed, step, layer, p = drop
-    out, zero = torch.empty_like(alpha[h]), alpha.new_zeros(())
-    for a, b in block.chunks(1):
-        keep = edge_keep(seed, step, layer, h, block.row_ids.index_select(0, block.row[a:b]),
-                         block.col_ids.index_select(0, block.col[a:b]), p)
-        torch.where(keep, alpha[h, a:b], zero, out=out[a:b])
-    return out.mul_(1.0 / (1.0 - p))
+def _values(alpha: torch.Tensor, h: int, keep: torch.Tensor | None, scale: float,
+            dtype: torch.dtype) -> torch.Tensor:
+    """Head h's coefficients (dropped and scaled where ``keep`` is given), contiguous in
+    ``dtype``: a CSR's values."""
+    values = alpha[:, h] if keep is None else alpha[:, h] * keep[:, h] * scale
+    return values.to(dtype).contiguous()
 
 
 def weighted_aggregate(alpha: torch.Tensor, z: torch.Tensor, block: EdgeBlock, comm: Comm,
@@ -307,6 +318,16 @@ def weighted_aggregate(alpha: torch.Tensor, z: torch.Tensor, block: EdgeBlock, c
                        drop: tuple | None = None) -> torch.Tensor:
     """OUT_i = Σ_j α_ij·Z_j per head (``heads``: `head_ranges` of this rank's columns of Z,
     ``P`` its `head_matrix`), all-reduced over ``axis`` (None: left as this rank's partial sum).
-    ``drop``: (seed, step, layer, p) of attention dropout, None for none. Saves α (shared with
-    the softmax's) and Z; backward's dα is an SDDMM over chunks of edges."""
-    return _WeightedAggregate.apply(alpha, z, block, comm, axis, heads, P, drop)
+    ``drop``: (seed, step, layer, p) of attention dropout, None for none: its keep-mask (one
+    byte per edge and head, a hash of global ids) is drawn once and kept for backward. Saves α
+    (shared with the softmax's) and Z; backward's dα is a sampled product (SDDMM)."""
+    keep, scale = None, 1.0
+    if drop is not None:
+        seed, step, layer, p = drop
+        keep = torch.empty(block.nnz, alpha.shape[1], dtype=torch.bool, device=alpha.device)
+        for a, b in block.chunks(alpha.shape[1]):
+            keep[a:b] = edge_keep(seed, step, layer, alpha.shape[1],
+                                  block.row_ids.index_select(0, block.row[a:b]),
+                                  block.col_ids.index_select(0, block.col[a:b]), p)
+        scale = 1.0 / (1.0 - p)
+    return _WeightedAggregate.apply(alpha, z, block, comm, axis, heads, P, keep, scale)

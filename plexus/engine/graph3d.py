@@ -13,7 +13,7 @@ axis the block is replicated over:
   replicated over o; ``linear`` of that gives the output, rows by d, columns by o.
 
 ``to_rows`` moves a tensor in the rows-by-o layout to Â's rows (S·X, S the identity's block laid
-out like Â's), for root terms and destination scores. Per-edge tensors are (heads, edges) of
+out like Â's), for root terms and destination scores. Per-edge tensors are (edges, heads) of
 this rank's block of Â (`plexus.engine.edges`). Each method issues its collectives itself, one
 line each below with its axis, and is exact on every grid: random masks are keyed by global ids.
 
@@ -158,7 +158,7 @@ class StageGraph:
     def sddmm(self, Q: torch.Tensor, K: torch.Tensor, heads: int,
               head_width: int) -> torch.Tensor:
         """Per-edge, per-head dot products Q_i·K_j (Q in Â's row layout, K rows by o, columns
-        cut by the output's column axis, heads of ``head_width``): (heads, edges), float32."""
+        cut by the output's column axis, heads of ``head_width``): (edges, heads), float32."""
         P, _ = self._heads(K, heads, head_width, torch.float32)
         Q = self.replicate(Q, self.plan.a_cols)               # bwd: AR(dQ) over o
         return sddmm(Q, K, self.edges, P, self.comm, self.plan.out_cols)  # AR(e) over it

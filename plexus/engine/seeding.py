@@ -75,16 +75,18 @@ def dropout_keep(seed: int, step: int, layer: int, rows: torch.Tensor, col_start
     return u >= round(p * 65536) - 32768
 
 
-def edge_keep(seed: int, step: int, layer: int, head: int, dst: torch.Tensor, src: torch.Tensor,
-              p: float) -> torch.Tensor:
-    """Boolean keep-mask of attention dropout for the edges ``src[k] -> dst[k]`` (original node
-    ids) of one head: a hash of (seed, step, layer, head, destination, source), so every grid
-    and the serial reference drop the same edges. Its stream differs from `dropout_keep`'s."""
-    key = _key(seed, step, layer, 0xA77E, head)
+def edge_keep(seed: int, step: int, layer: int, heads: int, dst: torch.Tensor,
+              src: torch.Tensor, p: float) -> torch.Tensor:
+    """Boolean keep-mask (edges × heads) of attention dropout for the edges ``src[k] -> dst[k]``
+    (original node ids): a hash of (seed, step, layer, head, destination, source), so every grid
+    and the serial reference drop the same edges. Its stream differs from `dropout_keep`'s; the
+    edge's hash is computed once and mixed once more per head."""
+    key = _key(seed, step, layer, 0xA77E)
     h = _fmix((dst.to(torch.int64) & _M32) ^ key)
     h = _fmix(h ^ _fmix((src.to(torch.int64) * _GOLDEN & _M32) ^ _key(key, 1)))
-    # the top 24 bits as a uniform on [0, 1)
-    return (h >> 8).to(torch.float32) * (1.0 / (1 << 24)) >= p
+    head_keys = torch.tensor([_key(key, 2, k) for k in range(heads)], device=h.device)
+    u = _fmix(h[:, None] ^ head_keys[None, :]) >> 8  # the top 24 bits: uniform on [0, 2**24)
+    return u >= round(p * (1 << 24))
 
 
 class _Dropout(torch.autograd.Function):

@@ -274,6 +274,4 @@ def serial_edge_dropout(alpha: torch.Tensor, p: float, seed: int, step: int, lay
     coefficients ``alpha`` (edges × heads) of edges src -> dst (original ids)."""
     if p <= 0:
         return alpha
-    keep = torch.stack([edge_keep(seed, step, layer, h, dst, src, p)
-                        for h in range(alpha.shape[1])], 1)
-    return alpha * keep / (1 - p)
+    return alpha * edge_keep(seed, step, layer, alpha.shape[1], dst, src, p) / (1 - p)

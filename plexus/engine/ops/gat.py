@@ -77,8 +77,6 @@ def serial(model, p, H: torch.Tensor, step: int | None) -> torch.Tensor:
     alpha = w / torch.zeros(n, H_).index_add(0, dst, w)[dst]
     pa = model.cfg.attn_dropout
     if model.training and pa > 0:
-        keep = torch.stack([edge_keep(model.seed, step or 0, p.layer, h, dst, src, pa)
-                            for h in range(H_)], 1)
-        alpha = alpha * keep / (1 - pa)
+        alpha = alpha * edge_keep(model.seed, step or 0, p.layer, H_, dst, src, pa) / (1 - pa)
     out = torch.zeros(n, H_, width).index_add(0, dst, alpha[:, :, None] * Zh[src])
     return out.reshape(n, H_ * width) if p.concat else out.mean(1)
