@@ -31,8 +31,9 @@ from .comm import Comm
 from .seeding import edge_keep
 from .spmm import csr_mm, index_fits_int32
 
-# Elements of (heads × edges) per chunk: a few MiB of float32 per temporary.
+# Elements of (edges × heads) per chunk: a few MiB of float32 per temporary.
 CHUNK = 1 << 21
+HASH_CHUNK = 1 << 18  # edges per chunk of the dropout hash (int64 temporaries per edge)
 
 
 class EdgeBlock:
@@ -65,9 +66,10 @@ class EdgeBlock:
         self.row_ids = torch.from_numpy(np.asarray(row_ids, dtype=np.int64)).to(device)
         self.col_ids = torch.from_numpy(np.asarray(col_ids, dtype=np.int64)).to(device)
 
-    def chunks(self, heads: int):
-        """(start, stop) of the edge chunks for per-edge tensors of ``heads`` rows."""
-        step = max(1024, CHUNK // max(heads, 1))
+    def chunks(self, heads: int, elements: int = CHUNK):
+        """(start, stop) of the edge chunks for per-edge tensors of ``heads`` columns, at most
+        ``elements`` elements per chunk."""
+        step = max(1024, elements // max(heads, 1))
         return [(a, min(a + step, self.nnz)) for a in range(0, self.nnz, step)] or [(0, 0)]
 
     def csr(self, values: torch.Tensor) -> torch.Tensor:
@@ -325,7 +327,7 @@ def weighted_aggregate(alpha: torch.Tensor, z: torch.Tensor, block: EdgeBlock, c
     if drop is not None:
         seed, step, layer, p = drop
         keep = torch.empty(block.nnz, alpha.shape[1], dtype=torch.bool, device=alpha.device)
-        for a, b in block.chunks(alpha.shape[1]):
+        for a, b in block.chunks(1, HASH_CHUNK):
             keep[a:b] = edge_keep(seed, step, layer, alpha.shape[1],
                                   block.row_ids.index_select(0, block.row[a:b]),
                                   block.col_ids.index_select(0, block.col[a:b]), p)

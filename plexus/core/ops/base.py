@@ -159,6 +159,16 @@ class StageMemory:
 
 
 MASTER_BYTES = 4  # parameters, their gradients and Adam's moments are float32 in every precision
+MASK_ROWS = 8192  # rows per piece of a dropout mask (plexus.engine.seeding.masked)
+
+
+def dropout_work(z: StageSizes) -> float:
+    """Bytes a dropout of the stage's input holds while it draws its mask: a piece of rows'
+    32-bit hash words, their 16-bit halves and the boolean keep-mask (about 6 bytes per
+    element of the piece), forward and backward."""
+    if not z.drops_input:
+        return 0.0
+    return min(MASK_ROWS, z.n / z.o) * (z.D / z.i) * 6.0
 
 
 def param_memory(z: StageSizes, shard: float, gathered: float, vectors: float = 0.0

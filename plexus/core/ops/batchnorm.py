@@ -50,16 +50,17 @@ class BatchNorm(Operator):
 
     def memory(self, z: StageSizes) -> StageMemory:
         """Saved for backward: x − mean and the normalized x, float32 (two copies of the
-        output); in forward the input (in the compute precision, and its float32 copy in a
-        lower one), x − mean and its square; in backward about three float32 gradients of the
+        output). In forward, beside the stage's input (still referenced by its caller) and
+        output x (and x's float32 copy in a lower precision): x − mean and its masked square,
+        then x − mean, x̂, x̂·γ and x̂·γ + β; in backward about three float32 gradients of the
         output's size. Parameters: γ and β; the running statistics."""
         fb, p = z.dtype_bytes, z.plan
         out = z.n / z.size(p.out_rows) * z.D2 / z.size(p.out_cols)
         vec = z.D2 / z.size(p.out_cols)
-        upcast = out * STAT_BYTES if fb != STAT_BYTES else 0.0
+        caller = z.h_in * fb if p.index > 0 or z.d > 1 else 0.0
+        x = out * fb + (out * STAT_BYTES if fb != STAT_BYTES else 0.0)
         kept = 2 * out * STAT_BYTES
-        forward = [out * fb + upcast + 3 * out * STAT_BYTES,  # x, x−mean, (x−mean)², masked
-                   kept + 2 * out * STAT_BYTES]  # x−mean, x̂, x̂·γ, + β
+        forward = [caller + x + 3 * out * STAT_BYTES, caller + x + 4 * out * STAT_BYTES]
         backward = [(kept, 3 * out * STAT_BYTES)]
         weights, optimizer = param_memory(z, 0.0, 0.0, 2 * vec)
         return StageMemory(kept, forward, backward, out, weights + 2 * vec * MASTER_BYTES,

@@ -10,7 +10,7 @@ GIN adds (1+ε)·S·H before it. See docs/design.md, "Models".
 from __future__ import annotations
 
 from .base import (Add, Flops, MASTER_BYTES, Operator, StageMemory, StageSizes, div,
-                   param_memory)
+                   dropout_work, param_memory)
 
 
 class ConvOperator(Operator):
@@ -109,14 +109,20 @@ class ConvOperator(Operator):
         weights, optimizer = param_memory(z, w_blk / w_flat, gathered, vectors)
         if p.order == "agg":
             inter, out = n / d * D / i, n / d * D2 / o
-            out_all = out * (2 if i > 1 else 1)
-            spmm = st * inter  # [AGG; S·H]
-            operand = k * inter  # [AGG | S·H] (SAGE, residual), AGG + (1+ε)·S·H (GIN), AGG
-            kept = operand + (inter if root == "gin" and p.learnable_eps else 0.0)  # ε's S·H
-            joined = operand if root != "none" else 0.0
+            out_all = out * (2 if i > 1 else 1)  # the all-reduce over i sums a copy
+            spmm = st * inter  # [AGG; S·H], alive until the stage returns
+            # [AGG | S·H] (SAGE, residual), AGG + (1+ε)·S·H (GIN): the GEMM's left operand
+            joined = {"none": 0.0, "gin": inter}.get(root, 2 * inter)
+            # GIN's dε keeps S·H, a view of [AGG; S·H]: the whole stacked result stays
+            kept = (joined or inter) + (spmm if root == "gin" and p.learnable_eps else 0.0)
             forward = [caller + (drop if p.index == 0 else 0.0) + spmm,
-                       caller + spmm + joined, caller + kept + out_all]
-            grads = out + spmm + joined
+                       caller + spmm + joined + out_all]
+            # backward: dOUT and d(operand) beside what is kept; then, the operand freed,
+            # d(operand) and the stacked gradient d[AGG; S·H]
+            backward = [(kept + (gathered if z.needs_dh else 0.0), out + (joined or inter))]
+            backward.append((0.0, (joined or inter) + (spmm if root != "none" else
+                                                       inter * (2 if o > 1 else 1) - inter)))
+            dh = spmm
         else:
             inter, out = n / o * D2 / d, n / i * D2 / d
             z_all = k * inter * (2 if i > 1 else 1)  # Z (and H·Wr) and its all-reduced copy
@@ -124,12 +130,16 @@ class ConvOperator(Operator):
             kept = (drop if drop else h_in) + (inter if root == "gin" and p.learnable_eps
                                               else 0.0)
             forward = [caller + drop + z_all + joined + out]
-            grads = out + joined + k * inter
+            # backward: dOUT and the SpMM's [Â | S]ᵀ·dOUT, then dZ (and its all-reduced copy)
+            backward = [(kept + (gathered if z.needs_dh else 0.0), out + (joined or inter)),
+                        (kept, (joined or 0.0) + k * inter * (2 if i > 1 else 1))]
+            dh = k * inter
+        mask = dropout_work(z) / fb  # in elements, as the rest here
+        forward[0] += mask
         if z.needs_dh:
             kept += gathered  # W for dH
-        backward = [(kept * fb, grads * fb)]
-        if z.needs_dh:
-            backward.append((0.0, (k * inter + h_in) * fb))
+            backward.append((0.0, dh + h_in + mask))
+        backward = [(kb * fb, t * fb) for kb, t in backward]
         return StageMemory(kept * fb, [f * fb for f in forward], backward, out, weights,
                            optimizer, self._stacked_bytes(z))
 

@@ -8,7 +8,7 @@ rows-by-o, columns-by-d, replicated over i: the rows never move.
 from __future__ import annotations
 
 from .base import (Add, Flops, ModelKind, Operator, Param, StageMemory, StageSizes, div,
-                   param_memory)
+                   dropout_work, param_memory)
 
 
 class Dense(Operator):
@@ -49,9 +49,9 @@ class Dense(Operator):
         out_all = out * (2 if z.i > 1 else 1)
         backward = [(kept * fb, out * fb)]
         if z.needs_dh:
-            backward.append((0.0, (out + h_in) * fb))
-        return StageMemory(kept * fb, [(caller + drop + out_all) * fb], backward, out, weights,
-                           optimizer)
+            backward.append((0.0, (out + h_in) * fb + dropout_work(z)))
+        return StageMemory(kept * fb, [(caller + drop + out_all) * fb + dropout_work(z)],
+                           backward, out, weights, optimizer)
 
 
 KIND = ModelKind("mlp", ("dense",), "gcn", "Linear", ("convs.{l}.",),

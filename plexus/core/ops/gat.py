@@ -26,7 +26,7 @@ Attention statistics, scores and their gradients are float32 in every compute pr
 from __future__ import annotations
 
 from .base import (Add, Flops, ModelKind, Operator, Param, StageMemory, StageSizes, div,
-                   param_memory)
+                   dropout_work, param_memory)
 
 STAT_BYTES = 4
 # Per edge and head, the softmax's passes, LeakyReLU, dropout and the backward's (counted as
@@ -100,11 +100,11 @@ class GAT(Operator):
     # ---- memory -----------------------------------------------------------------------------
     def memory(self, z: StageSizes) -> StageMemory:
         """What `plexus.engine.ops.gat` holds: kept for backward the dropped H (dW), W (dH),
-        Z (the scores' and the SDDMM's operand), α per edge and head (float32) and LeakyReLU's
-        one-byte mask per edge and head; in forward Z and its all-reduced copy, the per-edge
-        scores and the output; in backward dOUT, dZ, one float32 per edge and head and the
-        SDDMM's chunk. Resident: the block's row ids, its transpose's column ids and the
-        permutation between them (32-bit), and S."""
+        Z (the scores' and the SDDMM's operand), α per edge and head (float32) and the
+        attention-dropout mask (one byte per edge and head); in forward Z and its all-reduced
+        copy, the per-edge scores and the output; in backward dOUT, dZ, dα (one float32 per edge
+        and head) and the sampled product's values. Resident: the block's row ids, its
+        transpose's column ids and the permutation between them (32-bit), and S."""
         p, n, fb, H = z.plan, z.n, z.dtype_bytes, z.plan.heads
         o, i, d = z.o, z.i, z.d
         h_in, E = z.h_in, z.nnz_block
@@ -118,21 +118,25 @@ class GAT(Operator):
         vectors = 2 * width + (z.D2 / z.size(p.out_cols) if p.bias else 0.0)
         weights, optimizer = param_memory(z, w_blk / flat, gathered, vectors)
         edges = E * H
+        # kept: the dropped H (dW), Z (scores, SDDMM), W (dH), α and the dropout mask per edge
         kept_b = ((drop if drop else h_in) + zz + (gathered if z.needs_dh else 0.0)) * fb
         kept_b += edges * (STAT_BYTES + 1)
         z_all = zz * (2 if i > 1 else 1)
         mean_sum = 0.0 if p.concat else n / i * z.D2
-        forward = [(caller + drop + z_all) * fb + 2 * edges * STAT_BYTES,
-                   (caller + zz + out_local + mean_sum) * fb]
-        chunk = min(E, max(1024.0, CHUNK_ELEMENTS / max(width, 1.0))) * width * 2 * fb
-        backward = [(kept_b, (out + out_local + zz) * fb + edges * STAT_BYTES + chunk)]
+        # forward: Z with its all-reduced copy, then the per-edge scores and α; then the output
+        # (and the averaged heads' sum) beside Z; the dropout hash's chunk
+        forward = [(caller + drop + z_all) * fb + 2 * edges * STAT_BYTES + dropout_work(z),
+                   (caller + zz + out_local + mean_sum) * fb + edges * STAT_BYTES
+                   + HASH_BYTES]
+        # backward: dOUT, dZ, dα (float32) and the sampled product's values
+        backward = [(kept_b, (out_local + zz) * fb + edges * STAT_BYTES + 2 * E * STAT_BYTES)]
         if z.needs_dh:
-            backward.append((0.0, (zz + h_in) * fb))
+            backward.append((0.0, (zz + h_in) * fb + dropout_work(z)))
         resident = E * 3 * 4 + 2 * n / (i * o) * 4
         return StageMemory(kept_b, forward, backward, out, weights, optimizer, resident)
 
 
-CHUNK_ELEMENTS = 1 << 22  # the SDDMM gathers at most this many elements per operand at once
+HASH_BYTES = (1 << 18) * 8 * 8  # the attention-dropout hash's int64 temporaries per chunk
 
 
 KIND = ModelKind("gat", ("gat",), "gcn", "GATConv", ("convs.{l}.",),
