@@ -33,7 +33,7 @@ from .spmm import csr_mm, index_fits_int32
 
 # Elements of (edges × heads) per chunk: a few MiB of float32 per temporary.
 CHUNK = 1 << 21
-HASH_CHUNK = 1 << 18  # edges per chunk of the dropout hash (int64 temporaries per edge)
+HASH_CHUNK = 1 << 18  # edges × heads per chunk of the dropout hash (int64 temporaries)
 
 
 class EdgeBlock:
@@ -327,7 +327,7 @@ def weighted_aggregate(alpha: torch.Tensor, z: torch.Tensor, block: EdgeBlock, c
     if drop is not None:
         seed, step, layer, p = drop
         keep = torch.empty(block.nnz, alpha.shape[1], dtype=torch.bool, device=alpha.device)
-        for a, b in block.chunks(1, HASH_CHUNK):
+        for a, b in block.chunks(alpha.shape[1], HASH_CHUNK):
             keep[a:b] = edge_keep(seed, step, layer, alpha.shape[1],
                                   block.row_ids.index_select(0, block.row[a:b]),
                                   block.col_ids.index_select(0, block.col[a:b]), p)

@@ -376,7 +376,9 @@ def epoch_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
         adjacency += op.resident
         mask = op.out if spec.model.activates(p) else 0.0  # ReLU's one-byte mask
         own = op.kept + (bn.kept if bn else 0.0) + mask  # what the stage keeps for backward
-        boundary = z.h_in * fb if (p.index > 0 or z.d > 1) else 0.0  # a segment's input
+        # a recomputed segment keeps its input: the previous stage's output (stage 0: the
+        # stored features, already counted)
+        boundary = z.h_in * fb if p.index > 0 else 0.0
         saved = boundary if spec.recompute else own
         # forward (under recompute: again at the start of the stage's backward)
         moments = [(0.0, f) for f in op.forward]

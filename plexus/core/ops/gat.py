@@ -126,8 +126,8 @@ class GAT(Operator):
         # forward: Z with its all-reduced copy, then the per-edge scores and α; then the output
         # (and the averaged heads' sum) beside Z; the dropout hash's chunk
         forward = [(caller + drop + z_all) * fb + 2 * edges * STAT_BYTES + dropout_work(z),
-                   (caller + zz + out_local + mean_sum) * fb + edges * STAT_BYTES
-                   + HASH_BYTES]
+                   (caller + drop + zz + out_local + mean_sum) * fb + edges * (STAT_BYTES + 1)
+                   + min(E, HASH_CHUNK / H) * (3 + 3 * H) * 8]
         # backward: dOUT, dZ, dα (float32) and the sampled product's values
         backward = [(kept_b, (out_local + zz) * fb + edges * STAT_BYTES + 2 * E * STAT_BYTES)]
         if z.needs_dh:
@@ -136,7 +136,9 @@ class GAT(Operator):
         return StageMemory(kept_b, forward, backward, out, weights, optimizer, resident)
 
 
-HASH_BYTES = (1 << 18) * 8 * 8  # the attention-dropout hash's int64 temporaries per chunk
+# The attention-dropout hash runs on chunks of this many edges × heads, with about 3 + 3·heads
+# int64 temporaries per edge (plexus.engine.edges.HASH_CHUNK, plexus.engine.seeding.edge_keep).
+HASH_CHUNK = 1 << 18
 
 
 KIND = ModelKind("gat", ("gat",), "gcn", "GATConv", ("convs.{l}.",),
