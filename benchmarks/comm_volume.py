@@ -152,7 +152,8 @@ def best_3d(g: GraphSize, p: int, search_orders: bool,
             layers: int = LAYERS, hidden: int = HIDDEN) -> tuple[float, tuple[int, int, int], str]:
     """(volume, grid, orders) of the 3D grid (and, if ``search_orders``, per-layer orders) with
     the smallest per-rank volume; bias on, features fixed, as `plexus-train` defaults."""
-    spec = ModelSpec(g.num_nodes, g.nnz, g.features, g.classes, layers, hidden, name=g.name)
+    spec = ModelSpec.of(g.num_nodes, g.nnz, g.features, g.classes, num_layers=layers,
+                        hidden=hidden, name=g.name)
     candidates = list(itertools.product(ORDERS, repeat=layers)) if search_orders \
         else [("agg",) * layers]
     best = None

@@ -45,8 +45,13 @@ def fmt_bytes(b: float) -> str:
 
 def add_training_options(p: Any, epochs: int, perm_help: str = "node permutation") -> None:
     """The model and timing options the grid benchmarks share (argparse parser ``p``)."""
-    p.add_argument("--layers", type=int, default=3, help="GCN layers (default 3)")
-    p.add_argument("--hidden", type=int, default=128, help="hidden width (default 128)")
+    p.add_argument("--model", default="gcn", help="model kind: gcn, sage, gin, gat, mlp "
+                                                    "(default gcn)")
+    p.add_argument("--layers", type=int, default=3, help="GNN layers (default 3)")
+    p.add_argument("--hidden", type=int, default=128, help="hidden width (default 128; GAT: "
+                                                           "per head)")
+    p.add_argument("--heads", type=int, default=1, help="GAT: heads of hidden layers")
+    p.add_argument("--attn-dropout", type=float, default=0.0, help="GAT: attention dropout")
     p.add_argument("--dropout", type=float, default=0.5, help="dropout (default 0.5)")
     p.add_argument("--order", default="agg", help="product order: agg, combine, auto or a list")
     p.add_argument("--backend", default="torch", help="SpMM backend: torch, scipy, torch-sparse")
@@ -64,7 +69,8 @@ def training_config(args: Any, p: Any) -> tuple[Any, Any]:
     from plexus.engine.config import ModelConfig  # noqa: PLC0415
 
     cfg = ModelConfig(num_layers=args.layers, hidden=args.hidden, dropout=args.dropout,
-                      order=args.order)
+                      order=args.order, kind=args.model, heads=args.heads,
+                      attn_dropout=args.attn_dropout)
     try:
         return cfg, engine_config(args.backend, args.engine)
     except ValueError as e:

@@ -8,7 +8,8 @@ Run: ``python benchmarks/model_vs_measured.py [--calibration FILE] [--scale 17]`
    2-rank local world) and its document is saved as ``calibration.json`` under ``--out``.
 2. For every world size G of ``--world-sizes`` (default 4 and 8), every ordered factorization
    X·Y·Z = G (6 grids for G = 4, 10 for G = 8) is measured: R-MAT scale ``--scale`` (default 17,
-   edge factor 16, 128 features, 16 classes), 3-layer GCN, hidden 128, one thread per rank,
+   edge factor 16, 128 features, 16 classes), 3-layer GCN, hidden 128 (``--model``, ``--heads``,
+   ... for another kind), one thread per rank,
    median of ``--epochs`` (default 3, after ``--warmup`` 1) slowest-rank step times.
 3. `plexus.perfmodel.rank_configs` ranks the same grids. The report prints both rankings, the
    Spearman rank correlation, and whether the model's chosen grid (its rank 1) is within 10% of
@@ -112,8 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     bundle = load_bundle(spec, args.root)
     mspec = model_spec(bundle, cfg, args.perm)
     say(f"graph {bundle.describe()}")
-    say(f"model: {args.layers} layers, hidden {args.hidden}, order {args.order}, backend "
-        f"{args.backend}; 1 thread per rank; {args.warmup} warm-up + {args.epochs} timed epochs; "
+    from plexus.core.modelopts import describe_model
+
+    say(f"model: {describe_model(cfg)}, backend {args.backend}; 1 thread per rank; {args.warmup} warm-up + {args.epochs} timed epochs; "
         f"machine {info['cpus']} cpus, load {info['loadavg']}")
     jobs = [Job(g, cfg, engine) for w in worlds for g in factorizations(w)]
     runs = run_by_world(bundle, jobs, RunOptions(args.warmup, args.epochs, 1, args.perm), log=say)

@@ -3,9 +3,13 @@ the serial reference. Each function returns {check name: [failure messages]} for
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import scipy.sparse as sp
 import torch
+import torch.nn.functional as F
 
 from plexus.core.schedule import epoch_collectives, volume_per_axis
 from plexus.engine.comm import Comm
@@ -71,9 +75,18 @@ def build(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
             SerialModel(g, cfg, seed=5, adj_hat=adj_hat), shard)
 
 
-def check_step(grid: Grid, g: Graph, cfg: ModelConfig, perm: str) -> list[str]:
-    """Logits, loss and every gradient of one training step (dropout on, step 3)."""
-    dist_model, serial, shard = build(grid, g, cfg, perm)
+def _buffers(dist_model, serial) -> list[str]:
+    """Every running statistic (BatchNorm's means and variances) of the two models."""
+    want = serial.named_stats()
+    return [m for name, b in dist_model.named_stats().items()
+            for m in _close(f"buffer {name}", dist_model.full_parameter(name, b), want[name])]
+
+
+def check_step(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
+               engine: EngineConfig | None = None) -> list[str]:
+    """Logits, loss and every gradient of one training step (dropout on, step 3), then every
+    running statistic and the evaluation-mode logits (what only evaluation uses)."""
+    dist_model, serial, shard = build(grid, g, cfg, perm, engine)
     dist_model.train()
     serial.train()
     zd, zs = dist_model(step=3), serial(step=3)
@@ -92,6 +105,11 @@ def check_step(grid: Grid, g: Graph, cfg: ModelConfig, perm: str) -> list[str]:
     for name, p in dist_model.named_shards().items():
         # shard_of pads with zeros: padded gradient entries must be exactly zero as well
         fails += _close(f"grad {name}", p.grad, dist_model.shard_of(name, want[name].grad))
+    fails += _buffers(dist_model, serial)
+    with torch.no_grad():
+        zd, zs = dist_model.eval()(), serial.eval()()
+    if c1 > c0:
+        fails += _close("eval logits", zd[real][:, : c1 - c0], zs[rows[real]][:, c0:c1])
     return fails
 
 
@@ -103,6 +121,7 @@ def check_training(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
     tc = TrainConfig(epochs=epochs, eval_every=epochs, weight_decay_scope=decay_scope)
     hd, hs = Trainer(dist_model, tc).fit(), Trainer(serial, tc).fit()
     fails = _close("loss curve", torch.tensor([h.loss for h in hd]), torch.tensor([h.loss for h in hs]))
+    fails += _buffers(dist_model, serial)
     for key in ("train_acc", "val_acc", "test_acc"):
         a, b = getattr(hd[-1], key), getattr(hs[-1], key)
         if abs(a - b) > 1e-9:
@@ -110,23 +129,87 @@ def check_training(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
     return fails
 
 
-def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str) -> list[str]:
-    """The ledger's elements per axis for one training step equal the schedule's volumes
-    (`plexus.core.schedule`, which the performance model prices too)."""
-    model, _, _ = build(grid, g, cfg, perm)
+def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
+                 engine: EngineConfig | None = None) -> list[str]:
+    """The ledger's elements and bytes per axis for one training step equal the schedule's
+    volumes (`plexus.core.schedule`, which the performance model prices too): under a lower
+    precision, the collectives declared float32 (statistics, the loss) must move 4 bytes per
+    element and the rest the compute precision's."""
+    engine = engine or EngineConfig()
+    model, _, _ = build(grid, g, cfg, perm, engine)
     trainer = Trainer(model, TrainConfig(epochs=1, eval_every=0))
     model.comm.ledger.reset()
     trainer.run_epoch()
     got = model.comm.ledger.per_axis("elements")
-    want = volume_per_axis(epoch_collectives(model.plans, grid.shape, model.pad, bias=cfg.bias,
-                                             learnable_features=cfg.learnable_features,
-                                             learnable_eps=cfg.train_eps))
+    schedule = epoch_collectives(model.plans, grid.shape, model.pad,
+                                 learnable_features=cfg.learnable_features)
+    want = volume_per_axis(schedule)
     fails = [f"axis {a}: ledger {got[a]} != formula {want[a]}" for a in "xyz"
              if abs(got[a] - want[a]) > 1e-6 * max(1.0, want[a])]
     bytes_ = model.comm.ledger.per_axis("bytes")
-    fails += [f"axis {a}: bytes {bytes_[a]} != 4 * elements" for a in "xyz"
-              if abs(bytes_[a] - 4 * got[a]) > 1e-6 * max(1.0, got[a])]
+    want_bytes = volume_per_axis(schedule, engine.dtype_bytes)
+    fails += [f"axis {a}: ledger bytes {bytes_[a]} != declared {want_bytes[a]}" for a in "xyz"
+              if abs(bytes_[a] - want_bytes[a]) > 1e-6 * max(1.0, want_bytes[a])]
     return fails
+
+
+def _example(name: str):
+    """A script of examples/ as a module (imported by path: examples/ is not a package)."""
+    path = Path(__file__).resolve().parent.parent / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_custom_layers(grid: Grid, g: Graph, epochs: int = 20) -> list[str]:
+    """examples/custom_layer.py: the user's layers (plexus.nn) on the grid against their own
+    serial version: logits, loss and every gradient of a step with dropout on (features and
+    attention) and the evaluation logits, then ``epochs`` epochs of Adam on both (the loss
+    curve)."""
+    ex = _example("custom_layer")
+    opts = dict(heads=2, dropout=0.5, attn_dropout=0.3, seed=5)
+    net = ex.build(g, grid, hidden=HIDDEN, **opts)
+    params = {k: v.clone().requires_grad_() for k, v in net.full_parameters().items()}
+    mask, labels = torch.from_numpy(g.train_mask), torch.from_numpy(g.labels)
+    rows = net.node_ids
+    real = rows >= 0
+    c0 = net.class_start
+
+    def serial(step, training):
+        return ex.serial_forward(g, params, step=step, training=training, **opts)
+
+    def logits_close(name, zd, zs):
+        c1 = min(c0 + zd.shape[1], g.num_classes)
+        return _close(name, zd[real][:, : c1 - c0], zs[rows[real]][:, c0:c1]) if c1 > c0 else []
+
+    net.train()
+    zd, zs = net(step=3), serial(3, True)
+    ld, ls = net.loss(zd), F.cross_entropy(zs[mask], labels[mask])
+    ld.backward()
+    ls.backward()
+    fails = logits_close("logits", zd, zs) + _close("loss", ld, ls)
+    for name, p in net.named_shards().items():
+        fails += _close(f"grad {name}", p.grad, net.shard_of(name, params[name].grad))
+    with torch.no_grad():
+        fails += logits_close("eval logits", net.eval()(), serial(0, False))
+    net.train()
+    opt_d = torch.optim.Adam(net.parameters(), lr=0.01)
+    opt_s = torch.optim.Adam(params.values(), lr=0.01)
+    curve_d, curve_s = [], []
+    for epoch in range(epochs):
+        for opt in (opt_d, opt_s):
+            opt.zero_grad()
+        ld = net.loss(net(step=epoch))
+        zs = serial(epoch, True)
+        ls = F.cross_entropy(zs[mask], labels[mask])
+        ld.backward()
+        ls.backward()
+        opt_d.step()
+        opt_s.step()
+        curve_d.append(float(ld.detach()))
+        curve_s.append(float(ls.detach()))
+    return fails + _close("loss curve", torch.tensor(curve_d), torch.tensor(curve_s))
 
 
 def check_mixed_layouts(grid: Grid) -> list[str]:
@@ -195,9 +278,18 @@ MODELS = {
     "gin-combine-batchnorm": ModelConfig(3, HIDDEN, 0.5, kind="gin", order="combine",
                                          norm="batch", learnable_features=True),
     "mlp": ModelConfig(2, HIDDEN, 0.5, kind="mlp"),
+    # GAT: 2 heads concatenated, then 4 heads averaged; 4 heads, BatchNorm, then 1 head; attention
+    # dropout on in both (hidden 3·2 and 2·4: no axis divides a head's width)
+    "gat": ModelConfig(3, 3, 0.5, kind="gat", heads=2, out_heads=4, attn_dropout=0.3),
+    "gat-batchnorm": ModelConfig(2, 2, 0.5, kind="gat", heads=4, norm="batch", attn_dropout=0.5,
+                                 learnable_features=True),
 }
+# bf16: the ledger's bytes pin the precision of statistics (BatchNorm's, the attention's)
+BF16_LEDGER = ("gcn-batchnorm", "gat-batchnorm")
 MODEL_CHECKS = [f"{graph}/{name}/{kind}" for graph in ("undirected", "directed")
                 for name in MODELS for kind in ("step", "train")] + [
+    f"{graph}/custom-layers" for graph in ("undirected", "directed")] + [
+    f"directed/{name}/ledger-bf16" for name in BF16_LEDGER] + [
     f"directed/{name}/ledger" for name in MODELS] + [
     "directed/gin-fixed-eps-decay-first/train"]
 
@@ -211,11 +303,15 @@ def run_model_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
         grid = Grid.create(dims)
         tag = "x".join(map(str, dims))
         for gname, g in graphs.items():
+            out[f"{tag}/{gname}/custom-layers"] = check_custom_layers(grid, g)
             for name, cfg in MODELS.items():
                 out[f"{tag}/{gname}/{name}/step"] = check_step(grid, g, cfg, "double")
                 out[f"{tag}/{gname}/{name}/train"] = check_training(grid, g, cfg, "double")
                 if gname == "directed":
                     out[f"{tag}/{gname}/{name}/ledger"] = check_ledger(grid, g, cfg, "double")
+                if gname == "directed" and name in BF16_LEDGER:
+                    out[f"{tag}/{gname}/{name}/ledger-bf16"] = check_ledger(
+                        grid, g, cfg, "double", EngineConfig(dtype="bf16"))
         out[f"{tag}/directed/gin-fixed-eps-decay-first/train"] = check_training(
             grid, graphs["directed"], ModelConfig(2, HIDDEN, 0.5, kind="gin", train_eps=False),
             "single", decay_scope="first")

@@ -161,6 +161,54 @@ def test_gathered_results_equal_the_serial_model_in_original_order(graphs, grid,
         assert own_loss == pytest.approx(float(want), abs=1e-5)
 
 
+def api_traps(grid, graph):
+    """What a PyG user tries: calling the model in training mode without a step, the kind by
+    the command line's name, a misspelt option, an unknown kind."""
+    from plexus.core.model import ModelError
+
+    out = {}
+    model = plexus.distributed_model(graph, grid, "sage", hidden=8, dropout=0.5)
+    out["kind"] = model.config.kind
+    model.train()
+    with torch.no_grad():
+        first, second = model(), model()  # steps 0 and 1 of the internal count
+        out["masks_differ"] = not torch.equal(first, second)
+        out["same_as_explicit"] = (torch.equal(first, model(step=0))
+                                   and torch.equal(second, model(step=1)))
+        out["explicit_moves_count"] = torch.equal(model(), model(step=2))
+        model.eval()
+        out["eval_deterministic"] = torch.equal(model(), model())
+    serial = SerialModel(graph, ModelConfig(kind="sage", hidden=8), seed=0).train()
+    with torch.no_grad():
+        out["serial_masks_differ"] = not torch.equal(serial(), serial())
+    for name, call in (("kind_keyword", lambda: plexus.distributed_model(graph, grid,
+                                                                           kind="sage")),
+                       ("misspelt", lambda: plexus.distributed_model(graph, grid, hiden=8)),
+                       ("unknown_kind", lambda: plexus.distributed_model(graph, grid, "sgae")),
+                       ("bad_value", lambda: plexus.distributed_model(graph, grid, "gat",
+                                                                       heads=0))):
+        try:
+            call()
+            out[name] = None
+        except (TypeError, ModelError) as e:
+            out[name] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def test_a_pyg_user_cannot_fall_into_the_api_traps():
+    got = plexus.launch(api_traps, load_dataset("cora"), grid="1x1x1", timeout_s=120)
+    assert got["kind"] == "sage"
+    assert got["masks_differ"] and got["same_as_explicit"] and got["explicit_moves_count"]
+    assert got["eval_deterministic"] and got["serial_masks_differ"]
+    assert got["kind_keyword"].startswith("TypeError: the model kind is distributed_model("
+                                          "graph, grid, model=...)")
+    assert got["misspelt"].startswith("TypeError: unknown model option 'hiden'; the options "
+                                      "are num_layers, hidden,")
+    assert got["unknown_kind"] == ("ModelError: unknown model kind 'sgae'; use one of gcn, "
+                                   "sage, gin, mlp, gat")
+    assert got["bad_value"] == "ModelError: heads must be an integer >= 1, got 0"
+
+
 def test_init_outside_a_launcher_says_what_to_do(monkeypatch):
     for key in ("RANK", "WORLD_SIZE", "SLURM_PROCID"):
         monkeypatch.delenv(key, raising=False)
@@ -313,8 +361,13 @@ def test_every_recipe_builds_and_an_unknown_option_is_one_clear_error():
     assert built["ogbn-products-sage"].kind == "sage" and built["ogbn-products-sage"].aggregation == "mean"
     assert not any(cfg.input_dropout for cfg in built.values())
     from plexus.api.recipes import Recipe
-    with pytest.raises(RecipeError, match=r"needs model options .*heads=4"):
-        Recipe("gat", "cora", "nowhere", model={"heads": 4}).model_config()
+    gat = built["ogbn-arxiv-gat"]
+    assert (gat.kind, gat.num_layers, gat.hidden, gat.heads, gat.out_heads, gat.norm) == (
+        "gat", 3, 250, 3, 3, "batch")
+    with pytest.raises(RecipeError, match=r"needs model options .*hops=4"):
+        Recipe("sgc", "cora", "nowhere", model={"hops": 4}).model_config()
+    with pytest.raises(RecipeError, match=r"recipe bad: heads is an option of the gat model"):
+        Recipe("bad", "cora", "nowhere", model={"heads": 4}).model_config()
 
 
 def test_summary_json_names_the_files(runs):
@@ -420,12 +473,15 @@ def test_symmetrize_trains_on_the_undirected_graph(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("model", [("--model", "sage", "--norm", "batch"),
                                    ("--model", "gin", "--norm", "batch", "--layers", "3"),
-                                   ("--residual", "--norm", "batch", "--layers", "3")],
-                         ids=["sage-batchnorm", "gin-batchnorm", "gcn-residual-batchnorm"])
+                                   ("--residual", "--norm", "batch", "--layers", "3"),
+                                   ("--model", "gat", "--heads", "2", "--out-heads", "3",
+                                    "--norm", "batch", "--hidden", "5", "--attn-dropout", "0.2")],
+                         ids=["sage-batchnorm", "gin-batchnorm", "gcn-residual-batchnorm",
+                              "gat-batchnorm"])
 def test_every_model_kind_exports_to_its_pyg_stack(model, tmp_path):
-    """--export of SAGE, GIN and GCN with BatchNorm and residual connections loads (strictly)
-    into PyG's stack of SAGEConv / GINConv / GCNConv and BatchNorm1d, whose logits and last
-    hidden output equal the saved ones."""
+    """--export of SAGE, GIN, GAT and GCN with BatchNorm and residual connections loads
+    (strictly) into PyG's stack of SAGEConv / GINConv / GATConv / GCNConv and BatchNorm1d, whose
+    logits and last hidden output equal the saved ones."""
     from plexus.testing.pyg_reference import PygStack
 
     cora = load_dataset("cora")

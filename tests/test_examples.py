@@ -48,6 +48,16 @@ def test_custom_loop_trains_cora_and_writes_its_results(tmp_path):
     np.testing.assert_array_equal(np.load(joined / "pred.npy"), pred)
 
 
+def test_custom_layer_example_trains_cora_and_its_serial_version_agrees(tmp_path):
+    proc = run(str(EXAMPLES / "custom_layer.py"), "--grid", "1x2x1", "--epochs", "40",
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    fields = proc.stdout.split()
+    values = dict(zip(fields[::2], map(float, fields[1::2])))
+    assert values["test_acc"] >= 0.6, proc.stdout  # two message-passing layers learn Cora
+    assert values["serial_test_acc"] == values["test_acc"], proc.stdout
+
+
 def test_ogbn_arxiv_example_on_a_stand_in(tmp_path):
     proc = run(str(EXAMPLES / "ogbn_arxiv.py"), "--stand-in", "--epochs", "30", "--hidden", "16",
                "--grid", "1x2x1", cwd=tmp_path)

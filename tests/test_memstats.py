@@ -3,9 +3,11 @@ keep for backward (dropout nothing, ReLU a bool mask, the GEMM only the operand 
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
-from plexus.engine.layer import relu
+from plexus.engine.primitives import relu
 from plexus.engine.seeding import dropout, dropout_keep
 from plexus.perfmodel import ModelSpec, epoch_memory
 from plexus.runtime.memstats import TensorTracker, peak_rss_bytes, resident_storages
@@ -66,9 +68,9 @@ def test_relu_saves_a_bool_mask_and_matches_torch():
 
 
 def test_memory_model_shares_transposes_only_for_symmetric_graphs():
-    spec = ModelSpec(1 << 16, 2_000_000, 64, 8, num_layers=3, hidden=128)
+    spec = ModelSpec.of(1 << 16, 2_000_000, 64, 8, num_layers=3, hidden=128)
     sym = epoch_memory(spec, (1, 1, 1))
-    directed = epoch_memory(ModelSpec(**{**spec.__dict__, "symmetric": False}), (1, 1, 1))
+    directed = epoch_memory(dataclasses.replace(spec, symmetric=False), (1, 1, 1))
     csr = 2_000_000 * 8 + ((1 << 16) + 1) * 4  # float32 values, 32-bit indices
     assert sym.adjacency == 2 * csr  # Â1 and Â2 (double permutation), each the other's Âᵀ
     assert directed.adjacency == 4 * csr  # plus both transposes

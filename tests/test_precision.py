@@ -224,8 +224,8 @@ def test_bf16_cora_accuracy_equals_fp32(capsys):
 def test_memory_model_prices_activations_in_the_compute_precision():
     spec = dict(num_nodes=1 << 16, nnz=2_000_000, num_features=128, num_classes=16,
                 num_layers=3, hidden=256)
-    fp32 = epoch_memory(ModelSpec(**spec), (1, 1, 1))
-    bf16 = epoch_memory(ModelSpec(**spec, dtype_bytes=2), (1, 1, 1))
+    fp32 = epoch_memory(ModelSpec.of(**spec), (1, 1, 1))
+    bf16 = epoch_memory(ModelSpec.of(**spec, dtype_bytes=2), (1, 1, 1))
     assert bf16.activations + bf16.workspace < 0.6 * (fp32.activations + fp32.workspace)
     assert bf16.adjacency < fp32.adjacency and bf16.features < fp32.features
     assert bf16.optimizer == fp32.optimizer  # Adam's moments stay float32

@@ -1,6 +1,7 @@
 """Each serial reference model equals PyG's layers of the same name with the same weights copied
-in: GCNConv (with BatchNorm1d and residual connections), SAGEConv, GINConv and Linear stacks, on an
-undirected and a directed graph, to 1e-5 on the logits and on every gradient.
+in: GCNConv (with BatchNorm1d and residual connections), SAGEConv, GINConv, GATConv (1, 2, 3 and
+4 heads, concatenated and averaged) and Linear stacks, on an undirected and a directed graph, to
+1e-5 on the logits, every gradient, every running statistic and the evaluation-mode logits.
 
 The PyG stacks (`plexus.testing.pyg_reference`) are built from PyG's public modules,
 independently of Plexus's exporter, so the two sides meet only through the weights.
@@ -14,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from engine_checks import directed_toy_graph, toy_graph
+from plexus.core.ops import split_name
 from plexus.engine.config import ModelConfig
 from plexus.engine.serial import SerialModel
 
@@ -30,6 +32,9 @@ CONFIGS = {
     "gin": ModelConfig(2, HIDDEN, 0.0, kind="gin"),
     "gin-batchnorm": ModelConfig(3, HIDDEN, 0.0, kind="gin", norm="batch"),
     "mlp": ModelConfig(3, HIDDEN, 0.0, kind="mlp"),
+    "gat": ModelConfig(3, 4, 0.0, kind="gat", heads=2, out_heads=3, negative_slope=0.1),
+    "gat-batchnorm-1head": ModelConfig(2, HIDDEN, 0.0, kind="gat", norm="batch"),
+    "gat-4heads-nobias": ModelConfig(2, 3, 0.0, kind="gat", heads=4, out_heads=2, bias=False),
 }
 
 
@@ -63,6 +68,11 @@ def test_serial_equals_pyg(name, directed):
         got = serial.params[s].grad
         want = target.grad.T if s[0] == "W" else target.grad.reshape(got.shape)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"gradient of {s}")
-    for s in [k for k in serial.named_stats() if k.startswith("mean")]:  # running statistics
-        bn = stack.bns[serial.plans[int(s[4:])].layer]
-        torch.testing.assert_close(serial.named_stats()[s], bn.running_mean)
+    for name, value in serial.named_stats().items():  # running means and (unbiased) variances
+        kind, s = split_name(name)
+        bn = stack.bns[serial.plans[s].layer]
+        want = bn.running_mean if kind == "mean" else bn.running_var
+        torch.testing.assert_close(value, want, rtol=1e-5, atol=1e-6, msg=f"buffer {name}")
+    with torch.no_grad():  # evaluation: running statistics, no dropout
+        torch.testing.assert_close(serial.eval()(), stack.eval()(x, edge_index), rtol=1e-5,
+                                   atol=1e-5)

@@ -35,6 +35,7 @@ CHEAP = [
     "shards/rmat14",
     "./run plexus-model --help",
     "./run plexus-model --world-size 8 --dataset cora",
+    "./run plexus-model --world-size 8 --dataset cora --model gat --heads 8 --hidden 8 --dtype bf16",
     "./run train --grid 1x1x1 --epochs 5 --checkpoint ck-requeue/ --resume auto",
     "./run train --grid 1x1x1 --epochs 10 --checkpoint ck-requeue/ --resume auto",
     "./run train --grid 1x1x1 --epochs 5 --log-csv epochs.csv --tensorboard tb/",

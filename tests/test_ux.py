@@ -25,28 +25,34 @@ def test_plexus_model_and_plexus_train_share_model_options_and_defaults():
     from plexus.perfmodel.cli import _model_parser
 
     train, model = _model_actions(train_parser()), _model_actions(_model_parser())
-    shared = {"layers", "hidden", "dropout", "bias", "order", "learnable_features"}
-    assert set(model) == shared and {k: train[k] for k in shared} == model
-    # plexus-train adds the model kind and its options (the performance model prices a GCN)
-    assert set(train) - shared == {"model", "norm", "residual", "input_dropout", "train_eps"}
-    # the defaults are the engine's ModelConfig defaults
-    ref = ModelConfig()
+    # every model option, the kind's included (the performance model prices every kind)
+    assert train == model
+    assert {modelopts.flag(f) for f in ModelConfig.field_names()} == {
+        flags[0] for flags, _ in model.values()}
+    # the defaults are ModelConfig's: the options without any flag give the default model
     args = train_parser().parse_args(["--grid", "1x1x1"])
-    assert modelopts.resolve_layers(args.layers) == ref.num_layers
-    assert modelopts.resolve_order(args.order) == ref.order
-    assert (args.hidden, args.dropout, args.bias, args.learnable_features) == (
-        ref.hidden, ref.dropout, ref.bias, ref.learnable_features)
+    assert modelopts.model_config(args) == ModelConfig()
+    # and both tools take --dtype and --recompute
+    from plexus.perfmodel.cli import _model_parser as mp
+
+    ranked = mp().parse_args(["-G", "2", "--dtype", "bf16", "--recompute"])
+    assert (ranked.dtype, ranked.recompute) == ("bf16", True)
 
 
 def test_plexus_model_says_which_model_it_used(capsys):
     assert model_main(["-G", "2", "--dataset", "cora", "--top", "1"]) == 0
     out = capsys.readouterr().out
     assert "layers=2 hidden=16 order=agg bias=yes" in out
-    assert "model: 2 layers, hidden 16, order agg, bias" in out
+    assert "model: gcn, 2 layers, hidden 16, order agg, bias" in out
     assert model_main(["-G", "2", "--dataset", "cora", "--top", "1", "--layers", "3",
                        "--hidden", "128", "--no-bias", "--learnable-features"]) == 0
-    assert ("model: 3 layers, hidden 128, order agg, no bias, learnable features"
+    assert ("model: gcn, 3 layers, hidden 128, order agg, no bias, learnable features"
             in capsys.readouterr().out)
+    assert model_main(["-G", "2", "--dataset", "cora", "--top", "1", "--model", "gat",
+                       "--heads", "8", "--norm", "batch", "--dtype", "bf16",
+                       "--recompute"]) == 0
+    assert ("model: gat, 2 layers, hidden 16, heads 8/1, order agg, bias, norm batch, bf16, "
+            "recompute" in capsys.readouterr().out)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -101,8 +107,8 @@ def test_grid_auto_names_its_choice_the_runner_up_and_their_figures(capsys):
     opts = build_options(train_parser().parse_args(["--grid", "auto", "--world-size", "4"]), None)
     line = capsys.readouterr().out.strip()
     g = load_dataset("cora")
-    ranked = rank_configs(4, ModelSpec.from_config(g.num_nodes, gcn_nnz(g), g.num_features,
-                                                   g.num_classes, ModelConfig(), name=g.name))
+    ranked = rank_configs(4, ModelSpec(g.num_nodes, gcn_nnz(g), g.num_features,
+                                       g.num_classes, ModelConfig(), name=g.name))
     best, second = ranked[0], ranked[1]
     assert opts.grid == GridShape.of(best.grid)
     assert line == (
@@ -236,7 +242,7 @@ def test_help_texts_name_the_new_options(capsys):
         _model_parser().parse_args(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--layers L GNN layers (default 2)" in text
-    assert "--hidden H hidden width (default 16)" in text
+    assert "--hidden H hidden width (default 16; GAT: per head)" in text
     assert "best (the model's choice per grid)" in text
 
 

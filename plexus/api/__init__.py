@@ -8,7 +8,7 @@ predictions and embeddings gathered on rank 0 in the original node order), `expo
 It sits at the application level, beside `plexus.train`, which uses it for its results.
 """
 
-from .export import PYG_NAMES, export_payload, full_weights, pyg_state_dict, save_weights
+from .export import export_payload, full_weights, pyg_names, pyg_state_dict, save_weights
 from .model import GraphModel, cut_shard, distributed_model, model_from_shard
 from .recipes import RECIPES, Recipe, RecipeError
 from .results import gather_embeddings, gather_logits, gather_outputs, gather_predictions
@@ -17,6 +17,6 @@ from .session import init, launch
 __all__ = [
     "GraphModel", "cut_shard", "distributed_model", "model_from_shard",
     "gather_embeddings", "gather_logits", "gather_outputs", "gather_predictions",
-    "PYG_NAMES", "export_payload", "full_weights", "pyg_state_dict", "save_weights",
+    "pyg_names", "export_payload", "full_weights", "pyg_state_dict", "save_weights",
     "RECIPES", "Recipe", "RecipeError", "init", "launch",
 ]

@@ -2,16 +2,18 @@
 model loads them for inference without Plexus.
 
 The PyG model is a ``torch.nn.Module`` with a ``ModuleList`` ``convs`` of the kind's layer
-(GCNConv, SAGEConv, GINConv with ``Sequential(Linear, ReLU, Linear)``, or Linear for the MLP) and,
-with BatchNorm, a ``ModuleList`` ``bns`` of BatchNorm1d, applied as conv → (+ input, residual) →
-bn → ReLU for every layer but the last (`plexus.testing.pyg_reference.PygStack` is that model).
-`PYG_NAMES` is the one table of names: per model kind, (engine parameter kind, stage within the
-layer) → (PyG name template, transform); ``{l}`` is the GNN layer. BatchNorm's entries are shared
-by all kinds (`NORM_NAMES`).
+(GCNConv, SAGEConv, GINConv with ``Sequential(Linear, ReLU, Linear)``, GATConv, or Linear for
+the MLP) and, with BatchNorm, a ``ModuleList`` ``bns`` of BatchNorm1d, applied as conv → (+
+input, residual) → bn → ReLU for every layer but the last
+(`plexus.testing.pyg_reference.PygStack` is that model). The names come from the operators'
+declarations (`plexus.core.ops`): each parameter's name under its PyG module, the module's
+prefix per stage of a layer from the model kind (``convs.{l}.``, GIN's second stage
+``convs.{l}.nn.2.``), BatchNorm's under ``bns.{l}.``; `pyg_names` lists them.
 
 The file (``torch.save``; loads with ``torch.load(weights_only=True)``) holds: ``format``,
 ``kind``, ``state_dict`` (PyG names), ``config`` (the `ModelConfig` as a dict), ``pyg`` (how to
-build the PyG model: class, widths, options), and ``features`` when they were trained.
+build the PyG model: class, widths, options, each layer's keyword arguments), and ``features``
+when they were trained.
 """
 
 from __future__ import annotations
@@ -19,94 +21,94 @@ from __future__ import annotations
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
 
 import torch
 
 from plexus.core.atomic import atomic_file
-from plexus.engine.config import ModelConfig
-from plexus.engine.seeding import split_name
+from plexus.core.model import ModelConfig
+from plexus.core.ops import KINDS, NORM_OP, OPERATORS, Param
 
 from .model import GraphModel
 
 FORMAT = "plexus-weights/1"
+NORM_PREFIX = "bns.{l}."  # BatchNorm1d after a layer, whatever the kind
 
-Transform = Callable[[torch.Tensor], torch.Tensor]
 
-
-def _same(t: torch.Tensor) -> torch.Tensor:
+def _to_pyg(decl: Param, tensor: torch.Tensor) -> torch.Tensor:
+    """Our tensor in PyG's layout: W is [in, out] (H·W), torch.nn.Linear stores [out, in];
+    attention vectors are (1, heads, width)."""
+    t = tensor.detach().cpu()
+    if decl.transform == "T":
+        return t.T.contiguous()
+    if decl.transform == "heads":
+        return t.reshape(1, decl.heads, -1).contiguous()
     return t.contiguous()
 
 
-def _transposed(t: torch.Tensor) -> torch.Tensor:
-    # our W is [in, out] (H·W); torch.nn.Linear stores [out, in]
-    return t.T.contiguous()
+def _declared(config: ModelConfig, num_features: int, num_classes: int, extras: bool = False
+              ) -> list[tuple[str, str, Param]]:
+    """(engine name, PyG name, declaration) of every parameter and statistic; with ``extras``
+    what PyG's modules hold and Plexus does not (`plexus.core.ops.Operator.pyg_extras`)."""
+    kind = KINDS[config.kind]
+    widths = config.widths(num_features, num_classes)
+    out = []
+    for p in config.plans(num_features, num_classes):
+        d_in, d_out = widths[p.index], widths[p.index + 1]
+        prefix = kind.pyg_prefixes[p.index % config.stages_per_layer].format(l=p.layer)
+        op = OPERATORS[p.op]
+        decls = op.pyg_extras(p, d_in, d_out, config.bias) if extras else op.params(p, d_in, d_out)
+        out += [(decl.name(p.index), prefix + decl.pyg, decl) for decl in decls]
+        if p.norm and not extras:
+            out += [(decl.name(p.index), NORM_PREFIX.format(l=p.layer) + decl.pyg, decl)
+                    for decl in OPERATORS[NORM_OP].params(p, d_in, d_out)]
+    return out
 
 
-#: model kind -> {(engine parameter kind, stage within the layer): (PyG name, transform)}
-PYG_NAMES: dict[str, dict[tuple[str, int], tuple[str, Transform]]] = {
-    "gcn": {("W", 0): ("convs.{l}.lin.weight", _transposed),  # GCNConv
-            ("b", 0): ("convs.{l}.bias", _same)},
-    "sage": {("W", 0): ("convs.{l}.lin_l.weight", _transposed),  # SAGEConv(aggr="mean")
-             ("b", 0): ("convs.{l}.lin_l.bias", _same),
-             ("Wr", 0): ("convs.{l}.lin_r.weight", _transposed)},
-    "gin": {("W", 0): ("convs.{l}.nn.0.weight", _transposed),  # GINConv(Linear, ReLU, Linear)
-            ("b", 0): ("convs.{l}.nn.0.bias", _same),
-            ("W", 1): ("convs.{l}.nn.2.weight", _transposed),
-            ("b", 1): ("convs.{l}.nn.2.bias", _same),
-            ("eps", 0): ("convs.{l}.eps", _same)},
-    "mlp": {("W", 0): ("convs.{l}.weight", _transposed),  # Linear
-            ("b", 0): ("convs.{l}.bias", _same)},
-}
-#: BatchNorm1d after a layer, whatever the kind
-NORM_NAMES = {"gamma": "bns.{l}.weight", "beta": "bns.{l}.bias", "mean": "bns.{l}.running_mean",
-              "var": "bns.{l}.running_var"}
-
-#: model kind -> the PyG layer class its stack is made of
-PYG_CLASSES = {"gcn": "GCNConv", "sage": "SAGEConv", "gin": "GINConv", "mlp": "Linear"}
-
-
-def model_kind(config: ModelConfig) -> str:
-    """The model kind of ``config``."""
-    return config.kind
+def pyg_names(config: ModelConfig, num_features: int, num_classes: int) -> dict[str, str]:
+    """Engine name ("W0", "att_src1", "mean0", ...) -> PyG name of every parameter and running
+    statistic of the model."""
+    return {name: pyg for name, pyg, _ in _declared(config, num_features, num_classes)}
 
 
 def pyg_state_dict(full: dict[str, torch.Tensor], config: ModelConfig, num_features: int,
                    num_classes: int, epochs: int = 0) -> dict[str, torch.Tensor]:
-    """Rename (and transpose where PyG's layout differs) full engine tensors to PyG names.
-    ``features`` (trained input features) is not a PyG parameter and is left out. What PyG's
-    modules hold and Plexus does not is filled in: the bias of a layer before a BatchNorm (zero:
-    β is the bias there), GIN's fixed ε (zero) and BatchNorm's ``num_batches_tracked``
-    (``epochs``). Raises ValueError for a name the table does not cover."""
-    kind = model_kind(config)
-    rules = PYG_NAMES[kind]
-    plans = config.plans(num_features, num_classes)
-    widths = config.widths(num_features, num_classes)
-    step = config.stages_per_layer
+    """Rename (and transpose or reshape where PyG's layout differs) full engine tensors to PyG
+    names. ``features`` (trained input features) is not a PyG parameter and is left out. What
+    PyG's modules hold and Plexus does not is filled in with its initial value: the bias of a
+    layer before a BatchNorm (zero: β is the bias there), GIN's fixed ε (zero) and BatchNorm's
+    ``num_batches_tracked`` (``epochs``). Raises ValueError for a tensor the declarations do not
+    name."""
+    declared = {name: (pyg, decl) for name, pyg, decl in
+                _declared(config, num_features, num_classes)}
     out = {}
     for name, tensor in full.items():
         if name == "features":
             continue
-        what, s = split_name(name)
-        l = plans[s].layer
-        if what in NORM_NAMES:
-            out[NORM_NAMES[what].format(l=l)] = tensor.detach().cpu().contiguous()
-            continue
-        if (what, s % step) not in rules:
-            raise ValueError(f"parameter {name!r} of a {kind} model has no PyG name; add it to "
-                             "plexus.api.export.PYG_NAMES")
-        template, transform = rules[(what, s % step)]
-        out[template.format(l=l)] = transform(tensor.detach().cpu())
-    for p in plans:  # what PyG's modules hold beyond Plexus's parameters
-        k, l = p.index % step, p.layer
-        bias = rules.get(("b", k))
-        if config.bias and bias and bias[0].format(l=l) not in out:
-            out[bias[0].format(l=l)] = torch.zeros(widths[p.index + 1])
-        eps = rules.get(("eps", k))
-        if p.root == "gin" and eps and eps[0].format(l=l) not in out:
-            out[eps[0].format(l=l)] = torch.zeros(1)
+        if name not in declared:
+            raise ValueError(f"parameter {name!r} of a {config.kind} model has no PyG name; "
+                             "its operator's declaration (plexus.core.ops) must list it")
+        pyg, decl = declared[name]
+        out[pyg] = _to_pyg(decl, tensor)
+    for _, pyg, decl in _declared(config, num_features, num_classes, extras=True):
+        out.setdefault(pyg, torch.zeros(decl.shape) if decl.init == "zeros"
+                       else torch.ones(decl.shape))
+    for p in config.plans(num_features, num_classes):
         if p.norm:
-            out[f"bns.{l}.num_batches_tracked"] = torch.tensor(epochs, dtype=torch.long)
+            out[NORM_PREFIX.format(l=p.layer) + "num_batches_tracked"] = torch.tensor(
+                epochs, dtype=torch.long)
+    return out
+
+
+def pyg_layers(config: ModelConfig, num_features: int, num_classes: int) -> list[dict]:
+    """Each layer's PyG constructor arguments: ``in_channels``, ``out_channels`` (per head for
+    GAT) and the kind's own (`plexus.core.ops.base.ModelKind.pyg_kwargs`)."""
+    kind, widths = KINDS[config.kind], config.layer_widths(num_features, num_classes)
+    out = []
+    for l in range(config.num_layers):
+        kwargs = kind.pyg_kwargs(config, l, widths[l], widths[l + 1])
+        heads = kwargs.get("heads", 1)
+        per = widths[l + 1] // heads if kwargs.get("concat", True) else widths[l + 1]
+        out.append({"in_channels": widths[l], "out_channels": per, **kwargs})
     return out
 
 
@@ -120,18 +122,19 @@ def full_weights(model: GraphModel) -> dict[str, torch.Tensor]:
 def export_payload(full: dict[str, torch.Tensor], config: ModelConfig, num_features: int,
                    num_classes: int, extra: dict | None = None) -> dict:
     """What `save_weights` writes for the full engine tensors ``full``."""
-    kind = model_kind(config)
+    kind = config.kind
     epochs = int((extra or {}).get("epoch") or 0)
     payload = {
         "format": FORMAT, "kind": kind,
         "state_dict": pyg_state_dict(full, config, num_features, num_classes, epochs),
         "config": asdict(config),
-        "pyg": {"class": PYG_CLASSES[kind], "num_layers": config.num_layers,
+        "pyg": {"class": KINDS[kind].pyg_class, "num_layers": config.num_layers,
                 "in_channels": num_features, "hidden_channels": config.hidden,
                 "out_channels": num_classes, "bias": config.bias,
                 "widths": config.layer_widths(num_features, num_classes),
                 "norm": "BatchNorm1d" if config.norm == "batch" else None,
                 "residual": config.residual, "train_eps": config.train_eps,
+                "layers": pyg_layers(config, num_features, num_classes),
                 "activation": "relu", "container": "convs"},
         **(extra or {}),
     }

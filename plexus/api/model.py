@@ -145,19 +145,30 @@ def model_from_shard(grid: Grid, shard: RankShard, model: ModelConfig, seed: int
     return GraphModel(build_model(grid, shard, model, seed, engine), shard)
 
 
-def distributed_model(graph: Graph, grid: Grid, model: ModelConfig | None = None, *,
+def distributed_model(graph: Graph, grid: Grid, model: ModelConfig | str | None = None, *,
                       seed: int = 0, perm: str = DEFAULT_PERMUTATION,
                       engine: EngineConfig | None = None, **options: Any) -> GraphModel:
     """This rank's part of a GNN on ``graph`` over ``grid`` (call it on every rank).
 
-    ``model`` is a `ModelConfig`, or give its fields as keywords (``num_layers=2, hidden=16,
-    dropout=0.5, ...``). ``seed`` fixes the weights and dropout masks (the same on every grid),
-    ``perm`` the load-balancing node permutation (results do not depend on it).
+    ``model`` is a `ModelConfig`, or the model kind by the name ``plexus-train --model`` takes
+    ("gcn", "sage", "gin", "gat", "mlp"; default "gcn") with the other fields as keywords
+    (``num_layers=2, hidden=16, dropout=0.5, heads=4, ...``). ``seed`` fixes the weights and
+    dropout masks (the same on every grid), ``perm`` the load-balancing node permutation
+    (results do not depend on it). A keyword that is no model option is a TypeError, a value
+    the model refuses a `plexus.core.model.ModelError` (a ValueError), each naming what to use.
     """
-    if model is None:
-        model = ModelConfig(**options)
-    elif options:
-        raise TypeError("give either a ModelConfig or its fields as keywords, not both")
+    if isinstance(model, ModelConfig):
+        if options:
+            raise TypeError("give either a ModelConfig or the model's options as keywords, "
+                            f"not both (got {', '.join(sorted(options))})")
+    elif model is None or isinstance(model, str):
+        if "kind" in options:
+            raise TypeError("the model kind is distributed_model(graph, grid, model=...), as "
+                            "plexus-train --model; not kind=")
+        model = ModelConfig.from_options(kind=model or "gcn", **options)
+    else:
+        raise TypeError(f"model must be a ModelConfig or a model kind's name, got "
+                        f"{type(model).__name__}")
     if isinstance(graph, Graph):
         graph.validate()  # what the loaders promise of their graphs, for one built by hand too
     shard = cut_shard(graph, grid.shape, grid.coords, model, perm, seed)

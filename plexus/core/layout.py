@@ -27,7 +27,6 @@ ORDERS = ("agg", "combine")  # the product orders of a graph convolution
 # blocks of real graphs (plexus.partitioners.permutations)
 DEFAULT_PERMUTATION = "double"
 STAGE_ORDERS = ORDERS + ("dense",)
-ROOTS = ("none", "sage", "gin", "res")
 
 
 @dataclass(frozen=True)
@@ -40,9 +39,12 @@ class LayerPlan:
     the column order of Â_adj. Every matrix is described by the axis cutting its rows and its
     columns.
 
-    ``root`` is the term a convolution adds for each node's own features: "sage" (H·Wr, a second
-    weight), "gin" ((1+ε)·H before the weight), "res" (a residual H) or "none". ``norm`` says a
-    BatchNorm follows the stage; ``layer`` is the GNN layer the stage belongs to.
+    The rest is the model's, filled in by `plexus.core.model.ModelConfig.plans` (a plan from
+    `layer_plans` alone describes the layout only): ``op`` names the stage's operator
+    (`plexus.core.ops.OPERATORS`), ``layer`` the GNN layer it belongs to, ``norm`` says a
+    BatchNorm follows it, ``bias`` that it adds one, ``residual`` that a GCN stage adds its
+    input, ``learnable_eps`` that a GIN stage trains ε, ``heads`` and ``concat`` a GAT stage's
+    attention heads and whether they are concatenated (else averaged).
     """
 
     index: int
@@ -52,8 +54,13 @@ class LayerPlan:
     depth: str
     adj: int = 1
     layer: int = 0
-    root: str = "none"
+    op: str = ""
     norm: bool = False
+    bias: bool = True
+    residual: bool = False
+    learnable_eps: bool = False
+    heads: int = 1
+    concat: bool = True
 
     @property
     def dense(self) -> bool:
@@ -100,29 +107,22 @@ class LayerPlan:
         return (self.out_rows, self.out_cols, self.out_replicated)
 
 
-def layer_plans(num_layers: int, orders: Sequence[str] | str = "agg", *,
-                roots: Sequence[str] | None = None, norms: Sequence[bool] | None = None,
-                layers: Sequence[int] | None = None) -> list[LayerPlan]:
-    """The roles of every stage, given each stage's order ("agg", "combine" or "dense") and,
-    for a model, each stage's root term, BatchNorm and GNN layer (default: none, none, the
-    stage's index)."""
+def layer_plans(num_layers: int, orders: Sequence[str] | str = "agg") -> list[LayerPlan]:
+    """The roles of every stage, given each stage's order ("agg", "combine" or "dense"): the
+    layout alone (a model's plans, with their operators, come from
+    `plexus.core.model.ModelConfig.plans`)."""
     if num_layers < 1:
         raise ValueError(f"num_layers must be >= 1, got {num_layers}")
     if isinstance(orders, str):
         orders = [orders] * num_layers
     if len(orders) != num_layers:
         raise ValueError(f"need one order per layer ({num_layers}), got {len(orders)}")
-    roots = roots or ["none"] * num_layers
-    norms = norms or [False] * num_layers
-    layers = layers or list(range(num_layers))
     plans, roles, adj = [], ("x", "y", "z"), 1
     for index, order in enumerate(orders):
         if order not in STAGE_ORDERS:
             raise ValueError(f"unknown layer order {order!r}; use one of {STAGE_ORDERS}")
-        if roots[index] not in ROOTS or (order == "dense" and roots[index] != "none"):
-            raise ValueError(f"stage {index}: root term {roots[index]!r} does not apply")
-        plan = LayerPlan(index, order, *roles, adj=adj, layer=layers[index], root=roots[index],
-                         norm=bool(norms[index]))
+        plan = LayerPlan(index, order, *roles, adj=adj, layer=index,
+                         op="dense" if order == "dense" else "gcn")
         plans.append(plan)
         roles = plan.next_roles()
         if not plan.dense:

@@ -1,23 +1,36 @@
-"""The GCN's command-line options, shared by every tool that describes a model.
+"""The model's command-line options, shared by every tool that describes a model.
 
-``plexus-train`` and ``plexus-model`` take the same model options with the same defaults (Kipf &
-Welling's GCN), so a grid ranked by ``plexus-model`` is the one ``plexus-train`` would run with
-the same flags. The defaults equal `plexus.engine.config.ModelConfig`'s (a test checks it); this
-module stays plain argparse because `plexus.core` imports nothing of the project.
+``plexus-train`` and ``plexus-model`` take the same model options with the same defaults (those
+of `plexus.core.model.ModelConfig`, Kipf & Welling's GCN), so a grid ranked by ``plexus-model``
+is the one ``plexus-train`` would run with the same flags. `model_config` is the one place that
+turns them into a `ModelConfig`; its errors name the flag. Plain argparse: `plexus.core` imports
+nothing of the project beyond itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import dataclass
 
 from .cli import UsageError
+from .model import DTYPES, ModelConfig, ModelError
+from .ops import KINDS, NORMS
 
-DEFAULT_LAYERS = 2
-DEFAULT_HIDDEN = 16
-DEFAULT_DROPOUT = 0.5
-DEFAULT_BIAS = True
-DEFAULT_ORDER = "agg"
+_DEFAULT = ModelConfig()
+DEFAULT_LAYERS = _DEFAULT.num_layers
+DEFAULT_HIDDEN = _DEFAULT.hidden
+DEFAULT_DROPOUT = _DEFAULT.dropout
+DEFAULT_BIAS = _DEFAULT.bias
+DEFAULT_ORDER = _DEFAULT.order
+
+# ModelConfig field -> its flag (the rest are the field's name with dashes)
+_FLAGS = {"num_layers": "--layers", "kind": "--model"}
+
+
+def flag(field: str) -> str:
+    """The command-line flag of a `ModelConfig` field."""
+    return _FLAGS.get(field, "--" + field.replace("_", "-"))
 
 
 @dataclass(frozen=True)
@@ -31,15 +44,19 @@ class ModelOptionsText:
 
 def add_model_options(parser: argparse.ArgumentParser,
                       text: ModelOptionsText = ModelOptionsText()) -> argparse._ArgumentGroup:
-    """Add ``--layers --hidden --dropout --bias/--no-bias --order --learnable-features`` in a
-    "model" group. ``--layers`` and ``--order`` default to None (the caller resolves them with
-    `resolve_layers`/`resolve_order`, so another source can fill them first). Returns the group
-    (plexus-train adds the model kind and its options to it)."""
+    """Add every model option in a "model" group: ``--model --layers --hidden --dropout
+    --bias/--no-bias --order --learnable-features --norm --residual --input-dropout
+    --train-eps --heads --out-heads --attn-dropout --negative-slope``. ``--layers`` and
+    ``--order`` default to None (the caller resolves them with `resolve_layers`/`resolve_order`,
+    so another source can fill them first). Returns the group."""
     g = parser.add_argument_group("model")
+    kinds = "; ".join(f"{k.name} ({k.description})" for k in KINDS.values())
+    g.add_argument("--model", choices=tuple(KINDS), default=_DEFAULT.kind,
+                   help=f"the layer kind (default {_DEFAULT.kind}): {kinds}")
     g.add_argument("--layers", type=int, default=None, metavar="L",
                    help=f"GNN layers (default {DEFAULT_LAYERS}{text.store_note})")
     g.add_argument("--hidden", type=int, default=DEFAULT_HIDDEN, metavar="H",
-                   help=f"hidden width (default {DEFAULT_HIDDEN})")
+                   help=f"hidden width (default {DEFAULT_HIDDEN}; GAT: per head)")
     g.add_argument("--dropout", type=float, default=DEFAULT_DROPOUT, metavar="P",
                    help=f"dropout on each layer's input (default {DEFAULT_DROPOUT})")
     g.add_argument("--bias", action=argparse.BooleanOptionalAction, default=DEFAULT_BIAS,
@@ -48,10 +65,44 @@ def add_model_options(parser: argparse.ArgumentParser,
                    help="product order per layer: agg ((Â·H)·W, the paper's), combine "
                         f"(Â·(H·W)), auto (combine on narrowing layers){text.extra_orders}, or "
                         "a comma-separated list, one per layer (default "
-                        f"{DEFAULT_ORDER}{text.store_note})")
+                        f"{DEFAULT_ORDER}{text.store_note}); GAT layers always combine first")
     g.add_argument("--learnable-features", action="store_true",
                    help="train the input features too")
+    g.add_argument("--norm", choices=NORMS, default=_DEFAULT.norm,
+                   help="batch: BatchNorm after every layer but the last (statistics over "
+                        "all nodes; that layer then has no bias); default none")
+    g.add_argument("--residual", action="store_true",
+                   help="GCN only: add each layer's input to its output where the widths "
+                        "agree")
+    g.add_argument("--input-dropout", action=argparse.BooleanOptionalAction,
+                   default=_DEFAULT.input_dropout,
+                   help="dropout on the input features too, not only on hidden layers "
+                        "(default on, as Kipf & Welling; OGB's examples: off)")
+    g.add_argument("--train-eps", action=argparse.BooleanOptionalAction,
+                   default=_DEFAULT.train_eps, help="GIN: learn ε (default on)")
+    g.add_argument("--heads", type=int, default=_DEFAULT.heads, metavar="K",
+                   help="GAT: attention heads of the hidden layers, concatenated (default "
+                        f"{_DEFAULT.heads}; --hidden 64 --heads 4 is GATConv(in, 64, heads=4))")
+    g.add_argument("--out-heads", type=int, default=_DEFAULT.out_heads, metavar="K",
+                   help=f"GAT: heads of the last layer, averaged (default {_DEFAULT.out_heads})")
+    g.add_argument("--attn-dropout", type=float, default=_DEFAULT.attn_dropout, metavar="P",
+                   help="GAT: dropout on the attention coefficients (default "
+                        f"{_DEFAULT.attn_dropout})")
+    g.add_argument("--negative-slope", type=float, default=_DEFAULT.negative_slope,
+                   metavar="S", help="GAT: LeakyReLU's slope in the scores (default "
+                                     f"{_DEFAULT.negative_slope})")
     return g
+
+
+def add_precision_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--dtype`` and ``--recompute``: how the engine holds the model (both tools)."""
+    parser.add_argument("--dtype", choices=DTYPES, default="fp32",
+                        help="activations and communication in this precision; weights, loss "
+                             "and optimizer stay fp32 (default fp32)")
+    parser.add_argument("--recompute", action="store_true",
+                        help="recompute each layer's activations in backward instead of "
+                             "keeping them (saves what a layer keeps beyond its input: "
+                             "BatchNorm's, GIN's and GAT's)")
 
 
 def check_model_options(args: argparse.Namespace) -> None:
@@ -60,8 +111,13 @@ def check_model_options(args: argparse.Namespace) -> None:
         raise UsageError(f"--layers must be >= 1, got {args.layers}")
     if args.hidden < 1:
         raise UsageError(f"--hidden must be >= 1, got {args.hidden}")
-    if not 0.0 <= args.dropout < 1.0:
-        raise UsageError(f"--dropout must be in [0, 1), got {args.dropout}")
+    for name in ("dropout", "attn_dropout"):
+        value = getattr(args, name, 0.0)
+        if not 0.0 <= value < 1.0:
+            raise UsageError(f"{flag(name)} must be in [0, 1), got {value}")
+    for name in ("heads", "out_heads"):
+        if getattr(args, name, 1) < 1:
+            raise UsageError(f"{flag(name)} must be >= 1, got {getattr(args, name)}")
 
 
 def resolve_layers(value: int | None) -> int:
@@ -74,11 +130,33 @@ def resolve_order(value: str | None) -> str:
     return DEFAULT_ORDER if value is None else value
 
 
-def describe_model(layers: int, hidden: int, order: str, bias: bool,
-                   learnable_features: bool) -> str:
-    """One line naming the model, e.g. ``2 layers, hidden 16, order agg, bias``."""
-    parts = [f"{layers} layer{'s' if layers != 1 else ''}", f"hidden {hidden}", f"order {order}",
-             "bias" if bias else "no bias"]
-    if learnable_features:
+def model_config(args: argparse.Namespace, **overrides: object) -> ModelConfig:
+    """The `ModelConfig` of the parsed model options (``--layers``/``--order`` resolved;
+    ``overrides``: fields another source fixes, e.g. a recipe's or a store's); `UsageError`
+    naming the flag for a value the model refuses (e.g. ``--heads`` without ``--model gat``)."""
+    values = {f.name: getattr(args, flag(f.name)[2:].replace("-", "_"), f.default)
+              for f in dataclasses.fields(ModelConfig)}
+    values["num_layers"] = resolve_layers(args.layers)
+    values["order"] = resolve_order(args.order)
+    values.update(overrides)
+    try:
+        return ModelConfig(**values)
+    except ModelError as e:
+        text = str(e)
+        for name in values:  # say the flag, not the field
+            text = text.replace(f"{name} is an option", f"{flag(name)} is an option")
+        raise UsageError(text) from None
+
+
+def describe_model(model: ModelConfig) -> str:
+    """One line naming the model, e.g. ``gcn, 2 layers, hidden 16, order agg, bias``."""
+    parts = [model.kind, f"{model.num_layers} layer{'s' if model.num_layers != 1 else ''}",
+             f"hidden {model.hidden}"]
+    if model.kind_decl.attention:
+        parts.append(f"heads {model.heads}/{model.out_heads}")
+    parts += [f"order {model.order}", "bias" if model.bias else "no bias"]
+    if model.norm != "none":
+        parts.append(f"norm {model.norm}")
+    if model.learnable_features:
         parts.append("learnable features")
     return ", ".join(parts)

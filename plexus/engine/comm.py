@@ -100,6 +100,12 @@ class Comm:
         """Gather row blocks over ``axis`` (backward: reduce-scatter)."""
         return _AllGather.apply(x, self, axis)
 
+    def reduce_scatter(self, x: torch.Tensor, axis: str) -> torch.Tensor:
+        """Sum ``x`` over ``axis`` and keep this rank's block of rows (backward: all-gather)."""
+        if self.grid.size(axis) == 1:  # nothing to sum: x itself
+            return x
+        return _ReduceScatter.apply(x, self, axis)
+
 
 class _AllReduce(torch.autograd.Function):
     @staticmethod
@@ -136,3 +142,14 @@ class _AllGather(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         return ctx.comm.raw_reduce_scatter(grad, ctx.axis), None, None
+
+
+class _ReduceScatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, comm: Comm, axis: str):  # noqa: D102
+        ctx.comm, ctx.axis = comm, axis
+        return comm.raw_reduce_scatter(x, axis)
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        return ctx.comm.raw_all_gather(grad, ctx.axis), None, None

@@ -14,6 +14,7 @@ from typing import Sequence
 import torch
 
 from plexus.core.layout import LayerPlan
+from plexus.core.ops import NORM_OP, OPERATORS, Param, split_name
 
 _M32 = 0xFFFFFFFF
 # Multipliers below 2**31 keep every product of a 32-bit value below 2**63: int64 arithmetic then
@@ -74,6 +75,20 @@ def dropout_keep(seed: int, step: int, layer: int, rows: torch.Tensor, col_start
     return u >= round(p * 65536) - 32768
 
 
+def edge_keep(seed: int, step: int, layer: int, heads: int, dst: torch.Tensor,
+              src: torch.Tensor, p: float) -> torch.Tensor:
+    """Boolean keep-mask (edges × heads) of attention dropout for the edges ``src[k] -> dst[k]``
+    (original node ids): a hash of (seed, step, layer, head, destination, source), so every grid
+    and the serial reference drop the same edges. Its stream differs from `dropout_keep`'s; the
+    edge's hash is computed once and mixed once more per head."""
+    key = _key(seed, step, layer, 0xA77E)
+    h = _fmix((dst.to(torch.int64) & _M32) ^ key)
+    h = _fmix(h ^ _fmix((src.to(torch.int64) * _GOLDEN & _M32) ^ _key(key, 1)))
+    head_keys = torch.tensor([_key(key, 2, k) for k in range(heads)], device=h.device)
+    u = _fmix(h[:, None] ^ head_keys[None, :]) >> 8  # the top 24 bits: uniform on [0, 2**24)
+    return u >= round(p * (1 << 24))
+
+
 class _Dropout(torch.autograd.Function):
     """Inverted dropout that saves nothing for backward: the mask is a hash of global indices,
     so backward recomputes it instead of holding a mask as large as the activation."""
@@ -117,58 +132,72 @@ def dropout(h: torch.Tensor, seed: int, step: int, layer: int, rows: torch.Tenso
     return _Dropout.apply(h, seed, step, layer, rows, col_start, p)
 
 
-def glorot_weights(seed: int, widths: list[int]) -> list[torch.Tensor]:
-    """Full (unpadded) weight matrices W_l of shape (D_l, D_l+1), Glorot-uniform as Kipf & Welling,
-    drawn in layer order from one generator seeded with ``seed``."""
-    gen = torch.Generator().manual_seed(seed)
-    return [_glorot(d_in, d_out, gen) for d_in, d_out in zip(widths[:-1], widths[1:])]
-
-
 def _glorot(d_in: int, d_out: int, gen: torch.Generator) -> torch.Tensor:
     """One d_in × d_out Glorot-uniform matrix drawn from ``gen``."""
     bound = math.sqrt(6.0 / (d_in + d_out))
     return (torch.rand(d_in, d_out, generator=gen) * 2 - 1) * bound
 
 
-def split_name(name: str) -> tuple[str, int]:
-    """"W3" -> ("W", 3): a parameter's kind and stage (names of `initial_parameters`)."""
-    kind = name.rstrip("0123456789")
-    return kind, int(name[len(kind):])
-
-
-def initial_parameters(seed: int, plans: Sequence[LayerPlan], widths: Sequence[int], bias: bool,
-                       learnable_eps: bool = True) -> dict[str, torch.Tensor]:
-    """Every parameter of a model at initialization, full and unpadded, by grid-independent name:
-    W{s} (Glorot, `glorot_weights`: the same draws as a plain GCN), Wr{s} (SAGE's root
-    weight, Glorot, from a second generator seeded seed + 1), b{s} zeros, eps{s} zero (GIN), gamma{s}/beta{s} ones and
-    zeros (BatchNorm). The serial and the distributed model both start from this."""
-    widths = list(widths)
-    out = {f"W{s}": w for s, w in enumerate(glorot_weights(seed, widths))}
-    gen = torch.Generator().manual_seed(seed + 1)
+def stage_params(plans: Sequence[LayerPlan], widths: Sequence[int]) -> list[tuple[LayerPlan, Param]]:
+    """Every declared parameter and running statistic of a model, stage by stage
+    (`plexus.core.ops`: the stage's operator, then its BatchNorm)."""
+    out = []
     for p in plans:
         d_in, d_out = widths[p.index], widths[p.index + 1]
-        if p.root == "sage":
-            out[f"Wr{p.index}"] = _glorot(d_in, d_out, gen)
-        if p.root == "gin" and learnable_eps:
-            out[f"eps{p.index}"] = torch.zeros(1)
-        if bias and not p.norm:  # BatchNorm's β is the bias there (see ModelConfig)
-            out[f"b{p.index}"] = torch.zeros(d_out)
+        decls = OPERATORS[p.op].params(p, d_in, d_out)
         if p.norm:
-            out[f"gamma{p.index}"] = torch.ones(d_out)
-            out[f"beta{p.index}"] = torch.zeros(d_out)
+            decls = decls + OPERATORS[NORM_OP].params(p, d_in, d_out)
+        out += [(p, decl) for decl in decls]
     return out
+
+
+def _initial(decl: Param, gens: list[torch.Generator]) -> torch.Tensor:
+    if decl.init == "glorot":
+        return _glorot(*decl.shape, gens[decl.stream])
+    if decl.init == "glorot_heads":  # PyG's attention vectors: the bound of (heads, width)
+        per = decl.shape[0] // decl.heads
+        bound = math.sqrt(6.0 / (decl.heads + per))
+        return (torch.rand(decl.shape, generator=gens[decl.stream]) * 2 - 1) * bound
+    return (torch.ones if decl.init == "ones" else torch.zeros)(decl.shape)
+
+
+def initial_parameters(seed: int, plans: Sequence[LayerPlan], widths: Sequence[int]
+                       ) -> dict[str, torch.Tensor]:
+    """Every trainable parameter of a model at initialization, full and unpadded, by
+    grid-independent name ("W0", "b0", "att_src1", ...), as each operator declares it: the
+    weights W Glorot-uniform from one generator seeded with ``seed`` in stage order, the other
+    random ones (SAGE's Wr, GAT's attention vectors) from a second one seeded ``seed + 1``,
+    biases and ε zero, BatchNorm's γ one and β zero. The serial and the distributed model both
+    start from this."""
+    gens = [torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 1)]
+    return {decl.name(p.index): _initial(decl, gens)
+            for p, decl in stage_params(plans, widths) if not decl.buffer}
 
 
 def initial_stats(plans: Sequence[LayerPlan], widths: Sequence[int]) -> dict[str, torch.Tensor]:
-    """BatchNorm running statistics at initialization: mean{s} zeros, var{s} ones."""
-    out = {}
-    for p in plans:
-        if p.norm:
-            out[f"mean{p.index}"] = torch.zeros(widths[p.index + 1])
-            out[f"var{p.index}"] = torch.ones(widths[p.index + 1])
-    return out
+    """Running statistics at initialization (BatchNorm: mean{s} zeros, var{s} ones)."""
+    return {decl.name(p.index): _initial(decl, [])
+            for p, decl in stage_params(plans, widths) if decl.buffer}
 
 
 def parameter_layer(plans: Sequence[LayerPlan], name: str) -> int | None:
     """The GNN layer a parameter belongs to (None for the learnable input features)."""
     return None if name == "features" else plans[split_name(name)[1]].layer
+
+
+class StepCounter:
+    """The step that keys dropout masks: the one given, else (training) the next of an internal
+    count, so calling a model again without ``step`` never reuses a mask. An explicit step moves
+    the count past it; evaluation (no dropout) takes step 0 and leaves the count alone."""
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def __call__(self, step: int | None, training: bool) -> int:
+        if step is not None:
+            self.next = int(step) + 1
+            return int(step)
+        if not training:
+            return 0
+        step, self.next = self.next, self.next + 1
+        return step

@@ -12,14 +12,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plexus.core.layout import LayerPlan
 from plexus.datasets.graph import Graph, normalize
 
 from .config import ModelConfig
-from .norm import EPS as BN_EPS, MOMENTUM as BN_MOMENTUM
-from .seeding import dropout, initial_parameters, initial_stats, parameter_layer
-
-
+from .ops import NORM_SERIAL, SERIAL
+from .seeding import (StepCounter, dropout, initial_parameters, initial_stats,
+                      parameter_layer)
 
 
 def sparse_tensor(adj_hat) -> torch.Tensor:
@@ -31,18 +29,20 @@ def sparse_tensor(adj_hat) -> torch.Tensor:
 
 
 class SerialModel(nn.Module):
-    """The model of ``cfg`` on one process, stage by stage (see `ModelConfig`)."""
+    """The model of ``cfg`` on one process, stage by stage: each stage's operator's serial
+    reference (`plexus.engine.ops`, ``serial``), its bias, BatchNorm, dropout and ReLU."""
 
     def __init__(self, graph: Graph, cfg: ModelConfig, seed: int, adj_hat=None) -> None:
         super().__init__()
         self.cfg, self.seed = cfg, seed
+        self.steps = StepCounter()
         f, c = graph.num_features, graph.num_classes
         self.plans = cfg.plans(f, c)
         self.widths = cfg.widths(f, c)
         self.orders = [p.order for p in self.plans]
         self.adj = sparse_tensor(adj_hat if adj_hat is not None
                                  else normalize(graph.adj, graph.directed, cfg.aggregation))
-        init = initial_parameters(seed, self.plans, self.widths, cfg.bias, cfg.train_eps)
+        init = initial_parameters(seed, self.plans, self.widths)
         self.params = nn.ParameterDict({k: nn.Parameter(v) for k, v in init.items()})
         self._stats = initial_stats(self.plans, self.widths)
         for name, value in self._stats.items():
@@ -56,44 +56,36 @@ class SerialModel(nn.Module):
         self.masks = {k: torch.from_numpy(getattr(graph, f"{k}_mask")) for k in ("train", "val", "test")}
         self.ids = torch.arange(graph.num_nodes)
 
-    def _param(self, name: str, s: int) -> torch.Tensor | None:
-        key = f"{name}{s}"
+    def param(self, kind: str, s: int) -> torch.Tensor | None:
+        """Parameter ``kind`` of stage ``s`` ("W", "b", ...), None if the stage has none."""
+        key = f"{kind}{s}"
         return self.params[key] if key in self.params else None
 
-    def stage(self, p: LayerPlan, H: torch.Tensor) -> torch.Tensor:
-        """One stage without dropout and activation: convolution or dense, bias, BatchNorm."""
-        W, s = self.params[f"W{p.index}"], p.index
-        if p.dense:
-            OUT = H @ W
-        else:
-            # Both product orders are the same math; follow the configured one for like rounding.
-            X = H if p.order == "agg" else H @ W
-            AGG = torch.sparse.mm(self.adj, X)
-            if p.root == "gin":
-                eps = self._param("eps", s)
-                AGG = AGG + (1 + (eps if eps is not None else 0.0)) * X
-            OUT = AGG @ W if p.order == "agg" else AGG
-            if p.root == "sage":
-                OUT = OUT + H @ self.params[f"Wr{s}"]
-            elif p.root == "res":
-                OUT = OUT + H
-        if self._param("b", s) is not None:
-            OUT = OUT + self.params[f"b{s}"]
+    def stat(self, kind: str, s: int) -> torch.Tensor:
+        """Running statistic ``kind`` of stage ``s`` ("mean", "var")."""
+        return getattr(self, f"{kind}{s}")
+
+    def stage(self, p, H: torch.Tensor, step: int | None = None) -> torch.Tensor:
+        """One stage without dropout and activation: its operator, bias, BatchNorm."""
+        OUT = SERIAL[p.op](self, p, H, step)
+        b = self.param("b", p.index)
+        if b is not None:
+            OUT = OUT + b
         if p.norm:
-            OUT = F.batch_norm(OUT, getattr(self, f"mean{s}"), getattr(self, f"var{s}"),
-                               self.params[f"gamma{s}"], self.params[f"beta{s}"],
-                               self.training, BN_MOMENTUM, BN_EPS)
+            OUT = NORM_SERIAL(self, p, OUT)
         return OUT
 
     def forward(self, step: int | None = None, embeddings: bool = False) -> torch.Tensor:
-        """Logits (N × classes); with ``embeddings`` the input of the last layer instead."""
+        """Logits (N × classes); with ``embeddings`` the input of the last layer instead.
+        Without ``step``, a training call takes the next step of an internal counter."""
+        step = self.steps(step, self.training)
         H = self.features
         for p in self.plans:
             if embeddings and p.index == self.cfg.last_layer_stage:
                 return H
             if self.training and self.cfg.drops_input(p):
-                H = dropout(H, self.seed, step or 0, p.layer, self.ids, 0, self.cfg.dropout)
-            H = self.stage(p, H)
+                H = dropout(H, self.seed, step, p.layer, self.ids, 0, self.cfg.dropout)
+            H = self.stage(p, H, step)
             if self.cfg.activates(p):
                 H = F.relu(H)
         return H

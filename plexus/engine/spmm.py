@@ -105,6 +105,12 @@ def _multiply(handle: Any, backend: str, x: torch.Tensor) -> torch.Tensor:
     return handle.matmul(x)
 
 
+def csr_mm(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """a @ x for a torch CSR tensor ``a`` (no autograd), with the torch backend's kernel choice
+    (per-edge values built on the fly, e.g. attention coefficients)."""
+    return _multiply(a, "torch", x)
+
+
 class SparseBlock:
     """A block of Â ready for ``block @ x`` (`mm`) and ``blockᵀ @ x`` (`tmm`)."""
 

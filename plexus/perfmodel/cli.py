@@ -20,12 +20,13 @@ from typing import Sequence
 
 from plexus.core.cli import ArgumentParser, UsageError, report_error
 from plexus.core.grid import MAX_WORLD_SIZE, GridShape
-from plexus.core.modelopts import (ModelOptionsText, add_model_options, check_model_options,
-                                   describe_model, resolve_layers, resolve_order)
+from plexus.core.model import DTYPE_BYTES
+from plexus.core.modelopts import (ModelOptionsText, add_model_options, add_precision_options,
+                                   check_model_options, describe_model, model_config)
 from plexus.core.units import format_bytes, format_seconds
 
 from .calibration import Calibration, calibrate, load_calibration, write_calibration
-from .model import ModelSpec, Prediction, rank_configs
+from .model import BEST_ORDER, ModelSpec, Prediction, rank_configs
 
 # Up to this many stored edges the CLI builds Â to count its non-zeros exactly.
 _EXACT_NNZ_LIMIT = 50_000_000
@@ -35,7 +36,8 @@ def _model_parser() -> ArgumentParser:
     p = ArgumentParser(
         prog="plexus-model",
         description="Rank every X×Y×Z grid of a world size by the predicted epoch time of 3D "
-                    "GCN training (α-β communication model + calibrated compute rates).")
+                    "GNN training (α-β communication model + calibrated compute rates), with "
+                    "the memory per rank each model kind needs.")
     p.add_argument("--world-size", "-G", type=int, required=True, metavar="G",
                    help="number of ranks; every ordered factorization X·Y·Z = G is evaluated")
     p.add_argument("--dataset", metavar="SPEC",
@@ -48,6 +50,7 @@ def _model_parser() -> ArgumentParser:
     p.add_argument("--classes", type=int, metavar="C", help="number of classes")
     # the same model options and defaults as plexus-train, so both describe the same run
     add_model_options(p, ModelOptionsText(extra_orders=", best (the model's choice per grid)"))
+    add_precision_options(p.add_argument_group("engine"))
     p.add_argument("--calibration", metavar="FILE",
                    help="JSON from `plexus-bench calibrate` (default: built-in GPU-node rates)")
     p.add_argument("--memory-limit", type=float, metavar="GIB",
@@ -69,15 +72,16 @@ def _dataset_sizes(spec: str, root: str | None) -> tuple[str, int, int, int, int
 
 def _table(spec: ModelSpec, cal: Calibration, preds: list[Prediction], world: int,
            shown: int) -> str:
-    order_text = spec.order if isinstance(spec.order, str) else ",".join(spec.order)
+    m = spec.model
     lines = [
         f"{spec.name or 'graph'}: N={spec.num_nodes:,} nnz={spec.nnz:,} F={spec.num_features} "
-        f"C={spec.num_classes} layers={spec.num_layers} hidden={spec.hidden} "
-        f"order={order_text} "
-        f"bias={'yes' if spec.bias else 'no'}",
-        "model: " + describe_model(spec.num_layers, spec.hidden, order_text, spec.bias,
-                                   spec.learnable_features)
-        + " (plexus-train's model options and defaults: --layers, --hidden, --order, ...)",
+        f"C={spec.num_classes} layers={m.num_layers} hidden={m.hidden} "
+        f"order={spec.order_text} "
+        f"bias={'yes' if m.bias else 'no'}",
+        "model: " + describe_model(m).replace(f"order {m.order}", f"order {spec.order_text}")
+        + (f", {[k for k, v in DTYPE_BYTES.items() if v == spec.dtype_bytes][0]}"
+           if spec.dtype_bytes != 4 else "") + (", recompute" if spec.recompute else "")
+        + " (plexus-train's model options and defaults: --model, --layers, --hidden, ...)",
         f"calibration: {cal.source} (SpMM {cal.spmm_flops:.3g} flop/s, GEMM "
         f"{cal.gemm_flops:.3g} flop/s, alpha {cal.alpha:.3g} s, beta {1 / cal.beta:.3g} B/s)",
         f"world size {world}: {len(preds)} grids, showing {shown}",
@@ -121,11 +125,10 @@ def model_main(argv: Sequence[str] | None = None) -> int:
                 raise ValueError("give --dataset SPEC, or all of --nodes --nnz --features "
                                  "--classes")
             name, (n, nnz, f, c) = "graph", explicit
-        spec = ModelSpec(num_nodes=n, nnz=nnz, num_features=f, num_classes=c,
-                         num_layers=resolve_layers(args.layers), hidden=args.hidden,
-                         order=resolve_order(args.order), bias=args.bias,
-                         learnable_features=args.learnable_features, name=name)
-        spec.fixed_orders()  # validate --order before ranking
+        best = args.order == BEST_ORDER
+        model = model_config(args, **({"order": "agg"} if best else {}))
+        spec = ModelSpec(n, nnz, f, c, model, best_orders=best, name=name,
+                         dtype_bytes=DTYPE_BYTES[args.dtype], recompute=args.recompute)
         cal = load_calibration(args.calibration)
         limit = None if args.memory_limit is None else args.memory_limit * 2**30
         preds = rank_configs(args.world_size, spec, cal, limit)

@@ -1,14 +1,15 @@
-"""Performance model of 3D-parallel GCN training: communication, compute, memory and time per rank.
+"""Performance model of 3D-parallel GNN training: communication, compute, memory and time per rank.
 
-Everything here follows docs/design.md: the per-layer roles of `plexus.core.layout`, the padded
-sizes of `plexus.core.layout.padding`, and the collectives listed once in `plexus.core.schedule`
-(which the engine's ledger is tested against). The model is pure arithmetic (no torch), so
-``plexus-model`` answers instantly even for billion-edge graphs.
-
-Communication: one rank's collectives of an epoch, `plexus.core.schedule.epoch_collectives`.
+Everything here follows docs/design.md and reads the declarations of `plexus.core.ops`: the
+model's plans (`plexus.core.model.ModelConfig.plans`, the one resolved plan the engine builds
+from too), the padded sizes of `plexus.core.layout.padding`, the collectives of
+`plexus.core.schedule` (which the engine's ledger is tested against), and each operator's flops
+and memory terms. The model is pure arithmetic (no torch), so ``plexus-model`` answers instantly
+even for billion-edge graphs.
 
 Time is an α-β model per axis plus compute at calibrated flop rates, summed without overlap:
-a collective costs steps·α + bytes_moved·β, an SpMM 2·nnz_block·width flops, a GEMM 2·m·k·n.
+a collective costs steps·α + bytes_moved·β, sparse work (SpMM, SDDMM, per-edge) runs at the
+SpMM rate, a GEMM 2·m·k·n flops at the GEMM rate.
 """
 
 
@@ -20,13 +21,17 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from plexus.core.grid import AXES, GridShape
-from plexus.core.layout import DEFAULT_PERMUTATION, ORDERS, LayerPlan, layer_plans, padding
+from plexus.core.layout import DEFAULT_PERMUTATION, ORDERS, LayerPlan, Padding, padding
+from plexus.core.model import ModelConfig, parse_order
+from plexus.core.ops import NORM_OP, OPERATORS
+from plexus.core.ops.base import MASTER_BYTES, StageSizes, stage_sizes
 from plexus.core.schedule import OPS, Collective, epoch_collectives
 
 from .calibration import Calibration
 
 # Above this many layers choose_orders searches greedily instead of over all 2^L orders.
 _EXHAUSTIVE_ORDER_LAYERS = 12
+BEST_ORDER = "best"  # ModelSpec.best_orders: the orders choose_orders predicts fastest, per grid
 
 Grid3 = tuple[int, int, int]
 
@@ -36,40 +41,37 @@ Grid3 = tuple[int, int, int]
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ModelSpec:
-    """The problem: graph sizes and the GCN.
+    """The problem: graph sizes, the model (a `plexus.core.model.ModelConfig`, the same value
+    the engine is built from) and how a run holds it.
 
-    ``nnz`` is the number of non-zeros of the GCN-normalized Â (self loops included).
-    ``order`` is "agg", "combine", "auto" (combine first on layers that narrow, as
-    `plexus.engine.config.ModelConfig`), "best" (the orders `choose_orders` predicts fastest,
-    per grid),
-    a comma-separated list or a sequence with one of "agg"/"combine" per layer.
-    ``perm`` only affects memory: "double" keeps two permuted adjacencies (Â1, Â2), so layers of
-    different parity never share an Â block.
+    ``nnz`` is the number of non-zeros of the normalized Â (self loops included).
+    ``best_orders``: price each grid with the per-layer orders `choose_orders` predicts fastest
+    there instead of the model's ("--order best"). ``perm`` only affects memory: "double"
+    keeps two permuted adjacencies (Â1, Â2), so layers of different parity never share an Â
+    block. ``dtype_bytes`` is the compute precision's (activations, Â values, fixed features,
+    messages; `plexus.engine.config.EngineConfig.dtype`); parameters, their gradients and
+    Adam's moments are float32 whatever it is. ``recompute``: each stage's activations are
+    recomputed in backward (`plexus.engine.config.EngineConfig.recompute`).
     """
 
     num_nodes: int
     nnz: int
     num_features: int
     num_classes: int
-    num_layers: int = 2
-    hidden: int = 16
-    order: str | tuple[str, ...] = "agg"
-    bias: bool = True
-    learnable_features: bool = False
+    model: ModelConfig = field(default_factory=ModelConfig)
+    best_orders: bool = False
     perm: str = DEFAULT_PERMUTATION
-    dtype_bytes: int = 4  # compute precision: activations, Â values, fixed features, messages
-    # (4: float32; 2: bfloat16/float16, `plexus.engine.config.EngineConfig.dtype`); parameters,
-    # their gradients and Adam's moments are float32 whatever it is (MASTER_BYTES)
+    dtype_bytes: int = 4
+    recompute: bool = False
     index_bytes: int = 0  # CSR index bytes; 0: 4 where a block's sizes fit 32 bits, else 8
-    dropout: float = 0.5
     symmetric: bool = True  # Â = Âᵀ (undirected graphs): a block's transpose is another block
     from_store: bool = False  # the rank reads its shard from a store instead of cutting it from
     #                           the whole graph in its own process (a smaller runtime term)
     name: str = ""
 
     def __post_init__(self) -> None:
-        for key in ("num_nodes", "nnz", "num_features", "num_classes", "num_layers", "hidden",
-                    "dtype_bytes", "index_bytes"):
+        for key in ("num_nodes", "nnz", "num_features", "num_classes", "dtype_bytes",
+                    "index_bytes"):
             value = getattr(self, key)
             if key == "index_bytes" and value == 0:
                 continue
@@ -81,44 +83,43 @@ class ModelSpec:
                 raise ValueError(f"{key} must be {'>= 0' if key == 'nnz' else '>= 1'}, "
                                  f"got {number}")
             object.__setattr__(self, key, int(number))  # frozen: normalize in place once
+        if not isinstance(self.model, ModelConfig):
+            raise ValueError(f"model must be a ModelConfig, got {type(self.model).__name__}")
 
     @classmethod
-    def from_config(cls, num_nodes: int, nnz: int, num_features: int, num_classes: int,
-                    model: Any, **extra: Any) -> "ModelSpec":
-        """Build a spec from a `plexus.engine.config.ModelConfig` (layers, hidden, bias, order,
-        ...)."""
-        return cls(num_nodes=num_nodes, nnz=nnz, num_features=num_features,
-                   num_classes=num_classes, num_layers=model.num_layers, hidden=model.hidden,
-                   order=model.order, bias=model.bias, dropout=model.dropout,
-                   learnable_features=model.learnable_features, **extra)
+    def of(cls, num_nodes: int, nnz: int, num_features: int, num_classes: int,
+           **options: Any) -> "ModelSpec":
+        """A spec from the graph's sizes and keyword options, each either a `ModelConfig` field
+        (``num_layers=3, hidden=64, kind="gat", ...``) or one of this class's; ``order="best"``
+        sets `best_orders`."""
+        own = {f for f in cls.__dataclass_fields__ if f not in ("model",)}
+        model = {k: v for k, v in options.items() if k not in own}
+        if model.get("order") == BEST_ORDER:
+            model.pop("order")
+            options["best_orders"] = True
+        return cls(num_nodes, nnz, num_features, num_classes,
+                   ModelConfig.from_options(**model),
+                   **{k: v for k, v in options.items() if k in own})
 
     @property
     def widths(self) -> list[int]:
-        """Real D_0 .. D_L: input width, hidden widths, class count."""
-        return [self.num_features] + [self.hidden] * (self.num_layers - 1) + [self.num_classes]
+        """Real D_0 .. D_S: input width, every stage's output width."""
+        return self.model.widths(self.num_features, self.num_classes)
+
+    @property
+    def order_text(self) -> str:
+        """The order as the command line says it ("best" with `best_orders`)."""
+        return BEST_ORDER if self.best_orders else self.model.order
 
     def fixed_orders(self) -> tuple[str, ...] | None:
-        """The per-layer orders when they do not depend on the grid; None for "best"."""
-        order = self.order
-        if isinstance(order, str):
-            if order == "best":
-                return None
-            if order == "auto":
-                w = self.widths
-                return tuple("combine" if w[l + 1] < w[l] else "agg"
-                             for l in range(self.num_layers))
-            order = tuple(o.strip() for o in order.split(",")) if "," in order else \
-                (order,) * self.num_layers
-        order = tuple(order)
-        if len(order) != self.num_layers:
-            raise ValueError(f"order lists {len(order)} layers but the model has "
-                             f"{self.num_layers}")
-        for o in order:
-            if o not in ORDERS:
-                raise ValueError(f"unknown layer order {o!r}; use one of {ORDERS}, "
-                                 "'auto' or 'best'")
-        return order
+        """The per-layer orders when they do not depend on the grid; None with `best_orders`."""
+        if self.best_orders:
+            return None
+        return tuple(self.model.layer_orders(self.num_features, self.num_classes))
 
+    def plans(self, orders: Sequence[str] | None = None) -> list[LayerPlan]:
+        """The model's plans with per-layer ``orders`` (default: the model's own)."""
+        return self.model.plans(self.num_features, self.num_classes, orders)
 
 
 def normalize_grid(grid: Grid3 | Sequence[int] | Mapping[str, int]) -> dict[str, int]:
@@ -193,13 +194,18 @@ class CommVolume:
                 "total_elements": self.total_elements, "total_bytes": self.total_bytes}
 
 
-def _padding(plans: Sequence[LayerPlan], shape: Mapping[str, int], spec: ModelSpec):
-    return padding(shape, plans, spec.num_nodes, spec.widths)
+def _layout(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str]
+            ) -> tuple[list[LayerPlan], Padding]:
+    plans = spec.plans(orders)
+    return plans, padding(shape, plans, spec.num_nodes, spec.widths)
 
 
-def _layer_sizes(plans: Sequence[LayerPlan], shape: Mapping[str, int], spec: ModelSpec):
-    pad = _padding(plans, shape, spec)
-    return pad.nodes_padded, pad.widths_padded
+def _sizes(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str],
+           index_bytes: int = 4) -> list[StageSizes]:
+    plans, pad = _layout(spec, shape, orders)
+    return stage_sizes(plans, shape, pad, OPERATORS, [spec.model.drops_input(p) for p in plans],
+                       nnz=float(spec.nnz), learnable_features=spec.model.learnable_features,
+                       dtype_bytes=spec.dtype_bytes, index_bytes=index_bytes)
 
 
 def collectives(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
@@ -207,14 +213,14 @@ def collectives(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     """Every collective one rank issues in one training epoch, in program order
     (`plexus.core.schedule.epoch_collectives` for this spec and grid).
 
-    ``orders`` overrides ``spec.order`` (needed when it is "best"). Collectives over axes of size
-    1 are left out: they move nothing and cost nothing. ``evaluate`` appends what the trainer's
-    evaluation after the step issues (phase "eval").
+    ``orders`` (one per GNN layer) overrides the model's (needed with ``best_orders``).
+    Collectives over axes of size 1 are left out: they move nothing and cost nothing.
+    ``evaluate`` appends what the trainer's evaluation after the step issues (phase "eval").
     """
     shape = normalize_grid(grid)
-    plans = layer_plans(spec.num_layers, list(_resolve_orders(spec, shape, orders)))
-    return epoch_collectives(plans, shape, _padding(plans, shape, spec), bias=spec.bias,
-                             learnable_features=spec.learnable_features, evaluate=evaluate)
+    plans, pad = _layout(spec, shape, _resolve_orders(spec, shape, orders))
+    return epoch_collectives(plans, shape, pad,
+                             learnable_features=spec.model.learnable_features, evaluate=evaluate)
 
 
 def epoch_volume(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
@@ -245,33 +251,20 @@ class Compute:
 
 def epoch_compute(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
                   orders: Sequence[str] | None = None) -> Compute:
-    """SpMM (2·nnz_block·width) and GEMM (2·m·k·n) flops one rank runs per epoch.
-
-    Per layer: forward one SpMM and one GEMM; backward two GEMMs (dW and the data gradient) and
-    one SpMM, except that layer 0 skips what only feeds dH (aggregate-first: the dAGG GEMM and the
-    Âᵀ SpMM; combine-first: the dH GEMM) unless the features are learnable.
-    """
+    """Sparse (SpMM, SDDMM, per-edge) and GEMM flops one rank runs per epoch: each stage's
+    operator declares its own (`plexus.core.ops`, ``flops``)."""
     s = normalize_grid(grid)
-    orders = _resolve_orders(spec, s, orders)
-    plans = layer_plans(spec.num_layers, list(orders))
-    n, widths = _layer_sizes(plans, s, spec)
     spmm = gemm = 0.0
-    for p in plans:
-        o, i, d = s[p.outer], s[p.inner], s[p.depth]
-        D, D2 = widths[p.index], widths[p.index + 1]
-        need_dh = p.index > 0 or spec.learnable_features
-        nnz_blk = spec.nnz / (s[p.a_rows] * s[p.a_cols])
-        if p.order == "agg":
-            sp_one = 2.0 * nnz_blk * D / i  # Â(d×o) · H(o×i)
-            mm_one = 2.0 * (n / d) * (D / i) * (D2 / o)  # AGG(d×i) · W(i×o)
-            spmm += sp_one * (2 if need_dh else 1)  # forward, dH
-            gemm += mm_one * (3 if need_dh else 2)  # forward, dW, dAGG
-        else:
-            sp_one = 2.0 * nnz_blk * D2 / d  # Â(i×o) · Z(o×d)
-            mm_one = 2.0 * (n / o) * (D / i) * (D2 / d)  # H(o×i) · W(i×d)
-            spmm += sp_one * 2  # forward and dZ
-            gemm += mm_one * (3 if need_dh else 2)  # forward, dW, dH
+    for z in _sizes(spec, s, _resolve_orders(spec, s, orders)):
+        for op in _ops(z.plan):
+            f = op.flops(z)
+            spmm, gemm = spmm + f.spmm, gemm + f.gemm
     return Compute(spmm, gemm)
+
+
+def _ops(plan: LayerPlan) -> list:
+    """The operators of a stage: its own, then BatchNorm's when the plan has one."""
+    return [OPERATORS[plan.op]] + ([OPERATORS[NORM_OP]] if plan.norm else [])
 
 
 # What a CPU rank's process holds besides tensors at its peak: the interpreter, torch, numpy and
@@ -283,9 +276,6 @@ def epoch_compute(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
 RUNTIME_BYTES = 460 * 2**20
 STORE_RUNTIME_BYTES = 330 * 2**20
 
-# Parameters, their gradients and Adam's moments (the master weights) are float32 in every
-# compute precision.
-MASTER_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -315,104 +305,104 @@ def _csr_bytes(nnz: float, rows: float, fb: int, ib: int) -> float:
     return nnz * (fb + ib) + (rows + 1) * ib
 
 
+LOSS_BYTES = 4 + 1  # per logit: the loss's float32 softmax and its one-hot labels
+
+
 def epoch_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
                  orders: Sequence[str] | None = None) -> Memory:
     """Bytes one rank holds at the peak of a training epoch, following the engine step by step.
 
     Resident: Â blocks (32-bit indices where they fit; a block's transpose is another block of
-    the rank when Â is symmetric, else a copy), the feature shard, ids/labels/masks, parameters,
+    the rank when Â is symmetric, else a copy), what each operator holds besides (`resident`:
+    stacked blocks, index structures), the feature shard, ids/labels/masks, parameters,
     gradients and Adam state. Activations, Â values and fixed features take ``dtype_bytes`` per
-    element, parameters and their state `MASTER_BYTES` (plus a cast copy in a lower precision). Saved for backward per layer: the GEMM's data operand (AGG, or
-    the dropped H when combining first) and a one-byte ReLU mask (dropout masks are recomputed).
-    The peak is the largest of every layer's forward (the caller's input, its dropped copy, the
-    intermediate and the output alive at once, over what earlier layers saved) and backward
-    (gradients of the output, the intermediate and the input, over what is still saved).
+    element, parameters and their state `MASTER_BYTES` (plus a cast copy in a lower precision).
+    Each stage's operator declares what it keeps for backward and what its forward and backward
+    hold at once (`plexus.core.ops.base.StageMemory`); a ReLU keeps a one-byte mask. The peak is
+    the largest of every stage's forward and backward moments over what earlier stages keep.
+    With ``recompute`` a stage keeps only its input, and its backward first runs its forward
+    again (rebuilding what it keeps).
     """
     s = normalize_grid(grid)
     orders = _resolve_orders(spec, s, orders)
-    plans = layer_plans(spec.num_layers, list(orders))
-    n, widths = _layer_sizes(plans, s, spec)
-    fb = spec.dtype_bytes
-    cast = fb != MASTER_BYTES  # parameters are cast to the compute precision at use
-    nnz_max = spec.nnz / min(s[p.a_rows] * s[p.a_cols] for p in plans)
+    plans, pad = _layout(spec, s, orders)
+    n, widths, fb = pad.nodes_padded, pad.widths_padded, spec.dtype_bytes
+    graph = [p for p in plans if OPERATORS[p.op].graph]
+    nnz_max = spec.nnz / min((s[p.a_rows] * s[p.a_cols] for p in graph), default=1)
     ib = spec.index_bytes if spec.index_bytes else (4 if max(n, nnz_max) < 2**31 else 8)
+    sizes = _sizes(spec, s, orders, ib)
 
-    # One Â block per distinct (adjacency, row range, column range): an axis of size 1 is the
-    # whole range whatever its name (the engine stores equal blocks once). Ranks off the
-    # diagonal hold the most blocks: axes of equal size count as different ranges.
+    # The shard's Â blocks: one per distinct (adjacency, row range, column range): an axis of
+    # size 1 is the whole range whatever its name (the engine stores equal blocks once). Ranks
+    # off the diagonal hold the most blocks: axes of equal size count as different ranges.
+    # Stages that multiply by a block itself need its transpose too.
     def cut(axis: str) -> str:
         return axis if s[axis] > 1 else "*"
 
-    blocks = {(p.adj if spec.perm == "double" else 1, cut(p.a_rows), cut(p.a_cols))
-              for p in plans}
+    def key(p: LayerPlan) -> tuple[int, str, str]:
+        return (p.adj if spec.perm == "double" else 1, cut(p.a_rows), cut(p.a_cols))
+
+    blocks = {key(p) for p in graph}
+    plain = {key(p) for p in graph if OPERATORS[p.op].uses_plain_block(p)}
     adjacency = 0.0
     for k, r, c in blocks:
         sr, sc = (s[r] if r != "*" else 1), (s[c] if c != "*" else 1)
         nnz_blk = spec.nnz / (sr * sc)
         adjacency += _csr_bytes(nnz_blk, n / sr, fb, ib)
         other = (3 - k if spec.perm == "double" else k, c, r)
-        if not (spec.symmetric and other in blocks):
+        if (k, r, c) in plain and not (spec.symmetric and other in blocks):
             adjacency += _csr_bytes(nnz_blk, n / sc, fb, ib)
 
     first, last = plans[0], plans[-1]
+    cast = fb != MASTER_BYTES
     feat_shard = n * widths[0] / (s[first.outer] * s[first.inner] * s[first.depth])
-    if spec.learnable_features:  # parameter, gradient, two moments (+ the cast at use)
+    if spec.model.learnable_features:  # parameter, gradient, two moments (+ the cast at use)
         features = feat_shard * (4 * MASTER_BYTES + (fb if cast else 0))
     else:
         features = feat_shard * fb
-    features += sum(n / s[p.in_rows] for p in plans) * 8  # input ids per layer (int64)
+    features += sum(n / s[p.in_rows] for p in plans) * 8  # input ids per stage (int64)
     out_rows = n / s[last.out_rows]
     features += out_rows * (8 + 8 + 3)  # output ids, labels (int64), three masks (bool)
 
     weights = optimizer = 0.0
-    saved_before = 0.0  # what earlier layers hold for backward
+    saved_before = 0.0  # what earlier stages hold for backward
     peaks: list[tuple[float, float]] = []  # (saved, transient) at each candidate moment
-    for p in plans:
-        o, i, d = s[p.outer], s[p.inner], s[p.depth]
-        D, D2 = widths[p.index], widths[p.index + 1]
-        h_in = n / o * D / i
-        needs_dh = p.index > 0 or spec.learnable_features
-        drop = h_in if spec.dropout > 0 else 0.0  # a dropped copy of the input
-        # the caller's input: layer 0 reads the stored features (a gathered copy when d > 1)
-        caller = h_in if p.index > 0 or d > 1 else 0.0
-        w_shard_blk = (D / i * D2 / o) if p.order == "agg" else (D / i * D2 / d)
-        w_shard = w_shard_blk / s[p.w_flat]
-        bias = D2 / s[p.out_cols] if spec.bias else 0.0
-        gathered_w = w_shard_blk if s[p.w_flat] > 1 else 0.0
-        # parameter and gradient; the gathered W (and the cast shard) in the compute precision
-        weights += 2 * (w_shard + bias) * MASTER_BYTES
-        weights += (gathered_w + ((w_shard + bias) if cast else 0.0)) * fb
-        optimizer += 2 * (w_shard + bias) * MASTER_BYTES
-        out_mask = 0.0
-        if p.order == "agg":
-            inter, out = n / d * D / i, n / d * D2 / o
-            out_all = out * (2 if i > 1 else 1)  # the all-reduce over i sums a copy
-            kept = inter  # AGG for dW
-            # the SpMM's dropout overwrites a consumed input; layer 0's is a copy, freed
-            # before the GEMM
-            fwd = [caller + (drop if p.index == 0 else 0.0) + inter, caller + inter + out_all]
-        else:
-            inter, out = n / o * D2 / d, n / i * D2 / d
-            z_all = inter * (2 if i > 1 else 1)  # Z and its all-reduced copy
-            kept = drop if drop else h_in  # the dropped H for dW (H itself without dropout)
-            fwd = [caller + drop + z_all + out]
-        if needs_dh:
-            kept += gathered_w  # W for dH
-        if p.index < len(plans) - 1:
-            out_mask = out  # ReLU mask, one byte per element
-        saved = kept * fb + out_mask
-        for f in fwd:
-            peaks.append((saved_before, f * fb))
-        if p.index == len(plans) - 1:  # the loss: softmax and one-hot labels of the logits
-            peaks.append((saved_before + saved + out * (fb + 1), 0.0))
-        # backward, last layer first: everything up to this layer still saved
-        upto = saved_before + saved
-        peaks.append((upto, (out + inter) * fb))  # dOUT, d(intermediate) beside the saved
-        if needs_dh:
-            peaks.append((upto - kept * fb, (inter + h_in) * fb))  # d(intermediate), dH
-            peaks.append((upto - kept * fb - out_mask, 2 * h_in * fb))  # ReLU's backward
-        saved_before = upto
+    for z in sizes:
+        p = z.plan
+        op = OPERATORS[p.op].memory(z)
+        bn = OPERATORS[NORM_OP].memory(z) if p.norm else None
+        weights += op.weights + (bn.weights if bn else 0.0)
+        optimizer += op.optimizer + (bn.optimizer if bn else 0.0)
+        adjacency += op.resident
+        mask = op.out if spec.model.activates(p) else 0.0  # ReLU's one-byte mask
+        own = op.kept + (bn.kept if bn else 0.0) + mask  # what the stage keeps for backward
+        # a recomputed segment keeps its input: the previous stage's output (stage 0: the
+        # stored features, already counted)
+        boundary = z.h_in * fb if p.index > 0 else 0.0
+        saved = boundary if spec.recompute else own
+        # forward (under recompute: again at the start of the stage's backward)
+        moments = [(0.0, f) for f in op.forward]
+        if bn:
+            moments += [(op.kept, f) for f in bn.forward]
+        for k, f in moments:
+            peaks.append((saved_before + (0.0 if spec.recompute else k), f))
+        base = saved_before + saved
+        if spec.recompute:  # the re-run's moments, then its backward over what it rebuilt
+            peaks += [(base + k, f) for k, f in moments]
+            base += own
+        if p.index == len(plans) - 1:  # the loss: float32 logits' softmax and one-hot labels
+            peaks.append((base + op.out * (LOSS_BYTES + (4 if cast else 0)), 0.0))
+        if bn:
+            peaks += [(base - own + k + op.kept + mask, t) for k, t in bn.backward]
+        for k, t in op.backward:
+            peaks.append((base - own + k + (mask if k else 0.0), t))
+        if z.needs_dh:  # the previous stage's ReLU backward beside dH
+            peaks.append((base - own, 2 * z.h_in * fb))
+        saved_before += saved
     peak_saved, peak_work = max(peaks, key=lambda sw: sw[0] + sw[1])
+    import os  # DEBUG
+    if os.environ.get("PLEXUS_DEBUG_MEM"):
+        print("DEBUG peaks", [(round(a / 2**20, 1), round(b / 2**20, 1)) for a, b in peaks])
     return Memory(adjacency, features, peak_saved, peak_work, weights, optimizer,
                   STORE_RUNTIME_BYTES if spec.from_store else RUNTIME_BYTES)
 
@@ -458,8 +448,10 @@ def collective_time(c: Collective, calibration: Calibration, dtype_bytes: int = 
 
 def _resolve_orders(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str] | None,
                     calibration: Calibration | None = None) -> tuple[str, ...]:
+    """The per-layer orders to price: ``orders`` (validated), the model's, or with
+    ``best_orders`` the fastest on this grid."""
     if orders is not None:
-        return replace(spec, order=tuple(orders)).fixed_orders()  # validates
+        return parse_order(tuple(orders), spec.model.num_layers)  # type: ignore[return-value]
     fixed = spec.fixed_orders()
     if fixed is None:
         return choose_orders(spec, (shape["x"], shape["y"], shape["z"]), calibration)
@@ -524,7 +516,7 @@ def choose_orders(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     """
     s = normalize_grid(grid)
     cal = calibration or Calibration()
-    L = spec.num_layers
+    L = spec.model.num_layers
 
     def cost(orders: tuple[str, ...]) -> float:
         return predict(spec, s, cal, orders).time_s

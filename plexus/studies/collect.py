@@ -77,16 +77,23 @@ def evaluations(epochs: list[dict[str, Any]]) -> int:
 
 def model_spec(summary: dict[str, Any]) -> Any | None:
     """The performance model's `ModelSpec` of the logged run (None: the log lacks the sizes)."""
+    from plexus.core.model import ModelConfig  # noqa: PLC0415
     from plexus.perfmodel import ModelSpec  # noqa: PLC0415
 
     g, m = summary.get("graph"), summary.get("model") or {}
     if not g or "orders" not in m:
         return None
-    return ModelSpec(num_nodes=g["nodes"], nnz=g["nnz"], num_features=g["features"],
-                     num_classes=g["classes"], num_layers=m["layers"], hidden=m["hidden"],
-                     order=tuple(m["orders"]), bias=m.get("bias", True),
-                     learnable_features=m.get("learnable_features", False),
-                     perm=m.get("perm", "double"))
+    options = dict(m.get("config") or {})  # the whole ModelConfig (older logs: its main fields)
+    if not options:
+        options = {"num_layers": m["layers"], "hidden": m["hidden"],
+                   "kind": m.get("kind", "gcn"), "bias": m.get("bias", True),
+                   "learnable_features": m.get("learnable_features", False)}
+    per_layer = len(m["orders"]) // max(int(options["num_layers"]), 1)
+    options["order"] = ",".join(o for o in m["orders"][::max(per_layer, 1)])  # the conv stages
+    if any(o not in ("agg", "combine") for o in options["order"].split(",")):
+        options["order"] = "agg"  # dense-only models: their order is not used
+    return ModelSpec(g["nodes"], g["nnz"], g["features"], g["classes"],
+                     ModelConfig.from_options(**options), perm=m.get("perm", "double"))
 
 
 def predictions(summary: dict[str, Any], epochs: list[dict[str, Any]],

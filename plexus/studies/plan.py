@@ -240,7 +240,7 @@ def model_auto_grid(request: SweepRequest) -> Callable[[str, int], GridShape]:
             g = load_dataset(dataset, request.root, seed=m.seed)
             sizes[dataset] = (g.num_nodes, gcn_nnz(g), g.num_features, g.num_classes)
         n, nnz, f, c = sizes[dataset]
-        spec = ModelSpec.from_config(n, nnz, f, c, config)
+        spec = ModelSpec(n, nnz, f, c, config)
         return GridShape.of(choose_grid(world, spec))
 
     return pick

@@ -55,12 +55,12 @@ def load_bundle(spec: str, root: str | None = None) -> Bundle:
 
 
 def model_spec(bundle: Bundle, cfg: Any, perm: str = "none") -> Any:
-    """The `plexus.perfmodel.ModelSpec` of ``bundle`` with the GCN of ``cfg`` (a ModelConfig)."""
+    """The `plexus.perfmodel.ModelSpec` of ``bundle`` with the model ``cfg`` (a ModelConfig)."""
     from plexus.perfmodel import ModelSpec
 
     g = bundle.graph
-    return ModelSpec.from_config(g.num_nodes, bundle.nnz, g.num_features, g.num_classes, cfg,
-                                 perm=perm, name=bundle.spec)
+    return ModelSpec(g.num_nodes, bundle.nnz, g.num_features, g.num_classes, cfg, perm=perm,
+                     name=bundle.spec)
 
 
 @dataclass

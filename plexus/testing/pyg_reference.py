@@ -1,5 +1,5 @@
 """PyG's layer stacks of the models Plexus trains (GCNConv with BatchNorm1d and residual
-connections, SAGEConv, GINConv, Linear), built from PyG's public modules, and a copy of a serial
+connections, SAGEConv, GINConv, GATConv, Linear), built from PyG's public modules, and a copy of a serial
 Plexus model's weights into them: the reference that tests and the accuracy benchmark compare with.
 Written independently of Plexus's exporter, so the two meet only through the weights.
 Needs ``torch_geometric`` (the test extra).
@@ -24,7 +24,7 @@ class PygStack(nn.Module):
         self.cfg = cfg
         widths = cfg.layer_widths(f, c)
         convs = []
-        for d_in, d_out in zip(widths[:-1], widths[1:]):
+        for l, (d_in, d_out) in enumerate(zip(widths[:-1], widths[1:])):
             if cfg.kind == "gcn":
                 convs.append(pyg.GCNConv(d_in, d_out, bias=cfg.bias))
             elif cfg.kind == "sage":
@@ -33,6 +33,11 @@ class PygStack(nn.Module):
                 mlp = nn.Sequential(nn.Linear(d_in, cfg.hidden), nn.ReLU(),
                                     nn.Linear(cfg.hidden, d_out))
                 convs.append(pyg.GINConv(mlp, train_eps=True))
+            elif cfg.kind == "gat":  # hidden layers concatenate their heads, the last averages
+                heads, concat = cfg.heads_of(l), l < cfg.num_layers - 1
+                convs.append(pyg.GATConv(d_in, d_out // heads if concat else d_out, heads=heads,
+                                         concat=concat, negative_slope=cfg.negative_slope,
+                                         dropout=cfg.attn_dropout, bias=cfg.bias))
             else:
                 convs.append(nn.Linear(d_in, d_out, bias=cfg.bias))
         self.convs = nn.ModuleList(convs)
@@ -84,6 +89,12 @@ def copy_weights(stack: PygStack, serial: SerialModel) -> dict[str, torch.Tensor
             put(conv.nn[2].weight, f"W{s + 1}", True)
             put(conv.nn[2].bias, f"b{s + 1}")
             put(conv.eps, f"eps{s}")
+        elif cfg.kind == "gat":
+            put(conv.lin.weight, f"W{s}", True)
+            put(conv.att_src, f"att_src{s}")
+            put(conv.att_dst, f"att_dst{s}")
+            if conv.bias is not None:
+                put(conv.bias, f"b{s}")
         else:
             put(conv.weight, f"W{s}", True)
             if conv.bias is not None:

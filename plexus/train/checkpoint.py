@@ -183,8 +183,7 @@ def parameter_shapes(model: ModelConfig, num_nodes: int, num_features: int,
     """Name -> full unpadded shape of every trainable tensor of ``model`` (the names of
     `plexus.engine.model.DistributedModel.named_shards`, by the engine's own initialization)."""
     plans = model.plans(num_features, num_classes)
-    init = initial_parameters(0, plans, model.widths(num_features, num_classes), model.bias,
-                              model.train_eps)
+    init = initial_parameters(0, plans, model.widths(num_features, num_classes))
     shapes: dict[str, tuple[int, ...]] = {k: tuple(v.shape) for k, v in init.items()}
     if model.learnable_features:
         shapes["features"] = (num_nodes, num_features)

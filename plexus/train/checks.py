@@ -12,7 +12,8 @@ from pathlib import Path
 from plexus.core.atomic import UnsafeTargetError, output_target
 from plexus.core.cli import UsageError
 from plexus.core.grid import GridShape
-from plexus.core.layout import ORDERS, grid_misfit
+from plexus.core.layout import grid_misfit
+from plexus.core.model import ModelError, parse_order
 from plexus.datasets import DatasetError, Graph, load_dataset
 from plexus.engine.config import ModelConfig
 from plexus.partitioners import RankShard
@@ -70,7 +71,7 @@ def check_checkpoint_dir(path: str) -> None:
 def auto_grid(world_size: int, num_nodes: int, nnz: int, num_features: int, num_classes: int,
               model: ModelConfig, name: str = "") -> GridShape:
     """The grid `plexus.perfmodel.choose_grid` predicts fastest for this graph and model."""
-    spec = ModelSpec.from_config(num_nodes, nnz, num_features, num_classes, model, name=name)
+    spec = ModelSpec(num_nodes, nnz, num_features, num_classes, model, name=name)
     return GridShape.of(choose_grid(world_size, spec))
 
 
@@ -79,7 +80,7 @@ def auto_grid_choice(world_size: int, num_nodes: int, nnz: int, num_features: in
                      name: str = "") -> tuple[GridShape, str]:
     """`auto_grid`'s grid and one line saying why: its predicted epoch time and memory per rank,
     and the runner-up's (``--grid auto`` prints it, so the choice is never silent)."""
-    spec = ModelSpec.from_config(num_nodes, nnz, num_features, num_classes, model, name=name)
+    spec = ModelSpec(num_nodes, nnz, num_features, num_classes, model, name=name)
     ranked = rank_configs(world_size, spec)
     best = ranked[0]
     grid = GridShape.of(best.grid)
@@ -109,16 +110,12 @@ def check_grid_fits(grid: GridShape, model: ModelConfig, num_nodes: int, num_fea
 
 
 def check_order(order: str, num_layers: int) -> None:
-    """--order is agg, combine, auto or one of those two per layer."""
-    if order in ORDERS or order == "auto":
-        return
-    parts = [o.strip() for o in order.split(",")]
-    bad = [o for o in parts if o not in ORDERS]
-    if bad:
-        raise UsageError(f"--order: unknown order {bad[0]!r}; use agg, combine, auto or a "
-                         "comma-separated list of agg/combine")
-    if len(parts) != num_layers:
-        raise UsageError(f"--order lists {len(parts)} layers but the model has {num_layers}")
+    """--order is agg, combine, auto or one of those two per layer (`plexus.core.model.parse_order`,
+    the one parser)."""
+    try:
+        parse_order(order, num_layers)
+    except ModelError as e:
+        raise UsageError(f"--order: {e}") from None
 
 
 def shard_bytes(shard: RankShard) -> int:
@@ -179,7 +176,8 @@ def spec_sizes(spec: str, seed: int) -> tuple[int, int, int, int] | None:
 
 
 def precheck_resources(grid: GridShape, model: ModelConfig, sizes: tuple[int, int, int, int],
-                       perm: str, force: bool, dtype_bytes: int = 4) -> None:
+                       perm: str, force: bool, dtype_bytes: int = 4,
+                       recompute: bool = False) -> None:
     """Before any worker starts: the grid fits the graph, and (unless ``force``) the predicted
     memory per rank (activations at ``dtype_bytes`` per element) fits what the local ranks will
     have."""
@@ -187,5 +185,6 @@ def precheck_resources(grid: GridShape, model: ModelConfig, sizes: tuple[int, in
     check_grid_fits(grid, model, n, f, c)
     if force:
         return
-    check_memory(predicted_memory(grid, model, n, nnz, f, c, perm, dtype_bytes),
+    check_memory(predicted_memory(grid, model, n, nnz, f, c, perm, dtype_bytes,
+                                  recompute=recompute),
                  available_memory(default_device(), grid.world_size), grid)

@@ -14,7 +14,6 @@ status 2, before any worker starts where it can be checked up front.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +23,12 @@ from plexus.api.recipes import RECIPES, RecipeError, get_recipe
 from plexus.core.cli import ArgumentParser
 from plexus.core.grid import MAX_WORLD_SIZE, GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION
-from plexus.core.modelopts import (ModelOptionsText, add_model_options, check_model_options,
-                                   resolve_layers, resolve_order)
+from plexus.core.modelopts import (ModelOptionsText, add_model_options, add_precision_options,
+                                   check_model_options, model_config, resolve_layers,
+                                   resolve_order)
+from plexus.core.ops import KINDS
 from plexus.datasets import gcn_nnz, load_dataset
-from plexus.engine.config import (DTYPES, MODEL_KINDS, NORMS, EngineConfig, ModelConfig,
-                                  TrainConfig)
+from plexus.engine.config import EngineConfig, TrainConfig
 from plexus.engine.spmm import BACKENDS, check_backend
 from plexus.partitioners import PERMUTATIONS
 from plexus.partitioners.store import graph_hash
@@ -81,21 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--perm", choices=PERMUTATIONS, default=None,
                       help=f"load-balancing node permutation (default {DEFAULT_PERMUTATION}, or the "
                            "store's with --shards); results do not depend on it")
-    model = add_model_options(p, ModelOptionsText(store_note=", or the store's with --shards"))
-    model.add_argument("--model", choices=MODEL_KINDS, default="gcn",
-                       help="gcn (GCNConv, the default), sage (SAGEConv: mean aggregation + root "
-                            "weight), gin (GINConv with a 2-layer MLP), mlp (no graph)")
-    model.add_argument("--norm", choices=NORMS, default="none",
-                       help="batch: BatchNorm after every layer but the last (statistics over "
-                            "all nodes; that layer then has no bias); default none")
-    model.add_argument("--residual", action="store_true",
-                       help="GCN only: add each layer's input to its output where the widths "
-                            "agree")
-    model.add_argument("--input-dropout", action=argparse.BooleanOptionalAction, default=True,
-                       help="dropout on the input features too, not only on hidden layers "
-                            "(default on, as Kipf & Welling; OGB's examples: off)")
-    model.add_argument("--train-eps", action=argparse.BooleanOptionalAction, default=True,
-                       help="GIN: learn ε (default on)")
+    add_model_options(p, ModelOptionsText(store_note=", or the store's with --shards"))
     train = p.add_argument_group("training")
     train.add_argument("--epochs", type=int, default=200,
                        help="training epochs, full batch (default 200)")
@@ -151,7 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "ogbn-arxiv-gcn (3 layers, hidden 256, BatchNorm, dropout 0.5 on hidden "
                           "layers, lr 0.01, no weight decay, 500 epochs, --symmetrize), "
                           "ogbn-products-gcn and ogbn-products-sage (the same without BatchNorm, "
-                          "300 epochs); it also picks the dataset; flags given explicitly win")
+                          "300 epochs), ogbn-arxiv-gat (the OGB leaderboard's GAT, DGL's "
+                          "ogbn-arxiv/gat.py: 3 layers, 3 heads of 250, BatchNorm, dropout 0.75, "
+                          "lr 0.002, 2000 epochs, --symmetrize); it also picks the dataset; flags "
+                          "given explicitly win")
     eng = p.add_argument_group("engine (results never depend on these, except --dtype by "
                                "rounding)")
     eng.add_argument("--spmm", choices=BACKENDS, default="torch",
@@ -168,13 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default on)")
     eng.add_argument("--no-timers", dest="timers", action="store_false",
                      help="do not time kernels and collectives (no timing breakdown)")
-    eng.add_argument("--dtype", choices=DTYPES, default="fp32",
-                     help="activations and communication in this precision; weights, loss and "
-                          "optimizer stay fp32; off by default; Cora accuracy cost measured in "
-                          "benchmarks/results/precision.txt")
-    eng.add_argument("--recompute", action="store_true",
-                     help="recompute each layer's activations in backward instead of keeping "
-                          "them: less memory, about one more forward's time")
+    add_precision_options(eng)
     return p
 
 
@@ -210,10 +193,9 @@ def check_numbers(a: argparse.Namespace) -> None:
     check_model_options(a)
     if a.resume not in (True, False, "auto"):
         raise UsageError(f"--resume takes no value or 'auto', got {a.resume!r}")
-    if a.residual and a.model != "gcn":
-        raise UsageError(f"--residual is a GCN option; --model {a.model} has no residual form")
-    if a.shards and a.model != "gcn":
-        raise UsageError(f"--shards stores are cut for GCN; train --model {a.model} from "
+    if a.shards and KINDS[a.model].aggregation != "gcn":
+        raise UsageError(f"--shards stores hold GCN's normalized Â; --model {a.model} needs "
+                         f"the {KINDS[a.model].aggregation} aggregation: train it from "
                          "--dataset instead")
     if a.resume and not a.checkpoint:
         raise UsageError("--resume needs --checkpoint DIR (where the checkpoint is)")
@@ -294,13 +276,14 @@ def _from_store(a: argparse.Namespace, shape: _Shape) -> _Shape:
     store_orders = ",".join(manifest["orders"])
     order = shape.order or store_orders
     check_order(order, layers)
-    resolved = ",".join(ModelConfig(num_layers=layers, hidden=a.hidden, order=order).orders(
-        int(manifest["num_features"]), int(manifest["num_classes"])))
+    store_model = model_config(a, num_layers=layers, order=order)
+    resolved = ",".join(store_model.orders(int(manifest["num_features"]),
+                                           int(manifest["num_classes"])))
     if resolved != store_orders:
         raise UsageError(f"--order {order} gives layer orders {resolved} but {a.shards} was cut "
                          f"for {store_orders}")
-    check_grid_fits(store_grid, ModelConfig(num_layers=layers, hidden=a.hidden, order=order),
-                    int(manifest["num_nodes"]), int(manifest["num_features"]),
+    check_grid_fits(store_grid, store_model, int(manifest["num_nodes"]),
+                    int(manifest["num_features"]),
                     int(manifest["num_classes"]))
     dataset = str(manifest.get("dataset", a.shards))
     return _Shape(store_grid, layers, order, dataset)
@@ -354,12 +337,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
             raise UsageError(f"--spmm {a.spmm} with --dtype {a.dtype}: {e}") from None
         raise
     world = _check_world(shape.grid, a, env)
-    model = ModelConfig(num_layers=layers, hidden=a.hidden, dropout=a.dropout, bias=a.bias,
-                        order=order, learnable_features=a.learnable_features, kind=a.model,
-                        norm=a.norm, residual=a.residual, input_dropout=a.input_dropout,
-                        train_eps=a.train_eps)
-    if recipe_fields:
-        model = dataclasses.replace(model, **recipe_fields)
+    model = model_config(a, num_layers=layers, order=order, **recipe_fields)
     if a.save_embeddings and model.num_layers < 2:
         raise UsageError("--save-embeddings needs a hidden layer (--layers 2 or more)")
     grid = shape.grid
@@ -384,7 +362,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                      if graph is not None else spec_sizes(shape.dataset, a.seed))
             if sizes is not None:  # otherwise every worker checks once it has its shard
                 precheck_resources(grid, model, sizes, a.perm or DEFAULT_PERMUTATION,  # type: ignore
-                                   a.force, engine.dtype_bytes)
+                                   a.force, engine.dtype_bytes, engine.recompute)
                 memory_checked = True
         check_local_devices(grid.world_size)  # type: ignore[union-attr]
         if a.resume:  # the dataset is checked here when it was loaded, else by the workers

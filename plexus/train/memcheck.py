@@ -51,14 +51,14 @@ def available_memory(device: torch.device, local_ranks: int) -> Available:
 
 def predicted_memory(grid: GridShape | tuple[int, int, int], model: ModelConfig, num_nodes: int,
                      nnz: int, num_features: int, num_classes: int, perm: str,
-                     dtype_bytes: int = 4, from_store: bool = False) -> float:
+                     dtype_bytes: int = 4, from_store: bool = False,
+                     recompute: bool = False) -> float:
     """Bytes per rank the performance model predicts for this grid, graph and model, with
     activations, Â values and messages at ``dtype_bytes`` per element (the engine's compute
     precision; `plexus.engine.config.EngineConfig.dtype_bytes`); ``from_store``: the rank reads
-    its shard from a shard store. Activation recomputation is not in the model: with it the
-    prediction is an upper bound."""
-    spec = ModelSpec.from_config(num_nodes, max(nnz, 0), num_features, num_classes, model,
-                                 perm=perm, dtype_bytes=dtype_bytes, from_store=from_store)
+    its shard from a shard store; ``recompute``: activations are recomputed in backward."""
+    spec = ModelSpec(num_nodes, max(nnz, 0), num_features, num_classes, model, perm=perm,
+                     dtype_bytes=dtype_bytes, from_store=from_store, recompute=recompute)
     return epoch_memory(spec, grid).total
 
 

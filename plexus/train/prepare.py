@@ -100,7 +100,8 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         del graph
     full_prediction = predicted_memory(grid, model, shard.num_nodes, nnz, shard.num_features,
                                        shard.num_classes, shard.perm, opts.engine.dtype_bytes,
-                                       from_store=bool(opts.shards))
+                                       from_store=bool(opts.shards),
+                                       recompute=opts.engine.recompute)
     if opts.check_memory:
         predicted = full_prediction
         if device.type == "cpu":  # the shard already sits in host memory: count the rest

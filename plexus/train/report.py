@@ -4,6 +4,8 @@ results (`plexus.train.results`: predictions, weights, the OGB evaluator's metri
 
 from __future__ import annotations
 
+import dataclasses
+
 import time
 
 import numpy as np
@@ -130,6 +132,7 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         **results,  # the files written (--save-predictions, --export)
     }
     summary["model"].update(dropout=run.opts.model.dropout, bias=run.opts.model.bias,
-                            learnable_features=run.opts.model.learnable_features)
+                            learnable_features=run.opts.model.learnable_features,
+                            config=dataclasses.asdict(run.opts.model))
     summary.update(provenance or {})
     run.log.finish(summary)

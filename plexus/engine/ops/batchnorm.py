@@ -1,4 +1,5 @@
-"""BatchNorm on the grid: per-feature statistics over all real nodes.
+"""BatchNorm on the grid (`plexus.core.ops.batchnorm`): per-feature statistics over all real
+nodes.
 
 OUT's block has rows cut by the stage's output-rows axis r and columns by its output-columns axis,
 and is replicated over the third axis. The column sums are all-reduced over r (padding rows
@@ -16,11 +17,12 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from plexus.core.layout import LayerPlan
 
-from .comm import Comm
+from ..comm import Comm
 
 MOMENTUM, EPS = 0.1, 1e-5  # torch.nn.BatchNorm1d's defaults
 
@@ -29,15 +31,15 @@ class BatchNorm3D(nn.Module):
     """y = (x − mean) / sqrt(var + eps) · γ + β over the real rows; running statistics as
     BatchNorm1d (momentum 0.1, unbiased running variance) for evaluation."""
 
-    def __init__(self, plan: LayerPlan, comm: Comm, cols: slice, params: dict[str, torch.Tensor],
-                 stats: dict[str, torch.Tensor], real_rows: torch.Tensor, num_nodes: int) -> None:
+    def __init__(self, plan: LayerPlan, comm: Comm, shards: dict[str, torch.Tensor],
+                 real_rows: torch.Tensor, num_nodes: int) -> None:
         super().__init__()
         self.plan, self.comm, self.n = plan, comm, num_nodes
         device = comm.grid.device
-        self.gamma = nn.Parameter(params["gamma"][cols].clone().to(device))
-        self.beta = nn.Parameter(params["beta"][cols].clone().to(device))
-        self.register_buffer("mean", stats["mean"][cols].clone().to(device))
-        self.register_buffer("var", stats["var"][cols].clone().to(device))
+        self.gamma = nn.Parameter(shards["gamma"].to(device))
+        self.beta = nn.Parameter(shards["beta"].to(device))
+        self.register_buffer("mean", shards["mean"].to(device))
+        self.register_buffer("var", shards["var"].to(device))
         self.register_buffer("real", real_rows.to(device).unsqueeze(1), persistent=False)
         self.update_stats = True  # off while a recomputation repeats a forward pass
 
@@ -73,3 +75,12 @@ class BatchNorm3D(nn.Module):
         gamma = c.all_reduce_grad(self.gamma, r)              # bwd: AR(dγ) over r
         beta = c.all_reduce_grad(self.beta, r)                # bwd: AR(dβ) over r
         return (xc * torch.rsqrt(var + EPS) * gamma + beta).to(dtype)
+
+
+def serial(model, p: LayerPlan, OUT: torch.Tensor) -> torch.Tensor:
+    """The serial reference: ``torch.nn.functional.batch_norm`` with the model's running
+    statistics (updated when training), momentum 0.1, eps 1e-5."""
+    s = p.index
+    return F.batch_norm(OUT, model.stat("mean", s), model.stat("var", s),
+                        model.param("gamma", s), model.param("beta", s), model.training,
+                        MOMENTUM, EPS)

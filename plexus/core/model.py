@@ -1,0 +1,248 @@
+"""The model as a plain value: `ModelConfig`, and the one resolved plan of its stages.
+
+Everything that describes a model without running it reads this module: the engine builds its
+stages from `ModelConfig.plans`, the performance model prices the same plans, the partitioner
+cuts the blocks they name, and the command lines parse ``--order`` with `parse_order`. Each
+stage's operator (GCN, SAGE, GIN, dense, GAT; BatchNorm after a stage) is declared once in
+`plexus.core.ops`; the model kinds (how a GNN layer expands into stages) too.
+
+Plain Python (no torch), so the performance model and the command lines use it freely.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Sequence
+
+from .layout import ORDERS, LayerPlan, layer_plans
+from .ops import KINDS, NORMS, OPERATORS
+
+AUTO_ORDER = "auto"  # combine first on the layers that narrow
+
+# Compute precisions (`plexus.engine.config.EngineConfig.dtype`) and the bytes of one element.
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+DTYPES = tuple(DTYPE_BYTES)
+
+
+class ModelError(ValueError):
+    """A model option that is unknown, out of range or does not apply to the kind (one line)."""
+
+
+def parse_order(order: str | Sequence[str], num_layers: int,
+                symbolic: Sequence[str] = (AUTO_ORDER,)) -> tuple[str, ...] | str:
+    """The one parser of product orders: "agg" or "combine" for every layer, a comma-separated
+    list (or a sequence) with one of them per layer, or one of the ``symbolic`` values ("auto";
+    the performance model adds "best"), returned as it is. Raises `ModelError`."""
+    if isinstance(order, str):
+        text = order.strip()
+        if text in symbolic:
+            return text
+        parts = [o.strip() for o in text.split(",")] if "," in text else [text] * num_layers
+    else:
+        parts = [str(o).strip() for o in order]
+    bad = [o for o in parts if o not in ORDERS]
+    if bad:
+        allowed = ", ".join([*ORDERS, *symbolic])
+        raise ModelError(f"unknown order {bad[0]!r}; use {allowed} or a comma-separated list "
+                         "of agg/combine, one per layer")
+    if len(parts) != num_layers:
+        raise ModelError(f"the order lists {len(parts)} layers but the model has {num_layers}")
+    return tuple(parts)
+
+
+def auto_orders(layer_widths: Sequence[int]) -> tuple[str, ...]:
+    """"auto": combine first on the layers whose output is narrower than their input."""
+    return tuple("combine" if layer_widths[l + 1] < layer_widths[l] else "agg"
+                 for l in range(len(layer_widths) - 1))
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A GNN of ``num_layers`` layers of one ``kind``, ReLU between them, as PyG's layer of the
+    same name (each kind's declaration in `plexus.core.ops` says which):
+
+    - "gcn": H' = Â·H·W + b (GCNConv), optionally + H (``residual``, on layers whose input and
+      output widths agree);
+    - "sage": H' = mean_{j→i} H_j·W + H_i·Wr + b (SAGEConv, mean aggregation, root weight);
+    - "gin": H' = MLP((1+ε)·H_i + Σ_{j→i} H_j) with MLP = Linear, ReLU, Linear (GINConv,
+      ε trained with ``train_eps``); each GIN layer is two stages: the convolution with the
+      MLP's first map, then a dense stage with its second;
+    - "gat": GATConv: per head h, H'_i = Σ_j α^h_ij·(H·W^h)_j with α the softmax over node i's
+      in-edges (self loop included) of LeakyReLU(a_dst^h·(H·W^h)_i + a_src^h·(H·W^h)_j);
+      ``heads`` heads concatenated on hidden layers (width hidden·heads), ``out_heads`` heads
+      averaged on the last; ``attn_dropout`` drops attention coefficients,
+      ``negative_slope`` is the LeakyReLU's;
+    - "mlp": H' = H·W + b (no graph: dense stages only).
+
+    ``norm`` "batch" puts a BatchNorm (statistics over all real nodes) after every layer but the
+    last, before its ReLU; the stage before it has no bias (BatchNorm subtracts the mean, so
+    the bias's gradient is rounding noise, which Adam would turn into steps of size lr; β is the
+    bias there, and an export to PyG sets that layer's bias to zero). Dropout hits each layer's
+    input; ``input_dropout`` False spares the first layer's (as OGB's examples do). ``order`` is
+    "agg" ((Â·H)·W, as the paper), "combine" (Â·(H·W)), "auto" (combine first on convolutions
+    that narrow, which makes the SpMM and its all-reduces cheaper), or a comma-separated list
+    with one of "agg"/"combine" per layer; GAT layers always combine first (attention needs
+    H·W), whatever it says.
+    """
+
+    num_layers: int = 2
+    hidden: int = 16
+    dropout: float = 0.5
+    bias: bool = True
+    order: str = "agg"
+    learnable_features: bool = False
+    kind: str = "gcn"
+    norm: str = "none"
+    residual: bool = False
+    input_dropout: bool = True
+    train_eps: bool = True
+    heads: int = 1
+    out_heads: int = 1
+    attn_dropout: float = 0.0
+    negative_slope: float = 0.2
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, str) or self.kind not in KINDS:
+            raise ModelError(f"unknown model kind {self.kind!r}; use one of {', '.join(KINDS)}")
+        if self.norm not in NORMS:
+            raise ModelError(f"unknown norm {self.norm!r}; use one of {', '.join(NORMS)}")
+        for name in ("num_layers", "hidden", "heads", "out_heads"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ModelError(f"{name} must be an integer >= 1, got {value!r}")
+        for name in ("dropout", "attn_dropout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ModelError(f"{name} must be in [0, 1), got {value!r}")
+        for other in KINDS.values():  # an option another kind owns must keep its default
+            for opt in other.options:
+                default = ModelConfig.__dataclass_fields__[opt].default
+                if opt not in self.kind_decl.options and getattr(self, opt) != default:
+                    raise ModelError(f"{opt} is an option of the {other.name} model; the "
+                                     f"{self.kind} model has none")
+        if not isinstance(self.order, str):
+            raise ModelError(f"order must be a string, got {self.order!r}")
+        parse_order(self.order, self.num_layers)  # validates
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """Every option's name (what `from_options` accepts)."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_options(cls, **options: object) -> "ModelConfig":
+        """A config from keyword options, with a clear error for a keyword that is not an option
+        (e.g. ``model=`` for ``kind=``)."""
+        unknown = sorted(set(options) - set(cls.field_names()))
+        if unknown:
+            hint = " (the model kind is kind=...)" if unknown[0] in ("model", "type") else ""
+            raise TypeError(f"unknown model option {unknown[0]!r}{hint}; the options are "
+                            f"{', '.join(cls.field_names())}")
+        return cls(**options)  # type: ignore[arg-type]
+
+    # ---- the kind's expansion into stages -----------------------------------------------
+    @property
+    def kind_decl(self):  # noqa: ANN201 — plexus.core.ops.base.ModelKind
+        """The declaration of this model kind (`plexus.core.ops.KINDS`)."""
+        return KINDS[self.kind]
+
+    @property
+    def aggregation(self) -> str:
+        """The sparse operator's normalization: "gcn", "mean" or "sum"."""
+        return self.kind_decl.aggregation
+
+    @property
+    def stages_per_layer(self) -> int:
+        return len(self.kind_decl.stage_ops)
+
+    @property
+    def num_stages(self) -> int:
+        return self.num_layers * self.stages_per_layer
+
+    @property
+    def last_layer_stage(self) -> int:
+        """The first stage of the last GNN layer: its input is the last hidden layer's output
+        (the embeddings)."""
+        return self.stages_per_layer * (self.num_layers - 1)
+
+    def heads_of(self, layer: int) -> int:
+        """Attention heads of a GNN layer (1 for kinds without attention)."""
+        if not self.kind_decl.attention:
+            return 1
+        return self.out_heads if layer == self.num_layers - 1 else self.heads
+
+    def layer_width(self, layer: int, num_classes: int) -> int:
+        """Output width of GNN layer ``layer``: the classes for the last; else ``hidden``, or
+        ``hidden · heads`` where attention heads are concatenated."""
+        if layer == self.num_layers - 1:
+            return num_classes
+        return self.hidden * (self.heads if self.kind_decl.attention else 1)
+
+    def layer_widths(self, num_features: int, num_classes: int) -> list[int]:
+        """Input width, each layer's output width, class count."""
+        return [num_features] + [self.layer_width(l, num_classes)
+                                 for l in range(self.num_layers)]
+
+    def widths(self, num_features: int, num_classes: int) -> list[int]:
+        """D_0 .. D_S: the input width of every stage, then the class count (a GIN layer's
+        MLP is hidden wide inside)."""
+        layer = self.layer_widths(num_features, num_classes)
+        out = [num_features]
+        for l in range(self.num_layers):
+            out += [self.hidden] * (self.stages_per_layer - 1) + [layer[l + 1]]
+        return out
+
+    def layer_orders(self, num_features: int, num_classes: int) -> tuple[str, ...]:
+        """The product order of every GNN layer's convolution, "auto" resolved."""
+        parsed = parse_order(self.order, self.num_layers)
+        if parsed == AUTO_ORDER:
+            return auto_orders(self.layer_widths(num_features, num_classes))
+        return parsed  # type: ignore[return-value]
+
+    def orders(self, num_features: int, num_classes: int,
+               layer_orders: Sequence[str] | None = None) -> list[str]:
+        """The order of every stage ("agg", "combine" or "dense"), "auto" resolved;
+        ``layer_orders`` overrides the configured per-layer orders."""
+        convs = layer_orders if layer_orders is not None else \
+            self.layer_orders(num_features, num_classes)
+        out = []
+        for l, conv in enumerate(convs):
+            for op in self.kind_decl.stage_ops:
+                out.append(OPERATORS[op].stage_order(conv))
+        return out
+
+    def plans(self, num_features: int, num_classes: int,
+              layer_orders: Sequence[str] | None = None) -> list[LayerPlan]:
+        """The one resolved plan: every stage's roles, operator, BatchNorm, bias, heads and GNN
+        layer (``layer_orders`` overrides the configured per-layer orders, e.g. the
+        performance model's choice per grid)."""
+        widths = self.widths(num_features, num_classes)
+        step = self.stages_per_layer
+        layout = layer_plans(self.num_stages, self.orders(num_features, num_classes,
+                                                          layer_orders))
+        out = []
+        for p in layout:
+            s, layer = p.index, p.index // step
+            op = self.kind_decl.stage_ops[s % step]
+            last_of_layer = s % step == step - 1
+            norm = self.norm == "batch" and last_of_layer and s < self.num_stages - 1
+            heads = self.heads_of(layer) if op == "gat" else 1
+            concat = layer < self.num_layers - 1
+            out.append(dataclasses.replace(
+                p, layer=layer, op=op, norm=norm, bias=self.bias and not norm,
+                residual=self.residual and op == "gcn" and widths[s] == widths[s + 1],
+                learnable_eps=self.train_eps and op == "gin", heads=heads,
+                concat=concat or heads == 1))
+        return out
+
+    def drops_input(self, plan: LayerPlan) -> bool:
+        """Whether dropout hits this stage's input: the first stage of a layer, and of layer 0
+        only with ``input_dropout``."""
+        first = plan.index % self.stages_per_layer == 0
+        return self.dropout > 0 and first and (plan.layer > 0 or self.input_dropout)
+
+    def activates(self, plan: LayerPlan) -> bool:
+        """Whether a ReLU follows the stage (every stage but the model's last)."""
+        return plan.index < self.num_stages - 1
+

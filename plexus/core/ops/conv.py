@@ -1,0 +1,161 @@
+"""The graph convolution Â·H·W (aggregate first (Â·H)·W or combine first Â·(H·W)), with an
+optional root term for each node's own features, as GCN, GraphSAGE and GIN declare it.
+
+A root term needs H in the output's row layout: the engine stacks S (the identity's block laid
+out like Â's) with Â, so one SpMM and one all-reduce give [Â·H; S·H] (aggregate first) or
+Â·Z + S·Zr (combine first); SAGE and a residual multiply [AGG | S·H] by [W; Wr] in one GEMM,
+GIN adds (1+ε)·S·H before it. See docs/design.md, "Models".
+"""
+
+from __future__ import annotations
+
+from .base import (Add, Flops, MASTER_BYTES, Operator, StageMemory, StageSizes, div,
+                   dropout_work, param_memory)
+
+
+class ConvOperator(Operator):
+    """A graph convolution stage; subclasses say which root term it has."""
+
+    def root(self, plan) -> str:
+        """"none", "sage" (H·Wr), "gin" ((1+ε)·H) or "res" (a residual H)."""
+        return "none"
+
+    def stacked(self, plan) -> int:
+        """2 when the SpMM carries S·H beside Â·H (any root term)."""
+        return 1 if self.root(plan) == "none" else 2
+
+    def wide(self, plan) -> int:
+        """2 when the GEMM multiplies by [W; Wr] (SAGE, residual)."""
+        return 2 if self.root(plan) in ("sage", "res") else 1
+
+    def gathers_wr(self, plan) -> bool:
+        return self.root(plan) == "sage"
+
+    def uses_plain_block(self, plan) -> bool:
+        """Without a root term the stage multiplies by the shard's block (and its transpose);
+        with one, by its own stacked copy [Â; S] or [Â | S] and that copy's transpose."""
+        return self.root(plan) == "none"
+
+    # ---- collectives ------------------------------------------------------------------------
+    def forward(self, add: Add, z: StageSizes, phase: str) -> None:
+        p, n, D, D2 = z.plan, z.n, z.D, z.D2
+        o, i, d = p.outer, p.inner, p.depth
+        if p.order == "agg":
+            add("AR(AGG)", phase, "all_reduce", o, self.stacked(p) * div(n * D, z.d * z.i))
+            add("AG(W)", phase, "all_gather", d, div(D * D2, z.i * z.o))
+            if self.gathers_wr(p):
+                add("AG(Wr)", phase, "all_gather", d, div(D * D2, z.i * z.o))
+            add("AR(OUT)", phase, "all_reduce", i, div(n * D2, z.d * z.o))
+        else:
+            add("AG(W)", phase, "all_gather", o, div(D * D2, z.i * z.d))
+            if self.gathers_wr(p):
+                add("AG(Wr)", phase, "all_gather", o, div(D * D2, z.i * z.d))
+            add("AR(Z)", phase, "all_reduce", i, self.wide(p) * div(n * D2, z.o * z.d))
+            add("AR(OUT)", phase, "all_reduce", o, div(n * D2, z.i * z.d))
+
+    def backward(self, add: Add, z: StageSizes) -> None:
+        p, n, D, D2 = z.plan, z.n, z.D, z.D2
+        o, i, d = p.outer, p.inner, p.depth
+        if p.learnable_eps:
+            for axis in ("x", "y", "z"):  # ε is replicated on every rank
+                add("AR(dε)", "backward", "all_reduce", axis, 1)
+        weights = ("W", "Wr") if self.gathers_wr(p) else ("W",)
+        if p.order == "agg":
+            for w in weights:
+                add(f"RS(d{w})", "backward", "reduce_scatter", d, div(D * D2, z.i * z.o))
+            if z.needs_dh:  # dAGG only feeds dH; autograd skips both for fixed input features
+                add("AR(dAGG)", "backward", "all_reduce", o,
+                    self.stacked(p) * div(n * D, z.d * z.i))
+        else:
+            add("AR(dZ)", "backward", "all_reduce", i, self.wide(p) * div(n * D2, z.o * z.d))
+            for w in weights:
+                add(f"RS(d{w})", "backward", "reduce_scatter", o, div(D * D2, z.i * z.d))
+
+    # ---- compute ----------------------------------------------------------------------------
+    def flops(self, z: StageSizes) -> Flops:
+        """Forward one SpMM and one GEMM; backward two GEMMs (dW and the data gradient) and one
+        SpMM, except what only feeds dH on stage 0 with fixed features (aggregate first: the
+        dAGG GEMM and the Âᵀ SpMM; combine first: the dH GEMM). A root term adds S's rows to
+        the SpMM and (SAGE, residual) Wr's rows to the GEMM."""
+        p, n, D, D2 = z.plan, z.n, z.D, z.D2
+        s_nnz = n / (z.size(p.a_rows) * z.size(p.a_cols)) if self.stacked(p) > 1 else 0.0
+        nnz = z.nnz_block + s_nnz
+        k = self.wide(p)
+        if p.order == "agg":
+            sp_one = 2.0 * nnz * D / z.i  # [Â; S](d×o) · H(o×i)
+            mm_one = 2.0 * (n / z.d) * (k * D / z.i) * (D2 / z.o)  # AGG(d×i) · W(i×o)
+            return Flops(sp_one * (2 if z.needs_dh else 1), mm_one * (3 if z.needs_dh else 2))
+        sp_one = 2.0 * nnz * D2 / z.d  # [Â | S](i×o) · Z(o×d)
+        mm_one = 2.0 * (n / z.o) * (D / z.i) * (k * D2 / z.d)  # H(o×i) · W(i×d)
+        return Flops(sp_one * 2, mm_one * (3 if z.needs_dh else 2))
+
+    # ---- memory -----------------------------------------------------------------------------
+    def memory(self, z: StageSizes) -> StageMemory:
+        """What the engine's convolution holds (`plexus.engine.ops.conv`): the GEMM keeps only
+        the operand its gradient needs (AGG for an aggregate-first dW, the dropped H for a
+        combine-first one, W for dH); dropout keeps nothing (its mask is recomputed) and an
+        aggregate-first stage drops out inside the SpMM, so the dropped H lives only while it
+        is multiplied; the all-reduce over i sums a copy."""
+        p, n, fb = z.plan, z.n, z.dtype_bytes
+        o, i, d = z.o, z.i, z.d
+        root, k, st = self.root(p), self.wide(p), self.stacked(p)
+        h_in, D, D2 = z.h_in, z.D, z.D2
+        drop = h_in if z.drops_input else 0.0
+        caller = h_in if p.index > 0 or d > 1 else 0.0  # stage 0 reads the stored features
+        w_blk = k * (D / i * D2 / o if p.order == "agg" else D / i * D2 / d)
+        w_flat = z.size(p.w_flat)
+        gathered = w_blk if w_flat > 1 else 0.0
+        vectors = (D2 / z.size(p.out_cols) if p.bias else 0.0) + (1 if p.learnable_eps else 0)
+        weights, optimizer = param_memory(z, w_blk / w_flat, gathered, vectors)
+        if p.order == "agg":
+            inter, out = n / d * D / i, n / d * D2 / o
+            out_all = out * (2 if i > 1 else 1)  # the all-reduce over i sums a copy
+            spmm = st * inter  # [AGG; S·H], alive until the stage returns
+            # [AGG | S·H] (SAGE, residual), AGG + (1+ε)·S·H (GIN): the GEMM's left operand
+            joined = {"none": 0.0, "gin": inter}.get(root, 2 * inter)
+            # GIN's dε keeps S·H, a view of [AGG; S·H]: the whole stacked result stays
+            kept = (joined or inter) + (spmm if root == "gin" and p.learnable_eps else 0.0)
+            forward = [caller + (drop if p.index == 0 else 0.0) + spmm,
+                       caller + spmm + joined + out_all]
+            # backward: dOUT and d(operand) beside what is kept; then, the operand freed,
+            # d(operand) and the stacked gradient d[AGG; S·H]
+            backward = [(kept + (gathered if z.needs_dh else 0.0), out + (joined or inter))]
+            backward.append((0.0, (joined or inter) + (spmm if root != "none" else
+                                                       inter * (2 if o > 1 else 1) - inter)))
+            dh = spmm
+        else:
+            inter, out = n / o * D2 / d, n / i * D2 / d
+            z_all = k * inter * (2 if i > 1 else 1)  # Z (and H·Wr) and its all-reduced copy
+            joined = 2 * inter if root != "none" else 0.0  # [Z; Zr] or [Z; (1+ε)·Z]
+            kept = (drop if drop else h_in) + (inter if root == "gin" and p.learnable_eps
+                                              else 0.0)
+            forward = [caller + drop + z_all + joined + out]
+            # backward: dOUT and the SpMM's [Â | S]ᵀ·dOUT, then dZ (and its all-reduced copy)
+            backward = [(kept + (gathered if z.needs_dh else 0.0), out + (joined or inter)),
+                        (kept, (joined or 0.0) + k * inter * (2 if i > 1 else 1))]
+            dh = k * inter
+        mask = dropout_work(z) / fb  # in elements, as the rest here
+        forward[0] += mask
+        if z.needs_dh:
+            kept += gathered  # W for dH
+            backward.append((0.0, dh + h_in + mask))
+        backward = [(kb * fb, t * fb) for kb, t in backward]
+        return StageMemory(kept * fb, [f * fb for f in forward], backward, out, weights,
+                           optimizer, self._stacked_bytes(z))
+
+    def _stacked_bytes(self, z: StageSizes) -> float:
+        """A root term's own [Â; S] (or [Â | S]) block and its transpose (CSR)."""
+        p = z.plan
+        if self.root(p) == "none":
+            return 0.0
+        rows, cols = z.n / z.size(p.a_rows), z.n / z.size(p.a_cols)
+        nnz = z.nnz_block + z.n / (z.size(p.a_rows) * z.size(p.a_cols))  # S: ~ one per row
+        per = z.dtype_bytes + z.index_bytes
+        if p.order == "agg":
+            rows_t, rows = cols, 2 * rows
+        else:
+            rows_t = 2 * cols
+        return 2 * nnz * per + (rows + rows_t + 2) * z.index_bytes
+
+
+__all__ = ["ConvOperator", "MASTER_BYTES"]

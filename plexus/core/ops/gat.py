@@ -1,0 +1,151 @@
+"""GAT (PyG's GATConv, self loops added, ``heads`` heads concatenated or averaged).
+
+Per head h, with Z = H·W (Z_j^h the head's columns of node j):
+    e_ij = LeakyReLU(a_dst^h·Z_i^h + a_src^h·Z_j^h),  α_ij = softmax_j over i's in-edges (self
+    loop included) of e_ij,  H'_i^h = Σ_j α_ij·Z_j^h (+ b after concatenating or averaging).
+
+On the grid a GAT stage is combine-first (attention needs Z): Z rows-by-o, columns-by-d,
+replicated over i after AR(Z) over i; Â's block (its structure: M + I) rows-by-i, columns-by-o.
+- Scores: s = Z·[A_src | A_dst] per head (A holds a's entries on each head's columns): the
+  columns are cut by d, so AR(s) over d; the destination scores move to Â's rows through S
+  (the identity's block laid out like Â's), AR over o.
+- Edge softmax over each row's in-edges, whose columns are cut by o: AR-MAX and AR-SUM of the
+  row statistics over o. No per-edge tensor ever crosses the grid.
+- OUT = α·Z per head (a CSR SpMM per head with α as its values), AR(OUT) over o: rows-by-i,
+  columns-by-d, replicated over o (the next stage's roles are (i, d, o), as combine-first).
+  Averaged heads: the inner width is ``heads`` blocks of the output width, the per-head sum is
+  local, then RS over d and AR over o.
+- Backward: dZ = αᵀ·dOUT per head; dα_ij = dOUT_i·Z_j per head, an SDDMM computed in chunks of
+  edges (never an edge × feature tensor, never a dense gradient); the softmax's backward needs
+  Σ_j α_ij·dα_ij, all-reduced over o. dα is a partial sum over d's columns, and everything after
+  it is linear in it, so only node-sized score gradients are all-reduced: over o (the row
+  scores) and over d (the node scores).
+Attention statistics, scores and their gradients are float32 in every compute precision.
+"""
+
+from __future__ import annotations
+
+from .base import (Add, Flops, ModelKind, Operator, Param, StageMemory, StageSizes, div,
+                   dropout_work, param_memory)
+
+STAT_BYTES = 4
+# Per edge and head, the softmax's passes, LeakyReLU, dropout and the backward's (counted as
+# sparse flops: they run at memory speed like an SpMM's).
+EDGE_FLOPS = 24
+
+
+class GAT(Operator):
+    name = "gat"
+
+    def stage_order(self, conv_order: str) -> str:
+        return "combine"
+
+    def head_blocks(self, plan) -> int:
+        return 1 if plan.concat else plan.heads
+
+    def head_width(self, plan, d_out: int) -> int:
+        """Each head's width: the output width over the heads when concatenated."""
+        return d_out // plan.heads if plan.concat else d_out
+
+    def params(self, plan, d_in, d_out):
+        inner = self.inner_width(plan, d_out)
+        att = dict(layout="inner", init="glorot_heads", transform="heads", heads=plan.heads)
+        return [Param("W", (d_in, inner), "weight", "glorot", stream=0, pyg="lin.weight",
+                      transform="T"),
+                Param("att_src", (inner,), pyg="att_src", **att),
+                Param("att_dst", (inner,), pyg="att_dst", **att),
+                *self.bias_param(plan, d_out)]
+
+    # ---- collectives ------------------------------------------------------------------------
+    def forward(self, add: Add, z: StageSizes, phase: str) -> None:
+        p, n, H = z.plan, z.n, z.plan.heads
+        o, i, d = p.outer, p.inner, p.depth
+        add("AG(W)", phase, "all_gather", o, div(z.D * z.Di, z.i * z.d))
+        add("AR(Z)", phase, "all_reduce", i, div(n * z.Di, z.o * z.d))
+        add("AR(s)", phase, "all_reduce", d, div(n * 2 * H, z.o), STAT_BYTES)
+        add("AR(s→rows)", phase, "all_reduce", o, div(n * H, z.i), STAT_BYTES)
+        add("AR-MAX(e)", phase, "all_reduce", o, div(n * H, z.i), STAT_BYTES)
+        add("AR-SUM(e)", phase, "all_reduce", o, div(n * H, z.i), STAT_BYTES)
+        if not p.concat:
+            add("RS(OUT)", phase, "reduce_scatter", d, div(n * z.D2, z.i))
+        add("AR(OUT)", phase, "all_reduce", o, div(n * z.D2, z.i * z.d))
+
+    def backward(self, add: Add, z: StageSizes) -> None:
+        p, n, H = z.plan, z.n, z.plan.heads
+        o, i, d = p.outer, p.inner, p.depth
+        if not p.concat:
+            add("AG(dOUT)", "backward", "all_gather", d, div(n * z.D2, z.i))
+        add("AR(Σα·dα)", "backward", "all_reduce", o, div(n * H, z.i), STAT_BYTES)
+        add("AR(ds→rows)", "backward", "all_reduce", o, div(n * H, z.i), STAT_BYTES)
+        add("AR(ds)", "backward", "all_reduce", d, div(n * 2 * H, z.o), STAT_BYTES)
+        for axis in (o, i):  # a is replicated over o and i, its gradient partial over both
+            add("AR(da)", "backward", "all_reduce", axis, div(2 * z.Di, z.d), STAT_BYTES)
+        add("AR(dZ)", "backward", "all_reduce", i, div(n * z.Di, z.o * z.d))
+        add("RS(dW)", "backward", "reduce_scatter", o, div(z.D * z.Di, z.i * z.d))
+
+    # ---- compute ----------------------------------------------------------------------------
+    def flops(self, z: StageSizes) -> Flops:
+        """GEMMs: H·W (forward, dW, dH) and the scores Z·A (forward, dZ, dA). Sparse: the
+        α-weighted SpMM, its transpose and the SDDMM of dα, each 2·nnz·width; the per-edge
+        softmax work; S's SpMM of the row scores."""
+        n, H = z.n, z.plan.heads
+        width = z.Di / z.d
+        nnz = z.nnz_block
+        gemm = 2.0 * (n / z.o) * (z.D / z.i) * width * (3 if z.needs_dh else 2)
+        gemm += 2.0 * (n / z.o) * width * 2 * H * 3
+        sparse = 3 * 2.0 * nnz * width + EDGE_FLOPS * nnz * H
+        sparse += 2 * 2.0 * (n / (z.i * z.o)) * H
+        return Flops(sparse, gemm)
+
+    # ---- memory -----------------------------------------------------------------------------
+    def memory(self, z: StageSizes) -> StageMemory:
+        """What `plexus.engine.ops.gat` holds: kept for backward the dropped H (dW), W (dH),
+        Z (the scores' and the SDDMM's operand), α per edge and head (float32) and the
+        attention-dropout mask (one byte per edge and head); in forward Z and its all-reduced
+        copy, the per-edge scores and the output; in backward dOUT, dZ, dα (one float32 per edge
+        and head) and the sampled product's values. Resident: the block's row ids, its
+        transpose's column ids and the permutation between them (32-bit), and S."""
+        p, n, fb, H = z.plan, z.n, z.dtype_bytes, z.plan.heads
+        o, i, d = z.o, z.i, z.d
+        h_in, E = z.h_in, z.nnz_block
+        drop = h_in if z.drops_input else 0.0
+        caller = h_in if p.index > 0 or d > 1 else 0.0
+        width = z.Di / d
+        zz, out_local = n / o * width, n / i * width
+        out = n / i * z.D2 / d
+        w_blk, flat = z.D / i * width, z.size(p.w_flat)
+        gathered = w_blk if flat > 1 else 0.0
+        vectors = 2 * width + (z.D2 / z.size(p.out_cols) if p.bias else 0.0)
+        weights, optimizer = param_memory(z, w_blk / flat, gathered, vectors)
+        edges = E * H
+        # kept: the dropped H (dW), Z (scores, SDDMM), W (dH), α and the dropout mask per edge
+        kept_b = ((drop if drop else h_in) + zz + (gathered if z.needs_dh else 0.0)) * fb
+        kept_b += edges * (STAT_BYTES + 1)
+        z_all = zz * (2 if i > 1 else 1)
+        mean_sum = 0.0 if p.concat else n / i * z.D2
+        # forward: Z with its all-reduced copy, then the per-edge scores and α; then the output
+        # (and the averaged heads' sum) beside Z; the dropout hash's chunk
+        forward = [(caller + drop + z_all) * fb + 2 * edges * STAT_BYTES + dropout_work(z),
+                   (caller + drop + zz + out_local + mean_sum) * fb + edges * (STAT_BYTES + 1)
+                   + min(E, HASH_CHUNK / H) * (3 + 3 * H) * 8]
+        # backward: dOUT, dZ, dα (float32) and the sampled product's values
+        backward = [(kept_b, (out_local + zz) * fb + edges * STAT_BYTES + 2 * E * STAT_BYTES)]
+        if z.needs_dh:
+            backward.append((0.0, (zz + h_in) * fb + dropout_work(z)))
+        resident = E * 3 * 4 + 2 * n / (i * o) * 4
+        return StageMemory(kept_b, forward, backward, out, weights, optimizer, resident)
+
+
+# The attention-dropout hash runs on chunks of this many edges × heads, with about 3 + 3·heads
+# int64 temporaries per edge (plexus.engine.edges.HASH_CHUNK, plexus.engine.seeding.edge_keep).
+HASH_CHUNK = 1 << 18
+
+
+KIND = ModelKind("gat", ("gat",), "gcn", "GATConv", ("convs.{l}.",),
+                 "GATConv: attention over in-neighbours and the node itself, heads "
+                 "concatenated on hidden layers and averaged on the last",
+                 attention=True, options=("heads", "out_heads", "attn_dropout", "negative_slope"),
+                 pyg_kwargs=lambda cfg, layer, d_in, d_out: {
+                     "heads": cfg.heads_of(layer), "concat": layer < cfg.num_layers - 1,
+                     "negative_slope": cfg.negative_slope, "dropout": cfg.attn_dropout,
+                     "add_self_loops": True})

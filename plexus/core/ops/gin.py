@@ -1,0 +1,37 @@
+"""GIN (PyG's GINConv with MLP = Linear, ReLU, Linear): H' = MLP((1+ε)·H_i + Σ_{j→i} H_j).
+
+A GIN layer is two stages: this convolution with the MLP's first linear map, then a dense stage
+with its second (`plexus.core.ops.dense`).
+"""
+
+from __future__ import annotations
+
+from .base import ModelKind, Param
+from .conv import ConvOperator
+
+
+class GIN(ConvOperator):
+    name = "gin"
+    bias_pyg = "nn.0.bias"
+
+    def root(self, plan) -> str:
+        return "gin"
+
+    def params(self, plan, d_in, d_out):
+        out = [Param("W", (d_in, d_out), "weight", "glorot", stream=0, pyg="nn.0.weight",
+                     transform="T"), *self.bias_param(plan, d_out)]
+        if plan.learnable_eps:
+            out.append(Param("eps", (1,), "scalar", "zeros", pyg="eps"))
+        return out
+
+    def pyg_extras(self, plan, d_in, d_out, model_bias):
+        extra = super().pyg_extras(plan, d_in, d_out, model_bias)
+        if not plan.learnable_eps:  # PyG's GINConv holds ε as a buffer: fixed at 0
+            extra.append(Param("eps", (1,), "scalar", "zeros", pyg="eps"))
+        return extra
+
+
+KIND = ModelKind("gin", ("gin", "dense"), "sum", "GINConv", ("convs.{l}.", "convs.{l}.nn.2."),
+                 "GINConv(Sequential(Linear, ReLU, Linear), train_eps): sum over in-neighbours "
+                 "plus (1+ε) times the node itself, then the MLP",
+                 options=("train_eps",))

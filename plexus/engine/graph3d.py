@@ -1,0 +1,187 @@
+"""One stage's view of the graph on the grid: the differentiable operations a layer is written
+with, the 3D layouts handled. The engine's GAT stage is written with it, and so are users'
+layers (`plexus.nn`).
+
+A stage has roles (o, i, d) for its outer, inner and depth axes (`plexus.core.layout.LayerPlan`)
+and three layouts, named by the axis cutting the rows, the axis cutting the columns and the
+axis the block is replicated over:
+
+- the input H: rows by o, columns by i, replicated over d;
+- a combine-first stage: ``linear(H)`` gives rows by o, columns by d, replicated over i;
+  ``aggregate`` of that gives the output, rows by i (Â's rows), columns by d, replicated over o;
+- an aggregate-first stage: ``aggregate(H)`` gives rows by d (Â's rows), columns by i,
+  replicated over o; ``linear`` of that gives the output, rows by d, columns by o.
+
+``to_rows`` moves a tensor in the rows-by-o layout to Â's rows (S·X, S the identity's block laid
+out like Â's), for root terms and destination scores. Per-edge tensors are (edges, heads) of
+this rank's block of Â (`plexus.engine.edges`). Each method issues its collectives itself, one
+line each below with its axis, and is exact on every grid: random masks are keyed by global ids.
+
+Gradients follow the engine's convention (a tensor replicated over an axis carries the full
+gradient on every replica), and the methods mark replicated results where the stage's next
+step uses them on different blocks: ``linear``'s result (replicated over i) in a combine-first
+stage, which aggregates it over this rank's rows of Â; ``aggregate``'s and ``to_rows``'
+(replicated over o) in an aggregate-first stage, whose ``linear`` multiplies it by W's columns
+cut by o; the node scores and row inputs of the per-edge operations. A stage's output needs
+nothing: the next stage's ``receive`` marks it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from plexus.core.layout import LayerPlan, block
+
+from .blocks import GraphBlocks
+from .comm import Comm
+from .edges import (EdgeBlock, attention_softmax, edge_softmax, head_matrix, head_ranges,
+                    sddmm, weighted_aggregate)
+from .gemm import GemmTuner
+from .primitives import aggregate, gemm
+from .seeding import dropout
+
+
+class StageGraph:
+    """The graph operations of stage ``plan`` on this rank (see the module docstring for the
+    layouts). ``d_in``/``d_out`` are the stage's padded input and output widths."""
+
+    def __init__(self, plan: LayerPlan, comm: Comm, graph: GraphBlocks, input_ids: torch.Tensor,
+                 d_in: int, d_out: int, seed: int = 0, dtype: torch.dtype = torch.float32,
+                 tuner: GemmTuner | None = None) -> None:
+        self.plan, self.comm, self.graph, self.dtype = plan, comm, graph, dtype
+        self.input_ids, self.seed = input_ids, seed
+        self.d_in, self.d_out = d_in, d_out
+        self.tuner = tuner or GemmTuner()
+        shape, coords = comm.grid.shape, comm.grid.coords
+        self.in_col_start = block(d_in, shape[plan.in_cols], coords[plan.in_cols]).start
+        self._edges: EdgeBlock | None = None
+        self._S = self._A = None
+
+    # ---- where things are -------------------------------------------------------------------
+    def col_block(self, width: int, axis: str | None = None) -> slice:
+        """This rank's columns of a width cut by ``axis`` (default: the output's column axis,
+        which also cuts W's columns)."""
+        axis = axis or self.plan.out_cols
+        return block(width, self.comm.grid.shape[axis], self.comm.grid.coords[axis])
+
+    def _heads(self, X: torch.Tensor, heads: int, head_width: int, dtype=None):
+        """P (this rank's columns of X × heads) and the (head, first, last) column ranges; X's
+        columns are its block of a (padded) width cut by the output's column axis, heads of
+        ``head_width`` columns from column 0 (padding beyond the last head)."""
+        width = X.shape[1] * self.comm.grid.shape[self.plan.out_cols]
+        cols = self.col_block(width)
+        n = cols.stop - cols.start
+        return (head_matrix(cols.start, n, head_width, heads, X.device, dtype or X.dtype),
+                head_ranges(cols.start, n, head_width, heads))
+
+    @property
+    def edges(self) -> EdgeBlock:
+        """This rank's block of Â as edges (rows: Â's rows, the output's; columns: H's rows)."""
+        if self._edges is None:
+            g, p = self.graph, self.plan
+            self._edges = EdgeBlock(g.matrix(p), g.out_ids[p.index], g.shard.input_ids[p.index],
+                                    self.comm.grid.device)
+        return self._edges
+
+    # ---- node tensors -------------------------------------------------------------------------
+    def receive(self, H: torch.Tensor) -> torch.Tensor:
+        """H as the stage uses it: stage 0's stored block gathered over depth."""
+        d, c = self.plan.depth, self.comm
+        if self.plan.index == 0:
+            return c.all_gather(H, d)                         # AG(H) over d; bwd: RS(dH) over d
+        return c.all_reduce_grad(H, d)                        # bwd: AR(dH) over d
+
+    def dropout(self, H: torch.Tensor, p: float, step: int, layer: int | None = None
+                ) -> torch.Tensor:
+        """Dropout of the input H (rows by o, columns by i), its mask a hash of (seed, step,
+        layer, node id, feature column): the same on every grid."""
+        if p <= 0:
+            return H
+        layer = self.plan.layer if layer is None else layer
+        return dropout(H, self.seed, step, layer, self.input_ids, self.in_col_start, p)
+
+    def linear(self, X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+        """X·W with W's shard (stored like the engine's W: rows by i then W's flat axis,
+        columns by W's column axis): gathered, multiplied, summed over i."""
+        p, c = self.plan, self.comm
+        W = c.all_gather(W.to(self.dtype), p.w_flat)          # AG(W) over W's flat axis; bwd: RS(dW)
+        Y = gemm(X, W, c, self.tuner, f"layer{p.index}")
+        Y = c.all_reduce(Y, p.inner)                          # AR over i (X's columns)
+        return self.replicate(Y, p.inner) if p.order == "combine" else Y  # bwd: AR over i
+
+    def replicate(self, X: torch.Tensor, axis: str) -> torch.Tensor:
+        """Mark X, replicated over ``axis``, as used differently by the ranks of the axis: its
+        gradient is summed over it."""
+        return self.comm.all_reduce_grad(X, axis)             # bwd: AR over axis
+
+    def aggregate(self, X: torch.Tensor) -> torch.Tensor:
+        """Â·X, X in the rows-by-o layout (the input, or a combine-first stage's linear output):
+        rows by Â's rows, columns unchanged, replicated over o."""
+        if self._A is None:
+            self._A = self.graph.plain_block(self.plan)
+        return self._mid(aggregate(X, self._A, self.comm, self.plan.a_cols))  # AR(Â·X) over o
+
+    def to_rows(self, X: torch.Tensor) -> torch.Tensor:
+        """S·X: X (rows by o) in Â's row layout, replicated over o (a node's own features where
+        its aggregation lands)."""
+        if self._S is None:
+            self._S = self.graph.identity(self.plan, X.dtype)
+        return self._mid(aggregate(X, self._S, self.comm, self.plan.a_cols))  # AR(S·X) over o
+
+    def _mid(self, X: torch.Tensor) -> torch.Tensor:
+        """An aggregate-first stage multiplies Â's rows by W's columns cut by o."""
+        return self.replicate(X, self.plan.a_cols) if self.plan.order == "agg" else X  # bwd: AR over o
+
+    def head_sums(self, X: torch.Tensor, a: torch.Tensor, heads: int,
+                  head_width: int) -> torch.Tensor:
+        """Per node and head, Σ_c X[:, c]·a[c, k] over the head's columns, for each column k of
+        ``a`` (this rank's rows of k vectors; X rows by o, columns cut by the output's column
+        axis, heads of ``head_width``): (nodes, k·heads) float32, complete."""
+        P, _ = self._heads(X, heads, head_width)
+        a = a if a.dim() == 2 else a[:, None]
+        p = self.plan
+        a = self.replicate(self.replicate(a, p.outer), p.inner)  # bwd: AR(da) over o and i
+        A = torch.cat([P * a[:, k:k + 1].to(X.dtype) for k in range(a.shape[1])], 1)
+        s = (X @ A).float()
+        s = self.comm.all_reduce(s, self.plan.out_cols)       # AR(s) over the columns' cut
+        return self.replicate(s, self.plan.out_cols)          # bwd: AR(ds) over it
+
+    # ---- per-edge tensors ---------------------------------------------------------------------
+    def attention(self, s_dst: torch.Tensor, s_src: torch.Tensor,
+                  negative_slope: float = 0.2) -> torch.Tensor:
+        """GAT's α: the softmax over each row's in-edges of LeakyReLU(s_dst[i] + s_src[j]), with
+        s_dst in Â's row layout and s_src in the rows-by-o layout (node × head, float32)."""
+        s_dst = self.replicate(s_dst, self.plan.a_cols)       # bwd: AR(ds_dst) over o
+        return attention_softmax(s_dst, s_src, self.edges, self.comm, self.plan.a_cols,
+                                 negative_slope)              # AR-MAX, AR-SUM over o
+
+    def sddmm(self, Q: torch.Tensor, K: torch.Tensor, heads: int,
+              head_width: int) -> torch.Tensor:
+        """Per-edge, per-head dot products Q_i·K_j (Q in Â's row layout, K rows by o, columns
+        cut by the output's column axis, heads of ``head_width``): (edges, heads), float32."""
+        P, _ = self._heads(K, heads, head_width, torch.float32)
+        Q = self.replicate(Q, self.plan.a_cols)               # bwd: AR(dQ) over o
+        return sddmm(Q, K, self.edges, P, self.comm, self.plan.out_cols)  # AR(e) over it
+
+    def edge_softmax(self, e: torch.Tensor) -> torch.Tensor:
+        """α: the softmax of per-edge scores over each row's in-edges, across the grid."""
+        return edge_softmax(e, self.edges, self.comm, self.plan.a_cols)  # AR-MAX, AR-SUM over o
+
+    def aggregate_weighted(self, alpha: torch.Tensor, Z: torch.Tensor, heads: int,
+                           head_width: int, dropout: float = 0.0, step: int = 0,
+                           reduce: bool = True) -> torch.Tensor:
+        """Σ_j α_ij·Z_j per head (Z rows by o, columns cut by the output's column axis, heads of
+        ``head_width``): rows by Â's rows, all-reduced over o (``reduce`` False: this rank's
+        partial sum). ``dropout``: attention dropout, its masks a hash of (seed, step, layer,
+        head, destination, source)."""
+        P, ranges = self._heads(Z, heads, head_width, torch.float32)
+        drop = (self.seed, step, self.plan.layer, dropout) if dropout > 0 else None
+        return weighted_aggregate(alpha, Z, self.edges, self.comm,
+                                  self.plan.a_cols if reduce else None, ranges, P,
+                                  drop)                       # AR(OUT) over o
+
+    def add_bias(self, OUT: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """OUT + b, b's shard cut like the output's columns (its gradient summed over the
+        output's rows)."""
+        b = self.comm.all_reduce_grad(b.to(OUT.dtype), self.plan.out_rows)  # bwd: AR(db)
+        return OUT + b

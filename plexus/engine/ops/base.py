@@ -1,0 +1,177 @@
+"""What every 3D stage shares: its parameter shards (cut as `plexus.core.ops` declares them),
+receiving H, dropout and the bias; and where each declared parameter's shard sits in the full
+tensor (`placement`), which the model uses to convert between shards and grid-independent
+tensors.
+
+Symbols follow docs/design.md: Â (this rank's block of the adjacency), H (input block),
+W (weight block, stored cut over one more axis and gathered before use), OUT. Each collective is
+one line naming its axis; its backward counterpart is in the comment. The same collectives, with
+their sizes, are declared in `plexus.core.ops` (the schedule, the performance model and the
+ledger test read them; the ledger test checks that the engine issues exactly them).
+
+Parameters are float32 (the master weights); a stage casts them to its compute precision
+``dtype`` at use, before their collective, so they travel in that precision and their gradients
+come back into the float32 parameters through the cast. With float32 the casts are no-ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+
+from plexus.core.layout import LayerPlan, block
+from plexus.core.ops import OPERATORS, Param
+
+from ..comm import Comm
+from ..gemm import GemmTuner
+from ..primitives import gemm
+
+
+def weight_block(plan: LayerPlan, shape: Mapping[str, int], coords: Mapping[str, int],
+                 d_in: int, d_out: int) -> tuple[slice, slice]:
+    """Rows and columns of the padded full W (d_in × d_out) that this rank stores: rows cut by
+    inner then again by W's flat axis, columns by ``plan.w_cols``."""
+    rows = block(d_in, shape[plan.inner], coords[plan.inner])
+    rows = block(rows.stop - rows.start, shape[plan.w_flat], coords[plan.w_flat])
+    offset = block(d_in, shape[plan.inner], coords[plan.inner]).start
+    return (slice(offset + rows.start, offset + rows.stop),
+            block(d_out, shape[plan.w_cols], coords[plan.w_cols]))
+
+
+def padded_shape(decl: Param, plan: LayerPlan, d_in: int, d_out: int) -> tuple[int, ...]:
+    """The shape of a declared parameter for widths ``d_in``, ``d_out`` (real or padded)."""
+    inner = OPERATORS[plan.op].inner_width(plan, d_out)
+    return {"weight": (d_in, inner), "inner": (inner,), "vector": (d_out,),
+            "scalar": tuple(decl.shape)}[decl.layout]
+
+
+def embed(decl: Param, plan: LayerPlan, full: torch.Tensor, d_in: int, d_out: int
+          ) -> torch.Tensor:
+    """``full`` (real widths) zero-padded to the padded widths ``d_in``, ``d_out``; columns of
+    an inner width of several head blocks pad each block (h·F + f -> h·F_pad + f)."""
+    out = torch.zeros(padded_shape(decl, plan, d_in, d_out), dtype=full.dtype,
+                      device=full.device)
+    blocks = OPERATORS[plan.op].head_blocks(plan)
+    if decl.layout in ("weight", "inner") and blocks > 1:
+        src = full.reshape(*full.shape[:-1], blocks, -1)
+        dst = out.view(*out.shape[:-1], blocks, -1)
+        dst[tuple(slice(0, k) for k in src.shape)] = src
+    else:
+        out[tuple(slice(0, k) for k in full.shape)] = full
+    return out
+
+
+def extract(decl: Param, plan: LayerPlan, padded: torch.Tensor, d_in: int, d_out: int
+            ) -> torch.Tensor:
+    """The real part of a padded full parameter (the inverse of `embed`)."""
+    real = padded_shape(decl, plan, d_in, d_out)
+    blocks = OPERATORS[plan.op].head_blocks(plan)
+    if decl.layout in ("weight", "inner") and blocks > 1:
+        view = padded.reshape(*padded.shape[:-1], blocks, -1)
+        index = tuple(slice(0, k) for k in real[:-1]) + (slice(None),
+                                                          slice(0, real[-1] // blocks))
+        return view[index].reshape(real).clone()
+    return padded[tuple(slice(0, k) for k in real)].clone()
+
+
+def placement(decl: Param, plan: LayerPlan, shape: Mapping[str, int],
+              coords: Mapping[str, int], d_in: int, d_out: int
+              ) -> tuple[tuple[slice, ...], bool]:
+    """Where this rank's shard of a declared parameter sits in the padded full tensor (padded
+    widths ``d_in``, ``d_out``), and whether this rank is the one replica that contributes it
+    when the full tensor is assembled."""
+    inner = OPERATORS[plan.op].inner_width(plan, d_out)
+    rows, cols = weight_block(plan, shape, coords, d_in, inner)
+    lead = coords[plan.out_rows] == 0 and coords[plan.out_replicated] == 0
+    if decl.layout == "weight":  # cut over all three axes: every element on one rank
+        return (rows, cols), True
+    if decl.layout == "inner":  # cut like W's columns, replicated over the other two axes
+        return (cols,), lead
+    if decl.layout == "vector":  # cut like the output's columns
+        return (block(d_out, shape[plan.out_cols], coords[plan.out_cols]),), lead
+    return (slice(None),), all(c == 0 for c in coords.values())  # scalar: everywhere
+
+
+@dataclass
+class StageInputs:
+    """What a stage is built from: its plan, the communicator, its parameter shards by kind
+    ("W", "b", ...), the original ids of its input rows (-1: padding), dropout, seed, GEMM
+    tuner, compute precision, the engine config and its graph blocks."""
+
+    plan: LayerPlan
+    comm: Comm
+    shards: dict[str, torch.Tensor]
+    d_in: int  # the padded input and output widths
+    d_out: int
+    real: tuple[int, int]  # the real ones
+    input_ids: torch.Tensor
+    output_ids: torch.Tensor
+    dropout: float = 0.0
+    seed: int = 0
+    tuner: GemmTuner = field(default_factory=GemmTuner)
+    dtype: torch.dtype = torch.float32
+    engine: Any = None  # plexus.engine.config.EngineConfig
+    graph: Any = None  # plexus.engine.blocks.GraphBlocks
+    model: Any = None  # plexus.core.model.ModelConfig
+
+
+class Stage3D(nn.Module):
+    """A stage's shared machinery: its parameter shards (``params``, by kind), receiving H,
+    dropout and the bias.
+
+    ``input_ids`` are the original node ids of the rows of H as this stage sees them (after
+    stage 0's all-gather; -1 for padding): dropout masks are keyed by them, the seed, the step
+    and the GNN layer, never by the rank, so every grid drops the same elements as the serial
+    model. ``dtype`` is the compute precision of H, OUT and the messages.
+    """
+
+    def __init__(self, inputs: StageInputs) -> None:
+        super().__init__()
+        self.plan, self.comm, self.dtype = inputs.plan, inputs.comm, inputs.dtype
+        self.tuner = inputs.tuner
+        self.p, self.seed, self.input_ids = inputs.dropout, inputs.seed, inputs.input_ids
+        # Set by a model that passes H to this stage and never reads it again (e.g. a fresh
+        # ReLU output): a stage may then overwrite H (aggregate-first dropout) instead of
+        # copying it.
+        self.consume_input = False
+        shape, coords = self.comm.grid.shape, self.comm.grid.coords
+        self.params = nn.ParameterDict({k: nn.Parameter(v) for k, v in inputs.shards.items()})
+        self.in_col_start = block(inputs.d_in, shape[self.plan.in_cols],
+                                  coords[self.plan.in_cols]).start
+
+    def param(self, kind: str) -> torch.Tensor | None:
+        """The shard of parameter ``kind`` ("W", "b", ...), None if the stage has none."""
+        return self.params[kind] if kind in self.params else None
+
+    def receive(self, H: torch.Tensor) -> torch.Tensor:
+        """H as the stage multiplies it: gathered over depth (stage 0)."""
+        d, c = self.plan.depth, self.comm
+        if self.plan.index == 0:
+            return c.all_gather(H, d)                         # AG(H) over d; bwd: RS(dH) over d
+        return c.all_reduce_grad(H, d)                        # bwd: AR(dH) over d
+
+    def dropout_args(self, step: int | None) -> tuple | None:
+        """The arguments of this step's dropout of H (`plexus.engine.seeding.masked`), None
+        without dropout."""
+        if not (self.training and self.p > 0):
+            return None
+        return (self.seed, step or 0, self.plan.layer, self.input_ids, self.in_col_start, self.p)
+
+    def add_bias(self, OUT: torch.Tensor) -> torch.Tensor:
+        b = self.param("b")
+        if b is None:
+            return OUT
+        b = self.comm.all_reduce_grad(b.to(self.dtype), self.plan.out_rows)  # bwd: AR(db)
+        # in place: OUT is fresh and saved by nobody (a copy would double the stage's output)
+        return OUT.add_(b)
+
+    def gathered_weight(self, kind: str, axis: str) -> torch.Tensor:
+        """The shard of weight ``kind`` cast to the compute precision and all-gathered over
+        ``axis`` (W's flat axis); backward reduce-scatters its gradient."""
+        return self.comm.all_gather(self.params[kind].to(self.dtype), axis)
+
+    def _gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return gemm(a, b, self.comm, self.tuner, f"layer{self.plan.index}")

@@ -1,0 +1,277 @@
+"""Users' layers on the 3D engine: `Layer`, `BatchNorm` and `Network` (see `plexus.nn`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from plexus.core.layout import DEFAULT_PERMUTATION, LayerPlan, block, grid_misfit, layer_plans, padding
+from plexus.core.ops import Param
+from plexus.datasets import Graph
+from plexus.engine.blocks import GraphBlocks, stage_output_ids
+from plexus.engine.comm import Comm
+from plexus.engine.config import EngineConfig
+from plexus.engine.gemm import GemmTuner
+from plexus.engine.graph3d import StageGraph
+from plexus.engine.grid import Grid
+from plexus.engine.loss import accuracy, cross_entropy, predict
+from plexus.engine.ops import BatchNorm3D, embed, extract, padded_shape, placement
+from plexus.engine.primitives import relu
+from plexus.engine.seeding import StepCounter, dropout, edge_keep
+from plexus.partitioners import shard_graph
+
+_SHAPES = {"weight": lambda i, o: (i, o), "vector": lambda i, o: (o,), "scalar": lambda i, o: (1,)}
+
+
+class Layer(nn.Module):
+    """A layer of your own: declare its parameters in ``__init__`` with `weight`, `vector` and
+    `scalar` (full shapes; each rank gets its shard when a `Network` builds the layer, where
+    ``self.<name>`` is that shard), and write ``forward(g, x, step)`` with the operations of
+    ``g`` (a `plexus.engine.graph3d.StageGraph`). ``order`` says which layouts the layer goes
+    through: "combine" (``g.linear`` on the input, then ``g.aggregate``/``g.aggregate_weighted``
+    into Â's rows: the output), "agg" (``g.aggregate``/``g.to_rows`` of the input, then
+    ``g.linear``: the output) or "dense" (``g.linear`` only). ``x`` arrives with rows by the
+    stage's outer axis and columns by its inner one; elementwise operations work on any block.
+    """
+
+    order = "combine"
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.declared: list[tuple[str, str, str]] = []  # (name, layout, init)
+
+    def weight(self, name: str, init: str = "glorot") -> None:
+        """Declare an in_features × out_features weight, cut like the engine's W (Glorot-uniform
+        or "zeros"/"ones"); use it with ``g.linear(x, self.<name>)``."""
+        self.declared.append((name, "weight", init))
+
+    def vector(self, name: str, init: str = "zeros") -> None:
+        """Declare a vector of out_features entries, cut like the output's columns (a bias:
+        ``g.add_bias(out, self.<name>)``; per-column weights such as attention vectors)."""
+        self.declared.append((name, "vector", init))
+
+    def scalar(self, name: str, init: str = "zeros") -> None:
+        """Declare one number, replicated on every rank (mark its use with ``g.replicate`` over
+        every axis so its gradient sums every rank's)."""
+        self.declared.append((name, "scalar", init))
+
+    def forward(self, g: StageGraph, x: torch.Tensor, step: int) -> torch.Tensor:  # noqa: D102
+        raise NotImplementedError
+
+
+class BatchNorm(nn.Module):
+    """BatchNorm1d over all nodes for a layer's output (statistics all-reduced over the output's
+    row axis, float32): create it in your layer's ``__init__`` with the output width, call
+    ``self.bn(out)`` in ``forward``."""
+
+    def __init__(self, num_features: int) -> None:
+        super().__init__()
+        self.num_features = num_features
+        self.norm: BatchNorm3D | None = None  # bound by the Network
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        if self.norm is None:
+            raise RuntimeError("BatchNorm is built by plexus.nn.Network: use it inside a Layer")
+        return self.norm(x)
+
+
+def _initial(init: str, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
+    if init == "glorot":
+        bound = math.sqrt(6.0 / (shape[0] + shape[-1]))
+        return (torch.rand(shape, generator=gen) * 2 - 1) * bound
+    if init in ("zeros", "ones"):
+        return (torch.ones if init == "ones" else torch.zeros)(shape)
+    raise ValueError(f"unknown init {init!r}; use glorot, zeros or ones")
+
+
+class Network(nn.Module):
+    """A stack of `Layer`s on ``grid`` for ``graph`` (call it on every rank): ReLU between
+    layers, dropout ``dropout`` on every layer's input (``input_dropout``: the first's too),
+    Â normalized by ``aggregation`` ("gcn", "mean" or "sum"; `plexus.datasets.normalize`).
+    ``seed`` fixes the initial parameters (drawn at full size, layer by layer, in declaration
+    order: `full_parameters` gives them, the same on every grid) and the dropout masks.
+
+    ``net(step)`` returns this rank's logits block, ``loss``/``accuracy`` are over the whole
+    graph (the same on every rank); it is a `plexus.engine.trainer.Trainer`'s model too.
+    """
+
+    def __init__(self, graph: Graph, grid: Grid, layers: Sequence[Layer], *, seed: int = 0,
+                 dropout: float = 0.0, input_dropout: bool = True, aggregation: str = "gcn",
+                 perm: str = DEFAULT_PERMUTATION, engine: EngineConfig | None = None) -> None:
+        super().__init__()
+        engine = engine or EngineConfig()
+        self.layers = nn.ModuleList(layers)
+        self.p, self.input_dropout, self.seed = dropout, input_dropout, seed
+        self.steps = StepCounter()
+        self.comm = Comm(grid)
+        self.dtype = engine.torch_dtype()
+        widths = [graph.num_features] + [layer.out_features for layer in layers]
+        for l, layer in enumerate(layers):
+            if layer.in_features != widths[l]:
+                raise ValueError(f"layer {l} takes {layer.in_features} features but gets "
+                                 f"{widths[l]}")
+        if widths[-1] != graph.num_classes:
+            raise ValueError(f"the last layer gives {widths[-1]} outputs, the graph has "
+                             f"{graph.num_classes} classes")
+        self.widths = widths
+        shape, coords, device = grid.shape, grid.coords, grid.device
+        self.plans: list[LayerPlan] = layer_plans(len(layers), [layer.order for layer in layers])
+        problem = grid_misfit(shape, self.plans, graph.num_nodes, widths)
+        if problem:
+            raise ValueError(problem)
+        shard = shard_graph(graph, shape, coords, len(layers), [p.order for p in self.plans],
+                            perm, seed=seed, aggregation=aggregation)
+        self.pad = padding(shape, self.plans, graph.num_nodes, widths)
+        blocks = GraphBlocks(shard, [], shape, coords, device, self.dtype, engine)
+        out_ids = stage_output_ids(shard)
+        ids = [torch.from_numpy(i).to(device) for i in shard.input_ids]
+        wp, tuner = self.pad.widths_padded, GemmTuner()
+        self.graphs = [StageGraph(p, self.comm, blocks, ids[p.index], wp[p.index],
+                                  wp[p.index + 1], seed, self.dtype, tuner) for p in self.plans]
+        gen = torch.Generator().manual_seed(seed)
+        self.decls: dict[str, tuple[LayerPlan, Param]] = {}
+        for p, layer in zip(self.plans, layers):
+            d_in, d_out = widths[p.index], widths[p.index + 1]
+            for name, layout, init in layer.declared:
+                decl = Param(name, _SHAPES[layout](d_in, d_out), layout, init)
+                self.decls[f"{p.index}.{name}"] = (p, decl)
+                full = _initial(init, decl.shape, gen)
+                layer.register_parameter(name, nn.Parameter(self._shard_of_full(
+                    f"{p.index}.{name}", full)))
+            for module in layer.modules():
+                if isinstance(module, BatchNorm):
+                    module.norm = self._batchnorm(p, module, out_ids[p.index], shard.num_nodes)
+        self.register_buffer("features", torch.from_numpy(shard.features).to(device,
+                                                                              self.dtype),
+                             persistent=False)
+        last = self.plans[-1]
+        self.class_start = block(wp[-1], shape[last.out_cols], coords[last.out_cols]).start
+        self.num_classes = graph.num_classes
+        self.labels = torch.from_numpy(shard.labels).to(device)
+        self.masks = {k: torch.from_numpy(m).to(device) for k, m in shard.masks.items()}
+        self.counts = dict(shard.mask_counts)
+        self.node_ids = torch.from_numpy(shard.output_ids).to(device)
+
+    def _batchnorm(self, p: LayerPlan, bn: BatchNorm, out_ids, num_nodes: int) -> BatchNorm3D:
+        if bn.num_features != self.widths[p.index + 1]:
+            raise ValueError(f"layer {p.index}'s BatchNorm has {bn.num_features} features, the "
+                             f"layer gives {self.widths[p.index + 1]}")
+        shards = {}
+        for kind, init in (("gamma", "ones"), ("beta", "zeros"), ("mean", "zeros"),
+                           ("var", "ones")):
+            decl = Param(kind, (bn.num_features,), "vector", init, buffer=kind in ("mean", "var"))
+            name = f"{p.index}.bn.{kind}"
+            self.decls[name] = (p, decl)
+            shards[kind] = self._shard_of_full(name, _initial(init, decl.shape, None))
+        return BatchNorm3D(p, self.comm, shards, torch.from_numpy(out_ids >= 0), num_nodes)
+
+    # ---- shards <-> full tensors --------------------------------------------------------------
+    def _where(self, name: str):
+        p, decl = self.decls[name]
+        s, wp = p.index, self.pad.widths_padded
+        return p, decl, self.widths[s], self.widths[s + 1], wp[s], wp[s + 1]
+
+    def _shard_of_full(self, name: str, full: torch.Tensor) -> torch.Tensor:
+        p, decl, _, _, d_in, d_out = self._where(name)
+        index, _ = placement(decl, p, self.comm.grid.shape, self.comm.grid.coords, d_in, d_out)
+        return embed(decl, p, full.cpu(), d_in, d_out)[index].clone().to(self.comm.grid.device)
+
+    def full_parameter(self, name: str, shard: torch.Tensor) -> torch.Tensor:
+        """The full tensor of parameter ``name`` ("<layer>.<name>") from every rank's shard
+        (collective)."""
+        import torch.distributed as dist  # noqa: PLC0415
+
+        p, decl, real_in, real_out, d_in, d_out = self._where(name)
+        index, speaks = placement(decl, p, self.comm.grid.shape, self.comm.grid.coords, d_in,
+                                  d_out)
+        full = torch.zeros(padded_shape(decl, p, d_in, d_out), device=shard.device)
+        if speaks:
+            full[index] = shard.detach()
+        dist.all_reduce(full)
+        return extract(decl, p, full, real_in, real_out)
+
+    def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
+        """This rank's shard of the full tensor of ``name``."""
+        return self._shard_of_full(name, full)
+
+    def named_shards(self) -> dict[str, nn.Parameter]:
+        """Trainable shards by grid-independent name ("<layer>.<name>", "<layer>.bn.gamma")."""
+        out = {}
+        for l, layer in enumerate(self.layers):
+            for name, _, _ in layer.declared:
+                out[f"{l}.{name}"] = getattr(layer, name)
+            for module in layer.modules():
+                if isinstance(module, BatchNorm):
+                    out[f"{l}.bn.gamma"], out[f"{l}.bn.beta"] = module.norm.gamma, module.norm.beta
+        return out
+
+    def named_stats(self) -> dict[str, torch.Tensor]:
+        """BatchNorm running statistics (shards) by name ("<layer>.bn.mean", ...)."""
+        out = {}
+        for l, layer in enumerate(self.layers):
+            for module in layer.modules():
+                if isinstance(module, BatchNorm):
+                    out[f"{l}.bn.mean"], out[f"{l}.bn.var"] = module.norm.mean, module.norm.var
+        return out
+
+    def full_parameters(self) -> dict[str, torch.Tensor]:
+        """Every parameter and running statistic as a full tensor (collective)."""
+        return {name: self.full_parameter(name, t).cpu()
+                for name, t in {**self.named_shards(), **self.named_stats()}.items()}
+
+    def parameter_layer(self, name: str) -> int | None:
+        return int(name.split(".")[0])
+
+    # ---- running it -------------------------------------------------------------------------
+    def forward(self, step: int | None = None) -> torch.Tensor:
+        """This rank's logits block (float32); dropout when training, keyed by ``step`` (or
+        the next of an internal count)."""
+        step = self.steps(step, self.training)
+        H = self.features
+        last = len(self.layers) - 1
+        for l, (g, layer) in enumerate(zip(self.graphs, self.layers)):
+            H = g.receive(H)
+            if self.training and (l > 0 or self.input_dropout):
+                H = g.dropout(H, self.p, step)
+            H = layer(g, H, step)
+            if l < last:
+                H = relu(H)
+        return H.float()
+
+    def _axes(self) -> tuple[str, str]:
+        return self.plans[-1].out_rows, self.plans[-1].out_cols
+
+    def loss(self, logits: torch.Tensor, mask: str = "train") -> torch.Tensor:
+        """Mean cross-entropy over the nodes of ``mask`` (the same value on every rank)."""
+        rows, classes = self._axes()
+        return cross_entropy(logits, self.labels, self.masks[mask], self.counts[mask],
+                             self.class_start, self.num_classes, self.comm, rows, classes)
+
+    def accuracy(self, logits: torch.Tensor) -> dict[str, float]:
+        """Accuracy on the train/val/test masks."""
+        rows, classes = self._axes()
+        return accuracy(logits, self.labels, self.masks, self.counts, self.class_start,
+                        self.num_classes, self.comm, rows, classes)
+
+    def predict(self, logits: torch.Tensor) -> torch.Tensor:
+        """Predicted class of every local row."""
+        return predict(logits, self.class_start, self.num_classes, self.comm, self._axes()[1])
+
+
+def serial_dropout(x: torch.Tensor, p: float, seed: int, step: int, layer: int) -> torch.Tensor:
+    """The dropout a `Network` applies to layer ``layer``'s input, on the whole matrix (rows:
+    the original node order), for a serial version of a network."""
+    return dropout(x, seed, step, layer, torch.arange(x.shape[0]), 0, p)
+
+
+def serial_edge_dropout(alpha: torch.Tensor, p: float, seed: int, step: int, layer: int,
+                        dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """The attention dropout of ``StageGraph.aggregate_weighted(..., dropout=p)`` on per-edge
+    coefficients ``alpha`` (edges × heads) of edges src -> dst (original ids)."""
+    if p <= 0:
+        return alpha
+    return alpha * edge_keep(seed, step, layer, alpha.shape[1], dst, src, p) / (1 - p)
