@@ -198,12 +198,12 @@ def runs(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("results")
     found = {}
     for name, extra in (("final", ()), ("best", ("--export-best",))):
-        proc = train(*RUN, "--save-predictions", str(out / f"{name}.npz"), "--save-embeddings",
+        proc = train(*RUN, "--save-predictions", str(out / f"{name}-pred"), "--save-embeddings",
                      "--export", str(out / f"{name}.pt"), "--log-json", str(out / f"{name}.json"),
                      *extra)
         assert proc.returncode == 0, proc.stderr
         found[name] = {"summary": read_log(out / f"{name}.json")[1],
-                       "pred": dict(np.load(out / f"{name}.npz")),
+                       "pred": plexus.load_outputs(out / f"{name}-pred"),
                        "weights": torch.load(out / f"{name}.pt", weights_only=True),
                        "stdout": proc.stdout, "dir": out}
     return found
@@ -277,8 +277,9 @@ def test_ogb_metric_at_the_best_epoch_with_symmetrize(tmp_path):
     (["--save-embeddings"], "--save-embeddings needs --save-predictions"),
     (["--export-best"], "--export-best needs --export"),
     (["--export", "/"], "--export /: is a directory"),
-    (["--save-predictions", "/"], "--save-predictions /: is a directory"),
-    (["--save-predictions", "p.npz", "--save-embeddings", "--layers", "1"],
+    (["--save-predictions", "/"], "--save-predictions /: a directory that holds other files"),
+    (["--save-predictions", "p.npz"], "outputs are a directory of .npy files"),
+    (["--save-predictions", "p", "--save-embeddings", "--layers", "1"],
      "needs a hidden layer"),
     (["--symmetrize", "--shards", "/nonexistent"], "--symmetrize"),
     (["--recipe", "nope"], "invalid choice"),
@@ -321,8 +322,8 @@ def test_summary_json_names_the_files(runs):
     summary = runs["best"]["summary"]
     out = runs["best"]["dir"]
     assert Path(summary["export_file"]) == out / "best.pt"
-    assert Path(summary["predictions_file"]) == out / "best.npz"
-    assert not list(out.glob(".*.tmp"))  # written atomically, nothing left behind
+    assert Path(summary["predictions_file"]) == out / "best-pred"
+    assert not list(out.glob(".*"))  # written atomically, nothing left behind
     json.dumps(summary)
 
 
@@ -406,11 +407,11 @@ def test_symmetrize_trains_on_the_undirected_graph(tmp_path, monkeypatch):
     assert graph.directed
     got = {}
     for name, flags in (("directed", ()), ("symmetrized", ("--symmetrize",))):
-        out = tmp_path / f"{name}.npz"
+        out = tmp_path / f"{name}-pred"
         proc = train("--grid", "1x1x1", "--dataset", "ogbn-arxiv", "--root", str(tmp_path),
                      "--epochs", "0", "--quiet", "--save-predictions", str(out), *flags)
         assert proc.returncode == 0, proc.stderr
-        got[name] = np.load(out)["logits"]
+        got[name] = plexus.load_outputs(out)["logits"]
     for name, g in (("directed", graph), ("symmetrized", graph.to_undirected())):
         ser = SerialModel(g, ModelConfig(), seed=0).eval()
         with torch.no_grad():
@@ -430,11 +431,11 @@ def test_every_model_kind_exports_to_its_pyg_stack(model, tmp_path):
 
     cora = load_dataset("cora")
     proc = train("--grid", "1x2x1", "--epochs", "12", "--quiet", "--save-predictions",
-                 str(tmp_path / "p.npz"), "--save-embeddings", "--export", str(tmp_path / "w.pt"),
+                 str(tmp_path / "p"), "--save-embeddings", "--export", str(tmp_path / "w.pt"),
                  *model)
     assert proc.returncode == 0, proc.stderr
     payload = torch.load(tmp_path / "w.pt", weights_only=True)
-    saved = dict(np.load(tmp_path / "p.npz"))
+    saved = plexus.load_outputs(tmp_path / "p")
     stack = PygStack(ModelConfig(**payload["config"]), cora.num_features, cora.num_classes)
     stack.load_state_dict(payload["state_dict"])  # strict: every name and shape matches
     seen = []

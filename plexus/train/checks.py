@@ -9,6 +9,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from plexus.api.outputs import OutputsError, check_outputs_target
 from plexus.core.atomic import UnsafeTargetError, output_target
 from plexus.core.cli import UsageError
 from plexus.core.grid import GridShape
@@ -47,6 +48,23 @@ def check_output_file(path: Path | str, what: str) -> Path:
         target = output_target(path)
         output_target(path.with_name(path.name + ".tmp"))
     except UnsafeTargetError as e:
+        raise UsageError(f"{what} {e}") from None
+    check_writable(target.parent, what)
+    return target
+
+
+def check_outputs_dir(path: Path | str, what: str) -> Path:
+    """Raise `UsageError` unless ``path`` can become an outputs directory
+    (`plexus.api.outputs`): absent, empty, or an earlier one, with files creatable beside it.
+    A name ending in .npz is refused: outputs are a directory of .npy files now."""
+    path = Path(path).expanduser()
+    if path.suffix.lower() == ".npz":
+        raise UsageError(f"{what} {path}: outputs are a directory of .npy files (pred.npy, "
+                         "logits.npy, embeddings.npy), written by every rank; give a directory "
+                         f"name such as {path.with_suffix('')}")
+    try:
+        target = check_outputs_target(path)
+    except OutputsError as e:
         raise UsageError(f"{what} {e}") from None
     check_writable(target.parent, what)
     return target

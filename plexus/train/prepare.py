@@ -26,8 +26,9 @@ from plexus.partitioners import RankShard, read_manifest, read_shard
 from plexus.partitioners.store import graph_hash
 
 from . import checkpoint as ckpt
+from .cache import PeerSetupFailed
 from .checks import (auto_grid_choice, check_checkpoint_dir, check_grid_fits, check_log_path,
-                     check_output_file, shard_bytes)
+                     check_output_file, check_outputs_dir, shard_bytes)
 from .epochlogs import EpochSink, open_sinks
 from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .memcheck import available_memory, check_memory, predicted_memory
@@ -115,10 +116,10 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
     if rank == 0:  # rank 0 writes the outputs: check them before anything runs
         if opts.checkpoint:
             check_checkpoint_dir(opts.checkpoint)
-        for path, flag in ((opts.save_predictions, "--save-predictions"),
-                           (opts.export, "--export")):
-            if path:
-                check_output_file(path, flag)
+        if opts.save_predictions:
+            check_outputs_dir(opts.save_predictions, "--save-predictions")
+        if opts.export:
+            check_output_file(opts.export, "--export")
         if opts.log_json:
             json_log = open_json_log(opts.log_json)
         sinks = open_sinks(opts.log_csv, opts.tensorboard,
@@ -166,6 +167,8 @@ def agree_on_failure(error: BaseException | None, device: torch.device) -> int:
     once, not once per rank.
     """
     rank, world = dist.get_rank(), dist.get_world_size()
+    if isinstance(error, PeerSetupFailed):  # rank 0 failed first and reports its own error
+        error = None
     code = 0 if error is None else (2 if isinstance(error, USER_ERRORS) else 1)
     worst = torch.tensor([code], dtype=torch.int64, device=device)
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)

@@ -7,7 +7,7 @@ lines. ``--quiet`` keeps just the summary.
 The JSON log (``--log-json FILE``) has one object per line: one per epoch, then a final object with
 ``"summary": true``. The summary's ``"memory"`` holds every rank's measured peaks, in rank order:
 ``peak_rss_bytes`` (the whole process), ``train_peak_rss_bytes`` (from the end of set-up on),
-``tracked_peak_bytes`` (tensor storages, CPU runs), ``cuda_peak_bytes`` (a list, or null off CUDA),
+``setup_peak_rss_bytes`` (up to the end of set-up), ``tracked_peak_bytes`` (tensor storages, CPU runs), ``cuda_peak_bytes`` (a list, or null off CUDA),
 and ``predicted_bytes``, the performance model's figure per rank. It is written to ``FILE.tmp`` as the run goes and renamed to FILE only when
 complete, so FILE never holds a partial log.
 """
@@ -262,6 +262,9 @@ def format_summary(s: dict) -> str:
         ogb = s["ogb_best"]
         lines.append(f"  OGB evaluator ({ogb['name']}) at the best validation epoch "
                      f"{ogb['epoch']}: test {ogb['metric']} {ogb['value']:.4f}")
+    if s.get("cache"):
+        lines.append(f"  shard store: {'built' if s['cache']['built'] else 'reused'} "
+                     f"{s['cache']['store']}")
     for key, what in (("predictions_file", "predictions"), ("export_file", "weights")):
         if s.get(key):
             lines.append(f"  {what} written to {s[key]}")
@@ -306,6 +309,7 @@ def format_memory(m: dict) -> list[str]:
         return hi + ("" if hi == lo else f" max, {lo} min")
 
     parts = [f"{name} {text}" for name, key in (("peak RSS", "peak_rss_bytes"),
+                                                ("set-up", "setup_peak_rss_bytes"),
                                                 ("training", "train_peak_rss_bytes"),
                                                 ("tensors", "tracked_peak_bytes"),
                                                 ("CUDA", "cuda_peak_bytes"))
