@@ -310,7 +310,8 @@ def test_summary_records_measured_memory_per_rank(tmp_path):
     assert proc.returncode == 0, proc.stderr
     memory = read_log(log)[1]["memory"]
     assert set(memory) == {"peak_rss_bytes", "tracked_peak_bytes", "cuda_peak_bytes",
-                           "predicted_bytes", "train_peak_rss_bytes", "setup_peak_rss_bytes"}
+                           "predicted_bytes", "predicted_setup_bytes", "train_peak_rss_bytes",
+                           "setup_peak_rss_bytes"}
     assert memory["cuda_peak_bytes"] is None  # a CPU run
     assert len(memory["peak_rss_bytes"]) == len(memory["tracked_peak_bytes"]) == 2
     for rss, train_rss, tracked in zip(memory["peak_rss_bytes"], memory["train_peak_rss_bytes"],

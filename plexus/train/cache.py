@@ -286,6 +286,7 @@ class BuildRequest:
     world: int | None
     model: ModelConfig
     perm: str
+    check_memory: bool = True  # refuse a partitioning predicted not to fit the host (not --force)
 
 
 def _peak_rss() -> int:
@@ -355,6 +356,11 @@ def obtain_store(cache: Cache, request: BuildRequest, graph: Graph | None = None
             path, sizes, peak = build_store(request, graph)
             peak = 0  # this process's peak is not the build's alone
         else:
+            if request.check_memory:
+                from .checks import precheck_partition  # noqa: PLC0415
+
+                precheck_partition(request.source.spec, request.source.seed, request.model,
+                                   request.perm)
             path, sizes, peak = run_in_child(f"partitioning {request.source.spec}",
                                              build_store, request)
     return CachedStore(path, True, time.perf_counter() - built, sizes,
@@ -362,11 +368,13 @@ def obtain_store(cache: Cache, request: BuildRequest, graph: Graph | None = None
 
 
 def cached_options(opts: RunOptions, cache: Cache, world: int | None,
-                   graph: Graph | None = None) -> tuple[RunOptions, CachedStore]:
-    """``opts`` reading its shards from the cache's store for its dataset (found or built)."""
+                   graph: Graph | None = None, force: bool = False
+                   ) -> tuple[RunOptions, CachedStore]:
+    """``opts`` reading its shards from the cache's store for its dataset (found or built;
+    ``force``: build even where the partitioning is predicted not to fit in memory)."""
     source = Source(opts.dataset, opts.root, opts.train.seed, opts.symmetrize)
     request = BuildRequest(source, source.key(), str(cache.root), opts.grid, world, opts.model,
-                           opts.perm or DEFAULT_PERMUTATION)
+                           opts.perm or DEFAULT_PERMUTATION, check_memory=not force)
     store = obtain_store(cache, request, graph)
     return replace(opts, shards=store.path, grid=store.grid, cache=store.summary()), store
 
@@ -406,7 +414,7 @@ def join_cached_store(opts: RunOptions, say: Callable[[str], None]) -> RunOption
     if dist.get_rank() == 0:
         try:
             new, store = cached_options(opts, Cache(Path(opts.cache_dir), say),  # type: ignore
-                                        dist.get_world_size())
+                                        dist.get_world_size(), force=not opts.check_memory)
             say(store.line())
             box[0] = new
         except Exception as e:  # noqa: BLE001 — the other ranks must hear of it first

@@ -9,6 +9,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import torch
+
 from plexus.api.outputs import OutputsError, check_outputs_target
 from plexus.core.atomic import UnsafeTargetError, output_target
 from plexus.core.cli import UsageError
@@ -22,7 +24,8 @@ from plexus.perfmodel import ModelSpec, choose_grid, rank_configs
 from plexus.runtime.env import default_device
 
 from .checkpoint import CHECKPOINT_NAME
-from .memcheck import available_memory, check_memory, predicted_memory
+from .memcheck import (available_memory, check_memory, check_partition_memory,
+                       predicted_peaks)
 
 # Datasets up to this size are loaded once in the launching process to check them before any
 # worker starts; bigger ones only have their paths checked there (each worker loads them anyway).
@@ -197,13 +200,25 @@ def spec_sizes(spec: str, seed: int) -> tuple[int, int, int, int] | None:
 
 
 def precheck_resources(grid: GridShape, model: ModelConfig, sizes: tuple[int, int, int, int],
-                       perm: str, force: bool, dtype_bytes: int = 4) -> None:
+                       perm: str, force: bool, dtype_bytes: int = 4,
+                       from_store: bool = False) -> None:
     """Before any worker starts: the grid fits the graph, and (unless ``force``) the predicted
-    memory per rank (activations at ``dtype_bytes`` per element) fits what the local ranks will
-    have."""
+    peak per rank, set-up included (activations at ``dtype_bytes`` per element; ``from_store``:
+    the ranks read their shards from a store), fits what the local ranks will have."""
     n, nnz, f, c = sizes
     check_grid_fits(grid, model, n, f, c)
     if force:
         return
-    check_memory(predicted_memory(grid, model, n, nnz, f, c, perm, dtype_bytes),
-                 available_memory(default_device(), grid.world_size), grid)
+    peaks = predicted_peaks(grid, model, n, nnz, f, c, perm, dtype_bytes, from_store)
+    check_memory(peaks.run, available_memory(default_device(), grid.world_size), grid)
+
+
+def precheck_partition(spec: str, seed: int, model: ModelConfig, perm: str) -> None:
+    """Before partitioning the graph into a store in one process: its predicted peak fits the
+    host (checked where the spec alone tells the graph's sizes)."""
+    sizes = spec_sizes(spec, seed)
+    if sizes is None:
+        return
+    n, nnz, f, c = sizes
+    peaks = predicted_peaks((1, 1, 1), model, n, nnz, f, c, perm, from_store=True)
+    check_partition_memory(peaks.partition, available_memory(torch.device("cpu"), 1))

@@ -370,8 +370,8 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
     fault = Fault.parse(a.inject_fault) if a.inject_fault else None
     memory_checked = a.force
     cache_dir = None if a.no_cache or a.shards else Path(a.cache or default_cache_dir())
-    graph = None
     if env is None:
+        graph = None
         if not a.shards:
             graph = precheck_dataset(shape.dataset, a.root, a.seed)
             if graph is not None and a.symmetrize:
@@ -389,7 +389,9 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                      if graph is not None else spec_sizes(shape.dataset, a.seed))
             if sizes is not None:  # otherwise every worker checks once it has its shard
                 precheck_resources(grid, model, sizes, a.perm or DEFAULT_PERMUTATION,  # type: ignore
-                                   a.force, engine.dtype_bytes)
+                                   a.force, engine.dtype_bytes,
+                                   from_store=cache_dir is not None
+                                   and (bool(a.cache) or grid.world_size > 1))
                 memory_checked = True
         check_local_devices(grid.world_size)  # type: ignore[union-attr]
         if a.resume:  # the dataset is checked here when it was loaded, else by the workers
@@ -422,20 +424,20 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
         export_best=a.export_best, symmetrize=a.symmetrize, log_csv=a.log_csv,
         tensorboard=a.tensorboard, cache_dir=cache_dir and str(cache_dir.expanduser()),
         cache_explicit=bool(a.cache))
-    if env is None and uses_cache(opts, world):  # last: every cheap check has passed
-        opts = _from_cache(opts, world, graph)
     return opts
 
 
-def _from_cache(opts: RunOptions, world: int | None, graph) -> RunOptions:
+def from_cache(opts: RunOptions, force: bool) -> RunOptions:
     """The launching process finds or builds the store of the run's dataset in the cache (once,
-    for all ranks) and says which in one line; the ranks then read their shards from it."""
+    for all ranks, after every cheap check has passed) and says which in one line; the ranks
+    then read their shards from it."""
     def say(text: str) -> None:
         if not opts.quiet:
             print(f"{PROG}: {text}", flush=True)
 
-    opts, store = cached_options(opts, Cache(Path(opts.cache_dir), say), world,  # type: ignore
-                                 graph)
+    assert opts.grid is not None  # the launching process has resolved --grid auto
+    opts, store = cached_options(opts, Cache(Path(opts.cache_dir), say),  # type: ignore
+                                 opts.grid.world_size, force=force)
     say(store.line())
     return opts
 
@@ -471,6 +473,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         args.explicit = explicit_options(argv)
         opts = build_options(args, env)
+        if env is None and uses_cache(opts, None):
+            opts = from_cache(opts, args.force)
     except (*USER_ERRORS, RecipeError, ValueError, OSError) as e:
         # Under a launcher every rank checks the same options: rank 0 speaks for them all.
         if env is None or env.rank == 0:

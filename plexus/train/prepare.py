@@ -31,7 +31,7 @@ from .checks import (auto_grid_choice, check_checkpoint_dir, check_grid_fits, ch
                      check_output_file, check_outputs_dir, shard_bytes)
 from .epochlogs import EpochSink, open_sinks
 from .errors import PROG, USER_ERRORS, UsageError, error_line
-from .memcheck import available_memory, check_memory, predicted_memory
+from .memcheck import available_memory, check_memory, predicted_peaks
 from .options import RunOptions
 from .runlog import JsonLog
 
@@ -47,7 +47,8 @@ class LocalSetup:
     json_log: JsonLog | None = None  # rank 0 with --log-json
     sinks: list[EpochSink] = field(default_factory=list)  # rank 0: --log-csv, --tensorboard
     checkpoint_lock: ckpt.DirectoryLock | None = None  # rank 0 with --checkpoint: held to the end
-    predicted_bytes: float = 0.0  # the performance model's memory per rank (whole rank)
+    predicted_bytes: float = 0.0  # the performance model's training peak per rank (whole rank)
+    predicted_setup_bytes: float = 0.0  # ... and its set-up peak (`plexus.perfmodel.setup`)
 
     def release(self) -> None:
         """Let another run use the checkpoint directory (at the end of the run, on any path)."""
@@ -97,11 +98,11 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         shard = cut_shard(graph, grid, grid.coords(rank), model, opts.perm or DEFAULT_PERMUTATION,
                           opts.train.seed)
         del graph
-    full_prediction = predicted_memory(grid, model, shard.num_nodes, nnz, shard.num_features,
-                                       shard.num_classes, shard.perm, opts.engine.dtype_bytes,
-                                       from_store=bool(opts.shards))
-    if opts.check_memory:
-        predicted = full_prediction
+    peaks = predicted_peaks(grid, model, shard.num_nodes, nnz, shard.num_features,
+                            shard.num_classes, shard.perm, opts.engine.dtype_bytes,
+                            from_store=bool(opts.shards))
+    if opts.check_memory:  # set-up is behind this rank now: what training needs
+        predicted = peaks.training
         if device.type == "cpu":  # the shard already sits in host memory: count the rest
             predicted -= shard_bytes(shard)
         check_memory(predicted, available_memory(device, local_ranks), grid)
@@ -132,7 +133,8 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
                 if json_log is not None:
                     json_log.discard()
                 raise
-    return LocalSetup(grid, shard, info, resume_from, json_log, sinks, lock, full_prediction)
+    return LocalSetup(grid, shard, info, resume_from, json_log, sinks, lock, peaks.training,
+                      peaks.setup)
 
 
 def load_resume(checkpoint: str, model: ModelConfig, epochs: int,

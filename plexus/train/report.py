@@ -58,7 +58,8 @@ def gather_memory(run: Run) -> dict:
     the end of set-up: reading the shard and building the model; None likewise),
     ``tracked_peak_bytes`` (tensor
     storages: the rank's resident state plus training's high-water mark; None where not
-    tracked) and ``cuda_peak_bytes`` (None off CUDA)."""
+    tracked) and ``cuda_peak_bytes`` (None off CUDA); ``predicted_bytes`` is the model's training
+    peak, ``predicted_setup_bytes`` its set-up peak (`plexus.perfmodel.setup`)."""
     cuda = cuda_peak_bytes(run.grid.device)
     tracked = run.tracker.peak_bytes if run.tracker is not None else -1
     train_rss = peak_rss_bytes()  # since set-up when the kernel could restart the count
@@ -77,6 +78,7 @@ def gather_memory(run: Run) -> dict:
     return {"peak_rss_bytes": column(0), "tracked_peak_bytes": column(1),
             "cuda_peak_bytes": None if all(c is None for c in cuda_col) else cuda_col,
             "predicted_bytes": float(run.predicted_bytes),
+            "predicted_setup_bytes": float(run.predicted_setup_bytes),
             "train_peak_rss_bytes": column(3), "setup_peak_rss_bytes": column(4)}
 
 

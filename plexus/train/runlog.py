@@ -8,7 +8,8 @@ The JSON log (``--log-json FILE``) has one object per line: one per epoch, then 
 ``"summary": true``. The summary's ``"memory"`` holds every rank's measured peaks, in rank order:
 ``peak_rss_bytes`` (the whole process), ``train_peak_rss_bytes`` (from the end of set-up on),
 ``setup_peak_rss_bytes`` (up to the end of set-up), ``tracked_peak_bytes`` (tensor storages, CPU runs), ``cuda_peak_bytes`` (a list, or null off CUDA),
-and ``predicted_bytes``, the performance model's figure per rank. It is written to ``FILE.tmp`` as the run goes and renamed to FILE only when
+and ``predicted_bytes`` and ``predicted_setup_bytes``, the performance model's training and set-up
+peaks per rank. It is written to ``FILE.tmp`` as the run goes and renamed to FILE only when
 complete, so FILE never holds a partial log.
 """
 
@@ -316,5 +317,7 @@ def format_memory(m: dict) -> list[str]:
              if (text := span(m.get(key))) is not None]
     predicted = m.get("predicted_bytes")
     if predicted:
-        parts.append(f"model {format_bytes(predicted)}")
+        setup = m.get("predicted_setup_bytes")
+        parts.append(f"model {format_bytes(predicted)}"
+                     + (f" (set-up {format_bytes(setup)})" if setup else ""))
     return ["  memory per rank: " + "; ".join(parts)] if parts else []
