@@ -110,8 +110,12 @@ def serial_reference(graph: Graph, cfg: ModelConfig, epochs: int):
     return logits.numpy(), logits.argmax(1).numpy(), H.numpy()
 
 
-def user_loop(grid, graphs, cfg, epochs):
-    """What a user writes: own Adam, own masks, results gathered on rank 0."""
+def user_loop(grid, graphs, cfg, epochs, out_dir):
+    """What a user writes: own Adam, own masks, results gathered on rank 0 and written by every
+    rank; the OGB evaluator from per-rank counts; a gather refused when it would not fit."""
+    from plexus.api.results import output_blocks
+    from plexus.train.results import ogb_metric
+
     out = []
     for graph in graphs:
         model = plexus.distributed_model(graph, grid, cfg)
@@ -130,7 +134,15 @@ def user_loop(grid, graphs, cfg, epochs):
         results = plexus.gather_outputs(model, embeddings=True)
         single = (plexus.gather_predictions(model), plexus.gather_logits(model),
                   plexus.gather_embeddings(model))
-        out.append((results, single, own_loss))
+        saved = plexus.save_outputs(model, Path(out_dir) / f"{graph.name}-{grid.shape}",
+                                    embeddings=True, extra={"epoch": epochs})
+        metric = ogb_metric(model, "ogbn-arxiv", output_blocks(model, logits=False)["pred"])
+        try:
+            plexus.gather_logits(model, max_bytes=1000)
+            refused = None
+        except plexus.GatherTooLargeError as e:
+            refused = str(e)
+        out.append((results, single, own_loss, str(saved), metric, refused))
     return out if grid.rank == 0 else None
 
 
@@ -140,12 +152,15 @@ def graphs():
 
 
 @pytest.mark.parametrize("grid, order", [("1x2x1", "agg"), ("2x1x2", "auto")])
-def test_gathered_results_equal_the_serial_model_in_original_order(graphs, grid, order):
+def test_gathered_results_equal_the_serial_model_in_original_order(graphs, grid, order, tmp_path):
+    from ogb.nodeproppred import Evaluator
+
     cfg = ModelConfig(num_layers=3, hidden=6, dropout=0.5, order=order)
     epochs = 4
-    got = plexus.launch(user_loop, graphs, cfg, epochs, grid=grid, timeout_s=120)
+    got = plexus.launch(user_loop, graphs, cfg, epochs, str(tmp_path), grid=grid,
+                        timeout_s=120)
     assert got is not None and len(got) == 2
-    for graph, (results, single, own_loss) in zip(graphs, got):
+    for graph, (results, single, own_loss, saved, metric, refused) in zip(graphs, got):
         logits, pred, hidden = serial_reference(graph, cfg, epochs)
         np.testing.assert_allclose(results["logits"], logits, atol=ATOL, rtol=1e-4)
         np.testing.assert_array_equal(results["pred"], pred)
@@ -159,6 +174,22 @@ def test_gathered_results_equal_the_serial_model_in_original_order(graphs, grid,
         want = torch.nn.functional.cross_entropy(torch.from_numpy(logits[mine]),
                                                  torch.from_numpy(graph.labels[mine]))
         assert own_loss == pytest.approx(float(want), abs=1e-5)
+        # every rank's own rows, written in place: the gathered arrays exactly
+        written = plexus.load_outputs(saved)
+        assert written["epoch"] == epochs and written["num_nodes"] == graph.num_nodes
+        for name in ("pred", "logits", "embeddings"):
+            assert isinstance(written[name], np.memmap)
+            np.testing.assert_array_equal(written[name], results[name])
+        assert not [p for p in Path(saved).parent.iterdir() if p.name.startswith(".")]
+        # the evaluator from per-rank counts: the evaluator on the gathered predictions
+        test = graph.test_mask & (graph.labels >= 0)
+        gathered = Evaluator("ogbn-arxiv").eval({"y_true": graph.labels[test].reshape(-1, 1),
+                                                 "y_pred": results["pred"][test].reshape(-1, 1)})
+        assert metric["value"] == pytest.approx(gathered["acc"], abs=1e-12)
+        # too big to gather: one line that names the size and the per-rank writer
+        assert refused is not None and "\n" not in refused
+        assert f"{graph.num_nodes:,} nodes" in refused and "plexus.save_outputs" in refused
+        assert f"{4 * graph.num_nodes * graph.num_classes / 1024:.1f} KiB" in refused
 
 
 def test_init_outside_a_launcher_says_what_to_do(monkeypatch):
@@ -324,6 +355,9 @@ def test_summary_json_names_the_files(runs):
     assert Path(summary["export_file"]) == out / "best.pt"
     assert Path(summary["predictions_file"]) == out / "best-pred"
     assert not list(out.glob(".*"))  # written atomically, nothing left behind
+    # the second run of the same training reads the store the first partitioned the graph into
+    assert summary["cache"]["built"] is False
+    assert summary["cache"]["store"] == runs["final"]["summary"]["cache"]["store"]
     json.dumps(summary)
 
 
