@@ -328,7 +328,7 @@ def test_bad_result_options_are_one_line(args, message, capsys, monkeypatch, tmp
 def test_recipes_follow_the_ogb_examples():
     arxiv, gcn, sage = (RECIPES[n] for n in ("ogbn-arxiv-gcn", "ogbn-products-gcn",
                                               "ogbn-products-sage"))
-    for r in (arxiv, gcn, sage):
+    for r in (arxiv, gcn, sage):  # the OGB examples
         assert r.model["num_layers"] == 3 and r.model["hidden"] == 256
         assert r.model["dropout"] == 0.5 and r.model["input_dropout"] is False
         assert r.train["lr"] == 0.01 and r.train["weight_decay"] == 0.0
@@ -336,6 +336,12 @@ def test_recipes_follow_the_ogb_examples():
     assert arxiv.train["epochs"] == 500 and arxiv.symmetrize and arxiv.model["norm"] == "batch"
     assert gcn.train["epochs"] == sage.train["epochs"] == 300
     assert "norm" not in gcn.model and sage.model["kind"] == "sage"
+    paper = RECIPES["ogbn-papers100M-gcn"]  # the Plexus paper's GCN (hpcgroup/plexus)
+    assert paper.dataset == "ogbn-papers100M" and "hpcgroup/plexus" in paper.source
+    assert paper.model == {"kind": "gcn", "num_layers": 3, "hidden": 128, "bias": False,
+                           "dropout": 0.0, "learnable_features": True}
+    assert paper.train == {"lr": 0.003, "weight_decay": 0.0, "epochs": 10}
+    assert not paper.symmetrize  # directed, aggregating over incoming edges
     assert explicit_options(["--grid", "1x1x1", "--epochs", "7"]) == {"grid", "epochs"}
 
 
@@ -343,7 +349,7 @@ def test_every_recipe_builds_and_an_unknown_option_is_one_clear_error():
     built = {name: r.model_config() for name, r in RECIPES.items()}
     assert built["ogbn-arxiv-gcn"].norm == "batch" and built["ogbn-arxiv-gcn"].kind == "gcn"
     assert built["ogbn-products-sage"].kind == "sage" and built["ogbn-products-sage"].aggregation == "mean"
-    assert not any(cfg.input_dropout for cfg in built.values())
+    assert not any(cfg.input_dropout and cfg.dropout > 0 for cfg in built.values())
     from plexus.api.recipes import Recipe
     with pytest.raises(RecipeError, match=r"needs model options .*heads=4"):
         Recipe("gat", "cora", "nowhere", model={"heads": 4}).model_config()

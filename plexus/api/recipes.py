@@ -8,6 +8,13 @@ hidden 256, no BatchNorm, dropout 0.5 on hidden layers, lr 0.01, no weight decay
 products graph is undirected already). Both report the test accuracy at the best validation
 epoch with ``ogb.nodeproppred.Evaluator``.
 
+``ogbn-papers100M-gcn`` is the Plexus paper's model, from its authors' code (hpcgroup/plexus):
+examples/train.py (3 GCNConv layers without bias, hidden 128, no dropout, the input features
+trained with the weights, AdamW at lr 3e-3 without weight decay, which is Adam), examples/run_4.sh
+(10 epochs, the paper's timed runs) and plexus/utils/dataset.py (papers100M kept directed:
+aggregation over incoming edges). The paper's script takes its loss over every labelled node;
+this recipe, like every run here, over the training split.
+
 A recipe names `ModelConfig` fields; one the engine does not have yet is a `RecipeError`.
 """
 
@@ -69,6 +76,11 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("ogbn-products-sage", "ogbn-products", "ogb/examples/nodeproppred/products/gnn.py "
            "(--use_sage)", model={"kind": "sage", **_HIDDEN_ONLY_DROPOUT},
            train={**_OGB_TRAIN, "epochs": 300}),
+    Recipe("ogbn-papers100M-gcn", "ogbn-papers100M",
+           "hpcgroup/plexus examples/train.py, examples/run_4.sh, plexus/utils/dataset.py",
+           model={"kind": "gcn", "num_layers": 3, "hidden": 128, "bias": False, "dropout": 0.0,
+                  "learnable_features": True},
+           train={"lr": 0.003, "weight_decay": 0.0, "epochs": 10}),
 )}
 
 
