@@ -73,7 +73,9 @@ def one_run(args: argparse.Namespace, cache: Path, tag: str) -> dict:
             "peak_rss": peaks, "train_rss": train, "setup_rss": mem["setup_peak_rss_bytes"],
             "max_ratio": max(ratios) if ratios else None, "predicted": mem["predicted_bytes"],
             "predicted_setup": mem.get("predicted_setup_bytes"),
-            "model_error": max(abs(p - predicted) / predicted for p in peaks),
+            # the model prices the rank that holds the most: its peak against the largest
+            "model_error": (max(peaks) - predicted) / predicted,
+            "model_spread": max(abs(p - predicted) / predicted for p in peaks),
             "line": next((ln for ln in text.splitlines() if "shard store" in ln), "")}
 
 
@@ -127,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"  {i:>4} {gib(p):>10} {gib(t):>10} {gib(s):>10} "
                     f"{(p / t if t else float('nan')):>10.3f}")
             say(f"  model per rank: training {gib(r['predicted'])}, set-up "
-                f"{gib(r['predicted_setup'])}; largest |measured peak - model| / model "
-                f"{100 * r['model_error']:.1f}%")
+                f"{gib(r['predicted_setup'])}; the largest rank peak vs the model "
+                f"{100 * r['model_error']:+.1f}%, every rank within "
+                f"{100 * r['model_spread']:.1f}% of it")
     ok = [r for r in runs if r["ok"]]
     verdicts = []
     if ok:
@@ -138,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         launcher = max(r["launcher_rss"] for r in ok)
         verdicts.append(("launching process peak RSS", gib(launcher), "<= 3 GiB",
                          launcher <= TARGET_LAUNCHER))
-        model = max(r["model_error"] for r in ok)
-        verdicts.append(("rank peak vs the memory model", f"{100 * model:.1f}%",
+        model = max(r["model_spread"] for r in ok)
+        verdicts.append(("every rank's peak vs the memory model", f"{100 * model:.1f}%",
                          f"<= {100 * TARGET_MODEL:.0f}%", model <= TARGET_MODEL))
     if len(ok) > 1:
         later = ok[1:]
