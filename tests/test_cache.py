@@ -125,3 +125,31 @@ def test_which_runs_use_the_cache():
     assert not uses_cache(_opts(cache_dir=None), None)  # --no-cache
     assert not uses_cache(_opts(cache_dir="/c", shards="/s"), None)
     assert uses_cache(dataclasses.replace(_opts(cache_dir="/c"), grid=None), 4)
+
+
+def test_the_set_up_is_priced_by_the_model_the_check_and_plexus_model(capsys):
+    import json
+    from dataclasses import replace
+
+    from plexus.perfmodel import ModelSpec, epoch_memory, run_peak, setup_memory
+    from plexus.perfmodel.cli import model_main
+    from plexus.train.memcheck import Available, MemoryCheckError, check_partition_memory
+
+    # R-MAT scale 20 with 64 features on 2x2x2 (benchmarks/results/cache_setup.txt)
+    spec = ModelSpec(num_nodes=1 << 20, nnz=32_450_714, num_features=64, num_classes=16,
+                     from_store=True)
+    setup, train = setup_memory(spec, (2, 2, 2)), epoch_memory(spec, (2, 2, 2))
+    assert setup.rank < train.total == run_peak(spec, (2, 2, 2))  # reading a shard: below
+    cut = setup_memory(replace(spec, from_store=False), (2, 2, 2))
+    assert cut.rank == cut.partition > train.total  # cutting from the whole graph: above
+    assert 1.5 * 2**30 < setup.partition < 2.5 * 2**30  # measured 1.90 GiB
+    with pytest.raises(MemoryCheckError, match="partitioning the graph .* in one process") as e:
+        check_partition_memory(setup.partition, Available(2**30, "test"))
+    assert "\n" not in str(e.value) and "--shards" in str(e.value)
+    assert model_main(["-G", "8", "--nodes", str(1 << 20), "--nnz", "32450714", "--features",
+                       "64", "--classes", "16", "--top", "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["partition_bytes"] == setup.partition
+    assert all(0 < c["setup_bytes"] <= c["memory"]["total"] for c in doc["configs"])
+    assert model_main(["-G", "8", "--dataset", "cora", "--top", "1"]) == 0
+    assert "set-up/rank" in capsys.readouterr().out

@@ -46,6 +46,7 @@ from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .faults import Fault
 from .options import RunOptions
 from .prepare import check_best_kept, load_resume
+from .runlog import console_line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -388,7 +389,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                                              gcn_nnz(graph), graph.num_features,
                                              graph.num_classes, model, graph.name)
                 if not a.quiet:
-                    print(f"{PROG}: {why}", flush=True)
+                    console_line(f"{PROG}: {why}")
             sizes = ((graph.num_nodes, gcn_nnz(graph), graph.num_features, graph.num_classes)
                      if graph is not None else spec_sizes(shape.dataset, a.seed))
             if sizes is not None:  # otherwise every worker checks once it has its shard
@@ -437,7 +438,7 @@ def from_cache(opts: RunOptions, force: bool) -> RunOptions:
     then read their shards from it."""
     def say(text: str) -> None:
         if not opts.quiet:
-            print(f"{PROG}: {text}", flush=True)
+            console_line(f"{PROG}: {text}")
 
     assert opts.grid is not None  # the launching process has resolved --grid auto
     opts, store = cached_options(opts, Cache(Path(opts.cache_dir), say),  # type: ignore

@@ -25,6 +25,7 @@ from .errors import PROG, TrainingDiverged, error_line
 from .options import RunOptions
 from .prepare import LocalSetup, agree_on_failure, load_local
 from .report import finish
+from .runlog import console_line
 from .session import build_run
 
 
@@ -58,8 +59,8 @@ def run_rank(opts: RunOptions, env: JobEnv) -> int:
     try:
         if uses_cache(opts, dist.get_world_size()):
             # launched by torchrun/srun: rank 0 provides the store (no launcher of ours did)
-            opts = join_cached_store(opts, lambda text: None if opts.quiet else print(
-                f"{PROG}: {text}", flush=True))
+            opts = join_cached_store(opts, lambda text: None if opts.quiet else console_line(
+                f"{PROG}: {text}"))
         setup = load_local(opts, dist.get_rank(), dist.get_world_size(), device,
                            env.local_world_size)
     except Exception as e:  # noqa: BLE001 — every rank must learn of it, see agree_on_failure

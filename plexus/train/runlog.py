@@ -132,6 +132,20 @@ def _finite(obj: Any) -> Any:
 CONSOLE_ERRORS = (OSError, ValueError)
 
 
+def console_line(text: str) -> None:
+    """Print one line before the run's log exists (the launcher's notes): a console that is
+    closed, full or gone is not an error, the run goes on without it (as `RunLog` does)."""
+    try:
+        print(text, flush=True)
+    except CONSOLE_ERRORS:
+        try:  # what stays in stdout's buffer must not fail again at exit
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
 def _isatty(stream: IO[str]) -> bool:
     try:
         return stream.isatty()
