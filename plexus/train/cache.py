@@ -212,8 +212,8 @@ class Cache:
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise CacheError(f"--cache {self.root}: cannot create {path} "
-                             f"({e.strerror or e})") from None
+            raise CacheError(f"--cache {self.root}: cannot create {path} ({e.strerror or e}); "
+                             "give another --cache DIR, or --no-cache") from None
         return path
 
     def read_sizes(self, source_key: dict) -> Sizes | None:
