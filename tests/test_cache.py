@@ -153,3 +153,23 @@ def test_the_set_up_is_priced_by_the_model_the_check_and_plexus_model(capsys):
     assert all(0 < c["setup_bytes"] <= c["memory"]["total"] for c in doc["configs"])
     assert model_main(["-G", "8", "--dataset", "cora", "--top", "1"]) == 0
     assert "set-up/rank" in capsys.readouterr().out
+
+
+def _fail_in_child(kind: str) -> None:
+    import os
+    import signal
+
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise CacheError("bad input, one line")
+
+
+def test_the_partitioning_child_hands_back_its_error_or_its_death():
+    from plexus.runtime.child import ChildDied, ChildTraceback, run_in_child
+
+    with pytest.raises(CacheError, match="bad input, one line") as e:
+        run_in_child("partitioning x", _fail_in_child, "raise")
+    assert isinstance(e.value.__cause__, ChildTraceback)  # the child's traceback goes along
+    with pytest.raises(ChildDied, match="partitioning x in a child process failed: the child was "
+                                        r"killed by signal 9 \(out of memory\?\)"):
+        run_in_child("partitioning x", _fail_in_child, "kill")
