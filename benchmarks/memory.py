@@ -122,6 +122,9 @@ def run_plexus(args: argparse.Namespace, grid: str, extra: list[str] | None = No
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "run.json"
         data = ["--dataset", args.spec, "--layers", str(args.layers)]
+        # plexus-train partitions the dataset once into its cache (here a temporary one, not
+        # the user's) unless the grid has one rank
+        cache = ["--cache", str(Path(tmp) / "cache")] if grid != "1x1x1" else []
         cut_rss = None
         if args.store:  # cut once, in its own process; each rank then reads only its shard
             store = Path(tmp) / "store"
@@ -131,7 +134,7 @@ def run_plexus(args: argparse.Namespace, grid: str, extra: list[str] | None = No
             if code != 0:
                 return {"ok": False, "why": "killed: low host memory" if killed else text[-2000:]}
             data = ["--shards", str(store)]
-        cmd = ["plexus-train", *data, "--grid", grid, "--order", args.orders,
+        cmd = ["plexus-train", *data, *([] if args.store else cache), "--grid", grid, "--order", args.orders,
                "--hidden", str(args.hidden), "--dropout", str(args.dropout),
                "--epochs", str(args.epochs), "--eval-every", "0", "--quiet", "--log-json",
                str(log)] + args.plexus_args + [

@@ -114,8 +114,8 @@ def project(runs: list[dict]) -> list[str]:
         lines.append(f"  partition time with {procs} processes at {rate / 1e6:.2f} M "
                      f"non-zeros/s each: {nnz_p / rate / procs / 3600:.2f} h")
     model = ModelConfig(num_layers=3, hidden=256)
-    spec = ModelSpec.from_config(n_p, nnz_p, PAPERS["features"], PAPERS["classes"], model,
-                                 perm="double", from_store=True)
+    spec = ModelSpec(n_p, nnz_p, PAPERS["features"], PAPERS["classes"], model,
+                     perm="double", from_store=True)
     for world in (64, 256, 1024):
         grid = choose_grid(world, spec)
         mem = epoch_memory(spec, grid).total

@@ -9,7 +9,7 @@ from .edgelist import load_edgelist
 from .graph import DatasetError, Graph
 from .mtx import load_mtx
 from .npz import load_npz
-from .planetoid import PLANETOID_NAMES, load_planetoid
+from .planetoid import PLANETOID_NAMES, find_planetoid_dir, load_planetoid
 from .rmat import parse_rmat_params, rmat_graph
 
 OGB_SPECS = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
@@ -28,6 +28,26 @@ def spec_path(text: str, root: str | None, spec: str) -> Path:
         if under_root.exists():
             return under_root
     return path
+
+
+def spec_paths(spec: str, root: str | None = None) -> list[Path]:
+    """The files and directories the graph a spec names is read from (none for a synthetic
+    graph): what a cache keyed by the source must watch for changes. A directory stands for
+    everything under it; a path that does not exist stands for the files beside it that start
+    with its name (a Planetoid prefix ``DIR/ind.<name>``)."""
+    spec = spec.strip()
+    kind, colon, rest = spec.partition(":")
+    kind = kind.strip().lower()
+    if kind == "rmat":
+        return []
+    name = rest.strip().lower() if kind == "planetoid" else kind
+    if colon and name not in PLANETOID_NAMES:
+        return [spec_path(rest.strip(), root, spec)]
+    if name in PLANETOID_NAMES:
+        return [find_planetoid_dir(name, root) / f"ind.{name}"]
+    if kind.startswith("ogbn-") and root is not None:
+        return [Path(root).expanduser() / spec.replace("-", "_")]  # ogb's directory name
+    return [] if root is None else [Path(root).expanduser()]
 
 
 def load_dataset(spec: str, root: str | None = None, seed: int = 0) -> Graph:

@@ -49,6 +49,9 @@ _EXPORTS = {
     "gather_logits": "plexus.api",
     "gather_embeddings": "plexus.api",
     "gather_outputs": "plexus.api",
+    "GatherTooLargeError": "plexus.api",
+    "save_outputs": "plexus.api",
+    "load_outputs": "plexus.api",
     "save_weights": "plexus.api",
     "full_weights": "plexus.api",
     "RECIPES": "plexus.api",
@@ -71,9 +74,10 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # noqa: F401 — for type checkers and IDEs: the same names, eagerly
-    from plexus.api import (RECIPES, GraphModel, distributed_model, full_weights,
-                            gather_embeddings, gather_logits, gather_outputs, gather_predictions,
-                            init, launch, save_weights)
+    from plexus.api import (RECIPES, GatherTooLargeError, GraphModel, distributed_model,
+                            full_weights, gather_embeddings, gather_logits, gather_outputs,
+                            gather_predictions, init, launch, load_outputs, save_outputs,
+                            save_weights)
     from plexus.core.grid import GridShape
     from plexus.datasets import Graph, gcn_normalize, load_dataset
     from plexus.engine.build import build_model

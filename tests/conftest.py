@@ -1,6 +1,27 @@
-"""Test helpers live beside the tests (engine_checks.py); make them importable."""
+"""Test helpers live beside the tests (engine_checks.py); make them importable. Every plexus-train
+run of the session keeps its cached shard stores in one temporary directory (never the user's
+~/.cache), shared by the session's runs as a user's runs share theirs."""
 
 import os
 import sys
+import tempfile
+
+import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _session_store_cache():
+    from plexus.train.cache import CACHE_ENV
+
+    with tempfile.TemporaryDirectory(prefix="plexus-test-cache-") as cache:
+        saved = os.environ.get(CACHE_ENV)
+        os.environ[CACHE_ENV] = cache
+        try:
+            yield cache
+        finally:
+            if saved is None:
+                os.environ.pop(CACHE_ENV, None)
+            else:
+                os.environ[CACHE_ENV] = saved

@@ -110,8 +110,12 @@ def serial_reference(graph: Graph, cfg: ModelConfig, epochs: int):
     return logits.numpy(), logits.argmax(1).numpy(), H.numpy()
 
 
-def user_loop(grid, graphs, cfg, epochs):
-    """What a user writes: own Adam, own masks, results gathered on rank 0."""
+def user_loop(grid, graphs, cfg, epochs, out_dir):
+    """What a user writes: own Adam, own masks, results gathered on rank 0 and written by every
+    rank; the OGB evaluator from per-rank counts; a gather refused when it would not fit."""
+    from plexus.api.results import output_blocks
+    from plexus.train.results import ogb_metric
+
     out = []
     for graph in graphs:
         model = plexus.distributed_model(graph, grid, cfg)
@@ -130,7 +134,15 @@ def user_loop(grid, graphs, cfg, epochs):
         results = plexus.gather_outputs(model, embeddings=True)
         single = (plexus.gather_predictions(model), plexus.gather_logits(model),
                   plexus.gather_embeddings(model))
-        out.append((results, single, own_loss))
+        saved = plexus.save_outputs(model, Path(out_dir) / f"{graph.name}-{grid.shape}",
+                                    embeddings=True, extra={"epoch": epochs})
+        metric = ogb_metric(model, "ogbn-arxiv", output_blocks(model, logits=False)["pred"])
+        try:
+            plexus.gather_logits(model, max_bytes=1000)
+            refused = None
+        except plexus.GatherTooLargeError as e:
+            refused = str(e)
+        out.append((results, single, own_loss, str(saved), metric, refused))
     return out if grid.rank == 0 else None
 
 
@@ -140,12 +152,15 @@ def graphs():
 
 
 @pytest.mark.parametrize("grid, order", [("1x2x1", "agg"), ("2x1x2", "auto")])
-def test_gathered_results_equal_the_serial_model_in_original_order(graphs, grid, order):
+def test_gathered_results_equal_the_serial_model_in_original_order(graphs, grid, order, tmp_path):
+    from ogb.nodeproppred import Evaluator
+
     cfg = ModelConfig(num_layers=3, hidden=6, dropout=0.5, order=order)
     epochs = 4
-    got = plexus.launch(user_loop, graphs, cfg, epochs, grid=grid, timeout_s=120)
+    got = plexus.launch(user_loop, graphs, cfg, epochs, str(tmp_path), grid=grid,
+                        timeout_s=120)
     assert got is not None and len(got) == 2
-    for graph, (results, single, own_loss) in zip(graphs, got):
+    for graph, (results, single, own_loss, saved, metric, refused) in zip(graphs, got):
         logits, pred, hidden = serial_reference(graph, cfg, epochs)
         np.testing.assert_allclose(results["logits"], logits, atol=ATOL, rtol=1e-4)
         np.testing.assert_array_equal(results["pred"], pred)
@@ -159,6 +174,22 @@ def test_gathered_results_equal_the_serial_model_in_original_order(graphs, grid,
         want = torch.nn.functional.cross_entropy(torch.from_numpy(logits[mine]),
                                                  torch.from_numpy(graph.labels[mine]))
         assert own_loss == pytest.approx(float(want), abs=1e-5)
+        # every rank's own rows, written in place: the gathered arrays exactly
+        written = plexus.load_outputs(saved)
+        assert written["epoch"] == epochs and written["num_nodes"] == graph.num_nodes
+        for name in ("pred", "logits", "embeddings"):
+            assert isinstance(written[name], np.memmap)
+            np.testing.assert_array_equal(written[name], results[name])
+        assert not [p for p in Path(saved).parent.iterdir() if p.name.startswith(".")]
+        # the evaluator from per-rank counts: the evaluator on the gathered predictions
+        test = graph.test_mask & (graph.labels >= 0)
+        gathered = Evaluator("ogbn-arxiv").eval({"y_true": graph.labels[test].reshape(-1, 1),
+                                                 "y_pred": results["pred"][test].reshape(-1, 1)})
+        assert metric["value"] == pytest.approx(gathered["acc"], abs=1e-12)
+        # too big to gather: one line that names the size and the per-rank writer
+        assert refused is not None and "\n" not in refused
+        assert f"{graph.num_nodes:,} nodes" in refused and "plexus.save_outputs" in refused
+        assert f"{4 * graph.num_nodes * graph.num_classes / 1024:.1f} KiB" in refused
 
 
 def api_traps(grid, graph):
@@ -246,12 +277,12 @@ def runs(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("results")
     found = {}
     for name, extra in (("final", ()), ("best", ("--export-best",))):
-        proc = train(*RUN, "--save-predictions", str(out / f"{name}.npz"), "--save-embeddings",
+        proc = train(*RUN, "--save-predictions", str(out / f"{name}-pred"), "--save-embeddings",
                      "--export", str(out / f"{name}.pt"), "--log-json", str(out / f"{name}.json"),
                      *extra)
         assert proc.returncode == 0, proc.stderr
         found[name] = {"summary": read_log(out / f"{name}.json")[1],
-                       "pred": dict(np.load(out / f"{name}.npz")),
+                       "pred": plexus.load_outputs(out / f"{name}-pred"),
                        "weights": torch.load(out / f"{name}.pt", weights_only=True),
                        "stdout": proc.stdout, "dir": out}
     return found
@@ -325,8 +356,9 @@ def test_ogb_metric_at_the_best_epoch_with_symmetrize(tmp_path):
     (["--save-embeddings"], "--save-embeddings needs --save-predictions"),
     (["--export-best"], "--export-best needs --export"),
     (["--export", "/"], "--export /: is a directory"),
-    (["--save-predictions", "/"], "--save-predictions /: is a directory"),
-    (["--save-predictions", "p.npz", "--save-embeddings", "--layers", "1"],
+    (["--save-predictions", "/"], "--save-predictions /: a directory that holds other files"),
+    (["--save-predictions", "p.npz"], "outputs are a directory of .npy files"),
+    (["--save-predictions", "p", "--save-embeddings", "--layers", "1"],
      "needs a hidden layer"),
     (["--symmetrize", "--shards", "/nonexistent"], "--symmetrize"),
     (["--recipe", "nope"], "invalid choice"),
@@ -344,7 +376,7 @@ def test_bad_result_options_are_one_line(args, message, capsys, monkeypatch, tmp
 def test_recipes_follow_the_ogb_examples():
     arxiv, gcn, sage = (RECIPES[n] for n in ("ogbn-arxiv-gcn", "ogbn-products-gcn",
                                               "ogbn-products-sage"))
-    for r in (arxiv, gcn, sage):
+    for r in (arxiv, gcn, sage):  # the OGB examples
         assert r.model["num_layers"] == 3 and r.model["hidden"] == 256
         assert r.model["dropout"] == 0.5 and r.model["input_dropout"] is False
         assert r.train["lr"] == 0.01 and r.train["weight_decay"] == 0.0
@@ -352,6 +384,12 @@ def test_recipes_follow_the_ogb_examples():
     assert arxiv.train["epochs"] == 500 and arxiv.symmetrize and arxiv.model["norm"] == "batch"
     assert gcn.train["epochs"] == sage.train["epochs"] == 300
     assert "norm" not in gcn.model and sage.model["kind"] == "sage"
+    paper = RECIPES["ogbn-papers100M-gcn"]  # the Plexus paper's GCN (hpcgroup/plexus)
+    assert paper.dataset == "ogbn-papers100M" and "hpcgroup/plexus" in paper.source
+    assert paper.model == {"kind": "gcn", "num_layers": 3, "hidden": 128, "bias": False,
+                           "dropout": 0.0, "learnable_features": True}
+    assert paper.train == {"lr": 0.003, "weight_decay": 0.0, "epochs": 10}
+    assert not paper.symmetrize  # directed, aggregating over incoming edges
     assert explicit_options(["--grid", "1x1x1", "--epochs", "7"]) == {"grid", "epochs"}
 
 
@@ -359,7 +397,7 @@ def test_every_recipe_builds_and_an_unknown_option_is_one_clear_error():
     built = {name: r.model_config() for name, r in RECIPES.items()}
     assert built["ogbn-arxiv-gcn"].norm == "batch" and built["ogbn-arxiv-gcn"].kind == "gcn"
     assert built["ogbn-products-sage"].kind == "sage" and built["ogbn-products-sage"].aggregation == "mean"
-    assert not any(cfg.input_dropout for cfg in built.values())
+    assert not any(cfg.input_dropout and cfg.dropout > 0 for cfg in built.values())
     from plexus.api.recipes import Recipe
     gat = built["ogbn-arxiv-gat"]
     assert (gat.kind, gat.num_layers, gat.hidden, gat.heads, gat.out_heads, gat.norm) == (
@@ -374,8 +412,11 @@ def test_summary_json_names_the_files(runs):
     summary = runs["best"]["summary"]
     out = runs["best"]["dir"]
     assert Path(summary["export_file"]) == out / "best.pt"
-    assert Path(summary["predictions_file"]) == out / "best.npz"
-    assert not list(out.glob(".*.tmp"))  # written atomically, nothing left behind
+    assert Path(summary["predictions_file"]) == out / "best-pred"
+    assert not list(out.glob(".*"))  # written atomically, nothing left behind
+    # the second run of the same training reads the store the first partitioned the graph into
+    assert summary["cache"]["built"] is False
+    assert summary["cache"]["store"] == runs["final"]["summary"]["cache"]["store"]
     json.dumps(summary)
 
 
@@ -459,11 +500,11 @@ def test_symmetrize_trains_on_the_undirected_graph(tmp_path, monkeypatch):
     assert graph.directed
     got = {}
     for name, flags in (("directed", ()), ("symmetrized", ("--symmetrize",))):
-        out = tmp_path / f"{name}.npz"
+        out = tmp_path / f"{name}-pred"
         proc = train("--grid", "1x1x1", "--dataset", "ogbn-arxiv", "--root", str(tmp_path),
                      "--epochs", "0", "--quiet", "--save-predictions", str(out), *flags)
         assert proc.returncode == 0, proc.stderr
-        got[name] = np.load(out)["logits"]
+        got[name] = plexus.load_outputs(out)["logits"]
     for name, g in (("directed", graph), ("symmetrized", graph.to_undirected())):
         ser = SerialModel(g, ModelConfig(), seed=0).eval()
         with torch.no_grad():
@@ -486,11 +527,11 @@ def test_every_model_kind_exports_to_its_pyg_stack(model, tmp_path):
 
     cora = load_dataset("cora")
     proc = train("--grid", "1x2x1", "--epochs", "12", "--quiet", "--save-predictions",
-                 str(tmp_path / "p.npz"), "--save-embeddings", "--export", str(tmp_path / "w.pt"),
+                 str(tmp_path / "p"), "--save-embeddings", "--export", str(tmp_path / "w.pt"),
                  *model)
     assert proc.returncode == 0, proc.stderr
     payload = torch.load(tmp_path / "w.pt", weights_only=True)
-    saved = dict(np.load(tmp_path / "p.npz"))
+    saved = plexus.load_outputs(tmp_path / "p")
     stack = PygStack(ModelConfig(**payload["config"]), cora.num_features, cora.num_classes)
     stack.load_state_dict(payload["state_dict"])  # strict: every name and shape matches
     seen = []

@@ -155,6 +155,14 @@ def test_fuzz_inputs_smoke(tmp_path: Path) -> None:
     assert sum(doc["counts"]["npz"].values()) == 5 and doc["bad"] == []
 
 
+def test_cache_setup_smoke(tmp_path: Path) -> None:
+    out = run_script("cache_setup.py", tmp_path)
+    assert "built the shard store" in out and "reusing the cached shard store" in out
+    runs = json.loads((tmp_path / "cache_setup.json").read_text())["runs"]
+    assert [r["built"] for r in runs] == [True, False] and runs[0]["store"] == runs[1]["store"]
+    assert all(len(r["peak_rss"]) == 2 for r in runs)
+
+
 def test_memory_smoke(tmp_path: Path) -> None:
     out = run_script("memory.py", tmp_path, "--grids", "1x1x1,2x1x1", "--skip-pyg")
     assert "model/meas" in out

@@ -134,17 +134,26 @@ def test_resume_equals_uninterrupted_run_on_same_and_other_grid(reference, tmp_p
 
 
 def test_training_from_a_shard_store_equals_in_memory_bit_for_bit(tmp_path):
+    """The same 8 epochs on 1x1x2 with each rank cutting its own shard from the dataset
+    (--no-cache), reading the cached store the launcher partitioned the dataset into, and reading
+    a plexus-partition store: the same losses and accuracies bit for bit."""
     store = tmp_path / "store"
     _cora_store(store, {"x": 1, "y": 1, "z": 2})
-    logs = {}
-    for name, extra in (("memory", ()), ("store", ("--shards", str(store)))):
+    logs, out = {}, {}
+    runs = {"memory": ("--grid", "1x1x2", "--no-cache"),
+            "cache": ("--grid", "1x1x2", "--cache", str(tmp_path / "cache")),
+            "store": ("--shards", str(store))}
+    for name, extra in runs.items():
         logs[name] = tmp_path / f"{name}.json"
-        proc = train("--grid", "1x1x2", "--epochs", "8", "--quiet", "--log-json",
-                     str(logs[name]), *extra)
+        proc = train("--epochs", "8", "--log-json", str(logs[name]), *extra)
         assert proc.returncode == 0, proc.stderr
-    memory, store_run = read_log(logs["memory"])[0], read_log(logs["store"])[0]
+        out[name] = proc.stdout
+    assert out["cache"].count("plexus-train: built the shard store ") == 1
+    assert "shard store" not in out["memory"]
+    assert read_log(logs["cache"])[1]["cache"]["built"] is True
     keys = ("loss", "train_acc", "val_acc", "test_acc")
-    assert [[r[k] for k in keys] for r in memory] == [[r[k] for k in keys] for r in store_run]
+    table = {name: [[r[k] for k in keys] for r in read_log(log)[0]] for name, log in logs.items()}
+    assert table["memory"] == table["cache"] == table["store"]
 
 
 def test_grid_auto_trains_on_the_grid_the_model_picks(tmp_path):
@@ -184,6 +193,8 @@ def test_torchrun_trains_the_same_and_reports_the_ogb_metric(reference, tmp_path
                  launcher=("torchrun",))
     assert proc.returncode == 0, proc.stderr
     assert sum(line.startswith("epoch  1/10") for line in proc.stdout.splitlines()) == 1
+    # rank 0 partitioned the dataset into the cache once; every rank read its own shard
+    assert proc.stdout.count("plexus-train: built the shard store ") == 1
     records, summary = read_log(log)
     np.testing.assert_allclose(losses(records), losses(reference["records"][:10]), atol=1e-5,
                                rtol=0)
@@ -310,7 +321,8 @@ def test_summary_records_measured_memory_per_rank(tmp_path):
     assert proc.returncode == 0, proc.stderr
     memory = read_log(log)[1]["memory"]
     assert set(memory) == {"peak_rss_bytes", "tracked_peak_bytes", "cuda_peak_bytes",
-                           "predicted_bytes", "train_peak_rss_bytes"}
+                           "predicted_bytes", "predicted_setup_bytes", "train_peak_rss_bytes",
+                           "setup_peak_rss_bytes"}
     assert memory["cuda_peak_bytes"] is None  # a CPU run
     assert len(memory["peak_rss_bytes"]) == len(memory["tracked_peak_bytes"]) == 2
     for rss, train_rss, tracked in zip(memory["peak_rss_bytes"], memory["train_peak_rss_bytes"],

@@ -3,7 +3,9 @@ results out.
 
 `session` (start local workers or join a torchrun/SLURM job: `launch`, `init`), `model`
 (`distributed_model`: this rank's model from a graph; `GraphModel`), `results` (logits,
-predictions and embeddings gathered on rank 0 in the original node order), `export`
+predictions and embeddings gathered on rank 0 in the original node order, for graphs small
+enough), `outputs` (the same written by every rank into its own rows of memory-mapped .npy
+files, for any size), `export`
 (unsharded weights under PyG's parameter names), `recipes` (the OGB examples' settings).
 It sits at the application level, beside `plexus.train`, which uses it for its results.
 """
@@ -11,12 +13,15 @@ It sits at the application level, beside `plexus.train`, which uses it for its r
 from .export import export_payload, full_weights, pyg_names, pyg_state_dict, save_weights
 from .model import GraphModel, cut_shard, distributed_model, model_from_shard
 from .recipes import RECIPES, Recipe, RecipeError
-from .results import gather_embeddings, gather_logits, gather_outputs, gather_predictions
+from .outputs import OutputsError, load_outputs, save_outputs
+from .results import (GatherTooLargeError, gather_embeddings, gather_logits, gather_outputs,
+                      gather_predictions)
 from .session import init, launch
 
 __all__ = [
     "GraphModel", "cut_shard", "distributed_model", "model_from_shard",
     "gather_embeddings", "gather_logits", "gather_outputs", "gather_predictions",
+    "GatherTooLargeError", "save_outputs", "load_outputs", "OutputsError",
     "pyg_names", "export_payload", "full_weights", "pyg_state_dict", "save_weights",
     "RECIPES", "Recipe", "RecipeError", "init", "launch",
 ]

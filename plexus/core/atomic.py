@@ -11,6 +11,7 @@ followed: the file it points to is replaced, the link stays.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import tempfile
 from contextlib import contextmanager
@@ -131,3 +132,45 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO[Any]]:
         if cause is not e:
             raise cause from None
         raise
+
+
+def output_directory(path: str | os.PathLike, marker: str) -> Path:
+    """The directory that writing the directory output ``path`` replaces: ``path`` itself when
+    it is absent, an empty directory, or a directory this kind of output wrote before (it holds
+    the file ``marker``). Raises `UnsafeTargetError` for anything else: a file, a symlink, a
+    device, or a directory holding other things (never replaced, whatever it holds)."""
+    path = Path(path)
+    try:
+        link = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    except OSError as e:
+        raise UnsafeTargetError(f"{path}: cannot write there ({e.strerror or e})") from None
+    if stat.S_ISLNK(link.st_mode) or not stat.S_ISDIR(link.st_mode):
+        kind = "a symlink" if stat.S_ISLNK(link.st_mode) else describe_mode(link.st_mode)
+        raise UnsafeTargetError(f"{path}: is {kind}, not an output directory; refusing to "
+                                "replace it (give a new directory name)")
+    try:
+        entries = os.listdir(path)
+    except OSError as e:
+        raise UnsafeTargetError(f"{path}: cannot read it ({e.strerror or e})") from None
+    if entries and marker not in entries:
+        raise UnsafeTargetError(f"{path}: a directory that holds other files (no {marker}); "
+                                "refusing to replace it (give a new directory name)")
+    return path
+
+
+def replace_directory(new: str | os.PathLike, target: str | os.PathLike, marker: str) -> None:
+    """Move the finished directory ``new`` onto ``target`` once `output_directory` still allows
+    it; a previous output there is moved aside first and then removed, so ``target`` is always
+    either the old output or the new one, never a mixture."""
+    final = output_directory(target, marker)
+    old = None
+    if final.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
+        os.rmdir(old)
+        os.rename(final, old)
+    os.rename(new, final)
+    fsync_dir(final.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

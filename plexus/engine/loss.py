@@ -12,33 +12,50 @@ import torch
 from .comm import Comm
 
 
+def _pad_classes(z: torch.Tensor, col_start: int, num_classes: int) -> torch.Tensor:
+    """``z`` with its padded classes at -inf (a copy, only where the block has padded classes)."""
+    if col_start + z.shape[1] <= num_classes:
+        return z
+    cols = torch.arange(col_start, col_start + z.shape[1], device=z.device)
+    return z.masked_fill(cols[None, :] >= num_classes, float("-inf"))
+
+
 class ParallelCrossEntropy(torch.autograd.Function):
-    """mean over masked nodes of -log softmax(z)[label], for a block of z."""
+    """mean over masked nodes of -log softmax(z)[label], for a block of z.
+
+    Per logit it holds one float buffer (exp, turned into the softmax in place, kept for
+    backward) and the one-byte one-hot labels, plus a -inf copy where the block has padded
+    classes: what `plexus.perfmodel` prices for the loss."""
 
     @staticmethod
     def forward(ctx, z, labels, mask, count: int, col_start: int, num_classes: int,
                 comm: Comm, rows_axis: str, class_axis: str):  # noqa: D102
-        cols = torch.arange(col_start, col_start + z.shape[1], device=z.device)
-        z = z.masked_fill(cols[None, :] >= num_classes, float("-inf"))
+        z = _pad_classes(z, col_start, num_classes)
         zmax = comm.raw_all_reduce(z.max(dim=1).values.clone(), class_axis, "max")
-        e = torch.exp(z - zmax[:, None])
         local = (labels >= col_start) & (labels < col_start + z.shape[1]) & mask
+        rows = local.nonzero().squeeze(1)
+        cols = labels[rows] - col_start
         onehot = torch.zeros_like(z, dtype=torch.bool)
-        onehot[local.nonzero().squeeze(1), (labels[local] - col_start)] = True
-        label_z = torch.where(onehot, z, torch.zeros_like(z)).sum(dim=1)
+        onehot[rows, cols] = True
+        label_z = torch.zeros(z.shape[0], dtype=z.dtype, device=z.device)
+        label_z[rows] = z[rows, cols]
+        e = z - zmax[:, None]
+        e.exp_()
         stats = comm.raw_all_reduce(torch.stack([e.sum(dim=1), label_z]), class_axis)
         per_node = torch.log(stats[0]) + zmax - stats[1]
         total = torch.where(mask, per_node, torch.zeros_like(per_node)).sum().reshape(1)
         total = comm.raw_all_reduce(total, rows_axis)
-        ctx.save_for_backward(e / stats[0][:, None], onehot, mask)
+        ctx.save_for_backward(e.div_(stats[0][:, None]), onehot, mask)  # the softmax
         ctx.count = max(count, 1)
         return total[0] / ctx.count
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         softmax, onehot, mask = ctx.saved_tensors
-        dz = (softmax - onehot.to(softmax.dtype)) * mask[:, None].to(softmax.dtype)
-        return dz * (grad / ctx.count), None, None, None, None, None, None, None, None
+        dz = softmax.clone()
+        dz[onehot] -= 1.0  # softmax - one-hot labels
+        dz.mul_(mask[:, None])
+        return dz.mul_(grad / ctx.count), None, None, None, None, None, None, None, None
 
 
 def cross_entropy(z: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, count: int,
@@ -51,13 +68,14 @@ def cross_entropy(z: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, cou
 
 def predict(z: torch.Tensor, col_start: int, num_classes: int, comm: Comm,
             class_axis: str) -> torch.Tensor:
-    """Global argmax class of every row (the lowest index among equal maxima, as torch.argmax)."""
-    cols = torch.arange(col_start, col_start + z.shape[1], device=z.device)
-    z = z.masked_fill(cols[None, :] >= num_classes, float("-inf"))
-    zmax = comm.raw_all_reduce(z.max(dim=1).values.clone(), class_axis, "max")
+    """Global argmax class of every row (the lowest index among equal maxima, as torch.argmax):
+    each block's first maximum, then the lowest column among the blocks that hold the global
+    one (memory per row, not per logit)."""
+    values, first = _pad_classes(z, col_start, num_classes).max(dim=1)
+    zmax = comm.raw_all_reduce(values.clone(), class_axis, "max")
     big = torch.iinfo(torch.int64).max
-    cand = torch.where(z == zmax[:, None], cols[None, :].expand_as(z), torch.full_like(z, 0, dtype=torch.int64) + big)
-    return comm.raw_all_reduce(cand.min(dim=1).values.clone(), class_axis, "min")
+    cand = torch.where(values == zmax, first + col_start, torch.full_like(first, big))
+    return comm.raw_all_reduce(cand, class_axis, "min")
 
 
 def accuracy(z: torch.Tensor, labels: torch.Tensor, masks: dict[str, torch.Tensor],

@@ -12,8 +12,10 @@ from .calibration import Calibration, load_calibration
 from .model import (CommVolume, Compute, Memory, ModelSpec, Prediction, choose_grid,
                     choose_orders, collective_time, collectives, epoch_compute, epoch_memory,
                     epoch_volume, factorizations, normalize_grid, predict, rank_configs)
+from .setup import SetupMemory, partition_memory, read_memory, run_peak, setup_memory
 
 __all__ = ["OPS", "Collective", "Calibration", "load_calibration", "CommVolume", "Compute",
            "Memory", "ModelSpec", "Prediction", "choose_grid", "choose_orders", "collective_time",
            "collectives", "epoch_compute", "epoch_memory", "epoch_volume", "factorizations",
-           "normalize_grid", "predict", "rank_configs"]
+           "normalize_grid", "predict", "rank_configs",
+           "SetupMemory", "partition_memory", "read_memory", "run_peak", "setup_memory"]

@@ -1,7 +1,8 @@
 """The performance model's command lines.
 
 - ``plexus-model``: rank every X×Y×Z grid of a world size by predicted epoch time, with
-  communication volume and memory per rank (`plexus.perfmodel.model`).
+  communication volume and memory per rank (`plexus.perfmodel.model`), and the set-up's memory:
+  partitioning the graph in one process, a rank reading its shard (`plexus.perfmodel.setup`).
 - ``plexus-bench calibrate``: measure SpMM/GEMM rates and gloo collective α/β on this machine
   and write a JSON file that ``plexus-model --calibration FILE`` reads
   (`plexus.perfmodel.calibration`).
@@ -27,6 +28,7 @@ from plexus.core.units import format_bytes, format_seconds
 
 from .calibration import Calibration, calibrate, load_calibration, write_calibration
 from .model import BEST_ORDER, ModelSpec, Prediction, rank_configs
+from .setup import partition_memory, setup_memory
 
 # Up to this many stored edges the CLI builds Â to count its non-zeros exactly.
 _EXACT_NNZ_LIMIT = 50_000_000
@@ -86,8 +88,12 @@ def _table(spec: ModelSpec, cal: Calibration, preds: list[Prediction], world: in
         f"{cal.gemm_flops:.3g} flop/s, alpha {cal.alpha:.3g} s, beta {1 / cal.beta:.3g} B/s)",
         f"world size {world}: {len(preds)} grids, showing {shown}",
         "",
+        f"set-up: partitioning the graph takes {format_bytes(partition_memory(spec))} in one "
+        "process, once per shard store; set-up/rank: a rank "
+        + ("reading its shard" if spec.from_store else "loading the graph to cut its shard"),
+        "",
         f"{'rank':>4}  {'XxYxZ':<11} {'epoch':>10} {'comm':>10} {'compute':>10} {'comm%':>6} "
-        f"{'comm/rank':>11} {'memory/rank':>12}  orders",
+        f"{'comm/rank':>11} {'memory/rank':>12} {'set-up/rank':>12}  orders",
     ]
     for k, p in enumerate(preds[:shown], 1):
         grid = str(GridShape.of(p.grid))
@@ -96,8 +102,8 @@ def _table(spec: ModelSpec, cal: Calibration, preds: list[Prediction], world: in
         lines.append(
             f"{k:>4}  {grid:<11} {format_seconds(p.time_s):>10} {format_seconds(p.comm_s):>10} "
             f"{format_seconds(p.compute_s):>10} {100 * p.comm_fraction:>5.1f}% "
-            f"{format_bytes(p.volume.total_bytes):>11} {format_bytes(p.memory.total):>12}  "
-            f"{orders}{flag}")
+            f"{format_bytes(p.volume.total_bytes):>11} {format_bytes(p.memory.total):>12} "
+            f"{format_bytes(setup_memory(spec, p.grid).rank):>12}  {orders}{flag}")
     return "\n".join(lines)
 
 
@@ -128,7 +134,8 @@ def model_main(argv: Sequence[str] | None = None) -> int:
         best = args.order == BEST_ORDER
         model = model_config(args, **({"order": "agg"} if best else {}))
         spec = ModelSpec(n, nnz, f, c, model, best_orders=best, name=name,
-                         dtype_bytes=DTYPE_BYTES[args.dtype], recompute=args.recompute)
+                         dtype_bytes=DTYPE_BYTES[args.dtype], recompute=args.recompute,
+                         from_store=args.world_size > 1)  # plexus-train's ranks read a store
         cal = load_calibration(args.calibration)
         limit = None if args.memory_limit is None else args.memory_limit * 2**30
         preds = rank_configs(args.world_size, spec, cal, limit)
@@ -140,7 +147,9 @@ def model_main(argv: Sequence[str] | None = None) -> int:
         doc = {"spec": {k: (list(v) if isinstance(v, tuple) else v)
                         for k, v in asdict(spec).items()},
                "calibration": cal.to_dict(), "world_size": args.world_size,
-               "num_grids": len(preds), "configs": [p.to_dict() for p in preds[:shown]]}
+               "num_grids": len(preds), "partition_bytes": partition_memory(spec),
+               "configs": [{**p.to_dict(), "setup_bytes": setup_memory(spec, p.grid).rank}
+                           for p in preds[:shown]]}
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:

@@ -9,6 +9,9 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import torch
+
+from plexus.api.outputs import OutputsError, check_outputs_target
 from plexus.core.atomic import UnsafeTargetError, output_target
 from plexus.core.cli import UsageError
 from plexus.core.grid import GridShape
@@ -22,7 +25,8 @@ from plexus.perfmodel import ModelSpec, choose_grid, rank_configs
 from plexus.runtime.env import default_device
 
 from .checkpoint import CHECKPOINT_NAME
-from .memcheck import available_memory, check_memory, predicted_memory
+from .memcheck import (available_memory, check_memory, check_partition_memory,
+                       predicted_peaks)
 
 # Datasets up to this size are loaded once in the launching process to check them before any
 # worker starts; bigger ones only have their paths checked there (each worker loads them anyway).
@@ -48,6 +52,23 @@ def check_output_file(path: Path | str, what: str) -> Path:
         target = output_target(path)
         output_target(path.with_name(path.name + ".tmp"))
     except UnsafeTargetError as e:
+        raise UsageError(f"{what} {e}") from None
+    check_writable(target.parent, what)
+    return target
+
+
+def check_outputs_dir(path: Path | str, what: str) -> Path:
+    """Raise `UsageError` unless ``path`` can become an outputs directory
+    (`plexus.api.outputs`): absent, empty, or an earlier one, with files creatable beside it.
+    A name ending in .npz is refused: outputs are a directory of .npy files now."""
+    path = Path(path).expanduser()
+    if path.suffix.lower() == ".npz":
+        raise UsageError(f"{what} {path}: outputs are a directory of .npy files (pred.npy, "
+                         "logits.npy, embeddings.npy), written by every rank; give a directory "
+                         f"name such as {path.with_suffix('')}")
+    try:
+        target = check_outputs_target(path)
+    except OutputsError as e:
         raise UsageError(f"{what} {e}") from None
     check_writable(target.parent, what)
     return target
@@ -177,14 +198,24 @@ def spec_sizes(spec: str, seed: int) -> tuple[int, int, int, int] | None:
 
 def precheck_resources(grid: GridShape, model: ModelConfig, sizes: tuple[int, int, int, int],
                        perm: str, force: bool, dtype_bytes: int = 4,
-                       recompute: bool = False) -> None:
+                       recompute: bool = False, from_store: bool = False) -> None:
     """Before any worker starts: the grid fits the graph, and (unless ``force``) the predicted
-    memory per rank (activations at ``dtype_bytes`` per element) fits what the local ranks will
-    have."""
+    peak per rank, set-up included (activations at ``dtype_bytes`` per element; ``from_store``:
+    the ranks read their shards from a store), fits what the local ranks will have."""
     n, nnz, f, c = sizes
     check_grid_fits(grid, model, n, f, c)
     if force:
         return
-    check_memory(predicted_memory(grid, model, n, nnz, f, c, perm, dtype_bytes,
-                                  recompute=recompute),
-                 available_memory(default_device(), grid.world_size), grid)
+    peaks = predicted_peaks(grid, model, n, nnz, f, c, perm, dtype_bytes, from_store, recompute)
+    check_memory(peaks.run, available_memory(default_device(), grid.world_size), grid)
+
+
+def precheck_partition(spec: str, seed: int, model: ModelConfig, perm: str) -> None:
+    """Before partitioning the graph into a store in one process: its predicted peak fits the
+    host (checked where the spec alone tells the graph's sizes)."""
+    sizes = spec_sizes(spec, seed)
+    if sizes is None:
+        return
+    n, nnz, f, c = sizes
+    peaks = predicted_peaks((1, 1, 1), model, n, nnz, f, c, perm, from_store=True)
+    check_partition_memory(peaks.partition, available_memory(torch.device("cpu"), 1))

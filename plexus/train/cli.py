@@ -32,13 +32,15 @@ from plexus.engine.config import EngineConfig, TrainConfig
 from plexus.engine.spmm import BACKENDS, check_backend
 from plexus.partitioners import PERMUTATIONS
 from plexus.partitioners.store import graph_hash
+from plexus.runtime.child import ChildDied
 from plexus.runtime.env import JobEnv, check_local_devices, default_device, detect_environment
 from plexus.runtime.group import DEFAULT_TIMEOUT_S
 
 from . import checkpoint as ckpt
+from .cache import CACHE_ENV, Cache, cached_options, default_cache_dir, uses_cache
 from .checks import (auto_grid_choice, check_checkpoint_dir, check_grid_fits, check_log_path,
-                     check_order, check_output_file, precheck_dataset, precheck_resources,
-                     spec_sizes)
+                     check_order, check_output_file, check_outputs_dir, precheck_dataset,
+                     precheck_resources, spec_sizes)
 from .entry import reserve_standard_fds, run_local, run_rank
 from .epochlogs import check_targets
 from .errors import PROG, USER_ERRORS, UsageError, error_line
@@ -46,6 +48,7 @@ from .faults import Fault
 from .options import RunOptions
 from .outputs import check_claims, dataset_files, run_claims
 from .prepare import check_best_kept, load_resume
+from .runlog import console_line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,6 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="read this rank's shard from a plexus-partition store instead of "
                            "loading and cutting the dataset; its manifest fixes the dataset, "
                            "grid, layers, orders and permutation")
+    data.add_argument("--cache", metavar="DIR",
+                      help="where --dataset runs keep the shard stores they partition the graph "
+                           "into once (reused while the graph's files, grid, layers, orders, "
+                           f"permutation, seed and aggregation match; default ${CACHE_ENV}, "
+                           "else ~/.cache/plexus/stores); a 1x1x1 run uses it only when given")
+    data.add_argument("--no-cache", action="store_true",
+                      help="every rank loads the whole dataset and cuts its own shard (no "
+                           "store on disk)")
     data.add_argument("--perm", choices=PERMUTATIONS, default=None,
                       help=f"load-balancing node permutation (default {DEFAULT_PERMUTATION}, or the "
                            "store's with --shards); results do not depend on it")
@@ -115,11 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "timer (needs the tensorboard package; without it, one note)")
     out.add_argument("--quiet", action="store_true", help="print only the summary")
     res = p.add_argument_group("results and OGB recipes")
-    res.add_argument("--save-predictions", metavar="FILE.npz",
-                     help="write the final model's predicted class of every node ('pred', "
-                          "original node order) and its logits ('logits') to FILE.npz")
+    res.add_argument("--save-predictions", metavar="DIR",
+                     help="write the final model's predicted class of every node (DIR/pred.npy, "
+                          "original node order) and its logits (DIR/logits.npy); every rank "
+                          "writes its own rows (plexus.api.load_outputs reads them)")
     res.add_argument("--save-embeddings", action="store_true",
-                     help="add the last hidden layer's output ('embeddings') to "
+                     help="add the last hidden layer's output (DIR/embeddings.npy) to "
                           "--save-predictions")
     res.add_argument("--export", metavar="FILE.pt",
                      help="write the unsharded weights under the parameter names of the matching "
@@ -139,8 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "ogbn-products-gcn and ogbn-products-sage (the same without BatchNorm, "
                           "300 epochs), ogbn-arxiv-gat (the OGB leaderboard's GAT, DGL's "
                           "ogbn-arxiv/gat.py: 3 layers, 3 heads of 250, BatchNorm, dropout 0.75, "
-                          "lr 0.002, 2000 epochs, --symmetrize); it also picks the dataset; flags "
-                          "given explicitly win")
+                          "lr 0.002, 2000 epochs, --symmetrize); and of the Plexus paper "
+                          "(hpcgroup/plexus examples/train.py): ogbn-papers100M-gcn (3 layers, hidden 128, no "
+                          "bias, no dropout, learnable input features, lr 0.003, no weight "
+                          "decay, 10 epochs); it also picks the dataset; flags given explicitly "
+                          "win")
     eng = p.add_argument_group("engine (results never depend on these, except --dtype by "
                                "rounding)")
     eng.add_argument("--spmm", choices=BACKENDS, default="torch",
@@ -202,9 +217,14 @@ def check_numbers(a: argparse.Namespace) -> None:
     if a.checkpoint_every is not None and not a.checkpoint:
         raise UsageError("--checkpoint-every needs --checkpoint DIR")
     if a.save_embeddings and not a.save_predictions:
-        raise UsageError("--save-embeddings needs --save-predictions FILE.npz (where they go)")
+        raise UsageError("--save-embeddings needs --save-predictions DIR (where they go)")
     if a.export_best and not a.export:
         raise UsageError("--export-best needs --export FILE.pt (where the weights go)")
+    if a.cache and a.no_cache:
+        raise UsageError("--cache DIR and --no-cache contradict each other; give one")
+    if a.shards and (a.cache or a.no_cache):
+        raise UsageError("--shards DIR is a store already; --cache/--no-cache apply to "
+                         "--dataset runs")
     if a.symmetrize and a.shards:
         raise UsageError("--symmetrize changes the graph, but a --shards store was cut from it "
                          "already; drop --symmetrize (or cut a store from a symmetrized graph)")
@@ -316,7 +336,8 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
     # every output resolved and compared before anything is read or written (cheap: stats)
     check_claims(run_claims(a.checkpoint, a.log_json, a.log_csv, a.tensorboard,
                             a.save_predictions, a.export,
-                            dataset_files(a.dataset, a.root, a.shards)))
+                            dataset_files(a.dataset, a.root, a.shards),
+                            None if a.no_cache else a.cache))
     a.resume = resolve_resume(a, env is None or env.rank == 0)
     if a.grid is None and not a.shards:
         raise UsageError("the following arguments are required: --grid")
@@ -343,6 +364,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
     grid = shape.grid
     fault = Fault.parse(a.inject_fault) if a.inject_fault else None
     memory_checked = a.force
+    cache_dir = None if a.no_cache or a.shards else Path(a.cache or default_cache_dir())
     if env is None:
         graph = None
         if not a.shards:
@@ -357,12 +379,14 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                                              gcn_nnz(graph), graph.num_features,
                                              graph.num_classes, model, graph.name)
                 if not a.quiet:
-                    print(f"{PROG}: {why}", flush=True)
+                    console_line(f"{PROG}: {why}")
             sizes = ((graph.num_nodes, gcn_nnz(graph), graph.num_features, graph.num_classes)
                      if graph is not None else spec_sizes(shape.dataset, a.seed))
             if sizes is not None:  # otherwise every worker checks once it has its shard
                 precheck_resources(grid, model, sizes, a.perm or DEFAULT_PERMUTATION,  # type: ignore
-                                   a.force, engine.dtype_bytes, engine.recompute)
+                                   a.force, engine.dtype_bytes, engine.recompute,
+                                   from_store=cache_dir is not None
+                                   and (bool(a.cache) or grid.world_size > 1))
                 memory_checked = True
         check_local_devices(grid.world_size)  # type: ignore[union-attr]
         if a.resume:  # the dataset is checked here when it was loaded, else by the workers
@@ -378,11 +402,12 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
             check_checkpoint_dir(a.checkpoint)
             # refused now if another run holds the directory; rank 0 locks it for the run
             ckpt.lock_directory(Path(a.checkpoint).expanduser()).release()
-        for path, flag in ((a.save_predictions, "--save-predictions"), (a.export, "--export")):
-            if path:
-                check_output_file(path, flag)
+        if a.save_predictions:
+            check_outputs_dir(a.save_predictions, "--save-predictions")
+        if a.export:
+            check_output_file(a.export, "--export")
         check_targets(a.log_csv, a.tensorboard)
-    return RunOptions(
+    opts = RunOptions(
         grid=grid, dataset=shape.dataset, root=a.root, model=model,
         train=TrainConfig(epochs=a.epochs, lr=a.lr, weight_decay=a.weight_decay, seed=a.seed,
                           eval_every=a.eval_every, weight_decay_scope=a.weight_decay_on),
@@ -392,7 +417,24 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
         quiet=a.quiet, timeout_s=a.timeout, check_memory=not memory_checked, fault=fault,
         save_predictions=a.save_predictions, save_embeddings=a.save_embeddings, export=a.export,
         export_best=a.export_best, symmetrize=a.symmetrize, log_csv=a.log_csv,
-        tensorboard=a.tensorboard)
+        tensorboard=a.tensorboard, cache_dir=cache_dir and str(cache_dir.expanduser()),
+        cache_explicit=bool(a.cache))
+    return opts
+
+
+def from_cache(opts: RunOptions, force: bool) -> RunOptions:
+    """The launching process finds or builds the store of the run's dataset in the cache (once,
+    for all ranks, after every cheap check has passed) and says which in one line; the ranks
+    then read their shards from it."""
+    def say(text: str) -> None:
+        if not opts.quiet:
+            console_line(f"{PROG}: {text}")
+
+    assert opts.grid is not None  # the launching process has resolved --grid auto
+    opts, store = cached_options(opts, Cache(Path(opts.cache_dir), say),  # type: ignore
+                                 opts.grid.world_size, force=force)
+    say(store.line())
+    return opts
 
 
 def resolve_resume(a: argparse.Namespace, speak: bool) -> bool:
@@ -426,11 +468,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         args.explicit = explicit_options(argv)
         opts = build_options(args, env)
+        if env is None and uses_cache(opts, None):
+            opts = from_cache(opts, args.force)
     except (*USER_ERRORS, RecipeError, ValueError, OSError) as e:
         # Under a launcher every rank checks the same options: rank 0 speaks for them all.
         if env is None or env.rank == 0:
             print(error_line(e), file=sys.stderr, flush=True)
         return 2
+    except ChildDied as e:  # the partitioning child was killed (the OOM killer, a signal)
+        print(error_line(e), file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130
     if env is not None:
         return run_rank(opts, env)
     return run_local(opts)

@@ -21,10 +21,12 @@ from plexus.runtime.progress import lagging_rank
 from plexus.runtime.local import (PEER_ERROR_GRACE_S, LocalJobFailed, free_port, is_peer_error,
                                   launch_local)
 
-from .errors import OutputFailed, RunStopped, error_line
+from .cache import join_cached_store, uses_cache
+from .errors import PROG, OutputFailed, RunStopped, error_line
 from .options import RunOptions
 from .prepare import LocalSetup, agree_on_failure, load_local
 from .report import finish
+from .runlog import console_line
 from .session import build_run
 
 
@@ -56,6 +58,10 @@ def run_rank(opts: RunOptions, env: JobEnv) -> int:
     error: BaseException | None = None
     setup = None
     try:
+        if uses_cache(opts, dist.get_world_size()):
+            # launched by torchrun/srun: rank 0 provides the store (no launcher of ours did)
+            opts = join_cached_store(opts, lambda text: None if opts.quiet else console_line(
+                f"{PROG}: {text}"))
         setup = load_local(opts, dist.get_rank(), dist.get_world_size(), device,
                            env.local_world_size)
     except Exception as e:  # noqa: BLE001 — every rank must learn of it, see agree_on_failure

@@ -3,6 +3,7 @@ line it prints for each (``plexus-train: error: ...``)."""
 
 from __future__ import annotations
 
+from plexus.api.outputs import OutputsError
 from plexus.core.atomic import UnsafeTargetError
 from plexus.core.cli import UsageError
 from plexus.core.cli import error_line as _error_line
@@ -11,6 +12,7 @@ from plexus.datasets import DatasetError
 from plexus.partitioners import ShardStoreError
 from plexus.runtime.env import LaunchError
 
+from .cache import CacheError
 from .checkpoint import CheckpointError
 from .memcheck import MemoryCheckError
 
@@ -42,7 +44,7 @@ def output_failure(error: BaseException, what: str) -> OutputFailed:
 
 #: Exceptions that are the user's input, not a bug: reported as one line, exit status 2.
 USER_ERRORS = (UsageError, GridError, DatasetError, ShardStoreError, CheckpointError, LaunchError,
-               MemoryCheckError, UnsafeTargetError)
+               MemoryCheckError, UnsafeTargetError, OutputsError, CacheError)
 
 #: What the command line adds to a library error: the option that changes the outcome.
 _HINTS = {MemoryCheckError: "or --force to run anyway"}

@@ -1,4 +1,6 @@
-"""Refuse, at start, a run that the performance model says will not fit in memory.
+"""Refuse, at start, a run that the performance model says will not fit in memory: a training
+epoch, the set-up (a rank reading its shard, or loading the whole graph to cut it) and the one
+process that partitions the graph into a store (`plexus.perfmodel.setup`).
 
 A rank that runs out of memory mid-epoch dies after minutes of loading, or drags a node into
 swap; a prediction from the graph's sizes costs nothing. The prediction is
@@ -18,7 +20,7 @@ from plexus.core.grid import GridShape
 from plexus.core.units import format_bytes
 from plexus.datasets.validate import available_bytes
 from plexus.engine.config import ModelConfig
-from plexus.perfmodel import ModelSpec, epoch_memory
+from plexus.perfmodel import ModelSpec, epoch_memory, partition_memory, setup_memory
 
 
 class MemoryCheckError(ValueError):
@@ -49,17 +51,50 @@ def available_memory(device: torch.device, local_ranks: int) -> Available:
     return Available(share, f"available host RAM{per}")
 
 
+def _spec(model: ModelConfig, num_nodes: int, nnz: int, num_features: int, num_classes: int,
+          perm: str, dtype_bytes: int, from_store: bool, recompute: bool) -> ModelSpec:
+    return ModelSpec(num_nodes, max(nnz, 0), num_features, num_classes, model, perm=perm,
+                     dtype_bytes=dtype_bytes, from_store=from_store, recompute=recompute)
+
+
 def predicted_memory(grid: GridShape | tuple[int, int, int], model: ModelConfig, num_nodes: int,
                      nnz: int, num_features: int, num_classes: int, perm: str,
                      dtype_bytes: int = 4, from_store: bool = False,
                      recompute: bool = False) -> float:
-    """Bytes per rank the performance model predicts for this grid, graph and model, with
-    activations, Â values and messages at ``dtype_bytes`` per element (the engine's compute
-    precision; `plexus.engine.config.EngineConfig.dtype_bytes`); ``from_store``: the rank reads
+    """Bytes per rank the performance model predicts for a training epoch on this grid, graph and
+    model, with activations, Â values and messages at ``dtype_bytes`` per element (the engine's
+    compute precision; `plexus.engine.config.EngineConfig.dtype_bytes`); ``from_store``: the rank reads
     its shard from a shard store; ``recompute``: activations are recomputed in backward."""
-    spec = ModelSpec(num_nodes, max(nnz, 0), num_features, num_classes, model, perm=perm,
-                     dtype_bytes=dtype_bytes, from_store=from_store, recompute=recompute)
+    spec = _spec(model, num_nodes, nnz, num_features, num_classes, perm, dtype_bytes, from_store,
+                 recompute)
     return epoch_memory(spec, grid).total
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """The performance model's peaks: a rank's training epoch and set-up (reading its shard from
+    a store, or loading the whole graph to cut its own), and the one process that partitions the
+    graph when a store is built."""
+
+    training: float
+    setup: float
+    partition: float
+
+    @property
+    def run(self) -> float:
+        """A rank's peak over the whole run."""
+        return max(self.training, self.setup)
+
+
+def predicted_peaks(grid: GridShape | tuple[int, int, int], model: ModelConfig, num_nodes: int,
+                    nnz: int, num_features: int, num_classes: int, perm: str,
+                    dtype_bytes: int = 4, from_store: bool = False,
+                    recompute: bool = False) -> Predicted:
+    """`predicted_memory` with the set-up's peaks beside it (`plexus.perfmodel.setup`)."""
+    spec = _spec(model, num_nodes, nnz, num_features, num_classes, perm, dtype_bytes, from_store,
+                 recompute)
+    return Predicted(epoch_memory(spec, grid).total, setup_memory(spec, grid).rank,
+                     partition_memory(spec))
 
 
 def check_memory(predicted: float, available: Available,
@@ -71,3 +106,15 @@ def check_memory(predicted: float, available: Available,
         f"predicted memory per rank on grid {GridShape.of(grid)} is {format_bytes(predicted)} but "
         f"only {format_bytes(available.bytes)} is available ({available.source}); use more "
         "ranks, a smaller model or dataset")
+
+
+def check_partition_memory(predicted: float, available: Available) -> None:
+    """Raise `MemoryCheckError` when partitioning the whole graph in one process (``predicted``
+    bytes) would not fit ``available``."""
+    if predicted <= available.bytes:
+        return
+    raise MemoryCheckError(
+        f"partitioning the graph into a shard store is predicted to take "
+        f"{format_bytes(predicted)} in one process but only {format_bytes(available.bytes)} is "
+        f"available ({available.source}); partition it where there is more memory "
+        "(plexus-partition) and train from --shards")

@@ -23,6 +23,9 @@ class RunOptions:
     engine: EngineConfig
     perm: str | None = None  # None: DEFAULT_PERMUTATION, or whatever the shard store was cut with
     shards: str | None = None
+    cache_dir: str | None = None  # the shard-store cache of --dataset runs (None: --no-cache)
+    cache_explicit: bool = False  # --cache was given (a 1x1x1 run uses the cache only then)
+    cache: dict | None = None  # how the launcher came by the store (`plexus.train.cache`)
     checkpoint: str | None = None
     checkpoint_every: int = 10
     resume: bool = False
@@ -32,7 +35,7 @@ class RunOptions:
     check_memory: bool = True  # False: --force, or the launching process already checked
     fault: Fault | None = None  # --inject-fault (tests of failure handling)
     # results out (plexus.train.results) and OGB fidelity
-    save_predictions: str | None = None  # .npz: pred, logits (+ embeddings)
+    save_predictions: str | None = None  # a directory: pred.npy, logits.npy (+ embeddings.npy)
     save_embeddings: bool = False
     export: str | None = None  # unsharded weights under PyG names
     export_best: bool = False  # ... of the best-validation epoch

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from plexus.api.outputs import FILES as OUTPUT_FILES, MARKER as OUTPUTS_MARKER
 from plexus.core.cli import UsageError
 
 from .checkpoint import CHECKPOINT_NAME, LOCK_NAME
@@ -136,6 +137,9 @@ def check_claims(claims: Sequence[Claim]) -> None:
 #: `plexus.core.atomic.atomic_file`).
 CHECKPOINT_NAMES = (CHECKPOINT_NAME, LOCK_NAME)
 CHECKPOINT_PATTERNS = (f".{CHECKPOINT_NAME}.*.tmp",)
+#: What ``--save-predictions DIR`` writes inside DIR (`plexus.api.outputs`; it is filled as a
+#: hidden sibling directory and renamed into place).
+OUTPUTS_NAMES = (*OUTPUT_FILES.values(), OUTPUTS_MARKER)
 #: What ``--tensorboard DIR`` writes inside DIR (torch's SummaryWriter).
 TENSORBOARD_PATTERNS = ("events.out.tfevents.*",)
 
@@ -169,9 +173,14 @@ def dataset_files(spec: str | None, root: str | None, shards: str | None) -> lis
 
 def run_claims(checkpoint: str | None, log_json: str | None, log_csv: str | None,
                tensorboard: str | None, save_predictions: str | None, export: str | None,
-               inputs: Iterable[Path] = ()) -> list[Claim]:
-    """Every path a plexus-train run writes, and the dataset files it reads."""
+               inputs: Iterable[Path] = (), cache: str | None = None) -> list[Claim]:
+    """Every path a plexus-train run writes, and the dataset files it reads (``cache``: an
+    explicit ``--cache`` directory, whose every entry the run may write)."""
     claims: list[Claim] = []
+    if save_predictions:
+        claims.append(dir_output("--save-predictions", save_predictions, OUTPUTS_NAMES))
+    if cache:
+        claims.append(dir_output("--cache", cache, (), ("*",)))
     if checkpoint:
         claims.append(dir_output("--checkpoint", checkpoint, CHECKPOINT_NAMES,
                                  CHECKPOINT_PATTERNS))
@@ -179,8 +188,7 @@ def run_claims(checkpoint: str | None, log_json: str | None, log_csv: str | None
         claims.append(dir_output("--tensorboard", tensorboard, (), TENSORBOARD_PATTERNS))
     if log_json:
         claims += file_output("--log-json", log_json, (".tmp",))
-    for flag, path in (("--log-csv", log_csv), ("--save-predictions", save_predictions),
-                       ("--export", export)):
+    for flag, path in (("--log-csv", log_csv), ("--export", export)):
         if path:
             claims += file_output(flag, path)
     claims += input_files("the dataset", inputs)

@@ -26,11 +26,12 @@ from plexus.partitioners import RankShard, read_manifest, read_shard
 from plexus.partitioners.store import graph_hash
 
 from . import checkpoint as ckpt
+from .cache import PeerSetupFailed
 from .checks import (auto_grid_choice, check_checkpoint_dir, check_grid_fits, check_log_path,
-                     check_output_file, shard_bytes)
+                     check_output_file, check_outputs_dir, shard_bytes)
 from .epochlogs import EpochSink, open_sinks
 from .errors import PROG, USER_ERRORS, OutputFailed, UsageError, error_line
-from .memcheck import available_memory, check_memory, predicted_memory
+from .memcheck import available_memory, check_memory, predicted_peaks
 from .options import RunOptions
 from .runlog import JsonLog
 
@@ -46,7 +47,8 @@ class LocalSetup:
     json_log: JsonLog | None = None  # rank 0 with --log-json
     sinks: list[EpochSink] = field(default_factory=list)  # rank 0: --log-csv, --tensorboard
     checkpoint_lock: ckpt.DirectoryLock | None = None  # rank 0 with --checkpoint: held to the end
-    predicted_bytes: float = 0.0  # the performance model's memory per rank (whole rank)
+    predicted_bytes: float = 0.0  # the performance model's training peak per rank (whole rank)
+    predicted_setup_bytes: float = 0.0  # ... and its set-up peak (`plexus.perfmodel.setup`)
 
     def release(self) -> None:
         """Let another run use the checkpoint directory (at the end of the run, on any path)."""
@@ -77,8 +79,11 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         grid = opts.grid or GridShape.of(manifest["grid"])
         grid.check_world(world)
         orders = model.orders(int(manifest["num_features"]), int(manifest["num_classes"]))
+        # A cached store was found complete by the launcher (manifest, every file's size) and
+        # every member's CRC-32 is checked as it is read: its sha256 pass, a second full read
+        # of the file on every rank, is for stores brought from elsewhere (--shards).
         shard = read_shard(opts.shards, grid, grid.coords(rank), model.num_stages,
-                           orders=orders, perm=opts.perm)
+                           orders=orders, perm=opts.perm, verify=opts.cache is None)
         nnz, sha256 = int(manifest["nnz"]), str(manifest["graph_sha256"])
     else:
         graph = load_dataset(opts.dataset, opts.root, seed=opts.train.seed)
@@ -98,12 +103,11 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         shard = cut_shard(graph, grid, grid.coords(rank), model, opts.perm or DEFAULT_PERMUTATION,
                           opts.train.seed)
         del graph
-    full_prediction = predicted_memory(grid, model, shard.num_nodes, nnz, shard.num_features,
-                                       shard.num_classes, shard.perm, opts.engine.dtype_bytes,
-                                       from_store=bool(opts.shards),
-                                       recompute=opts.engine.recompute)
-    if opts.check_memory:
-        predicted = full_prediction
+    peaks = predicted_peaks(grid, model, shard.num_nodes, nnz, shard.num_features,
+                            shard.num_classes, shard.perm, opts.engine.dtype_bytes,
+                            from_store=bool(opts.shards), recompute=opts.engine.recompute)
+    if opts.check_memory:  # set-up is behind this rank now: what training needs
+        predicted = peaks.training
         if device.type == "cpu":  # the shard already sits in host memory: count the rest
             predicted -= shard_bytes(shard)
         check_memory(predicted, available_memory(device, local_ranks), grid)
@@ -118,10 +122,10 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
     if rank == 0:  # rank 0 writes the outputs: check them before anything runs
         if opts.checkpoint:
             check_checkpoint_dir(opts.checkpoint)
-        for path, flag in ((opts.save_predictions, "--save-predictions"),
-                           (opts.export, "--export")):
-            if path:
-                check_output_file(path, flag)
+        if opts.save_predictions:
+            check_outputs_dir(opts.save_predictions, "--save-predictions")
+        if opts.export:
+            check_output_file(opts.export, "--export")
         resumed = ckpt.saved_epoch(resume_from) if resume_from is not None else None
         if opts.log_json:
             json_log = open_json_log(opts.log_json, resumed)
@@ -140,7 +144,8 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
                 if json_log is not None:
                     json_log.discard()
                 raise
-    return LocalSetup(grid, shard, info, resume_from, json_log, sinks, lock, full_prediction)
+    return LocalSetup(grid, shard, info, resume_from, json_log, sinks, lock, peaks.training,
+                      peaks.setup)
 
 
 def load_resume(checkpoint: str, model: ModelConfig, epochs: int,
@@ -176,6 +181,8 @@ def agree_on_failure(error: BaseException | None, device: torch.device) -> int:
     once, not once per rank.
     """
     rank, world = dist.get_rank(), dist.get_world_size()
+    if isinstance(error, PeerSetupFailed):  # rank 0 failed first and reports its own error
+        error = None
     code = 0 if error is None else (2 if isinstance(error, USER_ERRORS) else 1)
     worst = torch.tensor([code], dtype=torch.int64, device=device)
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)

@@ -56,14 +56,18 @@ def reduce_ledger(ledger: Ledger,
 def gather_memory(run: Run) -> dict:
     """Every rank's measured peaks, in rank order (collective), next to the model's prediction:
     ``peak_rss_bytes`` (the process, set-up included), ``train_peak_rss_bytes`` (from the end of
-    set-up on; None where the kernel cannot restart the count), ``tracked_peak_bytes`` (tensor
+    set-up on; None where the kernel cannot restart the count), ``setup_peak_rss_bytes`` (up to
+    the end of set-up: reading the shard and building the model; None likewise),
+    ``tracked_peak_bytes`` (tensor
     storages: the rank's resident state plus training's high-water mark; None where not
-    tracked) and ``cuda_peak_bytes`` (None off CUDA)."""
+    tracked) and ``cuda_peak_bytes`` (None off CUDA); ``predicted_bytes`` is the model's training
+    peak, ``predicted_setup_bytes`` its set-up peak (`plexus.perfmodel.setup`)."""
     cuda = cuda_peak_bytes(run.grid.device)
     tracked = run.tracker.peak_bytes if run.tracker is not None else -1
     train_rss = peak_rss_bytes()  # since set-up when the kernel could restart the count
-    mine = torch.tensor([max(train_rss, run.setup_peak_rss), tracked,
-                         -1 if cuda is None else cuda, train_rss if run.setup_peak_rss else -1],
+    setup = run.setup_peak_rss
+    mine = torch.tensor([max(train_rss, setup), tracked, -1 if cuda is None else cuda,
+                         train_rss if setup else -1, setup if setup else -1],
                         dtype=torch.int64, device=run.grid.device)
     every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(every, mine)
@@ -76,7 +80,8 @@ def gather_memory(run: Run) -> dict:
     return {"peak_rss_bytes": column(0), "tracked_peak_bytes": column(1),
             "cuda_peak_bytes": None if all(c is None for c in cuda_col) else cuda_col,
             "predicted_bytes": float(run.predicted_bytes),
-            "train_peak_rss_bytes": column(3)}
+            "predicted_setup_bytes": float(run.predicted_setup_bytes),
+            "train_peak_rss_bytes": column(3), "setup_peak_rss_bytes": column(4)}
 
 
 def finish(run: Run, history: list[EpochStats], train_time_s: float,
@@ -125,6 +130,7 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         "ogb": results.pop("ogb", None),
         "ogb_best": results.pop("ogb_best", None),
         "memory": memory,
+        "cache": run.opts.cache,  # the cached shard store of a --dataset run, or None
         "model": {"kind": run.opts.model.kind, "layers": run.opts.model.num_layers,
                   "hidden": run.opts.model.hidden, "norm": run.opts.model.norm,
                   "residual": run.opts.model.residual,

@@ -1,7 +1,8 @@
 """What a run hands back at its end, through the Python API (`plexus.api`): predictions, logits
-and embeddings (``--save-predictions``, ``--save-embeddings``), the unsharded weights under PyG's
-names (``--export``, ``--export-best``), and the OGB evaluator's test metric at the final and at
-the best-validation epoch.
+and embeddings (``--save-predictions DIR``, ``--save-embeddings``: every rank writes its own rows,
+`plexus.api.outputs`), the unsharded weights under PyG's names (``--export``, ``--export-best``),
+and the OGB evaluator's test metric at the final and at the best-validation epoch (from per-rank
+counts: no rank gathers every node's output).
 
 The best-validation epoch's weights are kept as this rank's shards (`BestWeights`: one copy of
 the parameters, no communication) whenever something needs them.
@@ -9,15 +10,13 @@ the parameters, no communication) whenever something needs them.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-import numpy as np
 import torch
+import torch.distributed as dist
 
-from plexus.api import GraphModel, gather_outputs, save_weights
-from plexus.api.results import gather_rows
-from plexus.core.atomic import UnsafeTargetError, atomic_file
+from plexus.api import GraphModel, OutputsError, save_weights
+from plexus.api.outputs import write_outputs
+from plexus.api.results import NodeBlock, output_blocks
+from plexus.core.atomic import UnsafeTargetError
 
 from .errors import output_failure
 from .options import RunOptions
@@ -68,33 +67,35 @@ def is_ogb(dataset_name: str) -> bool:
     return dataset_name.startswith("ogbn-")
 
 
-def ogb_metric(name: str, pred: np.ndarray, labels: np.ndarray, test: np.ndarray) -> dict | None:
-    """The official ``ogb.nodeproppred.Evaluator`` test metric (None where it is not accuracy)."""
+def ogb_metric(model: GraphModel, name: str, pred: NodeBlock, mask: str = "test"
+               ) -> dict | None:
+    """The official ``ogb.nodeproppred.Evaluator`` metric over the nodes of ``mask`` (None where
+    it is not accuracy), from per-rank counts (collective): every rank that holds the counted
+    copy of some of those nodes runs the evaluator on them, and the correct counts and node
+    counts are summed over ranks. No rank ever holds more than its own rows."""
     from ogb.nodeproppred import Evaluator  # noqa: PLC0415 (only for OGB datasets)
 
     evaluator = Evaluator(name)
     if evaluator.eval_metric != "acc":
         return None
-    result = evaluator.eval({"y_true": labels[test].reshape(-1, 1),
-                             "y_pred": pred[test].reshape(-1, 1)})
-    return {"name": name, "metric": "acc", "value": float(result["acc"])}
+    rows = model.net.masks[mask] & (model.labels >= 0)
+    if not pred.speaks(model.grid.coords):
+        rows = torch.zeros_like(rows)
+    n = int(rows.sum())
+    correct = 0
+    if n:
+        y_true = model.labels[rows].cpu().numpy().reshape(-1, 1)
+        y_pred = pred.values[rows].cpu().numpy().reshape(-1, 1)
+        correct = round(float(evaluator.eval({"y_true": y_true, "y_pred": y_pred})["acc"]) * n)
+    counts = torch.tensor([correct, n], dtype=torch.int64, device=model.grid.device)
+    dist.all_reduce(counts)
+    total_correct, total = (int(v) for v in counts.tolist())
+    return {"name": name, "metric": "acc", "value": total_correct / max(total, 1)}
 
 
-def _labels_and_test(model: GraphModel) -> tuple[np.ndarray, np.ndarray] | None:
-    """Labels and the test mask of every node on rank 0 (collective)."""
-    last = model.net.plans[-1]
-    cols = torch.stack([model.labels, model.net.masks["test"].to(torch.int64)], dim=1)
-    out = gather_rows(model, cols, model.node_ids, 0, 2,
-                      lambda c: c[last.out_replicated] == 0 and c[last.out_cols] == 0)
-    return None if out is None else (out[:, 0], out[:, 1].astype(bool))
-
-
-def save_predictions(path: str | os.PathLike, outputs: dict[str, np.ndarray], epoch: int) -> Path:
-    """Write the arrays atomically as an .npz (rank 0)."""
-    target = Path(path).expanduser()
-    with atomic_file(target) as f:
-        np.savez(f, epoch=np.int64(epoch), **outputs)
-    return target
+def _predictions(model: GraphModel) -> NodeBlock:
+    """This rank's block of predicted classes (collective)."""
+    return output_blocks(model, logits=False, predictions=True)["pred"]
 
 
 def end_of_run(opts: RunOptions, model: GraphModel, dataset_name: str, epoch: int,
@@ -106,26 +107,26 @@ def end_of_run(opts: RunOptions, model: GraphModel, dataset_name: str, epoch: in
     summary: dict = {}
     rank0 = model.grid.rank == 0
     ogb = is_ogb(dataset_name)
-    outputs = None
-    if opts.save_predictions or ogb:
-        outputs = gather_outputs(model, logits=bool(opts.save_predictions),
-                                 embeddings=bool(opts.save_predictions) and opts.save_embeddings)
-    truth = _labels_and_test(model) if ogb else None
-    def failed(error: BaseException, what: str) -> None:  # rank 0: report it after the last
-        summary.setdefault("output_error", output_failure(error, what))  # collective
+    def failed(error: BaseException, what: str) -> None:  # reported after the last collective
+        summary.setdefault("output_error", output_failure(error, what))
 
-    if rank0 and opts.save_predictions:
-        assert outputs is not None
-        try:
-            summary["predictions_file"] = str(save_predictions(opts.save_predictions, outputs,
-                                                               epoch))
-        except (OSError, UnsafeTargetError) as e:
-            failed(e, "--save-predictions")
-    if rank0 and ogb:
-        assert outputs is not None and truth is not None
-        summary["ogb"] = ogb_metric(dataset_name, outputs["pred"], *truth)
-        if summary["ogb"] is not None and best_epoch == epoch:
-            summary["ogb_best"] = {**summary["ogb"], "epoch": epoch}
+    save = bool(opts.save_predictions)
+    if save or ogb:
+        blocks = output_blocks(model, logits=save, predictions=True,
+                               embeddings=save and opts.save_embeddings)
+        if save:
+            try:  # collective: every rank writes its rows; a failure is raised on every rank
+                path = write_outputs(model, blocks, opts.save_predictions,  # type: ignore[arg-type]
+                                     {"epoch": int(epoch), "dataset": dataset_name})
+                if rank0:
+                    summary["predictions_file"] = str(path)
+            except (OSError, OutputsError) as e:
+                failed(e, "--save-predictions")
+        if ogb:
+            summary["ogb"] = ogb_metric(model, dataset_name, blocks["pred"])
+            if summary["ogb"] is not None and best_epoch == epoch:
+                summary["ogb_best"] = {**summary["ogb"], "epoch": epoch}
+        del blocks
 
     def export(final: bool, at: int | None) -> None:
         try:  # a collective; only rank 0 writes (last), so only it can fail here
@@ -141,11 +142,8 @@ def end_of_run(opts: RunOptions, model: GraphModel, dataset_name: str, epoch: in
         best.swap(model)  # the best epoch's weights in, for its predictions and its export
         try:
             if ogb:
-                best_out = gather_outputs(model, logits=False)
-                if rank0:
-                    assert best_out is not None and truth is not None
-                    metric = ogb_metric(dataset_name, best_out["pred"], *truth)
-                    summary["ogb_best"] = metric and {**metric, "epoch": best_epoch}
+                metric = ogb_metric(model, dataset_name, _predictions(model))
+                summary["ogb_best"] = metric and {**metric, "epoch": best_epoch}
             if opts.export and opts.export_best:
                 export(False, best_epoch)
         finally:

@@ -7,8 +7,9 @@ lines. ``--quiet`` keeps just the summary.
 The JSON log (``--log-json FILE``) has one object per line: one per epoch, then a final object with
 ``"summary": true``. The summary's ``"memory"`` holds every rank's measured peaks, in rank order:
 ``peak_rss_bytes`` (the whole process), ``train_peak_rss_bytes`` (from the end of set-up on),
-``tracked_peak_bytes`` (tensor storages, CPU runs), ``cuda_peak_bytes`` (a list, or null off CUDA),
-and ``predicted_bytes``, the performance model's figure per rank. It is written to ``FILE.tmp`` as the run goes and renamed to FILE only when
+``setup_peak_rss_bytes`` (up to the end of set-up), ``tracked_peak_bytes`` (tensor storages, CPU runs), ``cuda_peak_bytes`` (a list, or null off CUDA),
+and ``predicted_bytes`` and ``predicted_setup_bytes``, the performance model's training and set-up
+peaks per rank. It is written to ``FILE.tmp`` as the run goes and renamed to FILE only when
 complete, so FILE never holds a partial log.
 """
 
@@ -170,6 +171,20 @@ def _finite(obj: Any) -> Any:
 CONSOLE_ERRORS = (OSError, ValueError)
 
 
+def console_line(text: str) -> None:
+    """Print one line before the run's log exists (the launcher's notes): a console that is
+    closed, full or gone is not an error, the run goes on without it (as `RunLog` does)."""
+    try:
+        print(text, flush=True)
+    except CONSOLE_ERRORS:
+        try:  # what stays in stdout's buffer must not fail again at exit
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
 def _isatty(stream: IO[str]) -> bool:
     try:
         return stream.isatty()
@@ -314,6 +329,9 @@ def format_summary(s: dict) -> str:
         ogb = s["ogb_best"]
         lines.append(f"  OGB evaluator ({ogb['name']}) at the best validation epoch "
                      f"{ogb['epoch']}: test {ogb['metric']} {ogb['value']:.4f}")
+    if s.get("cache"):
+        lines.append(f"  shard store: {'built' if s['cache']['built'] else 'reused'} "
+                     f"{s['cache']['store']}")
     for key, what in (("predictions_file", "predictions"), ("export_file", "weights")):
         if s.get(key):
             lines.append(f"  {what} written to {s[key]}")
@@ -358,11 +376,14 @@ def format_memory(m: dict) -> list[str]:
         return hi + ("" if hi == lo else f" max, {lo} min")
 
     parts = [f"{name} {text}" for name, key in (("peak RSS", "peak_rss_bytes"),
+                                                ("set-up", "setup_peak_rss_bytes"),
                                                 ("training", "train_peak_rss_bytes"),
                                                 ("tensors", "tracked_peak_bytes"),
                                                 ("CUDA", "cuda_peak_bytes"))
              if (text := span(m.get(key))) is not None]
     predicted = m.get("predicted_bytes")
     if predicted:
-        parts.append(f"model {format_bytes(predicted)}")
+        setup = m.get("predicted_setup_bytes")
+        parts.append(f"model {format_bytes(predicted)}"
+                     + (f" (set-up {format_bytes(setup)})" if setup else ""))
     return ["  memory per rank: " + "; ".join(parts)] if parts else []

@@ -43,7 +43,8 @@ class Run:
     saved_epoch: int | None = None  # the epoch of the newest checkpoint on disk
     resumed_epoch: int | None = None  # the epoch of the checkpoint this run resumed from
     best_weights: BestWeights | None = None  # kept when --export-best or the OGB metric needs them
-    predicted_bytes: float = 0.0  # the performance model's memory per rank
+    predicted_bytes: float = 0.0  # the performance model's training peak per rank
+    predicted_setup_bytes: float = 0.0  # ... and its set-up peak
     tracker: TensorTracker | None = None  # tensor bytes of training (CPU runs)
     setup_peak_rss: int = 0  # peak RSS of loading and set-up, before training
     pending: OutputFailed | None = None  # rank 0: an output it could not write, not yet agreed
@@ -193,4 +194,5 @@ def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
     if not reset_peak_rss():
         setup_peak = 0
     return Run(opts, grid, model.comm, model, trainer, setup.shard, setup.dataset, best, log,
-               saved, saved, best_weights, setup.predicted_bytes, tracker, setup_peak)
+               saved, saved, best_weights, setup.predicted_bytes, setup.predicted_setup_bytes,
+               tracker, setup_peak)

@@ -1,0 +1,428 @@
+"""The cache of shard stores behind ``plexus-train --dataset``: the graph is partitioned once, by
+one process, and every rank reads only its own shard.
+
+A store in the cache is reusable exactly when it would come out identical: its key is the graph's
+source (the dataset spec, the size and modification time of every file it is read from, the
+dataset seed, ``--symmetrize``, the store format and Plexus version) and the partition (grid,
+number of stages and each stage's order, permutation kind and seed, aggregation). Layout of a
+cache directory::
+
+    <name>-<key>/            a shard store (`plexus.partitioners.store`), written atomically
+    sources/<source>.json    what a source's graph is (name, sizes, content hash), so a later run
+                             knows the stage orders and the memory it needs without loading it
+    locks/<source>.lock      held (flock) while a store of that source is built
+
+A run builds under the source's lock: a second run on the same graph waits for it and then
+reuses its store, and two runs never write one store at once. The builder is the process that
+launches the job (or rank 0 under torchrun/srun); it partitions in a child process
+(`plexus.runtime.child`) unless the graph is small and already loaded, so its own memory stays
+that of a launcher. Stores are never evicted: delete a store's directory (or the whole cache) to
+reclaim its space; a run rebuilds what it needs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import resource
+import shutil
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from plexus.core.atomic import atomic_file
+from plexus.core.grid import GridShape
+from plexus.core.layout import DEFAULT_PERMUTATION
+from plexus.datasets import Graph, gcn_nnz, load_dataset, spec_paths
+from plexus.engine.config import ModelConfig
+from plexus.partitioners import is_store, read_manifest, write_store
+from plexus.partitioners.store import FORMAT as STORE_FORMAT, VERSION as STORE_VERSION, graph_hash
+from plexus.runtime.child import run_in_child
+
+from .options import RunOptions
+
+CACHE_ENV = "PLEXUS_CACHE_DIR"
+#: The most files a source directory may hold for the cache to fingerprint it
+MAX_SOURCE_FILES = 100_000
+
+
+class CacheError(ValueError):
+    """The cache directory cannot be used, or the dataset's source cannot be fingerprinted (a
+    one-line message)."""
+
+
+def default_cache_dir() -> Path:
+    """``$PLEXUS_CACHE_DIR``, else ``$XDG_CACHE_HOME/plexus/stores``, else
+    ``~/.cache/plexus/stores``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "plexus" / "stores"
+
+
+# ---- keys ------------------------------------------------------------------------------------
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def fingerprint(paths: list[Path]) -> list[list]:
+    """(path, size, modification time in ns) of every file under ``paths``, sorted; a path that
+    does not exist stands for the files beside it whose names start with its name."""
+    found: list[list] = []
+    for path in paths:
+        path = path.resolve()
+        if path.is_dir():
+            files = (p for p in path.rglob("*") if p.is_file())
+        elif path.exists():
+            files = iter([path])
+        else:
+            parent = path.parent
+            files = (p for p in (parent.iterdir() if parent.is_dir() else ())
+                     if p.name.startswith(path.name) and p.is_file())
+        for f in files:
+            if len(found) >= MAX_SOURCE_FILES:
+                raise CacheError(f"{path}: more than {MAX_SOURCE_FILES} files to watch for "
+                                 "changes; partition it once with plexus-partition and train "
+                                 "from --shards, or use --no-cache")
+            st = f.stat()
+            found.append([str(f), st.st_size, st.st_mtime_ns])
+    return sorted(found)
+
+
+@dataclass(frozen=True)
+class Source:
+    """The graph a run trains on, as the cache knows it without loading it."""
+
+    spec: str
+    root: str | None
+    seed: int
+    symmetrize: bool
+
+    def key(self) -> dict:
+        """What identifies the graph: a change to any of it gives another graph (or may)."""
+        from plexus import __version__  # noqa: PLC0415
+
+        try:
+            files = fingerprint(spec_paths(self.spec, self.root))
+        except OSError as e:
+            raise CacheError(f"{self.spec}: cannot read its files ({e.strerror or e})") from None
+        return {"spec": self.spec.strip(), "files": files, "seed": self.seed,
+                "symmetrize": self.symmetrize, "store": [STORE_FORMAT, STORE_VERSION],
+                "plexus": __version__}
+
+    def load(self) -> Graph:
+        """The graph (the whole of it: only the builder does this)."""
+        graph = load_dataset(self.spec, self.root, seed=self.seed)
+        return graph.to_undirected() if self.symmetrize else graph
+
+    def small(self) -> Graph | None:
+        """The graph when its files are small (`plexus.train.checks.precheck_dataset`), else
+        None."""
+        from .checks import precheck_dataset  # noqa: PLC0415
+
+        graph = precheck_dataset(self.spec, self.root, self.seed)
+        return graph.to_undirected() if graph is not None and self.symmetrize else graph
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What the cache records about a source's graph."""
+
+    name: str
+    num_nodes: int
+    num_features: int
+    num_classes: int
+    nnz: int  # of the GCN-normalized Â (`plexus.datasets.gcn_nnz`)
+    graph_sha256: str
+
+    @classmethod
+    def of(cls, graph: Graph) -> "Sizes":
+        return cls(graph.name, graph.num_nodes, graph.num_features, graph.num_classes,
+                   gcn_nnz(graph), graph_hash(graph))
+
+
+@dataclass(frozen=True)
+class Partition:
+    """How a store cuts the graph (the second half of its key)."""
+
+    grid: GridShape
+    model: ModelConfig
+    perm: str
+    seed: int
+
+    def fields(self, sizes: Sizes) -> dict:
+        return {"grid": self.grid.as_dict(), "stages": self.model.num_stages,
+                "orders": self.model.orders(sizes.num_features, sizes.num_classes),
+                "perm": self.perm, "perm_seed": self.seed,
+                "aggregation": self.model.aggregation}
+
+
+def store_name(source_key: dict, partition: Partition, sizes: Sizes) -> str:
+    """The directory name of a store in the cache: readable, then the key's hash."""
+    key = _digest({"source": source_key, "partition": partition.fields(sizes)})
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", sizes.name).strip("-")[:40] or "graph"
+    return f"{slug}-{partition.grid}-{key[:20]}"
+
+
+# ---- the cache directory -----------------------------------------------------------------
+@dataclass(frozen=True)
+class CachedStore:
+    """A store the cache holds for a run, and how the run came by it."""
+
+    path: str
+    built: bool
+    seconds: float  # building it, or finding it
+    sizes: Sizes
+    grid: GridShape
+    build_peak_rss_bytes: int = 0  # the process that partitioned (0: reused)
+    waited_s: float = 0.0  # for another run's build of the same source
+
+    def line(self) -> str:
+        """The one line a run prints about it."""
+        if not self.built:
+            return f"reusing the cached shard store {self.path}"
+        peak = f", partitioning peak RSS {self.build_peak_rss_bytes / 2**30:.2f} GiB" \
+            if self.build_peak_rss_bytes else ""
+        return f"built the shard store {self.path} in {self.seconds:.1f} s{peak}"
+
+    def summary(self) -> dict:
+        return {"store": self.path, "built": self.built, "seconds": self.seconds,
+                "build_peak_rss_bytes": self.build_peak_rss_bytes or None,
+                "waited_s": self.waited_s}
+
+
+@dataclass
+class Cache:
+    """A cache directory."""
+
+    root: Path
+    say: Callable[[str], None] = field(default=lambda text: None)
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root).expanduser()
+
+    def _dir(self, name: str) -> Path:
+        path = self.root / name
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CacheError(f"--cache {self.root}: cannot create {path} ({e.strerror or e}); "
+                             "give another --cache DIR, or --no-cache") from None
+        return path
+
+    def read_sizes(self, source_key: dict) -> Sizes | None:
+        """What an earlier build recorded about this source (None: nothing, or unreadable)."""
+        path = self.root / "sources" / f"{_digest(source_key)}.json"
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            return Sizes(**doc["sizes"]) if doc.get("source") == source_key else None
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def write_sizes(self, source_key: dict, sizes: Sizes) -> None:
+        path = self._dir("sources") / f"{_digest(source_key)}.json"
+        with atomic_file(path, "w") as f:
+            f.write(json.dumps({"source": source_key, "sizes": asdict(sizes)}, indent=1,
+                               sort_keys=True) + "\n")
+
+    def complete(self, path: Path, partition: Partition, sizes: Sizes) -> bool:
+        """Whether ``path`` holds a finished store cut as ``partition`` asks, with every rank
+        file of the size its manifest records (each rank checks its file's sha256 on reading)."""
+        if not is_store(path):
+            return False
+        try:
+            m = read_manifest(path)
+            want = partition.fields(sizes)
+            same = (GridShape.of(m["grid"]) == partition.grid
+                    and m["num_layers"] == want["stages"] and m["orders"] == want["orders"]
+                    and m["permutation"]["kind"] == want["perm"]
+                    and m["permutation"]["seed"] == want["perm_seed"]
+                    and m.get("aggregation", "gcn") == want["aggregation"]
+                    and m["graph_sha256"] == sizes.graph_sha256)
+            return same and all((path / r["file"]).stat().st_size == r["size"]
+                                for r in m["ranks"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+
+    @contextmanager
+    def locked(self, source_key: dict) -> Iterator[float]:
+        """Hold the source's build lock; yields the seconds spent waiting for another run."""
+        path = self._dir("locks") / f"{_digest(source_key)[:32]}.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        waited = 0.0
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.say(f"waiting for another run that is building a store of the same graph "
+                         f"(lock {path})")
+                start = time.perf_counter()
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                waited = time.perf_counter() - start
+            yield waited
+        finally:
+            os.close(fd)  # releases the lock
+
+    def find(self, source_key: dict, partition: Partition, sizes: Sizes) -> Path | None:
+        path = self.root / store_name(source_key, partition, sizes)
+        return path if self.complete(path, partition, sizes) else None
+
+
+# ---- building ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BuildRequest:
+    """Everything the builder needs (picklable: it may run in a child process)."""
+
+    source: Source
+    source_key: dict
+    cache_root: str
+    grid: GridShape | None  # None: --grid auto, chosen from the graph's sizes for `world` ranks
+    world: int | None
+    model: ModelConfig
+    perm: str
+    check_memory: bool = True  # refuse a partitioning predicted not to fit the host (not --force)
+
+
+def _peak_rss() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak) if sys.platform == "darwin" else int(peak) * 1024
+
+
+def choose_grid(request: BuildRequest, sizes: Sizes) -> GridShape:
+    """The request's grid, or for --grid auto the performance model's choice."""
+    if request.grid is not None:
+        return request.grid
+    from .checks import auto_grid  # noqa: PLC0415 (the performance model)
+
+    assert request.world is not None
+    return auto_grid(request.world, sizes.num_nodes, sizes.nnz, sizes.num_features,
+                     sizes.num_classes, request.model, sizes.name)
+
+
+def build_store(request: BuildRequest, graph: Graph | None = None) -> tuple[str, Sizes, int]:
+    """Partition the source's graph (loaded here unless given) into the cache; returns the
+    store's path, the graph's sizes and this process's peak RSS."""
+    if graph is None:
+        graph = request.source.load()
+    sizes = Sizes.of(graph)
+    grid = choose_grid(request, sizes)
+    partition = Partition(grid, request.model, request.perm, request.source.seed)
+    cache = Cache(Path(request.cache_root))
+    path = cache.root / store_name(request.source_key, partition, sizes)
+    if not cache.complete(path, partition, sizes):
+        if path.exists() and not is_store(path):  # a crashed build's leftovers never look done
+            shutil.rmtree(path)
+        model = request.model
+        write_store(graph, path, grid, model.num_stages,
+                    model.orders(graph.num_features, graph.num_classes), request.perm,
+                    request.source.seed, aggregation=model.aggregation)
+    cache.write_sizes(request.source_key, sizes)
+    return str(path), sizes, _peak_rss()
+
+
+def obtain_store(cache: Cache, request: BuildRequest, graph: Graph | None = None
+                 ) -> CachedStore:
+    """The store for this request: found in the cache, or built (in this process when ``graph``
+    is given, else in a child process), under the source's lock."""
+    start = time.perf_counter()
+    key = request.source_key
+
+    def found(sizes: Sizes | None) -> CachedStore | None:
+        if sizes is None:
+            return None
+        grid = choose_grid(request, sizes)
+        path = cache.find(key, Partition(grid, request.model, request.perm,
+                                         request.source.seed), sizes)
+        return None if path is None else CachedStore(str(path), False,
+                                                     time.perf_counter() - start, sizes, grid)
+
+    hit = found(cache.read_sizes(key))
+    if hit is not None:
+        return hit
+    with cache.locked(key) as waited:
+        hit = found(cache.read_sizes(key))  # another run may have built it meanwhile
+        if hit is not None:
+            return replace(hit, waited_s=waited)
+        built = time.perf_counter()
+        if graph is None:  # a small graph costs less to partition here than to spawn for
+            graph = request.source.small()
+        if graph is not None:
+            path, sizes, peak = build_store(request, graph)
+            peak = 0  # this process's peak is not the build's alone
+        else:
+            if request.check_memory:
+                from .checks import precheck_partition  # noqa: PLC0415
+
+                precheck_partition(request.source.spec, request.source.seed, request.model,
+                                   request.perm)
+            path, sizes, peak = run_in_child(f"partitioning {request.source.spec}",
+                                             build_store, request)
+    return CachedStore(path, True, time.perf_counter() - built, sizes,
+                       choose_grid(request, sizes), peak, waited)
+
+
+def cached_options(opts: RunOptions, cache: Cache, world: int | None,
+                   graph: Graph | None = None, force: bool = False
+                   ) -> tuple[RunOptions, CachedStore]:
+    """``opts`` reading its shards from the cache's store for its dataset (found or built;
+    ``force``: build even where the partitioning is predicted not to fit in memory)."""
+    source = Source(opts.dataset, opts.root, opts.train.seed, opts.symmetrize)
+    request = BuildRequest(source, source.key(), str(cache.root), opts.grid, world, opts.model,
+                           opts.perm or DEFAULT_PERMUTATION, check_memory=not force)
+    store = obtain_store(cache, request, graph)
+    return replace(opts, shards=store.path, grid=store.grid, cache=store.summary()), store
+
+
+def uses_cache(opts: RunOptions, world: int | None) -> bool:
+    """Whether the run reads its shards from the cache: a --dataset run (not --shards) with a
+    cache directory, on more than one rank unless --cache was given (a one-rank run's shard is
+    the whole graph: cutting it in its own process costs less than writing it to disk and
+    reading it back)."""
+    if opts.shards or not opts.cache_dir:
+        return False
+    ranks = opts.grid.world_size if opts.grid is not None else world
+    return opts.cache_explicit or ranks is None or ranks > 1
+
+
+#: How long the other ranks of a launched job wait for rank 0 to build the store. A dead rank 0
+#: ends the wait at once (its connections close); this only bounds a build that hangs.
+BUILD_WAIT_S = 2 * 86400
+
+
+class PeerSetupFailed(RuntimeError):
+    """Rank 0 could not provide the store (it reports why; the other ranks only stop)."""
+
+
+def join_cached_store(opts: RunOptions, say: Callable[[str], None]) -> RunOptions:
+    """Collective, under torchrun or srun once the process group exists: rank 0 finds or builds
+    the store (`cached_options`; the cache directory must be one every rank sees), the others
+    wait for it, then all read their shards from it. Raises `PeerSetupFailed` on the other ranks
+    when rank 0 failed (rank 0 raises its own error)."""
+    from datetime import timedelta  # noqa: PLC0415
+
+    import torch.distributed as dist  # noqa: PLC0415
+
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=BUILD_WAIT_S))
+    box: list[Any] = [None]
+    error: BaseException | None = None
+    if dist.get_rank() == 0:
+        try:
+            new, store = cached_options(opts, Cache(Path(opts.cache_dir), say),  # type: ignore
+                                        dist.get_world_size(), force=not opts.check_memory)
+            say(store.line())
+            box[0] = new
+        except Exception as e:  # noqa: BLE001 — the other ranks must hear of it first
+            error = e
+    dist.broadcast_object_list(box, src=0, group=group)
+    dist.destroy_process_group(group)
+    if error is not None:
+        raise error
+    if box[0] is None:
+        raise PeerSetupFailed("rank 0 could not provide the shard store")
+    return box[0]
