@@ -25,6 +25,7 @@ from plexus.core.model import DTYPE_BYTES
 from plexus.core.modelopts import (ModelOptionsText, add_model_options, add_precision_options,
                                    check_model_options, describe_model, model_config)
 from plexus.core.units import format_bytes, format_seconds
+from plexus.datasets.convert import streamed_spec
 
 from .calibration import Calibration, calibrate, load_calibration, write_calibration
 from .model import BEST_ORDER, ModelSpec, Prediction, rank_configs
@@ -73,7 +74,7 @@ def _dataset_sizes(spec: str, root: str | None) -> tuple[str, int, int, int, int
 
 
 def _table(spec: ModelSpec, cal: Calibration, preds: list[Prediction], world: int,
-           shown: int) -> str:
+           shown: int, streamed: bool = False) -> str:
     m = spec.model
     lines = [
         f"{spec.name or 'graph'}: N={spec.num_nodes:,} nnz={spec.nnz:,} F={spec.num_features} "
@@ -88,8 +89,9 @@ def _table(spec: ModelSpec, cal: Calibration, preds: list[Prediction], world: in
         f"{cal.gemm_flops:.3g} flop/s, alpha {cal.alpha:.3g} s, beta {1 / cal.beta:.3g} B/s)",
         f"world size {world}: {len(preds)} grids, showing {shown}",
         "",
-        f"set-up: partitioning the graph takes {format_bytes(partition_memory(spec))} in one "
-        "process, once per shard store; set-up/rank: a rank "
+        f"set-up: partitioning the graph takes {format_bytes(partition_memory(spec, streamed))} "
+        f"in one process{' (out of core)' if streamed else ''}, once per shard store; "
+        "set-up/rank: a rank "
         + ("reading its shard" if spec.from_store else "loading the graph to cut its shard"),
         "",
         f"{'rank':>4}  {'XxYxZ':<11} {'epoch':>10} {'comm':>10} {'compute':>10} {'comm%':>6} "
@@ -143,17 +145,18 @@ def model_main(argv: Sequence[str] | None = None) -> int:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return report_error(parser.prog, msg)
     shown = len(preds) if args.top == 0 else min(args.top, len(preds))
+    streamed = args.dataset is not None and streamed_spec(args.dataset)  # cut out of core
     if args.json:
         doc = {"spec": {k: (list(v) if isinstance(v, tuple) else v)
                         for k, v in asdict(spec).items()},
                "calibration": cal.to_dict(), "world_size": args.world_size,
-               "num_grids": len(preds), "partition_bytes": partition_memory(spec),
+               "num_grids": len(preds), "partition_bytes": partition_memory(spec, streamed),
                "configs": [{**p.to_dict(), "setup_bytes": setup_memory(spec, p.grid).rank}
                            for p in preds[:shown]]}
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        print(_table(spec, cal, preds, args.world_size, shown))
+        print(_table(spec, cal, preds, args.world_size, shown, streamed))
     return 0
 
 

@@ -22,6 +22,11 @@ from .model import Grid3, ModelSpec, epoch_memory
 # process (an interpreter with torch, numpy and scipy imported).
 PARTITION_BYTES_PER_NNZ = 38
 PARTITION_RUNTIME_BYTES = 400 * 2**20
+# The out-of-core partitioner (R-MAT, OGB and graph directories, `plexus.partitioners.stream`)
+# holds node-sized arrays, one chunk and one bucket: its peak does not grow with the edges. Fitted
+# over R-MAT scales 21, 23 and 24 (benchmarks/results/partition_stream.txt): 304 MiB + 29.6 B/node.
+STREAM_PARTITION_BYTES_PER_NODE = 30
+STREAM_PARTITION_RUNTIME_BYTES = 320 * 2**20
 
 
 @dataclass(frozen=True)
@@ -36,9 +41,12 @@ class SetupMemory:
         return {"partition": self.partition, "rank": self.rank}
 
 
-def partition_memory(spec: ModelSpec) -> float:
+def partition_memory(spec: ModelSpec, streamed: bool = False) -> float:
     """Peak bytes of the process that partitions the whole graph into a shard store (or of a
-    rank that loads the whole graph and cuts its own shard)."""
+    rank that loads the whole graph and cuts its own shard); ``streamed``: the out-of-core
+    partitioner reading the graph in pieces."""
+    if streamed:
+        return STREAM_PARTITION_RUNTIME_BYTES + STREAM_PARTITION_BYTES_PER_NODE * spec.num_nodes
     return (PARTITION_RUNTIME_BYTES + PARTITION_BYTES_PER_NNZ * spec.nnz
             + 4.0 * spec.num_nodes * spec.num_features)
 

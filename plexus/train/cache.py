@@ -40,6 +40,7 @@ from plexus.core.atomic import atomic_file
 from plexus.core.grid import GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.datasets import Graph, gcn_nnz, load_dataset, spec_paths
+from plexus.datasets.convert import streamed_spec
 from plexus.engine.config import ModelConfig
 from plexus.partitioners import is_store, read_manifest, write_store
 from plexus.partitioners.store import FORMAT as STORE_FORMAT, VERSION as STORE_VERSION, graph_hash
@@ -207,7 +208,7 @@ class Cache:
     def __post_init__(self) -> None:
         self.root = Path(self.root).expanduser()
 
-    def _dir(self, name: str) -> Path:
+    def subdir(self, name: str) -> Path:
         path = self.root / name
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -226,7 +227,7 @@ class Cache:
             return None
 
     def write_sizes(self, source_key: dict, sizes: Sizes) -> None:
-        path = self._dir("sources") / f"{_digest(source_key)}.json"
+        path = self.subdir("sources") / f"{_digest(source_key)}.json"
         with atomic_file(path, "w") as f:
             f.write(json.dumps({"source": source_key, "sizes": asdict(sizes)}, indent=1,
                                sort_keys=True) + "\n")
@@ -253,7 +254,7 @@ class Cache:
     @contextmanager
     def locked(self, source_key: dict) -> Iterator[float]:
         """Hold the source's build lock; yields the seconds spent waiting for another run."""
-        path = self._dir("locks") / f"{_digest(source_key)[:32]}.lock"
+        path = self.subdir("locks") / f"{_digest(source_key)[:32]}.lock"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         waited = 0.0
         try:
@@ -305,9 +306,57 @@ def choose_grid(request: BuildRequest, sizes: Sizes) -> GridShape:
                      sizes.num_classes, request.model, sizes.name)
 
 
+def streams(request: BuildRequest) -> bool:
+    """Whether the store is built out of core (`build_streamed`): a source the converters read
+    in pieces (R-MAT, OGB, a graph directory), taken as it is, on a grid given in advance (--grid
+    auto needs the graph's sizes first)."""
+    return (request.grid is not None and not request.source.symmetrize
+            and streamed_spec(request.source.spec))
+
+
+def build_streamed(request: BuildRequest) -> tuple[str, Sizes, int]:
+    """`build_store` out of core: the source is converted into a graph directory in pieces (kept
+    in the cache's ``graphs/`` for stores of other grids), which the streaming partitioner cuts;
+    no process holds the whole graph, and the store equals the in-memory build's."""
+    from plexus.datasets.convert import convert_dataset  # noqa: PLC0415
+    from plexus.datasets.work import Runner  # noqa: PLC0415
+    from plexus.partitioners import partition_to_store  # noqa: PLC0415
+
+    source, model, grid = request.source, request.model, request.grid
+    assert grid is not None
+    cache = Cache(Path(request.cache_root))
+    digest = _digest(request.source_key)[:32]
+    graphs, work = cache.subdir("graphs"), cache.subdir("work")
+    with Runner(work / f"{digest}-convert") as runner:
+        disk = convert_dataset(source.spec, graphs / digest, runner, work / f"{digest}-convert",
+                               root=source.root, seed=source.seed)
+    shutil.rmtree(work / f"{digest}-convert", ignore_errors=True)
+    building = work / f"{digest}-{grid}-store"
+    if building.exists():
+        shutil.rmtree(building)  # a crashed build's: the partitioner's own work dir resumes
+    m = partition_to_store(disk, building, grid, model.num_stages,
+                           model.orders(disk.num_features, disk.num_classes), request.perm,
+                           source.seed, aggregation=model.aggregation)
+    sizes = Sizes(m["dataset"], m["num_nodes"], m["num_features"], m["num_classes"], m["nnz"],
+                  m["graph_sha256"])
+    path = cache.root / store_name(request.source_key, partition := Partition(
+        grid, model, request.perm, source.seed), sizes)
+    if cache.complete(path, partition, sizes):
+        shutil.rmtree(building)
+    else:
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(building, path)
+    cache.write_sizes(request.source_key, sizes)
+    return str(path), sizes, _peak_rss()
+
+
 def build_store(request: BuildRequest, graph: Graph | None = None) -> tuple[str, Sizes, int]:
-    """Partition the source's graph (loaded here unless given) into the cache; returns the
-    store's path, the graph's sizes and this process's peak RSS."""
+    """Partition the source's graph into the cache (out of core where it `streams`, else loaded
+    here unless given); returns the store's path, the graph's sizes and this process's peak
+    RSS."""
+    if graph is None and streams(request):
+        return build_streamed(request)
     if graph is None:
         graph = request.source.load()
     sizes = Sizes.of(graph)
@@ -356,7 +405,7 @@ def obtain_store(cache: Cache, request: BuildRequest, graph: Graph | None = None
             path, sizes, peak = build_store(request, graph)
             peak = 0  # this process's peak is not the build's alone
         else:
-            if request.check_memory:
+            if request.check_memory and not streams(request):  # out of core: flat memory
                 from .checks import precheck_partition  # noqa: PLC0415
 
                 precheck_partition(request.source.spec, request.source.seed, request.model,
