@@ -58,9 +58,12 @@ def _close(name: str, got: torch.Tensor, want: torch.Tensor) -> list[str]:
     got, want = got.detach().double(), want.detach().double()
     if got.shape != want.shape:
         return [f"{name}: shape {tuple(got.shape)} != {tuple(want.shape)}"]
-    if not torch.allclose(got, want, rtol=RTOL, atol=ATOL):
+    # float32 rounding grows with the size of what is summed, not of each result: absolute
+    # tolerance in units of the tensor's largest value once that exceeds 1 (sum aggregations)
+    scale = max(1.0, want.abs().max().item()) if want.numel() else 1.0
+    if not torch.allclose(got, want, rtol=RTOL, atol=ATOL * scale):
         err = (got - want).abs().max().item()
-        return [f"{name}: max abs error {err:.3g}"]
+        return [f"{name}: max abs error {err:.3g} (largest value {scale:.3g})"]
     return []
 
 
