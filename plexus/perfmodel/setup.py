@@ -6,7 +6,8 @@ the launching process, into a shard store; every rank then reads only its own sh
 (`plexus.train.cache`). A rank that cuts its shard itself (one rank, ``--no-cache``, the Python
 API) holds the whole graph for a while, as the partitioner does. Measured (benchmarks/
 cache_setup.py, R-MAT scale 20, 2x2x2): a rank reading its shard peaks at 440-590 MiB, below its
-training peak of 750-950 MiB; partitioning peaks at 1.9 GiB in its child process.
+training peak of 750-950 MiB; partitioning peaks at 0.73 GiB in its child process (out of core;
+1.9 GiB when the child loads the whole graph).
 """
 
 from __future__ import annotations
