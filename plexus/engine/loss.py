@@ -88,3 +88,37 @@ def accuracy(z: torch.Tensor, labels: torch.Tensor, masks: dict[str, torch.Tenso
     hits = torch.stack([(right & masks[n]).sum() for n in names]).to(torch.float64)
     hits = comm.raw_all_reduce(hits, rows_axis)
     return {n: float(h) / max(counts[n], 1) for n, h in zip(names, hits.tolist())}
+
+
+class ClassifierHead:
+    """Loss, accuracy and predictions on the last stage's output layout, for a model that has
+    ``plans`` (its stages' `LayerPlan`s), ``labels``/``masks``/``counts`` of its output rows,
+    ``class_start``/``num_classes`` and ``comm``: the engine's model and a `plexus.nn` network
+    share them."""
+
+    plans: list
+    labels: torch.Tensor
+    masks: dict[str, torch.Tensor]
+    counts: dict[str, int]
+    class_start: int
+    num_classes: int
+    comm: Comm
+
+    def _axes(self) -> tuple[str, str]:
+        return self.plans[-1].out_rows, self.plans[-1].out_cols
+
+    def loss(self, logits: torch.Tensor, mask: str = "train") -> torch.Tensor:
+        """Mean cross-entropy over the nodes of ``mask`` (the same value on every rank)."""
+        rows, classes = self._axes()
+        return cross_entropy(logits, self.labels, self.masks[mask], self.counts[mask],
+                             self.class_start, self.num_classes, self.comm, rows, classes)
+
+    def accuracy(self, logits: torch.Tensor) -> dict[str, float]:
+        """Accuracy on the train/val/test masks."""
+        rows, classes = self._axes()
+        return accuracy(logits, self.labels, self.masks, self.counts, self.class_start,
+                        self.num_classes, self.comm, rows, classes)
+
+    def predict(self, logits: torch.Tensor) -> torch.Tensor:
+        """Predicted class per logits row (padded rows included)."""
+        return predict(logits, self.class_start, self.num_classes, self.comm, self._axes()[1])

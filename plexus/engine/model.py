@@ -17,13 +17,13 @@ from .blocks import GraphBlocks, stage_output_ids
 from .comm import Comm
 from .config import EngineConfig, ModelConfig
 from .gemm import GemmTuner
-from .loss import accuracy, cross_entropy, predict
+from .loss import ClassifierHead
 from .ops import NORM_STAGE, STAGES, StageInputs, embed, extract, padded_shape, placement
 from .primitives import relu
 from .seeding import StepCounter, initial_parameters, initial_stats, parameter_layer, stage_params
 
 
-class DistributedModel(nn.Module):
+class DistributedModel(ClassifierHead, nn.Module):
     """The model of a `ModelConfig` on the grid; ``forward`` returns this rank's logits block
     (float32 whatever the engine's compute precision).
 
@@ -142,26 +142,6 @@ class DistributedModel(nn.Module):
         for norm in self.norms.values():
             stack.enter_context(norm.frozen_stats())
         return stack
-
-    # ---- loss and metrics on the last layer's layout ------------------------------------------
-    def _axes(self) -> tuple[str, str]:
-        return self.plans[-1].out_rows, self.plans[-1].out_cols
-
-    def loss(self, logits: torch.Tensor, mask: str = "train") -> torch.Tensor:
-        """Mean cross-entropy over the nodes of ``mask`` (the same value on every rank)."""
-        rows, classes = self._axes()
-        return cross_entropy(logits, self.labels, self.masks[mask], self.counts[mask],
-                             self.class_start, self.num_classes, self.comm, rows, classes)
-
-    def accuracy(self, logits: torch.Tensor) -> dict[str, float]:
-        """Accuracy on the train/val/test masks."""
-        rows, classes = self._axes()
-        return accuracy(logits, self.labels, self.masks, self.counts, self.class_start,
-                        self.num_classes, self.comm, rows, classes)
-
-    def predict(self, logits: torch.Tensor) -> torch.Tensor:
-        """Predicted class per logits row (padded rows included)."""
-        return predict(logits, self.class_start, self.num_classes, self.comm, self._axes()[1])
 
     # ---- conversion between shards and full tensors ---------------------------------------
     def _widths_of(self, name: str) -> tuple[LayerPlan, Param, int, int, int, int]:

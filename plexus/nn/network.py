@@ -17,7 +17,7 @@ from plexus.engine.config import EngineConfig
 from plexus.engine.gemm import GemmTuner
 from plexus.engine.graph3d import StageGraph
 from plexus.engine.grid import Grid
-from plexus.engine.loss import accuracy, cross_entropy, predict
+from plexus.engine.loss import ClassifierHead
 from plexus.engine.ops import BatchNorm3D, embed, extract, padded_shape, placement
 from plexus.engine.primitives import relu
 from plexus.engine.seeding import StepCounter, dropout, edge_keep
@@ -88,7 +88,7 @@ def _initial(init: str, shape: tuple[int, ...], gen: torch.Generator) -> torch.T
     raise ValueError(f"unknown init {init!r}; use glorot, zeros or ones")
 
 
-class Network(nn.Module):
+class Network(ClassifierHead, nn.Module):
     """A stack of `Layer`s on ``grid`` for ``graph`` (call it on every rank): ReLU between
     layers, dropout ``dropout`` on every layer's input (``input_dropout``: the first's too),
     Â normalized by ``aggregation`` ("gcn", "mean" or "sum"; `plexus.datasets.normalize`).
@@ -241,25 +241,6 @@ class Network(nn.Module):
             if l < last:
                 H = relu(H)
         return H.float()
-
-    def _axes(self) -> tuple[str, str]:
-        return self.plans[-1].out_rows, self.plans[-1].out_cols
-
-    def loss(self, logits: torch.Tensor, mask: str = "train") -> torch.Tensor:
-        """Mean cross-entropy over the nodes of ``mask`` (the same value on every rank)."""
-        rows, classes = self._axes()
-        return cross_entropy(logits, self.labels, self.masks[mask], self.counts[mask],
-                             self.class_start, self.num_classes, self.comm, rows, classes)
-
-    def accuracy(self, logits: torch.Tensor) -> dict[str, float]:
-        """Accuracy on the train/val/test masks."""
-        rows, classes = self._axes()
-        return accuracy(logits, self.labels, self.masks, self.counts, self.class_start,
-                        self.num_classes, self.comm, rows, classes)
-
-    def predict(self, logits: torch.Tensor) -> torch.Tensor:
-        """Predicted class of every local row."""
-        return predict(logits, self.class_start, self.num_classes, self.comm, self._axes()[1])
 
 
 def serial_dropout(x: torch.Tensor, p: float, seed: int, step: int, layer: int) -> torch.Tensor:
