@@ -18,7 +18,7 @@ from .comm import Comm
 from .config import EngineConfig, ModelConfig
 from .gemm import GemmTuner
 from .loss import ClassifierHead
-from .ops import NORM_STAGE, STAGES, StageInputs, embed, extract, padded_shape, placement
+from .ops import NORM_STAGE, STAGES, StageInputs, full_from_shards, shard_of_full
 from .primitives import relu
 from .seeding import StepCounter, initial_parameters, initial_stats, parameter_layer, stage_params
 
@@ -149,20 +149,9 @@ class DistributedModel(ClassifierHead, nn.Module):
         s, w, wp = p.index, self.widths, self.pad.widths_padded
         return p, decl, w[s], w[s + 1], wp[s], wp[s + 1]
 
-    def _placement(self, name: str) -> tuple[tuple[slice, ...], bool]:
-        """Where this rank's ``name`` sits in the padded full tensor, and whether this rank is
-        the one replica that contributes it when assembling the full tensor."""
-        p, decl, _, _, d_in, d_out = self._widths_of(name)
-        return placement(decl, p, self.comm.grid.shape, self.comm.grid.coords, d_in, d_out)
-
-    def _padded(self, name: str, full: torch.Tensor) -> torch.Tensor:
-        """``full`` zero-padded to the padded widths (per head block where averaged)."""
-        p, decl, _, _, d_in, d_out = self._widths_of(name)
-        return embed(decl, p, full, d_in, d_out)
-
     def _shard_of_full(self, name: str, full: torch.Tensor) -> torch.Tensor:
-        index = self._placement(name)[0]
-        return self._padded(name, full.cpu())[index].clone().to(self.comm.grid.device)
+        p, decl, _, _, d_in, d_out = self._widths_of(name)
+        return shard_of_full(decl, p, self.comm.grid, full, d_in, d_out)
 
     def named_shards(self) -> dict[str, nn.Parameter]:
         """Trainable shards by grid-independent name."""
@@ -206,13 +195,8 @@ class DistributedModel(ClassifierHead, nn.Module):
             full[ids[real], cols] = shard.detach()[real]
             dist.all_reduce(full)
             return full[:, :f]
-        index, speaks = self._placement(name)
         p, decl, real_in, real_out, d_in, d_out = self._widths_of(name)
-        full = torch.zeros(padded_shape(decl, p, d_in, d_out), device=shard.device)
-        if speaks:
-            full[index] = shard.detach()
-        dist.all_reduce(full)
-        return extract(decl, p, full, real_in, real_out)
+        return full_from_shards(decl, p, self.comm.grid, shard, (real_in, real_out), d_in, d_out)
 
     def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
         """This rank's shard of the full unpadded tensor ``full``."""

@@ -18,7 +18,7 @@ from plexus.engine.gemm import GemmTuner
 from plexus.engine.graph3d import StageGraph
 from plexus.engine.grid import Grid
 from plexus.engine.loss import ClassifierHead
-from plexus.engine.ops import BatchNorm3D, embed, extract, padded_shape, placement
+from plexus.engine.ops import BatchNorm3D, full_from_shards, shard_of_full
 from plexus.engine.primitives import relu
 from plexus.engine.seeding import StepCounter, dropout, edge_keep
 from plexus.partitioners import shard_graph
@@ -177,22 +177,13 @@ class Network(ClassifierHead, nn.Module):
 
     def _shard_of_full(self, name: str, full: torch.Tensor) -> torch.Tensor:
         p, decl, _, _, d_in, d_out = self._where(name)
-        index, _ = placement(decl, p, self.comm.grid.shape, self.comm.grid.coords, d_in, d_out)
-        return embed(decl, p, full.cpu(), d_in, d_out)[index].clone().to(self.comm.grid.device)
+        return shard_of_full(decl, p, self.comm.grid, full, d_in, d_out)
 
     def full_parameter(self, name: str, shard: torch.Tensor) -> torch.Tensor:
         """The full tensor of parameter ``name`` ("<layer>.<name>") from every rank's shard
         (collective)."""
-        import torch.distributed as dist  # noqa: PLC0415
-
         p, decl, real_in, real_out, d_in, d_out = self._where(name)
-        index, speaks = placement(decl, p, self.comm.grid.shape, self.comm.grid.coords, d_in,
-                                  d_out)
-        full = torch.zeros(padded_shape(decl, p, d_in, d_out), device=shard.device)
-        if speaks:
-            full[index] = shard.detach()
-        dist.all_reduce(full)
-        return extract(decl, p, full, real_in, real_out)
+        return full_from_shards(decl, p, self.comm.grid, shard, (real_in, real_out), d_in, d_out)
 
     def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
         """This rank's shard of the full tensor of ``name``."""

@@ -95,6 +95,29 @@ def placement(decl: Param, plan: LayerPlan, shape: Mapping[str, int],
     return (slice(None),), all(c == 0 for c in coords.values())  # scalar: everywhere
 
 
+def shard_of_full(decl: Param, plan: LayerPlan, grid: Any, full: torch.Tensor, d_in: int,
+                  d_out: int) -> torch.Tensor:
+    """This rank's shard of a declared parameter from its full (real-width) tensor, on
+    ``grid.device`` (``grid``: shape, coords, device)."""
+    index, _ = placement(decl, plan, grid.shape, grid.coords, d_in, d_out)
+    return embed(decl, plan, full.cpu(), d_in, d_out)[index].clone().to(grid.device)
+
+
+def full_from_shards(decl: Param, plan: LayerPlan, grid: Any, shard: torch.Tensor,
+                     real: tuple[int, int], d_in: int, d_out: int) -> torch.Tensor:
+    """The full real-width tensor of a declared parameter from every rank's ``shard``: each
+    element's one contributing replica writes it into a zero tensor, one all-reduce over the
+    whole world (collective; every rank gets the result)."""
+    import torch.distributed as dist  # noqa: PLC0415
+
+    index, speaks = placement(decl, plan, grid.shape, grid.coords, d_in, d_out)
+    full = torch.zeros(padded_shape(decl, plan, d_in, d_out), device=shard.device)
+    if speaks:
+        full[index] = shard.detach()
+    dist.all_reduce(full)
+    return extract(decl, plan, full, *real)
+
+
 @dataclass
 class StageInputs:
     """What a stage is built from: its plan, the communicator, its parameter shards by kind
