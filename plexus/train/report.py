@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import time
+from typing import Mapping
 
 import numpy as np
 import torch
@@ -25,14 +26,17 @@ from .walltime import WallTime
 from .session import Run
 
 
-def reduce_timers(timers: Timers, device: torch.device) -> dict[str, dict[str, float]]:
-    """Per timer name: max and mean seconds over all ranks (collective)."""
+def reduce_timers(timers: Timers | Mapping[str, float],
+                  device: torch.device) -> dict[str, dict[str, float]]:
+    """Per timer name: max and mean seconds over all ranks (collective); ``timers`` is a
+    `Timers` or its seconds per name."""
+    seconds = timers.seconds if isinstance(timers, Timers) else timers
     names: list[list[str]] = [[] for _ in range(dist.get_world_size())]
-    dist.all_gather_object(names, sorted(timers.seconds))
+    dist.all_gather_object(names, sorted(seconds))
     union = sorted(set().union(*names))
     if not union:
         return {}
-    values = torch.tensor([timers.seconds.get(n, 0.0) for n in union], dtype=torch.float64,
+    values = torch.tensor([seconds.get(n, 0.0) for n in union], dtype=torch.float64,
                           device=device)
     mx, total = values.clone(), values.clone()
     dist.all_reduce(mx, op=dist.ReduceOp.MAX)
@@ -93,6 +97,10 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
     trainer = run.trainer
     final = history[-1].as_dict() if history else {"epoch": trainer.epoch}
     final_eval_s = 0.0
+    # epochs 2..N of this run, before the final evaluation: the warm-up epoch left out
+    first = run.timers_after_first if len(history) > 1 else None
+    timed = None if first is None else {n: max(v - first.get(n, 0.0), 0.0)
+                                         for n, v in run.comm.timers.seconds.items()}
     if final.get("test_acc") is None:  # never evaluated at the end (eval_every 0, or resumed at N)
         acc = trainer.evaluate()
         final_eval_s = time.perf_counter() - begun
@@ -101,6 +109,7 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         run.best = BestRecord(trainer.epoch, final["val_acc"], final["test_acc"],
                               final["train_acc"])
     timers = reduce_timers(run.comm.timers, run.grid.device)
+    timers_timed = reduce_timers(timed, run.grid.device) if timed is not None else None
     comm_total, comm_max = reduce_ledger(run.comm.ledger, run.grid.device)
     results = end_of_run(run.opts, run.model, run.dataset.name, trainer.epoch, run.best.epoch,
                          run.best_weights)
@@ -127,6 +136,10 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         "comm_bytes": comm_total, "comm_bytes_max_rank": comm_max,
         "comm_ledger": run.comm.ledger.summary(),  # rank 0's collectives by axis and operation
         "timers": timers,
+        # the same timers over epochs 2..N only (with their evaluations, if any), as plexus-report
+        # selects epochs
+        "timers_timed": None if timers_timed is None else {
+            "epochs": len(history) - 1, "timers": timers_timed},
         "ogb": results.pop("ogb", None),
         "ogb_best": results.pop("ogb_best", None),
         "memory": memory,
