@@ -14,7 +14,9 @@ status 2, before any worker starts where it can be checked up front.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -23,6 +25,7 @@ from plexus.api.recipes import RECIPES, RecipeError, get_recipe
 from plexus.core.cli import ArgumentParser
 from plexus.core.grid import MAX_WORLD_SIZE, GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION
+from plexus.core.timing import process_start_time
 from plexus.core.modelopts import (ModelOptionsText, add_model_options, add_precision_options,
                                    check_model_options, model_config, resolve_layers,
                                    resolve_order)
@@ -460,7 +463,11 @@ def _parse_grid(text: str) -> GridShape:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``plexus-train``; returns the exit status (0 ok, 2 bad input, 1 failure)."""
+    """``plexus-train``; returns the exit status (0 ok, 2 bad input, 1 failure).
+
+    The run's wall time counts from this process's start when it is the command (``argv``
+    None), from this call otherwise."""
+    launched_at = (process_start_time() if argv is None else None) or time.time()
     reserve_standard_fds()
     env: JobEnv | None = None
     try:
@@ -480,9 +487,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    if env is not None:
+    if env is not None:  # a rank of torchrun/srun: start-up counts from its own start
         return run_rank(opts, env)
-    return run_local(opts)
+    return run_local(dataclasses.replace(opts, launched_at=launched_at))
 
 
 if __name__ == "__main__":

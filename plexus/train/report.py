@@ -89,10 +89,11 @@ def gather_memory(run: Run) -> dict:
 
 
 def finish(run: Run, history: list[EpochStats], train_time_s: float,
-           setup_s: float = 0.0) -> None:
+           setup_s: float = 0.0, startup_s: float = 0.0) -> None:
     """Collective: final evaluation if needed, timers, ledger, OGB metric; rank 0 reports.
 
-    ``train_time_s`` is the training loop's wall time, ``setup_s`` what came before it."""
+    ``train_time_s`` is the training loop's wall time, ``setup_s`` the rank's set-up before it,
+    ``startup_s`` the command's start-up before the rank began (`WallTime`)."""
     begun = time.perf_counter()
     trainer = run.trainer
     final = history[-1].as_dict() if history else {"epoch": trainer.epoch}
@@ -121,8 +122,8 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
     if failed is not None:  # rank 0, after the last collective: the others end normally
         raise failed
     epoch_times = [s.epoch_time_s for s in history]
-    wall = WallTime.of(history, setup_s, setup_s + train_time_s + time.perf_counter() - begun,
-                       final_eval_s)
+    wall = WallTime.of(history, setup_s, startup_s + setup_s + train_time_s
+                       + time.perf_counter() - begun, final_eval_s, startup_s)
     evaluations = sum(s.test_acc is not None for s in history) + (final_eval_s > 0)
     summary = {
         "dataset": run.dataset.name, "grid": str(run.grid), "world_size": run.grid.world_size,
@@ -133,6 +134,8 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         "train_time_s": train_time_s,
         "mean_epoch_time_s": float(np.mean(epoch_times)) if epoch_times else 0.0,
         "wall_time": wall.as_dict(), "evaluations": int(evaluations),
+        "startup_from": "the command's start" if run.opts.launched_at is not None
+        else "this rank's process start",
         "comm_bytes": comm_total, "comm_bytes_max_rank": comm_max,
         "comm_ledger": run.comm.ledger.summary(),  # rank 0's collectives by axis and operation
         "timers": timers,
