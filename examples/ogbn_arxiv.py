@@ -14,8 +14,6 @@ import argparse
 import os
 
 import torch
-from ogb.nodeproppred import Evaluator
-
 import plexus
 
 
@@ -37,10 +35,8 @@ def train(grid, graph, model_config, train_config):
             best_pred = plexus.gather_predictions(model)
     if grid.rank != 0:
         return None
-    test = graph.test_mask
-    result = Evaluator("ogbn-arxiv").eval({"y_true": graph.labels[test].reshape(-1, 1),
-                                           "y_pred": best_pred[test].reshape(-1, 1)})
-    return {"best_epoch": best_epoch, "best_val_acc": best_val, "test_acc": result["acc"]}
+    result = plexus.ogb_evaluate(graph, best_pred, "test", name="ogbn-arxiv")  # OGB's Evaluator
+    return {"best_epoch": best_epoch, "best_val_acc": best_val, "test_acc": result["value"]}
 
 
 def main():

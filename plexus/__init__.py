@@ -56,6 +56,7 @@ _EXPORTS = {
     "full_weights": "plexus.api",
     "RECIPES": "plexus.api",
     "run_script": "plexus.api",
+    "ogb_evaluate": "plexus.api",
     "UsageError": "plexus.core.cli",
 }
 
@@ -79,7 +80,7 @@ if TYPE_CHECKING:  # noqa: F401 — for type checkers and IDEs: the same names, 
     from plexus.api import (RECIPES, GatherTooLargeError, GraphModel, distributed_model,
                             full_weights, gather_embeddings, gather_logits, gather_outputs,
                             gather_predictions, init, launch, load_outputs, save_outputs,
-                            run_script, save_weights)
+                            ogb_evaluate, run_script, save_weights)
     from plexus.core.cli import UsageError
     from plexus.core.grid import GridShape
     from plexus.datasets import Graph, gcn_normalize, load_dataset
