@@ -345,3 +345,21 @@ def test_summary_records_measured_memory_per_rank(tmp_path):
     assert memory["predicted_bytes"] > 0
     assert "memory per rank: peak RSS " in proc.stdout
     assert "; predicted " in proc.stdout and "; model " not in proc.stdout  # not the GNN's size
+
+
+def test_device_flag(capsys):
+    """--device cuda on a machine without CUDA: one line, status 2, before anything starts;
+    --device cpu is the gloo path every CPU run takes."""
+    from plexus.runtime.env import LaunchError, default_device, use_cuda
+    from plexus.train import main
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert main(["--grid", "1x1x1", "--epochs", "1", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--device cuda: device cuda asked for, but CUDA is not " \
+        "available: this torch is a CPU build" in err, err
+    with pytest.raises(LaunchError, match="CUDA is not available"):
+        use_cuda("cuda")
+    assert default_device("cpu").type == "cpu" and default_device(None).type == "cpu"
+    assert main(["--grid", "1x1x1", "--epochs", "1", "--device", "cpu", "--quiet"]) == 0

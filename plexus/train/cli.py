@@ -36,7 +36,8 @@ from plexus.engine.spmm import BACKENDS, check_backend
 from plexus.partitioners import PERMUTATIONS
 from plexus.partitioners.store import graph_hash
 from plexus.runtime.child import ChildDied
-from plexus.runtime.env import JobEnv, check_local_devices, default_device, detect_environment
+from plexus.runtime.env import (DEVICES, JobEnv, LaunchError, check_local_devices,
+                                default_device, detect_environment)
 from plexus.runtime.group import DEFAULT_TIMEOUT_S
 
 from . import checkpoint as ckpt
@@ -69,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                      help="process-group timeout: how long a collective may wait (default "
                           f"{DEFAULT_TIMEOUT_S:g})")
+    run.add_argument("--device", choices=DEVICES,
+                     help="cuda: one GPU per local rank, NCCL; cpu: gloo on the CPU (default: "
+                          "cuda where it is available, else cpu)")
     run.add_argument("--force", action="store_true",
                      help="run even when the performance model predicts more memory per rank "
                           "than is available")
@@ -355,7 +359,11 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                           tune_gemms=a.tune_gemms, timers=a.timers, huge_pages=a.huge_pages,
                           dtype=a.dtype, recompute=a.recompute)
     try:
-        check_backend(a.spmm, default_device(), engine.torch_dtype())
+        device = default_device(a.device)
+    except LaunchError as e:  # --device cuda where there is none
+        raise UsageError(f"--device {a.device}: {e}") from None
+    try:
+        check_backend(a.spmm, device, engine.torch_dtype())
     except ValueError as e:  # the library's message names no flag
         if a.dtype != "fp32":
             raise UsageError(f"--spmm {a.spmm} with --dtype {a.dtype}: {e}") from None
@@ -389,9 +397,9 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                 precheck_resources(grid, model, sizes, a.perm or DEFAULT_PERMUTATION,  # type: ignore
                                    a.force, engine.dtype_bytes, engine.recompute,
                                    from_store=cache_dir is not None
-                                   and (bool(a.cache) or grid.world_size > 1))
+                                   and (bool(a.cache) or grid.world_size > 1), device=a.device)
                 memory_checked = True
-        check_local_devices(grid.world_size)  # type: ignore[union-attr]
+        check_local_devices(grid.world_size, a.device)  # type: ignore[union-attr]
         if a.resume:  # the dataset is checked here when it was loaded, else by the workers
             dataset = None if graph is None else ckpt.DatasetInfo(
                 graph.name, graph.num_nodes, graph.num_features, graph.num_classes,
@@ -421,7 +429,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
         save_predictions=a.save_predictions, save_embeddings=a.save_embeddings, export=a.export,
         export_best=a.export_best, symmetrize=a.symmetrize, log_csv=a.log_csv,
         tensorboard=a.tensorboard, cache_dir=cache_dir and str(cache_dir.expanduser()),
-        cache_explicit=bool(a.cache))
+        cache_explicit=bool(a.cache), device=a.device)
     return opts
 
 
