@@ -370,8 +370,11 @@ def predicted_vs_measured(plt: Any, rows: Sequence[Row], subtitle: str,
     log_scale(ax, "y")
     ax.set_xlabel(f"model-predicted epoch time (s; rates: {calibration})")
     ax.set_ylabel("measured epoch time (s, median)")
+    ratios = [p / m for p, m in zip(pred, meas)]  # type: ignore[operator]
+    near = sum(1 / 3 <= r <= 3 for r in ratios)
     ax.set_title(f"Measured vs predicted epoch time: Spearman ρ = {rho:.2f} over {len(cs)} "
-                 f"configurations\n{subtitle}", fontsize=8)
+                 f"configurations; predicted/measured median {statistics.median(ratios):.2g}, "
+                 f"within 3x for {near} of {len(cs)}\n{subtitle}", fontsize=8)
     ax.legend(fontsize=7, loc="best")
     ax.grid(True, which="both", alpha=0.3)
     return fig, rho
