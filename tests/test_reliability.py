@@ -339,3 +339,20 @@ def test_the_root_cause_is_reported_not_the_peers_broken_connections():
     timeout = SimpleNamespace(failures={0: failure(1, "Timed out waiting 5000ms", 10),
                                         1: failure(-15, "", 9, "SIGTERM")})
     assert [f.rank for f in _failures(timeout)] == [0, 1]
+
+
+def _exit_on_rank_1() -> int:
+    import torch.distributed as dist  # noqa: PLC0415
+
+    if dist.get_rank() == 1:
+        os._exit(3)  # dies without a report, as a signal or a failed start would leave it
+    return 0
+
+
+def test_run_world_ends_at_once_when_a_rank_dies_without_reporting():
+    from plexus.runtime.world import run_world  # noqa: PLC0415
+
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="rank 1 exited with status 3 without reporting"):
+        run_world(2, _exit_on_rank_1, timeout=600)
+    assert time.monotonic() - start < 60

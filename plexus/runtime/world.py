@@ -10,8 +10,10 @@ collectives without depending on the test helpers (`plexus.testing` depends on t
 from __future__ import annotations
 
 import os
+import time
 import traceback
 from datetime import timedelta
+from queue import Empty
 
 import torch
 import torch.multiprocessing as mp
@@ -26,15 +28,18 @@ def _worker(rank: int, world: int, port: int, threads: int, fn, args, queue,
     os.environ.update(env)  # before this process's first tensor (see plexus.runtime.hostmem)
     torch.set_num_threads(threads)
     os.environ["OMP_NUM_THREADS"] = str(threads)
+    reported = False
     try:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world, timeout=timedelta(seconds=120))
         result = fn(*args)
         queue.put((rank, "ok", result))
+        reported = True
         dist.barrier()
         dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 — report everything to the parent
-        queue.put((rank, "error", traceback.format_exc()))
+        if not reported:  # one report per rank: a peer's death after it is not this rank's
+            queue.put((rank, "error", traceback.format_exc()))
 
 
 def run_world(world: int, fn, *args, timeout: float = 900, threads: int = 1,
@@ -53,14 +58,35 @@ def run_world(world: int, fn, *args, timeout: float = 900, threads: int = 1,
         p.start()
     results: dict[int, object] = {}
     try:
-        for _ in range(world):
-            rank, status, value = queue.get(timeout=timeout)
+        while len(results) < world:
+            rank, status, value = _next_report(queue, procs, results, timeout)
             if status == "error":
                 raise RuntimeError(f"rank {rank} failed:\n{value}")
             results[rank] = value
     finally:
+        # after a failure the others may wait on the failed rank: no grace period then
+        grace = 30 if len(results) == world else 0.5
         for p in procs:
-            p.join(timeout=30)
+            p.join(timeout=grace)
             if p.is_alive():
                 p.kill()
     return [results[r] for r in range(world)]
+
+
+def _next_report(queue, procs, reported: dict, timeout: float) -> tuple:
+    """The next rank's report; a rank that died without one (a signal, an error before its
+    first line of work) ends the wait at once instead of after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return queue.get(timeout=min(1.0, max(0.0, deadline - time.monotonic())))
+        except Empty:
+            dead = [r for r, p in enumerate(procs) if r not in reported and p.exitcode is not None]
+            if dead:
+                try:  # its report may have arrived just before it exited
+                    return queue.get(timeout=1.0)
+                except Empty:
+                    raise RuntimeError(f"rank {dead[0]} exited with status "
+                                       f"{procs[dead[0]].exitcode} without reporting") from None
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"no rank reported for {timeout:.0f} s") from None
