@@ -19,22 +19,30 @@ MAX_NODES = 3_000_000_000
 
 @dataclass
 class Graph:
-    """A node-classification graph.
+    """A node-classification graph: single-label (one class per node) or multi-label (binary
+    tasks, as ogbn-proteins).
 
     ``adj`` is the raw N×N adjacency in CSR with ``adj[i, j] != 0`` for an edge i -> j. Undirected
-    graphs store both directions. ``labels`` are int64 with -1 for unlabelled nodes.
+    graphs store both directions. Single-label ``labels`` are int64 (N,) with -1 for unlabelled
+    nodes and ``num_classes`` classes; multi-label ``labels`` are int8 (N, T) with 0/1 per task
+    and -1 where a node has no label for a task, and ``num_classes`` is T.
     """
 
     name: str
     adj: sp.csr_matrix
     features: np.ndarray  # float32 (N, F)
-    labels: np.ndarray  # int64 (N,), -1 = no label
+    labels: np.ndarray  # int64 (N,), -1 = no label; or int8 (N, T) multi-label, -1 = missing
     train_mask: np.ndarray  # bool (N,)
     val_mask: np.ndarray
     test_mask: np.ndarray
     num_classes: int
     directed: bool = False
     notes: list[str] = field(default_factory=list)  # e.g. "features are seeded random"
+
+    @property
+    def multilabel(self) -> bool:
+        """Whether the labels are a node×task matrix of binary tasks."""
+        return self.labels.ndim == 2
 
     @property
     def num_nodes(self) -> int:
@@ -51,10 +59,13 @@ class Graph:
     @classmethod
     def from_scipy(cls, adj: Any, features: Any, labels: Any, *, train: Any = None,
                    val: Any = None, test: Any = None, num_classes: int | None = None,
-                   directed: bool = False, name: str = "graph") -> "Graph":
+                   directed: bool = False, name: str = "graph",
+                   multilabel: bool = False) -> "Graph":
         """A validated `Graph` from a sparse adjacency (``adj[i, j] != 0``: edge i -> j; any
         scipy sparse format, a sparse torch tensor or a dense array), features (N×F, numpy or
-        torch) and labels (N or N×1 whole numbers, -1 = unlabelled).
+        torch) and labels (N or N×1 whole numbers, -1 = unlabelled). With ``multilabel`` the
+        labels are an N×T matrix of binary tasks instead (0, 1, and -1 or NaN where a node has
+        no label for a task; ``num_classes`` defaults to T).
 
         ``train``/``val``/``test`` are bool masks of length N or arrays of node indices (None:
         empty). An undirected graph (``directed=False``) may store one or both directions of
@@ -75,7 +86,8 @@ class Graph:
         check_graph_size(name, n, 2 * csr.nnz, x.shape[1])  # both directions: 2·nnz keys
         coo = csr.tocoo()
         csr = edges_to_csr(coo.row, coo.col, n, symmetrize=not directed)
-        y = inputs.labels(labels, n, name)
+        multilabel = inputs.flag(multilabel, name, "multilabel")
+        y = inputs.task_labels(labels, n, name) if multilabel else inputs.labels(labels, n, name)
         masks = tuple(inputs.mask(m, n, what, name) for m, what in
                       ((train, "train"), (val, "val"), (test, "test")))
         classes = inputs.class_count(num_classes, y, n, name)
@@ -84,12 +96,14 @@ class Graph:
                    directed=directed).validate()
 
     @classmethod
-    def from_pyg(cls, data: Any, *, directed: bool | None = None, name: str = "pyg") -> "Graph":
+    def from_pyg(cls, data: Any, *, directed: bool | None = None, name: str = "pyg",
+                 multilabel: bool = False) -> "Graph":
         """A validated `Graph` from a PyG-style ``Data`` (duck-typed, PyG itself is not needed):
         ``edge_index`` (2×E integer node ids, row 0 the sources, as PyG), ``x``, ``y`` and
         ``train_mask``/``val_mask``/``test_mask`` (masks or index arrays; a missing one is
         empty). ``directed`` defaults to whether some edge lacks its reverse. ``y`` of shape
-        (N, 1), as OGB stores it, is flattened. A bad field raises `DatasetError` (one line)."""
+        (N, 1), as OGB stores it, is flattened; with ``multilabel`` ``y`` is an N×T matrix of
+        binary tasks (see `from_scipy`). A bad field raises `DatasetError` (one line)."""
         from . import inputs  # noqa: PLC0415 (inputs imports this module)
         from .validate import check_coo, check_graph_size  # noqa: PLC0415
 
@@ -118,7 +132,8 @@ class Graph:
             nodiag = adj - sp.diags(adj.diagonal())
             directed = bool((nodiag != nodiag.T).nnz)
         masks = {k: getattr(data, f"{k}_mask", None) for k in ("train", "val", "test")}
-        return cls.from_scipy(adj, x, data.y, **masks, directed=directed, name=name)
+        return cls.from_scipy(adj, x, data.y, **masks, directed=directed, name=name,
+                              multilabel=multilabel)
 
     def to_undirected(self) -> "Graph":
         """The same graph with every edge in both directions (OGB's examples make directed
@@ -138,6 +153,12 @@ class Graph:
             bad = int((~np.isfinite(self.features)).any(axis=1).sum())
             raise DatasetError(f"{where}: features contain NaN/Inf in {bad} rows; "
                                "clean or impute them before training")
+        if self.multilabel:  # a node may miss some tasks' labels: they stay out of the loss
+            if self.labels.size and (self.labels.min() < -1 or self.labels.max() > 1):
+                raise DatasetError(f"{where}: multi-label labels range over "
+                                   f"[{int(self.labels.min())}, {int(self.labels.max())}] but "
+                                   "must be 0, 1 or -1 (missing)")
+            return self
         labelled = self.labels[self.labels >= 0]
         if (self.labels < -1).any() or (labelled >= self.num_classes).any():
             lo, hi = int(self.labels.min()), int(self.labels.max())
@@ -164,7 +185,14 @@ class Graph:
         n = adj.shape[0]
         if adj.shape != (n, n):
             raise DatasetError(f"{where}: adjacency must be square, got shape {adj.shape}")
-        for attr, dtype, shape in (("features", np.float32, None), ("labels", np.int64, (n,)),
+        if isinstance(self.num_classes, (bool, np.bool_)) or not isinstance(
+                self.num_classes, (int, np.integer)) or self.num_classes < 1:
+            raise DatasetError(f"{where}: class count must be a positive integer, got "
+                               f"{self.num_classes!r}")
+        # labels: int64 class ids (N,), or a multi-label int8 node×task matrix (N, T)
+        multi = isinstance(self.labels, np.ndarray) and self.labels.ndim == 2
+        label_type = (np.int8, (n, int(self.num_classes))) if multi else (np.int64, (n,))
+        for attr, dtype, shape in (("features", np.float32, None), ("labels", *label_type),
                                    ("train_mask", np.bool_, (n,)), ("val_mask", np.bool_, (n,)),
                                    ("test_mask", np.bool_, (n,))):
             arr = getattr(self, attr)
@@ -173,13 +201,12 @@ class Graph:
             if not ok:
                 got = (f"{arr.dtype} {arr.shape}" if isinstance(arr, np.ndarray)
                        else type(arr).__name__)
-                want = f"({n},)" if shape else f"({n}, F)"
+                want = str(shape).replace(" ", "") if shape else f"({n}, F)"
+                if attr == "labels":
+                    want += f" (or int8 ({n}, {self.num_classes}) for a multi-label task)" \
+                        if not multi else ""
                 raise DatasetError(f"{where}: {attr} must be a {np.dtype(dtype)} array of shape "
                                    f"{want}, got {got} (Graph.from_scipy converts them)")
-        if isinstance(self.num_classes, (bool, np.bool_)) or not isinstance(
-                self.num_classes, (int, np.integer)) or self.num_classes < 1:
-            raise DatasetError(f"{where}: class count must be a positive integer, got "
-                               f"{self.num_classes!r}")
         return where
 
 

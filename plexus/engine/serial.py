@@ -16,6 +16,7 @@ from plexus.datasets.graph import Graph, normalize
 
 from .config import ModelConfig
 from .ops import NORM_SERIAL, SERIAL
+from .rocauc import mean_rocauc, serial_rocauc
 from .seeding import (StepCounter, dropout, initial_parameters, initial_stats,
                       parameter_layer)
 
@@ -90,10 +91,38 @@ class SerialModel(nn.Module):
                 H = F.relu(H)
         return H
 
+    @property
+    def multilabel(self) -> bool:
+        """Whether the labels are a node×task matrix of binary tasks."""
+        return self.labels.ndim == 2
+
+    @property
+    def metric_name(self) -> str:
+        """What `metrics` measures: "acc", or "rocauc" for a multi-label task."""
+        return "rocauc" if self.multilabel else "acc"
+
     def loss(self, logits: torch.Tensor, mask: str | torch.Tensor = "train") -> torch.Tensor:
-        """Mean cross-entropy over the nodes of ``mask`` (a name or a bool tensor over nodes)."""
+        """Mean cross-entropy over the nodes of ``mask`` (a name or a bool tensor over nodes);
+        multi-label: mean binary cross-entropy with logits over their labelled (node, task)
+        entries."""
         m = self.masks[mask] if isinstance(mask, str) else mask
+        if self.multilabel:
+            known = m[:, None] & (self.labels >= 0)
+            return F.binary_cross_entropy_with_logits(logits[known], self.labels[known].float())
         return F.cross_entropy(logits[m], self.labels[m])
+
+    def metrics(self, logits: torch.Tensor) -> dict[str, float | None]:
+        """Accuracy on the train/val/test masks, or for a multi-label task the mean ROC-AUC over
+        its tasks (OGB's rule)."""
+        if self.multilabel:
+            return {k: mean_rocauc(v) for k, v in self.task_metrics(logits).items()}
+        return self.accuracy(logits)
+
+    def task_metrics(self, logits: torch.Tensor) -> dict[str, np.ndarray]:
+        """Multi-label: every task's ROC-AUC (NaN where undefined) on each mask."""
+        scores, labels = logits.detach().numpy(), self.labels.numpy()
+        return {k: serial_rocauc(labels[m.numpy()], scores[m.numpy()])
+                for k, m in self.masks.items()}
 
     def accuracy(self, logits: torch.Tensor) -> dict[str, float]:
         """Accuracy on the train/val/test masks."""
@@ -102,7 +131,9 @@ class SerialModel(nn.Module):
                 for k, m in self.masks.items()}
 
     def predict(self, logits: torch.Tensor) -> torch.Tensor:
-        """Predicted class per node."""
+        """Predicted class per node (multi-label: 1 where a task's logit is positive)."""
+        if self.multilabel:
+            return (logits > 0).to(torch.int8)
         return logits.argmax(dim=1)
 
     def named_shards(self) -> dict[str, nn.Parameter]:
