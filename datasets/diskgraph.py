@@ -348,6 +348,10 @@ class MemoryGraph:
     content_sha256 = None
 
     def __init__(self, graph: Graph) -> None:
+        if graph.weighted:  # the streaming partitioner builds Â from the edges alone
+            raise DiskGraphError(f"{graph.name}: the out-of-core partitioner (shard stores) does "
+                                 "not carry edge weights yet; train a weighted graph through the "
+                                 "Python API (plexus.api), which cuts shards in memory")
         self.graph = graph
         self.name, self.num_nodes = graph.name, graph.num_nodes
         self.num_features, self.num_classes = graph.num_features, graph.num_classes

@@ -17,7 +17,7 @@ import scipy.sparse as sp
 
 from plexus.core.grid import GridShape
 from plexus.core.layout import LayerPlan, block, layer_plans, pad_to, padding
-from plexus.datasets.graph import Graph, normalize
+from plexus.datasets.graph import Graph
 
 from .permutations import Permutation, make_permutation
 
@@ -156,7 +156,7 @@ def shard_graph(graph: Graph, shape: GridShape | Mapping[str, int], coords: Mapp
     plans = layer_plans(num_layers, orders)
     world = shape.world_size
     if adj_hat is None:
-        adj_hat = normalize(graph.adj, graph.directed, aggregation)
+        adj_hat = graph.normalized(aggregation)
     if not isinstance(perm, Permutation):
         perm = make_permutation(adj_hat, perm, seed, world)
     n = graph.num_nodes

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from plexus.core.schedule import epoch_collectives, volume_per_axis
 from plexus.engine.comm import Comm
 from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
-from plexus.datasets.graph import Graph, normalize
+from plexus.datasets.graph import Graph
 from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedModel
 from plexus.partitioners import shard_graph
@@ -71,6 +71,21 @@ def multilabel_graph(g: Graph, tasks: int, seed: int = 3) -> Graph:
                  g.test_mask, num_classes=tasks, directed=g.directed).validate()
 
 
+def weighted_graph(g: Graph, seed: int = 5) -> Graph:
+    """``g`` with positive edge weights in [0.25, 1.25) (an undirected edge's two directions
+    alike) and a few self loops with their own weights: GCN's normalization uses them all."""
+    coo = g.adj.tocoo()
+    rng = np.random.default_rng(seed)
+    lo, hi = np.minimum(coo.row, coo.col), np.maximum(coo.row, coo.col)
+    w = 0.25 + (((lo * 7919 + hi * 104729) % 1000) / 1000 if not g.directed
+                else rng.random(coo.nnz))
+    loops = np.arange(0, g.num_nodes, 4)
+    adj = sp.csr_matrix((np.r_[w, 0.5 + rng.random(loops.size)].astype(np.float32),
+                         (np.r_[coo.row, loops], np.r_[coo.col, loops])), shape=g.adj.shape)
+    return Graph(f"{g.name}-weighted", adj, g.features, g.labels, g.train_mask, g.val_mask,
+                 g.test_mask, g.num_classes, g.directed, weighted=True).validate()
+
+
 def _close(name: str, got: torch.Tensor, want: torch.Tensor) -> list[str]:
     got, want = got.detach().double(), want.detach().double()
     if got.shape != want.shape:
@@ -88,7 +103,7 @@ def build(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
           engine: EngineConfig | None = None):
     """The distributed and the serial model with the same config and seed."""
     orders = cfg.orders(g.num_features, g.num_classes)
-    adj_hat = normalize(g.adj, g.directed, cfg.aggregation)
+    adj_hat = g.normalized(cfg.aggregation)
     shard = shard_graph(g, grid.shape, grid.coords, cfg.num_stages, orders, perm, seed=11,
                         adj_hat=adj_hat, aggregation=cfg.aggregation)
     return (DistributedModel(Comm(grid), shard, cfg, seed=5, engine=engine),
@@ -369,6 +384,7 @@ MODEL_CHECKS = [f"{graph}/{name}/{kind}" for graph in ("undirected", "directed")
     f"directed/{name}/ledger-bf16" for name in BF16_LEDGER] + [
     f"directed/{name}/ledger" for name in MODELS] + [
     "directed/gin-fixed-eps-decay-first/train"] + [
+    f"{graph}/weighted-gcn/step" for graph in ("undirected", "directed")] + [
     f"{graph}/{name}/{kind}" for graph, (name, _, _) in MULTILABEL_MODELS.items()
     for kind in ("step", "train")] + [f"directed/{MULTILABEL_MODELS['directed'][0]}/ledger"]
 
@@ -391,6 +407,10 @@ def run_model_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
                 if gname == "directed" and name in BF16_LEDGER:
                     out[f"{tag}/{gname}/{name}/ledger-bf16"] = check_ledger(
                         grid, g, cfg, "double", EngineConfig(dtype="bf16"))
+        for gname, g in graphs.items():  # edge weights in Â (GCNConv's edge_weight)
+            out[f"{tag}/{gname}/weighted-gcn/step"] = check_step(
+                grid, weighted_graph(g), ModelConfig(2, HIDDEN, 0.5, order="agg,combine"),
+                "double")
         for gname, (name, tasks, cfg) in MULTILABEL_MODELS.items():
             mg = multilabel_graph(graphs[gname], tasks)
             out[f"{tag}/{gname}/{name}/step"] = check_multilabel_step(grid, mg, cfg, "double")

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plexus.datasets.graph import Graph, normalize
+from plexus.datasets.graph import Graph
 
 from .config import ModelConfig
 from .ops import NORM_SERIAL, SERIAL
@@ -42,7 +42,7 @@ class SerialModel(nn.Module):
         self.widths = cfg.widths(f, c)
         self.orders = [p.order for p in self.plans]
         self.adj = sparse_tensor(adj_hat if adj_hat is not None
-                                 else normalize(graph.adj, graph.directed, cfg.aggregation))
+                                 else graph.normalized(cfg.aggregation))
         init = initial_parameters(seed, self.plans, self.widths)
         self.params = nn.ParameterDict({k: nn.Parameter(v) for k, v in init.items()})
         self._stats = initial_stats(self.plans, self.widths)
