@@ -180,10 +180,10 @@ def test_loader_refuses_a_missing_or_bad_file(tmp_path):
 
 
 def test_standin_through_plexus_train_on_a_grid_to_ogbs_evaluator(standin, tmp_path):
-    """loader -> partition (a shard store) -> train on 2x1x2 -> OGB's Evaluator; its test
+    """loader -> partition (a shard store) -> train on 2x1x1 -> OGB's Evaluator; its test
     ROC-AUC at the last and at the best-validation epoch equals the engine's own."""
     log = tmp_path / "run.json"
-    proc = train("--dataset", "ogbn-proteins", "--root", str(standin), "--grid", "2x1x2",
+    proc = train("--dataset", "ogbn-proteins", "--root", str(standin), "--grid", "2x1x1",
                  "--recipe", "ogbn-proteins-sage", "--hidden", "16", "--epochs", "10",
                  "--cache", str(tmp_path / "cache"), "--log-json", str(log), timeout=600)
     assert proc.returncode == 0, proc.stderr
