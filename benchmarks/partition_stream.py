@@ -141,7 +141,7 @@ def run_line(r: dict) -> str:
     return (f"scale {r['scale']}: nnz {r['nnz']:,}  peak RSS {r['peak_rss_bytes'] / GIB:.2f} GiB"
             f"  wall {r['wall_s']:.1f}s (convert {r['convert_s']:.1f}s, partition "
             f"{r['partition_s']:.1f}s)  {r['nnz_per_s_per_process'] / 1e6:.2f} M non-zeros/s per "
-            f"process [load {r['load_before']} / {r['load_after']}]")
+            f"process ({r['nnz'] / r['partition_s'] / 1e6:.2f} M/s in the partition phases) [load {r['load_before']} / {r['load_after']}]")
 
 
 def pair_line(one: dict, two: dict) -> str:
@@ -162,8 +162,8 @@ def report(runs: list[dict], pairs: list[tuple[dict, dict]]) -> tuple[list[str],
         "peak RSS <= 3 GiB at every scale": max(peaks) <= 3 * GIB,
         f"scale {runs[1]['scale'] if len(runs) > 1 else runs[0]['scale']} peak within 25% of "
         f"scale {runs[0]['scale']}'s": len(peaks) < 2 or peaks[1] <= 1.25 * peaks[0],
-        ">= 1 M non-zeros/s per process (the fastest one-process run; the others ran on a "
-        "busier machine, see their load)": best["nnz_per_s_per_process"] >= 1e6,
+        ">= 1 M non-zeros/s per process at every scale (whole command; load in brackets)":
+            all(r["nnz_per_s_per_process"] >= 1e6 for r in runs),
         "--jobs 2 >= 1.6x --jobs 1 (median)": speedup >= 1.6,
     }
     lines = [f"one process, fastest run: {best['nnz_per_s_per_process'] / 1e6:.2f} M "

@@ -212,7 +212,8 @@ def rmat_to_disk(params: dict, out: str | Path, runner: Runner, work: str | Path
     rows = max(1, (64 << 20) // (4 * p["features"]))
     # the features come from one sequential stream: their task goes first, beside the edges'
     tasks = [(_features_task, job, rows)] + [(_edges_task, job, lo, hi, m) for lo, hi in ranges]
-    runner.run("rmat-generate", call, tasks, [0] + [hi - lo for lo, hi in ranges])
+    runner.run("rmat-generate", call, tasks, [0] + [hi - lo for lo, hi in ranges],
+               costs=[m] + [hi - lo for lo, hi in ranges])
     edges = EdgeFiles(str(job.path("src.npy")), str(job.path("dst.npy")), n, directed=False)
     pieces = canonicalize(edges, work / "canon", runner, chunk_edges=chunk_edges,
                           bucket_entries=bucket_entries, prefix="rmat-canon")

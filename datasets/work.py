@@ -110,12 +110,17 @@ class Runner:
         self.timings: list[PhaseTime] = []
 
     def run(self, phase: str, fn: Callable[..., Any], tasks: Sequence[Sequence[Any]],
-            weights: Sequence[int] | None = None, unit: str = "edge") -> list[Any]:
-        """Run ``fn(*task)`` for every task not finished before; every task's result, in order."""
+            weights: Sequence[int] | None = None, unit: str = "edge",
+            costs: Sequence[float] | None = None) -> list[Any]:
+        """Run ``fn(*task)`` for every task not finished before; every task's result, in order.
+        ``weights`` count the progress bar's units; tasks start in decreasing ``costs`` (default:
+        the weights), so that several processes end a phase on short tasks, not on one long."""
         folder = self.work / "done" / phase
         folder.mkdir(parents=True, exist_ok=True)
         weights = [int(w) for w in (weights or [1] * len(tasks))]
-        todo = [i for i in range(len(tasks)) if not marker_path(self.work, phase, i).exists()]
+        costs = list(costs) if costs is not None else weights
+        todo = sorted((i for i in range(len(tasks))
+                       if not marker_path(self.work, phase, i).exists()), key=lambda i: -costs[i])
         total = sum(weights)
         start = time.perf_counter()
         show = self.leader and (sys.stderr.isatty() if self.progress is None else self.progress)

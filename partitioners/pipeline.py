@@ -86,7 +86,7 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
         {"source": identity, "grid": shape.as_dict(), "layers": num_layers,
          "orders": [p.order for p in plans], "perm": perm if isinstance(perm, str) else None,
          "seed": seed, "aggregation": aggregation, "chunk": settings.chunk_edges,
-         "bucket": settings.bucket_entries, "version": 1})
+         "bucket": settings.bucket_entries, "version": 2})
     if isinstance(perm, Permutation):
         key = None  # a permutation built by the caller is not part of a resumable configuration
     work = stage_work_dir(out, key)

@@ -370,13 +370,14 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
     piece_rows = max(1, min(job.group_rows, feature_rows))
     chunks = -(-n // feature_rows)
     routed = routed_adjs(job, meta["same"])
-    tasks: list[tuple] = [(_route_task, job, k, meta) for k in range(len(pieces))]
-    weights = [nz * len(routed) for nz in pieces.nnz]
+    tasks: list[tuple] = [(_hash_task, job, feature_rows)]
+    tasks += [(_route_task, job, k, meta) for k in range(len(pieces))]
     tasks += [(_feature_task, job, c, piece_rows) for c in range(chunks)]
-    tasks.append((_hash_task, job, feature_rows))
-    weights += [0] * (chunks + 1)  # the bar counts non-zeros
-    results = runner.run("route", call, tasks, weights)
-    graph_sha256 = results[-1]["sha256"]
+    weights = [0] + [nz * len(routed) for nz in pieces.nnz] + [0] * chunks  # the bar: non-zeros
+    # the hash reads the whole graph in one task: it starts first, the feature chunks last
+    costs = [sum(weights) + 1] + weights[1:len(pieces) + 1] + [0] * chunks
+    results = runner.run("route", call, tasks, weights, costs=costs)
+    graph_sha256 = results[0]["sha256"]
     if runner.leader:  # M's pieces are no longer read
         shutil.rmtree(work / "canon", ignore_errors=True)
     sort_tasks = [(job, adj, i, p0, p1, meta) for adj in routed
