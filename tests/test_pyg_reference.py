@@ -40,6 +40,14 @@ CONFIGS = {
 }
 
 
+def assert_gradients_equal(serial: SerialModel, pairs: dict[str, torch.Tensor]) -> None:
+    """Every serial parameter's gradient equals its PyG tensor's (weights transposed)."""
+    for s, target in pairs.items():
+        got = serial.params[s].grad
+        want = target.grad.T if s[0] == "W" else target.grad.reshape(got.shape)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"gradient of {s}")
+
+
 @pytest.mark.parametrize("directed", [False, True], ids=["undirected", "directed"])
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_serial_equals_pyg(name, directed):
@@ -66,10 +74,7 @@ def test_serial_equals_pyg(name, directed):
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
     serial.loss(ours).backward()
     F.cross_entropy(theirs[mask], labels[mask]).backward()
-    for s, target in pairs.items():
-        got = serial.params[s].grad
-        want = target.grad.T if s[0] == "W" else target.grad.reshape(got.shape)
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"gradient of {s}")
+    assert_gradients_equal(serial, pairs)
     for name, value in serial.named_stats().items():  # running means and (unbiased) variances
         kind, s = split_name(name)
         bn = stack.bns[serial.plans[s].layer]
@@ -105,10 +110,7 @@ def test_multilabel_serial_equals_pyg(name, directed):
     torch.testing.assert_close(loss, want, rtol=1e-6, atol=1e-6)
     loss.backward()
     want.backward()
-    for s, target in pairs.items():
-        got = serial.params[s].grad
-        expect = target.grad.T if s[0] == "W" else target.grad.reshape(got.shape)
-        torch.testing.assert_close(got, expect, rtol=1e-5, atol=1e-5, msg=f"gradient of {s}")
+    assert_gradients_equal(serial, pairs)
     evaluator = Evaluator("ogbn-proteins")
     truth = np.where(g.labels < 0, np.nan, g.labels.astype(np.float64))
     mine = serial.metrics(ours.detach())
@@ -146,7 +148,4 @@ def test_weighted_gcn_equals_pyg_gcnconv_with_edge_weight(directed):
     mask, labels = torch.from_numpy(g.train_mask), torch.from_numpy(g.labels)
     serial.loss(ours).backward()
     F.cross_entropy(theirs[mask], labels[mask]).backward()
-    for s, target in pairs.items():
-        got = serial.params[s].grad
-        want = target.grad.T if s[0] == "W" else target.grad.reshape(got.shape)
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"gradient of {s}")
+    assert_gradients_equal(serial, pairs)

@@ -146,7 +146,32 @@ def binary_cross_entropy(z: torch.Tensor, labels: torch.Tensor, mask: torch.Tens
     return ParallelBCE.apply(z, labels, mask, comm, rows_axis, class_axis)
 
 
-class ClassifierHead:
+class TaskMetrics:
+    """What a task's kind decides, for a model with ``labels`` (class ids, or a row×task
+    matrix), ``accuracy`` and ``task_metrics``: the distributed head and the serial model."""
+
+    labels: torch.Tensor
+
+    @property
+    def multilabel(self) -> bool:
+        """Whether the task is multi-label (binary tasks; labels a row×task matrix)."""
+        return self.labels.ndim == 2
+
+    @property
+    def metric_name(self) -> str:
+        """What `metrics` measures: "acc", or "rocauc" for a multi-label task (OGB's)."""
+        return "rocauc" if self.multilabel else "acc"
+
+    def metrics(self, logits: torch.Tensor) -> dict[str, float | None]:
+        """The task's metric on the train/val/test masks (on a grid a collective, the same on
+        every rank): accuracy, or for a multi-label task the mean ROC-AUC over its tasks (None
+        where no task has both a positive and a negative label)."""
+        if self.multilabel:
+            return {k: mean_rocauc(v) for k, v in self.task_metrics(logits).items()}
+        return self.accuracy(logits)
+
+
+class ClassifierHead(TaskMetrics):
     """Loss, accuracy and predictions on the last stage's output layout, for a model that has
     ``plans`` (its stages' `LayerPlan`s), ``labels``/``masks``/``counts`` of its output rows,
     ``class_start``/``num_classes`` and ``comm``: the engine's model and a `plexus.nn` network
@@ -169,16 +194,6 @@ class ClassifierHead:
         out = torch.from_numpy(labels).to(device)
         return task_block(out, class_start, width) if out.ndim == 2 else out
 
-    @property
-    def multilabel(self) -> bool:
-        """Whether the task is multi-label (binary tasks, labels a row×task block)."""
-        return self.labels.ndim == 2
-
-    @property
-    def metric_name(self) -> str:
-        """What `metrics` measures: "acc", or "rocauc" for a multi-label task (OGB's)."""
-        return "rocauc" if self.multilabel else "acc"
-
     def _axes(self) -> tuple[str, str]:
         return self.plans[-1].out_rows, self.plans[-1].out_cols
 
@@ -191,14 +206,6 @@ class ClassifierHead:
                                         classes)
         return cross_entropy(logits, self.labels, self.masks[mask], self.counts[mask],
                              self.class_start, self.num_classes, self.comm, rows, classes)
-
-    def metrics(self, logits: torch.Tensor) -> dict[str, float | None]:
-        """The task's metric on the train/val/test masks (collective; the same on every rank):
-        accuracy, or for a multi-label task the mean ROC-AUC over its tasks (None where no task
-        has both a positive and a negative label)."""
-        if self.multilabel:
-            return {k: mean_rocauc(v) for k, v in self.task_metrics(logits).items()}
-        return self.accuracy(logits)
 
     def task_metrics(self, logits: torch.Tensor, scorer=None) -> dict[str, np.ndarray]:
         """Multi-label: the ROC-AUC of every task (NaN where undefined) on each mask

@@ -16,7 +16,8 @@ from plexus.datasets.graph import Graph
 
 from .config import ModelConfig
 from .ops import NORM_SERIAL, SERIAL
-from .rocauc import mean_rocauc, serial_rocauc
+from .loss import TaskMetrics
+from .rocauc import serial_rocauc
 from .seeding import (StepCounter, dropout, initial_parameters, initial_stats,
                       parameter_layer)
 
@@ -29,7 +30,7 @@ def sparse_tensor(adj_hat) -> torch.Tensor:
                                    coo.shape).coalesce()
 
 
-class SerialModel(nn.Module):
+class SerialModel(TaskMetrics, nn.Module):
     """The model of ``cfg`` on one process, stage by stage: each stage's operator's serial
     reference (`plexus.engine.ops`, ``serial``), its bias, BatchNorm, dropout and ReLU."""
 
@@ -91,16 +92,6 @@ class SerialModel(nn.Module):
                 H = F.relu(H)
         return H
 
-    @property
-    def multilabel(self) -> bool:
-        """Whether the labels are a node×task matrix of binary tasks."""
-        return self.labels.ndim == 2
-
-    @property
-    def metric_name(self) -> str:
-        """What `metrics` measures: "acc", or "rocauc" for a multi-label task."""
-        return "rocauc" if self.multilabel else "acc"
-
     def loss(self, logits: torch.Tensor, mask: str | torch.Tensor = "train") -> torch.Tensor:
         """Mean cross-entropy over the nodes of ``mask`` (a name or a bool tensor over nodes);
         multi-label: mean binary cross-entropy with logits over their labelled (node, task)
@@ -110,13 +101,6 @@ class SerialModel(nn.Module):
             known = m[:, None] & (self.labels >= 0)
             return F.binary_cross_entropy_with_logits(logits[known], self.labels[known].float())
         return F.cross_entropy(logits[m], self.labels[m])
-
-    def metrics(self, logits: torch.Tensor) -> dict[str, float | None]:
-        """Accuracy on the train/val/test masks, or for a multi-label task the mean ROC-AUC over
-        its tasks (OGB's rule)."""
-        if self.multilabel:
-            return {k: mean_rocauc(v) for k, v in self.task_metrics(logits).items()}
-        return self.accuracy(logits)
 
     def task_metrics(self, logits: torch.Tensor) -> dict[str, np.ndarray]:
         """Multi-label: every task's ROC-AUC (NaN where undefined) on each mask."""

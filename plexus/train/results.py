@@ -122,13 +122,7 @@ def ogb_rocauc(model: GraphModel, name: str, mask: str = "test") -> dict | None:
         except RuntimeError:  # no task with both labels: ogb leaves this one out
             return float("nan")
 
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            logits = model()
-    finally:
-        model.train(was_training)
+    logits = output_blocks(model, logits=True, predictions=False)["logits"].values
     per_task = model.net.task_metrics(logits, scorer=official)[mask]
     value = mean_rocauc(per_task)
     return None if value is None else {"name": name, "metric": "rocauc", "value": value}
