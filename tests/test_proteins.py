@@ -80,6 +80,15 @@ def test_ogb_rule_skips_tasks_without_both_labels():
     per_task = serial_rocauc(labels, scores)
     assert per_task[0] == 1.0 and np.isnan(per_task[1]) and per_task[2] == 1.0
     assert mean_rocauc(per_task) == 1.0 and mean_rocauc(per_task[1:2]) is None
+    # the rank statistic is scikit-learn's trapezoid area (what OGB calls), ties included
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(0)
+    for decimals in (0, 1, 3):
+        y = rng.integers(-1, 2, 300).astype(np.int8)
+        s = np.round(rng.standard_normal(300), decimals)
+        want = roc_auc_score(y[y >= 0], s[y >= 0])
+        assert serial_rocauc(y[:, None], s[:, None])[0] == pytest.approx(want, abs=1e-12)
 
 
 # ------------------------------------------------------------------------------- ogbn-proteins

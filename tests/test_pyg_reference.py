@@ -85,8 +85,8 @@ def test_serial_equals_pyg(name, directed):
                                    atol=1e-5)
 
 
-@pytest.mark.parametrize("directed", [False, True], ids=["undirected", "directed"])
-@pytest.mark.parametrize("name", ["gcn", "sage"])
+@pytest.mark.parametrize("name,directed", [("gcn", False), ("sage", True)],
+                         ids=["gcn-undirected", "sage-directed"])
 def test_multilabel_serial_equals_pyg(name, directed):
     """Multi-label (ogbn-proteins' 112 tasks, a tenth of the labels missing): the serial
     model's loss and gradients equal torch's BCEWithLogitsLoss over the labelled entries on
