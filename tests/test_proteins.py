@@ -21,6 +21,7 @@ import torch
 
 from cli_helpers import read_log, train
 from engine_checks import multilabel_graph, toy_graph
+from plexus.api import load_outputs
 from plexus.datasets import DatasetError, Graph, load_dataset
 from plexus.datasets.ogb_loader import mean_incoming
 from plexus.datasets.proteins_standin import SPECIES, TASKS, write_proteins_standin
@@ -194,7 +195,8 @@ def test_standin_through_plexus_train_on_a_grid_to_ogbs_evaluator(standin, tmp_p
     log = tmp_path / "run.json"
     proc = train("--dataset", "ogbn-proteins", "--root", str(standin), "--grid", "2x1x1",
                  "--recipe", "ogbn-proteins-sage", "--hidden", "16", "--epochs", "10",
-                 "--cache", str(tmp_path / "cache"), "--log-json", str(log), timeout=600)
+                 "--cache", str(tmp_path / "cache"), "--log-json", str(log),
+                 "--save-predictions", str(tmp_path / "out"), timeout=600)
     assert proc.returncode == 0, proc.stderr
     records, summary = read_log(log)
     assert summary["metric"] == "rocauc" and summary["dataset"] == "ogbn-proteins"
@@ -206,3 +208,6 @@ def test_standin_through_plexus_train_on_a_grid_to_ogbs_evaluator(standin, tmp_p
     assert best["epoch"] == summary["best_epoch"]
     assert best["value"] == pytest.approx(summary["best_test_acc"], abs=1e-9)
     assert "OGB evaluator (ogbn-proteins): test rocauc" in proc.stdout
+    out = load_outputs(tmp_path / "out")  # every rank wrote its rows: 0/1 per task
+    assert out["pred"].shape == (NODES, TASKS) and out["pred"].dtype == np.int8
+    assert np.array_equal(out["pred"], (out["logits"] > 0).astype(np.int8))
