@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from .comm import Comm
 from .rocauc import distributed_rocauc, mean_rocauc
@@ -108,22 +107,26 @@ def task_block(labels: torch.Tensor, col_start: int, width: int) -> torch.Tensor
 
 class ParallelBCE(torch.autograd.Function):
     """mean over the labelled (node, task) entries of the masked nodes of
-    BCEWithLogits(z, y), for a block of z and its block of int8 labels (-1: missing).
+    BCEWithLogits(z, y) = max(z, 0) − z·y + log(1 + e^−|z|), for a block of z and its block of
+    int8 labels (-1: missing).
 
-    It keeps the logits block and the one-byte labels for backward (autograd keeps the logits
-    anyway) and one float temporary per logit while it runs."""
+    The three terms are summed one at a time (in float64), so the forward holds one float
+    buffer per logit and two one-byte masks; backward builds σ(z) − y in place in one buffer.
+    Autograd keeps the logits anyway; the labels are the model's own."""
 
     @staticmethod
     def forward(ctx, z, labels, mask, comm: Comm, rows_axis: str,
                 class_axis: str):  # noqa: D102
-        weight = (labels >= 0) & mask[:, None]
-        each = F.binary_cross_entropy_with_logits(z, labels.clamp(min=0).to(z.dtype),
-                                                  reduction="none")
+        skip = (labels < 0) | ~mask[:, None]  # entries left out of the loss
+        softplus = z.abs().neg_().exp_().log1p_().masked_fill_(skip, 0).sum(dtype=torch.float64)
+        relu = z.clamp(min=0).masked_fill_(skip, 0).sum(dtype=torch.float64)
+        skip |= labels != 1  # z·y: only the positive labels' logits
+        zy = z.masked_fill(skip, 0).sum(dtype=torch.float64)
+        del skip
         # the sum and the count in float64: the count is exact and the mean grid-independent
         # to float32 rounding
-        stats = torch.stack([each.masked_fill_(~weight, 0).sum(dtype=torch.float64),
-                             weight.sum(dtype=torch.float64)])
-        del each
+        count = ((labels >= 0) & mask[:, None]).sum(dtype=torch.float64)
+        stats = torch.stack([softplus + relu - zy, count])
         comm.raw_all_reduce(stats, rows_axis)
         comm.raw_all_reduce(stats, class_axis)
         ctx.save_for_backward(z, labels, mask)
@@ -133,8 +136,8 @@ class ParallelBCE(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         z, labels, mask = ctx.saved_tensors
-        dz = torch.sigmoid(z).sub_(labels.clamp(min=0).to(z.dtype))  # σ(z) - y
-        dz.masked_fill_(~((labels >= 0) & mask[:, None]), 0)
+        dz = torch.sigmoid(z).sub_(labels.clamp(min=0))  # σ(z) − y
+        dz.masked_fill_((labels < 0) | ~mask[:, None], 0)
         return dz.mul_(grad / ctx.count), None, None, None, None, None
 
 
