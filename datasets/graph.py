@@ -47,6 +47,23 @@ class Graph:
         """Whether the labels are a node×task matrix of binary tasks."""
         return self.labels.ndim == 2
 
+    def __repr__(self) -> str:
+        """One line of sizes (the arrays themselves can be gigabytes), e.g. ``Graph('cora':
+        2,708 nodes, 10,556 edges (undirected), 1,433 features, 7 classes, train/val/test
+        140/500/1,000)``."""
+        def count(mask: Any) -> str:
+            a = np.asarray(mask)
+            return f"{int(np.count_nonzero(a)) if a.dtype == bool else a.size:,}"
+
+        try:
+            return (f"Graph({self.name!r}: {self.num_nodes:,} nodes, {self.num_edges:,} edges "
+                    f"({'directed' if self.directed else 'undirected'}), "
+                    f"{self.num_features:,} features, {self.num_classes} classes, "
+                    f"train/val/test {count(self.train_mask)}/{count(self.val_mask)}/"
+                    f"{count(self.test_mask)})")
+        except Exception:  # noqa: BLE001 — a Graph built field by field with wrong types
+            return f"Graph({self.name!r}: not a valid graph; Graph.validate() says why)"
+
     @property
     def num_nodes(self) -> int:
         return self.adj.shape[0]

@@ -72,13 +72,14 @@ def _check_offline(name: str, root: Path, meta: dict[str, str]) -> Path:
     ds_dir = root / name.replace("-", "_")
     raw, processed = expected_ogb_files(meta)
     split_csv, split_pt = _split_files(meta)
-    if not ds_dir.is_dir():
+    release = ds_dir / f"RELEASE_v{meta['version']}.txt"
+    if not ds_dir.is_dir():  # every file asked for below, the release marker included
         raise DatasetError(f"{ds_dir}: OGB dataset directory not found; expected it to hold "
-                           f"{', '.join(raw + split_csv)} (download {meta['url']}, "
+                           f"{', '.join([release.name] + raw + split_csv)} "
+                           f"(download {meta['url']}, "
                            f"unzip it in {root} "
                            f"and rename {meta['download_name']}/ to {ds_dir.name}/)")
     # ogb asks on stdin whether to re-download when the release marker is missing.
-    release = ds_dir / f"RELEASE_v{meta['version']}.txt"
     if not release.is_file():
         raise DatasetError(f"{release}: missing (ogb would offer to re-download); create the empty "
                            f"file if {ds_dir} holds release v{meta['version']} of {name}")

@@ -130,7 +130,7 @@ def train(grid, graph, epochs):
         return {"loss": loss.item(), "test_acc": acc["test"], "serial_test_acc": serial_acc}
 
 
-if __name__ == "__main__":
+def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--grid", default="1x1x2")
     parser.add_argument("--epochs", type=int, default=100)
@@ -138,3 +138,7 @@ if __name__ == "__main__":
     result = plexus.launch(train, plexus.load_dataset("cora"), args.epochs, grid=args.grid)
     if result is not None:  # rank 0's
         print(" ".join(f"{k} {v:.4f}" for k, v in result.items()))
+
+
+if __name__ == "__main__":
+    plexus.run_script(main)  # bad input (e.g. a bad --grid): one line, status 2

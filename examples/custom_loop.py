@@ -38,7 +38,7 @@ def f1(predicted, actual):
     return 2 * tp / max(np.sum(predicted) + np.sum(actual), 1)
 
 
-if __name__ == "__main__":
+def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--grid", default="2x1x2")
     p.add_argument("--epochs", type=int, default=200)
@@ -49,3 +49,7 @@ if __name__ == "__main__":
     if result is not None:  # rank 0's (under torchrun: every other rank returns None)
         np.save(f"{args.out}/pred.npy", result.pop("pred"))
         print(" ".join(f"{k} {v:.4f}" for k, v in result.items()))
+
+
+if __name__ == "__main__":
+    plexus.run_script(main)  # bad input (e.g. a bad --grid): one line, status 2

@@ -12,13 +12,9 @@ embedded Cora instead of reading ogbn-arxiv, with the same code path.
 
 import argparse
 import os
-import sys
 
 import torch
-from ogb.nodeproppred import Evaluator
-
 import plexus
-from plexus.api import RecipeError
 
 
 def train(grid, graph, model_config, train_config):
@@ -39,10 +35,8 @@ def train(grid, graph, model_config, train_config):
             best_pred = plexus.gather_predictions(model)
     if grid.rank != 0:
         return None
-    test = graph.test_mask
-    result = Evaluator("ogbn-arxiv").eval({"y_true": graph.labels[test].reshape(-1, 1),
-                                           "y_pred": best_pred[test].reshape(-1, 1)})
-    return {"best_epoch": best_epoch, "best_val_acc": best_val, "test_acc": result["acc"]}
+    result = plexus.ogb_evaluate(graph, best_pred, "test", name="ogbn-arxiv")  # OGB's Evaluator
+    return {"best_epoch": best_epoch, "best_val_acc": best_val, "test_acc": result["value"]}
 
 
 def main():
@@ -56,17 +50,14 @@ def main():
     args = p.parse_args()
     recipe = plexus.RECIPES["ogbn-arxiv-gcn"]
     overrides = {} if args.hidden is None else {"hidden": args.hidden}
-    try:
-        model_config = recipe.model_config(**overrides)
-    except RecipeError as e:
-        sys.exit(f"ogbn_arxiv.py: error: {e}")
+    model_config = recipe.model_config(**overrides)  # a bad override: one line (run_script)
     train_config = recipe.train_config(**({} if args.epochs is None else {"epochs": args.epochs}))
     if args.stand_in:
         graph = plexus.load_dataset("cora")
     elif args.root:
         graph = plexus.load_dataset(recipe.dataset, args.root)
     else:
-        sys.exit("ogbn_arxiv.py: error: give --root DIR (where ogbn-arxiv is) or --stand-in")
+        raise plexus.UsageError("give --root DIR (where ogbn-arxiv is) or --stand-in")
     if recipe.symmetrize:
         graph = graph.to_undirected()
     result = plexus.launch(train, graph, model_config, train_config, grid=args.grid)
@@ -76,4 +67,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    plexus.run_script(main)  # bad input (a missing dataset, a bad grid): one line, status 2

@@ -55,6 +55,9 @@ _EXPORTS = {
     "save_weights": "plexus.api",
     "full_weights": "plexus.api",
     "RECIPES": "plexus.api",
+    "run_script": "plexus.api",
+    "ogb_evaluate": "plexus.api",
+    "UsageError": "plexus.core.cli",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -77,7 +80,8 @@ if TYPE_CHECKING:  # noqa: F401 — for type checkers and IDEs: the same names, 
     from plexus.api import (RECIPES, GatherTooLargeError, GraphModel, distributed_model,
                             full_weights, gather_embeddings, gather_logits, gather_outputs,
                             gather_predictions, init, launch, load_outputs, save_outputs,
-                            save_weights)
+                            ogb_evaluate, run_script, save_weights)
+    from plexus.core.cli import UsageError
     from plexus.core.grid import GridShape
     from plexus.datasets import Graph, gcn_normalize, load_dataset
     from plexus.engine.build import build_model

@@ -543,3 +543,24 @@ def test_every_model_kind_exports_to_its_pyg_stack(model, tmp_path):
     # GIN sums its neighbours: logits reach tens, so rounding is relative there
     np.testing.assert_allclose(logits.numpy(), saved["logits"], atol=1e-5, rtol=1e-5)
     np.testing.assert_allclose(seen[0].numpy(), saved["embeddings"], atol=1e-5, rtol=1e-5)
+
+
+def test_graph_repr_is_one_line_and_ogb_evaluate_is_the_official_metric():
+    import plexus
+    from plexus.datasets import DatasetError
+
+    cora = plexus.load_dataset("cora")
+    assert repr(cora) == ("Graph('cora': 2,708 nodes, 10,556 edges (undirected), 1,433 features, "
+                          "7 classes, train/val/test 140/500/1,000)")
+    rng = np.random.default_rng(0)
+    pred = np.where(rng.random(cora.num_nodes) < 0.7, cora.labels, 0)
+    t = cora.test_mask
+    got = plexus.ogb_evaluate(cora, pred, "test", name="ogbn-arxiv")
+    assert got["name"] == "ogbn-arxiv" and got["metric"] == "acc"
+    assert got["value"] == pytest.approx(float((pred[t] == cora.labels[t]).mean()))
+    assert plexus.ogb_evaluate(cora, pred, cora.val_mask, name="ogbn-arxiv")["value"] == \
+        pytest.approx(float((pred[cora.val_mask] == cora.labels[cora.val_mask]).mean()))
+    with pytest.raises(DatasetError, match="not an OGB node-property dataset"):
+        plexus.ogb_evaluate(cora, pred)  # cora is no OGB dataset
+    with pytest.raises(DatasetError, match="rows for 2708 nodes"):
+        plexus.ogb_evaluate(cora, pred[:10], name="ogbn-arxiv")

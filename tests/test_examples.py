@@ -81,3 +81,16 @@ def test_ogbn_arxiv_example_loop_with_a_plain_gcn(tmp_path):
     assert proc.returncode == 0, proc.stderr
     epoch, val, test = proc.stdout.split()
     assert 1 <= int(epoch) <= 40 and float(val) > 0.6 and float(test) > 0.6, proc.stdout
+
+
+def test_examples_report_bad_input_in_one_line(tmp_path):
+    """As the command-line tools do (`plexus.run_script`): no traceback, exit status 2; the OGB
+    message lists every file the loader will ask for, the release marker included."""
+    proc = run(str(EXAMPLES / "ogbn_arxiv.py"), "--root", str(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("ogbn_arxiv.py: error: ")
+    assert "ogbn_arxiv: OGB dataset directory not found; expected it to hold RELEASE_v1.txt, " \
+        "raw/edge.csv.gz" in proc.stderr
+    proc = run(str(EXAMPLES / "custom_loop.py"), "--grid", "3x3", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("custom_loop.py: error: bad grid '3x3'"), proc.stderr

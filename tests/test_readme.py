@@ -83,6 +83,19 @@ EXPENSIVE = {
     "bash study/slurm/submit.sh": "needs SLURM (sbatch)",
 }
 
+# "Install into your own environment": commands for a user's own environment, not ./run's (so
+# they are the README's only bare commands); not run here: they install into the environment
+# that runs the tests.
+OWN_ENVIRONMENT = {
+    "pip install torch --index-url https://download.pytorch.org/whl/cpu":
+        "downloads torch from pytorch.org (no internet here)",
+    "pip install .": "would install into the test environment",
+    'pip install ".[test]"': "would install into the test environment",
+    "plexus-train --grid 1x1x1 --epochs 2": "needs the installed package's scripts on PATH; the "
+                                            "same run as ./run train, tested throughout",
+}
+EXPENSIVE.update(OWN_ENVIRONMENT)
+
 
 def readme_commands(text: str) -> list[tuple[str, str]]:
     """(command as written, its key: without the trailing comment, spaces collapsed) of every
@@ -117,7 +130,8 @@ def test_every_readme_command_is_classified():
 def test_no_bare_console_script_in_the_readme():
     # a bare plexus-train is "command not found" in a fresh shell: every command goes via ./run
     for line, key in COMMANDS:
-        if key != "(sbatch script)" and not key.startswith("bash "):  # a generated script
+        if key != "(sbatch script)" and not key.startswith("bash ") \
+                and key not in OWN_ENVIRONMENT:  # a generated script; a user's own environment
             assert key.startswith("./run "), line
 
 
@@ -225,3 +239,24 @@ def test_benchmark_readme_commands_name_real_scripts_and_options():
             REPO / "benchmarks" / "common.py").read_text(encoding="utf-8")
         for flag in (w for w in words[3:] if w.startswith("--")):
             assert f'"{flag}"' in source, f"{line}: {script.name} has no {flag}"
+
+
+def test_readme_grid_auto_sample_is_what_the_command_prints(capsys):
+    """The README quotes `--grid auto`'s line for Cora on 2 ranks: it must be the line printed
+    (the model's predictions are deterministic)."""
+    from plexus.train.cli import build_options, build_parser
+
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    quoted = re.search(r"`\./run train --grid auto --world-size 2` prints `(plexus-train: --grid "
+                       r"auto: .*?)`", text)
+    assert quoted, "the README's --grid auto sample is gone"
+    build_options(build_parser().parse_args(["--grid", "auto", "--world-size", "2"]), None)
+    assert capsys.readouterr().out.strip() == quoted.group(1)
+
+
+def test_readme_lists_every_console_script():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    listed = re.search(r"The console scripts \((.*?)\) live in", text)
+    assert listed and set(re.findall(r"`([\w-]+)`", listed.group(1))) == set(scripts)

@@ -123,6 +123,14 @@ def test_report_csv_has_a_row_per_run(study):
     assert float(by_grid["2x1x1"]["t_all_reduce:x_max_s"]) >= \
         float(by_grid["2x1x1"]["t_all_reduce:x_mean_s"]) > 0
     assert "Spearman" in study["report"].stdout
+    # the sweep measured this machine's rates and the report priced its predictions with them
+    assert (study["out"] / "calibration.json").is_file()
+    assert "predictions priced with" in study["report"].stdout
+    assert "UNCALIBRATED" not in study["report"].stderr
+    assert all(float(r["predicted_over_measured"]) > 0 for r in rows)
+    # one epoch rule: timers over the timed epochs (2..N) as the epoch times
+    assert all(r["timers_epochs"] == "timed" for r in rows)
+    assert all(r["spread_flagged"] == "False" for r in rows)  # one repeat each: no spread
     assert "weak-scaling efficiency T(1)/T(G), best grid per G: G=1 1.00, G=2 " in \
         study["report"].stdout
 
@@ -272,3 +280,42 @@ def test_a_failed_run_is_reported_and_retried(tmp_path):
     assert not list((out / "runs").glob("*.json"))
     again = cli("sweep", *args)  # not skipped: its log is not complete
     assert again.returncode == 1 and "0 already complete" in again.stdout
+
+
+def test_report_flags_a_repeat_spread_and_draws_only_what_it_has(study, tmp_path, monkeypatch,
+                                                                  capsys):
+    """Two repeats of 1x1x1 ten times apart: flagged in the CSV, on stderr and in the figure;
+    no calibration: the titles say the predictions are uncalibrated; no weak runs: no weak
+    figure (an old one is removed)."""
+    import plexus.studies.plots as plots
+    from plexus.studies.cli import report_main
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    src = (study["out"] / "runs" / f"{slug(SPEC)}_1x1x1_r0.json").read_text().splitlines()
+    slow = [json.dumps({**json.loads(line), "epoch_time_s": 10 * json.loads(line)["epoch_time_s"]})
+            if '"summary"' not in line else line for line in src]
+    (runs / "a_1x1x1_r0.json").write_text("\n".join(src) + "\n")
+    (runs / "a_1x1x1_r1.json").write_text("\n".join(slow) + "\n")
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "weak_scaling.png").write_bytes(b"old")
+    titles = {}
+    save = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: (
+        titles.__setitem__(Path(path).name, fig.axes[0].get_title()), save(fig, path))[1])
+    assert report_main([str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "differ 10.0x in median epoch time" in err and "UNCALIBRATED" in err
+    rows = read_csv(tmp_path / "report" / "runs.csv")
+    assert [r["spread_flagged"] for r in rows] == ["True", "True"]
+    assert abs(float(rows[0]["repeat_spread"]) - 10.0) < 1e-6
+    assert not (tmp_path / "report" / "weak_scaling.png").exists()
+    assert "weak_scaling.png" not in titles and "strong_scaling.png" in titles
+    for name, title in titles.items():
+        assert "UNCALIBRATED: the model's built-in GPU rates" in title, name
+        assert "all but the first (warm-up)" in title, name
+    calibration = tmp_path / "rates.json"
+    calibration.write_text(json.dumps({"spmm_flops": 1e9, "gemm_flops": 1e10}))
+    assert report_main([str(tmp_path), "--calibration", str(calibration)]) == 0
+    assert "UNCALIBRATED" not in capsys.readouterr().err
+    assert all(f"calibrated by {calibration}" in t for t in titles.values())

@@ -316,10 +316,22 @@ def test_json_log_appears_only_when_complete(tmp_path):
 
 
 def test_summary_records_measured_memory_per_rank(tmp_path):
+    import time
+
     log = tmp_path / "run.json"
+    begun = time.time()
     proc = train("--grid", "2x1x1", "--epochs", "3", "--log-json", str(log), timeout=600)
+    took = time.time() - begun
     assert proc.returncode == 0, proc.stderr
-    memory = read_log(log)[1]["memory"]
+    summary = read_log(log)[1]
+    # the wall time counts from the command's start: start-up (interpreter, imports, starting
+    # the workers) is its own part, and the total is most of what the command took (not the
+    # workers' exit after the summary); it was 1.5 s of 10.9 before start-up was counted
+    wall = summary["wall_time"]
+    assert summary["startup_from"] == "the command's start" and wall["startup_s"] > 0.5
+    assert 0.6 * took < wall["total_s"] <= took
+    assert "wall time: " in proc.stdout and " = start-up " in proc.stdout
+    memory = summary["memory"]
     assert set(memory) == {"peak_rss_bytes", "tracked_peak_bytes", "cuda_peak_bytes",
                            "predicted_bytes", "predicted_setup_bytes", "train_peak_rss_bytes",
                            "setup_peak_rss_bytes"}
@@ -332,3 +344,22 @@ def test_summary_records_measured_memory_per_rank(tmp_path):
         assert train_rss is None or tracked < train_rss <= rss
     assert memory["predicted_bytes"] > 0
     assert "memory per rank: peak RSS " in proc.stdout
+    assert "; predicted " in proc.stdout and "; model " not in proc.stdout  # not the GNN's size
+
+
+def test_device_flag(capsys):
+    """--device cuda on a machine without CUDA: one line, status 2, before anything starts;
+    --device cpu is the gloo path every CPU run takes."""
+    from plexus.runtime.env import LaunchError, default_device, use_cuda
+    from plexus.train import main
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert main(["--grid", "1x1x1", "--epochs", "1", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--device cuda: device cuda asked for, but CUDA is not " \
+        "available: this torch is a CPU build" in err, err
+    with pytest.raises(LaunchError, match="CUDA is not available"):
+        use_cuda("cuda")
+    assert default_device("cpu").type == "cpu" and default_device(None).type == "cpu"
+    assert main(["--grid", "1x1x1", "--epochs", "1", "--device", "cpu", "--quiet"]) == 0

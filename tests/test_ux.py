@@ -136,15 +136,16 @@ def test_wall_time_parts_add_up_by_construction():
 
     history = [EpochStats(1, 1.0, 0.1, 0.1, 0.1, 0.25, 0.5),
                EpochStats(2, 1.0, None, None, None, 0.75, 0.0)]
-    w = WallTime.of(history, setup_s=2.0, total_s=10.0, final_eval_s=1.5)
+    w = WallTime.of(history, setup_s=2.0, total_s=13.0, final_eval_s=1.5, startup_s=3.0)
     assert (w.train_steps_s, w.eval_s, w.other_s) == (1.0, 2.0, 5.0)
     d = w.as_dict()
-    assert d["setup_s"] + d["train_steps_s"] + d["eval_s"] + d["other_s"] == d["total_s"]
+    assert d["startup_s"] + d["setup_s"] + d["train_steps_s"] + d["eval_s"] + d["other_s"] \
+        == d["total_s"]
     lines = format_wall_time(d, 2, 2)
-    assert lines[0] == ("  wall time: 10.00 s = set-up 2.00 s + training steps 1.00 s + "
-                        "evaluation 2.00 s + other 5.00 s")
-    assert lines[1] == ("    (2 steps of 500.0 ms; 2 evaluations; other: checkpoints, logs, "
-                        "the summary)")
+    assert lines[0] == ("  wall time: 13.00 s = start-up 3.00 s + set-up 2.00 s + training "
+                        "steps 1.00 s + evaluation 2.00 s + other 5.00 s")
+    assert lines[1] == ("    (start-up: from the command's start to the rank's start; 2 steps "
+                        "of 500.0 ms; 2 evaluations; other: checkpoints, logs, the summary)")
 
 
 def test_summary_reports_three_time_figures_that_add_up(tmp_path, capsys):
@@ -163,16 +164,17 @@ def test_summary_reports_three_time_figures_that_add_up(tmp_path, capsys):
     epochs, summary = records[:-1], records[-1]
     w = summary["wall_time"]
     assert all(w[k] >= 0 for k in w), w
-    assert w["setup_s"] + w["train_steps_s"] + w["eval_s"] + w["other_s"] == pytest.approx(
-        w["total_s"], abs=1e-9)
+    assert w["startup_s"] + w["setup_s"] + w["train_steps_s"] + w["eval_s"] + w["other_s"] \
+        == pytest.approx(w["total_s"], abs=1e-9)
+    assert summary["startup_from"] == "the command's start"  # main(argv): from the call
     assert w["train_steps_s"] == pytest.approx(sum(r["epoch_time_s"] for r in epochs))
     # epochs 2, 4 and the last are evaluated; the others' evaluation time is 0
     assert [r["eval_time_s"] > 0 for r in epochs] == [False, True, False, True, True]
     assert w["eval_s"] == pytest.approx(sum(r["eval_time_s"] for r in epochs))
     assert summary["evaluations"] == 3 and summary["epochs_run"] == 5
     # the printed line: total = the labelled parts, to the printed rounding
-    m = re.search(r"wall time: (.+?) = set-up (.+?) \+ training steps (.+?) \+ evaluation "
-                  r"(.+?) \+ other (.+?)\n", out)
+    m = re.search(r"wall time: (.+?) = start-up (.+?) \+ set-up (.+?) \+ training steps (.+?) "
+                  r"\+ evaluation (.+?) \+ other (.+?)\n", out)
     assert m, out
     total, *parts = (_seconds(x) for x in m.groups())
     assert sum(parts) == pytest.approx(total, rel=0.01, abs=0.005)

@@ -6,7 +6,9 @@ results out.
 predictions and embeddings gathered on rank 0 in the original node order, for graphs small
 enough), `outputs` (the same written by every rank into its own rows of memory-mapped .npy
 files, for any size), `export`
-(unsharded weights under PyG's parameter names), `recipes` (the OGB examples' settings).
+(unsharded weights under PyG's parameter names), `recipes` (the OGB examples' settings),
+`script` (`run_script`: a script's bad input as one line, as the command-line tools say it),
+`ogb` (`ogb_evaluate`: the official OGB evaluator on gathered predictions).
 It sits at the application level, beside `plexus.train`, which uses it for its results.
 """
 
@@ -16,6 +18,8 @@ from .recipes import RECIPES, Recipe, RecipeError
 from .outputs import OutputsError, load_outputs, save_outputs
 from .results import (GatherTooLargeError, gather_embeddings, gather_logits, gather_outputs,
                       gather_predictions)
+from .ogb import ogb_evaluate
+from .script import USER_ERRORS, run_script
 from .session import init, launch
 
 __all__ = [
@@ -23,5 +27,6 @@ __all__ = [
     "gather_embeddings", "gather_logits", "gather_outputs", "gather_predictions",
     "GatherTooLargeError", "save_outputs", "load_outputs", "OutputsError",
     "pyg_names", "export_payload", "full_weights", "pyg_state_dict", "save_weights",
-    "RECIPES", "Recipe", "RecipeError", "init", "launch",
+    "RECIPES", "Recipe", "RecipeError", "init", "launch", "run_script", "USER_ERRORS",
+    "ogb_evaluate",
 ]

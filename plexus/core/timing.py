@@ -1,7 +1,9 @@
-"""Timing a call repeatedly (calibration and benchmarks share one loop)."""
+"""Timing a call repeatedly (calibration and benchmarks share one loop), and when this process
+started (a run's wall time counts from there)."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable
 
@@ -16,3 +18,18 @@ def time_calls(fn: Callable[[], object], reps: int, warmup: int = 1) -> list[flo
         fn()
         out.append(time.perf_counter() - start)
     return out
+
+
+def process_start_time() -> float | None:
+    """When this process started, on the `time.time` clock (Linux: /proc, 10 ms resolution);
+    None where that cannot be read."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            # fields after the command name (which may hold spaces): field 22 is the start
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        age = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.time() - max(age, 0.0)

@@ -121,20 +121,35 @@ def threads_per_worker(local_workers: int, cores: int | None = None) -> int:
     return max(1, (cores if cores is not None else available_cores()) // max(1, local_workers))
 
 
-def use_cuda() -> bool:
-    """Whether workers run on GPUs (NCCL) rather than CPUs (gloo)."""
-    return torch.cuda.is_available()
+#: The devices a job may be asked to run on (None: a GPU where CUDA is available, else the CPU).
+DEVICES = ("cpu", "cuda")
 
 
-def check_local_devices(local_workers: int) -> None:
+def use_cuda(device: str | None = None) -> bool:
+    """Whether workers run on GPUs (NCCL) rather than CPUs (gloo): as ``device`` asks ("cpu"
+    or "cuda"; `LaunchError` when CUDA is asked for and this machine has none), or, for None,
+    wherever CUDA is available."""
+    if device is None:
+        return torch.cuda.is_available()
+    if device not in DEVICES:
+        raise LaunchError(f"device {device!r}: expected one of {', '.join(DEVICES)}")
+    if device == "cuda" and not torch.cuda.is_available():
+        why = ("this torch is a CPU build" if torch.version.cuda is None
+               else "no GPU is visible (CUDA_VISIBLE_DEVICES, drivers)")
+        raise LaunchError(f"device cuda asked for, but CUDA is not available: {why}; run on the "
+                          "CPU (device cpu) or install a CUDA build of torch")
+    return device == "cuda"
+
+
+def check_local_devices(local_workers: int, device: str | None = None) -> None:
     """On a GPU node every local worker needs its own GPU (NCCL refuses to share one)."""
-    if use_cuda() and local_workers > torch.cuda.device_count():
+    if use_cuda(device) and local_workers > torch.cuda.device_count():
         raise LaunchError(f"{local_workers} workers on this node but only "
                           f"{torch.cuda.device_count()} GPUs; use a grid with at most that many "
                           "ranks per node, or hide the GPUs (CUDA_VISIBLE_DEVICES=) to run on CPUs")
 
 
-def default_device() -> torch.device:
-    """The device a rank of this machine runs on when none is given: a GPU if CUDA is available
-    (each local rank then takes ``cuda:LOCAL_RANK``), else the CPU."""
-    return torch.device("cuda" if use_cuda() else "cpu")
+def default_device(device: str | None = None) -> torch.device:
+    """The device a rank of this machine runs on: ``device`` as `use_cuda` reads it; for None a
+    GPU if CUDA is available (each local rank then takes ``cuda:LOCAL_RANK``), else the CPU."""
+    return torch.device("cuda" if use_cuda(device) else "cpu")

@@ -16,16 +16,19 @@ from .env import JobEnv, LaunchError, threads_per_worker, use_cuda
 DEFAULT_TIMEOUT_S = 300.0
 
 
-def init_process_group(env: JobEnv, timeout_s: float, cpu: bool = False) -> torch.device:
+def init_process_group(env: JobEnv, timeout_s: float, cpu: bool = False,
+                       device: str | None = None) -> torch.device:
     """Join the job's default process group; return this rank's device.
 
     Sets the torch thread count first (before any parallel work), so workers sharing a node do
     not oversubscribe its cores. ``cpu``: a gloo group on the CPU even where GPUs are (for jobs
-    that only coordinate, such as the partitioner's).
+    that only coordinate, such as the partitioner's). ``device``: "cuda" (NCCL, this local
+    rank's GPU; `LaunchError` without CUDA), "cpu" (gloo), None: CUDA where it is available.
+    The rest of the run is the same code on either.
     """
     torch.set_num_threads(threads_per_worker(env.local_world_size))
     timeout = timedelta(seconds=timeout_s)
-    if use_cuda() and not cpu:
+    if not cpu and use_cuda(device):
         if env.local_rank >= torch.cuda.device_count():
             raise LaunchError(f"local rank {env.local_rank} has no GPU: this node has "
                               f"{torch.cuda.device_count()}")

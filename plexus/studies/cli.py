@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import statistics
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -23,7 +24,8 @@ from .plan import (
     parse_world_sizes,
     plan_runs,
 )
-from .sweep import SweepError, run_sweep
+from .collect import SPREAD_THRESHOLD
+from .sweep import CALIBRATION, SweepError, run_sweep
 
 SWEEP, REPORT = "plexus-sweep", "plexus-report"
 
@@ -78,6 +80,10 @@ def sweep_parser() -> argparse.ArgumentParser:
                    help="the Python with plexus installed (default: this one)")
     r.add_argument("--run-timeout", type=float, metavar="SECONDS",
                    help="stop a local run after this long (default: no limit)")
+    r.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                   help="do not measure this machine's rates into OUT/calibration.json before "
+                        "the first run (a few seconds; local and torchrun launchers), which "
+                        "plexus-report uses for its predictions")
     sl = p.add_argument_group("SLURM (--launcher slurm)")
     sl.add_argument("--array", action="store_true",
                     help="one job array per world size instead of one script per run")
@@ -133,7 +139,8 @@ def sweep_main(argv: Sequence[str] | None = None) -> int:
                              gpus_per_node=a.gpus_per_node, time=a.time, partition=a.partition,
                              account=a.account, sbatch=tuple(a.sbatch), setup=tuple(a.setup))
         result = run_sweep(request, plans, a.out, a.launcher, python=a.python, slurm=slurm,
-                           array=a.array, argv=argv, timeout_s=a.run_timeout)
+                           array=a.array, argv=argv, timeout_s=a.run_timeout,
+                           calibrate=a.calibrate)
     except (UsageError, PlanError, SweepError, ValueError, OSError) as e:
         return report_error(SWEEP, e)
     except KeyboardInterrupt:
@@ -162,7 +169,12 @@ def report_parser() -> argparse.ArgumentParser:
     p.add_argument("results", type=Path, metavar="RESULTS", help="the folder of plexus-sweep --out")
     p.add_argument("--calibration", metavar="FILE",
                    help="machine rates for the predicted times (plexus-bench calibrate); "
-                        "default: the model's order-of-magnitude GPU rates")
+                        "default: RESULTS/calibration.json, which plexus-sweep measures, else "
+                        "the model's order-of-magnitude GPU rates (the figures then say the "
+                        "predictions are uncalibrated)")
+    p.add_argument("--spread-threshold", type=float, default=SPREAD_THRESHOLD, metavar="R",
+                   help="flag a configuration whose repeats' median epoch times differ by more "
+                        f"than this factor (default {SPREAD_THRESHOLD})")
     return p
 
 
@@ -178,9 +190,14 @@ def report_main(argv: Sequence[str] | None = None) -> int:
         a = report_parser().parse_args(argv)
         if not (a.results / "runs").is_dir():
             raise UsageError(f"{a.results} has no runs/ folder; give the --out of plexus-sweep")
+        if not (a.spread_threshold >= 1.0 and math.isfinite(a.spread_threshold)):
+            raise UsageError(f"--spread-threshold must be a factor >= 1, got {a.spread_threshold}")
         folder = ResultsFolder(a.results)
+        measured = folder.root / CALIBRATION
+        if a.calibration is None and folder.read_text(measured) is not None:
+            a.calibration = str(measured)  # what the sweep measured on the runs' machine
         calibration = load_calibration(a.calibration)
-        rows, manifest = collect(folder, calibration)
+        rows, manifest = collect(folder, calibration, a.spread_threshold)
         out = folder.subdir("report")
         csv_path = write_csv(folder.target(out / "runs.csv"), rows, columns(rows))
         hosts = sorted({str(r.get("host")) for r in rows})
@@ -201,13 +218,33 @@ def report_main(argv: Sequence[str] | None = None) -> int:
              for r in rows]
     print(format_table(["run", "grid", "G", "epoch s (median)", "min..max", "predicted s",
                         "comm s (mean)", "bytes = model"], table))
+    warned = set()
+    for r in rows:
+        if r.get("spread_flagged") and (r["dataset"], r["grid"]) not in warned:
+            warned.add((r["dataset"], r["grid"]))
+            print(f"{REPORT}: warning: the {r['repeats']} repeats of {r['grid']} on "
+                  f"{r['dataset']} differ {r['repeat_spread']:.1f}x in median epoch time "
+                  f"(threshold {a.spread_threshold:g}): their median says little",
+                  file=sys.stderr)
+    if calibration.source == "defaults":
+        print(f"{REPORT}: predictions are UNCALIBRATED (the model's built-in GPU rates, not this "
+              "machine's): give --calibration FILE (plexus-bench calibrate)", file=sys.stderr)
+    else:
+        print(f"predictions priced with {calibration.source}")
+    ratios = [r["predicted_over_measured"] for r in rows if r.get("predicted_over_measured")]
+    if ratios:
+        near = sum(1 / 3 <= v <= 3 for v in ratios)
+        print(f"predicted / measured epoch time: median {statistics.median(ratios):.3g} "
+              f"({min(ratios):.3g}..{max(ratios):.3g}); within 3x for {near} of {len(ratios)} "
+              "runs")
     rho = figs["spearman"]
     if rho is not None:
         print(f"Spearman rank correlation, measured vs predicted epoch time: {rho:.2f}")
     if figs["weak_efficiency"]:
         print("weak-scaling efficiency T(1)/T(G), best grid per G: " + ", ".join(
             f"{k} {v:.2f}" for k, v in figs["weak_efficiency"].items()))
-    print(f"{REPORT}: wrote {csv_path} and {len(figs['files'])} figure(s) in {out}")
+    skipped = f" (nothing to draw: {', '.join(figs['skipped'])})" if figs["skipped"] else ""
+    print(f"{REPORT}: wrote {csv_path} and {len(figs['files'])} figure(s) in {out}{skipped}")
     return 0
 
 

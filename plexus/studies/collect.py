@@ -1,12 +1,19 @@
 """plexus-train JSON logs to report rows: one row per run, with the performance model's
 predictions for the same graph, model and grid.
 
-Figures per epoch: the epoch time is rank 0's training step (forward, backward, Adam; collectives
-make it wait for the slowest rank); its median and spread are over the timed epochs, every epoch
-but the first (warm-up: first-touch allocations) when there are two or more. Timers and bytes are
-totals of the run in the log, divided by the epochs run; timers give the slowest rank (max) and
-the mean over ranks, so imbalance stays visible. Memory comes from the log's ``memory`` record
-when the run measured it (max and mean over ranks); the prediction is the log's or the model's.
+One epoch-selection rule for every figure: the timed epochs are every epoch but the first
+(warm-up: first-touch allocations) when there are two or more. The epoch time is rank 0's
+training step (forward, backward, Adam; collectives make it wait for the slowest rank); its
+median and spread are over the timed epochs. Timers are the log's ``timers_timed`` (the same
+timed epochs, max and mean over ranks, so imbalance stays visible) divided by their count; an
+older log without them gives the run's totals divided by the epochs run (``timers_epochs`` says
+which). Bytes are the run's totals divided by the epochs run. Memory comes from the log's
+``memory`` record when the run measured it (max and mean over ranks); the prediction is the
+log's or the model's.
+
+Repeats of one configuration (dataset and grid) are compared: ``repeat_spread`` is the slowest
+repeat's median epoch time over the fastest one's, and ``spread_flagged`` marks a spread above
+the report's threshold (such a median says little; the figures draw every repeat).
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from .schema import EPOCH_RECORD, SUMMARY_RECORD, SchemaError, check, parse_json
 from .sweep import read_manifest
 
 MEMORY_KINDS = ("peak_rss", "tracked_peak", "cuda_peak")
+#: Repeats whose median epoch times differ by more than this factor are flagged.
+SPREAD_THRESHOLD = 1.5
 
 
 class ReportError(ValueError):
@@ -138,7 +147,6 @@ def run_row(rid: str, epochs: list[dict[str, Any]], summary: dict[str, Any],
                          summary.get("model") or {})
     runs = max(int(summary.get("epochs_run") or 0), 1)
     times = timed_epochs(epochs)
-    all_times = [float(e["epoch_time_s"]) for e in epochs if e.get("epoch_time_s") is not None]
     row: dict[str, Any] = {
         "run_id": rid, "dataset": summary.get("dataset"), "spec": info.get("dataset"),
         "grid": str(grid), "x": grid["x"], "y": grid["y"], "z": grid["z"],
@@ -155,21 +163,27 @@ def run_row(rid: str, epochs: list[dict[str, Any]], summary: dict[str, Any],
         "epoch_time_p25_s": quantile(times, 0.25) if times else None,
         "epoch_time_p75_s": quantile(times, 0.75) if times else None,
         "epoch_time_max_s": max(times) if times else None,
-        "epoch_time_mean_all_s": statistics.fmean(all_times) if all_times else None,
+        "epoch_time_mean_s": statistics.fmean(times) if times else None,
         "final_loss": (summary.get("final") or {}).get("loss"),
     }
-    timers = summary.get("timers") or {}
+    timed = summary.get("timers_timed")
+    if timed and timed.get("epochs"):  # the timed epochs only, as the epoch times above
+        timers, per = timed.get("timers") or {}, int(timed["epochs"])
+        row["timers_epochs"] = "timed"
+    else:  # an older log: totals of every epoch, the first included
+        timers, per = summary.get("timers") or {}, runs
+        row["timers_epochs"] = "all"
     compute = comm = 0.0
     for name in sorted(timers):
-        mx, mean = timers[name]["max"] / runs, timers[name]["mean"] / runs
+        mx, mean = timers[name]["max"] / per, timers[name]["mean"] / per
         row[f"t_{name}_max_s"], row[f"t_{name}_mean_s"] = mx, mean
         if ":" in name:
             comm += mean
         elif name in ("spmm", "gemm"):
             compute += mean
     row["compute_mean_s"], row["comm_mean_s"] = compute, comm
-    if row["epoch_time_mean_all_s"] is not None and timers:
-        row["other_mean_s"] = max(row["epoch_time_mean_all_s"] - compute - comm, 0.0)
+    if row["epoch_time_mean_s"] is not None and timers:
+        row["other_mean_s"] = max(row["epoch_time_mean_s"] - compute - comm, 0.0)
     comm_total = summary.get("comm_bytes") or {}
     comm_max = summary.get("comm_bytes_max_rank") or {}
     for a in AXES:
@@ -179,6 +193,8 @@ def run_row(rid: str, epochs: list[dict[str, Any]], summary: dict[str, Any],
     pred = predictions(summary, epochs, calibration)
     model_bytes = {a: pred.pop(f"model_bytes_{a}_run", None) for a in AXES}
     row.update(pred)
+    if row.get("predicted_time_s") and row["epoch_time_median_s"]:
+        row["predicted_over_measured"] = row["predicted_time_s"] / row["epoch_time_median_s"]
     if row.get("mem_logged_predicted_bytes") is not None:
         row["predicted_memory_bytes"] = row["mem_logged_predicted_bytes"]
     if all(v is not None for v in model_bytes.values()) and comm_max:
@@ -203,8 +219,23 @@ def add_loss_diffs(rows: list[dict[str, Any]], losses: dict[str, list[float]]) -
                                           if a is not None and b is not None)
 
 
-def collect(results: Path | ResultsFolder, calibration: Any = None
-            ) -> tuple[list[dict[str, Any]], dict]:
+def add_repeat_spread(rows: list[dict[str, Any]], threshold: float = SPREAD_THRESHOLD) -> None:
+    """``repeat_spread`` (slowest over fastest median epoch time of the repeats of the same
+    dataset and grid; None for a single run) and ``spread_flagged`` (spread > ``threshold``)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((str(r.get("spec") or r["dataset"]), r["grid"]), []).append(r)
+    for group in groups.values():
+        medians = [r["epoch_time_median_s"] for r in group if r["epoch_time_median_s"]]
+        spread = max(medians) / min(medians) if len(medians) > 1 else None
+        for r in group:
+            r["repeats"] = len(group)
+            r["repeat_spread"] = spread
+            r["spread_flagged"] = spread is not None and spread > threshold
+
+
+def collect(results: Path | ResultsFolder, calibration: Any = None,
+            spread_threshold: float = SPREAD_THRESHOLD) -> tuple[list[dict[str, Any]], dict]:
     """(rows, manifest) of every complete log in ``results/runs``; raises ReportError when there
     is none. Logs without a manifest entry count as strong-scaling runs. Every file is read
     through `ResultsFolder` (inside the folder, regular files only) and schema-checked: a bad
@@ -235,6 +266,7 @@ def collect(results: Path | ResultsFolder, calibration: Any = None
         raise ReportError(f"no complete run log in {runs}; run plexus-sweep first")
     rows.sort(key=lambda r: (str(r["dataset"]), r["world_size"], r["grid"], r["repeat"] or 0))
     add_loss_diffs(rows, losses)
+    add_repeat_spread(rows, spread_threshold)
     return rows, manifest
 
 

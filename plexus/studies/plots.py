@@ -1,7 +1,8 @@
 """The figures of a scaling study, from report rows (matplotlib on the Agg backend, PNG files):
 
-- ``strong_scaling.png``  epoch time vs ranks G: every grid with min..max bars, the best grid per
-  G joined, the ideal T(G0)·G0/G; the performance model's pick marked
+- ``strong_scaling.png``  epoch time vs ranks G: every grid with quartile bars and every repeat
+  as a point (a repeat spread above the threshold ringed and labelled), the best grid per G
+  joined, the ideal T(G0)·G0/G; the performance model's pick marked
 - ``breakdown.png``       seconds per epoch per grid, stacked: SpMM, GEMM, each collective, other
 - ``comm_share.png``      share of the epoch in compute, communication and other, per grid,
   beside the model's predicted communication share
@@ -9,6 +10,11 @@
   ranks, predicted
 - ``weak_scaling.png``    weak-scaling efficiency T(1)/T(G) of the best grid per G
 - ``predicted_vs_measured.png``  measured vs model-predicted epoch time, Spearman's ρ
+
+Every figure reads the same epochs of each run, every one but the first (`plexus.studies.collect`),
+and says so in its title, with where the predictions' machine rates come from: a calibration, or
+the model's built-in GPU rates (then the title says the predictions are uncalibrated). A figure
+with nothing to draw (no weak-scaling runs, no memory figures, ...) is not written.
 """
 
 from __future__ import annotations
@@ -46,6 +52,13 @@ class Config:
         self.dataset, self.grid, self.world = r0["dataset"], r0["grid"], int(r0["world_size"])
         self.spec = r0.get("spec") or r0["dataset"]  # the sweep's spec; the log's name if unknown
         self.auto = any("auto" in (r.get("picked_by") or "") for r in rows)
+        self.flagged = any(str(r.get("spread_flagged")) == "True" for r in rows)
+        self.spread = num(r0.get("repeat_spread"))
+
+    def repeats(self) -> list[float]:
+        """Each repeat's median epoch time."""
+        return [v for v in (num(r.get("epoch_time_median_s")) for r in self.rows)
+                if v is not None]
 
     def median(self, key: str = "epoch_time_median_s") -> float | None:
         values = [v for v in (num(r.get(key)) for r in self.rows) if v is not None]
@@ -85,13 +98,6 @@ def best_per_world(cs: Sequence[Config]) -> dict[int, Config]:
     return dict(sorted(best.items()))
 
 
-def empty_note(ax: Any, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=10,
-            wrap=True)
-    ax.set_xticks([])
-    ax.set_yticks([])
-
-
 def log_scale(ax: Any, which: str = "y") -> None:
     """A log axis labelled at 1, 2, 5 per decade (more when less than a decade is shown) in plain
     numbers, with no crowded minor labels. Call it once the data are drawn."""
@@ -114,11 +120,12 @@ def world_axis(ax: Any, worlds: Sequence[int]) -> None:
     ax.set_xlabel("ranks G = X·Y·Z")
 
 
-def strong_scaling(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
-    fig, ax = plt.subplots(figsize=(7, 4.8))
+def strong_scaling(plt: Any, rows: Sequence[Row], subtitle: str) -> Any | None:
     groups = by_dataset(configs(rows, "strong"))
     if not groups:
-        empty_note(ax, "no strong-scaling runs in this folder")
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    flagged = False
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     worlds_seen: set[int] = set()
     for k, (ds, cs) in enumerate(groups.items()):
@@ -132,6 +139,16 @@ def strong_scaling(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
             err = [[max(t - lh[0], 0.0)], [max(lh[1] - t, 0.0)]] if lh else None
             ax.errorbar([c.world], [t], yerr=err, fmt="*" if c.auto else "o",
                         ms=11 if c.auto else 5, color=col, alpha=0.7, capsize=3)
+            reps = c.repeats()
+            if len(reps) > 1:  # every repeat, not one median
+                ax.scatter([c.world] * len(reps), reps, marker="_", s=90, color=col, zorder=3)
+            if c.flagged:
+                flagged = True
+                ax.scatter([c.world], [t], s=260, facecolors="none", edgecolors="tab:red",
+                           linewidths=1.5, zorder=4)
+                ax.annotate(f"repeats differ {c.spread:.1f}x", (c.world, max(reps)),
+                            xytext=(4, 6), textcoords="offset points", fontsize=7,
+                            color="tab:red")
             y = min(t, last[c.world] / 1.09) if c.world in last else t
             last[c.world] = y
             ax.annotate(c.grid, (c.world, y), xytext=(c.world * 1.03, y), fontsize=7,
@@ -150,10 +167,14 @@ def strong_scaling(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
         log_scale(ax, "y")
         ax.plot([], [], "*", color="gray", ms=11, label="grid picked by the model (auto)")
         ax.plot([], [], "o", color="gray", ms=5, label="other grid (bars: quartiles of the epoch times)")
+        ax.scatter([], [], marker="_", s=90, color="gray", label="each repeat's median")
+        if flagged:
+            ax.scatter([], [], s=120, facecolors="none", edgecolors="tab:red",
+                       label="repeats disagree (spread above the threshold): median unreliable")
         ax.legend(fontsize=7, loc="best")
         ax.grid(True, which="both", alpha=0.3)
-    ax.set_ylabel("epoch time (s, median of timed epochs)")
-    ax.set_title(f"Strong scaling: epoch time vs ranks\n{subtitle}", fontsize=10)
+    ax.set_ylabel("epoch time (s, median of the timed epochs)")
+    ax.set_title(f"Strong scaling: epoch time vs ranks\n{subtitle}", fontsize=8)
     return fig
 
 
@@ -172,13 +193,12 @@ def part_colour(plt: Any, name: str, index: int) -> Any:
     return plt.get_cmap(COLLECTIVE_COLOURS.get(axis, "Greys"))(0.45 + 0.18 * (index % 3))
 
 
-def breakdown(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
-    cs = [c for c in configs(rows) if c.median("epoch_time_mean_all_s") is not None]
+def breakdown(plt: Any, rows: Sequence[Row], subtitle: str) -> Any | None:
+    cs = [c for c in configs(rows) if c.median("epoch_time_mean_s") is not None]
     parts = breakdown_parts(rows)
+    if not cs or not parts:  # no timers in these logs (runs with --no-timers?)
+        return None
     fig, ax = plt.subplots(figsize=(max(6.5, 0.55 * len(cs) + 2.5), 4.8))
-    if not cs or not parts:
-        empty_note(ax, "no timers in these logs (runs with --no-timers?)")
-        return fig
     labels = [c.grid if len(by_dataset(cs)) == 1 else f"{c.grid}\n{c.dataset}" for c in cs]
     bottom = [0.0] * len(cs)
     for i, name in enumerate(parts + ["other"]):
@@ -194,22 +214,21 @@ def breakdown(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
     ax.set_xticks(range(len(cs)), labels, fontsize=8, rotation=0 if len(cs) < 10 else 60)
     ax.set_ylabel("seconds per epoch (mean over ranks)")
     ax.set_xlabel("grid X×Y×Z")
-    ax.set_title("Where an epoch goes, per grid (mean over all epochs incl. the first; other = "
-                 f"epoch minus timers)\n{subtitle}", fontsize=10)
+    ax.set_title("Where an epoch goes, per grid (mean over the timed epochs; other = epoch "
+                 f"minus timers)\n{subtitle}", fontsize=8)
     ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(True, axis="y", alpha=0.3)
     return fig
 
 
-def comm_share(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
-    cs = [c for c in configs(rows) if c.median("epoch_time_mean_all_s")]
+def comm_share(plt: Any, rows: Sequence[Row], subtitle: str) -> Any | None:
+    cs = [c for c in configs(rows) if c.median("epoch_time_mean_s")]
+    if not cs or not breakdown_parts(rows):  # no epoch times, or no timers to split them by
+        return None
     fig, ax = plt.subplots(figsize=(7, max(3.5, 0.38 * len(cs) + 1.8)))
-    if not cs:
-        empty_note(ax, "no epoch times in these logs")
-        return fig
     comp, comm, other, model = [], [], [], []
     for c in cs:
-        total = c.median("epoch_time_mean_all_s") or 1.0
+        total = c.median("epoch_time_mean_s") or 1.0
         a, b = c.median("compute_mean_s") or 0.0, c.median("comm_mean_s") or 0.0
         comp.append(100 * a / total)
         comm.append(100 * b / total)
@@ -229,15 +248,19 @@ def comm_share(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
     ax.invert_yaxis()
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of the epoch (%, mean over ranks)")
-    ax.set_title(f"Compute vs communication per grid\n{subtitle}", fontsize=10)
+    ax.set_title(f"Compute vs communication per grid\n{subtitle}", fontsize=8)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(True, axis="x", alpha=0.3)
     return fig
 
 
-def memory(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
-    fig, ax = plt.subplots(figsize=(7, 4.8))
-    cs = configs(rows, "strong")  # one graph: the weak series' graphs grow with G
+def memory(plt: Any, rows: Sequence[Row], subtitle: str) -> Any | None:
+    cs = configs(rows, "strong")
+    if not any(c.median(k) is not None for c in cs for k in
+               ["predicted_memory_bytes"] + [f"mem_{m}_max_bytes" for m in
+                                             ("peak_rss", "tracked_peak", "cuda_peak")]):
+        return None  # no memory figures in these logs
+    fig, ax = plt.subplots(figsize=(7, 4.8))  # one graph: the weak series' graphs grow with G
     kinds = [("peak_rss", "peak RSS"), ("tracked_peak", "tracked tensors"),
              ("cuda_peak", "CUDA peak")]
     measured = False
@@ -265,9 +288,6 @@ def memory(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
             lowest[w] = min(v, lowest.get(w, math.inf))
         ax.plot(list(lowest), list(lowest.values()), "-", color="black", alpha=0.5,
                 label="predicted, best grid per G")
-    if not pred and not measured:
-        empty_note(ax, "no memory figures in these logs")
-        return fig
     if not measured:
         ax.text(0.02, 0.02, "measured memory per rank: not in these logs (only predictions)",
                 transform=ax.transAxes, fontsize=8, color="tab:red")
@@ -276,17 +296,20 @@ def memory(plt: Any, rows: Sequence[Row], subtitle: str) -> Any:
     ax.set_ylabel("MiB per rank (log scale)")
     names = ", ".join(sorted({c.dataset for c in cs}))
     ax.set_title(f"Memory per rank vs ranks, strong scaling of {names}\n{subtitle}",
-                 fontsize=10)
+                 fontsize=8)
     ax.legend(fontsize=7, loc="best")
     ax.grid(True, which="both", alpha=0.3)
     return fig
 
 
 def weak_scaling(plt: Any, rows: Sequence[Row], subtitle: str, series: Sequence[dict],
-                 found: dict[str, float] | None = None) -> Any:
-    """The weak-scaling figure; ``found`` receives "G=<g>" -> efficiency of each point drawn."""
-    fig, ax = plt.subplots(figsize=(7, 4.6))
+                 found: dict[str, float] | None = None) -> Any | None:
+    """The weak-scaling figure (None without weak-scaling runs from G=1); ``found`` receives
+    "G=<g>" -> efficiency of each point drawn."""
     cs = configs(rows, "weak")
+    if not cs:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.6))
     drawn = False
     worlds_seen: set[int] = set()
     for s in series or [{"base": "weak", "datasets": {}}]:
@@ -310,31 +333,28 @@ def weak_scaling(plt: Any, rows: Sequence[Row], subtitle: str, series: Sequence[
                 ax.scatter([c.world], [t1 / t], color="gray", s=12, alpha=0.6)  # type: ignore
         worlds_seen |= set(w)
         drawn = True
-    if not drawn:
-        empty_note(ax, "no weak-scaling runs in this folder\n"
-                       "(plexus-sweep --weak grows the R-MAT scale by log2 G)")
-        ax.set_title(f"Weak scaling\n{subtitle}", fontsize=10)
-        return fig
+    if not drawn:  # weak runs, but none at G=1 to compare with
+        plt.close(fig)
+        return None
     ax.axhline(1.0, linestyle="--", color="gray", label="ideal (constant time per epoch)")
     ax.scatter([], [], color="gray", s=12, label="other grids")
     world_axis(ax, sorted(worlds_seen))
     ax.set_ylim(0, max(1.2, ax.get_ylim()[1]))
     ax.set_ylabel("weak-scaling efficiency T(1) / T(G)")
     ax.set_title(f"Weak scaling: work per rank fixed, graph grows with G\n{subtitle}",
-                 fontsize=10)
+                 fontsize=8)
     ax.legend(fontsize=7, loc="best")
     ax.grid(True, alpha=0.3)
     return fig
 
 
 def predicted_vs_measured(plt: Any, rows: Sequence[Row], subtitle: str,
-                          calibration: str) -> tuple[Any, float]:
-    fig, ax = plt.subplots(figsize=(6.4, 5.2))
+                          calibration: str) -> tuple[Any | None, float]:
     cs = [c for c in configs(rows) if c.median() is not None
           and c.median("predicted_time_s") is not None]
-    if len(cs) < 2:
-        empty_note(ax, "fewer than two runs with a prediction (logs without graph sizes?)")
-        return fig, float("nan")
+    if len(cs) < 2:  # fewer than two runs with a prediction (logs without graph sizes?)
+        return None, float("nan")
+    fig, ax = plt.subplots(figsize=(6.4, 5.2))
     pred = [c.median("predicted_time_s") for c in cs]
     meas = [c.median() for c in cs]
     rho = spearman(pred, meas)  # type: ignore[arg-type]
@@ -348,26 +368,43 @@ def predicted_vs_measured(plt: Any, rows: Sequence[Row], subtitle: str,
     ax.plot([lo, hi], [lo, hi], "--", color="gray", label="measured = predicted")
     log_scale(ax, "x")
     log_scale(ax, "y")
-    ax.set_xlabel(f"model-predicted epoch time (s; calibration: {calibration})")
+    ax.set_xlabel(f"model-predicted epoch time (s; rates: {calibration})")
     ax.set_ylabel("measured epoch time (s, median)")
+    ratios = [p / m for p, m in zip(pred, meas)]  # type: ignore[operator]
+    near = sum(1 / 3 <= r <= 3 for r in ratios)
     ax.set_title(f"Measured vs predicted epoch time: Spearman ρ = {rho:.2f} over {len(cs)} "
-                 f"configurations\n{subtitle}", fontsize=10)
+                 f"configurations; predicted/measured median {statistics.median(ratios):.2g}, "
+                 f"within 3x for {near} of {len(cs)}\n{subtitle}", fontsize=8)
     ax.legend(fontsize=7, loc="best")
     ax.grid(True, which="both", alpha=0.3)
     return fig, rho
+
+
+UNCALIBRATED = "defaults"  # `Calibration.source` of the model's built-in rates
+
+
+def caption(calibration: str) -> str:
+    """The line every figure's title carries: which epochs, and which machine rates."""
+    rates = ("predictions UNCALIBRATED: the model's built-in GPU rates, not this machine's "
+             "(plexus-report --calibration FILE)" if calibration == UNCALIBRATED else
+             f"predictions calibrated by {calibration}")
+    return f"timed epochs: all but the first (warm-up) of each run\n{rates}"
 
 
 def write_figures(rows: Sequence[Row], folder: Path, subtitle: str,
                   weak_series: Sequence[dict], calibration: str,
                   say: Callable[[str], None] = print,
                   target: Callable[[Path], Path] = lambda p: p) -> dict[str, Any]:
-    """Every figure as a PNG in ``folder``; returns {"files": [...], "spearman": rho,
+    """Every figure that has something to draw as a PNG in ``folder`` (an older one of a figure
+    not drawn now is removed); returns {"files": [...], "skipped": [...], "spearman": rho,
     "weak_efficiency": {"G=2": e, ...}} (no files when matplotlib is missing). ``target``
-    checks each file's path before it is written (`ResultsFolder.target`)."""
+    checks each file's path before it is written (`ResultsFolder.target`); ``calibration`` is
+    the `Calibration.source` of the predictions."""
     plt = pyplot()
     if plt is None:
         say("matplotlib is not installed: no figures (pip install matplotlib)")
-        return {"files": [], "spearman": None, "weak_efficiency": {}}
+        return {"files": [], "skipped": list(FIGURES), "spearman": None, "weak_efficiency": {}}
+    subtitle = f"{subtitle}\n{caption(calibration)}"
     weak: dict[str, float] = {}
     figs = {"strong_scaling.png": strong_scaling(plt, rows, subtitle),
             "breakdown.png": breakdown(plt, rows, subtitle),
@@ -376,8 +413,13 @@ def write_figures(rows: Sequence[Row], folder: Path, subtitle: str,
             "weak_scaling.png": weak_scaling(plt, rows, subtitle, weak_series, weak)}
     fig, rho = predicted_vs_measured(plt, rows, subtitle, calibration)
     figs["predicted_vs_measured.png"] = fig
-    files = []
+    files, skipped = [], []
     for name, f in figs.items():
-        files.append(save_figure(f, target(folder / name)))
+        path = target(folder / name)
+        if f is None:
+            skipped.append(name)
+            path.unlink(missing_ok=True)  # a figure of an earlier report would mislead
+            continue
+        files.append(save_figure(f, path))
         plt.close(f)
-    return {"files": files, "spearman": rho, "weak_efficiency": weak}
+    return {"files": files, "skipped": skipped, "spearman": rho, "weak_efficiency": weak}

@@ -195,6 +195,8 @@ SUMMARY_RECORD = Obj(
         "model": (Obj(optional={"layers": int, "hidden": int, "orders": Strings, "bias": bool,
                                 "learnable_features": bool, "perm": str}), None),
         "timers": (DictOf(Obj(required={"max": float, "mean": float})), None),
+        "timers_timed": (Obj(required={"epochs": int, "timers": DictOf(Obj(
+            required={"max": float, "mean": float}))}), None),
         "comm_bytes": (DictOf(float), None), "comm_bytes_max_rank": (DictOf(float), None),
         "memory": (Obj(optional={"peak_rss_bytes": _PER_RANK, "tracked_peak_bytes": _PER_RANK,
                                  "cuda_peak_bytes": _PER_RANK,

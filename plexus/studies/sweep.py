@@ -1,6 +1,9 @@
 """Running a sweep, or writing its batch scripts, into one results folder:
 
     RESULTS/manifest.json        what was asked (every invocation) and every run's command and state
+    RESULTS/calibration.json     this machine's rates (local and torchrun sweeps measure them
+                                 once, before the first run): plexus-report prices its
+                                 predictions with them
     RESULTS/runs/<id>.json       each run's plexus-train JSON log (complete logs only)
     RESULTS/runs/<id>.out        each local run's console output
     RESULTS/slurm/*.sbatch       batch scripts (--launcher slurm), and submit.sh
@@ -32,6 +35,7 @@ from .schema import MANIFEST as MANIFEST_SCHEMA
 from .schema import SchemaError, check, parse_json
 
 MANIFEST = "manifest.json"
+CALIBRATION = "calibration.json"
 FORMAT = 1
 
 
@@ -152,6 +156,27 @@ def last_line(folder: ResultsFolder, path: Path) -> str:
     return lines[-1].strip() if lines else ""
 
 
+def measure_calibration(folder: ResultsFolder, plans: Sequence[PlannedRun],
+                        say: Callable[[str], None]) -> Path | None:
+    """Measure this machine's rates into RESULTS/calibration.json unless it is there (a few
+    seconds: `plexus.perfmodel.calibrate` in its quick form, one thread per rank as the runs
+    use, collectives on two local ranks when the sweep has multi-rank runs)."""
+    from plexus.perfmodel.calibration import calibrate  # noqa: PLC0415
+
+    path = folder.root / CALIBRATION
+    if folder.read_text(path) is not None:
+        return None
+    ranks = 2 if any(p.world_size > 1 for p in plans) else 1
+    say(f"measuring this machine's rates for the report's predictions ({CALIBRATION}; "
+        "--no-calibrate skips it) ...")
+    doc = calibrate(world_size=ranks, threads=1, quick=True)
+    doc["note"] = ("measured by plexus-sweep before its runs (quick: rough rates); "
+                   "plexus-bench calibrate measures them more carefully")
+    with folder.atomic(path, "w") as f:
+        f.write(json.dumps(doc, indent=1) + "\n")
+    return path
+
+
 def run_one(command: list[str], output: Path, timeout_s: float | None,
             folder: ResultsFolder) -> tuple[int, float]:
     """Run ``command`` with its console output in ``output``; (exit status, seconds)."""
@@ -171,15 +196,16 @@ def run_one(command: list[str], output: Path, timeout_s: float | None,
 def run_sweep(request: SweepRequest, plans: Sequence[PlannedRun], out: Path, launcher: str,
               python: str = sys.executable, slurm: SlurmOptions | None = None,
               array: bool = False, argv: Sequence[str] = (), timeout_s: float | None = None,
-              say: Callable[[str], None] = print) -> SweepResult:
+              say: Callable[[str], None] = print, calibrate: bool = True) -> SweepResult:
     """Run every planned run that has no complete log (local, torchrun), or write the batch
     scripts for them (slurm); the manifest records each run's command and state. The folder is
-    locked for the sweep: a second sweep on it is refused (`FolderError`)."""
+    locked for the sweep: a second sweep on it is refused (`FolderError`). ``calibrate``: a
+    local or torchrun sweep first measures this machine's rates (`measure_calibration`)."""
     folder = ResultsFolder(out, create=True)
     lock = folder.lock()
     try:
         return _run_sweep(folder, request, plans, out, launcher, python, slurm, array, argv,
-                          timeout_s, say)
+                          timeout_s, say, calibrate)
     finally:
         lock.release()
 
@@ -187,7 +213,7 @@ def run_sweep(request: SweepRequest, plans: Sequence[PlannedRun], out: Path, lau
 def _run_sweep(folder: ResultsFolder, request: SweepRequest, plans: Sequence[PlannedRun],
                out: Path, launcher: str, python: str, slurm: SlurmOptions | None, array: bool,
                argv: Sequence[str], timeout_s: float | None,
-               say: Callable[[str], None]) -> SweepResult:
+               say: Callable[[str], None], calibrate: bool) -> SweepResult:
     doc = merge(read_manifest(folder), request, plans, launcher, argv)  # checks before writing
     for rec in doc["runs"].values():  # the folder is locked: no sweep is running these now
         if rec["state"] == "running":
@@ -213,6 +239,8 @@ def _run_sweep(folder: ResultsFolder, request: SweepRequest, plans: Sequence[Pla
         result.scripts = write_slurm(request, todo, out, slurm, array, doc, folder)
         write_manifest(folder, doc)
         return result
+    if calibrate and todo:
+        measure_calibration(folder, todo, say)
     for i, p in enumerate(todo, 1):
         rec = doc["runs"][p.run_id]
         command = command_for(p, request, out, launcher, python)

@@ -198,7 +198,8 @@ def spec_sizes(spec: str, seed: int) -> tuple[int, int, int, int] | None:
 
 def precheck_resources(grid: GridShape, model: ModelConfig, sizes: tuple[int, int, int, int],
                        perm: str, force: bool, dtype_bytes: int = 4,
-                       recompute: bool = False, from_store: bool = False) -> None:
+                       recompute: bool = False, from_store: bool = False,
+                       device: str | None = None) -> None:
     """Before any worker starts: the grid fits the graph, and (unless ``force``) the predicted
     peak per rank, set-up included (activations at ``dtype_bytes`` per element; ``from_store``:
     the ranks read their shards from a store), fits what the local ranks will have."""
@@ -207,7 +208,7 @@ def precheck_resources(grid: GridShape, model: ModelConfig, sizes: tuple[int, in
     if force:
         return
     peaks = predicted_peaks(grid, model, n, nnz, f, c, perm, dtype_bytes, from_store, recompute)
-    check_memory(peaks.run, available_memory(default_device(), grid.world_size), grid)
+    check_memory(peaks.run, available_memory(default_device(device), grid.world_size), grid)
 
 
 def precheck_partition(spec: str, seed: int, model: ModelConfig, perm: str) -> None:

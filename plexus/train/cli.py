@@ -14,7 +14,9 @@ status 2, before any worker starts where it can be checked up front.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -23,6 +25,7 @@ from plexus.api.recipes import RECIPES, RecipeError, get_recipe
 from plexus.core.cli import ArgumentParser
 from plexus.core.grid import MAX_WORLD_SIZE, GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION
+from plexus.core.timing import process_start_time
 from plexus.core.modelopts import (ModelOptionsText, add_model_options, add_precision_options,
                                    check_model_options, model_config, resolve_layers,
                                    resolve_order)
@@ -33,7 +36,8 @@ from plexus.engine.spmm import BACKENDS, check_backend
 from plexus.partitioners import PERMUTATIONS
 from plexus.partitioners.store import graph_hash
 from plexus.runtime.child import ChildDied
-from plexus.runtime.env import JobEnv, check_local_devices, default_device, detect_environment
+from plexus.runtime.env import (DEVICES, JobEnv, LaunchError, check_local_devices,
+                                default_device, detect_environment)
 from plexus.runtime.group import DEFAULT_TIMEOUT_S
 
 from . import checkpoint as ckpt
@@ -66,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                      help="process-group timeout: how long a collective may wait (default "
                           f"{DEFAULT_TIMEOUT_S:g})")
+    run.add_argument("--device", choices=DEVICES,
+                     help="cuda: one GPU per local rank, NCCL; cpu: gloo on the CPU (default: "
+                          "cuda where it is available, else cpu)")
     run.add_argument("--force", action="store_true",
                      help="run even when the performance model predicts more memory per rank "
                           "than is available")
@@ -352,7 +359,11 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                           tune_gemms=a.tune_gemms, timers=a.timers, huge_pages=a.huge_pages,
                           dtype=a.dtype, recompute=a.recompute)
     try:
-        check_backend(a.spmm, default_device(), engine.torch_dtype())
+        device = default_device(a.device)
+    except LaunchError as e:  # --device cuda where there is none
+        raise UsageError(f"--device {a.device}: {e}") from None
+    try:
+        check_backend(a.spmm, device, engine.torch_dtype())
     except ValueError as e:  # the library's message names no flag
         if a.dtype != "fp32":
             raise UsageError(f"--spmm {a.spmm} with --dtype {a.dtype}: {e}") from None
@@ -386,9 +397,9 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                 precheck_resources(grid, model, sizes, a.perm or DEFAULT_PERMUTATION,  # type: ignore
                                    a.force, engine.dtype_bytes, engine.recompute,
                                    from_store=cache_dir is not None
-                                   and (bool(a.cache) or grid.world_size > 1))
+                                   and (bool(a.cache) or grid.world_size > 1), device=a.device)
                 memory_checked = True
-        check_local_devices(grid.world_size)  # type: ignore[union-attr]
+        check_local_devices(grid.world_size, a.device)  # type: ignore[union-attr]
         if a.resume:  # the dataset is checked here when it was loaded, else by the workers
             dataset = None if graph is None else ckpt.DatasetInfo(
                 graph.name, graph.num_nodes, graph.num_features, graph.num_classes,
@@ -418,7 +429,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
         save_predictions=a.save_predictions, save_embeddings=a.save_embeddings, export=a.export,
         export_best=a.export_best, symmetrize=a.symmetrize, log_csv=a.log_csv,
         tensorboard=a.tensorboard, cache_dir=cache_dir and str(cache_dir.expanduser()),
-        cache_explicit=bool(a.cache))
+        cache_explicit=bool(a.cache), device=a.device)
     return opts
 
 
@@ -460,7 +471,11 @@ def _parse_grid(text: str) -> GridShape:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``plexus-train``; returns the exit status (0 ok, 2 bad input, 1 failure)."""
+    """``plexus-train``; returns the exit status (0 ok, 2 bad input, 1 failure).
+
+    The run's wall time counts from this process's start when it is the command (``argv``
+    None), from this call otherwise."""
+    launched_at = (process_start_time() if argv is None else None) or time.time()
     reserve_standard_fds()
     env: JobEnv | None = None
     try:
@@ -480,9 +495,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    if env is not None:
+    if env is not None:  # a rank of torchrun/srun: start-up counts from its own start
         return run_rank(opts, env)
-    return run_local(opts)
+    return run_local(dataclasses.replace(opts, launched_at=launched_at))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import traceback
 import torch
 import torch.distributed as dist
 
+from plexus.core.timing import process_start_time
 from plexus.runtime.env import JobEnv, LaunchError, detect_environment
 from plexus.runtime.group import init_process_group
 from plexus.runtime.hostmem import enable_huge_pages
@@ -48,10 +49,13 @@ def reserve_standard_fds() -> None:
 def run_rank(opts: RunOptions, env: JobEnv) -> int:
     """Everything one rank does, from joining the job to the summary; returns the exit status."""
     started = time.perf_counter()
+    # start-up: from the command's start (or this rank's own, under torchrun/srun) to here
+    origin = opts.launched_at or process_start_time()
+    startup_s = max(time.time() - origin, 0.0) if origin is not None else 0.0
     if opts.engine.huge_pages:
         enable_huge_pages()  # before this process's first CPU tensor
     try:
-        device = init_process_group(env, opts.timeout_s)
+        device = init_process_group(env, opts.timeout_s, device=opts.device)
     except LaunchError as e:  # e.g. a local rank without a GPU: the same on every such rank
         print(error_line(f"rank {env.rank}: {e}"), file=sys.stderr, flush=True)
         return 2
@@ -67,16 +71,16 @@ def run_rank(opts: RunOptions, env: JobEnv) -> int:
     except Exception as e:  # noqa: BLE001 — every rank must learn of it, see agree_on_failure
         error = e
     try:
-        return _train(opts, setup, error, device, started)
+        return _train(opts, setup, error, device, started, startup_s)
     finally:
         if setup is not None:
             setup.release()  # the checkpoint directory's lock, on every path out
 
 
 def _train(opts: RunOptions, setup: LocalSetup | None, error: BaseException | None,
-           device: torch.device, started: float) -> int:
+           device: torch.device, started: float, startup_s: float) -> int:
     """Agree on set-up failures, then train (the second half of `run_rank`, which began at
-    ``started``)."""
+    ``started``, ``startup_s`` after the command)."""
     code = agree_on_failure(error, device)
     if code:
         if setup is not None and setup.json_log is not None:
@@ -92,7 +96,8 @@ def _train(opts: RunOptions, setup: LocalSetup | None, error: BaseException | No
         with run.tracker or contextlib.nullcontext():
             history = run.trainer.fit(callback=run.on_epoch)
         run.agree(None)  # an output the last epoch could not write stops every rank here
-        finish(run, history, time.perf_counter() - start, setup_s=start - started)
+        finish(run, history, time.perf_counter() - start, setup_s=start - started,
+               startup_s=startup_s)
     except RunStopped as e:  # on every rank at the same epoch (or rank 0 alone, after the last
         if run.log is not None:  # collective): a clean stop, one line
             run.log.abandon(discard=isinstance(e, OutputFailed))

@@ -31,6 +31,10 @@ class RunOptions:
     resume: bool = False
     log_json: str | None = None
     quiet: bool = False
+    # when the command started (`time.time`): the run's wall time counts start-up from there;
+    # None: from the rank's own process start (a rank of torchrun/srun)
+    launched_at: float | None = None
+    device: str | None = None  # "cpu" or "cuda" (--device); None: CUDA where available
     timeout_s: float = DEFAULT_TIMEOUT_S
     check_memory: bool = True  # False: --force, or the launching process already checked
     fault: Fault | None = None  # --inject-fault (tests of failure handling)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import time
+from typing import Mapping
 
 import numpy as np
 import torch
@@ -25,14 +26,17 @@ from .walltime import WallTime
 from .session import Run
 
 
-def reduce_timers(timers: Timers, device: torch.device) -> dict[str, dict[str, float]]:
-    """Per timer name: max and mean seconds over all ranks (collective)."""
+def reduce_timers(timers: Timers | Mapping[str, float],
+                  device: torch.device) -> dict[str, dict[str, float]]:
+    """Per timer name: max and mean seconds over all ranks (collective); ``timers`` is a
+    `Timers` or its seconds per name."""
+    seconds = timers.seconds if isinstance(timers, Timers) else timers
     names: list[list[str]] = [[] for _ in range(dist.get_world_size())]
-    dist.all_gather_object(names, sorted(timers.seconds))
+    dist.all_gather_object(names, sorted(seconds))
     union = sorted(set().union(*names))
     if not union:
         return {}
-    values = torch.tensor([timers.seconds.get(n, 0.0) for n in union], dtype=torch.float64,
+    values = torch.tensor([seconds.get(n, 0.0) for n in union], dtype=torch.float64,
                           device=device)
     mx, total = values.clone(), values.clone()
     dist.all_reduce(mx, op=dist.ReduceOp.MAX)
@@ -85,14 +89,19 @@ def gather_memory(run: Run) -> dict:
 
 
 def finish(run: Run, history: list[EpochStats], train_time_s: float,
-           setup_s: float = 0.0) -> None:
+           setup_s: float = 0.0, startup_s: float = 0.0) -> None:
     """Collective: final evaluation if needed, timers, ledger, OGB metric; rank 0 reports.
 
-    ``train_time_s`` is the training loop's wall time, ``setup_s`` what came before it."""
+    ``train_time_s`` is the training loop's wall time, ``setup_s`` the rank's set-up before it,
+    ``startup_s`` the command's start-up before the rank began (`WallTime`)."""
     begun = time.perf_counter()
     trainer = run.trainer
     final = history[-1].as_dict() if history else {"epoch": trainer.epoch}
     final_eval_s = 0.0
+    # epochs 2..N of this run, before the final evaluation: the warm-up epoch left out
+    first = run.timers_after_first if len(history) > 1 else None
+    timed = None if first is None else {n: max(v - first.get(n, 0.0), 0.0)
+                                         for n, v in run.comm.timers.seconds.items()}
     if final.get("test_acc") is None:  # never evaluated at the end (eval_every 0, or resumed at N)
         acc = trainer.evaluate()
         final_eval_s = time.perf_counter() - begun
@@ -101,6 +110,7 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         run.best = BestRecord(trainer.epoch, final["val_acc"], final["test_acc"],
                               final["train_acc"])
     timers = reduce_timers(run.comm.timers, run.grid.device)
+    timers_timed = reduce_timers(timed, run.grid.device) if timed is not None else None
     comm_total, comm_max = reduce_ledger(run.comm.ledger, run.grid.device)
     results = end_of_run(run.opts, run.model, run.dataset.name, trainer.epoch, run.best.epoch,
                          run.best_weights)
@@ -112,8 +122,8 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
     if failed is not None:  # rank 0, after the last collective: the others end normally
         raise failed
     epoch_times = [s.epoch_time_s for s in history]
-    wall = WallTime.of(history, setup_s, setup_s + train_time_s + time.perf_counter() - begun,
-                       final_eval_s)
+    wall = WallTime.of(history, setup_s, startup_s + setup_s + train_time_s
+                       + time.perf_counter() - begun, final_eval_s, startup_s)
     evaluations = sum(s.test_acc is not None for s in history) + (final_eval_s > 0)
     summary = {
         "dataset": run.dataset.name, "grid": str(run.grid), "world_size": run.grid.world_size,
@@ -125,9 +135,15 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         "train_time_s": train_time_s,
         "mean_epoch_time_s": float(np.mean(epoch_times)) if epoch_times else 0.0,
         "wall_time": wall.as_dict(), "evaluations": int(evaluations),
+        "startup_from": "the command's start" if run.opts.launched_at is not None
+        else "this rank's process start",
         "comm_bytes": comm_total, "comm_bytes_max_rank": comm_max,
         "comm_ledger": run.comm.ledger.summary(),  # rank 0's collectives by axis and operation
         "timers": timers,
+        # the same timers over epochs 2..N only (with their evaluations, if any), as plexus-report
+        # selects epochs
+        "timers_timed": None if timers_timed is None else {
+            "epochs": len(history) - 1, "timers": timers_timed},
         "ogb": results.pop("ogb", None),
         "ogb_best": results.pop("ogb_best", None),
         "memory": memory,

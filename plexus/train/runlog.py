@@ -339,7 +339,8 @@ def format_summary(s: dict) -> str:
         if s.get(key):
             lines.append(f"  {what} written to {s[key]}")
     if s.get("wall_time"):
-        lines += format_wall_time(s["wall_time"], s.get("epochs_run", 0), s.get("evaluations", 0))
+        lines += format_wall_time(s["wall_time"], s.get("epochs_run", 0), s.get("evaluations", 0),
+                                  s.get("startup_from", "the command's start"))
     elif s.get("epochs_run"):
         per_epoch = format_seconds(s["mean_epoch_time_s"])
         lines.append(f"  training time: {format_seconds(s['train_time_s'])} for "
@@ -387,6 +388,6 @@ def format_memory(m: dict) -> list[str]:
     predicted = m.get("predicted_bytes")
     if predicted:
         setup = m.get("predicted_setup_bytes")
-        parts.append(f"model {format_bytes(predicted)}"
+        parts.append(f"predicted {format_bytes(predicted)}"
                      + (f" (set-up {format_bytes(setup)})" if setup else ""))
     return ["  memory per rank: " + "; ".join(parts)] if parts else []

@@ -48,6 +48,8 @@ class Run:
     tracker: TensorTracker | None = None  # tensor bytes of training (CPU runs)
     setup_peak_rss: int = 0  # peak RSS of loading and set-up, before training
     pending: OutputFailed | None = None  # rank 0: an output it could not write, not yet agreed
+    # the timers' totals after this run's first epoch: the report leaves that warm-up epoch out
+    timers_after_first: dict[str, float] | None = None
 
     def check_finite(self, stats: EpochStats) -> None:
         """Raise `TrainingDiverged` on a NaN/Inf loss (every rank sees the same reduced loss, so
@@ -139,6 +141,8 @@ class Run:
         if self.opts.fault is not None:
             self.opts.fault.maybe_corrupt(self.grid.rank, stats.epoch, self.model.named_shards())
         self.check_finite(stats)
+        if self.timers_after_first is None:
+            self.timers_after_first = dict(self.comm.timers.seconds)
         self.agree(stats)
         self.best.update(stats)
         if self.best_weights is not None and self.best.epoch == stats.epoch:
