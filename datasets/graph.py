@@ -58,7 +58,8 @@ class Graph:
         try:
             return (f"Graph({self.name!r}: {self.num_nodes:,} nodes, {self.num_edges:,} edges "
                     f"({'directed' if self.directed else 'undirected'}), "
-                    f"{self.num_features:,} features, {self.num_classes} classes, "
+                    f"{self.num_features:,} features, {self.num_classes} "
+                    f"{'binary tasks' if self.multilabel else 'classes'}, "
                     f"train/val/test {count(self.train_mask)}/{count(self.val_mask)}/"
                     f"{count(self.test_mask)})")
         except Exception:  # noqa: BLE001 — a Graph built field by field with wrong types
