@@ -26,7 +26,7 @@ from plexus.datasets import DatasetError, Graph, load_dataset
 from plexus.datasets.ogb_loader import mean_incoming
 from plexus.datasets.proteins_standin import SPECIES, TASKS, write_proteins_standin
 from plexus.engine.rocauc import mean_rocauc, serial_rocauc
-from plexus.partitioners import read_shard, shard_graph
+from plexus.partitioners import partition_to_store, read_shard, shard_graph
 from plexus.partitioners.store import write_store
 
 
@@ -73,6 +73,10 @@ def test_multilabel_shards_in_memory_and_through_a_store(tmp_path, mgraph):
             assert np.array_equal(s.labels[ids >= 0], mgraph.labels[ids[ids >= 0]])
             assert (s.labels[ids < 0] == -1).all()
         assert np.array_equal(got.labels, want.labels)
+    # several processes share a graph directory, which holds one class per node: refused
+    with pytest.raises(DatasetError, match="multi-label") as e:
+        partition_to_store(mgraph, tmp_path / "jobs2", shape, layers, jobs=2)
+    assert "\n" not in str(e.value) and not (tmp_path / "jobs2").exists()
 
 
 def test_ogb_rule_skips_tasks_without_both_labels():
