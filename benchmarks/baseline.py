@@ -104,11 +104,17 @@ def pyg_step(bundle: Bundle, hidden: int, layers: int, dropout: float, use_adj_t
         weight = torch.from_numpy(coo.data.astype(np.float32))
     opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
 
+    known = mask[:, None] & (y >= 0) if g.multilabel else None  # BCE's labelled entries
+    target = y.clamp(min=0).float() if g.multilabel else None
+
     def step() -> float:
         model.train()
         opt.zero_grad(set_to_none=True)
         out = model(x, adj, weight)
-        loss = F.cross_entropy(out[mask], y[mask])
+        if known is not None:  # multi-label (ogbn-proteins): BCE over the labelled entries
+            loss = F.binary_cross_entropy_with_logits(out[known], target[known])
+        else:
+            loss = F.cross_entropy(out[mask], y[mask])
         loss.backward()
         opt.step()
         return float(loss.detach())

@@ -2,7 +2,8 @@
 
 - ``rmat:...``: generated straight into the directory (`rmat_stream.rmat_to_disk`), any scale;
 - ``ogbn-arxiv``, ``ogbn-products``, ``ogbn-papers100M``: streamed from OGB's raw files
-  (`ogb_raw.ogb_to_disk`);
+  (`ogb_raw.ogb_to_disk`); ``ogbn-proteins`` (132k nodes, multi-label) is loaded in memory
+  (a graph directory holds one class per node);
 - ``graph:PATH``: already one (opened and checked);
 - every other spec (Planetoid, npz, mtx, edge lists: formats small enough to load): loaded in
   memory and written out (`diskgraph.write_graph`).
@@ -17,6 +18,9 @@ from .diskgraph import DiskGraph, write_graph
 from .graph import DatasetError
 from .rmat import parse_rmat_params
 from .spec import OGB_SPECS, load_dataset, spec_path
+
+#: OGB datasets converted in pieces (`ogb_raw`); the others of `OGB_SPECS` load in memory
+OGB_STREAMED = tuple(s for s in OGB_SPECS if s != "ogbn-proteins")
 from .work import Runner
 
 
@@ -24,7 +28,7 @@ def streamed_spec(spec: str) -> bool:
     """Whether ``spec`` is converted in pieces (R-MAT, OGB, a graph directory), rather than
     loaded in memory first."""
     kind = spec.strip().partition(":")[0].strip().lower()
-    return kind in ("rmat", "graph") or kind in (s.lower() for s in OGB_SPECS)
+    return kind in ("rmat", "graph") or kind in (s.lower() for s in OGB_STREAMED)
 
 
 def convert_dataset(spec: str, out: str | Path, runner: Runner, work: str | Path, *,
@@ -45,7 +49,7 @@ def convert_dataset(spec: str, out: str | Path, runner: Runner, work: str | Path
         return rmat_to_disk(parse_rmat_params(rest, seed), out, runner, work,
                             chunk_edges=chunk_edges, bucket_entries=bucket_entries,
                             feature_dtype=feature_dtype or "float32")
-    if not colon and kind in (s.lower() for s in OGB_SPECS):
+    if not colon and kind in (s.lower() for s in OGB_STREAMED):
         if root is None:
             raise DatasetError(f"{spec}: needs a root directory holding "
                                f"{spec.replace('-', '_')}/ (OGB datasets are never downloaded "

@@ -348,6 +348,10 @@ class MemoryGraph:
     content_sha256 = None
 
     def __init__(self, graph: Graph) -> None:
+        if graph.weighted:  # the streaming partitioner builds Â from the edges alone
+            raise DiskGraphError(f"{graph.name}: the out-of-core partitioner (shard stores) does "
+                                 "not carry edge weights yet; train a weighted graph through the "
+                                 "Python API (plexus.api), which cuts shards in memory")
         self.graph = graph
         self.name, self.num_nodes = graph.name, graph.num_nodes
         self.num_features, self.num_classes = graph.num_features, graph.num_classes
@@ -361,8 +365,9 @@ class MemoryGraph:
     def feature_rows(self, lo: int, hi: int) -> np.ndarray:
         return np.ascontiguousarray(self.graph.features[lo:hi], dtype=np.float32)
 
-    def labels(self) -> np.ndarray:
-        return self.graph.labels.astype(np.int64, copy=False)
+    def labels(self) -> np.ndarray:  # multi-label: the int8 node×task matrix as it is
+        labels = self.graph.labels
+        return labels if labels.ndim == 2 else labels.astype(np.int64, copy=False)
 
     def masks(self, labels: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         g = self.graph
@@ -474,6 +479,10 @@ def write_graph(graph: Graph, out: str | os.PathLike, feature_dtype: str = "floa
                 chunk_rows: int = 1 << 20) -> DiskGraph:
     """Write an in-memory `Graph` as a graph directory (edges as it holds them: coo, self loops
     kept). Loading it back (`load_disk_graph`) gives the same graph."""
+    if graph.multilabel:
+        raise DiskGraphError(f"{graph.name}: a graph directory holds one class per node, not "
+                             "multi-label (node×task) labels; partition a multi-label graph "
+                             "from memory in one process (--jobs 1)")
     coo = sp.coo_matrix(graph.adj)
     w = DiskGraphWriter(out, name=graph.name, num_nodes=graph.num_nodes,
                         num_features=graph.num_features, num_classes=graph.num_classes,

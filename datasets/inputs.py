@@ -109,6 +109,24 @@ def labels(value: Any, n: int, where: str) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def task_labels(value: Any, n: int, where: str) -> np.ndarray:
+    """The int8 node×task matrix of a multi-label task (0, 1; -1 where a node has no label for
+    a task) from numbers of shape (N, T): 0/1 with -1 or NaN (OGB's float labels) missing."""
+    arr = as_array(value, where, "labels")
+    if arr.ndim != 2 or arr.shape[0] != n or arr.shape[1] < 1 or arr.dtype.kind not in "biuf":
+        raise DatasetError(f"{where}: multi-label labels must be a numeric ({n}, tasks) "
+                           f"matrix, got {arr.dtype} {arr.shape}")
+    missing = np.isnan(arr) if arr.dtype.kind == "f" else arr == -1
+    if arr.dtype.kind == "f":
+        missing |= arr == -1
+    bad = ~(missing | (arr == 0) | (arr == 1))
+    if bad.any():
+        i, t = (int(v) for v in np.argwhere(bad)[0])
+        raise DatasetError(f"{where}: multi-label labels must be 0, 1 or missing (-1 or NaN), "
+                           f"got {arr[i, t]!r} at node {i}, task {t}")
+    return np.where(missing, -1, arr).astype(np.int8)
+
+
 def mask(value: Any, n: int, what: str, where: str) -> np.ndarray:
     """A bool mask of length ``n`` from a bool mask, an array of node indices or None (empty)."""
     if value is None:
@@ -133,8 +151,13 @@ def mask(value: Any, n: int, what: str, where: str) -> np.ndarray:
 
 
 def class_count(value: Any, labels_: np.ndarray, n: int, where: str) -> int:
-    """The number of classes: ``value``, or one more than the largest label. The logits (N×C
-    float32) must fit in memory."""
+    """The number of classes: ``value``, or one more than the largest label (multi-label: the
+    task count, which ``value`` must equal). The logits (N×C float32) must fit in memory."""
+    if labels_.ndim == 2:
+        if value is not None and value != labels_.shape[1]:
+            raise DatasetError(f"{where}: num_classes is {one_line(repr(value))[:40]} but the "
+                               f"multi-label labels have {labels_.shape[1]} tasks")
+        value = labels_.shape[1]
     if value is None:
         value = int(labels_.max()) + 1 if labels_.size and labels_.max() >= 0 else 1
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \

@@ -1,4 +1,5 @@
-"""OGB node-property-prediction graphs (ogbn-arxiv, ogbn-products, ogbn-papers100M), offline.
+"""OGB node-property-prediction graphs (ogbn-arxiv, ogbn-products, ogbn-papers100M,
+ogbn-proteins), offline.
 
 Loading goes through ``ogb.nodeproppred.NodePropPredDataset`` with the official split, from a
 local root only. Before ogb is called we check that the files it would otherwise download (or ask
@@ -18,11 +19,12 @@ from typing import Any, Iterator
 import numpy as np
 
 from .graph import DatasetError, Graph, edges_to_csr, one_line
+from .inputs import task_labels
 from .safepickle import load_torch_numpy
 from .synthetic import DEFAULT_FEATURES, random_features
 from .validate import check_coo, check_graph_size
 
-OGB_NAMES = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
+OGB_NAMES = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M", "ogbn-proteins")
 
 
 def ogb_meta(name: str) -> dict[str, str]:
@@ -52,6 +54,8 @@ def expected_ogb_files(meta: dict[str, str]) -> tuple[list[str], list[str]]:
                "raw/node-label.csv.gz"]
         if meta["has_node_attr"] == "True":
             raw.append("raw/node-feat.csv.gz")
+        if meta["has_edge_attr"] == "True":
+            raw.append("raw/edge-feat.csv.gz")
         for key in ("additional node files", "additional edge files"):
             if meta[key] != "None":
                 raw += [f"raw/{f}.csv.gz" for f in meta[key].split(",")]
@@ -162,16 +166,20 @@ def _dataset_class():
 
 
 def load_ogb(name: str, root: str | Path | None) -> Graph:
-    """Load ogbn-arxiv, ogbn-products or ogbn-papers100M from ``root`` with the official split.
+    """Load an OGB node dataset of `OGB_NAMES` from ``root`` with the official split.
 
     ``root`` is the directory holding ``ogbn_arxiv/`` etc. (ogb's layout). Unlabelled nodes (NaN in
     ogb, as in papers100M) get label -1. Graphs ogb stores without inverse edges (the citation
-    graphs) are kept directed; the others are symmetric.
+    graphs) are kept directed; the others are symmetric. A dataset of several binary tasks
+    (ogbn-proteins: 112, species split) is multi-label: labels are an int8 node×task matrix (-1
+    where ogb has NaN); a graph without node features but with edge features (ogbn-proteins)
+    gets each node's mean of its incoming edges' features, as OGB's example does
+    (`mean_incoming`).
     """
     meta = ogb_meta(name)
     name = meta["name"]
     if name not in OGB_NAMES:
-        raise DatasetError(f"{name}: not supported (needs a homogeneous, single-task multiclass "
+        raise DatasetError(f"{name}: not supported (needs a homogeneous node-classification "
                            f"graph); supported: {', '.join(OGB_NAMES)}")
     if root is None:
         raise DatasetError(f"{name}: needs --root DIR, the directory holding "
@@ -193,25 +201,46 @@ def load_ogb(name: str, root: str | Path | None) -> Graph:
     graph_dict, n, edge_index = _checked_graph(graph_dict, ds_dir)
     directed = meta["add_inverse_edge"] != "True"
     feats = graph_dict.get("node_feat")
+    edge_feat = graph_dict.get("edge_feat") if feats is None else None
     width = feats.shape[1] if isinstance(feats, np.ndarray) and feats.ndim == 2 else \
+        edge_feat.shape[1] if isinstance(edge_feat, np.ndarray) and edge_feat.ndim == 2 else \
         DEFAULT_FEATURES
     check_graph_size(str(ds_dir), n, edge_index.shape[1] * (1 if directed else 2), width)
-    adj = edges_to_csr(edge_index[0], edge_index[1], n, symmetrize=not directed)
 
     notes = []
+    if feats is None and edge_feat is not None:
+        edge_feat = _numeric(edge_feat, ds_dir, "edge_feat")
+        feats = mean_incoming(edge_index, edge_feat, n, str(ds_dir))
+        notes.append(f"node features: the mean of each node's incoming edges' "
+                     f"{edge_feat.shape[1]} features (as OGB's example)")
+    del edge_feat, graph_dict
+    adj = edges_to_csr(edge_index[0], edge_index[1], n, symmetrize=not directed)
+    del edge_index
     if feats is None:
         feats = random_features(n, DEFAULT_FEATURES, 0)
         notes.append(f"no node_feat in the files: features are seeded random, "
                      f"{DEFAULT_FEATURES} dims")
     feats = _numeric(feats, ds_dir, "node_feat").astype(np.float32, copy=False)
 
-    y = _numeric(raw_labels, ds_dir, "labels").astype(np.float64).reshape(-1)
-    if y.shape[0] != n:
-        raise DatasetError(f"{ds_dir}: {y.shape[0]} labels for {n} nodes")
-    unlabelled = np.isnan(y)
-    labels = np.where(unlabelled, -1, np.nan_to_num(y, nan=-1.0)).astype(np.int64)
-    if unlabelled.any():
-        notes.append(f"{int(unlabelled.sum())} nodes have no label (NaN in ogb) -> -1")
+    tasks = int(meta["num tasks"])
+    y = _numeric(raw_labels, ds_dir, "labels")
+    if tasks > 1:  # binary tasks (ogbn-proteins): 0, 1, NaN where missing
+        if y.shape != (n, tasks):
+            raise DatasetError(f"{ds_dir}: labels have shape {y.shape}, expected ({n}, {tasks})")
+        labels = task_labels(y, n, str(ds_dir))
+        num_classes = tasks
+        if (labels < 0).any():
+            notes.append(f"{int((labels < 0).sum())} (node, task) labels are missing (NaN in "
+                         "ogb): left out of the loss and the metric")
+    else:
+        y = y.astype(np.float64).reshape(-1)
+        if y.shape[0] != n:
+            raise DatasetError(f"{ds_dir}: {y.shape[0]} labels for {n} nodes")
+        unlabelled = np.isnan(y)
+        labels = np.where(unlabelled, -1, np.nan_to_num(y, nan=-1.0)).astype(np.int64)
+        num_classes = int(meta["num classes"])
+        if unlabelled.any():
+            notes.append(f"{int(unlabelled.sum())} nodes have no label (NaN in ogb) -> -1")
 
     masks = []
     if not isinstance(split, dict):
@@ -226,9 +255,28 @@ def load_ogb(name: str, root: str | Path | None) -> Graph:
     notes.append(f"official OGB split '{meta['split']}'")
 
     graph = Graph(name=name, adj=adj, features=feats, labels=labels, train_mask=masks[0],
-                  val_mask=masks[1], test_mask=masks[2], num_classes=int(meta["num classes"]),
+                  val_mask=masks[1], test_mask=masks[2], num_classes=num_classes,
                   directed=directed, notes=notes)
     return graph.validate(str(ds_dir))
+
+
+def mean_incoming(edge_index: np.ndarray, edge_feat: np.ndarray, n: int,
+                  where: str) -> np.ndarray:
+    """Each node's mean of the features of the edges that point to it (0 without one), float32
+    (N, F): OGB's ogbn-proteins example's node features (``adj_t.mean(dim=1)`` on the edge
+    features; every stored edge counts). One feature column at a time: the temporaries are one
+    float64 value per edge and one per node."""
+    if edge_feat.ndim != 2 or edge_feat.shape[0] != edge_index.shape[1]:
+        raise DatasetError(f"{where}: edge_feat has shape {edge_feat.shape}, expected "
+                           f"({edge_index.shape[1]}, F)")
+    dst = edge_index[1]
+    count = np.maximum(np.bincount(dst, minlength=n), 1)
+    out = np.empty((n, edge_feat.shape[1]), dtype=np.float32)
+    for k in range(edge_feat.shape[1]):
+        out[:, k] = np.bincount(dst, weights=edge_feat[:, k], minlength=n) / count
+    if not np.isfinite(out).all():
+        raise DatasetError(f"{where}: edge_feat holds NaN or Inf values")
+    return out
 
 
 def _numeric(value: Any, ds_dir: Path, what: str, kinds: str = "biuf") -> np.ndarray:

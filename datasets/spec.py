@@ -12,7 +12,7 @@ from .npz import load_npz
 from .planetoid import PLANETOID_NAMES, find_planetoid_dir, load_planetoid
 from .rmat import parse_rmat_params, rmat_graph
 
-OGB_SPECS = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M")
+OGB_SPECS = ("ogbn-arxiv", "ogbn-products", "ogbn-papers100M", "ogbn-proteins")
 SPEC_FORMS = ("cora", "citeseer", "pubmed", "planetoid:DIR_OR_NAME", *OGB_SPECS, "npz:PATH",
               "mtx:PATH", "edgelist:PATH", "graph:DIR",
               "rmat[:scale=S,edge_factor=E,features=F,classes=C,seed=K]")
@@ -54,8 +54,8 @@ def load_dataset(spec: str, root: str | None = None, seed: int = 0) -> Graph:
     """Load the graph a spec names; the result has passed `Graph.validate`.
 
     Specs: ``cora`` (shipped with the package), ``citeseer``, ``pubmed`` (``ind.<name>.*`` under
-    ``root``), ``planetoid:DIR_OR_NAME``, ``ogbn-arxiv``, ``ogbn-products``, ``ogbn-papers100M``
-    (OGB layout under ``root``, never downloaded), ``npz:PATH`` (gnn-benchmark), ``mtx:PATH``
+    ``root``), ``planetoid:DIR_OR_NAME``, ``ogbn-arxiv``, ``ogbn-products``, ``ogbn-papers100M``,
+    ``ogbn-proteins`` (OGB layout under ``root``, never downloaded), ``npz:PATH`` (gnn-benchmark), ``mtx:PATH``
     (Matrix Market), ``edgelist:PATH`` (SNAP), ``graph:DIR`` (a graph directory,
     `plexus.datasets.diskgraph`), ``rmat:scale=S,edge_factor=E,features=F,classes=C,seed=K``
     (all keys optional). ``seed`` drives synthetic graphs and the stand-in features,

@@ -153,8 +153,6 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 def _stats(args, shape: GridShape, orders: list[str]) -> int:
     """``--stats-only``: the imbalance of every permutation (the graph is loaded in memory)."""
-    from plexus.datasets.graph import normalize  # noqa: PLC0415
-
     from .stats import balance_report, format_report  # noqa: PLC0415
 
     graph = _load(args)
@@ -163,7 +161,7 @@ def _stats(args, shape: GridShape, orders: list[str]) -> int:
                           + [None] * (args.layers - 1) + [graph.num_classes])
     if problem:
         raise UsageError(problem)
-    adj_hat = normalize(graph.adj, graph.directed, args.aggregation)
+    adj_hat = graph.normalized(args.aggregation)
     report = balance_report(adj_hat, shape, args.layers, orders, args.seed)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0

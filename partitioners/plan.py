@@ -17,7 +17,7 @@ import scipy.sparse as sp
 
 from plexus.core.grid import GridShape
 from plexus.core.layout import LayerPlan, block, layer_plans, pad_to, padding
-from plexus.datasets.graph import Graph, normalize
+from plexus.datasets.graph import Graph
 
 from .permutations import Permutation, make_permutation
 
@@ -69,7 +69,8 @@ class RankShard:
     features: np.ndarray  # layer 0's H block, rows further cut over depth (float32)
     input_ids: list[np.ndarray]  # per layer: original node id of each H-block row (-1: padding)
     output_ids: np.ndarray  # original node id of each logits row (-1: padding)
-    labels: np.ndarray  # int64, -1 for padding/unlabelled
+    labels: np.ndarray  # int64, -1 for padding/unlabelled; multi-label: int8 (rows, tasks),
+    #                     -1 for padding/missing
     masks: dict[str, np.ndarray]  # "train"/"val"/"test" -> bool over the logits rows
     mask_counts: dict[str, int]  # global number of nodes in each mask
     meta: dict = field(default_factory=dict)
@@ -77,6 +78,11 @@ class RankShard:
     @property
     def plans(self) -> list[LayerPlan]:
         return layer_plans(self.num_layers, list(self.orders))
+
+    @property
+    def multilabel(self) -> bool:
+        """Whether the labels are a row×task matrix of binary tasks (`Graph.multilabel`)."""
+        return self.labels.ndim == 2
 
     def adj_block(self, layer: int) -> sp.csr_matrix:
         """Â block of ``layer`` on this rank."""
@@ -90,6 +96,18 @@ class RankShard:
         self.features = self.features[:0].copy()
         for blk in self.blocks.values():
             blk.data = np.broadcast_to(np.float32(np.nan), blk.data.shape)
+
+
+def labels_fit(labels: object, rows: int, num_classes: int) -> bool:
+    """Whether ``labels`` are a shard's labels for ``rows`` logits rows: int64 class ids in
+    [-1, classes) per row, or an int8 row×task matrix of 0, 1 and -1 (multi-label)."""
+    if not isinstance(labels, np.ndarray):
+        return False
+    if labels.ndim == 2:
+        return (labels.shape == (rows, num_classes) and labels.dtype == np.int8
+                and (not labels.size or (labels.min() >= -1 and labels.max() <= 1)))
+    return (labels.shape == (rows,) and labels.dtype.kind == "i"
+            and (not rows or (labels.min() >= -1 and labels.max() < num_classes)))
 
 
 def padded_ids(order: np.ndarray, nodes_padded: int) -> np.ndarray:
@@ -138,7 +156,7 @@ def shard_graph(graph: Graph, shape: GridShape | Mapping[str, int], coords: Mapp
     plans = layer_plans(num_layers, orders)
     world = shape.world_size
     if adj_hat is None:
-        adj_hat = normalize(graph.adj, graph.directed, aggregation)
+        adj_hat = graph.normalized(aggregation)
     if not isinstance(perm, Permutation):
         perm = make_permutation(adj_hat, perm, seed, world)
     n = graph.num_nodes
@@ -219,12 +237,14 @@ def rank_outputs(perm: Permutation, plans: Sequence[LayerPlan], shape: Mapping[s
                  coords: Mapping[str, int], npad: int, labels: np.ndarray,
                  mask_bits: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
     """(output ids, labels, masks) of the rank's logits rows: the last stage's output rows.
-    ``mask_bits`` holds every node's masks as bits (`pack_masks`)."""
+    ``mask_bits`` holds every node's masks as bits (`pack_masks`). Multi-label ``labels`` (an
+    int8 node×task matrix) give the rows' label rows, -1 for padding."""
     last = plans[-1]
     out_ids = padded_block(output_order(perm, last), npad, shape[last.out_rows],
                            coords[last.out_rows])
     real = out_ids >= 0
-    out_labels = np.full(len(out_ids), -1, dtype=np.int64)
+    out_labels = np.full((len(out_ids),) + labels.shape[1:], -1,
+                         dtype=labels.dtype if labels.ndim == 2 else np.int64)
     out_labels[real] = labels[out_ids[real]]
     bits = np.zeros(len(out_ids), dtype=np.uint8)
     bits[real] = mask_bits[out_ids[real]]

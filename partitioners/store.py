@@ -33,7 +33,7 @@ from plexus.datasets.graph import Graph, incoming
 from plexus.datasets.validate import csr_from_parts, read_npz_member
 
 from .permutations import Permutation
-from .plan import MASKS, RankShard, block_key
+from .plan import MASKS, RankShard, block_key, labels_fit
 
 FORMAT = "plexus-shard-store"
 VERSION = 1
@@ -412,9 +412,9 @@ def _check_shard(s: RankShard, path: Path, manifest: dict, coords: dict[str, int
     if not _vector(s.output_ids, out, "iu") or \
             (out and (s.output_ids.min() < -1 or s.output_ids.max() >= n)):
         raise bad(f"output_ids do not fit the grid and {n} nodes")
-    if not _vector(s.labels, out, "i") or \
-            (out and (s.labels.min() < -1 or s.labels.max() >= s.num_classes)):
-        raise bad(f"labels are not {out} ids in [-1, {s.num_classes - 1}]")
+    if not labels_fit(s.labels, out, s.num_classes):
+        raise bad(f"labels are neither {out} ids in [-1, {s.num_classes - 1}] nor an int8 "
+                  f"{out}x{s.num_classes} matrix of 0, 1 and -1")
     if not all(_vector(s.masks[k], out, "b") for k in MASKS):
         raise bad(f"masks are not {out} booleans each")
     if not (isinstance(s.mask_counts, dict) and set(s.mask_counts) == set(MASKS)

@@ -226,19 +226,26 @@ def _hash_task(job: Job, chunk_rows: int) -> dict:
         x = job.source.feature_rows(lo, min(lo + chunk_rows, job.n))
         h.update(memoryview(np.ascontiguousarray(x)).cast("B"))
     labels = job.source.labels()
-    hash_array_prefix(h, np.int64, labels.shape)
-    h.update(memoryview(np.ascontiguousarray(labels, dtype=np.int64)).cast("B"))
+    dtype = label_dtype(labels)
+    hash_array_prefix(h, dtype, labels.shape)
+    h.update(memoryview(np.ascontiguousarray(labels, dtype=dtype)).cast("B"))
     for mask in job.source.masks(labels):
         hash_array_prefix(h, np.bool_, mask.shape)
         h.update(memoryview(np.ascontiguousarray(mask, dtype=np.bool_)).cast("B"))
     return {"sha256": h.hexdigest()}
 
 
+def label_dtype(labels: np.ndarray) -> type:
+    """The stored labels' type: int64 class ids, or int8 for a multi-label node×task matrix
+    (as `plexus.datasets.graph.Graph` holds them)."""
+    return np.int8 if labels.ndim == 2 else np.int64
+
+
 def _labels_step(job: Job) -> dict:
     """Serial step: labels and split masks as node-sized files the rank tasks map."""
     labels = job.source.labels()
     masks = job.source.masks(labels)
-    save_piece(job.path("node", "labels.npy"), labels.astype(np.int64))
+    save_piece(job.path("node", "labels.npy"), labels.astype(label_dtype(labels)))
     save_piece(job.path("node", "masks.npy"), pack_masks(masks))
     return {"counts": {name: int(m.sum()) for name, m in zip(MASKS, masks)}}
 

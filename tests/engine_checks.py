@@ -14,10 +14,11 @@ import torch.nn.functional as F
 from plexus.core.schedule import epoch_collectives, volume_per_axis
 from plexus.engine.comm import Comm
 from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
-from plexus.datasets.graph import Graph, normalize
+from plexus.datasets.graph import Graph
 from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedModel
 from plexus.partitioners import shard_graph
+from plexus.engine.rocauc import serial_rocauc
 from plexus.engine.serial import SerialModel
 from plexus.engine.trainer import Trainer
 
@@ -54,6 +55,37 @@ def directed_toy_graph(n: int = 41, f: int = 7, c: int = 3, seed: int = 2) -> Gr
                  num_classes=c, directed=True).validate()
 
 
+def multilabel_graph(g: Graph, tasks: int, seed: int = 3) -> Graph:
+    """``g`` with a node×task label matrix instead of its classes: tasks correlated with the
+    features (so training moves the ROC-AUC), a tenth of the entries missing (-1), and the
+    first node missing every task's label yet in the training mask (it contributes nothing)."""
+    rng = np.random.default_rng(seed)
+    score = g.features @ rng.standard_normal((g.num_features, tasks)) + \
+        rng.standard_normal((g.num_nodes, tasks))
+    labels = (score > np.median(score, axis=0)).astype(np.int8)
+    labels[rng.random(labels.shape) < 0.1] = -1
+    labels[0] = -1
+    train = g.train_mask.copy()
+    train[0] = True
+    return Graph(f"{g.name}-multilabel", g.adj, g.features, labels, train, g.val_mask,
+                 g.test_mask, num_classes=tasks, directed=g.directed).validate()
+
+
+def weighted_graph(g: Graph, seed: int = 5) -> Graph:
+    """``g`` with positive edge weights in [0.25, 1.25) (an undirected edge's two directions
+    alike) and a few self loops with their own weights: GCN's normalization uses them all."""
+    coo = g.adj.tocoo()
+    rng = np.random.default_rng(seed)
+    lo, hi = np.minimum(coo.row, coo.col), np.maximum(coo.row, coo.col)
+    w = 0.25 + (((lo * 7919 + hi * 104729) % 1000) / 1000 if not g.directed
+                else rng.random(coo.nnz))
+    loops = np.arange(0, g.num_nodes, 4)
+    adj = sp.csr_matrix((np.r_[w, 0.5 + rng.random(loops.size)].astype(np.float32),
+                         (np.r_[coo.row, loops], np.r_[coo.col, loops])), shape=g.adj.shape)
+    return Graph(f"{g.name}-weighted", adj, g.features, g.labels, g.train_mask, g.val_mask,
+                 g.test_mask, g.num_classes, g.directed, weighted=True).validate()
+
+
 def _close(name: str, got: torch.Tensor, want: torch.Tensor) -> list[str]:
     got, want = got.detach().double(), want.detach().double()
     if got.shape != want.shape:
@@ -71,7 +103,7 @@ def build(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
           engine: EngineConfig | None = None):
     """The distributed and the serial model with the same config and seed."""
     orders = cfg.orders(g.num_features, g.num_classes)
-    adj_hat = normalize(g.adj, g.directed, cfg.aggregation)
+    adj_hat = g.normalized(cfg.aggregation)
     shard = shard_graph(g, grid.shape, grid.coords, cfg.num_stages, orders, perm, seed=11,
                         adj_hat=adj_hat, aggregation=cfg.aggregation)
     return (DistributedModel(Comm(grid), shard, cfg, seed=5, engine=engine),
@@ -86,13 +118,16 @@ def _buffers(dist_model, serial) -> list[str]:
 
 
 def check_step(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
-               engine: EngineConfig | None = None) -> list[str]:
+               engine: EngineConfig | None = None, more=None) -> list[str]:
     """Logits, loss and every gradient of one training step (dropout on, step 3), then every
-    running statistic and the evaluation-mode logits (what only evaluation uses)."""
+    running statistic and the evaluation-mode logits (what only evaluation uses); then
+    ``more(distributed model, serial model, shard, training logits)``'s failures, if given."""
     dist_model, serial, shard = build(grid, g, cfg, perm, engine)
     dist_model.train()
     serial.train()
     zd, zs = dist_model(step=3), serial(step=3)
+    zd.retain_grad()
+    z_train = zd
     ld, ls = dist_model.loss(zd), serial.loss(zs)
     ld.backward()
     ls.backward()
@@ -113,7 +148,53 @@ def check_step(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
         zd, zs = dist_model.eval()(), serial.eval()()
     if c1 > c0:
         fails += _close("eval logits", zd[real][:, : c1 - c0], zs[rows[real]][:, c0:c1])
+    if more is not None:
+        fails += more(dist_model, serial, shard, z_train)
     return fails
+
+
+def full_logits(model: DistributedModel, zd: torch.Tensor, shard, num_nodes: int
+                ) -> torch.Tensor:
+    """Every node's logits from every rank's block (a collective over the whole world): the
+    replica at coordinate 0 of the last stage's replicated axis places its block."""
+    last = model.plans[-1]
+    rows = torch.from_numpy(shard.output_ids)
+    real = rows >= 0
+    c0 = model.class_start
+    c1 = min(c0 + zd.shape[1], model.num_classes)
+    full = torch.zeros(num_nodes, model.num_classes, dtype=torch.float64)
+    if model.comm.grid.coords[last.out_replicated] == 0 and c1 > c0:
+        full[rows[real], c0:c1] = zd.detach()[real][:, : c1 - c0].double()
+    torch.distributed.all_reduce(full)
+    return full.float()
+
+
+def check_multilabel_step(grid: Grid, g: Graph, cfg: ModelConfig, perm: str) -> list[str]:
+    """Multi-label: `check_step` (logits, binary cross-entropy, every gradient); the logits'
+    gradient exactly 0 at missing labels and outside the mask; without dropout, the ROC-AUC of
+    every task and split equal to OGB's rule on the same logits (to 1e-12) and to the serial
+    model's."""
+    def rocauc(dist_model, serial, shard, z_train) -> list[str]:
+        fails = []
+        blank = (dist_model.labels < 0) | ~dist_model.masks["train"][:, None]
+        if (z_train.grad[blank] != 0).any():
+            fails.append("the loss has a gradient at a missing label or an unmasked node")
+        with torch.no_grad():
+            zd, zs = dist_model.eval()(), serial.eval()()
+        got = dist_model.task_metrics(zd)
+        full = full_logits(dist_model, zd, shard, g.num_nodes).numpy()
+        theirs = serial.task_metrics(zs)
+        for split, mask in (("train", g.train_mask), ("val", g.val_mask), ("test", g.test_mask)):
+            want = serial_rocauc(g.labels[mask], full[mask])
+            if not np.allclose(got[split], want, rtol=0, atol=1e-12, equal_nan=True):
+                fails.append(f"{split} ROC-AUC per task {got[split]} != {want} (same logits)")
+            if not np.allclose(got[split], theirs[split], rtol=0, atol=1e-6, equal_nan=True):
+                fails.append(f"{split} ROC-AUC per task {got[split]} != serial {theirs[split]}")
+            if np.isnan(want).all():
+                fails.append(f"{split}: no task has both labels: the check would show nothing")
+        return fails
+
+    return check_step(grid, g, cfg, perm, more=rocauc)
 
 
 def check_training(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
@@ -145,7 +226,8 @@ def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
     trainer.run_epoch()
     got = model.comm.ledger.per_axis("elements")
     schedule = epoch_collectives(model.plans, grid.shape, model.pad,
-                                 learnable_features=cfg.learnable_features)
+                                 learnable_features=cfg.learnable_features,
+                                 multilabel=g.multilabel)
     want = volume_per_axis(schedule)
     fails = [f"axis {a}: ledger {got[a]} != formula {want[a]}" for a in "xyz"
              if abs(got[a] - want[a]) > 1e-6 * max(1.0, want[a])]
@@ -289,12 +371,22 @@ MODELS = {
 }
 # bf16: the ledger's bytes pin the precision of statistics (BatchNorm's, the attention's)
 BF16_LEDGER = ("gcn-batchnorm", "gat-batchnorm")
+# Multi-label tasks (binary cross-entropy, ROC-AUC), one model per graph (7 and 5 tasks: no
+# axis divides them): GCN aggregating first, GraphSAGE combining first.
+MULTILABEL_MODELS = {
+    "undirected": ("multilabel-gcn", 7, ModelConfig(2, HIDDEN, 0.5)),
+    "directed": ("multilabel-sage-combine", 5, ModelConfig(3, HIDDEN, 0.5, kind="sage",
+                                                           order="combine")),
+}
 MODEL_CHECKS = [f"{graph}/{name}/{kind}" for graph in ("undirected", "directed")
                 for name in MODELS for kind in ("step", "train")] + [
     f"{graph}/custom-layers" for graph in ("undirected", "directed")] + [
     f"directed/{name}/ledger-bf16" for name in BF16_LEDGER] + [
     f"directed/{name}/ledger" for name in MODELS] + [
-    "directed/gin-fixed-eps-decay-first/train"]
+    "directed/gin-fixed-eps-decay-first/train"] + [
+    f"{graph}/weighted-gcn/step" for graph in ("undirected", "directed")] + [
+    f"{graph}/{name}/{kind}" for graph, (name, _, _) in MULTILABEL_MODELS.items()
+    for kind in ("step", "train")] + [f"directed/{MULTILABEL_MODELS['directed'][0]}/ledger"]
 
 
 def run_model_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
@@ -315,6 +407,19 @@ def run_model_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
                 if gname == "directed" and name in BF16_LEDGER:
                     out[f"{tag}/{gname}/{name}/ledger-bf16"] = check_ledger(
                         grid, g, cfg, "double", EngineConfig(dtype="bf16"))
+        for gname, g in graphs.items():  # edge weights in Â (GCNConv's edge_weight)
+            out[f"{tag}/{gname}/weighted-gcn/step"] = check_step(
+                grid, weighted_graph(g), ModelConfig(2, HIDDEN, 0.5, order="agg,combine"),
+                "double")
+        for gname, (name, tasks, cfg) in MULTILABEL_MODELS.items():
+            mg = multilabel_graph(graphs[gname], tasks)
+            out[f"{tag}/{gname}/{name}/step"] = check_multilabel_step(grid, mg, cfg, "double")
+            # a few epochs: the step check covers every gradient; this, Adam's path and the
+            # evaluation's ROC-AUC (test time: these run on every model grid)
+            out[f"{tag}/{gname}/{name}/train"] = check_training(grid, mg, cfg, "double",
+                                                                epochs=5)
+            if gname == "directed":
+                out[f"{tag}/{gname}/{name}/ledger"] = check_ledger(grid, mg, cfg, "double")
         out[f"{tag}/directed/gin-fixed-eps-decay-first/train"] = check_training(
             grid, graphs["directed"], ModelConfig(2, HIDDEN, 0.5, kind="gin", train_eps=False),
             "single", decay_scope="first")

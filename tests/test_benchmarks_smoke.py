@@ -172,6 +172,15 @@ def test_memory_smoke(tmp_path: Path) -> None:
         assert run["ok"] and len(run["peak_rss"]) == world and run["predicted"] > 0
 
 
+def test_proteins_smoke(tmp_path: Path) -> None:
+    out = run_script("proteins.py", tmp_path, "--grids", "1x1x1", "--workdir",
+                     str(tmp_path / "work"))
+    assert "PyG GCNConv adj_t" in out and "model/meas" in out
+    doc = json.loads((tmp_path / "proteins.json").read_text())
+    assert doc["pyg"]["ok"] and doc["plexus"]["1x1x1"]["ok"]
+    assert doc["plexus"]["1x1x1"]["predicted"] > 0
+
+
 def test_memory_smoke_with_store(tmp_path: Path) -> None:
     out = run_script("memory.py", tmp_path, "--grids", "2x1x1", "--skip-pyg", "--store")
     assert "cut beforehand by plexus-partition" in out

@@ -788,3 +788,40 @@ def test_planetoid_test_index_takes_ascii_integers_only(tmp_path):
         with pytest.raises(DatasetError) as e:
             load_dataset(f"planetoid:{d}")
         assert_one_line(e, "ind.toy.test.index", "line 1")
+
+
+# ------------------------------------------------------------------------------- edge weights
+
+def test_weighted_graphs_keep_their_weights(tmp_path):
+    from types import SimpleNamespace
+
+    from plexus.partitioners import write_store
+
+    # an undirected edge given in both directions with two weights gets their mean, both ways
+    adj = sp.coo_matrix((np.array([2.0, 4.0, 1.0, 5.0]), ([0, 1, 1, 2], [1, 0, 2, 2])),
+                        shape=(3, 3))
+    g = Graph.from_scipy(adj, np.ones((3, 2)), [0, 1, 0], weighted=True)
+    assert g.weighted and g.adj.toarray().tolist() == [[0, 3, 0], [3, 0, 1], [0, 1, 0]]
+    assert not Graph.from_scipy(adj, np.ones((3, 2)), [0, 1, 0]).weighted  # default: 1s
+    d = Graph.from_scipy(adj, np.ones((3, 2)), [0, 1, 0], directed=True, weighted=True)
+    assert d.adj.toarray().tolist() == [[0, 2, 0], [4, 0, 1], [0, 0, 0]]  # self loop dropped
+    u = d.to_undirected()
+    assert u.weighted and u.adj.toarray().tolist() == [[0, 3, 0], [3, 0, 1], [0, 1, 0]]
+    data = SimpleNamespace(edge_index=np.array([[0, 1, 0], [1, 2, 1]]), x=np.ones((3, 2)),
+                           y=np.array([0, 1, 0]), edge_weight=np.array([1.0, 3.0, 2.0]))
+    p = Graph.from_pyg(data, weighted=True)  # a repeated edge: its weights summed, as GCNConv
+    assert p.directed and p.adj.toarray().tolist() == [[0, 3, 0], [0, 0, 3], [0, 0, 0]]
+    with pytest.raises(DatasetError, match="edge_weight"):
+        Graph.from_pyg(SimpleNamespace(**{**vars(data), "edge_weight": None}), weighted=True)
+    with pytest.raises(DatasetError, match="positive and finite"):
+        Graph.from_scipy(sp.coo_matrix(([-1.0], ([0], [1])), shape=(2, 2)), np.ones((2, 1)),
+                         [0, 0], weighted=True)
+    # GCN's weighted degrees: d = 1 + Σ w over in-edges; SAGE's mean ignores the weights
+    a_hat = g.normalized("gcn").toarray()
+    deg = np.array([1 + 3, 1 + 3 + 1, 1 + 1])
+    assert np.allclose(a_hat, (np.diag(1 / np.sqrt(deg)) @ (g.adj.toarray() + np.eye(3))
+                               @ np.diag(1 / np.sqrt(deg))))
+    assert np.allclose(g.normalized("mean").toarray(), [[0, 1, 0], [0.5, 0, 0.5], [0, 1, 0]])
+    with pytest.raises(DatasetError, match="does not carry edge weights") as e:
+        write_store(g, tmp_path / "store", {"x": 1, "y": 1, "z": 1}, 2)
+    assert "\n" not in str(e.value) and not (tmp_path / "store").exists()

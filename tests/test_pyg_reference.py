@@ -9,12 +9,14 @@ independently of Plexus's exporter, so the two sides meet only through the weigh
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from engine_checks import directed_toy_graph, toy_graph
+from engine_checks import directed_toy_graph, multilabel_graph, toy_graph, weighted_graph
 from plexus.core.ops import split_name
 from plexus.engine.config import ModelConfig
 from plexus.engine.serial import SerialModel
@@ -36,6 +38,14 @@ CONFIGS = {
     "gat-batchnorm-1head": ModelConfig(2, HIDDEN, 0.0, kind="gat", norm="batch"),
     "gat-4heads-nobias": ModelConfig(2, 3, 0.0, kind="gat", heads=4, out_heads=2, bias=False),
 }
+
+
+def assert_gradients_equal(serial: SerialModel, pairs: dict[str, torch.Tensor]) -> None:
+    """Every serial parameter's gradient equals its PyG tensor's (weights transposed)."""
+    for s, target in pairs.items():
+        got = serial.params[s].grad
+        want = target.grad.T if s[0] == "W" else target.grad.reshape(got.shape)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"gradient of {s}")
 
 
 @pytest.mark.parametrize("directed", [False, True], ids=["undirected", "directed"])
@@ -64,10 +74,7 @@ def test_serial_equals_pyg(name, directed):
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
     serial.loss(ours).backward()
     F.cross_entropy(theirs[mask], labels[mask]).backward()
-    for s, target in pairs.items():
-        got = serial.params[s].grad
-        want = target.grad.T if s[0] == "W" else target.grad.reshape(got.shape)
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"gradient of {s}")
+    assert_gradients_equal(serial, pairs)
     for name, value in serial.named_stats().items():  # running means and (unbiased) variances
         kind, s = split_name(name)
         bn = stack.bns[serial.plans[s].layer]
@@ -76,3 +83,69 @@ def test_serial_equals_pyg(name, directed):
     with torch.no_grad():  # evaluation: running statistics, no dropout
         torch.testing.assert_close(serial.eval()(), stack.eval()(x, edge_index), rtol=1e-5,
                                    atol=1e-5)
+
+
+@pytest.mark.parametrize("name,directed", [("gcn", False), ("sage", True)],
+                         ids=["gcn-undirected", "sage-directed"])
+def test_multilabel_serial_equals_pyg(name, directed):
+    """Multi-label (ogbn-proteins' 112 tasks, a tenth of the labels missing): the serial
+    model's loss and gradients equal torch's BCEWithLogitsLoss over the labelled entries on
+    PyG's stack, and its ROC-AUC equals ogb's Evaluator for ogbn-proteins on PyG's logits."""
+    from ogb.nodeproppred import Evaluator
+
+    g = multilabel_graph(directed_toy_graph() if directed else toy_graph(), tasks=112)
+    cfg = CONFIGS[name]
+    serial = SerialModel(g, cfg, seed=3)
+    stack = PygStack(cfg, g.num_features, g.num_classes)
+    pairs = copy_weights(stack, serial)
+    coo = g.adj.tocoo()
+    edge_index = torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
+    ours, theirs = serial(), stack(torch.from_numpy(g.features), edge_index)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    y = torch.from_numpy(g.labels)
+    known = torch.from_numpy(g.train_mask)[:, None] & (y >= 0)
+    assert 0 < int(known.sum()) < int(torch.from_numpy(g.train_mask).sum()) * g.num_classes
+    loss = serial.loss(ours)
+    want = torch.nn.BCEWithLogitsLoss()(theirs[known], y[known].float())
+    torch.testing.assert_close(loss, want, rtol=1e-6, atol=1e-6)
+    loss.backward()
+    want.backward()
+    assert_gradients_equal(serial, pairs)
+    evaluator = Evaluator("ogbn-proteins")
+    truth = np.where(g.labels < 0, np.nan, g.labels.astype(np.float64))
+    mine = serial.metrics(ours.detach())
+    for split, mask in (("train", g.train_mask), ("val", g.val_mask), ("test", g.test_mask)):
+        official = evaluator.eval({"y_true": truth[mask],
+                                   "y_pred": theirs.detach().numpy()[mask]})["rocauc"]
+        assert mine[split] == pytest.approx(official, abs=1e-12)
+
+
+@pytest.mark.parametrize("directed", [False, True], ids=["undirected", "directed"])
+def test_weighted_gcn_equals_pyg_gcnconv_with_edge_weight(directed):
+    """Â of a weighted graph is PyG's gcn_norm (weighted in-degrees; a node's self loop keeps its
+    weight, one of weight 1 is added where there is none), and the serial GCN equals
+    GCNConv(x, edge_index, edge_weight) in logits and gradients."""
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+    g = weighted_graph(directed_toy_graph() if directed else toy_graph())
+    coo = g.adj.tocoo()
+    edge_index = torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
+    weight = torch.from_numpy(coo.data)
+    index, value = gcn_norm(edge_index, weight, g.num_nodes, add_self_loops=True)
+    theirs_hat = torch.zeros(g.num_nodes, g.num_nodes)
+    theirs_hat[index[1], index[0]] = value  # row = target: the message j -> i sits at (i, j)
+    ours_hat = torch.from_numpy(g.normalized("gcn").toarray())
+    torch.testing.assert_close(ours_hat, theirs_hat, rtol=1e-6, atol=1e-7)
+    plain = torch.from_numpy(dataclasses.replace(g, weighted=False).normalized("gcn").toarray())
+    assert not torch.allclose(ours_hat, plain)  # the weights matter
+    cfg = CONFIGS["gcn"]
+    serial = SerialModel(g, cfg, seed=3)
+    stack = PygStack(cfg, g.num_features, g.num_classes)
+    pairs = copy_weights(stack, serial)
+    ours = serial()
+    theirs = stack(torch.from_numpy(g.features), edge_index, weight)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    mask, labels = torch.from_numpy(g.train_mask), torch.from_numpy(g.labels)
+    serial.loss(ours).backward()
+    F.cross_entropy(theirs[mask], labels[mask]).backward()
+    assert_gradients_equal(serial, pairs)

@@ -43,7 +43,8 @@ class GraphModel(nn.Module):
 
     ``model(step)`` returns this rank's block of the logits (dropout masks keyed by ``step`` when
     training); ``loss(logits, mask)`` is the masked mean cross-entropy over the whole graph (the
-    same value on every rank); ``node_ids`` is the original node id of every local logits row
+    same value on every rank; for a multi-label graph the binary cross-entropy over the labelled
+    (node, task) entries); ``metrics`` its accuracy or ROC-AUC; ``node_ids`` is the original node id of every local logits row
     (-1: padding), ``labels`` their labels. `plexus.api.results` gathers logits, predictions and
     embeddings on rank 0; `plexus.api.export` the unsharded weights.
     """
@@ -65,11 +66,32 @@ class GraphModel(nn.Module):
         return self.net.loss(logits, mask)
 
     def accuracy(self, logits: torch.Tensor) -> dict[str, float]:
-        """Accuracy on every mask (collective; the same on every rank)."""
+        """Accuracy on every mask (collective; the same on every rank). Single-label tasks."""
         return self.net.accuracy(logits)
 
+    def metrics(self, logits: torch.Tensor) -> dict[str, float | None]:
+        """The task's metric on every mask (collective; the same on every rank): accuracy, or
+        for a multi-label task the mean ROC-AUC over its tasks (OGB's rule)."""
+        return self.net.metrics(logits)
+
+    def task_metrics(self, logits: torch.Tensor) -> dict[str, np.ndarray]:
+        """Multi-label: the ROC-AUC of every task on every mask (NaN where a task lacks a
+        positive or a negative label). Collective."""
+        return self.net.task_metrics(logits)
+
+    @property
+    def metric_name(self) -> str:
+        """"acc", or "rocauc" for a multi-label task."""
+        return self.net.metric_name
+
+    @property
+    def multilabel(self) -> bool:
+        """Whether the task is multi-label (labels: a row×task block of binary labels)."""
+        return self.net.multilabel
+
     def predict(self, logits: torch.Tensor) -> torch.Tensor:
-        """Predicted class of every local row (collective over the class cut)."""
+        """Predicted class of every local row (collective over the class cut); multi-label: 1
+        where a task's logit of this rank's task block is positive."""
         return self.net.predict(logits)
 
     def add_mask(self, name: str, mask: Any) -> None:
@@ -86,7 +108,8 @@ class GraphModel(nn.Module):
 
     @property
     def labels(self) -> torch.Tensor:
-        """Label of every local logits row (-1: padding or unlabelled)."""
+        """Label of every local logits row (-1: padding or unlabelled); multi-label: the int8
+        labels of this rank's task block (-1: padding or missing)."""
         return self.net.labels
 
     @property

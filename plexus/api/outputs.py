@@ -5,7 +5,8 @@ An outputs directory holds one array per output, rows in the original node order
 
     outputs.json      format, version, node count, the arrays and their files, and what the
                       caller adds (the epoch, the dataset)
-    pred.npy          int64 (N,): the predicted class of every node
+    pred.npy          int64 (N,): the predicted class of every node (multi-label: int8 (N, T),
+                      1 where a task's logit is positive)
     logits.npy        float32 (N, C)
     embeddings.npy    float32 (N, hidden): the last hidden layer's output
 
@@ -135,7 +136,8 @@ def write_outputs(model: GraphModel, blocks: dict[str, NodeBlock],
     """Collective: `save_outputs` for blocks `plexus.api.results.output_blocks` computed."""
     target = Path(directory).expanduser()
     rank0 = dist.get_rank() == 0
-    shapes = {name: ((model.num_nodes,) if name == "pred" else (model.num_nodes, blk.width),
+    shapes = {name: ((model.num_nodes,) if name == "pred" and not model.multilabel
+                     else (model.num_nodes, blk.width),
                      blk.dtype) for name, blk in blocks.items()}
     tmp_box: list[Any] = [None]
     failure = None

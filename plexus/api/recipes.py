@@ -18,6 +18,13 @@ undirected, self loops added. Left out (GATConv has no such option): its input d
 residual connections and its loss transform log(ε + CE) − log ε; expect a lower accuracy than
 the leaderboard's 73.66 ± 0.11.
 
+ogbn-proteins-gcn and -sage: ogb/examples/nodeproppred/proteins/gnn.py (GCN, or SAGE with
+--use_sage: 3 layers, hidden 256, no BatchNorm, dropout 0, Adam lr 0.01 without weight decay, 1000
+epochs evaluated every 5; node features the mean of each node's incoming edges' features; GCN's Â
+with one self loop per node and symmetric degree normalization; BCEWithLogitsLoss over the 112
+tasks), which reports the test ROC-AUC at the best validation epoch with
+``ogb.nodeproppred.Evaluator``.
+
 ``ogbn-papers100M-gcn`` is the Plexus paper's model, from its authors' code (hpcgroup/plexus):
 examples/train.py (3 GCNConv layers without bias, hidden 128, no dropout, the input features
 trained with the weights, AdamW at lr 3e-3 without weight decay, which is Adam), examples/run_4.sh
@@ -92,6 +99,12 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                   "norm": "batch", "dropout": 0.75, "input_dropout": False,
                   "attn_dropout": 0.0},
            train={"lr": 0.002, "weight_decay": 0.0, "epochs": 2000}, symmetrize=True),
+    Recipe("ogbn-proteins-gcn", "ogbn-proteins", "ogb/examples/nodeproppred/proteins/gnn.py",
+           model={"kind": "gcn", **_HIDDEN_ONLY_DROPOUT, "dropout": 0.0},
+           train={**_OGB_TRAIN, "epochs": 1000, "eval_every": 5}),
+    Recipe("ogbn-proteins-sage", "ogbn-proteins", "ogb/examples/nodeproppred/proteins/gnn.py "
+           "(--use_sage)", model={"kind": "sage", **_HIDDEN_ONLY_DROPOUT, "dropout": 0.0},
+           train={**_OGB_TRAIN, "epochs": 1000, "eval_every": 5}),
     Recipe("ogbn-papers100M-gcn", "ogbn-papers100M",
            "hpcgroup/plexus examples/train.py, examples/run_4.sh, plexus/utils/dataset.py",
            model={"kind": "gcn", "num_layers": 3, "hidden": 128, "bias": False, "dropout": 0.0,

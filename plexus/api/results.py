@@ -86,14 +86,18 @@ def _forward(model: GraphModel, embeddings: bool) -> tuple[torch.Tensor, torch.T
 
 def output_blocks(model: GraphModel, logits: bool = True, predictions: bool = True,
                   embeddings: bool = False) -> dict[str, NodeBlock]:
-    """One forward pass without dropout; this rank's blocks of "pred" (int64, one column),
+    """One forward pass without dropout; this rank's blocks of "pred" (int64, one column; for a
+    multi-label task int8 0/1 per task, cut like the logits),
     "logits" (float32, C columns) and "embeddings" (float32, the last hidden layer's width), as
     asked. Collective (the predicted class needs the whole row of logits)."""
     out, hidden = _forward(model, embeddings)
     net, grid = model.net, model.grid
     last = net.plans[-1]
     blocks: dict[str, NodeBlock] = {}
-    if predictions:
+    if predictions and model.multilabel:  # int8 0/1 per task, cut like the logits
+        blocks["pred"] = NodeBlock(model.predict(out), model.node_ids, net.class_start,
+                                   model.num_classes, lambda c: c[last.out_replicated] == 0)
+    elif predictions:
         pred = model.predict(out).reshape(-1, 1)
         blocks["pred"] = NodeBlock(pred, model.node_ids, 0, 1,
                                    lambda c: c[last.out_replicated] == 0 and c[last.out_cols] == 0)
@@ -114,7 +118,7 @@ def output_bytes(model: GraphModel, logits: bool = True, predictions: bool = Tru
                  embeddings: bool = False) -> int:
     """Bytes of the whole arrays asked for (every node's row), without running anything."""
     n = model.num_nodes
-    total = 8 * n if predictions else 0
+    total = (n * model.num_classes if model.multilabel else 8 * n) if predictions else 0
     total += 4 * n * model.num_classes if logits else 0
     total += 4 * n * model.net.widths[model.net.cfg.last_layer_stage] if embeddings else 0
     return total

@@ -14,7 +14,9 @@ node count, every stage adds:
   backward  AR(db) over the output rows      n = D'/|out cols|  (with a bias)
             AR(dH) over d (stage > 0)        n = N·D/(|o||i|)   stage 0: RS over d if features learn
 loss      AR-MAX of N/|rows| and AR-SUM of 2·N/|rows| over the class axis (the last layer's
-          output columns), AR-SUM of 1 element over its rows axis
+          output columns), AR-SUM of 1 element over its rows axis; multi-label (binary
+          cross-entropy, elementwise): AR-SUM of 2 float64 (sum, count) over the rows axis, then
+          over the class axis
 Stage 0 with fixed input features needs no dH: autograd skips it and what only feeds it.
 
 Volumes are those of ring algorithms: an all-reduce of n elements over p ranks moves
@@ -114,12 +116,30 @@ class _Schedule:
         elif z.learnable_features:
             add("RS(dH)", "backward", "reduce_scatter", p.depth, z.h_in)
 
-    def loss(self, last: LayerPlan, n: int) -> None:
+    def loss(self, last: LayerPlan, n: int, multilabel: bool = False) -> None:
         rows, classes = last.out_rows, last.out_cols
         add = self.adder(None)  # the logits are float32 in every compute precision
+        if multilabel:  # elementwise: the sum and the count (float64) over rows, then tasks
+            add("loss", "loss", "all_reduce", rows, 2, 8)
+            add("loss", "loss", "all_reduce", classes, 2, 8)
+            return
         add("loss", "loss", "all_reduce", classes, div(n, self.s[rows]), 4)  # row max
         add("loss", "loss", "all_reduce", classes, 2 * div(n, self.s[rows]), 4)  # Σ exp, label
         add("loss", "loss", "all_reduce", rows, 1, 4)  # sum of per-node losses
+
+    def rocauc(self, last: LayerPlan, n: int, tasks: int, tasks_padded: int) -> None:
+        """Per split: each rank's row count, then its rows of scores and labels of its task
+        block gathered over the rows axis (sized here for the most a rank's split part can be,
+        N/|rows| rows; the engine pads to the split's largest part), and the per-task ROC-AUCs
+        and their flags summed over every axis."""
+        rows, add = last.out_rows, self.adder(None)
+        width = 2 * div(tasks_padded, self.s[last.out_cols])
+        for _ in range(3):
+            add("rocauc", "eval", "all_gather", rows, self.s[rows], 8)
+            add("rocauc", "eval", "all_gather", rows, self.s[rows] * div(n, self.s[rows]) * width,
+                4)
+            for axis in ("x", "y", "z"):
+                add("rocauc", "eval", "all_reduce", axis, 2 * tasks, 8)
 
     def accuracy(self, last: LayerPlan, n: int) -> None:
         rows, classes = last.out_rows, last.out_cols
@@ -130,24 +150,28 @@ class _Schedule:
 
 
 def epoch_collectives(plans: Sequence[LayerPlan], shape: Mapping[str, int], pad: Padding, *,
-                      learnable_features: bool = False,
-                      evaluate: bool = False) -> list[Collective]:
+                      learnable_features: bool = False, evaluate: bool = False,
+                      multilabel: bool = False) -> list[Collective]:
     """Every collective one rank issues in one training step, in program order: the forward,
     the loss, the backward (last stage first). ``plans`` are a model's
     (`plexus.core.model.ModelConfig.plans`: each names its operator, bias and BatchNorm).
     ``evaluate`` appends the evaluation that follows (the forward again, the prediction's argmax
-    over the class axis and the three masks' hit counts over the rows axis)."""
+    over the class axis and the three masks' hit counts over the rows axis; for a
+    ``multilabel`` task the binary cross-entropy's two sums, and the ROC-AUC's gathers)."""
     sizes = stage_sizes(plans, shape, pad, OPERATORS, learnable_features=learnable_features)
     sched = _Schedule(shape)
     for z in sizes:
         sched.forward(z, "forward")
-    sched.loss(plans[-1], pad.nodes_padded)
+    sched.loss(plans[-1], pad.nodes_padded, multilabel)
     for z in reversed(sizes):
         sched.backward(z)
     if evaluate:
         for z in sizes:
             sched.forward(z, "eval")
-        sched.accuracy(plans[-1], pad.nodes_padded)
+        if multilabel:
+            sched.rocauc(plans[-1], pad.nodes_padded, pad.widths[-1], pad.widths_padded[-1])
+        else:
+            sched.accuracy(plans[-1], pad.nodes_padded)
     return sched.out
 
 

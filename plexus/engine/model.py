@@ -96,7 +96,8 @@ class DistributedModel(ClassifierHead, nn.Module):
         last = self.plans[-1]
         self.class_start = block(self.pad.widths_padded[-1], shape[last.out_cols],
                                  coords[last.out_cols]).start
-        self.labels = torch.from_numpy(shard.labels).to(device)
+        self.labels = self.head_labels(shard.labels, self.class_start,
+                                       self.pad.widths_padded[-1] // shape[last.out_cols], device)
         self.masks = {k: torch.from_numpy(m).to(device) for k, m in shard.masks.items()}
         self.counts = dict(shard.mask_counts)
 

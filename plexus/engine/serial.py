@@ -12,10 +12,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plexus.datasets.graph import Graph, normalize
+from plexus.datasets.graph import Graph
 
 from .config import ModelConfig
 from .ops import NORM_SERIAL, SERIAL
+from .loss import TaskMetrics
+from .rocauc import serial_rocauc
 from .seeding import (StepCounter, dropout, initial_parameters, initial_stats,
                       parameter_layer)
 
@@ -28,7 +30,7 @@ def sparse_tensor(adj_hat) -> torch.Tensor:
                                    coo.shape).coalesce()
 
 
-class SerialModel(nn.Module):
+class SerialModel(TaskMetrics, nn.Module):
     """The model of ``cfg`` on one process, stage by stage: each stage's operator's serial
     reference (`plexus.engine.ops`, ``serial``), its bias, BatchNorm, dropout and ReLU."""
 
@@ -41,7 +43,7 @@ class SerialModel(nn.Module):
         self.widths = cfg.widths(f, c)
         self.orders = [p.order for p in self.plans]
         self.adj = sparse_tensor(adj_hat if adj_hat is not None
-                                 else normalize(graph.adj, graph.directed, cfg.aggregation))
+                                 else graph.normalized(cfg.aggregation))
         init = initial_parameters(seed, self.plans, self.widths)
         self.params = nn.ParameterDict({k: nn.Parameter(v) for k, v in init.items()})
         self._stats = initial_stats(self.plans, self.widths)
@@ -91,9 +93,20 @@ class SerialModel(nn.Module):
         return H
 
     def loss(self, logits: torch.Tensor, mask: str | torch.Tensor = "train") -> torch.Tensor:
-        """Mean cross-entropy over the nodes of ``mask`` (a name or a bool tensor over nodes)."""
+        """Mean cross-entropy over the nodes of ``mask`` (a name or a bool tensor over nodes);
+        multi-label: mean binary cross-entropy with logits over their labelled (node, task)
+        entries."""
         m = self.masks[mask] if isinstance(mask, str) else mask
+        if self.multilabel:
+            known = m[:, None] & (self.labels >= 0)
+            return F.binary_cross_entropy_with_logits(logits[known], self.labels[known].float())
         return F.cross_entropy(logits[m], self.labels[m])
+
+    def task_metrics(self, logits: torch.Tensor) -> dict[str, np.ndarray]:
+        """Multi-label: every task's ROC-AUC (NaN where undefined) on each mask."""
+        scores, labels = logits.detach().numpy(), self.labels.numpy()
+        return {k: serial_rocauc(labels[m.numpy()], scores[m.numpy()])
+                for k, m in self.masks.items()}
 
     def accuracy(self, logits: torch.Tensor) -> dict[str, float]:
         """Accuracy on the train/val/test masks."""
@@ -102,7 +115,9 @@ class SerialModel(nn.Module):
                 for k, m in self.masks.items()}
 
     def predict(self, logits: torch.Tensor) -> torch.Tensor:
-        """Predicted class per node."""
+        """Predicted class per node (multi-label: 1 where a task's logit is positive)."""
+        if self.multilabel:
+            return (logits > 0).to(torch.int8)
         return logits.argmax(dim=1)
 
     def named_shards(self) -> dict[str, nn.Parameter]:

@@ -16,7 +16,7 @@ class TrainableGCN(Protocol):
 
     def __call__(self, step: int | None = None) -> torch.Tensor: ...
     def loss(self, logits: torch.Tensor, mask: str = "train") -> torch.Tensor: ...
-    def accuracy(self, logits: torch.Tensor) -> dict[str, float]: ...
+    def metrics(self, logits: torch.Tensor) -> dict[str, float | None]: ...
     def named_shards(self) -> dict[str, torch.nn.Parameter]: ...
     def full_parameter(self, name: str, shard: torch.Tensor) -> torch.Tensor: ...
     def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor: ...
@@ -26,8 +26,9 @@ class TrainableGCN(Protocol):
 
 @dataclass
 class EpochStats:
-    """One epoch: training loss (with dropout), accuracies (without), the wall time of its
-    training step and that of its evaluation (0 when it was not evaluated)."""
+    """One epoch: training loss (with dropout), the metric on each split (without dropout:
+    accuracy, or the mean ROC-AUC of a multi-label task; the fields keep the name "acc"), the
+    wall time of its training step and that of its evaluation (0 when it was not evaluated)."""
 
     epoch: int
     loss: float
@@ -75,10 +76,11 @@ class Trainer:
         return float(loss.detach())
 
     @torch.no_grad()
-    def evaluate(self) -> dict[str, float]:
-        """Accuracy on train/val/test, without dropout."""
+    def evaluate(self) -> dict[str, float | None]:
+        """The metric (accuracy, or ROC-AUC for a multi-label task) on train/val/test, without
+        dropout."""
         self.model.eval()
-        return self.model.accuracy(self.model())
+        return self.model.metrics(self.model())
 
     def run_epoch(self) -> EpochStats:
         """Train one epoch, then evaluate if ``eval_every`` says so."""

@@ -151,7 +151,8 @@ class Network(ClassifierHead, nn.Module):
         last = self.plans[-1]
         self.class_start = block(wp[-1], shape[last.out_cols], coords[last.out_cols]).start
         self.num_classes = graph.num_classes
-        self.labels = torch.from_numpy(shard.labels).to(device)
+        self.labels = self.head_labels(shard.labels, self.class_start,
+                                       wp[-1] // shape[last.out_cols], device)
         self.masks = {k: torch.from_numpy(m).to(device) for k, m in shard.masks.items()}
         self.counts = dict(shard.mask_counts)
         self.node_ids = torch.from_numpy(shard.output_ids).to(device)

@@ -46,11 +46,11 @@ class Bundle:
 
 def load_bundle(spec: str, root: str | None = None) -> Bundle:
     """Load the dataset ``spec`` (see `plexus.datasets.load_dataset`) and normalize it."""
-    from plexus.datasets import gcn_normalize, load_dataset
+    from plexus.datasets import load_dataset
 
     start = time.perf_counter()
     g = load_dataset(spec, root)
-    adj_hat = gcn_normalize(g.adj, g.directed)
+    adj_hat = g.normalized("gcn")
     return Bundle(spec, g, adj_hat, time.perf_counter() - start)
 
 

@@ -44,12 +44,21 @@ class PygStack(nn.Module):
         self.bns = nn.ModuleList(nn.BatchNorm1d(d) for d in widths[1:-1]) \
             if cfg.norm == "batch" else None
 
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor,
+                edge_weight: torch.Tensor | None = None) -> torch.Tensor:
+        """The logits; ``edge_weight`` goes to GCNConv (the other layers take none)."""
         last = len(self.convs) - 1
         for l, conv in enumerate(self.convs):
             if l > 0 or self.cfg.input_dropout:  # dropout as ModelConfig places it
                 x = F.dropout(x, self.cfg.dropout, self.training)
-            h = conv(x) if self.cfg.kind == "mlp" else conv(x, edge_index)
+            if self.cfg.kind == "mlp":
+                h = conv(x)
+            elif edge_weight is not None:
+                if self.cfg.kind != "gcn":
+                    raise ValueError(f"only GCNConv takes edge weights, not {self.cfg.kind}")
+                h = conv(x, edge_index, edge_weight)
+            else:
+                h = conv(x, edge_index)
             if self.cfg.residual and h.shape == x.shape:
                 h = h + x
             if l < last:

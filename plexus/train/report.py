@@ -128,6 +128,7 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
     summary = {
         "dataset": run.dataset.name, "grid": str(run.grid), "world_size": run.grid.world_size,
         "epochs": trainer.epoch, "epochs_run": len(history),
+        "metric": run.model.metric_name,  # what the *_acc fields hold: "acc" or "rocauc"
         "best_epoch": run.best.epoch, "best_val_acc": run.best.val_acc,
         "best_test_acc": run.best.test_acc,
         "final": {k: final.get(k) for k in ("epoch", "loss", "train_acc", "val_acc", "test_acc")},

@@ -1,8 +1,8 @@
 """What a run hands back at its end, through the Python API (`plexus.api`): predictions, logits
 and embeddings (``--save-predictions DIR``, ``--save-embeddings``: every rank writes its own rows,
 `plexus.api.outputs`), the unsharded weights under PyG's names (``--export``, ``--export-best``),
-and the OGB evaluator's test metric at the final and at the best-validation epoch (from per-rank
-counts: no rank gathers every node's output).
+and the OGB evaluator's test metric at the final and at the best-validation epoch (accuracy from
+per-rank counts, ROC-AUC per task on one rank each: no rank gathers every node's output).
 
 The best-validation epoch's weights are kept as this rank's shards (`BestWeights`: one copy of
 the parameters, no communication) whenever something needs them.
@@ -10,6 +10,7 @@ the parameters, no communication) whenever something needs them.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -93,6 +94,48 @@ def ogb_metric(model: GraphModel, name: str, pred: NodeBlock, mask: str = "test"
     return {"name": name, "metric": "acc", "value": total_correct / max(total, 1)}
 
 
+def ogb_rocauc(model: GraphModel, name: str, mask: str = "test") -> dict | None:
+    """The official ``ogb.nodeproppred.Evaluator`` ROC-AUC (multi-label datasets: ogbn-proteins)
+    over the nodes of ``mask``, without dropout (collective; None where the evaluator's metric
+    is not ROC-AUC). Each task is scored by ogb's Evaluator on one rank, from that task's
+    column of the split's rows gathered over the logits' rows axis (no rank holds more than its
+    task block of the split); the per-task values are summed over the grid and averaged as
+    ogb does (the mean over the tasks with a positive and a negative label)."""
+    from ogb.nodeproppred import Evaluator  # noqa: PLC0415 (only for OGB datasets)
+
+    from plexus.engine.rocauc import mean_rocauc  # noqa: PLC0415
+
+    evaluator = Evaluator(name)
+    if evaluator.eval_metric != "rocauc":
+        return None
+    tasks = evaluator.num_tasks
+
+    def official(y: np.ndarray, score: np.ndarray) -> float:
+        # ogb's Evaluator takes every task's column: this one in column 0, the others
+        # unlabelled (NaN: ogb leaves them out)
+        truth = np.full((len(y), tasks), np.nan)
+        truth[:, 0] = np.where(y < 0, np.nan, y)
+        pred = np.zeros((len(y), tasks))
+        pred[:, 0] = score
+        try:
+            return float(evaluator.eval({"y_true": truth, "y_pred": pred})["rocauc"])
+        except RuntimeError:  # no task with both labels: ogb leaves this one out
+            return float("nan")
+
+    logits = output_blocks(model, logits=True, predictions=False)["logits"].values
+    per_task = model.net.task_metrics(logits, scorer=official)[mask]
+    value = mean_rocauc(per_task)
+    return None if value is None else {"name": name, "metric": "rocauc", "value": value}
+
+
+def _metric(model: GraphModel, name: str, pred: NodeBlock | None) -> dict | None:
+    """The OGB evaluator's test metric: ROC-AUC for a multi-label task, else accuracy."""
+    if model.multilabel:
+        return ogb_rocauc(model, name)
+    assert pred is not None
+    return ogb_metric(model, name, pred)
+
+
 def _predictions(model: GraphModel) -> NodeBlock:
     """This rank's block of predicted classes (collective)."""
     return output_blocks(model, logits=False, predictions=True)["pred"]
@@ -123,7 +166,7 @@ def end_of_run(opts: RunOptions, model: GraphModel, dataset_name: str, epoch: in
             except (OSError, OutputsError) as e:
                 failed(e, "--save-predictions")
         if ogb:
-            summary["ogb"] = ogb_metric(model, dataset_name, blocks["pred"])
+            summary["ogb"] = _metric(model, dataset_name, blocks["pred"])
             if summary["ogb"] is not None and best_epoch == epoch:
                 summary["ogb_best"] = {**summary["ogb"], "epoch": epoch}
         del blocks
@@ -142,7 +185,8 @@ def end_of_run(opts: RunOptions, model: GraphModel, dataset_name: str, epoch: in
         best.swap(model)  # the best epoch's weights in, for its predictions and its export
         try:
             if ogb:
-                metric = ogb_metric(model, dataset_name, _predictions(model))
+                metric = _metric(model, dataset_name,
+                                 None if model.multilabel else _predictions(model))
                 summary["ogb_best"] = metric and {**metric, "epoch": best_epoch}
             if opts.export and opts.export_best:
                 export(False, best_epoch)

@@ -312,6 +312,9 @@ def format_summary(s: dict) -> str:
         + (" +residual" if m.get("residual") else "")
     lines = [f"summary: {what} on {s['dataset']}, grid {s['grid']} "
              f"({plural(s['world_size'], 'rank')}), {plural(s['epochs'], 'epoch')}"]
+    if s.get("metric") == "rocauc":
+        lines.append("  metric: ROC-AUC, the mean over the tasks (multi-label); 'train/val/test' "
+                     "below and in the epoch lines are ROC-AUCs")
     if s.get("best_epoch") is not None:
         lines.append(f"  best validation: epoch {s['best_epoch']}  val {_acc(s['best_val_acc'])}  "
                      f"test {_acc(s['best_test_acc'])}")
