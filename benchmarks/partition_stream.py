@@ -141,7 +141,7 @@ def run_line(r: dict) -> str:
     return (f"scale {r['scale']}: nnz {r['nnz']:,}  peak RSS {r['peak_rss_bytes'] / GIB:.2f} GiB"
             f"  wall {r['wall_s']:.1f}s (convert {r['convert_s']:.1f}s, partition "
             f"{r['partition_s']:.1f}s)  {r['nnz_per_s_per_process'] / 1e6:.2f} M non-zeros/s per "
-            f"process ({r['nnz'] / r['partition_s'] / 1e6:.2f} M/s in the partition phases) [load {r['load_before']} / {r['load_after']}]")
+            f"process ({r['nnz'] / max(r['partition_s'], 1e-3) / 1e6:.2f} M/s in the partition phases) [load {r['load_before']} / {r['load_after']}]")
 
 
 def pair_line(one: dict, two: dict) -> str:

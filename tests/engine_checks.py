@@ -427,10 +427,10 @@ def run_model_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
     return {k: [f"rank {rank}: {m}" for m in v] for k, v in out.items()}
 
 
-def run_all_checks(grids: list[tuple[int, int, int]],
-                   model_grids: set[tuple[int, int, int]]) -> dict[str, list[str]]:
-    """Both families in one world: the GCN checks on every grid, the model checks on those of
-    ``model_grids``."""
-    out = run_grid_checks(grids)
+def run_all_checks(grids: list[tuple[int, int, int]], model_grids: set[tuple[int, int, int]],
+                   layer_counts=(1, 2, 3, 4)) -> dict[str, list[str]]:
+    """Both families in one world: the GCN checks (at ``layer_counts`` layers) on every grid,
+    the model checks on those of ``model_grids``."""
+    out = run_grid_checks(grids, layer_counts)
     out.update(run_model_checks([d for d in grids if d in model_grids]))
     return out

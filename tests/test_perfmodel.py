@@ -374,3 +374,11 @@ def test_comm_volume_benchmark_runs(tmp_path):
             for r in rows}
     for g in ("16", "64"):  # 3D moves less than 1D on both graphs
         assert vols["ogbn-products", g, "3d"] < vols["ogbn-products", g, "1d"]
+
+
+def test_gat_memory_model_uses_the_engines_chunk_sizes():
+    """The torch-free declaration mirrors the engine's chunking (one rule, two packages)."""
+    from plexus.core.ops import gat
+    from plexus.engine import edges
+
+    assert gat.EDGE_CHUNK == edges.CHUNK and gat.HASH_CHUNK == edges.HASH_CHUNK

@@ -11,10 +11,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from cora_accuracy import run_seeds  # noqa: E402
 
 
-def test_cora_mean_test_accuracy_over_10_seeds(capsys):
-    runs = run_seeds(10)
+def test_cora_mean_test_accuracy_over_3_seeds(capsys):
+    # 3 seeds keep the suite short (10 seeds: `benchmarks/cora_accuracy.py`, 0.8167 in CI)
+    runs = run_seeds(3)
     mean = statistics.mean(final for final, _ in runs)
     with capsys.disabled():
-        print(f"\nCora, serial GCN, 10 seeds: mean test accuracy {mean:.4f} "
+        print(f"\nCora, serial GCN, {len(runs)} seeds: mean test accuracy {mean:.4f} "
               f"(per seed: {', '.join(f'{f:.3f}' for f, _ in runs)})")
     assert mean >= 0.805, f"mean test accuracy {mean:.4f} < 0.805"

@@ -29,6 +29,13 @@ from .base import (Add, Flops, ModelKind, Operator, Param, StageMemory, StageSiz
                    dropout_work, param_memory)
 
 STAT_BYTES = 4
+#: host memory glibc keeps beyond live tensors while the per-edge passes run (freed per-edge
+#: tensors and chunk temporaries held in its heap), fitted to measured peaks (R-MAT 17 and 18,
+#: 1x1x1 and 2x2x2, with and without recompute): this many per-edge float32 tensors, plus
+#: CHUNK_SLACK bytes once a pass has whole chunks (plexus.engine.edges.CHUNK elements)
+EDGE_SLACK = 2.0
+EDGE_CHUNK = 1 << 21
+CHUNK_SLACK = 112 * 2**20
 # Per edge and head, the softmax's passes, LeakyReLU, dropout and the backward's (counted as
 # sparse flops: they run at memory speed like an SpMM's).
 EDGE_FLOPS = 24
@@ -123,13 +130,17 @@ class GAT(Operator):
         kept_b += edges * (STAT_BYTES + 1)
         z_all = zz * (2 if i > 1 else 1)
         mean_sum = 0.0 if p.concat else n / i * z.D2
+        # host memory the allocator holds beyond live tensors during the per-edge passes
+        slack = EDGE_SLACK * edges * STAT_BYTES + CHUNK_SLACK * min(1.0, edges / EDGE_CHUNK)
         # forward: Z with its all-reduced copy, then the per-edge scores and α; then the output
         # (and the averaged heads' sum) beside Z; the dropout hash's chunk
-        forward = [(caller + drop + z_all) * fb + 2 * edges * STAT_BYTES + dropout_work(z),
+        forward = [(caller + drop + z_all) * fb + 2 * edges * STAT_BYTES + dropout_work(z)
+                   + slack,
                    (caller + drop + zz + out_local + mean_sum) * fb + edges * (STAT_BYTES + 1)
-                   + min(E, HASH_CHUNK / H) * (3 + 3 * H) * 8]
+                   + min(E, HASH_CHUNK / H) * (3 + 3 * H) * 8 + slack]
         # backward: dOUT, dZ, dα (float32) and the sampled product's values
-        backward = [(kept_b, (out_local + zz) * fb + edges * STAT_BYTES + 2 * E * STAT_BYTES)]
+        backward = [(kept_b, (out_local + zz) * fb + edges * STAT_BYTES + 2 * E * STAT_BYTES
+                     + slack)]
         if z.needs_dh:
             backward.append((0.0, (zz + h_in) * fb + dropout_work(z)))
         resident = E * 3 * 4 + 2 * n / (i * o) * 4
