@@ -59,9 +59,17 @@ def headline() -> str:
              for g, m in zip(worlds, choice)]
     again = _find("model_vs_measured_g4_7epochs.txt", r"^model's choice (?P<pick>\S+): .*?"
                   r"fastest measured (?P<best>\S+) .*?gap (?P<gap>[+-][\d.]+%)")[0]
+    others = []
+    for kind in ("gat", "sage"):  # --grid auto for other kinds, once in the snapshot
+        name = f"model_vs_measured_{kind}.txt"
+        if name in prov:
+            m = _find(name, r"^model's choice (?P<pick>\S+): .*?fastest measured (?P<best>\S+) "
+                      r".*?gap (?P<gap>[+-][\d.]+%)")[0]
+            others.append(f"{'GAT' if kind == 'gat' else 'SAGE'} G = 4: picks {m['pick']}, "
+                         f"fastest measured {m['best']} (gap {m['gap']}; {_source(name, prov)})")
     picks = "; ".join(picks) + (
         f"; G = 4 re-measured with 7 epochs: gap {again['gap']} "
-        f"({_source('model_vs_measured_g4_7epochs.txt', prov)})")
+        f"({_source('model_vs_measured_g4_7epochs.txt', prov)})") + "".join("; " + o for o in others)
     mem = _find("memory.txt", r"^Plexus 1x1x1 / PyG: memory (?P<mem>[\d.]+)x .*?"
                 r"epoch time (?P<time>[\d.]+)x")[0]
     spmm = {m["engine"]: m["x"] for m in _find(
@@ -93,6 +101,7 @@ def headline() -> str:
         f"- bytes per axis equal the model's on {equal} of {len(grids)} grids — "
         f"{_source('strong_scaling.txt', prov)}",
         *_partition_line(prov),
+        *_gat_line(prov),
         f"- `plexus-train --dataset` partitions once into a cached shard store and every rank "
         f"reads only its shard: R-MAT scale 20 on 2x2x2, every rank's peak (set-up included) "
         f"{ratio_peak}× its training peak, the launching process {launcher} with its "
@@ -113,12 +122,27 @@ def _partition_line(prov: dict) -> list[str]:
                  r"(?P<rss>[\d.]+) GiB.*?(?P<rate>[\d.]+) M non-zeros/s per process")
     jobs = _find("partition_stream.txt", r"^--jobs 2 speed-up at scale (?P<s>\d+): "
                  r"(?P<x>[\d.]+)x")[0]
+    again = re.search(r"^median of (?P<n>\d+): (?P<x>[\d.]+)x", (RESULTS / "partition_stream.txt")
+                      .read_text(encoding="utf-8"), re.MULTILINE)
+    more = (f", {again['x']}× in {again['n']} more pairs: disk-bound phases, see the file"
+            if again else "")
     scales = " / ".join(m["s"] for m in runs)
     peaks = " / ".join(m["rss"] for m in runs)
     return [f"- `plexus-partition` out of core, R-MAT scale {scales} (edge factor 16, grid "
             f"2x2x2, 3 layers): peak RSS {peaks} GiB; {' / '.join(m['rate'] for m in runs)} M "
-            f"non-zeros/s per process (whole command; load in the file); `--jobs 2` {jobs['x']}× one job (scale {jobs['s']}) — "
+            f"non-zeros/s per process (whole command; load in the file); `--jobs 2` {jobs['x']}× one job (scale {jobs['s']}{more}) — "
             f"{_source('partition_stream.txt', prov)}"]
+
+
+def _gat_line(prov: dict) -> list[str]:
+    """GAT against PyG's GATConv (`gat.txt`), once it is in the snapshot."""
+    if "gat.txt" not in prov:
+        return []
+    m = _find("gat.txt", r"^Plexus / PyG: epoch time (?P<time>[\d.]+)x .*?peak RSS (?P<mem>[\d.]+)x")[0]
+    model = _find("gat.txt", r"memory model [\d.]+ GiB: (?P<x>[\d.]+)x")[0]
+    return [f"- GAT at 1x1x1 (2 layers, 4 heads x 64, attention dropout) on R-MAT scale 17: epoch "
+            f"time {m['time']}× and peak RSS {m['mem']}× PyG's GATConv; the memory model "
+            f"{model['x']}× the measured peak — {_source('gat.txt', prov)}"]
 
 
 def replace_block(text: str, block: str) -> str:
