@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 import torch
 
 from plexus.engine.primitives import relu
@@ -75,3 +77,34 @@ def test_memory_model_shares_transposes_only_for_symmetric_graphs():
     assert sym.adjacency == 2 * csr  # Â1 and Â2 (double permutation), each the other's Âᵀ
     assert directed.adjacency == 4 * csr  # plus both transposes
     assert sym.total < directed.total
+
+
+@pytest.mark.parametrize("perm,layers", [("double", 2), ("double", 3), ("none", 2)])
+def test_memory_model_counts_each_ranks_blocks_as_the_engine_builds_them(perm, layers):
+    """Per rank, the matrices the engine builds (Â blocks and the transposes it cannot take from
+    another block) against the model's figure for that rank's coordinates: on 2x2x2 every block
+    has the same size, so the model's adjacency bytes over one block's are the count. Ranks on
+    the grid's diagonal hold fewer; the model without coordinates prices the rank that holds
+    the most."""
+    from plexus.api.model import cut_shard
+    from plexus.core.grid import GridShape
+    from plexus.datasets import load_dataset
+    from plexus.engine.blocks import GraphBlocks
+    from plexus.engine.config import EngineConfig, ModelConfig
+
+    g = load_dataset("rmat:scale=8,edge_factor=4,features=8,classes=4,seed=0")
+    shape, cfg = GridShape(2, 2, 2), ModelConfig(num_layers=layers, hidden=8)
+    plans = cfg.plans(g.num_features, g.num_classes)
+    spec = ModelSpec(g.num_nodes, 1_000_000, g.num_features, g.num_classes, cfg, perm=perm)
+    worst = epoch_memory(spec, (2, 2, 2)).adjacency
+    counts, model = [], []
+    for rank in range(8):
+        coords = shape.coords(rank)
+        shard = cut_shard(g, shape, coords, cfg, perm)
+        built = GraphBlocks(shard, plans, shape, coords, torch.device("cpu"), torch.float32,
+                            EngineConfig())._built
+        counts.append(len({id(m) for b in built.values() for m in (b._a, b._at)}))
+        model.append(epoch_memory(spec, (2, 2, 2), coords=coords).adjacency)
+    unit = worst / max(counts)
+    assert [round(m / unit, 9) for m in model] == counts
+    assert max(model) == worst and min(counts) < max(counts)  # the diagonal holds fewer

@@ -334,7 +334,8 @@ def test_summary_records_measured_memory_per_rank(tmp_path):
     memory = summary["memory"]
     assert set(memory) == {"peak_rss_bytes", "tracked_peak_bytes", "cuda_peak_bytes",
                            "predicted_bytes", "predicted_setup_bytes", "train_peak_rss_bytes",
-                           "setup_peak_rss_bytes"}
+                           "setup_peak_rss_bytes", "predicted_bytes_per_rank",
+                           "predicted_setup_bytes_per_rank"}
     assert memory["cuda_peak_bytes"] is None  # a CPU run
     assert len(memory["peak_rss_bytes"]) == len(memory["tracked_peak_bytes"]) == 2
     for rss, train_rss, tracked in zip(memory["peak_rss_bytes"], memory["train_peak_rss_bytes"],
@@ -343,6 +344,9 @@ def test_summary_records_measured_memory_per_rank(tmp_path):
         assert 2**20 < tracked < rss
         assert train_rss is None or tracked < train_rss <= rss
     assert memory["predicted_bytes"] > 0
+    # each rank's own figure, never above the one for the rank that holds the most
+    assert len(memory["predicted_bytes_per_rank"]) == 2
+    assert 0 < max(memory["predicted_bytes_per_rank"]) <= memory["predicted_bytes"]
     assert "memory per rank: peak RSS " in proc.stdout
     assert "; predicted " in proc.stdout and "; model " not in proc.stdout  # not the GNN's size
 

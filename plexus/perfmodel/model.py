@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import itertools
 import operator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 from plexus.core.grid import AXES, GridShape
-from plexus.core.layout import DEFAULT_PERMUTATION, ORDERS, LayerPlan, Padding, padding
+from plexus.core.layout import DEFAULT_PERMUTATION, ORDERS, LayerPlan, Padding, block, padding
 from plexus.core.model import ModelConfig, parse_order
 from plexus.core.ops import NORM_OP, OPERATORS
 from plexus.core.ops.base import MASTER_BYTES, StageSizes, stage_sizes
@@ -308,13 +308,44 @@ def _csr_bytes(nnz: float, rows: float, fb: int, ib: int) -> float:
 LOSS_BYTES = 4 + 1  # per logit: the loss's float32 softmax and its one-hot labels
 
 
+def _block_bytes(spec: ModelSpec, s: Mapping[str, int], n: int, fb: int, ib: int,
+                 graph: Sequence[LayerPlan], coords: Mapping[str, int]) -> float:
+    """The Â blocks of the rank at ``coords``: one per distinct (adjacency, row range, column
+    range), as the engine keys them (`plexus.engine.blocks.GraphBlocks`), so a rank whose ranges
+    coincide (on the grid's diagonal) holds fewer; stages that multiply by a block itself need
+    its transpose too, another block of the rank when Â is symmetric, else a copy."""
+    parts: dict[tuple, tuple[int, int]] = {}  # a block's key: how many ways rows, columns are cut
+
+    def key(p: LayerPlan) -> tuple:
+        rows, cols = (block(n, s[a], int(coords[a])) for a in (p.a_rows, p.a_cols))
+        k = (p.adj if spec.perm == "double" else 1, rows.start, rows.stop, cols.start, cols.stop)
+        parts[k] = (s[p.a_rows], s[p.a_cols])
+        return k
+
+    blocks = {key(p) for p in graph}
+    plain = {key(p) for p in graph if OPERATORS[p.op].uses_plain_block(p)}
+    total = 0.0
+    for k, r0, r1, c0, c1 in blocks:
+        sr, sc = parts[(k, r0, r1, c0, c1)]
+        nnz_blk = spec.nnz / (sr * sc)
+        total += _csr_bytes(nnz_blk, n / sr, fb, ib)
+        other = (3 - k if spec.perm == "double" else k, c0, c1, r0, r1)
+        if (k, r0, r1, c0, c1) in plain and not (spec.symmetric and other in blocks):
+            total += _csr_bytes(nnz_blk, n / sc, fb, ib)
+    return total
+
+
 def epoch_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
-                 orders: Sequence[str] | None = None) -> Memory:
-    """Bytes one rank holds at the peak of a training epoch, following the engine step by step.
+                 orders: Sequence[str] | None = None,
+                 coords: Mapping[str, int] | None = None) -> Memory:
+    """Bytes one rank holds at the peak of a training epoch, following the engine step by step:
+    the rank at grid coordinates ``coords``, or without them the rank that holds the most.
 
     Resident: Â blocks (32-bit indices where they fit; a block's transpose is another block of
-    the rank when Â is symmetric, else a copy), what each operator holds besides (`resident`:
-    stacked blocks, index structures), the feature shard, ids/labels/masks, parameters,
+    the rank when Â is symmetric, else a copy; blocks are told apart by their node ranges, so a
+    rank whose row and column ranges coincide, on the grid's diagonal, may hold fewer:
+    `_block_bytes`), what each operator holds besides (`resident`: stacked blocks, index
+    structures), the feature shard, ids/labels/masks, parameters,
     gradients and Adam state. Activations, Â values and fixed features take ``dtype_bytes`` per
     element, parameters and their state `MASTER_BYTES` (plus a cast copy in a lower precision).
     Each stage's operator declares what it keeps for backward and what its forward and backward
@@ -332,26 +363,11 @@ def epoch_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     ib = spec.index_bytes if spec.index_bytes else (4 if max(n, nnz_max) < 2**31 else 8)
     sizes = _sizes(spec, s, orders, ib)
 
-    # The shard's Â blocks: one per distinct (adjacency, row range, column range): an axis of
-    # size 1 is the whole range whatever its name (the engine stores equal blocks once). Ranks
-    # off the diagonal hold the most blocks: axes of equal size count as different ranges.
-    # Stages that multiply by a block itself need its transpose too.
-    def cut(axis: str) -> str:
-        return axis if s[axis] > 1 else "*"
-
-    def key(p: LayerPlan) -> tuple[int, str, str]:
-        return (p.adj if spec.perm == "double" else 1, cut(p.a_rows), cut(p.a_cols))
-
-    blocks = {key(p) for p in graph}
-    plain = {key(p) for p in graph if OPERATORS[p.op].uses_plain_block(p)}
-    adjacency = 0.0
-    for k, r, c in blocks:
-        sr, sc = (s[r] if r != "*" else 1), (s[c] if c != "*" else 1)
-        nnz_blk = spec.nnz / (sr * sc)
-        adjacency += _csr_bytes(nnz_blk, n / sr, fb, ib)
-        other = (3 - k if spec.perm == "double" else k, c, r)
-        if (k, r, c) in plain and not (spec.symmetric and other in blocks):
-            adjacency += _csr_bytes(nnz_blk, n / sc, fb, ib)
+    if coords is None:  # the rank that holds the most: every pattern of equal coordinates
+        adjacency = max(_block_bytes(spec, s, n, fb, ib, graph, dict(zip(AXES, c)))
+                        for c in itertools.product(*(range(min(s[a], 3)) for a in AXES)))
+    else:
+        adjacency = _block_bytes(spec, s, n, fb, ib, graph, coords)
 
     first, last = plans[0], plans[-1]
     cast = fb != MASTER_BYTES

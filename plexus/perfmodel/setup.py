@@ -52,22 +52,27 @@ def partition_memory(spec: ModelSpec, streamed: bool = False) -> float:
             + 4.0 * spec.num_nodes * spec.num_features)
 
 
-def read_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int]) -> float:
+def read_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
+                coords: Mapping[str, int] | None = None) -> float:
     """Peak bytes of a rank that reads its shard from a store and builds its model: the process,
     its Â blocks (with the transposes it builds) and its feature shard, what it holds resident
-    during training (never above training's peak)."""
-    m = epoch_memory(replace(spec, from_store=True), grid)
+    during training (never above training's peak). ``coords``: as in `epoch_memory`."""
+    m = epoch_memory(replace(spec, from_store=True), grid, coords=coords)
     return m.runtime + m.adjacency + m.features
 
 
-def setup_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int]) -> SetupMemory:
+def setup_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
+                 coords: Mapping[str, int] | None = None) -> SetupMemory:
     """The set-up peaks of a run: with ``spec.from_store`` a rank reads its shard (and one
     process partitioned the graph before); without it, each rank holds the whole graph while it
-    cuts its shard."""
+    cuts its shard. ``coords``: the rank's grid coordinates (`epoch_memory`); without them the
+    rank that holds the most."""
     whole = partition_memory(spec)
-    return SetupMemory(whole, read_memory(spec, grid) if spec.from_store else whole)
+    return SetupMemory(whole, read_memory(spec, grid, coords) if spec.from_store else whole)
 
 
-def run_peak(spec: ModelSpec, grid: Grid3 | Mapping[str, int]) -> float:
+def run_peak(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
+             coords: Mapping[str, int] | None = None) -> float:
     """A rank's peak over the whole run: its set-up or a training epoch, whichever is larger."""
-    return max(epoch_memory(spec, grid).total, setup_memory(spec, grid).rank)
+    return max(epoch_memory(spec, grid, coords=coords).total,
+               setup_memory(spec, grid, coords).rank)

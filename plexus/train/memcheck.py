@@ -13,6 +13,7 @@ available RAM shared by the ranks of this node.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import torch
 
@@ -89,12 +90,14 @@ class Predicted:
 def predicted_peaks(grid: GridShape | tuple[int, int, int], model: ModelConfig, num_nodes: int,
                     nnz: int, num_features: int, num_classes: int, perm: str,
                     dtype_bytes: int = 4, from_store: bool = False,
-                    recompute: bool = False) -> Predicted:
-    """`predicted_memory` with the set-up's peaks beside it (`plexus.perfmodel.setup`)."""
+                    recompute: bool = False, coords: Mapping[str, int] | None = None
+                    ) -> Predicted:
+    """`predicted_memory` with the set-up's peaks beside it (`plexus.perfmodel.setup`): for the
+    rank at ``coords``, or without them the rank that holds the most."""
     spec = _spec(model, num_nodes, nnz, num_features, num_classes, perm, dtype_bytes, from_store,
                  recompute)
-    return Predicted(epoch_memory(spec, grid).total, setup_memory(spec, grid).rank,
-                     partition_memory(spec))
+    return Predicted(epoch_memory(spec, grid, coords=coords).total,
+                     setup_memory(spec, grid, coords).rank, partition_memory(spec))
 
 
 def check_memory(predicted: float, available: Available,

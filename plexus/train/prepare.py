@@ -49,6 +49,8 @@ class LocalSetup:
     checkpoint_lock: ckpt.DirectoryLock | None = None  # rank 0 with --checkpoint: held to the end
     predicted_bytes: float = 0.0  # the performance model's training peak per rank (whole rank)
     predicted_setup_bytes: float = 0.0  # ... and its set-up peak (`plexus.perfmodel.setup`)
+    predicted_rank_bytes: float = 0.0  # the same two for this rank's own coordinates
+    predicted_rank_setup_bytes: float = 0.0
 
     def release(self) -> None:
         """Let another run use the checkpoint directory (at the end of the run, on any path)."""
@@ -103,9 +105,12 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         shard = cut_shard(graph, grid, grid.coords(rank), model, opts.perm or DEFAULT_PERMUTATION,
                           opts.train.seed)
         del graph
-    peaks = predicted_peaks(grid, model, shard.num_nodes, nnz, shard.num_features,
-                            shard.num_classes, shard.perm, opts.engine.dtype_bytes,
-                            from_store=bool(opts.shards), recompute=opts.engine.recompute)
+    sizes = (grid, model, shard.num_nodes, nnz, shard.num_features, shard.num_classes,
+             shard.perm, opts.engine.dtype_bytes)
+    peaks = predicted_peaks(*sizes, from_store=bool(opts.shards),
+                            recompute=opts.engine.recompute)
+    own = predicted_peaks(*sizes, from_store=bool(opts.shards), recompute=opts.engine.recompute,
+                          coords=grid.coords(rank))  # this rank's blocks, for the report
     if opts.check_memory:  # set-up is behind this rank now: what training needs
         predicted = peaks.training
         if device.type == "cpu":  # the shard already sits in host memory: count the rest
@@ -145,7 +150,7 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
                     json_log.discard()
                 raise
     return LocalSetup(grid, shard, info, resume_from, json_log, sinks, lock, peaks.training,
-                      peaks.setup)
+                      peaks.setup, own.training, own.setup)
 
 
 def load_resume(checkpoint: str, model: ModelConfig, epochs: int,

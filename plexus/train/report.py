@@ -65,13 +65,17 @@ def gather_memory(run: Run) -> dict:
     ``tracked_peak_bytes`` (tensor
     storages: the rank's resident state plus training's high-water mark; None where not
     tracked) and ``cuda_peak_bytes`` (None off CUDA); ``predicted_bytes`` is the model's training
-    peak, ``predicted_setup_bytes`` its set-up peak (`plexus.perfmodel.setup`)."""
+    peak, ``predicted_setup_bytes`` its set-up peak (`plexus.perfmodel.setup`), both for the rank
+    that holds the most; ``predicted_bytes_per_rank`` and ``predicted_setup_bytes_per_rank`` the
+    same for each rank's own coordinates (ranks on the grid's diagonal may share a block with its
+    transpose)."""
     cuda = cuda_peak_bytes(run.grid.device)
     tracked = run.tracker.peak_bytes if run.tracker is not None else -1
     train_rss = peak_rss_bytes()  # since set-up when the kernel could restart the count
     setup = run.setup_peak_rss
     mine = torch.tensor([max(train_rss, setup), tracked, -1 if cuda is None else cuda,
-                         train_rss if setup else -1, setup if setup else -1],
+                         train_rss if setup else -1, setup if setup else -1,
+                         int(run.predicted_rank_bytes), int(run.predicted_rank_setup_bytes)],
                         dtype=torch.int64, device=run.grid.device)
     every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(every, mine)
@@ -85,7 +89,9 @@ def gather_memory(run: Run) -> dict:
             "cuda_peak_bytes": None if all(c is None for c in cuda_col) else cuda_col,
             "predicted_bytes": float(run.predicted_bytes),
             "predicted_setup_bytes": float(run.predicted_setup_bytes),
-            "train_peak_rss_bytes": column(3), "setup_peak_rss_bytes": column(4)}
+            "train_peak_rss_bytes": column(3), "setup_peak_rss_bytes": column(4),
+            "predicted_bytes_per_rank": [float(b) for b in column(5)],
+            "predicted_setup_bytes_per_rank": [float(b) for b in column(6)]}
 
 
 def finish(run: Run, history: list[EpochStats], train_time_s: float,

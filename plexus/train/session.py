@@ -50,6 +50,9 @@ class Run:
     pending: OutputFailed | None = None  # rank 0: an output it could not write, not yet agreed
     # the timers' totals after this run's first epoch: the report leaves that warm-up epoch out
     timers_after_first: dict[str, float] | None = None
+    # the model's training and set-up peaks for this rank's own coordinates (its blocks)
+    predicted_rank_bytes: float = 0.0
+    predicted_rank_setup_bytes: float = 0.0
 
     def check_finite(self, stats: EpochStats) -> None:
         """Raise `TrainingDiverged` on a NaN/Inf loss (every rank sees the same reduced loss, so
@@ -199,4 +202,5 @@ def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
         setup_peak = 0
     return Run(opts, grid, model.comm, model, trainer, setup.shard, setup.dataset, best, log,
                saved, saved, best_weights, setup.predicted_bytes, setup.predicted_setup_bytes,
-               tracker, setup_peak)
+               tracker, setup_peak, predicted_rank_bytes=setup.predicted_rank_bytes,
+               predicted_rank_setup_bytes=setup.predicted_rank_setup_bytes)
