@@ -77,7 +77,7 @@ def one_run(args: argparse.Namespace, cache: Path, tag: str) -> dict:
             "peak_rss": peaks, "train_rss": train, "setup_rss": mem["setup_peak_rss_bytes"],
             "max_ratio": max(ratios) if ratios else None, "predicted": mem["predicted_bytes"],
             "predicted_setup": mem.get("predicted_setup_bytes"),
-            "predicted_per_rank": own,
+            "predicted_per_rank": own, "tracked": mem.get("tracked_peak_bytes"),
             # the model's figure for the rank that holds the most against the largest peak
             "model_error": (max(peaks) - predicted) / predicted,
             "model_spread": max(abs(p - q) / q for p, q in zip(peaks, own)),
@@ -130,11 +130,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['wall_s']:.1f} s, {r['to_first_step_s']:.1f} s of it before the first "
                 "training step (interpreter, torch, workers' start)")
             say(f"  {'rank':>4} {'peak RSS':>10} {'training':>10} {'set-up':>10} "
-                f"{'peak/train':>10} {'model':>10} {'peak/model':>10}")
-            for i, (p, t, s, m) in enumerate(zip(r["peak_rss"], r["train_rss"], r["setup_rss"],
-                                                 r["predicted_per_rank"])):
+                f"{'peak/train':>10} {'tensors':>10} {'model':>10} {'peak/model':>10}")
+            tracked = r["tracked"] or [None] * len(r["peak_rss"])
+            for i, (p, t, s, k, m) in enumerate(zip(r["peak_rss"], r["train_rss"],
+                                                    r["setup_rss"], tracked,
+                                                    r["predicted_per_rank"])):
                 say(f"  {i:>4} {gib(p):>10} {gib(t):>10} {gib(s):>10} "
-                    f"{(p / t if t else float('nan')):>10.3f} {gib(m):>10} {p / m:>10.3f}")
+                    f"{(p / t if t else float('nan')):>10.3f} {gib(k):>10} {gib(m):>10} "
+                    f"{p / m:>10.3f}")
             say(f"  model for the rank that holds the most: training {gib(r['predicted'])}, "
                 f"set-up {gib(r['predicted_setup'])}; the largest rank peak vs it "
                 f"{100 * r['model_error']:+.1f}%; every rank within "
