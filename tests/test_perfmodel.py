@@ -382,3 +382,31 @@ def test_gat_memory_model_uses_the_engines_chunk_sizes():
     from plexus.engine import edges
 
     assert gat.EDGE_CHUNK == edges.CHUNK and gat.HASH_CHUNK == edges.HASH_CHUNK
+
+
+# ---- multi-label tasks (ogbn-proteins) ------------------------------------------------------
+def test_multilabel_prices_the_int8_label_matrix_and_the_bce_loss():
+    """A multi-label task's labels are an int8 node×task matrix (the shard's, every task, and
+    the head's block of its task columns), not one int64 per node; its loss, the masked BCE,
+    keeps the float32 logits and holds a float32 buffer and two one-byte masks per logit in its
+    forward and backward (`plexus.engine.loss.ParallelBCE`), where softmax cross-entropy keeps
+    its softmax and one-hot labels (5 bytes per logit). One GCN layer 8 -> 112 tasks on 4096
+    nodes: the loss is the peak of both."""
+    import dataclasses
+
+    n, tasks = 4096, 112
+    single = ModelSpec.of(n, 3 * n, 8, tasks, num_layers=1)
+    multi = dataclasses.replace(single, multilabel=True)
+    s, m = epoch_memory(single, (1, 1, 1)), epoch_memory(multi, (1, 1, 1))
+    assert m.features - s.features == n * (tasks + tasks) - n * 8
+    logits = n * tasks
+    assert (m.activations + m.workspace) - (s.activations + s.workspace) == logits * (4 + 6 - 5)
+    assert m.workspace == logits * 6  # the BCE's temporaries, above what backward keeps
+    # on 2x2x2 each rank holds its rows' labels of every task and its own task block
+    s8, m8 = epoch_memory(single, (2, 2, 2)), epoch_memory(multi, (2, 2, 2))
+    assert m8.features - s8.features == pytest.approx(n / 2 * (tasks + tasks / 2) - n / 2 * 8)
+    # the loss's collectives: the sum and the count over rows, then tasks (no per-row stats)
+    assert {c.name for c in epoch_volume(multi, (2, 2, 2)).collectives
+            if c.phase == "loss"} == {"loss"}
+    assert sum(c.elements for c in epoch_volume(multi, (2, 2, 2)).collectives
+               if c.phase == "loss") == 4

@@ -64,13 +64,15 @@ def _model_parser() -> ArgumentParser:
     return p
 
 
-def _dataset_sizes(spec: str, root: str | None) -> tuple[str, int, int, int, int]:
-    """(name, N, nnz of Â, F, C) of a dataset loaded through plexus.datasets."""
+def _dataset_sizes(spec: str, root: str | None) -> tuple[str, int, int, int, int, bool]:
+    """(name, N, nnz of Â, F, C, whether its C are binary tasks) of a dataset loaded through
+    plexus.datasets."""
     from plexus.datasets import gcn_nnz, load_dataset  # noqa: PLC0415 (heavy; only when asked)
 
     graph = load_dataset(spec, root)
     nnz = gcn_nnz(graph, exact=graph.num_edges <= _EXACT_NNZ_LIMIT)
-    return graph.name, graph.num_nodes, nnz, graph.num_features, graph.num_classes
+    return (graph.name, graph.num_nodes, nnz, graph.num_features, graph.num_classes,
+            graph.multilabel)
 
 
 def _table(spec: ModelSpec, cal: Calibration, preds: list[Prediction], world: int,
@@ -127,17 +129,18 @@ def model_main(argv: Sequence[str] | None = None) -> int:
         if args.dataset is not None:
             if any(v is not None for v in explicit):
                 raise ValueError("give either --dataset or --nodes/--nnz/--features/--classes")
-            name, n, nnz, f, c = _dataset_sizes(args.dataset, args.root)
+            name, n, nnz, f, c, multilabel = _dataset_sizes(args.dataset, args.root)
         else:
             if any(v is None for v in explicit):
                 raise ValueError("give --dataset SPEC, or all of --nodes --nnz --features "
                                  "--classes")
-            name, (n, nnz, f, c) = "graph", explicit
+            name, (n, nnz, f, c), multilabel = "graph", explicit, False
         best = args.order == BEST_ORDER
         model = model_config(args, **({"order": "agg"} if best else {}))
         spec = ModelSpec(n, nnz, f, c, model, best_orders=best, name=name,
                          dtype_bytes=DTYPE_BYTES[args.dtype], recompute=args.recompute,
-                         from_store=args.world_size > 1)  # plexus-train's ranks read a store
+                         from_store=args.world_size > 1,  # plexus-train's ranks read a store
+                         multilabel=multilabel)
         cal = load_calibration(args.calibration)
         limit = None if args.memory_limit is None else args.memory_limit * 2**30
         preds = rank_configs(args.world_size, spec, cal, limit)

@@ -51,7 +51,10 @@ class ModelSpec:
     block. ``dtype_bytes`` is the compute precision's (activations, Â values, fixed features,
     messages; `plexus.engine.config.EngineConfig.dtype`); parameters, their gradients and
     Adam's moments are float32 whatever it is. ``recompute``: each stage's activations are
-    recomputed in backward (`plexus.engine.config.EngineConfig.recompute`).
+    recomputed in backward (`plexus.engine.config.EngineConfig.recompute`). ``multilabel``: the
+    task is ``num_classes`` binary tasks (ogbn-proteins), labels an int8 node×task matrix, the
+    loss a masked binary cross-entropy (`plexus.engine.loss.ParallelBCE`), not a softmax over
+    classes with int64 labels.
     """
 
     num_nodes: int
@@ -67,6 +70,7 @@ class ModelSpec:
     symmetric: bool = True  # Â = Âᵀ (undirected graphs): a block's transpose is another block
     from_store: bool = False  # the rank reads its shard from a store instead of cutting it from
     #                           the whole graph in its own process (a smaller runtime term)
+    multilabel: bool = False  # binary tasks (labels node×task int8, BCE loss)
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -220,7 +224,8 @@ def collectives(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     shape = normalize_grid(grid)
     plans, pad = _layout(spec, shape, _resolve_orders(spec, shape, orders))
     return epoch_collectives(plans, shape, pad,
-                             learnable_features=spec.model.learnable_features, evaluate=evaluate)
+                             learnable_features=spec.model.learnable_features, evaluate=evaluate,
+                             multilabel=spec.multilabel)
 
 
 def epoch_volume(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
@@ -306,6 +311,32 @@ def _csr_bytes(nnz: float, rows: float, fb: int, ib: int) -> float:
 
 
 LOSS_BYTES = 4 + 1  # per logit: the loss's float32 softmax and its one-hot labels
+# Multi-label (`plexus.engine.loss.ParallelBCE`), per logit: backward keeps the float32 logits;
+# forward and backward each hold one float32 buffer (|z|'s softplus, then σ(z) − y) and up to
+# two one-byte masks (missing labels and unmasked rows, and a comparison being or-ed in).
+BCE_KEPT_BYTES = 4
+BCE_WORK_BYTES = 4 + 2
+
+
+def _label_bytes(spec: ModelSpec, rows: float, block_width: float) -> float:
+    """A rank's labels over its ``rows`` logits rows: int64 class ids; multi-label, the shard's
+    int8 row×task matrix (every task) and the head's int8 block of its ``block_width`` task
+    columns (`plexus.engine.loss.task_block`)."""
+    if spec.multilabel:
+        return rows * (spec.num_classes + block_width)
+    return rows * 8
+
+
+def _loss_moments(spec: ModelSpec, base: float, logits: float, cast: bool
+                  ) -> list[tuple[float, float]]:
+    """The loss's (saved, transient) moments over ``base`` saved bytes, for ``logits`` elements
+    of float32 logits (``cast``: a float32 copy of a lower-precision output). Softmax
+    cross-entropy keeps its softmax and one-hot labels; the multi-label BCE keeps the logits
+    and holds `BCE_WORK_BYTES` per logit in its forward and its backward."""
+    if spec.multilabel:
+        kept = base + logits * BCE_KEPT_BYTES
+        return [(kept, logits * BCE_WORK_BYTES)]
+    return [(base + logits * (LOSS_BYTES + (4 if cast else 0)), 0.0)]
 
 
 def _block_bytes(spec: ModelSpec, s: Mapping[str, int], n: int, fb: int, ib: int,
@@ -378,7 +409,7 @@ def epoch_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
         features = feat_shard * fb
     features += sum(n / s[p.in_rows] for p in plans) * 8  # input ids per stage (int64)
     out_rows = n / s[last.out_rows]
-    features += out_rows * (8 + 8 + 3)  # output ids, labels (int64), three masks (bool)
+    features += out_rows * (8 + 3) + _label_bytes(spec, out_rows, widths[-1] / s[last.out_cols])
 
     weights = optimizer = 0.0
     saved_before = 0.0  # what earlier stages hold for backward
@@ -406,8 +437,8 @@ def epoch_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
         if spec.recompute:  # the re-run's moments, then its backward over what it rebuilt
             peaks += [(base + k, f) for k, f in moments]
             base += own
-        if p.index == len(plans) - 1:  # the loss: float32 logits' softmax and one-hot labels
-            peaks.append((base + op.out * (LOSS_BYTES + (4 if cast else 0)), 0.0))
+        if p.index == len(plans) - 1:  # the loss on the float32 logits
+            peaks += _loss_moments(spec, base, op.out, cast)
         if bn:
             peaks += [(base - own + k + op.kept + mask, t) for k, t in bn.backward]
         for k, t in op.backward:
