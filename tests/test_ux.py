@@ -98,24 +98,36 @@ def test_partition_refuses_to_replace_a_store_without_force(tmp_path, capsys):
 
 # ---- --grid auto ----------------------------------------------------------------------------
 def test_grid_auto_names_its_choice_the_runner_up_and_their_figures(capsys):
+    """The line names the chosen grid and the runner-up with their predicted epoch times and
+    training peaks; the peak is the one the run's summary predicts for the same grid: the same
+    inputs (a 4-rank run reads its shards from the cache's store, a smaller process than one
+    that cuts its own shard), not the model's defaults."""
     from plexus.core.grid import GridShape
+    from plexus.core.layout import DEFAULT_PERMUTATION
     from plexus.core.units import format_bytes, format_seconds
     from plexus.datasets import gcn_nnz, load_dataset
     from plexus.perfmodel import ModelSpec, rank_configs
     from plexus.train.cli import build_options
+    from plexus.train.memcheck import predicted_peaks
 
     opts = build_options(train_parser().parse_args(["--grid", "auto", "--world-size", "4"]), None)
     line = capsys.readouterr().out.strip()
     g = load_dataset("cora")
-    ranked = rank_configs(4, ModelSpec(g.num_nodes, gcn_nnz(g), g.num_features,
-                                       g.num_classes, ModelConfig(), name=g.name))
+    sizes = (g.num_nodes, gcn_nnz(g), g.num_features, g.num_classes)
+    ranked = rank_configs(4, ModelSpec(*sizes, ModelConfig(), name=g.name))
     best, second = ranked[0], ranked[1]
     assert opts.grid == GridShape.of(best.grid)
+
+    def summary_peak(grid) -> str:  # what the workers' summary line says for that grid
+        return format_bytes(predicted_peaks(grid, ModelConfig(), *sizes, DEFAULT_PERMUTATION,
+                                            from_store=True).training)
+
     assert line == (
         f"plexus-train: --grid auto: chose {opts.grid} for 4 ranks (predicted epoch "
-        f"{format_seconds(best.time_s)}, memory {format_bytes(best.memory.total)} per rank); "
+        f"{format_seconds(best.time_s)}, training peak {summary_peak(best.grid)} per rank); "
         f"runner-up {GridShape.of(second.grid)} (predicted epoch {format_seconds(second.time_s)}, "
-        f"memory {format_bytes(second.memory.total)} per rank); plexus-model ranks them all")
+        f"training peak {summary_peak(second.grid)} per rank); plexus-model ranks them all")
+    assert summary_peak(best.grid) != format_bytes(best.memory.total)  # the old mismatch
     build_options(train_parser().parse_args(["--grid", "auto", "--world-size", "4", "--quiet"]),
                   None)
     assert capsys.readouterr().out == ""

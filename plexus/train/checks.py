@@ -7,7 +7,9 @@ launcher each rank runs the cheap ones itself. Each raises a typed error with a 
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -26,7 +28,7 @@ from plexus.runtime.env import default_device
 
 from .checkpoint import CHECKPOINT_NAME
 from .memcheck import (available_memory, check_memory, check_partition_memory,
-                       predicted_peaks)
+                       predicted_peaks, run_spec)
 
 # Datasets up to this size are loaded once in the launching process to check them before any
 # worker starts; bigger ones only have their paths checked there (each worker loads them anyway).
@@ -97,18 +99,21 @@ def auto_grid(world_size: int, num_nodes: int, nnz: int, num_features: int, num_
 
 
 def auto_grid_choice(world_size: int, num_nodes: int, nnz: int, num_features: int,
-                     num_classes: int, model: ModelConfig,
-                     name: str = "") -> tuple[GridShape, str]:
-    """`auto_grid`'s grid and one line saying why: its predicted epoch time and memory per rank,
-    and the runner-up's (``--grid auto`` prints it, so the choice is never silent)."""
-    spec = ModelSpec(num_nodes, nnz, num_features, num_classes, model, name=name)
+                     num_classes: int, model: ModelConfig, name: str = "",
+                     **run: Any) -> tuple[GridShape, str]:
+    """`auto_grid`'s grid and one line saying why: its predicted epoch time and training peak
+    per rank, and the runner-up's (``--grid auto`` prints it, so the choice is never silent).
+    ``run``: how the run holds the model (`plexus.train.memcheck.run_spec`'s options: perm,
+    dtype_bytes, from_store, recompute, multilabel, symmetric), so the peak printed is the one
+    the run's summary predicts."""
+    spec = replace(run_spec(model, num_nodes, nnz, num_features, num_classes, **run), name=name)
     ranked = rank_configs(world_size, spec)
     best = ranked[0]
     grid = GridShape.of(best.grid)
     assert grid == GridShape.of(choose_grid(world_size, spec))  # one rule for both
 
     def figures(p) -> str:
-        return (f"predicted epoch {format_seconds(p.time_s)}, memory "
+        return (f"predicted epoch {format_seconds(p.time_s)}, training peak "
                 f"{format_bytes(p.memory.total)} per rank")
 
     line = f"--grid auto: chose {grid} for {world_size} ranks ({figures(best)})"
@@ -199,7 +204,8 @@ def spec_sizes(spec: str, seed: int) -> tuple[int, int, int, int] | None:
 def precheck_resources(grid: GridShape, model: ModelConfig, sizes: tuple[int, int, int, int],
                        perm: str, force: bool, dtype_bytes: int = 4,
                        recompute: bool = False, from_store: bool = False,
-                       device: str | None = None) -> None:
+                       device: str | None = None, multilabel: bool = False,
+                       symmetric: bool = True) -> None:
     """Before any worker starts: the grid fits the graph, and (unless ``force``) the predicted
     peak per rank, set-up included (activations at ``dtype_bytes`` per element; ``from_store``:
     the ranks read their shards from a store), fits what the local ranks will have."""
@@ -207,7 +213,8 @@ def precheck_resources(grid: GridShape, model: ModelConfig, sizes: tuple[int, in
     check_grid_fits(grid, model, n, f, c)
     if force:
         return
-    peaks = predicted_peaks(grid, model, n, nnz, f, c, perm, dtype_bytes, from_store, recompute)
+    peaks = predicted_peaks(grid, model, n, nnz, f, c, perm, dtype_bytes, from_store, recompute,
+                            multilabel=multilabel, symmetric=symmetric)
     check_memory(peaks.run, available_memory(default_device(device), grid.world_size), grid)
 
 

@@ -34,6 +34,7 @@ from plexus.datasets import gcn_nnz, load_dataset
 from plexus.engine.config import EngineConfig, TrainConfig
 from plexus.engine.spmm import BACKENDS, check_backend
 from plexus.partitioners import PERMUTATIONS
+from plexus.partitioners.plan import symmetric
 from plexus.partitioners.store import graph_hash
 from plexus.runtime.child import ChildDied
 from plexus.runtime.env import (DEVICES, JobEnv, LaunchError, check_local_devices,
@@ -382,22 +383,32 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
             graph = precheck_dataset(shape.dataset, a.root, a.seed)
             if graph is not None and a.symmetrize:
                 graph = graph.to_undirected()
+            ranks = grid.world_size if grid is not None else world
+            # how the run will hold the model, for every prediction printed before it starts
+            # (the --grid auto line, the memory check): as the workers' summary prices it
+            run = {"perm": a.perm or DEFAULT_PERMUTATION, "dtype_bytes": engine.dtype_bytes,
+                   "recompute": engine.recompute,
+                   "from_store": cache_dir is not None and (bool(a.cache) or ranks > 1)}
+            if graph is not None:
+                run.update(multilabel=graph.multilabel,
+                           symmetric=symmetric(graph, model.aggregation))
             if grid is None:  # the performance model needs the graph's sizes
                 if graph is None:
                     graph = load_dataset(shape.dataset, a.root, seed=a.seed)
                     graph = graph.to_undirected() if a.symmetrize else graph
+                    run.update(multilabel=graph.multilabel,
+                               symmetric=symmetric(graph, model.aggregation))
                 grid, why = auto_grid_choice(world, graph.num_nodes,  # type: ignore[arg-type]
                                              gcn_nnz(graph), graph.num_features,
-                                             graph.num_classes, model, graph.name)
+                                             graph.num_classes, model, graph.name, **run)
                 if not a.quiet:
                     console_line(f"{PROG}: {why}")
             sizes = ((graph.num_nodes, gcn_nnz(graph), graph.num_features, graph.num_classes)
                      if graph is not None else spec_sizes(shape.dataset, a.seed))
             if sizes is not None:  # otherwise every worker checks once it has its shard
-                precheck_resources(grid, model, sizes, a.perm or DEFAULT_PERMUTATION,  # type: ignore
-                                   a.force, engine.dtype_bytes, engine.recompute,
-                                   from_store=cache_dir is not None
-                                   and (bool(a.cache) or grid.world_size > 1), device=a.device)
+                run_opts = {k: v for k, v in run.items() if k != "perm"}
+                precheck_resources(grid, model, sizes, run["perm"], a.force,  # type: ignore
+                                   device=a.device, **run_opts)
                 memory_checked = True
         check_local_devices(grid.world_size, a.device)  # type: ignore[union-attr]
         if a.resume:  # the dataset is checked here when it was loaded, else by the workers

@@ -23,6 +23,7 @@ from plexus.datasets import gcn_nnz, load_dataset
 from plexus.engine.config import ModelConfig
 from plexus.api import cut_shard
 from plexus.partitioners import RankShard, read_manifest, read_shard
+from plexus.partitioners.plan import symmetric
 from plexus.partitioners.store import graph_hash
 
 from . import checkpoint as ckpt
@@ -94,8 +95,11 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         nnz = gcn_nnz(graph)
         grid = opts.grid
         if grid is None:  # --grid auto under a launcher: every rank computes the same choice
-            grid, why = auto_grid_choice(world, graph.num_nodes, nnz, graph.num_features,
-                                         graph.num_classes, model, graph.name)
+            grid, why = auto_grid_choice(
+                world, graph.num_nodes, nnz, graph.num_features, graph.num_classes, model,
+                graph.name, perm=opts.perm or DEFAULT_PERMUTATION,
+                dtype_bytes=opts.engine.dtype_bytes, recompute=opts.engine.recompute,
+                multilabel=graph.multilabel, symmetric=symmetric(graph, model.aggregation))
             if rank == 0 and not opts.quiet:
                 print(f"{PROG}: {why}", flush=True)
         grid.check_world(world)
@@ -107,10 +111,11 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         del graph
     sizes = (grid, model, shard.num_nodes, nnz, shard.num_features, shard.num_classes,
              shard.perm, opts.engine.dtype_bytes)
-    peaks = predicted_peaks(*sizes, from_store=bool(opts.shards),
-                            recompute=opts.engine.recompute)
-    own = predicted_peaks(*sizes, from_store=bool(opts.shards), recompute=opts.engine.recompute,
-                          coords=grid.coords(rank))  # this rank's blocks, for the report
+    # the task kind and whether a block's transpose is another block: as the engine builds them
+    kind = {"from_store": bool(opts.shards), "recompute": opts.engine.recompute,
+            "multilabel": shard.multilabel, "symmetric": bool(shard.meta.get("symmetric"))}
+    peaks = predicted_peaks(*sizes, **kind)
+    own = predicted_peaks(*sizes, **kind, coords=grid.coords(rank))  # this rank's, for the report
     if opts.check_memory:  # set-up is behind this rank now: what training needs
         predicted = peaks.training
         if device.type == "cpu":  # the shard already sits in host memory: count the rest

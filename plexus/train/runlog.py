@@ -388,6 +388,6 @@ def format_memory(m: dict) -> list[str]:
     predicted = m.get("predicted_bytes")
     if predicted:
         setup = m.get("predicted_setup_bytes")
-        parts.append(f"predicted {format_bytes(predicted)}"
+        parts.append(f"predicted training peak {format_bytes(predicted)}"
                      + (f" (set-up {format_bytes(setup)})" if setup else ""))
     return ["  memory per rank: " + "; ".join(parts)] if parts else []
