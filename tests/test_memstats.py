@@ -108,3 +108,28 @@ def test_memory_model_counts_each_ranks_blocks_as_the_engine_builds_them(perm, l
     unit = worst / max(counts)
     assert [round(m / unit, 9) for m in model] == counts
     assert max(model) == worst and min(counts) < max(counts)  # the diagonal holds fewer
+
+
+def test_a_rank_holds_each_block_once_as_the_model_prices_it():
+    """The shard names Â's blocks by matrix and axes, so at 1x1x1 a 3-layer model's shard holds
+    Â1 twice (layers 0 and 2 cut it over other axes, into the same whole matrix); the engine
+    keeps one copy (8 bytes per non-zero were resident and unpriced: on a dense graph, a third
+    of its adjacency). What the rank then holds of Â, the shard's arrays and the engine's
+    matrices together, is the model's adjacency to the byte."""
+    from plexus.api.model import cut_shard
+    from plexus.core.grid import GridShape
+    from plexus.datasets import gcn_nnz, load_dataset
+    from plexus.engine.blocks import GraphBlocks
+    from plexus.engine.config import EngineConfig, ModelConfig
+
+    g = load_dataset("rmat:scale=8,edge_factor=4,features=8,classes=4,seed=0")
+    shape, cfg = GridShape(1, 1, 1), ModelConfig(num_layers=3, hidden=8)
+    shard = cut_shard(g, shape, shape.coords(0), cfg, "double")
+    assert len({id(b) for b in shard.blocks.values()}) == 3  # Â1 under two names, Â2
+    built = GraphBlocks(shard, cfg.plans(g.num_features, g.num_classes), shape,
+                        shape.coords(0), torch.device("cpu"), torch.float32, EngineConfig())
+    assert len({id(b) for b in shard.blocks.values()}) == 2
+    held = resident_storages(shard.blocks, built._built)
+    spec = ModelSpec(g.num_nodes, gcn_nnz(g, exact=True), g.num_features, g.num_classes, cfg,
+                     perm="double")
+    assert sum(held.values()) == epoch_memory(spec, (1, 1, 1)).adjacency

@@ -73,6 +73,13 @@ class GraphBlocks:
             cols = block(n, shape[plan.a_cols], coords[plan.a_cols])
             return (1 if same else plan.adj, rows.start, rows.stop, cols.start, cols.stop)
 
+        # The shard names a block by its matrix and axes; stages whose axes differ but whose node
+        # ranges coincide (every stage of one matrix at 1x1x1, ranks on the grid's diagonal)
+        # hold equal blocks under two names: keep one, so the other copy is freed.
+        kept: dict[tuple, sp.csr_matrix] = {}
+        for p in plans:
+            if OPERATORS[p.op].graph and block_key(p) in shard.blocks:
+                shard.blocks[block_key(p)] = kept.setdefault(ident(p), shard.blocks[block_key(p)])
         plain = [p for p in plans if OPERATORS[p.op].uses_plain_block(p)]
         mats, self._key = {}, {}
         for p in plain:

@@ -57,7 +57,7 @@ def reduce_ledger(ledger: Ledger,
     return dict(zip(AXES, total.tolist())), dict(zip(AXES, mx.tolist()))
 
 
-def gather_memory(run: Run) -> dict:
+def gather_memory(run: Run, train_rss: int | None = None) -> dict:
     """Every rank's measured peaks, in rank order (collective), next to the model's prediction:
     ``peak_rss_bytes`` (the process, set-up included), ``train_peak_rss_bytes`` (from the end of
     set-up on; None where the kernel cannot restart the count), ``setup_peak_rss_bytes`` (up to
@@ -68,12 +68,14 @@ def gather_memory(run: Run) -> dict:
     peak, ``predicted_setup_bytes`` its set-up peak (`plexus.perfmodel.setup`), both for the rank
     that holds the most; ``predicted_bytes_per_rank`` and ``predicted_setup_bytes_per_rank`` the
     same for each rank's own coordinates (ranks on the grid's diagonal may share a block with its
-    transpose)."""
+    transpose). ``train_rss``: the peak RSS taken when training and its evaluations ended (default:
+    now), before the end of the run's own work (OGB's evaluator imports ~0.2 GiB of libraries)."""
     cuda = cuda_peak_bytes(run.grid.device)
     tracked = run.tracker.peak_bytes if run.tracker is not None else -1
-    train_rss = peak_rss_bytes()  # since set-up when the kernel could restart the count
+    if train_rss is None:  # since set-up when the kernel could restart the count
+        train_rss = peak_rss_bytes()
     setup = run.setup_peak_rss
-    mine = torch.tensor([max(train_rss, setup), tracked, -1 if cuda is None else cuda,
+    mine = torch.tensor([max(peak_rss_bytes(), setup), tracked, -1 if cuda is None else cuda,
                          train_rss if setup else -1, setup if setup else -1,
                          int(run.predicted_rank_bytes), int(run.predicted_rank_setup_bytes)],
                         dtype=torch.int64, device=run.grid.device)
@@ -118,10 +120,13 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
     timers = reduce_timers(run.comm.timers, run.grid.device)
     timers_timed = reduce_timers(timed, run.grid.device) if timed is not None else None
     comm_total, comm_max = reduce_ledger(run.comm.ledger, run.grid.device)
+    # training's peak, before the end of the run's own work: OGB's evaluator (its import: pandas,
+    # scikit-learn) and the outputs are no part of what the memory model prices
+    train_rss = peak_rss_bytes()
     results = end_of_run(run.opts, run.model, run.dataset.name, trainer.epoch, run.best.epoch,
                          run.best_weights)
     provenance = gather_provenance(run)
-    memory = gather_memory(run)
+    memory = gather_memory(run, train_rss)
     if run.log is None:
         return
     failed = results.pop("output_error", None)
