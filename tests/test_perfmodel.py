@@ -410,3 +410,36 @@ def test_multilabel_prices_the_int8_label_matrix_and_the_bce_loss():
             if c.phase == "loss"} == {"loss"}
     assert sum(c.elements for c in epoch_volume(multi, (2, 2, 2)).collectives
                if c.phase == "loss") == 4
+
+
+# ---- elementwise work and shared cores (a CPU sweep's predictions) ---------------------------
+def test_elementwise_work_and_shared_cores_are_priced(tmp_path):
+    """Dropout's hash mask (forward and backward), ReLU, the bias and the loss are memory-bound
+    passes that no flop rate covers: on R-MAT 13 with 128 features they were most of a CPU
+    epoch. Two layers 64 -> 16 -> 8 on 1024 nodes at 1x1x1, dropout on both inputs, by hand;
+    priced at the calibrated elementwise rate, and the compute of 4 ranks sharing 2 cores at
+    half speed."""
+    from plexus.perfmodel import Calibration
+
+    spec = ModelSpec.of(1024, 10_000, 64, 8, num_layers=2, hidden=16, dropout=0.5)
+    n = 1024
+    by_hand = (2 * 7.5 * n * 64 + 3 * n * 16 + 2 * n * 16  # layer 0: dropout, ReLU, bias
+               + 2 * 7.5 * n * 16 + 2 * n * 8 + 10 * n * 8)  # layer 1: dropout, bias, loss
+    c = epoch_compute(spec, (1, 1, 1))
+    assert c.elementwise == by_hand
+    cal = Calibration(spmm_flops=1e9, gemm_flops=2e9, elementwise_rate=1e8, cores=2,
+                      source="test")
+    alone = predict(spec, (1, 1, 1), cal, ranks_per_host=1)
+    assert alone.compute_s == pytest.approx(c.spmm_flops / 1e9 + c.gemm_flops / 2e9
+                                            + by_hand / 1e8)
+    assert predict(spec, (1, 1, 1), cal, ranks_per_host=4).compute_s == \
+        pytest.approx(2 * alone.compute_s)  # 4 ranks on 2 cores: half a core each
+    assert predict(spec, (1, 1, 1), cal).compute_s == pytest.approx(alone.compute_s)
+    assert Calibration().core_share(8) == 1.0  # the GPU defaults: a device per rank
+    # a calibration file carries the rate and the cores
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({"spmm_flops": 1e9, "gemm_flops": 2e9, "elementwise_rate": 1e8,
+                                "cores": 2, "threads": 1}))
+    loaded = load_calibration(path)
+    assert (loaded.elementwise_rate, loaded.cores, loaded.core_share(4)) == (1e8, 2, 0.5)
+    assert loaded.calibrated and not Calibration().calibrated

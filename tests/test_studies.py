@@ -308,6 +308,7 @@ def test_report_flags_a_repeat_spread_and_draws_only_what_it_has(study, tmp_path
     assert "differ 10.0x in median epoch time" in err and "UNCALIBRATED" in err
     rows = read_csv(tmp_path / "report" / "runs.csv")
     assert [r["spread_flagged"] for r in rows] == ["True", "True"]
+    assert [r["predictions_calibrated"] for r in rows] == ["False", "False"]  # and the CSV
     assert abs(float(rows[0]["repeat_spread"]) - 10.0) < 1e-6
     assert not (tmp_path / "report" / "weak_scaling.png").exists()
     assert "weak_scaling.png" not in titles and "strong_scaling.png" in titles
@@ -319,3 +320,6 @@ def test_report_flags_a_repeat_spread_and_draws_only_what_it_has(study, tmp_path
     assert report_main([str(tmp_path), "--calibration", str(calibration)]) == 0
     assert "UNCALIBRATED" not in capsys.readouterr().err
     assert all(f"calibrated by {calibration}" in t for t in titles.values())
+    rows = read_csv(tmp_path / "report" / "runs.csv")
+    assert [r["predictions_calibrated"] for r in rows] == ["True", "True"]
+    assert all(r["calibration"].startswith(str(calibration)) for r in rows)

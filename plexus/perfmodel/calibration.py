@@ -31,7 +31,9 @@ import numpy as np
 
 from plexus.core.atomic import atomic_file
 from plexus.core.grid import AXES
+from plexus.core.ops.base import DROPOUT_PASSES
 from plexus.core.timing import time_calls
+from plexus.runtime.env import available_cores
 
 FORMAT_VERSION = 1
 
@@ -42,8 +44,11 @@ class Calibration:
 
     ``alpha`` is seconds per collective step (latency), ``beta`` seconds per byte moved by one
     rank; ``axes`` overrides both for single axes, e.g. (("z", 5e-5, 1/12.5e9),) when z crosses
-    nodes. The defaults describe an order-of-magnitude GPU node (not this machine): run
-    ``plexus-bench calibrate`` for measured numbers.
+    nodes. ``elementwise_rate`` is element passes per second of memory-bound elementwise work
+    (dropout's hash, ReLU, bias, the loss). ``cores``: the cores of the measured machine, whose
+    ranks share them (0: a device per rank, no sharing); the rates are one rank's on
+    ``threads`` threads. The defaults describe an order-of-magnitude GPU node (not this
+    machine): run ``plexus-bench calibrate`` for measured numbers.
     """
 
     spmm_flops: float = 2e11
@@ -52,6 +57,23 @@ class Calibration:
     beta: float = 1.0 / 20e9
     axes: tuple[tuple[str, float, float], ...] = ()
     source: str = "defaults"
+    elementwise_rate: float = 1e11
+    cores: int = 0
+    threads: int = 1
+
+    def core_share(self, ranks_per_host: int | None) -> float:
+        """The fraction of its calibrated rates a rank runs at when ``ranks_per_host`` ranks
+        share this machine's cores: below 1 once they outnumber the cores (4 ranks on 2 cores
+        run each at half speed). A rank alone is not credited with more threads than the
+        calibration measured (no assumption on how the kernels scale)."""
+        if not self.cores or not ranks_per_host:
+            return 1.0
+        return min(1.0, self.cores / (ranks_per_host * self.threads))
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the rates were measured (a file or a dict), not the built-in GPU-node ones."""
+        return self.source != "defaults"
 
     def link(self, axis: str) -> tuple[float, float]:
         """(α, β) of collectives over ``axis``."""
@@ -63,9 +85,10 @@ class Calibration:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, the format `load_calibration` reads."""
         return {"spmm_flops": self.spmm_flops, "gemm_flops": self.gemm_flops,
+                "elementwise_rate": self.elementwise_rate,
                 "alpha": self.alpha, "beta": self.beta,
                 "axes": {a: {"alpha": al, "beta": be} for a, al, be in self.axes},
-                "source": self.source}
+                "cores": self.cores, "threads": self.threads, "source": self.source}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "dict") -> "Calibration":
@@ -94,11 +117,19 @@ class Calibration:
                 raise ValueError(f"{source}: axes.{axis} must be one of x/y/z with alpha/beta")
             axes.append((axis, num(link, "alpha", base.alpha, f"axes.{axis}."),
                          num(link, "beta", base.beta, f"axes.{axis}.")))
+        counts = {}
+        for key in ("cores", "threads"):
+            value = data.get(key, getattr(base, key))
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{source}: {key} must be a whole number >= 0, got {value!r}")
+            counts[key] = max(value, 1) if key == "threads" else value
         return cls(spmm_flops=num(data, "spmm_flops", base.spmm_flops, ""),
                    gemm_flops=num(data, "gemm_flops", base.gemm_flops, ""),
                    alpha=num(data, "alpha", base.alpha, ""),
                    beta=num(data, "beta", base.beta, ""),
-                   axes=tuple(sorted(axes)), source=source)
+                   axes=tuple(sorted(axes)), source=source,
+                   elementwise_rate=num(data, "elementwise_rate", base.elementwise_rate, ""),
+                   **counts)
 
 
 def load_calibration(path: str | os.PathLike | None) -> Calibration:
@@ -150,8 +181,8 @@ def _no_constant(name: str) -> Any:
 
 
 #: The rates a calibration file holds, and what else plexus-bench calibrate writes in it.
-RATE_KEYS = frozenset({"spmm_flops", "gemm_flops", "alpha", "beta", "axes"})
-FILE_KEYS = RATE_KEYS | {"version", "created", "host", "machine", "torch", "threads",
+RATE_KEYS = frozenset({"spmm_flops", "gemm_flops", "elementwise_rate", "alpha", "beta", "axes"})
+FILE_KEYS = RATE_KEYS | {"version", "created", "host", "machine", "torch", "threads", "cores",
                          "measurements", "backend", "note", "source"}
 MAX_CALIBRATION_BYTES = 64 << 20
 
@@ -204,6 +235,39 @@ def measure_gemm(shapes: Sequence[tuple[int, int, int]] = ((32_768, 128, 128), (
         out.append({"m": m, "k": k, "n": n, "seconds": seconds,
                     "flops": 2.0 * m * k * n / seconds})
     return out
+
+
+def measure_elementwise(rows: int = 8192, cols: int = 128, reps: int = 5
+                        ) -> list[dict[str, Any]]:
+    """Time the elementwise chain the model counts as `DROPOUT_PASSES` per element of a
+    ``rows`` × ``cols`` float32 activation (`plexus.core.ops.base`): the row and column hashes'
+    xor, two int32 rounds of multiply, shift, mask and xor over half the columns, then a
+    comparison of the int16 halves, a select and a scale over every element (the engine's
+    dropout mask, `plexus.engine.seeding.masked`, has this shape). Returns one record with
+    elements, passes, seconds and rate (element passes per second), what ReLU, bias and the
+    loss are priced at too: memory-bound passes, far slower than flops."""
+    import torch
+
+    x = torch.randn(rows, cols)
+    out = torch.empty_like(x)
+    row_h = torch.arange(rows, dtype=torch.int32) * 0x61C88647
+    col_h = torch.arange(cols // 2, dtype=torch.int32) * 0x2545F491
+    zero = torch.zeros(())
+
+    def chain() -> None:
+        h = row_h[:, None] ^ col_h[None, :]
+        shifted = torch.empty_like(h)
+        for _ in range(2):
+            h.mul_(0x45D9F3B)
+            torch.bitwise_right_shift(h, 16, out=shifted).bitwise_and_(0xFFFF)
+            h.bitwise_xor_(shifted)
+        keep = h.view(torch.int16)[:, :cols] >= 0
+        torch.where(keep, x, zero, out=out).mul_(2.0)
+
+    seconds = _timeit(chain, reps)
+    passes = DROPOUT_PASSES * rows * cols
+    return [{"op": "dropout_chain", "elements": rows * cols, "passes": passes,
+             "seconds": seconds, "rate": passes / seconds}]
 
 
 def _time_collectives(sizes: Sequence[int], reps: int) -> list[dict[str, Any]]:
@@ -290,16 +354,20 @@ def calibrate(world_size: int = 2, threads: int = 1, quick: bool = False,
         gemm = measure_gemm(((4_096, 64, 64),) if quick else
                             ((32_768, 128, 128), (32_768, 64, 64), (8_192, 256, 128)),
                             reps=2 if quick else 5)
+        say("elementwise passes (dropout's hash, select, scale) ...")
+        elementwise = measure_elementwise(reps=3 if quick else 7)
     finally:
         torch.set_num_threads(previous)
     doc: dict[str, Any] = {
         "version": FORMAT_VERSION,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(), "machine": platform.machine(), "torch": torch.__version__,
-        "threads": threads,
+        "threads": threads, "cores": available_cores(),
         "spmm_flops": statistics.median(r["flops"] for r in spmm),
         "gemm_flops": statistics.median(r["flops"] for r in gemm),
-        "measurements": {"spmm": spmm, "gemm": gemm, "collectives": []},
+        "elementwise_rate": statistics.median(r["rate"] for r in elementwise),
+        "measurements": {"spmm": spmm, "gemm": gemm, "elementwise": elementwise,
+                         "collectives": []},
     }
     if world_size > 1:
         say(f"collectives (gloo, {world_size} local ranks) ...")

@@ -9,7 +9,9 @@ even for billion-edge graphs.
 
 Time is an α-β model per axis plus compute at calibrated flop rates, summed without overlap:
 a collective costs steps·α + bytes_moved·β, sparse work (SpMM, SDDMM, per-edge) runs at the
-SpMM rate, a GEMM 2·m·k·n flops at the GEMM rate.
+SpMM rate, a GEMM 2·m·k·n flops at the GEMM rate, and the memory-bound elementwise work around
+the stages (dropout's hash mask, ReLU, bias, the loss: element passes) at the elementwise rate;
+on a calibrated CPU machine, ranks that outnumber its cores compute at their share of it.
 """
 
 
@@ -24,7 +26,7 @@ from plexus.core.grid import AXES, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION, ORDERS, LayerPlan, Padding, block, padding
 from plexus.core.model import ModelConfig, parse_order
 from plexus.core.ops import NORM_OP, OPERATORS
-from plexus.core.ops.base import MASTER_BYTES, StageSizes, stage_sizes
+from plexus.core.ops.base import MASTER_BYTES, StageSizes, elementwise_passes, stage_sizes
 from plexus.core.schedule import OPS, Collective, epoch_collectives
 
 from .calibration import Calibration
@@ -244,10 +246,13 @@ def epoch_volume(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Compute:
-    """Flops per rank of one epoch, assuming the non-zeros spread evenly over the Â blocks."""
+    """Flops per rank of one epoch, assuming the non-zeros spread evenly over the Â blocks, and
+    the element passes of its memory-bound elementwise work (dropout, ReLU, bias, the loss:
+    `plexus.core.ops.base.elementwise_passes`), which run at the calibrated elementwise rate."""
 
     spmm_flops: float
     gemm_flops: float
+    elementwise: float = 0.0
 
     @property
     def total(self) -> float:
@@ -257,14 +262,16 @@ class Compute:
 def epoch_compute(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
                   orders: Sequence[str] | None = None) -> Compute:
     """Sparse (SpMM, SDDMM, per-edge) and GEMM flops one rank runs per epoch: each stage's
-    operator declares its own (`plexus.core.ops`, ``flops``)."""
+    operator declares its own (`plexus.core.ops`, ``flops``); and the element passes of the
+    elementwise work around the stages (`plexus.core.ops.base.elementwise_passes`)."""
     s = normalize_grid(grid)
-    spmm = gemm = 0.0
+    spmm = gemm = elementwise = 0.0
     for z in _sizes(spec, s, _resolve_orders(spec, s, orders)):
         for op in _ops(z.plan):
             f = op.flops(z)
             spmm, gemm = spmm + f.spmm, gemm + f.gemm
-    return Compute(spmm, gemm)
+        elementwise += elementwise_passes(z, spec.model.activates(z.plan))
+    return Compute(spmm, gemm, elementwise)
 
 
 def _ops(plan: LayerPlan) -> list:
@@ -483,7 +490,8 @@ class Prediction:
                 "comm_s_per_axis": self.comm_s_per_axis,
                 "comm_elements": self.volume.total_elements, "comm_bytes": self.volume.total_bytes,
                 "comm": self.volume.to_dict(), "spmm_flops": self.compute.spmm_flops,
-                "gemm_flops": self.compute.gemm_flops, "memory_bytes": self.memory.total,
+                "gemm_flops": self.compute.gemm_flops,
+                "elementwise_passes": self.compute.elementwise, "memory_bytes": self.memory.total,
                 "memory": self.memory.to_dict(), "fits": self.fits}
 
 
@@ -507,8 +515,13 @@ def _resolve_orders(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[
 
 def predict(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
             calibration: Calibration | None = None,
-            orders: Sequence[str] | None = None) -> Prediction:
-    """Predicted epoch time (communication + compute, no overlap), volume and memory on ``grid``."""
+            orders: Sequence[str] | None = None,
+            ranks_per_host: int | None = None) -> Prediction:
+    """Predicted epoch time (communication + compute, no overlap), volume and memory on ``grid``.
+
+    Compute is flops at the SpMM and GEMM rates plus element passes at the elementwise rate,
+    divided by the share of a core each rank gets when ``ranks_per_host`` ranks share the
+    calibrated machine's cores (`Calibration.core_share`; None: one rank per device)."""
     cal = calibration or Calibration()
     s = normalize_grid(grid)
     orders = _resolve_orders(spec, s, orders, cal)
@@ -519,7 +532,8 @@ def predict(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     for c in vol.collectives:
         per_axis[c.axis] += collective_time(c, cal, spec.dtype_bytes)
     comm_s = sum(per_axis.values())
-    compute_s = comp.spmm_flops / cal.spmm_flops + comp.gemm_flops / cal.gemm_flops
+    compute_s = (comp.spmm_flops / cal.spmm_flops + comp.gemm_flops / cal.gemm_flops
+                 + comp.elementwise / cal.elementwise_rate) / cal.core_share(ranks_per_host)
     return Prediction((s["x"], s["y"], s["z"]), tuple(orders), comm_s + compute_s, comm_s,
                       compute_s, vol, comp, mem, per_axis)
 

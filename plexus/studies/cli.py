@@ -226,7 +226,7 @@ def report_main(argv: Sequence[str] | None = None) -> int:
                   f"{r['dataset']} differ {r['repeat_spread']:.1f}x in median epoch time "
                   f"(threshold {a.spread_threshold:g}): their median says little",
                   file=sys.stderr)
-    if calibration.source == "defaults":
+    if not calibration.calibrated:
         print(f"{REPORT}: predictions are UNCALIBRATED (the model's built-in GPU rates, not this "
               "machine's): give --calibration FILE (plexus-bench calibrate)", file=sys.stderr)
     else:

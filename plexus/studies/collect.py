@@ -102,7 +102,8 @@ def model_spec(summary: dict[str, Any]) -> Any | None:
     if any(o not in ("agg", "combine") for o in options["order"].split(",")):
         options["order"] = "agg"  # dense-only models: their order is not used
     return ModelSpec(g["nodes"], g["nnz"], g["features"], g["classes"],
-                     ModelConfig.from_options(**options), perm=m.get("perm", "double"))
+                     ModelConfig.from_options(**options), perm=m.get("perm", "double"),
+                     multilabel=summary.get("metric") == "rocauc")  # binary tasks: BCE
 
 
 def predictions(summary: dict[str, Any], epochs: list[dict[str, Any]],
@@ -114,7 +115,10 @@ def predictions(summary: dict[str, Any], epochs: list[dict[str, Any]],
     if spec is None:
         return {}
     grid = GridShape.parse(summary["grid"]).dims
-    p = predict(spec, grid, calibration)
+    # ranks that shared a host's cores (on a calibrated CPU machine each runs at its share)
+    per_host = (summary.get("environment") or {}).get("ranks_per_host") or {}
+    p = predict(spec, grid, calibration,
+                ranks_per_host=max(per_host.values()) if per_host else None)
     train = epoch_volume(spec, grid).per_axis("bytes")
     with_eval = epoch_volume(spec, grid, evaluate=True).per_axis("bytes")
     runs, evals = int(summary.get("epochs_run") or 0), evaluations(epochs)
@@ -195,6 +199,9 @@ def run_row(rid: str, epochs: list[dict[str, Any]], summary: dict[str, Any],
     row.update(pred)
     if row.get("predicted_time_s") and row["epoch_time_median_s"]:
         row["predicted_over_measured"] = row["predicted_time_s"] / row["epoch_time_median_s"]
+    if pred:  # whose machine rates priced them: the CSV says so as the figures' titles do
+        row["calibration"] = calibration.source
+        row["predictions_calibrated"] = calibration.calibrated
     if row.get("mem_logged_predicted_bytes") is not None:
         row["predicted_memory_bytes"] = row["mem_logged_predicted_bytes"]
     if all(v is not None for v in model_bytes.values()) and comm_max:

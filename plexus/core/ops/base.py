@@ -171,6 +171,32 @@ def dropout_work(z: StageSizes) -> float:
     return min(MASK_ROWS, z.n / z.o) * (z.D / z.i) * 6.0
 
 
+#: Elementwise passes per element of a dropped-out input, forward or backward (the mask is
+#: recomputed in backward): the hash's nine int32 passes over half the columns (the xor of row
+#: and column hashes, two rounds of multiply, shift, mask, xor), then the comparison, the select
+#: and the scale over every element (`plexus.engine.seeding.masked`).
+DROPOUT_PASSES = 9 / 2 + 3
+#: ... after a stage: its ReLU (in place, its one-byte mask, backward's masked gradient) and the
+#: bias (the add, backward's column sum), per output element.
+RELU_PASSES, BIAS_PASSES = 3, 2
+#: ... of the loss, per logit: softmax cross-entropy's max, shift, exp, sum, division, one-hot
+#: and its backward's copy, subtraction and two scalings (BCE's three terms are as many).
+LOSS_PASSES = 10
+
+
+def elementwise_passes(z: StageSizes, activates: bool) -> float:
+    """Element passes of the memory-bound elementwise work of a stage per training step, which
+    no flop rate covers: its input's dropout (forward and backward), its ReLU (``activates``),
+    its bias, and after the last stage the loss. On small or narrow graphs this, not the SpMM
+    or the GEMM, is most of an epoch's compute (R-MAT scale 13 with 128 features on a CPU:
+    dropout's hash was half the epoch)."""
+    out = z.n / z.size(z.plan.out_rows) * z.D2 / z.size(z.plan.out_cols)
+    passes = 2 * DROPOUT_PASSES * z.h_in if z.drops_input else 0.0
+    passes += (RELU_PASSES * out if activates else 0.0) + (BIAS_PASSES * out if z.plan.bias
+                                                           else 0.0)
+    return passes + (LOSS_PASSES * out if z.last else 0.0)
+
+
 def param_memory(z: StageSizes, shard: float, gathered: float, vectors: float = 0.0
                  ) -> tuple[float, float]:
     """(weights, optimizer) bytes of a stage's parameters: each float32 shard (``shard`` elements
