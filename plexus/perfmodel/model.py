@@ -277,7 +277,6 @@ RUNTIME_BYTES = 460 * 2**20
 STORE_RUNTIME_BYTES = 330 * 2**20
 
 
-
 @dataclass(frozen=True)
 class Memory:
     """Bytes per rank at the training peak, by component (what `plexus-train` measures as the
@@ -416,9 +415,6 @@ def epoch_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
             peaks.append((base - own, 2 * z.h_in * fb))
         saved_before += saved
     peak_saved, peak_work = max(peaks, key=lambda sw: sw[0] + sw[1])
-    import os  # DEBUG
-    if os.environ.get("PLEXUS_DEBUG_MEM"):
-        print("DEBUG peaks", [(round(a / 2**20, 1), round(b / 2**20, 1)) for a, b in peaks])
     return Memory(adjacency, features, peak_saved, peak_work, weights, optimizer,
                   STORE_RUNTIME_BYTES if spec.from_store else RUNTIME_BYTES)
 
