@@ -305,6 +305,11 @@ def _csr_bytes(nnz: float, rows: float, fb: int, ib: int) -> float:
 
 
 LOSS_BYTES = 4 + 1  # per logit: the loss's float32 softmax and its one-hot labels
+# per output row, beside them: the row's maximum, whether its label is in this block of classes,
+# the label's logit, the all-reduced (sum, label logit) pair, the per-node loss and its masked
+# copy (float32), and the labelled rows' int64 row and column indices (every row counted: an
+# upper bound). Measured at the loss's peak: R-MAT 19 on 2x2x2 in bf16 (benchmarks/cache_setup.py)
+LOSS_ROW_BYTES = 4 + 1 + 4 + 8 + 2 * 4 + 4 + 2 * 8
 
 
 def _block_bytes(spec: ModelSpec, s: Mapping[str, int], n: int, fb: int, ib: int,
@@ -405,8 +410,9 @@ def epoch_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
         if spec.recompute:  # the re-run's moments, then its backward over what it rebuilt
             peaks += [(base + k, f) for k, f in moments]
             base += own
-        if p.index == len(plans) - 1:  # the loss: float32 logits' softmax and one-hot labels
-            peaks.append((base + op.out * (LOSS_BYTES + (4 if cast else 0)), 0.0))
+        if p.index == len(plans) - 1:  # the loss (per logit and per row)
+            peaks.append((base + op.out * (LOSS_BYTES + (4 if cast else 0))
+                          + out_rows * LOSS_ROW_BYTES, 0.0))
         if bn:
             peaks += [(base - own + k + op.kept + mask, t) for k, t in bn.backward]
         for k, t in op.backward:
