@@ -314,8 +314,10 @@ def check_mixed_layouts(grid: Grid) -> list[str]:
     return fails
 
 
-def run_grid_checks(grids: list[tuple[int, int, int]], layer_counts=(1, 2, 3, 4)) -> dict[str, list[str]]:
-    """Every engine check for every grid in ``grids`` (all of this world's size)."""
+def run_grid_checks(grids: list[tuple[int, int, int]], layer_counts=(1, 2, 3, 4),
+                    epochs: int = 20) -> dict[str, list[str]]:
+    """Every engine check for every grid in ``grids`` (all of this world's size); training
+    checks run ``epochs`` epochs."""
     torch.manual_seed(0)
     g = toy_graph()
     out: dict[str, list[str]] = {}
@@ -326,23 +328,25 @@ def run_grid_checks(grids: list[tuple[int, int, int]], layer_counts=(1, 2, 3, 4)
         for layers in layer_counts:
             base = ModelConfig(num_layers=layers, hidden=HIDDEN, dropout=0.5, bias=True)
             out[f"{tag}/L{layers}/step"] = check_step(grid, g, base, "double")
-            out[f"{tag}/L{layers}/train-dropout"] = check_training(grid, g, base, "double")
+            out[f"{tag}/L{layers}/train-dropout"] = check_training(grid, g, base, "double",
+                                                                   epochs=epochs)
             out[f"{tag}/L{layers}/train-no-dropout"] = check_training(
-                grid, g, ModelConfig(layers, HIDDEN, 0.0, True), "single")
+                grid, g, ModelConfig(layers, HIDDEN, 0.0, True), "single", epochs=epochs)
         mixed = ModelConfig(3, HIDDEN, 0.5, True, order="agg,combine,agg")
         out[f"{tag}/orders/step-mixed"] = check_step(grid, g, mixed, "double")
         out[f"{tag}/orders/step-combine-learnable"] = check_step(
             grid, g, ModelConfig(2, HIDDEN, 0.5, True, "combine", True), "none")
         out[f"{tag}/orders/train-auto"] = check_training(
-            grid, g, ModelConfig(4, HIDDEN, 0.5, True, "auto"), "double")
+            grid, g, ModelConfig(4, HIDDEN, 0.5, True, "auto"), "double", epochs=epochs)
         out[f"{tag}/features/step-learnable-nobias"] = check_step(
             grid, g, ModelConfig(3, HIDDEN, 0.5, False, "agg", True), "double")
         out[f"{tag}/engine/chunked-overlap-scipy"] = check_training(
             grid, g, ModelConfig(3, HIDDEN, 0.5, True, "agg,combine,agg"), "double",
-            engine=EngineConfig(spmm_backend="scipy", agg_chunks=3, overlap=True))
+            engine=EngineConfig(spmm_backend="scipy", agg_chunks=3, overlap=True),
+            epochs=epochs)
         out[f"{tag}/engine/tuned-gemms-chunked"] = check_training(
             grid, g, ModelConfig(2, HIDDEN, 0.5, True, "agg", True), "single",
-            engine=EngineConfig(agg_chunks=2, tune_gemms=True))
+            engine=EngineConfig(agg_chunks=2, tune_gemms=True), epochs=epochs)
         out[f"{tag}/ledger/agg"] = check_ledger(grid, g,
                                                  ModelConfig(4, HIDDEN, 0.5, True), "double")
         out[f"{tag}/ledger/mixed-learnable"] = check_ledger(
@@ -389,8 +393,9 @@ MODEL_CHECKS = [f"{graph}/{name}/{kind}" for graph in ("undirected", "directed")
     for kind in ("step", "train")] + [f"directed/{MULTILABEL_MODELS['directed'][0]}/ledger"]
 
 
-def run_model_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
-    """`MODEL_CHECKS` for every grid in ``grids`` (all of this world's size)."""
+def run_model_checks(grids: list[tuple[int, int, int]], epochs: int = 20) -> dict[str, list[str]]:
+    """`MODEL_CHECKS` for every grid in ``grids`` (all of this world's size); training checks
+    run ``epochs`` epochs."""
     torch.manual_seed(0)
     graphs = {"undirected": toy_graph(), "directed": directed_toy_graph()}
     out: dict[str, list[str]] = {}
@@ -398,10 +403,11 @@ def run_model_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
         grid = Grid.create(dims)
         tag = "x".join(map(str, dims))
         for gname, g in graphs.items():
-            out[f"{tag}/{gname}/custom-layers"] = check_custom_layers(grid, g)
+            out[f"{tag}/{gname}/custom-layers"] = check_custom_layers(grid, g, epochs)
             for name, cfg in MODELS.items():
                 out[f"{tag}/{gname}/{name}/step"] = check_step(grid, g, cfg, "double")
-                out[f"{tag}/{gname}/{name}/train"] = check_training(grid, g, cfg, "double")
+                out[f"{tag}/{gname}/{name}/train"] = check_training(grid, g, cfg, "double",
+                                                                     epochs=epochs)
                 if gname == "directed":
                     out[f"{tag}/{gname}/{name}/ledger"] = check_ledger(grid, g, cfg, "double")
                 if gname == "directed" and name in BF16_LEDGER:
@@ -417,20 +423,20 @@ def run_model_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
             # a few epochs: the step check covers every gradient; this, Adam's path and the
             # evaluation's ROC-AUC (test time: these run on every model grid)
             out[f"{tag}/{gname}/{name}/train"] = check_training(grid, mg, cfg, "double",
-                                                                epochs=5)
+                                                                epochs=min(5, epochs))
             if gname == "directed":
                 out[f"{tag}/{gname}/{name}/ledger"] = check_ledger(grid, mg, cfg, "double")
         out[f"{tag}/directed/gin-fixed-eps-decay-first/train"] = check_training(
             grid, graphs["directed"], ModelConfig(2, HIDDEN, 0.5, kind="gin", train_eps=False),
-            "single", decay_scope="first")
+            "single", decay_scope="first", epochs=epochs)
     rank = torch.distributed.get_rank()
     return {k: [f"rank {rank}: {m}" for m in v] for k, v in out.items()}
 
 
 def run_all_checks(grids: list[tuple[int, int, int]], model_grids: set[tuple[int, int, int]],
-                   layer_counts=(1, 2, 3, 4)) -> dict[str, list[str]]:
+                   layer_counts=(1, 2, 3, 4), epochs: int = 20) -> dict[str, list[str]]:
     """Both families in one world: the GCN checks (at ``layer_counts`` layers) on every grid,
-    the model checks on those of ``model_grids``."""
-    out = run_grid_checks(grids, layer_counts)
-    out.update(run_model_checks([d for d in grids if d in model_grids]))
+    the model checks on those of ``model_grids``; training checks run ``epochs`` epochs."""
+    out = run_grid_checks(grids, layer_counts, epochs)
+    out.update(run_model_checks([d for d in grids if d in model_grids], epochs))
     return out
