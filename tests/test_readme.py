@@ -81,6 +81,8 @@ EXPENSIVE = {
     "'module load cuda'": "needs the ogbn-products files (it only writes SLURM scripts); "
                           "tests/test_studies.py writes and checks such scripts",
     "bash study/slurm/submit.sh": "needs SLURM (sbatch)",
+    "./run plexus-bench check --world-size 2":
+        "two worlds of the engine's checks; tests/test_bench_check.py runs this very check",
 }
 
 # "Install into your own environment": commands for a user's own environment, not ./run's (so
