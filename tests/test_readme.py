@@ -83,6 +83,8 @@ EXPENSIVE = {
     "bash study/slurm/submit.sh": "needs SLURM (sbatch)",
     "./run plexus-bench check --world-size 2":
         "two worlds of the engine's checks; tests/test_bench_check.py runs this very check",
+    "./run python docs/api.py api-docs/":
+        "the API reference; tests/test_apidocs.py runs this very command into a temporary folder",
 }
 
 # "Install into your own environment": commands for a user's own environment, not ./run's (so
