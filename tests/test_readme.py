@@ -95,8 +95,9 @@ OWN_ENVIRONMENT = {
         "downloads torch from pytorch.org (no internet here)",
     "pip install .": "would install into the test environment",
     'pip install ".[test]"': "would install into the test environment",
-    "plexus-train --grid 1x1x1 --epochs 2": "needs the installed package's scripts on PATH; the "
-                                            "same run as ./run train, tested throughout",
+    "plexus-train --grid 1x1x1 --epochs 2": "needs the installed package's scripts on PATH; "
+                                            "tests/test_wheel.py runs it from a wheel installed "
+                                            "in a fresh virtual environment",
 }
 EXPENSIVE.update(OWN_ENVIRONMENT)
 
