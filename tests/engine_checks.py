@@ -17,42 +17,13 @@ from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
 from plexus.datasets.graph import Graph
 from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedModel
-from plexus.partitioners import shard_graph
 from plexus.engine.rocauc import serial_rocauc
-from plexus.engine.serial import SerialModel
 from plexus.engine.trainer import Trainer
+from plexus.testing.exactness import build_pair as build
+from plexus.testing.exactness import close as _close
+from plexus.testing.exactness import directed_toy_graph, toy_graph
 
-RTOL, ATOL = 1e-4, 1e-5
 HIDDEN = 6  # not a multiple of any axis size used (2, 3, 4)
-
-
-def toy_graph(n: int = 37, f: int = 11, c: int = 5, seed: int = 1) -> Graph:
-    """A small random graph whose N, feature and class counts are primes (no axis divides them),
-    with unlabelled nodes and all three masks."""
-    rng = np.random.default_rng(seed)
-    a = sp.random(n, n, density=0.12, random_state=seed, format="csr")
-    a = sp.csr_matrix(((a + a.T) > 0).astype(np.float32))
-    labels = rng.integers(0, c, n).astype(np.int64)
-    labels[:3] = -1
-    order = rng.permutation(np.arange(3, n))
-    masks = [np.zeros(n, bool) for _ in range(3)]
-    masks[0][order[:17]] = True
-    masks[1][order[17:25]] = True
-    masks[2][order[25:]] = True
-    feats = rng.standard_normal((n, f)).astype(np.float32)
-    return Graph("toy", a, feats, labels, *masks, num_classes=c).validate()
-
-
-def directed_toy_graph(n: int = 41, f: int = 7, c: int = 3, seed: int = 2) -> Graph:
-    """Like `toy_graph` but directed (Â not symmetric: a broken transpose path shows), with a
-    node that has no in-neighbour."""
-    g = toy_graph(n, f, c, seed)
-    a = sp.random(n, n, density=0.1, random_state=seed + 7, format="csr")
-    a = sp.csr_matrix((a > 0).astype(np.float32))
-    a[:, 5] = 0  # node 5 has no in-neighbour: mean aggregation over nothing is 0
-    a.eliminate_zeros()
-    return Graph("toy-directed", a, g.features, g.labels, g.train_mask, g.val_mask, g.test_mask,
-                 num_classes=c, directed=True).validate()
 
 
 def multilabel_graph(g: Graph, tasks: int, seed: int = 3) -> Graph:
@@ -84,30 +55,6 @@ def weighted_graph(g: Graph, seed: int = 5) -> Graph:
                          (np.r_[coo.row, loops], np.r_[coo.col, loops])), shape=g.adj.shape)
     return Graph(f"{g.name}-weighted", adj, g.features, g.labels, g.train_mask, g.val_mask,
                  g.test_mask, g.num_classes, g.directed, weighted=True).validate()
-
-
-def _close(name: str, got: torch.Tensor, want: torch.Tensor) -> list[str]:
-    got, want = got.detach().double(), want.detach().double()
-    if got.shape != want.shape:
-        return [f"{name}: shape {tuple(got.shape)} != {tuple(want.shape)}"]
-    # float32 rounding grows with the size of what is summed, not of each result: absolute
-    # tolerance in units of the tensor's largest value once that exceeds 1 (sum aggregations)
-    scale = max(1.0, want.abs().max().item()) if want.numel() else 1.0
-    if not torch.allclose(got, want, rtol=RTOL, atol=ATOL * scale):
-        err = (got - want).abs().max().item()
-        return [f"{name}: max abs error {err:.3g} (largest value {scale:.3g})"]
-    return []
-
-
-def build(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
-          engine: EngineConfig | None = None):
-    """The distributed and the serial model with the same config and seed."""
-    orders = cfg.orders(g.num_features, g.num_classes)
-    adj_hat = g.normalized(cfg.aggregation)
-    shard = shard_graph(g, grid.shape, grid.coords, cfg.num_stages, orders, perm, seed=11,
-                        adj_hat=adj_hat, aggregation=cfg.aggregation)
-    return (DistributedModel(Comm(grid), shard, cfg, seed=5, engine=engine),
-            SerialModel(g, cfg, seed=5, adj_hat=adj_hat), shard)
 
 
 def _buffers(dist_model, serial) -> list[str]:

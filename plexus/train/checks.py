@@ -97,10 +97,11 @@ def auto_grid(world_size: int, num_nodes: int, nnz: int, num_features: int, num_
 
 
 def auto_grid_choice(world_size: int, num_nodes: int, nnz: int, num_features: int,
-                     num_classes: int, model: ModelConfig,
-                     name: str = "") -> tuple[GridShape, str]:
+                     num_classes: int, model: ModelConfig, name: str = "",
+                     ranks_note: str = "") -> tuple[GridShape, str]:
     """`auto_grid`'s grid and one line saying why: its predicted epoch time and memory per rank,
-    and the runner-up's (``--grid auto`` prints it, so the choice is never silent)."""
+    and the runner-up's (``--grid auto`` prints it, so the choice is never silent).
+    ``ranks_note`` follows the rank count (where it came from, when nobody gave it)."""
     spec = ModelSpec(num_nodes, nnz, num_features, num_classes, model, name=name)
     ranked = rank_configs(world_size, spec)
     best = ranked[0]
@@ -111,7 +112,7 @@ def auto_grid_choice(world_size: int, num_nodes: int, nnz: int, num_features: in
         return (f"predicted epoch {format_seconds(p.time_s)}, memory "
                 f"{format_bytes(p.memory.total)} per rank")
 
-    line = f"--grid auto: chose {grid} for {world_size} ranks ({figures(best)})"
+    line = f"--grid auto: chose {grid} for {world_size} ranks{ranks_note} ({figures(best)})"
     if len(ranked) > 1:
         line += f"; runner-up {GridShape.of(ranked[1].grid)} ({figures(ranked[1])})"
     else:
