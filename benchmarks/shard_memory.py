@@ -116,7 +116,8 @@ def phase_read(args) -> dict:
     tracemalloc.start()
     t = time.perf_counter()
     with PeakRss() as rss:
-        shard = read_shard(args.out, shape, coords, args.layers, "agg", args.perm, args.seed)
+        shard = read_shard(args.out, coords, shape=shape, num_layers=args.layers, orders="agg",
+                           perm=args.perm, seed=args.seed)
     elapsed = time.perf_counter() - t
     _, traced_peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
