@@ -134,6 +134,11 @@ def user_loop(grid, graphs, cfg, epochs, out_dir):
         results = plexus.gather_outputs(model, embeddings=True)
         single = (plexus.gather_predictions(model), plexus.gather_logits(model),
                   plexus.gather_embeddings(model))
+        # on request, torch tensors: the same values from every gather function
+        tensors = (plexus.gather_outputs(model, embeddings=True, as_tensor=True),
+                   plexus.gather_predictions(model, as_tensor=True),
+                   plexus.gather_logits(model, as_tensor=True),
+                   plexus.gather_embeddings(model, as_tensor=True))
         saved = plexus.save_outputs(model, Path(out_dir) / f"{graph.name}-{grid.shape}",
                                     embeddings=True, extra={"epoch": epochs})
         metric = ogb_metric(model, "ogbn-arxiv", output_blocks(model, logits=False)["pred"])
@@ -142,7 +147,7 @@ def user_loop(grid, graphs, cfg, epochs, out_dir):
             refused = None
         except plexus.GatherTooLargeError as e:
             refused = str(e)
-        out.append((results, single, own_loss, str(saved), metric, refused))
+        out.append((results, single, own_loss, str(saved), metric, refused, tensors))
     return out if grid.rank == 0 else None
 
 
@@ -160,7 +165,7 @@ def test_gathered_results_equal_the_serial_model_in_original_order(graphs, grid,
     got = plexus.launch(user_loop, graphs, cfg, epochs, str(tmp_path), grid=grid,
                         timeout_s=120)
     assert got is not None and len(got) == 2
-    for graph, (results, single, own_loss, saved, metric, refused) in zip(graphs, got):
+    for graph, (results, single, own_loss, saved, metric, refused, tensors) in zip(graphs, got):
         logits, pred, hidden = serial_reference(graph, cfg, epochs)
         np.testing.assert_allclose(results["logits"], logits, atol=ATOL, rtol=1e-4)
         np.testing.assert_array_equal(results["pred"], pred)
@@ -169,6 +174,12 @@ def test_gathered_results_equal_the_serial_model_in_original_order(graphs, grid,
         np.testing.assert_array_equal(single[0], results["pred"])
         np.testing.assert_array_equal(single[1], results["logits"])
         np.testing.assert_array_equal(single[2], results["embeddings"])
+        whole, *one_each = tensors
+        assert set(whole) == {"pred", "logits", "embeddings"}
+        for name, tensor in [*whole.items(), *zip(("pred", "logits", "embeddings"), one_each)]:
+            assert isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu"
+            assert tensor.dtype == torch.from_numpy(results[name]).dtype
+            np.testing.assert_array_equal(tensor.numpy(), results[name])
         mine = np.arange(graph.num_nodes)[::3]
         mine = mine[graph.labels[mine] >= 0]
         want = torch.nn.functional.cross_entropy(torch.from_numpy(logits[mine]),
@@ -180,6 +191,13 @@ def test_gathered_results_equal_the_serial_model_in_original_order(graphs, grid,
         for name in ("pred", "logits", "embeddings"):
             assert isinstance(written[name], np.memmap)
             np.testing.assert_array_equal(written[name], results[name])
+        as_tensors = plexus.load_outputs(saved, as_tensor=True)
+        for name in ("pred", "logits", "embeddings"):
+            tensor = as_tensors[name]
+            assert isinstance(tensor, torch.Tensor)
+            np.testing.assert_array_equal(tensor.numpy(), results[name])
+            tensor.zero_()  # copy-on-write: the file keeps its values
+        np.testing.assert_array_equal(plexus.load_outputs(saved)["logits"], results["logits"])
         assert not [p for p in Path(saved).parent.iterdir() if p.name.startswith(".")]
         # the evaluator from per-rank counts: the evaluator on the gathered predictions
         test = graph.test_mask & (graph.labels >= 0)
