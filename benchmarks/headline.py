@@ -108,9 +108,30 @@ def headline() -> str:
         f"partitioning child, every rank within {model_gap} of the memory model; a second run "
         f"reuses the store, set-up {reuse} at load {load} on 2 cores — "
         f"{_source('cache_setup.txt', prov)}",
+        *_large_cache_line(prov),
         END,
     ]
     return "\n".join(lines)
+
+
+def _large_cache_line(prov: dict) -> list[str]:
+    """The cached store at a larger scale, each rank against the model for its own
+    coordinates (`cache_setup_s23.txt`), once it is in the snapshot."""
+    name = "cache_setup_s23.txt"
+    if name not in prov:
+        return []
+    run = _find(name, r"^cache set-up benchmark: plexus-train --grid (?P<grid>\S+) --dataset "
+                r"rmat:scale=(?P<scale>\d+)\S* --epochs \d+ ?(?P<extra>.*?);")[0]
+    vals = {m["what"]: m["value"] for m in _find(
+        name, r"^  (?P<what>every rank's peak / its training peak|launching process peak RSS|"
+        r"every rank's peak vs the memory model): (?P<value>[^(]+?) \(")}
+    extra = f" with `{run['extra']}`" if run["extra"] else ""
+    gap = vals["every rank's peak vs the memory model"]
+    ratio = vals["every rank's peak / its training peak"]
+    return [f"- the same at R-MAT scale {run['scale']} on {run['grid']}{extra}: every rank "
+            f"within {gap} of the model for its own coordinates, its peak {ratio}× its "
+            f"training peak, the launching process {vals['launching process peak RSS']} — "
+            f"{_source(name, prov)}"]
 
 
 def _partition_line(prov: dict) -> list[str]:

@@ -67,9 +67,9 @@ def phase_write(args) -> dict:
     from plexus.datasets import load_dataset
     from plexus.datasets.graph import gcn_normalize
     from plexus.partitioners import make_permutation, write_store
-    from plexus.partitioners.cli import parse_grid
+    from plexus.core.grid import GridShape
 
-    shape = parse_grid(args.grid)
+    shape = GridShape.parse(args.grid)
     out = {}
 
     def timed(step, fn, *a, **kw):  # wall and CPU seconds of one step
@@ -107,16 +107,17 @@ def phase_read(args) -> dict:
     import numpy as np
 
     from plexus.partitioners import read_manifest, read_shard
-    from plexus.partitioners.cli import parse_grid
+    from plexus.core.grid import GridShape
 
-    shape = parse_grid(args.grid)
+    shape = GridShape.parse(args.grid)
     coords = dict(zip("xyz", (int(c) for c in args.rank.split(","))))
     manifest = read_manifest(args.out)  # also warms the imports
     before = PeakRss.current()
     tracemalloc.start()
     t = time.perf_counter()
     with PeakRss() as rss:
-        shard = read_shard(args.out, shape, coords, args.layers, "agg", args.perm, args.seed)
+        shard = read_shard(args.out, coords, shape=shape, num_layers=args.layers, orders="agg",
+                           perm=args.perm, seed=args.seed)
     elapsed = time.perf_counter() - t
     _, traced_peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()

@@ -91,8 +91,11 @@ def _edges(n: int, num_edges: int, bounds: np.ndarray, rng: np.random.Generator
     sizes = np.diff(bounds)
     species = np.repeat(np.arange(len(sizes)), sizes)
     keys = np.zeros(0, dtype=np.int64)
+    rate = 1.0  # the share of the last draw that was new: module pairs saturate on dense graphs
     while keys.size < num_edges:
-        m = int((num_edges - keys.size) * 1.1) + 16
+        # enough draws for the missing edges at the last draw's rate (a fixed 1.1x needed a
+        # hundred rounds, each a sort of every edge so far, at ogbn-proteins' size)
+        m = int((num_edges - keys.size) * 1.1 / max(rate, 0.05)) + 16
         s = species[rng.integers(0, n, m)]  # a species in proportion to its size
         src = bounds[s] + (rng.random(m) ** 2 * sizes[s]).astype(np.int64)  # hubs first
         dst = bounds[s] + (rng.random(m) * sizes[s]).astype(np.int64)
@@ -105,7 +108,9 @@ def _edges(n: int, num_edges: int, bounds: np.ndarray, rng: np.random.Generator
         a, b = np.minimum(src, dst), np.maximum(src, dst)
         del src, dst, cross, near
         keep = a != b
+        before = keys.size
         keys = np.unique(np.concatenate([keys, a[keep] * n + b[keep]]))
+        rate = (keys.size - before) / m
     keys = keys[rng.permutation(keys.size)[:num_edges]]
     return np.stack([keys // n, keys % n])
 

@@ -9,8 +9,10 @@ Layout of a store directory::
 
 Writing (`plexus.partitioners.stream`, the out-of-core partitioner; `write_store` runs it on an
 in-memory graph) goes into a hidden work directory next to the target and is renamed into place
-at the end, so a crash never leaves a directory that looks complete. Reading opens only the caller's file, checks its size and sha256 against the manifest, and
-checks that the store was cut for the grid, layer count, orders and permutation asked for.
+at the end, so a crash never leaves a directory that looks complete. Reading
+(``read_shard(store_dir, rank)``) opens only the caller's file, checks its size and sha256
+against the manifest, takes the grid, layer count, orders and permutation from the manifest and,
+where the caller names them too, checks that the store was cut for those.
 Files are byte-identical for the same inputs and seed (fixed zip timestamps, no clock, no pids).
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import os
 import shutil
 from pathlib import Path
@@ -243,19 +246,26 @@ def _check_manifest_fields(manifest: dict, path: Path) -> None:
             raise bad("a 'ranks' entry lacks coords {x, y, z}, file, size or sha256")
 
 
-def _check_request(manifest: dict, path: Path, shape: Mapping[str, int], coords: dict[str, int],
-                   num_layers: int, orders: tuple[str, ...], perm: str | None,
+def _check_request(manifest: dict, path: Path, coords: dict[str, int],
+                   shape: Mapping[str, int] | None, num_layers: int | None,
+                   orders: Sequence[str] | str | None, perm: str | None,
                    seed: int | None) -> dict:
+    """The manifest's entry of the rank at ``coords``, after checking every value the caller
+    gave (None: take the manifest's) against what the store was cut for."""
     try:
-        grid, want = GridShape.of(manifest["grid"]), GridShape.of(shape)
-        if grid != want:
-            raise ShardStoreError(f"{path}: store was cut for grid {grid}, asked for {want}")
-        if manifest["num_layers"] != num_layers:
+        grid = GridShape.of(manifest["grid"])
+        if shape is not None and grid != GridShape.of(shape):
+            raise ShardStoreError(f"{path}: store was cut for grid {grid}, asked for "
+                                  f"{GridShape.of(shape)}")
+        if num_layers is not None and manifest["num_layers"] != num_layers:
             raise ShardStoreError(f"{path}: store was cut for {manifest['num_layers']} layers, "
                                   f"asked for {num_layers}")
-        if tuple(manifest["orders"]) != orders:
-            raise ShardStoreError(f"{path}: store was cut for layer orders "
-                                  f"{','.join(manifest['orders'])}, asked for {','.join(orders)}")
+        if orders is not None:
+            want = _normalize_orders(manifest["num_layers"], orders)
+            if tuple(manifest["orders"]) != want:
+                raise ShardStoreError(f"{path}: store was cut for layer orders "
+                                      f"{','.join(manifest['orders'])}, asked for "
+                                      f"{','.join(want)}")
         have = manifest["permutation"]
         if perm is not None and have["kind"] != perm:
             raise ShardStoreError(f"{path}: store uses permutation {have['kind']!r}, "
@@ -268,9 +278,40 @@ def _check_request(manifest: dict, path: Path, shape: Mapping[str, int], coords:
         entry = [e for e in manifest["ranks"] if e["coords"] == {a: int(coords[a]) for a in "xyz"}]
     except (KeyError, TypeError, AttributeError, GridError) as e:
         raise ShardStoreError(f"{path}: malformed manifest (missing or bad field {e})") from None
+    except ValueError as e:  # layer_plans: orders that are no layer orders, or the wrong count
+        if isinstance(e, ShardStoreError):
+            raise
+        raise ShardStoreError(f"{path}: cannot compare layer orders {orders!r:.100} with the "
+                              f"store's ({e})") from None
     if len(entry) != 1:
         raise ShardStoreError(f"{path}: manifest lists no single file for rank {coords}")
     return entry[0]
+
+
+def _rank_coords(manifest: dict, path: Path, rank: int | Mapping[str, int]) -> dict[str, int]:
+    """The coordinates of ``rank`` (a global rank number, or already coordinates) on the
+    manifest's grid, by the grid's one rule (`GridShape.coords`)."""
+    if isinstance(rank, Mapping):
+        try:
+            return {a: int(rank[a]) for a in "xyz"}
+        except (KeyError, TypeError, ValueError):
+            raise ShardStoreError(f"{path}: rank {dict(rank)!r:.100} is neither a rank number "
+                                  "nor coordinates {x, y, z}") from None
+    try:
+        number = operator.index(rank) if not isinstance(rank, bool) else None
+    except TypeError:
+        number = None
+    if number is None:
+        raise ShardStoreError(f"{path}: rank must be a rank number or coordinates "
+                              f"{{x, y, z}}, got {rank!r:.100}")
+    try:
+        grid = GridShape.of(manifest["grid"])
+    except GridError as e:
+        raise ShardStoreError(f"{path}: malformed manifest ({e})") from None
+    if not 0 <= number < grid.world_size:
+        raise ShardStoreError(f"{path}: rank {number} is outside the store's grid {grid} "
+                              f"(ranks 0 to {grid.world_size - 1})")
+    return grid.coords(number)
 
 
 def _load_members(path: Path) -> dict[str, np.ndarray]:
@@ -288,19 +329,29 @@ def _load_members(path: Path) -> dict[str, np.ndarray]:
                               f"{' '.join(str(e).split())[:200]})") from None
 
 
-def read_shard(store_dir: str | os.PathLike, shape: Mapping[str, int], coords: dict[str, int],
-               num_layers: int, orders: Sequence[str] | str = "agg", perm: str | None = None,
-               seed: int | None = None, verify: bool = True) -> RankShard:
-    """Load the `RankShard` of the rank at ``coords`` from a store written by `write_store`.
+def read_shard(store_dir: str | os.PathLike, rank: int | Mapping[str, int], *,
+               shape: GridShape | Mapping[str, int] | str | None = None,
+               num_layers: int | None = None, orders: Sequence[str] | str | None = None,
+               perm: str | None = None, seed: int | None = None,
+               verify: bool = True) -> RankShard:
+    """Load the `RankShard` of one rank from a store written by `write_store` (or
+    ``plexus-partition``): ``read_shard(store_dir, rank)``.
 
-    Only this rank's file is read. It must match the manifest's size and sha256 (``verify``),
-    and the store must have been cut for ``shape``, ``num_layers`` and ``orders`` (and ``perm``
-    and ``seed`` when given); otherwise `ShardStoreError` says which file and what differs.
+    ``rank`` is the global rank number, whose coordinates come from the manifest's grid by the
+    grid's rank order (`plexus.core.grid.GridShape.coords`), or the coordinates themselves
+    (``{"x": 1, "y": 0, "z": 1}``). Everything else the store was cut for (grid, layer count,
+    orders, permutation and its seed) is read from the manifest; the keyword arguments are
+    checks: when given, ``shape``, ``num_layers``, ``orders`` ("agg", "combine" or "dense" per
+    stage, or one for all), ``perm`` and ``seed`` must be what the store was cut for.
+
+    Only this rank's file is read. It must match the manifest's size and sha256 (``verify``);
+    a rank outside the grid, a check that fails or a damaged file is a one-line
+    `ShardStoreError` naming the file and what differs.
     """
     store = Path(store_dir)
     manifest = read_manifest(store)
-    orders_t = _normalize_orders(num_layers, orders)
-    entry = _check_request(manifest, store / MANIFEST, shape, coords, num_layers, orders_t,
+    coords = _rank_coords(manifest, store / MANIFEST, rank)
+    entry = _check_request(manifest, store / MANIFEST, coords, shape, num_layers, orders,
                            perm, seed)
     name = str(entry.get("file", ""))
     if not name or Path(name).name != name:
@@ -317,7 +368,7 @@ def read_shard(store_dir: str | os.PathLike, shape: Mapping[str, int], coords: d
         raise ShardStoreError(f"{path}: sha256 mismatch with the manifest; the file is corrupt")
     members = _load_members(path)
     shard = _shard_from_members(path, members, manifest)
-    _check_shard(shard, path, manifest, {a: int(coords[a]) for a in "xyz"})
+    _check_shard(shard, path, manifest, coords)
     return shard
 
 

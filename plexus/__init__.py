@@ -54,6 +54,8 @@ _EXPORTS = {
     "load_outputs": "plexus.api",
     "save_weights": "plexus.api",
     "full_weights": "plexus.api",
+    "load_pyg": "plexus.api",
+    "ExportError": "plexus.api",
     "RECIPES": "plexus.api",
     "run_script": "plexus.api",
     "ogb_evaluate": "plexus.api",
@@ -77,9 +79,10 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # noqa: F401 — for type checkers and IDEs: the same names, eagerly
-    from plexus.api import (RECIPES, GatherTooLargeError, GraphModel, distributed_model,
-                            full_weights, gather_embeddings, gather_logits, gather_outputs,
-                            gather_predictions, init, launch, load_outputs, save_outputs,
+    from plexus.api import (RECIPES, ExportError, GatherTooLargeError, GraphModel,
+                            distributed_model, full_weights, gather_embeddings, gather_logits,
+                            gather_outputs, gather_predictions, init, launch, load_outputs,
+                            load_pyg, save_outputs,
                             ogb_evaluate, run_script, save_weights)
     from plexus.core.cli import UsageError
     from plexus.core.grid import GridShape

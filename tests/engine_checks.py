@@ -17,42 +17,13 @@ from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
 from plexus.datasets.graph import Graph
 from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedModel
-from plexus.partitioners import shard_graph
 from plexus.engine.rocauc import serial_rocauc
-from plexus.engine.serial import SerialModel
 from plexus.engine.trainer import Trainer
+from plexus.testing.exactness import build_pair as build
+from plexus.testing.exactness import close as _close
+from plexus.testing.exactness import directed_toy_graph, toy_graph
 
-RTOL, ATOL = 1e-4, 1e-5
 HIDDEN = 6  # not a multiple of any axis size used (2, 3, 4)
-
-
-def toy_graph(n: int = 37, f: int = 11, c: int = 5, seed: int = 1) -> Graph:
-    """A small random graph whose N, feature and class counts are primes (no axis divides them),
-    with unlabelled nodes and all three masks."""
-    rng = np.random.default_rng(seed)
-    a = sp.random(n, n, density=0.12, random_state=seed, format="csr")
-    a = sp.csr_matrix(((a + a.T) > 0).astype(np.float32))
-    labels = rng.integers(0, c, n).astype(np.int64)
-    labels[:3] = -1
-    order = rng.permutation(np.arange(3, n))
-    masks = [np.zeros(n, bool) for _ in range(3)]
-    masks[0][order[:17]] = True
-    masks[1][order[17:25]] = True
-    masks[2][order[25:]] = True
-    feats = rng.standard_normal((n, f)).astype(np.float32)
-    return Graph("toy", a, feats, labels, *masks, num_classes=c).validate()
-
-
-def directed_toy_graph(n: int = 41, f: int = 7, c: int = 3, seed: int = 2) -> Graph:
-    """Like `toy_graph` but directed (Â not symmetric: a broken transpose path shows), with a
-    node that has no in-neighbour."""
-    g = toy_graph(n, f, c, seed)
-    a = sp.random(n, n, density=0.1, random_state=seed + 7, format="csr")
-    a = sp.csr_matrix((a > 0).astype(np.float32))
-    a[:, 5] = 0  # node 5 has no in-neighbour: mean aggregation over nothing is 0
-    a.eliminate_zeros()
-    return Graph("toy-directed", a, g.features, g.labels, g.train_mask, g.val_mask, g.test_mask,
-                 num_classes=c, directed=True).validate()
 
 
 def multilabel_graph(g: Graph, tasks: int, seed: int = 3) -> Graph:
@@ -84,30 +55,6 @@ def weighted_graph(g: Graph, seed: int = 5) -> Graph:
                          (np.r_[coo.row, loops], np.r_[coo.col, loops])), shape=g.adj.shape)
     return Graph(f"{g.name}-weighted", adj, g.features, g.labels, g.train_mask, g.val_mask,
                  g.test_mask, g.num_classes, g.directed, weighted=True).validate()
-
-
-def _close(name: str, got: torch.Tensor, want: torch.Tensor) -> list[str]:
-    got, want = got.detach().double(), want.detach().double()
-    if got.shape != want.shape:
-        return [f"{name}: shape {tuple(got.shape)} != {tuple(want.shape)}"]
-    # float32 rounding grows with the size of what is summed, not of each result: absolute
-    # tolerance in units of the tensor's largest value once that exceeds 1 (sum aggregations)
-    scale = max(1.0, want.abs().max().item()) if want.numel() else 1.0
-    if not torch.allclose(got, want, rtol=RTOL, atol=ATOL * scale):
-        err = (got - want).abs().max().item()
-        return [f"{name}: max abs error {err:.3g} (largest value {scale:.3g})"]
-    return []
-
-
-def build(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
-          engine: EngineConfig | None = None):
-    """The distributed and the serial model with the same config and seed."""
-    orders = cfg.orders(g.num_features, g.num_classes)
-    adj_hat = g.normalized(cfg.aggregation)
-    shard = shard_graph(g, grid.shape, grid.coords, cfg.num_stages, orders, perm, seed=11,
-                        adj_hat=adj_hat, aggregation=cfg.aggregation)
-    return (DistributedModel(Comm(grid), shard, cfg, seed=5, engine=engine),
-            SerialModel(g, cfg, seed=5, adj_hat=adj_hat), shard)
 
 
 def _buffers(dist_model, serial) -> list[str]:
@@ -314,8 +261,10 @@ def check_mixed_layouts(grid: Grid) -> list[str]:
     return fails
 
 
-def run_grid_checks(grids: list[tuple[int, int, int]], layer_counts=(1, 2, 3, 4)) -> dict[str, list[str]]:
-    """Every engine check for every grid in ``grids`` (all of this world's size)."""
+def run_grid_checks(grids: list[tuple[int, int, int]], layer_counts=(1, 2, 3, 4),
+                    epochs: int = 20) -> dict[str, list[str]]:
+    """Every engine check for every grid in ``grids`` (all of this world's size); training
+    checks run ``epochs`` epochs."""
     torch.manual_seed(0)
     g = toy_graph()
     out: dict[str, list[str]] = {}
@@ -326,23 +275,25 @@ def run_grid_checks(grids: list[tuple[int, int, int]], layer_counts=(1, 2, 3, 4)
         for layers in layer_counts:
             base = ModelConfig(num_layers=layers, hidden=HIDDEN, dropout=0.5, bias=True)
             out[f"{tag}/L{layers}/step"] = check_step(grid, g, base, "double")
-            out[f"{tag}/L{layers}/train-dropout"] = check_training(grid, g, base, "double")
+            out[f"{tag}/L{layers}/train-dropout"] = check_training(grid, g, base, "double",
+                                                                   epochs=epochs)
             out[f"{tag}/L{layers}/train-no-dropout"] = check_training(
-                grid, g, ModelConfig(layers, HIDDEN, 0.0, True), "single")
+                grid, g, ModelConfig(layers, HIDDEN, 0.0, True), "single", epochs=epochs)
         mixed = ModelConfig(3, HIDDEN, 0.5, True, order="agg,combine,agg")
         out[f"{tag}/orders/step-mixed"] = check_step(grid, g, mixed, "double")
         out[f"{tag}/orders/step-combine-learnable"] = check_step(
             grid, g, ModelConfig(2, HIDDEN, 0.5, True, "combine", True), "none")
         out[f"{tag}/orders/train-auto"] = check_training(
-            grid, g, ModelConfig(4, HIDDEN, 0.5, True, "auto"), "double")
+            grid, g, ModelConfig(4, HIDDEN, 0.5, True, "auto"), "double", epochs=epochs)
         out[f"{tag}/features/step-learnable-nobias"] = check_step(
             grid, g, ModelConfig(3, HIDDEN, 0.5, False, "agg", True), "double")
         out[f"{tag}/engine/chunked-overlap-scipy"] = check_training(
             grid, g, ModelConfig(3, HIDDEN, 0.5, True, "agg,combine,agg"), "double",
-            engine=EngineConfig(spmm_backend="scipy", agg_chunks=3, overlap=True))
+            engine=EngineConfig(spmm_backend="scipy", agg_chunks=3, overlap=True),
+            epochs=epochs)
         out[f"{tag}/engine/tuned-gemms-chunked"] = check_training(
             grid, g, ModelConfig(2, HIDDEN, 0.5, True, "agg", True), "single",
-            engine=EngineConfig(agg_chunks=2, tune_gemms=True))
+            engine=EngineConfig(agg_chunks=2, tune_gemms=True), epochs=epochs)
         out[f"{tag}/ledger/agg"] = check_ledger(grid, g,
                                                  ModelConfig(4, HIDDEN, 0.5, True), "double")
         out[f"{tag}/ledger/mixed-learnable"] = check_ledger(
@@ -389,8 +340,9 @@ MODEL_CHECKS = [f"{graph}/{name}/{kind}" for graph in ("undirected", "directed")
     for kind in ("step", "train")] + [f"directed/{MULTILABEL_MODELS['directed'][0]}/ledger"]
 
 
-def run_model_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
-    """`MODEL_CHECKS` for every grid in ``grids`` (all of this world's size)."""
+def run_model_checks(grids: list[tuple[int, int, int]], epochs: int = 20) -> dict[str, list[str]]:
+    """`MODEL_CHECKS` for every grid in ``grids`` (all of this world's size); training checks
+    run ``epochs`` epochs."""
     torch.manual_seed(0)
     graphs = {"undirected": toy_graph(), "directed": directed_toy_graph()}
     out: dict[str, list[str]] = {}
@@ -398,10 +350,11 @@ def run_model_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
         grid = Grid.create(dims)
         tag = "x".join(map(str, dims))
         for gname, g in graphs.items():
-            out[f"{tag}/{gname}/custom-layers"] = check_custom_layers(grid, g)
+            out[f"{tag}/{gname}/custom-layers"] = check_custom_layers(grid, g, epochs)
             for name, cfg in MODELS.items():
                 out[f"{tag}/{gname}/{name}/step"] = check_step(grid, g, cfg, "double")
-                out[f"{tag}/{gname}/{name}/train"] = check_training(grid, g, cfg, "double")
+                out[f"{tag}/{gname}/{name}/train"] = check_training(grid, g, cfg, "double",
+                                                                     epochs=epochs)
                 if gname == "directed":
                     out[f"{tag}/{gname}/{name}/ledger"] = check_ledger(grid, g, cfg, "double")
                 if gname == "directed" and name in BF16_LEDGER:
@@ -417,20 +370,20 @@ def run_model_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
             # a few epochs: the step check covers every gradient; this, Adam's path and the
             # evaluation's ROC-AUC (test time: these run on every model grid)
             out[f"{tag}/{gname}/{name}/train"] = check_training(grid, mg, cfg, "double",
-                                                                epochs=5)
+                                                                epochs=min(5, epochs))
             if gname == "directed":
                 out[f"{tag}/{gname}/{name}/ledger"] = check_ledger(grid, mg, cfg, "double")
         out[f"{tag}/directed/gin-fixed-eps-decay-first/train"] = check_training(
             grid, graphs["directed"], ModelConfig(2, HIDDEN, 0.5, kind="gin", train_eps=False),
-            "single", decay_scope="first")
+            "single", decay_scope="first", epochs=epochs)
     rank = torch.distributed.get_rank()
     return {k: [f"rank {rank}: {m}" for m in v] for k, v in out.items()}
 
 
 def run_all_checks(grids: list[tuple[int, int, int]], model_grids: set[tuple[int, int, int]],
-                   layer_counts=(1, 2, 3, 4)) -> dict[str, list[str]]:
+                   layer_counts=(1, 2, 3, 4), epochs: int = 20) -> dict[str, list[str]]:
     """Both families in one world: the GCN checks (at ``layer_counts`` layers) on every grid,
-    the model checks on those of ``model_grids``."""
-    out = run_grid_checks(grids, layer_counts)
-    out.update(run_model_checks([d for d in grids if d in model_grids]))
+    the model checks on those of ``model_grids``; training checks run ``epochs`` epochs."""
+    out = run_grid_checks(grids, layer_counts, epochs)
+    out.update(run_model_checks([d for d in grids if d in model_grids], epochs))
     return out

@@ -2,7 +2,10 @@
 
 - `Graph.from_scipy` / `Graph.from_pyg` round trips;
 - a user's own loop on 2- and 4-rank grids: gathered logits, predictions and embeddings (rank 0,
-  original node order) equal the serial model's, on an undirected and a directed graph;
+  original node order) equal the serial model's, on an undirected and a directed graph, as numpy
+  and, with ``as_tensor=True``, as torch tensors;
+- `plexus.load_pyg`: an export of every kind rebuilds its PyG model (the README's snippet, run
+  as written), whose logits equal Plexus's;
 - ``--export`` loads into a plain PyG GCNConv stack that reproduces Plexus's logits;
   ``--save-predictions`` matches the run's reported accuracy; ``--export-best`` differs from the
   final weights; the OGB evaluator's metric at the best-validation epoch; the recipes.
@@ -11,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -134,6 +138,11 @@ def user_loop(grid, graphs, cfg, epochs, out_dir):
         results = plexus.gather_outputs(model, embeddings=True)
         single = (plexus.gather_predictions(model), plexus.gather_logits(model),
                   plexus.gather_embeddings(model))
+        # on request, torch tensors: the same values from every gather function
+        tensors = (plexus.gather_outputs(model, embeddings=True, as_tensor=True),
+                   plexus.gather_predictions(model, as_tensor=True),
+                   plexus.gather_logits(model, as_tensor=True),
+                   plexus.gather_embeddings(model, as_tensor=True))
         saved = plexus.save_outputs(model, Path(out_dir) / f"{graph.name}-{grid.shape}",
                                     embeddings=True, extra={"epoch": epochs})
         metric = ogb_metric(model, "ogbn-arxiv", output_blocks(model, logits=False)["pred"])
@@ -142,7 +151,7 @@ def user_loop(grid, graphs, cfg, epochs, out_dir):
             refused = None
         except plexus.GatherTooLargeError as e:
             refused = str(e)
-        out.append((results, single, own_loss, str(saved), metric, refused))
+        out.append((results, single, own_loss, str(saved), metric, refused, tensors))
     return out if grid.rank == 0 else None
 
 
@@ -160,7 +169,7 @@ def test_gathered_results_equal_the_serial_model_in_original_order(graphs, grid,
     got = plexus.launch(user_loop, graphs, cfg, epochs, str(tmp_path), grid=grid,
                         timeout_s=120)
     assert got is not None and len(got) == 2
-    for graph, (results, single, own_loss, saved, metric, refused) in zip(graphs, got):
+    for graph, (results, single, own_loss, saved, metric, refused, tensors) in zip(graphs, got):
         logits, pred, hidden = serial_reference(graph, cfg, epochs)
         np.testing.assert_allclose(results["logits"], logits, atol=ATOL, rtol=1e-4)
         np.testing.assert_array_equal(results["pred"], pred)
@@ -169,6 +178,12 @@ def test_gathered_results_equal_the_serial_model_in_original_order(graphs, grid,
         np.testing.assert_array_equal(single[0], results["pred"])
         np.testing.assert_array_equal(single[1], results["logits"])
         np.testing.assert_array_equal(single[2], results["embeddings"])
+        whole, *one_each = tensors
+        assert set(whole) == {"pred", "logits", "embeddings"}
+        for name, tensor in [*whole.items(), *zip(("pred", "logits", "embeddings"), one_each)]:
+            assert isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu"
+            assert tensor.dtype == torch.from_numpy(results[name]).dtype
+            np.testing.assert_array_equal(tensor.numpy(), results[name])
         mine = np.arange(graph.num_nodes)[::3]
         mine = mine[graph.labels[mine] >= 0]
         want = torch.nn.functional.cross_entropy(torch.from_numpy(logits[mine]),
@@ -180,6 +195,13 @@ def test_gathered_results_equal_the_serial_model_in_original_order(graphs, grid,
         for name in ("pred", "logits", "embeddings"):
             assert isinstance(written[name], np.memmap)
             np.testing.assert_array_equal(written[name], results[name])
+        as_tensors = plexus.load_outputs(saved, as_tensor=True)
+        for name in ("pred", "logits", "embeddings"):
+            tensor = as_tensors[name]
+            assert isinstance(tensor, torch.Tensor)
+            np.testing.assert_array_equal(tensor.numpy(), results[name])
+            tensor.zero_()  # copy-on-write: the file keeps its values
+        np.testing.assert_array_equal(plexus.load_outputs(saved)["logits"], results["logits"])
         assert not [p for p in Path(saved).parent.iterdir() if p.name.startswith(".")]
         # the evaluator from per-rank counts: the evaluator on the gathered predictions
         test = graph.test_mask & (graph.labels >= 0)
@@ -520,29 +542,136 @@ def test_symmetrize_trains_on_the_undirected_graph(tmp_path, monkeypatch):
                          ids=["sage-batchnorm", "gin-batchnorm", "gcn-residual-batchnorm",
                               "gat-batchnorm"])
 def test_every_model_kind_exports_to_its_pyg_stack(model, tmp_path):
-    """--export of SAGE, GIN, GAT and GCN with BatchNorm and residual connections loads
-    (strictly) into PyG's stack of SAGEConv / GINConv / GATConv / GCNConv and BatchNorm1d, whose
-    logits and last hidden output equal the saved ones."""
-    from plexus.testing.pyg_reference import PygStack
-
+    """--export of SAGE, GIN, GAT and GCN with BatchNorm and residual connections from two ranks:
+    `plexus.load_pyg` rebuilds PyG's stack of SAGEConv / GINConv / GATConv / GCNConv and
+    BatchNorm1d (weights loaded strictly), whose logits and last hidden output equal the saved
+    ones."""
     cora = load_dataset("cora")
     proc = train("--grid", "1x2x1", "--epochs", "12", "--quiet", "--save-predictions",
                  str(tmp_path / "p"), "--save-embeddings", "--export", str(tmp_path / "w.pt"),
                  *model)
     assert proc.returncode == 0, proc.stderr
-    payload = torch.load(tmp_path / "w.pt", weights_only=True)
     saved = plexus.load_outputs(tmp_path / "p")
-    stack = PygStack(ModelConfig(**payload["config"]), cora.num_features, cora.num_classes)
-    stack.load_state_dict(payload["state_dict"])  # strict: every name and shape matches
+    stack = plexus.load_pyg(tmp_path / "w.pt")
+    assert not stack.training
     seen = []
     stack.convs[-1].register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
     coo = cora.adj.tocoo()
     edge_index = torch.tensor(np.vstack([coo.row, coo.col]), dtype=torch.long)
     with torch.no_grad():
-        logits = stack.eval()(torch.from_numpy(cora.features), edge_index)
+        logits = stack(torch.from_numpy(cora.features), edge_index)
     # GIN sums its neighbours: logits reach tens, so rounding is relative there
     np.testing.assert_allclose(logits.numpy(), saved["logits"], atol=1e-5, rtol=1e-5)
     np.testing.assert_allclose(seen[0].numpy(), saved["embeddings"], atol=1e-5, rtol=1e-5)
+
+
+# ---- plexus.load_pyg: exports that rebuild themselves ------------------------------------
+# Every kind, with BatchNorm and residual connections where the kind has them.
+EXPORT_KINDS = {
+    "gcn": dict(),
+    "gcn-residual-batchnorm": dict(num_layers=3, residual=True, norm="batch"),
+    "sage-batchnorm": dict(model="sage", norm="batch"),
+    "gin": dict(model="gin", num_layers=3, train_eps=False),
+    "gin-batchnorm": dict(model="gin", norm="batch", hidden=12),
+    "gat-batchnorm": dict(model="gat", heads=2, out_heads=3, hidden=5, norm="batch",
+                          attn_dropout=0.2),
+    "mlp": dict(model="mlp"),
+    "mlp-batchnorm": dict(model="mlp", num_layers=3, norm="batch", bias=False),
+}
+
+
+def train_and_export(grid, graph, options, path):
+    """A few epochs of a user's loop, then the export and the gathered logits (a tensor)."""
+    model = plexus.distributed_model(graph, grid, seed=1, **options)
+    opt = torch.optim.Adam(model.parameters(), lr=0.02)
+    for epoch in range(3):
+        model.train()
+        opt.zero_grad()
+        model.loss(model(step=epoch), mask="train").backward()
+        opt.step()
+    plexus.save_weights(model, path)
+    return plexus.gather_logits(model, as_tensor=True)
+
+
+def readme_load_snippet() -> str:
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"rebuilds its own PyG model:.*?```python\n(.*?)```", text, re.DOTALL)
+    assert found, "the README's load_pyg snippet is gone"
+    return found.group(1)
+
+
+@pytest.mark.parametrize("name", list(EXPORT_KINDS))
+def test_load_pyg_rebuilds_every_kind_and_the_readme_snippet_runs(name, tmp_path, monkeypatch):
+    """export → `plexus.load_pyg` (through the README's snippet, as written) → PyG's logits equal
+    Plexus's, for every kind; the file records every module's widths."""
+    cora = load_dataset("cora")
+    options = EXPORT_KINDS[name]
+    want = plexus.launch(train_and_export, cora, options, str(tmp_path / "gcn.pt"),
+                         grid="1x1x1", timeout_s=300)
+    assert isinstance(want, torch.Tensor) and want.shape == (cora.num_nodes, cora.num_classes)
+    monkeypatch.chdir(tmp_path)
+    scope = {"plexus": plexus, "torch": torch, "np": np, "graph": cora}
+    with torch.no_grad():
+        exec(readme_load_snippet(), scope)  # noqa: S102 - the README's own code
+    model, got = scope["model"], scope["logits"]
+    assert isinstance(model, torch.nn.Module) and not model.training
+    # GIN sums its neighbours: logits reach tens, so rounding is relative there
+    torch.testing.assert_close(got, want, atol=1.5e-5, rtol=1e-5)
+    spec = torch.load(tmp_path / "gcn.pt", weights_only=True)["pyg"]
+    assert spec["norm"] == options.get("norm", "none")
+    norms = [layer["norm"] for layer in spec["layers"]]
+    if options.get("norm") == "batch":
+        assert [n["num_features"] for n in norms[:-1]] == spec["widths"][1:-1]
+        assert all(n["class"] == "BatchNorm1d" for n in norms[:-1]) and norms[-1] is None
+        assert len(model.bns) == len(norms) - 1
+    else:
+        assert not any(norms) and model.bns is None
+
+
+def test_gin_export_records_its_inner_mlp(tmp_path):
+    """The widths issue 25 found missing: GIN's MLP is Linear(in, hidden), ReLU,
+    Linear(hidden, out) in every layer, hidden wide inside."""
+    cora = load_dataset("cora")
+    plexus.launch(train_and_export, cora, EXPORT_KINDS["gin-batchnorm"], str(tmp_path / "g.pt"),
+                  grid="1x1x1", timeout_s=300)
+    layers = torch.load(tmp_path / "g.pt", weights_only=True)["pyg"]["layers"]
+    mlps = [[(m["class"], m.get("in_features"), m.get("out_features"))
+             for m in layer["conv"]["nn"]] for layer in layers]
+    assert mlps == [[("Linear", 1433, 12), ("ReLU", None, None), ("Linear", 12, 12)],
+                    [("Linear", 12, 12), ("ReLU", None, None), ("Linear", 12, 7)]]
+    assert layers[0]["conv"]["train_eps"] is True
+    assert layers[0]["norm"] == {"class": "BatchNorm1d", "num_features": 12, "eps": 1e-5,
+                                 "momentum": 0.1}
+
+
+def test_load_pyg_refuses_what_is_no_export_in_one_line(tmp_path):
+    from plexus.api import ExportError
+
+    not_export = tmp_path / "other.pt"
+    torch.save({"weights": torch.zeros(3)}, not_export)
+    cora = load_dataset("cora")
+    good = tmp_path / "gcn.pt"
+    plexus.launch(train_and_export, cora, {}, str(good), grid="1x1x1", timeout_s=300)
+    payload = torch.load(good, weights_only=True)
+    # a file from before the modules were described (plexus-weights/1) is rebuilt from its config
+    old = tmp_path / "old.pt"
+    torch.save(dict(payload, format="plexus-weights/1", pyg={
+        "class": "GCNConv", "in_channels": 1433, "out_channels": 7, "widths": [1433, 16, 7],
+        "norm": None, "layers": [{"in_channels": 1433, "out_channels": 16},
+                                 {"in_channels": 16, "out_channels": 7}]}), old)
+    assert [c.out_channels for c in plexus.load_pyg(old).convs] == [16, 7]
+    payload["state_dict"]["convs.0.lin.weight"] = torch.zeros(3, 3)
+    wrong = tmp_path / "wrong.pt"
+    torch.save(payload, wrong)
+    (tmp_path / "text.pt").write_text("not a weights file")
+    for path, needle in ((tmp_path / "missing.pt", "no such file"),
+                         (not_export, "not a Plexus weights export"),
+                         (tmp_path / "text.pt", "not a readable weights file"),
+                         (wrong, "its weights do not fit the model it describes")):
+        with pytest.raises(ExportError) as err:
+            plexus.load_pyg(path)
+        assert needle in str(err.value) and str(path) in str(err.value)
+        assert "\n" not in str(err.value)
 
 
 def test_graph_repr_is_one_line_and_ogb_evaluate_is_the_official_metric():

@@ -115,7 +115,7 @@ def test_two_runs_asking_at_once_build_one_store(tmp_path):
     assert sorted(r.built for r in results) == [False, True]
     assert results[0].path == results[1].path
     for y in range(2):  # every file is whole and matches the manifest (sha256 checked)
-        read_shard(results[0].path, {"x": 1, "y": 2, "z": 1}, {"x": 0, "y": y, "z": 0}, 2)
+        read_shard(results[0].path, y)  # grid 1x2x1: rank y is at (0, y, 0)
 
 
 def test_which_runs_use_the_cache():

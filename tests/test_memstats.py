@@ -133,3 +133,24 @@ def test_a_rank_holds_each_block_once_as_the_model_prices_it():
     spec = ModelSpec(g.num_nodes, gcn_nnz(g, exact=True), g.num_features, g.num_classes, cfg,
                      perm="double")
     assert sum(held.values()) == epoch_memory(spec, (1, 1, 1)).adjacency
+
+
+class _OneRank:
+    """A comm of one rank: every all-reduce leaves its operand as it is."""
+
+    def raw_all_reduce(self, x: torch.Tensor, axis: str, op: str = "sum") -> torch.Tensor:
+        return x
+
+
+def test_loss_peak_is_priced_per_logit_and_per_row():
+    from plexus.engine.loss import cross_entropy
+    from plexus.perfmodel.model import LOSS_BYTES, LOSS_ROW_BYTES
+
+    rows, classes = 4096, 8  # few classes per row: the rows' vectors weigh as much as the logits
+    z = torch.randn(rows, classes, requires_grad=True)
+    labels = torch.randint(0, classes, (rows,))
+    mask = torch.ones(rows, dtype=torch.bool)  # every row labelled: the model's upper bound
+    with TensorTracker(resident_storages([z, labels, mask])) as t:
+        cross_entropy(z, labels, mask, rows, 0, classes, _OneRank(), "x", "y")
+    priced = rows * classes * LOSS_BYTES + rows * LOSS_ROW_BYTES
+    assert 0.9 * priced <= t.peak_live <= priced, (t.peak_live, priced)

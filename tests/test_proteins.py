@@ -65,7 +65,7 @@ def test_multilabel_shards_in_memory_and_through_a_store(tmp_path, mgraph):
     shape, layers = {"x": 2, "y": 1, "z": 2}, 2
     write_store(mgraph, tmp_path / "store", shape, layers, seed=3)
     for coords in ({"x": 0, "y": 0, "z": 0}, {"x": 1, "y": 0, "z": 1}):
-        got = read_shard(tmp_path / "store", shape, coords, layers)
+        got = read_shard(tmp_path / "store", coords)
         want = shard_graph(mgraph, shape, coords, layers, "agg", got.perm, seed=3)
         for s in (got, want):
             assert s.multilabel and s.labels.dtype == np.int8

@@ -81,6 +81,10 @@ EXPENSIVE = {
     "'module load cuda'": "needs the ogbn-products files (it only writes SLURM scripts); "
                           "tests/test_studies.py writes and checks such scripts",
     "bash study/slurm/submit.sh": "needs SLURM (sbatch)",
+    "./run plexus-bench check --world-size 2":
+        "two worlds of the engine's checks; tests/test_bench_check.py runs this very check",
+    "./run python docs/api.py api-docs/":
+        "the API reference; tests/test_apidocs.py runs this very command into a temporary folder",
 }
 
 # "Install into your own environment": commands for a user's own environment, not ./run's (so
@@ -91,8 +95,9 @@ OWN_ENVIRONMENT = {
         "downloads torch from pytorch.org (no internet here)",
     "pip install .": "would install into the test environment",
     'pip install ".[test]"': "would install into the test environment",
-    "plexus-train --grid 1x1x1 --epochs 2": "needs the installed package's scripts on PATH; the "
-                                            "same run as ./run train, tested throughout",
+    "plexus-train --grid 1x1x1 --epochs 2": "needs the installed package's scripts on PATH; "
+                                            "tests/test_wheel.py runs it from a wheel installed "
+                                            "in a fresh virtual environment",
 }
 EXPENSIVE.update(OWN_ENVIRONMENT)
 

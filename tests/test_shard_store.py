@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from plexus.core.grid import GridShape
 from plexus.datasets.graph import gcn_normalize
 from plexus.partitioners import (RankShard, ShardStoreError, make_permutation, read_manifest,
                                  read_shard, shard_graph, write_store)
@@ -80,8 +81,11 @@ def test_round_trip_equals_shard_graph(tmp_path, graph, adj_hat, grid, layers, o
         [store.MANIFEST] + [r["file"] for r in manifest["ranks"]])
     for coords in coords_of(shape):
         want = shard_graph(graph, shape, coords, layers, orders, perm, 2, adj_hat=adj_hat)
-        got = read_shard(out, shape, coords, layers, orders, perm=kind, seed=2)
+        got = read_shard(out, coords, shape=shape, num_layers=layers, orders=orders, perm=kind,
+                         seed=2)
         assert_same_shard(want, got)
+        # the common form: the rank number alone, the rest from the manifest
+        assert_same_shard(got, read_shard(out, GridShape.of(shape).rank(coords)))
 
 
 def test_manifest_describes_the_store(written, graph):
@@ -107,15 +111,34 @@ def test_manifest_describes_the_store(written, graph):
     (dict(orders="agg"), "orders agg,combine,agg, asked for agg,agg,agg"),
     (dict(perm="double"), "permutation 'balanced', asked for 'double'"),
     (dict(seed=6), "seed 5, asked for 6"),
-    (dict(coords={"x": 0, "y": 1, "z": 0}), "outside grid 2x1x2"),
+    (dict(rank={"x": 0, "y": 1, "z": 0}), "outside grid 2x1x2"),
+    (dict(rank=4), "rank 4 is outside the store's grid 2x1x2 (ranks 0 to 3)"),
+    (dict(rank=-1), "rank -1 is outside the store's grid 2x1x2 (ranks 0 to 3)"),
+    (dict(rank=True), "rank must be a rank number or coordinates"),
+    (dict(rank=1.0), "rank must be a rank number or coordinates"),
+    (dict(orders=["agg", "combine"]), "cannot compare layer orders"),
 ])
 def test_reading_for_another_configuration_fails(written, change, needle):
-    args = dict(shape={"x": 2, "y": 1, "z": 2}, coords={"x": 1, "y": 0, "z": 1}, num_layers=3,
+    args = dict(shape={"x": 2, "y": 1, "z": 2}, rank={"x": 1, "y": 0, "z": 1}, num_layers=3,
                 orders=ORDERS3, perm="balanced", seed=5)
+    read_shard(written, **args)  # every check passes as given
     args.update(change)
     with pytest.raises(ShardStoreError, match="manifest.json") as err:
-        read_shard(written, **args)
+        read_shard(written, args.pop("rank"), **args)
     assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_rank_number_alone_reads_its_shard(written):
+    """``read_shard(store, rank)``: the coordinates by the grid's rank order (z innermost),
+    everything else from the manifest; equal to the explicit, fully checked form."""
+    grid = GridShape(2, 1, 2)
+    assert [read_shard(written, r).coords for r in range(4)] == [
+        {"x": 0, "y": 0, "z": 0}, {"x": 0, "y": 0, "z": 1}, {"x": 1, "y": 0, "z": 0},
+        {"x": 1, "y": 0, "z": 1}] == [grid.coords(r) for r in range(4)]
+    explicit = read_shard(written, {"x": 1, "y": 0, "z": 0}, shape="2x1x2", num_layers=3,
+                          orders=ORDERS3, perm="balanced", seed=5)
+    assert_same_shard(read_shard(written, np.int64(2)), explicit)
+    assert read_shard(written, 2).orders == tuple(ORDERS3)
 
 
 def copy_store(src: Path, dst: Path) -> Path:
@@ -126,7 +149,7 @@ def copy_store(src: Path, dst: Path) -> Path:
 
 
 def read_rank0(path: Path) -> RankShard:
-    return read_shard(path, {"x": 2, "y": 1, "z": 2}, {"x": 0, "y": 0, "z": 0}, 3, ORDERS3)
+    return read_shard(path, 0)
 
 
 def rank0_file(path: Path) -> Path:
@@ -147,7 +170,7 @@ def test_truncated_missing_and_extended_files_are_rejected(written, tmp_path):
     with pytest.raises(ShardStoreError, match=rf"{f.name}: shard file missing"):
         read_rank0(bad)
     # other ranks are untouched and still load
-    read_shard(bad, {"x": 2, "y": 1, "z": 2}, {"x": 1, "y": 0, "z": 1}, 3, ORDERS3)
+    read_shard(bad, 3)
 
 
 def test_bit_flips_anywhere_are_rejected(written, tmp_path):
@@ -416,5 +439,5 @@ def test_cli_stats_table_and_write(tmp_path, capsys, fake_dataset, graph, adj_ha
                      "balanced", "--seed", "4", "--out", str(out)]) == 0
     assert "wrote 4 shards" in capsys.readouterr().out
     shape, coords = shape_of((2, 1, 2)), {"x": 1, "y": 0, "z": 0}
-    assert_same_shard(read_shard(out, shape, coords, 2, perm="balanced", seed=4),
+    assert_same_shard(read_shard(out, coords, perm="balanced", seed=4),
                       shard_graph(graph, shape, coords, 2, "agg", "balanced", 4, adj_hat=adj_hat))

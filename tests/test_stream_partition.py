@@ -95,7 +95,7 @@ def test_directed_toy_every_permutation_and_aggregation(tmp_path, toy, perm, agg
     for coords in coords_of(shape):
         want = shard_graph(toy, shape, coords, 3, MIX, built, 1, adj_hat=adj_hat,
                            aggregation=aggregation)
-        assert_same_shard(want, read_shard(tmp_path / "disk", shape, coords, 3, MIX))
+        assert_same_shard(want, read_shard(tmp_path / "disk", coords))
 
 
 @pytest.mark.parametrize("spec,perm,aggregation,orders,jobs", [

@@ -208,7 +208,6 @@ def test_torchrun_trains_the_same_and_reports_the_ogb_metric(reference, tmp_path
 @pytest.mark.parametrize("args, message", [
     (["--grid", "2x2"], "bad grid '2x2'"),
     (["--grid", "2x0x1"], "bad grid"),
-    (["--grid", "auto"], "--grid auto needs --world-size"),
     (["--grid", "1x1x1", "--world-size", "2"], "has 1 ranks but --world-size is 2"),
     (["--grid", "1x1x1", "--dataset", "nope"], "unknown dataset spec 'nope'"),
     (["--grid", "1x1x1", "--dataset", "ogbn-arxiv"], "--root"),
@@ -367,3 +366,48 @@ def test_device_flag(capsys):
         use_cuda("cuda")
     assert default_device("cpu").type == "cpu" and default_device(None).type == "cpu"
     assert main(["--grid", "1x1x1", "--epochs", "1", "--device", "cpu", "--quiet"]) == 0
+
+
+# ---- no --grid: --grid auto over this machine's cores ---------------------------------------
+def test_no_grid_is_grid_auto_over_the_local_cores(capsys, monkeypatch):
+    """Without --grid (or with --grid auto and no --world-size) outside a launcher, the
+    performance model picks a grid of one rank per CPU core and one line says so."""
+    import plexus.runtime.env as env_module
+    from plexus.train.cli import build_options, build_parser
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the default is one rank per GPU")
+    for key in ("RANK", "WORLD_SIZE", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(env_module, "available_cores", lambda: 3)
+    for argv in ([], ["--grid", "auto"]):
+        opts = build_options(build_parser().parse_args(argv), None)
+        line = capsys.readouterr().out
+        assert opts.grid is not None and opts.grid.world_size == 3, argv
+        assert line.startswith(f"plexus-train: --grid auto: chose {opts.grid} for 3 ranks, one "
+                               "per CPU core here (predicted epoch "), line
+        assert line.count("\n") == 1, line
+    # --world-size still sets the count; a given grid is taken as it is, silently
+    opts = build_options(build_parser().parse_args(["--world-size", "2"]), None)
+    assert opts.grid.world_size == 2 and "for 2 ranks (predicted" in capsys.readouterr().out
+    opts = build_options(build_parser().parse_args(["--grid", "1x1x1"]), None)
+    assert str(opts.grid) == "1x1x1" and capsys.readouterr().out == ""
+
+
+def test_plexus_train_without_options_trains(tmp_path):
+    """The bare command runs (here on one visible core: one rank, so the test stays cheap)."""
+    import os
+    import subprocess
+
+    from cli_helpers import cli_env
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the default is one rank per GPU")
+    core = min(os.sched_getaffinity(0))
+    proc = subprocess.run(["plexus-train", "--epochs", "2"], env=cli_env(), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300,
+                          preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+    assert proc.returncode == 0, proc.stderr
+    assert ("plexus-train: --grid auto: chose 1x1x1 for 1 ranks, one per CPU core here ("
+            in proc.stdout), proc.stdout
+    assert "summary: gcn 2x16 on cora, grid 1x1x1" in proc.stdout, proc.stdout

@@ -5,14 +5,15 @@ results out.
 (`distributed_model`: this rank's model from a graph; `GraphModel`), `results` (logits,
 predictions and embeddings gathered on rank 0 in the original node order, for graphs small
 enough), `outputs` (the same written by every rank into its own rows of memory-mapped .npy
-files, for any size), `export`
-(unsharded weights under PyG's parameter names), `recipes` (the OGB examples' settings),
+files, for any size), `export` (unsharded weights under PyG's parameter names; `load_pyg`: the
+PyG model an export describes, loaded), `recipes` (the OGB examples' settings),
 `script` (`run_script`: a script's bad input as one line, as the command-line tools say it),
 `ogb` (`ogb_evaluate`: the official OGB evaluator on gathered predictions).
 It sits at the application level, beside `plexus.train`, which uses it for its results.
 """
 
-from .export import export_payload, full_weights, pyg_names, pyg_state_dict, save_weights
+from .export import (ExportError, export_payload, full_weights, load_pyg, pyg_names,
+                     pyg_state_dict, save_weights)
 from .model import GraphModel, cut_shard, distributed_model, model_from_shard
 from .recipes import RECIPES, Recipe, RecipeError
 from .outputs import OutputsError, load_outputs, save_outputs
@@ -27,6 +28,7 @@ __all__ = [
     "gather_embeddings", "gather_logits", "gather_outputs", "gather_predictions",
     "GatherTooLargeError", "save_outputs", "load_outputs", "OutputsError",
     "pyg_names", "export_payload", "full_weights", "pyg_state_dict", "save_weights",
+    "load_pyg", "ExportError",
     "RECIPES", "Recipe", "RecipeError", "init", "launch", "run_script", "USER_ERRORS",
     "ogb_evaluate",
 ]

@@ -4,16 +4,18 @@ model loads them for inference without Plexus.
 The PyG model is a ``torch.nn.Module`` with a ``ModuleList`` ``convs`` of the kind's layer
 (GCNConv, SAGEConv, GINConv with ``Sequential(Linear, ReLU, Linear)``, GATConv, or Linear for
 the MLP) and, with BatchNorm, a ``ModuleList`` ``bns`` of BatchNorm1d, applied as conv → (+
-input, residual) → bn → ReLU for every layer but the last
-(`plexus.testing.pyg_reference.PygStack` is that model). The names come from the operators'
-declarations (`plexus.core.ops`): each parameter's name under its PyG module, the module's
-prefix per stage of a layer from the model kind (``convs.{l}.``, GIN's second stage
+input, residual) → bn → ReLU for every layer but the last (`plexus.engine.pygmodel.PygModel`
+builds it; `load_pyg` returns it loaded). The names come from the operators' declarations
+(`plexus.core.ops`): each parameter's name under its PyG module, the module's prefix per stage
+of a layer from the model kind (``convs.{l}.``, GIN's second stage
 ``convs.{l}.nn.2.``), BatchNorm's under ``bns.{l}.``; `pyg_names` lists them.
 
 The file (``torch.save``; loads with ``torch.load(weights_only=True)``) holds: ``format``,
-``kind``, ``state_dict`` (PyG names), ``config`` (the `ModelConfig` as a dict), ``pyg`` (how to
-build the PyG model: class, widths, options, each layer's keyword arguments), and ``features``
-when they were trained.
+``kind``, ``state_dict`` (PyG names), ``config`` (the `ModelConfig` as a dict), ``pyg`` (the PyG
+model described module by module, `plexus.engine.pygmodel.pyg_spec`: per layer its conv with
+every constructor argument, GIN's inner MLP as its Linear and ReLU modules, the BatchNorm1d
+with its width, eps and momentum, and whether it is residual; dropout; a summary of the
+widths), and ``features`` when they were trained.
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ import torch
 from plexus.core.atomic import atomic_file
 from plexus.core.model import ModelConfig
 from plexus.core.ops import KINDS, NORM_OP, OPERATORS, Param
+from plexus.engine.pygmodel import PygModel, PygSpecError, pyg_spec
 
 from .model import GraphModel
 
-FORMAT = "plexus-weights/1"
+FORMAT = "plexus-weights/2"  # 2: ``pyg`` describes every module (1: classes and widths)
 NORM_PREFIX = "bns.{l}."  # BatchNorm1d after a layer, whatever the kind
 
 
@@ -99,19 +102,6 @@ def pyg_state_dict(full: dict[str, torch.Tensor], config: ModelConfig, num_featu
     return out
 
 
-def pyg_layers(config: ModelConfig, num_features: int, num_classes: int) -> list[dict]:
-    """Each layer's PyG constructor arguments: ``in_channels``, ``out_channels`` (per head for
-    GAT) and the kind's own (`plexus.core.ops.base.ModelKind.pyg_kwargs`)."""
-    kind, widths = KINDS[config.kind], config.layer_widths(num_features, num_classes)
-    out = []
-    for l in range(config.num_layers):
-        kwargs = kind.pyg_kwargs(config, l, widths[l], widths[l + 1])
-        heads = kwargs.get("heads", 1)
-        per = widths[l + 1] // heads if kwargs.get("concat", True) else widths[l + 1]
-        out.append({"in_channels": widths[l], "out_channels": per, **kwargs})
-    return out
-
-
 def full_weights(model: GraphModel) -> dict[str, torch.Tensor]:
     """Every trainable tensor and BatchNorm statistic, full and unpadded, on the CPU, by engine
     name (collective: every rank gets them)."""
@@ -128,14 +118,7 @@ def export_payload(full: dict[str, torch.Tensor], config: ModelConfig, num_featu
         "format": FORMAT, "kind": kind,
         "state_dict": pyg_state_dict(full, config, num_features, num_classes, epochs),
         "config": asdict(config),
-        "pyg": {"class": KINDS[kind].pyg_class, "num_layers": config.num_layers,
-                "in_channels": num_features, "hidden_channels": config.hidden,
-                "out_channels": num_classes, "bias": config.bias,
-                "widths": config.layer_widths(num_features, num_classes),
-                "norm": "BatchNorm1d" if config.norm == "batch" else None,
-                "residual": config.residual, "train_eps": config.train_eps,
-                "layers": pyg_layers(config, num_features, num_classes),
-                "activation": "relu", "container": "convs"},
+        "pyg": pyg_spec(config, num_features, num_classes),
         **(extra or {}),
     }
     if "features" in full:
@@ -161,3 +144,52 @@ def save_weights(model: GraphModel, path: str | os.PathLike, extra: dict | None 
         return None
     payload = export_payload(full, model.config, model.num_features, model.num_classes, extra)
     return write_payload(path, payload)
+
+
+class ExportError(ValueError):
+    """A weights file that is missing, not an export, or whose weights do not fit the model it
+    describes (a one-line message naming the file)."""
+
+
+def load_pyg(path: str | os.PathLike) -> torch.nn.Module:
+    """The PyG model an export (``save_weights``, ``plexus-train --export``) describes, with its
+    weights loaded strictly, in eval mode, on the CPU: ``model(x, edge_index)`` returns the
+    logits Plexus computes (x: N × features, edge_index: 2 × E, source then target, as PyG's;
+    a model trained with learnable features takes the file's ``features`` as x).
+
+    The model is built from the file's own description of every module (``pyg``: the kind's
+    PyG layer with its widths and options, GIN's inner MLP, BatchNorm1d, residual connections;
+    `plexus.engine.pygmodel`); a file written before that description existed is rebuilt from
+    its ``config``. Needs ``torch_geometric``. Raises `ExportError` (one line) for a file that
+    cannot be read or does not fit its description, ``ImportError`` without torch_geometric.
+    """
+    target = Path(path).expanduser()
+    try:
+        payload = torch.load(target, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise ExportError(f"{target}: no such file; write one with plexus.save_weights or "
+                          "plexus-train --export") from None
+    except Exception as e:  # noqa: BLE001 - torch.load raises many kinds for a bad file
+        raise ExportError(f"{target}: not a readable weights file ({type(e).__name__}: "
+                          f"{' '.join(str(e).split())[:200]})") from None
+    if not isinstance(payload, dict) or not str(payload.get("format", "")).startswith(
+            "plexus-weights/") or not isinstance(payload.get("state_dict"), dict):
+        raise ExportError(f"{target}: not a Plexus weights export (no format "
+                          f"{FORMAT!r} and state_dict)")
+    try:
+        spec = payload.get("pyg")
+        layers = spec.get("layers") if isinstance(spec, dict) else None
+        if not (isinstance(layers, list) and layers and isinstance(layers[0], dict)
+                and "conv" in layers[0]):  # plexus-weights/1: rebuild from the config
+            config = ModelConfig(**payload["config"])
+            spec = pyg_spec(config, int(spec["in_channels"]), int(spec["out_channels"]))
+        model = PygModel(spec)
+    except (PygSpecError, KeyError, TypeError, ValueError) as e:
+        raise ExportError(f"{target}: cannot build the model it describes "
+                          f"({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
+    try:
+        model.load_state_dict(payload["state_dict"])  # strict: every name and shape
+    except RuntimeError as e:
+        raise ExportError(f"{target}: its weights do not fit the model it describes "
+                          f"({' '.join(str(e).split())[:300]})") from None
+    return model.eval()

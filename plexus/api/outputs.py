@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import torch.distributed as dist
 
 from plexus.core.atomic import (UnsafeTargetError, fsync_dir, output_directory,
@@ -193,10 +194,13 @@ def _publish(tmp: Path, target: Path, num_nodes: int,
         raise OutputsError(str(e)) from None
 
 
-def load_outputs(directory: str | os.PathLike, mmap: bool = True) -> dict[str, Any]:
+def load_outputs(directory: str | os.PathLike, mmap: bool = True, as_tensor: bool = False
+                 ) -> dict[str, Any]:
     """The arrays of an outputs directory by name ("pred", "logits", "embeddings"), memory-mapped
     read-only unless ``mmap`` is False, plus what its outputs.json records besides them ("epoch",
-    "num_nodes", ...). Raises `OutputsError` for a directory that is not a complete outputs
+    "num_nodes", ...). With ``as_tensor`` the arrays are CPU torch tensors on the same memory (a
+    mapped one copy-on-write: pages are read as touched, and writing to a tensor never changes
+    the file). Raises `OutputsError` for a directory that is not a complete outputs
     directory."""
     root = Path(directory).expanduser()
     try:
@@ -212,12 +216,13 @@ def load_outputs(directory: str | os.PathLike, mmap: bool = True) -> dict[str, A
         if name not in FILES or not isinstance(info, dict) or info.get("file") != FILES[name]:
             raise OutputsError(f"{root / MARKER}: unknown array entry {name!r}")
         try:
-            arr = np.load(root / FILES[name], mmap_mode="r" if mmap else None,
-                          allow_pickle=False)
+            # torch needs a writable array: a private (copy-on-write) map for tensors
+            mode = ("c" if as_tensor else "r") if mmap else None
+            arr = np.load(root / FILES[name], mmap_mode=mode, allow_pickle=False)
         except (OSError, ValueError) as e:
             raise OutputsError(f"{root / FILES[name]}: unreadable ({e})") from None
         if list(arr.shape) != info.get("shape") or arr.dtype.str != info.get("dtype"):
             raise OutputsError(f"{root / FILES[name]}: {arr.dtype}{arr.shape}, {MARKER} says "
                                f"{info.get('dtype')}{tuple(info.get('shape') or ())}")
-        out[name] = arr
+        out[name] = torch.from_numpy(arr) if as_tensor else arr
     return out

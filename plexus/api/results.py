@@ -3,18 +3,19 @@ hidden layer's output (embeddings), each a distributed block on every rank (`out
 and gathered on rank 0 for small graphs (`gather_outputs`).
 
 Every function is a collective (call it on every rank): it runs the model once without dropout.
-Gathering returns numpy arrays on rank 0, None on the other ranks. Each block is sent once, by
-the ranks at coordinate 0 of the axes it is replicated over, so rank 0 receives every node's row
-exactly once: memory O(N·width) on rank 0, which a large graph does not have (papers100M's
-logits alone are 76 GB). Gathering more than `gather_limit` bytes raises `GatherTooLargeError`
-before anything moves; `plexus.api.outputs.save_outputs` writes every rank's own rows into
-memory-mapped files instead and has no such limit.
+Gathering returns numpy arrays on rank 0 (CPU torch tensors with ``as_tensor=True``), None on
+the other ranks. Each block is sent once, by the ranks at coordinate 0 of the axes it is
+replicated over, so rank 0 receives every node's row exactly once: memory O(N·width) on rank
+0, which a large graph does not have (papers100M's logits alone are 76 GB). Gathering more than
+`gather_limit` bytes raises `GatherTooLargeError` before anything moves;
+`plexus.api.outputs.save_outputs` writes every rank's own rows into memory-mapped files instead
+and has no such limit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Union
 
 import numpy as np
 import torch
@@ -25,6 +26,9 @@ from plexus.core.units import format_bytes
 from plexus.datasets.validate import available_bytes
 
 from .model import GraphModel
+
+#: What a result is: a numpy array, or a CPU tensor on request (``as_tensor=True``)
+Array = Union[np.ndarray, torch.Tensor]
 
 #: By default rank 0 may gather up to this fraction of its host's available memory.
 GATHER_FRACTION = 0.5
@@ -176,11 +180,12 @@ def gather_rows(model: GraphModel, blk: NodeBlock) -> np.ndarray | None:
 
 
 def gather_outputs(model: GraphModel, logits: bool = True, predictions: bool = True,
-                   embeddings: bool = False, max_bytes: float | None = None
-                   ) -> dict[str, np.ndarray] | None:
+                   embeddings: bool = False, max_bytes: float | None = None,
+                   as_tensor: bool = False) -> dict[str, Array] | None:
     """One forward pass without dropout; on rank 0 a dict with "pred" (int64, N), "logits"
     (float32, N×C) and "embeddings" (float32, N×hidden: the last hidden layer's output) as
-    asked, rows in the original node order; None on other ranks. Collective.
+    asked, rows in the original node order; None on other ranks. Collective. The arrays are
+    numpy, or with ``as_tensor`` CPU torch tensors (sharing the same memory, no copy).
 
     Raises `GatherTooLargeError` on every rank, before the forward pass, when the arrays would
     take more than ``max_bytes`` on rank 0 (default: `gather_limit`)."""
@@ -193,25 +198,34 @@ def gather_outputs(model: GraphModel, logits: bool = True, predictions: bool = T
         return None
     if "pred" in result:
         result["pred"] = result["pred"][:, 0]  # type: ignore[index]
+    if as_tensor:
+        return {name: torch.from_numpy(np.ascontiguousarray(arr))  # type: ignore[arg-type]
+                for name, arr in result.items()}
     return result  # type: ignore[return-value]
 
 
-def gather_logits(model: GraphModel, max_bytes: float | None = None) -> np.ndarray | None:
-    """The N×C logits on rank 0 (original node order), None elsewhere. Collective."""
-    out = gather_outputs(model, logits=True, predictions=False, max_bytes=max_bytes)
+def gather_logits(model: GraphModel, max_bytes: float | None = None, as_tensor: bool = False
+                  ) -> Array | None:
+    """The N×C logits on rank 0 (original node order), None elsewhere; numpy, or a CPU tensor
+    with ``as_tensor``. Collective."""
+    out = gather_outputs(model, logits=True, predictions=False, max_bytes=max_bytes,
+                         as_tensor=as_tensor)
     return None if out is None else out["logits"]
 
 
-def gather_predictions(model: GraphModel, max_bytes: float | None = None) -> np.ndarray | None:
-    """The predicted class of every node on rank 0 (original node order), None elsewhere.
-    Collective."""
-    out = gather_outputs(model, logits=False, predictions=True, max_bytes=max_bytes)
+def gather_predictions(model: GraphModel, max_bytes: float | None = None,
+                       as_tensor: bool = False) -> Array | None:
+    """The predicted class of every node on rank 0 (original node order), None elsewhere;
+    numpy, or a CPU tensor with ``as_tensor``. Collective."""
+    out = gather_outputs(model, logits=False, predictions=True, max_bytes=max_bytes,
+                         as_tensor=as_tensor)
     return None if out is None else out["pred"]
 
 
-def gather_embeddings(model: GraphModel, max_bytes: float | None = None) -> np.ndarray | None:
+def gather_embeddings(model: GraphModel, max_bytes: float | None = None,
+                      as_tensor: bool = False) -> Array | None:
     """The last hidden layer's output (after its activation) of every node on rank 0 (original
-    node order), None elsewhere. Collective."""
+    node order), None elsewhere; numpy, or a CPU tensor with ``as_tensor``. Collective."""
     out = gather_outputs(model, logits=False, predictions=False, embeddings=True,
-                         max_bytes=max_bytes)
+                         max_bytes=max_bytes, as_tensor=as_tensor)
     return None if out is None else out["embeddings"]

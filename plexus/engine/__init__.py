@@ -5,6 +5,8 @@ axis, recorded in the `ledger` and timed by `timing`), `spmm` and `gemm` (per-ra
 `layer` (one layer: SpMM aggregation, GEMM combination and their collectives), `model` (the
 layers, the loss of `loss`, conversion between shards and full tensors), `seeding`
 (grid-independent weights and dropout masks), `trainer` (the full-batch loop), `serial` (the
-plain PyTorch reference every distributed result is tested against), `config` and `build`
-(one rank's model from its shard). See docs/design.md for the layouts.
+plain PyTorch reference every distributed result is tested against), `pygmodel` (the same
+model as PyG's layers: described for exports, built by `plexus.load_pyg` and the reference
+stacks), `config` and `build` (one rank's model from its shard). See docs/design.md for the
+layouts.
 """

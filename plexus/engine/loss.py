@@ -31,7 +31,8 @@ class ParallelCrossEntropy(torch.autograd.Function):
 
     Per logit it holds one float buffer (exp, turned into the softmax in place, kept for
     backward) and the one-byte one-hot labels, plus a -inf copy where the block has padded
-    classes: what `plexus.perfmodel` prices for the loss."""
+    classes, and a few float32 vectors per row (maximum, sums, per-node loss) and int64
+    indices of the labelled rows: what `plexus.perfmodel` prices for the loss."""
 
     @staticmethod
     def forward(ctx, z, labels, mask, count: int, col_start: int, num_classes: int,

@@ -6,18 +6,21 @@
 - ``plexus-bench calibrate``: measure SpMM/GEMM rates and gloo collective α/β on this machine
   and write a JSON file that ``plexus-model --calibration FILE`` reads
   (`plexus.perfmodel.calibration`).
+- ``plexus-bench check`` is defined in `plexus.testing.firstrun` (it runs the engine, which this
+  package may not import) and joins ``plexus-bench`` as a `BenchCommand`.
 
 Bad input ends with one line ``PROG: error: ...`` on stderr and exit status 2.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
 import time
-from dataclasses import asdict
-from typing import Sequence
+from dataclasses import asdict, dataclass
+from typing import Callable, Sequence
 
 from plexus.core.cli import ArgumentParser, UsageError, report_error
 from plexus.core.grid import MAX_WORLD_SIZE, GridShape
@@ -163,8 +166,21 @@ def model_main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _bench_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="plexus-bench", description="Benchmarks and calibration for Plexus.")
+@dataclass(frozen=True)
+class BenchCommand:
+    """A ``plexus-bench`` command defined by a package above the performance model (``check``
+    lives in `plexus.testing`, which may import the engine; this module may not)."""
+
+    name: str
+    help: str
+    description: str
+    add_arguments: Callable[[ArgumentParser], None]
+    main: Callable[[argparse.Namespace], int]  # the exit status; reports its own errors
+
+
+def _bench_parser(commands: Sequence[BenchCommand] = ()) -> ArgumentParser:
+    p = ArgumentParser(prog="plexus-bench", description="Benchmarks, calibration and checks for "
+                                                        "Plexus.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
     cal = sub.add_parser("calibrate", help="measure this machine for plexus-model",
                          description="Measure SpMM and GEMM rates (torch, CPU) and the latency "
@@ -177,16 +193,24 @@ def _bench_parser() -> ArgumentParser:
                      help="torch threads for the compute timings (default 1, as one rank uses)")
     cal.add_argument("--quick", action="store_true",
                      help="small problems, few repetitions: seconds instead of tens of seconds")
+    for command in commands:
+        command.add_arguments(sub.add_parser(command.name, help=command.help,
+                                             description=command.description))
     return p
 
 
-def bench_main(argv: Sequence[str] | None = None) -> int:
-    """``plexus-bench``. Exit 2 on bad input, 1 if a measurement fails."""
-    parser = _bench_parser()
+def bench_main(argv: Sequence[str] | None = None,
+               commands: Sequence[BenchCommand] = ()) -> int:
+    """``plexus-bench`` with ``calibrate`` and the given further ``commands`` (the console entry
+    point passes ``check``). Exit 2 on bad input, 1 if a measurement fails."""
+    parser = _bench_parser(commands)
+    extra = {c.name: c for c in commands}
     try:
         args = parser.parse_args(argv)
         if args.command is None:
-            raise UsageError("choose a command: calibrate")
+            raise UsageError(f"choose a command: {', '.join(['calibrate', *extra])}")
+        if args.command in extra:
+            return extra[args.command].main(args)
         if args.world_size < 1:
             raise UsageError(f"--world-size must be >= 1, got {args.world_size}")
         if args.threads < 1:

@@ -289,7 +289,6 @@ RUNTIME_BYTES = 460 * 2**20
 STORE_RUNTIME_BYTES = 330 * 2**20
 
 
-
 @dataclass(frozen=True)
 class Memory:
     """Bytes per rank at the training peak, by component (what `plexus-train` measures as the
@@ -318,6 +317,11 @@ def _csr_bytes(nnz: float, rows: float, fb: int, ib: int) -> float:
 
 
 LOSS_BYTES = 4 + 1  # per logit: the loss's float32 softmax and its one-hot labels
+# per output row, beside them: the row's maximum, whether its label is in this block of classes,
+# the label's logit, the all-reduced (sum, label logit) pair, the per-node loss and its masked
+# copy (float32), and the labelled rows' int64 row and column indices (every row counted: an
+# upper bound). Measured at the loss's peak: R-MAT 19 on 2x2x2 in bf16 (benchmarks/cache_setup.py)
+LOSS_ROW_BYTES = 4 + 1 + 4 + 8 + 2 * 4 + 4 + 2 * 8
 # Multi-label (`plexus.engine.loss.ParallelBCE`), per logit: backward keeps the float32 logits;
 # forward and backward each hold one float32 buffer (|z|'s softplus, then σ(z) − y) and up to
 # two one-byte masks (missing labels and unmasked rows, and a comparison being or-ed in).
@@ -334,16 +338,17 @@ def _label_bytes(spec: ModelSpec, rows: float, block_width: float) -> float:
     return rows * 8
 
 
-def _loss_moments(spec: ModelSpec, base: float, logits: float, cast: bool
+def _loss_moments(spec: ModelSpec, base: float, logits: float, cast: bool, rows: float
                   ) -> list[tuple[float, float]]:
     """The loss's (saved, transient) moments over ``base`` saved bytes, for ``logits`` elements
-    of float32 logits (``cast``: a float32 copy of a lower-precision output). Softmax
-    cross-entropy keeps its softmax and one-hot labels; the multi-label BCE keeps the logits
-    and holds `BCE_WORK_BYTES` per logit in its forward and its backward."""
+    of float32 logits (``cast``: a float32 copy of a lower-precision output) over ``rows`` rows.
+    Softmax cross-entropy keeps its softmax and one-hot labels, with `LOSS_ROW_BYTES` per row;
+    the multi-label BCE keeps the logits and holds `BCE_WORK_BYTES` per logit in its forward
+    and its backward (its reductions are scalars: nothing per row)."""
     if spec.multilabel:
         kept = base + logits * BCE_KEPT_BYTES
         return [(kept, logits * BCE_WORK_BYTES)]
-    return [(base + logits * (LOSS_BYTES + (4 if cast else 0)), 0.0)]
+    return [(base + logits * (LOSS_BYTES + (4 if cast else 0)) + rows * LOSS_ROW_BYTES, 0.0)]
 
 
 def _block_bytes(spec: ModelSpec, s: Mapping[str, int], n: int, fb: int, ib: int,
@@ -444,8 +449,8 @@ def epoch_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
         if spec.recompute:  # the re-run's moments, then its backward over what it rebuilt
             peaks += [(base + k, f) for k, f in moments]
             base += own
-        if p.index == len(plans) - 1:  # the loss on the float32 logits
-            peaks += _loss_moments(spec, base, op.out, cast)
+        if p.index == len(plans) - 1:  # the loss (per logit and per row)
+            peaks += _loss_moments(spec, base, op.out, cast, out_rows)
         if bn:
             peaks += [(base - own + k + op.kept + mask, t) for k, t in bn.backward]
         for k, t in op.backward:
@@ -454,9 +459,6 @@ def epoch_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
             peaks.append((base - own, 2 * z.h_in * fb))
         saved_before += saved
     peak_saved, peak_work = max(peaks, key=lambda sw: sw[0] + sw[1])
-    import os  # DEBUG
-    if os.environ.get("PLEXUS_DEBUG_MEM"):
-        print("DEBUG peaks", [(round(a / 2**20, 1), round(b / 2**20, 1)) for a, b in peaks])
     return Memory(adjacency, features, peak_saved, peak_work, weights, optimizer,
                   STORE_RUNTIME_BYTES if spec.from_store else RUNTIME_BYTES)
 

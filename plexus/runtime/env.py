@@ -153,3 +153,9 @@ def default_device(device: str | None = None) -> torch.device:
     """The device a rank of this machine runs on: ``device`` as `use_cuda` reads it; for None a
     GPU if CUDA is available (each local rank then takes ``cuda:LOCAL_RANK``), else the CPU."""
     return torch.device("cuda" if use_cuda(device) else "cpu")
+
+
+def local_world_size(device: str | None = None) -> int:
+    """How many ranks a job started on this machine alone runs when nobody said: one per GPU
+    where the workers use CUDA (`use_cuda`), else one per CPU core this process may use."""
+    return torch.cuda.device_count() if use_cuda(device) else available_cores()

@@ -1,4 +1,5 @@
-"""Run a Python function on a local gloo world of N processes and collect what every rank returns.
+"""Run a Python function on a local world of N processes (gloo, or NCCL with one GPU per rank) and
+collect what every rank returns.
 
 For tests, benchmarks and the performance model's calibration on one machine (the training command
 uses torch's elastic launcher, `plexus.runtime.local.launch_local`, instead). Each rank gets
@@ -22,7 +23,7 @@ from .local import free_port
 
 
 def _worker(rank: int, world: int, port: int, threads: int, fn, args, queue,
-            env: dict[str, str]) -> None:
+            env: dict[str, str], backend: str) -> None:
     import torch.distributed as dist
 
     os.environ.update(env)  # before this process's first tensor (see plexus.runtime.hostmem)
@@ -30,7 +31,9 @@ def _worker(rank: int, world: int, port: int, threads: int, fn, args, queue,
     os.environ["OMP_NUM_THREADS"] = str(threads)
     reported = False
     try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+        if backend == "nccl":  # one GPU per rank, as plexus.runtime.group does
+            torch.cuda.set_device(rank)
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world, timeout=timedelta(seconds=120))
         result = fn(*args)
         queue.put((rank, "ok", result))
@@ -43,16 +46,17 @@ def _worker(rank: int, world: int, port: int, threads: int, fn, args, queue,
 
 
 def run_world(world: int, fn, *args, timeout: float = 900, threads: int = 1,
-              env: dict[str, str] | None = None) -> list:
+              env: dict[str, str] | None = None, backend: str = "gloo") -> list:
     """Call ``fn(*args)`` on every rank of a fresh world; return the per-rank results in rank
     order. ``fn`` must be importable (module level). Raises with the failing rank's traceback if
     any rank raises; a rank silent for ``timeout`` seconds fails the call. ``env``: variables
-    set in each rank before it does anything else."""
+    set in each rank before it does anything else. ``backend`` "nccl" gives rank r the GPU
+    ``cuda:r`` (one per rank; the caller checks there are enough)."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_worker, args=(r, world, port, threads, fn, args, queue, env or {}),
-                         daemon=True)
+    procs = [ctx.Process(target=_worker, args=(r, world, port, threads, fn, args, queue, env or {},
+                                           backend), daemon=True)
              for r in range(world)]
     for p in procs:
         p.start()

@@ -545,7 +545,8 @@ def run_one(case: Case) -> tuple[str, str]:
     try:
         if case.store is not None:
             x, y, z = case.coords
-            read_shard(case.store, {"x": 2, "y": 1, "z": 1}, {"x": x, "y": y, "z": z}, 2, "agg")
+            read_shard(case.store, {"x": x, "y": y, "z": z}, shape={"x": 2, "y": 1, "z": 1},
+                       num_layers=2, orders="agg")
         else:
             graph = load_dataset(case.spec, case.root)
             gcn_normalize(graph.adj, graph.directed)

@@ -1,71 +1,29 @@
 """PyG's layer stacks of the models Plexus trains (GCNConv with BatchNorm1d and residual
-connections, SAGEConv, GINConv, GATConv, Linear), built from PyG's public modules, and a copy of a serial
-Plexus model's weights into them: the reference that tests and the accuracy benchmark compare with.
-Written independently of Plexus's exporter, so the two meet only through the weights.
+connections, SAGEConv, GINConv, GATConv, Linear) and a copy of a serial Plexus model's weights into
+them: the reference that tests and the accuracy benchmark compare with. The stacks are PyG's
+public modules built by the engine's one builder (`plexus.engine.pygmodel`, which
+`plexus.load_pyg` uses too); the weights are copied by module attribute here, independently of
+the exporter's parameter names, so an export and this copy meet only through the weights.
 Needs ``torch_geometric`` (the test extra).
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
-import torch_geometric.nn as pyg
-from torch import nn
 
 from plexus.engine.config import ModelConfig
+from plexus.engine.pygmodel import PygModel, pyg_spec
 from plexus.engine.serial import SerialModel
 
 
-class PygStack(nn.Module):
-    """PyG's stack of ``cfg``: conv → (BatchNorm1d) → ReLU per layer, the last layer bare; residual adds the input."""
+class PygStack(PygModel):
+    """PyG's stack of ``cfg`` for ``f`` features and ``c`` classes: conv → (BatchNorm1d) → ReLU
+    per layer, the last layer bare; residual adds the input; dropout as ``cfg`` places it.
+    Built by the engine's one PyG builder (`plexus.engine.pygmodel`), which exports load into."""
 
     def __init__(self, cfg: ModelConfig, f: int, c: int) -> None:
-        super().__init__()
+        super().__init__(pyg_spec(cfg, f, c))
         self.cfg = cfg
-        widths = cfg.layer_widths(f, c)
-        convs = []
-        for l, (d_in, d_out) in enumerate(zip(widths[:-1], widths[1:])):
-            if cfg.kind == "gcn":
-                convs.append(pyg.GCNConv(d_in, d_out, bias=cfg.bias))
-            elif cfg.kind == "sage":
-                convs.append(pyg.SAGEConv(d_in, d_out, aggr="mean", bias=cfg.bias))
-            elif cfg.kind == "gin":
-                mlp = nn.Sequential(nn.Linear(d_in, cfg.hidden), nn.ReLU(),
-                                    nn.Linear(cfg.hidden, d_out))
-                convs.append(pyg.GINConv(mlp, train_eps=True))
-            elif cfg.kind == "gat":  # hidden layers concatenate their heads, the last averages
-                heads, concat = cfg.heads_of(l), l < cfg.num_layers - 1
-                convs.append(pyg.GATConv(d_in, d_out // heads if concat else d_out, heads=heads,
-                                         concat=concat, negative_slope=cfg.negative_slope,
-                                         dropout=cfg.attn_dropout, bias=cfg.bias))
-            else:
-                convs.append(nn.Linear(d_in, d_out, bias=cfg.bias))
-        self.convs = nn.ModuleList(convs)
-        self.bns = nn.ModuleList(nn.BatchNorm1d(d) for d in widths[1:-1]) \
-            if cfg.norm == "batch" else None
-
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor,
-                edge_weight: torch.Tensor | None = None) -> torch.Tensor:
-        """The logits; ``edge_weight`` goes to GCNConv (the other layers take none)."""
-        last = len(self.convs) - 1
-        for l, conv in enumerate(self.convs):
-            if l > 0 or self.cfg.input_dropout:  # dropout as ModelConfig places it
-                x = F.dropout(x, self.cfg.dropout, self.training)
-            if self.cfg.kind == "mlp":
-                h = conv(x)
-            elif edge_weight is not None:
-                if self.cfg.kind != "gcn":
-                    raise ValueError(f"only GCNConv takes edge weights, not {self.cfg.kind}")
-                h = conv(x, edge_index, edge_weight)
-            else:
-                h = conv(x, edge_index)
-            if self.cfg.residual and h.shape == x.shape:
-                h = h + x
-            if l < last:
-                h = self.bns[l](h) if self.bns is not None else h
-                h = F.relu(h)
-            x = h
-        return x
 
 
 def copy_weights(stack: PygStack, serial: SerialModel) -> dict[str, torch.Tensor]:

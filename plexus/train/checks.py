@@ -100,12 +100,13 @@ def auto_grid(world_size: int, num_nodes: int, nnz: int, num_features: int, num_
 
 def auto_grid_choice(world_size: int, num_nodes: int, nnz: int, num_features: int,
                      num_classes: int, model: ModelConfig, name: str = "",
-                     **run: Any) -> tuple[GridShape, str]:
+                     ranks_note: str = "", **run: Any) -> tuple[GridShape, str]:
     """`auto_grid`'s grid and one line saying why: its predicted epoch time and training peak
     per rank, and the runner-up's (``--grid auto`` prints it, so the choice is never silent).
-    ``run``: how the run holds the model (`plexus.train.memcheck.run_spec`'s options: perm,
-    dtype_bytes, from_store, recompute, multilabel, symmetric), so the peak printed is the one
-    the run's summary predicts."""
+    ``ranks_note`` follows the rank count (where it came from, when nobody gave it). ``run``:
+    how the run holds the model (`plexus.train.memcheck.run_spec`'s options: perm, dtype_bytes,
+    from_store, recompute, multilabel, symmetric), so the peak printed is the one the run's
+    summary predicts."""
     spec = replace(run_spec(model, num_nodes, nnz, num_features, num_classes, **run), name=name)
     ranked = rank_configs(world_size, spec)
     best = ranked[0]
@@ -116,7 +117,7 @@ def auto_grid_choice(world_size: int, num_nodes: int, nnz: int, num_features: in
         return (f"predicted epoch {format_seconds(p.time_s)}, training peak "
                 f"{format_bytes(p.memory.total)} per rank")
 
-    line = f"--grid auto: chose {grid} for {world_size} ranks ({figures(best)})"
+    line = f"--grid auto: chose {grid} for {world_size} ranks{ranks_note} ({figures(best)})"
     if len(ranked) > 1:
         line += f"; runner-up {GridShape.of(ranked[1].grid)} ({figures(ranked[1])})"
     else:

@@ -1,5 +1,6 @@
 """``plexus-train``: train a GCN with 3D tensor parallelism on an X×Y×Z grid of processes.
 
+    plexus-train                                    # --grid auto: a rank per local core or GPU
     plexus-train --grid 2x2x2                       # 8 local workers, embedded Cora
     torchrun --nproc-per-node 4 -m plexus.train --grid 1x2x2 --dataset cora
     srun plexus-train --grid 4x4x4 --dataset ogbn-products --root data/
@@ -38,7 +39,7 @@ from plexus.partitioners.plan import symmetric
 from plexus.partitioners.store import graph_hash
 from plexus.runtime.child import ChildDied
 from plexus.runtime.env import (DEVICES, JobEnv, LaunchError, check_local_devices,
-                                default_device, detect_environment)
+                                default_device, detect_environment, local_world_size)
 from plexus.runtime.group import DEFAULT_TIMEOUT_S
 
 from . import checkpoint as ckpt
@@ -64,10 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
                        "it joins the job.")
     run = p.add_argument_group("job")
     run.add_argument("--grid", metavar="XxYxZ|auto",
-                     help="process grid, e.g. 2x2x4 (X·Y·Z ranks); 'auto' lets the performance "
-                          "model choose for --world-size ranks (required unless --shards)")
+                     help="process grid, e.g. 2x2x4 (X·Y·Z ranks); 'auto' (the default, or the "
+                          "store's grid with --shards) lets the performance model choose for "
+                          "--world-size ranks and says what it chose")
     run.add_argument("--world-size", type=int, metavar="G",
-                     help="number of ranks for --grid auto (default under a launcher: its size)")
+                     help="number of ranks for --grid auto (default: the launcher's size; "
+                          "outside one, one rank per local GPU, or per CPU core)")
     run.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                      help="process-group timeout: how long a collective may wait (default "
                           f"{DEFAULT_TIMEOUT_S:g})")
@@ -317,17 +320,21 @@ def _from_store(a: argparse.Namespace, shape: _Shape) -> _Shape:
     return _Shape(store_grid, layers, order, dataset)
 
 
-def _check_world(grid: GridShape | None, a: argparse.Namespace, env: JobEnv | None) -> int | None:
-    """The job's world size (None: not known yet), consistent with the grid and --world-size."""
+def _check_world(grid: GridShape | None, a: argparse.Namespace, env: JobEnv | None
+                 ) -> tuple[int | None, str]:
+    """The job's world size (None: not known yet), consistent with the grid and --world-size,
+    and for --grid auto with no size given (outside a launcher: one rank per local GPU or CPU
+    core) the words saying where the size came from ('' otherwise)."""
     world = env.world_size if env is not None else None
     if a.world_size is not None and world is not None and a.world_size != world:
         raise UsageError(f"--world-size {a.world_size} but the launcher started {world} ranks")
     world = world if world is not None else a.world_size
     if grid is None and world is None:
-        raise UsageError("--grid auto needs --world-size G outside a launcher")
+        per = "GPU" if default_device(a.device).type == "cuda" else "CPU core"
+        return local_world_size(a.device), f", one per {per} here"
     if grid is not None and world is not None:
         grid.check_world(world, "the launcher started" if env is not None else "--world-size is")
-    return world
+    return world, ""
 
 
 def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
@@ -347,8 +354,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                             dataset_files(a.dataset, a.root, a.shards),
                             None if a.no_cache else a.cache))
     a.resume = resolve_resume(a, env is None or env.rank == 0)
-    if a.grid is None and not a.shards:
-        raise UsageError("the following arguments are required: --grid")
+    # no --grid (and no store to take it from) is --grid auto
     grid = None if a.grid is None or a.grid.strip().lower() == "auto" else _parse_grid(a.grid)
     shape = _Shape(grid, a.layers, a.order, a.dataset or "cora")
     if a.shards:
@@ -369,7 +375,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
         if a.dtype != "fp32":
             raise UsageError(f"--spmm {a.spmm} with --dtype {a.dtype}: {e}") from None
         raise
-    world = _check_world(shape.grid, a, env)
+    world, world_note = _check_world(shape.grid, a, env)
     model = model_config(a, num_layers=layers, order=order, **recipe_fields)
     if a.save_embeddings and model.num_layers < 2:
         raise UsageError("--save-embeddings needs a hidden layer (--layers 2 or more)")
@@ -400,7 +406,8 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                                symmetric=symmetric(graph, model.aggregation))
                 grid, why = auto_grid_choice(world, graph.num_nodes,  # type: ignore[arg-type]
                                              gcn_nnz(graph), graph.num_features,
-                                             graph.num_classes, model, graph.name, **run)
+                                             graph.num_classes, model, graph.name,
+                                             world_note, **run)
                 if not a.quiet:
                     console_line(f"{PROG}: {why}")
             sizes = ((graph.num_nodes, gcn_nnz(graph), graph.num_features, graph.num_classes)

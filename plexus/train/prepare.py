@@ -85,7 +85,7 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         # A cached store was found complete by the launcher (manifest, every file's size) and
         # every member's CRC-32 is checked as it is read: its sha256 pass, a second full read
         # of the file on every rank, is for stores brought from elsewhere (--shards).
-        shard = read_shard(opts.shards, grid, grid.coords(rank), model.num_stages,
+        shard = read_shard(opts.shards, rank, shape=grid, num_layers=model.num_stages,
                            orders=orders, perm=opts.perm, verify=opts.cache is None)
         nnz, sha256 = int(manifest["nnz"]), str(manifest["graph_sha256"])
     else:

@@ -274,7 +274,9 @@ class ModelKind:
     aggregates with, and its PyG layer (for exports and the reference stacks).
 
     ``pyg_prefixes`` has one template per stage of a layer: the PyG module a stage's
-    parameters live under (``{l}``: the GNN layer).
+    parameters live under (``{l}``: the GNN layer). ``pyg_kwargs`` gives a layer's PyG
+    constructor arguments besides its widths and bias (`plexus.engine.pygmodel.conv_spec`); a
+    layer built around its own MLP (GINConv) describes it under ``"nn"``, module by module.
     """
 
     name: str

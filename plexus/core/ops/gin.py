@@ -31,7 +31,17 @@ class GIN(ConvOperator):
         return extra
 
 
+def _linear(d_in: int, d_out: int, bias: bool) -> dict:
+    return {"class": "Linear", "in_features": d_in, "out_features": d_out, "bias": bias}
+
+
+# PyG's GINConv takes its MLP, not widths: the MLP is described module by module, hidden wide
+# inside (ModelConfig.widths), so an export records every width of it.
 KIND = ModelKind("gin", ("gin", "dense"), "sum", "GINConv", ("convs.{l}.", "convs.{l}.nn.2."),
                  "GINConv(Sequential(Linear, ReLU, Linear), train_eps): sum over in-neighbours "
                  "plus (1+ε) times the node itself, then the MLP",
-                 options=("train_eps",))
+                 options=("train_eps",),
+                 pyg_kwargs=lambda cfg, layer, d_in, d_out: {
+                     "train_eps": cfg.train_eps,
+                     "nn": [_linear(d_in, cfg.hidden, cfg.bias), {"class": "ReLU"},
+                            _linear(cfg.hidden, d_out, cfg.bias)]})

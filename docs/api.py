@@ -1,0 +1,62 @@
+"""Build the API reference of Plexus (HTML, with pdoc) from the docstrings of its public modules.
+
+    ./run python docs/api.py api-docs/
+
+pdoc walks a package's submodules only where its ``__all__`` names them, and Plexus's packages
+name their public functions and classes there, not their modules; and ``plexus.datasets`` and
+``plexus.partitioners`` are installed from folders of their own. So this lists the modules
+itself: ``plexus`` and every module below it, but private ones (``_name``), the test helpers
+(``plexus.testing``) and the scaling-study tools (``plexus.studies``), and hands them to pdoc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+import warnings
+from pathlib import Path
+
+LEFT_OUT = ("plexus.testing", "plexus.studies")
+# installed as plexus.datasets and plexus.partitioners from the top-level folders (pyproject's
+# package-dir), so not found by walking plexus's own folder
+OWN_FOLDERS = ("plexus.datasets", "plexus.partitioners")
+
+
+def public_modules() -> list[str]:
+    """``plexus`` and every public module below it, sub-packages first, in a stable order."""
+    import plexus
+
+    names: set[str] = set()
+    todo = [info.name for info in pkgutil.iter_modules(plexus.__path__, "plexus.")]
+    todo += list(OWN_FOLDERS)
+    while todo:
+        name = todo.pop()
+        if name in names or any(p.startswith("_") for p in name.split(".")) \
+                or any(name == x or name.startswith(x + ".") for x in LEFT_OUT):
+            continue
+        names.add(name)
+        module = importlib.import_module(name)
+        if hasattr(module, "__path__"):  # a package: its own modules
+            todo += [info.name for info in pkgutil.iter_modules(module.__path__, name + ".")]
+    return ["plexus", *sorted(names)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help="folder to write the HTML pages into")
+    args = parser.parse_args(argv)
+    import pdoc  # noqa: PLC0415 (in the test and docs extras)
+
+    modules = public_modules()
+    # pdoc also walks each listed package's __all__ submodules: those repeats are expected
+    warnings.filterwarnings("ignore", message="The module specification .* adds a module named")
+    pdoc.pdoc(*modules, output_directory=args.out)
+    print(f"wrote the reference of {len(modules)} modules to {args.out}/ "
+          f"(open {args.out / 'plexus.html'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""The PyG model of a `ModelConfig`: its description, and the ``torch.nn.Module`` built from one.
+
+`pyg_spec` describes the model the way an export records it (the ``pyg`` block of
+`plexus.api.export`): every sub-module as its class and constructor arguments, so every width
+is written down (GIN's inner MLP included) and the file rebuilds its own model. `PygModel`
+builds that description from PyG's public layers (GCNConv, SAGEConv, GINConv around
+Sequential(Linear, ReLU, Linear), GATConv; Linear for the MLP) in a ``ModuleList`` ``convs``, and
+BatchNorm1d in ``bns``, applied as conv → (+ input: residual) → BatchNorm → ReLU on every layer
+but the last, dropout on each layer's input as `ModelConfig` places it. It is the one builder
+of `plexus.api.load_pyg` and of the reference stacks (`plexus.testing.pyg_reference`).
+Describing needs no PyG; building imports ``torch_geometric`` (the test extra) when called.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from plexus.core.model import ModelConfig
+from plexus.core.ops import KINDS
+
+from .ops.batchnorm import EPS, MOMENTUM
+
+#: The classes a description may name: PyG's layers, and torch's own modules.
+PYG_CLASSES = ("GCNConv", "SAGEConv", "GINConv", "GATConv")
+TORCH_CLASSES: dict[str, type[nn.Module]] = {"Linear": nn.Linear, "ReLU": nn.ReLU,
+                                             "BatchNorm1d": nn.BatchNorm1d}
+
+
+class PygSpecError(ValueError):
+    """A description that is not one of a model this builder makes (a one-line message)."""
+
+
+def conv_spec(config: ModelConfig, layer: int, d_in: int, d_out: int) -> dict:
+    """GNN layer ``layer``'s module, ``d_in`` to ``d_out`` wide (``d_out``: all heads together
+    for a GAT layer that concatenates them): its class and every constructor argument."""
+    kind = KINDS[config.kind]
+    kwargs = kind.pyg_kwargs(config, layer, d_in, d_out)
+    if kind.pyg_class == "Linear":
+        return {"class": "Linear", "in_features": d_in, "out_features": d_out,
+                "bias": config.bias, **kwargs}
+    if "nn" in kwargs:  # a layer around its own MLP (GINConv): the widths are the MLP's
+        return {"class": kind.pyg_class, **kwargs}
+    heads = kwargs.get("heads", 1)
+    per_head = d_out // heads if kwargs.get("concat", True) else d_out
+    return {"class": kind.pyg_class, "in_channels": d_in, "out_channels": per_head,
+            "bias": config.bias, **kwargs}
+
+
+def pyg_spec(config: ModelConfig, num_features: int, num_classes: int) -> dict:
+    """The PyG model of ``config`` for ``num_features`` inputs and ``num_classes`` outputs, as
+    plain values (JSON- and ``torch.load(weights_only=True)``-safe): ``layers`` holds per GNN
+    layer its ``conv`` module, its ``norm`` module (BatchNorm1d with its width, eps and
+    momentum; None on the last layer or without BatchNorm) and whether it is ``residual``; the
+    other keys summarize (``widths``: input, each layer's output; ``stage_widths``: every
+    stage's, GIN's inner MLP width included; ``norm``: the config's "batch" or "none")."""
+    widths = config.layer_widths(num_features, num_classes)
+    plans = config.plans(num_features, num_classes)
+    step = config.stages_per_layer
+    layers = []
+    for l in range(config.num_layers):
+        stages = plans[l * step:(l + 1) * step]
+        norm = {"class": "BatchNorm1d", "num_features": widths[l + 1], "eps": EPS,
+                "momentum": MOMENTUM} if stages[-1].norm else None
+        layers.append({"conv": conv_spec(config, l, widths[l], widths[l + 1]), "norm": norm,
+                       "residual": any(p.residual for p in stages)})
+    return {"class": KINDS[config.kind].pyg_class, "num_layers": config.num_layers,
+            "in_channels": num_features, "hidden_channels": config.hidden,
+            "out_channels": num_classes, "bias": config.bias, "widths": widths,
+            "stage_widths": config.widths(num_features, num_classes), "norm": config.norm,
+            "residual": config.residual, "train_eps": config.train_eps,
+            "dropout": config.dropout, "input_dropout": config.input_dropout,
+            "activation": "relu", "container": "convs", "norm_container": "bns",
+            "layers": layers}
+
+
+def _torch_geometric_nn() -> Any:
+    try:
+        import torch_geometric.nn as pyg  # noqa: PLC0415 - optional: only building needs it
+    except ImportError:
+        raise ImportError("building the PyG model needs torch_geometric; install it with "
+                          "pip install torch_geometric (or plexus's test extra)") from None
+    return pyg
+
+
+def build_module(desc: Mapping[str, Any]) -> nn.Module:
+    """The module one description names: ``{"class": name, **constructor arguments}``, a
+    GINConv's ``nn`` being the list of its Sequential's modules. Raises `PygSpecError`."""
+    if not isinstance(desc, Mapping) or not isinstance(desc.get("class"), str):
+        raise PygSpecError(f"a module description is a dict with a 'class', got {desc!r:.100}")
+    name, kwargs = desc["class"], {k: v for k, v in desc.items() if k != "class"}
+    try:
+        if name in TORCH_CLASSES:
+            return TORCH_CLASSES[name](**kwargs)
+        if name not in PYG_CLASSES:
+            raise PygSpecError(f"unknown module class {name!r}; a description names one of "
+                               f"{', '.join(PYG_CLASSES + tuple(TORCH_CLASSES))}")
+        if "nn" in kwargs:
+            inner = kwargs["nn"]
+            if not isinstance(inner, Sequence) or isinstance(inner, (str, bytes)):
+                raise PygSpecError(f"{name}'s nn must be a list of modules, got {inner!r:.100}")
+            kwargs["nn"] = nn.Sequential(*(build_module(d) for d in inner))
+        return getattr(_torch_geometric_nn(), name)(**kwargs)
+    except TypeError as e:  # an argument the class does not take, or of the wrong type
+        raise PygSpecError(f"cannot build {name} from {kwargs!r:.200} "
+                           f"({' '.join(str(e).split())[:200]})") from None
+
+
+class PygModel(nn.Module):
+    """The PyG model a `pyg_spec` description describes: ``convs`` (a ModuleList of the GNN
+    layers), ``bns`` (a ModuleList of BatchNorm1d, one per layer that has one, or None);
+    ``forward(x, edge_index)`` returns the logits, as a PyG model does."""
+
+    def __init__(self, spec: Mapping[str, Any]) -> None:
+        super().__init__()
+        layers = spec.get("layers") if isinstance(spec, Mapping) else None
+        if not isinstance(layers, Sequence) or not layers or \
+                not all(isinstance(l, Mapping) and "conv" in l for l in layers):
+            raise PygSpecError("the description has no 'layers' list of {conv, norm, residual}")
+        self.convs = nn.ModuleList(build_module(l["conv"]) for l in layers)
+        norms = [l.get("norm") for l in layers]
+        count = sum(1 for n in norms if n)
+        if any(norms[count:]) or not all(norms[:count]):  # bns.{l} is layer l's
+            raise PygSpecError("BatchNorm must follow the first layers, one each, and no other")
+        self.bns = nn.ModuleList(build_module(n) for n in norms[:count]) if count else None
+        self.residual = [bool(l.get("residual", False)) for l in layers]
+        self.dropout = float(spec.get("dropout", 0.0))
+        self.input_dropout = bool(spec.get("input_dropout", True))
+        self.kind = str(spec.get("class", ""))
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor | None = None,
+                edge_weight: torch.Tensor | None = None) -> torch.Tensor:
+        """The logits of every node of ``x`` (N × features) over the edges ``edge_index``
+        (2 × E, source then target, as PyG's; an MLP needs none); ``edge_weight`` goes to
+        GCNConv (the other layers take none)."""
+        last = len(self.convs) - 1
+        for l, conv in enumerate(self.convs):
+            if self.dropout and (l > 0 or self.input_dropout):
+                x = F.dropout(x, self.dropout, self.training)
+            if isinstance(conv, nn.Linear):
+                h = conv(x)
+            elif edge_index is None:
+                raise ValueError(f"a {self.kind} model needs edge_index (2 x E)")
+            elif edge_weight is not None:
+                if self.kind != "GCNConv":
+                    raise ValueError(f"only GCNConv takes edge weights, not {self.kind}")
+                h = conv(x, edge_index, edge_weight)
+            else:
+                h = conv(x, edge_index)
+            if self.residual[l]:
+                h = h + x
+            if l < last:
+                if self.bns is not None and l < len(self.bns):
+                    h = self.bns[l](h)
+                h = F.relu(h)
+            x = h
+        return x
