@@ -79,7 +79,8 @@ def test_memory_model_shares_transposes_only_for_symmetric_graphs():
     assert sym.total < directed.total
 
 
-@pytest.mark.parametrize("perm,layers", [("double", 2), ("double", 3), ("none", 2)])
+@pytest.mark.parametrize("perm,layers", [("double", 2), ("double", 3), ("none", 2),
+                                         ("balanced", 2)])
 def test_memory_model_counts_each_ranks_blocks_as_the_engine_builds_them(perm, layers):
     """Per rank, the matrices the engine builds (Â blocks and the transposes it cannot take from
     another block) against the model's figure for that rank's coordinates: on 2x2x2 every block

@@ -26,6 +26,9 @@ ORDERS = ("agg", "combine")  # the product orders of a graph convolution
 # the node permutation every tool defaults to: results never depend on it; it balances the
 # blocks of real graphs (plexus.partitioners.permutations)
 DEFAULT_PERMUTATION = "double"
+# The permutations of one node order (p1 == p2, `plexus.partitioners.permutations`): Â1 and Â2
+# are then one matrix.
+ONE_ORDER = ("none", "single")
 STAGE_ORDERS = ORDERS + ("dense",)
 
 
@@ -188,3 +191,22 @@ def block(n: int, parts: int, index: int) -> slice:
     """The ``index``-th of ``parts`` equal contiguous blocks of range(n) (n divisible by parts)."""
     size = n // parts
     return slice(index * size, (index + 1) * size)
+
+
+def block_identity(plan: LayerPlan, nodes_padded: int, shape: Mapping[str, int],
+                   coords: Mapping[str, int], perm: str) -> tuple[int, int, int, int, int]:
+    """Which block of Â a stage of the rank at ``coords`` multiplies by, as (matrix, first row,
+    end row, first column, end column): blocks of one identity are equal whatever the axes that
+    cut them (every block of a matrix at 1x1x1; ranks on the grid's diagonal). Â1 and Â2 are one
+    matrix where ``perm`` has one order (`ONE_ORDER`). The engine keeps one block per identity
+    (`plexus.engine.blocks`) and the performance model prices them so."""
+    rows, cols = (block(nodes_padded, shape[a], coords[a]) for a in (plan.a_rows, plan.a_cols))
+    return (1 if perm in ONE_ORDER else plan.adj, rows.start, rows.stop, cols.start, cols.stop)
+
+
+def transpose_identity(ident: tuple[int, int, int, int, int], perm: str
+                       ) -> tuple[int, int, int, int, int]:
+    """The identity (`block_identity`) of the block that is ``ident``'s transpose when Â = Âᵀ:
+    the other matrix (Â1ᵀ = Â2, as Â2 = P2 Â P1ᵀ), the ranges swapped."""
+    k, r0, r1, c0, c1 = ident
+    return (k if perm in ONE_ORDER else 3 - k, c0, c1, r0, r1)

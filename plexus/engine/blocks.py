@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from plexus.core.layout import LayerPlan, block
+from plexus.core.layout import LayerPlan, block_identity, transpose_identity
 from plexus.core.ops import OPERATORS
 from plexus.partitioners.plan import RankShard, block_key
 
@@ -65,13 +65,9 @@ class GraphBlocks:
         self.shard, self.device, self.dtype, self.engine = shard, device, dtype, engine
         self.shape, self.coords = shape, coords
         self.out_ids = stage_output_ids(shard)
-        n = shard.nodes_padded
-        same = shard.perm in ("none", "single")
 
         def ident(plan: LayerPlan) -> tuple:
-            rows = block(n, shape[plan.a_rows], coords[plan.a_rows])
-            cols = block(n, shape[plan.a_cols], coords[plan.a_cols])
-            return (1 if same else plan.adj, rows.start, rows.stop, cols.start, cols.stop)
+            return block_identity(plan, shard.nodes_padded, shape, coords, shard.perm)
 
         # The shard names a block by its matrix and axes; stages whose axes differ but whose node
         # ranges coincide (every stage of one matrix at 1x1x1, ranks on the grid's diagonal)
@@ -87,10 +83,10 @@ class GraphBlocks:
             mats.setdefault(ident(p), shard.blocks[block_key(p)])
         transposes = {}
         if shard.meta.get("symmetric", False):
-            for k, r0, r1, c0, c1 in mats:
-                t = (k if same else 3 - k, c0, c1, r0, r1)
+            for key in mats:
+                t = transpose_identity(key, shard.perm)
                 if t in mats:
-                    transposes[(k, r0, r1, c0, c1)] = t
+                    transposes[key] = t
         self._mats = mats
         self._extra: dict[str, SparseBlock] = {}
         self._built = build_blocks(mats, transposes, device, engine.spmm_backend, dtype)

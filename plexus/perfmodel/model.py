@@ -23,7 +23,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 from plexus.core.grid import AXES, GridShape
-from plexus.core.layout import DEFAULT_PERMUTATION, ORDERS, LayerPlan, Padding, block, padding
+from plexus.core.layout import (DEFAULT_PERMUTATION, ORDERS, LayerPlan, Padding, block_identity,
+                                padding, transpose_identity)
 from plexus.core.model import ModelConfig, parse_order
 from plexus.core.ops import NORM_OP, OPERATORS
 from plexus.core.ops.base import MASTER_BYTES, StageSizes, elementwise_passes, stage_sizes
@@ -360,20 +361,18 @@ def _block_bytes(spec: ModelSpec, s: Mapping[str, int], n: int, fb: int, ib: int
     parts: dict[tuple, tuple[int, int]] = {}  # a block's key: how many ways rows, columns are cut
 
     def key(p: LayerPlan) -> tuple:
-        rows, cols = (block(n, s[a], int(coords[a])) for a in (p.a_rows, p.a_cols))
-        k = (p.adj if spec.perm == "double" else 1, rows.start, rows.stop, cols.start, cols.stop)
+        k = block_identity(p, n, s, {a: int(c) for a, c in coords.items()}, spec.perm)
         parts[k] = (s[p.a_rows], s[p.a_cols])
         return k
 
     blocks = {key(p) for p in graph}
     plain = {key(p) for p in graph if OPERATORS[p.op].uses_plain_block(p)}
     total = 0.0
-    for k, r0, r1, c0, c1 in blocks:
-        sr, sc = parts[(k, r0, r1, c0, c1)]
+    for k in blocks:
+        sr, sc = parts[k]
         nnz_blk = spec.nnz / (sr * sc)
         total += _csr_bytes(nnz_blk, n / sr, fb, ib)
-        other = (3 - k if spec.perm == "double" else k, c0, c1, r0, r1)
-        if (k, r0, r1, c0, c1) in plain and not (spec.symmetric and other in blocks):
+        if k in plain and not (spec.symmetric and transpose_identity(k, spec.perm) in blocks):
             total += _csr_bytes(nnz_blk, n / sc, fb, ib)
     return total
 
