@@ -74,10 +74,7 @@ def headline() -> str:
                 r"epoch time (?P<time>[\d.]+)x")[0]
     spmm = {m["engine"]: m["x"] for m in _find(
         "spmm_epoch.txt", r"^(?P<engine>\+locality|after) .*?(?P<x>[\d.]+)x$")}
-    cache = {m["what"]: m["value"] for m in _find(
-        "cache_setup.txt", r"^  (?P<what>every rank's peak / its training peak|launching "
-        r"process peak RSS|every rank's peak vs the memory model|later runs reuse the store; "
-        r"set-up \(cache lookup \+ a rank's set-up\)): (?P<value>[^(]+?) \(")}
+    cache = _cache_verdicts("cache_setup.txt")
     load = _find("cache_setup.txt", r"^run 2 \([\d:]+, load (?P<load>[\d.]+)\)")[0]["load"]
     ratio_peak = cache["every rank's peak / its training peak"]
     launcher = cache["launching process peak RSS"]
@@ -114,6 +111,19 @@ def headline() -> str:
     return "\n".join(lines)
 
 
+#: The verdict lines of `benchmarks/cache_setup.py` the headline quotes ("  WHAT: VALUE (...").
+CACHE_VERDICTS = ("every rank's peak / its training peak", "launching process peak RSS",
+                  "every rank's peak vs the memory model",
+                  "later runs reuse the store; set-up (cache lookup + a rank's set-up)")
+
+
+def _cache_verdicts(name: str) -> dict[str, str]:
+    """{verdict: value} of the `CACHE_VERDICTS` lines a cache_setup.py result file has."""
+    what = "|".join(re.escape(v) for v in CACHE_VERDICTS)
+    return {m["what"]: m["value"]
+            for m in _find(name, rf"^  (?P<what>{what}): (?P<value>[^(]+?) \(")}
+
+
 def _large_cache_line(prov: dict) -> list[str]:
     """The cached store at a larger scale, each rank against the model for its own
     coordinates (`cache_setup_s23.txt`), once it is in the snapshot."""
@@ -122,9 +132,7 @@ def _large_cache_line(prov: dict) -> list[str]:
         return []
     run = _find(name, r"^cache set-up benchmark: plexus-train --grid (?P<grid>\S+) --dataset "
                 r"rmat:scale=(?P<scale>\d+)\S* --epochs \d+ ?(?P<extra>.*?);")[0]
-    vals = {m["what"]: m["value"] for m in _find(
-        name, r"^  (?P<what>every rank's peak / its training peak|launching process peak RSS|"
-        r"every rank's peak vs the memory model): (?P<value>[^(]+?) \(")}
+    vals = _cache_verdicts(name)
     extra = f" with `{run['extra']}`" if run["extra"] else ""
     gap = vals["every rank's peak vs the memory model"]
     ratio = vals["every rank's peak / its training peak"]
