@@ -54,7 +54,7 @@ def test_a_store_is_reused_exactly_when_it_would_be_identical(tmp_path):
         "seed": _opts(data, seed=1),
         "grid": _opts(data, grid="1x2x1"),
         "layers": _opts(data, model=ModelConfig(num_layers=3)),
-        "orders": _opts(data, model=ModelConfig(order="combine")),
+        "orders": _opts(data, model=ModelConfig(order="agg")),  # the default: combine
         "stages": _opts(data, model=ModelConfig(kind="gin")),
         "aggregation": _opts(data, model=ModelConfig(kind="sage")),
         "perm": _opts(data, perm="single"),

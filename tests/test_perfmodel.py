@@ -29,7 +29,7 @@ def test_2x2x2_two_layers_agg_by_hand():
     # RS(dW) z 16->8 (no dAGG/dH: fixed features). Layer 1: AR(AGG) z 32->32, AG(W) y 8->4,
     # AR(OUT) x 16->16, RS(dW) y 8->4, AR(dAGG) z 32->32, AR(dH) y 32->32. Loss (rows y,
     # classes z): AR z 8->8 and 16->16, AR y 1->1.
-    spec = ModelSpec.of(16, 100, 8, 4, num_layers=2, hidden=8, bias=False)
+    spec = ModelSpec.of(16, 100, 8, 4, num_layers=2, hidden=8, bias=False, order="agg")
     v = epoch_volume(spec, (2, 2, 2))
     assert table(v) == pytest.approx({
         ("x", "all_reduce"): 48, ("y", "all_reduce"): 65, ("y", "all_gather"): 4,
@@ -45,7 +45,7 @@ def test_2x2x2_two_layers_agg_by_hand():
 def test_evaluation_pass_by_hand():
     # The by-hand case above plus an evaluation: its forward again (140 elements) and the
     # accuracy's AR-MAX (8, float32) and AR-MIN (8, int64) over z, and AR of 3 hits (float64) over y.
-    spec = ModelSpec.of(16, 100, 8, 4, num_layers=2, hidden=8, bias=False)
+    spec = ModelSpec.of(16, 100, 8, 4, num_layers=2, hidden=8, bias=False, order="agg")
     train = epoch_volume(spec, (2, 2, 2))
     both = epoch_volume(spec, (2, 2, 2), evaluate=True)
     assert both.total_elements - train.total_elements == pytest.approx(140 + 8 + 8 + 3)
@@ -58,7 +58,8 @@ def test_3x1x2_bias_learnable_by_hand():
     # AR(AGG) x n=36 -> 48, AG(W) z n=6 -> 3, AR(OUT) over y (size 1) -> nothing. Loss (rows z,
     # classes x): AR x of 6 and 12 -> 8 + 16, AR z of 1 -> 1. Backward: AR(db) z n=1 -> 1,
     # RS(dW) z 6 -> 3, AR(dAGG) x 36 -> 48, RS(dH) z 24 -> 12.
-    spec = ModelSpec.of(12, 50, 6, 3, num_layers=1, hidden=4, bias=True, learnable_features=True)
+    spec = ModelSpec.of(12, 50, 6, 3, num_layers=1, hidden=4, bias=True, learnable_features=True,
+                        order="agg")
     v = epoch_volume(spec, (3, 1, 2))
     assert table(v) == pytest.approx({("x", "all_reduce"): 120, ("z", "all_gather"): 15,
                                       ("z", "all_reduce"): 2, ("z", "reduce_scatter"): 15})
@@ -125,9 +126,10 @@ def test_combine_first_cheaper_when_layer_narrows():
 def test_compute_by_hand():
     # 1x1x1, one agg layer, N=10, nnz=30, 4 -> 2, fixed features: forward SpMM 2·30·4 = 240,
     # GEMMs forward and dW 2·(2·10·4·2) = 320; no dH SpMM, no dAGG GEMM.
-    c = epoch_compute(ModelSpec.of(10, 30, 4, 2, num_layers=1), (1, 1, 1))
+    c = epoch_compute(ModelSpec.of(10, 30, 4, 2, num_layers=1, order="agg"), (1, 1, 1))
     assert (c.spmm_flops, c.gemm_flops) == (240, 320)
-    c = epoch_compute(ModelSpec.of(10, 30, 4, 2, num_layers=1, learnable_features=True), (1, 1, 1))
+    c = epoch_compute(ModelSpec.of(10, 30, 4, 2, num_layers=1, learnable_features=True,
+                                   order="agg"), (1, 1, 1))
     assert (c.spmm_flops, c.gemm_flops) == (480, 480)
     # Spread evenly: the total over 8 ranks equals the serial work when no padding is needed.
     spec = ModelSpec.of(64, 640, 16, 8, num_layers=2, hidden=16)
@@ -196,7 +198,7 @@ def test_gat_collectives_by_hand():
 def test_recompute_is_priced_for_every_kind():
     saved = {}
     for name in ("gcn", "gcn+bn", "sage", "gin", "gat"):
-        plain, rc = (epoch_memory(spec_of(name, recompute=r), (1, 1, 1)).total
+        plain, rc = (epoch_memory(spec_of(name, recompute=r, order="agg"), (1, 1, 1)).total
                      for r in (False, True))
         saved[name] = 1 - rc / plain
     # a GCN stage keeps about its input's size anyway (AGG): recomputing saves almost nothing;

@@ -164,12 +164,13 @@ def test_memory_check_before_building_a_huge_graph():
 def test_prediction_grows_with_the_graph_and_shrinks_with_ranks():
     from plexus.engine.config import ModelConfig
 
-    small = memcheck.predicted_memory((1, 1, 1), ModelConfig(), 10**5, 10**6, 100, 7, "double")
-    big = memcheck.predicted_memory((1, 1, 1), ModelConfig(), 10**6, 10**7, 100, 7, "double")
-    spread = memcheck.predicted_memory((2, 2, 2), ModelConfig(), 10**6, 10**7, 100, 7, "double")
+    model = ModelConfig(order="agg")  # the paper's order: every layer's AGG is a full-width block
+    small = memcheck.predicted_memory((1, 1, 1), model, 10**5, 10**6, 100, 7, "double")
+    big = memcheck.predicted_memory((1, 1, 1), model, 10**6, 10**7, 100, 7, "double")
+    spread = memcheck.predicted_memory((2, 2, 2), model, 10**6, 10**7, 100, 7, "double")
     # Per rank the graph's part shrinks with the ranks (activations are cut by two of the three
     # axes: 1/4 on 2x2x2, blocks of Â by all three); the process's own overhead does not.
-    overhead = memcheck.predicted_memory((1, 1, 1), ModelConfig(), 1, 1, 1, 1, "double")
+    overhead = memcheck.predicted_memory((1, 1, 1), model, 1, 1, 1, 1, "double")
     assert small < big and spread - overhead < (big - overhead) / 3
     with pytest.raises(memcheck.MemoryCheckError, match="on grid 2x2x2 is"):
         memcheck.check_memory(big, memcheck.Available(small, "test"), (2, 2, 2))
@@ -225,12 +226,13 @@ def test_a_shard_store_for_a_grid_too_big_for_the_graph_is_refused(tmp_path, cap
     assert "axis z has 8 ranks but cuts the 7 classes" in err and err.count("\n") == 1, err
 
 
-@pytest.mark.parametrize("grid, needle", [
-    ("1x1x8", "axis z has 8 ranks but cuts the 7 classes"),
-    ("32x1x1", "axis x has 32 ranks but cuts the 16 hidden features of layer 1"),
+@pytest.mark.parametrize("grid, order, needle", [
+    ("1x1x8", "agg", "axis z has 8 ranks but cuts the 7 classes"),
+    ("32x1x1", "agg", "axis x has 32 ranks but cuts the 16 hidden features of layer 1"),
+    ("32x1x1", None, "axis x has 32 ranks but cuts the 7 classes"),  # the default, auto: c,c
 ])
-def test_grid_axis_larger_than_what_it_cuts(grid, needle, capsys):
-    assert main(["--grid", grid]) == 2
+def test_grid_axis_larger_than_what_it_cuts(grid, order, needle, capsys):
+    assert main(["--grid", grid, *(["--order", order] if order else [])]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and needle in err, err
 
@@ -254,6 +256,18 @@ def test_shard_store_for_another_configuration_exits_2(store, args, needle, caps
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and needle in err, err
+
+
+def test_a_store_cut_with_agg_trains_with_its_orders_when_none_is_given(store, capsys):
+    """The default order (auto) does not override a store's: without --order the store's
+    orders win; an explicit order that resolves to others is refused."""
+    from plexus.train.cli import build_options, build_parser
+
+    opts = build_options(build_parser().parse_args(["--shards", str(store), "--quiet"]), None)
+    assert opts.model.layer_orders(1433, 7) == ("agg", "agg")
+    assert main(["--shards", str(store), "--order", "auto", "--epochs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--order auto gives layer orders combine,combine" in err, err
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])

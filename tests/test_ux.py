@@ -39,19 +39,38 @@ def test_plexus_model_and_plexus_train_share_model_options_and_defaults():
     assert (ranked.dtype, ranked.recompute) == ("bf16", True)
 
 
+def test_the_default_order_is_auto_and_agg_is_one_flag_away():
+    """One default product order for every tool that takes one (ModelConfig's: "auto", combine
+    first on narrowing layers); the paper's "agg" is ``--order agg``."""
+    from plexus.studies.cli import sweep_parser
+    from plexus.studies.plan import ModelOptions
+    from plexus.train.cli import build_options
+
+    assert ModelConfig().order == modelopts.DEFAULT_ORDER == "auto"
+    opts = build_options(train_parser().parse_args(["--grid", "1x1x1", "--quiet"]), None)
+    assert opts.model.layer_orders(1433, 7) == ("combine", "combine")  # Cora: 1433 > 16 > 7
+    assert ModelConfig(num_layers=3, hidden=64).layer_orders(16, 7) == ("agg", "agg", "combine")
+    paper = build_options(train_parser().parse_args(["--grid", "1x1x1", "--order", "agg"]), None)
+    assert paper.model.layer_orders(1433, 7) == ("agg", "agg")
+    sweep = sweep_parser().parse_args(["--dataset", "cora", "--out", "x"])
+    assert sweep.order == ModelOptions().order == modelopts.DEFAULT_ORDER
+    order_help = next(a.help for a in train_parser()._actions if "--order" in a.option_strings)
+    assert "(default auto" in order_help and "agg ((Â·H)·W, the paper's)" in order_help
+
+
 def test_plexus_model_says_which_model_it_used(capsys):
     assert model_main(["-G", "2", "--dataset", "cora", "--top", "1"]) == 0
     out = capsys.readouterr().out
-    assert "layers=2 hidden=16 order=agg bias=yes" in out
-    assert "model: gcn, 2 layers, hidden 16, order agg, bias" in out
+    assert "layers=2 hidden=16 order=auto bias=yes" in out
+    assert "model: gcn, 2 layers, hidden 16, order auto, bias" in out
     assert model_main(["-G", "2", "--dataset", "cora", "--top", "1", "--layers", "3",
                        "--hidden", "128", "--no-bias", "--learnable-features"]) == 0
-    assert ("model: gcn, 3 layers, hidden 128, order agg, no bias, learnable features"
+    assert ("model: gcn, 3 layers, hidden 128, order auto, no bias, learnable features"
             in capsys.readouterr().out)
     assert model_main(["-G", "2", "--dataset", "cora", "--top", "1", "--model", "gat",
                        "--heads", "8", "--norm", "batch", "--dtype", "bf16",
                        "--recompute"]) == 0
-    assert ("model: gat, 2 layers, hidden 16, heads 8/1, order agg, bias, norm batch, bf16, "
+    assert ("model: gat, 2 layers, hidden 16, heads 8/1, order auto, bias, norm batch, bf16, "
             "recompute" in capsys.readouterr().out)
 
 

@@ -62,10 +62,11 @@ def add_model_options(parser: argparse.ArgumentParser,
     g.add_argument("--bias", action=argparse.BooleanOptionalAction, default=DEFAULT_BIAS,
                    help="bias on every layer (default on)")
     g.add_argument("--order", default=None, metavar="agg|combine|auto|LIST",
-                   help="product order per layer: agg ((Â·H)·W, the paper's), combine "
-                        f"(Â·(H·W)), auto (combine on narrowing layers){text.extra_orders}, or "
-                        "a comma-separated list, one per layer (default "
-                        f"{DEFAULT_ORDER}{text.store_note}); GAT layers always combine first")
+                   help="product order per layer: auto (combine on narrowing layers), agg "
+                        "((Â·H)·W, the paper's), combine (Â·(H·W))"
+                        f"{text.extra_orders}, or a comma-separated list, one per layer "
+                        f"(default {DEFAULT_ORDER}{text.store_note}); GAT layers always "
+                        "combine first")
     g.add_argument("--learnable-features", action="store_true",
                    help="train the input features too")
     g.add_argument("--norm", choices=NORMS, default=_DEFAULT.norm,
@@ -149,7 +150,7 @@ def model_config(args: argparse.Namespace, **overrides: object) -> ModelConfig:
 
 
 def describe_model(model: ModelConfig) -> str:
-    """One line naming the model, e.g. ``gcn, 2 layers, hidden 16, order agg, bias``."""
+    """One line naming the model, e.g. ``gcn, 2 layers, hidden 16, order auto, bias``."""
     parts = [model.kind, f"{model.num_layers} layer{'s' if model.num_layers != 1 else ''}",
              f"hidden {model.hidden}"]
     if model.kind_decl.attention:

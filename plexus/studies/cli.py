@@ -12,7 +12,8 @@ from typing import Sequence
 
 from plexus.core.cli import ArgumentParser, UsageError, report_error
 from plexus.core.layout import DEFAULT_PERMUTATION
-from plexus.core.modelopts import check_model_options
+from plexus.core.modelopts import (DEFAULT_DROPOUT, DEFAULT_HIDDEN, DEFAULT_LAYERS, DEFAULT_ORDER,
+                                    check_model_options)
 
 from .folder import ResultsFolder
 from .launchers import LAUNCHERS, SlurmOptions
@@ -57,10 +58,15 @@ def sweep_parser() -> argparse.ArgumentParser:
                    help="separate runs of each configuration (default 1)")
     s.add_argument("--out", required=True, type=Path, metavar="DIR", help="results folder")
     m = p.add_argument_group("model (passed to plexus-train)")
-    m.add_argument("--layers", type=int, default=2, help="GCN layers (default 2)")
-    m.add_argument("--hidden", type=int, default=16, help="hidden width (default 16)")
-    m.add_argument("--dropout", type=float, default=0.5, help="dropout (default 0.5)")
-    m.add_argument("--order", default="agg", help="product order (default agg)")
+    m.add_argument("--layers", type=int, default=DEFAULT_LAYERS,
+                   help=f"GCN layers (default {DEFAULT_LAYERS})")
+    m.add_argument("--hidden", type=int, default=DEFAULT_HIDDEN,
+                   help=f"hidden width (default {DEFAULT_HIDDEN})")
+    m.add_argument("--dropout", type=float, default=DEFAULT_DROPOUT,
+                   help=f"dropout (default {DEFAULT_DROPOUT})")
+    m.add_argument("--order", default=DEFAULT_ORDER,
+                   help=f"product order, as plexus-train's (default {DEFAULT_ORDER}; agg is the "
+                        "paper's)")
     m.add_argument("--perm", default=DEFAULT_PERMUTATION,
                    help=f"node permutation (default {DEFAULT_PERMUTATION})")
     m.add_argument("--seed", type=int, default=0, help="seed (default 0)")

@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 from plexus.core.grid import MAX_WORLD_SIZE, GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION
+from plexus.core.modelopts import DEFAULT_DROPOUT, DEFAULT_HIDDEN, DEFAULT_LAYERS, DEFAULT_ORDER
 
 Sizes = tuple[int, int, int, int]  # nodes, nnz of Â, features, classes
 GRID_WORDS = ("all", "auto")
@@ -26,10 +27,10 @@ class PlanError(ValueError):
 class ModelOptions:
     """The plexus-train options every run of a sweep shares (model, seed, engine)."""
 
-    layers: int = 2
-    hidden: int = 16
-    dropout: float = 0.5
-    order: str = "agg"
+    layers: int = DEFAULT_LAYERS
+    hidden: int = DEFAULT_HIDDEN
+    dropout: float = DEFAULT_DROPOUT
+    order: str = DEFAULT_ORDER
     perm: str = DEFAULT_PERMUTATION
     seed: int = 0
     spmm: str = "torch"
