@@ -94,10 +94,15 @@ def test_same_losses_on_1x1x1(reference, tmp_path):
 
 
 def _cora_store(path: Path, grid: dict[str, int]) -> None:
+    """A plexus-partition store of Cora cut for the default model's orders (what a run without
+    --order computes, so its losses are comparable bit for bit)."""
     from plexus.datasets import load_dataset
+    from plexus.engine.config import ModelConfig
     from plexus.partitioners.store import write_store
 
-    write_store(load_dataset("cora"), path, grid, 2, "agg", "double", 0)
+    g = load_dataset("cora")
+    write_store(g, path, grid, 2, ModelConfig().orders(g.num_features, g.num_classes), "double",
+                0)
 
 
 def test_resume_equals_uninterrupted_run_on_same_and_other_grid(reference, tmp_path):
