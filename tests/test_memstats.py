@@ -79,14 +79,15 @@ def test_memory_model_shares_transposes_only_for_symmetric_graphs():
     assert sym.total < directed.total
 
 
+@pytest.mark.parametrize("order", ["agg", "auto"])
 @pytest.mark.parametrize("perm,layers", [("double", 2), ("double", 3), ("none", 2),
                                          ("balanced", 2)])
-def test_memory_model_counts_each_ranks_blocks_as_the_engine_builds_them(perm, layers):
+def test_memory_model_counts_each_ranks_blocks_as_the_engine_builds_them(perm, layers, order):
     """Per rank, the matrices the engine builds (Â blocks and the transposes it cannot take from
     another block) against the model's figure for that rank's coordinates: on 2x2x2 every block
     has the same size, so the model's adjacency bytes over one block's are the count. Ranks on
     the grid's diagonal hold fewer; the model without coordinates prices the rank that holds
-    the most."""
+    the most (agg's layout: with auto's a,c at 2 layers every rank holds two)."""
     from plexus.api.model import cut_shard
     from plexus.core.grid import GridShape
     from plexus.datasets import load_dataset
@@ -94,7 +95,7 @@ def test_memory_model_counts_each_ranks_blocks_as_the_engine_builds_them(perm, l
     from plexus.engine.config import EngineConfig, ModelConfig
 
     g = load_dataset("rmat:scale=8,edge_factor=4,features=8,classes=4,seed=0")
-    shape, cfg = GridShape(2, 2, 2), ModelConfig(num_layers=layers, hidden=8)
+    shape, cfg = GridShape(2, 2, 2), ModelConfig(num_layers=layers, hidden=8, order=order)
     plans = cfg.plans(g.num_features, g.num_classes)
     spec = ModelSpec(g.num_nodes, 1_000_000, g.num_features, g.num_classes, cfg, perm=perm)
     worst = epoch_memory(spec, (2, 2, 2)).adjacency
@@ -108,7 +109,9 @@ def test_memory_model_counts_each_ranks_blocks_as_the_engine_builds_them(perm, l
         model.append(epoch_memory(spec, (2, 2, 2), coords=coords).adjacency)
     unit = worst / max(counts)
     assert [round(m / unit, 9) for m in model] == counts
-    assert max(model) == worst and min(counts) < max(counts)  # the diagonal holds fewer
+    assert max(model) == worst
+    if order == "agg":
+        assert min(counts) < max(counts)  # the diagonal holds fewer
 
 
 def test_a_rank_holds_each_block_once_as_the_model_prices_it():
