@@ -295,7 +295,8 @@ def run_grid_checks(grids: list[tuple[int, int, int]], layer_counts=(1, 2, 3, 4)
             grid, g, ModelConfig(2, HIDDEN, 0.5, True, "agg", True), "single",
             engine=EngineConfig(agg_chunks=2, tune_gemms=True), epochs=epochs)
         out[f"{tag}/ledger/agg"] = check_ledger(grid, g,
-                                                 ModelConfig(4, HIDDEN, 0.5, True), "double")
+                                                 ModelConfig(4, HIDDEN, 0.5, True, "agg"),
+                                                 "double")
         out[f"{tag}/ledger/mixed-learnable"] = check_ledger(
             grid, g, ModelConfig(3, HIDDEN, 0.5, True, "combine,agg,combine", True), "none")
     rank = torch.distributed.get_rank()
