@@ -58,7 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", required=True, help="process grid XxYxZ, e.g. 4x2x2")
     p.add_argument("--layers", type=int, required=True, help="number of GCN layers")
     p.add_argument("--orders", default="agg",
-                   help="product order, one for all layers or one per layer (agg,combine)")
+                   help="product order, one for all layers or one per layer (agg,combine; "
+                        "default agg, the paper's; plexus-train --shards trains with the "
+                        "store's orders: plexus-train's own default, auto, is combine on the "
+                        "layers that narrow, e.g. combine,combine for a 2-layer GCN on Cora)")
     p.add_argument("--perm", default=DEFAULT_PERMUTATION, choices=PERMUTATIONS,
                    help="load-balancing permutation (default: double)")
     p.add_argument("--seed", type=int, default=0, help="permutation seed (default 0)")

@@ -61,7 +61,7 @@ def add_model_options(parser: argparse.ArgumentParser,
                    help=f"dropout on each layer's input (default {DEFAULT_DROPOUT})")
     g.add_argument("--bias", action=argparse.BooleanOptionalAction, default=DEFAULT_BIAS,
                    help="bias on every layer (default on)")
-    g.add_argument("--order", default=None, metavar="agg|combine|auto|LIST",
+    g.add_argument("--order", default=None, metavar="auto|agg|combine|LIST",
                    help="product order per layer: auto (combine on narrowing layers), agg "
                         "((Â·H)·W, the paper's), combine (Â·(H·W))"
                         f"{text.extra_orders}, or a comma-separated list, one per layer "
