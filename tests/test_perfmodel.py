@@ -273,6 +273,40 @@ def test_calibration_changes_the_prediction(tmp_path):
         load_calibration(path)
 
 
+def test_collectives_priced_per_local_world(tmp_path):
+    """A calibration measured on local worlds of 2 and 4 ranks prices a run's collectives with
+    the pair of the world its ranks per host match (nearest size, ties to the larger), an
+    axis's own pair above both, the top-level pair when the ranks per host are not known."""
+    from plexus.perfmodel.model import collective_time
+
+    spec = ModelSpec.of(50_000, 1_000_000, 64, 8, num_layers=2, hidden=32)
+    doc = {"spmm_flops": 1e9, "gemm_flops": 1e10, "alpha": 1e-4, "beta": 1e-9,
+           "worlds": {"2": {"alpha": 1e-4, "beta": 1e-9}, "4": {"alpha": 2e-3, "beta": 5e-9}}}
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(doc))
+    cal = load_calibration(path)
+    assert cal.worlds == ((2, 1e-4, 1e-9), (4, 2e-3, 5e-9))
+    assert [cal.link("x", r) for r in (None, 1, 2, 3, 4, 16)] == \
+        [(1e-4, 1e-9)] * 3 + [(2e-3, 5e-9)] * 3
+    assert Calibration.from_dict(cal.to_dict()).worlds == cal.worlds  # the file round-trips
+    four = predict(spec, (2, 1, 2), cal, ranks_per_host=4)
+    by_hand = sum(c.steps * 2e-3 + c.elements * 4 * 5e-9
+                  for c in epoch_volume(spec, (2, 1, 2)).collectives)
+    assert four.comm_s == pytest.approx(by_hand)
+    assert four.comm_s == pytest.approx(sum(collective_time(c, cal, 4, 4) for c in
+                                            epoch_volume(spec, (2, 1, 2)).collectives))
+    assert predict(spec, (2, 1, 2), cal).comm_s < four.comm_s  # no host info: the top pair
+    # an axis's own pair (a link across nodes) is above the local worlds'
+    axis = Calibration.from_dict({**doc, "axes": {"z": {"alpha": 1.0, "beta": 1.0}}})
+    assert axis.link("z", 4) == (1.0, 1.0) and axis.link("x", 4) == (2e-3, 5e-9)
+    for bad, needle in (({"1": {"alpha": 1, "beta": 1}}, "worlds.1"),
+                        ({"four": {"alpha": 1, "beta": 1}}, "worlds.four"),
+                        ({"4": {"alpha": -1, "beta": 1}}, "worlds.4.alpha"), ([4], "worlds")):
+        path.write_text(json.dumps({**doc, "worlds": bad}))
+        with pytest.raises(ValueError, match=needle):
+            load_calibration(path)
+
+
 # ---- CLI --------------------------------------------------------------------------------------
 SIZES = ["--nodes", "2449029", "--nnz", "126167309", "--features", "100", "--classes", "47"]
 
@@ -354,7 +388,9 @@ def test_bench_calibrate_quick_without_collectives(tmp_path, capsys):
     assert cal.spmm_flops > 0 and cal.gemm_flops > 0
     assert (cal.alpha, cal.beta) == (Calibration().alpha, Calibration().beta)
     assert [p.name for p in out.parent.iterdir()] == ["cal.json"]  # no temp file left
-    assert bench_main(["calibrate", "--out", str(out), "--world-size", "0"]) == 2
+    for bad in ("0", "2,x", "", "2,-1"):
+        assert bench_main(["calibrate", "--out", str(out), "--world-size", bad]) == 2
+    assert "--world-size must be whole numbers" in capsys.readouterr().err
 
 
 def test_comm_volume_benchmark_runs(tmp_path):

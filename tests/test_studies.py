@@ -124,7 +124,10 @@ def test_report_csv_has_a_row_per_run(study):
         float(by_grid["2x1x1"]["t_all_reduce:x_mean_s"]) > 0
     assert "Spearman" in study["report"].stdout
     # the sweep measured this machine's rates and the report priced its predictions with them
-    assert (study["out"] / "calibration.json").is_file()
+    measured = json.loads((study["out"] / "calibration.json").read_text())
+    # collectives timed on a local world of each multi-rank size the sweep ran
+    assert sorted(measured["worlds"]) == sorted({str(int(r["world_size"])) for r in rows
+                                                 if int(r["world_size"]) > 1})
     assert "predictions priced with" in study["report"].stdout
     assert "UNCALIBRATED" not in study["report"].stderr
     assert all(float(r["predicted_over_measured"]) > 0 for r in rows)

@@ -2,14 +2,19 @@
 ``plexus-bench calibrate`` measures them (SpMM and GEMM rates, collective α and β).
 
 Compute rates are taken with ``threads`` torch threads (1 by default, as each rank of a local
-gloo world runs). Collectives run on a small local gloo world over 127.0.0.1 (one thread per
-rank); their times are fitted to the ring model of `plexus.perfmodel`:
+gloo world runs). Collectives run on local gloo worlds over 127.0.0.1 (one thread per rank), one
+world per size asked for: a training step's collectives follow compute, so each timed call comes
+after a burst of GEMM on every rank (`BUSY_S`), whose waking peers and caches a back-to-back loop
+would not see (on a 2-core VM that made a call 3-10x slower than back to back, and far slower once
+ranks outnumber the cores). Each world's times are fitted to the ring model of `plexus.perfmodel`:
 
     t(all_reduce of n over p)  = 2(p-1)·α + 2(p-1)/p·n·b·β
     t(all_gather  of n over p) =  (p-1)·α +  (p-1)/p·n·b·β      (b = bytes per element)
 
 by least squares on relative error, so the latency-bound small messages weigh as much as the
-bandwidth-bound large ones. The whole calibration takes well under a minute.
+bandwidth-bound large ones; the smallest world's pair is the file's ``alpha``/``beta``, every
+world's pair is kept under ``worlds`` and prices runs with that many ranks on a host. The whole
+calibration takes well under a minute.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from plexus.core.timing import time_calls
 from plexus.runtime.env import available_cores
 
 FORMAT_VERSION = 1
+#: Seconds of GEMM every rank runs before each timed collective (see the module doc).
+BUSY_S = 1e-3
 
 
 @dataclass(frozen=True)
@@ -43,8 +50,9 @@ class Calibration:
     """Machine rates for the time model.
 
     ``alpha`` is seconds per collective step (latency), ``beta`` seconds per byte moved by one
-    rank; ``axes`` overrides both for single axes, e.g. (("z", 5e-5, 1/12.5e9),) when z crosses
-    nodes. ``elementwise_rate`` is element passes per second of memory-bound elementwise work
+    rank; ``worlds`` holds the pair measured on a local world of each size, ((4, α, β),), which
+    prices runs with that many ranks per host (`link`); ``axes`` overrides both for single axes,
+    e.g. (("z", 5e-5, 1/12.5e9),) when z crosses nodes. ``elementwise_rate`` is element passes per second of memory-bound elementwise work
     (dropout's hash, ReLU, bias, the loss). ``cores``: the cores of the measured machine, whose
     ranks share them (0: a device per rank, no sharing); the rates are one rank's on
     ``threads`` threads. The defaults describe an order-of-magnitude GPU node (not this
@@ -57,6 +65,7 @@ class Calibration:
     beta: float = 1.0 / 20e9
     axes: tuple[tuple[str, float, float], ...] = ()
     source: str = "defaults"
+    worlds: tuple[tuple[int, float, float], ...] = ()
     elementwise_rate: float = 1e11
     cores: int = 0
     threads: int = 1
@@ -75,11 +84,17 @@ class Calibration:
         """Whether the rates were measured (a file or a dict), not the built-in GPU-node ones."""
         return self.source != "defaults"
 
-    def link(self, axis: str) -> tuple[float, float]:
-        """(α, β) of collectives over ``axis``."""
+    def link(self, axis: str, ranks_per_host: int | None = None) -> tuple[float, float]:
+        """(α, β) of collectives over ``axis`` when ``ranks_per_host`` ranks share a host: the
+        axis's own pair if given, else the pair measured on the local world closest in size
+        (ties: the larger), else ``alpha``/``beta``."""
         for name, alpha, beta in self.axes:
             if name == axis:
                 return alpha, beta
+        if self.worlds and ranks_per_host:
+            _, alpha, beta = min(self.worlds, key=lambda w: (abs(math.log(w[0] / ranks_per_host)),
+                                                             -w[0]))
+            return alpha, beta
         return self.alpha, self.beta
 
     def to_dict(self) -> dict[str, Any]:
@@ -88,6 +103,7 @@ class Calibration:
                 "elementwise_rate": self.elementwise_rate,
                 "alpha": self.alpha, "beta": self.beta,
                 "axes": {a: {"alpha": al, "beta": be} for a, al, be in self.axes},
+                "worlds": {str(w): {"alpha": al, "beta": be} for w, al, be in self.worlds},
                 "cores": self.cores, "threads": self.threads, "source": self.source}
 
     @classmethod
@@ -117,6 +133,16 @@ class Calibration:
                 raise ValueError(f"{source}: axes.{axis} must be one of x/y/z with alpha/beta")
             axes.append((axis, num(link, "alpha", base.alpha, f"axes.{axis}."),
                          num(link, "beta", base.beta, f"axes.{axis}.")))
+        worlds = []
+        raw_worlds = data.get("worlds", {}) or {}
+        if not isinstance(raw_worlds, Mapping):
+            raise ValueError(f"{source}: worlds must be an object like {{\"4\": {{\"alpha\": ...}}}}")
+        for size, link in raw_worlds.items():
+            if not str(size).isdigit() or int(size) < 2 or not isinstance(link, Mapping):
+                raise ValueError(f"{source}: worlds.{size} must be a world size >= 2 with "
+                                 "alpha/beta")
+            worlds.append((int(size), num(link, "alpha", base.alpha, f"worlds.{size}."),
+                           num(link, "beta", base.beta, f"worlds.{size}.")))
         counts = {}
         for key in ("cores", "threads"):
             value = data.get(key, getattr(base, key))
@@ -127,7 +153,7 @@ class Calibration:
                    gemm_flops=num(data, "gemm_flops", base.gemm_flops, ""),
                    alpha=num(data, "alpha", base.alpha, ""),
                    beta=num(data, "beta", base.beta, ""),
-                   axes=tuple(sorted(axes)), source=source,
+                   axes=tuple(sorted(axes)), source=source, worlds=tuple(sorted(worlds)),
                    elementwise_rate=num(data, "elementwise_rate", base.elementwise_rate, ""),
                    **counts)
 
@@ -181,7 +207,8 @@ def _no_constant(name: str) -> Any:
 
 
 #: The rates a calibration file holds, and what else plexus-bench calibrate writes in it.
-RATE_KEYS = frozenset({"spmm_flops", "gemm_flops", "elementwise_rate", "alpha", "beta", "axes"})
+RATE_KEYS = frozenset({"spmm_flops", "gemm_flops", "elementwise_rate", "alpha", "beta", "axes",
+                       "worlds"})
 FILE_KEYS = RATE_KEYS | {"version", "created", "host", "machine", "torch", "threads", "cores",
                          "measurements", "backend", "note", "source"}
 MAX_CALIBRATION_BYTES = 64 << 20
@@ -270,14 +297,23 @@ def measure_elementwise(rows: int = 8192, cols: int = 128, reps: int = 5
              "seconds": seconds, "rate": passes / seconds}]
 
 
-def _time_collectives(sizes: Sequence[int], reps: int) -> list[dict[str, Any]]:
-    """One rank of the calibration world: time all_reduce and all_gather at every size."""
+def _time_collectives(sizes: Sequence[int], reps: int, busy_s: float) -> list[dict[str, Any]]:
+    """One rank of the calibration world: time all_reduce and all_gather at every size, each
+    call after ``busy_s`` of GEMM on every rank (as a training step's collectives follow its
+    compute)."""
     import torch
     import torch.distributed as dist
 
     world = dist.get_world_size()
     # torch >= 2.13 renames all_gather_into_tensor; use whichever exists.
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    a = torch.randn(128, 128)
+
+    def busy() -> None:
+        start = time.perf_counter()
+        while time.perf_counter() - start < busy_s:
+            torch.mm(a, a)
+
     batches = 5
     records = []
     for n in sizes:
@@ -290,10 +326,13 @@ def _time_collectives(sizes: Sequence[int], reps: int) -> list[dict[str, Any]]:
             # Median of batch means: robust to the scheduler hiccups of a shared machine.
             for _ in range(batches):
                 dist.barrier()
-                start = time.perf_counter()
+                spent = 0.0
                 for _ in range(max(1, reps // batches)):
+                    busy()
+                    start = time.perf_counter()
                     fn()
-                means.append((time.perf_counter() - start) / max(1, reps // batches))
+                    spent += time.perf_counter() - start
+                means.append(spent / max(1, reps // batches))
             mean = torch.tensor([statistics.median(means)], dtype=torch.float64)
             dist.all_reduce(mean, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
             # all_gather's per-rank input is n; its full size (what the model calls n) n·p.
@@ -304,15 +343,18 @@ def _time_collectives(sizes: Sequence[int], reps: int) -> list[dict[str, Any]]:
 
 
 def measure_collectives(world_size: int = 2, sizes: Sequence[int] = (1, 4_096, 65_536, 1 << 20),
-                        reps: int = 20, timeout: float = 120.0) -> list[dict[str, Any]]:
-    """Time gloo all_reduce / all_gather on a fresh local world of ``world_size`` processes.
+                        reps: int = 20, timeout: float = 120.0,
+                        busy_s: float = BUSY_S) -> list[dict[str, Any]]:
+    """Time gloo all_reduce / all_gather on a fresh local world of ``world_size`` processes,
+    each call after ``busy_s`` seconds of GEMM on every rank.
 
     ``sizes`` are per-rank float32 element counts. Returns records with op, world, elements (the
     full size n), seconds (mean per call, slowest rank). Raises RuntimeError if a rank fails.
     """
     from plexus.runtime.world import run_world  # noqa: PLC0415 (starts processes)
 
-    return run_world(world_size, _time_collectives, list(sizes), reps, timeout=timeout)[0]
+    return run_world(world_size, _time_collectives, list(sizes), reps, busy_s,
+                     timeout=timeout)[0]
 
 
 def fit_alpha_beta(records: Sequence[dict[str, Any]], dtype_bytes: int = 4) -> tuple[float, float]:
@@ -331,19 +373,23 @@ def fit_alpha_beta(records: Sequence[dict[str, Any]], dtype_bytes: int = 4) -> t
     return max(float(alpha), 1e-9), max(float(beta), 1e-15)
 
 
-def calibrate(world_size: int = 2, threads: int = 1, quick: bool = False,
+def calibrate(world_size: int | Sequence[int] = 2, threads: int = 1, quick: bool = False,
               log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Measure everything and return the calibration document (see `write_calibration`).
 
-    ``world_size`` 1 skips the collectives (α and β are then left to the model's defaults).
-    ``quick`` uses small problems and few repetitions (for tests; the rates are rough).
+    ``world_size``: the local world size(s) to time collectives on; each size above 1 gets its
+    own (α, β) under ``worlds``, the smallest's is ``alpha``/``beta``. Only 1: no collectives
+    (α and β are then left to the model's defaults). ``quick`` uses small problems and few
+    repetitions (for tests and sweeps; the rates are rough).
     """
     import torch
 
-    if world_size < 1:
+    sizes_asked = [world_size] if isinstance(world_size, int) else list(world_size)
+    if not sizes_asked or min(sizes_asked) < 1:
         raise ValueError(f"world size must be >= 1, got {world_size}")
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
+    worlds = sorted({w for w in sizes_asked if w > 1})
     say = log or (lambda _msg: None)
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -369,12 +415,17 @@ def calibrate(world_size: int = 2, threads: int = 1, quick: bool = False,
         "measurements": {"spmm": spmm, "gemm": gemm, "elementwise": elementwise,
                          "collectives": []},
     }
-    if world_size > 1:
-        say(f"collectives (gloo, {world_size} local ranks) ...")
-        sizes = (1, 65_536) if quick else (1, 4_096, 65_536, 1 << 20)
-        coll = measure_collectives(world_size, sizes, reps=3 if quick else 20)
-        doc["alpha"], doc["beta"] = fit_alpha_beta(coll)
-        doc["measurements"]["collectives"] = coll
+    if worlds:
+        sizes = (1, 4_096, 65_536, 262_144) if quick else (1, 4_096, 65_536, 1 << 20)
+        doc["worlds"] = {}
+        for w in worlds:
+            say(f"collectives (gloo, {w} local ranks, each after {BUSY_S * 1e3:g} ms of "
+                "compute) ...")
+            coll = measure_collectives(w, sizes, reps=10 if quick else 20)
+            alpha, beta = fit_alpha_beta(coll)
+            doc["worlds"][str(w)] = {"alpha": alpha, "beta": beta}
+            doc["measurements"]["collectives"] += coll
+        doc["alpha"], doc["beta"] = (doc["worlds"][str(worlds[0])][k] for k in ("alpha", "beta"))
         doc["backend"] = "gloo"
     else:
         doc["note"] = ("world size 1: collectives not measured, the model uses its default "

@@ -187,8 +187,10 @@ def _bench_parser(commands: Sequence[BenchCommand] = ()) -> ArgumentParser:
                                      "(alpha) and per-byte time (beta) of gloo collectives on a "
                                      "local world; write them as JSON for plexus-model.")
     cal.add_argument("--out", required=True, metavar="FILE", help="calibration JSON to write")
-    cal.add_argument("--world-size", type=int, default=2, metavar="P",
-                     help="local gloo ranks for the collective timings (default 2; 1 skips them)")
+    cal.add_argument("--world-size", default="2", metavar="P[,P...]",
+                     help="local gloo ranks for the collective timings, one world per size "
+                          "(default 2; e.g. 2,4 to price runs of 2 and of 4 ranks per host; "
+                          "1 skips them)")
     cal.add_argument("--threads", type=int, default=1, metavar="T",
                      help="torch threads for the compute timings (default 1, as one rank uses)")
     cal.add_argument("--quick", action="store_true",
@@ -197,6 +199,18 @@ def _bench_parser(commands: Sequence[BenchCommand] = ()) -> ArgumentParser:
         command.add_arguments(sub.add_parser(command.name, help=command.help,
                                              description=command.description))
     return p
+
+
+def _world_sizes(text: str) -> list[int]:
+    """``--world-size``'s comma-separated sizes; `UsageError` unless each is a whole number >= 1."""
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise UsageError(f"--world-size must be whole numbers >= 1 separated by commas, "
+                         f"got {text!r}")
+    return sizes
 
 
 def bench_main(argv: Sequence[str] | None = None,
@@ -211,8 +225,7 @@ def bench_main(argv: Sequence[str] | None = None,
             raise UsageError(f"choose a command: {', '.join(['calibrate', *extra])}")
         if args.command in extra:
             return extra[args.command].main(args)
-        if args.world_size < 1:
-            raise UsageError(f"--world-size must be >= 1, got {args.world_size}")
+        worlds = _world_sizes(args.world_size)
         if args.threads < 1:
             raise UsageError(f"--threads must be >= 1, got {args.threads}")
     except UsageError as e:
@@ -220,7 +233,7 @@ def bench_main(argv: Sequence[str] | None = None,
     if args.command == "calibrate":
         start = time.perf_counter()
         try:
-            doc = calibrate(args.world_size, args.threads, args.quick,
+            doc = calibrate(worlds, args.threads, args.quick,
                             log=lambda m: print(m, file=sys.stderr, flush=True))
             path = write_calibration(doc, args.out)
         except OSError as e:

@@ -496,9 +496,11 @@ class Prediction:
                 "memory": self.memory.to_dict(), "fits": self.fits}
 
 
-def collective_time(c: Collective, calibration: Calibration, dtype_bytes: int = 4) -> float:
-    """α-β time of one ring collective: steps·α + bytes moved per rank·β."""
-    alpha, beta = calibration.link(c.axis)
+def collective_time(c: Collective, calibration: Calibration, dtype_bytes: int = 4,
+                    ranks_per_host: int | None = None) -> float:
+    """α-β time of one ring collective: steps·α + bytes moved per rank·β, with the (α, β) of
+    its axis, or of a world of ``ranks_per_host`` local ranks (`Calibration.link`)."""
+    alpha, beta = calibration.link(c.axis, ranks_per_host)
     return c.steps * alpha + c.elements * (c.itemsize or dtype_bytes) * beta
 
 
@@ -522,7 +524,9 @@ def predict(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
 
     Compute is flops at the SpMM and GEMM rates plus element passes at the elementwise rate,
     divided by the share of a core each rank gets when ``ranks_per_host`` ranks share the
-    calibrated machine's cores (`Calibration.core_share`; None: one rank per device)."""
+    calibrated machine's cores (`Calibration.core_share`; None: one rank per device); the
+    collectives are priced with the (α, β) measured on a local world of that many ranks when
+    the calibration has one (`Calibration.link`)."""
     cal = calibration or Calibration()
     s = normalize_grid(grid)
     orders = _resolve_orders(spec, s, orders, cal)
@@ -531,7 +535,7 @@ def predict(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     mem = epoch_memory(spec, s, orders)
     per_axis = {a: 0.0 for a in AXES}
     for c in vol.collectives:
-        per_axis[c.axis] += collective_time(c, cal, spec.dtype_bytes)
+        per_axis[c.axis] += collective_time(c, cal, spec.dtype_bytes, ranks_per_host)
     comm_s = sum(per_axis.values())
     compute_s = (comp.spmm_flops / cal.spmm_flops + comp.gemm_flops / cal.gemm_flops
                  + comp.elementwise / cal.elementwise_rate) / cal.core_share(ranks_per_host)

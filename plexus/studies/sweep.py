@@ -36,6 +36,9 @@ from .schema import SchemaError, check, parse_json
 
 MANIFEST = "manifest.json"
 CALIBRATION = "calibration.json"
+#: The largest local world the sweep times collectives on (a 16-rank world starts in ~30 s on
+#: 2 cores; larger runs are priced with its α and β).
+CALIBRATION_MAX_WORLD = 16
 FORMAT = 1
 
 
@@ -158,18 +161,19 @@ def last_line(folder: ResultsFolder, path: Path) -> str:
 
 def measure_calibration(folder: ResultsFolder, plans: Sequence[PlannedRun],
                         say: Callable[[str], None]) -> Path | None:
-    """Measure this machine's rates into RESULTS/calibration.json unless it is there (a few
-    seconds: `plexus.perfmodel.calibrate` in its quick form, one thread per rank as the runs
-    use, collectives on two local ranks when the sweep has multi-rank runs)."""
+    """Measure this machine's rates into RESULTS/calibration.json unless it is there (seconds:
+    `plexus.perfmodel.calibrate` in its quick form, one thread per rank as the runs use, and
+    the collectives on a local world of each multi-rank size the sweep runs, up to
+    `CALIBRATION_MAX_WORLD` ranks, as its runs' ranks share this host)."""
     from plexus.perfmodel.calibration import calibrate  # noqa: PLC0415
 
     path = folder.root / CALIBRATION
     if folder.read_text(path) is not None:
         return None
-    ranks = 2 if any(p.world_size > 1 for p in plans) else 1
+    worlds = sorted({min(p.world_size, CALIBRATION_MAX_WORLD) for p in plans}) or [1]
     say(f"measuring this machine's rates for the report's predictions ({CALIBRATION}; "
         "--no-calibrate skips it) ...")
-    doc = calibrate(world_size=ranks, threads=1, quick=True)
+    doc = calibrate(world_size=worlds, threads=1, quick=True)
     doc["note"] = ("measured by plexus-sweep before its runs (quick: rough rates); "
                    "plexus-bench calibrate measures them more carefully")
     with folder.atomic(path, "w") as f:
