@@ -52,9 +52,11 @@ def one_run(args: argparse.Namespace, cache: Path, tag: str) -> dict:
     env.pop("PLEXUS_CACHE_DIR", None)
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "run.json"
+        # --order agg: the order the committed results were measured with (the default was
+        # agg then); a later --plexus-arg=--order=... overrides it
         cmd = ["plexus-train", "--grid", args.grid, "--dataset", args.spec, "--epochs",
                str(args.epochs), "--eval-every", "0", "--cache", str(cache), "--log-json",
-               str(log), *args.plexus_args]
+               str(log), "--order", "agg", *args.plexus_args]
         code, rss, wall, text, killed = run_child(cmd, args.min_free * GIB, env)
         if code != 0 or not log.exists():
             return {"tag": tag, "ok": False,

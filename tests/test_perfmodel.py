@@ -299,12 +299,51 @@ def test_collectives_priced_per_local_world(tmp_path):
     # an axis's own pair (a link across nodes) is above the local worlds'
     axis = Calibration.from_dict({**doc, "axes": {"z": {"alpha": 1.0, "beta": 1.0}}})
     assert axis.link("z", 4) == (1.0, 1.0) and axis.link("x", 4) == (2e-3, 5e-9)
+    # equally near worlds (log scale: 2 and 8 around 4): the larger one's pair
+    tie = Calibration.from_dict({**doc, "worlds": {"2": {"alpha": 1e-4, "beta": 1e-9},
+                                                   "8": {"alpha": 3e-3, "beta": 7e-9}}})
+    assert tie.link("x", 4) == (3e-3, 7e-9)
     for bad, needle in (({"1": {"alpha": 1, "beta": 1}}, "worlds.1"),
                         ({"four": {"alpha": 1, "beta": 1}}, "worlds.four"),
+                        ({"\u00b2": {"alpha": 1, "beta": 1}}, "worlds.\u00b2 must"),
+                        ({"04": {"alpha": 1, "beta": 1}, "4": {"alpha": 1, "beta": 1}},
+                         "worlds.04 must"),
+                        ({"4": {"alpha": 1}}, "worlds.4 must be .* both alpha and beta"),
                         ({"4": {"alpha": -1, "beta": 1}}, "worlds.4.alpha"), ([4], "worlds")):
         path.write_text(json.dumps({**doc, "worlds": bad}))
         with pytest.raises(ValueError, match=needle):
             load_calibration(path)
+
+
+def test_cli_ranks_per_host(tmp_path, capsys):
+    """plexus-model --ranks-per-host prices every grid, and chooses each grid's best orders,
+    with the calibration's world for that many local ranks and their share of the cores."""
+    cal = {"spmm_flops": 1e9, "gemm_flops": 1e10, "alpha": 1e-5, "beta": 1e-10, "cores": 2,
+           "worlds": {"2": {"alpha": 1e-5, "beta": 1e-10}, "4": {"alpha": 1e-2, "beta": 1e-7}}}
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(cal))
+    args = ["-G", "4", *SIZES, "--layers", "2", "--hidden", "64", "--json", "--top", "0",
+            "--order", "best", "--calibration", str(path)]
+    docs = {}
+    for per_host in (None, 4):
+        assert main(args + ([] if per_host is None else ["--ranks-per-host", str(per_host)])) == 0
+        docs[per_host] = json.loads(capsys.readouterr().out)
+    assert docs[4]["ranks_per_host"] == 4 and docs[None]["ranks_per_host"] is None
+    loaded = load_calibration(path)
+    spec = ModelSpec.of(2449029, 126167309, 100, 47, num_layers=2, hidden=64, best_orders=True)
+    for per_host, doc in docs.items():
+        for config in doc["configs"]:
+            grid = tuple(config["grid"])
+            want = predict(spec, grid, loaded, ranks_per_host=per_host)
+            assert tuple(config["orders"]) == want.orders == \
+                choose_orders(spec, grid, loaded, per_host)
+            assert config["time_s"] == pytest.approx(want.time_s)
+    # 4 ranks on 2 cores at the 4-rank world's rates: every grid slower than one per device
+    slow = {tuple(c["grid"]): c["time_s"] for c in docs[4]["configs"]}
+    assert all(slow[tuple(c["grid"])] > c["time_s"] for c in docs[None]["configs"])
+    capsys.readouterr()
+    assert main(["-G", "4", *SIZES, "--ranks-per-host", "0"]) == 2
+    assert "--ranks-per-host must be in [1, --world-size]" in capsys.readouterr().err
 
 
 # ---- CLI --------------------------------------------------------------------------------------

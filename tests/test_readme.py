@@ -40,6 +40,7 @@ CHEAP = [
     "./run train --grid 1x1x1 --epochs 10 --checkpoint ck-requeue/ --resume auto",
     "./run train --grid 1x1x1 --epochs 5 --log-csv epochs.csv --tensorboard tb/",
     "./run plexus-bench calibrate --out cal.json --quick",
+    "./run plexus-model --world-size 4 --dataset cora --calibration cal.json --ranks-per-host 4",
 ]
 
 # Not run here, and why.

@@ -247,6 +247,29 @@ def test_plan_arithmetic():
         ["cora", "pubmed"]
 
 
+def test_sweep_calibrates_each_world_it_runs_up_to_the_cap(tmp_path, monkeypatch):
+    """The sweep times collectives on a local world of each multi-rank size it runs (a 32-rank
+    run is priced with the largest world measured, `CALIBRATION_MAX_WORLD`), once per folder."""
+    import plexus.perfmodel.calibration as calibration
+    from plexus.studies.folder import ResultsFolder
+    from plexus.studies.sweep import CALIBRATION_MAX_WORLD, measure_calibration
+
+    asked = []
+
+    def fake(world_size, threads, quick):
+        asked.append((list(world_size), threads, quick))
+        return {"alpha": 1e-4, "beta": 1e-9}
+
+    monkeypatch.setattr(calibration, "calibrate", fake)
+    req = SweepRequest(dataset=SPEC, world_sizes=(1, 2, 4, 32), grids="auto", repeats=1)
+    plans = plan_runs(req, lambda ds, w: GridShape(1, 1, w))
+    folder = ResultsFolder(tmp_path / "res", create=True)
+    assert measure_calibration(folder, plans, lambda line: None) is not None
+    assert asked == [([1, 2, 4, CALIBRATION_MAX_WORLD], 1, True)] and CALIBRATION_MAX_WORLD < 32
+    assert measure_calibration(folder, plans, lambda line: None) is None  # kept, not redone
+    assert len(asked) == 1
+
+
 def test_report_reads_measured_memory_when_the_log_has_it(study, tmp_path):
     # the memory record agreed with the memory issue: per-rank lists and the prediction
     from plexus.perfmodel import Calibration

@@ -23,6 +23,7 @@ import json
 import math
 import os
 import platform
+import re
 import stat
 import statistics
 import time
@@ -138,9 +139,11 @@ class Calibration:
         if not isinstance(raw_worlds, Mapping):
             raise ValueError(f"{source}: worlds must be an object like {{\"4\": {{\"alpha\": ...}}}}")
         for size, link in raw_worlds.items():
-            if not str(size).isdigit() or int(size) < 2 or not isinstance(link, Mapping):
-                raise ValueError(f"{source}: worlds.{size} must be a world size >= 2 with "
-                                 "alpha/beta")
+            # ASCII digits without a leading zero: "04" beside "4" would be the same world
+            if not re.fullmatch(r"[1-9][0-9]{0,5}", str(size)) or int(size) < 2 \
+                    or not isinstance(link, Mapping) or not {"alpha", "beta"} <= set(link):
+                raise ValueError(f"{source}: worlds.{size} must be a world size >= 2 (digits) "
+                                 "with both alpha and beta")
             worlds.append((int(size), num(link, "alpha", base.alpha, f"worlds.{size}."),
                            num(link, "beta", base.beta, f"worlds.{size}.")))
         counts = {}

@@ -59,6 +59,11 @@ def _model_parser() -> ArgumentParser:
     add_precision_options(p.add_argument_group("engine"))
     p.add_argument("--calibration", metavar="FILE",
                    help="JSON from `plexus-bench calibrate` (default: built-in GPU-node rates)")
+    p.add_argument("--ranks-per-host", type=int, metavar="R",
+                   help="ranks sharing one host: they share its cores, and their collectives "
+                        "are priced with the calibration's world nearest R (`plexus-bench "
+                        "calibrate --world-size`); default: one rank per device, the "
+                        "calibration's first pair")
     p.add_argument("--memory-limit", type=float, metavar="GIB",
                    help="memory per rank in GiB; grids above it are ranked last and flagged")
     p.add_argument("--top", type=int, default=10, metavar="K",
@@ -79,8 +84,9 @@ def _dataset_sizes(spec: str, root: str | None) -> tuple[str, int, int, int, int
 
 
 def _table(spec: ModelSpec, cal: Calibration, preds: list[Prediction], world: int,
-           shown: int, streamed: bool = False) -> str:
+           shown: int, streamed: bool = False, per_host: int | None = None) -> str:
     m = spec.model
+    alpha, beta = cal.link("", per_host)  # the pair the collectives are priced with
     lines = [
         f"{spec.name or 'graph'}: N={spec.num_nodes:,} nnz={spec.nnz:,} F={spec.num_features} "
         f"C={spec.num_classes} layers={m.num_layers} hidden={m.hidden} "
@@ -91,7 +97,8 @@ def _table(spec: ModelSpec, cal: Calibration, preds: list[Prediction], world: in
            if spec.dtype_bytes != 4 else "") + (", recompute" if spec.recompute else "")
         + " (plexus-train's model options and defaults: --model, --layers, --hidden, ...)",
         f"calibration: {cal.source} (SpMM {cal.spmm_flops:.3g} flop/s, GEMM "
-        f"{cal.gemm_flops:.3g} flop/s, alpha {cal.alpha:.3g} s, beta {1 / cal.beta:.3g} B/s)",
+        f"{cal.gemm_flops:.3g} flop/s, alpha {alpha:.3g} s, beta {1 / beta:.3g} B/s"
+        + (f"; {per_host} ranks per host" if per_host else "") + ")",
         f"world size {world}: {len(preds)} grids, showing {shown}",
         "",
         f"set-up: partitioning the graph takes {format_bytes(partition_memory(spec, streamed))} "
@@ -127,6 +134,9 @@ def model_main(argv: Sequence[str] | None = None) -> int:
                              f"{args.memory_limit}")
         if args.top < 0:
             raise ValueError(f"--top must be >= 0, got {args.top}")
+        if args.ranks_per_host is not None and not 1 <= args.ranks_per_host <= args.world_size:
+            raise ValueError(f"--ranks-per-host must be in [1, --world-size], got "
+                             f"{args.ranks_per_host}")
         check_model_options(args)
         explicit = [args.nodes, args.nnz, args.features, args.classes]
         if args.dataset is not None:
@@ -146,7 +156,7 @@ def model_main(argv: Sequence[str] | None = None) -> int:
                          multilabel=multilabel)
         cal = load_calibration(args.calibration)
         limit = None if args.memory_limit is None else args.memory_limit * 2**30
-        preds = rank_configs(args.world_size, spec, cal, limit)
+        preds = rank_configs(args.world_size, spec, cal, limit, args.ranks_per_host)
     except (ValueError, OSError, KeyError) as e:  # UsageError, DatasetError are ValueErrors
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return report_error(parser.prog, msg)
@@ -156,13 +166,14 @@ def model_main(argv: Sequence[str] | None = None) -> int:
         doc = {"spec": {k: (list(v) if isinstance(v, tuple) else v)
                         for k, v in asdict(spec).items()},
                "calibration": cal.to_dict(), "world_size": args.world_size,
+               "ranks_per_host": args.ranks_per_host,
                "num_grids": len(preds), "partition_bytes": partition_memory(spec, streamed),
                "configs": [{**p.to_dict(), "setup_bytes": setup_memory(spec, p.grid).rank}
                            for p in preds[:shown]]}
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        print(_table(spec, cal, preds, args.world_size, shown, streamed))
+        print(_table(spec, cal, preds, args.world_size, shown, streamed, args.ranks_per_host))
     return 0
 
 

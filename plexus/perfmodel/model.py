@@ -505,14 +505,16 @@ def collective_time(c: Collective, calibration: Calibration, dtype_bytes: int = 
 
 
 def _resolve_orders(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str] | None,
-                    calibration: Calibration | None = None) -> tuple[str, ...]:
+                    calibration: Calibration | None = None,
+                    ranks_per_host: int | None = None) -> tuple[str, ...]:
     """The per-layer orders to price: ``orders`` (validated), the model's, or with
-    ``best_orders`` the fastest on this grid."""
+    ``best_orders`` the fastest on this grid (priced as `predict` prices it)."""
     if orders is not None:
         return parse_order(tuple(orders), spec.model.num_layers)  # type: ignore[return-value]
     fixed = spec.fixed_orders()
     if fixed is None:
-        return choose_orders(spec, (shape["x"], shape["y"], shape["z"]), calibration)
+        return choose_orders(spec, (shape["x"], shape["y"], shape["z"]), calibration,
+                             ranks_per_host)
     return fixed
 
 
@@ -529,7 +531,7 @@ def predict(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     the calibration has one (`Calibration.link`)."""
     cal = calibration or Calibration()
     s = normalize_grid(grid)
-    orders = _resolve_orders(spec, s, orders, cal)
+    orders = _resolve_orders(spec, s, orders, cal, ranks_per_host)
     vol = epoch_volume(spec, s, orders)
     comp = epoch_compute(spec, s, orders)
     mem = epoch_memory(spec, s, orders)
@@ -552,13 +554,16 @@ def factorizations(world_size: int) -> list[Grid3]:
 
 
 def rank_configs(world_size: int, spec: ModelSpec, calibration: Calibration | None = None,
-                 memory_limit: float | None = None) -> list[Prediction]:
-    """Predictions for every factorization of ``world_size``, fastest first.
+                 memory_limit: float | None = None,
+                 ranks_per_host: int | None = None) -> list[Prediction]:
+    """Predictions for every factorization of ``world_size``, fastest first, each priced as
+    `predict` prices it for ``ranks_per_host`` ranks per host.
 
     Grids over ``memory_limit`` bytes per rank (if given) are kept but flagged ``fits=False`` and
     ranked after every grid that fits. Ties break on memory, then on the grid tuple.
     """
-    preds = [predict(spec, g, calibration) for g in factorizations(world_size)]
+    preds = [predict(spec, g, calibration, ranks_per_host=ranks_per_host)
+             for g in factorizations(world_size)]
     for p in preds:
         p.fits = memory_limit is None or p.memory.total <= memory_limit
     preds.sort(key=lambda p: (not p.fits, p.time_s, p.memory.total, p.grid))
@@ -566,15 +571,17 @@ def rank_configs(world_size: int, spec: ModelSpec, calibration: Calibration | No
 
 
 def choose_grid(world_size: int, spec: ModelSpec, calibration: Calibration | None = None,
-                memory_limit: float | None = None) -> Grid3:
+                memory_limit: float | None = None, ranks_per_host: int | None = None) -> Grid3:
     """The (X, Y, Z) with X·Y·Z = world_size that the model predicts fastest (within the memory
     limit when one fits); what ``plexus-train --grid auto`` uses."""
-    return rank_configs(world_size, spec, calibration, memory_limit)[0].grid
+    return rank_configs(world_size, spec, calibration, memory_limit, ranks_per_host)[0].grid
 
 
 def choose_orders(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
-                  calibration: Calibration | None = None) -> tuple[str, ...]:
-    """Per-layer product order ("agg"/"combine") with the lowest predicted epoch time on ``grid``.
+                  calibration: Calibration | None = None,
+                  ranks_per_host: int | None = None) -> tuple[str, ...]:
+    """Per-layer product order ("agg"/"combine") with the lowest predicted epoch time on ``grid``
+    (priced by `predict` for ``ranks_per_host`` ranks per host).
 
     The order of one layer changes the roles of all later ones, so up to 12 layers every one of
     the 2^L combinations is compared; deeper models are decided greedily layer by layer (later
@@ -585,7 +592,7 @@ def choose_orders(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     L = spec.model.num_layers
 
     def cost(orders: tuple[str, ...]) -> float:
-        return predict(spec, s, cal, orders).time_s
+        return predict(spec, s, cal, orders, ranks_per_host).time_s
 
     if L <= _EXHAUSTIVE_ORDER_LAYERS:
         # product() lists all-"agg" first and min() keeps the first minimum: ties favour "agg".
