@@ -53,11 +53,12 @@ class Calibration:
     ``alpha`` is seconds per collective step (latency), ``beta`` seconds per byte moved by one
     rank; ``worlds`` holds the pair measured on a local world of each size, ((4, α, β),), which
     prices runs with that many ranks per host (`link`); ``axes`` overrides both for single axes,
-    e.g. (("z", 5e-5, 1/12.5e9),) when z crosses nodes. ``elementwise_rate`` is element passes per second of memory-bound elementwise work
-    (dropout's hash, ReLU, bias, the loss). ``cores``: the cores of the measured machine, whose
-    ranks share them (0: a device per rank, no sharing); the rates are one rank's on
-    ``threads`` threads. The defaults describe an order-of-magnitude GPU node (not this
-    machine): run ``plexus-bench calibrate`` for measured numbers.
+    e.g. (("z", 5e-5, 1/12.5e9),) when z crosses nodes. ``elementwise_rate`` is element passes
+    per second of memory-bound elementwise work (dropout's hash, ReLU, bias, the loss).
+    ``cores``: the cores of the measured machine, whose ranks share them (0: a device per rank,
+    no sharing); the rates are one rank's on ``threads`` threads. The defaults describe an
+    order-of-magnitude GPU node (not this machine): run ``plexus-bench calibrate`` for measured
+    numbers.
     """
 
     spmm_flops: float = 2e11
@@ -87,11 +88,15 @@ class Calibration:
 
     def link(self, axis: str, ranks_per_host: int | None = None) -> tuple[float, float]:
         """(α, β) of collectives over ``axis`` when ``ranks_per_host`` ranks share a host: the
-        axis's own pair if given, else the pair measured on the local world closest in size
-        (ties: the larger), else ``alpha``/``beta``."""
+        axis's own pair if given, else `local_link`'s."""
         for name, alpha, beta in self.axes:
             if name == axis:
                 return alpha, beta
+        return self.local_link(ranks_per_host)
+
+    def local_link(self, ranks_per_host: int | None) -> tuple[float, float]:
+        """(α, β) of collectives among ``ranks_per_host`` ranks of one host: the pair measured
+        on the local world closest in size (ties: the larger), else ``alpha``/``beta``."""
         if self.worlds and ranks_per_host:
             _, alpha, beta = min(self.worlds, key=lambda w: (abs(math.log(w[0] / ranks_per_host)),
                                                              -w[0]))
@@ -137,7 +142,8 @@ class Calibration:
         worlds = []
         raw_worlds = data.get("worlds", {}) or {}
         if not isinstance(raw_worlds, Mapping):
-            raise ValueError(f"{source}: worlds must be an object like {{\"4\": {{\"alpha\": ...}}}}")
+            raise ValueError(f"{source}: worlds must be an object like "
+                             f"{{\"4\": {{\"alpha\": ...}}}}")
         for size, link in raw_worlds.items():
             # ASCII digits without a leading zero: "04" beside "4" would be the same world
             if not re.fullmatch(r"[1-9][0-9]{0,5}", str(size)) or int(size) < 2 \

@@ -86,7 +86,7 @@ def _dataset_sizes(spec: str, root: str | None) -> tuple[str, int, int, int, int
 def _table(spec: ModelSpec, cal: Calibration, preds: list[Prediction], world: int,
            shown: int, streamed: bool = False, per_host: int | None = None) -> str:
     m = spec.model
-    alpha, beta = cal.link("", per_host)  # the pair the collectives are priced with
+    alpha, beta = cal.local_link(per_host)  # the pair the collectives are priced with
     lines = [
         f"{spec.name or 'graph'}: N={spec.num_nodes:,} nnz={spec.nnz:,} F={spec.num_features} "
         f"C={spec.num_classes} layers={m.num_layers} hidden={m.hidden} "
