@@ -685,7 +685,9 @@ SIZES = ["--nodes", "1000", "--nnz", "5000", "--features", "8", "--classes", "3"
     ({"gemm_flops": 1e10}, "spmm_flops is missing"),
     ({"spmm_flops": 1e9, "gemm_flops": 1e10, "alpha": 1e-5}, "without its partner"),
     ('{"spmm_flops": Infinity, "gemm_flops": 1}', "not valid JSON"),
-    ([1, 2], "must be a JSON object")])
+    ([1, 2], "must be a JSON object"),
+    ({"spmm_flops": 1e9, "gemm_flops": 1e10, "worlds": {"4": {"alpha": 1e-5}}},
+     "worlds.4 must be a world size >= 2 (digits) with both alpha and beta")])
 def test_a_malformed_calibration_is_one_line_not_the_defaults(content, needle, tmp_path,
                                                              capsys):
     from plexus.perfmodel.cli import model_main
