@@ -36,7 +36,7 @@ import numpy as np
 from .diskgraph import DiskGraph, DiskGraphError
 from .graph import DatasetError, sorted_unique
 from .npyio import load_npy, npy_layout, read_concatenated, read_rows, save_npy
-from .work import Runner
+from .work import CONSUMED, Runner
 
 #: row groups of the histogram pass (a bucket is a run of whole groups)
 HIST_BINS = 1 << 16
@@ -256,7 +256,7 @@ def _dedup_task(job: CanonJob, k: int, r0: int, r1: int, chunks: int) -> dict:
     base = Path(job.folder) / "piece" / f"{k:05d}"
     _save_atomic(Path(f"{base}.counts.npy"), counts)
     _save_atomic(Path(f"{base}.cols.npy"), cols)
-    return {"nnz": int(cols.size)}
+    return {"nnz": int(cols.size), CONSUMED: [str(folder)]}
 
 
 def _save_atomic(path: Path, arr: np.ndarray) -> None:

@@ -36,7 +36,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -430,18 +430,31 @@ class DiskGraphWriter:
         """Write a whole (node-sized) array."""
         save_npy(self.file(name), arr)
 
-    def finish(self, notes: Iterable[str] = ()) -> DiskGraph:
-        """Hash the arrays, write the header, move the directory into place; returns it opened."""
+    def array_names(self) -> list[str]:
+        """The arrays the header lists (written before `finish`)."""
+        edges = ["src", "dst"] if self.meta["edges"] == "coo" else ["indptr", "indices"]
+        return edges + ["features", "labels", *SPLITS]
+
+    def array_sha256(self, name: str) -> str:
+        """sha256 of array ``name``'s data, as the header records it."""
+        return file_data_sha256(self.file(name), npy_layout(self.file(name), DiskGraphError))
+
+    def finish(self, notes: Iterable[str] = (),
+               hashes: Mapping[str, str] | None = None) -> DiskGraph:
+        """Hash the arrays (those not in ``hashes``, name to `array_sha256`, computed before,
+        possibly by other processes), write the header, move the directory into place;
+        returns it opened."""
         meta = dict(self.meta)
         meta["notes"] = [*meta["notes"], *notes]
         arrays = {}
-        names = (["src", "dst"] if meta["edges"] == "coo" else ["indptr", "indices"]) + \
-            ["features", "labels", *SPLITS]
+        names = self.array_names()
+        hashes = hashes or {}
         for name in names:
             layout = npy_layout(self.file(name), DiskGraphError)
             dtype = meta["feature_dtype"] if name == "features" else layout.dtype.name
             arrays[name] = {"dtype": dtype, "shape": list(layout.shape),
-                            "sha256": file_data_sha256(self.file(name), layout)}
+                            "sha256": hashes.get(name) or
+                            file_data_sha256(self.file(name), layout)}
         meta["num_edges"] = arrays["src" if meta["edges"] == "coo" else "indices"]["shape"][0]
         header = {"format": FORMAT, "version": VERSION, **meta, "arrays": arrays}
         header["content_sha256"] = header_sha256(header)

@@ -13,8 +13,9 @@ Phases (tasks of a `plexus.datasets.work.Runner`, resumable):
 - ``rmat-labels``: per piece of rows, the neighbour sum of H by scipy's CSR product over windows
   of H, each window's product continuing the sum so far (so every row adds its terms in column
   order, and the labels are bit for bit those of `rmat_labels`), then ``argmax(H + sum / deg)``;
-- ``rmat-indices`` and ``rmat-finish``: the pieces' columns become the graph's csr indices, the
-  split is drawn, the directory is written.
+- ``rmat-indices``, ``rmat-hash`` and ``rmat-finish``: the pieces' columns become the graph's
+  csr indices while one task draws the split, every array is hashed (a task each), the
+  directory is written.
 
 Memory: node-sized arrays (the node relabelling, int32; the labels in the last step) plus one
 chunk of edges, one piece of M, and one window of H (`WINDOW_BYTES`).
@@ -121,20 +122,25 @@ def _labels_task(job: RmatJob, pieces: Pieces, k: int) -> dict:
     h_path = job.path("h.npy")
     layout = npy_layout(h_path)
     step = max(1, WINDOW_BYTES // (4 * classes))
-    # the operand of every product: the sum so far on top, the window of H below it
-    x = np.zeros((rows + min(step, job.n), classes), dtype=np.float32)
+    h_all = load_npy(h_path, DatasetError, "f", (job.n, classes), mmap=True)
+    neigh = np.zeros((rows, classes), dtype=np.float32)
     started = False
+    x = None  # the operand of every later product: the sum so far, then the window
     for k0 in range(0, job.n, step):
         sel = (cols >= k0) & (cols < k0 + step)
         if not sel.any():
             continue
         k1 = min(k0 + step, job.n)
-        read_rows_into(h_path, layout, k0, k1, x[rows:rows + k1 - k0])
         indptr = np.zeros(rows + 1, dtype=np.int64)
         per_row = np.bincount(local[sel], minlength=rows)
-        if not started:  # the first product starts from 0, as one product over all of H
+        if not started:
+            # the first product starts from 0, as one product over all of H: its operand is
+            # the window of H as mapped (one copy in the page cache for every process)
             np.cumsum(per_row, out=indptr[1:])
-            indices = cols[sel] - k0 + rows
+            a = sp.csr_matrix((np.ones(int(indptr[-1]), np.float32), cols[sel] - k0, indptr),
+                              shape=(rows, k1 - k0))
+            neigh = a @ h_all[k0:k1]
+            started = True
         else:
             np.cumsum(per_row + 1, out=indptr[1:])
             indices = np.empty(int(indptr[-1]), dtype=np.int64)
@@ -143,12 +149,16 @@ def _labels_task(job: RmatJob, pieces: Pieces, k: int) -> dict:
             indices[indptr[:-1]] = np.arange(rows)  # the sum so far, first in every row
             indices[real] = cols[sel] - k0 + rows
             del real
-        a = sp.csr_matrix((np.ones(indices.size, np.float32), indices, indptr),
-                          shape=(rows, rows + k1 - k0))
-        x[:rows] = a @ x[:rows + k1 - k0]
-        started = True
-        del a, indices, sel
-    neigh = x[:rows]
+            if x is None:
+                x = np.empty((rows + min(step, job.n), classes), dtype=np.float32)
+            x[:rows] = neigh
+            read_rows_into(h_path, layout, k0, k1, x[rows:rows + k1 - k0])
+            a = sp.csr_matrix((np.ones(indices.size, np.float32), indices, indptr),
+                              shape=(rows, rows + k1 - k0))
+            neigh = a @ x[:rows + k1 - k0]
+            del indices
+        del a, sel
+    del h_all, x
     deg = counts.astype(np.float32)
     h = read_rows(h_path, layout, r0, r1)
     labels = np.argmax(h + neigh / np.maximum(deg, 1.0)[:, None], axis=1).astype(np.int32)
@@ -177,14 +187,22 @@ def _indices_task(job: RmatJob, pieces: Pieces, k: int) -> dict:
     return {}
 
 
-def _finish(job: RmatJob, isolated: int) -> dict:
-    if not job.writer.staging.exists() and is_disk_graph(job.writer.out):
-        return {}  # finished by a run killed before it could record so
+def _split_task(job: RmatJob) -> dict:
+    """The split, drawn from the labels (beside the indices' tasks)."""
     labels = load_npy(job.writer.file("labels"), DatasetError, "i", (job.n,)).astype(np.int64)
     for name, mask in zip(("train", "valid", "test"), random_split(labels, job.params["seed"])):
         job.writer.put(name, np.flatnonzero(mask).astype(np.int64))
-    del labels
-    job.writer.finish(rmat_notes(job.params, isolated))
+    return {}
+
+
+def _hash_task(job: RmatJob, name: str) -> dict:
+    return {"sha256": job.writer.array_sha256(name)}
+
+
+def _finish(job: RmatJob, isolated: int, hashes: dict) -> dict:
+    if not job.writer.staging.exists() and is_disk_graph(job.writer.out):
+        return {}  # finished by a run killed before it could record so
+    job.writer.finish(rmat_notes(job.params, isolated), hashes)
     for name in ("perm.npy", "src.npy", "dst.npy", "h.npy"):
         job.path(name).unlink(missing_ok=True)
     return {}
@@ -223,7 +241,14 @@ def rmat_to_disk(params: dict, out: str | Path, runner: Runner, work: str | Path
     runner.run("rmat-labels", _labels_task, [(job, pieces, k) for k in range(len(pieces))],
                pieces.nnz)
     alloc = runner.once("rmat-alloc", _alloc_indices, job, pieces)
-    runner.run("rmat-indices", _indices_task, [(job, pieces, k) for k in range(len(pieces))],
-               pieces.nnz)
-    runner.once("rmat-finish", _finish, job, alloc["isolated"])
+    # the split is drawn beside the indices' tasks, and the arrays hashed one task each
+    runner.run("rmat-indices", call, [(_split_task, job)] + [
+        (_indices_task, job, pieces, k) for k in range(len(pieces))], [0, *pieces.nnz],
+        costs=[pieces.total + 1, *pieces.nnz])
+    names = job.writer.array_names()
+    sizes = [job.writer.file(name).stat().st_size for name in names]
+    hashes = runner.run("rmat-hash", _hash_task, [(job, name) for name in names], sizes,
+                        unit="B")
+    runner.once("rmat-finish", _finish, job, alloc["isolated"],
+                {name: h["sha256"] for name, h in zip(names, hashes)})
     return DiskGraph.open(out)

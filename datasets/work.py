@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -45,19 +46,43 @@ def marker_path(work: Path, phase: str, index: int) -> Path:
     return work / "done" / phase / f"{index:06d}.json"
 
 
+#: the key of a task's result that lists inputs only it read (see `run_task`)
+CONSUMED = "consumed"
+
+
 def run_task(marker: str, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
-    """Run one task and record its result in ``marker`` (module level: pools pickle it)."""
+    """Run one task and record its result in ``marker`` (module level: pools pickle it).
+
+    A task whose result (a dict) lists paths under `CONSUMED` (inputs no other task reads) has
+    them removed once its marker is written: a rerun never runs it again, so never needs them,
+    and their pages leave the cache while the phase runs (the next tasks' files reuse them)."""
     result = fn(*args)
+    consumed = result.pop(CONSUMED, ()) if isinstance(result, dict) else ()
     path = Path(marker)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(result), encoding="utf-8")
     os.replace(tmp, path)
+    for item in consumed:
+        remove_task(item)
     return result
 
 
 def call(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)``: the task function of a phase that mixes kinds of tasks."""
     return fn(*args)
+
+
+def remove_task(path: str) -> dict:
+    """Remove a scratch file or folder nothing reads any more. Phases carry these as tasks of
+    no cost, after their own, so that workers remove scratch while another finishes its last
+    task instead of the leader removing it between phases; removing twice is harmless, so a
+    rerun may repeat it."""
+    target = Path(path)
+    if target.is_dir():
+        shutil.rmtree(target, ignore_errors=True)
+    else:
+        target.unlink(missing_ok=True)
+    return {}
 
 
 def read_marker(path: Path) -> Any:

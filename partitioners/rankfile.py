@@ -14,6 +14,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from plexus.core.atomic import fsync_dir
+from plexus.core.writebehind import WriteBehind
 from plexus.datasets.npyio import load_npy, npy_layout, write_header
 
 from .plan import MASKS, feature_cols, feature_group, rank_input_ids, rank_outputs
@@ -126,7 +127,8 @@ def rank_task(job: Job, rank: int, meta: dict, block_nnz: dict,
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{name}.tmp")
     with open(tmp, "wb") as raw:
-        out = _HashingWriter(raw)
+        behind = WriteBehind(raw)  # the store is not read back here: keep it out of the cache
+        out = _HashingWriter(behind)
         with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf:
             for spec in job.blocks:
                 r, c = coords[spec.a_rows], coords[spec.a_cols]
@@ -142,8 +144,7 @@ def rank_task(job: Job, rank: int, meta: dict, block_nnz: dict,
             vectors.append(("header", np.frombuffer(text, dtype=np.uint8)))
             for member, arr in vectors:
                 _member(zf, member, arr.dtype, arr.shape, [arr])
-        raw.flush()
-        os.fsync(raw.fileno())
+        behind.finish()
     tmp.replace(path)
     return {"coords": {a: int(v) for a, v in coords.items()}, "file": name,
             "size": out.size, "sha256": out.hash.hexdigest()}

@@ -52,7 +52,7 @@ from plexus.datasets.canonical import (BUCKET_ENTRIES, CHUNK_EDGES, Degrees, bud
                                        pack, scan_pieces, structure_sha256, unpack)
 from plexus.datasets.graph import AGGREGATIONS
 from plexus.datasets.npyio import load_npy, read_concatenated
-from plexus.datasets.work import Runner, call
+from plexus.datasets.work import CONSUMED, Runner, call, remove_task
 
 from . import rankfile
 from .permutations import Permutation, permutation_from_counts
@@ -291,7 +291,7 @@ def _sort_task(job: Job, adj: int, sub: int, p0: int, p1: int, meta: dict) -> di
             nnz[spec.key].append(int(cols.size))
             del cols
     return {"nnz": nnz, "r": {spec.key: p0 // spec.rs for spec in job.blocks
-                              if route_of(spec, meta) == adj}}
+                              if route_of(spec, meta) == adj}, CONSUMED: [str(folder)]}
 
 
 def _column_blocks(pos_c: np.ndarray, cs: int, nc: int):
@@ -374,20 +374,19 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
     tasks += [(_route_task, job, k, meta) for k in range(len(pieces))]
     tasks += [(_feature_task, job, c, piece_rows) for c in range(chunks)]
     weights = [0] + [nz * len(routed) for nz in pieces.nnz] + [0] * chunks  # the bar: non-zeros
-    # the hash reads the whole graph in one task: it starts first, the feature chunks last
-    costs = [sum(weights) + 1] + weights[1:len(pieces) + 1] + [0] * chunks
+    # tasks start costliest first: the hash (it reads the whole graph) first; a feature chunk
+    # costs about as much as routing one non-zero (an 8-byte key) per 8 bytes of its rows
+    rows = [min(feature_rows, n - c * feature_rows) for c in range(chunks)]
+    costs = [sum(weights) + 1] + weights[1:len(pieces) + 1] + \
+        [r * source.num_features * 4 // 8 for r in rows]
     results = runner.run("route", call, tasks, weights, costs=costs)
     graph_sha256 = results[0]["sha256"]
-    if runner.leader:  # M's pieces are no longer read
-        shutil.rmtree(work / "canon", ignore_errors=True)
-    sort_tasks = [(job, adj, i, p0, p1, meta) for adj in routed
+    sort_tasks = [(_sort_task, job, adj, i, p0, p1, meta) for adj in routed
                   for i, (p0, p1) in enumerate(meta["subs"][str(adj)])]
     # the bar counts non-zeros: about the same in every sub-bucket
-    sorted_ = runner.run("sort", _sort_task, sort_tasks,
+    sorted_ = runner.run("sort", call, sort_tasks + _removals([work / "canon"]),
                          [meta["nnz"] * len(routed) // max(len(sort_tasks), 1)] *
-                         len(sort_tasks))
-    if runner.leader:
-        shutil.rmtree(work / "blk", ignore_errors=True)
+                         len(sort_tasks) + [0])[:len(sort_tasks)]
     block_nnz = {s.key: [0] * (s.nr * s.nc) for s in specs}
     for result in sorted_:
         for key, counts in result["nnz"].items():
@@ -397,18 +396,30 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
                 block_nnz[key][r * spec.nc + c] += count
     idx_dtypes = {s.key: [index_dtype(max(s.rs, s.cs, nz)).name for nz in block_nnz[s.key]]
                   for s in specs}
-    rank_tasks = [(job, r, meta, block_nnz, idx_dtypes, labels["counts"], piece_rows, chunks)
-                  for r in range(world)]
+    rank_tasks = [(rankfile.rank_task, job, r, meta, block_nnz, idx_dtypes, labels["counts"],
+                   piece_rows, chunks) for r in range(world)]
     per_rank = sum(block_nnz[s.key][0] for s in specs) if specs else 0
-    ranks = runner.run("ranks", rankfile.rank_task, rank_tasks, [per_rank + 1] * world)
+    ranks = runner.run("ranks", call, rank_tasks, [per_rank + 1] * world)
     manifest = runner.once("manifest", rankfile.manifest_step, job, meta, ranks, graph_sha256,
                            meta["nnz"])
     if runner.leader:
         new = work / "store"
         if new.exists():
             replace(new, out)
+    # the rank files' inputs, removed by every process at once, then the rest by the leader
+    inputs = [work / "pc" / str(s.index) / f"{r}-{c}" for s in specs
+              for r in range(s.nr) for c in range(s.nc)]
+    inputs += [work / "feat" / f"{g}-{p}" for g in range(job.feature_groups)
+               for p in range(-(-job.group_rows // piece_rows))]
+    runner.run("clean", call, _removals(inputs), unit="folder")
+    if runner.leader:
         shutil.rmtree(work, ignore_errors=True)
     return manifest
+
+
+def _removals(paths: Sequence[Path]) -> list[tuple]:
+    """Tasks (of a phase run with `call`) removing ``paths``, in order."""
+    return [(remove_task, str(path)) for path in paths]
 
 
 def stage_work_dir(out: Path, key: str | None) -> Path:
