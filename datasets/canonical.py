@@ -334,29 +334,39 @@ class ScanJob:
     check: bool  # check csr pieces: sorted unique rows, and symmetry sums when undirected
 
 
+#: entries of a piece checked at once by the scan (its temporaries stay a few MB)
+SCAN_SLICE = 1 << 20
+
+
 def _scan_task(job: ScanJob, k: int) -> dict:
-    """Loops of piece k, its column counts (directed), and checks of a stored csr piece."""
+    """Loops of piece k, its column counts (directed), and checks of a stored csr piece; the
+    checks and loops go slice by slice of whole rows."""
     counts, cols = job.pieces.piece(k)
     r0, r1 = job.pieces.rows(k)
-    rows = np.repeat(np.arange(r0, r1, dtype=np.int64), counts)
-    result: dict[str, Any] = {}
-    if job.check and cols.size:
-        step = np.diff(cols)
-        starts = np.cumsum(counts)[:-1]
-        starts = starts[(starts > 0) & (starts < cols.size)]
-        ok = step > 0
-        ok[starts - 1] = True  # a row may start below where the previous one ended
-        if not ok.all():
-            row = int(rows[int(np.flatnonzero(~ok)[0]) + 1])
-            raise DiskGraphError(f"{job.pieces.graph.path}: the in-neighbours of node {row} are "
-                                 "not sorted and unique, as a csr graph's must be")
-        if not job.directed:
-            n = np.uint64(job.pieces.num_nodes)
-            fwd = _mix(rows.astype(np.uint64) * n + cols.astype(np.uint64))
-            bwd = _mix(cols.astype(np.uint64) * n + rows.astype(np.uint64))
-            result["sym"] = int((fwd - bwd).sum(dtype=np.uint64))
-    loops = rows[cols == rows]
-    _save_atomic(Path(job.folder) / f"{k:05d}.loops.npy", loops)
+    ptr = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    cuts = budget_bounds(counts, SCAN_SLICE)
+    sym, loops = 0, []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        c = np.asarray(cols[ptr[a]:ptr[b]])
+        rows = np.repeat(np.arange(r0 + a, r0 + b, dtype=np.int64), counts[a:b])
+        if job.check and c.size:
+            ok = np.diff(c) > 0
+            starts = ptr[a + 1:b] - ptr[a]  # a row may start below where the previous ended
+            ok[starts[(starts > 0) & (starts < c.size)] - 1] = True
+            if not ok.all():
+                row = int(rows[int(np.flatnonzero(~ok)[0]) + 1])
+                raise DiskGraphError(f"{job.pieces.graph.path}: the in-neighbours of node {row} "
+                                     "are not sorted and unique, as a csr graph's must be")
+            if not job.directed:
+                n = np.uint64(job.pieces.num_nodes)
+                r, cu = rows.astype(np.uint64), c.astype(np.uint64)
+                sym = (sym + int((_mix(r * n + cu) - _mix(cu * n + r)).sum(dtype=np.uint64))) \
+                    % 2**64
+        loops.append(rows[c == rows])
+    result: dict[str, Any] = {"sym": sym} if job.check and not job.directed else {}
+    _save_atomic(Path(job.folder) / f"{k:05d}.loops.npy",
+                 np.concatenate(loops) if loops else np.zeros(0, np.int64))
     if job.directed:
         uniq, ucount = np.unique(cols, return_counts=True)
         _save_atomic(Path(job.folder) / f"{k:05d}.ucols.npy", uniq)

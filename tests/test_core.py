@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from plexus.core.grid import GridError, GridShape
 from plexus.core.layout import layer_plans, padding
 from plexus.core.schedule import epoch_collectives, ring_steps, ring_volume, volume_per_axis
+from plexus.core.writebehind import WriteBehind
 
 
 def test_grid_parse_format_and_forms():
@@ -71,3 +73,23 @@ def test_schedule_leaves_out_size_one_axes_and_eval_is_extra():
     assert full[:len(train)] == train and {c.phase for c in full[len(train):]} == {"eval"}
     assert volume_per_axis(full, phases=("forward", "loss", "backward")) == \
         volume_per_axis(train)
+
+
+def test_write_behind_syncs_and_drops_what_it_wrote_step_by_step(tmp_path, monkeypatch):
+    """Every byte reaches the file; the ranges dropped from the page cache follow one another
+    from 0 to the end, one per step (and one for the rest at the end), never an empty one."""
+    drops, syncs = [], []
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, off, n, advice: drops.append((off, n)),
+                        raising=False)
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (syncs.append("fsync"), real_fsync(fd)))
+    data = os.urandom(11_000)
+    with open(tmp_path / "f", "wb") as raw:
+        out = WriteBehind(raw, step=3000)
+        for lo in range(0, len(data), 700):
+            out.write(memoryview(data)[lo:lo + 700])
+        assert drops == [(0, 3500), (3500, 3500), (7000, 3500)]
+        out.finish()
+    assert (tmp_path / "f").read_bytes() == data
+    assert drops == [(0, 3500), (3500, 3500), (7000, 3500), (10_500, 500)]
+    assert syncs == ["fsync"]  # the steps use fdatasync, the end fsync (data and size)

@@ -16,7 +16,7 @@ import pytest
 
 from engine_checks import directed_toy_graph
 from plexus.datasets import load_dataset
-from plexus.datasets.canonical import EdgeFiles, canonicalize
+from plexus.datasets.canonical import EdgeFiles, canonicalize, csr_pieces, scan_pieces
 from plexus.datasets.diskgraph import (DiskGraph, DiskGraphError, MemoryGraph, decode_features,
                                        encode_features, write_graph)
 from plexus.datasets.graph import Graph, incoming
@@ -79,6 +79,47 @@ def test_rmat_generated_in_pieces_is_the_rmat_spec(tmp_path, monkeypatch):
     assert disk.edges == "csr" and disk.num_edges == rmat_graph(**p).adj.nnz
     assert_same_graph(disk.to_graph(), rmat_graph(**p))
     assert_same_graph(load_dataset(f"graph:{tmp_path / 'g'}"), rmat_graph(**p))
+
+
+def _scan(graph_dir: Path, folder: Path) -> list[np.ndarray]:
+    pieces = csr_pieces(DiskGraph.open(graph_dir), 900)
+    with Runner(folder, False) as runner:
+        degrees = scan_pieces(pieces, folder, runner, check=True, directed=False)
+    return [degrees.load(name) for name in ("row", "col", "loops")]
+
+
+def test_the_scan_checks_a_csr_graph_slice_by_slice(tmp_path, monkeypatch):
+    """The degrees' scan of a stored csr graph, in slices of 7 entries or in one: the same
+    degrees; a row out of order, a repeated entry or a lost reverse edge each found, named."""
+    from plexus.datasets import canonical
+
+    p = parse_rmat_params("scale=8,edge_factor=4,features=3,classes=3,seed=2")
+    with Runner(tmp_path / "work", False) as runner:
+        rmat_to_disk(p, tmp_path / "g", runner, tmp_path / "work")
+    whole = _scan(tmp_path / "g", tmp_path / "s0")
+    monkeypatch.setattr(canonical, "SCAN_SLICE", 7)
+    sliced = _scan(tmp_path / "g", tmp_path / "s1")
+    assert all(np.array_equal(a, b) for a, b in zip(whole, sliced))
+    ptr, idx = np.load(tmp_path / "g" / "indptr.npy"), np.load(tmp_path / "g" / "indices.npy")
+    row = int(np.flatnonzero(np.diff(ptr) >= 3)[5])  # a row with three entries or more
+    a = int(ptr[row])
+    for k, (how, needle) in enumerate([
+            ("swap", f"the in-neighbours of node {row} are not sorted and unique"),
+            ("repeat", f"the in-neighbours of node {row} are not sorted and unique"),
+            ("move", "marked undirected but its incoming adjacency is not symmetric")]):
+        bad = idx.copy()
+        if how == "swap":
+            bad[a], bad[a + 1] = idx[a + 1], idx[a]
+        elif how == "repeat":
+            bad[a + 1] = idx[a]
+        else:  # the row's first entry moved to a column between it and the next: no reverse
+            gaps = np.flatnonzero(np.diff(idx[a:int(ptr[row + 1])]) > 1)
+            bad[a + gaps[0]] = idx[a + gaps[0]] + 1
+        graph = tmp_path / f"bad{k}"
+        shutil.copytree(tmp_path / "g", graph)
+        np.save(graph / "indices.npy", bad)
+        with pytest.raises(DiskGraphError, match=needle):
+            _scan(graph, tmp_path / f"b{k}")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])

@@ -21,6 +21,7 @@ from plexus.datasets import load_dataset
 from plexus.datasets.diskgraph import DiskGraphError, write_graph
 from plexus.datasets.graph import normalize
 from plexus.datasets.rmat import parse_rmat_params, rmat_graph
+from plexus.datasets.work import CONSUMED, Runner
 from plexus.partitioners import (make_permutation, partition_to_store, read_manifest, read_shard,
                                  shard_graph, write_store)
 from plexus.partitioners import PartitionError, PartitionInterrupted
@@ -301,3 +302,28 @@ def test_a_worker_that_dies_ends_the_run_and_keeps_the_finished_tasks(tmp_path):
 
 def _rerun(i: int) -> dict:
     return {"rerun": i}
+
+
+def _consume(folder: str, i: int) -> dict:
+    if i == 3:
+        raise ValueError("task 3 fails")
+    return {"i": i, CONSUMED: [str(Path(folder) / f"in{i}")]}
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_task_removes_the_inputs_it_consumed_only_once_its_marker_is_written(tmp_path, jobs):
+    """The sort and dedup tasks' way of freeing their inputs: removed after the task's marker
+    (which does not list them), kept when the task fails, so a rerun finds them."""
+    for i in range(4):
+        (tmp_path / f"in{i}").mkdir()
+        (tmp_path / f"in{i}" / "part.npy").write_bytes(b"x")
+    work = tmp_path / "work"
+    tasks = [(str(tmp_path), i) for i in range(4)]
+    with (PoolRunner(work, jobs, progress=False) if jobs > 1 else Runner(work, False)) as runner:
+        with pytest.raises(ValueError, match="task 3 fails"):
+            runner.run("phase", _consume, tasks)
+    assert (tmp_path / "in3" / "part.npy").exists()
+    for i in range(3):
+        assert not (tmp_path / f"in{i}").exists()
+        marker = work / "done" / "phase" / f"{i:06d}.json"
+        assert json.loads(marker.read_text()) == {"i": i}

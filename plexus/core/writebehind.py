@@ -42,6 +42,6 @@ class WriteBehind:
         self.raw.flush()
         fd = self.raw.fileno()
         sync(fd)
-        if self._drop is not None:
+        if self._drop is not None and self._written > self._synced:  # (length 0: to the end)
             self._drop(fd, self._synced, self._written - self._synced, os.POSIX_FADV_DONTNEED)
         self._synced = self._written
