@@ -19,11 +19,13 @@ docs/design.md, "Big graphs: graph directories and the out-of-core partitioner")
 5. ``sort``: every sub-bucket is sorted by (row, column); the blocks of every layer that
    multiplies by Â_k take their columns from it in that order (`_column_blocks`), their values
    from the node-sized scale factors: one piece of indptr counts, indices and data per block
-   and sub-bucket.
+   and sub-bucket. A sub-bucket's files go once its task is recorded (``CONSUMED``), M's pieces
+   by a task of the phase.
 6. ``ranks``: every rank's file is assembled by copying its blocks' pieces and its feature rows
    into the zip members, in the format `plexus.partitioners.store.read_shard` reads
-   (`plexus.partitioners.rankfile`).
+   (`plexus.partitioners.rankfile`), leaving the page cache as it is written.
 7. ``manifest``: written last, by the leader, and the finished store renamed into place.
+8. ``clean``: the ranks' inputs removed, a folder per task, then the work directory.
 
 Memory: node-sized arrays (permutation, inverses, degrees, scale factors: about 40 bytes per
 node at the permutation step, 4-8 bytes per node per mapped array elsewhere) plus one chunk or
@@ -396,10 +398,10 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
                 block_nnz[key][r * spec.nc + c] += count
     idx_dtypes = {s.key: [index_dtype(max(s.rs, s.cs, nz)).name for nz in block_nnz[s.key]]
                   for s in specs}
-    rank_tasks = [(rankfile.rank_task, job, r, meta, block_nnz, idx_dtypes, labels["counts"],
-                   piece_rows, chunks) for r in range(world)]
+    rank_tasks = [(job, r, meta, block_nnz, idx_dtypes, labels["counts"], piece_rows, chunks)
+                  for r in range(world)]
     per_rank = sum(block_nnz[s.key][0] for s in specs) if specs else 0
-    ranks = runner.run("ranks", call, rank_tasks, [per_rank + 1] * world)
+    ranks = runner.run("ranks", rankfile.rank_task, rank_tasks, [per_rank + 1] * world)
     manifest = runner.once("manifest", rankfile.manifest_step, job, meta, ranks, graph_sha256,
                            meta["nnz"])
     if runner.leader:
