@@ -11,8 +11,9 @@ holding more than one chunk of it or one bucket of M:
    buckets are chosen from it so that each bucket holds about ``bucket_entries`` raw entries;
 2. ``route`` (a task per edge chunk): every entry of M, as one int64 key (row, col) (`pack`),
    is appended to the file of its bucket (one file per chunk and bucket);
-3. ``dedup`` (a task per bucket): a bucket's keys are sorted and repeats dropped; the result is
-   one CSR piece of M (its row counts and its column ids), written to disk.
+3. ``dedup`` (a task per bucket): a bucket's keys (as many as pass 1 counted) are sorted and
+   repeats dropped; the result is one CSR piece of M (its row counts and its column ids),
+   written to disk, and the bucket's files removed.
 
 Raw degrees cannot be counted in pass 1: repeated edges and the second direction of undirected
 edges would be counted twice, so every degree comes from the pieces (`scan_pieces`). A graph
@@ -241,10 +242,16 @@ def _route_task(job: CanonJob, c: int) -> dict:
     return {}
 
 
-def _dedup_task(job: CanonJob, k: int, r0: int, r1: int, chunks: int) -> dict:
+def _dedup_task(job: CanonJob, k: int, r0: int, r1: int, chunks: int,
+                entries: int | None) -> dict:
     folder = Path(job.folder) / "route" / f"{k:05d}"
-    keys = sorted_unique(read_concatenated(
-        [p for c in range(chunks) if (p := folder / f"{c:06d}.npy").exists()], np.int64))
+    raw = read_concatenated(
+        [p for c in range(chunks) if (p := folder / f"{c:06d}.npy").exists()], np.int64)
+    if entries is not None and raw.size != entries:  # (a bucket consumed by an earlier run)
+        raise DatasetError(f"{folder}: holds {raw.size} entries, the count pass found "
+                           f"{entries}; the work directory is damaged, remove it and start again")
+    keys = sorted_unique(raw)
+    del raw
     n = job.num_nodes
     rows, cols = unpack(keys, n, index_dtype(n))
     del keys
@@ -278,7 +285,8 @@ def _bucket_plan(job: CanonJob, chunks: int, bucket_entries: int) -> dict:
     bin_bucket = np.repeat(np.arange(len(cuts) - 1, dtype=ids), np.diff(cuts))
     _save_atomic(Path(job.folder) / "bin_bucket.npy", bin_bucket)
     bounds = [min(b * job.group, job.num_nodes) for b in cuts]
-    return {"bounds": bounds, "raw_entries": int(hist.sum())}
+    entries = [int(hist[a:b].sum()) for a, b in zip(cuts[:-1], cuts[1:])]
+    return {"bounds": bounds, "raw_entries": int(hist.sum()), "entries": entries}
 
 
 def canonicalize(source: Any, folder: str | Path, runner: Runner, *,
@@ -287,8 +295,8 @@ def canonicalize(source: Any, folder: str | Path, runner: Runner, *,
     """M of a coo ``source`` (`DiskGraph`, `EdgeFiles` or `MemoryGraph`) as pieces in ``folder``.
 
     Runs the ``count``, ``route`` and ``dedup`` passes (phase names start with ``prefix``) on
-    ``runner``; finished tasks of an interrupted run are not redone. The route files are removed
-    once every bucket is deduplicated.
+    ``runner``; finished tasks of an interrupted run are not redone. A bucket's route files are
+    removed once its dedup task is recorded (`plexus.datasets.work.CONSUMED`).
     """
     n = int(source.num_nodes)
     chunk_edges = max(int(chunk_edges), 1)
@@ -301,9 +309,10 @@ def canonicalize(source: Any, folder: str | Path, runner: Runner, *,
     runner.run(f"{prefix}-route", _route_task, [(job, c) for c in range(chunks)], weights)
     bounds = plan["bounds"]
     buckets = len(bounds) - 1
+    entries = plan.get("entries") or [None] * buckets  # (a plan of an older run has none)
     results = runner.run(f"{prefix}-dedup", _dedup_task,
-                         [(job, k, bounds[k], bounds[k + 1], chunks) for k in range(buckets)],
-                         weights=None, unit="bucket")
+                         [(job, k, bounds[k], bounds[k + 1], chunks, entries[k])
+                          for k in range(buckets)], weights=None, unit="bucket")
     if runner.leader:
         shutil.rmtree(Path(folder) / "route", ignore_errors=True)
         shutil.rmtree(Path(folder) / "hist", ignore_errors=True)
@@ -346,7 +355,7 @@ def _scan_task(job: ScanJob, k: int) -> dict:
     ptr = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
     cuts = budget_bounds(counts, SCAN_SLICE)
-    sym, loops = 0, []
+    sym, loops, n = 0, [], np.uint64(job.pieces.num_nodes)
     for a, b in zip(cuts[:-1], cuts[1:]):
         c = np.asarray(cols[ptr[a]:ptr[b]])
         rows = np.repeat(np.arange(r0 + a, r0 + b, dtype=np.int64), counts[a:b])
@@ -359,7 +368,6 @@ def _scan_task(job: ScanJob, k: int) -> dict:
                 raise DiskGraphError(f"{job.pieces.graph.path}: the in-neighbours of node {row} "
                                      "are not sorted and unique, as a csr graph's must be")
             if not job.directed:
-                n = np.uint64(job.pieces.num_nodes)
                 r, cu = rows.astype(np.uint64), c.astype(np.uint64)
                 sym = (sym + int((_mix(r * n + cu) - _mix(cu * n + r)).sum(dtype=np.uint64))) \
                     % 2**64

@@ -17,8 +17,8 @@ Phases (tasks of a `plexus.datasets.work.Runner`, resumable):
   csr indices while one task draws the split, every array is hashed (a task each), the
   directory is written.
 
-Memory: node-sized arrays (the node relabelling, int32; the labels in the last step) plus one
-chunk of edges, one piece of M, and one window of H (`WINDOW_BYTES`).
+Memory: node-sized arrays (the node relabelling, int32; the labels when the split is drawn)
+plus one chunk of edges, one piece of M, and one window of H (`WINDOW_BYTES`).
 """
 
 from __future__ import annotations
@@ -241,10 +241,11 @@ def rmat_to_disk(params: dict, out: str | Path, runner: Runner, work: str | Path
     runner.run("rmat-labels", _labels_task, [(job, pieces, k) for k in range(len(pieces))],
                pieces.nnz)
     alloc = runner.once("rmat-alloc", _alloc_indices, job, pieces)
-    # the split is drawn beside the indices' tasks, and the arrays hashed one task each
-    runner.run("rmat-indices", call, [(_split_task, job)] + [
-        (_indices_task, job, pieces, k) for k in range(len(pieces))], [0, *pieces.nnz],
-        costs=[pieces.total + 1, *pieces.nnz])
+    # the split is drawn beside the indices' tasks (first, its task last: the pieces' tasks keep
+    # their places, as a run interrupted before the split was a task left them)
+    runner.run("rmat-indices", call, [(_indices_task, job, pieces, k)
+                                      for k in range(len(pieces))] + [(_split_task, job)],
+               [*pieces.nnz, 0], costs=[*pieces.nnz, pieces.total + 1])
     names = job.writer.array_names()
     sizes = [job.writer.file(name).stat().st_size for name in names]
     hashes = runner.run("rmat-hash", _hash_task, [(job, name) for name in names], sizes,

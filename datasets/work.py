@@ -73,10 +73,10 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def remove_task(path: str) -> dict:
-    """Remove a scratch file or folder nothing reads any more. Phases carry these as tasks of
-    no cost, after their own, so that workers remove scratch while another finishes its last
-    task instead of the leader removing it between phases; removing twice is harmless, so a
-    rerun may repeat it."""
+    """Remove a scratch file or folder nothing reads any more. Phases carry these as tasks after
+    their own (started last: of no cost) or as a phase of their own, so that workers remove
+    scratch, not the leader between phases; removing twice is harmless, so a rerun may repeat
+    it."""
     target = Path(path)
     if target.is_dir():
         shutil.rmtree(target, ignore_errors=True)

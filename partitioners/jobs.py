@@ -23,14 +23,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from threadpoolctl import threadpool_limits
+
 from plexus.datasets.work import Runner, marker_path, run_task
 
 from .streamjob import PartitionError, PartitionInterrupted
 
 
 def _start_worker() -> None:
-    from threadpoolctl import threadpool_limits  # noqa: PLC0415
-
     from plexus.runtime.lifeline import set_parent_death_signal  # noqa: PLC0415
 
     set_parent_death_signal()

@@ -378,9 +378,9 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
     weights = [0] + [nz * len(routed) for nz in pieces.nnz] + [0] * chunks  # the bar: non-zeros
     # tasks start costliest first: the hash (it reads the whole graph) first; a feature chunk
     # costs about as much as routing one non-zero (an 8-byte key) per 8 bytes of its rows
-    rows = [min(feature_rows, n - c * feature_rows) for c in range(chunks)]
-    costs = [sum(weights) + 1] + weights[1:len(pieces) + 1] + \
-        [r * source.num_features * 4 // 8 for r in rows]
+    chunk_rows = [min(feature_rows, n - c * feature_rows) for c in range(chunks)]
+    costs = weights[1:len(pieces) + 1] + [r * source.num_features * 4 // 8 for r in chunk_rows]
+    costs = [sum(costs) + 1] + costs
     results = runner.run("route", call, tasks, weights, costs=costs)
     graph_sha256 = results[0]["sha256"]
     sort_tasks = [(_sort_task, job, adj, i, p0, p1, meta) for adj in routed
@@ -396,6 +396,11 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
             r = result["r"][key]
             for c, count in enumerate(counts):
                 block_nnz[key][r * spec.nc + c] += count
+    for spec in specs:  # (a sub-bucket consumed by an earlier run would go missing here)
+        if sum(block_nnz[spec.key]) != meta["nnz"]:
+            raise PartitionError(f"{work}: the sorted pieces of block {spec.key} hold "
+                                 f"{sum(block_nnz[spec.key])} non-zeros, Â has {meta['nnz']}; "
+                                 "the work directory is damaged, remove it and start again")
     idx_dtypes = {s.key: [index_dtype(max(s.rs, s.cs, nz)).name for nz in block_nnz[s.key]]
                   for s in specs}
     rank_tasks = [(job, r, meta, block_nnz, idx_dtypes, labels["counts"], piece_rows, chunks)
@@ -409,9 +414,9 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
         if new.exists():
             replace(new, out)
     # the rank files' inputs, removed by every process at once, then the rest by the leader
-    inputs = [work / "pc" / str(s.index) / f"{r}-{c}" for s in specs
+    inputs = [job.path("pc", str(s.index), f"{r}-{c}") for s in specs
               for r in range(s.nr) for c in range(s.nc)]
-    inputs += [work / "feat" / f"{g}-{p}" for g in range(job.feature_groups)
+    inputs += [job.path("feat", f"{g}-{p}") for g in range(job.feature_groups)
                for p in range(-(-job.group_rows // piece_rows))]
     runner.run("clean", call, _removals(inputs), unit="folder")
     if runner.leader:

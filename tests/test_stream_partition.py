@@ -19,7 +19,7 @@ from cli_helpers import cli_env
 from engine_checks import directed_toy_graph
 from plexus.datasets import load_dataset
 from plexus.datasets.diskgraph import DiskGraphError, write_graph
-from plexus.datasets.graph import normalize
+from plexus.datasets.graph import DatasetError, normalize
 from plexus.datasets.rmat import parse_rmat_params, rmat_graph
 from plexus.datasets.work import CONSUMED, Runner
 from plexus.partitioners import (make_permutation, partition_to_store, read_manifest, read_shard,
@@ -327,3 +327,32 @@ def test_a_task_removes_the_inputs_it_consumed_only_once_its_marker_is_written(t
         assert not (tmp_path / f"in{i}").exists()
         marker = work / "done" / "phase" / f"{i:06d}.json"
         assert json.loads(marker.read_text()) == {"i": i}
+
+
+@pytest.mark.parametrize("phase,crash_in", [("canon-dedup", "scan_pieces"), ("sort", "ranks")])
+def test_a_lost_marker_of_a_consuming_task_is_a_damaged_work_directory(tmp_path, monkeypatch,
+                                                                      phase, crash_in):
+    """A dedup or sort task removes its inputs once recorded; if its marker is lost afterwards
+    (deleted by hand, an unsynced file after a power cut), the rerun must not cut a store
+    without those entries: it stops, one typed line, naming the damaged work directory."""
+    from plexus.partitioners import rankfile, stream
+
+    g = tmp_path / "g"
+    write_graph(rmat_graph(scale=8, edge_factor=4, features=4, classes=3), g)  # coo: canon runs
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(*((stream, "scan_pieces", crash) if crash_in == "scan_pieces"
+                          else (rankfile, "rank_task", crash)))
+    run = dict(chunk_edges=400, bucket_entries=600)
+    with pytest.raises(RuntimeError, match="killed"):
+        partition_to_store(f"graph:{g}", tmp_path / "s", shape_of((2, 1, 2)), 2, **run)
+    monkeypatch.undo()
+    markers = sorted(tmp_path.glob(f".s.work-*/**/done/{phase}/*.json"))
+    assert len(markers) > 1
+    markers[0].unlink()
+    with pytest.raises((PartitionError, DatasetError),
+                       match="work directory is damaged") as err:
+        partition_to_store(f"graph:{g}", tmp_path / "s", shape_of((2, 1, 2)), 2, **run)
+    assert "\n" not in str(err.value) and not (tmp_path / "s").exists()

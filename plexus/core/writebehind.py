@@ -3,7 +3,8 @@ part is synced and dropped from the page cache (``posix_fadvise(DONTNEED)``), so
 reusing the same few pages instead of filling memory with a cache of its output. On machines
 where a page touched for the first time is expensive (virtual machines whose free memory goes back
 to the host) this takes most of the system time out of writing a shard store: measured in
-docs/design.md, "Big graphs". Where the call does not exist it is a plain buffered file."""
+docs/design.md, "Big graphs". Where the call does not exist (macOS) it is a plain file, synced
+once at the end."""
 
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ class WriteBehind:
     def write(self, data: bytes | memoryview) -> int:
         count = self.raw.write(data)
         self._written += count
-        if self._written - self._synced >= self.step:
-            self._sync(os.fdatasync if hasattr(os, "fdatasync") else os.fsync)
+        if self._drop is not None and self._written - self._synced >= self.step:
+            self._sync(os.fdatasync)
         return count
 
     def flush(self) -> None:
@@ -43,5 +44,9 @@ class WriteBehind:
         fd = self.raw.fileno()
         sync(fd)
         if self._drop is not None and self._written > self._synced:  # (length 0: to the end)
-            self._drop(fd, self._synced, self._written - self._synced, os.POSIX_FADV_DONTNEED)
+            try:
+                self._drop(fd, self._synced, self._written - self._synced,
+                           os.POSIX_FADV_DONTNEED)
+            except OSError:
+                pass  # advice only: the data is synced either way
         self._synced = self._written
