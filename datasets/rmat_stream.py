@@ -241,8 +241,8 @@ def rmat_to_disk(params: dict, out: str | Path, runner: Runner, work: str | Path
     runner.run("rmat-labels", _labels_task, [(job, pieces, k) for k in range(len(pieces))],
                pieces.nnz)
     alloc = runner.once("rmat-alloc", _alloc_indices, job, pieces)
-    # the split is drawn beside the indices' tasks (first, its task last: the pieces' tasks keep
-    # their places, as a run interrupted before the split was a task left them)
+    # one task draws the split beside the pieces' indices: it starts first (its cost), and
+    # comes last in the list so that the pieces' tasks keep the places older runs recorded
     runner.run("rmat-indices", call, [(_indices_task, job, pieces, k)
                                       for k in range(len(pieces))] + [(_split_task, job)],
                [*pieces.nnz, 0], costs=[*pieces.nnz, pieces.total + 1])

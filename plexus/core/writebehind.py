@@ -9,7 +9,7 @@ once at the end."""
 from __future__ import annotations
 
 import os
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 #: bytes written between syncs (the page cache a writer holds at most, about)
 STEP_BYTES = 64 << 20
@@ -39,7 +39,7 @@ class WriteBehind:
         """Sync the file (data and size: fsync) and drop the rest of it from the cache."""
         self._sync(os.fsync)
 
-    def _sync(self, sync) -> None:
+    def _sync(self, sync: Callable[[int], None]) -> None:
         self.raw.flush()
         fd = self.raw.fileno()
         sync(fd)
