@@ -65,7 +65,7 @@ def _block_members(zf: zipfile.ZipFile, job: Job, spec: BlockSpec, r: int, c: in
     """The three members of one block: its pieces (the sub-buckets of its row block) in order."""
     lo, hi = r * spec.rs, (r + 1) * spec.rs
     mine = [i for i, (a, _) in enumerate(subs) if lo <= a < hi]
-    base = job.path("pc", str(spec.index), f"{r}-{c}")
+    base = job.block_folder(spec, r, c)
     counts = [load_npy(base / f"{i:05d}.counts.npy", PartitionError, "i") for i in mine]
     indptr = np.zeros(spec.rs + 1, dtype=idx_dtype)
     np.cumsum(np.concatenate(counts) if counts else np.zeros(0, np.int64), out=indptr[1:])
@@ -85,10 +85,10 @@ def _feature_pieces(job: Job, group: int, cols: slice, piece_rows: int,
     rows_total = job.group_rows
     width = cols.stop - cols.start
     hi = min(cols.stop, job.num_features)
-    for p in range(-(-rows_total // piece_rows)):
+    for p in range(job.feature_pieces(piece_rows)):
         n_rows = min(piece_rows, rows_total - p * piece_rows)
         dense = np.zeros((n_rows, width), dtype=np.float32)
-        folder = job.path("feat", f"{group}-{p}")
+        folder = job.feature_folder(group, p)
         if hi > cols.start:
             for chunk in range(chunks):
                 base = folder / f"{chunk:06d}"

@@ -203,14 +203,14 @@ def _feature_task(job: Job, chunk: int, piece_rows: int) -> dict:
     pos = job.node(f"inv{col_order_index(job.plans[0].adj)}")[lo:lo + len(x)].astype(np.int64)
     group = pos // job.group_rows
     local = pos - group * job.group_rows
-    pieces = -(-job.group_rows // piece_rows)
+    pieces = job.feature_pieces(piece_rows)
     bucket = group * pieces + local // piece_rows
     order, bounds = group_order(bucket, job.feature_groups * pieces)
     for b in range(len(bounds) - 1):
         if bounds[b + 1] > bounds[b]:
             sel = order[bounds[b]:bounds[b + 1]]
             g, p = divmod(b, pieces)
-            base = job.path("feat", f"{g}-{p}", f"{chunk:06d}")
+            base = job.feature_folder(g, p) / f"{chunk:06d}"
             save_piece(Path(f"{base}.rows.npy"), local[sel])
             save_piece(Path(f"{base}.vals.npy"), x[sel])
     return {}
@@ -280,7 +280,7 @@ def _sort_task(job: Job, adj: int, sub: int, p0: int, p1: int, meta: dict) -> di
         r = p0 // spec.rs
         nnz[spec.key] = []
         for c, sel in _column_blocks(pos_c, spec.cs, spec.nc):
-            base = job.path("pc", str(spec.index), f"{r}-{c}", f"{sub:05d}")
+            base = job.block_folder(spec, r, c) / f"{sub:05d}"
             save_piece(Path(f"{base}.counts.npy"),
                        np.bincount(pos_r[sel], minlength=p1 - p0).astype(np.int64))
             cols = pos_c[sel]
@@ -414,10 +414,9 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
         if new.exists():
             replace(new, out)
     # the rank files' inputs, removed by every process at once, then the rest by the leader
-    inputs = [job.path("pc", str(s.index), f"{r}-{c}") for s in specs
-              for r in range(s.nr) for c in range(s.nc)]
-    inputs += [job.path("feat", f"{g}-{p}") for g in range(job.feature_groups)
-               for p in range(-(-job.group_rows // piece_rows))]
+    inputs = [job.block_folder(s, r, c) for s in specs for r in range(s.nr) for c in range(s.nc)]
+    inputs += [job.feature_folder(g, p) for g in range(job.feature_groups)
+               for p in range(job.feature_pieces(piece_rows))]
     runner.run("clean", call, _removals(inputs), unit="folder")
     if runner.leader:
         shutil.rmtree(work, ignore_errors=True)

@@ -92,6 +92,18 @@ class Job:
     def group_rows(self) -> int:
         return self.npad // self.feature_groups
 
+    def feature_pieces(self, piece_rows: int) -> int:
+        """Pieces of ``piece_rows`` rows in one feature row group."""
+        return -(-self.group_rows // piece_rows)
+
+    def feature_folder(self, group: int, piece: int) -> Path:
+        """Where the route puts the feature rows of one piece of a row group, a file per chunk."""
+        return self.path("feat", f"{group}-{piece}")
+
+    def block_folder(self, spec: BlockSpec, r: int, c: int) -> Path:
+        """Where the sort puts block (r, c) of ``spec``, a set of files per sub-bucket."""
+        return self.path("pc", str(spec.index), f"{r}-{c}")
+
     def permutation(self, meta: Mapping[str, Any]) -> Permutation:
         return Permutation(meta["kind"], meta["seed"], self.node("p1"), self.node("p2"),
                            meta["locality"])
