@@ -86,14 +86,10 @@ class GroupRunner(Runner):
         super().__init__(work, progress)
         import torch.distributed as dist  # noqa: PLC0415
 
-        from plexus.runtime.env import threads_per_worker  # noqa: PLC0415
         from plexus.runtime.group import init_process_group  # noqa: PLC0415
 
         self._dist = dist
         init_process_group(env, timeout_s, cpu=True)
-        # numpy's BLAS too gets this rank's share of the node's cores, as torch does (srun, unlike
-        # torchrun, sets no OMP_NUM_THREADS for its tasks)
-        threadpool_limits(threads_per_worker(env.local_world_size))
         self.width = env.world_size
         self.rank = env.rank
         self.leader = env.rank == 0

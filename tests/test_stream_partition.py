@@ -201,20 +201,22 @@ def test_ranks_of_a_launcher_job_share_the_work(tmp_path, toy):
 
 def test_ranks_of_a_launcher_job_share_the_nodes_blas_threads(tmp_path):
     """A rank of an srun job (no OMP_NUM_THREADS) keeps numpy's BLAS to its share of the node's
-    cores, as PoolRunner's workers keep theirs to one: with a rank per core, one thread."""
+    cores (`init_process_group`), as PoolRunner's workers keep theirs to one: with a rank per
+    core, one thread."""
     script = """
 import json, os
 from threadpoolctl import threadpool_info
 from plexus.partitioners.jobs import GroupRunner
 from plexus.runtime.env import JobEnv, available_cores
-env = JobEnv("slurm", 0, 1, 0, available_cores(), "127.0.0.1", int(os.environ["PORT"]))
+from plexus.runtime.local import free_port
+env = JobEnv("slurm", 0, 1, 0, available_cores(), "127.0.0.1", free_port())
 runner = GroupRunner(os.environ["WORK"], env, 60.0, progress=False)
 print(json.dumps([pool["num_threads"] for pool in threadpool_info()]))
 runner.close()
 """
     env = {k: v for k, v in cli_env().items()
            if not k.endswith("_NUM_THREADS") and k != "OPENBLAS_MAIN_FREE"}
-    env.update(PORT=str(30500 + os.getpid() % 1000), WORK=str(tmp_path / "work"))
+    env["WORK"] = str(tmp_path / "work")
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from threadpoolctl import threadpool_limits
 
 from .env import JobEnv, LaunchError, threads_per_worker, use_cuda
 
@@ -20,13 +21,16 @@ def init_process_group(env: JobEnv, timeout_s: float, cpu: bool = False,
                        device: str | None = None) -> torch.device:
     """Join the job's default process group; return this rank's device.
 
-    Sets the torch thread count first (before any parallel work), so workers sharing a node do
-    not oversubscribe its cores. ``cpu``: a gloo group on the CPU even where GPUs are (for jobs
+    Sets the torch and BLAS/OpenMP thread counts first (before any parallel work), so workers
+    sharing a node do not oversubscribe its cores (srun, unlike torchrun, sets no
+    OMP_NUM_THREADS for its tasks). ``cpu``: a gloo group on the CPU even where GPUs are (for jobs
     that only coordinate, such as the partitioner's). ``device``: "cuda" (NCCL, this local
     rank's GPU; `LaunchError` without CUDA), "cpu" (gloo), None: CUDA where it is available.
     The rest of the run is the same code on either.
     """
-    torch.set_num_threads(threads_per_worker(env.local_world_size))
+    threads = threads_per_worker(env.local_world_size)
+    torch.set_num_threads(threads)
+    threadpool_limits(threads)  # numpy's BLAS, for the steps that run in numpy (the partitioner)
     timeout = timedelta(seconds=timeout_s)
     if not cpu and use_cuda(device):
         if env.local_rank >= torch.cuda.device_count():
