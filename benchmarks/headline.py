@@ -82,7 +82,8 @@ def headline() -> str:
     reuse = cache["later runs reuse the store; set-up (cache lookup + a rank's set-up)"]
     lines = [
         BEGIN,
-        "Headline figures of the committed snapshot (2-core CPU machine; see "
+        "Headline figures of the committed snapshot (2-core CPU machine, the GPU line one GPU; "
+        "see "
         "[benchmarks/results/README.md](benchmarks/results/README.md)):",
         "",
         f"- Plexus 1x1x1 epoch time: {ratio['torch-agg']}× PyG's (`--order auto`: "
@@ -99,6 +100,7 @@ def headline() -> str:
         f"{_source('strong_scaling.txt', prov)}",
         *_partition_line(prov),
         *_gat_line(prov),
+        *_gpu_line(prov),
         f"- `plexus-train --dataset` partitions once into a cached shard store and every rank "
         f"reads only its shard: R-MAT scale 20 on 2x2x2, every rank's peak (set-up included) "
         f"{ratio_peak}× its training peak, the launching process {launcher} with its "
@@ -176,6 +178,29 @@ def _gat_line(prov: dict) -> list[str]:
     return [f"- GAT at 1x1x1 (2 layers, 4 heads x 64, attention dropout) on R-MAT scale 17: epoch "
             f"time {m['time']}× and peak RSS {m['mem']}× PyG's GATConv; the memory model "
             f"{model['x']}× the measured peak — {_source('gat.txt', prov)}"]
+
+
+def _gpu_line(prov: dict) -> list[str]:
+    """One GPU against PyG in one process (`gpu.txt`, benchmarks/gpu.py), once it is in the
+    snapshot: the GPU named, every ratio the GPU issue asks for."""
+    if "gpu.txt" not in prov:
+        return []
+    gpu = _find("gpu.txt", r"^device: (?P<name>[^;]+);")[0]["name"]
+    r = {m["case"]: m for m in _find(
+        "gpu.txt", r"^  (?P<case>gcn|gat): plexus fp32 / pyg epoch (?P<time>[\d.]+)x, bf16 / fp32 "
+        r"(?P<bf16>[\d.]+)x, peak fp32 / pyg (?P<peak>[\d.]+)x")}
+    launches = _find("gpu.txt", r"^  launches +plexus-gcn-fp32 R-MAT (?P<scale>\d+): "
+                     r"(?P<n>[\d,]+) CUDA kernels per epoch")[0]
+    model = [float(m["x"]) for m in _find(
+        "gpu.txt", r"^  memory model (?:gcn|gat)/plexus-\S+: predicted / measured (?P<x>[\d.]+)")]
+    gcn, gat = r["gcn"], r["gat"]
+    return [f"- one GPU ({gpu}), Plexus 1x1x1 against PyG in one process, dropout on: GCN 3x256 "
+            f"on R-MAT scale 21 epoch {gcn['time']}× PyG's GCNConv (CSR adj_t), device peak "
+            f"{gcn['peak']}×, bf16 {gcn['bf16']}× fp32's epoch; GAT (64x4 heads) on R-MAT 18 "
+            f"epoch {gat['time']}× GATConv's, peak {gat['peak']}×, bf16 {gat['bf16']}× fp32's; "
+            f"{launches['n']} kernel launches per GCN epoch at scale {launches['scale']}; the "
+            f"device-memory model {min(model):.2f}-{max(model):.2f}× the measured peaks — "
+            f"{_source('gpu.txt', prov)}"]
 
 
 def replace_block(text: str, block: str) -> str:

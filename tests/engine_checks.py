@@ -22,6 +22,7 @@ from plexus.engine.trainer import Trainer
 from plexus.testing.exactness import build_pair as build
 from plexus.testing.exactness import close as _close
 from plexus.testing.exactness import directed_toy_graph, toy_graph
+from plexus.testing.opcount import count_difference, count_ops
 
 HIDDEN = 6  # not a multiple of any axis size used (2, 3, 4)
 
@@ -341,6 +342,28 @@ MODEL_CHECKS = [f"{graph}/{name}/{kind}" for graph in ("undirected", "directed")
     for kind in ("step", "train")] + [f"directed/{MULTILABEL_MODELS['directed'][0]}/ledger"]
 
 
+# The grids whose training step's operator count is checked against the graph's size
+OPCOUNT_GRIDS = {(1, 1, 1), (2, 2, 2)}
+OPCOUNT_CHECKS = [f"{graph}/{name}/ops-per-step" for graph in ("undirected", "directed")
+                  for name in MODELS]
+
+
+def check_op_counts(grid: Grid, small: Graph, large: Graph, cfg: ModelConfig) -> list[str]:
+    """The operators one training step dispatches (dropout and attention dropout on, after a
+    first step that creates the optimizer's state) are the same on ``small`` and ``large``: no
+    pass of the step runs in a Python loop whose trip count grows with the graph (each operator
+    is a kernel launch on a GPU)."""
+    counts = []
+    for g in (small, large):
+        model, _, _ = build(grid, g, cfg, "double")
+        trainer = Trainer(model, TrainConfig(epochs=3, eval_every=0))
+        trainer.train_step()
+        counts.append(count_ops(trainer.train_step))
+    diff = count_difference(*counts)
+    return [f"operators per step differ ({small.num_nodes} vs {large.num_nodes} nodes): "
+            f"{diff}"] if diff else []
+
+
 def run_model_checks(grids: list[tuple[int, int, int]], epochs: int = 20) -> dict[str, list[str]]:
     """`MODEL_CHECKS` for every grid in ``grids`` (all of this world's size); training checks
     run ``epochs`` epochs."""
@@ -374,6 +397,13 @@ def run_model_checks(grids: list[tuple[int, int, int]], epochs: int = 20) -> dic
                                                                 epochs=min(5, epochs))
             if gname == "directed":
                 out[f"{tag}/{gname}/{name}/ledger"] = check_ledger(grid, mg, cfg, "double")
+        if dims in OPCOUNT_GRIDS:  # graphs 16x apart in nodes
+            sizes = {"undirected": (toy_graph(), toy_graph(37 * 16)),
+                     "directed": (directed_toy_graph(), directed_toy_graph(41 * 16))}
+            for gname, (small, large) in sizes.items():
+                for name, cfg in MODELS.items():
+                    out[f"{tag}/{gname}/{name}/ops-per-step"] = check_op_counts(
+                        grid, small, large, cfg)
         out[f"{tag}/directed/gin-fixed-eps-decay-first/train"] = check_training(
             grid, graphs["directed"], ModelConfig(2, HIDDEN, 0.5, kind="gin", train_eps=False),
             "single", decay_scope="first", epochs=epochs)

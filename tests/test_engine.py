@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_checks import MODEL_CHECKS, run_all_checks
+from engine_checks import MODEL_CHECKS, OPCOUNT_CHECKS, OPCOUNT_GRIDS, run_all_checks
 from plexus.testing.localworld import run_world
 
 GRIDS = {1: [(1, 1, 1)], 2: [(2, 1, 1), (1, 2, 1), (1, 1, 2)], 3: [(1, 3, 1)],
@@ -69,4 +69,12 @@ def test_distributed_equals_serial(dims, check):
 @pytest.mark.parametrize("dims", sorted(MODEL_GRIDS), ids=lambda d: "x".join(map(str, d)))
 @pytest.mark.parametrize("check", MODEL_CHECKS)
 def test_models_equal_serial(dims, check):
+    _check(dims, check)
+
+
+@pytest.mark.parametrize("dims", sorted(OPCOUNT_GRIDS), ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("check", OPCOUNT_CHECKS)
+def test_operators_per_step_do_not_grow_with_the_graph(dims, check):
+    """Every kind with feature and attention dropout: the same operators per training step on
+    graphs 16x apart (a GPU launches a kernel per operator)."""
     _check(dims, check)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from plexus.engine.primitives import relu
-from plexus.engine.seeding import dropout, dropout_keep
+from plexus.engine.masks import dropout, dropout_keep
 from plexus.perfmodel import ModelSpec, epoch_memory
 from plexus.runtime.memstats import TensorTracker, peak_rss_bytes, resident_storages
 

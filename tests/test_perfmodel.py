@@ -453,12 +453,21 @@ def test_comm_volume_benchmark_runs(tmp_path):
         assert vols["ogbn-products", g, "3d"] < vols["ogbn-products", g, "1d"]
 
 
-def test_gat_memory_model_uses_the_engines_chunk_sizes():
-    """The torch-free declaration mirrors the engine's chunking (one rule, two packages)."""
-    from plexus.core.ops import gat
-    from plexus.engine import edges
+def test_the_memory_model_prices_the_engines_mask_temporaries_per_device():
+    """One rule for the masks' temporaries (declared in plexus.core, used by the engine to size
+    its pieces): on CPUs a whole input's hash words, on CUDA (fused kernels) none."""
+    import dataclasses
 
-    assert gat.EDGE_CHUNK == edges.CHUNK and gat.HASH_CHUNK == edges.HASH_CHUNK
+    from plexus.core.model import ModelConfig
+    from plexus.core.ops import base
+    from plexus.engine import masks
+
+    assert masks.MASK_TEMP_BYTES == base.MASK_TEMP_BYTES
+    spec = ModelSpec(4096, 60000, 64, 8, ModelConfig(num_layers=2, hidden=32, dropout=0.5))
+    cpu = epoch_memory(spec, (1, 1, 1))
+    cuda = epoch_memory(dataclasses.replace(spec, device="cuda"), (1, 1, 1))
+    assert cuda.runtime == 0 and cpu.runtime > 0
+    assert cpu.total - cpu.runtime > cuda.total  # the hash words of the dropped inputs
 
 
 # ---- multi-label tasks (ogbn-proteins) ------------------------------------------------------
@@ -499,12 +508,14 @@ def test_elementwise_work_and_shared_cores_are_priced(tmp_path):
     epoch. Two layers 64 -> 16 -> 8 on 1024 nodes at 1x1x1, dropout on both inputs, by hand;
     priced at the calibrated elementwise rate, and the compute of 4 ranks sharing 2 cores at
     half speed."""
+    from plexus.core.ops.base import DROPOUT_PASSES as D
     from plexus.perfmodel import Calibration
 
+    assert D == 5  # two passes of hash words over half the columns, 3 over every element
     spec = ModelSpec.of(1024, 10_000, 64, 8, num_layers=2, hidden=16, dropout=0.5)
     n = 1024
-    by_hand = (2 * 7.5 * n * 64 + 3 * n * 16 + 2 * n * 16  # layer 0: dropout, ReLU, bias
-               + 2 * 7.5 * n * 16 + 2 * n * 8 + 10 * n * 8)  # layer 1: dropout, bias, loss
+    by_hand = (2 * D * n * 64 + 3 * n * 16 + 2 * n * 16  # layer 0: dropout, ReLU, bias
+               + 2 * D * n * 16 + 2 * n * 8 + 10 * n * 8)  # layer 1: dropout, bias, loss
     c = epoch_compute(spec, (1, 1, 1))
     assert c.elementwise == by_hand
     cal = Calibration(spmm_flops=1e9, gemm_flops=2e9, elementwise_rate=1e8, cores=2,

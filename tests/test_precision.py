@@ -221,12 +221,15 @@ def test_bf16_cora_accuracy_equals_fp32(capsys):
     assert abs(means["bf16"] - means["fp32"]) <= 0.005, means
 
 
-def test_memory_model_prices_activations_in_the_compute_precision():
+@pytest.mark.parametrize("device,ratio", [("cuda", 0.6), ("cpu", 0.65)])
+def test_memory_model_prices_activations_in_the_compute_precision(device, ratio):
+    """bf16 about halves a step's tensors; on CPUs the dropout mask's 32-bit hash words (the
+    same in every precision: no fused kernel there) take a little of that back."""
     spec = dict(num_nodes=1 << 16, nnz=2_000_000, num_features=128, num_classes=16,
-                num_layers=3, hidden=256)
+                num_layers=3, hidden=256, device=device)
     fp32 = epoch_memory(ModelSpec.of(**spec), (1, 1, 1))
     bf16 = epoch_memory(ModelSpec.of(**spec, dtype_bytes=2), (1, 1, 1))
-    assert bf16.activations + bf16.workspace < 0.6 * (fp32.activations + fp32.workspace)
+    assert bf16.activations + bf16.workspace < ratio * (fp32.activations + fp32.workspace)
     assert bf16.adjacency < fp32.adjacency and bf16.features < fp32.features
     assert bf16.optimizer == fp32.optimizer  # Adam's moments stay float32
     assert fp32.weights < bf16.weights < 1.5 * fp32.weights  # float32 master + 2-byte casts

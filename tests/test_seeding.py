@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from plexus.engine.seeding import _GOLDEN, _M32, _MUL, _fmix, _key, dropout, dropout_keep
+from plexus.engine.masks import GOLDEN as _GOLDEN, M32 as _M32, MUL as _MUL, dropout, dropout_keep
+from plexus.engine.masks import fmix as _fmix, key as _key
 
 
 def reference_keep(seed, step, layer, rows, col_start, num_cols, p):

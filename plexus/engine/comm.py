@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from .grid import Grid
 from .ledger import Ledger
+from .pieces import piece_budget
 from .timing import Timers
 
 
@@ -23,13 +24,37 @@ _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_sc
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
-class Comm:
-    """The grid plus the ledger and timers that every collective reports to."""
+def staged(device: torch.device) -> bool:
+    """Whether collectives of tensors on ``device`` go through host memory: CUDA tensors in a
+    gloo group (several ranks sharing a GPU, where NCCL needs a GPU per rank)."""
+    return (torch.device(device).type == "cuda" and dist.is_initialized()
+            and dist.get_backend() == "gloo")
 
-    def __init__(self, grid: Grid, ledger: Ledger | None = None, timers: Timers | None = None):
+
+def all_reduce_staged(x: torch.Tensor, op=dist.ReduceOp.SUM, group=None) -> torch.Tensor:
+    """In-place all-reduce of ``x`` (the default group, or ``group``), through host memory when
+    `staged` says so; returns ``x``."""
+    if not staged(x.device):
+        dist.all_reduce(x, op=op, group=group)
+        return x
+    host = x.cpu()
+    dist.all_reduce(host, op=op, group=group)
+    return x.copy_(host)
+
+
+class Comm:
+    """The grid plus the ledger and timers that every collective reports to, and ``budget``:
+    the bytes one pass's temporaries may take on this rank's device (`plexus.engine.pieces`;
+    None: read from the device's free memory now, at set-up)."""
+
+    def __init__(self, grid: Grid, ledger: Ledger | None = None, timers: Timers | None = None,
+                 budget: float | None = None):
         self.grid = grid
         self.ledger = ledger or Ledger()
         self.timers = timers or Timers(grid.device, enabled=False)
+        self.budget = piece_budget(grid.device) if budget is None else budget
+        # several ranks sharing one GPU talk gloo, which reduces host memory: stage through it
+        self.staged = staged(grid.device)
 
     # ---- raw (non-differentiable) collectives -------------------------------------------
     def raw_all_reduce(self, x: torch.Tensor, axis: str, op: str = "sum",
@@ -49,6 +74,10 @@ class Comm:
         self.ledger.record(axis, "all_reduce", x.numel(), p, x.element_size())
         reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
                      "min": dist.ReduceOp.MIN}[op]
+        if self.staged:  # through host memory, synchronously (nothing to overlap with)
+            with self.timers(f"all_reduce:{axis}"):
+                all_reduce_staged(x, reduce_op, self.grid.group(axis))
+            return None if async_op else x
         if async_op:  # the caller times the wait: that is the part not hidden by compute
             return dist.all_reduce(x, op=reduce_op, group=self.grid.group(axis), async_op=True)
         with self.timers(f"all_reduce:{axis}"):
@@ -70,7 +99,12 @@ class Comm:
         out = x.new_empty((p * x.shape[0],) + tuple(x.shape[1:]))
         self.ledger.record(axis, "all_gather", out.numel(), p, x.element_size())
         with self.timers(f"all_gather:{axis}"):
-            _all_gather(out, x, group=self.grid.group(axis))
+            if self.staged:
+                host = out.cpu()
+                _all_gather(host, x.cpu(), group=self.grid.group(axis))
+                out.copy_(host)
+            else:
+                _all_gather(out, x, group=self.grid.group(axis))
         return out
 
     def raw_reduce_scatter(self, x: torch.Tensor, axis: str) -> torch.Tensor:
@@ -82,7 +116,12 @@ class Comm:
         out = x.new_empty((x.shape[0] // p,) + tuple(x.shape[1:]))
         self.ledger.record(axis, "reduce_scatter", x.numel(), p, x.element_size())
         with self.timers(f"reduce_scatter:{axis}"):
-            _reduce_scatter(out, x, group=self.grid.group(axis))
+            if self.staged:
+                host = out.cpu()
+                _reduce_scatter(host, x.cpu(), group=self.grid.group(axis))
+                out.copy_(host)
+            else:
+                _reduce_scatter(out, x, group=self.grid.group(axis))
         return out
 
     # ---- differentiable ------------------------------------------------------------------

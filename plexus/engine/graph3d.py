@@ -38,7 +38,7 @@ from .edges import (EdgeBlock, attention_softmax, edge_softmax, head_matrix, hea
                     sddmm, weighted_aggregate)
 from .gemm import GemmTuner
 from .primitives import aggregate, gemm
-from .seeding import dropout
+from .masks import dropout
 
 
 class StageGraph:
@@ -56,6 +56,7 @@ class StageGraph:
         self.in_col_start = block(d_in, shape[plan.in_cols], coords[plan.in_cols]).start
         self._edges: EdgeBlock | None = None
         self._S = self._A = None
+        self._P: dict[tuple, torch.Tensor] = {}
 
     # ---- where things are -------------------------------------------------------------------
     def col_block(self, width: int, axis: str | None = None) -> slice:
@@ -64,15 +65,24 @@ class StageGraph:
         axis = axis or self.plan.out_cols
         return block(width, self.comm.grid.shape[axis], self.comm.grid.coords[axis])
 
-    def _heads(self, X: torch.Tensor, heads: int, head_width: int, dtype=None):
-        """P (this rank's columns of X × heads) and the (head, first, last) column ranges; X's
-        columns are its block of a (padded) width cut by the output's column axis, heads of
-        ``head_width`` columns from column 0 (padding beyond the last head)."""
+    def _ranges(self, X: torch.Tensor, heads: int, head_width: int
+                ) -> tuple[int, int, list[tuple[int, int, int]]]:
+        """The first column and the width of this rank's columns of X, and the (head, first,
+        last) column ranges of the heads there: X's columns are its block of a (padded) width
+        cut by the output's column axis, heads of ``head_width`` columns from column 0 (padding
+        beyond the last head). Plain integers from the plan: no device work."""
         width = X.shape[1] * self.comm.grid.shape[self.plan.out_cols]
         cols = self.col_block(width)
         n = cols.stop - cols.start
-        return (head_matrix(cols.start, n, head_width, heads, X.device, dtype or X.dtype),
-                head_ranges(cols.start, n, head_width, heads))
+        return cols.start, n, head_ranges(cols.start, n, head_width, heads)
+
+    def _head_matrix(self, X: torch.Tensor, heads: int, head_width: int) -> torch.Tensor:
+        """P (this rank's columns of X × heads, X's dtype), built once per shape."""
+        start, n, _ = self._ranges(X, heads, head_width)
+        key = (start, n, head_width, heads, X.dtype)
+        if key not in self._P:
+            self._P[key] = head_matrix(start, n, head_width, heads, X.device, X.dtype)
+        return self._P[key]
 
     @property
     def edges(self) -> EdgeBlock:
@@ -80,7 +90,7 @@ class StageGraph:
         if self._edges is None:
             g, p = self.graph, self.plan
             self._edges = EdgeBlock(g.matrix(p), g.out_ids[p.index], g.shard.input_ids[p.index],
-                                    self.comm.grid.device)
+                                    self.comm.grid.device, self.comm.budget)
         return self._edges
 
     # ---- node tensors -------------------------------------------------------------------------
@@ -98,7 +108,8 @@ class StageGraph:
         if p <= 0:
             return H
         layer = self.plan.layer if layer is None else layer
-        return dropout(H, self.seed, step, layer, self.input_ids, self.in_col_start, p)
+        return dropout(H, self.seed, step, layer, self.input_ids, self.in_col_start, p,
+                       self.comm.budget)
 
     def linear(self, X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
         """X·W with W's shard (stored like the engine's W: rows by i then W's flat axis,
@@ -137,7 +148,7 @@ class StageGraph:
         """Per node and head, Σ_c X[:, c]·a[c, k] over the head's columns, for each column k of
         ``a`` (this rank's rows of k vectors; X rows by o, columns cut by the output's column
         axis, heads of ``head_width``): (nodes, k·heads) float32, complete."""
-        P, _ = self._heads(X, heads, head_width)
+        P = self._head_matrix(X, heads, head_width)
         a = a if a.dim() == 2 else a[:, None]
         p = self.plan
         a = self.replicate(self.replicate(a, p.outer), p.inner)  # bwd: AR(da) over o and i
@@ -159,9 +170,10 @@ class StageGraph:
               head_width: int) -> torch.Tensor:
         """Per-edge, per-head dot products Q_i·K_j (Q in Â's row layout, K rows by o, columns
         cut by the output's column axis, heads of ``head_width``): (edges, heads), float32."""
-        P, _ = self._heads(K, heads, head_width, torch.float32)
+        _, _, ranges = self._ranges(K, heads, head_width)
         Q = self.replicate(Q, self.plan.a_cols)               # bwd: AR(dQ) over o
-        return sddmm(Q, K, self.edges, P, self.comm, self.plan.out_cols)  # AR(e) over it
+        return sddmm(Q, K, self.edges, ranges, heads, self.comm,
+                     self.plan.out_cols)                      # AR(e) over it
 
     def edge_softmax(self, e: torch.Tensor) -> torch.Tensor:
         """α: the softmax of per-edge scores over each row's in-edges, across the grid."""
@@ -174,10 +186,10 @@ class StageGraph:
         ``head_width``): rows by Â's rows, all-reduced over o (``reduce`` False: this rank's
         partial sum). ``dropout``: attention dropout, its masks a hash of (seed, step, layer,
         head, destination, source)."""
-        P, ranges = self._heads(Z, heads, head_width, torch.float32)
+        _, _, ranges = self._ranges(Z, heads, head_width)
         drop = (self.seed, step, self.plan.layer, dropout) if dropout > 0 else None
         return weighted_aggregate(alpha, Z, self.edges, self.comm,
-                                  self.plan.a_cols if reduce else None, ranges, P,
+                                  self.plan.a_cols if reduce else None, ranges,
                                   drop)                       # AR(OUT) over o
 
     def add_bias(self, OUT: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -31,21 +31,21 @@ class ParallelCrossEntropy(torch.autograd.Function):
 
     Per logit it holds one float buffer (exp, turned into the softmax in place, kept for
     backward) and the one-byte one-hot labels, plus a -inf copy where the block has padded
-    classes, and a few float32 vectors per row (maximum, sums, per-node loss) and int64
-    indices of the labelled rows: what `plexus.perfmodel` prices for the loss."""
+    classes, and a few float32 vectors per row (maximum, sums, per-node loss, the label's logit)
+    and the labels' columns: what `plexus.perfmodel` prices for the loss. No host
+    synchronisation: the labelled rows are selected by masks, never gathered by index."""
 
     @staticmethod
     def forward(ctx, z, labels, mask, count: int, col_start: int, num_classes: int,
                 comm: Comm, rows_axis: str, class_axis: str):  # noqa: D102
         z = _pad_classes(z, col_start, num_classes)
+        width = z.shape[1]
         zmax = comm.raw_all_reduce(z.max(dim=1).values.clone(), class_axis, "max")
-        local = (labels >= col_start) & (labels < col_start + z.shape[1]) & mask
-        rows = local.nonzero().squeeze(1)
-        cols = labels[rows] - col_start
-        onehot = torch.zeros_like(z, dtype=torch.bool)
-        onehot[rows, cols] = True
-        label_z = torch.zeros(z.shape[0], dtype=z.dtype, device=z.device)
-        label_z[rows] = z[rows, cols]
+        local = (labels >= col_start) & (labels < col_start + width) & mask
+        cols = (labels - col_start).clamp_(0, max(width - 1, 0))
+        onehot = (torch.arange(width, device=z.device)[None, :] == cols[:, None]) & local[:, None]
+        label_z = torch.where(local, z.gather(1, cols[:, None]).squeeze(1),
+                              torch.zeros((), dtype=z.dtype, device=z.device))
         e = z - zmax[:, None]
         e.exp_()
         stats = comm.raw_all_reduce(torch.stack([e.sum(dim=1), label_z]), class_axis)
@@ -60,7 +60,7 @@ class ParallelCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad):  # noqa: D102
         softmax, onehot, mask = ctx.saved_tensors
         dz = softmax.clone()
-        dz[onehot] -= 1.0  # softmax - one-hot labels
+        dz.sub_(onehot.to(dz.dtype))  # softmax - one-hot labels
         dz.mul_(mask[:, None])
         return dz.mul_(grad / ctx.count), None, None, None, None, None, None, None, None
 
@@ -130,16 +130,16 @@ class ParallelBCE(torch.autograd.Function):
         stats = torch.stack([softplus + relu - zy, count])
         comm.raw_all_reduce(stats, rows_axis)
         comm.raw_all_reduce(stats, class_axis)
-        ctx.save_for_backward(z, labels, mask)
-        ctx.count = max(float(stats[1]), 1.0)
-        return (stats[0] / ctx.count).to(z.dtype)
+        count = stats[1].clamp(min=1.0)  # stays on the device: no host synchronisation
+        ctx.save_for_backward(z, labels, mask, count)
+        return (stats[0] / count).to(z.dtype)
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
-        z, labels, mask = ctx.saved_tensors
+        z, labels, mask, count = ctx.saved_tensors
         dz = torch.sigmoid(z).sub_(labels.clamp(min=0))  # σ(z) − y
         dz.masked_fill_((labels < 0) | ~mask[:, None], 0)
-        return dz.mul_(grad / ctx.count), None, None, None, None, None
+        return dz.mul_(grad / count.float()), None, None, None, None, None
 
 
 def binary_cross_entropy(z: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor,

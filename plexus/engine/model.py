@@ -5,7 +5,6 @@ from __future__ import annotations
 from contextlib import ExitStack, nullcontext
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -14,7 +13,7 @@ from plexus.core.ops import NORM_OP, OPERATORS, Param, split_name
 from plexus.partitioners.plan import RankShard
 
 from .blocks import GraphBlocks, stage_output_ids
-from .comm import Comm
+from .comm import Comm, all_reduce_staged
 from .config import EngineConfig, ModelConfig
 from .gemm import GemmTuner
 from .loss import ClassifierHead
@@ -194,7 +193,7 @@ class DistributedModel(ClassifierHead, nn.Module):
             full = torch.zeros(n, self.pad.widths_padded[0], device=shard.device)
             real = ids >= 0
             full[ids[real], cols] = shard.detach()[real]
-            dist.all_reduce(full)
+            all_reduce_staged(full)
             return full[:, :f]
         p, decl, real_in, real_out, d_in, d_out = self._widths_of(name)
         return full_from_shards(decl, p, self.comm.grid, shard, (real_in, real_out), d_in, d_out)

@@ -10,7 +10,7 @@ import torch
 
 from .comm import Comm
 from .gemm import GemmTuner
-from .seeding import masked
+from .masks import masked
 from .spmm import SparseBlock
 
 
@@ -116,5 +116,5 @@ def aggregate(x: torch.Tensor, a: SparseBlock, comm: Comm, axis: str,
     """AR(A·dropout(X)) over ``axis``: the block's SpMM, all-reduced over the axis its columns
     are cut by (backward: Aᵀ·dY). ``chunks``: A's row chunks, each all-reduced on its own
     (``overlap``: while the next multiplies); ``drop``: the dropout's arguments
-    (`plexus.engine.seeding.masked`) and whether X may be overwritten, applied inside."""
+    (`plexus.engine.masks.masked`) and whether X may be overwritten, applied inside."""
     return _Aggregate.apply(x, a, chunks or [a], comm, axis, overlap, drop)

@@ -18,8 +18,8 @@ from .config import ModelConfig
 from .ops import NORM_SERIAL, SERIAL
 from .loss import TaskMetrics
 from .rocauc import serial_rocauc
-from .seeding import (StepCounter, dropout, initial_parameters, initial_stats,
-                      parameter_layer)
+from .masks import dropout
+from .seeding import StepCounter, initial_parameters, initial_stats, parameter_layer
 
 
 def sparse_tensor(adj_hat) -> torch.Tensor:

@@ -20,7 +20,8 @@ from plexus.engine.grid import Grid
 from plexus.engine.loss import ClassifierHead
 from plexus.engine.ops import BatchNorm3D, full_from_shards, shard_of_full
 from plexus.engine.primitives import relu
-from plexus.engine.seeding import StepCounter, dropout, edge_keep
+from plexus.engine.masks import dropout, edge_keep
+from plexus.engine.seeding import StepCounter
 from plexus.partitioners import shard_graph
 
 _SHAPES = {"weight": lambda i, o: (i, o), "vector": lambda i, o: (o,), "scalar": lambda i, o: (1,)}

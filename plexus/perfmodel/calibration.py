@@ -277,9 +277,9 @@ def measure_elementwise(rows: int = 8192, cols: int = 128, reps: int = 5
                         ) -> list[dict[str, Any]]:
     """Time the elementwise chain the model counts as `DROPOUT_PASSES` per element of a
     ``rows`` × ``cols`` float32 activation (`plexus.core.ops.base`): the row and column hashes'
-    xor, two int32 rounds of multiply, shift, mask and xor over half the columns, then a
+    xor, two int32 rounds of a multiply and a half-word xor over half the columns, then a
     comparison of the int16 halves, a select and a scale over every element (the engine's
-    dropout mask, `plexus.engine.seeding.masked`, has this shape). Returns one record with
+    dropout mask on CPUs, `plexus.engine.masks.masked`, has this shape). Returns one record with
     elements, passes, seconds and rate (element passes per second), what ReLU, bias and the
     loss are priced at too: memory-bound passes, far slower than flops."""
     import torch
@@ -292,12 +292,11 @@ def measure_elementwise(rows: int = 8192, cols: int = 128, reps: int = 5
 
     def chain() -> None:
         h = row_h[:, None] ^ col_h[None, :]
-        shifted = torch.empty_like(h)
+        halves = h.view(torch.int16)
         for _ in range(2):
             h.mul_(0x45D9F3B)
-            torch.bitwise_right_shift(h, 16, out=shifted).bitwise_and_(0xFFFF)
-            h.bitwise_xor_(shifted)
-        keep = h.view(torch.int16)[:, :cols] >= 0
+            halves[:, 0::2].bitwise_xor_(halves[:, 1::2])
+        keep = halves[:, :cols] >= 0
         torch.where(keep, x, zero, out=out).mul_(2.0)
 
     seconds = _timeit(chain, reps)

@@ -74,6 +74,8 @@ class ModelSpec:
     from_store: bool = False  # the rank reads its shard from a store instead of cutting it from
     #                           the whole graph in its own process (a smaller runtime term)
     multilabel: bool = False  # binary tasks (labels node×task int8, BCE loss)
+    device: str = "cpu"  # where the ranks train: "cuda" prices the GPU's allocator (its peak
+    #                      holds no process runtime; fused mask kernels, no host slack)
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -92,6 +94,8 @@ class ModelSpec:
             object.__setattr__(self, key, int(number))  # frozen: normalize in place once
         if not isinstance(self.model, ModelConfig):
             raise ValueError(f"model must be a ModelConfig, got {type(self.model).__name__}")
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
 
     @classmethod
     def of(cls, num_nodes: int, nnz: int, num_features: int, num_classes: int,
@@ -212,7 +216,8 @@ def _sizes(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str],
     plans, pad = _layout(spec, shape, orders)
     return stage_sizes(plans, shape, pad, OPERATORS, [spec.model.drops_input(p) for p in plans],
                        nnz=float(spec.nnz), learnable_features=spec.model.learnable_features,
-                       dtype_bytes=spec.dtype_bytes, index_bytes=index_bytes)
+                       dtype_bytes=spec.dtype_bytes, index_bytes=index_bytes,
+                       device=spec.device)
 
 
 def collectives(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
@@ -458,8 +463,9 @@ def epoch_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
             peaks.append((base - own, 2 * z.h_in * fb))
         saved_before += saved
     peak_saved, peak_work = max(peaks, key=lambda sw: sw[0] + sw[1])
-    return Memory(adjacency, features, peak_saved, peak_work, weights, optimizer,
-                  STORE_RUNTIME_BYTES if spec.from_store else RUNTIME_BYTES)
+    runtime = 0.0 if spec.device == "cuda" else (STORE_RUNTIME_BYTES if spec.from_store
+                                                 else RUNTIME_BYTES)
+    return Memory(adjacency, features, peak_saved, peak_work, weights, optimizer, runtime)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -141,12 +141,25 @@ def use_cuda(device: str | None = None) -> bool:
     return device == "cuda"
 
 
+def ranks_per_gpu(local_workers: int) -> int:
+    """How many of a node's ``local_workers`` ranks share each GPU: one each where there are
+    enough GPUs (NCCL), else as few per GPU as cover them all (gloo, through host memory:
+    `plexus.engine.comm.staged`), so a one-GPU workstation runs every grid."""
+    gpus = torch.cuda.device_count()
+    return max(1, -(-local_workers // gpus)) if gpus else 1
+
+
+def gpu_backend(local_workers: int) -> str:
+    """The collective backend of ``local_workers`` ranks per node on GPUs: NCCL with a GPU per
+    rank, gloo where ranks share GPUs."""
+    return "nccl" if ranks_per_gpu(local_workers) == 1 else "gloo"
+
+
 def check_local_devices(local_workers: int, device: str | None = None) -> None:
-    """On a GPU node every local worker needs its own GPU (NCCL refuses to share one)."""
-    if use_cuda(device) and local_workers > torch.cuda.device_count():
-        raise LaunchError(f"{local_workers} workers on this node but only "
-                          f"{torch.cuda.device_count()} GPUs; use a grid with at most that many "
-                          "ranks per node, or hide the GPUs (CUDA_VISIBLE_DEVICES=) to run on CPUs")
+    """Workers on GPUs need at least one visible GPU (several ranks may share one)."""
+    if use_cuda(device) and local_workers > 0 and torch.cuda.device_count() < 1:
+        raise LaunchError("no GPU is visible on this node; hide nothing (CUDA_VISIBLE_DEVICES) "
+                          "or run on the CPU (device cpu)")
 
 
 def default_device(device: str | None = None) -> torch.device:

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 from threadpoolctl import threadpool_limits
 
-from .env import JobEnv, LaunchError, threads_per_worker, use_cuda
+from .env import JobEnv, LaunchError, gpu_backend, ranks_per_gpu, threads_per_worker, use_cuda
 
 
 # How long a collective may wait for its peers before the job ends (plexus-train --timeout, the
@@ -25,20 +25,20 @@ def init_process_group(env: JobEnv, timeout_s: float, cpu: bool = False,
     sharing a node do not oversubscribe its cores (srun, unlike torchrun, sets no
     OMP_NUM_THREADS for its tasks). ``cpu``: a gloo group on the CPU even where GPUs are (for jobs
     that only coordinate, such as the partitioner's). ``device``: "cuda" (NCCL, this local
-    rank's GPU; `LaunchError` without CUDA), "cpu" (gloo), None: CUDA where it is available.
-    The rest of the run is the same code on either.
+    rank's GPU; where a node has more local ranks than GPUs, they share the GPUs and talk gloo
+    through host memory; `LaunchError` without CUDA), "cpu" (gloo), None: CUDA where it is
+    available. The rest of the run is the same code on either.
     """
     threads = threads_per_worker(env.local_world_size)
     torch.set_num_threads(threads)
     threadpool_limits(threads)  # numpy's BLAS, for the steps that run in numpy (the partitioner)
     timeout = timedelta(seconds=timeout_s)
     if not cpu and use_cuda(device):
-        if env.local_rank >= torch.cuda.device_count():
-            raise LaunchError(f"local rank {env.local_rank} has no GPU: this node has "
-                              f"{torch.cuda.device_count()}")
-        device = torch.device("cuda", env.local_rank)
+        if torch.cuda.device_count() < 1:
+            raise LaunchError(f"local rank {env.local_rank} has no GPU: none is visible")
+        device = torch.device("cuda", env.local_rank // ranks_per_gpu(env.local_world_size))
         torch.cuda.set_device(device)
-        backend = "nccl"
+        backend = gpu_backend(env.local_world_size)
     else:
         device, backend = torch.device("cpu"), "gloo"
     if env.kind == "torchrun" and "TORCHELASTIC_RUN_ID" in os.environ:

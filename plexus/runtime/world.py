@@ -19,11 +19,12 @@ from queue import Empty
 import torch
 import torch.multiprocessing as mp
 
+from .env import ranks_per_gpu
 from .local import free_port
 
 
 def _worker(rank: int, world: int, port: int, threads: int, fn, args, queue,
-            env: dict[str, str], backend: str) -> None:
+            env: dict[str, str], backend: str, per_gpu: int) -> None:
     import torch.distributed as dist
 
     os.environ.update(env)  # before this process's first tensor (see plexus.runtime.hostmem)
@@ -31,8 +32,8 @@ def _worker(rank: int, world: int, port: int, threads: int, fn, args, queue,
     os.environ["OMP_NUM_THREADS"] = str(threads)
     reported = False
     try:
-        if backend == "nccl":  # one GPU per rank, as plexus.runtime.group does
-            torch.cuda.set_device(rank)
+        if per_gpu:  # as plexus.runtime.group does: a GPU per rank (NCCL) or shared (gloo)
+            torch.cuda.set_device(rank // per_gpu)
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world, timeout=timedelta(seconds=120))
         result = fn(*args)
@@ -46,17 +47,20 @@ def _worker(rank: int, world: int, port: int, threads: int, fn, args, queue,
 
 
 def run_world(world: int, fn, *args, timeout: float = 900, threads: int = 1,
-              env: dict[str, str] | None = None, backend: str = "gloo") -> list:
+              env: dict[str, str] | None = None, backend: str = "gloo",
+              cuda: bool = False) -> list:
     """Call ``fn(*args)`` on every rank of a fresh world; return the per-rank results in rank
     order. ``fn`` must be importable (module level). Raises with the failing rank's traceback if
     any rank raises; a rank silent for ``timeout`` seconds fails the call. ``env``: variables
     set in each rank before it does anything else. ``backend`` "nccl" gives rank r the GPU
-    ``cuda:r`` (one per rank; the caller checks there are enough)."""
+    ``cuda:r`` (one per rank; the caller checks there are enough); ``cuda`` with "gloo": the
+    ranks share the GPUs, as few per GPU as cover them (`plexus.runtime.env.ranks_per_gpu`)."""
+    per_gpu = 1 if backend == "nccl" else (ranks_per_gpu(world) if cuda else 0)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_worker, args=(r, world, port, threads, fn, args, queue, env or {},
-                                           backend), daemon=True)
+                                           backend, per_gpu), daemon=True)
              for r in range(world)]
     for p in procs:
         p.start()

@@ -163,11 +163,12 @@ def merge(ranks: Sequence[Sequence[dict]]) -> list[CheckResult]:
 def run_checks(world_size: int, cuda: bool, steps: int = 3, inject_mismatch: bool = False,
                on_result: Callable[[CheckResult], None] | None = None,
                timeout: float = 600) -> list[CheckResult]:
-    """Every check of `check_grids` (``world_size``), one local world per world size (NCCL with
-    one GPU per rank when ``cuda``, else gloo with the cores shared out), smallest first;
+    """Every check of `check_grids` (``world_size``), one local world per world size (on GPUs
+    NCCL with one GPU per rank, or gloo where ranks share GPUs; else gloo with the cores shared
+    out), smallest first;
     ``on_result`` sees each world's results as they come. A rank that raises, or a world that
     does not start, raises `RuntimeError` with the failing rank's traceback."""
-    from plexus.runtime.env import threads_per_worker
+    from plexus.runtime.env import gpu_backend, threads_per_worker
     from plexus.runtime.world import run_world
 
     by_size: dict[int, list[tuple[int, int, int]]] = {}
@@ -177,7 +178,7 @@ def run_checks(world_size: int, cuda: bool, steps: int = 3, inject_mismatch: boo
     for size, grids in by_size.items():
         ranks = run_world(size, rank_checks, grids, cuda, steps, inject_mismatch,
                           timeout=timeout, threads=1 if cuda else threads_per_worker(size),
-                          backend="nccl" if cuda else "gloo")
+                          backend=gpu_backend(size) if cuda else "gloo", cuda=cuda)
         for result in merge(ranks):
             results.append(result)
             if on_result is not None:
@@ -208,7 +209,8 @@ def add_arguments(p: ArgumentParser) -> None:
                    help="largest world checked: grids of 1, 2, 4, ... and G ranks (default: the "
                         "GPUs of this machine, one rank each; 4 on the CPU)")
     p.add_argument("--device", choices=DEVICES,
-                   help="cuda: NCCL, one GPU per rank; cpu: gloo (default: cuda where it is "
+                   help="cuda: NCCL, one GPU per rank (gloo through host memory where ranks "
+                        "share GPUs); cpu: gloo (default: cuda where it is "
                         "available, else cpu)")
     p.add_argument("--steps", type=int, default=3, metavar="N",
                    help="training steps timed per check (default 3; the median is shown)")
@@ -219,7 +221,7 @@ def add_arguments(p: ArgumentParser) -> None:
 def check_main(args: argparse.Namespace) -> int:
     """Run ``plexus-bench check`` with parsed ``args``: one line per check, then a summary.
     Exit 0 if every check passed, 1 if any failed (or a rank died), 2 on bad input."""
-    from plexus.runtime.env import LaunchError, use_cuda
+    from plexus.runtime.env import LaunchError, gpu_backend, use_cuda
 
     try:
         cuda = use_cuda(args.device)
@@ -230,10 +232,6 @@ def check_main(args: argparse.Namespace) -> int:
             world = torch.cuda.device_count() if cuda else 4
         if world < 1:
             raise UsageError(f"--world-size must be >= 1, got {world}")
-        if cuda and world > torch.cuda.device_count():
-            raise UsageError(f"--world-size {world} but this machine has "
-                             f"{torch.cuda.device_count()} GPUs (one rank per GPU); use at most "
-                             "that many, or --device cpu")
         if args.steps < 1:
             raise UsageError(f"--steps must be >= 1, got {args.steps}")
         try:
@@ -244,20 +242,25 @@ def check_main(args: argparse.Namespace) -> int:
         return report_error(PROG, f"--device {args.device}: {e}")
     except UsageError as e:
         return report_error(PROG, e)
-    backend, device = ("nccl", "cuda") if cuda else ("gloo", "cpu")
+    device = "cuda" if cuda else "cpu"
+
+    def backend(size: int) -> str:  # several ranks on one GPU talk gloo through host memory
+        return ("nccl" if gpu_backend(size) == "nccl" else "gloo-shared-gpu") if cuda else "gloo"
+
     start = time.perf_counter()
     try:
         results = run_checks(world, cuda, args.steps, args.inject_mismatch,
-                             on_result=lambda r: print(result_line(r, backend, device),
-                                                       flush=True))
+                             on_result=lambda r: print(result_line(
+                                 r, backend(GridShape.of(r.grid).world_size), device), flush=True))
     except RuntimeError as e:
         lines = [s for s in str(e).strip().splitlines() if s.strip()]
         why = f"{lines[0]} {lines[-1].strip()}" if len(lines) > 1 else (lines or ["failed"])[0]
         return report_error(PROG, f"check: {why}", status=1)
     failed = sum(not r.passed for r in results)
     sizes = sorted({GridShape.of(r.grid).world_size for r in results})
+    backends = "/".join(sorted({backend(n) for n in sizes}))
     print(f"{PROG} check: {len(results) - failed} of {len(results)} checks passed "
-          f"({backend} on {device}; world sizes {', '.join(map(str, sizes))}; "
+          f"({backends} on {device}; world sizes {', '.join(map(str, sizes))}; "
           f"{time.perf_counter() - start:.1f} s)", flush=True)
     return 1 if failed else 0
 

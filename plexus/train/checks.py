@@ -214,9 +214,14 @@ def precheck_resources(grid: GridShape, model: ModelConfig, sizes: tuple[int, in
     check_grid_fits(grid, model, n, f, c)
     if force:
         return
+    where = default_device(device)
     peaks = predicted_peaks(grid, model, n, nnz, f, c, perm, dtype_bytes, from_store, recompute,
-                            multilabel=multilabel, symmetric=symmetric)
-    check_memory(peaks.run, available_memory(default_device(device), grid.world_size), grid)
+                            multilabel=multilabel, symmetric=symmetric, device=where.type)
+    if where.type == "cuda":  # training on the GPUs, set-up (reading or cutting) in host RAM
+        check_memory(peaks.training, available_memory(where, grid.world_size), grid)
+        check_memory(peaks.setup, available_memory(torch.device("cpu"), grid.world_size), grid)
+    else:
+        check_memory(peaks.run, available_memory(where, grid.world_size), grid)
 
 
 def precheck_partition(spec: str, seed: int, model: ModelConfig, perm: str) -> None:

@@ -113,7 +113,8 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
              shard.perm, opts.engine.dtype_bytes)
     # the task kind and whether a block's transpose is another block: as the engine builds them
     kind = {"from_store": bool(opts.shards), "recompute": opts.engine.recompute,
-            "multilabel": shard.multilabel, "symmetric": bool(shard.meta.get("symmetric"))}
+            "multilabel": shard.multilabel, "symmetric": bool(shard.meta.get("symmetric")),
+            "device": device.type}
     peaks = predicted_peaks(*sizes, **kind)
     own = predicted_peaks(*sizes, **kind, coords=grid.coords(rank))  # this rank's, for the report
     if opts.check_memory:  # set-up is behind this rank now: what training needs

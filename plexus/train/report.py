@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from plexus.core.grid import AXES
+from plexus.engine.comm import staged
 from plexus.engine.ledger import Ledger
 from plexus.engine.timing import Timers
 from plexus.engine.trainer import EpochStats
@@ -78,7 +79,9 @@ def gather_memory(run: Run, train_rss: int | None = None) -> dict:
     mine = torch.tensor([max(peak_rss_bytes(), setup), tracked, -1 if cuda is None else cuda,
                          train_rss if setup else -1, setup if setup else -1,
                          int(run.predicted_rank_bytes), int(run.predicted_rank_setup_bytes)],
-                        dtype=torch.int64, device=run.grid.device)
+                        dtype=torch.int64,
+                        # gloo gathers host tensors only (ranks sharing a GPU)
+                        device="cpu" if staged(run.grid.device) else run.grid.device)
     every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(every, mine)
     table = torch.stack(every).cpu().tolist()

@@ -379,15 +379,19 @@ def format_memory(m: dict) -> list[str]:
         hi, lo = format_bytes(max(real)), format_bytes(min(real))
         return hi + ("" if hi == lo else f" max, {lo} min")
 
-    parts = [f"{name} {text}" for name, key in (("peak RSS", "peak_rss_bytes"),
-                                                ("set-up", "setup_peak_rss_bytes"),
-                                                ("training", "train_peak_rss_bytes"),
-                                                ("tensors", "tracked_peak_bytes"),
-                                                ("CUDA", "cuda_peak_bytes"))
-             if (text := span(m.get(key))) is not None]
+    # on GPUs the device's peak (what the model predicts there) first, the host's after it
+    gpu = span(m.get("cuda_peak_bytes"))
+    parts = [f"GPU peak {gpu}"] if gpu is not None else []
+    parts += [f"{name} {text}" for name, key in (("host peak RSS" if gpu else "peak RSS",
+                                                  "peak_rss_bytes"),
+                                                 ("set-up", "setup_peak_rss_bytes"),
+                                                 ("training", "train_peak_rss_bytes"),
+                                                 ("tensors", "tracked_peak_bytes"))
+              if (text := span(m.get(key))) is not None]
     predicted = m.get("predicted_bytes")
     if predicted:
         setup = m.get("predicted_setup_bytes")
-        parts.append(f"predicted training peak {format_bytes(predicted)}"
-                     + (f" (set-up {format_bytes(setup)})" if setup else ""))
+        parts.append(f"predicted {'GPU ' if gpu else ''}training peak {format_bytes(predicted)}"
+                     + (f" (set-up {format_bytes(setup)}{' host' if gpu else ''})"
+                        if setup else ""))
     return ["  memory per rank: " + "; ".join(parts)] if parts else []

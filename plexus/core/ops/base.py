@@ -84,6 +84,7 @@ class StageSizes:
     index_bytes: int = 4  # of sparse structures: 4 where the sizes fit 32 bits
     drops_input: bool = False
     last: bool = False
+    device: str = "cpu"  # "cuda": the step's masks are fused kernels, no host allocator slack
 
     @property
     def o(self) -> int:
@@ -159,23 +160,33 @@ class StageMemory:
 
 
 MASTER_BYTES = 4  # parameters, their gradients and Adam's moments are float32 in every precision
-MASK_ROWS = 8192  # rows per piece of a dropout mask (plexus.engine.seeding.masked)
+#: Bytes of temporaries per element of a dropout mask drawn with torch operations (CPUs): the
+#: 32-bit hash word per column pair, the boolean mask (`plexus.engine.masks.masked`). On CUDA
+#: one fused kernel draws it in registers: none.
+MASK_TEMP_BYTES = 3
+#: ... per edge and per edge and head of an attention-dropout mask on the torch path: int64
+#: hashes (`plexus.engine.masks.edge_mask`).
+EDGE_MASK_TEMP_BYTES = 24
+#: ... per edge and head of a float32 pass over a block's edges (gathered node statistics, the
+#: scores before LeakyReLU, a comparison's mask: `plexus.engine.edges`).
+EDGE_PASS_BYTES = 12
 
 
 def dropout_work(z: StageSizes) -> float:
-    """Bytes a dropout of the stage's input holds while it draws its mask: a piece of rows'
-    32-bit hash words, their 16-bit halves and the boolean keep-mask (about 6 bytes per
-    element of the piece), forward and backward."""
-    if not z.drops_input:
+    """Bytes a dropout of the stage's input holds while it draws its mask, forward and
+    backward: `MASK_TEMP_BYTES` per element of the input on CPUs (one pass over the whole
+    input, in pieces only past the engine's budget), nothing on CUDA (a fused kernel)."""
+    if not z.drops_input or z.device == "cuda":
         return 0.0
-    return min(MASK_ROWS, z.n / z.o) * (z.D / z.i) * 6.0
+    return (z.n / z.o) * (z.D / z.i) * MASK_TEMP_BYTES
 
 
 #: Elementwise passes per element of a dropped-out input, forward or backward (the mask is
-#: recomputed in backward): the hash's nine int32 passes over half the columns (the xor of row
-#: and column hashes, two rounds of multiply, shift, mask, xor), then the comparison, the select
-#: and the scale over every element (`plexus.engine.seeding.masked`).
-DROPOUT_PASSES = 9 / 2 + 3
+#: recomputed in backward): the hash's int32 passes over half the columns (the xor of row and
+#: column hashes, two rounds of a multiply and a half-word xor), then the comparison, the select
+#: and the scale over every element (`plexus.engine.masks.masked`). On CUDA the fused kernel
+#: reads and writes each element once.
+DROPOUT_PASSES, FUSED_DROPOUT_PASSES = 4 / 2 + 3, 2
 #: ... after a stage: its ReLU (in place, its one-byte mask, backward's masked gradient) and the
 #: bias (the add, backward's column sum), per output element.
 RELU_PASSES, BIAS_PASSES = 3, 2
@@ -191,7 +202,8 @@ def elementwise_passes(z: StageSizes, activates: bool) -> float:
     or the GEMM, is most of an epoch's compute (R-MAT scale 13 with 128 features on a CPU:
     dropout's hash was half the epoch)."""
     out = z.n / z.size(z.plan.out_rows) * z.D2 / z.size(z.plan.out_cols)
-    passes = 2 * DROPOUT_PASSES * z.h_in if z.drops_input else 0.0
+    per = FUSED_DROPOUT_PASSES if z.device == "cuda" else DROPOUT_PASSES
+    passes = 2 * per * z.h_in if z.drops_input else 0.0
     passes += (RELU_PASSES * out if activates else 0.0) + (BIAS_PASSES * out if z.plan.bias
                                                            else 0.0)
     return passes + (LOSS_PASSES * out if z.last else 0.0)

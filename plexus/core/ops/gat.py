@@ -15,8 +15,8 @@ replicated over i after AR(Z) over i; Â's block (its structure: M + I) rows-by-
   columns-by-d, replicated over o (the next stage's roles are (i, d, o), as combine-first).
   Averaged heads: the inner width is ``heads`` blocks of the output width, the per-head sum is
   local, then RS over d and AR over o.
-- Backward: dZ = αᵀ·dOUT per head; dα_ij = dOUT_i·Z_j per head, an SDDMM computed in chunks of
-  edges (never an edge × feature tensor, never a dense gradient); the softmax's backward needs
+- Backward: dZ = αᵀ·dOUT per head; dα_ij = dOUT_i·Z_j per head, a sampled product per head
+  (never an edge × feature tensor, never a dense gradient); the softmax's backward needs
   Σ_j α_ij·dα_ij, all-reduced over o. dα is a partial sum over d's columns, and everything after
   it is linear in it, so only node-sized score gradients are all-reduced: over o (the row
   scores) and over d (the node scores).
@@ -25,17 +25,14 @@ Attention statistics, scores and their gradients are float32 in every compute pr
 
 from __future__ import annotations
 
-from .base import (Add, Flops, ModelKind, Operator, Param, StageMemory, StageSizes, div,
-                   dropout_work, param_memory)
+from .base import (EDGE_MASK_TEMP_BYTES, EDGE_PASS_BYTES, Add, Flops, ModelKind, Operator, Param,
+                   StageMemory, StageSizes, div, dropout_work, param_memory)
 
 STAT_BYTES = 4
 #: host memory glibc keeps beyond live tensors while the per-edge passes run (freed per-edge
-#: tensors and chunk temporaries held in its heap), fitted to measured peaks (R-MAT 17 and 18,
-#: 1x1x1 and 2x2x2, with and without recompute): this many per-edge float32 tensors, plus
-#: CHUNK_SLACK bytes once a pass has whole chunks (plexus.engine.edges.CHUNK elements)
+#: tensors held in its heap), fitted to measured peaks (R-MAT 17 and 18, 1x1x1 and 2x2x2, with
+#: and without recompute): this many per-edge float32 tensors (none on CUDA)
 EDGE_SLACK = 2.0
-EDGE_CHUNK = 1 << 21
-CHUNK_SLACK = 112 * 2**20
 # Per edge and head, the softmax's passes, LeakyReLU, dropout and the backward's (counted as
 # sparse flops: they run at memory speed like an SpMM's).
 EDGE_FLOPS = 24
@@ -130,26 +127,26 @@ class GAT(Operator):
         kept_b += edges * (STAT_BYTES + 1)
         z_all = zz * (2 if i > 1 else 1)
         mean_sum = 0.0 if p.concat else n / i * z.D2
-        # host memory the allocator holds beyond live tensors during the per-edge passes
-        slack = EDGE_SLACK * edges * STAT_BYTES + CHUNK_SLACK * min(1.0, edges / EDGE_CHUNK)
+        # the temporaries of a pass over all the edges; on CPUs the host memory the allocator
+        # holds beyond live tensors, and the attention-dropout hash's int64 words
+        cpu = z.device != "cuda"
+        slack = edges * EDGE_PASS_BYTES + (EDGE_SLACK * edges * STAT_BYTES if cpu else 0.0)
+        hashing = E * (1 + H) * EDGE_MASK_TEMP_BYTES if cpu else 0.0
         # forward: Z with its all-reduced copy, then the per-edge scores and α; then the output
-        # (and the averaged heads' sum) beside Z; the dropout hash's chunk
+        # (and the averaged heads' sum) beside Z; the attention-dropout mask being drawn
         forward = [(caller + drop + z_all) * fb + 2 * edges * STAT_BYTES + dropout_work(z)
                    + slack,
                    (caller + drop + zz + out_local + mean_sum) * fb + edges * (STAT_BYTES + 1)
-                   + min(E, HASH_CHUNK / H) * (3 + 3 * H) * 8 + slack]
+                   + hashing + slack]
         # backward: dOUT, dZ, dα (float32) and the sampled product's values
+        # (in a lower precision the sampled product reads float32 copies of dOUT and Z)
+        upcast = (out_local + zz) * STAT_BYTES if fb != STAT_BYTES else 0.0
         backward = [(kept_b, (out_local + zz) * fb + edges * STAT_BYTES + 2 * E * STAT_BYTES
-                     + slack)]
+                     + upcast + slack)]
         if z.needs_dh:
             backward.append((0.0, (zz + h_in) * fb + dropout_work(z)))
         resident = E * 3 * 4 + 2 * n / (i * o) * 4
         return StageMemory(kept_b, forward, backward, out, weights, optimizer, resident)
-
-
-# The attention-dropout hash runs on chunks of this many edges × heads, with about 3 + 3·heads
-# int64 temporaries per edge (plexus.engine.edges.HASH_CHUNK, plexus.engine.seeding.edge_keep).
-HASH_CHUNK = 1 << 18
 
 
 KIND = ModelKind("gat", ("gat",), "gcn", "GATConv", ("convs.{l}.",),

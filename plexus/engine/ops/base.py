@@ -25,7 +25,7 @@ from torch import nn
 from plexus.core.layout import LayerPlan, block
 from plexus.core.ops import OPERATORS, Param
 
-from ..comm import Comm
+from ..comm import Comm, all_reduce_staged
 from ..gemm import GemmTuner
 from ..primitives import gemm
 
@@ -108,13 +108,11 @@ def full_from_shards(decl: Param, plan: LayerPlan, grid: Any, shard: torch.Tenso
     """The full real-width tensor of a declared parameter from every rank's ``shard``: each
     element's one contributing replica writes it into a zero tensor, one all-reduce over the
     whole world (collective; every rank gets the result)."""
-    import torch.distributed as dist  # noqa: PLC0415
-
     index, speaks = placement(decl, plan, grid.shape, grid.coords, d_in, d_out)
     full = torch.zeros(padded_shape(decl, plan, d_in, d_out), device=shard.device)
     if speaks:
         full[index] = shard.detach()
-    dist.all_reduce(full)
+    all_reduce_staged(full)
     return extract(decl, plan, full, *real)
 
 
@@ -177,11 +175,12 @@ class Stage3D(nn.Module):
         return c.all_reduce_grad(H, d)                        # bwd: AR(dH) over d
 
     def dropout_args(self, step: int | None) -> tuple | None:
-        """The arguments of this step's dropout of H (`plexus.engine.seeding.masked`), None
+        """The arguments of this step's dropout of H (`plexus.engine.masks.masked`), None
         without dropout."""
         if not (self.training and self.p > 0):
             return None
-        return (self.seed, step or 0, self.plan.layer, self.input_ids, self.in_col_start, self.p)
+        return (self.seed, step or 0, self.plan.layer, self.input_ids, self.in_col_start, self.p,
+                self.comm.budget)
 
     def add_bias(self, OUT: torch.Tensor) -> torch.Tensor:
         b = self.param("b")

@@ -14,7 +14,7 @@ import torch
 from plexus.core.ops import OPERATORS
 
 from ..primitives import aggregate
-from ..seeding import dropout
+from ..masks import dropout
 from .base import Stage3D, StageInputs
 
 
@@ -79,6 +79,6 @@ class ConvStage(Stage3D):
 
     def _aggregate(self, X: torch.Tensor, axis: str, drop: tuple | None = None) -> torch.Tensor:
         """AR(Â·dropout(X)) over ``axis``, chunked and overlapped as configured; ``drop``: the
-        dropout's arguments (`plexus.engine.seeding.masked`) and whether X may be overwritten,
+        dropout's arguments (`plexus.engine.masks.masked`) and whether X may be overwritten,
         None for no dropout."""
         return aggregate(X, self.a, self.comm, axis, self.chunks, self.overlap, drop)

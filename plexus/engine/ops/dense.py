@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..seeding import dropout
+from ..masks import dropout
 from .base import Stage3D
 
 

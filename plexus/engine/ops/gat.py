@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from plexus.core.ops import OPERATORS
 
 from ..graph3d import StageGraph
-from ..seeding import edge_keep
+from ..masks import edge_keep
 from .base import Stage3D, StageInputs
 
 

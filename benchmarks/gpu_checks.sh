@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The GPU checks of a lent CUDA machine, as one prepared run (a few minutes), most important
+# first as the lease may end: install this checkout; the fused masks' bits against the CPU
+# reference; benchmarks/gpu.py; the engine against the serial model on CUDA (world sizes 1 to 8,
+# several ranks sharing the GPU); `plexus-train --device cuda` on 1x1x1 and 2x2x2 (equal to
+# 1e-4); the set-up of R-MAT 20.
+#   bash benchmarks/gpu_checks.sh [OUT_DIR]      (default: $OUT, else gpu-out)
+# Everything goes to OUT_DIR/log.txt (and the benchmark's gpu.txt / gpu.json); the tail of the
+# log is a summary. Each step runs whatever the previous one did: one failure costs one step.
+set -u
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+OUT=$(mkdir -p "${1:-${OUT:-gpu-out}}" && cd "${1:-${OUT:-gpu-out}}" && pwd)
+SITE=/tmp/plexus-site
+LOG="$OUT/log.txt"
+: > "$LOG"
+say() { echo "$*" | tee -a "$LOG"; }
+SUMMARY=()
+step() {  # step NAME TIMEOUT_S command...: run it, keep its output in the log, note rc and time
+    local name=$1 limit=$2; shift 2
+    local start=$SECONDS
+    echo "== $name: $*" >> "$LOG"
+    (cd /tmp && timeout "$limit" "$@") >> "$LOG" 2>&1
+    local rc=$?
+    SUMMARY+=("$(printf '%-22s rc=%-3s %4ss' "$name" "$rc" $((SECONDS - start)))")
+    echo "   rc=$rc $((SECONDS - start))s" >> "$LOG"
+}
+
+say "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1)"
+python3 -m pip install -q --no-deps --no-build-isolation --target "$SITE" "$REPO" >> "$LOG" 2>&1 \
+    || { tail -20 "$LOG"; exit 1; }
+export PYTHONPATH=$SITE PATH="$SITE/bin:$PATH" PYTHONUNBUFFERED=1
+say "$(python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)')"
+
+step masks 240 python3 -m pytest -q -p no:cacheprovider --rootdir="$REPO" "$REPO/tests/test_masks.py"
+step gpu-bench 400 python3 "$REPO/benchmarks/gpu.py" --out "$OUT" ${GPU_BENCH_ARGS:-}
+step check-8 300 plexus-bench check --device cuda --world-size 8
+T=(plexus-train --device cuda --epochs 30 --seed 3 --hidden 64 --dropout 0.5 --no-cache)
+step cora-1x1x1 240 "${T[@]}" --grid 1x1x1 --log-json "$OUT/cora111.jsonl"
+step cora-2x2x2 300 "${T[@]}" --grid 2x2x2 --log-json "$OUT/cora222.jsonl"
+step cora-gat-1x1x1 240 "${T[@]}" --model gat --heads 4 --hidden 8 --grid 1x1x1
+step compare 60 python3 - "$OUT/cora111.jsonl" "$OUT/cora222.jsonl" <<'EOF'
+import json, sys
+runs = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
+loss = [[r["loss"] for r in run if "loss" in r and "epoch" in r] for run in runs]
+diff = max(abs(a - b) for a, b in zip(*loss))
+print(f"2x2x2 vs 1x1x1 on one GPU: {len(loss[0])} epochs, max |loss difference| {diff:.2e}",
+      "PASS" if diff <= 1e-4 and len(loss[0]) == len(loss[1]) == 30 else "FAIL")
+EOF
+R20=(plexus-train --device cuda --grid 1x1x1 --epochs 10 --layers 3 --hidden 256 --order agg
+     --dataset "rmat:scale=20,edge_factor=16,features=128,classes=16,seed=0" --quiet)
+step setup-rmat20-nocache 300 "${R20[@]}" --no-cache
+export PLEXUS_CACHE_DIR=/tmp/plexus-cache  # a fresh cache: the first run builds the store
+step setup-rmat20-cache1 300 "${R20[@]}"
+step setup-rmat20-cache2 300 "${R20[@]}"
+
+echo >> "$LOG"
+for line in "${SUMMARY[@]}"; do say "$line"; done
+grep -hE "checks passed|PASS|FAIL|wall time|memory per rank|max \|loss" "$LOG" | tail -40
+sed -n '/^device:/,$p' "$OUT/gpu.txt" 2>/dev/null
