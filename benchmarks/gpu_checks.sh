@@ -5,6 +5,7 @@
 # several ranks sharing the GPU); `plexus-train --device cuda` on 1x1x1 and 2x2x2 (equal to
 # 1e-4); the set-up of R-MAT 20.
 #   bash benchmarks/gpu_checks.sh [OUT_DIR]      (default: $OUT, else gpu-out)
+#   STEPS="masks gpu-bench" bash benchmarks/gpu_checks.sh   (only the steps named)
 # Everything goes to OUT_DIR/log.txt (and the benchmark's gpu.txt / gpu.json); the tail of the
 # log is a summary. Each step runs whatever the previous one did: one failure costs one step.
 set -u
@@ -17,6 +18,7 @@ say() { echo "$*" | tee -a "$LOG"; }
 SUMMARY=()
 step() {  # step NAME TIMEOUT_S command...: run it, keep its output in the log, note rc and time
     local name=$1 limit=$2; shift 2
+    [[ -n ${STEPS:-} && " $STEPS " != *" $name "* ]] && return 0
     local start=$SECONDS
     echo "== $name: $*" >> "$LOG"
     (cd /tmp && timeout "$limit" "$@") >> "$LOG" 2>&1
