@@ -36,7 +36,10 @@ from typing import Any, Callable
 GIB = 2**30
 
 
-def rmat_spec(scale: int, features: int = 128, classes: int = 16) -> str:
+FEATURES, CLASSES = 128, 16  # of every graph here
+
+
+def rmat_spec(scale: int, features: int = FEATURES, classes: int = CLASSES) -> str:
     return f"rmat:scale={scale},edge_factor=16,features={features},classes={classes},seed=0"
 
 
@@ -334,6 +337,39 @@ def spmm_floor(adj_hat: Any, device: Any, width: int = 128, reps: int = 20) -> f
 
 
 # ---- the run ----------------------------------------------------------------------------------
+def configs() -> dict[str, Any]:
+    """The models of the cases, by the variant names' model part."""
+    from plexus.engine.config import ModelConfig
+
+    return {"gcn": ModelConfig(num_layers=3, hidden=256, dropout=0.5),  # the default order: auto
+            "gcn-no-dropout": ModelConfig(num_layers=3, hidden=256, dropout=0.0),
+            "gat": ModelConfig(num_layers=2, hidden=64, dropout=0.5, kind="gat", heads=4,
+                               out_heads=1, attn_dropout=0.5)}
+
+
+def reprice(path: Path) -> str:
+    """The memory model's predictions, as it is now, of the device peaks a results file
+    (``gpu.txt``) measured: its graphs' sizes and peaks are read from the file."""
+    import re
+
+    import torch
+
+    text = path.read_text(encoding="utf-8")
+    sizes = {m["case"].lower(): (int(m["n"].replace(",", "")), int(m["nnz"].replace(",", "")))
+             for m in re.finditer(r"^(?P<case>GCN|GAT) .*?N=(?P<n>[\d,]+), nnz\(Â\)=(?P<nnz>[\d,]+)",
+                                  text, re.MULTILINE)}
+    out = []
+    for m in re.finditer(r"^  (?P<case>gcn|gat) +plexus-(?P<dtype>fp32|bf16)(?P<rest>\S*) +epoch "
+                         r".*?peak +(?P<peak>[\d.]+) GiB", text, re.MULTILINE):
+        n, nnz = sizes[m["case"]]
+        cfg = configs()[m["case"] + m["rest"]]
+        g = type("G", (), {"num_nodes": n, "num_features": FEATURES, "num_classes": CLASSES})
+        predicted = predicted_peak(g, nnz, cfg, m["dtype"], torch.device("cuda"))
+        out.append(f"  re-priced memory model {m['case']}/plexus-{m['dtype']}{m['rest']}: "
+                   f"predicted / measured {predicted / (float(m['peak']) * GIB):.3f}")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--gcn-scale", type=int, default=21)
@@ -349,7 +385,13 @@ def main(argv: list[str] | None = None) -> int:
                         "what is alive at its memory peak")
     p.add_argument("--smoke", action="store_true", help="tiny graphs: seconds, any device")
     p.add_argument("--out", default="benchmarks/out", help="folder for gpu.txt and gpu.json")
+    p.add_argument("--reprice", type=Path, metavar="GPU_TXT",
+                   help="print the current memory model's predictions of the peaks a gpu.txt "
+                        "measured (no device needed), then exit")
     args = p.parse_args(argv)
+    if args.reprice:
+        print(reprice(args.reprice))
+        return 0
     if args.smoke:
         args.gcn_scale, args.gat_scale, args.launch_scale = 9, 9, 10
         args.epochs, args.warmup = 2, 1
@@ -357,7 +399,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from plexus.engine.config import ModelConfig
     from plexus.runtime.local import free_port
     from plexus.testing.gridrun import load_bundle
     from plexus.testing.output import Tee, machine_info, write_json, write_text
@@ -395,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"  {case:<14} {variant:<22} epoch {row['epoch_s'] * 1e3:8.1f} ms{pk}{pr}")
         return row
 
-    gcn = ModelConfig(num_layers=3, hidden=256, dropout=0.5)  # the default order: auto
+    gcn = configs()["gcn"]
     if "gcn" not in skip:
         b = load_bundle(rmat_spec(args.gcn_scale))
         g, a = b.graph, b.adj_hat
@@ -412,18 +453,17 @@ def main(argv: list[str] | None = None) -> int:
             run("gcn", f"plexus-{dtype}",
                 lambda: plexus_model(shard, device, gcn, dtype).train_step,
                 lambda: predicted_peak(g, a.nnz, gcn, dtype, device))
-        nodrop = ModelConfig(num_layers=3, hidden=256, dropout=0.0)
+        nodrop = configs()["gcn-no-dropout"]
         run("gcn", "plexus-fp32-no-dropout",
             lambda: plexus_model(shard, device, nodrop, "fp32").train_step,
             lambda: predicted_peak(g, a.nnz, nodrop, "fp32", device))
         del b, g, a, shard
-    gat = ModelConfig(num_layers=2, hidden=64, dropout=0.5, kind="gat", heads=4, out_heads=1,
-                      attn_dropout=0.5)
+    gat = configs()["gat"]
     if "gat" not in skip:
         b = load_bundle(rmat_spec(args.gat_scale))
         g, a = b.graph, b.adj_hat
         say(f"GAT 2 layers (64x4 heads, then 1) on R-MAT {args.gat_scale}: N={g.num_nodes:,}, "
-            f"nnz(Â)={a.nnz:,}")
+            f"nnz(Â)={a.nnz:,}, F={g.num_features}, C={g.num_classes}")
         if "pyg" not in skip:
             run("gat", "pyg-gatconv", lambda: pyg_gat(g, device, 64, 4, 0.5))
         shard = one_rank_shard(g, a, gat)

@@ -75,8 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="process-group timeout: how long a collective may wait (default "
                           f"{DEFAULT_TIMEOUT_S:g})")
     run.add_argument("--device", choices=DEVICES,
-                     help="cuda: one GPU per local rank, NCCL; cpu: gloo on the CPU (default: "
-                          "cuda where it is available, else cpu)")
+                     help="cuda: one GPU per local rank, NCCL (more local ranks than GPUs "
+                          "share them, gloo); cpu: gloo on the CPU (default: cuda where it is "
+                          "available, else cpu)")
     run.add_argument("--force", action="store_true",
                      help="run even when the performance model predicts more memory per rank "
                           "than is available")

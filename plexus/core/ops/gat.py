@@ -138,11 +138,15 @@ class GAT(Operator):
                    + slack,
                    (caller + drop + zz + out_local + mean_sum) * fb + edges * (STAT_BYTES + 1)
                    + hashing + slack]
-        # backward: dOUT, dZ, dα (float32) and the sampled product's values
-        # (in a lower precision the sampled product reads float32 copies of dOUT and Z)
+        # backward: dOUT, dZ (its products per head, each with one head's dropped α as values
+        # and their transpose's copy) and dα, the sampled product reading float32 copies of
+        # dOUT and Z in a lower precision; then, dOUT freed, the softmax's and LeakyReLU's
+        # passes over the edges beside dZ and dα
         upcast = (out_local + zz) * STAT_BYTES if fb != STAT_BYTES else 0.0
+        host = EDGE_SLACK * edges * STAT_BYTES if cpu else 0.0
         backward = [(kept_b, (out_local + zz) * fb + edges * STAT_BYTES + 2 * E * STAT_BYTES
-                     + upcast + slack)]
+                     + upcast + host),
+                    (kept_b, zz * fb + edges * STAT_BYTES + slack)]
         if z.needs_dh:
             backward.append((0.0, (zz + h_in) * fb + dropout_work(z)))
         resident = E * 3 * 4 + 2 * n / (i * o) * 4
