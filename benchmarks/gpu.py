@@ -79,6 +79,19 @@ def timed(step: Callable[[], float], warmup: int, epochs: int, device: Any) -> l
     return out
 
 
+def csr_tensor(adj_hat: Any, index: Any, device: Any) -> Any:
+    """Â (scipy CSR) as a float32 torch CSR tensor with ``index`` (a numpy dtype) indices."""
+    import numpy as np
+    import torch
+
+    with warnings.catch_warnings():  # "sparse CSR support is in beta"
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(torch.from_numpy(adj_hat.indptr.astype(index)),
+                                       torch.from_numpy(adj_hat.indices.astype(index)),
+                                       torch.from_numpy(adj_hat.data.astype(np.float32)),
+                                       size=adj_hat.shape).to(device)
+
+
 # ---- PyG --------------------------------------------------------------------------------------
 def pyg_gcn(g: Any, adj_hat: Any, device: Any, hidden: int, layers: int,
             dropout: float) -> Callable[[], float]:
@@ -91,12 +104,7 @@ def pyg_gcn(g: Any, adj_hat: Any, device: Any, hidden: int, layers: int,
     widths = [g.num_features] + [hidden] * (layers - 1) + [g.num_classes]
     convs = torch.nn.ModuleList(GCNConv(a, b, normalize=False) for a, b in
                                 zip(widths[:-1], widths[1:])).to(device)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        adj = torch.sparse_csr_tensor(torch.from_numpy(adj_hat.indptr.astype(np.int64)),
-                                      torch.from_numpy(adj_hat.indices.astype(np.int64)),
-                                      torch.from_numpy(adj_hat.data.astype(np.float32)),
-                                      size=adj_hat.shape).to(device)
+    adj = csr_tensor(adj_hat, np.int64, device)  # as PyG users build adj_t
     x = torch.from_numpy(g.features).to(device)
     y = torch.from_numpy(g.labels).to(device)
     mask = torch.from_numpy(g.train_mask).to(device)
@@ -319,12 +327,7 @@ def spmm_floor(adj_hat: Any, device: Any, width: int = 128, reps: int = 20) -> f
     import numpy as np
     import torch
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        a = torch.sparse_csr_tensor(torch.from_numpy(adj_hat.indptr.astype(np.int32)),
-                                    torch.from_numpy(adj_hat.indices.astype(np.int32)),
-                                    torch.from_numpy(adj_hat.data.astype(np.float32)),
-                                    size=adj_hat.shape).to(device)
+    a = csr_tensor(adj_hat, np.int32, device)  # as Plexus holds its blocks
     x = torch.randn(adj_hat.shape[1], width, device=device)
     out = []
     for _ in range(reps + 2):
@@ -436,12 +439,16 @@ def main(argv: list[str] | None = None) -> int:
         say(f"  {case:<14} {variant:<22} epoch {row['epoch_s'] * 1e3:8.1f} ms{pk}{pr}")
         return row
 
+    def load(title: str, scale: int) -> tuple[Any, Any]:
+        b = load_bundle(rmat_spec(scale))
+        g, a = b.graph, b.adj_hat
+        say(f"{title} on R-MAT {scale}: N={g.num_nodes:,}, nnz(Â)={a.nnz:,}, "
+            f"F={g.num_features}, C={g.num_classes} (loaded in {b.load_s:.1f} s)")
+        return g, a
+
     gcn = configs()["gcn"]
     if "gcn" not in skip:
-        b = load_bundle(rmat_spec(args.gcn_scale))
-        g, a = b.graph, b.adj_hat
-        say(f"GCN 3x256 on R-MAT {args.gcn_scale}: N={g.num_nodes:,}, nnz(Â)={a.nnz:,}, "
-            f"F={g.num_features}, C={g.num_classes} (loaded in {b.load_s:.1f} s)")
+        g, a = load("GCN 3x256", args.gcn_scale)
         if "floor" not in skip:
             floor = spmm_floor(a, device)
             rows.append({"case": "gcn", "variant": "csr-spmm-floor", "epoch_s": floor})
@@ -457,13 +464,10 @@ def main(argv: list[str] | None = None) -> int:
         run("gcn", "plexus-fp32-no-dropout",
             lambda: plexus_model(shard, device, nodrop, "fp32").train_step,
             lambda: predicted_peak(g, a.nnz, nodrop, "fp32", device))
-        del b, g, a, shard
+        del g, a, shard
     gat = configs()["gat"]
     if "gat" not in skip:
-        b = load_bundle(rmat_spec(args.gat_scale))
-        g, a = b.graph, b.adj_hat
-        say(f"GAT 2 layers (64x4 heads, then 1) on R-MAT {args.gat_scale}: N={g.num_nodes:,}, "
-            f"nnz(Â)={a.nnz:,}, F={g.num_features}, C={g.num_classes}")
+        g, a = load("GAT 2 layers (64x4 heads, then 1)", args.gat_scale)
         if "pyg" not in skip:
             run("gat", "pyg-gatconv", lambda: pyg_gat(g, device, 64, 4, 0.5))
         shard = one_rank_shard(g, a, gat)
@@ -471,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
             run("gat", f"plexus-{dtype}",
                 lambda: plexus_model(shard, device, gat, dtype).train_step,
                 lambda: predicted_peak(g, a.nnz, gat, dtype, device))
-        del b, g, a, shard
+        del g, a, shard
     if "launches" not in skip:
         b = load_bundle(rmat_spec(args.launch_scale))
         for label, cfg in (("gcn", gcn), ("gat", gat)):

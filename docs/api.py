@@ -6,7 +6,8 @@ pdoc walks a package's submodules only where its ``__all__`` names them, and Ple
 name their public functions and classes there, not their modules; and ``plexus.datasets`` and
 ``plexus.partitioners`` are installed from folders of their own. So this lists the modules
 itself: ``plexus`` and every module below it, but private ones (``_name``), the test helpers
-(``plexus.testing``) and the scaling-study tools (``plexus.studies``), and hands them to pdoc.
+(``plexus.testing``), the scaling-study tools (``plexus.studies``) and the optional Triton kernels
+(``plexus.engine.triton_masks``), and hands them to pdoc.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import sys
 import warnings
 from pathlib import Path
 
-LEFT_OUT = ("plexus.testing", "plexus.studies")
+# ... and the Triton kernels (imported only where Triton is installed; not a public API)
+LEFT_OUT = ("plexus.testing", "plexus.studies", "plexus.engine.triton_masks")
 # installed as plexus.datasets and plexus.partitioners from the top-level folders (pyproject's
 # package-dir), so not found by walking plexus's own folder
 OWN_FOLDERS = ("plexus.datasets", "plexus.partitioners")
@@ -52,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     modules = public_modules()
     # pdoc also walks each listed package's __all__ submodules: those repeats are expected
     warnings.filterwarnings("ignore", message="The module specification .* adds a module named")
-    pdoc.pdoc(*modules, output_directory=args.out)
+    # a listed package's walk would reach the left-out modules below it: exclude them there too
+    pdoc.pdoc(*modules, *(f"!{name}" for name in LEFT_OUT), output_directory=args.out)
     print(f"wrote the reference of {len(modules)} modules to {args.out}/ "
           f"(open {args.out / 'plexus.html'})")
     return 0

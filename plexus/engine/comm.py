@@ -99,13 +99,7 @@ class Comm:
         out = x.new_empty((p * x.shape[0],) + tuple(x.shape[1:]))
         self.ledger.record(axis, "all_gather", out.numel(), p, x.element_size())
         with self.timers(f"all_gather:{axis}"):
-            if self.staged:
-                host = out.cpu()
-                _all_gather(host, x.cpu(), group=self.grid.group(axis))
-                out.copy_(host)
-            else:
-                _all_gather(out, x, group=self.grid.group(axis))
-        return out
+            return self._into(out, x, _all_gather, axis)
 
     def raw_reduce_scatter(self, x: torch.Tensor, axis: str) -> torch.Tensor:
         """Sum ``x`` over ``axis`` and keep this rank's block of dim 0."""
@@ -116,13 +110,17 @@ class Comm:
         out = x.new_empty((x.shape[0] // p,) + tuple(x.shape[1:]))
         self.ledger.record(axis, "reduce_scatter", x.numel(), p, x.element_size())
         with self.timers(f"reduce_scatter:{axis}"):
-            if self.staged:
-                host = out.cpu()
-                _reduce_scatter(host, x.cpu(), group=self.grid.group(axis))
-                out.copy_(host)
-            else:
-                _reduce_scatter(out, x, group=self.grid.group(axis))
-        return out
+            return self._into(out, x, _reduce_scatter, axis)
+
+    def _into(self, out: torch.Tensor, x: torch.Tensor, collective, axis: str) -> torch.Tensor:
+        """``collective(out, x)`` over ``axis``'s group (a single-tensor all-gather or
+        reduce-scatter), through host memory where `staged`; returns ``out``."""
+        if not self.staged:
+            collective(out, x, group=self.grid.group(axis))
+            return out
+        host = out.cpu()
+        collective(host, x.cpu(), group=self.grid.group(axis))
+        return out.copy_(host)
 
     # ---- differentiable ------------------------------------------------------------------
     def all_reduce(self, x: torch.Tensor, axis: str) -> torch.Tensor:
