@@ -466,7 +466,7 @@ def test_the_memory_model_prices_the_engines_mask_temporaries_per_device():
     spec = ModelSpec(4096, 60000, 64, 8, ModelConfig(num_layers=2, hidden=32, dropout=0.5))
     cpu = epoch_memory(spec, (1, 1, 1))
     cuda = epoch_memory(dataclasses.replace(spec, device="cuda"), (1, 1, 1))
-    assert cuda.runtime == 0 and cpu.runtime > 0
+    assert cuda.runtime == 64 * 2**20 and cpu.runtime > 5 * cuda.runtime  # cuBLAS workspaces
     assert cpu.total - cpu.runtime > cuda.total  # the hash words of the dropped inputs
 
 
