@@ -208,3 +208,21 @@ def test_partition_stream_smoke(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "partition_stream.json").read_text())
     assert [r["scale"] for r in doc["runs"]] == [10, 11] and doc["runs"][0]["nnz"] > 0
     assert (tmp_path / "partition_stream.txt").exists()
+
+
+def test_gpu_smoke(tmp_path: Path) -> None:
+    """The GPU benchmark end to end on a CPU: every case and variant, launches counted as ATen
+    operators (the launches a GPU would make), well under the 1,000 the GPU issue allows; its
+    results re-priced by the memory model."""
+    out = run_script("gpu.py", tmp_path)
+    doc = json.loads((tmp_path / "gpu.json").read_text())
+    variants = {(r["case"], r["variant"]) for r in doc["rows"]}
+    assert {("gcn", "pyg-gcnconv-adj_t"), ("gcn", "plexus-fp32"), ("gcn", "plexus-bf16"),
+            ("gat", "pyg-gatconv"), ("gat", "plexus-fp32"), ("gat", "plexus-bf16")} <= variants
+    launches = {r["variant"]: r["launches"] for r in doc["rows"] if r["case"] == "launches"}
+    assert set(launches) == {"plexus-gcn-fp32", "plexus-gat-fp32"}
+    assert all(0 < n < 1000 for n in launches.values())
+    assert "ratios" in out
+    assert subprocess.run([sys.executable, str(BENCH / "gpu.py"), "--reprice",
+                           str(REPO / "benchmarks/results/gpu.txt")], capture_output=True,
+                          text=True, timeout=120, cwd=REPO).stdout.count("re-priced") == 5
