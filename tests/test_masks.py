@@ -69,10 +69,10 @@ def test_the_keys_are_plain_integers_equal_to_the_tensor_hash():
     """The per-mask keys are mixed in Python (no tensor, no host-device copy) with the same
     finalizer as the tensors'."""
     for x in (0, 1, 0x2545F491, 0xFFFFFFFF, 123456789):
-        assert masks.fmix_int(x) == int(masks.fmix(torch.tensor(x, dtype=torch.int64)))
+        assert masks.fmix(x) == int(masks.fmix(torch.tensor(x, dtype=torch.int64)))
     base = masks.edge_keys(1, 2, 3)[2]
     k = masks.key(1, 2, 3, masks.EDGE_STREAM)
-    assert [masks.fmix_int((base + h * masks.GOLDEN) & masks.M32) for h in range(4)] == \
+    assert [masks.fmix((base + h * masks.GOLDEN) & masks.M32) for h in range(4)] == \
         [masks.key(k, 2, h) for h in range(4)]
 
 

@@ -36,16 +36,9 @@ KEY0 = 0x2545F491
 EDGE_STREAM = 0xA77E  # the attention-dropout stream's extra key part
 
 
-
-def fmix(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer finalizer (xor-shift-multiply), on int64 tensors holding 32-bit values."""
-    x = ((x >> 16) ^ x) * MUL & M32
-    x = ((x >> 16) ^ x) * MUL & M32
-    return (x >> 16) ^ x
-
-
-def fmix_int(x: int) -> int:
-    """`fmix` of one Python integer (no tensor, no device)."""
+def fmix(x):
+    """A 32-bit integer finalizer (xor-shift-multiply) of 32-bit values: int64 tensors, or
+    plain Python integers (the keys: no tensor, no device)."""
     x = ((x >> 16) ^ x) * MUL & M32
     x = ((x >> 16) ^ x) * MUL & M32
     return (x >> 16) ^ x
@@ -56,7 +49,7 @@ def key(*parts: int) -> int:
     operation and no host-device transfer per mask."""
     k = KEY0
     for p in parts:
-        k = fmix_int((k + (p & M32) * GOLDEN) & M32)
+        k = fmix((k + (p & M32) * GOLDEN) & M32)
     return k
 
 
@@ -113,7 +106,7 @@ def edge_keys(seed: int, step: int, layer: int) -> tuple[int, int, int]:
     """The destination key, the source key and the base of the head keys of an attention mask:
     head k's key is ``fmix((base + k·GOLDEN) & M32)`` (= ``key(k_dst, 2, k)``)."""
     k = key(seed, step, layer, EDGE_STREAM)
-    return k, key(k, 1), fmix_int((fmix_int((KEY0 + k * GOLDEN) & M32) + 2 * GOLDEN) & M32)
+    return k, key(k, 1), fmix((fmix((KEY0 + k * GOLDEN) & M32) + 2 * GOLDEN) & M32)
 
 
 def threshold24(p: float) -> int:

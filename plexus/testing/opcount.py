@@ -52,11 +52,6 @@ class OpCounter(TorchDispatchMode):
             self.ops[str(func.overloadpacket)] += 1
         return func(*args, **(kwargs or {}))
 
-    @property
-    def total(self) -> int:
-        """Operators dispatched so far."""
-        return sum(self.ops.values())
-
 
 def count_ops(fn: Callable[[], object]) -> Counter[str]:
     """The operators ``fn()`` dispatches, by name."""
