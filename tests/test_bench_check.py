@@ -13,8 +13,15 @@ import torch
 from cli_helpers import cli_env
 
 LINE = re.compile(r"^(PASS|FAIL)  (\S+) +(gcn|gat) +(undirected|directed) +max abs diff: "
-                  r"logits (\S+), loss (\S+), grads (\S+)  gloo cpu  peak RSS ([\d.]+ \w+)/rank  "
+                  r"logits (\S+), loss (\S+), grads (\S+)  gloo cpu  this check \+([\d.]+ \w+)/rank "
+                  r"\(peak RSS ([\d.]+ \w+)\)  "
                   r"step ([\d.]+ \w+)(  \[.*\])?$")
+UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+
+
+def size(text: str) -> float:
+    value, unit = text.split()
+    return float(value) * UNITS[unit]
 
 
 def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -40,7 +47,8 @@ def test_check_passes_on_two_cpu_ranks():
     assert all(m[1] == "PASS" for m in found)
     for m in found:  # figures, not placeholders: differences within the tolerance, a step time
         assert all(0 <= float(m[k]) < 1e-4 for k in (5, 6, 7)), m[0]
-        assert not m[8].startswith("0 ") and not m[9].startswith("0 "), m[0]
+        assert not m[9].startswith("0 ") and not m[10].startswith("0 "), m[0]
+        assert size(m[8]) <= size(m[9]), m[0]  # the check's own growth, within its peak
     assert proc.stdout.splitlines()[-1].startswith(
         "plexus-bench check: 16 of 16 checks passed (gloo on cpu; world sizes 1, 2; ")
 
@@ -53,7 +61,7 @@ def test_a_model_that_differs_from_the_serial_one_fails_with_status_1():
     assert len(found) == 4 and all(m[1] == "FAIL" for m in found)
     for m in found:
         assert max(float(m[k]) for k in (5, 7)) > 1e-3, m[0]  # the differences are shown
-        assert "rank 0: " in m[10] and "max abs error" in m[10], m[0]
+        assert "rank 0: " in m[11] and "max abs error" in m[11], m[0]
     assert "0 of 4 checks passed" in proc.stdout.splitlines()[-1]
 
 

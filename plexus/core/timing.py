@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from typing import Callable, Mapping
 
 
 def time_calls(fn: Callable[[], object], reps: int, warmup: int = 1) -> list[float]:
@@ -33,3 +33,26 @@ def process_start_time() -> float | None:
     except (OSError, ValueError, IndexError):
         return None
     return time.time() - max(age, 0.0)
+
+
+#: Set by the set-up script (``./run``) to the `time.time` at which it starts the command, after
+#: creating the environment and installing what was missing.
+SETUP_DONE_ENV = "PLEXUS_SETUP_DONE"
+
+
+def command_start_time(environ: Mapping[str, str] | None = None) -> tuple[float | None, float]:
+    """When the command proper started, and the seconds of set-up left out before it.
+
+    ``./run`` execs the command in its own process, so that process started with the set-up
+    (a first run's pip install): the command then counts from `SETUP_DONE_ENV`. A process started
+    after that moment (a run that a sweep started, inheriting the variable) counts from its own
+    start."""
+    env = os.environ if environ is None else environ
+    start = process_start_time()
+    try:
+        done = float(env.get(SETUP_DONE_ENV, "").replace(",", "."))
+    except ValueError:
+        return start, 0.0
+    if start is None or not start <= done <= time.time():
+        return start, 0.0
+    return done, done - start

@@ -116,8 +116,37 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def threads_per_worker(local_workers: int, cores: int | None = None) -> int:
-    """Torch threads for each of ``local_workers`` processes sharing this node's cores."""
+#: The variable OpenMP, BLAS and torch read for their thread count; a user's value is kept.
+THREADS_ENV = "OMP_NUM_THREADS"
+
+
+def env_threads(environ: Mapping[str, str] | None = None) -> int | None:
+    """The thread count ``OMP_NUM_THREADS`` asks for (None: unset or empty); `LaunchError` for
+    a value that is no positive integer. OpenMP's nested form ("4,2") counts its first level."""
+    env = os.environ if environ is None else environ
+    text = env.get(THREADS_ENV, "").strip()
+    if not text:
+        return None
+    first = text.split(",")[0].strip()
+    if not first.isdigit() or int(first) < 1:
+        raise LaunchError(f"environment variable {THREADS_ENV}={text!r} is not a positive "
+                          f"integer; unset it or give a thread count such as 1")
+    return int(first)
+
+
+def threads_per_worker(local_workers: int, cores: int | None = None,
+                       requested: int | None = None,
+                       environ: Mapping[str, str] | None = None) -> int:
+    """Torch threads for each of ``local_workers`` processes sharing this node's cores: what the
+    user asked for (``requested``, e.g. ``--threads``), else ``OMP_NUM_THREADS``, else an even
+    share of the cores (at least one)."""
+    if requested is not None:
+        if requested < 1:
+            raise LaunchError(f"threads per rank must be >= 1, got {requested}")
+        return requested
+    asked = env_threads(environ)
+    if asked is not None:
+        return asked
     return max(1, (cores if cores is not None else available_cores()) // max(1, local_workers))
 
 

@@ -18,7 +18,7 @@ DEFAULT_TIMEOUT_S = 300.0
 
 
 def init_process_group(env: JobEnv, timeout_s: float, cpu: bool = False,
-                       device: str | None = None) -> torch.device:
+                       device: str | None = None, threads: int | None = None) -> torch.device:
     """Join the job's default process group; return this rank's device.
 
     Sets the torch and BLAS/OpenMP thread counts first (before any parallel work), so workers
@@ -27,9 +27,11 @@ def init_process_group(env: JobEnv, timeout_s: float, cpu: bool = False,
     that only coordinate, such as the partitioner's). ``device``: "cuda" (NCCL, this local
     rank's GPU; where a node has more local ranks than GPUs, they share the GPUs and talk gloo
     through host memory; `LaunchError` without CUDA), "cpu" (gloo), None: CUDA where it is
-    available. The rest of the run is the same code on either.
+    available. The rest of the run is the same code on either. ``threads``: torch threads per
+    rank as the user asked (None: ``OMP_NUM_THREADS``, else a share of the node's cores; see
+    `threads_per_worker`).
     """
-    threads = threads_per_worker(env.local_world_size)
+    threads = threads_per_worker(env.local_world_size, requested=threads)
     torch.set_num_threads(threads)
     threadpool_limits(threads)  # numpy's BLAS, for the steps that run in numpy (the partitioner)
     timeout = timedelta(seconds=timeout_s)

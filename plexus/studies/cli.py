@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -78,6 +77,10 @@ def sweep_parser() -> argparse.ArgumentParser:
                    help="one more plexus-train argument, as is (repeat; e.g. "
                         "--train-arg=--agg-chunks --train-arg=4)")
     r = p.add_argument_group("where it runs")
+    r.add_argument("--threads", type=int, default=1, metavar="T",
+                   help="torch threads per rank of every run (default 1: every grid alike, so "
+                        "speed-ups compare ranks, not threads; G ranks of T threads share a "
+                        "node's cores when G·T exceeds them)")
     r.add_argument("--launcher", choices=LAUNCHERS, default="local",
                    help="local: plexus-train starts its own workers on this machine; torchrun: "
                         "under torchrun on this machine; slurm: write batch scripts into "
@@ -113,6 +116,7 @@ def build_request(a: argparse.Namespace) -> SweepRequest:
               (a.eval_every >= 0, f"--eval-every must be >= 0, got {a.eval_every}"),
               (a.weak or not a.weak_dataset, "--weak-dataset needs --weak"),
               (a.launcher == "slurm" or not a.array, "--array needs --launcher slurm"),
+              (a.threads >= 1, f"--threads must be >= 1, got {a.threads}"),
               (a.tasks_per_node is None or a.tasks_per_node >= 1, "--tasks-per-node must be >= 1"),
               (a.run_timeout is None or 0 < a.run_timeout < math.inf,  # also false for NaN
                f"--run-timeout must be a number of seconds > 0, got {a.run_timeout}"),
@@ -127,7 +131,7 @@ def build_request(a: argparse.Namespace) -> SweepRequest:
         raise UsageError(f"--world-sizes: {e}") from None
     model = ModelOptions(layers=a.layers, hidden=a.hidden, dropout=a.dropout, order=a.order,
                          perm=a.perm, seed=a.seed, spmm=a.spmm, eval_every=a.eval_every,
-                         extra=tuple(a.train_arg))
+                         threads=a.threads, extra=tuple(a.train_arg))
     return SweepRequest(dataset=a.dataset, world_sizes=worlds, grids=a.grids, epochs=a.epochs,
                         repeats=a.repeats, weak=a.weak, weak_datasets=tuple(a.weak_dataset),
                         root=a.root, model=model)
@@ -191,6 +195,7 @@ def report_main(argv: Sequence[str] | None = None) -> int:
 
     from .collect import ReportError, collect, columns  # noqa: PLC0415
     from .plots import write_figures  # noqa: PLC0415
+    from .stats import check_scaling, prediction_stats  # noqa: PLC0415
 
     try:
         a = report_parser().parse_args(argv)
@@ -211,8 +216,10 @@ def report_main(argv: Sequence[str] | None = None) -> int:
         subtitle = (f"{len(rows)} runs on {', '.join(hosts)}"
                     + (f", {', '.join(gpus)}" if gpus else ", CPU")
                     + f", torch {rows[0].get('torch')}")
+        # one set of statistics for the text below and the figures
+        stats, check = prediction_stats(rows), check_scaling(rows)
         figs = write_figures(rows, out, subtitle, manifest.get("weak_series", []),
-                             calibration.source, target=folder.target)
+                             calibration.source, target=folder.target, stats=stats, check=check)
     except (UsageError, ReportError, ValueError, OSError) as e:  # FolderError, SchemaError,
         return report_error(REPORT, e)  # UnsafeTargetError are ValueErrors
     except KeyboardInterrupt:
@@ -237,15 +244,13 @@ def report_main(argv: Sequence[str] | None = None) -> int:
               "machine's): give --calibration FILE (plexus-bench calibrate)", file=sys.stderr)
     else:
         print(f"predictions priced with {calibration.source}")
-    ratios = [r["predicted_over_measured"] for r in rows if r.get("predicted_over_measured")]
-    if ratios:
-        near = sum(1 / 3 <= v <= 3 for v in ratios)
-        print(f"predicted / measured epoch time: median {statistics.median(ratios):.3g} "
-              f"({min(ratios):.3g}..{max(ratios):.3g}); within 3x for {near} of {len(ratios)} "
-              "runs")
-    rho = figs["spearman"]
-    if rho is not None:
-        print(f"Spearman rank correlation, measured vs predicted epoch time: {rho:.2f}")
+    if stats is not None:
+        print(stats.line())
+        if math.isfinite(stats.spearman):
+            print(f"Spearman rank correlation, measured vs predicted epoch time: "
+                  f"{stats.spearman:.2f}")
+    for message in check.messages():
+        print(f"{REPORT}: warning: {message}", file=sys.stderr)
     if figs["weak_efficiency"]:
         print("weak-scaling efficiency T(1)/T(G), best grid per G: " + ", ".join(
             f"{k} {v:.2f}" for k, v in figs["weak_efficiency"].items()))

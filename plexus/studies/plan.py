@@ -35,6 +35,9 @@ class ModelOptions:
     seed: int = 0
     spmm: str = "torch"
     eval_every: int = 0  # evaluating inside timed epochs would blur the epoch times
+    # torch threads per rank, the same on every grid: a 1-rank run left to take all the cores
+    # would compare threads with ranks (super-linear "speed-ups")
+    threads: int = 1
     extra: tuple[str, ...] = ()  # further plexus-train arguments, passed as they are
 
     def train_args(self) -> list[str]:
@@ -42,7 +45,8 @@ class ModelOptions:
         return ["--layers", str(self.layers), "--hidden", str(self.hidden),
                 "--dropout", str(self.dropout), "--order", self.order, "--perm", self.perm,
                 "--seed", str(self.seed), "--spmm", self.spmm,
-                "--eval-every", str(self.eval_every), *self.extra]
+                "--eval-every", str(self.eval_every), "--threads", str(self.threads),
+                *self.extra]
 
 
 @dataclass(frozen=True)

@@ -20,82 +20,18 @@ with nothing to draw (no weak-scaling runs, no memory figures, ...) is not writt
 from __future__ import annotations
 
 import math
-import statistics
-from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from plexus.testing.output import pyplot, save_figure, spearman
+from plexus.testing.output import pyplot, save_figure
 
-Row = dict[str, Any]
+from .stats import (PredictionStats, Row, ScalingCheck, best_per_world, by_dataset,
+                    check_scaling, configs, predicted_configs, prediction_stats)
+
 FIGURES = ("strong_scaling.png", "breakdown.png", "comm_share.png", "memory.png",
            "weak_scaling.png", "predicted_vs_measured.png")
 MIB = 2.0**20
 COLLECTIVE_COLOURS = {"x": "Blues", "y": "Oranges", "z": "Greens"}
-
-
-def num(v: Any) -> float | None:
-    """A finite float, or None (empty CSV cells, missing figures)."""
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
-class Config:
-    """The runs of one (dataset, grid): repeats pooled."""
-
-    def __init__(self, rows: list[Row]) -> None:
-        self.rows = rows
-        r0 = rows[0]
-        self.dataset, self.grid, self.world = r0["dataset"], r0["grid"], int(r0["world_size"])
-        self.spec = r0.get("spec") or r0["dataset"]  # the sweep's spec; the log's name if unknown
-        self.auto = any("auto" in (r.get("picked_by") or "") for r in rows)
-        self.flagged = any(str(r.get("spread_flagged")) == "True" for r in rows)
-        self.spread = num(r0.get("repeat_spread"))
-
-    def repeats(self) -> list[float]:
-        """Each repeat's median epoch time."""
-        return [v for v in (num(r.get("epoch_time_median_s")) for r in self.rows)
-                if v is not None]
-
-    def median(self, key: str = "epoch_time_median_s") -> float | None:
-        values = [v for v in (num(r.get(key)) for r in self.rows) if v is not None]
-        return statistics.median(values) if values else None
-
-    def low_high(self) -> tuple[float, float] | None:
-        """The spread bar: from the lowest first quartile to the highest third quartile of the
-        runs' timed epochs (one outlier epoch does not hide the rest)."""
-        lo = [v for v in (num(r.get("epoch_time_p25_s")) for r in self.rows) if v is not None]
-        hi = [v for v in (num(r.get("epoch_time_p75_s")) for r in self.rows) if v is not None]
-        return (min(lo), max(hi)) if lo and hi else None
-
-
-def configs(rows: Sequence[Row], study: str | None = None) -> list[Config]:
-    """Rows grouped by (dataset, grid), of one study if given, in order of G and grid."""
-    groups: dict[tuple[str, str], list[Row]] = defaultdict(list)
-    for r in rows:
-        if study is None or study in (r.get("studies") or "strong").split():
-            groups[(str(r.get("spec") or r["dataset"]), str(r["grid"]))].append(r)
-    out = [Config(g) for g in groups.values()]
-    return sorted(out, key=lambda c: (c.dataset, c.world, c.grid))
-
-
-def by_dataset(cs: Sequence[Config]) -> dict[str, list[Config]]:
-    out: dict[str, list[Config]] = defaultdict(list)
-    for c in cs:
-        out[c.dataset].append(c)
-    return dict(out)
-
-
-def best_per_world(cs: Sequence[Config]) -> dict[int, Config]:
-    best: dict[int, Config] = {}
-    for c in cs:
-        t = c.median()
-        if t is not None and (c.world not in best or t < (best[c.world].median() or math.inf)):
-            best[c.world] = c
-    return dict(sorted(best.items()))
 
 
 def log_scale(ax: Any, which: str = "y") -> None:
@@ -120,10 +56,14 @@ def world_axis(ax: Any, worlds: Sequence[int]) -> None:
     ax.set_xlabel("ranks G = X·Y·Z")
 
 
-def strong_scaling(plt: Any, rows: Sequence[Row], subtitle: str) -> Any | None:
+def strong_scaling(plt: Any, rows: Sequence[Row], subtitle: str,
+                   check: ScalingCheck | None = None) -> Any | None:
+    """The strong-scaling figure; ``check``'s warnings (threads per rank that differ, speed-ups
+    past the ideal) are written on it and its super-linear points ringed."""
     groups = by_dataset(configs(rows, "strong"))
     if not groups:
         return None
+    check = check if check is not None else check_scaling(rows)
     fig, ax = plt.subplots(figsize=(7, 4.8))
     flagged = False
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -162,6 +102,14 @@ def strong_scaling(plt: Any, rows: Sequence[Row], subtitle: str) -> Any | None:
         t0 = best[w0].median()
         ax.plot(w, [t0 * w0 / x for x in w], "--", color=col, alpha=0.5,
                 label=f"{ds}: ideal T(G={w0})·{w0}/G")
+        for x in w:
+            if (ds, x) in check.superlinear:
+                speedup, ideal = check.superlinear[(ds, x)]
+                ax.scatter([x], [best[x].median()], s=320, marker="s", facecolors="none",
+                           edgecolors="tab:red", linewidths=1.5, zorder=4)
+                ax.annotate(f"{speedup:.1f}x > ideal {ideal:g}x", (x, best[x].median()),
+                            xytext=(4, -14), textcoords="offset points", fontsize=7,
+                            color="tab:red")
     if worlds_seen:
         world_axis(ax, sorted(worlds_seen))
         log_scale(ax, "y")
@@ -173,6 +121,11 @@ def strong_scaling(plt: Any, rows: Sequence[Row], subtitle: str) -> Any | None:
                        label="repeats disagree (spread above the threshold): median unreliable")
         ax.legend(fontsize=7, loc="best")
         ax.grid(True, which="both", alpha=0.3)
+    warnings = check.messages()
+    if warnings:  # on the figure itself: a figure travels without the report's text
+        ax.text(0.01, 0.01, "\n".join(f"WARNING: {m}" for m in warnings), wrap=True,
+                transform=ax.transAxes, fontsize=6, color="tab:red", va="bottom",
+                bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "tab:red"})
     ax.set_ylabel("epoch time (s, median of the timed epochs)")
     ax.set_title(f"Strong scaling: epoch time vs ranks\n{subtitle}", fontsize=8)
     return fig
@@ -348,16 +301,17 @@ def weak_scaling(plt: Any, rows: Sequence[Row], subtitle: str, series: Sequence[
     return fig
 
 
-def predicted_vs_measured(plt: Any, rows: Sequence[Row], subtitle: str,
-                          calibration: str) -> tuple[Any | None, float]:
-    cs = [c for c in configs(rows) if c.median() is not None
-          and c.median("predicted_time_s") is not None]
-    if len(cs) < 2:  # fewer than two runs with a prediction (logs without graph sizes?)
-        return None, float("nan")
+def predicted_vs_measured(plt: Any, rows: Sequence[Row], subtitle: str, calibration: str,
+                          stats: PredictionStats | None = None) -> Any | None:
+    """Measured vs predicted epoch time per configuration; its title states ``stats`` (the
+    report's `prediction_stats`, which the report also prints)."""
+    cs = predicted_configs(rows)
+    stats = stats if stats is not None else prediction_stats(rows)
+    if len(cs) < 2 or stats is None:  # fewer than two runs with a prediction
+        return None
     fig, ax = plt.subplots(figsize=(6.4, 5.2))
     pred = [c.median("predicted_time_s") for c in cs]
     meas = [c.median() for c in cs]
-    rho = spearman(pred, meas)  # type: ignore[arg-type]
     for group, cg in by_dataset(cs).items():
         ax.scatter([c.median("predicted_time_s") for c in cg], [c.median() for c in cg],
                    label=group, s=24)
@@ -370,14 +324,11 @@ def predicted_vs_measured(plt: Any, rows: Sequence[Row], subtitle: str,
     log_scale(ax, "y")
     ax.set_xlabel(f"model-predicted epoch time (s; rates: {calibration})")
     ax.set_ylabel("measured epoch time (s, median)")
-    ratios = [p / m for p, m in zip(pred, meas)]  # type: ignore[operator]
-    near = sum(1 / 3 <= r <= 3 for r in ratios)
-    ax.set_title(f"Measured vs predicted epoch time: Spearman ρ = {rho:.2f} over {len(cs)} "
-                 f"configurations; predicted/measured median {statistics.median(ratios):.2g}, "
-                 f"within 3x for {near} of {len(cs)}\n{subtitle}", fontsize=8)
+    ax.set_title(f"Measured vs predicted epoch time: Spearman ρ = {stats.spearman:.2f}\n"
+                 f"{stats.line()}\n{subtitle}", fontsize=8)
     ax.legend(fontsize=7, loc="best")
     ax.grid(True, which="both", alpha=0.3)
-    return fig, rho
+    return fig
 
 
 UNCALIBRATED = "defaults"  # `Calibration.source` of the model's built-in rates
@@ -394,25 +345,29 @@ def caption(calibration: str) -> str:
 def write_figures(rows: Sequence[Row], folder: Path, subtitle: str,
                   weak_series: Sequence[dict], calibration: str,
                   say: Callable[[str], None] = print,
-                  target: Callable[[Path], Path] = lambda p: p) -> dict[str, Any]:
+                  target: Callable[[Path], Path] = lambda p: p,
+                  stats: PredictionStats | None = None,
+                  check: ScalingCheck | None = None) -> dict[str, Any]:
     """Every figure that has something to draw as a PNG in ``folder`` (an older one of a figure
-    not drawn now is removed); returns {"files": [...], "skipped": [...], "spearman": rho,
+    not drawn now is removed); returns {"files": [...], "skipped": [...],
     "weak_efficiency": {"G=2": e, ...}} (no files when matplotlib is missing). ``target``
     checks each file's path before it is written (`ResultsFolder.target`); ``calibration`` is
-    the `Calibration.source` of the predictions."""
+    the `Calibration.source` of the predictions; ``stats`` and ``check``: the report's
+    `prediction_stats` and `check_scaling` (computed here when not given)."""
     plt = pyplot()
     if plt is None:
         say("matplotlib is not installed: no figures (pip install matplotlib)")
-        return {"files": [], "skipped": list(FIGURES), "spearman": None, "weak_efficiency": {}}
+        return {"files": [], "skipped": list(FIGURES), "weak_efficiency": {}}
     subtitle = f"{subtitle}\n{caption(calibration)}"
     weak: dict[str, float] = {}
-    figs = {"strong_scaling.png": strong_scaling(plt, rows, subtitle),
+    stats = stats if stats is not None else prediction_stats(rows)
+    figs = {"strong_scaling.png": strong_scaling(plt, rows, subtitle, check),
             "breakdown.png": breakdown(plt, rows, subtitle),
             "comm_share.png": comm_share(plt, rows, subtitle),
             "memory.png": memory(plt, rows, subtitle),
             "weak_scaling.png": weak_scaling(plt, rows, subtitle, weak_series, weak)}
-    fig, rho = predicted_vs_measured(plt, rows, subtitle, calibration)
-    figs["predicted_vs_measured.png"] = fig
+    figs["predicted_vs_measured.png"] = predicted_vs_measured(plt, rows, subtitle, calibration,
+                                                              stats)
     files, skipped = [], []
     for name, f in figs.items():
         path = target(folder / name)
@@ -422,4 +377,4 @@ def write_figures(rows: Sequence[Row], folder: Path, subtitle: str,
             continue
         files.append(save_figure(f, path))
         plt.close(f)
-    return {"files": files, "skipped": skipped, "spearman": rho, "weak_efficiency": weak}
+    return {"files": files, "skipped": skipped, "weak_efficiency": weak}

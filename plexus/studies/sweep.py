@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from plexus.runtime.env import available_cores
+
 from .folder import FolderError, ResultsFolder
 from .launchers import (SlurmOptions, local_command, slurm_array_script, slurm_script,
                         submit_script, torchrun_command)
@@ -160,9 +162,9 @@ def last_line(folder: ResultsFolder, path: Path) -> str:
 
 
 def measure_calibration(folder: ResultsFolder, plans: Sequence[PlannedRun],
-                        say: Callable[[str], None]) -> Path | None:
+                        say: Callable[[str], None], threads: int = 1) -> Path | None:
     """Measure this machine's rates into RESULTS/calibration.json unless it is there (seconds:
-    `plexus.perfmodel.calibrate` in its quick form, one thread per rank as the runs use, and
+    `plexus.perfmodel.calibrate` in its quick form, ``threads`` per rank as the runs use, and
     the collectives on a local world of each multi-rank size the sweep runs, up to
     `CALIBRATION_MAX_WORLD` ranks, as its runs' ranks share this host)."""
     from plexus.perfmodel.calibration import calibrate  # noqa: PLC0415
@@ -173,7 +175,7 @@ def measure_calibration(folder: ResultsFolder, plans: Sequence[PlannedRun],
     worlds = sorted({min(p.world_size, CALIBRATION_MAX_WORLD) for p in plans}) or [1]
     say(f"measuring this machine's rates for the report's predictions ({CALIBRATION}; "
         "--no-calibrate skips it) ...")
-    doc = calibrate(world_size=worlds, threads=1, quick=True)
+    doc = calibrate(world_size=worlds, threads=threads, quick=True)
     doc["note"] = ("measured by plexus-sweep before its runs (quick: rough rates); "
                    "plexus-bench calibrate measures them more carefully")
     with folder.atomic(path, "w") as f:
@@ -244,7 +246,13 @@ def _run_sweep(folder: ResultsFolder, request: SweepRequest, plans: Sequence[Pla
         write_manifest(folder, doc)
         return result
     if calibrate and todo:
-        measure_calibration(folder, todo, say)
+        measure_calibration(folder, todo, say, request.model.threads)
+    if launcher == "local" and todo:
+        cores, busiest = available_cores(), max(p.world_size for p in todo) * request.model.threads
+        if busiest > cores:
+            say(f"note: up to {busiest} threads (ranks x --threads {request.model.threads}) "
+                f"on {cores} cores here: ranks beyond the cores share them, so those runs time "
+                "sharing, not scaling")
     for i, p in enumerate(todo, 1):
         rec = doc["runs"][p.run_id]
         command = command_for(p, request, out, launcher, python)

@@ -6,7 +6,9 @@ attention has its own collectives) on an undirected and a directed small graph. 
 builds the distributed model on the grid and the serial model on the CPU from one seed, runs one
 training step with dropout on both and compares the logits, the loss and every gradient
 (`plexus.testing.exactness`, the rule the test suite holds the engine to); then it times a few
-training steps and reads each rank's peak memory. On GPUs the ranks use NCCL, one GPU each; on
+training steps and reads each rank's memory during that check: its peak less what the rank
+held when the check began (earlier checks' memory, kept by the allocator, is not this check's),
+beside that peak. On GPUs the ranks use NCCL, one GPU each; on
 CPUs gloo: the same code, only the device and the backend differ.
 
 One local world per world size (`plexus.runtime.world.run_world`), every check of that size
@@ -57,7 +59,9 @@ class CheckResult:
     grads: float
     failures: list[str]
     step_s: float
-    memory_bytes: int
+    memory_bytes: int  # the largest peak of a rank during the check
+    check_bytes: int = 0  # the most a rank's memory grew during the check, over its start
+    own_peak: bool = True  # False: the peak could not be restarted (the process's peak so far)
 
     @property
     def passed(self) -> bool:
@@ -101,15 +105,17 @@ def rank_checks(grids: Sequence[tuple[int, int, int]], cuda: bool, steps: int,
                 inject_mismatch: bool = False) -> list[dict]:
     """One rank's part of every check on ``grids`` (all of this world's size; runs inside the
     world): per check the differences and failures of `compare_step`, the median of ``steps``
-    timed training steps and this rank's peak memory (CUDA's allocator peak on a GPU, the peak
-    RSS on the CPU, each restarted before the check)."""
+    timed training steps, this rank's peak memory (CUDA's allocator peak on a GPU, the peak
+    RSS on the CPU, each restarted before the check) and how far it rose over what the rank
+    held when the check began."""
     import torch
     import torch.distributed as dist
 
     from plexus.engine.config import TrainConfig
     from plexus.engine.grid import Grid
     from plexus.engine.trainer import Trainer
-    from plexus.runtime.memstats import cuda_peak_bytes, peak_rss_bytes, reset_peak_rss
+    from plexus.runtime.memstats import (cuda_peak_bytes, current_rss_bytes, peak_rss_bytes,
+                                         reset_peak_rss)
 
     from .exactness import build_pair, compare_step
 
@@ -122,10 +128,13 @@ def rank_checks(grids: Sequence[tuple[int, int, int]], cuda: bool, steps: int,
         for gname in GRAPHS:
             g = graphs[gname]
             for mname, cfg in MODELS.items():
+                own = True
                 if cuda:
                     torch.cuda.reset_peak_memory_stats(device)
+                    start_bytes = torch.cuda.memory_allocated(device)
                 else:
-                    reset_peak_rss()
+                    own = reset_peak_rss()
+                    start_bytes = current_rss_bytes()
                 dist_model, serial, shard = build_pair(grid, g, cfg, "double")
                 if inject_mismatch and rank == 0:
                     with torch.no_grad():
@@ -143,7 +152,8 @@ def rank_checks(grids: Sequence[tuple[int, int, int]], cuda: bool, steps: int,
                 out.append({"grid": str(grid.shape), "model": mname, "graph": gname,
                             "logits": found.logits, "loss": found.loss, "grads": found.grads,
                             "failures": [f"rank {rank}: {m}" for m in found.failures],
-                            "step_s": statistics.median(times), "memory": memory})
+                            "step_s": statistics.median(times), "memory": memory,
+                            "check_memory": max(memory - start_bytes, 0), "own_peak": own})
     return out
 
 
@@ -156,16 +166,17 @@ def merge(ranks: Sequence[Sequence[dict]]) -> list[CheckResult]:
             first["grid"], first["model"], first["graph"],
             max(r["logits"] for r in records), max(r["loss"] for r in records),
             max(r["grads"] for r in records), [m for r in records for m in r["failures"]],
-            max(r["step_s"] for r in records), max(r["memory"] for r in records)))
+            max(r["step_s"] for r in records), max(r["memory"] for r in records),
+            max(r["check_memory"] for r in records), all(r["own_peak"] for r in records)))
     return out
 
 
 def run_checks(world_size: int, cuda: bool, steps: int = 3, inject_mismatch: bool = False,
                on_result: Callable[[CheckResult], None] | None = None,
-               timeout: float = 600) -> list[CheckResult]:
+               timeout: float = 600, threads: int | None = None) -> list[CheckResult]:
     """Every check of `check_grids` (``world_size``), one local world per world size (on GPUs
     NCCL with one GPU per rank, or gloo where ranks share GPUs; else gloo with the cores shared
-    out), smallest first;
+    out, or ``threads`` per rank, else OMP_NUM_THREADS), smallest first;
     ``on_result`` sees each world's results as they come. A rank that raises, or a world that
     does not start, raises `RuntimeError` with the failing rank's traceback."""
     from plexus.runtime.env import gpu_backend, threads_per_worker
@@ -177,7 +188,8 @@ def run_checks(world_size: int, cuda: bool, steps: int = 3, inject_mismatch: boo
     results = []
     for size, grids in by_size.items():
         ranks = run_world(size, rank_checks, grids, cuda, steps, inject_mismatch,
-                          timeout=timeout, threads=1 if cuda else threads_per_worker(size),
+                          timeout=timeout,
+                          threads=1 if cuda else threads_per_worker(size, requested=threads),
                           backend=gpu_backend(size) if cuda else "gloo", cuda=cuda)
         for result in merge(ranks):
             results.append(result)
@@ -189,11 +201,11 @@ def run_checks(world_size: int, cuda: bool, steps: int = 3, inject_mismatch: boo
 def result_line(r: CheckResult, backend: str, device: str) -> str:
     """``PASS``/``FAIL``, the check, the largest differences, the backend and device, the
     memory per rank and the step time; a failure's first message at the end."""
-    memory = "GPU peak" if device == "cuda" else "peak RSS"
+    peak = ("GPU peak" if device == "cuda" else "peak RSS") + ("" if r.own_peak else " so far")
     line = (f"{'PASS' if r.passed else 'FAIL'}  {r.grid:<7} {r.model:<4} {r.graph:<10}  "
             f"max abs diff: logits {r.logits:.1e}, loss {r.loss:.1e}, grads {r.grads:.1e}  "
-            f"{backend} {device}  {memory} {format_bytes(r.memory_bytes)}/rank  "
-            f"step {format_seconds(r.step_s)}")
+            f"{backend} {device}  this check +{format_bytes(r.check_bytes)}/rank "
+            f"({peak} {format_bytes(r.memory_bytes)})  step {format_seconds(r.step_s)}")
     if not r.passed:
         more = f" (+{len(r.failures) - 1} more)" if len(r.failures) > 1 else ""
         line += f"  [{r.failures[0]}{more}]"
@@ -212,6 +224,9 @@ def add_arguments(p: ArgumentParser) -> None:
                    help="cuda: NCCL, one GPU per rank (gloo through host memory where ranks "
                         "share GPUs); cpu: gloo (default: cuda where it is "
                         "available, else cpu)")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="torch threads per rank on the CPU (default: $OMP_NUM_THREADS when set, "
+                        "else the cores shared evenly among a world's ranks)")
     p.add_argument("--steps", type=int, default=3, metavar="N",
                    help="training steps timed per check (default 3; the median is shown)")
     # Tests: shift one weight of rank 0's model, so every check must report FAIL.
@@ -221,7 +236,7 @@ def add_arguments(p: ArgumentParser) -> None:
 def check_main(args: argparse.Namespace) -> int:
     """Run ``plexus-bench check`` with parsed ``args``: one line per check, then a summary.
     Exit 0 if every check passed, 1 if any failed (or a rank died), 2 on bad input."""
-    from plexus.runtime.env import LaunchError, gpu_backend, use_cuda
+    from plexus.runtime.env import LaunchError, env_threads, gpu_backend, use_cuda
 
     try:
         cuda = use_cuda(args.device)
@@ -234,6 +249,13 @@ def check_main(args: argparse.Namespace) -> int:
             raise UsageError(f"--world-size must be >= 1, got {world}")
         if args.steps < 1:
             raise UsageError(f"--steps must be >= 1, got {args.steps}")
+        if args.threads is not None and args.threads < 1:
+            raise UsageError(f"--threads must be >= 1, got {args.threads}")
+        if args.threads is None:
+            try:
+                env_threads()  # a bad OMP_NUM_THREADS, before any world starts
+            except LaunchError as e:
+                raise UsageError(f"{e}, or give --threads N") from None
         try:
             check_grids(world)
         except ValueError as e:  # no grid of that size fits the graphs
@@ -251,7 +273,8 @@ def check_main(args: argparse.Namespace) -> int:
     try:
         results = run_checks(world, cuda, args.steps, args.inject_mismatch,
                              on_result=lambda r: print(result_line(
-                                 r, backend(GridShape.of(r.grid).world_size), device), flush=True))
+                                 r, backend(GridShape.of(r.grid).world_size), device), flush=True),
+                             threads=args.threads)
     except RuntimeError as e:
         lines = [s for s in str(e).strip().splitlines() if s.strip()]
         why = f"{lines[0]} {lines[-1].strip()}" if len(lines) > 1 else (lines or ["failed"])[0]

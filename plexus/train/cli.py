@@ -26,7 +26,7 @@ from plexus.api.recipes import RECIPES, RecipeError, get_recipe
 from plexus.core.cli import ArgumentParser
 from plexus.core.grid import MAX_WORLD_SIZE, GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION
-from plexus.core.timing import process_start_time
+from plexus.core.timing import command_start_time
 from plexus.core.modelopts import (ModelOptionsText, add_model_options, add_precision_options,
                                    check_model_options, model_config, resolve_layers,
                                    resolve_order)
@@ -39,7 +39,8 @@ from plexus.partitioners.plan import symmetric
 from plexus.partitioners.store import graph_hash
 from plexus.runtime.child import ChildDied
 from plexus.runtime.env import (DEVICES, JobEnv, LaunchError, check_local_devices,
-                                default_device, detect_environment, local_world_size)
+                                default_device, detect_environment, env_threads,
+                                local_world_size)
 from plexus.runtime.group import DEFAULT_TIMEOUT_S
 
 from . import checkpoint as ckpt
@@ -78,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="cuda: one GPU per local rank, NCCL (more local ranks than GPUs "
                           "share them, gloo); cpu: gloo on the CPU (default: cuda where it is "
                           "available, else cpu)")
+    run.add_argument("--threads", type=int, metavar="N",
+                     help="torch (and BLAS) threads per rank (default: $OMP_NUM_THREADS when "
+                          "set, else the node's cores shared evenly among its ranks); the "
+                          "run's first line says how many it uses")
     run.add_argument("--force", action="store_true",
                      help="run even when the performance model predicts more memory per rank "
                           "than is available")
@@ -213,11 +218,17 @@ def check_numbers(a: argparse.Namespace) -> None:
         (a.world_size is None or 1 <= a.world_size <= MAX_WORLD_SIZE,
          f"--world-size must be in [1, {MAX_WORLD_SIZE}], got {a.world_size}"),
         (0 <= a.seed <= MAX_SEED, f"--seed must be in [0, 2**63 - 1], got {a.seed}"),
+        (a.threads is None or a.threads >= 1, f"--threads must be >= 1, got {a.threads}"),
     ]
     for ok, message in rules:
         if not ok:
             raise UsageError(message)
     check_model_options(a)
+    if a.threads is None:
+        try:
+            env_threads()  # a bad OMP_NUM_THREADS is refused before any worker starts
+        except LaunchError as e:
+            raise UsageError(f"{e}, or give --threads N") from None
     if a.resume not in (True, False, "auto"):
         raise UsageError(f"--resume takes no value or 'auto', got {a.resume!r}")
     if a.shards and KINDS[a.model].aggregation != "gcn":
@@ -448,7 +459,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
         save_predictions=a.save_predictions, save_embeddings=a.save_embeddings, export=a.export,
         export_best=a.export_best, symmetrize=a.symmetrize, log_csv=a.log_csv,
         tensorboard=a.tensorboard, cache_dir=cache_dir and str(cache_dir.expanduser()),
-        cache_explicit=bool(a.cache), device=a.device)
+        cache_explicit=bool(a.cache), device=a.device, threads=a.threads)
     return opts
 
 
@@ -493,8 +504,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``plexus-train``; returns the exit status (0 ok, 2 bad input, 1 failure).
 
     The run's wall time counts from this process's start when it is the command (``argv``
-    None), from this call otherwise."""
-    launched_at = (process_start_time() if argv is None else None) or time.time()
+    None; after ``./run``'s set-up where ``./run`` started it), from this call otherwise."""
+    launched_at, script_s = command_start_time() if argv is None else (None, 0.0)
+    launched_at = launched_at or time.time()
     reserve_standard_fds()
     env: JobEnv | None = None
     try:
@@ -516,7 +528,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     if env is not None:  # a rank of torchrun/srun: start-up counts from its own start
         return run_rank(opts, env)
-    return run_local(dataclasses.replace(opts, launched_at=launched_at))
+    return run_local(dataclasses.replace(opts, launched_at=launched_at,
+                                         setup_script_s=script_s))
 
 
 if __name__ == "__main__":

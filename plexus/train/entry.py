@@ -55,7 +55,8 @@ def run_rank(opts: RunOptions, env: JobEnv) -> int:
     if opts.engine.huge_pages:
         enable_huge_pages()  # before this process's first CPU tensor
     try:
-        device = init_process_group(env, opts.timeout_s, device=opts.device)
+        device = init_process_group(env, opts.timeout_s, device=opts.device,
+                                    threads=opts.threads)
     except LaunchError as e:  # e.g. a local rank without a GPU: the same on every such rank
         print(error_line(f"rank {env.rank}: {e}"), file=sys.stderr, flush=True)
         return 2

@@ -34,7 +34,9 @@ class RunOptions:
     # when the command started (`time.time`): the run's wall time counts start-up from there;
     # None: from the rank's own process start (a rank of torchrun/srun)
     launched_at: float | None = None
+    setup_script_s: float = 0.0  # ./run's set-up before the command (not in the start-up)
     device: str | None = None  # "cpu" or "cuda" (--device); None: CUDA where available
+    threads: int | None = None  # torch threads per rank (--threads); None: OMP_NUM_THREADS/share
     timeout_s: float = DEFAULT_TIMEOUT_S
     check_memory: bool = True  # False: --force, or the launching process already checked
     fault: Fault | None = None  # --inject-fault (tests of failure handling)

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from plexus.core.grid import AXES
+from plexus.core.units import format_seconds
 from plexus.engine.comm import staged
 from plexus.engine.ledger import Ledger
 from plexus.engine.timing import Timers
@@ -23,6 +24,7 @@ from plexus.runtime.memstats import cuda_peak_bytes, peak_rss_bytes
 from .provenance import gather_provenance
 from .results import end_of_run
 from .runlog import BestRecord
+from .options import RunOptions
 from .walltime import WallTime
 from .session import Run
 
@@ -99,6 +101,17 @@ def gather_memory(run: Run, train_rss: int | None = None) -> dict:
             "predicted_setup_bytes_per_rank": [float(b) for b in column(6)]}
 
 
+def startup_origin(opts: RunOptions) -> str:
+    """Where the summary's start-up counts from, in words (the set-up script's time named and
+    left out)."""
+    if opts.launched_at is None:
+        return "this rank's process start"
+    if opts.setup_script_s >= 0.05:
+        return (f"the command's start, after ./run's set-up ({format_seconds(opts.setup_script_s)}"
+                ", not counted)")
+    return "the command's start"
+
+
 def finish(run: Run, history: list[EpochStats], train_time_s: float,
            setup_s: float = 0.0, startup_s: float = 0.0) -> None:
     """Collective: final evaluation if needed, timers, ledger, OGB metric; rank 0 reports.
@@ -149,8 +162,8 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         "train_time_s": train_time_s,
         "mean_epoch_time_s": float(np.mean(epoch_times)) if epoch_times else 0.0,
         "wall_time": wall.as_dict(), "evaluations": int(evaluations),
-        "startup_from": "the command's start" if run.opts.launched_at is not None
-        else "this rank's process start",
+        "startup_from": startup_origin(run.opts),
+        "setup_script_s": run.opts.setup_script_s or None,
         "comm_bytes": comm_total, "comm_bytes_max_rank": comm_max,
         "comm_ledger": run.comm.ledger.summary(),  # rank 0's collectives by axis and operation
         "timers": timers,

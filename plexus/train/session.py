@@ -15,6 +15,7 @@ from plexus.engine.comm import Comm
 from plexus.engine.grid import Grid
 from plexus.engine.trainer import EpochStats, Trainer
 from plexus.partitioners import RankShard
+from plexus.runtime.env import THREADS_ENV, env_threads
 from plexus.runtime.progress import start_beacon
 from plexus.runtime.memstats import (TensorTracker, peak_rss_bytes, reset_peak_rss,
                                      resident_storages)
@@ -162,6 +163,14 @@ class Run:
             self.opts.fault.maybe_fire(self.grid.rank, stats.epoch)
 
 
+def threads_origin(requested: int | None) -> str:
+    """Where a rank's thread count came from, as the run's first line says it."""
+    if requested is not None:
+        return "--threads"
+    asked = env_threads()
+    return f"{THREADS_ENV}={asked}" if asked is not None else "the cores shared by the ranks"
+
+
 def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
     """Collective set-up: grid, model, trainer, restored checkpoint, rank 0's reporter."""
     grid = Grid.create(setup.grid, device, opts.timeout_s)
@@ -186,7 +195,9 @@ def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
         log = RunLog(opts.train.epochs, trainer.epoch, opts.quiet, setup.json_log,
                      sinks=setup.sinks)
         log.message(f"{PROG}: {setup.dataset.describe()} on grid {grid} "
-                    f"({plural(grid.world_size, 'rank')}, {device.type}), "
+                    f"({plural(grid.world_size, 'rank')}, {device.type}, "
+                    f"{plural(torch.get_num_threads(), 'thread')} per rank, "
+                    f"{threads_origin(opts.threads)}), "
                     f"{plural(opts.model.num_layers, 'layer')}, orders "
                     f"{','.join(setup.shard.orders)}, permutation {setup.shard.perm}")
         if setup.resume_from is not None:
