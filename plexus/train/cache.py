@@ -16,8 +16,9 @@ A run builds under the source's lock: a second run on the same graph waits for i
 reuses its store, and two runs never write one store at once. The builder is the process that
 launches the job (or rank 0 under torchrun/srun); it partitions in a child process
 (`plexus.runtime.child`) unless the graph is small and already loaded, so its own memory stays
-that of a launcher. Stores are never evicted: delete a store's directory (or the whole cache) to
-reclaim its space; a run rebuilds what it needs.
+that of a launcher. A run holds its store against eviction while it runs; with a size cap
+(``--cache-max-gb``, ``$PLEXUS_CACHE_MAX_GB``) the least recently used stores no run holds go
+once a run has its own (`plexus.train.cacheuse`); a run rebuilds what it needs.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from plexus.partitioners import is_store, read_manifest, write_store
 from plexus.partitioners.store import FORMAT as STORE_FORMAT, VERSION as STORE_VERSION, graph_hash
 from plexus.runtime.child import run_in_child
 
+from .cacheuse import evict, hold_store
 from .options import RunOptions
 
 CACHE_ENV = "PLEXUS_CACHE_DIR"
@@ -183,6 +185,8 @@ class CachedStore:
     grid: GridShape
     build_peak_rss_bytes: int = 0  # the process that partitioned (0: reused)
     waited_s: float = 0.0  # for another run's build of the same source
+    # this process's hold on the store against eviction (`plexus.train.cacheuse.hold_store`)
+    hold: Any = field(default=None, compare=False, repr=False)
 
     def line(self) -> str:
         """The one line a run prints about it."""
@@ -386,10 +390,15 @@ def obtain_store(cache: Cache, request: BuildRequest, graph: Graph | None = None
         if sizes is None:
             return None
         grid = choose_grid(request, sizes)
-        path = cache.find(key, Partition(grid, request.model, request.perm,
-                                         request.source.seed), sizes)
-        return None if path is None else CachedStore(str(path), False,
-                                                     time.perf_counter() - start, sizes, grid)
+        partition = Partition(grid, request.model, request.perm, request.source.seed)
+        path = cache.root / store_name(key, partition, sizes)
+        if not path.exists():
+            return None
+        hold = hold_store(cache.root, path)  # first: an eviction under way ends before this
+        if not cache.complete(path, partition, sizes):
+            hold.release()
+            return None
+        return CachedStore(str(path), False, time.perf_counter() - start, sizes, grid, hold=hold)
 
     hit = found(cache.read_sizes(key))
     if hit is not None:
@@ -412,8 +421,23 @@ def obtain_store(cache: Cache, request: BuildRequest, graph: Graph | None = None
                                    request.perm)
             path, sizes, peak = run_in_child(f"partitioning {request.source.spec}",
                                              build_store, request)
+        # still under the build lock: held before any other run could see it unused
+        hold = hold_store(cache.root, Path(path))
     return CachedStore(path, True, time.perf_counter() - built, sizes,
-                       choose_grid(request, sizes), peak, waited)
+                       choose_grid(request, sizes), peak, waited, hold=hold)
+
+
+def keep_under_cap(cache: Cache, store: CachedStore, max_bytes: int | None) -> None:
+    """With a cap, evict the least recently used entries no run holds (never ``store``) until the
+    cache fits it, and say what went."""
+    if max_bytes is None:
+        return
+    gone = evict(cache.root, max_bytes, keep=(Path(store.path),))
+    if gone:
+        freed = sum(e.bytes for e in gone)
+        cache.say(f"cache over its cap of {max_bytes / 2**30:.3g} GiB: removed "
+                  f"{len(gone)} least recently used entr{'y' if len(gone) == 1 else 'ies'} "
+                  f"({freed / 2**30:.2f} GiB) that no run holds")
 
 
 def cached_options(opts: RunOptions, cache: Cache, world: int | None,
@@ -425,6 +449,7 @@ def cached_options(opts: RunOptions, cache: Cache, world: int | None,
     request = BuildRequest(source, source.key(), str(cache.root), opts.grid, world, opts.model,
                            opts.perm or DEFAULT_PERMUTATION, check_memory=not force)
     store = obtain_store(cache, request, graph)
+    keep_under_cap(cache, store, opts.cache_max_bytes)
     return replace(opts, shards=store.path, grid=store.grid, cache=store.summary()), store
 
 
@@ -448,11 +473,13 @@ class PeerSetupFailed(RuntimeError):
     """Rank 0 could not provide the store (it reports why; the other ranks only stop)."""
 
 
-def join_cached_store(opts: RunOptions, say: Callable[[str], None]) -> RunOptions:
+def join_cached_store(opts: RunOptions, say: Callable[[str], None]
+                      ) -> tuple[RunOptions, Any]:
     """Collective, under torchrun or srun once the process group exists: rank 0 finds or builds
     the store (`cached_options`; the cache directory must be one every rank sees), the others
-    wait for it, then all read their shards from it. Raises `PeerSetupFailed` on the other ranks
-    when rank 0 failed (rank 0 raises its own error)."""
+    wait for it, then all read their shards from it. Returns the options and rank 0's hold on
+    the store against eviction (None on the other ranks: keep it for the run). Raises
+    `PeerSetupFailed` on the other ranks when rank 0 failed (rank 0 raises its own error)."""
     from datetime import timedelta  # noqa: PLC0415
 
     import torch.distributed as dist  # noqa: PLC0415
@@ -460,12 +487,13 @@ def join_cached_store(opts: RunOptions, say: Callable[[str], None]) -> RunOption
     group = dist.new_group(backend="gloo", timeout=timedelta(seconds=BUILD_WAIT_S))
     box: list[Any] = [None]
     error: BaseException | None = None
+    hold = None
     if dist.get_rank() == 0:
         try:
             new, store = cached_options(opts, Cache(Path(opts.cache_dir), say),  # type: ignore
                                         dist.get_world_size(), force=not opts.check_memory)
             say(store.line())
-            box[0] = new
+            box[0], hold = new, store.hold
         except Exception as e:  # noqa: BLE001 — the other ranks must hear of it first
             error = e
     dist.broadcast_object_list(box, src=0, group=group)
@@ -474,4 +502,4 @@ def join_cached_store(opts: RunOptions, say: Callable[[str], None]) -> RunOption
         raise error
     if box[0] is None:
         raise PeerSetupFailed("rank 0 could not provide the shard store")
-    return box[0]
+    return box[0], hold

@@ -45,6 +45,7 @@ from plexus.runtime.group import DEFAULT_TIMEOUT_S
 
 from . import checkpoint as ckpt
 from .cache import CACHE_ENV, Cache, cached_options, default_cache_dir, uses_cache
+from .cacheuse import MAX_GB_ENV, StoreUse, cap_bytes, entries, evict
 from .checks import (auto_grid_choice, check_checkpoint_dir, check_grid_fits, check_log_path,
                      check_order, check_output_file, check_outputs_dir, precheck_dataset,
                      precheck_resources, spec_sizes)
@@ -103,6 +104,17 @@ def build_parser() -> argparse.ArgumentParser:
                            "into once (reused while the graph's files, grid, layers, orders, "
                            f"permutation, seed and aggregation match; default ${CACHE_ENV}, "
                            "else ~/.cache/plexus/stores); a 1x1x1 run uses it only when given")
+    data.add_argument("--cache-max-gb", type=float, metavar="G",
+                      help="cap the cache at G GiB: once a run has its store, the least "
+                           "recently used stores that no run holds are removed (default "
+                           f"${MAX_GB_ENV}, else no cap)")
+    data.add_argument("--cache-list", action="store_true",
+                      help="list the cache's stores and converted graphs (size, last use, in "
+                           "use) and exit")
+    data.add_argument("--cache-clean", action="store_true",
+                      help="remove what the cache holds that no run is using (with "
+                           "--cache-max-gb: only the least recently used, down to the cap) "
+                           "and exit")
     data.add_argument("--no-cache", action="store_true",
                       help="every rank loads the whole dataset and cuts its own shard (no "
                            "store on disk)")
@@ -459,14 +471,16 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
         save_predictions=a.save_predictions, save_embeddings=a.save_embeddings, export=a.export,
         export_best=a.export_best, symmetrize=a.symmetrize, log_csv=a.log_csv,
         tensorboard=a.tensorboard, cache_dir=cache_dir and str(cache_dir.expanduser()),
-        cache_explicit=bool(a.cache), device=a.device, threads=a.threads)
+        cache_explicit=bool(a.cache), device=a.device, threads=a.threads,
+        cache_max_bytes=cache_cap(a))
     return opts
 
 
-def from_cache(opts: RunOptions, force: bool) -> RunOptions:
+def from_cache(opts: RunOptions, force: bool) -> tuple[RunOptions, StoreUse | None]:
     """The launching process finds or builds the store of the run's dataset in the cache (once,
     for all ranks, after every cheap check has passed) and says which in one line; the ranks
-    then read their shards from it."""
+    then read their shards from it. Returns the options and the hold on the store against
+    eviction (keep it until the run ends)."""
     def say(text: str) -> None:
         if not opts.quiet:
             console_line(f"{PROG}: {text}")
@@ -475,7 +489,39 @@ def from_cache(opts: RunOptions, force: bool) -> RunOptions:
     opts, store = cached_options(opts, Cache(Path(opts.cache_dir), say),  # type: ignore
                                  opts.grid.world_size, force=force)
     say(store.line())
-    return opts
+    return opts, store.hold
+
+
+def cache_cap(a: argparse.Namespace) -> int | None:
+    """The cache's size cap in bytes (--cache-max-gb, else the environment's; None: none)."""
+    if a.cache_max_gb is not None and not 0 < a.cache_max_gb < float("inf"):
+        raise UsageError(f"--cache-max-gb must be a number of GiB > 0, got {a.cache_max_gb}")
+    return cap_bytes(a.cache_max_gb)
+
+
+def cache_command(a: argparse.Namespace) -> int:
+    """``--cache-list`` / ``--cache-clean``: the cache directory's contents, or what no run
+    holds removed; status 0."""
+    root = Path(a.cache or default_cache_dir()).expanduser()
+    cap = cache_cap(a)
+    if a.cache_clean:
+        gone = evict(root, cap or 0)
+        freed = sum(e.bytes for e in gone)
+        print(f"{PROG}: removed {len(gone)} entr{'y' if len(gone) == 1 else 'ies'} "
+              f"({freed / 2**30:.2f} GiB) from {root}"
+              + (f", down to the cap of {cap / 2**30:.3g} GiB" if cap else "")
+              + "; what runs hold stays")
+    found = entries(root)
+    if a.cache_list or not a.cache_clean:
+        for e in reversed(found):  # most recently used first
+            used = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.last_used))
+            print(f"{e.bytes / 2**30:8.2f} GiB  {e.kind:<5}  last used {used}"
+                  f"{'  IN USE' if e.in_use else ''}  {e.path}")
+    total = sum(e.bytes for e in found)
+    print(f"{PROG}: cache {root}: {len(found)} entr{'y' if len(found) == 1 else 'ies'}, "
+          f"{total / 2**30:.2f} GiB" + (f" (cap {cap / 2**30:.3g} GiB)" if cap else
+                                         f" (no cap: --cache-max-gb or ${MAX_GB_ENV})"))
+    return 0
 
 
 def resolve_resume(a: argparse.Namespace, speak: bool) -> bool:
@@ -509,13 +555,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     launched_at = launched_at or time.time()
     reserve_standard_fds()
     env: JobEnv | None = None
+    hold: StoreUse | None = None
     try:
         env = detect_environment()
         args = build_parser().parse_args(argv)
         args.explicit = explicit_options(argv)
+        if args.cache_list or args.cache_clean:
+            return cache_command(args)
         opts = build_options(args, env)
         if env is None and uses_cache(opts, None):
-            opts = from_cache(opts, args.force)
+            opts, hold = from_cache(opts, args.force)
     except (*USER_ERRORS, RecipeError, ValueError, OSError) as e:
         # Under a launcher every rank checks the same options: rank 0 speaks for them all.
         if env is None or env.rank == 0:
@@ -526,10 +575,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    if env is not None:  # a rank of torchrun/srun: start-up counts from its own start
-        return run_rank(opts, env)
-    return run_local(dataclasses.replace(opts, launched_at=launched_at,
-                                         setup_script_s=script_s))
+    try:
+        if env is not None:  # a rank of torchrun/srun: start-up counts from its own start
+            return run_rank(opts, env)
+        return run_local(dataclasses.replace(opts, launched_at=launched_at,
+                                             setup_script_s=script_s))
+    finally:
+        if hold is not None:  # the store may be evicted once the run is over
+            hold.release()
 
 
 if __name__ == "__main__":

@@ -62,11 +62,12 @@ def run_rank(opts: RunOptions, env: JobEnv) -> int:
         return 2
     error: BaseException | None = None
     setup = None
+    hold = None  # rank 0's hold on the cached store against eviction, for the whole run
     try:
         if uses_cache(opts, dist.get_world_size()):
             # launched by torchrun/srun: rank 0 provides the store (no launcher of ours did)
-            opts = join_cached_store(opts, lambda text: None if opts.quiet else console_line(
-                f"{PROG}: {text}"))
+            opts, hold = join_cached_store(opts, lambda text: None if opts.quiet else
+                                           console_line(f"{PROG}: {text}"))
         setup = load_local(opts, dist.get_rank(), dist.get_world_size(), device,
                            env.local_world_size)
     except Exception as e:  # noqa: BLE001 — every rank must learn of it, see agree_on_failure
@@ -76,6 +77,8 @@ def run_rank(opts: RunOptions, env: JobEnv) -> int:
     finally:
         if setup is not None:
             setup.release()  # the checkpoint directory's lock, on every path out
+        if hold is not None:
+            hold.release()
 
 
 def _train(opts: RunOptions, setup: LocalSetup | None, error: BaseException | None,

@@ -26,6 +26,7 @@ class RunOptions:
     cache_dir: str | None = None  # the shard-store cache of --dataset runs (None: --no-cache)
     cache_explicit: bool = False  # --cache was given (a 1x1x1 run uses the cache only then)
     cache: dict | None = None  # how the launcher came by the store (`plexus.train.cache`)
+    cache_max_bytes: int | None = None  # the cache's size cap (None: none); LRU eviction
     checkpoint: str | None = None
     checkpoint_every: int = 10
     resume: bool = False

@@ -1,0 +1,187 @@
+"""The shard-store cache's upkeep: which stores are in use, what it holds, and least-recently-used
+eviction under a size cap (``plexus-train --cache-list``, ``--cache-clean``, ``--cache-max-gb``).
+
+A run holds a shared ``flock`` on ``locks/<store>.use`` from finding (or building) its store until
+it ends; that file's modification time is the store's last use. Eviction takes the lock
+exclusively without waiting, so a store some run holds is never removed; it renames the store
+out of the way before deleting it, under that lock, so a run never sees half a store. A run
+that waited for the lock finds the store gone and builds it again. Converted graphs
+(``graphs/``) are evicted the same way, under their source's build lock. Lock files stay (a
+lock file removed while another process waits on it would let two holders in).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Mapping
+
+#: The cache's size cap in GiB when ``--cache-max-gb`` is not given (unset: no cap).
+MAX_GB_ENV = "PLEXUS_CACHE_MAX_GB"
+LOCKS = "locks"
+GRAPHS = "graphs"
+
+
+class CacheCapError(ValueError):
+    """A size cap that is no number of GiB > 0 (a one-line message)."""
+
+
+def cap_bytes(max_gb: float | None, environ: Mapping[str, str] | None = None) -> int | None:
+    """The cap in bytes: ``max_gb``, else `MAX_GB_ENV`, else None (no cap)."""
+    env = os.environ if environ is None else environ
+    source = "the cap"
+    if max_gb is None:
+        text = env.get(MAX_GB_ENV, "").strip()
+        if not text:
+            return None
+        source = f"environment variable {MAX_GB_ENV}={text!r}"
+        try:
+            max_gb = float(text)
+        except ValueError:
+            raise CacheCapError(f"{source} is not a number of GiB; unset it or give e.g. "
+                                "50") from None
+    if not (0 < max_gb < float("inf")):
+        raise CacheCapError(f"{source}: the cache's size cap must be a number of GiB > 0, got "
+                            f"{max_gb}")
+    return int(max_gb * 2**30)
+
+
+def use_lock_path(root: Path, store: Path) -> Path:
+    return root / LOCKS / f"{store.name}.use"
+
+
+class StoreUse:
+    """A shared hold on a cached store (released by `release` or the process's end)."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self._fd: int | None = fd
+        self.path = path
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def hold_store(root: Path, store: Path) -> StoreUse:
+    """Hold ``store`` (a directory of the cache at ``root``) against eviction and mark it used
+    now; waits while an eviction of it is under way (the caller then finds it gone)."""
+    lock = use_lock_path(root, store)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        os.utime(fd)  # the last use, for least-recently-used eviction
+    except BaseException:
+        os.close(fd)
+        raise
+    return StoreUse(fd, store)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One thing the cache holds: a shard store or a converted graph."""
+
+    path: Path
+    kind: str  # "store" or "graph"
+    bytes: int
+    last_used: float  # `time.time`
+    in_use: bool
+    lock: Path  # taken exclusively to evict it
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _busy(lock: Path) -> bool:
+    """Whether a live process holds ``lock`` (shared or exclusive)."""
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _candidates(root: Path) -> Iterator[tuple[Path, str, Path]]:
+    from plexus.partitioners import is_store  # noqa: PLC0415
+
+    if root.is_dir():
+        for path in sorted(root.iterdir()):
+            if (not path.name.startswith(".") and path.is_dir() and not path.is_symlink()
+                    and is_store(path)):
+                yield path, "store", use_lock_path(root, path)
+    graphs = root / GRAPHS
+    if graphs.is_dir():
+        for path in sorted(graphs.iterdir()):
+            if path.is_dir() and not path.is_symlink():  # built under its source's lock
+                yield path, "graph", root / LOCKS / f"{path.name}.lock"
+
+
+def entries(root: Path) -> list[Entry]:
+    """What the cache at ``root`` holds, least recently used first."""
+    out = [Entry(path, kind, _size(path), max(_mtime(lock), _mtime(path)), _busy(lock), lock)
+           for path, kind, lock in _candidates(Path(root))]
+    return sorted(out, key=lambda e: e.last_used)
+
+
+def remove(root: Path, entry: Entry) -> bool:
+    """Remove ``entry`` unless a run holds it (then False): under its lock, taken exclusively
+    without waiting, it is renamed out of the cache and deleted."""
+    entry.lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(entry.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        if not entry.path.exists():
+            return False
+        trash = Path(root) / f".evicting-{entry.path.name}-{os.getpid()}-{time.time_ns()}"
+        os.replace(entry.path, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+        return True
+    finally:
+        os.close(fd)
+
+
+def evict(root: Path, max_bytes: int, keep: tuple[Path, ...] = ()) -> list[Entry]:
+    """Remove the least recently used entries that no run holds (nor ``keep``) until the cache
+    holds at most ``max_bytes``; returns those removed (0 bytes: everything not in use)."""
+    found = entries(root)
+    total = sum(e.bytes for e in found)
+    kept = {Path(p).resolve() for p in keep}
+    removed = []
+    for e in found:
+        if total <= max_bytes:
+            break
+        if e.in_use or e.path.resolve() in kept:
+            continue
+        if remove(root, e):
+            removed.append(e)
+            total -= e.bytes
+    return removed
