@@ -1,6 +1,6 @@
 """Graph datasets for Plexus: one `Graph` type, many loaders, one spec string to choose them."""
 
-from .graph import AGGREGATIONS, Graph, DatasetError, gcn_normalize, gcn_nnz, edges_to_csr, normalize
+from .graph import AGGREGATIONS, Graph, DatasetError, RootMissing, gcn_normalize, gcn_nnz, edges_to_csr, normalize
 from .spec import load_dataset, spec_paths, SPEC_FORMS
 from .planetoid import load_planetoid, read_planetoid
 from .npz import load_npz
@@ -21,7 +21,7 @@ def load_ogb(name: str, root: str | None) -> Graph:
 
 
 __all__ = [
-    "AGGREGATIONS", "Graph", "DatasetError", "gcn_normalize", "gcn_nnz", "edges_to_csr", "normalize",
+    "AGGREGATIONS", "Graph", "DatasetError", "RootMissing", "gcn_normalize", "gcn_nnz", "edges_to_csr", "normalize",
     "load_dataset", "spec_paths", "SPEC_FORMS",
     "load_planetoid", "read_planetoid", "load_ogb", "load_npz", "load_mtx", "load_edgelist",
     "rmat_graph", "rmat_edges", "parse_rmat_params",

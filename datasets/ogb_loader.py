@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .graph import DatasetError, Graph, edges_to_csr, one_line
+from .graph import DatasetError, Graph, RootMissing, edges_to_csr, one_line
 from .inputs import task_labels
 from .safepickle import load_torch_numpy
 from .synthetic import DEFAULT_FEATURES, random_features
@@ -182,8 +182,8 @@ def load_ogb(name: str, root: str | Path | None) -> Graph:
         raise DatasetError(f"{name}: not supported (needs a homogeneous node-classification "
                            f"graph); supported: {', '.join(OGB_NAMES)}")
     if root is None:
-        raise DatasetError(f"{name}: needs --root DIR, the directory holding "
-                           f"{name.replace('-', '_')}/ (OGB datasets are never downloaded here)")
+        raise RootMissing(name, f"{name.replace('-', '_')}/ (OGB datasets are never downloaded "
+                                "here)")
     root = Path(root).expanduser()
     ds_dir = _check_offline(name, root, meta)
 

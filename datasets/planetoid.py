@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .graph import DatasetError, Graph, edges_to_csr, one_line, row_normalize
+from .graph import DatasetError, Graph, RootMissing, edges_to_csr, one_line, row_normalize
 from .safepickle import load_restricted
 from .validate import check_alloc, check_graph_size, sparse_from_pickle
 
@@ -97,8 +97,7 @@ def find_planetoid_dir(name: str, root: str | Path | None) -> Path:
         return EMBEDDED_DIR
     files = ",".join(_SUFFIXES)
     if root is None:
-        raise DatasetError(f"{name}: needs --root DIR holding the Planetoid files "
-                           f"ind.{name}.{{{files}}}")
+        raise RootMissing(name, f"the Planetoid files ind.{name}.{{{files}}}")
     raise DatasetError(f"{root}: no ind.{name}.x found there (nor in {name}/, {name}/raw/ "
                        f"or {_PYG_DIRS.get(name, name)}/raw/); expected ind.{name}.{{{files}}}")
 

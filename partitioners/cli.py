@@ -1,7 +1,8 @@
 """``plexus-partition``: cut a dataset into per-rank shard files, or report load balance.
 
     plexus-partition --dataset SPEC [--root DIR] --grid XxYxZ --layers L --perm double \\
-                     [--orders agg[,combine...]] [--aggregation gcn] [--seed S] --out DIR \\
+                     [--orders auto|agg[,combine...]] [--hidden H] [--aggregation gcn] \\
+                     [--seed S] --out DIR \\
                      [--force] [--jobs N]
     torchrun --nnodes M --nproc-per-node K -m plexus.partitioners.cli ...   (or srun)
     plexus-partition --dataset SPEC --grid XxYxZ --layers L --stats-only [--json]
@@ -26,6 +27,8 @@ from typing import Sequence
 from plexus.core.cli import ArgumentParser, UsageError, report_error
 from plexus.core.grid import GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION, ORDERS, grid_misfit, layer_plans
+from plexus.core.model import AUTO_ORDER
+from plexus.core.modelopts import DEFAULT_HIDDEN
 from plexus.datasets.canonical import BUCKET_ENTRIES, CHUNK_EDGES
 from plexus.datasets.diskgraph import FEATURE_DTYPES
 from plexus.datasets.graph import AGGREGATIONS
@@ -36,12 +39,15 @@ from .streamjob import PartitionInterrupted
 PROG = "plexus-partition"
 
 
-def parse_orders(text: str, num_layers: int) -> list[str]:
-    """One order for all layers (``agg``) or a comma-separated order per layer."""
+def parse_orders(text: str, num_layers: int) -> list[str] | str:
+    """``auto`` (plexus-train's default, resolved once the graph's widths are known), one order
+    for all layers (``agg``) or a comma-separated order per layer."""
+    if text.strip().lower() == AUTO_ORDER:
+        return AUTO_ORDER
     orders = [o.strip() for o in text.split(",")]
     bad = [o for o in orders if o not in ORDERS]
     if bad:
-        raise UsageError(f"unknown layer order {bad[0]!r}; use {' or '.join(ORDERS)}")
+        raise UsageError(f"unknown layer order {bad[0]!r}; use auto, {' or '.join(ORDERS)}")
     if len(orders) == 1:
         return orders * num_layers
     if len(orders) != num_layers:
@@ -57,11 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="directory holding the dataset's files (nothing is ever downloaded)")
     p.add_argument("--grid", required=True, help="process grid XxYxZ, e.g. 4x2x2")
     p.add_argument("--layers", type=int, required=True, help="number of GCN layers")
-    p.add_argument("--orders", default="agg",
-                   help="product order, one for all layers or one per layer (agg,combine; "
-                        "default agg, the paper's; plexus-train --shards trains with the "
-                        "store's orders: plexus-train's own default, auto, is combine on the "
-                        "layers that narrow, e.g. combine,combine for a 2-layer GCN on Cora)")
+    p.add_argument("--orders", default=AUTO_ORDER,
+                   help="product order: auto (the default, as plexus-train's: combine on the "
+                        "layers that narrow for --hidden, e.g. combine,combine for a 2-layer "
+                        "GCN on Cora), one for all layers (agg, the paper's; combine) or one per "
+                        "layer (agg,combine); plexus-train --shards trains with the store's "
+                        "orders")
+    p.add_argument("--hidden", type=int, default=DEFAULT_HIDDEN, metavar="H",
+                   help=f"hidden width of the model that will train on the store, for --orders "
+                        f"auto (default {DEFAULT_HIDDEN}, plexus-train's)")
     p.add_argument("--perm", default=DEFAULT_PERMUTATION, choices=PERMUTATIONS,
                    help="load-balancing permutation (default: double)")
     p.add_argument("--seed", type=int, default=0, help="permutation seed (default 0)")
@@ -76,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=1,
                    help="processes on this machine (default 1; under torchrun/srun each rank "
                         "is one)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch and BLAS threads of this process, and of each rank under "
+                        "torchrun/srun (default: $OMP_NUM_THREADS when set, else the "
+                        "libraries' own; --jobs workers use one each)")
     p.add_argument("--graph-dir", default=None,
                    help="keep the converted dataset (a graph directory) here, or read it from "
                         "here when it is already there")
@@ -92,6 +106,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def apply_threads(requested: int | None) -> None:
+    """Use ``requested`` threads (--threads), else OMP_NUM_THREADS's, in this process; a rank
+    under torchrun/srun reads the variable when it joins its group, so --threads sets it."""
+    from plexus.runtime.env import LaunchError, THREADS_ENV, env_threads  # noqa: PLC0415
+
+    if requested is not None and requested < 1:
+        raise UsageError(f"--threads must be >= 1, got {requested}")
+    try:
+        threads = requested if requested is not None else env_threads()
+    except LaunchError as e:
+        raise UsageError(f"{e}, or give --threads N") from None
+    if threads is None:
+        return
+    os.environ[THREADS_ENV] = str(threads)
+    import torch  # noqa: PLC0415
+    from threadpoolctl import threadpool_limits  # noqa: PLC0415
+
+    torch.set_num_threads(threads)
+    threadpool_limits(threads)
+
+
 def _load(args):
     from plexus.datasets import load_dataset  # noqa: PLC0415 (heavy; only once input is valid)
 
@@ -105,11 +140,14 @@ def run(argv: Sequence[str] | None = None) -> int:
     shape = GridShape.parse(args.grid)
     if args.layers < 1:
         raise UsageError(f"--layers must be >= 1, got {args.layers}")
+    if args.hidden < 1:
+        raise UsageError(f"--hidden must be >= 1, got {args.hidden}")
     orders = parse_orders(args.orders, args.layers)
     if args.json and not args.stats_only:
         raise UsageError("--json applies to --stats-only")
     if not args.stats_only and args.out is None:
         raise UsageError("--out is required unless --stats-only is given")
+    apply_threads(args.threads)
     for flag in ("jobs", "chunk_edges", "bucket_entries"):
         if getattr(args, flag) < 1:
             raise UsageError(f"--{flag.replace('_', '-')} must be >= 1, got "
@@ -134,7 +172,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         dataset, args.out, shape, args.layers, orders, args.perm, args.seed,
         aggregation=args.aggregation, root=args.root, dataset_seed=args.dataset_seed,
         jobs=args.jobs, graph_dir=args.graph_dir, chunk_edges=args.chunk_edges,
-        bucket_entries=args.bucket_entries, feature_dtype=args.feature_dtype, timings=timings)
+        bucket_entries=args.bucket_entries, feature_dtype=args.feature_dtype, timings=timings,
+        hidden=args.hidden)
     seconds = time.perf_counter() - start
     if not _leader():
         return 0
@@ -154,11 +193,15 @@ def run(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _stats(args, shape: GridShape, orders: list[str]) -> int:
+def _stats(args, shape: GridShape, orders: list[str] | str) -> int:
     """``--stats-only``: the imbalance of every permutation (the graph is loaded in memory)."""
+    from .pipeline import auto_stage_orders  # noqa: PLC0415
     from .stats import balance_report, format_report  # noqa: PLC0415
 
     graph = _load(args)
+    if orders == AUTO_ORDER:
+        orders = auto_stage_orders(args.layers, args.hidden, graph.num_features,
+                                   graph.num_classes)
     plans = layer_plans(args.layers, orders)
     problem = grid_misfit(shape, plans, graph.num_nodes, [graph.num_features]
                           + [None] * (args.layers - 1) + [graph.num_classes])
@@ -191,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(argv)
     except (ValueError, OSError) as e:  # UsageError, DatasetError, ShardStoreError, GridError,
         # PartitionError
-        return report_error(PROG, str(e) or type(e).__name__)
+        return report_error(PROG, e if str(e) else type(e).__name__)
     except PartitionInterrupted as e:  # not the input's fault: status 1, the work is kept
         return report_error(PROG, e, status=1)
     except KeyboardInterrupt:

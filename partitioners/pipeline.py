@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from plexus.core.grid import GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION, grid_misfit, layer_plans
+from plexus.core.model import AUTO_ORDER, ModelConfig
 from plexus.datasets.canonical import BUCKET_ENTRIES, CHUNK_EDGES
 from plexus.datasets.convert import convert_dataset
 from plexus.datasets.diskgraph import DiskGraph, MemoryGraph, is_disk_graph, write_graph
@@ -26,6 +27,14 @@ from .streamjob import PartitionError
 GROUP_TIMEOUT_S = 6 * 3600.0
 
 
+def auto_stage_orders(num_layers: int, hidden: int, num_features: int,
+                      num_classes: int) -> list[str]:
+    """"auto" for a GCN of ``num_layers`` layers of ``hidden`` width, as plexus-train resolves
+    its default (`plexus.core.model.ModelConfig.orders`)."""
+    return ModelConfig(num_layers=num_layers, hidden=hidden, order=AUTO_ORDER).orders(
+        num_features, num_classes)
+
+
 def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
                        grid: GridShape | Mapping[str, int] | str, num_layers: int,
                        orders: Sequence[str] | str = "agg",
@@ -35,7 +44,7 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
                        chunk_edges: int = CHUNK_EDGES, bucket_entries: int = BUCKET_ENTRIES,
                        feature_dtype: str | None = None, progress: bool | None = None,
                        timings: list[PhaseTime] | None = None,
-                       timeout_s: float = GROUP_TIMEOUT_S) -> dict:
+                       timeout_s: float = GROUP_TIMEOUT_S, hidden: int | None = None) -> dict:
     """Partition ``dataset`` into the shard store ``out_dir`` with memory that does not grow with
     the number of edges; returns the store's manifest (what `read_manifest` returns).
 
@@ -43,7 +52,9 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
     specs are loaded in memory first), a graph directory (its path, ``graph:PATH``, or an
     opened `plexus.datasets.diskgraph.DiskGraph`), or an in-memory `Graph`. ``grid``,
     ``num_layers``, ``orders``, ``perm``, ``seed`` and ``aggregation`` are those of `write_store`
-    (the stores are identical). ``root``/``dataset_seed``: as `load_dataset` takes them.
+    (the stores are identical); ``orders`` may also be "auto", plexus-train's default, resolved
+    once the graph's widths are known for a GCN of ``hidden`` wide hidden layers (combine first
+    on the layers that narrow). ``root``/``dataset_seed``: as `load_dataset` takes them.
 
     Processes: ``jobs`` worker processes on this machine; under torchrun or srun every rank of
     the job takes a share of the tasks instead (the output's directory must then be on a
@@ -60,9 +71,12 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
     after such an error nothing is left on disk.
     """
     out = check_out_dir(out_dir)
+    auto = isinstance(orders, str) and orders.strip().lower() == AUTO_ORDER
+    if auto and (hidden is None or hidden < 1):
+        raise PartitionError(f"orders 'auto' need the hidden width (>= 1), got {hidden}")
     try:
         shape = GridShape.of(GridShape.parse(grid) if isinstance(grid, str) else grid)
-        plans = layer_plans(num_layers, orders)
+        plans = layer_plans(num_layers, "agg" if auto else orders)
     except (GridError, ValueError) as e:
         raise PartitionError(str(e)) from None
     if jobs < 1:
@@ -84,7 +98,8 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
                              "directory, not one held in memory")
     key = None if identity is None else config_key(
         {"source": identity, "grid": shape.as_dict(), "layers": num_layers,
-         "orders": [p.order for p in plans], "perm": perm if isinstance(perm, str) else None,
+         "orders": ["auto", hidden] if auto else [p.order for p in plans],
+         "perm": perm if isinstance(perm, str) else None,
          "seed": seed, "aggregation": aggregation, "chunk": settings.chunk_edges,
          "bucket": settings.bucket_entries, "version": 2})
     if isinstance(perm, Permutation):
@@ -110,6 +125,10 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
         elif isinstance(source, MemoryGraph) and jobs > 1:
             runner.once("write-graph", _write, source.graph, str(work / "graph"))
             source = DiskGraph.open(work / "graph")
+        if auto:  # the widths are known now
+            orders = auto_stage_orders(num_layers, hidden, source.num_features,  # type: ignore
+                                       source.num_classes)
+            plans = layer_plans(num_layers, orders)
         problem = grid_misfit(shape, plans, source.num_nodes, [source.num_features]
                               + [None] * (num_layers - 1) + [source.num_classes])
         if problem:

@@ -184,7 +184,7 @@ def test_loader_refuses_a_missing_or_bad_file(tmp_path):
     with pytest.raises(DatasetError, match="raw/edge-feat.csv.gz") as e:
         load_dataset("ogbn-proteins", root=str(tmp_path / "a"))
     assert "\n" not in str(e.value)
-    with pytest.raises(DatasetError, match="needs --root"):
+    with pytest.raises(DatasetError, match="needs root=DIR"):
         load_dataset("ogbn-proteins")
     d = write_proteins_standin(tmp_path / "b", 64, 6, seed=2)
     with gzip.open(d / "raw/node-label.csv.gz", "wt") as f:

@@ -45,6 +45,11 @@ CHEAP = [
 
 # Not run here, and why.
 EXPENSIVE = {
+    "./run python -m plexus.datasets.proteins_standin proteins-standin --nodes 2000":
+        "tests/test_proteins.py writes stand-ins with the same function and checks their layout",
+    "./run train --dataset ogbn-proteins --root proteins-standin --recipe ogbn-proteins-gcn "
+    "--grid 1x1x2 --epochs 10": "about 25 s; tests/test_proteins.py trains plexus-train on a "
+                                "stand-in through to OGB's Evaluator",
     "./run test": "the whole suite, this test among it",
     "./run train --grid 2x2x2": "8 ranks x 200 epochs; tests/test_train_cli.py runs this job",
     "./run train --grid 1x1x1": "200 epochs (about a minute on 2 cores); the few-epoch 1x1x1 "

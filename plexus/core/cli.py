@@ -26,8 +26,11 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def error_line(prog: str, message: object) -> str:
-    """``PROG: error: <message>`` on one line (newlines and runs of spaces collapsed)."""
-    text = " ".join(str(message).split()) or "unknown error"
+    """``PROG: error: <message>`` on one line (newlines and runs of spaces collapsed). A library
+    error that names an argument of the API (e.g. ``root``) says it in the tools' terms where it
+    has a ``command_line()`` form."""
+    in_flags = getattr(message, "command_line", None)
+    text = " ".join(str(in_flags() if callable(in_flags) else message).split()) or "unknown error"
     return f"{prog}: error: {text}"
 
 

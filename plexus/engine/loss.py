@@ -213,7 +213,7 @@ class ClassifierHead(TaskMetrics):
 
     def task_metrics(self, logits: torch.Tensor, scorer=None) -> dict[str, np.ndarray]:
         """Multi-label: the ROC-AUC of every task (NaN where undefined) on each mask
-        (``scorer``: one task's, `plexus.engine.rocauc.distributed_rocauc`)."""
+        (``scorer``: a block of tasks at once, `plexus.engine.rocauc.distributed_rocauc`)."""
         if not self.multilabel:
             raise ValueError("per-task metrics are for multi-label tasks; this one is "
                              "single-label (use accuracy)")

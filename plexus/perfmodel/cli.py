@@ -158,6 +158,8 @@ def model_main(argv: Sequence[str] | None = None) -> int:
         limit = None if args.memory_limit is None else args.memory_limit * 2**30
         preds = rank_configs(args.world_size, spec, cal, limit, args.ranks_per_host)
     except (ValueError, OSError, KeyError) as e:  # UsageError, DatasetError are ValueErrors
+        if callable(getattr(e, "command_line", None)):  # an API argument named as a flag
+            return report_error(parser.prog, e)
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return report_error(parser.prog, msg)
     shown = len(preds) if args.top == 0 else min(args.top, len(preds))
