@@ -214,4 +214,12 @@ def test_standin_through_plexus_train_on_a_grid_to_ogbs_evaluator(standin, tmp_p
     assert "OGB evaluator (ogbn-proteins): test rocauc" in proc.stdout
     out = load_outputs(tmp_path / "out")  # every rank wrote its rows: 0/1 per task
     assert out["pred"].shape == (NODES, TASKS) and out["pred"].dtype == np.int8
+    # the run's vectorised ROC-AUC is ogb's Evaluator's on the same logits (the final epoch's)
+    from ogb.nodeproppred import Evaluator
+    graph = load_dataset("ogbn-proteins", str(standin))
+    test = np.asarray(graph.test_mask)
+    truth = np.asarray(graph.labels, dtype=np.float64)[test]
+    official = Evaluator("ogbn-proteins").eval({"y_true": np.where(truth < 0, np.nan, truth),
+                                                "y_pred": np.asarray(out["logits"])[test]})
+    assert ogb["value"] == pytest.approx(official["rocauc"], abs=1e-6)
     assert np.array_equal(out["pred"], (out["logits"] > 0).astype(np.int8))

@@ -349,3 +349,58 @@ def test_report_flags_a_repeat_spread_and_draws_only_what_it_has(study, tmp_path
     rows = read_csv(tmp_path / "report" / "runs.csv")
     assert [r["predictions_calibrated"] for r in rows] == ["True", "True"]
     assert all(r["calibration"].startswith(str(calibration)) for r in rows)
+
+
+def test_sweep_gives_every_grid_the_same_threads_per_rank(study):
+    """Issue 39: 1x1x1 used to run with every core's thread and the other grids with a share,
+    so the speed-ups compared threads as well as ranks."""
+    runs = study["manifest"]["runs"].values()
+    assert all(r["command"][r["command"].index("--threads") + 1] == "1" for r in runs)
+    assert {r["threads_per_rank"] for r in study["rows"]} == {"1"}  # local and torchrun alike
+
+
+def test_report_warns_of_threads_and_superlinear_speedups_and_states_one_set_of_statistics(
+        study, tmp_path, monkeypatch, capsys):
+    """Two repeats of 1x1x1 ten times slower (one of them with 2 threads per rank) beside 1x2x1:
+    the report warns, in its text and on the strong-scaling figure, that the threads differ and
+    that G=2 runs past the ideal; the prediction statistics it prints are the figure's (per
+    configuration: 2, not 3 runs)."""
+    import plexus.studies.plots as plots
+    from plexus.studies.cli import report_main
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+
+    def copy(grid: str, name: str, slower: float = 1.0, threads: int | None = None) -> None:
+        lines = (study["out"] / "runs" / f"{slug(SPEC)}_{grid}_r0.json").read_text().splitlines()
+        out = []
+        for line in lines:
+            rec = json.loads(line)
+            if rec.get("summary"):
+                if threads is not None:
+                    rec["environment"]["threads_per_rank"] = threads
+            else:
+                rec["epoch_time_s"] *= slower
+            out.append(json.dumps(rec))
+        (runs / name).write_text("\n".join(out) + "\n")
+
+    copy("1x1x1", "a_1x1x1_r0.json", slower=10.0, threads=2)
+    copy("1x1x1", "a_1x1x1_r1.json", slower=10.0)
+    copy("1x2x1", "a_1x2x1_r0.json")
+    figures: dict[str, list[str]] = {}
+    save = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: (figures.__setitem__(
+        Path(path).name, [fig.axes[0].get_title(), *(t.get_text() for t in fig.axes[0].texts)]),
+        save(fig, path))[1])
+    assert report_main([str(tmp_path), "--calibration",
+                        str(study["out"] / "calibration.json")]) == 0
+    captured = capsys.readouterr()
+    assert "warning: threads per rank differ across runs (1 on 1x1x1, 1x2x1; 2 on 1x1x1)" in \
+        captured.err
+    assert "G=2 runs " in captured.err and "past the ideal 2x" in captured.err
+    drawn = " ".join(figures["strong_scaling.png"])
+    assert "WARNING: threads per rank differ" in drawn and "> ideal 2x" in drawn
+    stats = next(line for line in captured.out.splitlines()
+                 if line.startswith("predicted / measured epoch time"))
+    assert "over 2 configurations" in stats
+    assert stats in figures["predicted_vs_measured.png"][0]  # the figure states the same
