@@ -439,5 +439,8 @@ def test_cli_stats_table_and_write(tmp_path, capsys, fake_dataset, graph, adj_ha
                      "balanced", "--seed", "4", "--out", str(out)]) == 0
     assert "wrote 4 shards" in capsys.readouterr().out
     shape, coords = shape_of((2, 1, 2)), {"x": 1, "y": 0, "z": 0}
+    # the default orders are plexus-train's default, auto, for its default hidden width
+    from plexus.core.model import ModelConfig
+    auto = ModelConfig(num_layers=2).orders(graph.num_features, graph.num_classes)
     assert_same_shard(read_shard(out, coords, perm="balanced", seed=4),
-                      shard_graph(graph, shape, coords, 2, "agg", "balanced", 4, adj_hat=adj_hat))
+                      shard_graph(graph, shape, coords, 2, auto, "balanced", 4, adj_hat=adj_hat))

@@ -126,7 +126,8 @@ def test_memory_graph_with_jobs_and_the_cli_agree(tmp_path, toy):
     assert_same_store(tmp_path / "a", tmp_path / "b")
     write_graph(toy, tmp_path / "g")
     cmd = [sys.executable, "-m", "plexus.partitioners.cli", "--dataset", f"graph:{tmp_path / 'g'}",
-           "--grid", "1x2x2", "--layers", "2", "--perm", "double", "--out", str(tmp_path / "c"),
+           "--grid", "1x2x2", "--layers", "2", "--orders", "agg", "--perm", "double", "--out",
+           str(tmp_path / "c"),
            "--jobs", "2", "--chunk-edges", "13", "--bucket-entries", "17"]
     done = subprocess.run(cmd, env=cli_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -137,7 +138,7 @@ def test_memory_graph_with_jobs_and_the_cli_agree(tmp_path, toy):
 def _partition_cmd(out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "plexus.partitioners.cli", "--dataset",
             "rmat:scale=13,edge_factor=8,features=8,classes=4", "--grid", "2x1x2", "--layers", "2",
-            "--out", str(out), "--chunk-edges", "4000", "--bucket-entries", "6000", "--verbose",
+            "--orders", "agg", "--out", str(out), "--chunk-edges", "4000", "--bucket-entries", "6000", "--verbose",
             *extra]
 
 
@@ -188,7 +189,8 @@ def test_ranks_of_a_launcher_job_share_the_work(tmp_path, toy):
         env = dict(cli_env(), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
                    LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         cmd = [sys.executable, "-m", "plexus.partitioners.cli", "--dataset",
-               f"graph:{tmp_path / 'g'}", "--grid", "2x2x1", "--layers", "2", "--perm",
+               f"graph:{tmp_path / 'g'}", "--grid", "2x2x1", "--layers", "2", "--orders", "agg",
+               "--perm",
                "balanced", "--seed", "4", "--out", str(tmp_path / "two"), "--chunk-edges", "9",
                "--bucket-entries", "15", "--verbose"]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,

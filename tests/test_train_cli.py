@@ -306,7 +306,8 @@ def test_environment_detection():
     with pytest.raises(LaunchError, match="MASTER_ADDR"):
         detect_environment({k: v for k, v in slurm.items() if k != "MASTER_ADDR"})
     assert slurm_tasks_on_node("2(x3),1", 3) == 1 and slurm_tasks_on_node("2(x3),1", 2) == 2
-    assert threads_per_worker(8, cores=2) == 1 and threads_per_worker(2, cores=16) == 8
+    assert threads_per_worker(8, cores=2, environ={}) == 1
+    assert threads_per_worker(2, cores=16, environ={}) == 8
 
 
 def test_json_log_appears_only_when_complete(tmp_path):
