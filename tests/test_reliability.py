@@ -214,8 +214,8 @@ def test_bad_dataset_files_exit_2(tmp_path, capsys, make, needle):
 def test_a_shard_store_for_a_grid_too_big_for_the_graph_is_refused(tmp_path, capsys):
     from plexus.partitioners.cli import main as partition
 
-    assert partition(["--dataset", "cora", "--grid", "1x1x8", "--layers", "2", "--out",
-                      str(tmp_path / "refused")]) == 2
+    assert partition(["--dataset", "cora", "--grid", "1x1x8", "--layers", "2", "--orders", "agg",
+                      "--out", str(tmp_path / "refused")]) == 2
     err = capsys.readouterr().err
     assert "axis z has 8 ranks but cuts the 7 classes" in err and err.count("\n") == 1, err
     assert not (tmp_path / "refused").exists()
