@@ -10,8 +10,8 @@ Default problem: R-MAT scale 17, edge factor 16, 128 features, 16 classes; a 3-l
 Default grids: every ordered factorization X·Y·Z of G = 1, 2, 4, 8 (20 grids), plus the grid the
 performance model picks for each G (``--grids`` replaces the list; 1x1x1 is always added as the
 reference). Each grid is its own ``plexus-train`` job (workers started by it, or by torchrun with
-``--launcher torchrun``), with plexus-train's threads per rank (cores / local ranks); the first
-epoch is warm-up, the others are timed.
+``--launcher torchrun``), with the same threads per rank on every grid (plexus-sweep's
+``--threads``, default 1); the first epoch is warm-up, the others are timed.
 
 Output under ``--out`` (the sweep folder): ``manifest.json``, ``runs/<id>.json`` (each run's
 plexus-train log), and ``report/``: ``runs.csv`` (one row per run: epoch time median and spread,

@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterator
 from plexus.core.atomic import atomic_file
 from plexus.core.grid import GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION
+from plexus.core.units import format_bytes
 from plexus.datasets import Graph, gcn_nnz, load_dataset, spec_paths
 from plexus.datasets.convert import streamed_spec
 from plexus.engine.config import ModelConfig
@@ -435,9 +436,9 @@ def keep_under_cap(cache: Cache, store: CachedStore, max_bytes: int | None) -> N
     gone = evict(cache.root, max_bytes, keep=(Path(store.path),))
     if gone:
         freed = sum(e.bytes for e in gone)
-        cache.say(f"cache over its cap of {max_bytes / 2**30:.3g} GiB: removed "
+        cache.say(f"cache over its cap of {format_bytes(max_bytes)}: removed "
                   f"{len(gone)} least recently used entr{'y' if len(gone) == 1 else 'ies'} "
-                  f"({freed / 2**30:.2f} GiB) that no run holds")
+                  f"({format_bytes(freed)}) that no run holds")
 
 
 def cached_options(opts: RunOptions, cache: Cache, world: int | None,

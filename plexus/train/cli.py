@@ -27,6 +27,7 @@ from plexus.core.cli import ArgumentParser
 from plexus.core.grid import MAX_WORLD_SIZE, GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.core.timing import command_start_time
+from plexus.core.units import format_bytes
 from plexus.core.modelopts import (ModelOptionsText, add_model_options, add_precision_options,
                                    check_model_options, model_config, resolve_layers,
                                    resolve_order)
@@ -508,18 +509,18 @@ def cache_command(a: argparse.Namespace) -> int:
         gone = evict(root, cap or 0)
         freed = sum(e.bytes for e in gone)
         print(f"{PROG}: removed {len(gone)} entr{'y' if len(gone) == 1 else 'ies'} "
-              f"({freed / 2**30:.2f} GiB) from {root}"
-              + (f", down to the cap of {cap / 2**30:.3g} GiB" if cap else "")
+              f"({format_bytes(freed)}) from {root}"
+              + (f", down to the cap of {format_bytes(cap)}" if cap else "")
               + "; what runs hold stays")
     found = entries(root)
     if a.cache_list or not a.cache_clean:
         for e in reversed(found):  # most recently used first
             used = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.last_used))
-            print(f"{e.bytes / 2**30:8.2f} GiB  {e.kind:<5}  last used {used}"
+            print(f"{format_bytes(e.bytes):>10}  {e.kind:<5}  last used {used}"
                   f"{'  IN USE' if e.in_use else ''}  {e.path}")
     total = sum(e.bytes for e in found)
     print(f"{PROG}: cache {root}: {len(found)} entr{'y' if len(found) == 1 else 'ies'}, "
-          f"{total / 2**30:.2f} GiB" + (f" (cap {cap / 2**30:.3g} GiB)" if cap else
+          f"{format_bytes(total)}" + (f" (cap {format_bytes(cap)})" if cap else
                                          f" (no cap: --cache-max-gb or ${MAX_GB_ENV})"))
     return 0
 
