@@ -204,8 +204,9 @@ def _bench_parser(commands: Sequence[BenchCommand] = ()) -> ArgumentParser:
                      help="local gloo ranks for the collective timings, one world per size "
                           "(default 2; e.g. 2,4 to price runs of 2 and of 4 ranks per host; "
                           "1 skips them)")
-    cal.add_argument("--threads", type=int, default=1, metavar="T",
-                     help="torch threads for the compute timings (default 1, as one rank uses)")
+    cal.add_argument("--threads", type=int, default=None, metavar="T",
+                     help="torch threads for the compute timings (default $OMP_NUM_THREADS, "
+                          "else 1, as one rank of plexus-sweep uses)")
     cal.add_argument("--quick", action="store_true",
                      help="small problems, few repetitions: seconds instead of tens of seconds")
     for command in commands:
@@ -239,6 +240,13 @@ def bench_main(argv: Sequence[str] | None = None,
         if args.command in extra:
             return extra[args.command].main(args)
         worlds = _world_sizes(args.world_size)
+        if args.threads is None:
+            from plexus.runtime.env import LaunchError, env_threads  # noqa: PLC0415
+
+            try:
+                args.threads = env_threads() or 1
+            except LaunchError as e:
+                raise UsageError(f"{e}, or give --threads T") from None
         if args.threads < 1:
             raise UsageError(f"--threads must be >= 1, got {args.threads}")
     except UsageError as e:
