@@ -125,7 +125,7 @@ def test_planetoid_gaps_become_zero_unlabelled_nodes(tmp_path):
 def test_planetoid_bad_inputs(tmp_path):
     with pytest.raises(DatasetError) as e:
         load_dataset("pubmed")
-    assert_one_line(e, "pubmed", "--root", "ind.pubmed.")
+    assert_one_line(e, "pubmed", "root=DIR", "ind.pubmed.")
     with pytest.raises(DatasetError) as e:
         load_dataset("pubmed", root=str(tmp_path))
     assert_one_line(e, str(tmp_path), "ind.pubmed.x")
@@ -260,7 +260,7 @@ def test_ogb_papers100m_binary_with_unlabelled_nodes(tmp_path, no_stdin_prompt):
 def test_ogb_bad_inputs(tmp_path, no_stdin_prompt):
     with pytest.raises(DatasetError) as e:
         load_dataset("ogbn-arxiv")
-    assert_one_line(e, "--root", "ogbn_arxiv")
+    assert_one_line(e, "root=DIR", "ogbn_arxiv")
     with pytest.raises(DatasetError) as e:
         load_dataset("ogbn-arxiv", root=str(tmp_path))
     assert_one_line(e, str(tmp_path / "ogbn_arxiv"), "raw/edge.csv.gz", "raw/node_year.csv.gz")
