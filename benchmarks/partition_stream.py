@@ -44,6 +44,7 @@ def run_once(scale: int, jobs: int, work: Path, extra: list[str]) -> dict:
     out = work / f"store-s{scale}-j{jobs}"
     cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "plexus.partitioners.cli",
            "--dataset", SPEC.format(scale=scale), "--grid", "2x2x2", "--layers", "3",
+           "--orders", "agg",  # the snapshot's order (the default is now auto)
            "--out", str(out), "--verbose", "--jobs", str(jobs), *extra]
     load = loadavg()
     start = time.perf_counter()

@@ -97,8 +97,11 @@ def run_plexus(args: argparse.Namespace, grid: str) -> dict:
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         store, log = Path(tmp) / "store", Path(tmp) / "run.json"
+        # agg on every layer, as the snapshot in results/proteins.txt was cut (plexus-partition's
+        # default is now auto, which combines first on the last layer: 256 -> 112)
         cut = ["plexus-partition", "--dataset", "ogbn-proteins", "--root", str(args.root),
-               "--grid", grid, "--layers", str(args.layers), "--out", str(store)]
+               "--grid", grid, "--layers", str(args.layers), "--orders", "agg",
+               "--out", str(store)]
         code, cut_rss, cut_s, text, killed = run_child(cut, args.min_free * GIB, env)
         if code != 0:
             return {"ok": False, "why": "killed: low host memory" if killed else text[-2000:]}
