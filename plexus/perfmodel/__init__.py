@@ -8,13 +8,18 @@ instantly for billion-edge graphs.
 
 from plexus.core.schedule import OPS, Collective
 
-from .calibration import Calibration, load_calibration
+from .calibration import (CALIBRATION_ENV, UNCALIBRATED, Calibration, CalibrationError,
+                          find_calibration, load_calibration)
 from .model import (CommVolume, Compute, Memory, ModelSpec, Prediction, choose_grid,
                     choose_orders, collective_time, collectives, epoch_compute, epoch_memory,
                     epoch_volume, factorizations, normalize_grid, predict, rank_configs)
+from .placement import Placement
+from .profiles import load_profile, profile_names, resolve_calibration
 from .setup import SetupMemory, partition_memory, read_memory, run_peak, setup_memory
 
-__all__ = ["OPS", "Collective", "Calibration", "load_calibration", "CommVolume", "Compute",
+__all__ = ["OPS", "Collective", "CALIBRATION_ENV", "UNCALIBRATED", "Calibration",
+           "CalibrationError", "find_calibration", "load_calibration", "Placement",
+           "load_profile", "profile_names", "resolve_calibration", "CommVolume", "Compute",
            "Memory", "ModelSpec", "Prediction", "choose_grid", "choose_orders", "collective_time",
            "collectives", "epoch_compute", "epoch_memory", "epoch_volume", "factorizations",
            "normalize_grid", "predict", "rank_configs",

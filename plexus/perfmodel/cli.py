@@ -32,11 +32,10 @@ from plexus.core.units import format_bytes, format_seconds
 from plexus.datasets.convert import streamed_spec
 from plexus.datasets.ogb_sizes import ogb_sizes
 
-from .calibration import (CALIBRATION_ENV, LINK_CLASSES, Calibration, calibrate,
-                          find_calibration, load_calibration, write_calibration)
+from .calibration import CALIBRATION_ENV, LINK_CLASSES, Calibration, calibrate, write_calibration
 from .model import BEST_ORDER, ModelSpec, Prediction, rank_configs
 from .placement import Placement
-from .profiles import load_profile, profile_for_node, profile_names
+from .profiles import profile_names, resolve_calibration
 from .setup import partition_memory, setup_memory
 
 # Up to this many stored edges the CLI builds Â to count its non-zeros exactly.
@@ -126,21 +125,6 @@ def _dataset_sizes(spec: str, root: str | None, symmetrize: bool = False) -> _Si
     nnz = gcn_nnz(graph, exact=graph.num_edges <= _EXACT_NNZ_LIMIT)
     return _Sizes(graph.name, graph.num_nodes, nnz, graph.num_features, graph.num_classes,
                   graph.multilabel, "loaded")
-
-
-def resolve_calibration(path: str | None, profile: str | None, gpus_per_node: int | None,
-                        environ: Mapping[str, str]) -> Calibration:
-    """What prices the predictions: ``path``, else the file $PLEXUS_CALIBRATION names
-    (`find_calibration`), else the built-in ``profile`` (or the one of a node of
-    ``gpus_per_node`` GPUs), else the built-in GPU rates (`Calibration.label` says which)."""
-    found = path or find_calibration(environ)
-    if found and profile:
-        raise UsageError("give --calibration FILE or --profile NAME, not both (a measured "
-                         "calibration replaces a profile)")
-    if found:
-        return load_calibration(found)
-    name = profile or (profile_for_node(gpus_per_node) if gpus_per_node else None)
-    return load_profile(name) if name else Calibration()
 
 
 def _gpu_counts(text: str) -> list[int]:
@@ -287,6 +271,9 @@ def model_main(argv: Sequence[str] | None = None,
                 raise ValueError("give --dataset SPEC, or all of --nodes --nnz --features "
                                  "--classes")
             sizes = _Sizes("graph", *explicit, False, "given")  # type: ignore[misc]
+        if args.calibration and args.profile:
+            raise UsageError("give --calibration FILE or --profile NAME, not both (a measured "
+                             "calibration replaces a profile)")
         cal = resolve_calibration(args.calibration, args.profile, args.gpus_per_node,
                                   os.environ)
         gpus = args.gpus is not None or args.gpus_per_node is not None or cal.device == "cuda"
@@ -359,12 +346,19 @@ def _bench_parser(commands: Sequence[BenchCommand] = ()) -> ArgumentParser:
     cal = sub.add_parser("calibrate", help="measure this machine for plexus-model",
                          description="Measure SpMM and GEMM rates (torch, CPU) and the latency "
                                      "(alpha) and per-byte time (beta) of gloo collectives on a "
-                                     "local world; write them as JSON for plexus-model.")
+                                     "local world; with --device cuda, a GPU's rates in fp32 "
+                                     "and bf16 (CUDA events) and NCCL alpha-beta per link class "
+                                     "(inside a node; between nodes under srun/torchrun); write "
+                                     "them as JSON for plexus-model and plexus-train --grid "
+                                     "auto.")
     cal.add_argument("--out", required=True, metavar="FILE", help="calibration JSON to write")
     cal.add_argument("--world-size", default="2", metavar="P[,P...]",
                      help="local gloo ranks for the collective timings, one world per size "
                           "(default 2; e.g. 2,4 to price runs of 2 and of 4 ranks per host; "
                           "1 skips them)")
+    cal.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                     help="cpu (default): torch on cores, gloo; cuda: this GPU and NCCL links "
+                          "(--world-size and --threads do not apply)")
     cal.add_argument("--threads", type=int, default=1, metavar="T",
                      help="torch threads for the compute timings (default 1, as one rank uses)")
     cal.add_argument("--quick", action="store_true",
@@ -388,9 +382,11 @@ def _world_sizes(text: str) -> list[int]:
 
 
 def bench_main(argv: Sequence[str] | None = None,
-               commands: Sequence[BenchCommand] = ()) -> int:
+               commands: Sequence[BenchCommand] = (),
+               mask_pass: Callable[[Any], object] | None = None) -> int:
     """``plexus-bench`` with ``calibrate`` and the given further ``commands`` (the console entry
-    point passes ``check``). Exit 2 on bad input, 1 if a measurement fails."""
+    point passes ``check``, and ``mask_pass``, the engine's dropout of a tensor, which
+    ``calibrate --device cuda`` times). Exit 2 on bad input, 1 if a measurement fails."""
     parser = _bench_parser(commands)
     extra = {c.name: c for c in commands}
     try:
@@ -406,9 +402,16 @@ def bench_main(argv: Sequence[str] | None = None,
         return report_error(parser.prog, e)
     if args.command == "calibrate":
         start = time.perf_counter()
+        say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
         try:
-            doc = calibrate(worlds, args.threads, args.quick,
-                            log=lambda m: print(m, file=sys.stderr, flush=True))
+            if args.device == "cuda":
+                from .gpucal import calibrate_cuda  # noqa: PLC0415 (torch.cuda)
+
+                doc = calibrate_cuda(args.quick, say, mask_pass)
+                if doc is None:  # a rank other than 0 of a launcher's job: rank 0 writes
+                    return 0
+            else:
+                doc = calibrate(worlds, args.threads, args.quick, log=say)
             path = write_calibration(doc, args.out)
         except OSError as e:
             return report_error(parser.prog, f"cannot write {args.out}: {e.strerror or e}")
@@ -418,5 +421,8 @@ def bench_main(argv: Sequence[str] | None = None,
         if "alpha" in doc:
             print(f", alpha {doc['alpha'] * 1e6:.1f} us, beta {1 / doc['beta'] / 1e9:.2f} GB/s",
                   end="")
+        for cls, link in doc.get("links", {}).items():
+            print(f"; {cls} alpha {link['alpha'] * 1e6:.1f} us, beta "
+                  f"{1 / link['beta'] / 1e9:.2f} GB/s", end="")
         print(f"\nwrote {path} ({time.perf_counter() - start:.1f} s)")
     return 0

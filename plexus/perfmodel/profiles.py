@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Mapping
 
-from .calibration import Calibration, CalibrationError, load_calibration
+from .calibration import Calibration, CalibrationError, find_calibration, load_calibration
 
 PROFILE_DIR = Path(__file__).parent / "node_profiles"
 
@@ -39,3 +40,17 @@ def profile_for_node(gpus_per_node: int) -> str | None:
     several: then the user picks)."""
     matches = [n for n in profile_names() if load_profile(n).gpus_per_node == gpus_per_node]
     return matches[0] if len(matches) == 1 else None
+
+
+def resolve_calibration(path: str | None = None, profile: str | None = None,
+                        gpus_per_node: int | None = None,
+                        environ: Mapping[str, str] | None = None) -> Calibration:
+    """What prices a tool's predictions: the calibration file ``path``, else the one
+    ``environ``'s $PLEXUS_CALIBRATION names (`find_calibration`), else the built-in ``profile``
+    (or, given ``gpus_per_node``, the one profile of a node that size), else the built-in GPU
+    rates; `Calibration.label` says which. A found file wins over a profile."""
+    found = path or find_calibration(environ or {})
+    if found:
+        return load_calibration(found)
+    name = profile or (profile_for_node(gpus_per_node) if gpus_per_node else None)
+    return load_profile(name) if name else Calibration()

@@ -19,7 +19,7 @@ import argparse
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from plexus.core.cli import ArgumentParser, UsageError, report_error
 from plexus.core.grid import GridShape
@@ -280,4 +280,16 @@ def bench_main(argv: Sequence[str] | None = None) -> int:
                     "with one rank per GPU where CUDA is used, gloo on the CPU. Exit 0 if all "
                     "pass, 1 if any fails, 2 on bad input.",
         add_arguments=add_arguments, main=check_main)
-    return perfmodel_bench_main(argv, [check])
+    return perfmodel_bench_main(argv, [check], mask_pass=dropout_pass)
+
+
+def dropout_pass(x: Any) -> Any:
+    """The training step's dropout of ``x`` (p 0.5, every row; the fused kernel on a GPU), what
+    ``plexus-bench calibrate --device cuda`` times as the dropout-mask pass."""
+    import torch  # noqa: PLC0415
+
+    from plexus.engine.masks import dropout  # noqa: PLC0415
+
+    with torch.no_grad():
+        rows = torch.arange(x.shape[0], device=x.device)
+        return dropout(x, 0, 0, 0, rows, 0, 0.5)

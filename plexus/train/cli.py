@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from plexus.datasets import gcn_nnz, load_dataset
 from plexus.engine.config import EngineConfig, TrainConfig
 from plexus.engine.spmm import BACKENDS, check_backend
 from plexus.partitioners import PERMUTATIONS
+from plexus.perfmodel import (CALIBRATION_ENV, Calibration, CalibrationError, find_calibration,
+                              resolve_calibration)
 from plexus.partitioners.plan import symmetric
 from plexus.partitioners.store import graph_hash
 from plexus.runtime.child import ChildDied
@@ -71,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--world-size", type=int, metavar="G",
                      help="number of ranks for --grid auto (default: the launcher's size; "
                           "outside one, one rank per local GPU, or per CPU core)")
+    run.add_argument("--calibration", metavar="FILE",
+                     help="this machine's rates for --grid auto (plexus-bench calibrate; "
+                          "default: $PLEXUS_CALIBRATION if set, else the built-in GPU rates, "
+                          "said as uncalibrated)")
     run.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                      help="process-group timeout: how long a collective may wait (default "
                           f"{DEFAULT_TIMEOUT_S:g})")
@@ -377,6 +384,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
             raise UsageError(f"--spmm {a.spmm} with --dtype {a.dtype}: {e}") from None
         raise
     world, world_note = _check_world(shape.grid, a, env)
+    calibration = run_calibration(a.calibration)
     model = model_config(a, num_layers=layers, order=order, **recipe_fields)
     if a.save_embeddings and model.num_layers < 2:
         raise UsageError("--save-embeddings needs a hidden layer (--layers 2 or more)")
@@ -408,7 +416,8 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                 grid, why = auto_grid_choice(world, graph.num_nodes,  # type: ignore[arg-type]
                                              gcn_nnz(graph), graph.num_features,
                                              graph.num_classes, model, graph.name,
-                                             world_note, **run)
+                                             world_note, calibration.calibration,
+                                             world, **run)
                 if not a.quiet:
                     console_line(f"{PROG}: {why}")
             sizes = ((graph.num_nodes, gcn_nnz(graph), graph.num_features, graph.num_classes)
@@ -448,8 +457,25 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
         save_predictions=a.save_predictions, save_embeddings=a.save_embeddings, export=a.export,
         export_best=a.export_best, symmetrize=a.symmetrize, log_csv=a.log_csv,
         tensorboard=a.tensorboard, cache_dir=cache_dir and str(cache_dir.expanduser()),
-        cache_explicit=bool(a.cache), device=a.device)
+        cache_explicit=bool(a.cache), device=a.device, calibration=calibration.path)
     return opts
+
+
+@dataclass(frozen=True)
+class _RunCalibration:
+    path: str | None  # the file, given or found ($PLEXUS_CALIBRATION)
+    calibration: Calibration
+
+
+def run_calibration(path: str | None) -> _RunCalibration:
+    """``--calibration FILE``, else the file $PLEXUS_CALIBRATION names, loaded and checked
+    (`UsageError` naming the option for a bad one); neither: the built-in rates."""
+    found = path or find_calibration(os.environ)
+    try:
+        return _RunCalibration(found, resolve_calibration(found))
+    except CalibrationError as e:
+        option = "--calibration" if path else f"${CALIBRATION_ENV}"
+        raise UsageError(f"{option}: {e}") from None
 
 
 def from_cache(opts: RunOptions, force: bool) -> RunOptions:

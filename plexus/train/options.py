@@ -35,6 +35,7 @@ class RunOptions:
     # None: from the rank's own process start (a rank of torchrun/srun)
     launched_at: float | None = None
     device: str | None = None  # "cpu" or "cuda" (--device); None: CUDA where available
+    calibration: str | None = None  # the rates --grid auto prices with (None: built-in)
     timeout_s: float = DEFAULT_TIMEOUT_S
     check_memory: bool = True  # False: --force, or the launching process already checked
     fault: Fault | None = None  # --inject-fault (tests of failure handling)

@@ -25,6 +25,7 @@ from plexus.api import cut_shard
 from plexus.partitioners import RankShard, read_manifest, read_shard
 from plexus.partitioners.plan import symmetric
 from plexus.partitioners.store import graph_hash
+from plexus.perfmodel import load_calibration
 
 from . import checkpoint as ckpt
 from .cache import PeerSetupFailed
@@ -97,7 +98,8 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         if grid is None:  # --grid auto under a launcher: every rank computes the same choice
             grid, why = auto_grid_choice(
                 world, graph.num_nodes, nnz, graph.num_features, graph.num_classes, model,
-                graph.name, perm=opts.perm or DEFAULT_PERMUTATION,
+                graph.name, calibration=load_calibration(opts.calibration),
+                ranks_per_host=local_ranks, perm=opts.perm or DEFAULT_PERMUTATION,
                 dtype_bytes=opts.engine.dtype_bytes, recompute=opts.engine.recompute,
                 multilabel=graph.multilabel, symmetric=symmetric(graph, model.aggregation))
             if rank == 0 and not opts.quiet:
