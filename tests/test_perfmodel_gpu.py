@@ -262,3 +262,39 @@ def test_recipe_and_ogb_sizes_in_plexus_model(capsys):
     arxiv = OGB_SIZES["ogbn-arxiv"]
     assert json.loads(capsys.readouterr().out)["spec"]["nnz"] == 2 * arxiv.edges \
         + arxiv.num_nodes
+
+
+def test_a_cluster_calibration_feeds_plexus_sweep(tmp_path, monkeypatch):
+    """$PLEXUS_CALIBRATION reaches a sweep: its report prices with that file (copied into the
+    folder, nothing measured) and its --grids auto plans with it, as plexus-train does."""
+    pytest.importorskip("torch")
+    import plexus.perfmodel.calibration as calibration
+    from plexus.studies.folder import ResultsFolder
+    from plexus.studies.plan import SweepRequest, model_auto_grid, plan_runs
+    from plexus.studies.sweep import CALIBRATION, measure_calibration
+
+    monkeypatch.setattr(calibration, "calibrate", lambda *a, **k: pytest.fail("measured"))
+    gpu = write_calibration(cluster().to_dict(), tmp_path / "cluster.json")
+    monkeypatch.setenv("PLEXUS_CALIBRATION", str(gpu))
+    req = SweepRequest(dataset="cora", world_sizes=(8,), grids="auto", repeats=1)
+    plans = plan_runs(req, lambda ds, w: GridShape(1, 1, w))
+    folder = ResultsFolder(tmp_path / "res", create=True)
+    assert measure_calibration(folder, plans, lambda line: None) is not None
+    copied = load_calibration(folder.root / CALIBRATION)
+    assert copied.links == cluster().links and copied.device == "cuda"
+    # the sweep's auto grid is the one the file's rates make fastest: a latency-bound node
+    # link (1 ms per step) picks another grid than the built-in rates (a local sweep's 8 ranks
+    # sit on this one host: the intra class)
+    monkeypatch.setenv("PLEXUS_CALIBRATION", str(write_calibration(cluster(
+        gpus_per_node=8, nodes=1, links={"intra": {"alpha": 1e-3, "beta": 1e-12}}
+    ).to_dict(), tmp_path / "slow.json")))
+    pick = model_auto_grid(req)("cora", 8)
+    from plexus.datasets import gcn_nnz, load_dataset
+    from plexus.engine.config import ModelConfig
+    from plexus.perfmodel import choose_grid
+
+    g = load_dataset("cora")
+    spec = ModelSpec(g.num_nodes, gcn_nnz(g), g.num_features, g.num_classes, ModelConfig())
+    slow = load_calibration(tmp_path / "slow.json")
+    assert pick == GridShape.of(choose_grid(8, spec, slow, placement=Placement(8)))
+    assert pick != GridShape.of(choose_grid(8, spec))

@@ -13,12 +13,12 @@ from .calibration import (CALIBRATION_ENV, UNCALIBRATED, Calibration, Calibratio
 from .model import (CommVolume, Compute, Memory, ModelSpec, Prediction, choose_grid,
                     choose_orders, collective_time, collectives, epoch_compute, epoch_memory,
                     epoch_volume, factorizations, normalize_grid, predict, rank_configs)
-from .placement import Placement
+from .placement import Placement, pricing
 from .profiles import load_profile, profile_names, resolve_calibration
 from .setup import SetupMemory, partition_memory, read_memory, run_peak, setup_memory
 
 __all__ = ["OPS", "Collective", "CALIBRATION_ENV", "UNCALIBRATED", "Calibration",
-           "CalibrationError", "find_calibration", "load_calibration", "Placement",
+           "CalibrationError", "find_calibration", "load_calibration", "Placement", "pricing",
            "load_profile", "profile_names", "resolve_calibration", "CommVolume", "Compute",
            "Memory", "ModelSpec", "Prediction", "choose_grid", "choose_orders", "collective_time",
            "collectives", "epoch_compute", "epoch_memory", "epoch_volume", "factorizations",

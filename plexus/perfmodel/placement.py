@@ -16,6 +16,8 @@ from typing import Mapping
 
 from plexus.core.grid import AXES
 
+from .calibration import Calibration
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -45,3 +47,16 @@ class Placement:
                       or self.gpus_per_node % span == 0)
             out[axis] = "intra" if inside else "inter"
         return out
+
+
+def pricing(calibration: Calibration, ranks_per_host: int | None
+            ) -> tuple[int | None, Placement | None]:
+    """(ranks per host, placement) to price a job of ``ranks_per_host`` ranks on each host
+    with: a CPU calibration's ranks share its cores (`Calibration.core_share`); a GPU
+    calibration with link classes places them node by node, one rank per GPU; the built-in
+    rates and profiles without a job's shape take neither (one rank per device)."""
+    if not calibration.calibrated or not ranks_per_host:
+        return None, None
+    if calibration.device == "cpu":
+        return ranks_per_host, None
+    return None, Placement(ranks_per_host) if calibration.links else None

@@ -23,7 +23,7 @@ from plexus.datasets import DatasetError, Graph, load_dataset
 from plexus.engine.config import ModelConfig
 from plexus.partitioners import RankShard
 from plexus.core.units import format_bytes, format_seconds
-from plexus.perfmodel import Calibration, ModelSpec, Placement, choose_grid, rank_configs
+from plexus.perfmodel import Calibration, ModelSpec, choose_grid, pricing, rank_configs
 from plexus.runtime.env import default_device
 
 from .checkpoint import CHECKPOINT_NAME
@@ -107,7 +107,7 @@ def auto_grid_choice(world_size: int, num_nodes: int, nnz: int, num_features: in
     is never silent). ``ranks_note`` follows the rank count (where it came from, when nobody
     gave it). ``calibration``: the machine's rates (`plexus.perfmodel.resolve_calibration`;
     None: the built-in GPU rates, said as uncalibrated); ``ranks_per_host``: ranks of this job
-    on one host (`pricing`). ``run``: how the run holds the model
+    on one host (`plexus.perfmodel.pricing`). ``run``: how the run holds the model
     (`plexus.train.memcheck.run_spec`'s options: perm, dtype_bytes, from_store, recompute,
     multilabel, symmetric), so the peak printed is the one the run's summary predicts."""
     cal = calibration or Calibration()
@@ -132,18 +132,6 @@ def auto_grid_choice(world_size: int, num_nodes: int, nnz: int, num_features: in
         return grid, line + f"; priced with {cal.label}; plexus-model ranks them all"
     return grid, (line + f"; {cal.label}: the times are not this machine's (plexus-bench "
                   "calibrate --out FILE, then --calibration FILE)")
-
-
-def pricing(calibration: Calibration, ranks_per_host: int | None
-            ) -> tuple[int | None, Placement | None]:
-    """(ranks per host, placement) to price a job with ``ranks_per_host`` ranks on each host:
-    a CPU calibration's ranks share its cores; a GPU calibration with link classes places them
-    node by node (one rank per GPU); the built-in rates take neither."""
-    if not calibration.calibrated or not ranks_per_host:
-        return None, None
-    if calibration.device == "cpu":
-        return ranks_per_host, None
-    return None, Placement(ranks_per_host) if calibration.links else None
 
 
 def check_grid_fits(grid: GridShape, model: ModelConfig, num_nodes: int, num_features: int,
