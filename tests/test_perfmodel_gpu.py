@@ -298,3 +298,14 @@ def test_a_cluster_calibration_feeds_plexus_sweep(tmp_path, monkeypatch):
     slow = load_calibration(tmp_path / "slow.json")
     assert pick == GridShape.of(choose_grid(8, spec, slow, placement=Placement(8)))
     assert pick != GridShape.of(choose_grid(8, spec))
+
+
+def test_hand_typed_sizes_show_the_out_of_core_partitioner(capsys):
+    """Sizes given by hand do not say which partitioner runs: both peaks are printed, the
+    out-of-core one from its fit (`partition_memory(streamed=True)`)."""
+    assert model_main(["-G", "4", "--nodes", "100000000", "--nnz", "2000000000",
+                       "--features", "128", "--classes", "10", "--top", "1"]) == 0
+    out = capsys.readouterr().out
+    spec = ModelSpec(100_000_000, 2_000_000_000, 128, 10)
+    assert f"takes {format_bytes(partition_memory(spec))} in one process" in out
+    assert f"({format_bytes(partition_memory(spec, True))} out of core" in out

@@ -166,7 +166,9 @@ def _header(spec: ModelSpec, cal: Calibration, origin: str, streamed: bool,
         + (f"; {placement.gpus_per_node} GPUs per node" if placement else "")
         + (f"; GPU memory {format_bytes(cal.device_memory)}" if cal.device_memory else ""),
         f"set-up: partitioning the graph takes {format_bytes(partition_memory(spec, streamed))} "
-        f"in one process{' (out of core)' if streamed else ''}, once per shard store",
+        f"in one process{' (out of core)' if streamed else ''}, once per shard store"
+        + ("" if streamed else f" ({format_bytes(partition_memory(spec, True))} out of core, "
+                               "from R-MAT, OGB or a graph directory: plexus-partition)"),
     ]
 
 
