@@ -21,7 +21,7 @@ import sys
 import time
 import os
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 from plexus.core.cli import ArgumentParser, UsageError, given_options, report_error
 from plexus.core.grid import MAX_WORLD_SIZE, GridShape
@@ -32,7 +32,7 @@ from plexus.core.units import format_bytes, format_seconds
 from plexus.datasets.convert import streamed_spec
 from plexus.datasets.ogb_sizes import ogb_sizes
 
-from .calibration import CALIBRATION_ENV, LINK_CLASSES, Calibration, calibrate, write_calibration
+from .calibration import CALIBRATION_ENV, Calibration, calibrate, write_calibration
 from .model import BEST_ORDER, ModelSpec, Prediction, rank_configs
 from .placement import Placement
 from .profiles import profile_names, resolve_calibration
@@ -116,7 +116,7 @@ def _dataset_sizes(spec: str, root: str | None, symmetrize: bool = False) -> _Si
             nnz = 2 * published.edges + published.num_nodes
         return _Sizes(published.name, published.num_nodes, nnz, published.num_features,
                       published.num_classes, published.multilabel,
-                      "published sizes (no data read; --root DIR counts the files)")
+                      "published sizes, no data read; --root DIR counts the files")
     from plexus.datasets import gcn_nnz, load_dataset  # noqa: PLC0415 (heavy; only when asked)
 
     graph = load_dataset(spec, root)
@@ -142,12 +142,10 @@ def _header(spec: ModelSpec, cal: Calibration, origin: str, streamed: bool,
             per_host: int | None, placement: Placement | None) -> list[str]:
     m = spec.model
     spmm, gemm, _ = cal.rates(spec.dtype_bytes)
-    if placement is not None:
-        links = ", ".join(f"{c} alpha {cal.link_class(c)[0]:.3g} s beta "
-                          f"{1 / cal.link_class(c)[1]:.3g} B/s"
-                          for c in (LINK_CLASSES if cal.links else LINK_CLASSES[:1]))
-        links = links if cal.links else f"every link alpha {cal.alpha:.3g} s, beta " \
-                                        f"{1 / cal.beta:.3g} B/s"
+    if placement is not None and cal.links:
+        links = ", ".join(f"{c} alpha {a:.3g} s, beta {1 / b:.3g} B/s" for c, a, b in cal.links)
+    elif placement is not None:
+        links = f"every link alpha {cal.alpha:.3g} s, beta {1 / cal.beta:.3g} B/s"
     else:
         alpha, beta = cal.local_link(per_host)  # the pair the collectives are priced with
         links = f"alpha {alpha:.3g} s, beta {1 / beta:.3g} B/s" + (
