@@ -225,6 +225,11 @@ def test_predictions_say_what_priced_them(tmp_path, capsys, monkeypatch):
     assert model_main(["-G", "4", *sizes]) == 0
     assert f"calibration: calibration {cpu} (cpu)" in capsys.readouterr().out
     assert resolve_calibration(environ={"PLEXUS_CALIBRATION": str(cpu)}).source == str(cpu)
+    # the memory model is a GPU's only for GPU ranks (--gpus, or a GPU calibration/profile)
+    monkeypatch.delenv("PLEXUS_CALIBRATION")
+    for extra, device in (([], "cpu"), (["--profile", "dgx-h100"], "cuda")):
+        assert model_main(["-G", "4", *sizes, "--json", *extra]) == 0
+        assert json.loads(capsys.readouterr().out)["spec"]["device"] == device
     assert resolve_calibration(gpus_per_node=8).profile == "dgx-h100"
     assert resolve_calibration().label == UNCALIBRATED
 

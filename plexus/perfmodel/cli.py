@@ -276,7 +276,10 @@ def model_main(argv: Sequence[str] | None = None,
                              "calibration replaces a profile)")
         cal = resolve_calibration(args.calibration, args.profile, args.gpus_per_node,
                                   os.environ)
-        gpus = args.gpus is not None or args.gpus_per_node is not None or cal.device == "cuda"
+        # GPU ranks: asked for, or a GPU's calibration or profile (the built-in rates keep the
+        # memory model of a CPU rank, as before GPU calibrations existed)
+        gpus = args.gpus is not None or args.gpus_per_node is not None or (
+            cal.device == "cuda" and cal.source != "defaults")
         per_node = args.gpus_per_node or (cal.gpus_per_node if gpus and cal.links else None)
         placement = Placement(per_node) if per_node else None
         best = args.order == BEST_ORDER
