@@ -73,6 +73,12 @@ class Calibration:
     no sharing); the rates are one rank's on ``threads`` threads. The defaults describe an
     order-of-magnitude GPU node (not this machine): run ``plexus-bench calibrate`` for measured
     numbers.
+
+    A GPU calibration (``plexus-bench calibrate --device cuda``, `plexus.perfmodel.gpucal`) or
+    a built-in profile (`plexus.perfmodel.profiles`) also names its ``device`` and ``gpu``,
+    holds bf16's rates under ``precisions`` (`rates`), the (α, β) of each link class it
+    measured under ``links`` (`link_class`: "intra" inside a node, "inter" between nodes,
+    priced per axis by `plexus.perfmodel.placement`), the GPU's memory and its node size.
     """
 
     spmm_flops: float = 2e11
