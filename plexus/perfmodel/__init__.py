@@ -1,7 +1,9 @@
 """The performance model: what one epoch of 3D-parallel training costs per rank on every grid.
 
 `model` (communication volume from `plexus.core.schedule`, compute, memory and α-β time, grid and
-order ranking), `calibration` (the machine rates it prices time with, and measuring them), `cli`
+order ranking), `calibration` (the machine rates it prices time with, and measuring them on CPUs),
+`gpucal` (measuring a GPU and its cluster's links), `placement` (which link each grid axis
+crosses on a cluster), `profiles` (built-in GPU nodes; what prices a prediction), `cli`
 (``plexus-model`` and ``plexus-bench``). Pure arithmetic apart from calibration: it answers
 instantly for billion-edge graphs.
 """

@@ -5,7 +5,9 @@
   partitioning the graph in one process, a rank reading its shard (`plexus.perfmodel.setup`).
 - ``plexus-bench calibrate``: measure SpMM/GEMM rates and gloo collective α/β on this machine
   and write a JSON file that ``plexus-model --calibration FILE`` reads
-  (`plexus.perfmodel.calibration`).
+  (`plexus.perfmodel.calibration`); ``--device cuda``: a GPU's fp32 and bf16 rates and NCCL α/β
+  per link class (`plexus.perfmodel.gpucal`). ``plexus-model --gpus``/``--gpus-per-node``
+  prices GPU clusters, each axis with the link it crosses (`plexus.perfmodel.placement`).
 - ``plexus-bench check`` is defined in `plexus.testing.firstrun` (it runs the engine, which this
   package may not import) and joins ``plexus-bench`` as a `BenchCommand`.
 
