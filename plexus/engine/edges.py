@@ -69,6 +69,14 @@ class EdgeBlock:
         self.row_ids = torch.from_numpy(np.asarray(row_ids, dtype=np.int64)).to(device)
         self.col_ids = torch.from_numpy(np.asarray(col_ids, dtype=np.int64)).to(device)
         self._ones: dict[int, torch.Tensor] = {}
+        self._data, self._values = m.data, None  # Â's values: a device copy made on first use
+
+    def values(self) -> torch.Tensor:
+        """Â's value on each edge (CSR order), edges × 1 float32, made once."""
+        if self._values is None:
+            self._values = torch.from_numpy(np.asarray(self._data, dtype=np.float32)).to(
+                self.row.device)[:, None]
+        return self._values
 
     def spans(self, heads: int) -> list[tuple[int, int]]:
         """(start, stop) of the edge pieces of a pass over per-edge tensors of ``heads`` columns:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Sequence
 
@@ -11,6 +12,7 @@ from torch import nn
 from plexus.core.layout import DEFAULT_PERMUTATION, LayerPlan, block, grid_misfit, layer_plans, padding
 from plexus.core.ops import Param
 from plexus.datasets import Graph
+from plexus.datasets.graph import incoming
 from plexus.engine.blocks import GraphBlocks, stage_output_ids
 from plexus.engine.comm import Comm
 from plexus.engine.config import EngineConfig
@@ -23,6 +25,9 @@ from plexus.engine.primitives import relu
 from plexus.engine.masks import dropout, edge_keep
 from plexus.engine.seeding import StepCounter
 from plexus.partitioners import shard_graph
+
+from .graph import LayerGraph, output_layout
+from .layouts import NODES_OUT, ROWS_OUT, LayoutError, laid, layout_of, plain
 
 _SHAPES = {"weight": lambda i, o: (i, o), "vector": lambda i, o: (o,), "scalar": lambda i, o: (1,)}
 
@@ -77,7 +82,11 @@ class BatchNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
         if self.norm is None:
             raise RuntimeError("BatchNorm is built by plexus.nn.Network: use it inside a Layer")
-        return self.norm(x)
+        if layout_of(x) != ROWS_OUT and layout_of(x) != NODES_OUT:
+            raise LayoutError(f"BatchNorm: x is {layout_of(x) or 'a tensor without layout'}; "
+                              "normalize the layer's output (Â-rows×out, or nodes×out in a "
+                              "dense layer)")
+        return laid(self.norm(plain(x)), layout_of(x))
 
 
 def _initial(init: str, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
@@ -131,8 +140,12 @@ class Network(ClassifierHead, nn.Module):
         out_ids = stage_output_ids(shard)
         ids = [torch.from_numpy(i).to(device) for i in shard.input_ids]
         wp, tuner = self.pad.widths_padded, GemmTuner()
-        self.graphs = [StageGraph(p, self.comm, blocks, ids[p.index], wp[p.index],
-                                  wp[p.index + 1], seed, self.dtype, tuner) for p in self.plans]
+        # the graph's weights (rows: destinations) only if a layer asks for them
+        weights = functools.cache(lambda: incoming(graph.adj, graph.directed, graph.weighted))
+        self.graphs = [LayerGraph(StageGraph(p, self.comm, blocks, ids[p.index], wp[p.index],
+                                             wp[p.index + 1], seed, self.dtype, tuner),
+                                  _describe(p.index, layer), weights)
+                       for p, layer in zip(self.plans, layers)]
         gen = torch.Generator().manual_seed(seed)
         self.decls: dict[str, tuple[LayerPlan, Param]] = {}
         for p, layer in zip(self.plans, layers):
@@ -231,9 +244,34 @@ class Network(ClassifierHead, nn.Module):
             if self.training and (l > 0 or self.input_dropout):
                 H = g.dropout(H, self.p, step)
             H = layer(g, H, step)
+            want = output_layout(layer.order)
+            if layout_of(H) != want:
+                raise LayoutError(_wrong_output(g.name, layer.order, layout_of(H), want))
+            H = plain(H)
             if l < last:
                 H = relu(H)
         return H.float()
+
+
+def _describe(index: int, layer: Layer) -> str:
+    return f"layer {index} ({type(layer).__name__}, order=\"{layer.order}\")"
+
+
+def _wrong_output(name: str, order: str, got: str | None, want: str) -> str:
+    """Why a layer's output is not the layout its order hands on, and the fix."""
+    if got is None:
+        return (f"{name} returned a tensor without layout; return the result of g's operations "
+                f"({want})")
+    if order == "combine" and got == "nodes×out":
+        fix = ("aggregate g.linear's output with g.aggregate (or g.aggregate_weighted); a layer "
+               'without aggregation declares order = "dense"')
+    elif order == "dense":
+        fix = 'a layer that aggregates declares order = "agg" or "combine"'
+    elif got.endswith("×in"):
+        fix = "end with g.linear(..., self.<weight>)"
+    else:
+        fix = "move it to Â's rows with g.to_rows / g.aggregate"
+    return f"{name} returned {got} but an order=\"{order}\" layer returns {want}: {fix}"
 
 
 def serial_dropout(x: torch.Tensor, p: float, seed: int, step: int, layer: int) -> torch.Tensor:
