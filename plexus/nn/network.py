@@ -36,11 +36,14 @@ class Layer(nn.Module):
     """A layer of your own: declare its parameters in ``__init__`` with `weight`, `vector` and
     `scalar` (full shapes; each rank gets its shard when a `Network` builds the layer, where
     ``self.<name>`` is that shard), and write ``forward(g, x, step)`` with the operations of
-    ``g`` (a `plexus.engine.graph3d.StageGraph`). ``order`` says which layouts the layer goes
-    through: "combine" (``g.linear`` on the input, then ``g.aggregate``/``g.aggregate_weighted``
-    into Â's rows: the output), "agg" (``g.aggregate``/``g.to_rows`` of the input, then
-    ``g.linear``: the output) or "dense" (``g.linear`` only). ``x`` arrives with rows by the
-    stage's outer axis and columns by its inner one; elementwise operations work on any block.
+    ``g`` (a `plexus.nn.LayerGraph`). ``order`` says which layouts the layer goes through:
+    "combine" (``g.linear`` on the input, then ``g.aggregate``/``g.aggregate_weighted`` into
+    Â's rows: the output), "agg" (``g.aggregate``/``g.to_rows`` of the input, then
+    ``g.linear``: the output; PyG's aggregate-then-transform layers) or "dense" (``g.linear``
+    only). ``x`` arrives as ``nodes×in`` (`plexus.nn.layouts`); every tensor derived from it
+    carries its layout, elementwise operations take operands of one layout, and an operation
+    or output that does not fit ``order`` raises a one-line `plexus.nn.LayoutError` saying
+    which order the layer's steps need.
     """
 
     order = "combine"
@@ -243,7 +246,12 @@ class Network(ClassifierHead, nn.Module):
             H = g.receive(H)
             if self.training and (l > 0 or self.input_dropout):
                 H = g.dropout(H, self.p, step)
-            H = layer(g, H, step)
+            try:
+                H = layer(g, H, step)
+            except LayoutError as e:  # a torch operation's check does not know the layer
+                if str(e).startswith(g.name):
+                    raise
+                raise LayoutError(f"{g.name}: {e}") from None
             want = output_layout(layer.order)
             if layout_of(H) != want:
                 raise LayoutError(_wrong_output(g.name, layer.order, layout_of(H), want))
