@@ -130,10 +130,13 @@ def _one_step(make: LayerFactory, g: Graph, grid, hidden: int, dropout: float,
         seen[rows[real], c0:c1] = 1
     torch.distributed.all_reduce(full)
     torch.distributed.all_reduce(seen)
+    # numpy, not tensors: a tensor sent to the parent is shared through a file descriptor that
+    # dies with the rank's process
     grads = {name: net.full_parameter(name, p.grad if p.grad is not None else
-                                      torch.zeros_like(p)).cpu()
+                                      torch.zeros_like(p)).cpu().numpy()
              for name, p in net.named_shards().items()}
-    return {"logits": full / seen.clamp(min=1), "loss": float(loss.detach()), "grads": grads}
+    return {"logits": (full / seen.clamp(min=1)).numpy(), "loss": float(loss.detach()),
+            "grads": grads}
 
 
 def compare(records: Sequence[dict]) -> list[LayerCheck]:
@@ -148,14 +151,14 @@ def compare(records: Sequence[dict]) -> list[LayerCheck]:
         elif base is None or "error" in base:
             check.failures.append("1x1x1 failed: nothing to compare with")
         else:
-            d = difference(r["logits"], base["logits"])
+            d = difference(torch.from_numpy(r["logits"]), torch.from_numpy(base["logits"]))
             check.logits = d.max_abs
             found = [d.message("logits")]
             d = difference(torch.tensor(r["loss"]), torch.tensor(base["loss"]))
             check.loss = d.max_abs
             found.append(d.message("loss"))
             for name, grad in r["grads"].items():
-                d = difference(grad, base["grads"][name])
+                d = difference(torch.from_numpy(grad), torch.from_numpy(base["grads"][name]))
                 check.grads = max(check.grads, d.max_abs)
                 found.append(d.message(f"grad {name}"))
             check.failures += [m for m in found if m]

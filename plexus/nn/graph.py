@@ -29,11 +29,12 @@ class LayerGraph:
     """The graph operations of one layer on this rank, as `StageGraph` (``stage``) has them,
     on tensors that carry their layouts: each refuses operands of another layout than the
     layer's order gives them with a one-line `LayoutError` (on every grid: 1x1x1 too).
-    ``weights`` gives the graph's edge weights as a sparse matrix with rows = destinations
-    (`plexus.datasets.graph.incoming`), for `edge_weights`; ``name`` the layer's, for messages."""
+    ``weights(ids)`` gives the graph's edge weights among nodes ``ids`` (sorted) as a sparse
+    matrix with rows = destinations (`plexus.datasets.graph.incoming` of the induced
+    subgraph), for `edge_weights`; ``name`` the layer's, for messages."""
 
     def __init__(self, stage: StageGraph, name: str,
-                 weights: Callable[[], sp.csr_matrix] | None = None) -> None:
+                 weights: Callable[[np.ndarray], sp.csr_matrix] | None = None) -> None:
         self.stage, self.name, self._weights = stage, name, weights
         self.plan, self.comm = stage.plan, stage.comm
         self.order = stage.plan.order
@@ -189,12 +190,15 @@ class LayerGraph:
         return self._edge_weights
 
     def _lookup_weights(self) -> torch.Tensor:
-        """This block's edges' weights in the weight matrix: both sorted (row, column) keys,
-        one binary search per edge; only this rank's rows and columns are cut out of it."""
+        """This block's edges' weights: the weight matrix of the subgraph induced by this rank's
+        rows and columns (an edge's weight involves its two ends only, symmetrization included),
+        then one binary search per edge in its sorted (row, column) keys."""
         e = self.stage.edges
         # padding rows and columns (id -1) hold no edge of Â: any real id stands in for them
         rows, cols = (np.maximum(i.cpu().numpy(), 0) for i in (e.row_ids, e.col_ids))
-        block = sp.csr_matrix(self._weights()[rows][:, cols])
+        ids = np.union1d(rows, cols)
+        sub = self._weights(ids)  # the graph's weights among this rank's nodes only
+        block = sp.csr_matrix(sub[np.searchsorted(ids, rows)][:, np.searchsorted(ids, cols)])
         block.sum_duplicates()
         block.sort_indices()
         keys = np.repeat(np.arange(block.shape[0], dtype=np.int64), np.diff(block.indptr)) \

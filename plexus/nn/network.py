@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Sequence
 
+import numpy as np
+import scipy.sparse as sp
 import torch
 from torch import nn
 
@@ -143,8 +144,9 @@ class Network(ClassifierHead, nn.Module):
         out_ids = stage_output_ids(shard)
         ids = [torch.from_numpy(i).to(device) for i in shard.input_ids]
         wp, tuner = self.pad.widths_padded, GemmTuner()
-        # the graph's weights (rows: destinations) only if a layer asks for them
-        weights = functools.cache(lambda: incoming(graph.adj, graph.directed, graph.weighted))
+        def weights(ids: np.ndarray) -> sp.csr_matrix:  # only if a layer asks for them
+            return incoming(graph.adj[ids][:, ids], graph.directed, graph.weighted)
+
         self.graphs = [LayerGraph(StageGraph(p, self.comm, blocks, ids[p.index], wp[p.index],
                                              wp[p.index + 1], seed, self.dtype, tuner),
                                   _describe(p.index, layer), weights)
