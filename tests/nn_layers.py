@@ -155,8 +155,8 @@ def check_mistake(layer, grid, g) -> list[str]:
         net.loss(net(step=0)).backward()
     except pnn.LayoutError as e:
         msg = str(e)
-        if "\n" in msg or "g." not in msg or ":" not in msg:
-            return [f"not a one-line error naming an operation and a fix: {msg!r}"]
+        if "\n" in msg or "g." not in msg or "×" not in msg or not msg.startswith("layer "):
+            return [f"not a one-line error naming the layer, the layouts and a fix: {msg!r}"]
         return []
     except Exception as e:  # noqa: BLE001
         return [f"{type(e).__name__} instead of LayoutError: {str(e).splitlines()[0]}"]

@@ -40,6 +40,10 @@ class LayerGraph:
         self.order = stage.plan.order
         self._edge_weights: torch.Tensor | None = None
 
+    def col_block(self, width: int, axis: str | None = None) -> slice:
+        """`StageGraph.col_block`: this rank's columns of a width cut by ``axis``."""
+        return self.stage.col_block(width, axis)
+
     # ---- checks ------------------------------------------------------------------------------
     def _need(self, op: str, what: str, x, *layouts: str, fix: str = "") -> torch.Tensor:
         got = layout_of(x)
