@@ -24,6 +24,8 @@ would be dense): products with node features are CSR products per head.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -85,13 +87,17 @@ class EdgeBlock:
 
     def csr(self, values: torch.Tensor) -> torch.Tensor:
         """The block with per-edge ``values`` (CSR order) as a torch CSR tensor."""
-        return torch.sparse_csr_tensor(self.crow, self.col, values,
-                                       (self.num_rows, self.num_cols))
+        with warnings.catch_warnings():  # "CSR support is in beta", as in spmm.to_backend
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_csr_tensor(self.crow, self.col, values,
+                                           (self.num_rows, self.num_cols))
 
     def csr_t(self, values: torch.Tensor) -> torch.Tensor:
         """The block's transpose with per-edge ``values`` (CSR order of the block)."""
-        return torch.sparse_csr_tensor(self.crow_t, self.col_t, values[self.perm],
-                                       (self.num_cols, self.num_rows))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_csr_tensor(self.crow_t, self.col_t, values[self.perm],
+                                           (self.num_cols, self.num_rows))
 
     def ones(self, n: int) -> torch.Tensor:
         """An n × 1 float32 column of ones on the block's device (made once per size)."""
