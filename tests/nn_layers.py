@@ -206,7 +206,9 @@ def rank_checks(grids) -> dict:
             for name, layer in MISTAKES.items():
                 out[f"{tag}/{gname}/mistake/{name}"] = check_mistake(layer, grid, g)
             for name in EDGE_LAYERS:
-                for weighted in (False, True):
+                # weighted graphs (weights, weighted self loops) for every layer; the unweighted
+                # one (every weight 1) for the layer on the graph's weights
+                for weighted in ((False, True) if name == "readme" else (True,)):
                     gw = weighted_graph(g) if weighted else g
                     key = f"{tag}/{gname}{'-weighted' if weighted else ''}/edges/{name}"
                     out[key] = check_edge_layer(name, grid, gw)
