@@ -214,6 +214,10 @@ def add_arguments(p: ArgumentParser) -> None:
                         "available, else cpu)")
     p.add_argument("--steps", type=int, default=3, metavar="N",
                    help="training steps timed per check (default 3; the median is shown)")
+    p.add_argument("--layer", metavar="MODULE:CLASS",
+                   help="check your own plexus.nn.Layer instead (importable from the current "
+                        "folder or PYTHONPATH): a two-layer network of it on the same grids "
+                        "against 1x1x1 (CPU, gloo), PASS/FAIL per grid and graph")
     # Tests: shift one weight of rank 0's model, so every check must report FAIL.
     p.add_argument("--inject-mismatch", action="store_true", help=argparse.SUPPRESS)
 
@@ -242,6 +246,8 @@ def check_main(args: argparse.Namespace) -> int:
         return report_error(PROG, f"--device {args.device}: {e}")
     except UsageError as e:
         return report_error(PROG, e)
+    if args.layer:
+        return layer_check_main(args.layer, check_grids(world))
     device = "cuda" if cuda else "cpu"
 
     def backend(size: int) -> str:  # several ranks on one GPU talk gloo through host memory
@@ -262,6 +268,31 @@ def check_main(args: argparse.Namespace) -> int:
     print(f"{PROG} check: {len(results) - failed} of {len(results)} checks passed "
           f"({backends} on {device}; world sizes {', '.join(map(str, sizes))}; "
           f"{time.perf_counter() - start:.1f} s)", flush=True)
+    return 1 if failed else 0
+
+
+def layer_check_main(spec: str, grids: Sequence[tuple[int, int, int]]) -> int:
+    """``plexus-bench check --layer MODULE:CLASS``: `plexus.nn.check_layer` on ``grids``, one
+    line per check and a summary; exit 0 if all pass, 1 if any fails, 2 on a bad spec."""
+    import os
+    import sys
+
+    from plexus.nn.check import check_layer, load_layer
+
+    sys.path.insert(0, os.getcwd())  # the user's module, as `python -m` would find it
+    try:
+        load_layer(spec)
+    except ValueError as e:
+        return report_error(PROG, f"--layer {e}")
+    start = time.perf_counter()
+    try:
+        checks = check_layer(spec, grids, report=lambda line: print(line, flush=True))
+    except RuntimeError as e:  # a rank died
+        lines = [s for s in str(e).strip().splitlines() if s.strip()]
+        return report_error(PROG, f"check --layer: {lines[-1] if lines else 'failed'}", status=1)
+    failed = sum(not c.passed for c in checks)
+    print(f"{PROG} check --layer {spec}: {len(checks) - failed} of {len(checks)} checks passed "
+          f"against 1x1x1 ({time.perf_counter() - start:.1f} s)", flush=True)
     return 1 if failed else 0
 
 
