@@ -27,10 +27,10 @@ from plexus.core.cli import ArgumentParser
 from plexus.core.grid import MAX_WORLD_SIZE, GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.core.timing import process_start_time
+from plexus.core.ops import KINDS
 from plexus.core.modelopts import (ModelOptionsText, add_model_options, add_precision_options,
                                    check_model_options, model_config, resolve_layers,
                                    resolve_order)
-from plexus.core.ops import KINDS
 from plexus.datasets import gcn_nnz, load_dataset
 from plexus.engine.config import EngineConfig, TrainConfig
 from plexus.engine.spmm import BACKENDS, check_backend
@@ -220,10 +220,6 @@ def check_numbers(a: argparse.Namespace) -> None:
     check_model_options(a)
     if a.resume not in (True, False, "auto"):
         raise UsageError(f"--resume takes no value or 'auto', got {a.resume!r}")
-    if a.shards and KINDS[a.model].aggregation != "gcn":
-        raise UsageError(f"--shards stores hold GCN's normalized Â; --model {a.model} needs "
-                         f"the {KINDS[a.model].aggregation} aggregation: train it from "
-                         "--dataset instead")
     if a.resume and not a.checkpoint:
         raise UsageError("--resume needs --checkpoint DIR (where the checkpoint is)")
     if a.checkpoint_every is not None and not a.checkpoint:
@@ -291,7 +287,7 @@ class _Shape:
 def _from_store(a: argparse.Namespace, shape: _Shape) -> _Shape:
     """With --shards the store's manifest fixes the grid, layers, orders, permutation and dataset;
     flags may repeat them but not contradict them."""
-    from plexus.partitioners import read_manifest  # noqa: PLC0415
+    from plexus.partitioners import read_manifest, store_aggregation  # noqa: PLC0415
 
     if a.dataset or a.root:
         raise UsageError("--shards DIR already fixes the dataset; drop --dataset/--root")
@@ -299,14 +295,26 @@ def _from_store(a: argparse.Namespace, shape: _Shape) -> _Shape:
     store_grid = GridShape.of(manifest["grid"])
     if shape.grid is not None and shape.grid != store_grid:
         raise UsageError(f"--grid {shape.grid} but {a.shards} was cut for grid {store_grid}")
-    layers = int(manifest["num_layers"])
+    held, kind = store_aggregation(manifest), KINDS[a.model]
+    if kind.aggregation != held:
+        raise UsageError(f"{a.shards} holds Â normalized for the {held} aggregation, --model "
+                         f"{a.model} needs {kind.aggregation}: cut a store for it with "
+                         f"plexus-partition --aggregation {kind.aggregation}, or train a model "
+                         f"of the {held} aggregation from this one")
+    # the manifest counts stages: a layer of some kinds is several (GIN's: agg, then dense)
+    stages, per = int(manifest["num_layers"]), len(kind.stage_ops)
+    if stages % per:
+        raise UsageError(f"{a.shards} was cut for {stages} stages, not a whole number of --model "
+                         f"{a.model} layers ({per} stages each); cut it for {per} stages per "
+                         "layer")
+    layers = stages // per
     if shape.layers is not None and shape.layers != layers:
         raise UsageError(f"--layers {shape.layers} but {a.shards} was cut for {layers} layers")
     kind = manifest["permutation"]["kind"]
     if a.perm is not None and a.perm != kind:
         raise UsageError(f"--perm {a.perm} but {a.shards} was cut with permutation {kind}")
     store_orders = ",".join(manifest["orders"])
-    order = shape.order or store_orders
+    order = shape.order or ",".join(manifest["orders"][::per])  # each layer's first stage
     check_order(order, layers)
     store_model = model_config(a, num_layers=layers, order=order)
     resolved = ",".join(store_model.orders(int(manifest["num_features"]),
