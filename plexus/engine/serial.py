@@ -135,6 +135,12 @@ class SerialModel(TaskMetrics, nn.Module):
         """The GNN layer of a parameter (None: the input features)."""
         return parameter_layer(self.plans, name)
 
+    def grad_norm(self) -> torch.Tensor:
+        """The 2-norm of the whole gradient."""
+        grads = [p.grad for p in self.named_shards().values() if p.grad is not None]
+        return (torch.nn.utils.get_total_norm(grads, 2.0) if grads
+                else torch.zeros(()))
+
     def full_parameter(self, name: str, shard: torch.Tensor) -> torch.Tensor:
         """The serial model's tensors are already full."""
         return shard.detach()
