@@ -32,7 +32,8 @@ from plexus.core.modelopts import (ModelOptionsText, add_model_options, add_prec
                                    check_model_options, model_config, resolve_layers,
                                    resolve_order)
 from plexus.datasets import gcn_nnz, load_dataset
-from plexus.engine.config import EngineConfig, TrainConfig
+from plexus.engine.config import (LR_SCHEDULES, OPTIMIZERS, EngineConfig, TrainConfig,
+                                  TrainConfigError)
 from plexus.engine.spmm import BACKENDS, check_backend
 from plexus.partitioners import PERMUTATIONS
 from plexus.partitioners.plan import symmetric
@@ -108,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     train = p.add_argument_group("training")
     train.add_argument("--epochs", type=int, default=200,
                        help="training epochs, full batch (default 200)")
-    train.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default 0.01)")
+    train.add_argument("--lr", type=float, default=0.01,
+                       help="learning rate (default 0.01; the start of a --lr-schedule)")
     train.add_argument("--weight-decay", type=float, default=5e-4,
                        help="L2 weight decay (default 5e-4)")
     train.add_argument("--weight-decay-on", choices=("all", "first"), default="all",
@@ -118,6 +120,33 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seed of weights, dropout masks and the permutation (default 0)")
     train.add_argument("--eval-every", type=int, default=1, metavar="N",
                        help="evaluate every N epochs (default 1; 0: only at the end)")
+    d = TrainConfig()
+    train.add_argument("--optimizer", choices=OPTIMIZERS, default=d.optimizer,
+                       help=f"torch.optim's Adam, AdamW (decoupled weight decay) or SGD "
+                            f"(default {d.optimizer})")
+    train.add_argument("--momentum", type=float, default=d.momentum,
+                       help=f"SGD's momentum (default {d.momentum})")
+    train.add_argument("--clip-grad-norm", type=float, default=None, metavar="MAX",
+                       help="scale the gradient down to this 2-norm when above it (the norm of "
+                            "the whole model's gradient: the same on every grid)")
+    train.add_argument("--lr-schedule", choices=LR_SCHEDULES, default=d.lr_schedule,
+                       help="cosine (to --lr-min over --epochs), step (times --lr-gamma every "
+                            "--lr-step epochs), plateau (times --lr-gamma after --lr-patience "
+                            f"evaluations without a better validation metric; default "
+                            f"{d.lr_schedule})")
+    train.add_argument("--lr-step", type=int, default=d.lr_step, metavar="N",
+                       help=f"step schedule's period in epochs (default {d.lr_step})")
+    train.add_argument("--lr-gamma", type=float, default=d.lr_gamma,
+                       help=f"step and plateau schedules' factor (default {d.lr_gamma})")
+    train.add_argument("--lr-patience", type=int, default=d.lr_patience, metavar="N",
+                       help=f"plateau schedule's patience in evaluations (default "
+                            f"{d.lr_patience})")
+    train.add_argument("--lr-min", type=float, default=d.lr_min,
+                       help=f"cosine schedule's last rate, plateau's floor (default {d.lr_min})")
+    train.add_argument("--patience", type=int, default=None, metavar="N",
+                       help="early stopping: stop after N epochs without a better validation "
+                            "metric; the best epoch's metrics are reported (and its weights "
+                            "exported with --export-best)")
     out = p.add_argument_group("checkpoints and output")
     out.add_argument("--checkpoint", metavar="DIR",
                      help="save DIR/checkpoint.pt (grid-independent) every --checkpoint-every "
@@ -197,6 +226,20 @@ MAX_LR = 1e3
 MAX_WEIGHT_DECAY = 1e3
 
 
+def train_config(a: argparse.Namespace) -> TrainConfig:
+    """The `TrainConfig` of the options; `UsageError` naming the flag of a value it refuses."""
+    try:
+        return TrainConfig(
+            epochs=a.epochs, lr=a.lr, weight_decay=a.weight_decay, seed=a.seed,
+            eval_every=a.eval_every, weight_decay_scope=a.weight_decay_on,
+            optimizer=a.optimizer, momentum=a.momentum, clip_grad_norm=a.clip_grad_norm,
+            lr_schedule=a.lr_schedule, lr_step=a.lr_step, lr_gamma=a.lr_gamma,
+            lr_patience=a.lr_patience, lr_min=a.lr_min, patience=a.patience)
+    except TrainConfigError as e:
+        problem = e.problem.replace("eval_every", "--eval-every")  # the one other field named
+        raise UsageError(f"--{e.field.replace('_', '-')} {problem}") from None
+
+
 def check_numbers(a: argparse.Namespace) -> None:
     """Range checks of the numeric options."""
     rules = [
@@ -218,6 +261,7 @@ def check_numbers(a: argparse.Namespace) -> None:
         if not ok:
             raise UsageError(message)
     check_model_options(a)
+    train_config(a)
     if a.resume not in (True, False, "auto"):
         raise UsageError(f"--resume takes no value or 'auto', got {a.resume!r}")
     if a.resume and not a.checkpoint:
@@ -431,7 +475,8 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
             dataset = None if graph is None else ckpt.DatasetInfo(
                 graph.name, graph.num_nodes, graph.num_features, graph.num_classes,
                 graph_hash(graph))
-            payload = load_resume(a.checkpoint, model, a.epochs, dataset, a.seed)
+            payload = load_resume(a.checkpoint, model, a.epochs, dataset, a.seed,
+                                  train=train_config(a))
             if a.export_best:
                 check_best_kept(payload, str(ckpt.checkpoint_path(a.checkpoint)))
         if a.log_json:  # the file itself is opened by rank 0 (an existing one stays until the end)
@@ -447,8 +492,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
         check_targets(a.log_csv, a.tensorboard)
     opts = RunOptions(
         grid=grid, dataset=shape.dataset, root=a.root, model=model,
-        train=TrainConfig(epochs=a.epochs, lr=a.lr, weight_decay=a.weight_decay, seed=a.seed,
-                          eval_every=a.eval_every, weight_decay_scope=a.weight_decay_on),
+        train=train_config(a),
         engine=engine,
         perm=a.perm, shards=a.shards, checkpoint=a.checkpoint,
         checkpoint_every=a.checkpoint_every or 10, resume=a.resume, log_json=a.log_json,
