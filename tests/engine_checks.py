@@ -487,34 +487,31 @@ def _loop_effect(name: str, trainer: Trainer, history) -> list[str]:
 
 def check_training_loop(grid: Grid, g: Graph, cfg: ModelConfig, tc: TrainConfig,
                         tag: str) -> dict[str, list[str]]:
-    """``tc``'s loop on the grid against the serial model ("curve"); interrupted after
-    `LOOP_RESUME_AT` epochs, its state taken and loaded into a fresh model of the same grid,
-    against the uninterrupted run bit for bit ("resume"); the serial run's state loaded into
-    the grid's model (another grid) against the serial run ("resume-from-serial")."""
+    """``tc``'s loop on the grid against the serial model ("curve"); the grid's state after
+    `LOOP_RESUME_AT` epochs (taken as a checkpoint would: `Trainer.full_state`) loaded into a
+    fresh model of the same grid and continued, against the uninterrupted run bit for bit
+    ("resume"); the serial run's state at that epoch continued on the grid (another grid),
+    against the serial run ("resume-from-serial")."""
     dist_model, serial, _ = build(grid, g, cfg, "double")
     td, ts = Trainer(dist_model, tc), Trainer(serial, tc)
-    hd, hs = td.fit(), ts.fit()
+    saved: dict[str, dict] = {}
+
+    def keep(name: str, trainer: Trainer):
+        return lambda stats: saved.setdefault(name, trainer.full_state()) \
+            if stats.epoch == LOOP_RESUME_AT else None
+
+    hd, hs = td.fit(callback=keep("grid", td)), ts.fit(callback=keep("serial", ts))
     out = {f"{tag}/curve": _loop_differences((td, hd), (ts, hs), exact=False)
            + _loop_effect("serial", ts, hs) + _loop_effect("grid", td, hd)}
-    # the grid's run, interrupted and resumed on the same grid: bit for bit
-    first, _, _ = build(grid, g, cfg, "double")
-    t1 = Trainer(first, tc)
-    h1 = t1.fit(LOOP_RESUME_AT)
-    state = t1.full_state()
-    second, _, _ = build(grid, g, cfg, "double")
-    t2 = Trainer(second, tc)
-    t2.load_full_state(state)
-    h2 = t2.fit()
-    out[f"{tag}/resume"] = _loop_differences((t2, h1 + h2), (td, hd), exact=True)
-    # the serial run's state (1x1x1) resumed on this grid
-    _, serial_first, _ = build(grid, g, cfg, "double")
-    ts1 = Trainer(serial_first, tc)
-    hs1 = ts1.fit(LOOP_RESUME_AT)
-    third, _, _ = build(grid, g, cfg, "double")
-    t3 = Trainer(third, tc)
-    t3.load_full_state(ts1.full_state())
-    h3 = t3.fit()
-    out[f"{tag}/resume-from-serial"] = _loop_differences((t3, hs1 + h3), (ts, hs), exact=False)
+    for check, (state, history, reference, exact) in {
+            "resume": (saved["grid"], hd, td, True),
+            "resume-from-serial": (saved["serial"], hs, ts, False)}.items():
+        fresh, _, _ = build(grid, g, cfg, "double")
+        resumed = Trainer(fresh, tc)
+        resumed.load_full_state(state)
+        rest = resumed.fit()
+        out[f"{tag}/{check}"] = _loop_differences(
+            (resumed, history[:LOOP_RESUME_AT] + rest), (reference, history), exact=exact)
     return out
 
 

@@ -142,8 +142,9 @@ class SerialModel(TaskMetrics, nn.Module):
                 else torch.zeros(()))
 
     def full_parameter(self, name: str, shard: torch.Tensor) -> torch.Tensor:
-        """The serial model's tensors are already full."""
-        return shard.detach()
+        """The serial model's tensors are already full: a copy (as the distributed model's is a
+        new tensor), so a state taken now does not follow later steps."""
+        return shard.detach().clone()
 
     def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
         """The serial model's tensors are already full."""
