@@ -57,8 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", default=None,
                    help="directory holding the dataset's files (nothing is ever downloaded)")
     p.add_argument("--grid", required=True, help="process grid XxYxZ, e.g. 4x2x2")
-    p.add_argument("--layers", type=int, required=True, help="number of stages: a GCN, SAGE or GAT layer is one, a "
-                        "GIN layer two (--orders agg,dense,agg,dense for 2 GIN layers)")
+    p.add_argument("--layers", type=int, required=True,
+                   help="number of stages: a GCN, SAGE or GAT layer is one, a GIN layer two "
+                        "(--orders agg,dense,agg,dense for 2 GIN layers)")
     p.add_argument("--orders", default="agg",
                    help="product order, one for all layers or one per stage (agg,combine,dense; "
                         "default agg, the paper's; plexus-train --shards trains with the "

@@ -180,8 +180,8 @@ class Trainer:
         self.best.update(stats)
         if self.cfg.lr_schedule == "plateau":
             self.schedule.step(stats.val_acc)
-        patience = self.cfg.patience
-        if patience is not None and stats.epoch - self.best.epoch >= patience:  # type: ignore[operator]
+        patience, best = self.cfg.patience, self.best.epoch
+        if patience is not None and best is not None and stats.epoch - best >= patience:
             self.stopped = stats.epoch
 
     def fit(self, epochs: int | None = None,

@@ -2,8 +2,9 @@
 
 A checkpoint holds `plexus.engine.trainer.Trainer.full_state` (full unpadded parameters and the
 optimizer's per-parameter state: Adam's moments or SGD's momentum, plus the epoch and the loop's
-state: learning-rate schedule, rates, best epoch, early stop), the model and training configuration, the dataset's identity (name,
-nodes, features, classes) and the run's best-validation record. Only tensors and plain Python types
+state: learning-rate schedule, rates, best epoch, early stop), the model and training
+configuration, the dataset's identity (name, nodes, features, classes) and the run's
+best-validation record. Only tensors and plain Python types
 are stored, so it loads with ``torch.load(weights_only=True)``.
 
 Writes are atomic: the new checkpoint goes to a temporary file in the same directory, is fsynced
