@@ -27,10 +27,10 @@ from plexus.core.cli import ArgumentParser
 from plexus.core.grid import MAX_WORLD_SIZE, GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.core.timing import process_start_time
-from plexus.core.ops import KINDS
 from plexus.core.modelopts import (ModelOptionsText, add_model_options, add_precision_options,
                                    check_model_options, model_config, resolve_layers,
                                    resolve_order)
+from plexus.core.ops import KINDS
 from plexus.datasets import gcn_nnz, load_dataset
 from plexus.engine.config import (LR_SCHEDULES, OPTIMIZERS, EngineConfig, TrainConfig,
                                   TrainConfigError)
@@ -339,14 +339,14 @@ def _from_store(a: argparse.Namespace, shape: _Shape) -> _Shape:
     store_grid = GridShape.of(manifest["grid"])
     if shape.grid is not None and shape.grid != store_grid:
         raise UsageError(f"--grid {shape.grid} but {a.shards} was cut for grid {store_grid}")
-    held, kind = store_aggregation(manifest), KINDS[a.model]
-    if kind.aggregation != held:
+    held, decl = store_aggregation(manifest), KINDS[a.model]
+    if decl.aggregation != held:
         raise UsageError(f"{a.shards} holds Â normalized for the {held} aggregation, --model "
-                         f"{a.model} needs {kind.aggregation}: cut a store for it with "
-                         f"plexus-partition --aggregation {kind.aggregation}, or train a model "
+                         f"{a.model} needs {decl.aggregation}: cut a store for it with "
+                         f"plexus-partition --aggregation {decl.aggregation}, or train a model "
                          f"of the {held} aggregation from this one")
     # the manifest counts stages: a layer of some kinds is several (GIN's: agg, then dense)
-    stages, per = int(manifest["num_layers"]), len(kind.stage_ops)
+    stages, per = int(manifest["num_layers"]), len(decl.stage_ops)
     if stages % per:
         raise UsageError(f"{a.shards} was cut for {stages} stages, not a whole number of --model "
                          f"{a.model} layers ({per} stages each); cut it for {per} stages per "
