@@ -195,3 +195,8 @@ def test_a_store_of_another_aggregation_is_refused_in_one_line(tmp_path, capsys)
     assert main(["--shards", str(store), "--model", "sage"]) == 2
     assert "holds Â normalized for the gcn aggregation, --model sage needs mean" in \
         capsys.readouterr().err
+    # an aggregation no partitioner writes: a damaged manifest
+    path.write_text(json.dumps({**manifest, "aggregation": "max"}))
+    assert main(["--shards", str(store), "--model", "sage"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "aggregation 'max' is not one of gcn, mean, sum" in err, err
