@@ -15,13 +15,13 @@ from plexus.core.ops import Param
 from plexus.datasets import Graph
 from plexus.datasets.graph import incoming
 from plexus.engine.blocks import GraphBlocks, stage_output_ids
-from plexus.engine.comm import Comm
+from plexus.engine.comm import Comm, global_norm
 from plexus.engine.config import EngineConfig
 from plexus.engine.gemm import GemmTuner
 from plexus.engine.graph3d import StageGraph
 from plexus.engine.grid import Grid
 from plexus.engine.loss import ClassifierHead
-from plexus.engine.ops import BatchNorm3D, full_from_shards, shard_of_full
+from plexus.engine.ops import BatchNorm3D, full_from_shards, placement, shard_of_full
 from plexus.engine.primitives import relu
 from plexus.engine.masks import dropout, edge_keep
 from plexus.engine.seeding import StepCounter
@@ -208,6 +208,15 @@ class Network(ClassifierHead, nn.Module):
     def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
         """This rank's shard of the full tensor of ``name``."""
         return self._shard_of_full(name, full)
+
+    def grad_norm(self) -> torch.Tensor:
+        """The 2-norm of the full gradient, every element counted once (collective)."""
+        grid, grads = self.comm.grid, []
+        for name, p in self.named_shards().items():
+            pl, decl, _, _, d_in, d_out = self._where(name)
+            if p.grad is not None and placement(decl, pl, grid.shape, grid.coords, d_in, d_out)[1]:
+                grads.append(p.grad)
+        return global_norm(grads, grid.device)
 
     def named_shards(self) -> dict[str, nn.Parameter]:
         """Trainable shards by grid-independent name ("<layer>.<name>", "<layer>.bn.gamma")."""

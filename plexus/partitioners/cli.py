@@ -25,7 +25,8 @@ from typing import Sequence
 
 from plexus.core.cli import ArgumentParser, UsageError, report_error
 from plexus.core.grid import GridShape
-from plexus.core.layout import DEFAULT_PERMUTATION, ORDERS, grid_misfit, layer_plans
+from plexus.core.layout import (DEFAULT_PERMUTATION, STAGE_ORDERS, grid_misfit,
+                                 layer_plans)
 from plexus.datasets.canonical import BUCKET_ENTRIES, CHUNK_EDGES
 from plexus.datasets.diskgraph import FEATURE_DTYPES
 from plexus.datasets.graph import AGGREGATIONS
@@ -39,9 +40,9 @@ PROG = "plexus-partition"
 def parse_orders(text: str, num_layers: int) -> list[str]:
     """One order for all layers (``agg``) or a comma-separated order per layer."""
     orders = [o.strip() for o in text.split(",")]
-    bad = [o for o in orders if o not in ORDERS]
+    bad = [o for o in orders if o not in STAGE_ORDERS]
     if bad:
-        raise UsageError(f"unknown layer order {bad[0]!r}; use {' or '.join(ORDERS)}")
+        raise UsageError(f"unknown layer order {bad[0]!r}; use {', '.join(STAGE_ORDERS)}")
     if len(orders) == 1:
         return orders * num_layers
     if len(orders) != num_layers:
@@ -56,9 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", default=None,
                    help="directory holding the dataset's files (nothing is ever downloaded)")
     p.add_argument("--grid", required=True, help="process grid XxYxZ, e.g. 4x2x2")
-    p.add_argument("--layers", type=int, required=True, help="number of GCN layers")
+    p.add_argument("--layers", type=int, required=True,
+                   help="number of stages: a GCN, SAGE or GAT layer is one, a GIN layer two "
+                        "(--orders agg,dense,agg,dense for 2 GIN layers)")
     p.add_argument("--orders", default="agg",
-                   help="product order, one for all layers or one per layer (agg,combine; "
+                   help="product order, one for all layers or one per stage (agg,combine,dense; "
                         "default agg, the paper's; plexus-train --shards trains with the "
                         "store's orders: plexus-train's own default, auto, is combine on the "
                         "layers that narrow, e.g. combine,combine for a 2-layer GCN on Cora)")
