@@ -31,6 +31,7 @@ _EXPORTS = {
     "make_permutation": "plexus.partitioners",
     "ModelConfig": "plexus.engine.config",
     "TrainConfig": "plexus.engine.config",
+    "TrainConfigError": "plexus.engine.config",
     "EngineConfig": "plexus.engine.config",
     "Grid": "plexus.engine.grid",
     "DistributedModel": "plexus.engine.model",
@@ -88,7 +89,7 @@ if TYPE_CHECKING:  # noqa: F401 — for type checkers and IDEs: the same names, 
     from plexus.core.grid import GridShape
     from plexus.datasets import Graph, gcn_normalize, load_dataset
     from plexus.engine.build import build_model
-    from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
+    from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig, TrainConfigError
     from plexus.engine.grid import Grid
     from plexus.engine.model import DistributedModel
     from plexus.engine.serial import SerialModel

@@ -19,7 +19,7 @@ from plexus.core.cli import error_line, report_error
 INTERRUPTED = 128 + signal.SIGINT
 
 
-def _run(prog: str, target: str) -> int:
+def _run(prog: str, target: str, **options: Any) -> int:
     module, _, function = target.partition(":")
 
     def interrupted_while_loading(signum: int, frame: Any) -> None:  # noqa: ARG001
@@ -30,11 +30,11 @@ def _run(prog: str, target: str) -> int:
 
     previous = signal.signal(signal.SIGINT, interrupted_while_loading)
     try:
-        main: Callable[[], int] = getattr(importlib.import_module(module), function)
+        main: Callable[..., int] = getattr(importlib.import_module(module), function)
     finally:
         signal.signal(signal.SIGINT, previous)
     try:
-        return main()
+        return main(**options)
     except KeyboardInterrupt:
         return report_error(prog, "interrupted (SIGINT)", INTERRUPTED)
 
@@ -47,8 +47,16 @@ def plexus_partition() -> int:
     return _run("plexus-partition", "plexus.partitioners.cli:main")
 
 
+def _recipe(name: str) -> Any:
+    """An OGB recipe by name, for ``plexus-model --recipe`` (the performance model may not
+    import the API that holds them; only a run that names one imports it)."""
+    from plexus.api.recipes import get_recipe  # noqa: PLC0415 (torch)
+
+    return get_recipe(name)
+
+
 def plexus_model() -> int:
-    return _run("plexus-model", "plexus.perfmodel.cli:model_main")
+    return _run("plexus-model", "plexus.perfmodel.cli:model_main", recipe_lookup=_recipe)
 
 
 def plexus_bench() -> int:

@@ -25,3 +25,17 @@ def _session_store_cache():
                 os.environ.pop(CACHE_ENV, None)
             else:
                 os.environ[CACHE_ENV] = saved
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_user_calibration():
+    """The session's predictions use the calibration each test gives, never a file the user's
+    $PLEXUS_CALIBRATION names (every tool reads it)."""
+    from plexus.perfmodel import CALIBRATION_ENV
+
+    saved = os.environ.pop(CALIBRATION_ENV, None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ[CALIBRATION_ENV] = saved

@@ -418,3 +418,114 @@ def run_all_checks(grids: list[tuple[int, int, int]], model_grids: set[tuple[int
     out = run_grid_checks(grids, layer_counts, epochs)
     out.update(run_model_checks([d for d in grids if d in model_grids], epochs))
     return out
+
+
+# ---- the training loop's options (plexus.engine.trainer): tests/test_training_loop.py --------
+# Each config takes every option through a path where a grid could differ from the serial
+# model: clipping at a limit far below the gradient's norm (every step clipped: a norm that
+# counted a replicated parameter twice would scale differently), a schedule changing the rate
+# every few epochs, a plateau schedule and early stopping that both stop or decay within the run.
+LOOP_CONFIGS = {
+    "adamw-cosine-clip": TrainConfig(epochs=8, lr=0.02, weight_decay=0.01, optimizer="adamw",
+                                     lr_schedule="cosine", clip_grad_norm=0.05),
+    "sgd-step-clip": TrainConfig(epochs=8, lr=0.2, optimizer="sgd", momentum=0.9,
+                                 lr_schedule="step", lr_step=3, lr_gamma=0.5,
+                                 clip_grad_norm=0.05),
+    "adam-plateau-patience": TrainConfig(epochs=30, lr=0.05, lr_schedule="plateau",
+                                         lr_patience=1, lr_gamma=0.5, patience=4),
+}
+# GIN learns a scalar ε (replicated on every rank) and the features; BatchNorm's γ, β and the
+# biases are vectors replicated over an axis: all of them count once in the clipping norm.
+# One model per graph (test time).
+LOOP_MODELS = {"undirected": ("gin", MODELS["gin-combine-batchnorm"]),
+               "directed": ("gcn", MODELS["gcn-batchnorm"])}
+LOOP_RESUME_AT = 3  # the epoch an interrupted run saves its state at
+LOOP_CHECKS = [f"{graph}/{model}/{cfg}/{kind}" for graph, (model, _) in LOOP_MODELS.items()
+               for cfg in LOOP_CONFIGS
+               for kind in ("curve", "resume", "resume-from-serial")]
+
+
+def _loop_summary(trainer: Trainer, history) -> dict:
+    """What the two runs of a loop check must agree on besides the loss curve."""
+    return {"epochs": [h.epoch for h in history], "lr": trainer.lr, "stopped": trainer.stopped,
+            "best": trainer.best.epoch, "val": [h.val_acc for h in history]}
+
+
+def _loop_differences(a: tuple, b: tuple, exact: bool) -> list[str]:
+    """(trainer, history) pairs: loss curves within the tolerance (``exact``: bit for bit),
+    the same epochs, rates, stops and best epochs."""
+    (ta, ha), (tb, hb) = a, b
+    la, lb = torch.tensor([h.loss for h in ha]), torch.tensor([h.loss for h in hb])
+    if exact:
+        fails = [] if torch.equal(la, lb) else [f"loss curves differ: {la} vs {lb}"]
+    else:
+        fails = _close("loss curve", la, lb) if la.shape == lb.shape else \
+            [f"{len(ha)} epochs vs {len(hb)}"]
+    sa, sb = _loop_summary(ta, ha), _loop_summary(tb, hb)
+    for key in ("epochs", "stopped", "best"):
+        if sa[key] != sb[key]:
+            fails.append(f"{key}: {sa[key]} vs {sb[key]}")
+    if abs(sa["lr"] - sb["lr"]) > 1e-9 * sb["lr"]:
+        fails.append(f"learning rate {sa['lr']} vs {sb['lr']}")
+    return fails
+
+
+def _loop_effect(name: str, trainer: Trainer, history) -> list[str]:
+    """The option did act (a check of an option that never acted could not fail)."""
+    tc = trainer.cfg
+    fails = []
+    if tc.clip_grad_norm is not None:  # the last step's gradient was clipped to the limit
+        norm = float(trainer.model.grad_norm())
+        if abs(norm - tc.clip_grad_norm) > 1e-4 * tc.clip_grad_norm:
+            fails.append(f"{name}: last gradient norm {norm}, not clipped to {tc.clip_grad_norm}")
+    if tc.lr_schedule != "none" and not trainer.lr < tc.lr:
+        fails.append(f"{name}: the rate stayed at {trainer.lr}")
+    if tc.patience is not None and (trainer.stopped is None or len(history) >= tc.epochs):
+        fails.append(f"{name}: early stopping never stopped the run")
+    return fails
+
+
+def check_training_loop(grid: Grid, g: Graph, cfg: ModelConfig, tc: TrainConfig,
+                        tag: str) -> dict[str, list[str]]:
+    """``tc``'s loop on the grid against the serial model ("curve"); the grid's state after
+    `LOOP_RESUME_AT` epochs (taken as a checkpoint would: `Trainer.full_state`) loaded into a
+    fresh model of the same grid and continued, against the uninterrupted run bit for bit
+    ("resume"); the serial run's state at that epoch continued on the grid (another grid),
+    against the serial run ("resume-from-serial")."""
+    dist_model, serial, _ = build(grid, g, cfg, "double")
+    td, ts = Trainer(dist_model, tc), Trainer(serial, tc)
+    saved: dict[str, dict] = {}
+
+    def keep(name: str, trainer: Trainer):
+        return lambda stats: saved.setdefault(name, trainer.full_state()) \
+            if stats.epoch == LOOP_RESUME_AT else None
+
+    hd, hs = td.fit(callback=keep("grid", td)), ts.fit(callback=keep("serial", ts))
+    out = {f"{tag}/curve": _loop_differences((td, hd), (ts, hs), exact=False)
+           + _loop_effect("serial", ts, hs) + _loop_effect("grid", td, hd)}
+    for check, (state, history, reference, exact) in {
+            "resume": (saved["grid"], hd, td, True),
+            "resume-from-serial": (saved["serial"], hs, ts, False)}.items():
+        fresh, _, _ = build(grid, g, cfg, "double")
+        resumed = Trainer(fresh, tc)
+        resumed.load_full_state(state)
+        rest = resumed.fit()
+        out[f"{tag}/{check}"] = _loop_differences(
+            (resumed, history[:LOOP_RESUME_AT] + rest), (reference, history), exact=exact)
+    return out
+
+
+def run_loop_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
+    """`LOOP_CHECKS` on every grid of ``grids`` (all of this world's size)."""
+    torch.manual_seed(0)
+    graphs = {"undirected": toy_graph(), "directed": directed_toy_graph()}
+    out: dict[str, list[str]] = {}
+    for dims in grids:
+        grid = Grid.create(dims)
+        for gname, g in graphs.items():
+            mname, cfg = LOOP_MODELS[gname]
+            for cname, tc in LOOP_CONFIGS.items():
+                tag = f"{'x'.join(map(str, dims))}/{gname}/{mname}/{cname}"
+                out.update(check_training_loop(grid, g, cfg, tc, tag))
+    rank = torch.distributed.get_rank()
+    return {k: [f"rank {rank}: {m}" for m in v] for k, v in out.items()}

@@ -76,6 +76,18 @@ def test_model_vs_measured_reads_calibration(tmp_path: Path) -> None:
     assert str(cal) in out
 
 
+def test_gpu_model_smoke(tmp_path: Path) -> None:
+    """benchmarks/gpu_model.py (what a lent GPU runs) end to end on this machine: calibrates,
+    predicts and measures every kind at three sizes; each row's ratio is its two figures'."""
+    out = run_script("gpu_model.py", tmp_path, "--dtypes", "fp32")
+    rows = json.loads((tmp_path / "gpu_model.json").read_text())["rows"]
+    assert {(r["kind"], r["scale"]) for r in rows} == {
+        (k, s) for k in ("gcn", "sage", "gat") for s in (8, 9, 10)}
+    assert all(r["ratio"] == r["predicted_s"] / r["measured_s"] for r in rows)
+    assert f"calibration: calibration {tmp_path / 'calibration.json'}" in out
+    assert "cases within [0.75, 1.33]" in out
+
+
 def test_common_helpers(tmp_path: Path) -> None:
     from plexus.core.grid import GridShape
     from plexus.testing.output import ranks_of, spearman, write_csv, write_json

@@ -41,6 +41,8 @@ CHEAP = [
     "./run train --grid 1x1x1 --epochs 5 --log-csv epochs.csv --tensorboard tb/",
     "./run plexus-bench calibrate --out cal.json --quick",
     "./run plexus-model --world-size 4 --dataset cora --calibration cal.json --ranks-per-host 4",
+    "./run plexus-model --dataset ogbn-papers100M --gpus 64,256,1024 --gpus-per-node 4",
+    "./run plexus-model --recipe ogbn-papers100M-gcn --gpus 256 --profile dgx-h100 --dtype bf16",
 ]
 
 # Not run here, and why.

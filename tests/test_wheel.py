@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 # what the build reads (setuptools writes build/ and *.egg-info next to it: a copy keeps the
 # checkout clean)
-SOURCES = ("pyproject.toml", "README.md", "plexus", "datasets", "partitioners")
+SOURCES = ("pyproject.toml", "README.md", "plexus")
 SCRIPTS = ("plexus-train", "plexus-partition", "plexus-model", "plexus-bench", "plexus-sweep",
            "plexus-report")
 

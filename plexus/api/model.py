@@ -161,6 +161,12 @@ class GraphModel(nn.Module):
         """This rank's shard of the full tensor ``full``."""
         return self.net.shard_of(name, full)
 
+    def grad_norm(self) -> torch.Tensor:
+        """The 2-norm of the full gradient, every element counted once (collective; the same
+        on every rank and every grid): for clipping in your own loop, e.g.
+        ``torch.nn.utils.clip_grads_with_norm_(model.parameters(), 1.0, model.grad_norm())``."""
+        return self.net.grad_norm()
+
 
 def model_from_shard(grid: Grid, shard: RankShard, model: ModelConfig, seed: int = 0,
                      engine: EngineConfig | None = None) -> GraphModel:

@@ -8,6 +8,7 @@ Each tool (plexus-train, plexus-partition, plexus-model, plexus-bench, ...) pars
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 from typing import NoReturn
 
@@ -41,3 +42,13 @@ def report_error(prog: str, message: object, status: int = EXIT_USAGE) -> int:
     except (OSError, ValueError):  # stderr closed: the status still says it failed
         pass
     return status
+
+
+def given_options(parser: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
+    """The destinations of the options ``argv`` gives explicitly (a preset such as a recipe
+    fills only the others). ``parser``'s defaults are left alone: a copy parses with none."""
+    shadow = copy.deepcopy(parser)
+    for action in shadow._actions:  # noqa: SLF001 — argparse has no public way to list them
+        action.default = argparse.SUPPRESS
+    given, _ = shadow.parse_known_args(argv)
+    return set(vars(given))

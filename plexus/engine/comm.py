@@ -42,6 +42,18 @@ def all_reduce_staged(x: torch.Tensor, op=dist.ReduceOp.SUM, group=None) -> torc
     return x.copy_(host)
 
 
+def global_norm(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """The 2-norm of the concatenation of every rank's ``tensors`` (collective over the whole
+    world: every rank gets it, as a tensor, without a host synchronisation). A replicated
+    tensor must be passed by one replica only, or it counts several times."""
+    local = (torch.nn.utils.get_total_norm(tensors, 2.0).to(device) if tensors
+             else torch.zeros((), device=device))
+    squares = (local.float() ** 2).reshape(1)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        all_reduce_staged(squares)
+    return squares[0].sqrt()
+
+
 class Comm:
     """The grid plus the ledger and timers that every collective reports to, and ``budget``:
     the bytes one pass's temporaries may take on this rank's device (`plexus.engine.pieces`;

@@ -4,6 +4,7 @@ training (`TrainConfig`), how the engine runs (`EngineConfig`), and the model's
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,13 +14,30 @@ from plexus.core.ops import KINDS, NORMS
 # the model's configuration is a plain value of plexus.core (the performance model reads it too)
 MODEL_KINDS = tuple(KINDS)
 __all__ = ["ModelConfig", "ModelError", "MODEL_KINDS", "NORMS", "TrainConfig", "EngineConfig",
-           "DTYPES", "DTYPE_BYTES"]
+           "DTYPES", "DTYPE_BYTES", "OPTIMIZERS", "LR_SCHEDULES", "TrainConfigError"]
+
+
+#: The optimizers `TrainConfig.optimizer` names (torch.optim's Adam, AdamW and SGD).
+OPTIMIZERS = ("adam", "adamw", "sgd")
+#: The learning-rate schedules `TrainConfig.lr_schedule` names (torch.optim.lr_scheduler's
+#: CosineAnnealingLR, StepLR and ReduceLROnPlateau; "none": a constant rate).
+LR_SCHEDULES = ("none", "cosine", "step", "plateau")
+
+
+class TrainConfigError(ValueError):
+    """A training option out of range or unknown (one line); ``field`` names the option."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field} {problem}")
+        self.field, self.problem = field, problem
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Optimization: Adam with L2 weight decay (on every parameter, or on the first layer's only
-    as Kipf & Welling), full-batch epochs."""
+    """Optimization: full-batch epochs of Adam (or AdamW, or SGD with momentum) with weight decay
+    (on every parameter, or on the first layer's only as Kipf & Welling), an optional
+    learning-rate schedule, gradient clipping by the global norm and early stopping on the
+    validation metric. Raises `TrainConfigError` for a value out of range."""
 
     epochs: int = 200
     lr: float = 0.01
@@ -27,6 +45,39 @@ class TrainConfig:
     weight_decay_scope: str = "all"  # "all" parameters or the "first" layer's only (Kipf)
     seed: int = 0
     eval_every: int = 1  # 0: never evaluate during training
+    optimizer: str = "adam"  # one of OPTIMIZERS (AdamW: decoupled weight decay)
+    momentum: float = 0.9  # SGD's
+    clip_grad_norm: float | None = None  # scale the gradient to this global 2-norm when above
+    lr_schedule: str = "none"  # one of LR_SCHEDULES
+    lr_step: int = 50  # "step": the rate is multiplied by lr_gamma every lr_step epochs
+    lr_gamma: float = 0.5  # "step" and "plateau": the factor
+    lr_patience: int = 10  # "plateau": evaluations without a better validation metric first
+    lr_min: float = 0.0  # "cosine": the last epoch's rate; "plateau": the floor
+    patience: int | None = None  # early stopping: stop after this many epochs without a
+    # better validation metric (None: never)
+
+    def __post_init__(self) -> None:
+        finite = math.isfinite
+        rules = [
+            ("optimizer", self.optimizer in OPTIMIZERS, f"must be one of {', '.join(OPTIMIZERS)}"),
+            ("lr_schedule", self.lr_schedule in LR_SCHEDULES,
+             f"must be one of {', '.join(LR_SCHEDULES)}"),
+            ("momentum", 0 <= self.momentum < 1, "must be in [0, 1)"),  # false for NaN
+            ("clip_grad_norm", self.clip_grad_norm is None or
+             (0 < self.clip_grad_norm and finite(self.clip_grad_norm)), "must be > 0 and finite"),
+            ("lr_step", self.lr_step >= 1, "must be >= 1"),
+            ("lr_gamma", 0 < self.lr_gamma < 1, "must be in (0, 1)"),
+            ("lr_patience", self.lr_patience >= 0, "must be >= 0"),
+            ("lr_min", 0 <= self.lr_min < self.lr, "must be >= 0 and below the learning rate"),
+            ("patience", self.patience is None or self.patience >= 1, "must be >= 1"),
+        ]
+        for name, ok, problem in rules:
+            if not ok:
+                raise TrainConfigError(name, f"{problem}, got {getattr(self, name)!r:.40}")
+        for name, wanted in (("patience", self.patience is not None),
+                             ("lr_schedule", self.lr_schedule == "plateau")):
+            if wanted and self.eval_every < 1:
+                raise TrainConfigError(name, "needs the validation metric: give eval_every >= 1")
 
 
 _TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}

@@ -24,6 +24,8 @@ would be dense): products with node features are CSR products per head.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -69,6 +71,14 @@ class EdgeBlock:
         self.row_ids = torch.from_numpy(np.asarray(row_ids, dtype=np.int64)).to(device)
         self.col_ids = torch.from_numpy(np.asarray(col_ids, dtype=np.int64)).to(device)
         self._ones: dict[int, torch.Tensor] = {}
+        self._data, self._values = m.data, None  # Â's values: a device copy made on first use
+
+    def values(self) -> torch.Tensor:
+        """Â's value on each edge (CSR order), edges × 1 float32, made once."""
+        if self._values is None:
+            self._values = torch.from_numpy(np.asarray(self._data, dtype=np.float32)).to(
+                self.row.device)[:, None]
+        return self._values
 
     def spans(self, heads: int) -> list[tuple[int, int]]:
         """(start, stop) of the edge pieces of a pass over per-edge tensors of ``heads`` columns:
@@ -77,13 +87,17 @@ class EdgeBlock:
 
     def csr(self, values: torch.Tensor) -> torch.Tensor:
         """The block with per-edge ``values`` (CSR order) as a torch CSR tensor."""
-        return torch.sparse_csr_tensor(self.crow, self.col, values,
-                                       (self.num_rows, self.num_cols))
+        with warnings.catch_warnings():  # "CSR support is in beta", as in spmm.to_backend
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_csr_tensor(self.crow, self.col, values,
+                                           (self.num_rows, self.num_cols))
 
     def csr_t(self, values: torch.Tensor) -> torch.Tensor:
         """The block's transpose with per-edge ``values`` (CSR order of the block)."""
-        return torch.sparse_csr_tensor(self.crow_t, self.col_t, values[self.perm],
-                                       (self.num_cols, self.num_rows))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_csr_tensor(self.crow_t, self.col_t, values[self.perm],
+                                           (self.num_cols, self.num_rows))
 
     def ones(self, n: int) -> torch.Tensor:
         """An n × 1 float32 column of ones on the block's device (made once per size)."""

@@ -125,9 +125,14 @@ class StageGraph:
         gradient is summed over it."""
         return self.comm.all_reduce_grad(X, axis)             # bwd: AR over axis
 
-    def aggregate(self, X: torch.Tensor) -> torch.Tensor:
+    def aggregate(self, X: torch.Tensor, values: torch.Tensor | None = None) -> torch.Tensor:
         """Â·X, X in the rows-by-o layout (the input, or a combine-first stage's linear output):
-        rows by Â's rows, columns unchanged, replicated over o."""
+        rows by Â's rows, columns unchanged, replicated over o. ``values`` (edges × 1, float32,
+        this rank's edges of Â as `edge_values` orders them): Σ_j v_ij·X_j over Â's edges
+        instead of Â's own values."""
+        if values is not None:
+            return self._mid(weighted_aggregate(values, X, self.edges, self.comm,
+                                                self.plan.a_cols, [(0, 0, X.shape[1])]))
         if self._A is None:
             self._A = self.graph.plain_block(self.plan)
         return self._mid(aggregate(X, self._A, self.comm, self.plan.a_cols))  # AR(Â·X) over o
@@ -158,6 +163,11 @@ class StageGraph:
         return self.replicate(s, self.plan.out_cols)          # bwd: AR(ds) over it
 
     # ---- per-edge tensors ---------------------------------------------------------------------
+    def edge_values(self) -> torch.Tensor:
+        """Â's value on each edge of this rank's block (edges × 1, float32): the aggregation's
+        normalized weights (GCN's with the graph's edge weights), constant."""
+        return self.edges.values()
+
     def attention(self, s_dst: torch.Tensor, s_src: torch.Tensor,
                   negative_slope: float = 0.2) -> torch.Tensor:
         """GAT's α: the softmax over each row's in-edges of LeakyReLU(s_dst[i] + s_src[j]), with

@@ -13,11 +13,11 @@ from plexus.core.ops import NORM_OP, OPERATORS, Param, split_name
 from plexus.partitioners.plan import RankShard
 
 from .blocks import GraphBlocks, stage_output_ids
-from .comm import Comm, all_reduce_staged
+from .comm import Comm, all_reduce_staged, global_norm
 from .config import EngineConfig, ModelConfig
 from .gemm import GemmTuner
 from .loss import ClassifierHead
-from .ops import NORM_STAGE, STAGES, StageInputs, full_from_shards, shard_of_full
+from .ops import NORM_STAGE, STAGES, StageInputs, full_from_shards, placement, shard_of_full
 from .primitives import relu
 from .seeding import StepCounter, initial_parameters, initial_stats, parameter_layer, stage_params
 
@@ -197,6 +197,22 @@ class DistributedModel(ClassifierHead, nn.Module):
             return full[:, :f]
         p, decl, real_in, real_out, d_in, d_out = self._widths_of(name)
         return full_from_shards(decl, p, self.comm.grid, shard, (real_in, real_out), d_in, d_out)
+
+    def owns(self, name: str) -> bool:
+        """Whether this rank's shard of ``name`` is the replica that counts it in a sum over
+        the full tensor (every element once over the world; the input features are cut, never
+        replicated)."""
+        if name == "features":
+            return True
+        p, decl, _, _, d_in, d_out = self._widths_of(name)
+        grid = self.comm.grid
+        return placement(decl, p, grid.shape, grid.coords, d_in, d_out)[1]
+
+    def grad_norm(self) -> torch.Tensor:
+        """The 2-norm of the full gradient (collective): what clipping compares with its limit,
+        the same on every grid."""
+        return global_norm([p.grad for n, p in self.named_shards().items()
+                            if p.grad is not None and self.owns(n)], self.comm.grid.device)
 
     def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
         """This rank's shard of the full unpadded tensor ``full``."""

@@ -135,9 +135,16 @@ class SerialModel(TaskMetrics, nn.Module):
         """The GNN layer of a parameter (None: the input features)."""
         return parameter_layer(self.plans, name)
 
+    def grad_norm(self) -> torch.Tensor:
+        """The 2-norm of the whole gradient."""
+        grads = [p.grad for p in self.named_shards().values() if p.grad is not None]
+        return (torch.nn.utils.get_total_norm(grads, 2.0) if grads
+                else torch.zeros(()))
+
     def full_parameter(self, name: str, shard: torch.Tensor) -> torch.Tensor:
-        """The serial model's tensors are already full."""
-        return shard.detach()
+        """The serial model's tensors are already full: a copy (as the distributed model's is a
+        new tensor), so a state taken now does not follow later steps."""
+        return shard.detach().clone()
 
     def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
         """The serial model's tensors are already full."""

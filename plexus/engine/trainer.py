@@ -1,12 +1,16 @@
-"""Full-batch training loop shared by the serial reference and the distributed model."""
+"""Full-batch training loop shared by the serial reference and the distributed model: an
+optimizer of torch.optim, a learning-rate schedule of torch.optim.lr_scheduler, gradient
+clipping by the global norm and early stopping on the validation metric, all of whose state a
+checkpoint holds grid-independently (`Trainer.full_state`)."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
+from torch.nn.utils import clip_grads_with_norm_
 
 from .config import TrainConfig
 
@@ -22,6 +26,7 @@ class TrainableGCN(Protocol):
     def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor: ...
     def named_stats(self) -> dict[str, torch.Tensor]: ...
     def parameter_layer(self, name: str) -> int | None: ...
+    def grad_norm(self) -> torch.Tensor: ...
 
 
 @dataclass
@@ -42,10 +47,41 @@ class EpochStats:
         return asdict(self)
 
 
+@dataclass
+class BestEpoch:
+    """The epoch with the highest validation metric so far (the earliest on ties)."""
+
+    epoch: int | None = None
+    val_acc: float | None = None
+    test_acc: float | None = None
+    train_acc: float | None = None
+
+    def update(self, stats: EpochStats) -> bool:
+        """Take ``stats`` if it was evaluated and beats the best validation metric; whether it
+        did."""
+        if stats.val_acc is None:
+            return False
+        if self.val_acc is None or stats.val_acc > self.val_acc:
+            self.epoch, self.val_acc = stats.epoch, stats.val_acc
+            self.test_acc, self.train_acc = stats.test_acc, stats.train_acc
+            return True
+        return False
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain types (stored in checkpoints so a resumed run keeps its best epoch)."""
+        return {"epoch": self.epoch, "val_acc": self.val_acc, "test_acc": self.test_acc,
+                "train_acc": self.train_acc}
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "BestEpoch":
+        d = d or {}
+        return cls(d.get("epoch"), d.get("val_acc"), d.get("test_acc"), d.get("train_acc"))
+
+
 def param_groups(model: TrainableGCN, params: dict[str, torch.nn.Parameter],
                  cfg: TrainConfig) -> list[dict]:
-    """Adam's parameter groups: weight decay on every parameter, or (scope "first", as Kipf &
-    Welling) on the first layer's only."""
+    """The optimizer's parameter groups: weight decay on every parameter, or (scope "first", as
+    Kipf & Welling) on the first layer's only."""
     if cfg.weight_decay_scope not in ("all", "first"):
         raise ValueError(f"unknown weight decay scope {cfg.weight_decay_scope!r}; use all or first")
     if cfg.weight_decay_scope == "all":
@@ -56,15 +92,44 @@ def param_groups(model: TrainableGCN, params: dict[str, torch.nn.Parameter],
             {"params": rest, "weight_decay": 0.0}]
 
 
+def make_optimizer(groups: list[dict], cfg: TrainConfig) -> torch.optim.Optimizer:
+    """``cfg.optimizer`` of torch.optim over ``groups``. Every one is elementwise, so the sharded
+    optimizer equals the full one: each element lives on exactly one rank, or identically on
+    each replica."""
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
+    kind = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+    return kind(groups, lr=cfg.lr)
+
+
+def make_schedule(opt: torch.optim.Optimizer, cfg: TrainConfig) -> Any:
+    """``cfg.lr_schedule`` of torch.optim.lr_scheduler on ``opt`` (None: a constant rate).
+    Cosine anneals to ``lr_min`` over the run's epochs; plateau watches the validation metric
+    (higher is better)."""
+    sched = torch.optim.lr_scheduler
+    if cfg.lr_schedule == "cosine":
+        return sched.CosineAnnealingLR(opt, T_max=max(cfg.epochs, 1), eta_min=cfg.lr_min)
+    if cfg.lr_schedule == "step":
+        return sched.StepLR(opt, step_size=cfg.lr_step, gamma=cfg.lr_gamma)
+    if cfg.lr_schedule == "plateau":
+        return sched.ReduceLROnPlateau(opt, mode="max", factor=cfg.lr_gamma,
+                                       patience=cfg.lr_patience, min_lr=cfg.lr_min)
+    return None
+
+
 class Trainer:
-    """Adam on the model's (sharded) parameters. Sharded Adam equals full Adam: it is elementwise
-    and every element lives on exactly one rank, or identically on each replica."""
+    """The training loop on a model's (sharded) parameters: ``cfg.optimizer``, its schedule,
+    clipping and early stopping (`TrainConfig`). ``best`` is the best validation epoch so far;
+    ``stopped`` the epoch early stopping ended the run at (None: it did not)."""
 
     def __init__(self, model: TrainableGCN, cfg: TrainConfig) -> None:
         self.model, self.cfg = model, cfg
         self.params = model.named_shards()
-        self.opt = torch.optim.Adam(param_groups(model, self.params, cfg), lr=cfg.lr)
+        self.opt = make_optimizer(param_groups(model, self.params, cfg), cfg)
+        self.schedule = make_schedule(self.opt, cfg)
         self.epoch = 0  # epochs completed; also the dropout step key, so a resume replays exactly
+        self.best = BestEpoch()
+        self.stopped: int | None = None
 
     def train_step(self) -> float:
         """One forward/backward/update with dropout; returns the training loss."""
@@ -72,8 +137,19 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         loss = self.model.loss(self.model(step=self.epoch))
         loss.backward()
+        if self.cfg.clip_grad_norm is not None:
+            # the norm of the whole gradient (every rank the same): no host synchronisation
+            clip_grads_with_norm_(list(self.params.values()), self.cfg.clip_grad_norm,
+                                  self.model.grad_norm())
         self.opt.step()
+        if self.cfg.lr_schedule in ("cosine", "step"):  # per epoch; plateau after evaluations
+            self.schedule.step()
         return float(loss.detach())
+
+    @property
+    def lr(self) -> float:
+        """The learning rate of the next step (the first parameter group's)."""
+        return float(self.opt.param_groups[0]["lr"])
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float | None]:
@@ -92,14 +168,29 @@ class Trainer:
         start = time.perf_counter()
         acc = self.evaluate() if every and (self.epoch % every == 0 or
                                              self.epoch == self.cfg.epochs) else {}
-        return EpochStats(self.epoch, loss, acc.get("train"), acc.get("val"), acc.get("test"),
-                          elapsed, time.perf_counter() - start if acc else 0.0)
+        stats = EpochStats(self.epoch, loss, acc.get("train"), acc.get("val"), acc.get("test"),
+                           elapsed, time.perf_counter() - start if acc else 0.0)
+        self._after_evaluation(stats)
+        return stats
+
+    def _after_evaluation(self, stats: EpochStats) -> None:
+        """The best epoch, the plateau schedule and early stopping see an evaluated epoch."""
+        if stats.val_acc is None:
+            return
+        self.best.update(stats)
+        if self.cfg.lr_schedule == "plateau":
+            self.schedule.step(stats.val_acc)
+        patience, best = self.cfg.patience, self.best.epoch
+        if patience is not None and best is not None and stats.epoch - best >= patience:
+            self.stopped = stats.epoch
 
     def fit(self, epochs: int | None = None,
             callback: Callable[[EpochStats], None] | None = None) -> list[EpochStats]:
-        """Run until ``epochs`` (default: the config's) epochs are complete."""
+        """Run until ``epochs`` (default: the config's) epochs are complete or early stopping
+        ends the run (`stopped`; `best` is the epoch to report)."""
         history = []
-        while self.epoch < (epochs if epochs is not None else self.cfg.epochs):
+        while self.epoch < (epochs if epochs is not None else self.cfg.epochs) \
+                and self.stopped is None:
             stats = self.run_epoch()
             history.append(stats)
             if callback is not None:
@@ -108,25 +199,37 @@ class Trainer:
 
     # ---- grid-independent state ----------------------------------------------------------
     def full_state(self) -> dict:
-        """Parameters, BatchNorm running statistics and Adam moments as full unpadded tensors,
-        plus the epoch. On a grid this is a collective: call it on every rank."""
-        params, adam = {}, {}
+        """Parameters, BatchNorm running statistics and the optimizer's per-parameter state
+        (Adam's moments, SGD's momentum) as full unpadded tensors, plus the epoch and the loop's
+        own state ("loop": the optimizer's kind, the schedule's state, every group's learning
+        rate, the best epoch, where early stopping ended the run). On a grid this is a
+        collective: call it on every rank."""
+        params, moments = {}, {}
         stats = {name: self.model.full_parameter(name, b).cpu()
                  for name, b in self.model.named_stats().items()}
         for name, p in self.params.items():
             params[name] = self.model.full_parameter(name, p).cpu()
-            st = self.opt.state.get(p, {})
+            st = {k: v for k, v in self.opt.state.get(p, {}).items() if v is not None}
             if st:
-                adam[name] = {"step": float(st["step"]),
-                              "exp_avg": self.model.full_parameter(name, st["exp_avg"]).cpu(),
-                              "exp_avg_sq": self.model.full_parameter(name, st["exp_avg_sq"]).cpu()}
-        return {"epoch": self.epoch, "params": params, "adam": adam, "stats": stats}
+                moments[name] = {k: float(v) if k == "step" else
+                                 self.model.full_parameter(name, v).cpu() for k, v in st.items()}
+        loop = {"optimizer": self.cfg.optimizer,
+                "schedule": self.schedule.state_dict() if self.schedule is not None else None,
+                "lrs": [float(g["lr"]) for g in self.opt.param_groups],
+                "best": self.best.as_dict(), "stopped": self.stopped}
+        return {"epoch": self.epoch, "params": params, "adam": moments, "stats": stats,
+                "loop": loop}
 
     def load_full_state(self, state: dict) -> None:
-        """Restore what `full_state` returned (possibly saved on another grid)."""
+        """Restore what `full_state` returned (possibly saved on another grid). A state without
+        "loop" (saved before it existed) is Adam's at the constant rate."""
         missing = set(self.params) ^ set(state["params"])
         if missing:
             raise ValueError(f"checkpoint parameters do not match the model: {sorted(missing)}")
+        loop = state.get("loop") or {"optimizer": "adam"}
+        if loop.get("optimizer") != self.cfg.optimizer:
+            raise ValueError(f"the checkpoint holds {loop.get('optimizer')!r:.20}'s state, the "
+                             f"run uses {self.cfg.optimizer}")
         with torch.no_grad():
             for name, p in self.params.items():
                 full = state["params"][name]
@@ -136,15 +239,19 @@ class Trainer:
                                      f"the model needs {expected}")
                 p.copy_(self.model.shard_of(name, full))
                 if name in state["adam"]:
-                    st = state["adam"][name]
                     self.opt.state[p] = {
-                        "step": torch.tensor(st["step"]),
-                        "exp_avg": self.model.shard_of(name, st["exp_avg"]),
-                        "exp_avg_sq": self.model.shard_of(name, st["exp_avg_sq"])}
+                        k: torch.tensor(v) if k == "step" else self.model.shard_of(name, v)
+                        for k, v in state["adam"][name].items()}
             own = self.model.named_stats()
             if set(own) != set(state.get("stats", {})):
                 raise ValueError("checkpoint running statistics do not match the model: "
                                  f"{sorted(set(own) ^ set(state.get('stats', {})))}")
             for name, b in own.items():
                 b.copy_(self.model.shard_of(name, state["stats"][name]))
+        if self.schedule is not None and loop.get("schedule") is not None:
+            self.schedule.load_state_dict(loop["schedule"])
+        for group, lr in zip(self.opt.param_groups, loop.get("lrs") or []):
+            group["lr"] = lr  # the schedule's state does not hold the rates it set
+        self.best = BestEpoch.from_dict(loop.get("best"))
+        self.stopped = loop.get("stopped")
         self.epoch = int(state["epoch"])

@@ -3,14 +3,22 @@
 the grid: shards the graph and the parameters, runs them, loss and accuracy over the whole
 graph).
 
-The graph operations (`StageGraph`, the ``g`` a layer receives) are the engine's own
-differentiable building blocks with the 3D layouts handled: ``linear`` (the 3D weight layout),
+The graph operations (`LayerGraph`, the ``g`` a layer receives) are the engine's own
+differentiable building blocks (`StageGraph`) with the 3D layouts handled, on tensors that carry
+their layout (`LaidTensor`, see `plexus.nn.layouts`): an operation on operands of the wrong
+layout, a layer whose ``order`` contradicts what it does, or a parameter used without ``g``
+raises a one-line `LayoutError` naming the operation, the layouts and the fix, on every grid
+(1x1x1 too). The operations: ``linear`` (the 3D weight layout),
 ``aggregate`` (SpMM and its all-reduce), ``to_rows`` (a node's own features where its
 aggregation lands), ``head_sums`` and ``attention`` (GAT-style scores), ``sddmm`` (per-edge dot
 products), ``edge_softmax`` (over each node's in-edges across the grid),
-``aggregate_weighted`` (Σ α·Z per head, with attention dropout), ``dropout`` (masks keyed by
+``aggregate_weighted`` (Σ α·Z per head, with attention dropout), ``edge_values`` and
+``edge_weights`` (Â's values and the graph's own weights per edge; ``aggregate(x, values)``
+sums with any per-edge values), ``dropout`` (masks keyed by
 global ids: the same on every grid), ``add_bias``; `BatchNorm` normalizes over all nodes.
 `serial_dropout` and `serial_edge_dropout` draw the same masks for a serial version of a layer.
+`check_layer` runs a layer on several grids against 1x1x1 and prints PASS/FAIL with the
+largest differences (``plexus-bench check --layer module:Class`` does the same).
 examples/custom_layer.py writes two layers this way and checks them against their serial
 versions.
 """
@@ -19,7 +27,10 @@ from __future__ import annotations
 
 from plexus.engine.graph3d import StageGraph
 
+from .check import LayerCheck, check_layer
+from .graph import LayerGraph
+from .layouts import LaidTensor, LayoutError
 from .network import BatchNorm, Layer, Network, serial_dropout, serial_edge_dropout
 
-__all__ = ["BatchNorm", "Layer", "Network", "StageGraph", "serial_dropout",
-           "serial_edge_dropout"]
+__all__ = ["BatchNorm", "LaidTensor", "Layer", "LayerCheck", "LayerGraph", "LayoutError",
+           "Network", "StageGraph", "check_layer", "serial_dropout", "serial_edge_dropout"]

@@ -5,24 +5,30 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import numpy as np
+import scipy.sparse as sp
 import torch
 from torch import nn
 
 from plexus.core.layout import DEFAULT_PERMUTATION, LayerPlan, block, grid_misfit, layer_plans, padding
 from plexus.core.ops import Param
 from plexus.datasets import Graph
+from plexus.datasets.graph import incoming
 from plexus.engine.blocks import GraphBlocks, stage_output_ids
-from plexus.engine.comm import Comm
+from plexus.engine.comm import Comm, global_norm
 from plexus.engine.config import EngineConfig
 from plexus.engine.gemm import GemmTuner
 from plexus.engine.graph3d import StageGraph
 from plexus.engine.grid import Grid
 from plexus.engine.loss import ClassifierHead
-from plexus.engine.ops import BatchNorm3D, full_from_shards, shard_of_full
+from plexus.engine.ops import BatchNorm3D, full_from_shards, placement, shard_of_full
 from plexus.engine.primitives import relu
 from plexus.engine.masks import dropout, edge_keep
 from plexus.engine.seeding import StepCounter
 from plexus.partitioners import shard_graph
+
+from .graph import LayerGraph, output_layout
+from .layouts import NODES_OUT, ROWS_OUT, LayoutError, laid, layout_of, plain
 
 _SHAPES = {"weight": lambda i, o: (i, o), "vector": lambda i, o: (o,), "scalar": lambda i, o: (1,)}
 
@@ -31,11 +37,14 @@ class Layer(nn.Module):
     """A layer of your own: declare its parameters in ``__init__`` with `weight`, `vector` and
     `scalar` (full shapes; each rank gets its shard when a `Network` builds the layer, where
     ``self.<name>`` is that shard), and write ``forward(g, x, step)`` with the operations of
-    ``g`` (a `plexus.engine.graph3d.StageGraph`). ``order`` says which layouts the layer goes
-    through: "combine" (``g.linear`` on the input, then ``g.aggregate``/``g.aggregate_weighted``
-    into Â's rows: the output), "agg" (``g.aggregate``/``g.to_rows`` of the input, then
-    ``g.linear``: the output) or "dense" (``g.linear`` only). ``x`` arrives with rows by the
-    stage's outer axis and columns by its inner one; elementwise operations work on any block.
+    ``g`` (a `plexus.nn.LayerGraph`). ``order`` says which layouts the layer goes through:
+    "combine" (``g.linear`` on the input, then ``g.aggregate``/``g.aggregate_weighted`` into
+    Â's rows: the output), "agg" (``g.aggregate``/``g.to_rows`` of the input, then
+    ``g.linear``: the output; PyG's aggregate-then-transform layers) or "dense" (``g.linear``
+    only). ``x`` arrives as ``nodes×in`` (`plexus.nn.layouts`); every tensor derived from it
+    carries its layout, elementwise operations take operands of one layout, and an operation
+    or output that does not fit ``order`` raises a one-line `plexus.nn.LayoutError` saying
+    which order the layer's steps need.
     """
 
     order = "combine"
@@ -77,7 +86,11 @@ class BatchNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
         if self.norm is None:
             raise RuntimeError("BatchNorm is built by plexus.nn.Network: use it inside a Layer")
-        return self.norm(x)
+        if layout_of(x) != ROWS_OUT and layout_of(x) != NODES_OUT:
+            raise LayoutError(f"BatchNorm: x is {layout_of(x) or 'a tensor without layout'}; "
+                              "normalize the layer's output (Â-rows×out, or nodes×out in a "
+                              "dense layer)")
+        return laid(self.norm(plain(x)), layout_of(x))
 
 
 def _initial(init: str, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
@@ -131,8 +144,13 @@ class Network(ClassifierHead, nn.Module):
         out_ids = stage_output_ids(shard)
         ids = [torch.from_numpy(i).to(device) for i in shard.input_ids]
         wp, tuner = self.pad.widths_padded, GemmTuner()
-        self.graphs = [StageGraph(p, self.comm, blocks, ids[p.index], wp[p.index],
-                                  wp[p.index + 1], seed, self.dtype, tuner) for p in self.plans]
+        def weights(ids: np.ndarray) -> sp.csr_matrix:  # only if a layer asks for them
+            return incoming(graph.adj[ids][:, ids], graph.directed, graph.weighted)
+
+        self.graphs = [LayerGraph(StageGraph(p, self.comm, blocks, ids[p.index], wp[p.index],
+                                             wp[p.index + 1], seed, self.dtype, tuner),
+                                  _describe(p.index, layer), weights)
+                       for p, layer in zip(self.plans, layers)]
         gen = torch.Generator().manual_seed(seed)
         self.decls: dict[str, tuple[LayerPlan, Param]] = {}
         for p, layer in zip(self.plans, layers):
@@ -191,6 +209,15 @@ class Network(ClassifierHead, nn.Module):
         """This rank's shard of the full tensor of ``name``."""
         return self._shard_of_full(name, full)
 
+    def grad_norm(self) -> torch.Tensor:
+        """The 2-norm of the full gradient, every element counted once (collective)."""
+        grid, grads = self.comm.grid, []
+        for name, p in self.named_shards().items():
+            pl, decl, _, _, d_in, d_out = self._where(name)
+            if p.grad is not None and placement(decl, pl, grid.shape, grid.coords, d_in, d_out)[1]:
+                grads.append(p.grad)
+        return global_norm(grads, grid.device)
+
     def named_shards(self) -> dict[str, nn.Parameter]:
         """Trainable shards by grid-independent name ("<layer>.<name>", "<layer>.bn.gamma")."""
         out = {}
@@ -230,10 +257,40 @@ class Network(ClassifierHead, nn.Module):
             H = g.receive(H)
             if self.training and (l > 0 or self.input_dropout):
                 H = g.dropout(H, self.p, step)
-            H = layer(g, H, step)
+            try:
+                H = layer(g, H, step)
+            except LayoutError as e:  # a torch operation's check does not know the layer
+                if str(e).startswith(g.name):
+                    raise
+                raise LayoutError(f"{g.name}: {e}") from None
+            want = output_layout(layer.order)
+            if layout_of(H) != want:
+                raise LayoutError(_wrong_output(g.name, layer.order, layout_of(H), want))
+            H = plain(H)
             if l < last:
                 H = relu(H)
         return H.float()
+
+
+def _describe(index: int, layer: Layer) -> str:
+    return f"layer {index} ({type(layer).__name__}, order=\"{layer.order}\")"
+
+
+def _wrong_output(name: str, order: str, got: str | None, want: str) -> str:
+    """Why a layer's output is not the layout its order hands on, and the fix."""
+    if got is None:
+        return (f"{name} returned a tensor without layout; return the result of g's operations "
+                f"({want})")
+    if order == "combine" and got == "nodes×out":
+        fix = ("aggregate g.linear's output with g.aggregate (or g.aggregate_weighted); a layer "
+               'without aggregation declares order = "dense"')
+    elif order == "dense":
+        fix = 'a layer that aggregates declares order = "agg" or "combine"'
+    elif got.endswith("×in"):
+        fix = "end with g.linear(..., self.<weight>)"
+    else:
+        fix = "move it to Â's rows with g.to_rows / g.aggregate"
+    return f"{name} returned {got} but an order=\"{order}\" layer returns {want}: {fix}"
 
 
 def serial_dropout(x: torch.Tensor, p: float, seed: int, step: int, layer: int) -> torch.Tensor:

@@ -1,20 +1,27 @@
 """The performance model: what one epoch of 3D-parallel training costs per rank on every grid.
 
 `model` (communication volume from `plexus.core.schedule`, compute, memory and α-β time, grid and
-order ranking), `calibration` (the machine rates it prices time with, and measuring them), `cli`
+order ranking), `calibration` (the machine rates it prices time with, and measuring them on CPUs),
+`gpucal` (measuring a GPU and its cluster's links), `placement` (which link each grid axis
+crosses on a cluster), `profiles` (built-in GPU nodes; what prices a prediction), `cli`
 (``plexus-model`` and ``plexus-bench``). Pure arithmetic apart from calibration: it answers
 instantly for billion-edge graphs.
 """
 
 from plexus.core.schedule import OPS, Collective
 
-from .calibration import Calibration, load_calibration
+from .calibration import (CALIBRATION_ENV, UNCALIBRATED, Calibration, CalibrationError,
+                          find_calibration, load_calibration)
 from .model import (CommVolume, Compute, Memory, ModelSpec, Prediction, choose_grid,
                     choose_orders, collective_time, collectives, epoch_compute, epoch_memory,
                     epoch_volume, factorizations, normalize_grid, predict, rank_configs)
+from .placement import Placement, pricing
+from .profiles import load_profile, profile_names, resolve_calibration
 from .setup import SetupMemory, partition_memory, read_memory, run_peak, setup_memory
 
-__all__ = ["OPS", "Collective", "Calibration", "load_calibration", "CommVolume", "Compute",
+__all__ = ["OPS", "Collective", "CALIBRATION_ENV", "UNCALIBRATED", "Calibration",
+           "CalibrationError", "find_calibration", "load_calibration", "Placement", "pricing",
+           "load_profile", "profile_names", "resolve_calibration", "CommVolume", "Compute",
            "Memory", "ModelSpec", "Prediction", "choose_grid", "choose_orders", "collective_time",
            "collectives", "epoch_compute", "epoch_memory", "epoch_volume", "factorizations",
            "normalize_grid", "predict", "rank_configs",

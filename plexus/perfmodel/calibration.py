@@ -42,6 +42,20 @@ from plexus.core.timing import time_calls
 from plexus.runtime.env import available_cores
 
 FORMAT_VERSION = 1
+#: Link classes a cluster's collectives are priced with: inside a node (NVLink, PCIe, or
+#: shared memory) and between nodes (the network).
+LINK_CLASSES = ("intra", "inter")
+#: What a prediction priced with the built-in rates says it is.
+UNCALIBRATED = "uncalibrated (GPU defaults)"
+#: The environment variable naming a calibration file every tool uses when none is given.
+CALIBRATION_ENV = "PLEXUS_CALIBRATION"
+#: A precision's own rates (`Calibration.rates`).
+PRECISION_RATES = ("spmm_flops", "gemm_flops", "elementwise_rate")
+
+
+class CalibrationError(ValueError):
+    """A calibration file or profile that is invalid, or lacks what a placement needs."""
+
 #: Seconds of GEMM every rank runs before each timed collective (see the module doc).
 BUSY_S = 1e-3
 
@@ -59,6 +73,12 @@ class Calibration:
     no sharing); the rates are one rank's on ``threads`` threads. The defaults describe an
     order-of-magnitude GPU node (not this machine): run ``plexus-bench calibrate`` for measured
     numbers.
+
+    A GPU calibration (``plexus-bench calibrate --device cuda``, `plexus.perfmodel.gpucal`) or
+    a built-in profile (`plexus.perfmodel.profiles`) also names its ``device`` and ``gpu``,
+    holds bf16's rates under ``precisions`` (`rates`), the (α, β) of each link class it
+    measured under ``links`` (`link_class`: "intra" inside a node, "inter" between nodes,
+    priced per axis by `plexus.perfmodel.placement`), the GPU's memory and its node size.
     """
 
     spmm_flops: float = 2e11
@@ -71,6 +91,14 @@ class Calibration:
     elementwise_rate: float = 1e11
     cores: int = 0
     threads: int = 1
+    device: str = "cuda"  # what the rates describe: "cpu" or "cuda" (files: "cpu" unless named)
+    gpu: str = ""  # the GPU's name (torch.cuda.get_device_name) or the profile's
+    links: tuple[tuple[str, float, float], ...] = ()  # (link class, α, β): `LINK_CLASSES`
+    precisions: tuple[tuple[str, float, float, float], ...] = ()  # (dtype, SpMM, GEMM, elementwise)
+    device_memory: float = 0.0  # bytes of one GPU (0: not known)
+    gpus_per_node: int = 0  # of the measured cluster or the profile's node (0: not known)
+    profile: str = ""  # a built-in profile's name (`plexus.perfmodel.profiles`)
+    reference: str = ""  # where a profile's figures come from
 
     def core_share(self, ranks_per_host: int | None) -> float:
         """The fraction of its calibrated rates a rank runs at when ``ranks_per_host`` ranks
@@ -83,15 +111,56 @@ class Calibration:
 
     @property
     def calibrated(self) -> bool:
-        """Whether the rates were measured (a file or a dict), not the built-in GPU-node ones."""
-        return self.source != "defaults"
+        """Whether the rates were measured (a file or a dict), not the built-in GPU-node ones
+        nor a published profile's."""
+        return self.source != "defaults" and not self.profile
 
-    def link(self, axis: str, ranks_per_host: int | None = None) -> tuple[float, float]:
-        """(α, β) of collectives over ``axis`` when ``ranks_per_host`` ranks share a host: the
-        axis's own pair if given, else `local_link`'s."""
+    @property
+    def label(self) -> str:
+        """What priced a prediction, as every tool prints it: ``uncalibrated (GPU defaults)``,
+        ``profile NAME (its reference)``, or ``calibration FILE (device, GPU)``."""
+        if self.profile:
+            return f"profile {self.profile} ({self.reference})"
+        if self.source == "defaults":
+            return UNCALIBRATED
+        what = ", ".join(x for x in (self.device, self.gpu) if x)
+        return f"calibration {self.source}" + (f" ({what})" if what else "")
+
+    def rates(self, dtype_bytes: int = 4) -> tuple[float, float, float]:
+        """(SpMM flop/s, GEMM flop/s, elementwise passes/s) at a compute precision of
+        ``dtype_bytes``: a 2-byte precision's own rates where they were measured (bf16),
+        else the float32 ones."""
+        if dtype_bytes == 2:
+            for _name, spmm, gemm, elementwise in self.precisions:
+                return spmm, gemm, elementwise
+        return self.spmm_flops, self.gemm_flops, self.elementwise_rate
+
+    def link_class(self, name: str) -> tuple[float, float]:
+        """(α, β) of the link class ``name`` ("intra": inside a node, "inter": between nodes).
+        A calibration without link classes (a CPU file, the defaults) prices every link with
+        ``alpha``/``beta``; one that has some but not ``name`` raises `CalibrationError`."""
+        if not self.links:
+            return self.alpha, self.beta
+        for cls, alpha, beta in self.links:
+            if cls == name:
+                return alpha, beta
+        have = ", ".join(c for c, _, _ in self.links)
+        fix = ("calibrate across nodes (srun ... plexus-bench calibrate --device cuda, "
+               "docs/design.md), or place every axis in a node (--gpus-per-node)"
+               if name == "inter" else "calibrate on a node with several GPUs")
+        raise CalibrationError(f"{self.label}: no {name!r} link class (it has {have}); the "
+                               f"placement needs it: {fix}")
+
+    def link(self, axis: str, ranks_per_host: int | None = None,
+             link_class: str | None = None) -> tuple[float, float]:
+        """(α, β) of collectives over ``axis``: the axis's own pair if given; else, placed on
+        a cluster, its ``link_class``'s (`link_class`); else, when ``ranks_per_host`` ranks
+        share a host, `local_link`'s."""
         for name, alpha, beta in self.axes:
             if name == axis:
                 return alpha, beta
+        if link_class is not None:
+            return self.link_class(link_class)
         return self.local_link(ranks_per_host)
 
     def local_link(self, ranks_per_host: int | None) -> tuple[float, float]:
@@ -110,7 +179,13 @@ class Calibration:
                 "alpha": self.alpha, "beta": self.beta,
                 "axes": {a: {"alpha": al, "beta": be} for a, al, be in self.axes},
                 "worlds": {str(w): {"alpha": al, "beta": be} for w, al, be in self.worlds},
-                "cores": self.cores, "threads": self.threads, "source": self.source}
+                "cores": self.cores, "threads": self.threads, "source": self.source,
+                "device": self.device, "gpu": self.gpu,
+                "links": {c: {"alpha": al, "beta": be} for c, al, be in self.links},
+                "precisions": {d: {"spmm_flops": sp, "gemm_flops": ge, "elementwise_rate": el}
+                               for d, sp, ge, el in self.precisions},
+                "device_memory": self.device_memory, "gpus_per_node": self.gpus_per_node,
+                "profile": self.profile, "reference": self.reference}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "dict") -> "Calibration":
@@ -119,52 +194,117 @@ class Calibration:
         Missing keys keep their defaults; bad values raise ValueError naming the key.
         """
         if not isinstance(data, Mapping):
-            raise ValueError(f"{source}: calibration must be a JSON object")
+            raise CalibrationError(f"{source}: calibration must be a JSON object")
         base = cls()
 
         def num(d: Mapping[str, Any], key: str, default: float, where: str) -> float:
             value = d.get(key, default)
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not math.isfinite(value) or value <= 0:
-                raise ValueError(f"{source}: {where}{key} must be a positive number, "
-                                 f"got {value!r}")
+                raise CalibrationError(f"{source}: {where}{key} must be a positive number, "
+                                      f"got {value!r}")
             return float(value)
 
         axes = []
         raw_axes = data.get("axes", {}) or {}
         if not isinstance(raw_axes, Mapping):
-            raise ValueError(f"{source}: axes must be an object like {{\"x\": {{\"alpha\": ...}}}}")
+            raise CalibrationError(f"{source}: axes must be an object like "
+                                   f"{{\"x\": {{\"alpha\": ...}}}}")
         for axis, link in raw_axes.items():
             if axis not in AXES or not isinstance(link, Mapping):
-                raise ValueError(f"{source}: axes.{axis} must be one of x/y/z with alpha/beta")
+                raise CalibrationError(f"{source}: axes.{axis} must be one of x/y/z with "
+                                       "alpha/beta")
             axes.append((axis, num(link, "alpha", base.alpha, f"axes.{axis}."),
                          num(link, "beta", base.beta, f"axes.{axis}.")))
         worlds = []
         raw_worlds = data.get("worlds", {}) or {}
         if not isinstance(raw_worlds, Mapping):
-            raise ValueError(f"{source}: worlds must be an object like "
-                             f"{{\"4\": {{\"alpha\": ...}}}}")
+            raise CalibrationError(f"{source}: worlds must be an object like "
+                                  f"{{\"4\": {{\"alpha\": ...}}}}")
         for size, link in raw_worlds.items():
             # ASCII digits without a leading zero: "04" beside "4" would be the same world
             if not re.fullmatch(r"[1-9][0-9]{0,5}", str(size)) or int(size) < 2 \
                     or not isinstance(link, Mapping) or not {"alpha", "beta"} <= set(link):
-                raise ValueError(f"{source}: worlds.{size} must be a world size >= 2 (digits) "
-                                 "with both alpha and beta")
+                raise CalibrationError(f"{source}: worlds.{size} must be a world size >= 2 "
+                                       "(digits) with both alpha and beta")
             worlds.append((int(size), num(link, "alpha", base.alpha, f"worlds.{size}."),
                            num(link, "beta", base.beta, f"worlds.{size}.")))
         counts = {}
         for key in ("cores", "threads"):
             value = data.get(key, getattr(base, key))
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{source}: {key} must be a whole number >= 0, got {value!r}")
+                raise CalibrationError(f"{source}: {key} must be a whole number >= 0, "
+                                       f"got {value!r}")
             counts[key] = max(value, 1) if key == "threads" else value
+        extra = _device_fields(data, source, num)
         return cls(spmm_flops=num(data, "spmm_flops", base.spmm_flops, ""),
                    gemm_flops=num(data, "gemm_flops", base.gemm_flops, ""),
                    alpha=num(data, "alpha", base.alpha, ""),
                    beta=num(data, "beta", base.beta, ""),
                    axes=tuple(sorted(axes)), source=source, worlds=tuple(sorted(worlds)),
                    elementwise_rate=num(data, "elementwise_rate", base.elementwise_rate, ""),
-                   **counts)
+                   **counts, **extra)
+
+
+def _device_fields(data: Mapping[str, Any], source: str,
+                   num: Callable[[Mapping[str, Any], str, float, str], float]) -> dict[str, Any]:
+    """The device, link-class and precision fields of a calibration document, checked: a link
+    class needs both α and β; a GPU calibration of a node with several GPUs needs its "intra"
+    class, one measured across nodes its "inter" class (a missing class is refused, never
+    priced with a default)."""
+    device = data.get("device", "cpu")
+    if device not in ("cpu", "cuda"):
+        raise CalibrationError(f"{source}: device must be cpu or cuda, got {device!r}")
+    texts = {}
+    for key in ("gpu", "profile", "reference"):
+        value = data.get(key, "")
+        if not isinstance(value, str):
+            raise CalibrationError(f"{source}: {key} must be a string, got {value!r}")
+        texts[key] = value
+    counts = {}
+    for key in ("gpus_per_node", "nodes"):
+        value = data.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise CalibrationError(f"{source}: {key} must be a whole number >= 0, got {value!r}")
+        counts[key] = value
+    memory = data.get("device_memory", 0)
+    if isinstance(memory, bool) or not isinstance(memory, (int, float)) \
+            or not math.isfinite(memory) or memory < 0:
+        raise CalibrationError(f"{source}: device_memory must be bytes >= 0, got {memory!r}")
+    raw_links = data.get("links", {}) or {}
+    if not isinstance(raw_links, Mapping):
+        raise CalibrationError(f"{source}: links must be an object like "
+                                    "{\"intra\": {\"alpha\": ..., \"beta\": ...}}")
+    links = []
+    for name, link in raw_links.items():
+        if name not in LINK_CLASSES or not isinstance(link, Mapping) \
+                or not {"alpha", "beta"} <= set(link):
+            raise CalibrationError(f"{source}: links.{name} must be one of "
+                                        f"{'/'.join(LINK_CLASSES)} with both alpha and beta")
+        links.append((name, num(link, "alpha", 0.0, f"links.{name}."),
+                      num(link, "beta", 0.0, f"links.{name}.")))
+    needed = (["intra"] if device == "cuda" and counts["gpus_per_node"] > 1 else []) \
+        + (["inter"] if counts["nodes"] > 1 else [])
+    for name in needed:
+        if name not in raw_links:
+            where = (f"{counts['gpus_per_node']} GPUs per node" if name == "intra" else
+                     f"{counts['nodes']} nodes")
+            raise CalibrationError(f"{source}: link class {name!r} is missing for {where}; "
+                                        "rerun plexus-bench calibrate --device cuda on them")
+    raw_prec = data.get("precisions", {}) or {}
+    if not isinstance(raw_prec, Mapping) or not set(raw_prec) <= {"bf16"}:
+        raise CalibrationError(f"{source}: precisions must be an object with bf16's "
+                                    "spmm_flops, gemm_flops, elementwise_rate")
+    precisions = []
+    for name, rates in raw_prec.items():
+        if not isinstance(rates, Mapping) or not set(PRECISION_RATES) <= set(rates):
+            raise CalibrationError(f"{source}: precisions.{name} needs "
+                                        f"{', '.join(PRECISION_RATES)}")
+        precisions.append((name, *(num(rates, k, 0.0, f"precisions.{name}.")
+                                   for k in PRECISION_RATES)))
+    return {"device": device, **texts, "links": tuple(sorted(links)),
+            "precisions": tuple(precisions), "device_memory": float(memory),
+            "gpus_per_node": counts["gpus_per_node"]}
 
 
 def load_calibration(path: str | os.PathLike | None) -> Calibration:
@@ -177,38 +317,46 @@ def load_calibration(path: str | os.PathLike | None) -> Calibration:
     try:
         mode = os.stat(path).st_mode
         if not stat.S_ISREG(mode):
-            raise ValueError(f"calibration {path}: not a regular file; give the JSON file "
-                             "plexus-bench calibrate wrote")
+            raise CalibrationError(f"calibration {path}: not a regular file; give the JSON file "
+                                  "plexus-bench calibrate wrote")
         if os.stat(path).st_size > MAX_CALIBRATION_BYTES:
-            raise ValueError(f"calibration {path}: too large for a calibration file")
+            raise CalibrationError(f"calibration {path}: too large for a calibration file")
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         with open(fd, encoding="utf-8") as f:
             data = json.load(f, parse_constant=_no_constant)
     except OSError as e:
-        raise ValueError(f"cannot read calibration {path}: {e.strerror or e}") from None
+        raise CalibrationError(f"cannot read calibration {path}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
-        raise ValueError(f"calibration {path} is not UTF-8 text: {e.reason}") from None
+        raise CalibrationError(f"calibration {path} is not UTF-8 text: {e.reason}") from None
     except RecursionError:
-        raise ValueError(f"calibration {path} is not valid JSON: nested too deeply") from None
+        raise CalibrationError(f"calibration {path} is not valid JSON: nested too deeply") from None
     except json.JSONDecodeError as e:
-        raise ValueError(f"calibration {path} is not valid JSON: {e}") from None
+        raise CalibrationError(f"calibration {path} is not valid JSON: {e}") from None
     if not isinstance(data, Mapping):
-        raise ValueError(f"calibration {path}: must be a JSON object")
+        raise CalibrationError(f"calibration {path}: must be a JSON object")
     unknown = sorted(set(data) - FILE_KEYS)
     if unknown:
-        raise ValueError(f"calibration {path}: unknown key {unknown[0]!r}; a calibration file "
-                         f"has {', '.join(sorted(RATE_KEYS))} (plexus-bench calibrate writes it)")
+        raise CalibrationError(f"calibration {path}: unknown key {unknown[0]!r}; a "
+                               f"calibration file has {', '.join(sorted(RATE_KEYS))} "
+                               "(plexus-bench calibrate writes it)")
     source = str(path) if "alpha" in data else \
         f"{path} (collectives not measured: default alpha/beta)"
     calibration = Calibration.from_dict(data, source=source)  # the values present, checked
     missing = [k for k in ("spmm_flops", "gemm_flops") if k not in data]
     if missing:
-        raise ValueError(f"calibration {path}: {missing[0]} is missing (plexus-bench calibrate "
-                         "writes it)")
+        raise CalibrationError(f"calibration {path}: {missing[0]} is missing (plexus-bench "
+                               "calibrate writes it)")
     if ("alpha" in data) != ("beta" in data):
-        raise ValueError(f"calibration {path}: has {'alpha' if 'alpha' in data else 'beta'} "
-                         "without its partner; collectives are calibrated as an alpha/beta pair")
+        raise CalibrationError(f"calibration {path}: has {'alpha' if 'alpha' in data else 'beta'} "
+                               "without its partner; collectives are calibrated as an "
+                               "alpha/beta pair")
     return calibration
+
+
+def find_calibration(environ: Mapping[str, str]) -> str | None:
+    """The calibration file `CALIBRATION_ENV` names in ``environ`` (e.g. ``os.environ``), if
+    set: how a cluster's calibration reaches every tool without a flag on each command."""
+    return environ.get(CALIBRATION_ENV) or None
 
 
 def _no_constant(name: str) -> Any:
@@ -219,7 +367,9 @@ def _no_constant(name: str) -> Any:
 RATE_KEYS = frozenset({"spmm_flops", "gemm_flops", "elementwise_rate", "alpha", "beta", "axes",
                        "worlds"})
 FILE_KEYS = RATE_KEYS | {"version", "created", "host", "machine", "torch", "threads", "cores",
-                         "measurements", "backend", "note", "source"}
+                         "measurements", "backend", "note", "source", "device", "gpu", "links",
+                         "precisions", "device_memory", "gpus_per_node", "nodes", "profile",
+                         "reference"}
 MAX_CALIBRATION_BYTES = 64 << 20
 
 

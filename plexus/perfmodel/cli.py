@@ -5,7 +5,9 @@
   partitioning the graph in one process, a rank reading its shard (`plexus.perfmodel.setup`).
 - ``plexus-bench calibrate``: measure SpMM/GEMM rates and gloo collective α/β on this machine
   and write a JSON file that ``plexus-model --calibration FILE`` reads
-  (`plexus.perfmodel.calibration`).
+  (`plexus.perfmodel.calibration`); ``--device cuda``: a GPU's fp32 and bf16 rates and NCCL α/β
+  per link class (`plexus.perfmodel.gpucal`). ``plexus-model --gpus``/``--gpus-per-node``
+  prices GPU clusters, each axis with the link it crosses (`plexus.perfmodel.placement`).
 - ``plexus-bench check`` is defined in `plexus.testing.firstrun` (it runs the engine, which this
   package may not import) and joins ``plexus-bench`` as a `BenchCommand`.
 
@@ -19,23 +21,29 @@ import json
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
+import os
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Callable, Sequence
 
-from plexus.core.cli import ArgumentParser, UsageError, report_error
+from plexus.core.cli import ArgumentParser, UsageError, given_options, report_error
 from plexus.core.grid import MAX_WORLD_SIZE, GridShape
 from plexus.core.model import DTYPE_BYTES
 from plexus.core.modelopts import (ModelOptionsText, add_model_options, add_precision_options,
                                    check_model_options, describe_model, model_config)
 from plexus.core.units import format_bytes, format_seconds
 from plexus.datasets.convert import streamed_spec
+from plexus.datasets.ogb_sizes import ogb_sizes
 
-from .calibration import Calibration, calibrate, load_calibration, write_calibration
+from .calibration import CALIBRATION_ENV, Calibration, calibrate, write_calibration
 from .model import BEST_ORDER, ModelSpec, Prediction, rank_configs
+from .placement import Placement
+from .profiles import profile_names, resolve_calibration
 from .setup import partition_memory, setup_memory
 
 # Up to this many stored edges the CLI builds Â to count its non-zeros exactly.
 _EXACT_NNZ_LIMIT = 50_000_000
+# A recipe's ModelConfig field -> the plexus-model option that sets it (the others by name).
+_RECIPE_FLAGS = {"num_layers": "layers", "kind": "model"}
 
 
 def _model_parser() -> ArgumentParser:
@@ -44,11 +52,21 @@ def _model_parser() -> ArgumentParser:
         description="Rank every X×Y×Z grid of a world size by the predicted epoch time of 3D "
                     "GNN training (α-β communication model + calibrated compute rates), with "
                     "the memory per rank each model kind needs.")
-    p.add_argument("--world-size", "-G", type=int, required=True, metavar="G",
+    p.add_argument("--world-size", "-G", type=int, metavar="G",
                    help="number of ranks; every ordered factorization X·Y·Z = G is evaluated")
+    p.add_argument("--gpus", metavar="G[,G...]",
+                   help="GPU counts (one rank per GPU), a table per count: the ranks train on "
+                        "GPUs (the GPU memory model) placed node by node (--gpus-per-node)")
+    p.add_argument("--gpus-per-node", type=int, metavar="R",
+                   help="GPUs per node: each grid axis's collectives are priced with the link "
+                        "they cross (intra-node or inter-node, from the calibration or profile)")
     p.add_argument("--dataset", metavar="SPEC",
-                   help="dataset spec for plexus.datasets.load_dataset (sizes are read from it)")
+                   help="dataset spec for plexus.datasets.load_dataset (sizes are read from it; "
+                        "OGB names without --root: their published sizes, no data needed)")
     p.add_argument("--root", metavar="DIR", help="dataset root directory (with --dataset)")
+    p.add_argument("--recipe", metavar="NAME",
+                   help="an OGB recipe's dataset and model options (as plexus-train --recipe); "
+                        "options given explicitly win")
     p.add_argument("--nodes", type=int, metavar="N", help="number of nodes (without --dataset)")
     p.add_argument("--nnz", type=int, metavar="M",
                    help="non-zeros of the normalized adjacency, self loops included")
@@ -58,75 +76,176 @@ def _model_parser() -> ArgumentParser:
     add_model_options(p, ModelOptionsText(extra_orders=", best (the model's choice per grid)"))
     add_precision_options(p.add_argument_group("engine"))
     p.add_argument("--calibration", metavar="FILE",
-                   help="JSON from `plexus-bench calibrate` (default: built-in GPU-node rates)")
+                   help="JSON from `plexus-bench calibrate` (default: $" + CALIBRATION_ENV
+                        + " if set, else a built-in profile (--profile), else built-in GPU "
+                          "rates, said as uncalibrated)")
+    p.add_argument("--profile", choices=profile_names(), metavar="NAME",
+                   help="a built-in GPU node's published rates, used without a calibration: "
+                        + ", ".join(profile_names()) + " (default with --gpus-per-node: the "
+                        "profile of that node size, if one)")
     p.add_argument("--ranks-per-host", type=int, metavar="R",
                    help="ranks sharing one host: they share its cores, and their collectives "
                         "are priced with the calibration's world nearest R (`plexus-bench "
                         "calibrate --world-size`); default: one rank per device, the "
                         "calibration's first pair")
     p.add_argument("--memory-limit", type=float, metavar="GIB",
-                   help="memory per rank in GiB; grids above it are ranked last and flagged")
+                   help="memory per rank in GiB; grids above it are ranked last and flagged "
+                        "(on GPUs, default: the GPU's memory from the calibration or profile)")
     p.add_argument("--top", type=int, default=10, metavar="K",
                    help="show the K fastest grids (default 10, 0 = all)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return p
 
 
-def _dataset_sizes(spec: str, root: str | None) -> tuple[str, int, int, int, int, bool]:
-    """(name, N, nnz of Â, F, C, whether its C are binary tasks) of a dataset loaded through
-    plexus.datasets."""
+@dataclass(frozen=True)
+class _Sizes:
+    name: str
+    nodes: int
+    nnz: int
+    features: int
+    classes: int
+    multilabel: bool
+    origin: str  # where the sizes come from, as the output says it
+
+
+def _dataset_sizes(spec: str, root: str | None, symmetrize: bool = False) -> _Sizes:
+    """The sizes of a dataset: an OGB name without ``root`` from its published sizes
+    (`plexus.datasets.ogb_sizes`), anything else loaded through plexus.datasets."""
+    published = ogb_sizes(spec)
+    if published is not None and root is None:
+        nnz = published.gcn_nnz
+        if symmetrize and published.directed:  # both directions of every edge
+            nnz = 2 * published.edges + published.num_nodes
+        return _Sizes(published.name, published.num_nodes, nnz, published.num_features,
+                      published.num_classes, published.multilabel,
+                      "published sizes, no data read; --root DIR counts the files")
     from plexus.datasets import gcn_nnz, load_dataset  # noqa: PLC0415 (heavy; only when asked)
 
     graph = load_dataset(spec, root)
+    if symmetrize:
+        graph = graph.to_undirected()
     nnz = gcn_nnz(graph, exact=graph.num_edges <= _EXACT_NNZ_LIMIT)
-    return (graph.name, graph.num_nodes, nnz, graph.num_features, graph.num_classes,
-            graph.multilabel)
+    return _Sizes(graph.name, graph.num_nodes, nnz, graph.num_features, graph.num_classes,
+                  graph.multilabel, "loaded")
 
 
-def _table(spec: ModelSpec, cal: Calibration, preds: list[Prediction], world: int,
-           shown: int, streamed: bool = False, per_host: int | None = None) -> str:
+def _gpu_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1 or max(counts) > MAX_WORLD_SIZE:
+        raise UsageError(f"--gpus must be GPU counts in [1, {MAX_WORLD_SIZE}] separated by "
+                         f"commas, got {text!r}")
+    return counts
+
+
+def _header(spec: ModelSpec, cal: Calibration, origin: str, streamed: bool,
+            per_host: int | None, placement: Placement | None) -> list[str]:
     m = spec.model
-    alpha, beta = cal.local_link(per_host)  # the pair the collectives are priced with
-    lines = [
+    spmm, gemm, _ = cal.rates(spec.dtype_bytes)
+    if placement is not None and cal.links:
+        links = ", ".join(f"{c} alpha {a:.3g} s, beta {1 / b:.3g} B/s" for c, a, b in cal.links)
+    elif placement is not None:
+        links = f"every link alpha {cal.alpha:.3g} s, beta {1 / cal.beta:.3g} B/s"
+    else:
+        alpha, beta = cal.local_link(per_host)  # the pair the collectives are priced with
+        links = f"alpha {alpha:.3g} s, beta {1 / beta:.3g} B/s" + (
+            f"; {per_host} ranks per host" if per_host else "")
+    return [
         f"{spec.name or 'graph'}: N={spec.num_nodes:,} nnz={spec.nnz:,} F={spec.num_features} "
         f"C={spec.num_classes} layers={m.num_layers} hidden={m.hidden} "
-        f"order={spec.order_text} "
-        f"bias={'yes' if m.bias else 'no'}",
+        f"order={spec.order_text} bias={'yes' if m.bias else 'no'}"
+        + (f" ({origin})" if origin != "loaded" else ""),
         "model: " + describe_model(m).replace(f"order {m.order}", f"order {spec.order_text}")
         + (f", {[k for k, v in DTYPE_BYTES.items() if v == spec.dtype_bytes][0]}"
            if spec.dtype_bytes != 4 else "") + (", recompute" if spec.recompute else "")
         + " (plexus-train's model options and defaults: --model, --layers, --hidden, ...)",
-        f"calibration: {cal.source} (SpMM {cal.spmm_flops:.3g} flop/s, GEMM "
-        f"{cal.gemm_flops:.3g} flop/s, alpha {alpha:.3g} s, beta {1 / beta:.3g} B/s"
-        + (f"; {per_host} ranks per host" if per_host else "") + ")",
-        f"world size {world}: {len(preds)} grids, showing {shown}",
-        "",
+        f"calibration: {cal.label}",
+        f"  rates: SpMM {spmm:.3g} flop/s, GEMM {gemm:.3g} flop/s; {links}"
+        + (f"; {placement.gpus_per_node} GPUs per node" if placement else "")
+        + (f"; GPU memory {format_bytes(cal.device_memory)}" if cal.device_memory else ""),
         f"set-up: partitioning the graph takes {format_bytes(partition_memory(spec, streamed))} "
-        f"in one process{' (out of core)' if streamed else ''}, once per shard store; "
-        "set-up/rank: a rank "
+        f"in one process{' (out of core)' if streamed else ''}, once per shard store"
+        + ("" if streamed else f" ({format_bytes(partition_memory(spec, True))} out of core, "
+                               "from R-MAT, OGB or a graph directory: plexus-partition)"),
+    ]
+
+
+def _axis_shares(p: Prediction) -> str:
+    """Each axis's share of the epoch in communication, with its link class when placed."""
+    parts = []
+    for axis, seconds in p.comm_s_per_axis.items():
+        if seconds > 0:
+            link = f" {p.links[axis]}" if p.links else ""
+            parts.append(f"{axis} {100 * seconds / p.time_s:.0f}%{link}")
+    return " ".join(parts) or "-"
+
+
+def _table(spec: ModelSpec, preds: list[Prediction], world: int, shown: int,
+           limit_name: str) -> list[str]:
+    lines = [
+        f"world size {world}: {len(preds)} grids, showing {shown}; set-up/rank: a rank "
         + ("reading its shard" if spec.from_store else "loading the graph to cut its shard"),
-        "",
         f"{'rank':>4}  {'XxYxZ':<11} {'epoch':>10} {'comm':>10} {'compute':>10} {'comm%':>6} "
-        f"{'comm/rank':>11} {'memory/rank':>12} {'set-up/rank':>12}  orders",
+        f"{'comm share per axis':<30} {'comm/rank':>11} {'memory/rank':>12} "
+        f"{'set-up/rank':>12}  orders",
     ]
     for k, p in enumerate(preds[:shown], 1):
         grid = str(GridShape.of(p.grid))
-        flag = "" if p.fits else "  (over memory limit)"
+        flag = "" if p.fits else f"  (over {limit_name})"
         orders = ",".join("a" if o == "agg" else "c" for o in p.orders)
         lines.append(
             f"{k:>4}  {grid:<11} {format_seconds(p.time_s):>10} {format_seconds(p.comm_s):>10} "
             f"{format_seconds(p.compute_s):>10} {100 * p.comm_fraction:>5.1f}% "
+            f"{_axis_shares(p):<30} "
             f"{format_bytes(p.volume.total_bytes):>11} {format_bytes(p.memory.total):>12} "
             f"{format_bytes(setup_memory(spec, p.grid).rank):>12}  {orders}{flag}")
-    return "\n".join(lines)
+    if preds and not preds[0].fits:
+        lines.append(f"none of the {len(preds)} grids fits in the {limit_name}: use more ranks, "
+                     "--dtype bf16 or --recompute")
+    return lines
 
 
-def model_main(argv: Sequence[str] | None = None) -> int:
-    """``plexus-model``: print the ranked grids for a world size. Exit 2 on bad input."""
+def _apply_recipe(args: argparse.Namespace, explicit: set[str],
+                  recipe_lookup: Callable[[str], Any] | None) -> tuple[dict[str, Any], bool]:
+    """Fill the options ``explicit`` does not name from ``args.recipe``: its dataset and model
+    fields. Returns (ModelConfig fields no option sets, whether the recipe symmetrizes)."""
+    if args.recipe is None:
+        return {}, False
+    if recipe_lookup is None:
+        raise UsageError("--recipe needs the recipes of plexus.api (run the plexus-model "
+                         "command)")
+    recipe = recipe_lookup(args.recipe)
+    if args.dataset is None and args.nodes is None:
+        args.dataset = recipe.dataset
+    rest = {}
+    for name, value in recipe.model.items():
+        dest = _RECIPE_FLAGS.get(name, name)
+        if dest in explicit:
+            continue
+        if hasattr(args, dest):
+            setattr(args, dest, value)
+        else:
+            rest[name] = value
+    return rest, bool(recipe.symmetrize)
+
+
+def model_main(argv: Sequence[str] | None = None,
+               recipe_lookup: Callable[[str], Any] | None = None) -> int:
+    """``plexus-model``: print the ranked grids for a world size (or, with ``--gpus``, for each
+    GPU count). ``recipe_lookup``: a recipe by name (``plexus.api.recipes.get_recipe``; this
+    package may not import the API). Exit 2 on bad input."""
     parser = _model_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = parser.parse_args(argv)
-        if not 1 <= args.world_size <= MAX_WORLD_SIZE:  # the ranking answers at once up to it
+        recipe_fields, symmetrize = _apply_recipe(args, given_options(parser, argv),
+                                                  recipe_lookup)
+        if (args.world_size is None) == (args.gpus is None):
+            raise UsageError("give --world-size G or --gpus G[,G...] (one of them)")
+        worlds = _gpu_counts(args.gpus) if args.gpus is not None else [args.world_size]
+        if args.world_size is not None and not 1 <= args.world_size <= MAX_WORLD_SIZE:
             raise ValueError(f"--world-size must be in [1, {MAX_WORLD_SIZE}], got "
                              f"{args.world_size}")
         if args.memory_limit is not None and not 0 < args.memory_limit < math.inf:
@@ -134,48 +253,84 @@ def model_main(argv: Sequence[str] | None = None) -> int:
                              f"{args.memory_limit}")
         if args.top < 0:
             raise ValueError(f"--top must be >= 0, got {args.top}")
-        if args.ranks_per_host is not None and not 1 <= args.ranks_per_host <= args.world_size:
+        if args.ranks_per_host is not None and not 1 <= args.ranks_per_host <= min(worlds):
             raise ValueError(f"--ranks-per-host must be in [1, --world-size], got "
                              f"{args.ranks_per_host}")
+        if args.gpus_per_node is not None:
+            if args.gpus_per_node < 1:
+                raise ValueError(f"--gpus-per-node must be >= 1, got {args.gpus_per_node}")
+            if args.ranks_per_host is not None:
+                raise UsageError("give --gpus-per-node (GPU ranks) or --ranks-per-host (ranks "
+                                 "sharing a CPU host), not both")
         check_model_options(args)
         explicit = [args.nodes, args.nnz, args.features, args.classes]
         if args.dataset is not None:
             if any(v is not None for v in explicit):
                 raise ValueError("give either --dataset or --nodes/--nnz/--features/--classes")
-            name, n, nnz, f, c, multilabel = _dataset_sizes(args.dataset, args.root)
+            sizes = _dataset_sizes(args.dataset, args.root, symmetrize)
         else:
             if any(v is None for v in explicit):
                 raise ValueError("give --dataset SPEC, or all of --nodes --nnz --features "
                                  "--classes")
-            name, (n, nnz, f, c), multilabel = "graph", explicit, False
+            sizes = _Sizes("graph", *explicit, False, "given")  # type: ignore[misc]
+        if args.calibration and args.profile:
+            raise UsageError("give --calibration FILE or --profile NAME, not both (a measured "
+                             "calibration replaces a profile)")
+        cal = resolve_calibration(args.calibration, args.profile, args.gpus_per_node,
+                                  os.environ)
+        # GPU ranks: asked for, or a GPU's calibration or profile (the built-in rates keep the
+        # memory model of a CPU rank, as before GPU calibrations existed)
+        gpus = args.gpus is not None or args.gpus_per_node is not None or (
+            cal.device == "cuda" and cal.source != "defaults")
+        per_node = args.gpus_per_node or (cal.gpus_per_node if gpus and cal.links else None)
+        placement = Placement(per_node) if per_node else None
         best = args.order == BEST_ORDER
-        model = model_config(args, **({"order": "agg"} if best else {}))
-        spec = ModelSpec(n, nnz, f, c, model, best_orders=best, name=name,
-                         dtype_bytes=DTYPE_BYTES[args.dtype], recompute=args.recompute,
-                         from_store=args.world_size > 1,  # plexus-train's ranks read a store
-                         multilabel=multilabel)
-        cal = load_calibration(args.calibration)
-        limit = None if args.memory_limit is None else args.memory_limit * 2**30
-        preds = rank_configs(args.world_size, spec, cal, limit, args.ranks_per_host)
+        model = model_config(args, **recipe_fields, **({"order": "agg"} if best else {}))
+        spec = ModelSpec(sizes.nodes, sizes.nnz, sizes.features, sizes.classes, model,
+                         best_orders=best, name=sizes.name, dtype_bytes=DTYPE_BYTES[args.dtype],
+                         recompute=args.recompute, multilabel=sizes.multilabel,
+                         device="cuda" if gpus else "cpu")
+        limit, limit_name = None, "memory limit"
+        if args.memory_limit is not None:
+            limit = args.memory_limit * 2**30
+        elif gpus and cal.device_memory:
+            limit, limit_name = cal.device_memory, "GPU memory"
+        if limit is not None and limit_name == "GPU memory":
+            limit_name = f"GPU's {format_bytes(limit)}"
+        runs = []
+        for world in worlds:
+            at = replace(spec, from_store=world > 1)  # plexus-train's ranks read a store
+            runs.append((world, at, rank_configs(world, at, cal, limit, args.ranks_per_host,
+                                                 placement)))
     except (ValueError, OSError, KeyError) as e:  # UsageError, DatasetError are ValueErrors
         if callable(getattr(e, "command_line", None)):  # an API argument named as a flag
             return report_error(parser.prog, e)
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return report_error(parser.prog, msg)
-    shown = len(preds) if args.top == 0 else min(args.top, len(preds))
     streamed = args.dataset is not None and streamed_spec(args.dataset)  # cut out of core
     if args.json:
         doc = {"spec": {k: (list(v) if isinstance(v, tuple) else v)
                         for k, v in asdict(spec).items()},
-               "calibration": cal.to_dict(), "world_size": args.world_size,
-               "ranks_per_host": args.ranks_per_host,
-               "num_grids": len(preds), "partition_bytes": partition_memory(spec, streamed),
-               "configs": [{**p.to_dict(), "setup_bytes": setup_memory(spec, p.grid).rank}
-                           for p in preds[:shown]]}
+               "sizes_from": sizes.origin, "calibration": cal.to_dict(),
+               "calibration_label": cal.label, "ranks_per_host": args.ranks_per_host,
+               "gpus_per_node": per_node, "partition_bytes": partition_memory(spec, streamed),
+               "partition_out_of_core": streamed, "memory_limit": limit, "worlds": []}
+        for world, at, preds in runs:
+            shown = len(preds) if args.top == 0 else min(args.top, len(preds))
+            doc["worlds"].append({
+                "world_size": world, "num_grids": len(preds),
+                "configs": [{**p.to_dict(), "setup_bytes": setup_memory(at, p.grid).rank}
+                            for p in preds[:shown]]})
+        if args.gpus is None:  # the one world's fields at the top, as before --gpus
+            doc.update(doc["worlds"][0])
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
-    else:
-        print(_table(spec, cal, preds, args.world_size, shown, streamed, args.ranks_per_host))
+        return 0
+    lines = _header(spec, cal, sizes.origin, streamed, args.ranks_per_host, placement)
+    for world, at, preds in runs:
+        shown = len(preds) if args.top == 0 else min(args.top, len(preds))
+        lines += [""] + _table(at, preds, world, shown, limit_name)
+    print("\n".join(lines))
     return 0
 
 
@@ -198,12 +353,19 @@ def _bench_parser(commands: Sequence[BenchCommand] = ()) -> ArgumentParser:
     cal = sub.add_parser("calibrate", help="measure this machine for plexus-model",
                          description="Measure SpMM and GEMM rates (torch, CPU) and the latency "
                                      "(alpha) and per-byte time (beta) of gloo collectives on a "
-                                     "local world; write them as JSON for plexus-model.")
+                                     "local world; with --device cuda, a GPU's rates in fp32 "
+                                     "and bf16 (CUDA events) and NCCL alpha-beta per link class "
+                                     "(inside a node; between nodes under srun/torchrun); write "
+                                     "them as JSON for plexus-model and plexus-train --grid "
+                                     "auto.")
     cal.add_argument("--out", required=True, metavar="FILE", help="calibration JSON to write")
     cal.add_argument("--world-size", default="2", metavar="P[,P...]",
                      help="local gloo ranks for the collective timings, one world per size "
                           "(default 2; e.g. 2,4 to price runs of 2 and of 4 ranks per host; "
                           "1 skips them)")
+    cal.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                     help="cpu (default): torch on cores, gloo; cuda: this GPU and NCCL links "
+                          "(--world-size and --threads do not apply)")
     cal.add_argument("--threads", type=int, default=None, metavar="T",
                      help="torch threads for the compute timings (default $OMP_NUM_THREADS, "
                           "else 1, as one rank of plexus-sweep uses)")
@@ -228,9 +390,11 @@ def _world_sizes(text: str) -> list[int]:
 
 
 def bench_main(argv: Sequence[str] | None = None,
-               commands: Sequence[BenchCommand] = ()) -> int:
+               commands: Sequence[BenchCommand] = (),
+               mask_pass: Callable[[Any], object] | None = None) -> int:
     """``plexus-bench`` with ``calibrate`` and the given further ``commands`` (the console entry
-    point passes ``check``). Exit 2 on bad input, 1 if a measurement fails."""
+    point passes ``check``, and ``mask_pass``, the engine's dropout of a tensor, which
+    ``calibrate --device cuda`` times). Exit 2 on bad input, 1 if a measurement fails."""
     parser = _bench_parser(commands)
     extra = {c.name: c for c in commands}
     try:
@@ -253,9 +417,16 @@ def bench_main(argv: Sequence[str] | None = None,
         return report_error(parser.prog, e)
     if args.command == "calibrate":
         start = time.perf_counter()
+        say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
         try:
-            doc = calibrate(worlds, args.threads, args.quick,
-                            log=lambda m: print(m, file=sys.stderr, flush=True))
+            if args.device == "cuda":
+                from .gpucal import calibrate_cuda  # noqa: PLC0415 (torch.cuda)
+
+                doc = calibrate_cuda(args.quick, say, mask_pass)
+                if doc is None:  # a rank other than 0 of a launcher's job: rank 0 writes
+                    return 0
+            else:
+                doc = calibrate(worlds, args.threads, args.quick, log=say)
             path = write_calibration(doc, args.out)
         except OSError as e:
             return report_error(parser.prog, f"cannot write {args.out}: {e.strerror or e}")
@@ -265,5 +436,8 @@ def bench_main(argv: Sequence[str] | None = None,
         if "alpha" in doc:
             print(f", alpha {doc['alpha'] * 1e6:.1f} us, beta {1 / doc['beta'] / 1e9:.2f} GB/s",
                   end="")
+        for cls, link in doc.get("links", {}).items():
+            print(f"; {cls} alpha {link['alpha'] * 1e6:.1f} us, beta "
+                  f"{1 / link['beta'] / 1e9:.2f} GB/s", end="")
         print(f"\nwrote {path} ({time.perf_counter() - start:.1f} s)")
     return 0

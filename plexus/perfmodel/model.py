@@ -31,6 +31,7 @@ from plexus.core.ops.base import MASTER_BYTES, StageSizes, elementwise_passes, s
 from plexus.core.schedule import OPS, Collective, epoch_collectives
 
 from .calibration import Calibration
+from .placement import Placement
 
 # Above this many layers choose_orders searches greedily instead of over all 2^L orders.
 _EXHAUSTIVE_ORDER_LAYERS = 12
@@ -490,6 +491,7 @@ class Prediction:
     memory: Memory
     comm_s_per_axis: dict[str, float]
     fits: bool = True  # within the memory limit given to rank_configs
+    links: dict[str, str] = field(default_factory=dict)  # axis -> link class, when placed
 
     @property
     def comm_fraction(self) -> float:
@@ -499,7 +501,7 @@ class Prediction:
         """JSON-ready form."""
         return {"grid": list(self.grid), "orders": list(self.orders), "time_s": self.time_s,
                 "comm_s": self.comm_s, "compute_s": self.compute_s,
-                "comm_s_per_axis": self.comm_s_per_axis,
+                "comm_s_per_axis": self.comm_s_per_axis, "links": self.links,
                 "comm_elements": self.volume.total_elements, "comm_bytes": self.volume.total_bytes,
                 "comm": self.volume.to_dict(), "spmm_flops": self.compute.spmm_flops,
                 "gemm_flops": self.compute.gemm_flops,
@@ -508,16 +510,18 @@ class Prediction:
 
 
 def collective_time(c: Collective, calibration: Calibration, dtype_bytes: int = 4,
-                    ranks_per_host: int | None = None) -> float:
+                    ranks_per_host: int | None = None, link_class: str | None = None) -> float:
     """α-β time of one ring collective: steps·α + bytes moved per rank·β, with the (α, β) of
-    its axis, or of a world of ``ranks_per_host`` local ranks (`Calibration.link`)."""
-    alpha, beta = calibration.link(c.axis, ranks_per_host)
+    its axis, of its ``link_class`` on a cluster, or of a world of ``ranks_per_host`` local
+    ranks (`Calibration.link`)."""
+    alpha, beta = calibration.link(c.axis, ranks_per_host, link_class)
     return c.steps * alpha + c.elements * (c.itemsize or dtype_bytes) * beta
 
 
 def _resolve_orders(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str] | None,
                     calibration: Calibration | None = None,
-                    ranks_per_host: int | None = None) -> tuple[str, ...]:
+                    ranks_per_host: int | None = None,
+                    placement: Placement | None = None) -> tuple[str, ...]:
     """The per-layer orders to price: ``orders`` (validated), the model's, or with
     ``best_orders`` the fastest on this grid (priced as `predict` prices it)."""
     if orders is not None:
@@ -525,35 +529,41 @@ def _resolve_orders(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[
     fixed = spec.fixed_orders()
     if fixed is None:
         return choose_orders(spec, (shape["x"], shape["y"], shape["z"]), calibration,
-                             ranks_per_host)
+                             ranks_per_host, placement)
     return fixed
 
 
 def predict(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
             calibration: Calibration | None = None,
             orders: Sequence[str] | None = None,
-            ranks_per_host: int | None = None) -> Prediction:
+            ranks_per_host: int | None = None,
+            placement: Placement | None = None) -> Prediction:
     """Predicted epoch time (communication + compute, no overlap), volume and memory on ``grid``.
 
     Compute is flops at the SpMM and GEMM rates plus element passes at the elementwise rate,
     divided by the share of a core each rank gets when ``ranks_per_host`` ranks share the
     calibrated machine's cores (`Calibration.core_share`; None: one rank per device); the
     collectives are priced with the (α, β) measured on a local world of that many ranks when
-    the calibration has one (`Calibration.link`)."""
+    the calibration has one (`Calibration.link`). With a ``placement`` on a GPU cluster each
+    axis's collectives take the (α, β) of the link class they cross (`Placement.axis_links`).
+    The rates are the calibration's at the spec's precision (`Calibration.rates`)."""
     cal = calibration or Calibration()
     s = normalize_grid(grid)
-    orders = _resolve_orders(spec, s, orders, cal, ranks_per_host)
+    orders = _resolve_orders(spec, s, orders, cal, ranks_per_host, placement)
     vol = epoch_volume(spec, s, orders)
     comp = epoch_compute(spec, s, orders)
     mem = epoch_memory(spec, s, orders)
+    links = placement.axis_links(s) if placement else {}
     per_axis = {a: 0.0 for a in AXES}
     for c in vol.collectives:
-        per_axis[c.axis] += collective_time(c, cal, spec.dtype_bytes, ranks_per_host)
+        per_axis[c.axis] += collective_time(c, cal, spec.dtype_bytes, ranks_per_host,
+                                            links.get(c.axis))
     comm_s = sum(per_axis.values())
-    compute_s = (comp.spmm_flops / cal.spmm_flops + comp.gemm_flops / cal.gemm_flops
-                 + comp.elementwise / cal.elementwise_rate) / cal.core_share(ranks_per_host)
+    spmm_rate, gemm_rate, elementwise_rate = cal.rates(spec.dtype_bytes)
+    compute_s = (comp.spmm_flops / spmm_rate + comp.gemm_flops / gemm_rate
+                 + comp.elementwise / elementwise_rate) / cal.core_share(ranks_per_host)
     return Prediction((s["x"], s["y"], s["z"]), tuple(orders), comm_s + compute_s, comm_s,
-                      compute_s, vol, comp, mem, per_axis)
+                      compute_s, vol, comp, mem, per_axis, links=links)
 
 
 def factorizations(world_size: int) -> list[Grid3]:
@@ -566,14 +576,15 @@ def factorizations(world_size: int) -> list[Grid3]:
 
 def rank_configs(world_size: int, spec: ModelSpec, calibration: Calibration | None = None,
                  memory_limit: float | None = None,
-                 ranks_per_host: int | None = None) -> list[Prediction]:
+                 ranks_per_host: int | None = None,
+                 placement: Placement | None = None) -> list[Prediction]:
     """Predictions for every factorization of ``world_size``, fastest first, each priced as
-    `predict` prices it for ``ranks_per_host`` ranks per host.
+    `predict` prices it for ``ranks_per_host`` ranks per host (or on a cluster, ``placement``).
 
     Grids over ``memory_limit`` bytes per rank (if given) are kept but flagged ``fits=False`` and
     ranked after every grid that fits. Ties break on memory, then on the grid tuple.
     """
-    preds = [predict(spec, g, calibration, ranks_per_host=ranks_per_host)
+    preds = [predict(spec, g, calibration, ranks_per_host=ranks_per_host, placement=placement)
              for g in factorizations(world_size)]
     for p in preds:
         p.fits = memory_limit is None or p.memory.total <= memory_limit
@@ -582,15 +593,18 @@ def rank_configs(world_size: int, spec: ModelSpec, calibration: Calibration | No
 
 
 def choose_grid(world_size: int, spec: ModelSpec, calibration: Calibration | None = None,
-                memory_limit: float | None = None, ranks_per_host: int | None = None) -> Grid3:
+                memory_limit: float | None = None, ranks_per_host: int | None = None,
+                placement: Placement | None = None) -> Grid3:
     """The (X, Y, Z) with X·Y·Z = world_size that the model predicts fastest (within the memory
     limit when one fits); what ``plexus-train --grid auto`` uses."""
-    return rank_configs(world_size, spec, calibration, memory_limit, ranks_per_host)[0].grid
+    return rank_configs(world_size, spec, calibration, memory_limit, ranks_per_host,
+                        placement)[0].grid
 
 
 def choose_orders(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
                   calibration: Calibration | None = None,
-                  ranks_per_host: int | None = None) -> tuple[str, ...]:
+                  ranks_per_host: int | None = None,
+                  placement: Placement | None = None) -> tuple[str, ...]:
     """Per-layer product order ("agg"/"combine") with the lowest predicted epoch time on ``grid``
     (priced by `predict` for ``ranks_per_host`` ranks per host).
 
@@ -603,7 +617,7 @@ def choose_orders(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     L = spec.model.num_layers
 
     def cost(orders: tuple[str, ...]) -> float:
-        return predict(spec, s, cal, orders, ranks_per_host).time_s
+        return predict(spec, s, cal, orders, ranks_per_host, placement).time_s
 
     if L <= _EXHAUSTIVE_ORDER_LAYERS:
         # product() lists all-"agg" first and min() keeps the first minimum: ties favour "agg".

@@ -6,6 +6,7 @@ invocation finds the runs it already has."""
 from __future__ import annotations
 
 import hashlib
+import os
 import math
 import re
 from dataclasses import asdict, dataclass, field, replace
@@ -234,7 +235,11 @@ def model_auto_grid(request: SweepRequest) -> Callable[[str, int], GridShape]:
     from the dataset's sizes (loaded once per dataset), as ``plexus-train --grid auto`` does."""
     from plexus.datasets import gcn_nnz, load_dataset  # noqa: PLC0415
     from plexus.engine.config import ModelConfig  # noqa: PLC0415
-    from plexus.perfmodel import ModelSpec, choose_grid  # noqa: PLC0415
+    from plexus.perfmodel import ModelSpec, choose_grid, pricing  # noqa: PLC0415
+    from plexus.perfmodel import resolve_calibration  # noqa: PLC0415
+
+    # as each run's plexus-train prices --grid auto: $PLEXUS_CALIBRATION, a local world per host
+    calibration = resolve_calibration(environ=os.environ)
 
     sizes: dict[str, Sizes] = {}
     m = request.model
@@ -246,6 +251,8 @@ def model_auto_grid(request: SweepRequest) -> Callable[[str, int], GridShape]:
             sizes[dataset] = (g.num_nodes, gcn_nnz(g), g.num_features, g.num_classes)
         n, nnz, f, c = sizes[dataset]
         spec = ModelSpec(n, nnz, f, c, config)
-        return GridShape.of(choose_grid(world, spec))
+        per_host, placement = pricing(calibration, world)
+        return GridShape.of(choose_grid(world, spec, calibration, ranks_per_host=per_host,
+                                        placement=placement))
 
     return pick

@@ -163,15 +163,25 @@ def last_line(folder: ResultsFolder, path: Path) -> str:
 
 def measure_calibration(folder: ResultsFolder, plans: Sequence[PlannedRun],
                         say: Callable[[str], None], threads: int = 1) -> Path | None:
-    """Measure this machine's rates into RESULTS/calibration.json unless it is there (seconds:
+    """Measure this machine's rates into RESULTS/calibration.json unless it is there, or copy
+    the calibration $PLEXUS_CALIBRATION names (a cluster's, measured with plexus-bench calibrate)
+    there (measuring takes seconds:
     `plexus.perfmodel.calibrate` in its quick form, ``threads`` per rank as the runs use, and
     the collectives on a local world of each multi-rank size the sweep runs, up to
     `CALIBRATION_MAX_WORLD` ranks, as its runs' ranks share this host)."""
-    from plexus.perfmodel.calibration import calibrate  # noqa: PLC0415
+    from plexus.perfmodel.calibration import (CALIBRATION_ENV, calibrate,  # noqa: PLC0415
+                                              find_calibration, load_calibration)
 
     path = folder.root / CALIBRATION
     if folder.read_text(path) is not None:
         return None
+    given = find_calibration(os.environ)
+    if given:  # a cluster's calibration (plexus-bench calibrate): the report prices with it
+        text = json.dumps(load_calibration(given).to_dict(), indent=1) + "\n"
+        say(f"the report's predictions: {given} (${CALIBRATION_ENV}) as {CALIBRATION}")
+        with folder.atomic(path, "w") as f:
+            f.write(text)
+        return path
     worlds = sorted({min(p.world_size, CALIBRATION_MAX_WORLD) for p in plans}) or [1]
     say(f"measuring this machine's rates for the report's predictions ({CALIBRATION}; "
         "--no-calibrate skips it) ...")

@@ -21,7 +21,7 @@ import argparse
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from plexus.core.cli import ArgumentParser, UsageError, report_error
 from plexus.core.grid import GridShape
@@ -229,6 +229,10 @@ def add_arguments(p: ArgumentParser) -> None:
                         "else the cores shared evenly among a world's ranks)")
     p.add_argument("--steps", type=int, default=3, metavar="N",
                    help="training steps timed per check (default 3; the median is shown)")
+    p.add_argument("--layer", metavar="MODULE:CLASS",
+                   help="check your own plexus.nn.Layer instead (importable from the current "
+                        "folder or PYTHONPATH): a two-layer network of it on the same grids "
+                        "against 1x1x1 (CPU, gloo), PASS/FAIL per grid and graph")
     # Tests: shift one weight of rank 0's model, so every check must report FAIL.
     p.add_argument("--inject-mismatch", action="store_true", help=argparse.SUPPRESS)
 
@@ -264,6 +268,8 @@ def check_main(args: argparse.Namespace) -> int:
         return report_error(PROG, f"--device {args.device}: {e}")
     except UsageError as e:
         return report_error(PROG, e)
+    if args.layer:
+        return layer_check_main(args.layer, check_grids(world))
     device = "cuda" if cuda else "cpu"
 
     def backend(size: int) -> str:  # several ranks on one GPU talk gloo through host memory
@@ -288,6 +294,31 @@ def check_main(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def layer_check_main(spec: str, grids: Sequence[tuple[int, int, int]]) -> int:
+    """``plexus-bench check --layer MODULE:CLASS``: `plexus.nn.check_layer` on ``grids``, one
+    line per check and a summary; exit 0 if all pass, 1 if any fails, 2 on a bad spec."""
+    import os
+    import sys
+
+    from plexus.nn.check import check_layer, load_layer
+
+    sys.path.insert(0, os.getcwd())  # the user's module, as `python -m` would find it
+    try:
+        load_layer(spec)
+    except ValueError as e:
+        return report_error(PROG, f"--layer {e}")
+    start = time.perf_counter()
+    try:
+        checks = check_layer(spec, grids, report=lambda line: print(line, flush=True))
+    except RuntimeError as e:  # a rank died
+        lines = [s for s in str(e).strip().splitlines() if s.strip()]
+        return report_error(PROG, f"check --layer: {lines[-1] if lines else 'failed'}", status=1)
+    failed = sum(not c.passed for c in checks)
+    print(f"{PROG} check --layer {spec}: {len(checks) - failed} of {len(checks)} checks passed "
+          f"against 1x1x1 ({time.perf_counter() - start:.1f} s)", flush=True)
+    return 1 if failed else 0
+
+
 def bench_main(argv: Sequence[str] | None = None) -> int:
     """``plexus-bench`` (its console entry point): the performance model's commands
     (`plexus.perfmodel.cli.bench_main`) and ``check``."""
@@ -303,4 +334,16 @@ def bench_main(argv: Sequence[str] | None = None) -> int:
                     "with one rank per GPU where CUDA is used, gloo on the CPU. Exit 0 if all "
                     "pass, 1 if any fails, 2 on bad input.",
         add_arguments=add_arguments, main=check_main)
-    return perfmodel_bench_main(argv, [check])
+    return perfmodel_bench_main(argv, [check], mask_pass=dropout_pass)
+
+
+def dropout_pass(x: Any) -> Any:
+    """The training step's dropout of ``x`` (p 0.5, every row; the fused kernel on a GPU), what
+    ``plexus-bench calibrate --device cuda`` times as the dropout-mask pass."""
+    import torch  # noqa: PLC0415
+
+    from plexus.engine.masks import dropout  # noqa: PLC0415
+
+    with torch.no_grad():
+        rows = torch.arange(x.shape[0], device=x.device)
+        return dropout(x, 0, 0, 0, rows, 0, 0.5)

@@ -1,8 +1,10 @@
 """Grid-independent training checkpoints: save on rank 0, load on every rank, any grid.
 
-A checkpoint holds `plexus.engine.trainer.Trainer.full_state` (full unpadded parameters and Adam
-moments, plus the epoch), the model and training configuration, the dataset's identity (name,
-nodes, features, classes) and the run's best-validation record. Only tensors and plain Python types
+A checkpoint holds `plexus.engine.trainer.Trainer.full_state` (full unpadded parameters and the
+optimizer's per-parameter state: Adam's moments or SGD's momentum, plus the epoch and the loop's
+state: learning-rate schedule, rates, best epoch, early stop), the model and training
+configuration, the dataset's identity (name, nodes, features, classes) and the run's
+best-validation record. Only tensors and plain Python types
 are stored, so it loads with ``torch.load(weights_only=True)``.
 
 Writes are atomic: the new checkpoint goes to a temporary file in the same directory, is fsynced
@@ -28,6 +30,13 @@ CHECKPOINT_NAME = "checkpoint.pt"
 #: Held (flock) by the run that writes the directory's checkpoint: two runs never share one.
 LOCK_NAME = "checkpoint.lock"
 FORMAT_VERSION = 1
+# The per-parameter state of each optimizer (AdamW's is Adam's)
+_MOMENTS = {"adam": {"step", "exp_avg", "exp_avg_sq"}, "adamw": {"step", "exp_avg", "exp_avg_sq"},
+            "sgd": {"momentum_buffer"}}
+# Training fields a resumed run must share with its checkpoint: the optimizer's state and the
+# schedule's are only meaningful for these (the epochs, patience and clipping may change)
+_LOOP_KEYS = ("optimizer", "momentum", "lr_schedule", "lr_step", "lr_gamma", "lr_patience",
+              "lr_min")
 # Model fields that change the parameter set or shapes: a checkpoint is only usable when they match.
 _MODEL_KEYS = ("kind", "num_layers", "hidden", "bias", "learnable_features", "norm", "residual",
                "train_eps")
@@ -143,12 +152,17 @@ def _structure_problem(payload: Any) -> str | None:
             if not isinstance(name, str) or not isinstance(value, torch.Tensor):
                 return f"{what} {name!r} is not a tensor"
     for name, moments in state["adam"].items():
-        if not isinstance(moments, dict) or set(moments) != {"step", "exp_avg", "exp_avg_sq"}:
-            return f"Adam state of {name!r} is not step, exp_avg and exp_avg_sq"
-        if not _is_number(moments["step"]) or moments["step"] < 0 \
-                or not isinstance(moments["exp_avg"], torch.Tensor) \
-                or not isinstance(moments["exp_avg_sq"], torch.Tensor):
-            return f"Adam state of {name!r} has fields of the wrong type"
+        if not isinstance(moments, dict) or set(moments) not in _MOMENTS.values():
+            return (f"Adam state of {name!r} is not step, exp_avg and exp_avg_sq (nor SGD's "
+                    "momentum_buffer)")
+        if not (_is_number(moments.get("step", 0)) and moments.get("step", 0) >= 0) or not all(
+                isinstance(v, torch.Tensor) for k, v in moments.items() if k != "step"):
+            return f"optimizer state of {name!r} has fields of the wrong type"
+    loop = state.get("loop", {})
+    if not isinstance(loop, dict) or not isinstance(loop.get("lrs", []), list) \
+            or not isinstance(loop.get("schedule") or {}, dict) \
+            or not (loop.get("stopped") is None or _is_int(loop["stopped"])):
+        return "the training loop's state has fields of the wrong type"
     if set(dataset) - {"name", "num_nodes", "num_features", "num_classes", "sha256"} \
             or not isinstance(dataset.get("name"), str) \
             or not isinstance(dataset.get("sha256", ""), str) \
@@ -242,9 +256,11 @@ def check_state(payload: dict, model: ModelConfig, where: str = "checkpoint") ->
         raise CheckpointError(f"{where} has Adam state for {sorted(adam)}, not for every "
                               f"parameter {sorted(params)}")
     for name in adam:
-        _check_tensors({f"{name} Adam {k}": adam[name][k] for k in ("exp_avg", "exp_avg_sq")},
-                       {f"{name} Adam {k}": wanted[name] for k in ("exp_avg", "exp_avg_sq")},
-                       where, "Adam moments", frozenset({f"{name} Adam exp_avg_sq"}))
+        moments = [k for k in adam[name] if k != "step"]
+        kind = "SGD" if moments == ["momentum_buffer"] else "Adam"
+        _check_tensors({f"{name} {kind} {k}": adam[name][k] for k in moments},
+                       {f"{name} {kind} {k}": wanted[name] for k in moments},
+                       where, f"{kind} state", frozenset({f"{name} Adam exp_avg_sq"}))
     variances = frozenset(n for n in buffers if split_name(n)[0] in NONNEGATIVE_BUFFERS)
     _check_tensors(state.get("stats", {}), buffers, where, "running statistics", variances)
     kept = extra(payload).get("best_params")
@@ -270,6 +286,22 @@ def check_seed(payload: dict, seed: int, where: str = "checkpoint") -> None:
                               "dropout masks of the epochs to come follow the seed; give "
                               f"--seed {saved} to continue it, or start a new --checkpoint "
                               "directory")
+
+
+def check_loop(payload: dict, train: TrainConfig, where: str = "checkpoint") -> None:
+    """Raise `CheckpointError` if the run would continue with another optimizer or schedule
+    than the checkpoint holds the state of (older checkpoints: Adam at a constant rate)."""
+    saved, default = payload.get("train", {}), asdict(TrainConfig())
+    wanted = asdict(train)
+    diffs = [f"--{k.replace('_', '-')} {saved.get(k, default[k])!r:.20} (now {wanted[k]!r})"
+             for k in _LOOP_KEYS if not _same_value(saved.get(k, default[k]), wanted[k])]
+    if train.lr_schedule == "cosine" and saved.get("epochs") != train.epochs:
+        diffs.append(f"--epochs {saved.get('epochs')!r:.20} (now {train.epochs}; the cosine "
+                     "schedule anneals over them)")
+    if diffs:
+        raise CheckpointError(f"{where} was trained with " + ", ".join(diffs) + ": its "
+                              "optimizer and schedule state are for those; give the same "
+                              "options to continue it, or start a new --checkpoint directory")
 
 
 def check_model(payload: dict, model: ModelConfig, where: str = "checkpoint") -> None:

@@ -23,7 +23,7 @@ from plexus.datasets import DatasetError, Graph, load_dataset
 from plexus.engine.config import ModelConfig
 from plexus.partitioners import RankShard
 from plexus.core.units import format_bytes, format_seconds
-from plexus.perfmodel import ModelSpec, choose_grid, rank_configs
+from plexus.perfmodel import Calibration, ModelSpec, choose_grid, pricing, rank_configs
 from plexus.runtime.env import default_device
 
 from .checkpoint import CHECKPOINT_NAME
@@ -100,18 +100,24 @@ def auto_grid(world_size: int, num_nodes: int, nnz: int, num_features: int, num_
 
 def auto_grid_choice(world_size: int, num_nodes: int, nnz: int, num_features: int,
                      num_classes: int, model: ModelConfig, name: str = "",
-                     ranks_note: str = "", **run: Any) -> tuple[GridShape, str]:
+                     ranks_note: str = "", calibration: Calibration | None = None,
+                     ranks_per_host: int | None = None, **run: Any) -> tuple[GridShape, str]:
     """`auto_grid`'s grid and one line saying why: its predicted epoch time and training peak
-    per rank, and the runner-up's (``--grid auto`` prints it, so the choice is never silent).
-    ``ranks_note`` follows the rank count (where it came from, when nobody gave it). ``run``:
-    how the run holds the model (`plexus.train.memcheck.run_spec`'s options: perm, dtype_bytes,
-    from_store, recompute, multilabel, symmetric), so the peak printed is the one the run's
-    summary predicts."""
+    per rank, the runner-up's, and what priced them (``--grid auto`` prints it, so the choice
+    is never silent). ``ranks_note`` follows the rank count (where it came from, when nobody
+    gave it). ``calibration``: the machine's rates (`plexus.perfmodel.resolve_calibration`;
+    None: the built-in GPU rates, said as uncalibrated); ``ranks_per_host``: ranks of this job
+    on one host (`plexus.perfmodel.pricing`). ``run``: how the run holds the model
+    (`plexus.train.memcheck.run_spec`'s options: perm, dtype_bytes, from_store, recompute,
+    multilabel, symmetric), so the peak printed is the one the run's summary predicts."""
+    cal = calibration or Calibration()
     spec = replace(run_spec(model, num_nodes, nnz, num_features, num_classes, **run), name=name)
-    ranked = rank_configs(world_size, spec)
+    per_host, placement = pricing(cal, ranks_per_host)
+    ranked = rank_configs(world_size, spec, cal, ranks_per_host=per_host, placement=placement)
     best = ranked[0]
     grid = GridShape.of(best.grid)
-    assert grid == GridShape.of(choose_grid(world_size, spec))  # one rule for both
+    assert grid == GridShape.of(choose_grid(world_size, spec, cal, ranks_per_host=per_host,
+                                            placement=placement))  # one rule for both
 
     def figures(p) -> str:
         return (f"predicted epoch {format_seconds(p.time_s)}, training peak "
@@ -122,7 +128,10 @@ def auto_grid_choice(world_size: int, num_nodes: int, nnz: int, num_features: in
         line += f"; runner-up {GridShape.of(ranked[1].grid)} ({figures(ranked[1])})"
     else:
         line += "; no other grid of that size"
-    return grid, line + "; plexus-model ranks them all"
+    if cal.calibrated:
+        return grid, line + f"; priced with {cal.label}; plexus-model ranks them all"
+    return grid, (line + f"; {cal.label}: the times are not this machine's (plexus-bench "
+                  "calibrate --out FILE, then --calibration FILE)")
 
 
 def check_grid_fits(grid: GridShape, model: ModelConfig, num_nodes: int, num_features: int,

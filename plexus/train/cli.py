@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -33,9 +34,12 @@ from plexus.core.modelopts import (ModelOptionsText, add_model_options, add_prec
                                    resolve_order)
 from plexus.core.ops import KINDS
 from plexus.datasets import gcn_nnz, load_dataset
-from plexus.engine.config import EngineConfig, TrainConfig
+from plexus.engine.config import (LR_SCHEDULES, OPTIMIZERS, EngineConfig, TrainConfig,
+                                  TrainConfigError)
 from plexus.engine.spmm import BACKENDS, check_backend
 from plexus.partitioners import PERMUTATIONS
+from plexus.perfmodel import (CALIBRATION_ENV, Calibration, CalibrationError, find_calibration,
+                              resolve_calibration)
 from plexus.partitioners.plan import symmetric
 from plexus.partitioners.store import graph_hash
 from plexus.runtime.child import ChildDied
@@ -74,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--world-size", type=int, metavar="G",
                      help="number of ranks for --grid auto (default: the launcher's size; "
                           "outside one, one rank per local GPU, or per CPU core)")
+    run.add_argument("--calibration", metavar="FILE",
+                     help="this machine's rates for --grid auto (plexus-bench calibrate; "
+                          "default: $PLEXUS_CALIBRATION if set, else the built-in GPU rates, "
+                          "said as uncalibrated)")
     run.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                      help="process-group timeout: how long a collective may wait (default "
                           f"{DEFAULT_TIMEOUT_S:g})")
@@ -126,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     train = p.add_argument_group("training")
     train.add_argument("--epochs", type=int, default=200,
                        help="training epochs, full batch (default 200)")
-    train.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default 0.01)")
+    train.add_argument("--lr", type=float, default=0.01,
+                       help="learning rate (default 0.01; the start of a --lr-schedule)")
     train.add_argument("--weight-decay", type=float, default=5e-4,
                        help="L2 weight decay (default 5e-4)")
     train.add_argument("--weight-decay-on", choices=("all", "first"), default="all",
@@ -136,6 +145,33 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seed of weights, dropout masks and the permutation (default 0)")
     train.add_argument("--eval-every", type=int, default=1, metavar="N",
                        help="evaluate every N epochs (default 1; 0: only at the end)")
+    d = TrainConfig()
+    train.add_argument("--optimizer", choices=OPTIMIZERS, default=d.optimizer,
+                       help=f"torch.optim's Adam, AdamW (decoupled weight decay) or SGD "
+                            f"(default {d.optimizer})")
+    train.add_argument("--momentum", type=float, default=d.momentum,
+                       help=f"SGD's momentum (default {d.momentum})")
+    train.add_argument("--clip-grad-norm", type=float, default=None, metavar="MAX",
+                       help="scale the gradient down to this 2-norm when above it (the norm of "
+                            "the whole model's gradient: the same on every grid)")
+    train.add_argument("--lr-schedule", choices=LR_SCHEDULES, default=d.lr_schedule,
+                       help="cosine (to --lr-min over --epochs), step (times --lr-gamma every "
+                            "--lr-step epochs), plateau (times --lr-gamma after --lr-patience "
+                            f"evaluations without a better validation metric; default "
+                            f"{d.lr_schedule})")
+    train.add_argument("--lr-step", type=int, default=d.lr_step, metavar="N",
+                       help=f"step schedule's period in epochs (default {d.lr_step})")
+    train.add_argument("--lr-gamma", type=float, default=d.lr_gamma,
+                       help=f"step and plateau schedules' factor (default {d.lr_gamma})")
+    train.add_argument("--lr-patience", type=int, default=d.lr_patience, metavar="N",
+                       help=f"plateau schedule's patience in evaluations (default "
+                            f"{d.lr_patience})")
+    train.add_argument("--lr-min", type=float, default=d.lr_min,
+                       help=f"cosine schedule's last rate, plateau's floor (default {d.lr_min})")
+    train.add_argument("--patience", type=int, default=None, metavar="N",
+                       help="early stopping: stop after N epochs without a better validation "
+                            "metric; the best epoch's metrics are reported (and its weights "
+                            "exported with --export-best)")
     out = p.add_argument_group("checkpoints and output")
     out.add_argument("--checkpoint", metavar="DIR",
                      help="save DIR/checkpoint.pt (grid-independent) every --checkpoint-every "
@@ -215,6 +251,20 @@ MAX_LR = 1e3
 MAX_WEIGHT_DECAY = 1e3
 
 
+def train_config(a: argparse.Namespace) -> TrainConfig:
+    """The `TrainConfig` of the options; `UsageError` naming the flag of a value it refuses."""
+    try:
+        return TrainConfig(
+            epochs=a.epochs, lr=a.lr, weight_decay=a.weight_decay, seed=a.seed,
+            eval_every=a.eval_every, weight_decay_scope=a.weight_decay_on,
+            optimizer=a.optimizer, momentum=a.momentum, clip_grad_norm=a.clip_grad_norm,
+            lr_schedule=a.lr_schedule, lr_step=a.lr_step, lr_gamma=a.lr_gamma,
+            lr_patience=a.lr_patience, lr_min=a.lr_min, patience=a.patience)
+    except TrainConfigError as e:
+        problem = e.problem.replace("eval_every", "--eval-every")  # the one other field named
+        raise UsageError(f"--{e.field.replace('_', '-')} {problem}") from None
+
+
 def check_numbers(a: argparse.Namespace) -> None:
     """Range checks of the numeric options."""
     rules = [
@@ -237,6 +287,7 @@ def check_numbers(a: argparse.Namespace) -> None:
         if not ok:
             raise UsageError(message)
     check_model_options(a)
+    train_config(a)
     if a.threads is None:
         try:
             env_threads()  # a bad OMP_NUM_THREADS is refused before any worker starts
@@ -244,10 +295,6 @@ def check_numbers(a: argparse.Namespace) -> None:
             raise UsageError(f"{e}, or give --threads N") from None
     if a.resume not in (True, False, "auto"):
         raise UsageError(f"--resume takes no value or 'auto', got {a.resume!r}")
-    if a.shards and KINDS[a.model].aggregation != "gcn":
-        raise UsageError(f"--shards stores hold GCN's normalized Â; --model {a.model} needs "
-                         f"the {KINDS[a.model].aggregation} aggregation: train it from "
-                         "--dataset instead")
     if a.resume and not a.checkpoint:
         raise UsageError("--resume needs --checkpoint DIR (where the checkpoint is)")
     if a.checkpoint_every is not None and not a.checkpoint:
@@ -315,7 +362,7 @@ class _Shape:
 def _from_store(a: argparse.Namespace, shape: _Shape) -> _Shape:
     """With --shards the store's manifest fixes the grid, layers, orders, permutation and dataset;
     flags may repeat them but not contradict them."""
-    from plexus.partitioners import read_manifest  # noqa: PLC0415
+    from plexus.partitioners import read_manifest, store_aggregation  # noqa: PLC0415
 
     if a.dataset or a.root:
         raise UsageError("--shards DIR already fixes the dataset; drop --dataset/--root")
@@ -323,14 +370,26 @@ def _from_store(a: argparse.Namespace, shape: _Shape) -> _Shape:
     store_grid = GridShape.of(manifest["grid"])
     if shape.grid is not None and shape.grid != store_grid:
         raise UsageError(f"--grid {shape.grid} but {a.shards} was cut for grid {store_grid}")
-    layers = int(manifest["num_layers"])
+    held, decl = store_aggregation(manifest), KINDS[a.model]
+    if decl.aggregation != held:
+        raise UsageError(f"{a.shards} holds Â normalized for the {held} aggregation, --model "
+                         f"{a.model} needs {decl.aggregation}: cut a store for it with "
+                         f"plexus-partition --aggregation {decl.aggregation}, or train a model "
+                         f"of the {held} aggregation from this one")
+    # the manifest counts stages: a layer of some kinds is several (GIN's: agg, then dense)
+    stages, per = int(manifest["num_layers"]), len(decl.stage_ops)
+    if stages % per:
+        raise UsageError(f"{a.shards} was cut for {stages} stages, not a whole number of --model "
+                         f"{a.model} layers ({per} stages each); cut it for {per} stages per "
+                         "layer")
+    layers = stages // per
     if shape.layers is not None and shape.layers != layers:
         raise UsageError(f"--layers {shape.layers} but {a.shards} was cut for {layers} layers")
     kind = manifest["permutation"]["kind"]
     if a.perm is not None and a.perm != kind:
         raise UsageError(f"--perm {a.perm} but {a.shards} was cut with permutation {kind}")
     store_orders = ",".join(manifest["orders"])
-    order = shape.order or store_orders
+    order = shape.order or ",".join(manifest["orders"][::per])  # each layer's first stage
     check_order(order, layers)
     store_model = model_config(a, num_layers=layers, order=order)
     resolved = ",".join(store_model.orders(int(manifest["num_features"]),
@@ -401,6 +460,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
             raise UsageError(f"--spmm {a.spmm} with --dtype {a.dtype}: {e}") from None
         raise
     world, world_note = _check_world(shape.grid, a, env)
+    calibration = run_calibration(a.calibration)
     model = model_config(a, num_layers=layers, order=order, **recipe_fields)
     if a.save_embeddings and model.num_layers < 2:
         raise UsageError("--save-embeddings needs a hidden layer (--layers 2 or more)")
@@ -432,7 +492,8 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
                 grid, why = auto_grid_choice(world, graph.num_nodes,  # type: ignore[arg-type]
                                              gcn_nnz(graph), graph.num_features,
                                              graph.num_classes, model, graph.name,
-                                             world_note, **run)
+                                             world_note, calibration.calibration,
+                                             world, **run)
                 if not a.quiet:
                     console_line(f"{PROG}: {why}")
             sizes = ((graph.num_nodes, gcn_nnz(graph), graph.num_features, graph.num_classes)
@@ -447,7 +508,8 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
             dataset = None if graph is None else ckpt.DatasetInfo(
                 graph.name, graph.num_nodes, graph.num_features, graph.num_classes,
                 graph_hash(graph))
-            payload = load_resume(a.checkpoint, model, a.epochs, dataset, a.seed)
+            payload = load_resume(a.checkpoint, model, a.epochs, dataset, a.seed,
+                                  train=train_config(a))
             if a.export_best:
                 check_best_kept(payload, str(ckpt.checkpoint_path(a.checkpoint)))
         if a.log_json:  # the file itself is opened by rank 0 (an existing one stays until the end)
@@ -463,8 +525,7 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
         check_targets(a.log_csv, a.tensorboard)
     opts = RunOptions(
         grid=grid, dataset=shape.dataset, root=a.root, model=model,
-        train=TrainConfig(epochs=a.epochs, lr=a.lr, weight_decay=a.weight_decay, seed=a.seed,
-                          eval_every=a.eval_every, weight_decay_scope=a.weight_decay_on),
+        train=train_config(a),
         engine=engine,
         perm=a.perm, shards=a.shards, checkpoint=a.checkpoint,
         checkpoint_every=a.checkpoint_every or 10, resume=a.resume, log_json=a.log_json,
@@ -472,9 +533,26 @@ def build_options(a: argparse.Namespace, env: JobEnv | None) -> RunOptions:
         save_predictions=a.save_predictions, save_embeddings=a.save_embeddings, export=a.export,
         export_best=a.export_best, symmetrize=a.symmetrize, log_csv=a.log_csv,
         tensorboard=a.tensorboard, cache_dir=cache_dir and str(cache_dir.expanduser()),
-        cache_explicit=bool(a.cache), device=a.device, threads=a.threads,
-        cache_max_bytes=cache_cap(a))
+        cache_explicit=bool(a.cache), device=a.device, calibration=calibration.path,
+        threads=a.threads, cache_max_bytes=cache_cap(a))
     return opts
+
+
+@dataclass(frozen=True)
+class _RunCalibration:
+    path: str | None  # the file, given or found ($PLEXUS_CALIBRATION)
+    calibration: Calibration
+
+
+def run_calibration(path: str | None) -> _RunCalibration:
+    """``--calibration FILE``, else the file $PLEXUS_CALIBRATION names, loaded and checked
+    (`UsageError` naming the option for a bad one); neither: the built-in rates."""
+    found = path or find_calibration(os.environ)
+    try:
+        return _RunCalibration(found, resolve_calibration(found))
+    except CalibrationError as e:
+        option = "--calibration" if path else f"${CALIBRATION_ENV}"
+        raise UsageError(f"{option}: {e}") from None
 
 
 def from_cache(opts: RunOptions, force: bool) -> tuple[RunOptions, StoreUse | None]:

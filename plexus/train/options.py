@@ -38,6 +38,7 @@ class RunOptions:
     setup_script_s: float = 0.0  # ./run's set-up before the command (not in the start-up)
     device: str | None = None  # "cpu" or "cuda" (--device); None: CUDA where available
     threads: int | None = None  # torch threads per rank (--threads); None: OMP_NUM_THREADS/share
+    calibration: str | None = None  # the rates --grid auto prices with (None: built-in)
     timeout_s: float = DEFAULT_TIMEOUT_S
     check_memory: bool = True  # False: --force, or the launching process already checked
     fault: Fault | None = None  # --inject-fault (tests of failure handling)

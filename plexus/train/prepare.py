@@ -20,11 +20,12 @@ from plexus.core.atomic import UnsafeTargetError
 from plexus.core.grid import GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.datasets import gcn_nnz, load_dataset
-from plexus.engine.config import ModelConfig
+from plexus.engine.config import ModelConfig, TrainConfig
 from plexus.api import cut_shard
 from plexus.partitioners import RankShard, read_manifest, read_shard
 from plexus.partitioners.plan import symmetric
 from plexus.partitioners.store import graph_hash
+from plexus.perfmodel import load_calibration
 
 from . import checkpoint as ckpt
 from .cache import PeerSetupFailed
@@ -97,7 +98,8 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
         if grid is None:  # --grid auto under a launcher: every rank computes the same choice
             grid, why = auto_grid_choice(
                 world, graph.num_nodes, nnz, graph.num_features, graph.num_classes, model,
-                graph.name, perm=opts.perm or DEFAULT_PERMUTATION,
+                graph.name, calibration=load_calibration(opts.calibration),
+                ranks_per_host=local_ranks, perm=opts.perm or DEFAULT_PERMUTATION,
                 dtype_bytes=opts.engine.dtype_bytes, recompute=opts.engine.recompute,
                 multilabel=graph.multilabel, symmetric=symmetric(graph, model.aggregation))
             if rank == 0 and not opts.quiet:
@@ -125,7 +127,7 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
     info = ckpt.DatasetInfo(shard.name, shard.num_nodes, shard.num_features, shard.num_classes,
                             sha256)
     resume_from = (load_resume(opts.checkpoint, model, opts.train.epochs, info,  # type: ignore
-                               opts.train.seed) if opts.resume else None)
+                               opts.train.seed, opts.train) if opts.resume else None)
     if resume_from is not None and opts.export_best:
         check_best_kept(resume_from, str(ckpt.checkpoint_path(opts.checkpoint)))  # type: ignore
     json_log = lock = None
@@ -160,14 +162,18 @@ def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
 
 
 def load_resume(checkpoint: str, model: ModelConfig, epochs: int,
-                dataset: ckpt.DatasetInfo | None, seed: int = 0) -> dict:
+                dataset: ckpt.DatasetInfo | None, seed: int = 0,
+                train: TrainConfig | None = None) -> dict:
     """The checkpoint in directory ``checkpoint`` to resume from, checked against the model,
-    --epochs, --seed and (when known) the dataset. Raises `ckpt.CheckpointError`."""
+    --epochs, --seed, the optimizer and schedule of ``train`` (when given) and (when known) the
+    dataset. Raises `ckpt.CheckpointError`."""
     payload = ckpt.load_checkpoint(checkpoint)
     where = str(ckpt.checkpoint_path(checkpoint))
     ckpt.check_model(payload, model, where)
     ckpt.check_epochs(payload, epochs, where)
     ckpt.check_seed(payload, seed, where)
+    if train is not None:
+        ckpt.check_loop(payload, train, where)
     if dataset is not None:
         ckpt.check_dataset(payload, dataset, where)
     ckpt.check_state(payload, model, where)

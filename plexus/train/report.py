@@ -158,6 +158,8 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         "metric": run.model.metric_name,  # what the *_acc fields hold: "acc" or "rocauc"
         "best_epoch": run.best.epoch, "best_val_acc": run.best.val_acc,
         "best_test_acc": run.best.test_acc,
+        "stopped_early": None if trainer.stopped is None else {
+            "epoch": trainer.stopped, "patience": run.opts.train.patience},
         "final": {k: final.get(k) for k in ("epoch", "loss", "train_acc", "val_acc", "test_acc")},
         "train_time_s": train_time_s,
         "mean_epoch_time_s": float(np.mean(epoch_times)) if epoch_times else 0.0,

@@ -20,12 +20,11 @@ import math
 import os
 import stat
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Mapping, Sequence
 
 from plexus.core.atomic import UnsafeTargetError, output_target, replace_into
-from plexus.engine.trainer import EpochStats
+from plexus.engine.trainer import BestEpoch, EpochStats
 from plexus.core.units import format_bytes, format_seconds
 
 from .epochlogs import EpochSink, LineFile
@@ -50,32 +49,9 @@ def format_epoch(stats: EpochStats, total: int) -> str:
             f"test {_acc(stats.test_acc)}  time {format_seconds(stats.epoch_time_s)}")
 
 
-@dataclass
-class BestRecord:
-    """The epoch with the highest validation accuracy so far (the earliest on ties)."""
-
-    epoch: int | None = None
-    val_acc: float | None = None
-    test_acc: float | None = None
-    train_acc: float | None = None
-
-    def update(self, stats: EpochStats) -> None:
-        """Take ``stats`` if it was evaluated and beats the best validation accuracy."""
-        if stats.val_acc is None:
-            return
-        if self.val_acc is None or stats.val_acc > self.val_acc:
-            self.epoch, self.val_acc = stats.epoch, stats.val_acc
-            self.test_acc, self.train_acc = stats.test_acc, stats.train_acc
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain types (stored in checkpoints so a resumed run keeps its best epoch)."""
-        return {"epoch": self.epoch, "val_acc": self.val_acc, "test_acc": self.test_acc,
-                "train_acc": self.train_acc}
-
-    @classmethod
-    def from_dict(cls, d: dict | None) -> "BestRecord":
-        d = d or {}
-        return cls(d.get("epoch"), d.get("val_acc"), d.get("test_acc"), d.get("train_acc"))
+#: The best-validation record (epoch and metrics; the earliest on ties): the trainer's own
+#: class, so the record a run reports and the one early stopping counts from follow one rule.
+BestRecord = BestEpoch
 
 
 def kept_json_records(paths: Sequence[Path], until: int) -> list[str]:
@@ -318,6 +294,11 @@ def format_summary(s: dict) -> str:
     if s.get("best_epoch") is not None:
         lines.append(f"  best validation: epoch {s['best_epoch']}  val {_acc(s['best_val_acc'])}  "
                      f"test {_acc(s['best_test_acc'])}")
+    if s.get("stopped_early") is not None:
+        stop = s["stopped_early"]
+        lines.append(f"  early stop at epoch {stop['epoch']}: no better validation metric for "
+                     f"{plural(stop['patience'], 'epoch')} (--patience); the best epoch's "
+                     "metrics are above")
     final = s.get("final", {})
     if final:
         loss = final.get("loss")

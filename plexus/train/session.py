@@ -81,7 +81,8 @@ class Run:
         return last
 
     def _state_tensors(self) -> dict[str, torch.Tensor]:
-        """This rank's shards of every parameter, running statistic and Adam moment, by name."""
+        """This rank's shards of every parameter, running statistic and optimizer moment, by
+        name."""
         out = dict(self.model.named_tensors())
         for name, p in self.trainer.params.items():
             for moment, value in self.trainer.opt.state.get(p, {}).items():
@@ -157,7 +158,8 @@ class Run:
             except OutputFailed as e:
                 self.pending = e
         if self.opts.checkpoint and (stats.epoch % self.opts.checkpoint_every == 0
-                                     or stats.epoch == self.opts.train.epochs):
+                                     or stats.epoch == self.opts.train.epochs
+                                     or self.trainer.stopped is not None):
             self.save_checkpoint()
         if self.opts.fault is not None:
             self.opts.fault.maybe_fire(self.grid.rank, stats.epoch)

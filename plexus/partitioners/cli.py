@@ -26,7 +26,8 @@ from typing import Sequence
 
 from plexus.core.cli import ArgumentParser, UsageError, report_error
 from plexus.core.grid import GridShape
-from plexus.core.layout import DEFAULT_PERMUTATION, ORDERS, grid_misfit, layer_plans
+from plexus.core.layout import (DEFAULT_PERMUTATION, STAGE_ORDERS, grid_misfit,
+                                 layer_plans)
 from plexus.core.model import AUTO_ORDER
 from plexus.core.modelopts import DEFAULT_HIDDEN
 from plexus.datasets.canonical import BUCKET_ENTRIES, CHUNK_EDGES
@@ -45,9 +46,9 @@ def parse_orders(text: str, num_layers: int) -> list[str] | str:
     if text.strip().lower() == AUTO_ORDER:
         return AUTO_ORDER
     orders = [o.strip() for o in text.split(",")]
-    bad = [o for o in orders if o not in ORDERS]
+    bad = [o for o in orders if o not in STAGE_ORDERS]
     if bad:
-        raise UsageError(f"unknown layer order {bad[0]!r}; use auto, {' or '.join(ORDERS)}")
+        raise UsageError(f"unknown layer order {bad[0]!r}; use auto, {', '.join(STAGE_ORDERS)}")
     if len(orders) == 1:
         return orders * num_layers
     if len(orders) != num_layers:
@@ -62,13 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", default=None,
                    help="directory holding the dataset's files (nothing is ever downloaded)")
     p.add_argument("--grid", required=True, help="process grid XxYxZ, e.g. 4x2x2")
-    p.add_argument("--layers", type=int, required=True, help="number of GCN layers")
+    p.add_argument("--layers", type=int, required=True,
+                   help="number of stages: a GCN, SAGE or GAT layer is one, a GIN layer two "
+                        "(--orders agg,dense,agg,dense for 2 GIN layers)")
     p.add_argument("--orders", default=AUTO_ORDER,
                    help="product order: auto (the default, as plexus-train's: combine on the "
                         "layers that narrow for --hidden, e.g. combine,combine for a 2-layer "
-                        "GCN on Cora), one for all layers (agg, the paper's; combine) or one per "
-                        "layer (agg,combine); plexus-train --shards trains with the store's "
-                        "orders")
+                        "GCN on Cora; GCN and SAGE stores), one for all stages (agg, the "
+                        "paper's; combine) or one per stage (agg,combine,dense); plexus-train "
+                        "--shards trains with the store's orders")
     p.add_argument("--hidden", type=int, default=DEFAULT_HIDDEN, metavar="H",
                    help=f"hidden width of the model that will train on the store, for --orders "
                         f"auto (default {DEFAULT_HIDDEN}, plexus-train's)")
@@ -143,6 +146,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     if args.hidden < 1:
         raise UsageError(f"--hidden must be >= 1, got {args.hidden}")
     orders = parse_orders(args.orders, args.layers)
+    if orders == AUTO_ORDER and args.aggregation == "sum":
+        raise UsageError("--orders auto resolves a GCN's or SAGE's layer orders; a GIN store "
+                         "needs its stages' orders, e.g. --layers 4 --orders "
+                         "agg,dense,agg,dense for 2 GIN layers")
     if args.json and not args.stats_only:
         raise UsageError("--json applies to --stats-only")
     if not args.stats_only and args.out is None:

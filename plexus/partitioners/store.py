@@ -32,7 +32,7 @@ import scipy.sparse as sp
 from plexus.core.atomic import fsync_dir
 from plexus.core.grid import GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION, layer_plans, pad_to, padding
-from plexus.datasets.graph import Graph, incoming
+from plexus.datasets.graph import AGGREGATIONS, Graph, incoming
 from plexus.datasets.validate import csr_from_parts, read_npz_member
 
 from .permutations import Permutation
@@ -216,6 +216,17 @@ _MANIFEST_FIELDS = {"grid": dict, "num_layers": int, "orders": list, "permutatio
                     "block_keys": list, "ranks": list}
 
 
+#: What a store whose manifest names no aggregation holds (written before the manifest recorded
+#: it): GCN's normalized Â, the only one those partitioners cut.
+LEGACY_AGGREGATION = "gcn"
+
+
+def store_aggregation(manifest: dict) -> str:
+    """The aggregation a store's Â is normalized for ("gcn", "mean" or "sum"; see
+    `plexus.datasets.graph.AGGREGATIONS`): the manifest's, or GCN's for an older store."""
+    return str(manifest.get("aggregation", LEGACY_AGGREGATION))
+
+
 def _is_count(value: object) -> bool:
     """A non-negative JSON integer (``true`` is not one, although Python's bool is an int)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
@@ -232,6 +243,9 @@ def _check_manifest_fields(manifest: dict, path: Path) -> None:
         if not isinstance(value, kind) or (kind is int and not _is_count(value)):
             raise bad(f"field {key!r} missing or not a {'non-negative ' if kind is int else ''}"
                       f"{kind.__name__}")
+    if manifest.get("aggregation", LEGACY_AGGREGATION) not in AGGREGATIONS:
+        raise bad(f"aggregation {manifest.get('aggregation')!r:.40} is not one of "
+                  f"{', '.join(AGGREGATIONS)}")
     grid, perm = manifest["grid"], manifest["permutation"]
     if not all(_is_count(grid.get(a)) and grid[a] >= 1 for a in ("x", "y", "z")) \
             or not isinstance(perm.get("kind"), str) or not _is_count(perm.get("seed")):
