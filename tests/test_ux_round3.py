@@ -224,6 +224,16 @@ def test_partition_cuts_the_orders_plexus_train_resolves_by_default(dataset, ext
     assert shards.model.orders(g.num_features, g.num_classes) == want
 
 
+def test_partition_auto_orders_are_refused_for_gin_stages(tmp_path, capsys):
+    from plexus.partitioners.cli import main as partition
+
+    assert partition(["--dataset", "cora", "--grid", "1x1x1", "--layers", "4", "--aggregation",
+                      "sum", "--out", str(tmp_path / "gin")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--orders agg,dense,agg,dense" in err, err
+    assert not (tmp_path / "gin").exists()
+
+
 # ---- API errors in API terms ----------------------------------------------------------------
 @pytest.mark.parametrize("spec", ["ogbn-arxiv", "citeseer"])
 def test_missing_root_is_said_in_api_terms_and_in_flag_terms(spec, capsys):
