@@ -40,7 +40,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -426,17 +425,6 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
 def _removals(paths: Sequence[Path]) -> list[tuple]:
     """Tasks (of a phase run with `call`) removing ``paths``, in order."""
     return [(remove_task, str(path)) for path in paths]
-
-
-def stage_work_dir(out: Path, key: str | None) -> Path:
-    """The work directory of a store: a fixed name beside it for a resumable run (``key``: the
-    run's configuration), else a fresh temporary one."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if key is None:
-        return Path(tempfile.mkdtemp(prefix=f".{out.name}.work-", dir=out.parent))
-    work = out.parent / f".{out.name}.work-{key[:16]}"
-    work.mkdir(exist_ok=True)
-    return work
 
 
 def config_key(config: Mapping[str, Any]) -> str:

@@ -39,8 +39,9 @@ from typing import Any, Callable, Iterator
 from plexus.core.atomic import atomic_file
 from plexus.core.grid import GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION
-from plexus.datasets import Graph, gcn_nnz, load_dataset, spec_paths
+from plexus.datasets import DatasetError, Graph, gcn_nnz, load_dataset, spec_paths
 from plexus.datasets.convert import streamed_spec
+from plexus.datasets.spec import MAX_SOURCE_FILES, source_fingerprint
 from plexus.engine.config import ModelConfig
 from plexus.partitioners import is_store, read_manifest, write_store
 from plexus.partitioners.store import FORMAT as STORE_FORMAT, VERSION as STORE_VERSION, graph_hash
@@ -49,8 +50,6 @@ from plexus.runtime.child import run_in_child
 from .options import RunOptions
 
 CACHE_ENV = "PLEXUS_CACHE_DIR"
-#: The most files a source directory may hold for the cache to fingerprint it
-MAX_SOURCE_FILES = 100_000
 
 
 class CacheError(ValueError):
@@ -72,30 +71,6 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
-def fingerprint(paths: list[Path]) -> list[list]:
-    """(path, size, modification time in ns) of every file under ``paths``, sorted; a path that
-    does not exist stands for the files beside it whose names start with its name."""
-    found: list[list] = []
-    for path in paths:
-        path = path.resolve()
-        if path.is_dir():
-            files = (p for p in path.rglob("*") if p.is_file())
-        elif path.exists():
-            files = iter([path])
-        else:
-            parent = path.parent
-            files = (p for p in (parent.iterdir() if parent.is_dir() else ())
-                     if p.name.startswith(path.name) and p.is_file())
-        for f in files:
-            if len(found) >= MAX_SOURCE_FILES:
-                raise CacheError(f"{path}: more than {MAX_SOURCE_FILES} files to watch for "
-                                 "changes; partition it once with plexus-partition and train "
-                                 "from --shards, or use --no-cache")
-            st = f.stat()
-            found.append([str(f), st.st_size, st.st_mtime_ns])
-    return sorted(found)
-
-
 @dataclass(frozen=True)
 class Source:
     """The graph a run trains on, as the cache knows it without loading it."""
@@ -110,7 +85,10 @@ class Source:
         from plexus import __version__  # noqa: PLC0415
 
         try:
-            files = fingerprint(spec_paths(self.spec, self.root))
+            files = source_fingerprint(spec_paths(self.spec, self.root), MAX_SOURCE_FILES)
+        except DatasetError as e:
+            raise CacheError(f"{e}; partition it once with plexus-partition and train from "
+                             "--shards, or use --no-cache") from None
         except OSError as e:
             raise CacheError(f"{self.spec}: cannot read its files ({e.strerror or e})") from None
         return {"spec": self.spec.strip(), "files": files, "seed": self.seed,
