@@ -12,9 +12,11 @@ progress bar in ``unit``/s and is timed (`Runner.timings`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import threading
 import time
@@ -23,6 +25,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from tqdm import tqdm
+
+from .graph import DatasetError
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,21 @@ def marker_path(work: Path, phase: str, index: int) -> Path:
 CONSUMED = "consumed"
 
 
+#: Format of a marker file: the task's result and the sha256 of its JSON text
+MARKER_FORMAT = "plexus-task-1"
+#: A marker holds a task's small result; anything far larger is not one
+MAX_MARKER_BYTES = 16 << 20
+
+
+class MarkerError(DatasetError):
+    """A marker file that this code did not write as it is (edited, truncated, planted); one
+    line naming it."""
+
+
+def _result_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def run_task(marker: str, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
     """Run one task and record its result in ``marker`` (module level: pools pickle it).
 
@@ -60,7 +79,9 @@ def run_task(marker: str, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
     consumed = result.pop(CONSUMED, ()) if isinstance(result, dict) else ()
     path = Path(marker)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(result), encoding="utf-8")
+    text = json.dumps(result, sort_keys=True)
+    tmp.write_text(json.dumps({"format": MARKER_FORMAT, "sha256": _result_sha256(text),
+                               "result": text}), encoding="utf-8")
     os.replace(tmp, path)
     for item in consumed:
         remove_task(item)
@@ -86,7 +107,33 @@ def remove_task(path: str) -> dict:
 
 
 def read_marker(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
+    """The result a finished task recorded in ``path``; `MarkerError` (one line naming the
+    file) for anything `run_task` did not write as it is: the work directory is damaged."""
+    def bad(why: str) -> MarkerError:
+        return MarkerError(f"{path}: {why}, not a task marker as this partitioner wrote it "
+                           "(edited or damaged); the work directory cannot be resumed")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_MARKER_BYTES:
+                raise bad("not a small regular file")
+            with os.fdopen(os.dup(fd), "rb") as f:
+                outer = json.loads(f.read(MAX_MARKER_BYTES + 1).decode("utf-8"))
+        finally:
+            os.close(fd)
+    except MarkerError:
+        raise
+    except (OSError, ValueError, RecursionError) as e:
+        raise bad(f"unreadable ({type(e).__name__})") from None
+    if not isinstance(outer, dict) or outer.get("format") != MARKER_FORMAT \
+            or not isinstance(outer.get("result"), str) \
+            or outer.get("sha256") != _result_sha256(outer["result"]):
+        raise bad("its content does not match its sha256")
+    try:
+        return json.loads(outer["result"])
+    except (ValueError, RecursionError):
+        raise bad("unreadable result") from None
 
 
 class RssSampler:
@@ -144,8 +191,12 @@ class Runner:
         folder.mkdir(parents=True, exist_ok=True)
         weights = [int(w) for w in (weights or [1] * len(tasks))]
         costs = list(costs) if costs is not None else weights
-        todo = sorted((i for i in range(len(tasks))
-                       if not marker_path(self.work, phase, i).exists()), key=lambda i: -costs[i])
+        finished = [i for i in range(len(tasks)) if marker_path(self.work, phase, i).exists()]
+        for i in finished:  # a damaged one stops the run before any task builds on it
+            read_marker(marker_path(self.work, phase, i))
+        done_before = set(finished)
+        todo = sorted((i for i in range(len(tasks)) if i not in done_before),
+                      key=lambda i: -costs[i])
         total = sum(weights)
         start = time.perf_counter()
         show = self.leader and (sys.stderr.isatty() if self.progress is None else self.progress)

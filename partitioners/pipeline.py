@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import shutil
@@ -26,6 +27,9 @@ from .stream import Settings, config_key, partition_source
 from .workdir import stage_work_dir
 from .streamjob import PartitionError
 
+#: Failures that no rerun of the same work gets past (the input, the configuration, the work
+#: directory itself; errors of values that name no file among them): the work is removed
+BAD_INPUT = (ValueError, TypeError, LookupError, ArithmeticError, StopIteration)
 #: how long a rank of a launcher job waits for the others at the end of a phase
 GROUP_TIMEOUT_S = 6 * 3600.0
 
@@ -96,7 +100,7 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
         {"source": identity, "grid": shape.as_dict(), "layers": num_layers,
          "orders": [p.order for p in plans], "perm": perm if isinstance(perm, str) else None,
          "seed": seed, "aggregation": aggregation, "chunk": settings.chunk_edges,
-         "bucket": settings.bucket_entries, "version": 2})
+         "bucket": settings.bucket_entries, "version": 3})
     if isinstance(perm, Permutation):
         key = None  # a permutation built by the caller is not part of a resumable configuration
     store_lock = _store_lock(out, keep_existing) if env is None or env.rank == 0 else None
@@ -136,10 +140,20 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
         manifest = partition_source(source, out, shape, num_layers, orders, perm, seed,
                                     aggregation, runner, work / "part", settings,
                                     replace_store_dir)
-    except (DatasetError, ShardStoreError, PartitionError):
-        if runner.leader:  # bad input or configuration: nothing to resume
+    except OSError as e:
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        if runner.leader and not (full and key is not None):
+            shutil.rmtree(work, ignore_errors=True)
+        if not full:
+            raise
+        kept = "; the finished work is kept and resumes" if key is not None else ""
+        raise PartitionError(f"{e.filename or work}: no space left on device; free some space "
+                             f"and run the same command again{kept}") from None
+    except BAD_INPUT:
+        if runner.leader:  # bad input, configuration or work: nothing to resume
             shutil.rmtree(work, ignore_errors=True)
         raise
+    # anything else (a worker killed, an interrupt, no memory) keeps the work: a rerun resumes
     finally:
         if timings is not None:
             timings.extend(runner.timings)

@@ -148,17 +148,18 @@ def test_a_work_directory_is_made_private_and_resumed_by_its_owner(tmp_path):
 
 # ---- 3: work keyed by the source's files; --graph-dir holding another graph refused ----------
 def test_a_killed_partition_never_resumes_with_changed_source_files(tmp_path, monkeypatch):
-    from plexus.partitioners import partition_to_store, pipeline, read_manifest
+    from plexus.partitioners import (PartitionInterrupted, partition_to_store, pipeline,
+                                     read_manifest)
 
     edges = _ring(tmp_path / "g.txt", 40)
     out = tmp_path / "store"
     real = pipeline.partition_source
 
-    def killed(*args, **kwargs):
-        raise RuntimeError("killed")  # after the conversion into the work directory
+    def killed(*args, **kwargs):  # a worker killed after the conversion into the work dir
+        raise PartitionInterrupted("a worker process died")
 
     monkeypatch.setattr(pipeline, "partition_source", killed)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(PartitionInterrupted):
         partition_to_store(f"edgelist:{edges}", out, "1x1x1", 2)
     assert any(p.name.startswith(".store.work-") for p in tmp_path.iterdir())
     monkeypatch.setattr(pipeline, "partition_source", real)
