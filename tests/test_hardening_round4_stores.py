@@ -222,3 +222,199 @@ def test_a_store_written_while_a_run_started_is_not_replaced(tmp_path, capsys, m
     assert code == 2
     one_line(capsys.readouterr().err, "plexus-partition", "refusing to replace it")
     assert read_manifest(out)["num_nodes"] == 32
+
+
+# ---- 3 (cache): a damaged store or converted graph is found by its hashes and rebuilt ----------
+def test_a_same_size_corrupted_cached_store_is_rebuilt_saying_so(tmp_path):
+    from plexus.train.cache import Cache, cached_options
+    from test_cache import _opts
+
+    said: list[str] = []
+    cache = Cache(tmp_path / "cache", said.append)
+    store = cached_options(_opts(), cache, None)[1]
+    victim = Path(store.path) / "rank-x1-y0-z0.npz"
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, one byte changed in place
+    victim.write_bytes(bytes(data))
+    again = cached_options(_opts(), cache, None)[1]
+    assert again.built and again.path == store.path
+    assert any("rank-x1-y0-z0.npz differs from its manifest's sha256" in s for s in said), said
+    assert not cached_options(_opts(), cache, None)[1].built  # rebuilt whole: trusted again
+
+
+def test_a_corrupted_converted_graph_in_the_cache_is_converted_again(tmp_path, capfd):
+    from plexus.train.cache import BuildRequest, Cache, Source, build_store
+    from plexus.engine.config import ModelConfig
+    from plexus.core.grid import GridShape
+
+    cache = Cache(tmp_path / "cache")
+    source = Source("rmat:scale=6,edge_factor=4,features=8,classes=3", None, 0, False)
+
+    def build(grid: str) -> dict:
+        from plexus.partitioners import read_manifest
+
+        request = BuildRequest(source, source.key(), str(cache.root), GridShape.parse(grid),
+                               None, ModelConfig(num_layers=2), "double")
+        return read_manifest(build_store(request)[0])
+
+    first = build("1x1x1")
+    [graph] = list((cache.root / "graphs").iterdir())
+    features = graph / "features.npy"
+    layout_bytes = features.stat().st_size
+    with open(features, "r+b") as f:  # zeros, same shape and size
+        f.seek(128)
+        f.write(b"\0" * (layout_bytes - 128))
+    second = build("2x1x1")
+    assert second["graph_sha256"] == first["graph_sha256"]  # the real graph, not the zeros
+    assert "is damaged" in capfd.readouterr().err
+
+
+# ---- 5: hand-edited or invalid markers: one line naming the file, then a rerun works ---------
+def _killed_partition(tmp_path, monkeypatch, crash_in: str) -> tuple[str, Path, dict]:
+    from plexus.partitioners import partition_to_store, rankfile
+
+    spec = "rmat:scale=6,edge_factor=4,features=4,classes=2"
+    out = tmp_path / "s"
+    run = dict(chunk_edges=200, bucket_entries=300)
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("killed")  # as a kill -9 leaves the work
+
+    with monkeypatch.context() as m:
+        m.setattr(rankfile, crash_in, crash)
+        with pytest.raises(RuntimeError, match="killed"):
+            partition_to_store(spec, out, "2x1x1", 2, **run)
+    [work] = [p for p in tmp_path.iterdir() if p.name.startswith(".s.work-")]
+    return spec, work, run
+
+
+def _edit_marker(kind: str, work: Path) -> Path:
+    phase = "permutation" if kind in ("no subs", "sub-bucket at 1e12") else "sort"
+    marker = sorted((work / "done" / phase).glob("*.json"))[0]
+    outer = json.loads(marker.read_text())
+    result = json.loads(outer["result"])
+    if kind == "[1,2]":
+        marker.write_text("[1, 2]")
+        return marker
+    if kind == "invalid json":
+        marker.write_text('{"format": ')
+        return marker
+    if kind == "r 99":
+        result["r"] = {k: 99 for k in result["r"]}
+    elif kind == "unknown block key":
+        result["nnz"] = {"A9:zz": [1]}
+    elif kind == "no subs":
+        del result["subs"]
+    elif kind == "sub-bucket at 1e12":
+        key = next(iter(result["subs"]))
+        result["subs"][key][-1][-1] = 10**12
+    outer["result"] = json.dumps(result)  # edited by hand: its sha256 no longer matches
+    marker.write_text(json.dumps(outer))
+    return marker
+
+
+@pytest.mark.parametrize("kind", ["[1,2]", "invalid json", "r 99", "unknown block key",
+                                  "no subs", "sub-bucket at 1e12"])
+def test_an_edited_marker_is_one_line_naming_it_and_a_rerun_works(kind, tmp_path, monkeypatch):
+    from plexus.datasets.graph import DatasetError
+    from plexus.partitioners import partition_to_store, read_manifest
+
+    spec, work, run = _killed_partition(tmp_path, monkeypatch, "rank_task")
+    marker = _edit_marker(kind, work)
+    with pytest.raises(DatasetError) as e:
+        partition_to_store(spec, tmp_path / "s", "2x1x1", 2, **run)
+    assert "\n" not in str(e.value) and str(marker) in str(e.value)
+    assert not work.exists() and not (tmp_path / "s").exists()
+    partition_to_store(spec, tmp_path / "s", "2x1x1", 2, **run)  # starts again, cleanly
+    assert read_manifest(tmp_path / "s")["num_nodes"] == 64
+
+
+@pytest.mark.parametrize("damage", ["truncated", "swapped"])
+def test_a_finished_rank_file_damaged_before_the_manifest_is_refused(damage, tmp_path,
+                                                                      monkeypatch):
+    from plexus.partitioners import PartitionError, partition_to_store
+
+    spec, work, run = _killed_partition(tmp_path, monkeypatch, "manifest_step")
+    files = sorted(work.glob("**/store/rank-*.npz"))
+    assert len(files) == 2
+    if damage == "truncated":
+        files[0].write_bytes(files[0].read_bytes()[:-10])
+    else:
+        a, b = files[0].read_bytes(), files[1].read_bytes()
+        files[0].write_bytes(b)
+        files[1].write_bytes(a)
+    with pytest.raises(PartitionError, match="differs from what its task wrote") as e:
+        partition_to_store(spec, tmp_path / "s", "2x1x1", 2, **run)
+    assert "\n" not in str(e.value) and str(files[0]) in str(e.value)
+    assert not work.exists() and not (tmp_path / "s").exists()
+
+
+# ---- 6: a full disk, another file system, inputs that name no file ---------------------------
+@pytest.fixture
+def tmpfs(tmp_path):
+    """Mount a small tmpfs (root only; skipped elsewhere): ``mount(name, size)``."""
+    import subprocess
+
+    mounted: list[Path] = []
+
+    def mount(name: str, size: str) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        if os.geteuid() != 0 or subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={size},mode=755", "tmpfs", str(path)],
+                capture_output=True).returncode != 0:
+            pytest.skip("cannot mount a tmpfs here (needs root)")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in mounted:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def test_a_full_disk_is_one_line_naming_the_path_and_leaves_no_temporary_work(tmpfs, capsys):
+    from plexus.partitioners import cli
+
+    disk = tmpfs("full", "200k")
+    code = cli.main(["--dataset", "cora", "--grid", "1x1x1", "--layers", "2",
+                     "--out", str(disk / "store")])
+    assert code == 2
+    err = one_line(capsys.readouterr().err, "plexus-partition", "no space left on device")
+    assert str(disk) in err
+    assert os.listdir(disk) == []  # a graph held in memory: its temporary work is gone
+
+
+def test_a_full_disk_keeps_resumable_work_and_says_so(tmpfs):
+    from plexus.partitioners import PartitionError, partition_to_store
+
+    disk = tmpfs("full", "300k")
+    with pytest.raises(PartitionError, match="no space left on device.*kept and resumes"):
+        partition_to_store("rmat:scale=9,edge_factor=8,features=16,classes=3", disk / "s",
+                           "1x1x1", 2)
+    assert [p.name.startswith(".s.work-") for p in disk.iterdir()] == [True]
+
+
+def test_a_graph_dir_on_another_file_system_works(tmpfs, tmp_path):
+    from plexus.datasets.diskgraph import is_disk_graph
+    from plexus.partitioners import partition_to_store
+
+    other = tmpfs("other", "64m")
+    spec = "rmat:scale=6,edge_factor=4,features=4,classes=2"
+    m = partition_to_store(spec, tmp_path / "s", "1x1x1", 2, graph_dir=other / "g")
+    assert is_disk_graph(other / "g") and m["num_nodes"] == 64
+    assert sorted(os.listdir(tmp_path)) == ["other", "s"]  # no work left beside the store
+    assert os.listdir(other) == ["g"]
+
+
+def test_a_bad_input_naming_no_file_leaves_no_work_directory(tmp_path, monkeypatch):
+    from plexus.datasets import convert
+    from plexus.partitioners import partition_to_store
+
+    def bad(*args, **kwargs):  # as a NaN node count or a non-UTF-8 feature file raise
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+
+    monkeypatch.setattr(convert, "_in_memory", bad)
+    edges = _ring(tmp_path / "g.txt", 20)
+    with pytest.raises(ValueError):
+        partition_to_store(f"edgelist:{edges}", tmp_path / "s", "1x1x1", 2)
+    assert sorted(os.listdir(tmp_path)) == ["g.txt"]
