@@ -199,6 +199,10 @@ def _store_lock(out: Path, keep_existing: bool) -> FileLock:
     is there once it is held."""
     path = out.parent / f".{out.name}.lock"
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ShardStoreError(f"{out.parent}: cannot create it ({e.strerror or e})") from None
+    try:
         lock = acquire(path)
     except LockBusy as e:
         holder = f" (pid {e.holder})" if e.holder else ""
