@@ -418,3 +418,123 @@ def test_a_bad_input_naming_no_file_leaves_no_work_directory(tmp_path, monkeypat
     with pytest.raises(ValueError):
         partition_to_store(f"edgelist:{edges}", tmp_path / "s", "1x1x1", 2)
     assert sorted(os.listdir(tmp_path)) == ["g.txt"]
+
+
+# ---- 8: a second user cannot steer a partition or a run's outputs ---------------------------
+NOBODY = 65534
+
+
+def as_nobody(fn, *args):
+    """``fn(*args)`` in a forked child that dropped to uid/gid 65534; its JSON-able result."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            os.write(write, json.dumps(fn(*args)).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        out = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, out
+    return json.loads(out)
+
+
+def _plant_symlink(work: str, victim: str) -> str:
+    os.symlink(victim, work)
+    return "planted"
+
+
+def _plant_forged(work: str, victim: str, signature: str) -> str:
+    os.unlink(work)
+    os.mkdir(work, 0o700)
+    with open(os.path.join(work, ".plexus-work.json"), "w") as f:
+        f.write(signature)  # a perfect copy of what root's partitioner would write
+    os.symlink(victim, os.path.join(work, "part"))
+    return "planted"
+
+
+def _try_everything(work: str, store: str) -> dict:
+    """What nobody can do to root's work directory and store in a shared sticky folder."""
+    tries = {"list work": lambda: os.listdir(work),
+             "write in work": lambda: open(os.path.join(work, "x"), "w"),
+             "rename work": lambda: os.rename(work, work + "-moved"),
+             "remove work": lambda: os.rmdir(work),
+             "rename store": lambda: os.rename(store, store + "-moved"),
+             "write in store": lambda: open(os.path.join(store, "x"), "w"),
+             "replace manifest": lambda: os.replace(os.devnull, os.path.join(store, "manifest.json"))}
+    out = {}
+    for name, attempt in tries.items():
+        try:
+            attempt()
+            out[name] = "allowed"
+        except OSError:
+            out[name] = "denied"
+    return out
+
+
+def _plant_outputs(res: str, victim_file: str, marker: str) -> str:
+    os.mkdir(res, 0o755)
+    with open(os.path.join(res, "outputs.json"), "w") as f:
+        f.write(marker)
+    os.symlink(victim_file, os.path.join(res, "pred.npy"))
+    return "planted"
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="needs root to act as a second user")
+def test_a_second_user_cannot_make_a_partition_or_a_run_touch_anything_else(tmp_path,
+                                                                            monkeypatch):
+    import shutil
+    import tempfile
+
+    from plexus.partitioners import PartitionError, partition_to_store, pipeline, rankfile
+    from plexus.partitioners.workdir import FORMAT, work_dir_name
+
+    shared = Path(tempfile.mkdtemp(prefix="plexus-two-users-", dir="/tmp"))
+    try:
+        shared.chmod(0o1777)  # as /tmp: everyone may create, only owners rename or remove
+        victim = shared / "canon"
+        victim.mkdir(mode=0o700)
+        (victim / "keep").write_text("root's")
+        out = shared / "store"
+        work = work_dir_name(out, KEY)  # predictable, as the configuration is
+        monkeypatch.setattr(pipeline, "config_key", lambda config: KEY)
+        spec = "rmat:scale=5,edge_factor=4,features=4,classes=2"
+
+        assert as_nobody(_plant_symlink, str(work), str(victim)) == "planted"
+        with pytest.raises(PartitionError, match="a symlink"):
+            partition_to_store(spec, out, "1x1x1", 2)
+        signature = json.dumps({"format": FORMAT, "key": KEY, "uid": 0})
+        assert as_nobody(_plant_forged, str(work), str(victim), signature) == "planted"
+        with pytest.raises(PartitionError, match=f"owned by uid {NOBODY}"):
+            partition_to_store(spec, out, "1x1x1", 2)
+        assert sorted(os.listdir(victim)) == ["keep"] and (victim / "keep").read_text() == "root's"
+        shutil.rmtree(work)  # root, the owner of the folder, clears the plant
+
+        partition_to_store(spec, out, "1x1x1", 2)  # a store of root's ...
+        with monkeypatch.context() as m:  # ... and a killed run's work directory
+            m.setattr(rankfile, "rank_task", lambda *a, **k: (_ for _ in ()).throw(
+                RuntimeError("killed")))
+            with pytest.raises(RuntimeError):
+                partition_to_store(spec, out, "2x1x1", 2)
+        tried = as_nobody(_try_everything, str(work), str(out))
+        assert set(tried.values()) == {"denied"}, tried
+
+        res = shared / "res"
+        genuine = json.dumps({"format": "plexus-outputs", "version": 1, "num_nodes": 5,
+                              "arrays": {"pred": {"file": "pred.npy", "dtype": "<i8",
+                                                  "shape": [5]}}})
+        assert as_nobody(_plant_outputs, str(res), str(victim / "keep"), genuine) == "planted"
+        with pytest.raises(OutputsError, match="refusing to replace it"):
+            check_outputs_target(res)
+        assert (victim / "keep").read_text() == "root's"
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
