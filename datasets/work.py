@@ -136,6 +136,79 @@ def read_marker(path: Path) -> Any:
         raise bad("unreadable result") from None
 
 
+#: The record of the work directory's files as the last finished phase left them
+FILES_RECORD = "files.json"
+
+
+def _file_states(work: Path) -> dict[str, list[int]]:
+    """Every file under ``work`` (markers aside): size, inode, change time. A file written,
+    truncated, swapped or replaced changes one of them (the change time cannot be set back)."""
+    states: dict[str, list[int]] = {}
+    done = work / "done"
+    for folder, dirs, files in os.walk(work):
+        if Path(folder) == work and "done" in dirs:
+            dirs.remove("done")
+        for name in files:
+            path = Path(folder, name)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            states[str(path.relative_to(work))] = [st.st_size, st.st_ino, st.st_ctime_ns]
+    del done
+    return states
+
+
+def record_files(work: Path) -> None:
+    """Record the state of every file of ``work`` once a phase has finished (its tasks' outputs
+    included), for `check_files` to compare a resumed run against."""
+    record = work / "done" / FILES_RECORD
+    tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(_file_states(work)), encoding="utf-8")
+    os.replace(tmp, record)
+
+
+def check_files(work: Path) -> None:
+    """`MarkerError` naming the first file of ``work`` whose size, inode or change time differ
+    from what the last finished phase recorded (edited, truncated, swapped since); files gone
+    since (consumed by a later task) are not checked, files not recorded are an unfinished
+    phase's, rewritten when it runs again."""
+    record = work / "done" / FILES_RECORD
+    if not record.exists():
+        return
+    recorded = read_record(record)
+    for name, state in recorded.items():
+        try:
+            st = os.lstat(work / name)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise MarkerError(f"{work / name}: cannot inspect it ({e.strerror or e})") from None
+        if [st.st_size, st.st_ino, st.st_ctime_ns] != state:
+            raise MarkerError(f"{work / name}: changed since its phase finished (size, inode or "
+                              f"change time differ from {record}); the work directory cannot "
+                              "be resumed")
+
+
+def read_record(record: Path) -> dict[str, list[int]]:
+    """The file states `record_files` wrote; `MarkerError` for anything else."""
+    try:
+        st = os.lstat(record)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > (1 << 30):
+            raise ValueError("not a regular file of a sane size")
+        with open(record, "rb") as f:
+            data = json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        raise MarkerError(f"{record}: unreadable ({type(e).__name__}); the work directory "
+                          "cannot be resumed") from None
+    if not isinstance(data, dict) or not all(
+            isinstance(v, list) and len(v) == 3 and all(type(x) is int for x in v)
+            for v in data.values()):
+        raise MarkerError(f"{record}: not a record of files as this partitioner wrote it; the "
+                          "work directory cannot be resumed")
+    return data
+
+
 class RssSampler:
     """This process's largest resident set size while the block runs, sampled every few
     milliseconds (Linux /proc; 0 elsewhere): which phase holds the memory."""
@@ -180,6 +253,7 @@ class Runner:
         self.work = Path(work)
         self.progress = progress
         self.timings: list[PhaseTime] = []
+        self._checked = False
 
     def run(self, phase: str, fn: Callable[..., Any], tasks: Sequence[Sequence[Any]],
             weights: Sequence[int] | None = None, unit: str = "edge",
@@ -187,6 +261,9 @@ class Runner:
         """Run ``fn(*task)`` for every task not finished before; every task's result, in order.
         ``weights`` count the progress bar's units; tasks start in decreasing ``costs`` (default:
         the weights), so that several processes end a phase on short tasks, not on one long."""
+        if self.leader and not self._checked:
+            check_files(self.work)  # a resumed run builds on nothing changed since
+            self._checked = True
         folder = self.work / "done" / phase
         folder.mkdir(parents=True, exist_ok=True)
         weights = [int(w) for w in (weights or [1] * len(tasks))]
@@ -207,7 +284,10 @@ class Runner:
         self.timings.append(PhaseTime(phase, time.perf_counter() - start,
                                       sum(weights[i] for i in todo), unit, len(todo), len(tasks),
                                       rss.peak))
-        return [read_marker(marker_path(self.work, phase, i)) for i in range(len(tasks))]
+        results = [read_marker(marker_path(self.work, phase, i)) for i in range(len(tasks))]
+        if self.leader:
+            record_files(self.work)
+        return results
 
     def once(self, phase: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run one step once (on the leader when several processes share the work)."""

@@ -332,7 +332,8 @@ def test_an_edited_marker_is_one_line_naming_it_and_a_rerun_works(kind, tmp_path
 @pytest.mark.parametrize("damage", ["truncated", "swapped"])
 def test_a_finished_rank_file_damaged_before_the_manifest_is_refused(damage, tmp_path,
                                                                       monkeypatch):
-    from plexus.partitioners import PartitionError, partition_to_store
+    from plexus.datasets.graph import DatasetError
+    from plexus.partitioners import partition_to_store
 
     spec, work, run = _killed_partition(tmp_path, monkeypatch, "manifest_step")
     files = sorted(work.glob("**/store/rank-*.npz"))
@@ -343,10 +344,48 @@ def test_a_finished_rank_file_damaged_before_the_manifest_is_refused(damage, tmp
         a, b = files[0].read_bytes(), files[1].read_bytes()
         files[0].write_bytes(b)
         files[1].write_bytes(a)
-    with pytest.raises(PartitionError, match="differs from what its task wrote") as e:
+    with pytest.raises(DatasetError, match="changed since its phase finished") as e:
         partition_to_store(spec, tmp_path / "s", "2x1x1", 2, **run)
     assert "\n" not in str(e.value) and str(files[0]) in str(e.value)
     assert not work.exists() and not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "swapped", "same size"])
+def test_scratch_changed_after_its_phase_is_refused_on_resume(damage, tmp_path, monkeypatch):
+    from plexus.datasets.graph import DatasetError
+    from plexus.partitioners import partition_to_store
+
+    spec, work, run = _killed_partition(tmp_path, monkeypatch, "rank_task")
+    files = sorted(p for p in work.rglob("*.npy") if p.stat().st_size > 200)
+    assert len(files) >= 2
+    a, b = files[0].read_bytes(), files[1].read_bytes()
+    if damage == "truncated":
+        files[0].write_bytes(a[:-8])
+    elif damage == "swapped":
+        files[0].write_bytes(b)
+        files[1].write_bytes(a)
+    else:
+        files[0].write_bytes(a[:-1] + bytes([a[-1] ^ 1]))
+    with pytest.raises(DatasetError, match="changed since its phase finished") as e:
+        partition_to_store(spec, tmp_path / "s", "2x1x1", 2, **run)
+    assert "\n" not in str(e.value) and not work.exists()
+
+
+def test_a_rank_file_is_hashed_again_before_the_manifest(tmp_path, monkeypatch):
+    from plexus.partitioners import PartitionError, partition_to_store, rankfile
+
+    real = rankfile.manifest_step
+
+    def damage_then_write(job, meta, ranks, *rest):  # damaged between its task and the manifest
+        path = Path(job.path("store", ranks[0]["file"]))
+        path.write_bytes(path.read_bytes()[:-1] + b"?")
+        return real(job, meta, ranks, *rest)
+
+    monkeypatch.setattr(rankfile, "manifest_step", damage_then_write)
+    with pytest.raises(PartitionError, match="differs from what its task wrote"):
+        partition_to_store("rmat:scale=5,edge_factor=4,features=4,classes=2", tmp_path / "s",
+                           "1x1x1", 2)
+    assert os.listdir(tmp_path) == []
 
 
 # ---- 6: a full disk, another file system, inputs that name no file ---------------------------
