@@ -577,3 +577,30 @@ def test_a_second_user_cannot_make_a_partition_or_a_run_touch_anything_else(tmp_
         assert (victim / "keep").read_text() == "root's"
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+# ---- 7: the fuzz of work directories, cache stores and graphs/, outputs directories ---------
+def test_a_sample_of_the_store_fuzz_is_all_ok_or_one_line(tmp_path):
+    """`benchmarks/fuzz_stores.py` runs 500 cases per kind; here a few of each."""
+    from plexus.testing import fuzz_stores
+
+    results = fuzz_stores.run_cases(tmp_path, 5, seed=37)
+    bad = [r for r in results if r.outcome not in fuzz_stores.GOOD]
+    assert not bad, "\n".join(map(str, bad))
+    summary = fuzz_stores.summarize(results)
+    for kind in fuzz_stores.KINDS:
+        assert sum(summary[kind]["outcomes"].values()) == 5
+        assert summary[kind]["max_peak_rss"] <= 1 << 30
+    # the damage reaches the checks; the cache repairs what it finds (and the result is right)
+    assert summary["workdir"]["outcomes"]["error"] > 0 and summary["outputs"]["outcomes"]["error"]
+    assert summary["cache"]["outcomes"]["ok"] == 5
+
+
+def test_the_fuzz_harness_sees_what_it_must_refuse(tmp_path, monkeypatch):
+    """A check switched off shows in the outcomes: the harness can fail."""
+    from plexus.api import outputs
+    from plexus.testing import fuzz_stores
+
+    monkeypatch.setattr(outputs, "is_outputs_directory", lambda path: True)
+    results = fuzz_stores.run_cases(tmp_path, 8, seed=37, kinds=("outputs",))
+    assert any(r.outcome == "lost" for r in results), results
