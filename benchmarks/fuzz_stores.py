@@ -25,9 +25,19 @@ import time
 from pathlib import Path
 
 from plexus.testing import fuzz_stores
+from plexus.train import fuzztargets
 from plexus.testing.output import write_json, write_text
 
 RSS_BOUND = 1 << 30
+
+
+def _progress(result: fuzz_stores.Result) -> None:
+    """Unacceptable outcomes as they happen, and a count every 100 cases (stderr)."""
+    if result.outcome not in fuzz_stores.GOOD:
+        print(f"{result.kind}-{result.index}: {result.outcome}: {result.detail[:300]}",
+              file=sys.stderr, flush=True)
+    if (result.index + 1) % 100 == 0:
+        print(f"{result.kind}: {result.index + 1} cases", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown kinds {sorted(unknown)}; choose from {','.join(fuzz_stores.KINDS)}")
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="plexus-fuzz-stores-") as tmp:
-        results = fuzz_stores.run_cases(Path(tmp), args.per_kind, args.seed, kinds)
+        results = fuzz_stores.run_cases(Path(tmp), args.per_kind, args.seed, kinds,
+                                        fuzz_stores.Targets.of(fuzztargets), _progress)
     seconds = time.perf_counter() - start
     summary = fuzz_stores.summarize(results)
     outcomes = fuzz_stores.OUTCOMES

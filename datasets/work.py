@@ -65,7 +65,8 @@ class MarkerError(DatasetError):
     line naming it."""
 
 
-def _result_sha256(text: str) -> str:
+def result_sha256(text: str) -> str:
+    """The sha256 a marker records of its result's JSON text."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -80,7 +81,7 @@ def run_task(marker: str, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
     path = Path(marker)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     text = json.dumps(result, sort_keys=True)
-    tmp.write_text(json.dumps({"format": MARKER_FORMAT, "sha256": _result_sha256(text),
+    tmp.write_text(json.dumps({"format": MARKER_FORMAT, "sha256": result_sha256(text),
                                "result": text}), encoding="utf-8")
     os.replace(tmp, path)
     for item in consumed:
@@ -128,7 +129,7 @@ def read_marker(path: Path) -> Any:
         raise bad(f"unreadable ({type(e).__name__})") from None
     if not isinstance(outer, dict) or outer.get("format") != MARKER_FORMAT \
             or not isinstance(outer.get("result"), str) \
-            or outer.get("sha256") != _result_sha256(outer["result"]):
+            or outer.get("sha256") != result_sha256(outer["result"]):
         raise bad("its content does not match its sha256")
     try:
         return json.loads(outer["result"])

@@ -5,14 +5,16 @@ disk in one line, a second user kept out."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from plexus.api.outputs import MARKER, OutputsError, _publish, check_outputs_target
+from plexus.api.outputs import MARKER, OutputsError, check_outputs_target, publish_outputs
 
 TINY = ["--dataset", "rmat:scale=6,edge_factor=4,features=8,classes=3"]
 
@@ -30,7 +32,7 @@ def real_outputs(target: Path, rows: int = 5) -> Path:
     tmp = target.parent / f".{target.name}.partial-test"
     tmp.mkdir(parents=True)
     np.lib.format.open_memmap(tmp / "pred.npy", mode="w+", dtype=np.int64, shape=(rows,))
-    _publish(tmp, target, rows, {"pred": ((rows,), np.dtype(np.int64))}, {"epoch": 1})
+    publish_outputs(tmp, target, rows, {"pred": ((rows,), np.dtype(np.int64))}, {"epoch": 1})
     return target
 
 
@@ -531,7 +533,6 @@ def _plant_outputs(res: str, victim_file: str, marker: str) -> str:
                     reason="needs root to act as a second user")
 def test_a_second_user_cannot_make_a_partition_or_a_run_touch_anything_else(tmp_path,
                                                                             monkeypatch):
-    import shutil
     import tempfile
 
     from plexus.partitioners import PartitionError, partition_to_store, pipeline, rankfile
@@ -583,8 +584,10 @@ def test_a_second_user_cannot_make_a_partition_or_a_run_touch_anything_else(tmp_
 def test_a_sample_of_the_store_fuzz_is_all_ok_or_one_line(tmp_path):
     """`benchmarks/fuzz_stores.py` runs 500 cases per kind; here a few of each."""
     from plexus.testing import fuzz_stores
+    from plexus.train import fuzztargets
 
-    results = fuzz_stores.run_cases(tmp_path, 5, seed=37)
+    results = fuzz_stores.run_cases(tmp_path, 5, seed=37,
+                                    targets=fuzz_stores.Targets.of(fuzztargets))
     bad = [r for r in results if r.outcome not in fuzz_stores.GOOD]
     assert not bad, "\n".join(map(str, bad))
     summary = fuzz_stores.summarize(results)
@@ -598,9 +601,16 @@ def test_a_sample_of_the_store_fuzz_is_all_ok_or_one_line(tmp_path):
 
 def test_the_fuzz_harness_sees_what_it_must_refuse(tmp_path, monkeypatch):
     """A check switched off shows in the outcomes: the harness can fail."""
-    from plexus.api import outputs
     from plexus.testing import fuzz_stores
+    from plexus.train import fuzztargets
 
-    monkeypatch.setattr(outputs, "is_outputs_directory", lambda path: True)
-    results = fuzz_stores.run_cases(tmp_path, 8, seed=37, kinds=("outputs",))
+    targets = fuzz_stores.Targets.of(fuzztargets)
+    def replace_anything(path: Path, rows: int) -> Path:  # main's rule, and worse
+        shutil.rmtree(path, ignore_errors=True)
+        return targets.write_outputs(path, rows)
+
+    everything = dataclasses.replace(targets, check_outputs=lambda path: path,
+                                     write_outputs=replace_anything)
+    results = fuzz_stores.run_cases(tmp_path, 8, seed=37, kinds=("outputs",),
+                                    targets=everything)
     assert any(r.outcome == "lost" for r in results), results

@@ -201,7 +201,7 @@ def write_outputs(model: GraphModel, blocks: dict[str, NodeBlock],
         _agree(failure)
         if rank0:
             try:
-                _publish(tmp, target, model.num_nodes, shapes, extra or {})
+                publish_outputs(tmp, target, model.num_nodes, shapes, extra or {})
             except (OSError, OutputsError) as e:
                 failure = f"{target}: {e.strerror or e}" if isinstance(e, OSError) else str(e)
         _agree(failure)
@@ -212,10 +212,12 @@ def write_outputs(model: GraphModel, blocks: dict[str, NodeBlock],
     return target
 
 
-def _publish(tmp: Path, target: Path, num_nodes: int,
-             shapes: dict[str, tuple[tuple[int, ...], np.dtype]], extra: dict[str, Any]) -> None:
-    """Rank 0, once every rank has written and synced its rows: the marker file, then the rename
-    onto ``target``."""
+def publish_outputs(tmp: Path, target: Path, num_nodes: int,
+                    shapes: dict[str, tuple[tuple[int, ...], np.dtype]],
+                    extra: dict[str, Any]) -> None:
+    """Rank 0, once every rank has written and synced its rows into the files of ``tmp``: the
+    marker file, then the rename onto ``target`` (`OutputsError` when ``target`` is no longer
+    replaceable)."""
     meta = {"format": FORMAT, "version": VERSION, "num_nodes": int(num_nodes),
             "arrays": {name: {"file": FILES[name], "dtype": np.dtype(dt).str,
                               "shape": [int(s) for s in shape]}

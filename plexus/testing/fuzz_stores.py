@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .fuzz import _json_edit, mutate_bytes
+from . import fuzz
+from .fuzz import mutate_bytes
 
 KINDS = ("workdir", "cache", "outputs")
 GOOD = ("ok", "error")
@@ -44,6 +45,9 @@ OUTCOMES = ("ok", "error", "traceback", "signal", "hang", "lost", "wrong")
 CASE_LIMIT_S = 60
 SPEC = "rmat:scale=6,edge_factor=4,features=4,classes=2"
 RUN = {"chunk_edges": 200, "bucket_entries": 300}
+#: one field of a JSON value replaced by an odd one (the input fuzz's, as plexus.studies'
+#: fuzzcases takes it)
+_edit = fuzz._json_edit  # noqa: SLF001
 
 
 @dataclass
@@ -58,12 +62,39 @@ class Result:
     peak_rss: int = 0
 
 
+@dataclass(frozen=True)
+class Targets:
+    """What the cache and outputs kinds call: `plexus.train` and `plexus.api`, which this package
+    may not import (`Targets.of(plexus.train.fuzztargets)`)."""
+
+    #: (cache directory, grid) -> the store the cache gives for `SPEC` (found, or built out of
+    #: core through its ``graphs/``)
+    cache_build: Callable[[Path, str], Path]
+    #: (directory, rows) -> an outputs directory written as `plexus.save_outputs` writes one
+    write_outputs: Callable[[Path, int], Path]
+    #: raises a typed error unless a directory may be replaced by an outputs write
+    check_outputs: Callable[[Path], Any]
+    #: the outputs.json name, the array file names, the format key
+    outputs_marker: str
+    outputs_files: tuple[str, ...]
+    outputs_format: str
+
+    @classmethod
+    def of(cls, module: Any) -> "Targets":
+        """From a module defining ``cache_build(cache, grid, spec)``, ``write_outputs``,
+        ``check_outputs`` and the ``OUTPUTS_*`` names (`plexus.train.fuzztargets`)."""
+        return cls(lambda cache, grid: module.cache_build(cache, grid, SPEC),
+                   module.write_outputs, module.check_outputs, module.OUTPUTS_MARKER,
+                   tuple(module.OUTPUTS_FILES), module.OUTPUTS_FORMAT)
+
+
 @dataclass
 class Bases:
     """The clean artefacts every case copies: killed work directories, the clean store, a cache
     and its clean hashes, an outputs directory."""
 
     root: Path
+    targets: Targets | None = None
     work: dict[str, Path] = field(default_factory=dict)
     store: dict[str, bytes] = field(default_factory=dict)
     cache: Path | None = None
@@ -76,11 +107,16 @@ def _store_bytes(path: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(path.iterdir())}
 
 
-def make_bases(root: Path, kinds: tuple[str, ...] = KINDS) -> Bases:
-    """Build the clean artefacts once (a few seconds)."""
+def make_bases(root: Path, kinds: tuple[str, ...] = KINDS,
+               targets: Targets | None = None) -> Bases:
+    """Build the clean artefacts once (a few seconds); the cache and outputs kinds need
+    ``targets``."""
     from plexus.partitioners import partition_to_store, rankfile  # noqa: PLC0415
 
-    bases = Bases(root)
+    if targets is None and ("cache" in kinds or "outputs" in kinds):
+        raise ValueError("the cache and outputs kinds need targets "
+                         "(Targets.of(plexus.train.fuzztargets))")
+    bases = Bases(root, targets)
     if "workdir" in kinds:
         partition_to_store(SPEC, root / "clean" / "s", "2x1x1", 2, **RUN)
         bases.store = _store_bytes(root / "clean" / "s")
@@ -105,53 +141,12 @@ def make_bases(root: Path, kinds: tuple[str, ...] = KINDS) -> Bases:
 
         bases.cache = root / "cache"
         for grid in ("1x1x1", "2x1x1"):
-            path = _cache_build(bases.cache, grid)
+            path = targets.cache_build(bases.cache, grid)
             bases.cache_sha[grid] = read_manifest(path)["graph_sha256"]
-        shutil.rmtree(Path(_cache_build(bases.cache, "2x1x1")))  # left for the cases to build
+        shutil.rmtree(targets.cache_build(bases.cache, "2x1x1"))  # left for the cases to build
     if "outputs" in kinds:
-        bases.outputs = write_outputs(root / "outputs" / "res", 5)
+        bases.outputs = targets.write_outputs(root / "outputs" / "res", 5)
     return bases
-
-
-def _cache_request(cache: Path, grid: str) -> Any:
-    from plexus.core.grid import GridShape  # noqa: PLC0415
-    from plexus.engine.config import ModelConfig  # noqa: PLC0415
-    from plexus.train.cache import BuildRequest, Source  # noqa: PLC0415
-
-    source = Source(SPEC, None, 0, False)
-    return BuildRequest(source, source.key(), str(cache), GridShape.parse(grid), None,
-                        ModelConfig(num_layers=2), "double")
-
-
-def _cache_build(cache: Path, grid: str) -> Path:
-    """The store the cache gives for ``grid``: found, or built out of core (through its
-    ``graphs/``), as `plexus.train.cache.obtain_store` does for a graph too large to load."""
-    from plexus.train.cache import Cache, Partition, build_store  # noqa: PLC0415
-
-    request = _cache_request(cache, grid)
-    sizes = Cache(cache).read_sizes(request.source_key)
-    if sizes is not None:
-        found = Cache(cache).find(request.source_key, Partition(
-            request.grid, request.model, request.perm, request.source.seed), sizes)
-        if found is not None:
-            return found
-    return Path(build_store(request)[0])
-
-
-def write_outputs(target: Path, rows: int) -> Path:
-    """An outputs directory as `plexus.save_outputs` leaves it (its rank-0 publishing step)."""
-    import numpy as np  # noqa: PLC0415
-
-    from plexus.api.outputs import _publish  # noqa: PLC0415
-
-    tmp = target.parent / f".{target.name}.partial-fuzz"
-    tmp.mkdir(parents=True)
-    np.lib.format.open_memmap(tmp / "pred.npy", mode="w+", dtype=np.int64, shape=(rows,))
-    np.lib.format.open_memmap(tmp / "logits.npy", mode="w+", dtype=np.float32,
-                              shape=(rows, 3))
-    _publish(tmp, target, rows, {"pred": ((rows,), np.dtype(np.int64)),
-                                 "logits": ((rows, 3), np.dtype(np.float32))}, {"epoch": 1})
-    return target
 
 
 # ------------------------------------------------------------------------------- damage
@@ -194,7 +189,7 @@ def _damage_file(path: Path, rng: random.Random) -> str:
 
 
 def _damage_workdir(work: Path, victim: Path, rng: random.Random) -> str:
-    from plexus.datasets.work import MARKER_FORMAT, _result_sha256  # noqa: PLC0415
+    from plexus.datasets.work import MARKER_FORMAT, result_sha256  # noqa: PLC0415
 
     markers = sorted(p for p in (work / "done").rglob("*.json") if p.parent != work / "done")
     data = [p for p in _files(work) if "done" not in p.relative_to(work).parts
@@ -205,15 +200,15 @@ def _damage_workdir(work: Path, victim: Path, rng: random.Random) -> str:
     if how == "marker edit":
         m = rng.choice(markers)
         outer = json.loads(m.read_text())
-        outer["result"] = json.dumps(_json_edit(json.loads(outer["result"]), rng))
+        outer["result"] = json.dumps(_edit(json.loads(outer["result"]), rng))
         m.write_text(json.dumps(outer))
     elif how == "marker bytes":
         _damage_file(rng.choice(markers), rng)
     elif how == "marker forged":  # edited with the sha256 made to agree (a hand that knows)
         m = rng.choice(markers)
-        text = json.dumps(_json_edit(json.loads(json.loads(m.read_text())["result"]), rng),
+        text = json.dumps(_edit(json.loads(json.loads(m.read_text())["result"]), rng),
                           sort_keys=True)
-        m.write_text(json.dumps({"format": MARKER_FORMAT, "sha256": _result_sha256(text),
+        m.write_text(json.dumps({"format": MARKER_FORMAT, "sha256": result_sha256(text),
                                  "result": text}))
     elif how == "marker planted":  # a finished task's marker copied over to an unfinished one
         m = rng.choice(markers)
@@ -243,7 +238,7 @@ def _damage_workdir(work: Path, victim: Path, rng: random.Random) -> str:
         if choice < 0.3:
             sig.unlink()
         elif choice < 0.6:
-            sig.write_text(json.dumps(_json_edit(json.loads(sig.read_text()), rng)))
+            sig.write_text(json.dumps(_edit(json.loads(sig.read_text()), rng)))
         else:
             _damage_file(sig, rng)
     elif how == "record":
@@ -252,7 +247,7 @@ def _damage_workdir(work: Path, victim: Path, rng: random.Random) -> str:
             if rng.random() < 0.5:
                 _damage_file(record, rng)
             else:
-                record.write_text(json.dumps(_json_edit(json.loads(record.read_text()), rng)))
+                record.write_text(json.dumps(_edit(json.loads(record.read_text()), rng)))
     elif how == "work link":
         target = work.with_name(work.name + ".real")
         work.rename(target)
@@ -278,7 +273,7 @@ def _damage_cache(cache: Path, rng: random.Random) -> tuple[str, str]:
     elif how == "manifest":
         m = stores[0] / "manifest.json"
         if rng.random() < 0.5:
-            m.write_text(json.dumps(_json_edit(json.loads(m.read_text()), rng)))
+            m.write_text(json.dumps(_edit(json.loads(m.read_text()), rng)))
         else:
             _damage_file(m, rng)
     elif how == "graph array":
@@ -287,14 +282,14 @@ def _damage_cache(cache: Path, rng: random.Random) -> tuple[str, str]:
     elif how == "graph header":
         grid = "2x1x1"
         h = graph / "graph.json"
-        h.write_text(json.dumps(_json_edit(json.loads(h.read_text()), rng)))
+        h.write_text(json.dumps(_edit(json.loads(h.read_text()), rng)))
     elif how == "sources":
         s = rng.choice(_files(cache / "sources"))
         if rng.random() < 0.3:
             depth = rng.choice((1000, 100000))
             s.write_text('{"source": ' + "[" * depth + "]" * depth + "}")
         else:
-            s.write_text(json.dumps(_json_edit(json.loads(s.read_text()), rng)))
+            s.write_text(json.dumps(_edit(json.loads(s.read_text()), rng)))
     else:  # swapped between the graph and the store, or two graph arrays
         a, b = rng.sample(_files(graph, "*.npy"), 2)
         grid = "2x1x1"
@@ -316,7 +311,7 @@ def _damage_outputs(res: Path, victim: Path, rng: random.Random) -> tuple[str, b
     elif how == "marker edit":
         m = res / "outputs.json"
         meta = json.loads(m.read_text())
-        m.write_text(json.dumps(_json_edit(meta, rng)))
+        m.write_text(json.dumps(_edit(meta, rng)))
     elif how == "marker bytes":
         _damage_file(res / "outputs.json", rng)
     elif how == "array gone":
@@ -383,7 +378,7 @@ def _run_cache(d: Path, bases: Bases, rng: random.Random) -> tuple[str, str, str
     shutil.copytree(bases.cache, cache, symlinks=True)
     how, grid = _damage_cache(cache, rng)
     box: list[Path] = []
-    outcome, detail = _call(lambda: box.append(_cache_build(cache, grid)))
+    outcome, detail = _call(lambda: box.append(bases.targets.cache_build(cache, grid)))
     if outcome != "ok":
         return how, outcome, detail
     m = read_manifest(box[0])
@@ -394,19 +389,18 @@ def _run_cache(d: Path, bases: Bases, rng: random.Random) -> tuple[str, str, str
 
 
 def _run_outputs(d: Path, bases: Bases, rng: random.Random) -> tuple[str, str, str]:
-    from plexus.api.outputs import check_outputs_target  # noqa: PLC0415
-
-    assert bases.outputs is not None
+    assert bases.outputs is not None and bases.targets is not None
+    targets = bases.targets
     victim = _victim(d)
     res = d / "res"
     shutil.copytree(bases.outputs, res, symlinks=True)
     how, ours = _damage_outputs(res, victim, rng)
     before = sorted(os.listdir(res))
-    ours = ours or _plexus_only(res)
+    ours = ours or _plexus_only(res, targets)
 
     def write() -> None:
-        check_outputs_target(res)
-        write_outputs(res, 7)
+        targets.check_outputs(res)
+        targets.write_outputs(res, 7)
 
     outcome, detail = _call(write)
     if not _intact(d):
@@ -416,21 +410,19 @@ def _run_outputs(d: Path, bases: Bases, rng: random.Random) -> tuple[str, str, s
     return how, outcome, detail
 
 
-def _plexus_only(res: Path) -> bool:
+def _plexus_only(res: Path, targets: Targets) -> bool:
     """Whether ``res`` holds nothing a user could lose: only regular files of the names Plexus
     writes, and an outputs.json of its format (fields other than the signature edited or
     not)."""
-    from plexus.api.outputs import FILES, FORMAT, MARKER  # noqa: PLC0415
-
     names = set(os.listdir(res))
-    if not names <= {MARKER, *FILES.values()} or any(
+    if not names <= {targets.outputs_marker, *targets.outputs_files} or any(
             os.path.islink(res / n) or not (res / n).is_file() for n in names):
         return False
     try:
-        meta = json.loads((res / MARKER).read_text())
+        meta = json.loads((res / targets.outputs_marker).read_text())
     except (OSError, ValueError, RecursionError):
         return False
-    return isinstance(meta, dict) and meta.get("format") == FORMAT
+    return isinstance(meta, dict) and meta.get("format") == targets.outputs_format
 
 
 RUNNERS: dict[str, Callable[[Path, Bases, random.Random], tuple[str, str, str]]] = {
@@ -515,9 +507,10 @@ def run_case(kind: str, index: int, seed: int, bases: Bases, folder: Path,
 
 
 def run_cases(root: Path, per_kind: int, seed: int, kinds: tuple[str, ...] = KINDS,
+              targets: Targets | None = None,
               progress: Callable[[Result], None] | None = None) -> list[Result]:
     """``per_kind`` cases of every kind in ``kinds`` under ``root``; every case's result."""
-    bases = make_bases(root / "bases", kinds)
+    bases = make_bases(root / "bases", kinds, targets)
     results = []
     for kind in kinds:
         for i in range(per_kind):
