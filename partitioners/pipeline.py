@@ -106,6 +106,7 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
     store_lock = _store_lock(out, keep_existing) if env is None or env.rank == 0 else None
     try:
         work = stage_work_dir(out, key)
+        resumed = (work / "done").exists()
     except BaseException:
         if store_lock is not None:
             store_lock.release(remove=True)
@@ -149,9 +150,13 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
         kept = "; the finished work is kept and resumes" if key is not None else ""
         raise PartitionError(f"{e.filename or work}: no space left on device; free some space "
                              f"and run the same command again{kept}") from None
-    except BAD_INPUT:
+    except BAD_INPUT as e:
         if runner.leader:  # bad input, configuration or work: nothing to resume
             shutil.rmtree(work, ignore_errors=True)
+        if resumed and not isinstance(e, ValueError):  # what an earlier run left, altered
+            raise PartitionError(f"{work}: resuming it failed ({type(e).__name__}: "
+                                 f"{' '.join(str(e).split())[:200]}); the work directory was "
+                                 "damaged and is removed, run again") from None
         raise
     # anything else (a worker killed, an interrupt, no memory) keeps the work: a rerun resumes
     finally:

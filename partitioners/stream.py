@@ -58,6 +58,7 @@ from plexus.datasets.work import CONSUMED, Runner, call, remove_task
 from . import rankfile
 from .permutations import Permutation, permutation_from_counts
 from .plan import MASKS, pack_masks
+from .store import MANIFEST
 from .streamjob import (Job, PartitionError, block_specs, col_order_index, index_dtype,
                         pos_dtype, route_of, routed_adjs, row_order_index, save_piece)
 
@@ -411,6 +412,11 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
     if runner.leader:
         new = work / "store"
         if new.exists():
+            extra = sorted(set(os.listdir(new)) - {MANIFEST, *(r["file"] for r in ranks)})
+            if extra:  # nothing but the manifest and its rank files ever becomes the store
+                raise PartitionError(f"{new / extra[0]}: not a file of the store its manifest "
+                                     "lists; the work directory is damaged and cannot be "
+                                     "resumed")
             replace(new, out)
     # the rank files' inputs, removed by every process at once, then the rest by the leader
     inputs = [job.block_folder(s, r, c) for s in specs for r in range(s.nr) for c in range(s.nc)]

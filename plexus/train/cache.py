@@ -33,7 +33,7 @@ import stat
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -202,9 +202,16 @@ class Cache:
         path = self.root / "sources" / f"{_digest(source_key)}.json"
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
-            return Sizes(**doc["sizes"]) if doc.get("source") == source_key else None
-        except (OSError, ValueError, TypeError, KeyError):
+            if doc.get("source") != source_key:
+                return None
+            sizes = Sizes(**doc["sizes"])
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            return None  # damaged: the build records it again
+        kinds = {f.name: f.type for f in fields(Sizes)}
+        if any(type(getattr(sizes, name)) is not {"str": str, "int": int}[kind]
+               for name, kind in kinds.items()):
             return None
+        return sizes
 
     def write_sizes(self, source_key: dict, sizes: Sizes) -> None:
         path = self.subdir("sources") / f"{_digest(source_key)}.json"
