@@ -373,6 +373,33 @@ def test_scratch_changed_after_its_phase_is_refused_on_resume(damage, tmp_path, 
     assert "\n" not in str(e.value) and not work.exists()
 
 
+def test_a_file_planted_beside_the_rank_files_never_joins_the_store(tmp_path, monkeypatch):
+    from plexus.partitioners import PartitionError, partition_to_store
+
+    spec, work, run = _killed_partition(tmp_path, monkeypatch, "manifest_step")
+    [store] = {p.parent for p in work.glob("**/store/rank-*.npz")}
+    (store / "rank-x9-y0-z0.npz").write_bytes(b"planted")
+    with pytest.raises(PartitionError, match="not a file of the store its manifest lists"):
+        partition_to_store(spec, tmp_path / "s", "2x1x1", 2, **run)
+    assert not work.exists() and not (tmp_path / "s").exists()
+
+
+def test_a_nested_or_mistyped_sources_record_is_rebuilt(tmp_path):
+    from plexus.train.cache import Cache, cached_options
+    from test_cache import _opts
+
+    cache = Cache(tmp_path / "cache")
+    store = cached_options(_opts(), cache, None)[1]
+    [record] = (tmp_path / "cache" / "sources").iterdir()
+    doc = json.loads(record.read_text())
+    doc["sizes"]["num_nodes"] = "2708"
+    record.write_text(json.dumps(doc))
+    again = cached_options(_opts(), cache, None)[1]
+    assert again.path == store.path
+    record.write_text('{"source": ' + "[" * 100000 + "]" * 100000 + "}")
+    assert cached_options(_opts(), cache, None)[1].path == store.path
+
+
 def test_a_rank_file_is_hashed_again_before_the_manifest(tmp_path, monkeypatch):
     from plexus.partitioners import PartitionError, partition_to_store, rankfile
 
