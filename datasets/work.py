@@ -288,6 +288,7 @@ class Runner:
         results = [read_marker(marker_path(self.work, phase, i)) for i in range(len(tasks))]
         if self.leader:
             record_files(self.work)
+        self._sync()  # no process starts the next phase before the record is written
         return results
 
     def once(self, phase: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -299,6 +300,9 @@ class Runner:
         for i in todo:
             run_task(str(marker_path(self.work, phase, i)), fn, tasks[i])
             done(i)
+
+    def _sync(self) -> None:
+        """Wait for every process sharing the work (none besides this one here)."""
 
     def close(self) -> None:
         """Release processes the runner started (none here)."""
