@@ -537,7 +537,8 @@ def _try_everything(work: str, store: str) -> dict:
              "remove work": lambda: os.rmdir(work),
              "rename store": lambda: os.rename(store, store + "-moved"),
              "write in store": lambda: open(os.path.join(store, "x"), "w"),
-             "replace manifest": lambda: os.replace(os.devnull, os.path.join(store, "manifest.json"))}
+             "replace manifest": lambda: os.replace(os.devnull,
+                                                    os.path.join(store, "manifest.json"))}
     out = {}
     for name, attempt in tries.items():
         try:

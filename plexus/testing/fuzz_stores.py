@@ -6,9 +6,10 @@ written outputs directory), damages it from a seed (markers edited, truncated, p
 scratch files flipped, truncated, swapped, replaced by symlinks; signatures and records forged;
 store and graph files changed in place, to the same size too; outputs directories given other
 files, links, edited markers; a marker forged with its sha256 recomputed is a hand that knows
-the format as well as the code, and is not among them), then runs what would find it next (`partition_to_store` resuming,
-`cached_options` reusing or rebuilding, `check_outputs_target` and the outputs write), each in a
-forked child (a segfault must be seen, not suffered) under an alarm. Outcomes:
+the format as well as the code, and is not among them), then runs what would find it next
+(`partition_to_store` resuming, the cache reusing or rebuilding, the outputs check and write,
+through `Targets`), each in a forked child (a segfault must be seen, not suffered) under an
+alarm. Outcomes:
 
 - ``ok``: it ran, and what it produced is right (the store equals the clean run's, byte for
   byte; the cache's store and graph hash to the clean ones);
