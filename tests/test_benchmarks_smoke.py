@@ -167,6 +167,13 @@ def test_fuzz_inputs_smoke(tmp_path: Path) -> None:
     assert sum(doc["counts"]["npz"].values()) == 5 and doc["bad"] == []
 
 
+def test_fuzz_stores_smoke(tmp_path: Path) -> None:
+    out = run_script("fuzz_stores.py", tmp_path, "--kinds", "outputs")
+    assert "unacceptable outcomes: 0; cases over 1024 MiB of peak RSS: 0" in out
+    doc = json.loads((tmp_path / "fuzz_stores.json").read_text())
+    assert sum(doc["summary"]["outputs"]["outcomes"].values()) == 5 and doc["bad"] == []
+
+
 def test_cache_setup_smoke(tmp_path: Path) -> None:
     out = run_script("cache_setup.py", tmp_path)
     assert "built the shard store" in out and "reusing the cached shard store" in out

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -45,17 +46,54 @@ VERSION = 1
 FILES = {"pred": "pred.npy", "logits": "logits.npy", "embeddings": "embeddings.npy"}
 #: The most of an output file one rank maps at once while writing its rows
 WINDOW_BYTES = 64 << 20
+#: An outputs.json is a few hundred bytes; anything far larger is not one
+MAX_MARKER_BYTES = 1 << 20
 
 
 class OutputsError(ValueError):
     """An outputs directory that cannot be written or read (a one-line message)."""
 
 
-def check_outputs_target(path: str | os.PathLike) -> Path:
-    """The directory an outputs write replaces (absent, empty, or an earlier outputs directory);
-    `OutputsError` for anything else (`plexus.core.atomic.output_directory`)."""
+def is_outputs_directory(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a directory `save_outputs` wrote: its outputs.json (a small regular
+    file) records this format and version and the arrays it holds, and the directory holds
+    exactly that file and those arrays' files (regular files, no symlinks), nothing else. A
+    user's directory that happens to hold a file called outputs.json is not one."""
+    root = Path(path)
     try:
-        return output_directory(Path(path).expanduser(), MARKER)
+        entries = set(os.listdir(root))
+        fd = os.open(root / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_MARKER_BYTES:
+                return False
+            meta = json.loads(os.read(fd, MAX_MARKER_BYTES + 1).decode("utf-8"))
+        finally:
+            os.close(fd)
+    except (OSError, ValueError, RecursionError):
+        return False
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT \
+            or meta.get("version") != VERSION or not isinstance(meta.get("arrays"), dict) \
+            or not meta["arrays"]:
+        return False
+    arrays = meta["arrays"]
+    if any(name not in FILES or not isinstance(info, dict) or info.get("file") != FILES[name]
+           for name, info in arrays.items()):
+        return False
+    if entries != {MARKER, *(FILES[name] for name in arrays)}:
+        return False
+    try:
+        return all(stat.S_ISREG(os.lstat(root / name).st_mode) for name in entries)
+    except OSError:
+        return False
+
+
+def check_outputs_target(path: str | os.PathLike) -> Path:
+    """The directory an outputs write replaces (absent, empty, or an earlier outputs directory:
+    `is_outputs_directory`); `OutputsError` for anything else
+    (`plexus.core.atomic.output_directory`)."""
+    try:
+        return output_directory(Path(path).expanduser(), is_outputs_directory)
     except UnsafeTargetError as e:
         raise OutputsError(str(e)) from None
 
@@ -163,7 +201,7 @@ def write_outputs(model: GraphModel, blocks: dict[str, NodeBlock],
         _agree(failure)
         if rank0:
             try:
-                _publish(tmp, target, model.num_nodes, shapes, extra or {})
+                publish_outputs(tmp, target, model.num_nodes, shapes, extra or {})
             except (OSError, OutputsError) as e:
                 failure = f"{target}: {e.strerror or e}" if isinstance(e, OSError) else str(e)
         _agree(failure)
@@ -174,10 +212,12 @@ def write_outputs(model: GraphModel, blocks: dict[str, NodeBlock],
     return target
 
 
-def _publish(tmp: Path, target: Path, num_nodes: int,
-             shapes: dict[str, tuple[tuple[int, ...], np.dtype]], extra: dict[str, Any]) -> None:
-    """Rank 0, once every rank has written and synced its rows: the marker file, then the rename
-    onto ``target``."""
+def publish_outputs(tmp: Path, target: Path, num_nodes: int,
+                    shapes: dict[str, tuple[tuple[int, ...], np.dtype]],
+                    extra: dict[str, Any]) -> None:
+    """Rank 0, once every rank has written and synced its rows into the files of ``tmp``: the
+    marker file, then the rename onto ``target`` (`OutputsError` when ``target`` is no longer
+    replaceable)."""
     meta = {"format": FORMAT, "version": VERSION, "num_nodes": int(num_nodes),
             "arrays": {name: {"file": FILES[name], "dtype": np.dtype(dt).str,
                               "shape": [int(s) for s in shape]}
@@ -189,7 +229,7 @@ def _publish(tmp: Path, target: Path, num_nodes: int,
         os.fsync(f.fileno())
     fsync_dir(tmp)
     try:
-        replace_directory(tmp, target, MARKER)
+        replace_directory(tmp, target, is_outputs_directory)
     except UnsafeTargetError as e:  # the target changed while the ranks wrote
         raise OutputsError(str(e)) from None
 

@@ -16,7 +16,7 @@ import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Callable, Iterator
 
 
 def fsync_dir(directory: str | os.PathLike) -> None:
@@ -134,11 +134,12 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO[Any]]:
         raise
 
 
-def output_directory(path: str | os.PathLike, marker: str) -> Path:
+def output_directory(path: str | os.PathLike, recognise: Callable[[Path], bool]) -> Path:
     """The directory that writing the directory output ``path`` replaces: ``path`` itself when
-    it is absent, an empty directory, or a directory this kind of output wrote before (it holds
-    the file ``marker``). Raises `UnsafeTargetError` for anything else: a file, a symlink, a
-    device, or a directory holding other things (never replaced, whatever it holds)."""
+    it is absent, an empty directory, or a directory this kind of output wrote before
+    (``recognise(path)`` is true: its writer's signature, never a file name a user may also
+    have). Raises `UnsafeTargetError` for anything else: a file, a symlink, a device, or a
+    directory holding anything else (never replaced, whatever it holds)."""
     path = Path(path)
     try:
         link = os.lstat(path)
@@ -154,17 +155,19 @@ def output_directory(path: str | os.PathLike, marker: str) -> Path:
         entries = os.listdir(path)
     except OSError as e:
         raise UnsafeTargetError(f"{path}: cannot read it ({e.strerror or e})") from None
-    if entries and marker not in entries:
-        raise UnsafeTargetError(f"{path}: a directory that holds other files (no {marker}); "
-                                "refusing to replace it (give a new directory name)")
+    if entries and not recognise(path):
+        raise UnsafeTargetError(f"{path}: a directory that holds other files (not one this "
+                                "output wrote); refusing to replace it (give a new directory "
+                                "name)")
     return path
 
 
-def replace_directory(new: str | os.PathLike, target: str | os.PathLike, marker: str) -> None:
+def replace_directory(new: str | os.PathLike, target: str | os.PathLike,
+                      recognise: Callable[[Path], bool]) -> None:
     """Move the finished directory ``new`` onto ``target`` once `output_directory` still allows
     it; a previous output there is moved aside first and then removed, so ``target`` is always
     either the old output or the new one, never a mixture."""
-    final = output_directory(target, marker)
+    final = output_directory(target, recognise)
     old = None
     if final.exists():
         old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))

@@ -38,7 +38,24 @@ class FileLock:
         self._fd: int | None = fd
         self.path = path
 
-    def release(self) -> None:
+    def current(self) -> bool:
+        """Whether the locked file is still the one at `path` (a holder that removes its lock
+        file on release may have replaced it between this process's open and its lock)."""
+        if self._fd is None:
+            return False
+        try:
+            mine, there = os.fstat(self._fd), os.lstat(self.path)
+        except OSError:
+            return False
+        return (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino)
+
+    def release(self, remove: bool = False) -> None:
+        """End the lock; with ``remove``, unlink its file first (while still held)."""
+        if self._fd is not None and remove and self.current():
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
         if self._fd is not None:
             os.close(self._fd)  # closing the descriptor drops the flock
             self._fd = None

@@ -29,6 +29,7 @@ so an interrupted write never leaves a directory that looks like a graph.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -483,9 +484,32 @@ def replace_dir(new: Path, out: Path, check=check_target) -> None:
         old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
         os.rmdir(old)
         os.rename(out, old)
-    os.rename(new, out)
+    try:
+        os.rename(new, out)
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            if old is not None:
+                os.rename(old, out)
+            raise
+        _copy_across(new, out, old)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _copy_across(new: Path, out: Path, old: Path | None) -> None:
+    """`replace_dir` where ``new`` is on another file system than ``out``: copy it into a
+    hidden directory beside ``out``, rename that into place, then remove ``new``."""
+    copy = Path(tempfile.mkdtemp(prefix=f".{out.name}.copy-", dir=out.parent))
+    try:
+        os.rmdir(copy)
+        shutil.copytree(new, copy, symlinks=True)
+        os.rename(copy, out)
+    except BaseException:
+        shutil.rmtree(copy, ignore_errors=True)
+        if old is not None and not out.exists():
+            os.rename(old, out)
+        raise
+    shutil.rmtree(new, ignore_errors=True)
 
 
 def write_graph(graph: Graph, out: str | os.PathLike, feature_dtype: str = "float32",

@@ -217,8 +217,19 @@ class NpyWriter:
 
 def save_npy(path: str | os.PathLike, arr: np.ndarray) -> None:
     """``np.save`` without pickles and without numpy's ".npy" suffix rule."""
-    with open(path, "wb") as f:
-        np.lib.format.write_array(f, np.ascontiguousarray(arr), allow_pickle=False)
+    arr = np.ascontiguousarray(arr)
+    if arr.dtype.hasobject:
+        raise ValueError(f"{path}: refusing to write an object array (it would need a pickle)")
+    try:
+        with open(path, "wb") as f:
+            write_header(f, arr.dtype, arr.shape)
+            # a plain write, not numpy's tofile: a full disk is an OSError with its errno
+            # ("No space left on device"), not "N requested and M written"
+            f.write(arr.reshape(-1).view(np.uint8).data)
+    except OSError as e:
+        if e.filename is None:
+            e.filename = str(path)
+        raise
 
 
 def load_npy(path: str | os.PathLike, error: ErrorType = DatasetError,

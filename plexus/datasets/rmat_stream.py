@@ -32,7 +32,7 @@ import scipy.sparse as sp
 from .canonical import BUCKET_ENTRIES, CHUNK_EDGES, EdgeFiles, Pieces, canonicalize
 from .diskgraph import FEATURE_DTYPES, DiskGraph, DiskGraphWriter, encode_features
 from .graph import DatasetError
-from .npyio import NpyWriter, load_npy, npy_layout, read_rows, read_rows_into
+from .npyio import NpyWriter, load_npy, npy_layout, read_rows, read_rows_into, save_npy
 from .rmat import (PROJECTION_ROWS, rmat_chunks, rmat_edges, rmat_name, rmat_node_permutation,
                    rmat_notes, rmat_projection)
 from .synthetic import random_split, rng_for
@@ -60,7 +60,7 @@ class RmatJob:
 
 
 def _setup(job: RmatJob, m: int) -> dict:
-    np.save(job.path("perm.npy"), rmat_node_permutation(job.params["scale"], job.params["seed"]))
+    save_npy(job.path("perm.npy"), rmat_node_permutation(job.params["scale"], job.params["seed"]))
     for name in ("src", "dst"):
         NpyWriter(job.path(f"{name}.npy"), np.int32, (), rows=m).close()
     NpyWriter(job.writer.file("features"), FEATURE_DTYPES[job.feature_dtype],

@@ -50,6 +50,35 @@ def spec_paths(spec: str, root: str | None = None) -> list[Path]:
     return [] if root is None else [Path(root).expanduser()]
 
 
+#: The most files a source may hold for `source_fingerprint` to watch them
+MAX_SOURCE_FILES = 100_000
+
+
+def source_fingerprint(paths: list[Path], limit: int = MAX_SOURCE_FILES) -> list[list]:
+    """(path, size, modification time in ns) of every file under ``paths`` (`spec_paths`),
+    sorted: what changes when a source's files change (the key of the cache's stores and of a
+    resumable partition's work). A path that does not exist stands for the files beside it
+    whose names start with its name. Raises `DatasetError` past ``limit`` files and `OSError`
+    for a file that cannot be inspected."""
+    found: list[list] = []
+    for path in paths:
+        path = path.resolve()
+        if path.is_dir():
+            files = (p for p in path.rglob("*") if p.is_file())
+        elif path.exists():
+            files = iter([path])
+        else:
+            parent = path.parent
+            files = (p for p in (parent.iterdir() if parent.is_dir() else ())
+                     if p.name.startswith(path.name) and p.is_file())
+        for f in files:
+            if len(found) >= limit:
+                raise DatasetError(f"{path}: more than {limit} files to watch for changes")
+            st = f.stat()
+            found.append([str(f), st.st_size, st.st_mtime_ns])
+    return sorted(found)
+
+
 def load_dataset(spec: str, root: str | None = None, seed: int = 0) -> Graph:
     """Load the graph a spec names; the result has passed `Graph.validate`.
 

@@ -12,9 +12,11 @@ progress bar in ``unit``/s and is timed (`Runner.timings`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import threading
 import time
@@ -23,6 +25,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from tqdm import tqdm
+
+from .graph import DatasetError
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,22 @@ def marker_path(work: Path, phase: str, index: int) -> Path:
 CONSUMED = "consumed"
 
 
+#: Format of a marker file: the task's result and the sha256 of its JSON text
+MARKER_FORMAT = "plexus-task-1"
+#: A marker holds a task's small result; anything far larger is not one
+MAX_MARKER_BYTES = 16 << 20
+
+
+class MarkerError(DatasetError):
+    """A marker file that this code did not write as it is (edited, truncated, planted); one
+    line naming it."""
+
+
+def result_sha256(text: str) -> str:
+    """The sha256 a marker records of its result's JSON text."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def run_task(marker: str, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
     """Run one task and record its result in ``marker`` (module level: pools pickle it).
 
@@ -60,7 +80,9 @@ def run_task(marker: str, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
     consumed = result.pop(CONSUMED, ()) if isinstance(result, dict) else ()
     path = Path(marker)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(result), encoding="utf-8")
+    text = json.dumps(result, sort_keys=True)
+    tmp.write_text(json.dumps({"format": MARKER_FORMAT, "sha256": result_sha256(text),
+                               "result": text}), encoding="utf-8")
     os.replace(tmp, path)
     for item in consumed:
         remove_task(item)
@@ -86,7 +108,106 @@ def remove_task(path: str) -> dict:
 
 
 def read_marker(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
+    """The result a finished task recorded in ``path``; `MarkerError` (one line naming the
+    file) for anything `run_task` did not write as it is: the work directory is damaged."""
+    def bad(why: str) -> MarkerError:
+        return MarkerError(f"{path}: {why}, not a task marker as this partitioner wrote it "
+                           "(edited or damaged); the work directory cannot be resumed")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_MARKER_BYTES:
+                raise bad("not a small regular file")
+            with os.fdopen(os.dup(fd), "rb") as f:
+                outer = json.loads(f.read(MAX_MARKER_BYTES + 1).decode("utf-8"))
+        finally:
+            os.close(fd)
+    except MarkerError:
+        raise
+    except (OSError, ValueError, RecursionError) as e:
+        raise bad(f"unreadable ({type(e).__name__})") from None
+    if not isinstance(outer, dict) or outer.get("format") != MARKER_FORMAT \
+            or not isinstance(outer.get("result"), str) \
+            or outer.get("sha256") != result_sha256(outer["result"]):
+        raise bad("its content does not match its sha256")
+    try:
+        return json.loads(outer["result"])
+    except (ValueError, RecursionError):
+        raise bad("unreadable result") from None
+
+
+#: The record of the work directory's files as the last finished phase left them
+FILES_RECORD = "files.json"
+
+
+def _file_states(work: Path) -> dict[str, list[int]]:
+    """Every file under ``work`` (markers aside): size, inode, change time. A file written,
+    truncated, swapped or replaced changes one of them (the change time cannot be set back)."""
+    states: dict[str, list[int]] = {}
+    done = work / "done"
+    for folder, dirs, files in os.walk(work):
+        if Path(folder) == work and "done" in dirs:
+            dirs.remove("done")
+        for name in files:
+            path = Path(folder, name)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            states[str(path.relative_to(work))] = [st.st_size, st.st_ino, st.st_ctime_ns]
+    del done
+    return states
+
+
+def record_files(work: Path) -> None:
+    """Record the state of every file of ``work`` once a phase has finished (its tasks' outputs
+    included), for `check_files` to compare a resumed run against."""
+    record = work / "done" / FILES_RECORD
+    tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(_file_states(work)), encoding="utf-8")
+    os.replace(tmp, record)
+
+
+def check_files(work: Path) -> None:
+    """`MarkerError` naming the first file of ``work`` whose size, inode or change time differ
+    from what the last finished phase recorded (edited, truncated, swapped since); files gone
+    since (consumed by a later task) are not checked, files not recorded are an unfinished
+    phase's, rewritten when it runs again."""
+    record = work / "done" / FILES_RECORD
+    if not record.exists():
+        return
+    recorded = read_record(record)
+    for name, state in recorded.items():
+        try:
+            st = os.lstat(work / name)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise MarkerError(f"{work / name}: cannot inspect it ({e.strerror or e})") from None
+        if [st.st_size, st.st_ino, st.st_ctime_ns] != state:
+            raise MarkerError(f"{work / name}: changed since its phase finished (size, inode or "
+                              f"change time differ from {record}); the work directory cannot "
+                              "be resumed")
+
+
+def read_record(record: Path) -> dict[str, list[int]]:
+    """The file states `record_files` wrote; `MarkerError` for anything else."""
+    try:
+        st = os.lstat(record)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > (1 << 30):
+            raise ValueError("not a regular file of a sane size")
+        with open(record, "rb") as f:
+            data = json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        raise MarkerError(f"{record}: unreadable ({type(e).__name__}); the work directory "
+                          "cannot be resumed") from None
+    if not isinstance(data, dict) or not all(
+            isinstance(v, list) and len(v) == 3 and all(type(x) is int for x in v)
+            for v in data.values()):
+        raise MarkerError(f"{record}: not a record of files as this partitioner wrote it; the "
+                          "work directory cannot be resumed")
+    return data
 
 
 class RssSampler:
@@ -133,6 +254,7 @@ class Runner:
         self.work = Path(work)
         self.progress = progress
         self.timings: list[PhaseTime] = []
+        self._checked = False
 
     def run(self, phase: str, fn: Callable[..., Any], tasks: Sequence[Sequence[Any]],
             weights: Sequence[int] | None = None, unit: str = "edge",
@@ -140,12 +262,19 @@ class Runner:
         """Run ``fn(*task)`` for every task not finished before; every task's result, in order.
         ``weights`` count the progress bar's units; tasks start in decreasing ``costs`` (default:
         the weights), so that several processes end a phase on short tasks, not on one long."""
+        if self.leader and not self._checked:
+            check_files(self.work)  # a resumed run builds on nothing changed since
+            self._checked = True
         folder = self.work / "done" / phase
         folder.mkdir(parents=True, exist_ok=True)
         weights = [int(w) for w in (weights or [1] * len(tasks))]
         costs = list(costs) if costs is not None else weights
-        todo = sorted((i for i in range(len(tasks))
-                       if not marker_path(self.work, phase, i).exists()), key=lambda i: -costs[i])
+        finished = [i for i in range(len(tasks)) if marker_path(self.work, phase, i).exists()]
+        for i in finished:  # a damaged one stops the run before any task builds on it
+            read_marker(marker_path(self.work, phase, i))
+        done_before = set(finished)
+        todo = sorted((i for i in range(len(tasks)) if i not in done_before),
+                      key=lambda i: -costs[i])
         total = sum(weights)
         start = time.perf_counter()
         show = self.leader and (sys.stderr.isatty() if self.progress is None else self.progress)
@@ -156,7 +285,11 @@ class Runner:
         self.timings.append(PhaseTime(phase, time.perf_counter() - start,
                                       sum(weights[i] for i in todo), unit, len(todo), len(tasks),
                                       rss.peak))
-        return [read_marker(marker_path(self.work, phase, i)) for i in range(len(tasks))]
+        results = [read_marker(marker_path(self.work, phase, i)) for i in range(len(tasks))]
+        if self.leader:
+            record_files(self.work)
+        self._sync()  # no process starts the next phase before the record is written
+        return results
 
     def once(self, phase: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run one step once (on the leader when several processes share the work)."""
@@ -167,6 +300,9 @@ class Runner:
         for i in todo:
             run_task(str(marker_path(self.work, phase, i)), fn, tasks[i])
             done(i)
+
+    def _sync(self) -> None:
+        """Wait for every process sharing the work (none besides this one here)."""
 
     def close(self) -> None:
         """Release processes the runner started (none here)."""

@@ -180,7 +180,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         aggregation=args.aggregation, root=args.root, dataset_seed=args.dataset_seed,
         jobs=args.jobs, graph_dir=args.graph_dir, chunk_edges=args.chunk_edges,
         bucket_entries=args.bucket_entries, feature_dtype=args.feature_dtype, timings=timings,
-        hidden=args.hidden)
+        hidden=args.hidden, keep_existing=not args.force)
     seconds = time.perf_counter() - start
     if not _leader():
         return 0

@@ -108,6 +108,9 @@ class GroupRunner(Runner):
                                  f"rank finished; is {Path(self.work)} on a filesystem all "
                                  "ranks share?")
 
+    def _sync(self) -> None:
+        self._dist.monitored_barrier(timeout=self._timeout, wait_all_ranks=True)
+
     def close(self) -> None:
         if self._dist.is_initialized():
             self._dist.destroy_process_group()

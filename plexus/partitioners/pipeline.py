@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import shutil
@@ -9,20 +10,27 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from plexus.core.grid import GridError, GridShape
+from plexus.core.lockfile import FileLock, LockBusy, LockError, acquire
 from plexus.core.layout import DEFAULT_PERMUTATION, grid_misfit, layer_plans
 from plexus.core.model import AUTO_ORDER, ModelConfig
 from plexus.datasets.canonical import BUCKET_ENTRIES, CHUNK_EDGES
 from plexus.datasets.convert import convert_dataset
 from plexus.datasets.diskgraph import DiskGraph, MemoryGraph, is_disk_graph, write_graph
 from plexus.datasets.graph import DatasetError, Graph
+from plexus.datasets.spec import source_fingerprint, spec_paths
 from plexus.datasets.work import PhaseTime, Runner
 
 from .jobs import GroupRunner, PoolRunner, launched, launcher_env
 from .permutations import Permutation
-from .store import ShardStoreError, check_out_dir, replace_store_dir
-from .stream import Settings, config_key, partition_source, stage_work_dir
+from .sourcefile import check_graph_source, record_graph_source
+from .store import ShardStoreError, check_out_dir, is_store, replace_store_dir
+from .stream import Settings, config_key, partition_source
+from .workdir import stage_work_dir
 from .streamjob import PartitionError
 
+#: Failures that no rerun of the same work gets past (the input, the configuration, the work
+#: directory itself; errors of values that name no file among them): the work is removed
+BAD_INPUT = (ValueError, TypeError, LookupError, ArithmeticError, StopIteration)
 #: how long a rank of a launcher job waits for the others at the end of a phase
 GROUP_TIMEOUT_S = 6 * 3600.0
 
@@ -44,7 +52,8 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
                        chunk_edges: int = CHUNK_EDGES, bucket_entries: int = BUCKET_ENTRIES,
                        feature_dtype: str | None = None, progress: bool | None = None,
                        timings: list[PhaseTime] | None = None,
-                       timeout_s: float = GROUP_TIMEOUT_S, hidden: int | None = None) -> dict:
+                       timeout_s: float = GROUP_TIMEOUT_S, hidden: int | None = None,
+                       keep_existing: bool = False) -> dict:
     """Partition ``dataset`` into the shard store ``out_dir`` with memory that does not grow with
     the number of edges; returns the store's manifest (what `read_manifest` returns).
 
@@ -65,7 +74,12 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
     given (and read from there when it already holds a graph directory); otherwise it goes with
     the work. ``chunk_edges``/``bucket_entries`` bound the memory (about 60 bytes per edge of a
     chunk, 40 per entry of a bucket) and never change the result. ``timings`` receives every
-    phase's `PhaseTime`.
+    phase's `PhaseTime`. The store is written under an exclusive lock beside it
+    (``.<out>.lock``), held until its manifest is in place: a second partition to the same
+    ``out_dir`` while one runs is refused, and with ``keep_existing`` an existing store found
+    once the lock is taken is refused rather than replaced. The work directory's name comes from
+    the configuration and a fingerprint of the source's files (their sizes and modification
+    times), so changed input files never resume old work (`plexus.partitioners.workdir`).
 
     Raises `ShardStoreError` (target), `DatasetError` (input), `PartitionError` (configuration);
     after such an error nothing is left on disk.
@@ -92,7 +106,8 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
         identity = source.content_sha256
     elif spec is not None:
         identity = {"spec": spec, "root": root, "seed": dataset_seed, "graph_dir":
-                    str(graph_dir) if graph_dir else None, "features": feature_dtype}
+                    str(graph_dir) if graph_dir else None, "features": feature_dtype,
+                    "files": _fingerprint(spec, root)}
     if env is not None and identity is None:
         raise PartitionError("under torchrun/srun, give the graph as a spec or a graph "
                              "directory, not one held in memory")
@@ -101,10 +116,17 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
          "orders": ["auto", hidden] if auto else [p.order for p in plans],
          "perm": perm if isinstance(perm, str) else None,
          "seed": seed, "aggregation": aggregation, "chunk": settings.chunk_edges,
-         "bucket": settings.bucket_entries, "version": 2})
+         "bucket": settings.bucket_entries, "version": 3})
     if isinstance(perm, Permutation):
         key = None  # a permutation built by the caller is not part of a resumable configuration
-    work = stage_work_dir(out, key)
+    store_lock = _store_lock(out, keep_existing) if env is None or env.rank == 0 else None
+    try:
+        work = stage_work_dir(out, key)
+        resumed = (work / "done").exists()
+    except BaseException:
+        if store_lock is not None:
+            store_lock.release(remove=True)
+        raise
     if env is not None:
         runner: Runner = GroupRunner(work, env, timeout_s, progress)
     elif jobs > 1:
@@ -117,11 +139,14 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
             target = Path(graph_dir) if graph_dir else work / "graph"
             if graph_dir and is_disk_graph(target):
                 source = DiskGraph.open(target)
+                check_graph_source(target, identity)
             else:
                 source = convert_dataset(spec, target, runner, work / "convert", root=root,
                                          seed=dataset_seed, chunk_edges=settings.chunk_edges,
                                          bucket_entries=settings.bucket_entries,
                                          feature_dtype=feature_dtype)
+                if graph_dir and runner.leader:
+                    record_graph_source(target, identity)
         elif isinstance(source, MemoryGraph) and jobs > 1:
             runner.once("write-graph", _write, source.graph, str(work / "graph"))
             source = DiskGraph.open(work / "graph")
@@ -136,16 +161,32 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
         manifest = partition_source(source, out, shape, num_layers, orders, perm, seed,
                                     aggregation, runner, work / "part", settings,
                                     replace_store_dir)
-    except (DatasetError, ShardStoreError, PartitionError):
-        if runner.leader:  # bad input or configuration: nothing to resume
+    except OSError as e:
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        if runner.leader and not (full and key is not None):
             shutil.rmtree(work, ignore_errors=True)
+        if not full:
+            raise
+        kept = "; the finished work is kept and resumes" if key is not None else ""
+        raise PartitionError(f"{e.filename or work}: no space left on device; free some space "
+                             f"and run the same command again{kept}") from None
+    except BAD_INPUT as e:
+        if runner.leader:  # bad input, configuration or work: nothing to resume
+            shutil.rmtree(work, ignore_errors=True)
+        if resumed and not isinstance(e, ValueError):  # what an earlier run left, altered
+            raise PartitionError(f"{work}: resuming it failed ({type(e).__name__}: "
+                                 f"{' '.join(str(e).split())[:200]}); the work directory was "
+                                 "damaged and is removed, run again") from None
         raise
+    # anything else (a worker killed, an interrupt, no memory) keeps the work: a rerun resumes
     finally:
         if timings is not None:
             timings.extend(runner.timings)
         runner.close()
         if lock is not None:
             os.close(lock)
+        if store_lock is not None:
+            store_lock.release(remove=True)
     if runner.leader:
         shutil.rmtree(work, ignore_errors=True)
     return manifest
@@ -169,6 +210,45 @@ def _source(dataset: Any, root: str | None) -> tuple[Any, str | None]:
                          "graph directory or a Graph")
 
 
+def _fingerprint(spec: str, root: str | None) -> list[list]:
+    """The source files' fingerprint (`plexus.datasets.spec.source_fingerprint`)."""
+    try:
+        return source_fingerprint(spec_paths(spec, root))
+    except OSError as e:
+        raise DatasetError(f"{spec}: cannot read its files ({e.strerror or e})") from None
+
+
+def _store_lock(out: Path, keep_existing: bool) -> FileLock:
+    """The lock of the store ``out`` (`plexus.core.lockfile`), held until its manifest is in
+    place; refuses when another partitioner holds it, or, with ``keep_existing``, when a store
+    is there once it is held."""
+    path = out.parent / f".{out.name}.lock"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ShardStoreError(f"{out.parent}: cannot create it ({e.strerror or e})") from None
+    try:
+        lock = acquire(path)
+    except LockBusy as e:
+        holder = f" (pid {e.holder})" if e.holder else ""
+        raise ShardStoreError(f"{out}: another partitioner is writing this store{holder}; wait "
+                              "for it to finish, or write elsewhere") from None
+    except LockError as e:
+        raise ShardStoreError(str(e)) from None
+    try:
+        if not lock.current():  # its holder removed the file on release, as we will
+            raise ShardStoreError(f"{out}: another partitioner was writing this store; try "
+                                  "again")
+        check_out_dir(out)  # what is there may have changed before the lock was ours
+        if keep_existing and is_store(out):
+            raise ShardStoreError(f"{out}: a shard store is already there (written while this "
+                                  "run started); refusing to replace it")
+    except BaseException:
+        lock.release(remove=True)
+        raise
+    return lock
+
+
 def _write(graph: Graph, out: str) -> dict:
     if not is_disk_graph(out):
         write_graph(graph, out)
@@ -177,7 +257,7 @@ def _write(graph: Graph, out: str) -> dict:
 
 def _lock(work: Path) -> int:
     """Hold the work directory for this run (released when the process ends, however)."""
-    fd = os.open(work / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(work / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

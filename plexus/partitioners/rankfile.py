@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import zipfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -18,7 +19,7 @@ from plexus.core.writebehind import WriteBehind
 from plexus.datasets.npyio import load_npy, npy_layout, write_header
 
 from .plan import MASKS, feature_cols, feature_group, rank_input_ids, rank_outputs
-from .store import FORMAT, MANIFEST, VERSION, rank_file_name
+from .store import FORMAT, MANIFEST, VERSION, file_sha256, rank_file_name
 from .streamjob import BlockSpec, Job, PartitionError, route_of
 
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed: zip entries otherwise carry the wall clock
@@ -173,7 +174,25 @@ class _HashingWriter:
         self.raw.flush()
 
 
+def verify_rank_files(job: Job, ranks: list) -> None:
+    """Check every rank file against the size and sha256 its task recorded (a file swapped,
+    truncated or edited after its task finished, by a crash or a hand, never reaches a
+    manifest); `PartitionError` naming the first that differs."""
+    for entry in ranks:
+        path = Path(job.path("store", entry["file"]))
+        try:
+            st = os.lstat(path)
+            same = stat.S_ISREG(st.st_mode) and st.st_size == entry["size"] \
+                and file_sha256(path) == entry["sha256"]
+        except OSError:
+            same = False
+        if not same:
+            raise PartitionError(f"{path}: differs from what its task wrote (size and sha256); "
+                                 "the work directory is damaged and cannot be resumed")
+
+
 def manifest_step(job: Job, meta: dict, ranks: list, graph_sha256: str, nnz: int) -> dict:
+    verify_rank_files(job, ranks)
     manifest = {
         "format": FORMAT, "version": VERSION, "grid": dict(job.shape),
         "num_layers": job.num_layers, "orders": list(job.orders),

@@ -148,7 +148,8 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Map
     from plexus.datasets.diskgraph import MemoryGraph  # noqa: PLC0415
     from plexus.datasets.work import Runner  # noqa: PLC0415
 
-    from .stream import Settings, partition_source, stage_work_dir  # noqa: PLC0415
+    from .stream import Settings, partition_source  # noqa: PLC0415
+    from .workdir import stage_work_dir  # noqa: PLC0415
     from .streamjob import PartitionError  # noqa: PLC0415
 
     del adj_hat

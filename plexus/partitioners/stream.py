@@ -40,7 +40,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -59,6 +58,7 @@ from plexus.datasets.work import CONSUMED, Runner, call, remove_task
 from . import rankfile
 from .permutations import Permutation, permutation_from_counts
 from .plan import MASKS, pack_masks
+from .store import MANIFEST
 from .streamjob import (Job, PartitionError, block_specs, col_order_index, index_dtype,
                         pos_dtype, route_of, routed_adjs, row_order_index, save_piece)
 
@@ -412,6 +412,11 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
     if runner.leader:
         new = work / "store"
         if new.exists():
+            extra = sorted(set(os.listdir(new)) - {MANIFEST, *(r["file"] for r in ranks)})
+            if extra:  # nothing but the manifest and its rank files ever becomes the store
+                raise PartitionError(f"{new / extra[0]}: not a file of the store its manifest "
+                                     "lists; the work directory is damaged and cannot be "
+                                     "resumed")
             replace(new, out)
     # the rank files' inputs, removed by every process at once, then the rest by the leader
     inputs = [job.block_folder(s, r, c) for s in specs for r in range(s.nr) for c in range(s.nc)]
@@ -426,17 +431,6 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
 def _removals(paths: Sequence[Path]) -> list[tuple]:
     """Tasks (of a phase run with `call`) removing ``paths``, in order."""
     return [(remove_task, str(path)) for path in paths]
-
-
-def stage_work_dir(out: Path, key: str | None) -> Path:
-    """The work directory of a store: a fixed name beside it for a resumable run (``key``: the
-    run's configuration), else a fresh temporary one."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if key is None:
-        return Path(tempfile.mkdtemp(prefix=f".{out.name}.work-", dir=out.parent))
-    work = out.parent / f".{out.name}.work-{key[:16]}"
-    work.mkdir(exist_ok=True)
-    return work
 
 
 def config_key(config: Mapping[str, Any]) -> str:

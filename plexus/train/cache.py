@@ -30,10 +30,11 @@ import os
 import re
 import resource
 import shutil
+import stat
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -41,19 +42,19 @@ from plexus.core.atomic import atomic_file
 from plexus.core.grid import GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.core.units import format_bytes
-from plexus.datasets import Graph, gcn_nnz, load_dataset, spec_paths
+from plexus.datasets import DatasetError, Graph, gcn_nnz, load_dataset, spec_paths
 from plexus.datasets.convert import streamed_spec
+from plexus.datasets.spec import MAX_SOURCE_FILES, source_fingerprint
 from plexus.engine.config import ModelConfig
 from plexus.partitioners import is_store, read_manifest, write_store
 from plexus.partitioners.store import FORMAT as STORE_FORMAT, VERSION as STORE_VERSION, graph_hash
+from plexus.partitioners.store import file_sha256
 from plexus.runtime.child import run_in_child
 
 from .cacheuse import evict, hold_store
 from .options import RunOptions
 
 CACHE_ENV = "PLEXUS_CACHE_DIR"
-#: The most files a source directory may hold for the cache to fingerprint it
-MAX_SOURCE_FILES = 100_000
 
 
 class CacheError(ValueError):
@@ -75,30 +76,6 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
-def fingerprint(paths: list[Path]) -> list[list]:
-    """(path, size, modification time in ns) of every file under ``paths``, sorted; a path that
-    does not exist stands for the files beside it whose names start with its name."""
-    found: list[list] = []
-    for path in paths:
-        path = path.resolve()
-        if path.is_dir():
-            files = (p for p in path.rglob("*") if p.is_file())
-        elif path.exists():
-            files = iter([path])
-        else:
-            parent = path.parent
-            files = (p for p in (parent.iterdir() if parent.is_dir() else ())
-                     if p.name.startswith(path.name) and p.is_file())
-        for f in files:
-            if len(found) >= MAX_SOURCE_FILES:
-                raise CacheError(f"{path}: more than {MAX_SOURCE_FILES} files to watch for "
-                                 "changes; partition it once with plexus-partition and train "
-                                 "from --shards, or use --no-cache")
-            st = f.stat()
-            found.append([str(f), st.st_size, st.st_mtime_ns])
-    return sorted(found)
-
-
 @dataclass(frozen=True)
 class Source:
     """The graph a run trains on, as the cache knows it without loading it."""
@@ -113,7 +90,10 @@ class Source:
         from plexus import __version__  # noqa: PLC0415
 
         try:
-            files = fingerprint(spec_paths(self.spec, self.root))
+            files = source_fingerprint(spec_paths(self.spec, self.root), MAX_SOURCE_FILES)
+        except DatasetError as e:
+            raise CacheError(f"{e}; partition it once with plexus-partition and train from "
+                             "--shards, or use --no-cache") from None
         except OSError as e:
             raise CacheError(f"{self.spec}: cannot read its files ({e.strerror or e})") from None
         return {"spec": self.spec.strip(), "files": files, "seed": self.seed,
@@ -227,9 +207,16 @@ class Cache:
         path = self.root / "sources" / f"{_digest(source_key)}.json"
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
-            return Sizes(**doc["sizes"]) if doc.get("source") == source_key else None
-        except (OSError, ValueError, TypeError, KeyError):
+            if doc.get("source") != source_key:
+                return None
+            sizes = Sizes(**doc["sizes"])
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            return None  # damaged: the build records it again
+        kinds = {f.name: f.type for f in fields(Sizes)}
+        if any(type(getattr(sizes, name)) is not {"str": str, "int": int}[kind]
+               for name, kind in kinds.items()):
             return None
+        return sizes
 
     def write_sizes(self, source_key: dict, sizes: Sizes) -> None:
         path = self.subdir("sources") / f"{_digest(source_key)}.json"
@@ -251,10 +238,55 @@ class Cache:
                     and m["permutation"]["seed"] == want["perm_seed"]
                     and m.get("aggregation", "gcn") == want["aggregation"]
                     and m["graph_sha256"] == sizes.graph_sha256)
-            return same and all((path / r["file"]).stat().st_size == r["size"]
-                                for r in m["ranks"])
+            if not (same and all((path / r["file"]).stat().st_size == r["size"]
+                                 for r in m["ranks"])):
+                return False
+            return self.verified(path, m["ranks"])
         except (OSError, ValueError, KeyError, TypeError):
             return False
+
+    def _stamp_path(self, store: Path) -> Path:
+        return self.root / "verified" / f"{store.name}.json"
+
+    @staticmethod
+    def _stats(store: Path, ranks: list) -> list[list]:
+        """What changes when a rank file is rewritten in place (size, mtime, inode, ctime)."""
+        out = []
+        for r in ranks:
+            st = os.lstat(store / r["file"])
+            out.append([r["file"], st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
+                        r["sha256"]])
+        return out
+
+    def verified(self, store: Path, ranks: list) -> bool:
+        """Whether every rank file of ``store`` has the sha256 its manifest records: hashed
+        once, then trusted while the files' stats stay those recorded in ``verified/`` (a file
+        changed in place, even to the same size, changes its ctime). A damaged store is said
+        (one line) and reported incomplete, so the caller rebuilds it."""
+        stats = self._stats(store, ranks)
+        stamp = self._stamp_path(store)
+        try:
+            if stamp.stat().st_size < (1 << 24) and \
+                    json.loads(stamp.read_text(encoding="utf-8")) == stats:
+                return True
+        except (OSError, ValueError, RecursionError):
+            pass
+        for r in ranks:
+            if not stat.S_ISREG(os.lstat(store / r["file"]).st_mode) or \
+                    file_sha256(store / r["file"]) != r["sha256"]:
+                self.say(f"cached store {store}: {r['file']} differs from its manifest's "
+                         "sha256 (damaged); building it again")
+                return False
+        self.stamp(store, ranks)
+        return True
+
+    def stamp(self, store: Path, ranks: list) -> None:
+        """Record ``store``'s rank files as verified (just built or just hashed)."""
+        try:
+            with atomic_file(self.subdir("verified") / f"{store.name}.json", "w") as f:
+                f.write(json.dumps(self._stats(store, ranks)))
+        except (OSError, CacheError):
+            pass  # unrecorded: hashed again next time
 
     @contextmanager
     def locked(self, source_key: dict) -> Iterator[float]:
@@ -319,6 +351,22 @@ def streams(request: BuildRequest) -> bool:
             and streamed_spec(request.source.spec))
 
 
+def check_converted(graph_dir: Path) -> None:
+    """Remove the cache's converted graph ``graph_dir`` when its arrays no longer have the
+    sha256 its header records (changed in place, even to the same size), saying so on stderr:
+    the conversion then runs again instead of training on what is there now."""
+    from plexus.datasets.diskgraph import DiskGraph, is_disk_graph  # noqa: PLC0415
+
+    if not is_disk_graph(graph_dir):
+        return
+    try:
+        DiskGraph.open(graph_dir).verify()
+    except (DatasetError, OSError) as e:
+        print(f"plexus: cached graph {graph_dir} is damaged ({str(e)[:200]}); converting it "
+              "again", file=sys.stderr)
+        shutil.rmtree(graph_dir)
+
+
 def build_streamed(request: BuildRequest) -> tuple[str, Sizes, int]:
     """`build_store` out of core: the source is converted into a graph directory in pieces (kept
     in the cache's ``graphs/`` for stores of other grids), which the streaming partitioner cuts;
@@ -332,9 +380,15 @@ def build_streamed(request: BuildRequest) -> tuple[str, Sizes, int]:
     cache = Cache(Path(request.cache_root))
     digest = _digest(request.source_key)[:32]
     graphs, work = cache.subdir("graphs"), cache.subdir("work")
-    with Runner(work / f"{digest}-convert") as runner:
-        disk = convert_dataset(source.spec, graphs / digest, runner, work / f"{digest}-convert",
-                               root=source.root, seed=source.seed)
+    check_converted(graphs / digest)
+    try:
+        with Runner(work / f"{digest}-convert") as runner:
+            disk = convert_dataset(source.spec, graphs / digest, runner,
+                                   work / f"{digest}-convert", root=source.root,
+                                   seed=source.seed)
+    except (ValueError, TypeError, LookupError, ArithmeticError):
+        shutil.rmtree(work / f"{digest}-convert", ignore_errors=True)  # bad input: no resuming
+        raise
     shutil.rmtree(work / f"{digest}-convert", ignore_errors=True)
     building = work / f"{digest}-{grid}-store"
     if building.exists():
@@ -352,6 +406,7 @@ def build_streamed(request: BuildRequest) -> tuple[str, Sizes, int]:
         if path.exists():
             shutil.rmtree(path)
         os.replace(building, path)
+        cache.stamp(path, m["ranks"])
     cache.write_sizes(request.source_key, sizes)
     return str(path), sizes, _peak_rss()
 
@@ -373,9 +428,10 @@ def build_store(request: BuildRequest, graph: Graph | None = None) -> tuple[str,
         if path.exists() and not is_store(path):  # a crashed build's leftovers never look done
             shutil.rmtree(path)
         model = request.model
-        write_store(graph, path, grid, model.num_stages,
-                    model.orders(graph.num_features, graph.num_classes), request.perm,
-                    request.source.seed, aggregation=model.aggregation)
+        m = write_store(graph, path, grid, model.num_stages,
+                        model.orders(graph.num_features, graph.num_classes), request.perm,
+                        request.source.seed, aggregation=model.aggregation)
+        cache.stamp(path, m["ranks"])
     cache.write_sizes(request.source_key, sizes)
     return str(path), sizes, _peak_rss()
 
