@@ -224,14 +224,26 @@ def test_partition_cuts_the_orders_plexus_train_resolves_by_default(dataset, ext
     assert shards.model.orders(g.num_features, g.num_classes) == want
 
 
-def test_partition_auto_orders_are_refused_for_gin_stages(tmp_path, capsys):
+def test_partition_auto_orders_cut_gin_stores_as_plexus_train_resolves_them(tmp_path, capsys):
+    from plexus.datasets import load_dataset
+    from plexus.partitioners import read_manifest
     from plexus.partitioners.cli import main as partition
+    from plexus.train.cli import build_options, build_parser
 
-    assert partition(["--dataset", "cora", "--grid", "1x1x1", "--layers", "4", "--aggregation",
-                      "sum", "--out", str(tmp_path / "gin")]) == 2
+    out = tmp_path / "gin"
+    # --layers counts stages: two GIN layers are four (agg, dense), an odd count is refused
+    assert partition(["--dataset", "cora", "--grid", "1x1x1", "--layers", "3", "--aggregation",
+                      "sum", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--orders agg,dense,agg,dense" in err, err
-    assert not (tmp_path / "gin").exists()
+    assert err.count("\n") == 1 and "--layers 3" in err and "even" in err, err
+    assert not out.exists()
+    assert partition(["--dataset", "cora", "--grid", "1x1x1", "--layers", "4", "--aggregation",
+                      "sum", "--out", str(out)]) == 0
+    g = load_dataset("cora")
+    want = build_options(build_parser().parse_args(
+        ["--grid", "1x1x1", "--dataset", "cora", "--model", "gin", "--no-cache"]),
+        None).model.orders(g.num_features, g.num_classes)
+    assert read_manifest(out)["orders"] == want and "dense" in want
 
 
 # ---- API errors in API terms ----------------------------------------------------------------

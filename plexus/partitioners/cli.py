@@ -65,11 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", required=True, help="process grid XxYxZ, e.g. 4x2x2")
     p.add_argument("--layers", type=int, required=True,
                    help="number of stages: a GCN, SAGE or GAT layer is one, a GIN layer two "
-                        "(--orders agg,dense,agg,dense for 2 GIN layers)")
+                        "(--layers 4 for 2 GIN layers)")
     p.add_argument("--orders", default=AUTO_ORDER,
                    help="product order: auto (the default, as plexus-train's: combine on the "
                         "layers that narrow for --hidden, e.g. combine,combine for a 2-layer "
-                        "GCN on Cora; GCN and SAGE stores), one for all stages (agg, the "
+                        "GCN on Cora; for --aggregation sum, GIN's agg,dense stages), one for all stages (agg, the "
                         "paper's; combine) or one per stage (agg,combine,dense); plexus-train "
                         "--shards trains with the store's orders")
     p.add_argument("--hidden", type=int, default=DEFAULT_HIDDEN, metavar="H",
@@ -146,10 +146,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     if args.hidden < 1:
         raise UsageError(f"--hidden must be >= 1, got {args.hidden}")
     orders = parse_orders(args.orders, args.layers)
-    if orders == AUTO_ORDER and args.aggregation == "sum":
-        raise UsageError("--orders auto resolves a GCN's or SAGE's layer orders; a GIN store "
-                         "needs its stages' orders, e.g. --layers 4 --orders "
-                         "agg,dense,agg,dense for 2 GIN layers")
+    if orders == AUTO_ORDER and args.aggregation == "sum" and args.layers % 2:
+        raise UsageError(f"--layers counts stages and a GIN layer is two (agg, dense): "
+                         f"--layers {args.layers} makes no whole GIN layers; give an even count")
     if args.json and not args.stats_only:
         raise UsageError("--json applies to --stats-only")
     if not args.stats_only and args.out is None:
@@ -208,7 +207,7 @@ def _stats(args, shape: GridShape, orders: list[str] | str) -> int:
     graph = _load(args)
     if orders == AUTO_ORDER:
         orders = auto_stage_orders(args.layers, args.hidden, graph.num_features,
-                                   graph.num_classes)
+                                   graph.num_classes, args.aggregation)
     plans = layer_plans(args.layers, orders)
     problem = grid_misfit(shape, plans, graph.num_nodes, [graph.num_features]
                           + [None] * (args.layers - 1) + [graph.num_classes])

@@ -13,6 +13,7 @@ from plexus.core.grid import GridError, GridShape
 from plexus.core.lockfile import FileLock, LockBusy, LockError, acquire
 from plexus.core.layout import DEFAULT_PERMUTATION, grid_misfit, layer_plans
 from plexus.core.model import AUTO_ORDER, ModelConfig
+from plexus.core.ops import KINDS
 from plexus.datasets.canonical import BUCKET_ENTRIES, CHUNK_EDGES
 from plexus.datasets.convert import convert_dataset
 from plexus.datasets.diskgraph import DiskGraph, MemoryGraph, is_disk_graph, write_graph
@@ -35,12 +36,19 @@ BAD_INPUT = (ValueError, TypeError, LookupError, ArithmeticError, StopIteration)
 GROUP_TIMEOUT_S = 6 * 3600.0
 
 
-def auto_stage_orders(num_layers: int, hidden: int, num_features: int,
-                      num_classes: int) -> list[str]:
-    """"auto" for a GCN of ``num_layers`` layers of ``hidden`` width, as plexus-train resolves
-    its default (`plexus.core.model.ModelConfig.orders`)."""
-    return ModelConfig(num_layers=num_layers, hidden=hidden, order=AUTO_ORDER).orders(
-        num_features, num_classes)
+def auto_stage_orders(num_stages: int, hidden: int, num_features: int, num_classes: int,
+                      aggregation: str = "gcn") -> list[str]:
+    """"auto" for ``num_stages`` stages of the model kind that trains on ``aggregation``'s Â
+    (GCN, GraphSAGE, GIN: `plexus.core.ops.KINDS`) with ``hidden`` wide hidden layers, as
+    plexus-train resolves its default (`plexus.core.model.ModelConfig.orders`); a kind of
+    several stages per layer (GIN: agg, dense) needs a multiple of them."""
+    kind = next(k for k in KINDS.values() if k.aggregation == aggregation and not k.attention)
+    per_layer = len(kind.stage_ops)
+    if num_stages % per_layer:
+        raise ValueError(f"{num_stages} stages do not make whole {kind.name.upper()} layers "
+                         f"({per_layer} stages each): give a multiple of {per_layer}")
+    return ModelConfig(kind=kind.name, num_layers=num_stages // per_layer, hidden=hidden,
+                       order=AUTO_ORDER).orders(num_features, num_classes)
 
 
 def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
@@ -152,7 +160,7 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
             source = DiskGraph.open(work / "graph")
         if auto:  # the widths are known now
             orders = auto_stage_orders(num_layers, hidden, source.num_features,  # type: ignore
-                                       source.num_classes)
+                                       source.num_classes, aggregation)
             plans = layer_plans(num_layers, orders)
         problem = grid_misfit(shape, plans, source.num_nodes, [source.num_features]
                               + [None] * (num_layers - 1) + [source.num_classes])
