@@ -284,3 +284,24 @@ def test_block_rocauc_equals_ogbs_evaluator_task_by_task_and_on_average():
     truth = np.where(y < 0, np.nan, y).astype(np.float64)
     official = Evaluator("ogbn-proteins").eval({"y_true": truth, "y_pred": scores})["rocauc"]
     assert mean_rocauc(per_task) == pytest.approx(official, abs=1e-12)
+
+
+# ---- plexus-model --grid, as plexus-train takes it ------------------------------------------
+def test_plexus_model_takes_grid_auto_and_one_grid_without_data(capsys, monkeypatch):
+    from plexus.perfmodel.cli import model_main
+
+    monkeypatch.delenv("PLEXUS_CALIBRATION", raising=False)
+    assert model_main(["--dataset", "ogbn-papers100M", "--grid", "auto", "--world-size", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "published sizes, no data read" in out and "uncalibrated (GPU defaults)" in out
+    assert "out of core" in out and "world size 8: 10 grids" in out, out
+    assert model_main(["--dataset", "ogbn-papers100M", "--grid", "auto"]) == 0  # this machine
+    assert "world size " in capsys.readouterr().out
+    assert model_main(["--dataset", "ogbn-papers100M", "--grid", "2x2x2"]) == 0
+    rows = [l for l in capsys.readouterr().out.splitlines() if "2x2x2 " in l]
+    assert len(rows) == 1 and "grid 2x2x2, rank" not in rows[0], rows
+    for bad, said in ((["--grid", "2x2x2", "--world-size", "4"], "is a world of 8"),
+                      (["--grid", "2x2"], "bad grid")):
+        assert model_main(["--dataset", "ogbn-papers100M", *bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and said in err, err

@@ -54,6 +54,11 @@ def _model_parser() -> ArgumentParser:
                     "the memory per rank each model kind needs.")
     p.add_argument("--world-size", "-G", type=int, metavar="G",
                    help="number of ranks; every ordered factorization X·Y·Z = G is evaluated")
+    p.add_argument("--grid", metavar="auto|XxYxZ",
+                   help="auto (the default): rank every grid of the world size, as plexus-train "
+                        "--grid auto picks one (without --world-size/--gpus: the ranks a job on "
+                        "this machine runs, one per core or GPU); XxYxZ: that grid's row and "
+                        "its rank among the others")
     p.add_argument("--gpus", metavar="G[,G...]",
                    help="GPU counts (one rank per GPU), a table per count: the ranks train on "
                         "GPUs (the GPU memory model) placed node by node (--gpus-per-node)")
@@ -182,16 +187,40 @@ def _axis_shares(p: Prediction) -> str:
     return " ".join(parts) or "-"
 
 
+def _grid_world(args: argparse.Namespace) -> GridShape | None:
+    """Resolve ``--grid``: fills ``args.world_size`` where the grid (or, for auto, this
+    machine's ranks) gives it; returns the one grid to show, or None for every grid."""
+    grid = None if args.grid in (None, "auto") else GridShape.parse(args.grid)
+    if grid is not None:
+        if args.gpus is not None or args.world_size not in (None, grid.world_size):
+            raise UsageError(f"--grid {grid} is a world of {grid.world_size}: leave out "
+                             "--world-size/--gpus, or give --grid auto")
+        args.world_size = grid.world_size
+    elif args.grid == "auto" and args.world_size is None and args.gpus is None:
+        from plexus.runtime.env import local_world_size  # noqa: PLC0415 - torch, only here
+        args.world_size = local_world_size()
+    if (args.world_size is None) == (args.gpus is None):
+        raise UsageError("give --world-size G, --gpus G[,G...] or --grid auto|XxYxZ (one of "
+                         "them)")
+    return grid
+
+
 def _table(spec: ModelSpec, preds: list[Prediction], world: int, shown: int,
-           limit_name: str) -> list[str]:
+           limit_name: str, only: GridShape | None = None) -> list[str]:
+    if only is not None:  # the one grid asked for, numbered by its rank among all
+        ranked = [(k, p) for k, p in enumerate(preds, 1) if GridShape.of(p.grid) == only]
+        head = f"world size {world}: grid {only}, rank {ranked[0][0]} of {len(preds)}"
+    else:
+        ranked = list(enumerate(preds[:shown], 1))
+        head = f"world size {world}: {len(preds)} grids, showing {shown}"
     lines = [
-        f"world size {world}: {len(preds)} grids, showing {shown}; set-up/rank: a rank "
+        head + "; set-up/rank: a rank "
         + ("reading its shard" if spec.from_store else "loading the graph to cut its shard"),
         f"{'rank':>4}  {'XxYxZ':<11} {'epoch':>10} {'comm':>10} {'compute':>10} {'comm%':>6} "
         f"{'comm share per axis':<30} {'comm/rank':>11} {'memory/rank':>12} "
         f"{'set-up/rank':>12}  orders",
     ]
-    for k, p in enumerate(preds[:shown], 1):
+    for k, p in ranked:
         grid = str(GridShape.of(p.grid))
         flag = "" if p.fits else f"  (over {limit_name})"
         orders = ",".join("a" if o == "agg" else "c" for o in p.orders)
@@ -242,8 +271,7 @@ def model_main(argv: Sequence[str] | None = None,
         args = parser.parse_args(argv)
         recipe_fields, symmetrize = _apply_recipe(args, given_options(parser, argv),
                                                   recipe_lookup)
-        if (args.world_size is None) == (args.gpus is None):
-            raise UsageError("give --world-size G or --gpus G[,G...] (one of them)")
+        only = _grid_world(args)
         worlds = _gpu_counts(args.gpus) if args.gpus is not None else [args.world_size]
         if args.world_size is not None and not 1 <= args.world_size <= MAX_WORLD_SIZE:
             raise ValueError(f"--world-size must be in [1, {MAX_WORLD_SIZE}], got "
@@ -329,7 +357,7 @@ def model_main(argv: Sequence[str] | None = None,
     lines = _header(spec, cal, sizes.origin, streamed, args.ranks_per_host, placement)
     for world, at, preds in runs:
         shown = len(preds) if args.top == 0 else min(args.top, len(preds))
-        lines += [""] + _table(at, preds, world, shown, limit_name)
+        lines += [""] + _table(at, preds, world, shown, limit_name, only)
     print("\n".join(lines))
     return 0
 
