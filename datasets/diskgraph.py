@@ -41,6 +41,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from .files import open_regular
 from .graph import MAX_NODES, DatasetError, Graph, edges_to_csr, one_line
 from .npyio import NpyLayout, NpyWriter, npy_layout, read_rows, save_npy
 from .validate import check_graph_size, csr_from_parts
@@ -172,15 +173,16 @@ class DiskGraph:
         path = Path(path).expanduser()
         hfile = path / HEADER
         try:
-            if not hfile.is_file():
-                raise FileNotFoundError
-            if hfile.stat().st_size > MAX_HEADER_BYTES:
-                raise DiskGraphError(f"{hfile}: {hfile.stat().st_size} bytes, far more than a "
-                                     "graph header")
-            header = json.loads(hfile.read_text(encoding="utf-8"))
+            with open_regular(hfile, DiskGraphError, "r") as f:  # not a FIFO: no hang
+                size = os.fstat(f.fileno()).st_size
+                if size > MAX_HEADER_BYTES:
+                    raise DiskGraphError(f"{hfile}: {size} bytes, far more than a graph header")
+                header = json.loads(f.read())
         except FileNotFoundError:
             raise DiskGraphError(f"{hfile}: missing; {path} is not a {FORMAT} directory "
                                  "(convert a dataset with plexus.datasets.convert)") from None
+        except DiskGraphError:
+            raise
         except (OSError, ValueError, RecursionError) as e:
             raise DiskGraphError(f"{hfile}: unreadable header ({type(e).__name__}: "
                                  f"{one_line(e)[:200]})") from None
@@ -314,7 +316,7 @@ class DiskGraph:
 def file_data_sha256(path: Path, layout: NpyLayout) -> str:
     """sha256 of an .npy file's data bytes (after its header), read in pieces."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         f.seek(layout.offset)
         while chunk := f.read(_HASH_ROWS_BYTES):
             h.update(chunk)

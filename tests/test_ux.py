@@ -127,7 +127,7 @@ def test_grid_auto_names_its_choice_the_runner_up_and_their_figures(capsys):
     from plexus.datasets import gcn_nnz, load_dataset
     from plexus.perfmodel import ModelSpec, rank_configs
     from plexus.train.cli import build_options
-    from plexus.train.memcheck import predicted_peaks
+    from plexus.api.memcheck import predicted_peaks
 
     opts = build_options(train_parser().parse_args(["--grid", "auto", "--world-size", "4"]), None)
     line = capsys.readouterr().out.strip()

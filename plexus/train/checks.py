@@ -27,7 +27,7 @@ from plexus.perfmodel import ModelSpec, choose_grid, rank_configs
 from plexus.runtime.env import default_device
 
 from .checkpoint import CHECKPOINT_NAME
-from .memcheck import (available_memory, check_memory, check_partition_memory,
+from plexus.api.memcheck import (available_memory, check_memory, check_partition_memory,
                        predicted_peaks, run_spec)
 
 # Datasets up to this size are loaded once in the launching process to check them before any
@@ -104,7 +104,7 @@ def auto_grid_choice(world_size: int, num_nodes: int, nnz: int, num_features: in
     """`auto_grid`'s grid and one line saying why: its predicted epoch time and training peak
     per rank, and the runner-up's (``--grid auto`` prints it, so the choice is never silent).
     ``ranks_note`` follows the rank count (where it came from, when nobody gave it). ``run``:
-    how the run holds the model (`plexus.train.memcheck.run_spec`'s options: perm, dtype_bytes,
+    how the run holds the model (`plexus.api.memcheck.run_spec`'s options: perm, dtype_bytes,
     from_store, recompute, multilabel, symmetric), so the peak printed is the one the run's
     summary predicts."""
     spec = replace(run_spec(model, num_nodes, nnz, num_features, num_classes, **run), name=name)
