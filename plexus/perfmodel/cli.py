@@ -22,6 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
+from plexus.core.atomic import UnsafeTargetError, output_target
 from plexus.core.cli import ArgumentParser, UsageError, report_error
 from plexus.core.grid import MAX_WORLD_SIZE, GridShape
 from plexus.core.model import DTYPE_BYTES
@@ -29,6 +30,8 @@ from plexus.core.modelopts import (ModelOptionsText, add_model_options, add_prec
                                    check_model_options, describe_model, model_config)
 from plexus.core.units import format_bytes, format_seconds
 from plexus.datasets.convert import streamed_spec
+from plexus.datasets.graph import MAX_NODES
+from plexus.runtime.env import available_cores
 
 from .calibration import Calibration, calibrate, load_calibration, write_calibration
 from .model import BEST_ORDER, ModelSpec, Prediction, rank_configs
@@ -121,6 +124,22 @@ def _table(spec: ModelSpec, cal: Calibration, preds: list[Prediction], world: in
     return "\n".join(lines)
 
 
+#: The widest input or output a model is priced for
+MAX_WIDTH = 1 << 24
+
+
+def _check_sizes(n: int, nnz: int, f: int, c: int) -> None:
+    """The explicit graph sizes of plexus-model: `UsageError` naming the flag unless each lies
+    in its range (Â has every node's self loop, so at least N non-zeros, at most N²)."""
+    for flag, value, lo, hi in (("--nodes", n, 1, MAX_NODES), ("--nnz", nnz, n, n * n),
+                                ("--features", f, 1, MAX_WIDTH),
+                                ("--classes", c, 1, MAX_WIDTH)):
+        if not lo <= value <= hi:
+            raise UsageError(f"{flag} must be in [{lo}, {hi}], got {value}"
+                             + (" (Â holds each node's self loop: at least --nodes)"
+                                if flag == "--nnz" and value < lo else ""))
+
+
 def model_main(argv: Sequence[str] | None = None) -> int:
     """``plexus-model``: print the ranked grids for a world size. Exit 2 on bad input."""
     parser = _model_parser()
@@ -148,6 +167,7 @@ def model_main(argv: Sequence[str] | None = None) -> int:
                 raise ValueError("give --dataset SPEC, or all of --nodes --nnz --features "
                                  "--classes")
             name, (n, nnz, f, c), multilabel = "graph", explicit, False
+            _check_sizes(n, nnz, f, c)
         best = args.order == BEST_ORDER
         model = model_config(args, **({"order": "agg"} if best else {}))
         spec = ModelSpec(n, nnz, f, c, model, best_orders=best, name=name,
@@ -212,15 +232,23 @@ def _bench_parser(commands: Sequence[BenchCommand] = ()) -> ArgumentParser:
     return p
 
 
-def _world_sizes(text: str) -> list[int]:
-    """``--world-size``'s comma-separated sizes; `UsageError` unless each is a whole number >= 1."""
+#: The most local worlds one calibration times
+MAX_CALIBRATION_WORLDS = 8
+
+
+def _world_sizes(text: str, cores: int) -> list[int]:
+    """``--world-size``'s comma-separated sizes; `UsageError` unless each is a whole number in
+    [1, 2 × ``cores``] (ranks sharing cores are priced from such a world; far more times the
+    scheduler, not gloo) and there are at most `MAX_CALIBRATION_WORLDS` of them."""
     try:
         sizes = [int(part) for part in text.split(",")]
     except ValueError:
         sizes = []
-    if not sizes or min(sizes) < 1:
-        raise UsageError(f"--world-size must be whole numbers >= 1 separated by commas, "
-                         f"got {text!r}")
+    if not sizes or min(sizes) < 1 or max(sizes) > 2 * cores or \
+            len(sizes) > MAX_CALIBRATION_WORLDS:
+        raise UsageError(f"--world-size must be at most {MAX_CALIBRATION_WORLDS} whole numbers "
+                         f"in [1, {2 * cores}] (twice the cores this process may use) separated by "
+                         f"commas, got {text[:80]!r}")
     return sizes
 
 
@@ -236,10 +264,13 @@ def bench_main(argv: Sequence[str] | None = None,
             raise UsageError(f"choose a command: {', '.join(['calibrate', *extra])}")
         if args.command in extra:
             return extra[args.command].main(args)
-        worlds = _world_sizes(args.world_size)
-        if args.threads < 1:
-            raise UsageError(f"--threads must be >= 1, got {args.threads}")
-    except UsageError as e:
+        cores = available_cores()
+        worlds = _world_sizes(args.world_size, cores)
+        if not 1 <= args.threads <= cores:  # more threads than cores only measures contention
+            raise UsageError(f"--threads must be in [1, {cores}] (the cores this process may "
+                             f"use), got {args.threads}")
+        output_target(args.out)  # a directory or a FIFO: refused before minutes of timing
+    except (UsageError, UnsafeTargetError) as e:
         return report_error(parser.prog, e)
     if args.command == "calibrate":
         start = time.perf_counter()
@@ -249,6 +280,8 @@ def bench_main(argv: Sequence[str] | None = None,
             path = write_calibration(doc, args.out)
         except OSError as e:
             return report_error(parser.prog, f"cannot write {args.out}: {e.strerror or e}")
+        except UnsafeTargetError as e:  # the target changed while it measured
+            return report_error(parser.prog, e)
         except RuntimeError as e:
             return report_error(parser.prog, str(e).splitlines()[0], status=1)
         print(f"SpMM {doc['spmm_flops']:.3g} flop/s, GEMM {doc['gemm_flops']:.3g} flop/s", end="")

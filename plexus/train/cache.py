@@ -41,6 +41,7 @@ from plexus.core.grid import GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.datasets import Graph, gcn_nnz, load_dataset, spec_paths
 from plexus.datasets.convert import streamed_spec
+from plexus.datasets.files import open_regular
 from plexus.engine.config import ModelConfig
 from plexus.partitioners import is_store, read_manifest, write_store
 from plexus.partitioners.store import FORMAT as STORE_FORMAT, VERSION as STORE_VERSION, graph_hash
@@ -221,10 +222,11 @@ class Cache:
         """What an earlier build recorded about this source (None: nothing, or unreadable)."""
         path = self.root / "sources" / f"{_digest(source_key)}.json"
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            with open_regular(path, ValueError, "r") as f:  # a FIFO planted there: no hang
+                doc = json.loads(f.read(1 << 20))
             return Sizes(**doc["sizes"]) if doc.get("source") == source_key else None
-        except (OSError, ValueError, TypeError, KeyError):
-            return None
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            return None  # damaged (nested thousands deep, not an object): rebuilt and rewritten
 
     def write_sizes(self, source_key: dict, sizes: Sizes) -> None:
         path = self.subdir("sources") / f"{_digest(source_key)}.json"
