@@ -246,9 +246,9 @@ def _world_sizes(text: str, cores: int) -> list[int]:
         sizes = []
     if not sizes or min(sizes) < 1 or max(sizes) > 2 * cores or \
             len(sizes) > MAX_CALIBRATION_WORLDS:
-        raise UsageError(f"--world-size must be at most {MAX_CALIBRATION_WORLDS} whole numbers "
-                         f"in [1, {2 * cores}] (twice the cores this process may use) separated by "
-                         f"commas, got {text[:80]!r}")
+        raise UsageError(f"--world-size must be whole numbers in [1, {2 * cores}] (twice the "
+                         f"cores this process may use), at most {MAX_CALIBRATION_WORLDS}, "
+                         f"separated by commas, got {text[:80]!r}")
     return sizes
 
 
