@@ -133,7 +133,7 @@ def _check_header(h: Any, where: str) -> dict:
         raise bad("field 'name' or 'directed' missing or mistyped")
     if h.get("edges") not in EDGE_FORMS or h.get("self_loops") not in SELF_LOOPS:
         raise bad(f"'edges' must be one of {EDGE_FORMS} and 'self_loops' one of {SELF_LOOPS}")
-    if h.get("feature_dtype") not in FEATURE_DTYPES:
+    if not isinstance(h.get("feature_dtype"), str) or h["feature_dtype"] not in FEATURE_DTYPES:
         raise bad(f"feature_dtype must be one of {', '.join(FEATURE_DTYPES)}")
     if not isinstance(h.get("notes", []), list) or \
             not all(isinstance(s, str) for s in h.get("notes", [])):
