@@ -595,11 +595,11 @@ def _export_case(d: Path, rng: random.Random, bases: dict[str, Path]) -> None:
 
 
 def make_cases(work: Path, seed: int, per_kind: int, kinds=KINDS,
-               cora: Path | None = None) -> list[Case]:
+               cora: Path | None = None, bomb_bytes: int = 1 << 30) -> list[Case]:
     """``per_kind`` mutated inputs of each kind under ``work`` (seeded), as `Case` records.
 
     ``cora`` is a directory holding the real ``ind.cora.*`` files, bit-flipped by some of the
-    Planetoid cases.
+    Planetoid cases; ``bomb_bytes``: what the exports' deflated size bomb inflates to.
     """
     rng = random.Random(seed)
     marker = work / MARKER_NAME
@@ -614,7 +614,7 @@ def make_cases(work: Path, seed: int, per_kind: int, kinds=KINDS,
             bases[kind] = work / "base-export" / f"{kind}.pt"
             write_export(bases[kind], kind)
         bases["bomb"] = work / "base-export" / "bomb.pt"
-        write_bomb(bases["bomb"], bases["gcn"])
+        write_bomb(bases["bomb"], bases["gcn"], bomb_bytes)
     for kind in kinds:
         for i in range(per_kind):
             d = work / f"{kind}-{i:04d}"
