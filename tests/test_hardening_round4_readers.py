@@ -38,9 +38,8 @@ def one_line(text: str, prog: str, *needles: str) -> str:
 
 
 def _gz(path: Path, payload: bytes, times: int = 1) -> None:
-    with gzip.open(path, "wb") as f:
-        for _ in range(times):
-            f.write(payload)
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(payload * times)
 
 
 def _arxiv(root: Path) -> Path:
