@@ -26,6 +26,7 @@ from typing import Sequence
 from plexus.core.cli import ArgumentParser, UsageError, report_error
 from plexus.core.grid import GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION, ORDERS, grid_misfit, layer_plans
+from plexus.core.model import MAX_LAYERS
 from plexus.datasets.canonical import BUCKET_ENTRIES, CHUNK_EDGES
 from plexus.datasets.diskgraph import FEATURE_DTYPES
 from plexus.datasets.graph import AGGREGATIONS
@@ -103,8 +104,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     input."""
     args = build_parser().parse_args(argv)
     shape = GridShape.parse(args.grid)
-    if args.layers < 1:
-        raise UsageError(f"--layers must be >= 1, got {args.layers}")
+    if not 1 <= args.layers <= MAX_LAYERS:
+        raise UsageError(f"--layers must be in [1, {MAX_LAYERS}], got {args.layers}")
     orders = parse_orders(args.orders, args.layers)
     if args.json and not args.stats_only:
         raise UsageError("--json applies to --stats-only")

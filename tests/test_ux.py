@@ -75,7 +75,7 @@ def test_plexus_model_says_which_model_it_used(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--layers", "0"], "--layers must be >= 1, got 0"),
+    (["--layers", "0"], "--layers must be in [1, 256], got 0"),
     (["--hidden", "0"], "--hidden must be >= 1, got 0"),
     (["--dropout", "1"], "--dropout must be in [0, 1), got 1.0"),
 ])
