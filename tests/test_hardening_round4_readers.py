@@ -122,16 +122,17 @@ def test_an_export_whose_tensor_is_a_deflated_size_bomb_is_refused_unread(tmp_pa
         plexus.load_pyg(tmp_path / "w.pt")
 
 
-@pytest.mark.parametrize("edit, needle", [
-    ({"in_channels": 1 << 20, "out_channels": 1 << 20}, "do not fit"),  # 4 TiB declared
-    ({"out_channels": -3}, "out of range"),
-    ({"in_channels": 1 << 40}, "out of range"),
-    ({"device": "meta"}, "'device'"),  # would return a model whose weights were never loaded
+@pytest.mark.parametrize("kind, edit, needle", [
+    ("gcn", {"in_channels": 1 << 20, "out_channels": 1 << 20}, "do not fit"),  # 4 TiB declared
+    ("gcn", {"out_channels": -3}, "out of range"),
+    ("gcn", {"in_channels": 1 << 40}, "out of range"),
+    ("mlp", {"device": "meta"}, "'device'"),  # a model whose weights were never loaded
 ])
-def test_declared_layer_widths_are_checked_before_the_layer_is_built(edit, needle, tmp_path):
+def test_declared_layer_widths_are_checked_before_the_layer_is_built(kind, edit, needle,
+                                                                       tmp_path):
     import plexus
 
-    torch.save(_export(**edit), tmp_path / "w.pt")
+    torch.save(_export(kind, **edit), tmp_path / "w.pt")
     with pytest.raises(plexus.ExportError, match=needle) as e:
         plexus.load_pyg(tmp_path / "w.pt")
     assert "\n" not in str(e.value) and str(tmp_path / "w.pt") in str(e.value)
