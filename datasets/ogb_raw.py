@@ -26,6 +26,7 @@ import csv
 import gzip
 import importlib.util
 import io
+import zlib
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -122,7 +123,7 @@ def check_csv_lines(path: Path, max_lines: int | None = None) -> None:
                 lines += ends.size
                 if max_lines is not None and lines > max_lines:
                     raise DatasetError(f"{path}: more than {max_lines} lines")
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:
         raise DatasetError(f"{path}: not a readable csv.gz ({e})") from None
 
 
@@ -158,8 +159,8 @@ def _csv_chunks(path: Path, rows: int, dtype: type) -> Iterator[np.ndarray]:
                 yield values.astype(dtype) if dtype is not None else values
     except DatasetError:
         raise
-    except (OSError, ValueError, EOFError, UnicodeDecodeError, pd.errors.ParserError,
-            pd.errors.EmptyDataError) as e:
+    except (OSError, ValueError, EOFError, UnicodeDecodeError, zlib.error,
+            pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         raise DatasetError(f"{path}: not a readable csv.gz of numbers ({type(e).__name__}: "
                            f"{one_line(e)[:200]})") from None
 
@@ -390,7 +391,7 @@ class _CsvRaw:
             try:
                 with open_regular(self.feat_file) as raw_f, gzip.open(raw_f, "rb") as f:
                     line = f.readline(MAX_CSV_LINE + 1)
-            except (OSError, EOFError) as e:
+            except (OSError, EOFError, zlib.error) as e:
                 raise DatasetError(f"{self.feat_file}: not a readable csv.gz ({e})") from None
             self.width = line.count(b",") + 1
             if len(line) > MAX_CSV_LINE or self.width > MAX_CSV_VALUES:
