@@ -133,7 +133,7 @@ def test_the_set_up_is_priced_by_the_model_the_check_and_plexus_model(capsys):
 
     from plexus.perfmodel import ModelSpec, epoch_memory, run_peak, setup_memory
     from plexus.perfmodel.cli import model_main
-    from plexus.train.memcheck import Available, MemoryCheckError, check_partition_memory
+    from plexus.api.memcheck import Available, MemoryCheckError, check_partition_memory
 
     # R-MAT scale 20 with 64 features on 2x2x2 (benchmarks/results/cache_setup.txt)
     spec = ModelSpec(num_nodes=1 << 20, nnz=32_450_714, num_features=64, num_classes=16,

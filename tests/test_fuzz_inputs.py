@@ -24,18 +24,44 @@ SEED = 16
 PER_KIND = 25
 
 
+FILE_KINDS = tuple(k for k in fuzz.KINDS if k != "export")  # exports: the forked run below
+
+
 def test_every_input_kind_loads_or_fails_in_one_line(tmp_path):
-    cases = fuzz.make_cases(tmp_path, SEED, PER_KIND, cora=EMBEDDED_DIR)
+    cases = fuzz.make_cases(tmp_path, SEED, PER_KIND, FILE_KINDS, cora=EMBEDDED_DIR)
     cases += fuzz.cora_flip_cases(tmp_path, EMBEDDED_DIR, 15, SEED)
     results = fuzz.run_cases(cases, tmp_path)
     bad = [(case.name, outcome, detail) for case, outcome, detail in results
            if outcome not in fuzz.GOOD]
     assert not bad, "\n".join(map(str, bad))
     counts = fuzz.summarize(results)
-    for kind in fuzz.KINDS:  # the mutations do reach the checks
+    for kind in FILE_KINDS:  # the mutations do reach the checks
         assert counts[kind]["error"] > 0, (kind, counts[kind])
     assert sum(c["ok"] for c in counts.values()) > 0  # and not everything is refused
     assert not (tmp_path / fuzz.MARKER_NAME).exists()
+
+
+def test_graph_directories_and_exports_in_a_process_each_within_a_gib(tmp_path):
+    """A sample of the readers' cases (``benchmarks/fuzz_readers.py`` runs 500 per kind): size
+    bombs, FIFOs, nested and lying headers each load or fail in one line, every case in a
+    process of its own whose peak RSS stays under 1 GiB."""
+    cases = fuzz.make_cases(tmp_path, SEED, 6, fuzz.READER_KINDS, bomb_bytes=128 << 20)
+    results = fuzz.run_cases_forked(cases, tmp_path)
+    bad = [(case.name, outcome, detail, rss) for case, outcome, detail, rss in results
+           if outcome not in fuzz.GOOD or rss > fuzz.RSS_LIMIT_KB]
+    assert not bad, "\n".join(map(str, bad))
+    counts = fuzz.summarize(results)
+    assert all(counts[kind]["error"] > 0 for kind in fuzz.READER_KINDS), counts
+
+
+def test_a_forked_case_that_dies_is_seen(tmp_path):
+    """The per-case harness reports a case that kills its process and goes on, with each
+    case's own peak RSS."""
+    cases = [fuzz.Case("graph", "dies", selftest="signal"),
+             fuzz.Case("graph", "after", "cora:nope")]
+    results = fuzz.run_cases_forked(cases, tmp_path)
+    assert [(c.name, o) for c, o, _, _ in results] == [("dies", "signal"), ("after", "error")]
+    assert all(rss > 10_000 for *_, rss in results)  # kB: the interpreter at least
 
 
 def test_damaged_study_folders_are_one_line_or_work(tmp_path):

@@ -19,7 +19,7 @@ import pytest
 from cli_helpers import (cli_env, job_workers, losses, read_log, session_processes, train,
                          wait_for_epoch)
 from plexus.train import checkpoint as ckpt
-from plexus.train import memcheck
+from plexus.api import memcheck
 from plexus.datasets import load_dataset
 from plexus.partitioners.store import write_store
 from plexus.train import main

@@ -375,7 +375,7 @@ def fake_dataset(monkeypatch, graph):
     (["--grid", "4x4", "--layers", "2", "--out", "X"], "bad grid '4x4'"),
     (["--grid", "0x1x1", "--layers", "2", "--out", "X"], "bad grid"),
     (["--grid", "2x1x1", "--layers", "2", "--perm", "random", "--out", "X"], "invalid choice"),
-    (["--grid", "2x1x1", "--layers", "0", "--out", "X"], "--layers must be >= 1"),
+    (["--grid", "2x1x1", "--layers", "0", "--out", "X"], "--layers must be in [1, 256]"),
     (["--grid", "2x1x1", "--layers", "two", "--out", "X"], "invalid int value"),
     (["--grid", "2x1x1", "--layers", "2", "--orders", "agg,sideways", "--out", "X"],
      "unknown layer order"),

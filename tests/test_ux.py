@@ -75,7 +75,7 @@ def test_plexus_model_says_which_model_it_used(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--layers", "0"], "--layers must be >= 1, got 0"),
+    (["--layers", "0"], "--layers must be in [1, 256], got 0"),
     (["--hidden", "0"], "--hidden must be >= 1, got 0"),
     (["--dropout", "1"], "--dropout must be in [0, 1), got 1.0"),
 ])
@@ -127,7 +127,7 @@ def test_grid_auto_names_its_choice_the_runner_up_and_their_figures(capsys):
     from plexus.datasets import gcn_nnz, load_dataset
     from plexus.perfmodel import ModelSpec, rank_configs
     from plexus.train.cli import build_options
-    from plexus.train.memcheck import predicted_peaks
+    from plexus.api.memcheck import predicted_peaks
 
     opts = build_options(train_parser().parse_args(["--grid", "auto", "--world-size", "4"]), None)
     line = capsys.readouterr().out.strip()

@@ -8,7 +8,8 @@ enough), `outputs` (the same written by every rank into its own rows of memory-m
 files, for any size), `export` (unsharded weights under PyG's parameter names; `load_pyg`: the
 PyG model an export describes, loaded), `recipes` (the OGB examples' settings),
 `script` (`run_script`: a script's bad input as one line, as the command-line tools say it),
-`ogb` (`ogb_evaluate`: the official OGB evaluator on gathered predictions).
+`ogb` (`ogb_evaluate`: the official OGB evaluator on gathered predictions), `memcheck` (a model
+predicted not to fit in memory refused before it is built: `distributed_model` and plexus-train).
 It sits at the application level, beside `plexus.train`, which uses it for its results.
 """
 

@@ -21,14 +21,18 @@ widths), and ``features`` when they were trained.
 from __future__ import annotations
 
 import os
+import zipfile
 from dataclasses import asdict
 from pathlib import Path
+from typing import IO
 
 import torch
 
 from plexus.core.atomic import atomic_file
 from plexus.core.model import ModelConfig
 from plexus.core.ops import KINDS, NORM_OP, OPERATORS, Param
+from plexus.datasets.files import open_regular
+from plexus.datasets.validate import check_alloc
 from plexus.engine.pygmodel import PygModel, PygSpecError, pyg_spec
 
 from .model import GraphModel
@@ -165,10 +169,14 @@ def load_pyg(path: str | os.PathLike) -> torch.nn.Module:
     """
     target = Path(path).expanduser()
     try:
-        payload = torch.load(target, map_location="cpu", weights_only=True)
+        with open_regular(target, ExportError) as f:  # a FIFO would block torch.load
+            check_archive(f, target)
+            payload = torch.load(f, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise ExportError(f"{target}: no such file; write one with plexus.save_weights or "
                           "plexus-train --export") from None
+    except ExportError:
+        raise
     except Exception as e:  # noqa: BLE001 - torch.load raises many kinds for a bad file
         raise ExportError(f"{target}: not a readable weights file ({type(e).__name__}: "
                           f"{' '.join(str(e).split())[:200]})") from None
@@ -183,13 +191,57 @@ def load_pyg(path: str | os.PathLike) -> torch.nn.Module:
                 and "conv" in layers[0]):  # plexus-weights/1: rebuild from the config
             config = ModelConfig(**payload["config"])
             spec = pyg_spec(config, int(spec["in_channels"]), int(spec["out_channels"]))
-        model = PygModel(spec)
-    except (PygSpecError, KeyError, TypeError, ValueError) as e:
+        with torch.device("meta"):  # shapes only: a declared width allocates nothing yet
+            shapes = PygModel(spec).state_dict()
+        fits = _misfit(shapes, payload["state_dict"])
+        if fits:
+            raise ExportError(f"{target}: its weights do not fit the model it describes "
+                              f"({fits})")
+        model = PygModel(spec)  # as large as the file's own tensors, now known to fit
+        model.load_state_dict(payload["state_dict"])  # strict: every name and shape
+    except ExportError:
+        raise
+    except (PygSpecError, KeyError, TypeError, ValueError, RuntimeError, RecursionError,
+            AttributeError) as e:
         raise ExportError(f"{target}: cannot build the model it describes "
                           f"({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
-    try:
-        model.load_state_dict(payload["state_dict"])  # strict: every name and shape
-    except RuntimeError as e:
-        raise ExportError(f"{target}: its weights do not fit the model it describes "
-                          f"({' '.join(str(e).split())[:300]})") from None
     return model.eval()
+
+
+def _misfit(shapes: dict[str, torch.Tensor], state: dict) -> str:
+    """Why the tensors ``state`` do not fill the model whose (meta) state dict is ``shapes``
+    exactly (missing, unexpected or misshapen names), or "" when they do."""
+    missing = sorted(set(shapes) - set(state))
+    extra = sorted(set(state) - set(shapes))
+    if missing or extra:
+        return (f"missing {missing[:3]}" if missing else "") + \
+            ("; " if missing and extra else "") + (f"unexpected {extra[:3]}" if extra else "")
+    for name, want in shapes.items():
+        have = state[name]
+        if not isinstance(have, torch.Tensor) or tuple(have.shape) != tuple(want.shape):
+            got = tuple(have.shape) if isinstance(have, torch.Tensor) else type(have).__name__
+            return f"{name} is {got}, the model's is {tuple(want.shape)}"
+    return ""
+
+
+#: A deflated member larger than this, expanding more than `MAX_RATIO` times, is a size bomb
+#: (torch.save stores members uncompressed; trained weights hardly compress)
+BOMB_BYTES = 64 << 20
+MAX_RATIO = 100
+
+
+def check_archive(f: IO[bytes], target: Path) -> None:
+    """Refuse an export whose zip members declare more bytes than memory holds, or expand
+    like a size bomb, before torch.load inflates them (`ExportError`); ``f`` is rewound."""
+    try:
+        with zipfile.ZipFile(f) as zf:
+            infos = zf.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        f.seek(0)
+        return  # not a zip: torch.load says what it is
+    f.seek(0)
+    check_alloc(float(sum(i.file_size for i in infos)), str(target), "its tensors", ExportError)
+    for info in infos:
+        if info.file_size > BOMB_BYTES and info.file_size > MAX_RATIO * max(1, info.compress_size):
+            raise ExportError(f"{target}: member {info.filename!r} expands {info.compress_size} "
+                              f"bytes to {info.file_size}; not a weights export (a size bomb)")

@@ -10,14 +10,19 @@ import torch
 from torch import nn
 
 from plexus.core.grid import GridShape
+from plexus.core.model import check_seed
 from plexus.core.layout import DEFAULT_PERMUTATION, grid_misfit
-from plexus.datasets import DatasetError, Graph
+from plexus.datasets import DatasetError, Graph, gcn_nnz
 from plexus.datasets.inputs import mask as node_mask
 from plexus.engine.build import build_model
 from plexus.engine.config import EngineConfig, ModelConfig
 from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedModel
 from plexus.partitioners import RankShard, shard_graph
+from plexus.partitioners.plan import symmetric
+from plexus.runtime.env import LaunchError, detect_environment
+
+from .memcheck import available_memory, check_memory, predicted_peaks
 
 
 def cut_shard(graph: Graph, shape: GridShape, coords: dict[str, int], model: ModelConfig,
@@ -25,10 +30,15 @@ def cut_shard(graph: Graph, shape: GridShape, coords: dict[str, int], model: Mod
     """The shard of the rank at ``coords`` for ``model`` (raises ValueError when the grid does
     not fit the graph: an axis with more ranks than what it cuts, `DatasetError` when the
     graph's arrays do not form one: `Graph.check_structure`)."""
+    check_seed(seed)
     if not isinstance(graph, Graph):
         raise DatasetError(f"expected a plexus Graph, got {type(graph).__name__} (build one with "
                            "Graph.from_scipy or Graph.from_pyg)")
     graph.check_structure()
+    if graph.weighted and not model.kind_decl.takes_edge_weights:
+        raise DatasetError(f"{graph.name}: a weighted graph, but the {model.kind} model ignores "
+                           "edge weights (only gcn uses them); build the graph without "
+                           "weighted=True or train model='gcn'")
     f, c = graph.num_features, graph.num_classes
     problem = grid_misfit(shape, model.plans(f, c), graph.num_nodes, model.widths(f, c))
     if problem:
@@ -171,12 +181,36 @@ class GraphModel(nn.Module):
 def model_from_shard(grid: Grid, shard: RankShard, model: ModelConfig, seed: int = 0,
                      engine: EngineConfig | None = None) -> GraphModel:
     """The `GraphModel` of this rank from its ``shard`` (collective: builds the engine's model)."""
+    check_seed(seed)
     return GraphModel(build_model(grid, shard, model, seed, engine), shard)
+
+
+def _local_ranks() -> int:
+    """The ranks of this job on this host (1 when no launcher says)."""
+    try:
+        job = detect_environment()
+    except LaunchError:
+        return 1
+    return job.local_world_size if job is not None else 1
+
+
+def check_graph_memory(graph: Graph, grid: Grid, model: ModelConfig, perm: str,
+                       engine: EngineConfig) -> None:
+    """Raise `MemoryCheckError` when a rank of ``grid`` training ``model`` on ``graph`` is
+    predicted to need more memory than it has (plexus-train's start-up check, from sizes alone:
+    a hidden width of 10**9 is one line, not the OOM killer)."""
+    sizes = (grid.shape, model, graph.num_nodes, gcn_nnz(graph), graph.num_features,
+             graph.num_classes, perm, engine.dtype_bytes)
+    peaks = predicted_peaks(*sizes, recompute=engine.recompute, multilabel=graph.multilabel,
+                            symmetric=symmetric(graph, model.aggregation),
+                            device=grid.device.type)
+    check_memory(peaks.run, available_memory(grid.device, _local_ranks()), grid.shape)
 
 
 def distributed_model(graph: Graph, grid: Grid, model: ModelConfig | str | None = None, *,
                       seed: int = 0, perm: str = DEFAULT_PERMUTATION,
-                      engine: EngineConfig | None = None, **options: Any) -> GraphModel:
+                      engine: EngineConfig | None = None, memory_check: bool = True,
+                      **options: Any) -> GraphModel:
     """This rank's part of a GNN on ``graph`` over ``grid`` (call it on every rank).
 
     ``model`` is a `ModelConfig`, or the model kind by the name ``plexus-train --model`` takes
@@ -185,7 +219,11 @@ def distributed_model(graph: Graph, grid: Grid, model: ModelConfig | str | None 
     dropout masks (the same on every grid), ``perm`` the load-balancing node permutation
     (results do not depend on it). A keyword that is no model option is a TypeError, a value
     the model refuses a `plexus.core.model.ModelError` (a ValueError), each naming what to use.
+    With ``memory_check`` (the default), a model the performance model predicts not to fit
+    this rank's memory is refused before anything of it is built, as plexus-train refuses it
+    (`plexus.api.memcheck.MemoryCheckError`, a ValueError).
     """
+    check_seed(seed)
     if isinstance(model, ModelConfig):
         if options:
             raise TypeError("give either a ModelConfig or the model's options as keywords, "
@@ -200,5 +238,7 @@ def distributed_model(graph: Graph, grid: Grid, model: ModelConfig | str | None 
                         f"{type(model).__name__}")
     if isinstance(graph, Graph):
         graph.validate()  # what the loaders promise of their graphs, for one built by hand too
+        if memory_check:
+            check_graph_memory(graph, grid, model, perm, engine or EngineConfig())
     shard = cut_shard(graph, grid.shape, grid.coords, model, perm, seed)
     return model_from_shard(grid, shard, model, seed, engine)

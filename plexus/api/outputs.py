@@ -36,6 +36,9 @@ import torch.distributed as dist
 
 from plexus.core.atomic import (UnsafeTargetError, fsync_dir, output_directory,
                                 replace_directory)
+from plexus.datasets.files import open_regular
+from plexus.datasets.npyio import npy_layout
+from plexus.datasets.validate import check_alloc
 
 from .model import GraphModel
 from .results import NodeBlock, output_blocks
@@ -46,8 +49,8 @@ VERSION = 1
 FILES = {"pred": "pred.npy", "logits": "logits.npy", "embeddings": "embeddings.npy"}
 #: The most of an output file one rank maps at once while writing its rows
 WINDOW_BYTES = 64 << 20
-#: An outputs.json is a few hundred bytes; anything far larger is not one
-MAX_MARKER_BYTES = 1 << 20
+#: outputs.json is a few hundred bytes plus what a caller adds; far more is not one
+MAX_MARKER_BYTES = 16 << 20
 
 
 class OutputsError(ValueError):
@@ -244,25 +247,42 @@ def load_outputs(directory: str | os.PathLike, mmap: bool = True, as_tensor: boo
     directory."""
     root = Path(directory).expanduser()
     try:
-        meta = json.loads((root / MARKER).read_text(encoding="utf-8"))
+        with open_regular(root / MARKER, OutputsError, "r") as f:  # a FIFO would block
+            text = f.read(MAX_MARKER_BYTES + 1)
+        if len(text) > MAX_MARKER_BYTES:
+            raise OutputsError(f"{root / MARKER}: more than {MAX_MARKER_BYTES} bytes; not an "
+                               f"{MARKER} Plexus wrote")
+        meta = json.loads(text)
     except FileNotFoundError:
         raise OutputsError(f"{root}: no {MARKER}; not a (complete) outputs directory") from None
-    except (OSError, ValueError) as e:
-        raise OutputsError(f"{root / MARKER}: unreadable ({e})") from None
+    except OutputsError:
+        raise
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: nesting thousands deep
+        raise OutputsError(f"{root / MARKER}: unreadable ({type(e).__name__}: "
+                           f"{' '.join(str(e).split())[:200]})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise OutputsError(f"{root / MARKER}: not a {FORMAT} version {VERSION} file")
+    arrays = meta.get("arrays", {})
+    if not isinstance(arrays, dict):
+        raise OutputsError(f"{root / MARKER}: 'arrays' must map names to files, got a "
+                           f"{type(arrays).__name__}")
     out: dict[str, Any] = {k: v for k, v in meta.items() if k not in ("format", "version", "arrays")}
-    for name, info in meta.get("arrays", {}).items():
+    for name, info in arrays.items():
         if name not in FILES or not isinstance(info, dict) or info.get("file") != FILES[name]:
-            raise OutputsError(f"{root / MARKER}: unknown array entry {name!r}")
+            raise OutputsError(f"{root / MARKER}: unknown array entry {name!r:.60}")
+        path = root / FILES[name]
+        layout = npy_layout(path, OutputsError)  # a regular file, exactly its header's size
+        if list(layout.shape) != info.get("shape") or layout.dtype.str != info.get("dtype"):
+            raise OutputsError(f"{path}: {layout.dtype}{layout.shape}, {MARKER} says "
+                               f"{info.get('dtype')!r:.30} of shape {info.get('shape')!r:.60}")
+        if not mmap:  # read whole: only what memory holds
+            check_alloc(float(layout.nbytes), str(path), "reading it whole (mmap=False)",
+                        OutputsError)
         try:
             # torch needs a writable array: a private (copy-on-write) map for tensors
             mode = ("c" if as_tensor else "r") if mmap else None
-            arr = np.load(root / FILES[name], mmap_mode=mode, allow_pickle=False)
+            arr = np.load(path, mmap_mode=mode, allow_pickle=False)
         except (OSError, ValueError) as e:
-            raise OutputsError(f"{root / FILES[name]}: unreadable ({e})") from None
-        if list(arr.shape) != info.get("shape") or arr.dtype.str != info.get("dtype"):
-            raise OutputsError(f"{root / FILES[name]}: {arr.dtype}{arr.shape}, {MARKER} says "
-                               f"{info.get('dtype')}{tuple(info.get('shape') or ())}")
+            raise OutputsError(f"{path}: unreadable ({e})") from None
         out[name] = torch.from_numpy(arr) if as_tensor else arr
     return out

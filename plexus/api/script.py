@@ -23,13 +23,16 @@ from plexus.datasets import DatasetError
 from plexus.runtime.env import LaunchError
 from plexus.runtime.local import LocalJobFailed
 
+from .export import ExportError
+from .memcheck import MemoryCheckError
 from .outputs import OutputsError
 from .recipes import RecipeError
 from .results import GatherTooLargeError
 
 #: Library errors that are bad input, not bugs: the message says what to fix.
 USER_ERRORS = (UsageError, GridError, ModelError, DatasetError, RecipeError, LaunchError,
-               UnsafeTargetError, OutputsError, GatherTooLargeError)
+               UnsafeTargetError, OutputsError, GatherTooLargeError, MemoryCheckError,
+               ExportError)
 
 
 def run_script(main: Callable[[], object], prog: str | None = None) -> NoReturn:

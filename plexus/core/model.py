@@ -12,6 +12,7 @@ Plain Python (no torch), so the performance model and the command lines use it f
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -27,6 +28,23 @@ DTYPES = tuple(DTYPE_BYTES)
 
 class ModelError(ValueError):
     """A model option that is unknown, out of range or does not apply to the kind (one line)."""
+
+
+#: The most GNN layers a model may have: deeper plans take minutes to build and price (and no
+#: full-graph GNN trains that deep), so more is a typing mistake, refused at once
+MAX_LAYERS = 256
+#: The largest seed: what every generator (torch, numpy, R-MAT) takes
+MAX_SEED = 2**63 - 1
+#: The options that are switches: a string such as "false" would read as true
+_SWITCHES = ("bias", "learnable_features", "residual", "input_dropout", "train_eps")
+
+
+def check_seed(seed: object, what: str = "seed") -> int:
+    """``seed`` as an int after checking it is a whole number in [0, `MAX_SEED`]; `ModelError`
+    naming ``what`` otherwise (numpy and torch refuse others with tracebacks of their own)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ModelError(f"{what} must be an integer in [0, 2**63 - 1], got {seed!r:.60}")
+    return int(seed)
 
 
 def parse_order(order: str | Sequence[str], num_layers: int,
@@ -112,9 +130,19 @@ class ModelConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ModelError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.num_layers > MAX_LAYERS:
+            raise ModelError(f"num_layers must be in [1, {MAX_LAYERS}], got {self.num_layers}")
+        for name in _SWITCHES:
+            if not isinstance(getattr(self, name), bool):
+                raise ModelError(f"{name} must be True or False, got {getattr(self, name)!r:.60}")
+        slope = self.negative_slope
+        if isinstance(slope, bool) or not isinstance(slope, (int, float)) or \
+                not math.isfinite(slope):
+            raise ModelError(f"negative_slope must be a finite number, got {slope!r:.60}")
         for name in ("dropout", "attn_dropout"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    not 0.0 <= value < 1.0:
                 raise ModelError(f"{name} must be in [0, 1), got {value!r}")
         for other in KINDS.values():  # an option another kind owns must keep its default
             for opt in other.options:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from .cli import UsageError
-from .model import DTYPES, ModelConfig, ModelError
+from .model import DTYPES, MAX_LAYERS, ModelConfig, ModelError
 from .ops import KINDS, NORMS
 
 _DEFAULT = ModelConfig()
@@ -108,14 +109,17 @@ def add_precision_options(parser: argparse.ArgumentParser | argparse._ArgumentGr
 
 def check_model_options(args: argparse.Namespace) -> None:
     """Range checks of the model options; raises `UsageError` naming the flag."""
-    if args.layers is not None and args.layers < 1:
-        raise UsageError(f"--layers must be >= 1, got {args.layers}")
+    if args.layers is not None and not 1 <= args.layers <= MAX_LAYERS:
+        raise UsageError(f"--layers must be in [1, {MAX_LAYERS}], got {args.layers}")
     if args.hidden < 1:
         raise UsageError(f"--hidden must be >= 1, got {args.hidden}")
     for name in ("dropout", "attn_dropout"):
         value = getattr(args, name, 0.0)
         if not 0.0 <= value < 1.0:
             raise UsageError(f"{flag(name)} must be in [0, 1), got {value}")
+    slope = getattr(args, "negative_slope", 0.2)
+    if not math.isfinite(slope):
+        raise UsageError(f"--negative-slope must be a finite number, got {slope}")
     for name in ("heads", "out_heads"):
         if getattr(args, name, 1) < 1:
             raise UsageError(f"{flag(name)} must be >= 1, got {getattr(args, name)}")

@@ -42,6 +42,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from .files import open_regular
 from .graph import MAX_NODES, DatasetError, Graph, edges_to_csr, one_line
 from .npyio import NpyLayout, NpyWriter, npy_layout, read_rows, save_npy
 from .validate import check_graph_size, csr_from_parts
@@ -133,7 +134,7 @@ def _check_header(h: Any, where: str) -> dict:
         raise bad("field 'name' or 'directed' missing or mistyped")
     if h.get("edges") not in EDGE_FORMS or h.get("self_loops") not in SELF_LOOPS:
         raise bad(f"'edges' must be one of {EDGE_FORMS} and 'self_loops' one of {SELF_LOOPS}")
-    if h.get("feature_dtype") not in FEATURE_DTYPES:
+    if not isinstance(h.get("feature_dtype"), str) or h["feature_dtype"] not in FEATURE_DTYPES:
         raise bad(f"feature_dtype must be one of {', '.join(FEATURE_DTYPES)}")
     if not isinstance(h.get("notes", []), list) or \
             not all(isinstance(s, str) for s in h.get("notes", [])):
@@ -173,15 +174,16 @@ class DiskGraph:
         path = Path(path).expanduser()
         hfile = path / HEADER
         try:
-            if not hfile.is_file():
-                raise FileNotFoundError
-            if hfile.stat().st_size > MAX_HEADER_BYTES:
-                raise DiskGraphError(f"{hfile}: {hfile.stat().st_size} bytes, far more than a "
-                                     "graph header")
-            header = json.loads(hfile.read_text(encoding="utf-8"))
+            with open_regular(hfile, DiskGraphError, "r") as f:  # not a FIFO: no hang
+                size = os.fstat(f.fileno()).st_size
+                if size > MAX_HEADER_BYTES:
+                    raise DiskGraphError(f"{hfile}: {size} bytes, far more than a graph header")
+                header = json.loads(f.read())
         except FileNotFoundError:
             raise DiskGraphError(f"{hfile}: missing; {path} is not a {FORMAT} directory "
                                  "(convert a dataset with plexus.datasets.convert)") from None
+        except DiskGraphError:
+            raise
         except (OSError, ValueError, RecursionError) as e:
             raise DiskGraphError(f"{hfile}: unreadable header ({type(e).__name__}: "
                                  f"{one_line(e)[:200]})") from None
@@ -315,7 +317,7 @@ class DiskGraph:
 def file_data_sha256(path: Path, layout: NpyLayout) -> str:
     """sha256 of an .npy file's data bytes (after its header), read in pieces."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         f.seek(layout.offset)
         while chunk := f.read(_HASH_ROWS_BYTES):
             h.update(chunk)

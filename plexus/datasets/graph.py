@@ -210,14 +210,20 @@ class Graph:
                                "clean or impute them before training")
         if self.weighted and self.adj.nnz and not (
                 np.isfinite(self.adj.data).all() and (self.adj.data > 0).all()):
-            raise DatasetError(f"{where}: edge weights must be positive and finite; got values "
-                               f"in [{float(np.nanmin(self.adj.data))}, "
-                               f"{float(np.nanmax(self.adj.data))}]")
+            data = self.adj.data
+            bad = int(np.flatnonzero(~(np.isfinite(data) & (data > 0)))[0])
+            src = int(self.adj.indices[bad])
+            dst = int(np.searchsorted(self.adj.indptr, bad, side="right") - 1)
+            raise DatasetError(f"{where}: edge weights must be positive and finite; the edge "
+                               f"between nodes {dst} and {src} weighs {float(data[bad])}")
         if self.multilabel:  # a node may miss some tasks' labels: they stay out of the loss
             if self.labels.size and (self.labels.min() < -1 or self.labels.max() > 1):
                 raise DatasetError(f"{where}: multi-label labels range over "
                                    f"[{int(self.labels.min())}, {int(self.labels.max())}] but "
                                    "must be 0, 1 or -1 (missing)")
+            if not (self.labels[self.train_mask] >= 0).any():  # the loss would be 0 throughout
+                raise DatasetError(f"{where}: no training node has a label for any task (all "
+                                   "-1, missing); nothing to train on")
             return self
         labelled = self.labels[self.labels >= 0]
         if (self.labels < -1).any() or (labelled >= self.num_classes).any():

@@ -26,6 +26,7 @@ from typing import IO, Iterator
 
 import numpy as np
 
+from .files import open_regular
 from .graph import DatasetError, one_line
 from .validate import ErrorType
 
@@ -77,9 +78,9 @@ def npy_layout(path: str | os.PathLike, error: ErrorType = DatasetError) -> NpyL
     """The layout of the .npy file at ``path``; its size must be exactly header plus data."""
     path = Path(path)
     try:
-        with open(path, "rb") as f:
+        with open_regular(path, error) as f:  # a FIFO would block the read forever
             layout = read_header(f, str(path), error)
-        size = path.stat().st_size
+            size = os.fstat(f.fileno()).st_size
     except OSError as e:
         raise error(f"{path}: cannot read it ({e.strerror or e})") from None
     if layout.fortran and len(layout.shape) > 1:
@@ -101,7 +102,7 @@ def read_rows(path: str | os.PathLike, layout: NpyLayout, lo: int, hi: int) -> n
     row_bytes = layout.row_items * layout.dtype.itemsize
     start = layout.offset + lo * row_bytes
     aligned = start - start % mmap.ALLOCATIONGRANULARITY
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), start - aligned + (hi - lo) * row_bytes,
+    with open_regular(path) as f, mmap.mmap(f.fileno(), start - aligned + (hi - lo) * row_bytes,
                                           access=mmap.ACCESS_READ, offset=aligned) as window:
         view = np.frombuffer(window, dtype=layout.dtype, count=(hi - lo) * layout.row_items,
                              offset=start - aligned)
@@ -117,7 +118,7 @@ def read_rows_into(path: str | os.PathLike, layout: NpyLayout, lo: int, hi: int,
     row_bytes = layout.row_items * layout.dtype.itemsize
     view = memoryview(out).cast("B")
     want = (hi - lo) * row_bytes
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         f.seek(layout.offset + lo * row_bytes)
         got = f.readinto(view[:want])
     if got != want:
@@ -258,12 +259,15 @@ class NpyStream:
         self.where = f"{path}:{member}"
         self.error = error
         try:
-            self._zip = zipfile.ZipFile(path)
+            self._zip = zipfile.ZipFile(open_regular(path, error))
             info = self._zip.getinfo(member)
             self._f = self._zip.open(info)
         except KeyError:
             self.close()
             raise error(f"{path}: has no member {member!r}") from None
+        except FileNotFoundError:
+            self.close()
+            raise error(f"{path}: missing") from None
         except (OSError, zipfile.BadZipFile, NotImplementedError, RuntimeError) as e:
             self.close()
             raise error(f"{path}: not a readable zip archive ({type(e).__name__}: "

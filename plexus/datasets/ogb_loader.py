@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from .files import check_regular
 from .graph import DatasetError, Graph, RootMissing, edges_to_csr, one_line
 from .inputs import task_labels
 from .safepickle import load_torch_numpy
@@ -87,7 +88,30 @@ def _check_offline(name: str, root: Path, meta: dict[str, str]) -> Path:
         if not any(all((ds_dir / f).is_file() for f in files) for files in group):
             missing = [f for f in group[1] if not (ds_dir / f).is_file()]
             raise DatasetError(f"{ds_dir}: missing {', '.join(missing)} (or {', '.join(group[0])})")
+        for f in group[0] if all((ds_dir / f).is_file() for f in group[0]) else group[1]:
+            check_regular(ds_dir / f)  # (is_file follows links: a link to a FIFO is one)
+    if not all((ds_dir / f).is_file() for f in processed):
+        _check_raw_csv(ds_dir, raw + split_csv)
     return ds_dir
+
+
+def _check_raw_csv(ds_dir: Path, files: list[str]) -> None:
+    """Bound the raw csv files ogb will parse whole with pandas, before it does: lines of at
+    most `plexus.datasets.ogb_raw.MAX_CSV_LINE` bytes, at most one per node (labels,
+    features, split ids) or per edge."""
+    from .ogb_raw import check_csv_lines, csv_count  # noqa: PLC0415 - pandas, gzip
+
+    counts = {name: csv_count(ds_dir / f"raw/{name}.csv.gz", name)
+              for name in ("num-node-list", "num-edge-list")
+              if f"raw/{name}.csv.gz" in files}
+    n, e = counts.get("num-node-list"), counts.get("num-edge-list")
+    for f in files:
+        if not f.endswith(".csv.gz") or "num-" in f or not (ds_dir / f).is_file():
+            continue
+        per_node = f.startswith(("raw/node", "split/"))
+        limit = e if f.startswith("raw/edge") else n if per_node else \
+            None if n is None or e is None else max(n, e)
+        check_csv_lines(ds_dir / f, limit)
 
 
 def _read_cache(path: str, what: str) -> dict:

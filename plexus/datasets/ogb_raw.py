@@ -25,12 +25,15 @@ from __future__ import annotations
 import csv
 import gzip
 import importlib.util
+import io
+import zlib
 from pathlib import Path
-from typing import Iterator
+from typing import IO, Iterator
 
 import numpy as np
 
 from .diskgraph import DiskGraph, DiskGraphWriter, encode_features
+from .files import open_regular
 from .graph import MAX_NODES, DatasetError, one_line
 from .npyio import NpyStream
 from .safepickle import load_torch_numpy
@@ -38,6 +41,7 @@ from .synthetic import DEFAULT_FEATURES, rng_for
 
 SPLITS = (("train", "train"), ("valid", "valid"), ("test", "test"))
 CHUNK_ROWS = 1 << 22
+MAX_COUNT_VALUES = 16  # num_nodes_list / num_edges_list: one value per graph
 
 
 def master_meta(name: str) -> dict[str, str]:
@@ -57,28 +61,119 @@ def master_meta(name: str) -> dict[str, str]:
     raise DatasetError(f"{name}: not an OGB node dataset; known: {', '.join(header[1:])}")
 
 
+#: The most values one csv line may hold (OGB's widest node features have 128): pandas makes a
+#: column object per value, so a line of a million values takes gigabytes before any check
+MAX_CSV_VALUES = 4096
+#: The longest csv line read (64 bytes per value is far more than any number takes)
+MAX_CSV_LINE = 64 * MAX_CSV_VALUES
+
+
+class _BoundedLines(io.RawIOBase):
+    """A decompressed stream that raises `DatasetError` as soon as a line runs past
+    `MAX_CSV_LINE` bytes, before pandas buffers it (a few kB of gzip can hold a line of
+    gigabytes)."""
+
+    def __init__(self, f: IO[bytes], path: Path) -> None:
+        self.f, self.path, self.run = f, path, 0  # run: bytes of the line still open
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # noqa: ANN001 - a writable buffer
+        n = self.f.readinto(b)
+        if n:
+            ends = np.flatnonzero(np.frombuffer(b, np.uint8, n) == 10)
+            if ends.size:
+                longest = max(self.run + int(ends[0]),
+                              int(np.diff(ends).max()) if ends.size > 1 else 0)
+                self.run = n - 1 - int(ends[-1])
+            else:
+                longest = self.run = self.run + n
+            if max(longest, self.run) > MAX_CSV_LINE:
+                raise DatasetError(f"{self.path}: a line longer than {MAX_CSV_LINE} bytes; at "
+                                   f"most {MAX_CSV_VALUES} values per line are read")
+        return n
+
+
+def check_csv_lines(path: Path, max_lines: int | None = None) -> None:
+    """Read the csv.gz ``path`` through once, refusing a line past `MAX_CSV_LINE` bytes, lines
+    of different lengths (ragged) and more than ``max_lines`` lines (for readers that hand the whole file to pandas, as ogb
+    does: a few kB of gzip can hold millions of lines)."""
+    lines, width, carry = 0, None, 0  # carry: commas of the line still open
+    try:
+        with open_regular(path) as raw, gzip.open(raw, "rb") as gz:
+            bounded = _BoundedLines(gz, path)
+            buf = bytearray(1 << 20)
+            while n := bounded.readinto(buf):
+                view = np.frombuffer(buf, np.uint8, n)
+                ends = np.flatnonzero(view == 10)
+                commas = np.cumsum(view == 44)
+                per_line = np.diff(commas[ends], prepend=0)
+                if ends.size:  # a short row would reach pandas as NaN: name it here
+                    per_line[0] += carry
+                    width = int(per_line[0]) if width is None else width
+                    bad = np.flatnonzero(per_line != width)
+                    if bad.size:
+                        raise DatasetError(f"{path}: line {lines + int(bad[0]) + 1} has "
+                                           f"{int(per_line[bad[0]]) + 1} values, the first "
+                                           f"{width + 1}: ragged rows")
+                    carry = int(commas[-1] - commas[ends[-1]])
+                else:
+                    carry += int(commas[-1])
+                lines += ends.size
+                if max_lines is not None and lines > max_lines:
+                    raise DatasetError(f"{path}: more than {max_lines} lines")
+    except (OSError, EOFError, zlib.error) as e:
+        raise DatasetError(f"{path}: not a readable csv.gz ({e})") from None
+
+
+def csv_count(path: Path, what: str) -> int:
+    """The one count a ``num-*-list.csv.gz`` file holds (of one graph)."""
+    return _count(_csv_column(path, MAX_COUNT_VALUES), path, what)
+
+
 def _csv_chunks(path: Path, rows: int, dtype: type) -> Iterator[np.ndarray]:
-    """Chunks of a headerless numeric csv(.gz) as 2-D arrays, parsed by pandas as ogb does."""
+    """Chunks of a headerless numeric csv(.gz) as 2-D arrays, parsed by pandas as ogb does
+    (`MAX_CSV_LINE` bytes a line at most). Missing values are refused, naming the row: a short
+    row would otherwise read as NaN."""
     import pandas as pd  # noqa: PLC0415 - only the csv datasets need it
 
     try:
-        with gzip.open(path, "rb") as f:
-            if not f.read(1):
-                return  # an empty file: no rows (pandas refuses to parse it)
-        for frame in pd.read_csv(path, compression="gzip", header=None, chunksize=rows):
-            values = frame.values
-            if values.dtype.kind not in "iuf":
-                raise ValueError(f"non-numeric values ({values.dtype})")
-            yield values.astype(dtype) if dtype is not None else values
-    except (OSError, ValueError, EOFError, UnicodeDecodeError, pd.errors.ParserError,
-            pd.errors.EmptyDataError) as e:
+        with open_regular(path) as raw:
+            with gzip.open(raw, "rb") as f:
+                if not f.read(1):
+                    return  # an empty file: no rows (pandas refuses to parse it)
+        with open_regular(path) as raw, gzip.open(raw, "rb") as gz, \
+                io.BufferedReader(_BoundedLines(gz, path)) as f:
+            seen = 0
+            for frame in pd.read_csv(f, header=None, chunksize=rows, na_filter=False):
+                values = frame.values
+                if values.dtype.kind not in "iuf":
+                    empty = (frame.astype(str) == "").to_numpy()
+                    if empty.any():
+                        row = seen + int(np.flatnonzero(empty.any(axis=1))[0]) + 1
+                        raise DatasetError(f"{path}: line {row} has fewer values than the "
+                                           f"first ({values.shape[1]}): ragged rows")
+                    raise ValueError(f"non-numeric values ({values.dtype})")
+                seen += len(values)
+                yield values.astype(dtype) if dtype is not None else values
+    except DatasetError:
+        raise
+    except (OSError, ValueError, EOFError, UnicodeDecodeError, zlib.error,
+            pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         raise DatasetError(f"{path}: not a readable csv.gz of numbers ({type(e).__name__}: "
                            f"{one_line(e)[:200]})") from None
 
 
-def _csv_column(path: Path) -> np.ndarray:
-    """A whole one-column csv.gz (node-sized at most)."""
-    parts = [c[:, 0] for c in _csv_chunks(path, CHUNK_ROWS, None)]
+def _csv_column(path: Path, max_rows: int) -> np.ndarray:
+    """A whole one-column csv.gz of at most ``max_rows`` rows (refused as soon as it has
+    more, before they are all held)."""
+    parts, held = [], 0
+    for c in _csv_chunks(path, min(CHUNK_ROWS, max_rows + 1), None):
+        held += len(c)
+        if held > max_rows:
+            raise DatasetError(f"{path}: more than {max_rows} rows")
+        parts.append(c[:, 0])
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
@@ -93,7 +188,7 @@ def _count(values: np.ndarray, path: Path, what: str) -> int:
     if values.size != 1 or values.dtype.kind not in "iuf" or float(values[0]) != int(values[0]) \
             or not 0 <= int(values[0]) <= MAX_NODES * 64:
         raise DatasetError(f"{path}: {what} must be one non-negative integer (one graph), got "
-                           f"{one_line(values.tolist())[:80]}")
+                           f"{values.size} values starting {one_line(values[:4].tolist())[:80]}")
     return int(values[0])
 
 
@@ -108,10 +203,11 @@ def _labels(raw: np.ndarray, path: Path) -> np.ndarray:
     return np.where(np.isnan(y), -1, np.nan_to_num(y, nan=-1.0)).astype(np.int32)
 
 
-def _split(ds: Path, split: str) -> dict[str, np.ndarray]:
+def _split(ds: Path, split: str, n: int) -> dict[str, np.ndarray]:
+    """The split's train/valid/test node ids (each at most ``n``: one per node)."""
     folder = ds / "split" / split
     if all((folder / f"{p}.csv.gz").is_file() for p, _ in SPLITS):
-        return {p: _csv_column(folder / f"{p}.csv.gz").astype(np.int64) for p, _ in SPLITS}
+        return {p: _csv_column(folder / f"{p}.csv.gz", n).astype(np.int64) for p, _ in SPLITS}
     pt = folder / "split_dict.pt"
     if pt.is_file():
         try:
@@ -150,7 +246,7 @@ def ogb_to_disk(name: str, root: str | Path, out: str | Path, *, chunk_edges: in
     else:
         reader = _CsvRaw(raw, meta["has_node_attr"] == "True")
     n, e = reader.sizes()
-    split = _split(ds, meta["split"])
+    split = _split(ds, meta["split"], n)
     fdtype = feature_dtype or reader.feature_dtype()
     width = reader.width or DEFAULT_FEATURES
     w = DiskGraphWriter(out, name=name, num_nodes=n, num_features=width,
@@ -159,23 +255,30 @@ def ogb_to_disk(name: str, root: str | Path, out: str | Path, *, chunk_edges: in
     try:
         idx = np.int32 if n < 2**31 else np.int64
         with w.writer("src", idx) as ws, w.writer("dst", idx) as wd:
-            for src, dst in reader.edges(e, chunk_edges):
+            for src, dst in reader.edges(e, min(chunk_edges, e + 1)):
                 for arr in (src, dst):
                     if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= n):
                         raise DatasetError(f"{raw}: edges name node ids outside [0, {n - 1}]")
+                if ws.rows + src.size > e:  # stop before writing more than declared
+                    raise DatasetError(f"{raw}: more than the {e} edges the edge count says")
                 ws.append(src)
                 wd.append(dst)
         if ws.rows != e:
             raise DatasetError(f"{raw}: {ws.rows} edges, the edge count says {e}")
         with w.writer("features", _stored(fdtype), (width,)) as wf:
             for block in reader.features(n, width):
+                if wf.rows + len(block) > n:
+                    raise DatasetError(f"{raw}: features for more than {n} nodes")
                 wf.append(block if block.dtype == _stored(fdtype) else
                           encode_features(block, fdtype))
         if wf.rows != n:
             raise DatasetError(f"{raw}: features for {wf.rows} nodes, expected {n}")
         unlabelled = 0
         with w.writer("labels", np.int32) as wl:
-            for chunk in reader.labels(chunk_edges):
+            for chunk in reader.labels(min(chunk_edges, n + 1)):
+                if wl.rows + chunk.size > n:  # nothing past the node count reaches the disk
+                    raise DatasetError(f"{reader.label_path}: more than {n} labels for {n} "
+                                       "nodes")
                 wl.append(chunk)
                 unlabelled += int((chunk < 0).sum())
         if wl.rows != n:
@@ -220,7 +323,11 @@ class _BinaryRaw:
         self.width, self.rows = shape[1], shape[0]
 
     def _whole(self, member: str) -> np.ndarray:
+        """A count member (one per graph: one value), refused before reading more than a few."""
         with NpyStream(self.data, member) as s:
+            if s.remaining > MAX_COUNT_VALUES:
+                raise DatasetError(f"{self.data}:{member}: declares {s.remaining} values; a "
+                                   "count of one graph has one")
             return s.read(s.remaining)
 
     def sizes(self) -> tuple[int, int]:
@@ -265,6 +372,9 @@ class _BinaryRaw:
 
     def labels(self, chunk: int) -> Iterator[np.ndarray]:
         with NpyStream(self.label_file, "node_label.npy") as s:
+            if s.remaining != self.rows:  # known from the header: nothing streamed first
+                raise DatasetError(f"{self.label_file}: node_label declares {s.remaining} "
+                                   f"labels for {self.rows} nodes")
             for raw in s.chunks(s.remaining, chunk):
                 yield _labels(raw, self.label_file)
 
@@ -278,14 +388,20 @@ class _CsvRaw:
         self.feat_file = _require(raw / "node-feat.csv.gz", "features") if has_features else None
         self.width = None
         if self.feat_file is not None:
-            with gzip.open(self.feat_file, "rt") as f:
-                self.width = len(f.readline().split(","))
+            try:
+                with open_regular(self.feat_file) as raw_f, gzip.open(raw_f, "rb") as f:
+                    line = f.readline(MAX_CSV_LINE + 1)
+            except (OSError, EOFError, zlib.error) as e:
+                raise DatasetError(f"{self.feat_file}: not a readable csv.gz ({e})") from None
+            self.width = line.count(b",") + 1
+            if len(line) > MAX_CSV_LINE or self.width > MAX_CSV_VALUES:
+                raise DatasetError(f"{self.feat_file}: the first line holds more than "
+                                   f"{MAX_CSV_VALUES} values (at most that many features)")
 
     def sizes(self) -> tuple[int, int]:
         n_file = _require(self.raw / "num-node-list.csv.gz", "node count")
         e_file = _require(self.raw / "num-edge-list.csv.gz", "edge count")
-        return (_count(_csv_column(n_file), n_file, "num-node-list"),
-                _count(_csv_column(e_file), e_file, "num-edge-list"))
+        return csv_count(n_file, "num-node-list"), csv_count(e_file, "num-edge-list")
 
     def edges(self, e: int, chunk: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         for block in _csv_chunks(self.edge_file, chunk, None):

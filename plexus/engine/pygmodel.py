@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plexus.core.model import ModelConfig
+from plexus.core.model import MAX_LAYERS, ModelConfig
 from plexus.core.ops import KINDS
 
 from .ops.batchnorm import EPS, MOMENTUM
@@ -28,6 +28,12 @@ from .ops.batchnorm import EPS, MOMENTUM
 PYG_CLASSES = ("GCNConv", "SAGEConv", "GINConv", "GATConv")
 TORCH_CLASSES: dict[str, type[nn.Module]] = {"Linear": nn.Linear, "ReLU": nn.ReLU,
                                              "BatchNorm1d": nn.BatchNorm1d}
+
+
+#: Arguments that choose where and in what a module lives: never a file's to choose
+_PLACEMENT = frozenset({"device", "dtype"})
+#: The widest width (and most heads) a description may name (a width beyond any GNN's)
+MAX_WIDTH = 1 << 24
 
 
 class PygSpecError(ValueError):
@@ -92,6 +98,15 @@ def build_module(desc: Mapping[str, Any]) -> nn.Module:
     if not isinstance(desc, Mapping) or not isinstance(desc.get("class"), str):
         raise PygSpecError(f"a module description is a dict with a 'class', got {desc!r:.100}")
     name, kwargs = desc["class"], {k: v for k, v in desc.items() if k != "class"}
+    placed = sorted(set(kwargs) & _PLACEMENT)
+    if placed:  # a module on "meta" would look loaded and hold no weights
+        raise PygSpecError(f"{name}: a description does not choose {placed[0]!r}; the model is "
+                           "built on the CPU in float32")
+    for key, value in kwargs.items():
+        if isinstance(value, int) and not isinstance(value, bool) and \
+                (value < 0 or value > MAX_WIDTH) and key != "heads" or \
+                key == "heads" and (not isinstance(value, int) or not 1 <= value <= MAX_WIDTH):
+            raise PygSpecError(f"{name}: {key} = {value!r:.40} is out of range [0, {MAX_WIDTH}]")
     try:
         if name in TORCH_CLASSES:
             return TORCH_CLASSES[name](**kwargs)
@@ -102,9 +117,16 @@ def build_module(desc: Mapping[str, Any]) -> nn.Module:
             inner = kwargs["nn"]
             if not isinstance(inner, Sequence) or isinstance(inner, (str, bytes)):
                 raise PygSpecError(f"{name}'s nn must be a list of modules, got {inner!r:.100}")
+            if not all(isinstance(d, Mapping) and d.get("class") in TORCH_CLASSES
+                       for d in inner):  # GIN's MLP is Linear and ReLU: nothing nests deeper
+                raise PygSpecError(f"{name}'s nn may only hold "
+                                   f"{', '.join(TORCH_CLASSES)} modules")
             kwargs["nn"] = nn.Sequential(*(build_module(d) for d in inner))
         return getattr(_torch_geometric_nn(), name)(**kwargs)
-    except TypeError as e:  # an argument the class does not take, or of the wrong type
+    except PygSpecError:
+        raise
+    except (TypeError, ValueError, RuntimeError, OverflowError) as e:  # an argument the class
+        # does not take, of the wrong type, or a width torch refuses
         raise PygSpecError(f"cannot build {name} from {kwargs!r:.200} "
                            f"({' '.join(str(e).split())[:200]})") from None
 
@@ -120,6 +142,9 @@ class PygModel(nn.Module):
         if not isinstance(layers, Sequence) or not layers or \
                 not all(isinstance(l, Mapping) and "conv" in l for l in layers):
             raise PygSpecError("the description has no 'layers' list of {conv, norm, residual}")
+        if len(layers) > MAX_LAYERS:
+            raise PygSpecError(f"the description has {len(layers)} layers; at most "
+                               f"{MAX_LAYERS}")
         self.convs = nn.ModuleList(build_module(l["conv"]) for l in layers)
         norms = [l.get("norm") for l in layers]
         count = sum(1 for n in norms if n)

@@ -108,7 +108,8 @@ def distributed_rocauc(z: torch.Tensor, labels: torch.Tensor, masks: dict[str, t
     for name in sorted(masks):
         rows = masks[name]
         # scores and labels travel together: -1, 0 and 1 are exact in float32
-        both = torch.cat([z[rows].float(), labels[rows].float()], dim=1)
+        # a metric is read from the logits, never differentiated: detach before numpy
+        both = torch.cat([z[rows].detach().float(), labels[rows].float()], dim=1)
         both = _gather_rows(both, comm, rows_axis).cpu().numpy()
         values = np.zeros((2, num_tasks))
         mine = np.array([j for j in range(width)  # this rank's share of its block's tasks

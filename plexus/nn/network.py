@@ -23,6 +23,7 @@ from plexus.engine.grid import Grid
 from plexus.engine.loss import ClassifierHead
 from plexus.engine.ops import BatchNorm3D, full_from_shards, placement, shard_of_full
 from plexus.engine.primitives import relu
+from plexus.core.model import check_seed
 from plexus.engine.masks import dropout, edge_keep
 from plexus.engine.seeding import StepCounter
 from plexus.partitioners import shard_graph
@@ -118,6 +119,10 @@ class Network(ClassifierHead, nn.Module):
                  perm: str = DEFAULT_PERMUTATION, engine: EngineConfig | None = None) -> None:
         super().__init__()
         engine = engine or EngineConfig()
+        check_seed(seed)
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or \
+                not 0.0 <= dropout < 1.0:  # 1.0 would scale the kept (none) by 1 / 0
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r:.60}")
         self.layers = nn.ModuleList(layers)
         self.p, self.input_dropout, self.seed = dropout, input_dropout, seed
         self.steps = StepCounter()

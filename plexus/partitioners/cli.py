@@ -28,7 +28,7 @@ from plexus.core.cli import ArgumentParser, UsageError, report_error
 from plexus.core.grid import GridShape
 from plexus.core.layout import (DEFAULT_PERMUTATION, STAGE_ORDERS, grid_misfit,
                                  layer_plans)
-from plexus.core.model import AUTO_ORDER
+from plexus.core.model import AUTO_ORDER, MAX_LAYERS
 from plexus.core.modelopts import DEFAULT_HIDDEN
 from plexus.datasets.canonical import BUCKET_ENTRIES, CHUNK_EDGES
 from plexus.datasets.diskgraph import FEATURE_DTYPES
@@ -141,8 +141,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     input."""
     args = build_parser().parse_args(argv)
     shape = GridShape.parse(args.grid)
-    if args.layers < 1:
-        raise UsageError(f"--layers must be >= 1, got {args.layers}")
+    if not 1 <= args.layers <= MAX_LAYERS:
+        raise UsageError(f"--layers must be in [1, {MAX_LAYERS}], got {args.layers}")
     if args.hidden < 1:
         raise UsageError(f"--hidden must be >= 1, got {args.hidden}")
     orders = parse_orders(args.orders, args.layers)

@@ -25,6 +25,7 @@ import os
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Sequence
 
+from plexus.core.atomic import UnsafeTargetError, output_target
 from plexus.core.cli import ArgumentParser, UsageError, given_options, report_error
 from plexus.core.grid import MAX_WORLD_SIZE, GridShape
 from plexus.core.model import DTYPE_BYTES
@@ -32,7 +33,9 @@ from plexus.core.modelopts import (ModelOptionsText, add_model_options, add_prec
                                    check_model_options, describe_model, model_config)
 from plexus.core.units import format_bytes, format_seconds
 from plexus.datasets.convert import streamed_spec
+from plexus.datasets.graph import MAX_NODES
 from plexus.datasets.ogb_sizes import ogb_sizes
+from plexus.runtime.env import available_cores
 
 from .calibration import CALIBRATION_ENV, Calibration, calibrate, write_calibration
 from .model import BEST_ORDER, ModelSpec, Prediction, rank_configs
@@ -236,6 +239,22 @@ def _table(spec: ModelSpec, preds: list[Prediction], world: int, shown: int,
     return lines
 
 
+#: The widest input or output a model is priced for
+MAX_WIDTH = 1 << 24
+
+
+def _check_sizes(n: int, nnz: int, f: int, c: int) -> None:
+    """The explicit graph sizes of plexus-model: `UsageError` naming the flag unless each lies
+    in its range (Â has every node's self loop, so at least N non-zeros, at most N²)."""
+    for flag, value, lo, hi in (("--nodes", n, 1, MAX_NODES), ("--nnz", nnz, n, n * n),
+                                ("--features", f, 1, MAX_WIDTH),
+                                ("--classes", c, 1, MAX_WIDTH)):
+        if not lo <= value <= hi:
+            raise UsageError(f"{flag} must be in [{lo}, {hi}], got {value}"
+                             + (" (Â holds each node's self loop: at least --nodes)"
+                                if flag == "--nnz" and value < lo else ""))
+
+
 def _apply_recipe(args: argparse.Namespace, explicit: set[str],
                   recipe_lookup: Callable[[str], Any] | None) -> tuple[dict[str, Any], bool]:
     """Fill the options ``explicit`` does not name from ``args.recipe``: its dataset and model
@@ -300,6 +319,7 @@ def model_main(argv: Sequence[str] | None = None,
             if any(v is None for v in explicit):
                 raise ValueError("give --dataset SPEC, or all of --nodes --nnz --features "
                                  "--classes")
+            _check_sizes(*explicit)  # type: ignore[arg-type]
             sizes = _Sizes("graph", *explicit, False, "given")  # type: ignore[misc]
         if args.calibration and args.profile:
             raise UsageError("give --calibration FILE or --profile NAME, not both (a measured "
@@ -405,15 +425,23 @@ def _bench_parser(commands: Sequence[BenchCommand] = ()) -> ArgumentParser:
     return p
 
 
-def _world_sizes(text: str) -> list[int]:
-    """``--world-size``'s comma-separated sizes; `UsageError` unless each is a whole number >= 1."""
+#: The most local worlds one calibration times
+MAX_CALIBRATION_WORLDS = 8
+
+
+def _world_sizes(text: str, cores: int) -> list[int]:
+    """``--world-size``'s comma-separated sizes; `UsageError` unless each is a whole number in
+    [1, 2 × ``cores``] (ranks sharing cores are priced from such a world; far more times the
+    scheduler, not gloo) and there are at most `MAX_CALIBRATION_WORLDS` of them."""
     try:
         sizes = [int(part) for part in text.split(",")]
     except ValueError:
         sizes = []
-    if not sizes or min(sizes) < 1:
-        raise UsageError(f"--world-size must be whole numbers >= 1 separated by commas, "
-                         f"got {text!r}")
+    if not sizes or min(sizes) < 1 or max(sizes) > 2 * cores or \
+            len(sizes) > MAX_CALIBRATION_WORLDS:
+        raise UsageError(f"--world-size must be whole numbers in [1, {2 * cores}] (twice the "
+                         f"cores this process may use), at most {MAX_CALIBRATION_WORLDS}, "
+                         f"separated by commas, got {text[:80]!r}")
     return sizes
 
 
@@ -431,7 +459,8 @@ def bench_main(argv: Sequence[str] | None = None,
             raise UsageError(f"choose a command: {', '.join(['calibrate', *extra])}")
         if args.command in extra:
             return extra[args.command].main(args)
-        worlds = _world_sizes(args.world_size)
+        cores = available_cores()
+        worlds = _world_sizes(args.world_size, cores)
         if args.threads is None:
             from plexus.runtime.env import LaunchError, env_threads  # noqa: PLC0415
 
@@ -439,9 +468,11 @@ def bench_main(argv: Sequence[str] | None = None,
                 args.threads = env_threads() or 1
             except LaunchError as e:
                 raise UsageError(f"{e}, or give --threads T") from None
-        if args.threads < 1:
-            raise UsageError(f"--threads must be >= 1, got {args.threads}")
-    except UsageError as e:
+        if not 1 <= args.threads <= cores:  # more threads than cores only measures contention
+            raise UsageError(f"--threads must be in [1, {cores}] (the cores this process may "
+                             f"use), got {args.threads}")
+        output_target(args.out)  # a directory or a FIFO: refused before minutes of timing
+    except (UsageError, UnsafeTargetError) as e:
         return report_error(parser.prog, e)
     if args.command == "calibrate":
         start = time.perf_counter()
@@ -458,6 +489,8 @@ def bench_main(argv: Sequence[str] | None = None,
             path = write_calibration(doc, args.out)
         except OSError as e:
             return report_error(parser.prog, f"cannot write {args.out}: {e.strerror or e}")
+        except UnsafeTargetError as e:  # the target changed while it measured
+            return report_error(parser.prog, e)
         except RuntimeError as e:
             return report_error(parser.prog, str(e).splitlines()[0], status=1)
         print(f"SpMM {doc['spmm_flops']:.3g} flop/s, GEMM {doc['gemm_flops']:.3g} flop/s", end="")

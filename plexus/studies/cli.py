@@ -110,9 +110,15 @@ def sweep_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: A sweep's bounds: every size and repeat is a run of its own
+MAX_REPEATS = 100
+MAX_WORLD_SIZES = 64
+
+
 def build_request(a: argparse.Namespace) -> SweepRequest:
     checks = [(a.epochs >= 1, f"--epochs must be >= 1, got {a.epochs}"),
-              (a.repeats >= 1, f"--repeats must be >= 1, got {a.repeats}"),
+              (1 <= a.repeats <= MAX_REPEATS,
+               f"--repeats must be in [1, {MAX_REPEATS}], got {a.repeats}"),
               (a.eval_every >= 0, f"--eval-every must be >= 0, got {a.eval_every}"),
               (a.weak or not a.weak_dataset, "--weak-dataset needs --weak"),
               (a.launcher == "slurm" or not a.array, "--array needs --launcher slurm"),
@@ -129,6 +135,9 @@ def build_request(a: argparse.Namespace) -> SweepRequest:
         worlds = parse_world_sizes(a.world_sizes) if a.world_sizes else ()
     except PlanError as e:
         raise UsageError(f"--world-sizes: {e}") from None
+    if len(worlds) > MAX_WORLD_SIZES:  # each size is a set of runs: thousands never finish
+        raise UsageError(f"--world-sizes must list at most {MAX_WORLD_SIZES} sizes, got "
+                         f"{len(worlds)}")
     model = ModelOptions(layers=a.layers, hidden=a.hidden, dropout=a.dropout, order=a.order,
                          perm=a.perm, seed=a.seed, spmm=a.spmm, eval_every=a.eval_every,
                          threads=a.threads, extra=tuple(a.train_arg))

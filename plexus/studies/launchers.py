@@ -3,12 +3,14 @@ torchrun, or from a SLURM batch script (one per run, or one job array per world 
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 LAUNCHERS = ("local", "torchrun", "slurm")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def local_command(python: str, train_args: Sequence[str]) -> list[str]:
@@ -36,6 +38,16 @@ class SlurmOptions:
     account: str | None = None
     sbatch: tuple[str, ...] = ()  # more #SBATCH options, e.g. "--constraint=a100"
     setup: tuple[str, ...] = ()  # shell lines before srun, e.g. "module load cuda"
+
+    def __post_init__(self) -> None:
+        # every value lands on a line of a script: a newline would add lines of its own
+        for name in ("python", "workdir", "time", "partition", "account", "sbatch", "setup"):
+            value = getattr(self, name)
+            for text in value if isinstance(value, tuple) else (value,):
+                if text is not None and _CONTROL.search(str(text)):
+                    raise ValueError(f"--{name} {str(text)!r:.80} holds a control character "
+                                     "(newline, tab, ...); each value must be one plain line "
+                                     "of the batch script")
 
     def header(self, name: str, ntasks: int, output: str) -> list[str]:
         """The #SBATCH lines of a job of ``ntasks`` ranks."""

@@ -7,7 +7,8 @@ and plexus-report have their cases in `plexus.studies.fuzzcases`, run by the sam
 truncations, field and type edits, size lies, crafted pickles whose payload would create a
 marker file, store files swapped or altered along with their manifest. `run_cases` loads each
 case in a child process (a segfault must be seen, not suffered) exactly as the command lines do
-(`plexus.datasets.load_dataset`, `plexus.partitioners.read_shard`) and sorts the outcomes:
+(`plexus.datasets.load_dataset`, `plexus.partitioners.read_shard`, `plexus.load_pyg` for a weights
+export) and sorts the outcomes:
 
 - ``ok``: loaded (and, for a graph, GCN-normalized without trouble);
 - ``error``: a typed one-line error, what the command lines print as ``error:`` with exit 2;
@@ -17,7 +18,9 @@ case in a child process (a segfault must be seen, not suffered) exactly as the c
 - ``hang``: the case ran longer than `CASE_LIMIT_S` (e.g. blocked on a FIFO).
 
 Only the first two are acceptable. ``tests/test_fuzz_inputs.py`` runs a bounded set in the test
-suite; ``benchmarks/fuzz_inputs.py`` a larger one.
+suite; ``benchmarks/fuzz_inputs.py`` a larger one. The readers of graph directories and exports
+(`READER_KINDS`, size bombs included) also run one process per case (`run_cases_forked`), so
+each case's peak RSS is its own: ``benchmarks/fuzz_readers.py`` holds it to `RSS_LIMIT_KB`.
 """
 
 from __future__ import annotations
@@ -42,7 +45,10 @@ from typing import Callable
 import numpy as np
 import scipy.sparse as sp
 
-KINDS = ("npz", "mtx", "edgelist", "planetoid", "ogb", "store", "graph", "api")
+KINDS = ("npz", "mtx", "edgelist", "planetoid", "ogb", "store", "graph", "export", "api")
+#: The readers' kinds whose every case runs in a process of its own, its peak RSS measured
+READER_KINDS = ("graph", "export")
+RSS_LIMIT_KB = 1 << 20  # 1 GiB: what one case of a reader may take at its peak
 GOOD = ("ok", "error")
 OUTCOMES = ("ok", "error", "traceback", "signal", "payload", "hang")
 MARKER_NAME = "PAYLOAD-RAN"
@@ -439,6 +445,7 @@ def _graph_case(d: Path, rng: random.Random, marker: Path) -> None:
     """A graph directory with one .npy file or its header damaged (some re-hashed to agree)."""
     from plexus.datasets.diskgraph import header_sha256, write_graph  # noqa: PLC0415
     from plexus.datasets.graph import Graph  # noqa: PLC0415
+    from plexus.datasets.npyio import write_header as npy_write_header  # noqa: PLC0415
 
     adj = sp.csr_matrix((np.ones(len(EDGES), np.float32), np.array(EDGES).T), shape=(N, N))
     g = d / "g"
@@ -447,8 +454,38 @@ def _graph_case(d: Path, rng: random.Random, marker: Path) -> None:
                       directed=bool(rng.random() < 0.5)), g,
                 rng.choice(("float32", "float16", "bfloat16")))
     header = json.loads((g / "graph.json").read_text())
-    how = rng.choice(("bytes", "bytes", "header", "header", "dtype"))
-    if how == "bytes":
+    how = rng.choice(("bytes", "bytes", "header", "header", "dtype", "bomb", "special",
+                      "nested", "sizes"))
+    if how == "bomb":  # an array whose header declares far more than the file holds
+        f = g / rng.choice(sorted(p.name for p in g.glob("*.npy")))
+        arr = np.load(f)
+        rows = rng.choice(_BIG)
+        with open(f, "wb") as out:
+            npy_write_header(out, arr.dtype, (rows, *arr.shape[1:]))
+            out.write(arr.tobytes())
+        if rng.random() < 0.5:  # and the graph header agreeing with it
+            name = f.stem
+            if name in header.get("arrays", {}):
+                header["arrays"][name]["shape"] = [rows, *arr.shape[1:]]
+                header["content_sha256"] = header_sha256(header)
+                (g / "graph.json").write_text(json.dumps(header))
+    elif how == "special":  # a FIFO or a device where a file should be
+        f = g / rng.choice(sorted(p.name for p in g.glob("*.npy")) + ["graph.json"])
+        f.unlink()
+        if rng.random() < 0.5:
+            os.mkfifo(f)
+        else:
+            f.symlink_to(rng.choice(("/dev/zero", "/dev/null", "/dev/urandom")))
+    elif how == "nested":
+        depth = rng.choice((1000, 100000))
+        (g / "graph.json").write_text('{"format": "plexus-graph", "x": ' + "[" * depth +
+                                      "]" * depth + "}")
+    elif how == "sizes":  # the header lies about the sizes, re-hashed to agree
+        key = rng.choice(("num_nodes", "num_edges", "num_features", "num_classes"))
+        header[key] = rng.choice(_BIG + (-1, 0, 3 * 10**9))
+        header["content_sha256"] = header_sha256(header)
+        (g / "graph.json").write_text(json.dumps(header))
+    elif how == "bytes":
         f = g / rng.choice(sorted(p.name for p in g.glob("*.npy")))
         f.write_bytes(mutate_bytes(f.read_bytes(), rng))
     elif how == "dtype":
@@ -461,12 +498,108 @@ def _graph_case(d: Path, rng: random.Random, marker: Path) -> None:
         (g / "graph.json").write_text(json.dumps(header))
 
 
+def write_export(path: Path, kind: str = "gcn", features: int = 6) -> None:
+    """A valid weights export (``plexus.load_pyg``'s input) of a small ``kind`` model."""
+    import torch  # noqa: PLC0415
+
+    from plexus.core.model import ModelConfig  # noqa: PLC0415
+    from plexus.engine.pygmodel import PygModel, pyg_spec  # noqa: PLC0415
+
+    cfg = ModelConfig(kind=kind, num_layers=2, hidden=4,
+                      **({"norm": "batch"} if kind == "sage" else {}))
+    spec = pyg_spec(cfg, features, 3)
+    torch.manual_seed(0)
+    torch.save({"format": "plexus-weights/2", "kind": kind,
+                "state_dict": PygModel(spec).state_dict(), "config": dataclasses_dict(cfg),
+                "pyg": spec}, path)
+
+
+def dataclasses_dict(obj) -> dict:  # noqa: ANN001
+    from dataclasses import asdict as _asdict  # noqa: PLC0415
+
+    return _asdict(obj)
+
+
+def write_bomb(path: Path, base: Path, nbytes: int = 1 << 30) -> None:
+    """``base`` (an export) with a tensor of ``nbytes`` zeros added, its members deflated: a
+    ~1 MB file that inflates to ``nbytes``."""
+    import torch  # noqa: PLC0415
+
+    payload = torch.load(base, weights_only=True)
+    payload["features"] = torch.zeros(nbytes // 4)
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    del payload
+    with zipfile.ZipFile(buf) as zin, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info))
+
+
+def _export_case(d: Path, rng: random.Random, bases: dict[str, Path]) -> None:
+    """An export (load_pyg) edited: its PyG description, its tensors, its bytes, or a size bomb."""
+    import torch  # noqa: PLC0415
+
+    p = d / "w.pt"
+    kind = rng.choice(("gcn", "sage", "gin", "gat", "mlp"))
+    how = rng.choice(("spec", "spec", "spec", "width", "tensor", "bytes", "rezip", "bomb",
+                      "special", "nest", "keys"))
+    if how == "bomb":
+        shutil.copy(bases["bomb"], p)
+        return
+    shutil.copy(bases[kind], p)
+    if how == "special":
+        p.unlink()
+        if rng.random() < 0.5:
+            os.mkfifo(p)
+        else:
+            p.symlink_to(rng.choice(("/dev/zero", "/dev/null")))
+        return
+    if how == "bytes":
+        p.write_bytes(mutate_bytes(p.read_bytes(), rng))
+        return
+    if how == "rezip":
+        rezip(p, rng, lambda n: n.endswith("data.pkl"))
+        return
+    payload = torch.load(p, weights_only=True)
+    layers = payload["pyg"]["layers"]
+    conv = layers[rng.randrange(len(layers))]["conv"]
+    if how == "spec":
+        payload["pyg"] = _json_edit(payload["pyg"], rng)
+    elif how == "width":  # a declared width: huge, negative, or a placement
+        target = conv["nn"][0] if "nn" in conv else conv
+        key = rng.choice([k for k in target if k != "class"] or ["class"])
+        target[key] = rng.choice((65536, 1 << 20, 1 << 40, -3, 0, "meta", float("nan"),
+                                  float("inf"), True))
+        if rng.random() < 0.3:
+            target[rng.choice(("device", "dtype"))] = rng.choice(("meta", "cuda", "float64"))
+    elif how == "tensor":
+        sd = payload["state_dict"]
+        name = rng.choice(sorted(sd))
+        sd[name] = rng.choice((torch.zeros(0), torch.ones(3, 5), sd[name].double(),
+                               sd[name].T.contiguous() if sd[name].dim() == 2 else sd[name][:1],
+                               torch.full_like(sd[name], float("nan")), "x", None))
+    elif how == "nest":
+        inner = {"class": "Linear", "in_features": 2, "out_features": 2}
+        for _ in range(rng.choice((50, 3000))):
+            inner = {"class": rng.choice(("GINConv", "Linear")), "nn": [inner]}
+        layers[0]["conv"] = inner
+    else:
+        for key in rng.sample(sorted(payload), rng.randint(1, 2)):
+            payload[key] = rng.choice(_ODD_VALUES)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20000)  # pickling the nested descriptions
+    try:
+        torch.save(payload, p)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
 def make_cases(work: Path, seed: int, per_kind: int, kinds=KINDS,
-               cora: Path | None = None) -> list[Case]:
+               cora: Path | None = None, bomb_bytes: int = 1 << 30) -> list[Case]:
     """``per_kind`` mutated inputs of each kind under ``work`` (seeded), as `Case` records.
 
     ``cora`` is a directory holding the real ``ind.cora.*`` files, bit-flipped by some of the
-    Planetoid cases.
+    Planetoid cases; ``bomb_bytes``: what the exports' deflated size bomb inflates to.
     """
     rng = random.Random(seed)
     marker = work / MARKER_NAME
@@ -474,6 +607,14 @@ def make_cases(work: Path, seed: int, per_kind: int, kinds=KINDS,
     base_store = work / "base-store"
     if "store" in kinds:
         write_store(base_store)
+    bases: dict[str, Path] = {}
+    if "export" in kinds:
+        (work / "base-export").mkdir()
+        for kind in ("gcn", "sage", "gin", "gat", "mlp"):
+            bases[kind] = work / "base-export" / f"{kind}.pt"
+            write_export(bases[kind], kind)
+        bases["bomb"] = work / "base-export" / "bomb.pt"
+        write_bomb(bases["bomb"], bases["gcn"], bomb_bytes)
     for kind in kinds:
         for i in range(per_kind):
             d = work / f"{kind}-{i:04d}"
@@ -499,6 +640,9 @@ def make_cases(work: Path, seed: int, per_kind: int, kinds=KINDS,
             elif kind == "graph":
                 _graph_case(d, r, marker)
                 cases.append(Case(kind, name, f"graph:{d / 'g'}"))
+            elif kind == "export":
+                _export_case(d, r, bases)
+                cases.append(Case(kind, name, str(d / "w.pt")))
             elif kind == "store":
                 _store_case(d, r, marker, base_store)
                 cases.append(Case(kind, name, store=str(d / "s"),
@@ -542,6 +686,8 @@ def run_one(case: Case) -> tuple[str, str]:
     if case.selftest == "payload":
         Path(case.spec).touch()
         return "ok", ""
+    if case.kind == "export":
+        return _run_export(case)
     try:
         if case.store is not None:
             x, y, z = case.coords
@@ -556,6 +702,26 @@ def run_one(case: Case) -> tuple[str, str]:
             return "traceback", f"{type(e).__name__} message is not one line: {msg[:300]!r}"
         return "error", msg[:300]
     except Exception as e:  # noqa: BLE001 - anything untyped would be a traceback in the CLI
+        return "traceback", f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+    return "ok", ""
+
+
+def _run_export(case: Case) -> tuple[str, str]:
+    """`plexus.load_pyg` of a case: an `ExportError` on one line is the refusal; a model that
+    loads must hold real weights (on the CPU, not "meta": never loaded)."""
+    from plexus.api.export import ExportError, load_pyg  # noqa: PLC0415
+
+    try:
+        model = load_pyg(case.spec)
+        tensors = list(model.state_dict().values())
+        if any(t.device.type != "cpu" for t in tensors):
+            return "traceback", "loaded a model whose weights are not on the CPU (never loaded)"
+    except ExportError as e:
+        msg = str(e)
+        if "\n" in msg or not msg.strip():
+            return "traceback", f"ExportError message is not one line: {msg[:300]!r}"
+        return "error", msg[:300]
+    except Exception as e:  # noqa: BLE001 - anything untyped would be a traceback
         return "traceback", f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
     return "ok", ""
 
@@ -657,10 +823,81 @@ def run_cases(cases: list[Case], work: Path, timeout: float = 600,
     return [(c, *results[i]) for i, c in enumerate(cases)]
 
 
+def forked_main(run: Callable[[Case], tuple[str, str]], cases_file: Path) -> None:
+    """Run every case in a child forked from this process (the imports paid once), printing
+    one JSON line per case with its outcome and the child's peak RSS in kB (``os.wait4``'s
+    ``ru_maxrss``: what the case took, the inherited interpreter included)."""
+    import select  # noqa: PLC0415
+    import warnings  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415, F401 - imported here, once, not in every child
+
+    import plexus.api.export  # noqa: PLC0415, F401
+    import plexus.datasets  # noqa: PLC0415, F401
+
+    warnings.simplefilter("ignore")
+    cases = [Case(**{**c, "coords": tuple(c["coords"])})
+             for c in json.loads(cases_file.read_text())]
+    marker = cases_file.parent / MARKER_NAME
+    for i, case in enumerate(cases):
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the case's own process
+            os.close(read_end)
+            signal.signal(signal.SIGALRM, _on_alarm)
+            signal.alarm(CASE_LIMIT_S)
+            try:
+                outcome, detail = run(case)
+            except _Hang:
+                outcome, detail = "hang", f"still running after {CASE_LIMIT_S} s"
+            except BaseException as e:  # noqa: BLE001 - reported, not raised
+                outcome, detail = "traceback", f"{type(e).__name__}: {str(e)[:300]}"
+            os.write(write_end, json.dumps([outcome, detail]).encode())
+            os._exit(0)
+        os.close(write_end)
+        ready, _, _ = select.select([read_end], [], [], CASE_LIMIT_S + 30)
+        if not ready:  # stuck where the alarm cannot reach (in C, signals blocked)
+            os.kill(pid, signal.SIGKILL)
+        with os.fdopen(read_end, "rb") as f:
+            data = f.read() if ready else b""
+        _, status, usage = os.wait4(pid, 0)
+        if not ready:
+            outcome, detail = "hang", f"killed after {CASE_LIMIT_S + 30} s"
+        elif os.WIFSIGNALED(status) or not data:
+            outcome, detail = "signal", f"wait status {status}"
+        else:
+            outcome, detail = json.loads(data)
+        if marker.exists():
+            outcome, detail = "payload", f"{MARKER_NAME} created"
+            marker.unlink()
+        print(json.dumps({"i": i, "outcome": outcome, "detail": detail,
+                          "rss_kb": int(usage.ru_maxrss)}), flush=True)
+
+
+def run_cases_forked(cases: list[Case], work: Path, timeout: float = 3600
+                     ) -> list[tuple[Case, str, str, int]]:
+    """Every case in a process of its own (`forked_main`): (case, outcome, detail, peak RSS
+    in kB) each."""
+    cases_file = work / "cases-forked.json"
+    cases_file.write_text(json.dumps([asdict(c) for c in cases]))
+    proc = subprocess.run([sys.executable, "-m", "plexus.testing.fuzz", "--forked",
+                           str(cases_file)], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    found = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            rec = json.loads(line)
+            found[rec["i"]] = (rec["outcome"], rec["detail"], rec["rss_kb"])
+    if len(found) != len(cases):
+        raise RuntimeError(f"fuzz runner ended early (status {proc.returncode}): "
+                           f"{proc.stderr[-2000:]}")
+    return [(c, *found[i]) for i, c in enumerate(cases)]
+
+
 def summarize(results: list[tuple[Case, str, str]]) -> dict[str, Counter]:
     """Outcome counts per input kind."""
     out: dict[str, Counter] = {}
-    for case, outcome, _ in results:
+    for case, outcome, *_ in results:
         out.setdefault(case.kind, Counter())[outcome] += 1
     return out
 
@@ -669,8 +906,12 @@ def main(run: Callable[[Case], tuple[str, str]]) -> None:
     """The child's command line: ``--child CASES START``."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--child", nargs=2, metavar=("CASES", "START"))
+    parser.add_argument("--forked", metavar="CASES")
     args = parser.parse_args()
-    child_main(run, Path(args.child[0]), int(args.child[1]))
+    if args.forked:
+        forked_main(run, Path(args.forked))
+    else:
+        child_main(run, Path(args.child[0]), int(args.child[1]))
 
 
 if __name__ == "__main__":

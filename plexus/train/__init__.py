@@ -3,7 +3,7 @@
 `cli` (options and their checks), `checks` (input checks before any worker starts), `entry`
 (what each rank runs, and the local launch), `prepare` (a rank's local set-up and the agreement
 on failure), `session` (the collective set-up and what follows every epoch), `report` (the end of
-the run), `checkpoint`, `runlog` (epoch lines, JSON log, summary), `memcheck` (memory at start),
+the run), `checkpoint`, `runlog` (epoch lines, JSON log, summary),
 `faults` (injected failures for tests), `errors` (typed errors and the one-line messages).
 ``python -m plexus.train`` is the same command.
 """

@@ -45,6 +45,7 @@ from plexus.core.units import format_bytes
 from plexus.datasets import DatasetError, Graph, gcn_nnz, load_dataset, spec_paths
 from plexus.datasets.convert import streamed_spec
 from plexus.datasets.spec import MAX_SOURCE_FILES, source_fingerprint
+from plexus.datasets.files import open_regular
 from plexus.engine.config import ModelConfig
 from plexus.partitioners import is_store, read_manifest, write_store
 from plexus.partitioners.store import FORMAT as STORE_FORMAT, VERSION as STORE_VERSION, graph_hash
@@ -206,12 +207,13 @@ class Cache:
         """What an earlier build recorded about this source (None: nothing, or unreadable)."""
         path = self.root / "sources" / f"{_digest(source_key)}.json"
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            with open_regular(path, ValueError, "r") as f:  # a FIFO planted there: no hang
+                doc = json.loads(f.read(1 << 20))
             if doc.get("source") != source_key:
                 return None
             sizes = Sizes(**doc["sizes"])
         except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
-            return None  # damaged: the build records it again
+            return None  # damaged (nested thousands deep, not an object): rebuilt and rewritten
         kinds = {f.name: f.type for f in fields(Sizes)}
         if any(type(getattr(sizes, name)) is not {"str": str, "int": int}[kind]
                for name, kind in kinds.items()):

@@ -27,7 +27,7 @@ from plexus.perfmodel import Calibration, ModelSpec, choose_grid, pricing, rank_
 from plexus.runtime.env import default_device
 
 from .checkpoint import CHECKPOINT_NAME
-from .memcheck import (available_memory, check_memory, check_partition_memory,
+from plexus.api.memcheck import (available_memory, check_memory, check_partition_memory,
                        predicted_peaks, run_spec)
 
 # Datasets up to this size are loaded once in the launching process to check them before any
@@ -108,7 +108,7 @@ def auto_grid_choice(world_size: int, num_nodes: int, nnz: int, num_features: in
     gave it). ``calibration``: the machine's rates (`plexus.perfmodel.resolve_calibration`;
     None: the built-in GPU rates, said as uncalibrated); ``ranks_per_host``: ranks of this job
     on one host (`plexus.perfmodel.pricing`). ``run``: how the run holds the model
-    (`plexus.train.memcheck.run_spec`'s options: perm, dtype_bytes, from_store, recompute,
+    (`plexus.api.memcheck.run_spec`'s options: perm, dtype_bytes, from_store, recompute,
     multilabel, symmetric), so the peak printed is the one the run's summary predicts."""
     cal = calibration or Calibration()
     spec = replace(run_spec(model, num_nodes, nnz, num_features, num_classes, **run), name=name)

@@ -27,6 +27,7 @@ from plexus.api.recipes import RECIPES, RecipeError, get_recipe
 from plexus.core.cli import ArgumentParser
 from plexus.core.grid import MAX_WORLD_SIZE, GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION
+from plexus.core.model import MAX_SEED
 from plexus.core.timing import command_start_time
 from plexus.core.units import format_bytes
 from plexus.core.modelopts import (ModelOptionsText, add_model_options, add_precision_options,
@@ -244,7 +245,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 # ---- checks --------------------------------------------------------------------------------
 MAX_TIMEOUT_S = 365 * 86400  # a year: longer is no timeout, and timedelta overflows past ~1e14 s
-MAX_SEED = 2**63 - 1  # what every generator (torch, numpy, R-MAT) takes
 # Adam's step moves every weight by about the learning rate: far above these a run can only
 # diverge (or overflow float32 before the loss shows it), so they are typing mistakes
 MAX_LR = 1e3

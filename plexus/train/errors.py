@@ -14,7 +14,7 @@ from plexus.runtime.env import LaunchError
 
 from .cache import CacheError
 from .checkpoint import CheckpointError
-from .memcheck import MemoryCheckError
+from plexus.api.memcheck import MemoryCheckError
 
 PROG = "plexus-train"
 

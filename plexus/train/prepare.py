@@ -33,7 +33,7 @@ from .checks import (auto_grid_choice, check_checkpoint_dir, check_grid_fits, ch
                      check_output_file, check_outputs_dir, shard_bytes)
 from .epochlogs import EpochSink, open_sinks
 from .errors import PROG, USER_ERRORS, OutputFailed, UsageError, error_line
-from .memcheck import available_memory, check_memory, predicted_peaks
+from plexus.api.memcheck import available_memory, check_memory, predicted_peaks
 from .options import RunOptions
 from .runlog import JsonLog
 

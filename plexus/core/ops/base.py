@@ -299,6 +299,9 @@ class ModelKind:
     description: str
     attention: bool = False  # has heads (ModelConfig.heads, out_heads)
     options: tuple[str, ...] = ()  # ModelConfig fields that only this kind takes
+    #: a weighted graph (`plexus.datasets.Graph.weighted`) means something to it: GCN
+    #: normalizes with the weights, an MLP reads no graph; the others would silently ignore them
+    takes_edge_weights: bool = False
     pyg_kwargs: Callable[[Any, int, int, int], dict] = field(  # (config, layer, in, out)
         default=lambda cfg, layer, d_in, d_out: {})
 

@@ -55,4 +55,4 @@ class Dense(Operator):
 
 
 KIND = ModelKind("mlp", ("dense",), "gcn", "Linear", ("convs.{l}.",),
-                 "an MLP: Linear layers, no graph")
+                 "an MLP: Linear layers, no graph", takes_edge_weights=True)

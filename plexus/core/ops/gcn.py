@@ -20,4 +20,4 @@ class GCN(ConvOperator):
 
 KIND = ModelKind("gcn", ("gcn",), "gcn", "GCNConv", ("convs.{l}.",),
                  "GCNConv: symmetric-normalized sum over in-neighbours and the node itself",
-                 options=("residual",))
+                 options=("residual",), takes_edge_weights=True)
