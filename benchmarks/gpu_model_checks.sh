@@ -10,29 +10,7 @@
 #   STEPS="calibrate model" bash benchmarks/gpu_model_checks.sh   (only the steps named)
 # Everything goes to OUT_DIR/log.txt (and calibration.json, gpu_model.txt / .json); the tail
 # of the log is a summary. Commit OUT_DIR/gpu_model.txt as benchmarks/results/gpu_model.txt.
-set -u
-REPO=$(cd "$(dirname "$0")/.." && pwd)
-OUT=$(mkdir -p "${1:-${OUT:-gpu-out}}" && cd "${1:-${OUT:-gpu-out}}" && pwd)
-SITE=/tmp/plexus-site
-LOG="$OUT/log.txt"
-: > "$LOG"
-say() { echo "$*" | tee -a "$LOG"; }
-SUMMARY=()
-step() {  # step NAME TIMEOUT_S command...: run it, keep its output in the log, note rc and time
-    local name=$1 limit=$2; shift 2
-    [[ -n ${STEPS:-} && " $STEPS " != *" $name "* ]] && return 0
-    local start=$SECONDS
-    echo "== $name: $*" >> "$LOG"
-    (cd /tmp && timeout "$limit" "$@") >> "$LOG" 2>&1
-    local rc=$?
-    SUMMARY+=("$(printf '%-22s rc=%-3s %4ss' "$name" "$rc" $((SECONDS - start)))")
-    echo "   rc=$rc $((SECONDS - start))s" >> "$LOG"
-}
-
-say "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1)"
-python3 -m pip install -q --no-deps --no-build-isolation --target "$SITE" "$REPO" >> "$LOG" 2>&1 \
-    || { tail -20 "$LOG"; exit 1; }
-export PYTHONPATH=$SITE PATH="$SITE/bin:$PATH" PYTHONUNBUFFERED=1
+source "$(dirname "$0")/gpu_lib.sh"  # OUT, LOG, say, step; the checkout installed
 say "$(python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)')"
 
 CAL="$OUT/calibration.json"
