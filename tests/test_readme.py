@@ -5,9 +5,9 @@ written, by ``bash -c`` in a fresh environment (no ``.venv/bin`` on PATH, no lau
 from a copy of the repository root, or listed in ``EXPENSIVE`` with the reason it is not; a new
 command that is in neither list fails `test_every_readme_command_is_classified`, so a README
 command can never silently stop working. The copy of the root is a directory of symbolic links
-to the repository's entries (``run``, ``pyproject.toml``, ``.venv``, the packages): ``./run``
-changes to it, and what the commands write (``ck-requeue/``, ``shards/``, ...) lands there, not
-in the checkout.
+to the repository's entries (``run``, ``pyproject.toml``, ``.venv``, the packages): the commands
+run there, and what they write (``ck-requeue/``, ``shards/``, ...) lands there, not in the
+checkout.
 """
 
 from __future__ import annotations

@@ -305,3 +305,15 @@ def test_plexus_model_takes_grid_auto_and_one_grid_without_data(capsys, monkeypa
         assert model_main(["--dataset", "ogbn-papers100M", *bad]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and said in err, err
+
+
+# ---- ./run keeps the caller's directory -------------------------------------------------------
+def test_run_script_runs_commands_where_they_were_typed(tmp_path):
+    repo = Path(__file__).resolve().parent.parent
+    if not (repo / ".venv" / "bin" / "python").exists():
+        pytest.skip("no .venv: ./run would set up a new environment")
+    proc = subprocess.run([str(repo / "run"), "python", "-c", "import os; print(os.getcwd())"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    # `cd /tmp; ~/plexus/run plexus-train --save-predictions res` writes /tmp/res, not ~/plexus/res
+    assert Path(proc.stdout.strip()).resolve() == tmp_path.resolve(), proc.stdout
