@@ -210,22 +210,26 @@ def read_record(record: Path) -> dict[str, list[int]]:
     return data
 
 
+def current_rss_bytes() -> int:
+    """This process's resident set size now, in bytes (Linux /proc; 0 where it cannot be
+    read)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 class RssSampler:
     """This process's largest resident set size while the block runs, sampled every few
-    milliseconds (Linux /proc; 0 elsewhere): which phase holds the memory."""
+    milliseconds (`current_rss_bytes`): which phase holds the memory."""
 
     def __init__(self, interval: float = 0.005) -> None:
         self.interval, self.peak = interval, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    @staticmethod
-    def current() -> int:
-        try:
-            with open("/proc/self/statm", encoding="ascii") as f:
-                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, IndexError):
-            return 0
+    current = staticmethod(current_rss_bytes)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

@@ -11,7 +11,6 @@ slack, numpy and Python objects. On GPUs the allocator's own peak is the figure 
 
 from __future__ import annotations
 
-import os
 import resource
 import sys
 import weakref
@@ -27,15 +26,6 @@ def peak_rss_bytes() -> int:
     """This process's peak resident set size so far, in bytes."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak) if sys.platform == "darwin" else int(peak) * 1024  # Linux reports KiB
-
-
-def current_rss_bytes() -> int:
-    """This process's resident set size now, in bytes (0 where /proc cannot be read)."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def reset_peak_rss() -> bool:

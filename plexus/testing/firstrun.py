@@ -114,8 +114,8 @@ def rank_checks(grids: Sequence[tuple[int, int, int]], cuda: bool, steps: int,
     from plexus.engine.config import TrainConfig
     from plexus.engine.grid import Grid
     from plexus.engine.trainer import Trainer
-    from plexus.runtime.memstats import (cuda_peak_bytes, current_rss_bytes, peak_rss_bytes,
-                                         reset_peak_rss)
+    from plexus.datasets.work import current_rss_bytes
+    from plexus.runtime.memstats import cuda_peak_bytes, peak_rss_bytes, reset_peak_rss
 
     from .exactness import build_pair, compare_step
 
