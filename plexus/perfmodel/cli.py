@@ -35,7 +35,7 @@ from plexus.core.units import format_bytes, format_seconds
 from plexus.datasets.convert import streamed_spec
 from plexus.datasets.graph import MAX_NODES
 from plexus.datasets.ogb_sizes import ogb_sizes
-from plexus.runtime.env import available_cores
+from plexus.runtime.env import available_cores, local_world_size
 
 from .calibration import CALIBRATION_ENV, Calibration, calibrate, write_calibration
 from .model import BEST_ORDER, ModelSpec, Prediction, rank_configs
@@ -200,7 +200,6 @@ def _grid_world(args: argparse.Namespace) -> GridShape | None:
                              "--world-size/--gpus, or give --grid auto")
         args.world_size = grid.world_size
     elif args.grid == "auto" and args.world_size is None and args.gpus is None:
-        from plexus.runtime.env import local_world_size  # noqa: PLC0415 - torch, only here
         args.world_size = local_world_size()
     if (args.world_size is None) == (args.gpus is None):
         raise UsageError("give --world-size G, --gpus G[,G...] or --grid auto|XxYxZ (one of "
