@@ -356,6 +356,17 @@ def test_summary_records_measured_memory_per_rank(tmp_path):
     assert "; predicted " in proc.stdout and "; model " not in proc.stdout  # not the GNN's size
 
 
+def test_an_mlp_run_ends_with_its_summary(tmp_path):
+    """An MLP reads no Â: its ranks hold no adjacency block, and the summary's graph record
+    (gathered from every rank's share of Â) must not look one up (it raised KeyError)."""
+    log = tmp_path / "mlp.json"
+    proc = train("--model", "mlp", "--grid", "2x1x1", "--epochs", "2", "--log-json", str(log),
+                 timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    summary = read_log(log)[1]
+    assert summary["graph"]["nnz"] == 0 and summary["graph"]["nodes"] == 2708
+
+
 def test_device_flag(capsys):
     """--device cuda on a machine without CUDA: one line, status 2, before anything starts;
     --device cpu is the gloo path every CPU run takes."""
