@@ -22,7 +22,7 @@ from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.core.units import format_bytes
 from plexus.datasets.validate import available_bytes
 from plexus.runtime.env import ranks_per_gpu
-from plexus.engine.config import ModelConfig
+from plexus.core.model import ModelConfig
 from plexus.perfmodel import ModelSpec, epoch_memory, partition_memory, setup_memory
 
 

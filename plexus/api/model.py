@@ -15,7 +15,8 @@ from plexus.core.layout import DEFAULT_PERMUTATION, grid_misfit
 from plexus.datasets import DatasetError, Graph, gcn_nnz
 from plexus.datasets.inputs import mask as node_mask
 from plexus.engine.build import build_model
-from plexus.engine.config import EngineConfig, ModelConfig
+from plexus.core.model import ModelConfig
+from plexus.engine.config import EngineConfig
 from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedModel
 from plexus.partitioners import RankShard, shard_graph

@@ -46,7 +46,7 @@ from plexus.datasets import DatasetError, Graph, gcn_nnz, load_dataset, spec_pat
 from plexus.datasets.convert import streamed_spec
 from plexus.datasets.spec import MAX_SOURCE_FILES, source_fingerprint
 from plexus.datasets.files import open_regular
-from plexus.engine.config import ModelConfig
+from plexus.core.model import ModelConfig
 from plexus.partitioners import is_store, read_manifest, write_store
 from plexus.partitioners.store import FORMAT as STORE_FORMAT, VERSION as STORE_VERSION, graph_hash
 from plexus.partitioners.store import file_sha256

@@ -23,8 +23,8 @@ import torch
 
 from plexus.core.atomic import atomic_file
 from plexus.core.lockfile import FileLock, LockBusy, LockError, acquire
-from plexus.engine.config import ModelConfig, TrainConfig
-from plexus.engine.seeding import initial_parameters, initial_stats, split_name
+from plexus.api.training import TrainConfig, initial_parameters, initial_stats, split_name
+from plexus.core.model import ModelConfig
 
 CHECKPOINT_NAME = "checkpoint.pt"
 #: Held (flock) by the run that writes the directory's checkpoint: two runs never share one.

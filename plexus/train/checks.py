@@ -20,7 +20,7 @@ from plexus.core.grid import GridShape
 from plexus.core.layout import grid_misfit
 from plexus.core.model import ModelError, parse_order
 from plexus.datasets import DatasetError, Graph, load_dataset
-from plexus.engine.config import ModelConfig
+from plexus.core.model import ModelConfig
 from plexus.partitioners import RankShard
 from plexus.core.units import format_bytes, format_seconds
 from plexus.perfmodel import Calibration, ModelSpec, choose_grid, pricing, rank_configs

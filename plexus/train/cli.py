@@ -35,9 +35,8 @@ from plexus.core.modelopts import (ModelOptionsText, add_model_options, add_prec
                                    resolve_order)
 from plexus.core.ops import KINDS
 from plexus.datasets import gcn_nnz, load_dataset
-from plexus.engine.config import (LR_SCHEDULES, OPTIMIZERS, EngineConfig, TrainConfig,
-                                  TrainConfigError)
-from plexus.engine.spmm import BACKENDS, check_backend
+from plexus.api.training import (BACKENDS, LR_SCHEDULES, OPTIMIZERS, EngineConfig, TrainConfig,
+                                 TrainConfigError, check_backend)
 from plexus.partitioners import PERMUTATIONS
 from plexus.perfmodel import (CALIBRATION_ENV, Calibration, CalibrationError, find_calibration,
                               resolve_calibration)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plexus.core.grid import GridShape
-from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
+from plexus.api.training import EngineConfig, TrainConfig
+from plexus.core.model import ModelConfig
 from plexus.runtime.group import DEFAULT_TIMEOUT_S
 
 from .faults import Fault

@@ -20,7 +20,8 @@ from plexus.core.atomic import UnsafeTargetError
 from plexus.core.grid import GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.datasets import gcn_nnz, load_dataset
-from plexus.engine.config import ModelConfig, TrainConfig
+from plexus.api.training import TrainConfig
+from plexus.core.model import ModelConfig
 from plexus.api import cut_shard
 from plexus.partitioners import RankShard, read_manifest, read_shard
 from plexus.partitioners.plan import symmetric

@@ -15,10 +15,7 @@ import torch.distributed as dist
 
 from plexus.core.grid import AXES
 from plexus.core.units import format_seconds
-from plexus.engine.comm import staged
-from plexus.engine.ledger import Ledger
-from plexus.engine.timing import Timers
-from plexus.engine.trainer import EpochStats
+from plexus.api.training import EpochStats, Ledger, Timers, staged
 from plexus.runtime.memstats import cuda_peak_bytes, peak_rss_bytes
 
 from .provenance import gather_provenance

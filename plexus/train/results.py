@@ -106,7 +106,7 @@ def ogb_rocauc(model: GraphModel, name: str, mask: str = "test") -> dict | None:
     proteins run's wall time."""
     from ogb.nodeproppred import Evaluator  # noqa: PLC0415 (only for OGB datasets)
 
-    from plexus.engine.rocauc import mean_rocauc  # noqa: PLC0415
+    from plexus.api.training import mean_rocauc  # noqa: PLC0415
 
     if Evaluator(name).eval_metric != "rocauc":
         return None

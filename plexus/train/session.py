@@ -11,9 +11,7 @@ import torch.distributed as dist
 
 from plexus.api import GraphModel, model_from_shard
 from plexus.core.atomic import UnsafeTargetError
-from plexus.engine.comm import Comm
-from plexus.engine.grid import Grid
-from plexus.engine.trainer import EpochStats, Trainer
+from plexus.api.training import Comm, EpochStats, Grid, Trainer
 from plexus.partitioners import RankShard
 from plexus.runtime.env import THREADS_ENV, env_threads
 from plexus.runtime.progress import start_beacon
