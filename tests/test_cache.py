@@ -20,7 +20,7 @@ from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
 from plexus.partitioners import read_manifest, read_shard
 from plexus.train.cache import (BuildRequest, Cache, CacheError, Source, cached_options,
                                 obtain_store, uses_cache)
-from plexus.train.options import RunOptions
+from plexus.train.plan import RunPlan
 
 
 def _npz(path: Path, scale: float = 1.0) -> str:
@@ -32,11 +32,11 @@ def _npz(path: Path, scale: float = 1.0) -> str:
     return f"npz:{path}"
 
 
-def _opts(dataset: str = "cora", grid: str = "2x1x1", **changes) -> RunOptions:
+def _opts(dataset: str = "cora", grid: str = "2x1x1", **changes) -> RunPlan:
     model = changes.pop("model", ModelConfig())
     seed = changes.pop("seed", 0)
     engine = changes.pop("engine", EngineConfig())
-    return RunOptions(grid=GridShape.parse(grid), dataset=dataset, root=None, model=model,
+    return RunPlan(grid=GridShape.parse(grid), dataset=dataset, root=None, model=model,
                       train=TrainConfig(epochs=1, seed=seed), engine=engine, **changes)
 
 

@@ -165,11 +165,12 @@ def test_grid_auto_trains_on_the_grid_the_model_picks(tmp_path):
     from plexus.engine.config import ModelConfig
     from plexus.datasets import load_dataset
     from plexus.datasets import gcn_nnz as graph_nnz
+    from plexus.perfmodel import ModelSpec
     from plexus.train.checks import auto_grid
 
     g = load_dataset("cora")
-    picked = auto_grid(2, g.num_nodes, graph_nnz(g), g.num_features, g.num_classes,
-                       ModelConfig(), g.name)
+    picked = auto_grid(2, ModelSpec(g.num_nodes, graph_nnz(g), g.num_features, g.num_classes,
+                                    ModelConfig(), name=g.name))
     log = tmp_path / "auto.json"
     proc = train("--grid", "auto", "--world-size", "2", "--epochs", "3", "--quiet",
                  "--log-json", str(log))
@@ -379,7 +380,7 @@ def test_no_grid_is_grid_auto_over_the_local_cores(capsys, monkeypatch):
     """Without --grid (or with --grid auto and no --world-size) outside a launcher, the
     performance model picks a grid of one rank per CPU core and one line says so."""
     import plexus.runtime.env as env_module
-    from plexus.train.cli import build_options, build_parser
+    from plexus.train.cli import build_plan, build_parser
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: the default is one rank per GPU")
@@ -387,16 +388,16 @@ def test_no_grid_is_grid_auto_over_the_local_cores(capsys, monkeypatch):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setattr(env_module, "available_cores", lambda: 3)
     for argv in ([], ["--grid", "auto"]):
-        opts = build_options(build_parser().parse_args(argv), None)
+        opts = build_plan(build_parser().parse_args(argv), None)
         line = capsys.readouterr().out
         assert opts.grid is not None and opts.grid.world_size == 3, argv
         assert line.startswith(f"plexus-train: --grid auto: chose {opts.grid} for 3 ranks, one "
                                "per CPU core here (predicted epoch "), line
         assert line.count("\n") == 1, line
     # --world-size still sets the count; a given grid is taken as it is, silently
-    opts = build_options(build_parser().parse_args(["--world-size", "2"]), None)
+    opts = build_plan(build_parser().parse_args(["--world-size", "2"]), None)
     assert opts.grid.world_size == 2 and "for 2 ranks (predicted" in capsys.readouterr().out
-    opts = build_options(build_parser().parse_args(["--grid", "1x1x1"]), None)
+    opts = build_plan(build_parser().parse_args(["--grid", "1x1x1"]), None)
     assert str(opts.grid) == "1x1x1" and capsys.readouterr().out == ""
 
 

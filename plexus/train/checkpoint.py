@@ -27,6 +27,7 @@ from plexus.api.training import TrainConfig, initial_parameters, initial_stats, 
 from plexus.core.model import ModelConfig
 
 CHECKPOINT_NAME = "checkpoint.pt"
+CHECKPOINT_EVERY = 10  # epochs between checkpoints unless --checkpoint-every says
 #: Held (flock) by the run that writes the directory's checkpoint: two runs never share one.
 LOCK_NAME = "checkpoint.lock"
 FORMAT_VERSION = 1

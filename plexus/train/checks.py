@@ -9,11 +9,12 @@ from __future__ import annotations
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from plexus.api.outputs import OutputsError, check_outputs_target
+from plexus.api.memcheck import (available_memory, check_memory, check_partition_memory,
+                                 predicted_peaks)
 from plexus.core.atomic import UnsafeTargetError, output_target
 from plexus.core.cli import UsageError
 from plexus.core.grid import GridShape
@@ -26,9 +27,10 @@ from plexus.core.units import format_bytes, format_seconds
 from plexus.perfmodel import Calibration, ModelSpec, choose_grid, pricing, rank_configs
 from plexus.runtime.env import default_device
 
-from .checkpoint import CHECKPOINT_NAME
-from plexus.api.memcheck import (available_memory, check_memory, check_partition_memory,
-                       predicted_peaks, run_spec)
+from .cache import reads_store
+from .checkpoint import CHECKPOINT_NAME, lock_directory
+from .epochlogs import check_targets
+from .plan import GraphSizes, RunPlan
 
 # Datasets up to this size are loaded once in the launching process to check them before any
 # worker starts; bigger ones only have their paths checked there (each worker loads them anyway).
@@ -91,27 +93,47 @@ def check_checkpoint_dir(path: str) -> None:
     check_output_file(directory / CHECKPOINT_NAME, "--checkpoint")
 
 
-def auto_grid(world_size: int, num_nodes: int, nnz: int, num_features: int, num_classes: int,
-              model: ModelConfig, name: str = "") -> GridShape:
-    """The grid `plexus.perfmodel.choose_grid` predicts fastest for this graph and model."""
-    spec = ModelSpec(num_nodes, nnz, num_features, num_classes, model, name=name)
+def check_output_paths(plan: RunPlan) -> None:
+    """Raise `UsageError` unless rank 0 can write the run's checkpoint directory, its outputs
+    directory and its weights export."""
+    if plan.checkpoint:
+        check_checkpoint_dir(plan.checkpoint)
+    if plan.save_predictions:
+        check_outputs_dir(plan.save_predictions, "--save-predictions")
+    if plan.export:
+        check_output_file(plan.export, "--export")
+
+
+def check_launch_outputs(plan: RunPlan) -> None:
+    """Every output of the run checked by the launching process before any worker starts: the
+    JSON log (the file itself is opened by rank 0; an existing one stays until the end), rank
+    0's paths, the checkpoint directory not held by another run (rank 0 locks it for the run),
+    the CSV and TensorBoard targets."""
+    if plan.log_json:
+        check_log_path(plan.log_json)
+    check_output_paths(plan)
+    if plan.checkpoint:
+        lock_directory(Path(plan.checkpoint).expanduser()).release()
+    check_targets(plan.log_csv, plan.tensorboard)
+
+
+def auto_grid(world_size: int, spec: ModelSpec) -> GridShape:
+    """The grid `plexus.perfmodel.choose_grid` predicts fastest for ``spec``."""
     return GridShape.of(choose_grid(world_size, spec))
 
 
-def auto_grid_choice(world_size: int, num_nodes: int, nnz: int, num_features: int,
-                     num_classes: int, model: ModelConfig, name: str = "",
-                     ranks_note: str = "", calibration: Calibration | None = None,
-                     ranks_per_host: int | None = None, **run: Any) -> tuple[GridShape, str]:
+def auto_grid_choice(world_size: int, spec: ModelSpec, ranks_note: str = "",
+                     calibration: Calibration | None = None,
+                     ranks_per_host: int | None = None) -> tuple[GridShape, str]:
     """`auto_grid`'s grid and one line saying why: its predicted epoch time and training peak
     per rank, the runner-up's, and what priced them (``--grid auto`` prints it, so the choice
-    is never silent). ``ranks_note`` follows the rank count (where it came from, when nobody
-    gave it). ``calibration``: the machine's rates (`plexus.perfmodel.resolve_calibration`;
-    None: the built-in GPU rates, said as uncalibrated); ``ranks_per_host``: ranks of this job
-    on one host (`plexus.perfmodel.pricing`). ``run``: how the run holds the model
-    (`plexus.api.memcheck.run_spec`'s options: perm, dtype_bytes, from_store, recompute,
-    multilabel, symmetric), so the peak printed is the one the run's summary predicts."""
+    is never silent). ``spec``: the run as its summary prices it (`RunPlan.spec`), so the peak
+    printed is the one the summary predicts. ``ranks_note`` follows the rank count (where it
+    came from, when nobody gave it). ``calibration``: the machine's rates
+    (`plexus.perfmodel.resolve_calibration`; None: the built-in GPU rates, said as
+    uncalibrated); ``ranks_per_host``: ranks of this job on one host
+    (`plexus.perfmodel.pricing`)."""
     cal = calibration or Calibration()
-    spec = replace(run_spec(model, num_nodes, nnz, num_features, num_classes, **run), name=name)
     per_host, placement = pricing(cal, ranks_per_host)
     ranked = rank_configs(world_size, spec, cal, ranks_per_host=per_host, placement=placement)
     best = ranked[0]
@@ -134,13 +156,21 @@ def auto_grid_choice(world_size: int, num_nodes: int, nnz: int, num_features: in
                   "calibrate --out FILE, then --calibration FILE)")
 
 
-def check_grid_fits(grid: GridShape, model: ModelConfig, num_nodes: int, num_features: int,
-                    num_classes: int) -> None:
+def choose_run_grid(plan: RunPlan, sizes: GraphSizes, world: int,
+                    calibration: Calibration | None, ranks_per_host: int | None,
+                    ranks_note: str = "") -> tuple[GridShape, str]:
+    """The grid of a ``--grid auto`` run on a graph of ``sizes`` and the line saying why
+    (`auto_grid_choice`): the launching process's, or under torchrun/srun each rank's (the same
+    on every rank)."""
+    return auto_grid_choice(world, plan.spec(sizes, reads_store(plan, world)), ranks_note,
+                            calibration, ranks_per_host)
+
+
+def check_grid_fits(grid: GridShape, model: ModelConfig, sizes: GraphSizes) -> None:
     """Raise `UsageError` when an axis has more ranks than the dimension it cuts (see
     `plexus.core.layout.grid_misfit`)."""
-    plans = model.plans(num_features, num_classes)
-    problem = grid_misfit(grid, plans, num_nodes,
-                          model.widths(num_features, num_classes))
+    f, c = sizes.num_features, sizes.num_classes
+    problem = grid_misfit(grid, model.plans(f, c), sizes.num_nodes, model.widths(f, c))
     if problem:
         raise UsageError(problem)
 
@@ -197,10 +227,10 @@ def precheck_dataset(spec: str, root: str | None, seed: int) -> Graph | None:
     return load_dataset(spec, root, seed=seed)
 
 
-def spec_sizes(spec: str, seed: int) -> tuple[int, int, int, int] | None:
-    """(N, nnz of Â, F, C) of a dataset that was not loaded, where the spec alone tells them
-    (R-MAT: nnz is the upper bound, every generated edge distinct, both directions, self
-    loops); None otherwise."""
+def spec_sizes(spec: str, seed: int) -> GraphSizes | None:
+    """The sizes of a dataset that was not loaded, where the spec alone tells them (R-MAT: nnz
+    is the upper bound, every generated edge distinct, both directions, self loops); None
+    otherwise."""
     kind, colon, rest = spec.strip().partition(":")
     if kind.strip().lower() != "rmat":
         return None
@@ -208,24 +238,18 @@ def spec_sizes(spec: str, seed: int) -> tuple[int, int, int, int] | None:
 
     p = parse_rmat_params(rest if colon else "", seed)
     n = 1 << int(p["scale"])
-    return n, n * (2 * int(p["edge_factor"]) + 1), int(p["features"]), int(p["classes"])
+    return GraphSizes(n, n * (2 * int(p["edge_factor"]) + 1), int(p["features"]),
+                      int(p["classes"]))
 
 
-def precheck_resources(grid: GridShape, model: ModelConfig, sizes: tuple[int, int, int, int],
-                       perm: str, force: bool, dtype_bytes: int = 4,
-                       recompute: bool = False, from_store: bool = False,
-                       device: str | None = None, multilabel: bool = False,
-                       symmetric: bool = True) -> None:
-    """Before any worker starts: the grid fits the graph, and (unless ``force``) the predicted
-    peak per rank, set-up included (activations at ``dtype_bytes`` per element; ``from_store``:
-    the ranks read their shards from a store), fits what the local ranks will have."""
-    n, nnz, f, c = sizes
-    check_grid_fits(grid, model, n, f, c)
+def precheck_resources(grid: GridShape, spec: ModelSpec, force: bool,
+                       device: str | None = None) -> None:
+    """Before any worker starts: unless ``force``, the predicted peak per rank of ``spec`` (the
+    run as `RunPlan.spec` prices it), set-up included, fits what the local ranks will have."""
     if force:
         return
     where = default_device(device)
-    peaks = predicted_peaks(grid, model, n, nnz, f, c, perm, dtype_bytes, from_store, recompute,
-                            multilabel=multilabel, symmetric=symmetric, device=where.type)
+    peaks = predicted_peaks(replace(spec, device=where.type), grid)
     if where.type == "cuda":  # training on the GPUs, set-up (reading or cutting) in host RAM
         check_memory(peaks.training, available_memory(where, grid.world_size), grid)
         check_memory(peaks.setup, available_memory(torch.device("cpu"), grid.world_size), grid)
@@ -239,6 +263,7 @@ def precheck_partition(spec: str, seed: int, model: ModelConfig, perm: str) -> N
     sizes = spec_sizes(spec, seed)
     if sizes is None:
         return
-    n, nnz, f, c = sizes
-    peaks = predicted_peaks((1, 1, 1), model, n, nnz, f, c, perm, from_store=True)
-    check_partition_memory(peaks.partition, available_memory(torch.device("cpu"), 1))
+    priced = ModelSpec(sizes.num_nodes, sizes.nnz, sizes.num_features, sizes.num_classes, model,
+                       perm=perm, from_store=True)
+    check_partition_memory(predicted_peaks(priced, (1, 1, 1)).partition,
+                           available_memory(torch.device("cpu"), 1))
