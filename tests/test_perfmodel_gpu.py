@@ -237,7 +237,7 @@ def test_predictions_say_what_priced_them(tmp_path, capsys, monkeypatch):
 def test_grid_auto_line_names_its_calibration(tmp_path):
     pytest.importorskip("torch")
     from plexus.core.model import ModelConfig
-    from plexus.train.checks import auto_grid_choice
+    from plexus.train.plan import auto_grid_choice
 
     spec = ModelSpec(4096, 40_000, 64, 8, ModelConfig())
     _, line = auto_grid_choice(4, spec)

@@ -166,7 +166,7 @@ def test_grid_auto_trains_on_the_grid_the_model_picks(tmp_path):
     from plexus.datasets import load_dataset
     from plexus.datasets import gcn_nnz as graph_nnz
     from plexus.perfmodel import ModelSpec
-    from plexus.train.checks import auto_grid
+    from plexus.train.plan import auto_grid
 
     g = load_dataset("cora")
     picked = auto_grid(2, ModelSpec(g.num_nodes, graph_nnz(g), g.num_features, g.num_classes,

@@ -53,7 +53,7 @@ from plexus.perfmodel import ModelSpec
 from plexus.runtime.child import run_in_child
 
 from .cacheuse import evict, hold_store
-from .plan import RunPlan
+from .plan import RunPlan, auto_grid, precheck_partition
 
 CACHE_ENV = "PLEXUS_CACHE_DIR"
 
@@ -338,8 +338,6 @@ def choose_grid(request: BuildRequest, sizes: Sizes) -> GridShape:
     """The request's grid, or for --grid auto the performance model's choice."""
     if request.grid is not None:
         return request.grid
-    from .checks import auto_grid  # noqa: PLC0415 (the performance model)
-
     assert request.world is not None
     return auto_grid(request.world, ModelSpec(sizes.num_nodes, sizes.nnz, sizes.num_features,
                                               sizes.num_classes, request.model, name=sizes.name))
@@ -474,8 +472,6 @@ def obtain_store(cache: Cache, request: BuildRequest, graph: Graph | None = None
             peak = 0  # this process's peak is not the build's alone
         else:
             if request.check_memory and not streams(request):  # out of core: flat memory
-                from .checks import precheck_partition  # noqa: PLC0415
-
                 precheck_partition(request.source.spec, request.source.seed, request.model,
                                    request.perm)
             path, sizes, peak = run_in_child(f"partitioning {request.source.spec}",
@@ -510,23 +506,6 @@ def cached_options(plan: RunPlan, cache: Cache, world: int | None,
     store = obtain_store(cache, request, graph)
     keep_under_cap(cache, store, plan.cache_max_bytes)
     return replace(plan, shards=store.path, grid=store.grid, cache=store.summary()), store
-
-
-def uses_cache(plan: RunPlan, world: int | None) -> bool:
-    """Whether the run reads its shards from the cache: a --dataset run (not --shards) with a
-    cache directory, on more than one rank unless --cache was given (a one-rank run's shard is
-    the whole graph: cutting it in its own process costs less than writing it to disk and
-    reading it back)."""
-    if plan.shards or not plan.cache_dir:
-        return False
-    ranks = plan.grid.world_size if plan.grid is not None else world
-    return plan.cache_explicit or ranks is None or ranks > 1
-
-
-def reads_store(plan: RunPlan, world: int | None) -> bool:
-    """Whether the ranks read their shards from a store (--shards, or the cache's) instead of
-    cutting them from the whole graph: how the memory check prices their set-up."""
-    return bool(plan.shards) or uses_cache(plan, world)
 
 
 #: How long the other ranks of a launched job wait for rank 0 to build the store. A dead rank 0

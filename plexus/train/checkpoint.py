@@ -24,10 +24,12 @@ import torch
 from plexus.core.atomic import atomic_file
 from plexus.core.lockfile import FileLock, LockBusy, LockError, acquire
 from plexus.api.training import TrainConfig, initial_parameters, initial_stats, split_name
+from plexus.core.cli import UsageError
 from plexus.core.model import ModelConfig
 
+from .plan import RunPlan
+
 CHECKPOINT_NAME = "checkpoint.pt"
-CHECKPOINT_EVERY = 10  # epochs between checkpoints unless --checkpoint-every says
 #: Held (flock) by the run that writes the directory's checkpoint: two runs never share one.
 LOCK_NAME = "checkpoint.lock"
 FORMAT_VERSION = 1
@@ -349,3 +351,33 @@ def extra(payload: dict) -> dict[str, Any]:
     """The run's own record stored with the state (best validation so far, ...)."""
     value = payload.get("extra", {})
     return value if isinstance(value, dict) else {}
+
+
+def load_resume(plan: RunPlan, dataset: DatasetInfo | None) -> dict:
+    """The checkpoint of ``plan`` to resume from, checked against its model, epochs, seed,
+    optimizer and schedule, (when known) the dataset, and for --export-best that it holds the
+    best epoch's weights. Raises `CheckpointError` or `UsageError`."""
+    assert plan.checkpoint is not None
+    payload = load_checkpoint(plan.checkpoint)
+    where = str(checkpoint_path(plan.checkpoint))
+    check_model(payload, plan.model, where)
+    check_epochs(payload, plan.train.epochs, where)
+    check_seed(payload, plan.train.seed, where)
+    check_loop(payload, plan.train, where)
+    if dataset is not None:
+        check_dataset(payload, dataset, where)
+    check_state(payload, plan.model, where)
+    if plan.export_best:
+        check_best_kept(payload, where)
+    return payload
+
+
+def check_best_kept(payload: dict, where: str) -> None:
+    """--export-best after a resume needs the best epoch's weights in the checkpoint (written by
+    runs with --export-best or on an OGB dataset) unless no epoch was evaluated yet."""
+    extra = extra(payload)
+    best = extra.get("best") or {}
+    if best.get("epoch") is not None and "best_params" not in extra:
+        raise UsageError(f"--export-best: {where} does not hold the weights of its best "
+                         f"validation epoch {best['epoch']} (it was written without "
+                         "--export-best); resume without --export-best, or start afresh")

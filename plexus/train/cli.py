@@ -44,17 +44,17 @@ from plexus.runtime.env import (JobEnv, LaunchError, check_local_devices, defaul
                                 detect_environment, env_threads, local_world_size)
 
 from . import checkpoint as ckpt
-from .cache import Cache, cached_options, default_cache_dir, reads_store, uses_cache
+from .cache import Cache, cached_options, default_cache_dir
 from .cacheuse import MAX_GB_ENV, StoreUse, cap_bytes, entries, evict
-from .checks import (check_grid_fits, check_launch_outputs, check_order, choose_run_grid,
-                     precheck_dataset, precheck_resources, spec_sizes)
+from .checkpoint import load_resume
+from .checks import check_launch_outputs, check_order, precheck_dataset
 from .entry import reserve_standard_fds, run_local, run_rank
 from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .faults import Fault
 from .outputs import check_claims, dataset_files, run_claims
 from .parser import build_parser, explicit_options
-from .plan import GraphSizes, RunPlan
-from .prepare import load_resume
+from .plan import (GraphSizes, RunPlan, check_grid_fits, check_launch_memory,
+                   choose_run_grid)
 from .runlog import console_line
 
 
@@ -316,7 +316,7 @@ def _check_before_launch(plan: RunPlan, world: int | None, world_note: str,
     output path, once before any worker starts; returns the plan with what it resolved."""
     graph = None if plan.shards else _small_graph(plan, need=plan.grid is None)
     sizes = (GraphSizes.of_graph(graph, plan.model) if graph is not None
-             else None if plan.shards else spec_sizes(plan.dataset, plan.train.seed))
+             else None if plan.shards else GraphSizes.of_spec(plan.dataset, plan.train.seed))
     grid = plan.grid
     if sizes is not None:  # otherwise every worker checks once it has its shard
         if grid is None:  # the performance model needs the graph's sizes
@@ -325,9 +325,8 @@ def _check_before_launch(plan: RunPlan, world: int | None, world_note: str,
             if not plan.quiet:
                 console_line(f"{PROG}: {why}")
         check_grid_fits(grid, plan.model, sizes)
-        # how the run will hold the model, as the workers' summary prices it
-        precheck_resources(grid, plan.spec(sizes, reads_store(plan, grid.world_size)), force,
-                           device=plan.device)
+        if not force:
+            check_launch_memory(plan, grid, sizes)
     assert grid is not None  # a store's, given, or chosen from the sizes above
     check_local_devices(grid.world_size, plan.device)
     plan = dataclasses.replace(plan, grid=grid, sizes=sizes, outputs_checked=True,
@@ -455,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cache_list or args.cache_clean:
             return cache_command(args)
         plan = build_plan(args, env)
-        if env is None and uses_cache(plan, None):
+        if env is None and plan.uses_cache(None):
             plan, hold = from_cache(plan, args.force)
     except (*USER_ERRORS, RecipeError, ValueError, OSError) as e:
         # Under a launcher every rank checks the same options: rank 0 speaks for them all.

@@ -22,7 +22,7 @@ from plexus.runtime.progress import lagging_rank
 from plexus.runtime.local import (PEER_ERROR_GRACE_S, LocalJobFailed, free_port, is_peer_error,
                                   launch_local)
 
-from .cache import join_cached_store, uses_cache
+from .cache import join_cached_store
 from .errors import PROG, OutputFailed, RunStopped, error_line
 from .plan import RunPlan
 from .prepare import LocalSetup, agree_on_failure, load_local
@@ -64,7 +64,7 @@ def run_rank(plan: RunPlan, env: JobEnv) -> int:
     setup = None
     hold = None  # rank 0's hold on the cached store against eviction, for the whole run
     try:
-        if uses_cache(plan, dist.get_world_size()):
+        if plan.uses_cache(dist.get_world_size()):
             # launched by torchrun/srun: rank 0 provides the store (no launcher of ours did)
             plan, hold = join_cached_store(plan, lambda text: None if plan.quiet else
                                            console_line(f"{PROG}: {text}"))

@@ -18,8 +18,8 @@ from plexus.runtime.group import DEFAULT_TIMEOUT_S
 
 from .cache import CACHE_ENV
 from .cacheuse import MAX_GB_ENV
-from .checkpoint import CHECKPOINT_EVERY
 from .errors import PROG
+from .plan import CHECKPOINT_EVERY
 
 
 def build_parser() -> argparse.ArgumentParser:

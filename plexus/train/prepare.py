@@ -25,13 +25,12 @@ from plexus.partitioners.store import graph_hash
 from plexus.perfmodel import load_calibration
 
 from . import checkpoint as ckpt
-from .cache import PeerSetupFailed, reads_store
-from .checks import (check_grid_fits, choose_run_grid, check_log_path, check_output_paths,
-                     shard_bytes)
+from .cache import PeerSetupFailed
+from .checkpoint import load_resume
+from .checks import check_output_paths
 from .epochlogs import EpochSink, open_sinks
 from .errors import PROG, USER_ERRORS, OutputFailed, UsageError, error_line
-from plexus.api.memcheck import Predicted, available_memory, check_memory, predicted_peaks
-from .plan import GraphSizes, RunPlan
+from .plan import GraphSizes, RunPlan, check_grid_fits, choose_run_grid, rank_peaks
 from .runlog import JsonLog
 
 
@@ -60,8 +59,8 @@ class LocalSetup:
 
 def open_json_log(path: str, resume: int | None = None) -> JsonLog:
     """Open the JSON log's temporary file now, so a bad path is a set-up error (``resume``: the
-    epoch a resumed run starts after; the earlier log's epochs up to it are kept)."""
-    check_log_path(path)
+    epoch a resumed run starts after; the earlier log's epochs up to it are kept); the path was
+    checked with the run's other outputs (`check_output_paths`)."""
     try:
         return JsonLog(Path(path).expanduser(), resume)
     except UnsafeTargetError as e:  # the path changed since it was checked
@@ -76,7 +75,7 @@ def load_local(plan: RunPlan, rank: int, world: int, device: torch.device,
     """This rank's shard (and checkpoint), with no communication, checked against the plan.
     Raises `USER_ERRORS`."""
     grid, shard, nnz, sha256 = load_shard(plan, rank, world, local_ranks)
-    peaks, own = check_shard_memory(plan, grid, shard, nnz, rank, device, local_ranks)
+    peaks, own = rank_peaks(plan, grid, shard, nnz, device, local_ranks, grid.coords(rank))
     info = ckpt.DatasetInfo(shard.name, shard.num_nodes, shard.num_features, shard.num_classes,
                             sha256)
     resume_from = load_resume(plan, info) if plan.resume else None
@@ -124,24 +123,6 @@ def load_shard(plan: RunPlan, rank: int, world: int, local_ranks: int
     return grid, shard, sizes.nnz, sha256
 
 
-def check_shard_memory(plan: RunPlan, grid: GridShape, shard: RankShard, nnz: int, rank: int,
-                       device: torch.device, local_ranks: int) -> tuple[Predicted, Predicted]:
-    """The performance model's peaks of the run (the rank that holds the most) and of this
-    rank's own coordinates, for the report; unless the plan was checked already, `MemoryCheckError`
-    when what training needs does not fit this rank."""
-    # the task kind and whether a block's transpose is another block: as the engine builds them
-    spec = plan.spec(GraphSizes.of_shard(shard, nnz), reads_store(plan, grid.world_size),
-                     device=device.type)
-    peaks = predicted_peaks(spec, grid)
-    own = predicted_peaks(spec, grid, coords=grid.coords(rank))
-    if plan.check_memory:  # set-up is behind this rank now: what training needs
-        predicted = peaks.training
-        if device.type == "cpu":  # the shard already sits in host memory: count the rest
-            predicted -= shard_bytes(shard)
-        check_memory(predicted, available_memory(device, local_ranks), grid)
-    return peaks, own
-
-
 def open_outputs(plan: RunPlan, resume_from: dict | None
                  ) -> tuple[JsonLog | None, list[EpochSink], ckpt.DirectoryLock | None]:
     """Rank 0's outputs, checked (unless the launching process did) and opened before anything
@@ -167,36 +148,6 @@ def open_outputs(plan: RunPlan, resume_from: dict | None
                 json_log.discard()
             raise
     return json_log, sinks, lock
-
-
-def load_resume(plan: RunPlan, dataset: ckpt.DatasetInfo | None) -> dict:
-    """The checkpoint of ``plan`` to resume from, checked against its model, epochs, seed,
-    optimizer and schedule, (when known) the dataset, and for --export-best that it holds the
-    best epoch's weights. Raises `ckpt.CheckpointError` or `UsageError`."""
-    assert plan.checkpoint is not None
-    payload = ckpt.load_checkpoint(plan.checkpoint)
-    where = str(ckpt.checkpoint_path(plan.checkpoint))
-    ckpt.check_model(payload, plan.model, where)
-    ckpt.check_epochs(payload, plan.train.epochs, where)
-    ckpt.check_seed(payload, plan.train.seed, where)
-    ckpt.check_loop(payload, plan.train, where)
-    if dataset is not None:
-        ckpt.check_dataset(payload, dataset, where)
-    ckpt.check_state(payload, plan.model, where)
-    if plan.export_best:
-        check_best_kept(payload, where)
-    return payload
-
-
-def check_best_kept(payload: dict, where: str) -> None:
-    """--export-best after a resume needs the best epoch's weights in the checkpoint (written by
-    runs with --export-best or on an OGB dataset) unless no epoch was evaluated yet."""
-    extra = ckpt.extra(payload)
-    best = extra.get("best") or {}
-    if best.get("epoch") is not None and "best_params" not in extra:
-        raise UsageError(f"--export-best: {where} does not hold the weights of its best "
-                         f"validation epoch {best['epoch']} (it was written without "
-                         "--export-best); resume without --export-best, or start afresh")
 
 
 def agree_on_failure(error: BaseException | None, device: torch.device) -> int:
