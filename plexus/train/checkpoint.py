@@ -375,9 +375,9 @@ def load_resume(plan: RunPlan, dataset: DatasetInfo | None) -> dict:
 def check_best_kept(payload: dict, where: str) -> None:
     """--export-best after a resume needs the best epoch's weights in the checkpoint (written by
     runs with --export-best or on an OGB dataset) unless no epoch was evaluated yet."""
-    extra = extra(payload)
-    best = extra.get("best") or {}
-    if best.get("epoch") is not None and "best_params" not in extra:
+    kept = extra(payload)
+    best = kept.get("best") or {}
+    if best.get("epoch") is not None and "best_params" not in kept:
         raise UsageError(f"--export-best: {where} does not hold the weights of its best "
                          f"validation epoch {best['epoch']} (it was written without "
                          "--export-best); resume without --export-best, or start afresh")
