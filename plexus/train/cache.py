@@ -214,9 +214,9 @@ class Cache:
             sizes = Sizes(**doc["sizes"])
         except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
             return None  # damaged (nested thousands deep, not an object): rebuilt and rewritten
-        kinds = {f.name: f.type for f in fields(Sizes)}
-        if any(type(getattr(sizes, name)) is not {"str": str, "int": int}[kind]
-               for name, kind in kinds.items()):
+        types = {f.name: f.type for f in fields(Sizes)}
+        if any(type(getattr(sizes, name)) is not {"str": str, "int": int}[type_name]
+               for name, type_name in types.items()):
             return None
         return sizes
 

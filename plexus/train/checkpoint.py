@@ -260,10 +260,10 @@ def check_state(payload: dict, model: ModelConfig, where: str = "checkpoint") ->
                               f"parameter {sorted(params)}")
     for name in adam:
         moments = [k for k in adam[name] if k != "step"]
-        kind = "SGD" if moments == ["momentum_buffer"] else "Adam"
-        _check_tensors({f"{name} {kind} {k}": adam[name][k] for k in moments},
-                       {f"{name} {kind} {k}": wanted[name] for k in moments},
-                       where, f"{kind} state", frozenset({f"{name} Adam exp_avg_sq"}))
+        optimizer = "SGD" if moments == ["momentum_buffer"] else "Adam"
+        _check_tensors({f"{name} {optimizer} {k}": adam[name][k] for k in moments},
+                       {f"{name} {optimizer} {k}": wanted[name] for k in moments},
+                       where, f"{optimizer} state", frozenset({f"{name} Adam exp_avg_sq"}))
     variances = frozenset(n for n in buffers if split_name(n)[0] in NONNEGATIVE_BUFFERS)
     _check_tensors(state.get("stats", {}), buffers, where, "running statistics", variances)
     kept = extra(payload).get("best_params")

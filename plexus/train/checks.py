@@ -120,11 +120,11 @@ def precheck_dataset(spec: str, root: str | None, seed: int) -> Graph | None:
     Small inputs (the embedded Cora, files up to 64 MiB) are loaded, so any problem in them shows
     here; for bigger ones only the spec and the paths are checked and the workers load them.
     """
-    kind, colon, rest = spec.strip().partition(":")
-    kind = kind.strip().lower()
+    scheme, colon, rest = spec.strip().partition(":")
+    scheme = scheme.strip().lower()
     if root is not None and not Path(root).expanduser().is_dir():
         raise DatasetError(f"--root {root}: not a directory")
-    if not colon and kind.startswith("ogbn-"):
+    if not colon and scheme.startswith("ogbn-"):
         if root is None:
             raise DatasetError(f"{spec}: OGB datasets are read from --root DIR (never "
                                "downloaded); give the directory holding the dataset")
@@ -132,15 +132,15 @@ def precheck_dataset(spec: str, root: str | None, seed: int) -> Graph | None:
 
         check_files(spec.strip(), root)  # the loader's own offline check: file existence only
         return None
-    if colon and kind in ("npz", "mtx", "edgelist", "planetoid") and rest.strip():
+    if colon and scheme in ("npz", "mtx", "edgelist", "planetoid") and rest.strip():
         path = Path(rest.strip()).expanduser()
         if not path.exists() and root is not None and not path.is_absolute():
             path = Path(root).expanduser() / path
         if path.is_file() and path.stat().st_size > PRECHECK_MAX_BYTES:
             return None
-        if not path.exists() and kind != "planetoid":
+        if not path.exists() and scheme != "planetoid":
             raise DatasetError(f"{spec}: {path} not found")
-    if kind == "rmat":
+    if scheme == "rmat":
         from plexus.datasets import parse_rmat_params  # noqa: PLC0415
 
         params = parse_rmat_params(rest if colon else "", seed)

@@ -31,7 +31,6 @@ from plexus.core.grid import MAX_WORLD_SIZE, GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.core.model import MAX_SEED
 from plexus.core.timing import command_start_time
-from plexus.core.units import format_bytes
 from plexus.core.modelopts import (check_model_options, model_config, resolve_layers,
                                    resolve_order)
 from plexus.core.ops import KINDS
@@ -44,8 +43,9 @@ from plexus.runtime.env import (JobEnv, LaunchError, check_local_devices, defaul
                                 detect_environment, env_threads, local_world_size)
 
 from . import checkpoint as ckpt
-from .cache import Cache, cached_options, default_cache_dir
-from .cacheuse import MAX_GB_ENV, StoreUse, cap_bytes, entries, evict
+from .cache import default_cache_dir
+from .cachecli import cache_cap, cache_command, from_cache
+from .cacheuse import StoreUse
 from .checkpoint import load_resume
 from .checks import check_launch_outputs, check_order, precheck_dataset
 from .entry import reserve_standard_fds, run_local, run_rank
@@ -53,7 +53,7 @@ from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .faults import Fault
 from .outputs import check_claims, dataset_files, run_claims
 from .parser import build_parser, explicit_options
-from .plan import (GraphSizes, RunPlan, check_grid_fits, check_launch_memory,
+from .plan import (CHECKPOINT_EVERY, GraphSizes, RunPlan, check_grid_fits, check_launch_memory,
                    choose_run_grid)
 from .runlog import console_line
 
@@ -293,7 +293,7 @@ def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunPlan:
         grid=shape.grid, dataset=shape.dataset, root=args.root, model=model, train=train,
         engine=engine, perm=shape.perm or args.perm or DEFAULT_PERMUTATION, shards=args.shards,
         checkpoint=args.checkpoint,
-        checkpoint_every=args.checkpoint_every or ckpt.CHECKPOINT_EVERY, resume=resume,
+        checkpoint_every=args.checkpoint_every or CHECKPOINT_EVERY, resume=resume,
         log_json=args.log_json, quiet=args.quiet, timeout_s=args.timeout,
         check_memory=not args.force,
         fault=Fault.parse(args.inject_fault) if args.inject_fault else None,
@@ -365,54 +365,6 @@ def run_calibration(path: str | None) -> _RunCalibration:
     except CalibrationError as e:
         option = "--calibration" if path else f"${CALIBRATION_ENV}"
         raise UsageError(f"{option}: {e}") from None
-
-
-def from_cache(plan: RunPlan, force: bool) -> tuple[RunPlan, StoreUse | None]:
-    """The launching process finds or builds the store of the run's dataset in the cache (once,
-    for all ranks, after every cheap check has passed) and says which in one line; the ranks
-    then read their shards from it. Returns the plan and the hold on the store against
-    eviction (keep it until the run ends)."""
-    def say(text: str) -> None:
-        if not plan.quiet:
-            console_line(f"{PROG}: {text}")
-
-    assert plan.grid is not None  # the launching process has resolved --grid auto
-    plan, store = cached_options(plan, Cache(Path(plan.cache_dir), say),  # type: ignore
-                                 plan.grid.world_size, force=force)
-    say(store.line())
-    return plan, store.hold
-
-
-def cache_cap(args: argparse.Namespace) -> int | None:
-    """The cache's size cap in bytes (--cache-max-gb, else the environment's; None: none)."""
-    if args.cache_max_gb is not None and not 0 < args.cache_max_gb < float("inf"):
-        raise UsageError(f"--cache-max-gb must be a number of GiB > 0, got {args.cache_max_gb}")
-    return cap_bytes(args.cache_max_gb)
-
-
-def cache_command(args: argparse.Namespace) -> int:
-    """``--cache-list`` / ``--cache-clean``: the cache directory's contents, or what no run
-    holds removed; status 0."""
-    root = Path(args.cache or default_cache_dir()).expanduser()
-    cap = cache_cap(args)
-    if args.cache_clean:
-        gone = evict(root, cap or 0)
-        freed = sum(e.bytes for e in gone)
-        print(f"{PROG}: removed {len(gone)} entr{'y' if len(gone) == 1 else 'ies'} "
-              f"({format_bytes(freed)}) from {root}"
-              + (f", down to the cap of {format_bytes(cap)}" if cap else "")
-              + "; what runs hold stays")
-    found = entries(root)
-    if args.cache_list or not args.cache_clean:
-        for e in reversed(found):  # most recently used first
-            used = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.last_used))
-            print(f"{format_bytes(e.bytes):>10}  {e.kind:<5}  last used {used}"
-                  f"{'  IN USE' if e.in_use else ''}  {e.path}")
-    total = sum(e.bytes for e in found)
-    print(f"{PROG}: cache {root}: {len(found)} entr{'y' if len(found) == 1 else 'ies'}, "
-          f"{format_bytes(total)}" + (f" (cap {format_bytes(cap)})" if cap else
-                                         f" (no cap: --cache-max-gb or ${MAX_GB_ENV})"))
-    return 0
 
 
 def resolve_resume(args: argparse.Namespace, speak: bool) -> bool:

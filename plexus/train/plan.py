@@ -59,8 +59,8 @@ class GraphSizes:
         """The sizes of a dataset that was not loaded, where the spec alone tells them (R-MAT:
         nnz is the upper bound, every generated edge distinct, both directions, self loops);
         None otherwise."""
-        kind, colon, rest = spec.strip().partition(":")
-        if kind.strip().lower() != "rmat":
+        scheme, colon, rest = spec.strip().partition(":")
+        if scheme.strip().lower() != "rmat":
             return None
         from plexus.datasets import parse_rmat_params  # noqa: PLC0415
 
