@@ -401,6 +401,35 @@ def test_no_grid_is_grid_auto_over_the_local_cores(capsys, monkeypatch):
     assert str(opts.grid) == "1x1x1" and capsys.readouterr().out == ""
 
 
+def test_the_launcher_resolves_the_plan_once_and_a_launched_rank_the_same_way(tmp_path):
+    """The launching process of a local run resolves the run's one plan before any worker
+    starts: the grid of --grid auto, the graph's sizes, the memory and output checks (which its
+    workers then skip); a rank of torchrun/srun builds it with the same function and leaves
+    what needs the graph to its shard. Defaults come from the configurations themselves."""
+    from dataclasses import replace
+
+    from plexus.core.layout import DEFAULT_PERMUTATION
+    from plexus.datasets import load_dataset
+    from plexus.runtime.env import JobEnv
+    from plexus.train.cli import build_plan, build_parser
+    from plexus.train.plan import CHECKPOINT_EVERY, GraphSizes
+
+    argv = ["--grid", "auto", "--world-size", "2", "--quiet", "--log-json",
+            str(tmp_path / "log.json")]
+    launcher = build_plan(build_parser().parse_args(argv), None)
+    assert launcher.grid is not None and launcher.grid.world_size == 2
+    assert launcher.sizes == GraphSizes.of_graph(load_dataset("cora"), launcher.model)
+    assert launcher.outputs_checked and not launcher.check_memory
+    assert (launcher.perm, launcher.checkpoint_every, launcher.train) == (
+        DEFAULT_PERMUTATION, CHECKPOINT_EVERY, TrainConfig())
+    env = JobEnv("torchrun", 0, 2, 0, 2, "127.0.0.1", 29500)
+    rank = build_plan(build_parser().parse_args(argv), env)
+    assert rank.grid is None and rank.sizes is None
+    assert rank.check_memory and not rank.outputs_checked
+    assert replace(rank, grid=launcher.grid, sizes=launcher.sizes, outputs_checked=True,
+                   check_memory=False) == launcher
+
+
 def test_plexus_train_without_options_trains(tmp_path):
     """The bare command runs (here on one visible core: one rank, so the test stays cheap)."""
     import os
