@@ -154,8 +154,8 @@ def choose_run_grid(plan: RunPlan, sizes: GraphSizes, world: int,
     """The grid of a ``--grid auto`` run on a graph of ``sizes`` and the line saying why
     (`auto_grid_choice`): the launching process's, or under torchrun/srun each rank's (the same
     on every rank)."""
-    return auto_grid_choice(world, plan.spec(sizes, plan.reads_store(world)), ranks_note,
-                            calibration, ranks_per_host)
+    spec = plan.spec(sizes, plan.reads_store(world))
+    return auto_grid_choice(world, spec, ranks_note, calibration, ranks_per_host)
 
 
 def auto_grid(world_size: int, spec: ModelSpec) -> GridShape:
@@ -211,8 +211,8 @@ def check_launch_memory(plan: RunPlan, grid: GridShape, sizes: GraphSizes) -> No
     """Before any worker starts: the predicted peak per rank of the run (set-up included, as
     the ranks will hold it), fits what the local ranks will have."""
     where = default_device(plan.device)
-    peaks = predicted_peaks(plan.spec(sizes, plan.reads_store(grid.world_size), where.type),
-                            grid)
+    spec = plan.spec(sizes, plan.reads_store(grid.world_size), where.type)
+    peaks = predicted_peaks(spec, grid)
     if where.type == "cuda":  # training on the GPUs, set-up (reading or cutting) in host RAM
         check_memory(peaks.training, available_memory(where, grid.world_size), grid)
         check_memory(peaks.setup, available_memory(torch.device("cpu"), grid.world_size), grid)
