@@ -475,7 +475,7 @@ def test_export_best_refuses_a_checkpoint_without_the_best_weights(tmp_path):
 def test_a_recipe_sets_what_the_command_line_does_not(monkeypatch):
     from plexus.api.recipes import Recipe
     from plexus.runtime.env import JobEnv
-    from plexus.train.cli import build_options, build_parser
+    from plexus.train.cli import build_plan, build_parser
 
     monkeypatch.setitem(RECIPES, "test-recipe", Recipe(
         "test-recipe", "ogbn-arxiv", "a test", model={"num_layers": 3, "hidden": 32,
@@ -485,7 +485,7 @@ def test_a_recipe_sets_what_the_command_line_does_not(monkeypatch):
     args = build_parser().parse_args(argv)
     args.explicit = explicit_options(argv)
     env = JobEnv("torchrun", 0, 1, 0, 1, "127.0.0.1", 29500)  # a launched rank: cheap checks
-    opts = build_options(args, env)
+    opts = build_plan(args, env)
     assert (opts.model.num_layers, opts.model.hidden, opts.model.bias) == (3, 8, False)
     assert (opts.train.epochs, opts.train.lr) == (9, 0.02)
     assert opts.symmetrize and opts.dataset == "ogbn-arxiv"

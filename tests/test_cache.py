@@ -19,8 +19,8 @@ from plexus.datasets import load_dataset
 from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
 from plexus.partitioners import read_manifest, read_shard
 from plexus.train.cache import (BuildRequest, Cache, CacheError, Source, cached_options,
-                                obtain_store, uses_cache)
-from plexus.train.options import RunOptions
+                                obtain_store)
+from plexus.train.plan import RunPlan
 
 
 def _npz(path: Path, scale: float = 1.0) -> str:
@@ -32,11 +32,11 @@ def _npz(path: Path, scale: float = 1.0) -> str:
     return f"npz:{path}"
 
 
-def _opts(dataset: str = "cora", grid: str = "2x1x1", **changes) -> RunOptions:
+def _opts(dataset: str = "cora", grid: str = "2x1x1", **changes) -> RunPlan:
     model = changes.pop("model", ModelConfig())
     seed = changes.pop("seed", 0)
     engine = changes.pop("engine", EngineConfig())
-    return RunOptions(grid=GridShape.parse(grid), dataset=dataset, root=None, model=model,
+    return RunPlan(grid=GridShape.parse(grid), dataset=dataset, root=None, model=model,
                       train=TrainConfig(epochs=1, seed=seed), engine=engine, **changes)
 
 
@@ -119,12 +119,12 @@ def test_two_runs_asking_at_once_build_one_store(tmp_path):
 
 
 def test_which_runs_use_the_cache():
-    assert uses_cache(_opts(cache_dir="/c"), None)
-    assert not uses_cache(_opts(grid="1x1x1", cache_dir="/c"), None)  # one rank: cut in-process
-    assert uses_cache(_opts(grid="1x1x1", cache_dir="/c", cache_explicit=True), None)
-    assert not uses_cache(_opts(cache_dir=None), None)  # --no-cache
-    assert not uses_cache(_opts(cache_dir="/c", shards="/s"), None)
-    assert uses_cache(dataclasses.replace(_opts(cache_dir="/c"), grid=None), 4)
+    assert _opts(cache_dir="/c").uses_cache(None)
+    assert not _opts(grid="1x1x1", cache_dir="/c").uses_cache(None)  # one rank: cut in-process
+    assert _opts(grid="1x1x1", cache_dir="/c", cache_explicit=True).uses_cache(None)
+    assert not _opts(cache_dir=None).uses_cache(None)  # --no-cache
+    assert not _opts(cache_dir="/c", shards="/s").uses_cache(None)
+    assert dataclasses.replace(_opts(cache_dir="/c"), grid=None).uses_cache(4)
 
 
 def test_the_set_up_is_priced_by_the_model_the_check_and_plexus_model(capsys):

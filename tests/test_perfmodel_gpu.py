@@ -237,15 +237,15 @@ def test_predictions_say_what_priced_them(tmp_path, capsys, monkeypatch):
 def test_grid_auto_line_names_its_calibration(tmp_path):
     pytest.importorskip("torch")
     from plexus.core.model import ModelConfig
-    from plexus.train.checks import auto_grid_choice
+    from plexus.train.plan import auto_grid_choice
 
-    _, line = auto_grid_choice(4, 4096, 40_000, 64, 8, ModelConfig())
+    spec = ModelSpec(4096, 40_000, 64, 8, ModelConfig())
+    _, line = auto_grid_choice(4, spec)
     assert UNCALIBRATED in line and "plexus-bench calibrate" in line
     cpu = load_calibration(write_calibration(
         {"spmm_flops": 1e9, "gemm_flops": 1e10, "alpha": 1e-4, "beta": 1e-9, "cores": 2},
         tmp_path / "cpu.json"))
-    grid, line = auto_grid_choice(4, 4096, 40_000, 64, 8, ModelConfig(), calibration=cpu,
-                                  ranks_per_host=4)
+    grid, line = auto_grid_choice(4, spec, calibration=cpu, ranks_per_host=4)
     assert f"priced with calibration {tmp_path / 'cpu.json'}" in line
     assert UNCALIBRATED not in line and grid.world_size == 4
 

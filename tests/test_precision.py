@@ -246,11 +246,11 @@ def test_engine_config_refuses_an_unknown_dtype_and_scipy_in_bf16():
 
 def test_command_line_flags_reach_the_engine_config():
     from plexus.runtime.env import JobEnv
-    from plexus.train.cli import build_options, build_parser
+    from plexus.train.cli import build_plan, build_parser
 
     env = JobEnv("torchrun", 0, 1, 0, 1, "127.0.0.1", 29500)  # a launched rank: cheap checks
-    opts = build_options(build_parser().parse_args(["--grid", "1x1x1"]), env)
+    opts = build_plan(build_parser().parse_args(["--grid", "1x1x1"]), env)
     assert (opts.engine.dtype, opts.engine.recompute) == ("fp32", False)
     argv = ["--grid", "1x1x1", "--dtype", "bf16", "--recompute"]
-    opts = build_options(build_parser().parse_args(argv), env)
+    opts = build_plan(build_parser().parse_args(argv), env)
     assert (opts.engine.dtype, opts.engine.recompute) == ("bf16", True)

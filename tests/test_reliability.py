@@ -162,15 +162,16 @@ def test_memory_check_before_building_a_huge_graph():
 
 
 def test_prediction_grows_with_the_graph_and_shrinks_with_ranks():
-    from plexus.engine.config import ModelConfig
+    from plexus.core.model import ModelConfig
+    from plexus.perfmodel import ModelSpec
 
     model = ModelConfig(order="agg")  # the paper's order: every layer's AGG is a full-width block
-    small = memcheck.predicted_memory((1, 1, 1), model, 10**5, 10**6, 100, 7, "double")
-    big = memcheck.predicted_memory((1, 1, 1), model, 10**6, 10**7, 100, 7, "double")
-    spread = memcheck.predicted_memory((2, 2, 2), model, 10**6, 10**7, 100, 7, "double")
+    small = memcheck.predicted_memory(ModelSpec(10**5, 10**6, 100, 7, model), (1, 1, 1))
+    big = memcheck.predicted_memory(ModelSpec(10**6, 10**7, 100, 7, model), (1, 1, 1))
+    spread = memcheck.predicted_memory(ModelSpec(10**6, 10**7, 100, 7, model), (2, 2, 2))
     # Per rank the graph's part shrinks with the ranks (activations are cut by two of the three
     # axes: 1/4 on 2x2x2, blocks of Â by all three); the process's own overhead does not.
-    overhead = memcheck.predicted_memory((1, 1, 1), model, 1, 1, 1, 1, "double")
+    overhead = memcheck.predicted_memory(ModelSpec(1, 1, 1, 1, model), (1, 1, 1))
     assert small < big and spread - overhead < (big - overhead) / 3
     with pytest.raises(memcheck.MemoryCheckError, match="on grid 2x2x2 is"):
         memcheck.check_memory(big, memcheck.Available(small, "test"), (2, 2, 2))
@@ -261,9 +262,9 @@ def test_shard_store_for_another_configuration_exits_2(store, args, needle, caps
 def test_a_store_cut_with_agg_trains_with_its_orders_when_none_is_given(store, capsys):
     """The default order (auto) does not override a store's: without --order the store's
     orders win; an explicit order that resolves to others is refused."""
-    from plexus.train.cli import build_options, build_parser
+    from plexus.train.cli import build_plan, build_parser
 
-    opts = build_options(build_parser().parse_args(["--shards", str(store), "--quiet"]), None)
+    opts = build_plan(build_parser().parse_args(["--shards", str(store), "--quiet"]), None)
     assert opts.model.layer_orders(1433, 7) == ("agg", "agg")
     assert main(["--shards", str(store), "--order", "auto", "--epochs", "1"]) == 2
     err = capsys.readouterr().err

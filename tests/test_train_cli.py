@@ -165,11 +165,12 @@ def test_grid_auto_trains_on_the_grid_the_model_picks(tmp_path):
     from plexus.engine.config import ModelConfig
     from plexus.datasets import load_dataset
     from plexus.datasets import gcn_nnz as graph_nnz
-    from plexus.train.checks import auto_grid
+    from plexus.perfmodel import ModelSpec
+    from plexus.train.plan import auto_grid
 
     g = load_dataset("cora")
-    picked = auto_grid(2, g.num_nodes, graph_nnz(g), g.num_features, g.num_classes,
-                       ModelConfig(), g.name)
+    picked = auto_grid(2, ModelSpec(g.num_nodes, graph_nnz(g), g.num_features, g.num_classes,
+                                    ModelConfig(), name=g.name))
     log = tmp_path / "auto.json"
     proc = train("--grid", "auto", "--world-size", "2", "--epochs", "3", "--quiet",
                  "--log-json", str(log))
@@ -390,7 +391,7 @@ def test_no_grid_is_grid_auto_over_the_local_cores(capsys, monkeypatch):
     """Without --grid (or with --grid auto and no --world-size) outside a launcher, the
     performance model picks a grid of one rank per CPU core and one line says so."""
     import plexus.runtime.env as env_module
-    from plexus.train.cli import build_options, build_parser
+    from plexus.train.cli import build_plan, build_parser
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: the default is one rank per GPU")
@@ -398,17 +399,46 @@ def test_no_grid_is_grid_auto_over_the_local_cores(capsys, monkeypatch):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setattr(env_module, "available_cores", lambda: 3)
     for argv in ([], ["--grid", "auto"]):
-        opts = build_options(build_parser().parse_args(argv), None)
+        opts = build_plan(build_parser().parse_args(argv), None)
         line = capsys.readouterr().out
         assert opts.grid is not None and opts.grid.world_size == 3, argv
         assert line.startswith(f"plexus-train: --grid auto: chose {opts.grid} for 3 ranks, one "
                                "per CPU core here (predicted epoch "), line
         assert line.count("\n") == 1, line
     # --world-size still sets the count; a given grid is taken as it is, silently
-    opts = build_options(build_parser().parse_args(["--world-size", "2"]), None)
+    opts = build_plan(build_parser().parse_args(["--world-size", "2"]), None)
     assert opts.grid.world_size == 2 and "for 2 ranks (predicted" in capsys.readouterr().out
-    opts = build_options(build_parser().parse_args(["--grid", "1x1x1"]), None)
+    opts = build_plan(build_parser().parse_args(["--grid", "1x1x1"]), None)
     assert str(opts.grid) == "1x1x1" and capsys.readouterr().out == ""
+
+
+def test_the_launcher_resolves_the_plan_once_and_a_launched_rank_the_same_way(tmp_path):
+    """The launching process of a local run resolves the run's one plan before any worker
+    starts: the grid of --grid auto, the graph's sizes, the memory and output checks (which its
+    workers then skip); a rank of torchrun/srun builds it with the same function and leaves
+    what needs the graph to its shard. Defaults come from the configurations themselves."""
+    from dataclasses import replace
+
+    from plexus.core.layout import DEFAULT_PERMUTATION
+    from plexus.datasets import load_dataset
+    from plexus.runtime.env import JobEnv
+    from plexus.train.cli import build_plan, build_parser
+    from plexus.train.plan import CHECKPOINT_EVERY, GraphSizes
+
+    argv = ["--grid", "auto", "--world-size", "2", "--quiet", "--log-json",
+            str(tmp_path / "log.json")]
+    launcher = build_plan(build_parser().parse_args(argv), None)
+    assert launcher.grid is not None and launcher.grid.world_size == 2
+    assert launcher.sizes == GraphSizes.of_graph(load_dataset("cora"), launcher.model)
+    assert launcher.outputs_checked and not launcher.check_memory
+    assert (launcher.perm, launcher.checkpoint_every, launcher.train) == (
+        DEFAULT_PERMUTATION, CHECKPOINT_EVERY, TrainConfig())
+    env = JobEnv("torchrun", 0, 2, 0, 2, "127.0.0.1", 29500)
+    rank = build_plan(build_parser().parse_args(argv), env)
+    assert rank.grid is None and rank.sizes is None
+    assert rank.check_memory and not rank.outputs_checked
+    assert replace(rank, grid=launcher.grid, sizes=launcher.sizes, outputs_checked=True,
+                   check_memory=False) == launcher
 
 
 def test_plexus_train_without_options_trains(tmp_path):

@@ -180,13 +180,13 @@ def test_cache_list_and_clean_on_the_command_line(cache_of_three, capsys):
 def test_a_run_holds_its_store_and_the_cap_evicts_the_others(tmp_path, monkeypatch):
     from plexus.train.cache import Cache, cached_options
     from plexus.train.cacheuse import MAX_GB_ENV, entries, evict
-    from plexus.train.cli import build_options, build_parser
+    from plexus.train.cli import build_plan, build_parser
 
     root = tmp_path / "cache"
     other = tiny_store(root, "other-1x1x2-0", 0)
     os.utime(other, (time.time() - 60, time.time() - 60))
     monkeypatch.setenv(MAX_GB_ENV, "1e-6")  # a cap smaller than any store
-    opts = build_options(build_parser().parse_args(
+    opts = build_plan(build_parser().parse_args(
         ["--grid", "1x1x2", "--cache", str(root), "--epochs", "1"]), None)
     assert opts.cache_max_bytes == int(1e-6 * 2**30)
     said: list[str] = []
@@ -207,12 +207,12 @@ def test_partition_cuts_the_orders_plexus_train_resolves_by_default(dataset, ext
     from plexus.datasets import load_dataset
     from plexus.partitioners import read_manifest
     from plexus.partitioners.cli import main as partition
-    from plexus.train.cli import build_options, build_parser
+    from plexus.train.cli import build_plan, build_parser
 
     out = tmp_path / "store"
     assert partition(["--dataset", dataset, "--grid", "1x1x2", "--layers", "2", "--out", str(out),
                       *extra]) == 0
-    opts = build_options(build_parser().parse_args(
+    opts = build_plan(build_parser().parse_args(
         ["--grid", "1x1x2", "--dataset", dataset, "--no-cache", *extra]), None)
     g = load_dataset(dataset)
     want = opts.model.orders(g.num_features, g.num_classes)
@@ -220,7 +220,7 @@ def test_partition_cuts_the_orders_plexus_train_resolves_by_default(dataset, ext
     if extra == ["--hidden", "2000"]:  # a widening first layer: auto aggregates it first
         assert want == ["agg", "combine"]
     # and plexus-train --shards takes the store's orders as its own default
-    shards = build_options(build_parser().parse_args(["--shards", str(out), *extra]), None)
+    shards = build_plan(build_parser().parse_args(["--shards", str(out), *extra]), None)
     assert shards.model.orders(g.num_features, g.num_classes) == want
 
 
@@ -228,7 +228,7 @@ def test_partition_auto_orders_cut_gin_stores_as_plexus_train_resolves_them(tmp_
     from plexus.datasets import load_dataset
     from plexus.partitioners import read_manifest
     from plexus.partitioners.cli import main as partition
-    from plexus.train.cli import build_options, build_parser
+    from plexus.train.cli import build_plan, build_parser
 
     out = tmp_path / "gin"
     # --layers counts stages: two GIN layers are four (agg, dense), an odd count is refused
@@ -240,7 +240,7 @@ def test_partition_auto_orders_cut_gin_stores_as_plexus_train_resolves_them(tmp_
     assert partition(["--dataset", "cora", "--grid", "1x1x1", "--layers", "4", "--aggregation",
                       "sum", "--out", str(out)]) == 0
     g = load_dataset("cora")
-    want = build_options(build_parser().parse_args(
+    want = build_plan(build_parser().parse_args(
         ["--grid", "1x1x1", "--dataset", "cora", "--model", "gin", "--no-cache"]),
         None).model.orders(g.num_features, g.num_classes)
     assert read_manifest(out)["orders"] == want and "dense" in want
