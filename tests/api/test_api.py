@@ -25,6 +25,7 @@ import torch
 
 import plexus
 from cli_helpers import read_log, train
+from helpers import REPO, assert_one_line
 from plexus.api import RECIPES, RecipeError
 from plexus.datasets import DatasetError, Graph, load_dataset
 from plexus.engine.config import ModelConfig, TrainConfig
@@ -160,6 +161,7 @@ def graphs():
     return [load_dataset("cora"), directed_graph()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("grid, order", [("1x2x1", "agg"), ("2x1x2", "auto")])
 def test_gathered_results_equal_the_serial_model_in_original_order(graphs, grid, order, tmp_path):
     from ogb.nodeproppred import Evaluator
@@ -310,6 +312,7 @@ def runs(tmp_path_factory) -> dict:
     return found
 
 
+@pytest.mark.slow
 def test_export_loads_into_pyg_and_reproduces_the_logits(runs):
     cora = load_dataset("cora")
     run = runs["final"]
@@ -324,6 +327,7 @@ def test_export_loads_into_pyg_and_reproduces_the_logits(runs):
     assert "weights written to" in run["stdout"] and "predictions written to" in run["stdout"]
 
 
+@pytest.mark.slow
 def test_saved_predictions_match_the_reported_accuracy(runs):
     cora = load_dataset("cora")
     run = runs["final"]
@@ -335,6 +339,7 @@ def test_saved_predictions_match_the_reported_accuracy(runs):
         assert (pred[mask] == cora.labels[mask]).mean() == pytest.approx(final[key], abs=1e-12)
 
 
+@pytest.mark.slow
 def test_export_best_holds_the_best_validation_epoch(runs):
     cora = load_dataset("cora")
     best, final = runs["best"], runs["final"]
@@ -352,6 +357,7 @@ def test_export_best_holds_the_best_validation_epoch(runs):
         summary["best_test_acc"], abs=1e-12)
 
 
+@pytest.mark.slow
 def test_ogb_metric_at_the_best_epoch_with_symmetrize(tmp_path):
     # Cora stored as a one-direction "ogbn-arxiv" npz: --symmetrize restores both directions
     cora = load_dataset("cora")
@@ -391,7 +397,7 @@ def test_bad_result_options_are_one_line(args, message, capsys, monkeypatch, tmp
     monkeypatch.chdir(tmp_path)
     assert main(["--grid", "1x1x1", *args]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("plexus-train: error: "), err
+    assert_one_line(err, prog="plexus-train")
     assert message in err
 
 
@@ -430,6 +436,7 @@ def test_every_recipe_builds_and_an_unknown_option_is_one_clear_error():
         Recipe("bad", "cora", "nowhere", model={"heads": 4}).model_config()
 
 
+@pytest.mark.slow
 def test_summary_json_names_the_files(runs):
     summary = runs["best"]["summary"]
     out = runs["best"]["dir"]
@@ -442,6 +449,7 @@ def test_summary_json_names_the_files(runs):
     json.dumps(summary)
 
 
+@pytest.mark.slow
 def test_export_best_survives_a_resume(runs, tmp_path):
     # stop just after the best epoch of the 60-epoch run, resume to 60: the checkpoint carries
     # the best epoch's weights, so the export equals the uninterrupted run's
@@ -461,6 +469,7 @@ def test_export_best_survives_a_resume(runs, tmp_path):
         torch.testing.assert_close(got["state_dict"][name], tensor, atol=1e-6, rtol=0)
 
 
+@pytest.mark.slow
 def test_export_best_refuses_a_checkpoint_without_the_best_weights(tmp_path):
     ck = tmp_path / "ck"
     first = train(*RUN[:2], "--epochs", "5", *RUN[4:], "--checkpoint", str(ck))
@@ -468,7 +477,7 @@ def test_export_best_refuses_a_checkpoint_without_the_best_weights(tmp_path):
     proc = train(*RUN, "--checkpoint", str(ck), "--resume", "--export-best", "--export",
                  str(tmp_path / "w.pt"))
     assert proc.returncode == 2
-    assert proc.stderr.count("\n") == 1 and "does not hold the weights of its best" in proc.stderr
+    assert_one_line(proc.stderr, "does not hold the weights of its best")
     assert not (tmp_path / "w.pt").exists()
 
 
@@ -513,6 +522,7 @@ def _tiny_ogb_arxiv(root: Path) -> None:
     (root / "ogbn_arxiv" / "RELEASE_v1.txt").touch()
 
 
+@pytest.mark.slow
 def test_symmetrize_trains_on_the_undirected_graph(tmp_path, monkeypatch):
     import builtins
 
@@ -534,6 +544,7 @@ def test_symmetrize_trains_on_the_undirected_graph(tmp_path, monkeypatch):
     assert not np.allclose(got["directed"], got["symmetrized"], atol=1e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", [("--model", "sage", "--norm", "batch"),
                                    ("--model", "gin", "--norm", "batch", "--layers", "3"),
                                    ("--residual", "--norm", "batch", "--layers", "3"),
@@ -594,7 +605,7 @@ def train_and_export(grid, graph, options, path):
 
 
 def readme_load_snippet() -> str:
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    text = (REPO / "README.md").read_text(encoding="utf-8")
     found = re.search(r"rebuilds its own PyG model:.*?```python\n(.*?)```", text, re.DOTALL)
     assert found, "the README's load_pyg snippet is gone"
     return found.group(1)
@@ -671,7 +682,7 @@ def test_load_pyg_refuses_what_is_no_export_in_one_line(tmp_path):
         with pytest.raises(ExportError) as err:
             plexus.load_pyg(path)
         assert needle in str(err.value) and str(path) in str(err.value)
-        assert "\n" not in str(err.value)
+        assert_one_line(err)
 
 
 def test_graph_repr_is_one_line_and_ogb_evaluate_is_the_official_metric():

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from cli_helpers import cli_env
+from helpers import assert_one_line
 
 LINE = re.compile(r"^(PASS|FAIL)  (\S+) +(gcn|gat) +(undirected|directed) +max abs diff: "
                   r"logits (\S+), loss (\S+), grads (\S+)  gloo cpu  this check \+([\d.]+ \w+)/rank "
@@ -36,6 +37,7 @@ def checks(stdout: str) -> list[re.Match]:
     return found  # type: ignore[return-value]
 
 
+@pytest.mark.slow
 def test_check_passes_on_two_cpu_ranks():
     proc = bench("check", "--world-size", "2", "--device", "cpu")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -53,6 +55,7 @@ def test_check_passes_on_two_cpu_ranks():
         "plexus-bench check: 16 of 16 checks passed (gloo on cpu; world sizes 1, 2; ")
 
 
+@pytest.mark.slow
 def test_a_model_that_differs_from_the_serial_one_fails_with_status_1():
     # one weight of rank 0's distributed model shifted: what an engine bug looks like
     proc = bench("check", "--world-size", "1", "--device", "cpu", "--inject-mismatch")
@@ -87,7 +90,7 @@ def test_bad_input_is_one_line_and_status_2(args, message, capsys):
 
     assert bench_main(args) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("plexus-bench: error: "), err
+    assert_one_line(err, prog="plexus-bench")
     assert message in err, err
 
 

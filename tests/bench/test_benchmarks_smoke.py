@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import REPO
+
+pytestmark = pytest.mark.slow  # worlds or end-to-end runs: left out of the fast subset
 BENCH = REPO / "benchmarks"
 
 

@@ -17,6 +17,7 @@ import pytest
 import scipy.sparse as sp
 
 from cli_helpers import train
+from helpers import assert_one_line
 from plexus.datasets.planetoid import EMBEDDED_DIR
 from plexus.testing import fuzz
 
@@ -27,6 +28,7 @@ PER_KIND = 25
 FILE_KINDS = tuple(k for k in fuzz.KINDS if k != "export")  # exports: the forked run below
 
 
+@pytest.mark.slow
 def test_every_input_kind_loads_or_fails_in_one_line(tmp_path):
     cases = fuzz.make_cases(tmp_path, SEED, PER_KIND, FILE_KINDS, cora=EMBEDDED_DIR)
     cases += fuzz.cora_flip_cases(tmp_path, EMBEDDED_DIR, 15, SEED)
@@ -78,14 +80,6 @@ def test_damaged_study_folders_are_one_line_or_work(tmp_path):
     assert set(counts) == {"sweep", "report"} and all(c["error"] for c in counts.values())
 
 
-def assert_one_error_line(proc, prog: str, *needles: str) -> None:
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
-    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), proc.stderr[-2000:]
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-
-
 @pytest.fixture(scope="module")
 def crafted_ogb(tmp_path_factory):
     """An ogbn-arxiv directory whose split cache would create a marker file when unpickled."""
@@ -109,7 +103,7 @@ def test_a_crafted_ogb_pickle_never_runs(crafted_ogb, prog, args):
     proc = train("--dataset", "ogbn-arxiv", "--root", str(root), *args, launcher=(prog,),
                  timeout=120)
     assert not marker.exists()
-    assert_one_error_line(proc, prog, "split_dict.pt", "refused")
+    assert_one_line(proc, "split_dict.pt", "refused", prog=prog)
 
 
 def test_an_npz_with_a_broken_indptr_is_one_line_not_a_segfault(tmp_path):
@@ -121,9 +115,10 @@ def test_an_npz_with_a_broken_indptr_is_one_line_not_a_segfault(tmp_path):
              adj_shape=np.array(adj.shape))
     proc = train("--dataset", f"npz:{p}", "--grid", "1x1x1", "--layers", "2", "--stats-only",
                  launcher=("plexus-partition",), timeout=120)
-    assert_one_error_line(proc, "plexus-partition", "adj_* indptr")
+    assert_one_line(proc, "adj_* indptr", prog="plexus-partition")
 
 
+@pytest.mark.slow
 def test_swapped_shard_files_end_the_job_with_one_line(tmp_path):
     store = tmp_path / "s"
     fuzz.write_store(store)
@@ -133,13 +128,13 @@ def test_swapped_shard_files_end_the_job_with_one_line(tmp_path):
     b.write_bytes(a_bytes)
     fuzz.rehash(store)
     proc = train("--shards", str(store), "--epochs", "1", timeout=300)
-    assert_one_error_line(proc, "plexus-train", "holds the shard of rank", "swapped")
+    assert_one_line(proc, "holds the shard of rank", "swapped", prog="plexus-train")
     assert "Traceback" not in proc.stderr
 
 
 def test_an_empty_dataset_spec_is_refused():
     proc = train("--dataset", "", "--grid", "1x1x1", "--epochs", "1", timeout=120)
-    assert_one_error_line(proc, "plexus-train", "--dataset is empty")
+    assert_one_line(proc, "--dataset is empty", prog="plexus-train")
 
 
 def test_fuzz_cases_are_seeded(tmp_path):

@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from ogb.nodeproppred import Evaluator
 
 from cli_helpers import read_log, train
 from plexus.api import load_outputs
 from plexus.datasets.ogb_loader import load_ogb
 from plexus.datasets.standin import write_papers100m_standin
+
+pytestmark = pytest.mark.slow  # worlds or end-to-end runs: left out of the fast subset
 
 
 def test_papers100m_standin_converts_partitions_trains_and_evaluates(tmp_path):

@@ -8,11 +8,14 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
+
+import pytest
 
 from cli_helpers import cli_env
+from helpers import REPO
 
-REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # worlds or end-to-end runs: left out of the fast subset
+
 OUT = "api-docs/"
 
 

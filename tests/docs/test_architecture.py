@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import REPO
 # the folder tree is the package tree: every module lives where its dotted name says
 SOURCES = {"plexus": REPO / "plexus"}
 
@@ -113,7 +113,7 @@ def test_no_private_names_across_modules(name):
 
 def test_tests_never_import_benchmark_scripts():
     bad = []
-    for path in (REPO / "tests").glob("*.py"):
+    for path in (REPO / "tests").rglob("*.py"):
         for target, _, line in imports(f"tests.{path.stem}", path):
             if target.split(".")[0] == "benchmarks":
                 bad.append(f"{path.name}:{line}")

@@ -11,10 +11,13 @@ import pytest
 import torch
 
 from cli_helpers import cli_env
+from helpers import REPO, assert_one_line
 from plexus.api import RECIPES, RecipeError
 from plexus.datasets import load_dataset
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+pytestmark = pytest.mark.slow  # worlds or end-to-end runs: left out of the fast subset
+
+EXAMPLES = REPO / "examples"
 
 
 def run(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -88,9 +91,9 @@ def test_examples_report_bad_input_in_one_line(tmp_path):
     message lists every file the loader will ask for, the release marker included."""
     proc = run(str(EXAMPLES / "ogbn_arxiv.py"), "--root", str(tmp_path), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("ogbn_arxiv.py: error: ")
+    assert_one_line(proc.stderr, prog="ogbn_arxiv.py")
     assert "ogbn_arxiv: OGB dataset directory not found; expected it to hold RELEASE_v1.txt, " \
         "raw/edge.csv.gz" in proc.stderr
     proc = run(str(EXAMPLES / "custom_loop.py"), "--grid", "3x3", cwd=tmp_path)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert_one_line(proc)
     assert proc.stderr.startswith("custom_loop.py: error: bad grid '3x3'"), proc.stderr

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import REPO
 README = REPO / "README.md"
 
 # Run in this order (later ones use what earlier ones wrote), each within its time limit.
@@ -48,23 +48,25 @@ CHEAP = [
 # Not run here, and why.
 EXPENSIVE = {
     "./run python -m plexus.datasets.proteins_standin proteins-standin --nodes 2000":
-        "tests/test_proteins.py writes stand-ins with the same function and checks their layout",
+        "tests/datasets/test_proteins.py writes stand-ins with the same function and checks their "
+        "layout",
     "./run train --dataset ogbn-proteins --root proteins-standin --recipe ogbn-proteins-gcn "
-    "--grid 1x1x2 --epochs 10": "about 25 s; tests/test_proteins.py trains plexus-train on a "
-                                "stand-in through to OGB's Evaluator",
+    "--grid 1x1x2 --epochs 10": "about 25 s; tests/datasets/test_proteins.py trains plexus-train "
+                                "on a stand-in through to OGB's Evaluator",
     "./run test": "the whole suite, this test among it",
-    "./run train --grid 2x2x2": "8 ranks x 200 epochs; tests/test_train_cli.py runs this job",
+    './run test -m "not slow"': "the suite's fast subset, this test's cheap checks among it",
+    "./run train --grid 2x2x2": "8 ranks x 200 epochs; tests/train/test_train_cli.py runs this job",
     "./run train --grid 1x1x1": "200 epochs (about a minute on 2 cores); the few-epoch 1x1x1 "
                                 "commands run here",
     "./run train --grid 2x2x4 --dataset ogbn-arxiv --root ~/data --layers 3 --hidden 128":
         "needs the ogbn-arxiv files and 16 ranks",
     "./run train --grid auto --world-size 8 --dataset rmat:scale=16":
-        "8 ranks on a 65k-node graph; --grid auto is tested on Cora in tests/test_ux.py",
+        "8 ranks on a 65k-node graph; --grid auto is tested on Cora in tests/train/test_ux.py",
     "./run train --grid 2x2x2 --checkpoint ck/ --log-json run.json": "8 ranks x 200 epochs",
     "./run train --grid 1x2x2 --checkpoint ck/ --resume --epochs 400":
         "needs the previous line's checkpoint; 4 ranks x 200 more epochs",
     "./run torchrun --nproc-per-node 4 -m plexus.train --grid 1x2x2 --dataset cora":
-        "4 ranks x 200 epochs; tests/test_train_cli.py runs torchrun",
+        "4 ranks x 200 epochs; tests/train/test_train_cli.py runs torchrun",
     './run torchrun --nnodes 4 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint '
     '"$HEAD:29500" -m plexus.train --grid 4x2x2 --dataset ogbn-products --root /data/ogb':
         "4 nodes and the ogbn-products files",
@@ -72,27 +74,28 @@ EXPENSIVE = {
     './run torchrun --nnodes 8 --nproc-per-node 16 --rdzv-backend c10d --rdzv-endpoint '
     '"$HEAD:29500" -m plexus.partitioners.cli --dataset ogbn-papers100M --root /shared/ogb '
     '--grid 8x8x4 --layers 3 --out /shared/stores/papers-8x8x4':
-        "128 processes on 8 nodes and the ogbn-papers100M files; tests/test_stream_partition.py "
-        "runs two launcher ranks",
+        "128 processes on 8 nodes and the ogbn-papers100M files; "
+        "tests/partitioners/test_stream_partition.py runs two launcher ranks",
     "./run plexus-model --world-size 64 --dataset ogbn-products --root /data/ogb --layers 3 "
     "--hidden 128": "needs the ogbn-products files",
     "./run plexus-sweep --dataset rmat:scale=15,edge_factor=16,features=128,classes=16 "
     "--world-sizes 1,2,4 --grids all,auto --epochs 6 --repeats 2 --hidden 128 --out study/":
-        "a 24-run sweep; tests/test_studies.py runs a small one",
+        "a 24-run sweep; tests/studies/test_studies.py runs a small one",
     "./run plexus-sweep --dataset rmat:scale=15,edge_factor=16,features=128,classes=16 "
     "--world-sizes 1,2,4 --grids auto --weak --epochs 6 --repeats 2 --hidden 128 --out study/":
-        "a weak-scaling sweep; tests/test_studies.py runs one under torchrun",
-    "./run plexus-report study/": "needs a sweep's logs; tests/test_studies.py reports one",
+        "a weak-scaling sweep; tests/studies/test_studies.py runs one under torchrun",
+    "./run plexus-report study/": "needs a sweep's logs; tests/studies/test_studies.py reports one",
     "./run plexus-sweep --dataset ogbn-products --root /data/ogb --world-sizes 4,8,16,32 "
     "--grids auto,all --epochs 20 --repeats 3 --layers 3 --hidden 128 --out study/ --launcher "
     "slurm --tasks-per-node 4 --gpus-per-node 4 --time 00:30:00 --partition gpu --setup "
     "'module load cuda'": "needs the ogbn-products files (it only writes SLURM scripts); "
-                          "tests/test_studies.py writes and checks such scripts",
+                          "tests/studies/test_studies.py writes and checks such scripts",
     "bash study/slurm/submit.sh": "needs SLURM (sbatch)",
     "./run plexus-bench check --world-size 2":
-        "two worlds of the engine's checks; tests/test_bench_check.py runs this very check",
+        "two worlds of the engine's checks; tests/bench/test_bench_check.py runs this very check",
     "./run python docs/api.py api-docs/":
-        "the API reference; tests/test_apidocs.py runs this very command into a temporary folder",
+        "the API reference; tests/docs/test_apidocs.py runs this very command into a temporary "
+        "folder",
 }
 
 # "Install into your own environment": commands for a user's own environment, not ./run's (so
@@ -104,8 +107,8 @@ OWN_ENVIRONMENT = {
     "pip install .": "would install into the test environment",
     'pip install ".[test]"': "would install into the test environment",
     "plexus-train --grid 1x1x1 --epochs 2": "needs the installed package's scripts on PATH; "
-                                            "tests/test_wheel.py runs it from a wheel installed "
-                                            "in a fresh virtual environment",
+                                            "tests/docs/test_wheel.py runs it from a wheel "
+                                            "installed in a fresh virtual environment",
 }
 EXPENSIVE.update(OWN_ENVIRONMENT)
 
@@ -172,6 +175,7 @@ def fresh_env() -> dict[str, str]:
     return {**keep, "PATH": os.pathsep.join(path)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", CHEAP)
 def test_readme_command_runs_as_written(command, sandbox):
     written = next(line for line, key in COMMANDS if key == command)
@@ -189,6 +193,7 @@ def test_readme_command_runs_as_written(command, sandbox):
             "tensorboard package is not installed" in proc.stderr
 
 
+@pytest.mark.slow
 def test_bare_console_script_needs_the_venv_on_path(sandbox):
     # what the README warns about: without ./run (or an activated venv) the name is unknown
     if shutil.which("plexus-train", path=fresh_env()["PATH"]):
@@ -238,8 +243,8 @@ def test_headline_check_fails_when_the_readme_differs(tmp_path):
 
 
 def test_benchmark_readme_commands_name_real_scripts_and_options():
-    # too long to run here (minutes each; tests/test_benchmarks_smoke.py runs every script with
-    # --smoke): check that each script exists and takes every option the command gives it
+    # too long to run here (minutes each; tests/bench/test_benchmarks_smoke.py runs every script
+    # with --smoke): check that each script exists and takes every option the command gives it
     text = (REPO / "benchmarks" / "README.md").read_text(encoding="utf-8")
     lines = [line for _, line in readme_commands(text)]
     assert len(lines) >= 5

@@ -17,7 +17,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+import pytest
+
+from helpers import REPO
+
+pytestmark = pytest.mark.slow  # worlds or end-to-end runs: left out of the fast subset
 # what the build reads (setuptools writes build/ and *.egg-info next to it: a copy keeps the
 # checkout clean)
 SOURCES = ("pyproject.toml", "README.md", "plexus")

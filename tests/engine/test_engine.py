@@ -13,6 +13,8 @@ import pytest
 from engine_checks import MODEL_CHECKS, OPCOUNT_CHECKS, OPCOUNT_GRIDS, run_all_checks
 from plexus.testing.localworld import run_world
 
+pytestmark = pytest.mark.slow  # worlds or end-to-end runs: left out of the fast subset
+
 GRIDS = {1: [(1, 1, 1)], 2: [(2, 1, 1), (1, 2, 1), (1, 1, 2)], 3: [(1, 3, 1)],
          4: [(2, 2, 1), (2, 1, 2), (1, 2, 2)], 6: [(3, 1, 2)], 8: [(2, 2, 2)], 16: [(2, 2, 4)]}
 MODEL_GRIDS = {(1, 1, 1), (2, 1, 1), (1, 3, 1), (2, 2, 2), (2, 2, 4)}

@@ -7,7 +7,7 @@
   undirected graphs, 1 and 4 ranks), and a step holds fewer tensor bytes at its peak.
 
 One world per world size runs every check of that size (worlds are slow to start), as in
-tests/test_engine.py.
+tests/engine/test_engine.py.
 """
 
 from __future__ import annotations
@@ -190,12 +190,14 @@ def _failures(size: int, key: str) -> list[str]:
     return [f"rank {r}: {m}" for r, res in enumerate(world(size)) for m in res[key]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [1, 2])
 def test_low_precision_logits_are_close_and_gradients_float32(size):
     fails = _failures(size, "precision")
     assert not fails, "\n".join(fails[:20])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [1, 4])
 def test_recompute_equals_keeping_activations(size):
     fails = _failures(size, "recompute")

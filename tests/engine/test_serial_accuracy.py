@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import statistics
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import pytest
+
+from helpers import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 from cora_accuracy import run_seeds  # noqa: E402
 
 
+@pytest.mark.slow
 def test_cora_mean_test_accuracy_over_3_seeds(capsys):
     # 3 seeds keep the suite short (10 seeds: `benchmarks/cora_accuracy.py`, 0.8167 in CI)
     runs = run_seeds(3)

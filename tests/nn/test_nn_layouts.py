@@ -9,16 +9,15 @@ then its own test."""
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from cli_helpers import cli_env
+from helpers import REPO, assert_one_line
 from nn_layers import EDGE_LAYERS, MISTAKES, rank_checks
 from plexus.nn.check import compare
 from plexus.testing.localworld import run_world
 
-REPO = Path(__file__).resolve().parent.parent
 WORLDS = {1: [(1, 1, 1)], 4: [(2, 1, 2), (1, 2, 2)]}
 GRIDS = [d for ds in WORLDS.values() for d in ds]
 GRAPHS = ("undirected", "directed")
@@ -39,6 +38,7 @@ def _check(dims, key) -> None:
     assert fails == [], "\n".join(fails[:10])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dims", GRIDS, ids=lambda d: "x".join(map(str, d)))
 @pytest.mark.parametrize("graph", GRAPHS)
 @pytest.mark.parametrize("mistake", sorted(MISTAKES))
@@ -92,5 +92,4 @@ def test_bench_check_layer_bad_spec_is_one_line(spec):
     proc = subprocess.run(["plexus-bench", "check", "--layer", spec], env=cli_env(),
                           capture_output=True, text=True, timeout=120, cwd=REPO / "tests")
     assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "--layer" in lines[0] and spec in lines[0], proc.stderr
+    assert_one_line(proc.stderr, "--layer", spec)

@@ -14,16 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import assert_one_line
 from plexus.api.outputs import MARKER, OutputsError, check_outputs_target, publish_outputs
 
 TINY = ["--dataset", "rmat:scale=6,edge_factor=4,features=8,classes=3"]
-
-
-def one_line(err: str, prog: str, *needles: str) -> str:
-    assert err.count("\n") == 1 and err.startswith(f"{prog}: error: "), err[-3000:]
-    for needle in needles:
-        assert needle in err, err
-    return err
 
 
 # ---- 1: an outputs directory is known by what Plexus writes, never by a file name ------------
@@ -44,8 +38,8 @@ def test_a_users_directory_with_an_outputs_json_is_never_replaced(tmp_path, caps
     (res / MARKER).write_text('{"mine": 1}\n')
     (res / "thesis.tex").write_text("x")
     assert main(["--grid", "1x1x1", *TINY, "--save-predictions", str(res)]) == 2
-    one_line(capsys.readouterr().err, "plexus-train", f"--save-predictions {res}",
-             "refusing to replace it")
+    assert_one_line(capsys.readouterr().err, f"--save-predictions {res}", "refusing to replace it",
+                    prog="plexus-train")
     assert (res / "thesis.tex").read_text() == "x"
 
 
@@ -132,7 +126,7 @@ def test_a_planted_work_directory_is_refused_and_left_alone(kind, tmp_path, monk
     monkeypatch.setattr(pipeline, "config_key", lambda config: KEY)
     with pytest.raises(PartitionError, match="refusing to use it") as e:
         partition_to_store("rmat:scale=5,edge_factor=4,features=4,classes=2", out, "1x1x1", 2)
-    assert "\n" not in str(e.value) and str(work) in str(e.value)
+    assert_one_line(e, str(work))
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing added, nothing removed
     assert sorted(os.listdir(victim)) == ["keep"] and (victim / "keep").read_text() == "mine"
 
@@ -181,7 +175,8 @@ def test_a_graph_dir_holding_another_dataset_is_refused(tmp_path):
     with pytest.raises(DatasetError, match="holds a graph converted from rmat:scale=5") as e:
         partition_to_store("rmat:scale=6,edge_factor=4,features=4,classes=2",
                            tmp_path / "b", "1x1x1", 2, graph_dir=graph_dir)
-    assert "\n" not in str(e.value) and not (tmp_path / "b").exists()
+    assert_one_line(e)
+    assert not (tmp_path / "b").exists()
     again = partition_to_store("rmat:scale=5,edge_factor=4,features=4,classes=2",
                                tmp_path / "c", "1x1x1", 2, graph_dir=graph_dir)
     assert again["graph_sha256"] == first["graph_sha256"]  # the same source: reused
@@ -198,7 +193,8 @@ def test_a_second_partition_on_one_out_is_refused_while_the_first_writes(tmp_pat
         with pytest.raises(ShardStoreError, match="another partitioner is writing") as e:
             partition_to_store("rmat:scale=5,edge_factor=4,features=4,classes=2", out,
                                "1x1x1", 2)
-        assert "\n" not in str(e.value) and not out.exists()
+        assert_one_line(e)
+        assert not out.exists()
     finally:
         first.release()
     partition_to_store("rmat:scale=5,edge_factor=4,features=4,classes=2", out, "1x1x1", 2)
@@ -222,7 +218,7 @@ def test_a_store_written_while_a_run_started_is_not_replaced(tmp_path, capsys, m
     code = cli.main(["--dataset", "rmat:scale=6,edge_factor=4,features=4,classes=2",
                      "--grid", "1x1x1", "--layers", "2", "--out", str(out)])
     assert code == 2
-    one_line(capsys.readouterr().err, "plexus-partition", "refusing to replace it")
+    assert_one_line(capsys.readouterr().err, "refusing to replace it", prog="plexus-partition")
     assert read_manifest(out)["num_nodes"] == 32
 
 
@@ -325,7 +321,7 @@ def test_an_edited_marker_is_one_line_naming_it_and_a_rerun_works(kind, tmp_path
     marker = _edit_marker(kind, work)
     with pytest.raises(DatasetError) as e:
         partition_to_store(spec, tmp_path / "s", "2x1x1", 2, **run)
-    assert "\n" not in str(e.value) and str(marker) in str(e.value)
+    assert_one_line(e, str(marker))
     assert not work.exists() and not (tmp_path / "s").exists()
     partition_to_store(spec, tmp_path / "s", "2x1x1", 2, **run)  # starts again, cleanly
     assert read_manifest(tmp_path / "s")["num_nodes"] == 64
@@ -348,7 +344,7 @@ def test_a_finished_rank_file_damaged_before_the_manifest_is_refused(damage, tmp
         files[1].write_bytes(a)
     with pytest.raises(DatasetError, match="changed since its phase finished") as e:
         partition_to_store(spec, tmp_path / "s", "2x1x1", 2, **run)
-    assert "\n" not in str(e.value) and str(files[0]) in str(e.value)
+    assert_one_line(e, str(files[0]))
     assert not work.exists() and not (tmp_path / "s").exists()
 
 
@@ -370,7 +366,8 @@ def test_scratch_changed_after_its_phase_is_refused_on_resume(damage, tmp_path, 
         files[0].write_bytes(a[:-1] + bytes([a[-1] ^ 1]))
     with pytest.raises(DatasetError, match="changed since its phase finished") as e:
         partition_to_store(spec, tmp_path / "s", "2x1x1", 2, **run)
-    assert "\n" not in str(e.value) and not work.exists()
+    assert_one_line(e)
+    assert not work.exists()
 
 
 def test_a_file_planted_beside_the_rank_files_never_joins_the_store(tmp_path, monkeypatch):
@@ -447,7 +444,8 @@ def test_a_full_disk_is_one_line_naming_the_path_and_leaves_no_temporary_work(tm
     code = cli.main(["--dataset", "cora", "--grid", "1x1x1", "--layers", "2",
                      "--out", str(disk / "store")])
     assert code == 2
-    err = one_line(capsys.readouterr().err, "plexus-partition", "no space left on device")
+    err = assert_one_line(capsys.readouterr().err, "no space left on device",
+                          prog="plexus-partition")
     assert str(disk) in err
     assert os.listdir(disk) == []  # a graph held in memory: its temporary work is gone
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import assert_one_line
 from plexus.core.grid import GridShape
 from plexus.datasets.graph import gcn_normalize
 from plexus.partitioners import (RankShard, ShardStoreError, make_permutation, read_manifest,
@@ -125,7 +126,7 @@ def test_reading_for_another_configuration_fails(written, change, needle):
     args.update(change)
     with pytest.raises(ShardStoreError, match="manifest.json") as err:
         read_shard(written, args.pop("rank"), **args)
-    assert needle in str(err.value) and "\n" not in str(err.value)
+    assert_one_line(err, needle)
 
 
 def test_a_rank_number_alone_reads_its_shard(written):
@@ -252,7 +253,7 @@ def test_manifest_fields_of_the_wrong_type_or_nesting_are_rejected(written, tmp_
         (bad / store.MANIFEST).write_text(json.dumps(m))
         with pytest.raises(ShardStoreError, match="the manifest is damaged") as e:
             read_rank0(bad)
-        assert "\n" not in str(e.value)
+        assert_one_line(e)
     m = json.loads(text)
     m["ranks"][0]["size"] = str(m["ranks"][0]["size"])
     (bad / store.MANIFEST).write_text(json.dumps(m))
@@ -388,7 +389,7 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, fake_dataset, arg
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith("plexus-partition: error: ") and needle in captured.err
-    assert captured.err.count("\n") == 1
+    assert_one_line(captured.err)
     assert list(tmp_path.iterdir()) == []  # nothing half-written
 
 
@@ -399,7 +400,7 @@ def test_cli_refuses_a_non_store_out_dir(tmp_path, capsys, fake_dataset):
     argv = ["--dataset", "cora", "--grid", "2x1x1", "--layers", "2", "--out", str(other)]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
-    assert "not a shard store" in err and err.count("\n") == 1
+    assert_one_line(err, "not a shard store")
     assert [p.name for p in other.iterdir()] == ["keep.txt"]
 
 
@@ -411,7 +412,7 @@ def test_cli_unknown_dataset(tmp_path, capsys):
             "--out", str(tmp_path / "s")]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("plexus-partition: error: ") and err.count("\n") == 1
+    assert_one_line(err, prog="plexus-partition")
     assert list(tmp_path.iterdir()) == []
 
 

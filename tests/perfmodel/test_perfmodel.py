@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from helpers import REPO, assert_one_line
 from plexus.perfmodel import (OPS, Calibration, ModelSpec, choose_grid, choose_orders,
                               epoch_compute, epoch_memory, epoch_volume, factorizations,
                               load_calibration, predict, rank_configs)
@@ -390,7 +391,7 @@ def test_cli_dataset(capsys):
 def test_cli_bad_input(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("plexus-model: error: ") and err.count("\n") == 1
+    assert_one_line(err, prog="plexus-model")
 
 
 def test_cli_as_module():
@@ -433,9 +434,7 @@ def test_bench_calibrate_quick_without_collectives(tmp_path, capsys):
 
 
 def test_comm_volume_benchmark_runs(tmp_path):
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "comm_volume.py"
+    script = REPO / "benchmarks" / "comm_volume.py"
     out = tmp_path / "cv.csv"
     proc = subprocess.run([sys.executable, str(script), "--out", str(out), "--no-plot",
                            "--world-sizes", "16,64"], capture_output=True, text=True, timeout=300)

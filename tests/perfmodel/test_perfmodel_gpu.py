@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from helpers import assert_one_line
 from plexus.core.grid import GridShape
 from plexus.core.ops.base import FUSED_DROPOUT_PASSES
 from plexus.datasets.ogb_loader import OGB_NAMES
@@ -115,7 +116,7 @@ def test_bad_calibration_file_refused(tmp_path, capsys, change, named):
     assert model_main(["-G", "8", "--nodes", "100", "--nnz", "1000", "--features", "8",
                        "--classes", "2", "--calibration", str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "plexus-model: error:" in err and named.split()[0] in err
+    assert_one_line(err, "plexus-model: error:", named.split()[0])
 
 
 def test_placement_across_nodes_needs_the_inter_class(tmp_path, capsys):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import assert_one_line
 from plexus.core.grid import GridShape
 from plexus.studies.plan import (PlanError, SweepRequest, plan_runs, slug, weak_dataset)
 from plexus.studies.plots import FIGURES
@@ -56,6 +57,7 @@ def study(tmp_path_factory) -> dict:
             "rows": read_csv(out / "report" / "runs.csv")}
 
 
+@pytest.mark.slow
 def test_local_sweep_runs_every_grid_once(study):
     runs = study["manifest"]["runs"]
     strong = {r["grid"]: r for r in runs.values() if "strong" in r["studies"]}
@@ -66,6 +68,7 @@ def test_local_sweep_runs_every_grid_once(study):
     assert "4 run(s) done, 0 already complete" in study["first"].stdout
 
 
+@pytest.mark.slow
 def test_second_invocation_skips_completed_runs(study):
     assert study["second"].returncode == 0
     assert "0 run(s) done, 4 already complete (skipped)" in study["second"].stdout
@@ -75,6 +78,7 @@ def test_second_invocation_skips_completed_runs(study):
     assert all(runs.joinpath(n).stat().st_mtime_ns == t for n, t in study["mtimes"].items())
 
 
+@pytest.mark.slow
 def test_weak_series_runs_under_torchrun(study):
     runs = study["manifest"]["runs"]
     weak = [r for r in runs.values() if "weak" in r["studies"]]
@@ -87,6 +91,7 @@ def test_weak_series_runs_under_torchrun(study):
     assert study["manifest"]["weak_series"][0]["datasets"] == {"1": SPEC, "2": g2["dataset"]}
 
 
+@pytest.mark.slow
 def test_log_records_where_and_what_it_ran(study):
     from plexus.datasets import gcn_nnz, load_dataset
 
@@ -100,6 +105,7 @@ def test_log_records_where_and_what_it_ran(study):
                                 "features": graph.num_features, "classes": graph.num_classes}
 
 
+@pytest.mark.slow
 def test_report_csv_has_a_row_per_run(study):
     rows = study["rows"]
     assert len(rows) == 5 and len({r["run_id"] for r in rows}) == 5
@@ -138,6 +144,7 @@ def test_report_csv_has_a_row_per_run(study):
         study["report"].stdout
 
 
+@pytest.mark.slow
 def test_report_writes_every_figure(study):
     for name in FIGURES:
         path = study["out"] / "report" / name
@@ -151,6 +158,7 @@ def write_stub(folder: Path, name: str, body: str) -> None:
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
 
 
+@pytest.mark.slow
 def test_slurm_scripts(study, tmp_path):
     out = study["out"]
     # a new grid and the old ones: scripts only for what is not complete
@@ -215,13 +223,14 @@ def test_slurm_job_array(tmp_path):
     assert {r["state"] for r in manifest["runs"].values()} == {"script written"}
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, study):
     out = tmp_path / "nothing"
     for args in (["--grids", "2x2"], ["--grids", "auto"], ["--world-sizes", "2,x"],
                  ["--weak", "--world-sizes", "1,3"], ["--epochs", "0", "--world-sizes", "1"]):
         res = cli("sweep", "--dataset", SPEC, *args, "--out", str(out))
         assert res.returncode == 2, args
-        assert res.stderr.startswith("plexus-sweep: error: ") and res.stderr.count("\n") == 1
+        assert_one_line(res.stderr, prog="plexus-sweep")
         assert not out.exists()
     # a folder holding runs of another model is refused
     res = cli("sweep", "--dataset", SPEC, "--grids", "1x1x1", "--epochs", "3", "--hidden", "32",
@@ -270,6 +279,7 @@ def test_sweep_calibrates_each_world_it_runs_up_to_the_cap(tmp_path, monkeypatch
     assert len(asked) == 1
 
 
+@pytest.mark.slow
 def test_report_reads_measured_memory_when_the_log_has_it(study, tmp_path):
     # the memory record agreed with the memory issue: per-rank lists and the prediction
     from plexus.perfmodel import Calibration
@@ -293,6 +303,7 @@ def test_report_reads_measured_memory_when_the_log_has_it(study, tmp_path):
     assert r["studies"] == "strong"  # no manifest: every log counts as a strong-scaling run
 
 
+@pytest.mark.slow
 def test_a_failed_run_is_reported_and_retried(tmp_path):
     out = tmp_path / "failing"
     args = ["--dataset", SPEC, "--grids", "1x1x1", *COMMON, "--out", str(out),
@@ -308,6 +319,7 @@ def test_a_failed_run_is_reported_and_retried(tmp_path):
     assert again.returncode == 1 and "0 already complete" in again.stdout
 
 
+@pytest.mark.slow
 def test_report_flags_a_repeat_spread_and_draws_only_what_it_has(study, tmp_path, monkeypatch,
                                                                   capsys):
     """Two repeats of 1x1x1 ten times apart: flagged in the CSV, on stderr and in the figure;
@@ -351,6 +363,7 @@ def test_report_flags_a_repeat_spread_and_draws_only_what_it_has(study, tmp_path
     assert all(r["calibration"].startswith(str(calibration)) for r in rows)
 
 
+@pytest.mark.slow
 def test_sweep_gives_every_grid_the_same_threads_per_rank(study):
     """Issue 39: 1x1x1 used to run with every core's thread and the other grids with a share,
     so the speed-ups compared threads as well as ranks."""
@@ -359,6 +372,7 @@ def test_sweep_gives_every_grid_the_same_threads_per_rank(study):
     assert {r["threads_per_rank"] for r in study["rows"]} == {"1"}  # local and torchrun alike
 
 
+@pytest.mark.slow
 def test_report_warns_of_threads_and_superlinear_speedups_and_states_one_set_of_statistics(
         study, tmp_path, monkeypatch, capsys):
     """Two repeats of 1x1x1 ten times slower (one of them with 2 threads per rank) beside 1x2x1:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import cli_env, session_processes, wait_for_epoch
+from helpers import REPO, assert_one_line
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 
@@ -67,6 +68,7 @@ def _leftovers(tmpdir: Path) -> list[str]:
 
 
 # ---- item 4: --timeout reaches every process group, and the stuck rank is named --------------
+@pytest.mark.slow
 @pytest.mark.parametrize("grid", ["2x2x1", "2x2x2"])
 def test_a_hung_rank_ends_a_job_with_two_or_three_cut_axes_naming_it(grid, tmp_path):
     proc = _start(tmp_path / "tmp", "--grid", grid, "--epochs", "100000", "--eval-every", "0",
@@ -83,12 +85,14 @@ def test_a_hung_rank_ends_a_job_with_two_or_three_cut_axes_naming_it(grid, tmp_p
     finally:
         _kill_session(proc)
     assert code == 1 and took < 60, (code, took)
-    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert_one_line(err)
+    assert "Traceback" not in err
     assert "waited longer than --timeout 8 s" in err, err
     assert "rank 1 is the stuck one" in err, err
 
 
 # ---- item 5: SIGKILL of the launcher ends the job and leaves nothing --------------------------
+@pytest.mark.slow
 def test_sigkill_of_the_launcher_ends_every_process_and_leaves_no_file(tmp_path):
     ck = tmp_path / "ck"
     tmpdir = tmp_path / "tmp"
@@ -118,6 +122,7 @@ def test_sigkill_of_the_launcher_ends_every_process_and_leaves_no_file(tmp_path)
 
 
 # ---- item 6: no pytorch-errorfile after a worker raised ---------------------------------------
+@pytest.mark.slow
 def test_a_raising_worker_leaves_no_error_file(tmp_path):
     tmpdir = tmp_path / "tmp"
     proc = _start(tmpdir, "--grid", "2x1x1", "--epochs", "100000", "--eval-every", "0",
@@ -138,7 +143,7 @@ def _node(path: Path) -> tuple:
 
 
 def _one_error_line(err: str, needle: str) -> None:
-    assert err.count("\n") == 1 and err.startswith("plexus-train: error: "), err
+    assert_one_line(err, prog="plexus-train")
     assert needle in err, err
 
 
@@ -228,6 +233,7 @@ def test_the_atomic_writer_refuses_non_regular_targets_and_follows_links_to_file
 
 
 # ---- item 8: two runs on one checkpoint directory ---------------------------------------------
+@pytest.mark.slow
 def test_a_second_run_on_a_checkpoint_directory_in_use_is_refused(tmp_path):
     from cli_helpers import train
 
@@ -274,6 +280,7 @@ def test_out_of_range_timeout_and_seed_are_one_line(args, needle, capsys):
     _one_error_line(capsys.readouterr().err, needle)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("grid", ["1x1x1", "1x2x1"])
 @pytest.mark.parametrize("stdout", ["closed", "full"])
 def test_a_closed_or_full_stdout_does_not_end_the_run(grid, stdout, tmp_path):
@@ -377,6 +384,7 @@ BAD_CHECKPOINTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BAD_CHECKPOINTS))
 def test_a_malformed_checkpoint_is_one_line_and_status_2(good_checkpoint, case, tmp_path,
                                                          capsys):
@@ -393,6 +401,7 @@ def test_a_malformed_checkpoint_is_one_line_and_status_2(good_checkpoint, case, 
     _one_error_line(capsys.readouterr().err, needle)
 
 
+@pytest.mark.slow
 def test_a_resumed_state_that_diverges_at_once_is_not_called_good(good_checkpoint, tmp_path,
                                                                   capsys):
     import torch
@@ -406,7 +415,7 @@ def test_a_resumed_state_that_diverges_at_once_is_not_called_good(good_checkpoin
     assert main(["--grid", "1x1x1", "--epochs", "4", "--quiet", "--checkpoint", str(ck),
                  "--resume"]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "at epoch 3; stopped" in err, err
+    assert_one_line(err, "at epoch 3; stopped")
     assert "last good checkpoint" not in err and "no good checkpoint to resume from" in err
 
 
@@ -426,11 +435,12 @@ def test_parameter_shapes_are_those_the_model_saves(tmp_path):
 
 
 # ---- the fuzz suite (seeded, bounded; `benchmarks/fuzz_app.py --cases N` runs more) ------------
+@pytest.mark.slow
 def test_fuzzed_checkpoints_and_output_targets_end_in_status_0_or_one_line(tmp_path):
     import json
     import sys
 
-    script = Path(__file__).resolve().parent.parent / "benchmarks" / "fuzz_app.py"
+    script = REPO / "benchmarks" / "fuzz_app.py"
     proc = subprocess.run([sys.executable, str(script), "--smoke", "--seed", "0", "--out",
                            str(tmp_path)], env=cli_env(), capture_output=True, text=True,
                           timeout=600)

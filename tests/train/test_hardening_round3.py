@@ -27,17 +27,10 @@ import scipy.sparse as sp
 
 from cli_helpers import (cli_env, job_workers, read_log, session_processes, train,
                          wait_for_epoch)
+from helpers import REPO, assert_one_line
 
-REPO = Path(__file__).resolve().parent.parent
 SMALL = ["--grid", "1x1x1", "--quiet", "--eval-every", "0"]
 TINY = ["--dataset", "rmat:scale=6,edge_factor=4,features=8,classes=3"]  # trains in ms
-
-
-def one_line(err: str, prog: str = "plexus-train", *needles: str) -> str:
-    assert err.count("\n") == 1 and err.startswith(f"{prog}: error: "), err[-3000:]
-    for needle in needles:
-        assert needle in err, err
-    return err
 
 
 def run_main(args: list[str], capsys) -> tuple[int, str]:
@@ -106,7 +99,7 @@ def test_api_inputs_are_refused_in_one_line(edit, needle):
 
     with pytest.raises(DatasetError, match=re.escape(needle)) as caught:
         _graph(**edit)
-    assert "\n" not in str(caught.value)
+    assert_one_line(caught)
 
 
 def test_api_inputs_that_mean_what_they_say_are_taken():
@@ -198,7 +191,7 @@ def test_two_outputs_on_one_file_are_one_line_before_anything_runs(case, tmp_pat
     before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
     code, err = run_main([*SMALL, "--epochs", "1", *args], capsys)
     assert code == 2
-    one_line(err, "plexus-train", needle)
+    assert_one_line(err, needle, prog="plexus-train")
     assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before  # nothing made
 
 
@@ -209,7 +202,7 @@ def test_two_outputs_on_one_file_are_one_line_before_anything_runs(case, tmp_pat
 def test_float_options_out_of_range_are_one_line(args, needle, capsys):
     code, err = run_main([*SMALL, "--epochs", "4", *args], capsys)
     assert code == 2
-    one_line(err, "plexus-train", needle)
+    assert_one_line(err, needle, prog="plexus-train")
 
 
 @pytest.mark.parametrize("prog, args", [
@@ -220,7 +213,7 @@ def test_a_huge_world_size_answers_at_once(prog, args):
     """(A subprocess: before the bound, both spent minutes factorizing the world size.)"""
     proc = train(*args, launcher=(prog,), timeout=60)
     assert proc.returncode == 2
-    one_line(proc.stderr, prog, "--world-size must be in [1, 1048576]")
+    assert_one_line(proc.stderr, "--world-size must be in [1, 1048576]", prog=prog)
 
 
 def test_a_non_finite_step_is_never_saved_and_the_last_good_checkpoint_is_finite(tmp_path,
@@ -235,8 +228,8 @@ def test_a_non_finite_step_is_never_saved_and_the_last_good_checkpoint_is_finite
     code, err = run_main([*SMALL, *TINY, "--epochs", "6", "--checkpoint", str(ck),
                           "--checkpoint-every", "1", "--inject-fault", "nan:0:3"], capsys)
     assert code == 1
-    one_line(err, "plexus-train", "the optimizer step of epoch 3", "W0",
-             f"last good checkpoint: {ck}/checkpoint.pt (epoch 2)")
+    assert_one_line(err, "the optimizer step of epoch 3", "W0",
+                    f"last good checkpoint: {ck}/checkpoint.pt (epoch 2)", prog="plexus-train")
     payload = ckpt.load_checkpoint(ck)
     assert ckpt.saved_epoch(payload) == 2
     ckpt.check_state(payload, ModelConfig())  # finite, every tensor
@@ -279,6 +272,7 @@ BAD_BUFFERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BAD_BUFFERS))
 def test_a_damaged_buffer_in_a_checkpoint_is_one_line(bn_checkpoint, case, tmp_path, capsys):
     import copy
@@ -294,9 +288,10 @@ def test_a_damaged_buffer_in_a_checkpoint_is_one_line(bn_checkpoint, case, tmp_p
     code, err = run_main([*SMALL, *TINY, "--epochs", "4", "--norm", "batch", "--checkpoint",
                           str(ck), "--resume"], capsys)
     assert code == 2
-    one_line(err, "plexus-train", needle)
+    assert_one_line(err, needle, prog="plexus-train")
 
 
+@pytest.mark.slow
 def test_expected_buffers_are_the_engines_own(bn_checkpoint):
     from plexus.engine.config import ModelConfig
     from plexus.train import checkpoint as ckpt
@@ -325,6 +320,7 @@ def _tensorboard_steps(logdir: Path) -> list[int]:
     return [e.step for e in acc.Scalars("loss/train")]
 
 
+@pytest.mark.slow
 def test_the_readme_requeue_recipe_keeps_every_log_whole(tmp_path):
     """The README's recipe, preempted by SIGKILL after epoch 3 (checkpoint at epoch 2) and run
     again: the JSON log, the CSV and TensorBoard hold epochs 1..6 once each."""
@@ -407,7 +403,7 @@ def test_sweep_never_writes_through_links_or_waits_on_fifos(planned, tmp_path, w
         target.symlink_to(victim)
     res = study("sweep", *SWEEP_LOCAL, "--out", str(out), timeout=60)
     assert res.returncode == 2
-    one_line(res.stderr, "plexus-sweep", needle)
+    assert_one_line(res.stderr, needle, prog="plexus-sweep")
     assert victim.read_text() == "keep me\n"
 
 
@@ -427,7 +423,7 @@ def test_a_hand_edited_manifest_is_one_line(planned, edit, needle):
                        ("report", [str(out)])):
         res = study(tool, *args)
         assert res.returncode == 2, (tool, res.stderr)
-        one_line(res.stderr, f"plexus-{tool}", needle)
+        assert_one_line(res.stderr, needle, prog=f"plexus-{tool}")
 
 
 def test_a_log_line_that_is_not_an_object_is_one_line(planned):
@@ -437,7 +433,7 @@ def test_a_log_line_that_is_not_an_object_is_one_line(planned):
     assert res.returncode == 0, res.stderr  # not a complete log: the run is still to do
     res = study("report", str(out))
     assert res.returncode == 2
-    one_line(res.stderr, "plexus-report", "line 1", "expected an object, got an array")
+    assert_one_line(res.stderr, "line 1", "expected an object, got an array", prog="plexus-report")
 
 
 @pytest.fixture(scope="module")
@@ -457,6 +453,7 @@ def _copy(finished, tmp_path) -> tuple[Path, Path]:
     return mine, mine / "runs" / f"{rid}.json"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what, needle", [
     ("a fifo", "is a FIFO"), ("a link to a fifo", "is a FIFO"),
     ("Infinity", "not valid JSON"), ("graph a string", "graph: expected an object"),
@@ -489,7 +486,7 @@ def test_report_inputs_and_targets_are_one_line(finished, tmp_path, what, needle
         (mine / "report").symlink_to(tmp_path / "elsewhere")
     res = study("report", str(mine), timeout=60)
     assert res.returncode == 2, res.stdout + res.stderr
-    one_line(res.stderr, "plexus-report", needle)
+    assert_one_line(res.stderr, needle, prog="plexus-report")
     assert not (tmp_path / "elsewhere").exists() or not any((tmp_path / "elsewhere").iterdir())
 
 
@@ -505,8 +502,8 @@ def test_a_second_sweep_on_one_folder_is_refused(planned):
     try:
         res = study("sweep", *SWEEP_LOCAL, "--launcher", "slurm", "--out", str(out))
         assert res.returncode == 2
-        one_line(res.stderr, "plexus-sweep", f"another plexus-sweep (pid {os.getpid()}) is "
-                 "running on this results folder")
+        assert_one_line(res.stderr, f"another plexus-sweep (pid {os.getpid()}) is "
+                        "running on this results folder", prog="plexus-sweep")
     finally:
         lock.release()
     res = study("sweep", *SWEEP_LOCAL, "--launcher", "slurm", "--out", str(out))
@@ -529,7 +526,7 @@ def test_the_lock_file_is_never_written_through_a_link_or_a_special_file(tmp_pat
         make()
         code, err = run_main([*SMALL, "--epochs", "1", "--checkpoint", str(ck)], capsys)
         assert code == 2, name
-        one_line(err, "plexus-train", str(lock), needle)
+        assert_one_line(err, str(lock), needle, prog="plexus-train")
         (lock.rmdir if lock.is_dir() and not lock.is_symlink() else lock.unlink)()
     assert victim.read_text() == "victim\n"
     assert not (ck / "checkpoint.pt").exists()
@@ -557,7 +554,8 @@ def test_an_output_error_is_one_line_and_leaves_the_previous_checkpoint(tmp_path
                      "--checkpoint-every", "1", "--resume", "--log-json", "log.json"], 2048,
                     tmp_path)
     assert proc.returncode == 1
-    one_line(proc.stderr, "plexus-train", "cannot write the checkpoint", "File too large")
+    assert_one_line(proc.stderr, "cannot write the checkpoint", "File too large",
+                    prog="plexus-train")
     assert (ck / "checkpoint.pt").read_bytes() == before
     assert ckpt.saved_epoch(ckpt.load_checkpoint(ck)) == 2
     assert sorted(p.name for p in ck.iterdir()) == ["checkpoint.lock", "checkpoint.pt"]
@@ -568,7 +566,7 @@ def test_csv_rows_are_never_cut_by_a_full_disk(tmp_path):
     proc = _limited([*SMALL, *TINY, "--epochs", "20", "--log-csv", "e.csv", "--log-json",
                      "e.json"], 500, tmp_path)
     assert proc.returncode == 1
-    one_line(proc.stderr, "plexus-train", "cannot write the", "File too large")
+    assert_one_line(proc.stderr, "cannot write the", "File too large", prog="plexus-train")
     text = (tmp_path / "e.csv").read_text()
     assert text.endswith("\n") and len(text.splitlines()) >= 2
     assert all(len(row.split(",")) == 7 for row in text.splitlines())
@@ -617,6 +615,7 @@ def test_a_full_tmpfs_is_one_line_naming_the_file(tmp_path, capsys):
 
 
 # ---- 9: SIGINT and scripts without a __main__ guard -------------------------------------------
+@pytest.mark.slow
 def test_sigint_to_one_worker_is_one_line_naming_it(tmp_path):
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
@@ -633,12 +632,14 @@ def test_sigint_to_one_worker_is_one_line_naming_it(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 1
-    one_line(err, "plexus-train", f"was killed by signal SIGINT (pid {worker})", "worker rank")
+    assert_one_line(err, f"was killed by signal SIGINT (pid {worker})", "worker rank",
+                    prog="plexus-train")
     time.sleep(1)
     assert not [p for p in session_processes(proc.pid) if p != proc.pid]
     assert [p.name for p in tmpdir.iterdir() if not p.name.startswith("torchinductor_")] == []
 
 
+@pytest.mark.slow
 def test_sigint_to_the_launcher_while_it_starts_is_one_line(tmp_path, delay=2.0):
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
@@ -656,7 +657,7 @@ def test_sigint_to_the_launcher_while_it_starts_is_one_line(tmp_path, delay=2.0)
     if proc.returncode == 0:
         pytest.skip("the run ended before the signal (a fast machine)")
     assert proc.returncode == 130, err
-    one_line(err, "plexus-train", "SIGINT")
+    assert_one_line(err, "SIGINT", prog="plexus-train")
     time.sleep(1)
     assert not session_processes(proc.pid)
     assert [p.name for p in tmpdir.iterdir() if not p.name.startswith("torchinductor_")] == []
@@ -671,7 +672,7 @@ def test_launch_in_a_script_without_a_main_guard_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, str(script)], env=dict(cli_env(), TMPDIR=str(tmpdir)),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and proc.stdout == ""
-    assert proc.stderr.count("\n") == 1 and f"{script}:6" in proc.stderr, proc.stderr
+    assert_one_line(proc.stderr, f"{script}:6")
     assert 'if __name__ == "__main__"' in proc.stderr
     assert list(tmpdir.iterdir()) == []
 
@@ -695,7 +696,7 @@ def test_a_malformed_calibration_is_one_line_not_the_defaults(content, needle, t
     cal = tmp_path / "cal.json"
     cal.write_text(content if isinstance(content, str) else json.dumps(content))
     assert model_main(["--world-size", "4", *SIZES, "--calibration", str(cal)]) == 2
-    one_line(capsys.readouterr().err, "plexus-model", needle)
+    assert_one_line(capsys.readouterr().err, needle, prog="plexus-model")
 
 
 def test_a_calibration_fifo_is_refused_not_waited_on(tmp_path):
@@ -703,7 +704,7 @@ def test_a_calibration_fifo_is_refused_not_waited_on(tmp_path):
     proc = train("--world-size", "4", *SIZES, "--calibration", str(tmp_path / "cal.json"),
                  launcher=("plexus-model",), timeout=60)
     assert proc.returncode == 2
-    one_line(proc.stderr, "plexus-model", "not a regular file")
+    assert_one_line(proc.stderr, "not a regular file", prog="plexus-model")
 
 
 def test_the_largest_world_size_is_ranked_at_once(capsys):
@@ -720,4 +721,4 @@ def test_changing_the_seed_on_resume_is_refused(tmp_path, capsys):
     code, err = run_main([*SMALL, *TINY, "--epochs", "2", "--checkpoint", str(ck), "--resume",
                           "--seed", "3"], capsys)
     assert code == 2
-    one_line(err, "plexus-train", "--seed 3 but", "trained with --seed 0")
+    assert_one_line(err, "--seed 3 but", "trained with --seed 0", prog="plexus-train")

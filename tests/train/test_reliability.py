@@ -18,6 +18,7 @@ import pytest
 
 from cli_helpers import (cli_env, job_workers, losses, read_log, session_processes, train,
                          wait_for_epoch)
+from helpers import assert_one_line
 from plexus.train import checkpoint as ckpt
 from plexus.api import memcheck
 from plexus.datasets import load_dataset
@@ -57,6 +58,7 @@ def _ends_within(proc: subprocess.Popen, seconds: float) -> tuple[int, str, floa
     return code, err, took
 
 
+@pytest.mark.slow
 def test_a_sigkilled_worker_ends_the_2x2x1_job_within_60s_and_the_run_resumes(tmp_path):
     ck = tmp_path / "ck"
     proc = _start("--grid", "2x2x1", "--epochs", "100000", "--eval-every", "0",
@@ -86,6 +88,7 @@ def test_a_sigkilled_worker_ends_the_2x2x1_job_within_60s_and_the_run_resumes(tm
                                rtol=0)
 
 
+@pytest.mark.slow
 def test_a_worker_raising_on_one_rank_ends_the_job_within_60s():
     proc = _start("--grid", "2x2x1", "--epochs", "100000", "--eval-every", "0",
                   "--inject-fault", "raise:2:3")
@@ -100,6 +103,7 @@ def test_a_worker_raising_on_one_rank_ends_the_job_within_60s():
     assert "fault injected on rank 2 after epoch 3" in err
 
 
+@pytest.mark.slow
 def test_a_stuck_rank_times_out_and_ends_the_job():
     proc = _start("--grid", "1x1x2", "--epochs", "100000", "--eval-every", "0", "--timeout", "8",
                   "--inject-fault", "hang:1:2")
@@ -127,12 +131,13 @@ def test_nan_loss_stops_the_run_naming_epoch_and_last_checkpoint(tmp_path, capsy
                  "--checkpoint", str(ck), "--checkpoint-every", "1", "--quiet"])
     err = capsys.readouterr().err
     assert code == 1
-    assert err.count("\n") == 1, err
+    assert_one_line(err)
     assert "loss is nan at epoch 2" in err
     assert f"last good checkpoint: {ck / 'checkpoint.pt'} (epoch 1)" in err
     assert ckpt.saved_epoch(ckpt.load_checkpoint(ck)) == 1  # the diverged state was not saved
 
 
+@pytest.mark.slow
 def test_nan_loss_stops_every_rank(tmp_path):
     proc = train("--grid", "1x2x1", "--epochs", "6", "--lr", "1000", "--dtype", "fp16",
                  "--quiet", "--log-json", str(tmp_path / "log.json"), timeout=300)
@@ -147,7 +152,7 @@ def test_memory_check_refuses_then_force_runs(monkeypatch, capsys):
     monkeypatch.setattr(memcheck, "host_available_bytes", lambda: 4096.0)
     assert main(["--grid", "1x1x1", "--epochs", "1", "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "predicted memory per rank on grid 1x1x1 is" in err, err
+    assert_one_line(err, "predicted memory per rank on grid 1x1x1 is")
     assert "4.0 KiB is available" in err and "--force" in err
     assert main(["--grid", "1x1x1", "--epochs", "1", "--quiet", "--force"]) == 0
 
@@ -208,7 +213,7 @@ def test_bad_dataset_files_exit_2(tmp_path, capsys, make, needle):
     spec = make(tmp_path / "g.npz")
     assert main(["--grid", "1x1x1", "--dataset", spec]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("plexus-train: error: ") and needle in err, err
+    assert_one_line(err, needle, prog="plexus-train")
 
 
 def test_a_shard_store_for_a_grid_too_big_for_the_graph_is_refused(tmp_path, capsys):
@@ -217,13 +222,13 @@ def test_a_shard_store_for_a_grid_too_big_for_the_graph_is_refused(tmp_path, cap
     assert partition(["--dataset", "cora", "--grid", "1x1x8", "--layers", "2", "--orders", "agg",
                       "--out", str(tmp_path / "refused")]) == 2
     err = capsys.readouterr().err
-    assert "axis z has 8 ranks but cuts the 7 classes" in err and err.count("\n") == 1, err
+    assert_one_line(err, "axis z has 8 ranks but cuts the 7 classes")
     assert not (tmp_path / "refused").exists()
     store = tmp_path / "store"  # cut through the API, which leaves the check to its users
     write_store(load_dataset("cora"), store, {"x": 1, "y": 1, "z": 8}, 2, "agg", "double", 0)
     assert main(["--shards", str(store)]) == 2
     err = capsys.readouterr().err
-    assert "axis z has 8 ranks but cuts the 7 classes" in err and err.count("\n") == 1, err
+    assert_one_line(err, "axis z has 8 ranks but cuts the 7 classes")
 
 
 @pytest.mark.parametrize("grid, order, needle", [
@@ -234,7 +239,7 @@ def test_a_shard_store_for_a_grid_too_big_for_the_graph_is_refused(tmp_path, cap
 def test_grid_axis_larger_than_what_it_cuts(grid, order, needle, capsys):
     assert main(["--grid", grid, *(["--order", order] if order else [])]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and needle in err, err
+    assert_one_line(err, needle)
 
 
 @pytest.fixture(scope="module")
@@ -255,7 +260,7 @@ def test_shard_store_for_another_configuration_exits_2(store, args, needle, caps
         argv += ["--grid", "1x1x1"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and needle in err, err
+    assert_one_line(err, needle)
 
 
 def test_a_store_cut_with_agg_trains_with_its_orders_when_none_is_given(store, capsys):
@@ -267,7 +272,7 @@ def test_a_store_cut_with_agg_trains_with_its_orders_when_none_is_given(store, c
     assert opts.model.layer_orders(1433, 7) == ("agg", "agg")
     assert main(["--shards", str(store), "--order", "auto", "--epochs", "1"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--order auto gives layer orders combine,combine" in err, err
+    assert_one_line(err, "--order auto gives layer orders combine,combine")
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
@@ -285,7 +290,7 @@ def test_damaged_shard_file_exits_2(store, tmp_path, damage, capsys):
     shard.write_bytes(bytes(data))
     assert main(["--grid", "1x1x1", "--shards", str(copy), "--epochs", "1"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and shard.name in err, err
+    assert_one_line(err, shard.name)
 
 
 # ---- kill -9 during a checkpoint write ---------------------------------------------------------

@@ -18,6 +18,7 @@ import scipy.sparse as sp
 import torch
 
 from cli_helpers import losses, read_log, train
+from helpers import assert_one_line
 from plexus.train import checkpoint as ckpt
 from plexus.engine.config import ModelConfig, TrainConfig
 from plexus.runtime.env import LaunchError, detect_environment, slurm_tasks_on_node, threads_per_worker
@@ -39,6 +40,7 @@ def reference(tmp_path_factory) -> dict:
     return {"proc": proc, "log": log, "records": records, "summary": summary}
 
 
+@pytest.mark.slow
 def test_default_cora_run_reaches_kipf_accuracy(reference):
     summary = reference["summary"]
     assert summary["best_test_acc"] >= 0.80, summary
@@ -46,6 +48,7 @@ def test_default_cora_run_reaches_kipf_accuracy(reference):
     assert summary["dataset"] == "cora" and summary["grid"] == "2x2x2"
 
 
+@pytest.mark.slow
 def test_console_output_is_plain_lines_from_rank_0(reference):
     out = reference["proc"].stdout
     assert "\r" not in out  # no progress bar when stdout is not a terminal
@@ -59,6 +62,7 @@ def test_console_output_is_plain_lines_from_rank_0(reference):
     assert reference["proc"].stderr.strip() == ""
 
 
+@pytest.mark.slow
 def test_json_log_format(reference):
     records, summary = reference["records"], reference["summary"]
     assert [r["epoch"] for r in records] == list(range(1, 201))
@@ -81,6 +85,7 @@ def test_json_log_format(reference):
     assert not log.with_name(log.name + ".tmp").exists()  # published atomically
 
 
+@pytest.mark.slow
 def test_same_losses_on_1x1x1(reference, tmp_path):
     log = tmp_path / "serial.json"
     proc = train("--grid", "1x1x1", "--epochs", "20", "--eval-every", "0", "--quiet",
@@ -105,6 +110,7 @@ def _cora_store(path: Path, grid: dict[str, int]) -> None:
                 0)
 
 
+@pytest.mark.slow
 def test_resume_equals_uninterrupted_run_on_same_and_other_grid(reference, tmp_path):
     ref = losses(reference["records"][:20])
     first = tmp_path / "ck"
@@ -138,6 +144,7 @@ def test_resume_equals_uninterrupted_run_on_same_and_other_grid(reference, tmp_p
     assert ckpt.saved_epoch(state) == 20 and state["extra"]["grid"] == "1x2x1"
 
 
+@pytest.mark.slow
 def test_training_from_a_shard_store_equals_in_memory_bit_for_bit(tmp_path):
     """The same 8 epochs on 1x1x2 with each rank cutting its own shard from the dataset
     (--no-cache), reading the cached store the launcher partitioned the dataset into, and reading
@@ -161,6 +168,7 @@ def test_training_from_a_shard_store_equals_in_memory_bit_for_bit(tmp_path):
     assert table["memory"] == table["cache"] == table["store"]
 
 
+@pytest.mark.slow
 def test_grid_auto_trains_on_the_grid_the_model_picks(tmp_path):
     from plexus.engine.config import ModelConfig
     from plexus.datasets import load_dataset
@@ -189,6 +197,7 @@ def _cora_as_ogb_npz(path: Path) -> None:
              train_mask=g.train_mask, val_mask=g.val_mask, test_mask=g.test_mask)
 
 
+@pytest.mark.slow
 def test_torchrun_trains_the_same_and_reports_the_ogb_metric(reference, tmp_path):
     data = tmp_path / "ogbn-arxiv.npz"
     _cora_as_ogb_npz(data)
@@ -235,7 +244,7 @@ def test_bad_input_is_one_line_and_status_2(args, message, capsys, monkeypatch):
         monkeypatch.delenv(key, raising=False)
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("plexus-train: error: "), err
+    assert_one_line(err, prog="plexus-train")
     assert message in err
 
 
@@ -259,7 +268,7 @@ def test_incompatible_checkpoint_is_refused(tmp_path, capsys):
     save(tmp_path / "wide", ModelConfig(hidden=32), cora)
     assert main(["--grid", "1x1x1", "--checkpoint", str(tmp_path / "wide"), "--resume"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "incompatible model: hidden 32 (now 16)" in err
+    assert_one_line(err, "incompatible model: hidden 32 (now 16)")
     save(tmp_path / "other", ModelConfig(), ckpt.DatasetInfo("citeseer", 3327, 3703, 6))
     assert main(["--grid", "1x1x1", "--checkpoint", str(tmp_path / "other"), "--resume"]) == 2
     assert "was trained on citeseer" in capsys.readouterr().err
@@ -283,7 +292,8 @@ def test_command_line_errors_exit_2_without_traceback():
     proc = train("--grid", "2x2x2", "--dataset", "nope")
     assert proc.returncode == 2
     assert proc.stderr.startswith("plexus-train: error: unknown dataset spec")
-    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert_one_line(proc.stderr)
+    assert "Traceback" not in proc.stderr
     assert proc.stdout == ""
 
 
@@ -320,6 +330,7 @@ def test_json_log_appears_only_when_complete(tmp_path):
     assert not path.with_name("log.json.tmp").exists()
 
 
+@pytest.mark.slow
 def test_summary_records_measured_memory_per_rank(tmp_path):
     import time
 
@@ -366,8 +377,8 @@ def test_device_flag(capsys):
         pytest.skip("this machine has CUDA")
     assert main(["--grid", "1x1x1", "--epochs", "1", "--device", "cuda"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--device cuda: device cuda asked for, but CUDA is not " \
-        "available: this torch is a CPU build" in err, err
+    assert_one_line(err, "--device cuda: device cuda asked for, but CUDA is not available: this "
+                    "torch is a CPU build")
     with pytest.raises(LaunchError, match="CUDA is not available"):
         use_cuda("cuda")
     assert default_device("cpu").type == "cpu" and default_device(None).type == "cpu"

@@ -2,8 +2,8 @@
 start-up without the set-up script, the cache's size cap and its in-use locks, one default order
 from plexus-partition to plexus-train, API errors in API terms, ogbn-proteins' tasks scored in
 one vectorised pass equal to OGB's Evaluator. (The sweep report's warnings and statistics are
-tested on the shared study of tests/test_studies.py; bench check's memory per check in
-tests/test_bench_check.py.)"""
+tested on the shared study of tests/studies/test_studies.py; bench check's memory per check in
+tests/bench/test_bench_check.py.)"""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from cli_helpers import cli_env, read_log
+from helpers import REPO, assert_one_line
 
 
 # ---- threads --------------------------------------------------------------------------------
@@ -45,7 +46,7 @@ def test_bad_threads_are_one_line_and_status_2(args, env, needle, monkeypatch, c
         monkeypatch.setenv(k, v)
     assert main(["--grid", "1x1x1", "--epochs", "1", *args]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and needle in err, err
+    assert_one_line(err, needle)
 
 
 def test_sweep_and_partition_refuse_zero_threads(capsys):
@@ -71,6 +72,7 @@ def run_as_setup_script(tmp_path: Path, *args: str, env: dict[str, str] | None =
     return proc, time.time() - start
 
 
+@pytest.mark.slow
 def test_omp_num_threads_is_used_and_shown_and_startup_leaves_the_setup_out(tmp_path):
     log = tmp_path / "run.json"
     proc, elapsed = run_as_setup_script(
@@ -235,7 +237,7 @@ def test_partition_auto_orders_cut_gin_stores_as_plexus_train_resolves_them(tmp_
     assert partition(["--dataset", "cora", "--grid", "1x1x1", "--layers", "3", "--aggregation",
                       "sum", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--layers 3" in err and "even" in err, err
+    assert_one_line(err, "--layers 3", "even")
     assert not out.exists()
     assert partition(["--dataset", "cora", "--grid", "1x1x1", "--layers", "4", "--aggregation",
                       "sum", "--out", str(out)]) == 0
@@ -258,7 +260,8 @@ def test_missing_root_is_said_in_api_terms_and_in_flag_terms(spec, capsys):
     assert "root=DIR" in str(e.value) and "--root" not in str(e.value)
     assert main(["--dataset", spec, "--grid", "1x1x1"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--root DIR" in err and "root=DIR" not in err, err
+    assert_one_line(err, "--root DIR")
+    assert "root=DIR" not in err
 
 
 # ---- OGB's ROC-AUC in one vectorised pass ---------------------------------------------------
@@ -304,12 +307,12 @@ def test_plexus_model_takes_grid_auto_and_one_grid_without_data(capsys, monkeypa
                       (["--grid", "2x2"], "bad grid")):
         assert model_main(["--dataset", "ogbn-papers100M", *bad]) == 2
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and said in err, err
+        assert_one_line(err, said)
 
 
 # ---- ./run keeps the caller's directory -------------------------------------------------------
 def test_run_script_runs_commands_where_they_were_typed(tmp_path):
-    repo = Path(__file__).resolve().parent.parent
+    repo = REPO
     if not (repo / ".venv" / "bin" / "python").exists():
         pytest.skip("no .venv: ./run would set up a new environment")
     proc = subprocess.run([str(repo / "run"), "python", "-c", "import os; print(os.getcwd())"],
