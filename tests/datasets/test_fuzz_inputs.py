@@ -66,6 +66,7 @@ def test_a_forked_case_that_dies_is_seen(tmp_path):
     assert all(rss > 10_000 for *_, rss in results)  # kB: the interpreter at least
 
 
+@pytest.mark.slow
 def test_damaged_study_folders_are_one_line_or_work(tmp_path):
     """A few damaged sweep and report folders (``benchmarks/fuzz_inputs.py --kinds sweep,report``
     runs hundreds): status 0 or one line, nothing written outside the folder, no hang."""
@@ -93,6 +94,7 @@ def crafted_ogb(tmp_path_factory):
     return root, marker
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prog, args", [
     ("plexus-train", ["--grid", "1x1x1", "--epochs", "1"]),
     ("plexus-partition", ["--grid", "1x1x1", "--layers", "2", "--stats-only"]),

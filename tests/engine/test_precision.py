@@ -204,6 +204,7 @@ def test_recompute_equals_keeping_activations(size):
     assert not fails, "\n".join(fails[:20])
 
 
+@pytest.mark.slow
 def test_recompute_and_bf16_hold_fewer_bytes_at_the_peak():
     peak = world(1)[0]["peak"]
     for norm in ("none", "batch"):  # measured: -16 % and -18 %
@@ -213,6 +214,7 @@ def test_recompute_and_bf16_hold_fewer_bytes_at_the_peak():
     assert peak["bf16/batch"] < 0.95 * peak["fp32/batch"], peak
 
 
+@pytest.mark.slow
 def test_bf16_cora_accuracy_equals_fp32(capsys):
     acc = world(1)[0]["cora"]
     means = {k: statistics.mean(v) for k, v in acc.items()}

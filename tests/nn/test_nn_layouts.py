@@ -50,6 +50,7 @@ EDGE_CASES = [(layer, graph + weighted) for layer in sorted(EDGE_LAYERS) for gra
               for weighted in (("", "-weighted") if layer == "readme" else ("-weighted",))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dims", GRIDS, ids=lambda d: "x".join(map(str, d)))
 @pytest.mark.parametrize("layer,graph", EDGE_CASES)
 def test_edge_values_equal_serial(dims, layer, graph):
@@ -61,12 +62,14 @@ def _layer_checks(name: str):
     return compare(records)
 
 
+@pytest.mark.slow
 def test_check_layer_passes_the_readme_layer():
     checks = _layer_checks("readme")
     assert {c.grid for c in checks} == {"x".join(map(str, d)) for d in GRIDS}
     assert all(c.passed for c in checks), "\n".join(c.line("readme") for c in checks)
 
 
+@pytest.mark.slow
 def test_check_layer_fails_a_layer_wrong_only_on_a_grid():
     checks = {(c.grid, c.graph): c for c in _layer_checks("wrong")}
     assert all(c.passed for (grid, _), c in checks.items() if grid == "1x1x1")
@@ -76,6 +79,7 @@ def test_check_layer_fails_a_layer_wrong_only_on_a_grid():
             assert c.line("L").startswith("FAIL") and "grads" in c.line("L")
 
 
+@pytest.mark.slow
 def test_bench_check_layer_prints_a_fail_line_and_exits_1():
     proc = subprocess.run(["plexus-bench", "check", "--layer", "nn_layers:PygStyleCombine",
                            "--world-size", "1"], env=cli_env(), capture_output=True, text=True,

@@ -180,6 +180,7 @@ def test_kill_9_mid_partition_keeps_the_old_store_and_a_rerun_resumes(tmp_path):
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_ranks_of_a_launcher_job_share_the_work(tmp_path, toy):
     """Two processes with the variables torchrun sets take a share of every phase each and
     write the store one process writes."""

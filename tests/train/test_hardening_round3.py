@@ -543,6 +543,7 @@ def _limited(args: list[str], max_bytes: int, cwd: Path) -> subprocess.Completed
                           text=True, timeout=300, preexec_fn=limit)
 
 
+@pytest.mark.slow
 def test_an_output_error_is_one_line_and_leaves_the_previous_checkpoint(tmp_path, capsys):
     from plexus.train import checkpoint as ckpt
 
@@ -562,6 +563,7 @@ def test_an_output_error_is_one_line_and_leaves_the_previous_checkpoint(tmp_path
     assert not (tmp_path / "log.json").exists() and not (tmp_path / "log.json.tmp").exists()
 
 
+@pytest.mark.slow
 def test_csv_rows_are_never_cut_by_a_full_disk(tmp_path):
     proc = _limited([*SMALL, *TINY, "--epochs", "20", "--log-csv", "e.csv", "--log-json",
                      "e.json"], 500, tmp_path)
@@ -589,6 +591,7 @@ cat err.txt
 """
 
 
+@pytest.mark.slow
 def test_a_full_tmpfs_is_one_line_naming_the_file(tmp_path, capsys):
     """ENOSPC itself, on a 400 KiB tmpfs in a private mount namespace (skipped where
     unprivileged namespaces are not allowed): a second checkpoint does not fit beside the

@@ -317,6 +317,7 @@ _KILL_MID_WRITE = textwrap.dedent("""
     """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["mid-write", "before-rename"])
 def test_kill_9_during_a_checkpoint_write_keeps_the_previous_one(tmp_path, where):
     ck = tmp_path / "ck"
@@ -368,6 +369,7 @@ def _exit_on_rank_1() -> int:
     return 0
 
 
+@pytest.mark.slow
 def test_run_world_ends_at_once_when_a_rank_dies_without_reporting():
     from plexus.runtime.world import run_world  # noqa: PLC0415
 

@@ -411,6 +411,7 @@ def test_no_grid_is_grid_auto_over_the_local_cores(capsys, monkeypatch):
     assert str(opts.grid) == "1x1x1" and capsys.readouterr().out == ""
 
 
+@pytest.mark.slow
 def test_plexus_train_without_options_trains(tmp_path):
     """The bare command runs (here on one visible core: one rank, so the test stays cheap)."""
     import os

@@ -304,6 +304,7 @@ def test_tensorboard_scalars_are_written_when_the_package_is_there(tmp_path, cap
     assert all(e.value > 0 for e in events.Scalars("timers/spmm"))  # per epoch, not cumulative
 
 
+@pytest.mark.slow
 def test_without_tensorboard_the_run_goes_on_with_a_one_line_note(tmp_path):
     import subprocess
     import sys

@@ -89,6 +89,7 @@ def test_omp_num_threads_is_used_and_shown_and_startup_leaves_the_setup_out(tmp_
     assert "after ./run's set-up (" in proc.stdout and "not counted" in proc.stdout
 
 
+@pytest.mark.slow
 def test_threads_flag_wins_over_omp_num_threads(tmp_path):
     log = tmp_path / "run.json"
     proc, _ = run_as_setup_script(tmp_path, "--grid", "1x1x1", "--epochs", "1", "--threads", "2",
