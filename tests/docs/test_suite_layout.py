@@ -14,7 +14,7 @@ TESTS = REPO / "tests"
 FAST = './run test -m "not slow"'
 # shared fixtures that are plain data written in a moment (no world, no run): fast tests may share
 # them with slow ones
-DATA_FIXTURES = {"datasets/test_proteins.py::standin"}
+DATA_FIXTURES = {"datasets/test_proteins.py::standin", "partitioners/test_stream_partition.py::toy"}
 
 
 def suite_files() -> list[Path]:
