@@ -99,7 +99,7 @@ def ogb_rocauc(model: GraphModel, name: str, mask: str = "test") -> dict | None:
     ogbn-proteins) over the nodes of ``mask``, without dropout (collective; None where the
     evaluator's metric is not ROC-AUC). Each rank scores its share of its task block in one
     vectorised pass (`plexus.engine.rocauc.block_rocauc`, equal to the Evaluator's per-task
-    scikit-learn areas to 1e-12: tests/test_ux_round3.py), from the split's rows gathered over
+    scikit-learn areas to 1e-12: tests/train/test_ux_round3.py), from the split's rows gathered over
     the logits' rows axis (no rank holds more than its task block of the split); the per-task
     values are summed over the grid and averaged as ogb does (the mean over the tasks with a
     positive and a negative label). One Evaluator call per task, the earlier way, cost 13% of a
