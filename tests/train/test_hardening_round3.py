@@ -618,14 +618,23 @@ def test_a_full_tmpfs_is_one_line_naming_the_file(tmp_path, capsys):
 
 
 # ---- 9: SIGINT and scripts without a __main__ guard -------------------------------------------
-@pytest.mark.slow
-def test_sigint_to_one_worker_is_one_line_naming_it(tmp_path):
-    tmpdir = tmp_path / "tmp"
+def _train_2x1x1(tmpdir: Path, epochs: int) -> subprocess.Popen:
+    """plexus-train on 2x1x1 in its own session, with its temporary files in ``tmpdir``."""
     tmpdir.mkdir()
-    proc = subprocess.Popen(["plexus-train", "--grid", "2x1x1", "--epochs", "100000",
+    return subprocess.Popen(["plexus-train", "--grid", "2x1x1", "--epochs", str(epochs),
                              "--eval-every", "0"], env=dict(cli_env(), TMPDIR=str(tmpdir)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
+
+
+def _no_temporary_files_left(tmpdir: Path) -> bool:
+    return [p.name for p in tmpdir.iterdir() if not p.name.startswith("torchinductor_")] == []
+
+
+@pytest.mark.slow
+def test_sigint_to_one_worker_is_one_line_naming_it(tmp_path):
+    tmpdir = tmp_path / "tmp"
+    proc = _train_2x1x1(tmpdir, 100000)
     try:
         wait_for_epoch(proc, 2)
         worker = job_workers(proc.pid)[-1]
@@ -639,17 +648,13 @@ def test_sigint_to_one_worker_is_one_line_naming_it(tmp_path):
                     prog="plexus-train")
     time.sleep(1)
     assert not [p for p in session_processes(proc.pid) if p != proc.pid]
-    assert [p.name for p in tmpdir.iterdir() if not p.name.startswith("torchinductor_")] == []
+    assert _no_temporary_files_left(tmpdir)
 
 
 @pytest.mark.slow
 def test_sigint_to_the_launcher_while_it_starts_is_one_line(tmp_path, delay=2.0):
     tmpdir = tmp_path / "tmp"
-    tmpdir.mkdir()
-    proc = subprocess.Popen(["plexus-train", "--grid", "2x1x1", "--epochs", "3",
-                             "--eval-every", "0"], env=dict(cli_env(), TMPDIR=str(tmpdir)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = _train_2x1x1(tmpdir, 3)
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     try:
@@ -663,7 +668,7 @@ def test_sigint_to_the_launcher_while_it_starts_is_one_line(tmp_path, delay=2.0)
     assert_one_line(err, "SIGINT", prog="plexus-train")
     time.sleep(1)
     assert not session_processes(proc.pid)
-    assert [p.name for p in tmpdir.iterdir() if not p.name.startswith("torchinductor_")] == []
+    assert _no_temporary_files_left(tmpdir)
 
 
 def test_launch_in_a_script_without_a_main_guard_is_one_line(tmp_path):

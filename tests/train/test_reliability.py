@@ -88,32 +88,31 @@ def test_a_sigkilled_worker_ends_the_2x2x1_job_within_60s_and_the_run_resumes(tm
                                rtol=0)
 
 
-@pytest.mark.slow
-def test_a_worker_raising_on_one_rank_ends_the_job_within_60s():
-    proc = _start("--grid", "2x2x1", "--epochs", "100000", "--eval-every", "0",
-                  "--inject-fault", "raise:2:3")
+def _fault_ends_the_job(grid: str, fault: str, after_epoch: int, *extra: str) -> str:
+    """Start a long run with ``--inject-fault``, wait for the epoch before it, and return the
+    job's stderr once it has ended (with a failure, within 60 s)."""
+    proc = _start("--grid", grid, "--epochs", "100000", "--eval-every", "0", *extra,
+                  "--inject-fault", fault)
     try:
-        wait_for_epoch(proc, 3)
+        wait_for_epoch(proc, after_epoch)
         code, err, took = _ends_within(proc, 60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert code != 0 and took < 60
+    return err
+
+
+@pytest.mark.slow
+def test_a_worker_raising_on_one_rank_ends_the_job_within_60s():
+    err = _fault_ends_the_job("2x2x1", "raise:2:3", 3)
     assert "plexus-train: error: worker rank 2 failed" in err, err
     assert "fault injected on rank 2 after epoch 3" in err
 
 
 @pytest.mark.slow
 def test_a_stuck_rank_times_out_and_ends_the_job():
-    proc = _start("--grid", "1x1x2", "--epochs", "100000", "--eval-every", "0", "--timeout", "8",
-                  "--inject-fault", "hang:1:2")
-    try:
-        wait_for_epoch(proc, 2)
-        code, err, took = _ends_within(proc, 60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert code != 0 and took < 60
+    err = _fault_ends_the_job("1x1x2", "hang:1:2", 2, "--timeout", "8")
     assert err.startswith("plexus-train: error: worker rank 0 failed") and "Traceback" not in err
     assert "waited longer than --timeout 8 s: a peer is stuck or dead" in err, err
 
