@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .canonical import BUCKET_ENTRIES, CHUNK_EDGES
 from .diskgraph import DiskGraph, write_graph
-from .graph import DatasetError
+from .errors import DatasetError
 from .rmat import parse_rmat_params
 from .spec import OGB_SPECS, load_dataset, spec_path
 

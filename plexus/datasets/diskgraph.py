@@ -29,7 +29,6 @@ so an interrupted write never leaves a directory that looks like a graph.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -42,8 +41,12 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from plexus.core.atomic import replace_directory
+from plexus.core.values import is_count, one_line
+
 from .files import open_regular
-from .graph import MAX_NODES, DatasetError, Graph, edges_to_csr, one_line
+from .errors import MAX_NODES, DatasetError
+from .graph import Graph, edges_to_csr
 from .npyio import NpyLayout, NpyWriter, npy_layout, read_rows, save_npy
 from .validate import check_graph_size, csr_from_parts
 
@@ -89,10 +92,6 @@ def decode_features(stored: np.ndarray, dtype: str) -> np.ndarray:
 # --------------------------------------------------------------------------- reading
 
 
-def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def _expected_arrays(h: dict) -> dict[str, tuple[tuple[str, ...], tuple[int | None, ...]]]:
     """Array name -> (allowed dtypes, shape with None for a free length) a header requires."""
     n, e, f = h["num_nodes"], h["num_edges"], h["num_features"]
@@ -124,7 +123,7 @@ def _check_header(h: Any, where: str) -> dict:
         raise DiskGraphError(f"{where}: format version {h.get('version')!r:.20}, this reader "
                              f"supports {VERSION}; convert the dataset again")
     for key in ("num_nodes", "num_edges", "num_features", "num_classes"):
-        if not _is_count(h.get(key)):
+        if not is_count(h.get(key)):
             raise bad(f"field {key!r} missing or not a non-negative integer")
     if h["num_nodes"] > MAX_NODES:
         raise bad(f"{h['num_nodes']} nodes; at most {MAX_NODES} are supported")
@@ -146,7 +145,7 @@ def _check_header(h: Any, where: str) -> dict:
         entry = arrays[name]
         if not (isinstance(entry, dict) and entry.get("dtype") in dtypes
                 and isinstance(entry.get("shape"), list) and len(entry["shape"]) == len(shape)
-                and all(_is_count(s) and (w is None or s == w)
+                and all(is_count(s) and (w is None or s == w)
                         for s, w in zip(entry["shape"], shape))
                 and isinstance(entry.get("sha256"), str)):
             want = tuple("*" if w is None else w for w in shape)
@@ -469,49 +468,11 @@ class DiskGraphWriter:
             shutil.rmtree(target) if target.is_dir() else target.unlink()
         with open(self.staging / HEADER, "w", encoding="utf-8") as f:
             f.write(json.dumps(header, indent=2, sort_keys=True) + "\n")
-        replace_dir(self.staging, self.out, check_target)
+        replace_directory(self.staging, self.out, check_target)
         return DiskGraph.open(self.out)
 
     def abort(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
-
-
-def replace_dir(new: Path, out: Path, check=check_target) -> None:
-    """Move the finished directory ``new`` to ``out``; what was there is moved aside, then
-    removed (a crash in between leaves the old one or the new one, never a mix). Not fsynced: a
-    graph directory can always be converted again."""
-    check(out)
-    old = None
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.rmdir(old)
-        os.rename(out, old)
-    try:
-        os.rename(new, out)
-    except OSError as e:
-        if e.errno != errno.EXDEV:
-            if old is not None:
-                os.rename(old, out)
-            raise
-        _copy_across(new, out, old)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _copy_across(new: Path, out: Path, old: Path | None) -> None:
-    """`replace_dir` where ``new`` is on another file system than ``out``: copy it into a
-    hidden directory beside ``out``, rename that into place, then remove ``new``."""
-    copy = Path(tempfile.mkdtemp(prefix=f".{out.name}.copy-", dir=out.parent))
-    try:
-        os.rmdir(copy)
-        shutil.copytree(new, copy, symlinks=True)
-        os.rename(copy, out)
-    except BaseException:
-        shutil.rmtree(copy, ignore_errors=True)
-        if old is not None and not out.exists():
-            os.rename(old, out)
-        raise
-    shutil.rmtree(new, ignore_errors=True)
 
 
 def write_graph(graph: Graph, out: str | os.PathLike, feature_dtype: str = "float32",

@@ -18,8 +18,11 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from plexus.core.values import one_line
+
 from .files import check_regular
-from .graph import DatasetError, Graph, RootMissing, edges_to_csr, one_line
+from .errors import DatasetError, RootMissing
+from .graph import Graph, edges_to_csr
 from .inputs import task_labels
 from .safepickle import load_torch_numpy
 from .synthetic import DEFAULT_FEATURES, random_features

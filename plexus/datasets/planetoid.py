@@ -14,7 +14,10 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .graph import DatasetError, Graph, RootMissing, edges_to_csr, one_line, row_normalize
+from plexus.core.values import one_line
+
+from .errors import DatasetError, RootMissing
+from .graph import Graph, edges_to_csr, row_normalize
 from .safepickle import load_restricted
 from .validate import check_alloc, check_graph_size, sparse_from_pickle
 

@@ -29,15 +29,17 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from plexus.core.tasks import call
+
 from .canonical import BUCKET_ENTRIES, CHUNK_EDGES, EdgeFiles, Pieces, canonicalize
 from .diskgraph import FEATURE_DTYPES, DiskGraph, DiskGraphWriter, encode_features
-from .graph import DatasetError
+from .errors import DatasetError
 from .npyio import NpyWriter, load_npy, npy_layout, read_rows, read_rows_into, save_npy
 from .rmat import (PROJECTION_ROWS, rmat_chunks, rmat_edges, rmat_name, rmat_node_permutation,
                    rmat_notes, rmat_projection)
 from .synthetic import random_split, rng_for
 from .diskgraph import is_disk_graph
-from .work import Runner, call
+from .work import Runner
 
 #: bytes of H read at once while summing neighbours
 WINDOW_BYTES = 1 << 27

@@ -14,12 +14,14 @@ from plexus.core.lockfile import FileLock, LockBusy, LockError, acquire
 from plexus.core.layout import DEFAULT_PERMUTATION, grid_misfit, layer_plans
 from plexus.core.model import AUTO_ORDER, ModelConfig
 from plexus.core.ops import KINDS
+from plexus.core.tasks import PhaseTime
 from plexus.datasets.canonical import BUCKET_ENTRIES, CHUNK_EDGES
 from plexus.datasets.convert import convert_dataset
 from plexus.datasets.diskgraph import DiskGraph, MemoryGraph, is_disk_graph, write_graph
-from plexus.datasets.graph import DatasetError, Graph
+from plexus.datasets.errors import DatasetError
+from plexus.datasets.graph import Graph
 from plexus.datasets.spec import source_fingerprint, spec_paths
-from plexus.datasets.work import PhaseTime, Runner
+from plexus.datasets.work import Runner
 
 from .jobs import GroupRunner, PoolRunner, launched, launcher_env
 from .permutations import Permutation

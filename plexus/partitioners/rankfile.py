@@ -19,7 +19,7 @@ from plexus.core.writebehind import WriteBehind
 from plexus.datasets.npyio import load_npy, npy_layout, write_header
 
 from .plan import MASKS, feature_cols, feature_group, rank_input_ids, rank_outputs
-from .store import FORMAT, MANIFEST, VERSION, file_sha256, rank_file_name
+from .storeformat import FORMAT, MANIFEST, VERSION, file_sha256, rank_file_name
 from .streamjob import BlockSpec, Job, PartitionError, route_of
 
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed: zip entries otherwise carry the wall clock

@@ -29,21 +29,23 @@ from typing import Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from plexus.core.atomic import fsync_dir
+from plexus.core.atomic import replace_directory
 from plexus.core.grid import GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION, layer_plans, pad_to, padding
+from plexus.core.values import is_count
 from plexus.datasets.graph import AGGREGATIONS, Graph, incoming
 from plexus.datasets.validate import csr_from_parts, read_npz_member
 
+from plexus.datasets.diskgraph import MemoryGraph
+from plexus.datasets.work import Runner
+
 from .permutations import Permutation
 from .plan import MASKS, RankShard, block_key, labels_fit
-
-FORMAT = "plexus-shard-store"
-VERSION = 1
-MANIFEST = "manifest.json"
-_HASH_BUF = 1 << 20
-#: A manifest is a few hundred bytes per rank; anything far larger is not one
-MAX_MANIFEST_BYTES = 64 << 20
+from .storeformat import (FORMAT, MANIFEST, MAX_MANIFEST_BYTES, VERSION,  # noqa: F401
+                          file_sha256, rank_file_name)  # (the store's names, for its readers)
+from .stream import Settings, partition_source
+from .streamjob import PartitionError
+from .workdir import stage_work_dir
 
 
 class ShardStoreError(ValueError):
@@ -51,11 +53,6 @@ class ShardStoreError(ValueError):
 
 
 # --------------------------------------------------------------------------- small helpers
-
-
-def rank_file_name(coords: dict[str, int]) -> str:
-    """File of the rank at ``coords`` inside a store."""
-    return f"rank-x{coords['x']}-y{coords['y']}-z{coords['z']}.npz"
 
 
 def _hash_array(h: "hashlib._Hash", arr: np.ndarray) -> None:
@@ -83,15 +80,6 @@ def array_hash(arr: np.ndarray) -> str:
     """sha256 of one array (dtype, shape and bytes)."""
     h = hashlib.sha256()
     _hash_array(h, arr)
-    return h.hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 of a file, read in 1 MiB pieces (memory independent of the file size)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_BUF):
-            h.update(chunk)
     return h.hexdigest()
 
 
@@ -145,13 +133,6 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Map
     directory) is replaced only once the new one is complete; anything else there is refused
     with `ShardStoreError`.
     """
-    from plexus.datasets.diskgraph import MemoryGraph  # noqa: PLC0415
-    from plexus.datasets.work import Runner  # noqa: PLC0415
-
-    from .stream import Settings, partition_source  # noqa: PLC0415
-    from .workdir import stage_work_dir  # noqa: PLC0415
-    from .streamjob import PartitionError  # noqa: PLC0415
-
     del adj_hat
     out = check_out_dir(out_dir)
     try:
@@ -176,10 +157,7 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Map
 def replace_store_dir(new: Path, out: Path) -> None:
     """Move the finished store ``new`` to ``out``; an old store there is moved aside, then
     removed (a crash in between leaves one of the two, never a mix)."""
-    from plexus.datasets.diskgraph import replace_dir  # noqa: PLC0415
-
-    replace_dir(new, out, check_out_dir)
-    fsync_dir(out.parent)
+    replace_directory(new, out, check_out_dir)
 
 
 # --------------------------------------------------------------------------- reading
@@ -228,11 +206,6 @@ def store_aggregation(manifest: dict) -> str:
     return str(manifest.get("aggregation", LEGACY_AGGREGATION))
 
 
-def _is_count(value: object) -> bool:
-    """A non-negative JSON integer (``true`` is not one, although Python's bool is an int)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def _check_manifest_fields(manifest: dict, path: Path) -> None:
     """`ShardStoreError` naming the first missing or mistyped field of a manifest."""
     def bad(what: str) -> ShardStoreError:
@@ -241,22 +214,22 @@ def _check_manifest_fields(manifest: dict, path: Path) -> None:
 
     for key, kind in _MANIFEST_FIELDS.items():
         value = manifest.get(key)
-        if not isinstance(value, kind) or (kind is int and not _is_count(value)):
+        if not isinstance(value, kind) or (kind is int and not is_count(value)):
             raise bad(f"field {key!r} missing or not a {'non-negative ' if kind is int else ''}"
                       f"{kind.__name__}")
     if manifest.get("aggregation", LEGACY_AGGREGATION) not in AGGREGATIONS:
         raise bad(f"aggregation {manifest.get('aggregation')!r:.40} is not one of "
                   f"{', '.join(AGGREGATIONS)}")
     grid, perm = manifest["grid"], manifest["permutation"]
-    if not all(_is_count(grid.get(a)) and grid[a] >= 1 for a in ("x", "y", "z")) \
-            or not isinstance(perm.get("kind"), str) or not _is_count(perm.get("seed")):
+    if not all(is_count(grid.get(a)) and grid[a] >= 1 for a in ("x", "y", "z")) \
+            or not isinstance(perm.get("kind"), str) or not is_count(perm.get("seed")):
         raise bad("bad grid or permutation")
     if not all(isinstance(o, str) for o in manifest["orders"] + manifest["block_keys"]):
         raise bad("orders and block_keys must be lists of strings")
     for entry in manifest["ranks"]:
         coords = entry.get("coords") if isinstance(entry, dict) else None
-        if not (isinstance(coords, dict) and all(_is_count(coords.get(a)) for a in "xyz")
-                and isinstance(entry.get("file"), str) and _is_count(entry.get("size"))
+        if not (isinstance(coords, dict) and all(is_count(coords.get(a)) for a in "xyz")
+                and isinstance(entry.get("file"), str) and is_count(entry.get("size"))
                 and isinstance(entry.get("sha256"), str)):
             raise bad("a 'ranks' entry lacks coords {x, y, z}, file, size or sha256")
 
@@ -400,7 +373,7 @@ def _shard_from_members(path: Path, m: dict[str, np.ndarray], manifest: dict) ->
                                          m[f"block{i}.indptr"], [rows, cols], str(path),
                                          f"block {key}", ShardStoreError)
         num_layers = header["num_layers"]
-        if not _is_count(num_layers) or num_layers != manifest["num_layers"]:
+        if not is_count(num_layers) or num_layers != manifest["num_layers"]:
             raise ShardStoreError(f"{path}: header says {num_layers!r:.100} layers, the manifest "
                                   f"{manifest['num_layers']}")
         return RankShard(
@@ -484,6 +457,6 @@ def _check_shard(s: RankShard, path: Path, manifest: dict, coords: dict[str, int
     if not all(_vector(s.masks[k], out, "b") for k in MASKS):
         raise bad(f"masks are not {out} booleans each")
     if not (isinstance(s.mask_counts, dict) and set(s.mask_counts) == set(MASKS)
-            and all(_is_count(v) and v <= n for v in s.mask_counts.values())
+            and all(is_count(v) and v <= n for v in s.mask_counts.values())
             and isinstance(s.meta, dict)):
         raise bad("mask counts or meta are malformed")

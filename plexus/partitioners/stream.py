@@ -48,17 +48,18 @@ import numpy as np
 
 from plexus.core.grid import GridShape
 from plexus.core.layout import layer_plans, pad_to, padding
+from plexus.core.tasks import CONSUMED, call, remove_task
 from plexus.datasets.canonical import (BUCKET_ENTRIES, CHUNK_EDGES, Degrees, budget_bounds,
                                        canonicalize, csr_pieces, group_order, hash_array_prefix,
                                        pack, scan_pieces, structure_sha256, unpack)
 from plexus.datasets.graph import AGGREGATIONS
 from plexus.datasets.npyio import load_npy, read_concatenated
-from plexus.datasets.work import CONSUMED, Runner, call, remove_task
+from plexus.datasets.work import Runner
 
 from . import rankfile
 from .permutations import Permutation, permutation_from_counts
 from .plan import MASKS, pack_masks
-from .store import MANIFEST
+from .storeformat import MANIFEST
 from .streamjob import (Job, PartitionError, block_specs, col_order_index, index_dtype,
                         pos_dtype, route_of, routed_adjs, row_order_index, save_piece)
 

@@ -114,7 +114,7 @@ def rank_checks(grids: Sequence[tuple[int, int, int]], cuda: bool, steps: int,
     from plexus.engine.config import TrainConfig
     from plexus.engine.grid import Grid
     from plexus.engine.trainer import Trainer
-    from plexus.datasets.work import current_rss_bytes
+    from plexus.core.tasks import current_rss_bytes
     from plexus.runtime.memstats import cuda_peak_bytes, peak_rss_bytes, reset_peak_rss
 
     from .exactness import build_pair, compare_step
