@@ -42,7 +42,7 @@ from plexus.datasets.work import Runner
 from .permutations import Permutation
 from .plan import MASKS, RankShard, block_key, labels_fit
 from .storeformat import (FORMAT, MANIFEST, MAX_MANIFEST_BYTES, VERSION,  # noqa: F401
-                          file_sha256, rank_file_name)  # (the store's names, for its readers)
+                          file_sha256, gnn_layers, rank_file_name)  # (the store's names, for its readers)
 from .stream import Settings, partition_source
 from .streamjob import PartitionError
 from .workdir import stage_work_dir
@@ -184,12 +184,23 @@ def read_manifest(store_dir: str | os.PathLike) -> dict:
     if manifest.get("version") != VERSION:
         raise ShardStoreError(f"{path}: format version {manifest.get('version')}, this reader "
                               f"supports {VERSION}; re-run plexus-partition")
+    _upgrade_manifest(manifest)
     _check_manifest_fields(manifest, path)
     return manifest
 
 
+def _upgrade_manifest(manifest: dict) -> None:
+    """A manifest written before the store recorded stages and GNN layers apart named its stage
+    count ``num_layers``: read it as ``num_stages``, with the GNN layers those make."""
+    if "num_stages" not in manifest and "num_layers" in manifest:
+        manifest["num_stages"] = manifest.pop("num_layers")
+        if is_count(manifest["num_stages"]) and store_aggregation(manifest) in AGGREGATIONS:
+            manifest["gnn_layers"] = gnn_layers(manifest["num_stages"],
+                                                store_aggregation(manifest))
+
+
 # Every field a reader relies on, with its JSON type.
-_MANIFEST_FIELDS = {"grid": dict, "num_layers": int, "orders": list, "permutation": dict,
+_MANIFEST_FIELDS = {"grid": dict, "num_stages": int, "orders": list, "permutation": dict,
                     "seed": int, "dataset": str, "graph_sha256": str, "num_nodes": int,
                     "nodes_padded": int, "nnz": int, "num_features": int, "num_classes": int,
                     "block_keys": list, "ranks": list}
@@ -220,6 +231,10 @@ def _check_manifest_fields(manifest: dict, path: Path) -> None:
     if manifest.get("aggregation", LEGACY_AGGREGATION) not in AGGREGATIONS:
         raise bad(f"aggregation {manifest.get('aggregation')!r:.40} is not one of "
                   f"{', '.join(AGGREGATIONS)}")
+    layers = manifest.get("gnn_layers")
+    if layers is not None and (not is_count(layers) or layers != gnn_layers(
+            manifest["num_stages"], store_aggregation(manifest))):
+        raise bad(f"gnn_layers {layers!r:.40} does not match {manifest['num_stages']} stages")
     grid, perm = manifest["grid"], manifest["permutation"]
     if not all(is_count(grid.get(a)) and grid[a] >= 1 for a in ("x", "y", "z")) \
             or not isinstance(perm.get("kind"), str) or not is_count(perm.get("seed")):
@@ -245,11 +260,11 @@ def _check_request(manifest: dict, path: Path, coords: dict[str, int],
         if shape is not None and grid != GridShape.of(shape):
             raise ShardStoreError(f"{path}: store was cut for grid {grid}, asked for "
                                   f"{GridShape.of(shape)}")
-        if num_layers is not None and manifest["num_layers"] != num_layers:
-            raise ShardStoreError(f"{path}: store was cut for {manifest['num_layers']} layers, "
+        if num_layers is not None and manifest["num_stages"] != num_layers:
+            raise ShardStoreError(f"{path}: store was cut for {manifest['num_stages']} layers, "
                                   f"asked for {num_layers}")
         if orders is not None:
-            want = _normalize_orders(manifest["num_layers"], orders)
+            want = _normalize_orders(manifest["num_stages"], orders)
             if tuple(manifest["orders"]) != want:
                 raise ShardStoreError(f"{path}: store was cut for layer orders "
                                       f"{','.join(manifest['orders'])}, asked for "
@@ -373,9 +388,9 @@ def _shard_from_members(path: Path, m: dict[str, np.ndarray], manifest: dict) ->
                                          m[f"block{i}.indptr"], [rows, cols], str(path),
                                          f"block {key}", ShardStoreError)
         num_layers = header["num_layers"]
-        if not is_count(num_layers) or num_layers != manifest["num_layers"]:
+        if not is_count(num_layers) or num_layers != manifest["num_stages"]:
             raise ShardStoreError(f"{path}: header says {num_layers!r:.100} layers, the manifest "
-                                  f"{manifest['num_layers']}")
+                                  f"{manifest['num_stages']}")
         return RankShard(
             shape=GridShape.of(header["shape"]), coords=header["coords"], num_layers=num_layers,
             orders=tuple(header["orders"]), perm=header["perm"], seed=header["seed"],

@@ -235,7 +235,7 @@ class Cache:
             m = read_manifest(path)
             want = partition.fields(sizes)
             same = (GridShape.of(m["grid"]) == partition.grid
-                    and m["num_layers"] == want["stages"] and m["orders"] == want["orders"]
+                    and m["num_stages"] == want["stages"] and m["orders"] == want["orders"]
                     and m["permutation"]["kind"] == want["perm"]
                     and m["permutation"]["seed"] == want["perm_seed"]
                     and m.get("aggregation", "gcn") == want["aggregation"]

@@ -377,7 +377,7 @@ def _from_store(a: argparse.Namespace, shape: _Shape) -> _Shape:
                          f"plexus-partition --aggregation {decl.aggregation}, or train a model "
                          f"of the {held} aggregation from this one")
     # the manifest counts stages: a layer of some kinds is several (GIN's: agg, then dense)
-    stages, per = int(manifest["num_layers"]), len(decl.stage_ops)
+    stages, per = int(manifest["num_stages"]), len(decl.stage_ops)
     if stages % per:
         raise UsageError(f"{a.shards} was cut for {stages} stages, not a whole number of --model "
                          f"{a.model} layers ({per} stages each); cut it for {per} stages per "
