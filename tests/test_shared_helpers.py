@@ -78,11 +78,12 @@ def test_replace_directory_across_file_systems_copies(tmp_path, monkeypatch):
 def test_the_graph_directory_and_the_store_replace_through_core():
     # one implementation: the two writers import it (no copy named replace_dir is left)
     import plexus.datasets.diskgraph as diskgraph
+    import plexus.datasets.diskwrite as diskwrite
     import plexus.partitioners.store as store
 
-    assert diskgraph.replace_directory is atomic.replace_directory
+    assert diskwrite.replace_directory is atomic.replace_directory
     assert store.replace_directory is atomic.replace_directory
-    assert not hasattr(diskgraph, "replace_dir")
+    assert not hasattr(diskgraph, "replace_dir") and not hasattr(diskwrite, "replace_dir")
 
 
 @pytest.mark.parametrize("value, ok", [(0, True), (7, True), (-1, False), (True, False),

@@ -18,7 +18,8 @@ import pytest
 from cli_helpers import cli_env
 from engine_checks import directed_toy_graph
 from plexus.datasets import load_dataset
-from plexus.datasets.diskgraph import DiskGraphError, write_graph
+from plexus.datasets.diskgraph import DiskGraphError
+from plexus.datasets.diskwrite import write_graph
 from plexus.datasets.graph import DatasetError, normalize
 from plexus.datasets.rmat import parse_rmat_params, rmat_graph
 from plexus.core.tasks import CONSUMED

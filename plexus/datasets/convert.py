@@ -6,7 +6,7 @@
   (a graph directory holds one class per node);
 - ``graph:PATH``: already one (opened and checked);
 - every other spec (Planetoid, npz, mtx, edge lists: formats small enough to load): loaded in
-  memory and written out (`diskgraph.write_graph`).
+  memory and written out (`diskwrite.write_graph`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .canonical import BUCKET_ENTRIES, CHUNK_EDGES
-from .diskgraph import DiskGraph, write_graph
+from .diskgraph import DiskGraph
+from .diskwrite import write_graph
 from .errors import DatasetError
 from .rmat import parse_rmat_params
 from .spec import OGB_SPECS, load_dataset, spec_path

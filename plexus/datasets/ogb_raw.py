@@ -34,7 +34,8 @@ import numpy as np
 
 from plexus.core.values import one_line
 
-from .diskgraph import DiskGraph, DiskGraphWriter, encode_features
+from .diskgraph import DiskGraph, encode_features
+from .diskwrite import DiskGraphWriter
 from .files import open_regular
 from .errors import MAX_NODES, DatasetError
 from .npyio import NpyStream

@@ -32,7 +32,8 @@ import scipy.sparse as sp
 from plexus.core.tasks import call
 
 from .canonical import BUCKET_ENTRIES, CHUNK_EDGES, EdgeFiles, Pieces, canonicalize
-from .diskgraph import FEATURE_DTYPES, DiskGraph, DiskGraphWriter, encode_features
+from .diskgraph import FEATURE_DTYPES, DiskGraph, encode_features
+from .diskwrite import DiskGraphWriter
 from .errors import DatasetError
 from .npyio import NpyWriter, load_npy, npy_layout, read_rows, read_rows_into, save_npy
 from .rmat import (PROJECTION_ROWS, rmat_chunks, rmat_edges, rmat_name, rmat_node_permutation,

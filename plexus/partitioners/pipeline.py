@@ -16,7 +16,8 @@ from plexus.core.model import AUTO_ORDER, ModelConfig
 from plexus.core.tasks import PhaseTime
 from plexus.datasets.canonical import BUCKET_ENTRIES, CHUNK_EDGES
 from plexus.datasets.convert import convert_dataset
-from plexus.datasets.diskgraph import DiskGraph, MemoryGraph, is_disk_graph, write_graph
+from plexus.datasets.diskgraph import DiskGraph, MemoryGraph, is_disk_graph
+from plexus.datasets.diskwrite import write_graph
 from plexus.datasets.errors import DatasetError
 from plexus.datasets.graph import Graph
 from plexus.datasets.spec import source_fingerprint, spec_paths
