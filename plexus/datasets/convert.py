@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .canonical import BUCKET_ENTRIES, CHUNK_EDGES
-from .diskgraph import DiskGraph
+from .diskgraph import DiskGraph, is_disk_graph
 from .diskwrite import write_graph
 from .errors import DatasetError
 from .rmat import parse_rmat_params
@@ -62,7 +62,6 @@ def convert_dataset(spec: str, out: str | Path, runner: Runner, work: str | Path
 
 
 def _ogb(spec: str, root: str, out: str, chunk_edges: int, feature_dtype: str | None) -> dict:
-    from .diskgraph import is_disk_graph  # noqa: PLC0415
     from .ogb_raw import ogb_to_disk  # noqa: PLC0415
 
     if not is_disk_graph(out):

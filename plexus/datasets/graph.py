@@ -94,14 +94,12 @@ class Graph:
         normalization adds one per node, of weight 1). Every input is checked as the file loaders check
         theirs (`plexus.datasets.inputs`): a bad one raises `DatasetError` (one line).
         """
-
         if not isinstance(name, str):
             raise DatasetError(f"name must be a string, got {type(name).__name__}")
         directed = inputs.flag(directed, name, "directed")
         csr = inputs.adjacency(adj, name)
         n = csr.shape[0]
         x = inputs.features(features, n, name)
-
         check_graph_size(name, n, 2 * csr.nnz, x.shape[1])  # both directions: 2·nnz keys
         coo = csr.tocoo()
         weighted = inputs.flag(weighted, name, "weighted")
@@ -128,7 +126,6 @@ class Graph:
         values, GCNConv's ``edge_weight``) are the edge weights: a repeated edge's are summed (as
         GCNConv sums its messages), and an undirected graph's two directions get the mean of
         theirs. A bad field raises `DatasetError` (one line)."""
-
         if not isinstance(name, str):
             raise DatasetError(f"name must be a string, got {type(name).__name__}")
         for attr in ("edge_index", "x", "y"):
@@ -221,7 +218,6 @@ class Graph:
         next to cutting a shard): the adjacency's CSR arrays form an N×N matrix (scipy would
         segfault on them otherwise), and features, labels and masks have the types and shapes
         the engine takes. Raises `DatasetError`; returns the name to use in messages."""
-
         where = source if source is not None else str(self.name)
         adj = self.adj
         if not sp.issparse(adj) or getattr(adj, "format", None) != "csr":
@@ -274,7 +270,6 @@ def incoming(adj: sp.spmatrix, directed: bool = False, weighted: bool = False) -
     keeps ``adj``'s values as the weights instead: M = Aᵀ (a weighted undirected `Graph` stores
     both directions with one weight, so Aᵀ = A there).
     """
-
     a = check_sparse(adj, "adjacency", "matrix").astype(np.float32)  # before scipy's kernels
     if weighted:
         m = a.T.tocsr()

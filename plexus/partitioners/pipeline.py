@@ -14,6 +14,7 @@ from plexus.core.lockfile import FileLock, LockBusy, LockError, acquire
 from plexus.core.layout import DEFAULT_PERMUTATION, grid_misfit, layer_plans
 from plexus.core.model import AUTO_ORDER, ModelConfig
 from plexus.core.tasks import PhaseTime
+from plexus.core.values import one_line
 from plexus.datasets.canonical import BUCKET_ENTRIES, CHUNK_EDGES
 from plexus.datasets.convert import convert_dataset
 from plexus.datasets.diskgraph import DiskGraph, MemoryGraph, is_disk_graph
@@ -163,7 +164,7 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
             shutil.rmtree(work, ignore_errors=True)
         if resumed and not isinstance(e, ValueError):  # what an earlier run left, altered
             raise PartitionError(f"{work}: resuming it failed ({type(e).__name__}: "
-                                 f"{' '.join(str(e).split())[:200]}); the work directory was "
+                                 f"{one_line(e)[:200]}); the work directory was "
                                  "damaged and is removed, run again") from None
         raise
     # anything else (a worker killed, an interrupt, no memory) keeps the work: a rerun resumes

@@ -32,17 +32,17 @@ import scipy.sparse as sp
 from plexus.core.atomic import replace_directory
 from plexus.core.grid import GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION, layer_plans, pad_to, padding
-from plexus.core.values import is_count
+from plexus.core.values import is_count, one_line
+from plexus.datasets.diskgraph import MemoryGraph
 from plexus.datasets.graph import AGGREGATIONS, Graph, incoming
 from plexus.datasets.validate import csr_from_parts, read_npz_member
-
-from plexus.datasets.diskgraph import MemoryGraph
 from plexus.datasets.work import Runner
 
 from .permutations import Permutation
 from .plan import MASKS, RankShard, block_key, labels_fit
+# the format's names stay importable from here, the store's module, for its readers
 from .storeformat import (FORMAT, MANIFEST, MAX_MANIFEST_BYTES, VERSION,  # noqa: F401
-                          file_sha256, gnn_layers, rank_file_name)  # (the store's names, for its readers)
+                          file_sha256, gnn_layers, rank_file_name)
 from .stream import Settings, partition_source
 from .streamjob import PartitionError
 from .workdir import stage_work_dir
@@ -178,7 +178,7 @@ def read_manifest(store_dir: str | os.PathLike) -> dict:
         raise ShardStoreError(f"{path}: missing; {store_dir} is not a shard store") from None
     except (OSError, ValueError, RecursionError) as e:  # RecursionError: absurdly nested JSON
         raise ShardStoreError(f"{path}: unreadable manifest ({type(e).__name__}: "
-                              f"{' '.join(str(e).split())[:200]})") from None
+                              f"{one_line(e)[:200]})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ShardStoreError(f"{path}: not a {FORMAT} manifest")
     if manifest.get("version") != VERSION:
@@ -329,7 +329,7 @@ def _load_members(path: Path) -> dict[str, np.ndarray]:
     except Exception as e:  # noqa: BLE001 - zipfile also raises NotImplementedError, RuntimeError,
         # zlib.error for unsupported or corrupt archives
         raise ShardStoreError(f"{path}: not a readable shard file ({type(e).__name__}: "
-                              f"{' '.join(str(e).split())[:200]})") from None
+                              f"{one_line(e)[:200]})") from None
 
 
 def read_shard(store_dir: str | os.PathLike, rank: int | Mapping[str, int], *,
@@ -406,7 +406,7 @@ def _shard_from_members(path: Path, m: dict[str, np.ndarray], manifest: dict) ->
         if isinstance(e, ShardStoreError):  # GridError, DatasetError are ValueErrors too
             raise
         raise ShardStoreError(f"{path}: malformed shard file ({type(e).__name__}: "
-                              f"{' '.join(str(e).split())[:200]})") from None
+                              f"{one_line(e)[:200]})") from None
 
 
 def _vector(arr: object, length: int, kinds: str) -> bool:
