@@ -150,23 +150,11 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
         manifest = partition_source(source, out, shape, num_layers, orders, perm, seed,
                                     aggregation, runner, work / "part", settings,
                                     replace_store_dir)
-    except OSError as e:
-        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
-        if runner.leader and not (full and key is not None):
-            shutil.rmtree(work, ignore_errors=True)
-        if not full:
+    except (OSError, *BAD_INPUT) as e:
+        failure = _failure(e, runner, work, key, resumed)
+        if failure is e:
             raise
-        kept = "; the finished work is kept and resumes" if key is not None else ""
-        raise PartitionError(f"{e.filename or work}: no space left on device; free some space "
-                             f"and run the same command again{kept}") from None
-    except BAD_INPUT as e:
-        if runner.leader:  # bad input, configuration or work: nothing to resume
-            shutil.rmtree(work, ignore_errors=True)
-        if resumed and not isinstance(e, ValueError):  # what an earlier run left, altered
-            raise PartitionError(f"{work}: resuming it failed ({type(e).__name__}: "
-                                 f"{one_line(e)[:200]}); the work directory was "
-                                 "damaged and is removed, run again") from None
-        raise
+        raise failure from None
     # anything else (a worker killed, an interrupt, no memory) keeps the work: a rerun resumes
     finally:
         if timings is not None:
@@ -179,6 +167,30 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
     if runner.leader:
         shutil.rmtree(work, ignore_errors=True)
     return manifest
+
+
+def _failure(e: BaseException, runner: Runner, work: Path, key: str | None,
+             resumed: bool) -> BaseException:
+    """What a partition that failed with ``e`` (an `OSError` or bad input) raises, once the
+    leader has settled its work: a full disk keeps a resumable configuration's finished work
+    and says so; bad input, configuration or work (or any other `OSError`) removes it, and the
+    altered work of an earlier run is named as such."""
+    if isinstance(e, OSError):
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        if runner.leader and not (full and key is not None):
+            shutil.rmtree(work, ignore_errors=True)
+        if not full:
+            return e
+        kept = "; the finished work is kept and resumes" if key is not None else ""
+        return PartitionError(f"{e.filename or work}: no space left on device; free some space "
+                              f"and run the same command again{kept}")
+    if runner.leader:  # bad input, configuration or work: nothing to resume
+        shutil.rmtree(work, ignore_errors=True)
+    if resumed and not isinstance(e, ValueError):  # what an earlier run left, altered
+        return PartitionError(f"{work}: resuming it failed ({type(e).__name__}: "
+                              f"{one_line(e)[:200]}); the work directory was damaged and is "
+                              "removed, run again")
+    return e
 
 
 def _source_identity(source: Any, spec: str | None, root: str | None, dataset_seed: int,
