@@ -44,35 +44,39 @@ def test_replace_directory_refused_by_its_check_touches_nothing(tmp_path):
     assert (target / "f.txt").read_text() == "old" and new.is_dir()
 
 
-def test_replace_directory_puts_the_old_one_back_when_the_move_fails(tmp_path, monkeypatch):
+@pytest.mark.parametrize("code, text", [(errno.EACCES, "old"), (errno.EXDEV, "new")])
+def test_replace_directory_when_the_move_fails(tmp_path, monkeypatch, code, text):
+    # a failed move puts the old directory back; across file systems the new one is copied
     target, new = _dir(tmp_path / "out", "old"), _dir(tmp_path / "new", "new")
     rename = os.rename
 
     def failing(src, dst):
         if Path(src) == new:
-            raise OSError(errno.EACCES, "denied")
+            raise OSError(code, os.strerror(code))
         return rename(src, dst)
 
     monkeypatch.setattr(atomic.os, "rename", failing)
-    with pytest.raises(OSError):
+    if code == errno.EXDEV:
         atomic.replace_directory(new, target, _allow)
-    assert (target / "f.txt").read_text() == "old"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "out"]
+    else:
+        with pytest.raises(OSError):
+            atomic.replace_directory(new, target, _allow)
+    assert (target / "f.txt").read_text() == text
+    left = ["out"] if code == errno.EXDEV else ["new", "out"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == left
 
 
-def test_replace_directory_across_file_systems_copies(tmp_path, monkeypatch):
-    target, new = _dir(tmp_path / "out", "old"), _dir(tmp_path / "new", "new")
-    rename = os.rename
-
-    def cross_device(src, dst):
-        if Path(src) == new:
-            raise OSError(errno.EXDEV, "cross-device link")
-        return rename(src, dst)
-
-    monkeypatch.setattr(atomic.os, "rename", cross_device)
-    atomic.replace_directory(new, target, _allow)
-    assert (target / "f.txt").read_text() == "new"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+def test_replaceable_directory(tmp_path):
+    (tmp_path / "file").write_text("x")
+    _dir(tmp_path / "full", "x")
+    (tmp_path / "empty").mkdir()
+    assert atomic.replaceable_directory(tmp_path / "none", bool, "ours") == tmp_path / "none"
+    assert atomic.replaceable_directory(tmp_path / "empty", bool, "ours") == tmp_path / "empty"
+    assert atomic.replaceable_directory(tmp_path / "full", bool, "ours") == tmp_path / "full"
+    with pytest.raises(DatasetError, match="is not a directory"):
+        atomic.replaceable_directory(tmp_path / "file", bool, "ours", DatasetError)
+    with pytest.raises(atomic.UnsafeTargetError, match="is not ours; refusing to overwrite"):
+        atomic.replaceable_directory(tmp_path / "full", lambda p: False, "ours")
 
 
 def test_the_graph_directory_and_the_store_replace_through_core():

@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
+from .values import ErrorType
+
 
 def fsync_dir(directory: str | os.PathLike) -> None:
     """Make a rename inside ``directory`` durable (a no-op where directories cannot be opened)."""
@@ -160,6 +162,19 @@ def output_directory(path: str | os.PathLike, recognise: Callable[[Path], bool])
         raise UnsafeTargetError(f"{path}: a directory that holds other files (not one this "
                                 "output wrote); refusing to replace it (give a new directory "
                                 "name)")
+    return path
+
+
+def replaceable_directory(path: Path, recognise: Callable[[Path], bool], what: str,
+                          error: ErrorType = UnsafeTargetError) -> Path:
+    """``path`` when it is absent, an empty directory or a directory ``recognise`` knows (a
+    writer's own earlier output, named ``what`` in messages); ``error`` (one line) for a file,
+    a link or a directory holding anything else, which a writer never replaces."""
+    if path.exists() or path.is_symlink():
+        if not path.is_dir() or path.is_symlink():
+            raise error(f"{path}: exists and is not a directory; refusing to replace it")
+        if not recognise(path) and any(path.iterdir()):
+            raise error(f"{path}: exists and is not {what}; refusing to overwrite it")
     return path
 
 

@@ -15,7 +15,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from plexus.core.atomic import replace_directory
+from plexus.core.atomic import replace_directory, replaceable_directory
 
 from .diskgraph import (EDGE_FORMS, FEATURE_DTYPES, FORMAT, HEADER, SELF_LOOPS, SPLITS, VERSION,
                         DiskGraph, DiskGraphError, check_header, encode_features,
@@ -27,13 +27,7 @@ from .npyio import NpyWriter, npy_layout, save_npy
 
 def check_target(out: Path) -> Path:
     """Refuse a target that exists and is neither a graph directory nor an empty directory."""
-    if out.exists() or out.is_symlink():
-        if not out.is_dir() or out.is_symlink():
-            raise DiskGraphError(f"{out}: exists and is not a directory; refusing to replace it")
-        if not is_disk_graph(out) and any(out.iterdir()):
-            raise DiskGraphError(f"{out}: exists and is not a {FORMAT} directory; refusing to "
-                                 "overwrite it")
-    return out
+    return replaceable_directory(out, is_disk_graph, f"a {FORMAT} directory", DiskGraphError)
 
 
 class DiskGraphWriter:

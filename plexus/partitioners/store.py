@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from plexus.core.atomic import replace_directory
+from plexus.core.atomic import replace_directory, replaceable_directory
 from plexus.core.grid import GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION, layer_plans, pad_to, padding
 from plexus.core.values import is_count, one_line
@@ -101,13 +101,8 @@ def is_store(path: str | os.PathLike) -> bool:
 
 def check_out_dir(out_dir: str | os.PathLike) -> Path:
     """Refuse a target that exists and is neither a shard store nor an empty directory."""
-    out = Path(out_dir)
-    if out.exists() or out.is_symlink():
-        if not out.is_dir() or out.is_symlink():
-            raise ShardStoreError(f"{out}: exists and is not a directory; refusing to replace it")
-        if not is_store(out) and any(out.iterdir()):
-            raise ShardStoreError(f"{out}: exists and is not a shard store (no valid {MANIFEST});"
-                                  " refusing to overwrite it")
+    out = replaceable_directory(Path(out_dir), is_store,
+                                f"a shard store (no valid {MANIFEST})", ShardStoreError)
     if out.parent.exists() and not out.parent.is_dir():
         raise ShardStoreError(f"{out.parent}: not a directory, cannot hold the store")
     return out
