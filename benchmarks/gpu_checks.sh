@@ -11,7 +11,7 @@
 source "$(dirname "$0")/gpu_lib.sh"  # OUT, LOG, say, step; the checkout installed
 say "$(python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)')"
 
-step masks 240 python3 -m pytest -q -p no:cacheprovider --rootdir="$REPO" "$REPO/tests/test_masks.py"
+step masks 240 python3 -m pytest -q -p no:cacheprovider --rootdir="$REPO" "$REPO/tests/engine/test_masks.py"
 step gpu-bench 400 python3 "$REPO/benchmarks/gpu.py" --out "$OUT" ${GPU_BENCH_ARGS:-}
 step check-8 300 plexus-bench check --device cuda --world-size 8
 T=(plexus-train --device cuda --epochs 30 --seed 3 --hidden 64 --dropout 0.5 --no-cache)

@@ -29,7 +29,7 @@ _EXPORTS = {
     "RankShard": "plexus.partitioners",
     "shard_graph": "plexus.partitioners",
     "make_permutation": "plexus.partitioners",
-    "ModelConfig": "plexus.engine.config",
+    "ModelConfig": "plexus.core.model",
     "TrainConfig": "plexus.engine.config",
     "TrainConfigError": "plexus.engine.config",
     "EngineConfig": "plexus.engine.config",
@@ -89,7 +89,8 @@ if TYPE_CHECKING:  # noqa: F401 — for type checkers and IDEs: the same names, 
     from plexus.core.grid import GridShape
     from plexus.datasets import Graph, gcn_normalize, load_dataset
     from plexus.engine.build import build_model
-    from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig, TrainConfigError
+    from plexus.core.model import ModelConfig
+    from plexus.engine.config import EngineConfig, TrainConfig, TrainConfigError
     from plexus.engine.grid import Grid
     from plexus.engine.model import DistributedModel
     from plexus.engine.serial import SerialModel

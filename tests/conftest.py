@@ -1,6 +1,8 @@
-"""Test helpers live beside the tests (engine_checks.py); make them importable. Every plexus-train
-run of the session keeps its cached shard stores in one temporary directory (never the user's
-~/.cache), shared by the session's runs as a user's runs share theirs."""
+"""Test helpers (helpers.py, cli_helpers.py, engine_checks.py, nn_layers.py) live in this folder,
+above the subject folders; make them importable by name, from every folder and in the ranks of
+local worlds (spawned, they inherit sys.path). Every plexus-train run of the session keeps its
+cached shard stores in one temporary directory (never the user's ~/.cache), shared by the
+session's runs as a user's runs share theirs."""
 
 import os
 import sys

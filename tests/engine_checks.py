@@ -420,7 +420,7 @@ def run_all_checks(grids: list[tuple[int, int, int]], model_grids: set[tuple[int
     return out
 
 
-# ---- the training loop's options (plexus.engine.trainer): tests/test_training_loop.py --------
+# ---- the training loop's options (plexus.engine.trainer): tests/engine/test_training_loop.py ---
 # Each config takes every option through a path where a grid could differ from the serial
 # model: clipping at a limit far below the gradient's norm (every step clipped: a norm that
 # counted a replicated parameter twice would scale differently), a schedule changing the rate

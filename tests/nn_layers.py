@@ -1,4 +1,4 @@
-"""Layers for tests/test_nn_layouts.py, importable by the ranks of a local world: the README's
+"""Layers for tests/nn/test_nn_layouts.py, importable by the ranks of a local world: the README's
 example layer (read from README.md's python block, so the test checks what the README shows),
 layers with layout mistakes, a layer right on 1x1x1 and wrong on a grid, layers on edge values;
 and `rank_checks`, the whole test file's work inside one world."""
@@ -190,7 +190,7 @@ def check_edge_layer(name, grid, g) -> list[str]:
 
 
 def rank_checks(grids) -> dict:
-    """Everything tests/test_nn_layouts.py checks on ``grids`` (one world size), this rank's
+    """Everything tests/nn/test_nn_layouts.py checks on ``grids`` (one world size), this rank's
     part: {check: failures} and check_layer's records (rank 0's hold the tensors)."""
     from plexus.datasets.toy import directed_toy_graph, toy_graph
     from plexus.engine.grid import Grid

@@ -18,11 +18,9 @@ from typing import Mapping
 import torch
 
 from plexus.core.grid import GridShape
-from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.core.units import format_bytes
 from plexus.datasets.validate import available_bytes
 from plexus.runtime.env import ranks_per_gpu
-from plexus.engine.config import ModelConfig
 from plexus.perfmodel import ModelSpec, epoch_memory, partition_memory, setup_memory
 
 
@@ -57,33 +55,10 @@ def available_memory(device: torch.device, local_ranks: int) -> Available:
     return Available(share, f"available host RAM{per}")
 
 
-def run_spec(model: ModelConfig, num_nodes: int, nnz: int, num_features: int, num_classes: int,
-             perm: str = DEFAULT_PERMUTATION, dtype_bytes: int = 4, from_store: bool = False,
-             recompute: bool = False, multilabel: bool = False, symmetric: bool = True,
-             device: str = "cpu") -> ModelSpec:
-    """The performance model's `ModelSpec` of a plexus-train run: the one place its options
-    become the model's inputs, so every figure a run prints (the ``--grid auto`` line, the
-    start-up check, the summary's memory line) prices the same run. ``from_store``: the ranks
-    read their shards from a store; ``multilabel``: binary tasks (`Graph.multilabel`);
-    ``symmetric``: Â = Âᵀ, so a block's transpose is another block (not for directed graphs);
-    ``device``: where the ranks train ("cuda": the training peak is the GPU allocator's)."""
-    return ModelSpec(num_nodes, max(nnz, 0), num_features, num_classes, model, perm=perm,
-                     dtype_bytes=dtype_bytes, from_store=from_store, recompute=recompute,
-                     multilabel=multilabel, symmetric=symmetric, device=device)
-
-
-def predicted_memory(grid: GridShape | tuple[int, int, int], model: ModelConfig, num_nodes: int,
-                     nnz: int, num_features: int, num_classes: int, perm: str,
-                     dtype_bytes: int = 4, from_store: bool = False,
-                     recompute: bool = False, multilabel: bool = False,
-                     symmetric: bool = True, device: str = "cpu") -> float:
-    """Bytes per rank the performance model predicts for a training epoch on this grid, graph and
-    model, with activations, Â values and messages at ``dtype_bytes`` per element (the engine's
-    compute precision; `plexus.engine.config.EngineConfig.dtype_bytes`); ``from_store``: the rank reads
-    its shard from a shard store; ``recompute``: activations are recomputed in backward;
-    ``multilabel``, ``symmetric``: as `run_spec`."""
-    spec = run_spec(model, num_nodes, nnz, num_features, num_classes, perm, dtype_bytes,
-                    from_store, recompute, multilabel, symmetric, device)
+def predicted_memory(spec: ModelSpec, grid: GridShape | tuple[int, int, int]) -> float:
+    """Bytes per rank the performance model predicts for a training epoch of ``spec`` (the
+    graph's sizes, the model and how the run holds it: precision, recompute, store, task kind,
+    symmetry, device) on ``grid``."""
     return epoch_memory(spec, grid).total
 
 
@@ -103,17 +78,10 @@ class Predicted:
         return max(self.training, self.setup)
 
 
-def predicted_peaks(grid: GridShape | tuple[int, int, int], model: ModelConfig, num_nodes: int,
-                    nnz: int, num_features: int, num_classes: int, perm: str,
-                    dtype_bytes: int = 4, from_store: bool = False,
-                    recompute: bool = False, coords: Mapping[str, int] | None = None,
-                    multilabel: bool = False, symmetric: bool = True,
-                    device: str = "cpu") -> Predicted:
+def predicted_peaks(spec: ModelSpec, grid: GridShape | tuple[int, int, int],
+                    coords: Mapping[str, int] | None = None) -> Predicted:
     """`predicted_memory` with the set-up's peaks beside it (`plexus.perfmodel.setup`): for the
-    rank at ``coords``, or without them the rank that holds the most (``multilabel``,
-    ``symmetric``: as `run_spec`)."""
-    spec = run_spec(model, num_nodes, nnz, num_features, num_classes, perm, dtype_bytes,
-                    from_store, recompute, multilabel, symmetric, device)
+    rank at ``coords``, or without them the rank that holds the most."""
     return Predicted(epoch_memory(spec, grid, coords=coords).total,
                      setup_memory(spec, grid, coords).rank, partition_memory(spec))
 

@@ -10,16 +10,17 @@ import torch
 from torch import nn
 
 from plexus.core.grid import GridShape
-from plexus.core.model import check_seed
+from plexus.core.model import ModelConfig, check_seed
 from plexus.core.layout import DEFAULT_PERMUTATION, grid_misfit
 from plexus.datasets import DatasetError, Graph, gcn_nnz
 from plexus.datasets.inputs import mask as node_mask
 from plexus.engine.build import build_model
-from plexus.engine.config import EngineConfig, ModelConfig
+from plexus.engine.config import EngineConfig
 from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedModel
 from plexus.partitioners import RankShard, shard_graph
 from plexus.partitioners.plan import symmetric
+from plexus.perfmodel import ModelSpec
 from plexus.runtime.env import LaunchError, detect_environment
 
 from .memcheck import available_memory, check_memory, predicted_peaks
@@ -199,11 +200,11 @@ def check_graph_memory(graph: Graph, grid: Grid, model: ModelConfig, perm: str,
     """Raise `MemoryCheckError` when a rank of ``grid`` training ``model`` on ``graph`` is
     predicted to need more memory than it has (plexus-train's start-up check, from sizes alone:
     a hidden width of 10**9 is one line, not the OOM killer)."""
-    sizes = (grid.shape, model, graph.num_nodes, gcn_nnz(graph), graph.num_features,
-             graph.num_classes, perm, engine.dtype_bytes)
-    peaks = predicted_peaks(*sizes, recompute=engine.recompute, multilabel=graph.multilabel,
-                            symmetric=symmetric(graph, model.aggregation),
-                            device=grid.device.type)
+    spec = ModelSpec(graph.num_nodes, gcn_nnz(graph), graph.num_features, graph.num_classes,
+                     model, perm=perm, dtype_bytes=engine.dtype_bytes,
+                     recompute=engine.recompute, multilabel=graph.multilabel,
+                     symmetric=symmetric(graph, model.aggregation), device=grid.device.type)
+    peaks = predicted_peaks(spec, grid.shape)
     check_memory(peaks.run, available_memory(grid.device, _local_ranks()), grid.shape)
 
 

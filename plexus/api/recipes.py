@@ -41,7 +41,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from plexus.engine.config import ModelConfig, TrainConfig
+from plexus.core.model import ModelConfig
+from plexus.engine.config import TrainConfig
 
 
 class RecipeError(ValueError):

@@ -24,6 +24,7 @@ AUTO_ORDER = "auto"  # combine first on the layers that narrow
 # Compute precisions (`plexus.engine.config.EngineConfig.dtype`) and the bytes of one element.
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 DTYPES = tuple(DTYPE_BYTES)
+DEFAULT_DTYPE = "fp32"  # the engine's and the command lines' default
 
 
 class ModelError(ValueError):

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from .cli import UsageError
-from .model import DTYPES, MAX_LAYERS, ModelConfig, ModelError
+from .model import DEFAULT_DTYPE, DTYPES, MAX_LAYERS, ModelConfig, ModelError
 from .ops import KINDS, NORMS
 
 _DEFAULT = ModelConfig()
@@ -98,9 +98,9 @@ def add_model_options(parser: argparse.ArgumentParser,
 
 def add_precision_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--dtype`` and ``--recompute``: how the engine holds the model (both tools)."""
-    parser.add_argument("--dtype", choices=DTYPES, default="fp32",
+    parser.add_argument("--dtype", choices=DTYPES, default=DEFAULT_DTYPE,
                         help="activations and communication in this precision; weights, loss "
-                             "and optimizer stay fp32 (default fp32)")
+                             f"and optimizer stay fp32 (default {DEFAULT_DTYPE})")
     parser.add_argument("--recompute", action="store_true",
                         help="recompute each layer's activations in backward instead of "
                              "keeping them (saves what a layer keeps beyond its input: "

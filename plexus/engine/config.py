@@ -8,13 +8,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from plexus.core.model import DTYPE_BYTES, DTYPES, ModelConfig, ModelError
+from plexus.core.model import DEFAULT_DTYPE, DTYPE_BYTES, DTYPES, ModelConfig, ModelError
 from plexus.core.ops import KINDS, NORMS
 
 # the model's configuration is a plain value of plexus.core (the performance model reads it too)
 MODEL_KINDS = tuple(KINDS)
 __all__ = ["ModelConfig", "ModelError", "MODEL_KINDS", "NORMS", "TrainConfig", "EngineConfig",
-           "DTYPES", "DTYPE_BYTES", "OPTIMIZERS", "LR_SCHEDULES", "TrainConfigError"]
+           "DTYPES", "DTYPE_BYTES", "DEFAULT_DTYPE", "OPTIMIZERS", "LR_SCHEDULES", "TrainConfigError"]
 
 
 #: The optimizers `TrainConfig.optimizer` names (torch.optim's Adam, AdamW and SGD).
@@ -105,7 +105,7 @@ class EngineConfig:
     # (plexus.engine.gemm.default_formulation)
     huge_pages: bool = True  # large CPU tensors on transparent huge pages (plexus.runtime.hostmem)
     timers: bool = True
-    dtype: str = "fp32"  # compute precision (one of DTYPES): changes results by rounding
+    dtype: str = DEFAULT_DTYPE  # compute precision (one of DTYPES): changes results by rounding
     recompute: bool = False  # recompute each stage's activations in backward
 
     def __post_init__(self) -> None:

@@ -2,7 +2,7 @@
 
 It takes the same `ModelConfig`, the same seeded initial parameters and the same
 grid-independent dropout masks as the distributed model, so the two agree to float rounding; it in
-turn equals PyG's layers of the same names (tests/test_pyg_reference.py).
+turn equals PyG's layers of the same names (tests/engine/test_pyg_reference.py).
 """
 
 from __future__ import annotations

@@ -234,7 +234,7 @@ def model_auto_grid(request: SweepRequest) -> Callable[[str, int], GridShape]:
     """``auto_grid`` for `plan_runs`: the grid `plexus.perfmodel.choose_grid` predicts fastest,
     from the dataset's sizes (loaded once per dataset), as ``plexus-train --grid auto`` does."""
     from plexus.datasets import gcn_nnz, load_dataset  # noqa: PLC0415
-    from plexus.engine.config import ModelConfig  # noqa: PLC0415
+    from plexus.core.model import ModelConfig  # noqa: PLC0415
     from plexus.perfmodel import ModelSpec, choose_grid, pricing  # noqa: PLC0415
     from plexus.perfmodel import resolve_calibration  # noqa: PLC0415
 

@@ -16,7 +16,8 @@ import torch
 from plexus.datasets.graph import Graph
 from plexus.datasets.toy import directed_toy_graph, toy_graph  # noqa: F401 (re-exported)
 from plexus.engine.comm import Comm
-from plexus.engine.config import EngineConfig, ModelConfig
+from plexus.core.model import ModelConfig
+from plexus.engine.config import EngineConfig
 from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedModel
 from plexus.engine.serial import SerialModel

@@ -17,8 +17,8 @@ export) and sorts the outcomes:
 - ``payload``: the marker file appeared (a pickle ran code);
 - ``hang``: the case ran longer than `CASE_LIMIT_S` (e.g. blocked on a FIFO).
 
-Only the first two are acceptable. ``tests/test_fuzz_inputs.py`` runs a bounded set in the test
-suite; ``benchmarks/fuzz_inputs.py`` a larger one. The readers of graph directories and exports
+Only the first two are acceptable. ``tests/datasets/test_fuzz_inputs.py`` runs a bounded set in the
+test suite; ``benchmarks/fuzz_inputs.py`` a larger one. The readers of graph directories and exports
 (`READER_KINDS`, size bombs included) also run one process per case (`run_cases_forked`), so
 each case's peak RSS is its own: ``benchmarks/fuzz_readers.py`` holds it to `RSS_LIMIT_KB`.
 """

@@ -214,7 +214,7 @@ def run_case(path: Path) -> None:
     from plexus.core.grid import GridShape
     from plexus.core.layout import grid_misfit
     from plexus.datasets import Graph, normalize
-    from plexus.engine.config import ModelConfig
+    from plexus.core.model import ModelConfig
     from plexus.partitioners import make_permutation, shard_graph
 
     with open(path, "rb") as f:

@@ -20,7 +20,8 @@ alarm. Outcomes:
 
 Only the first two are acceptable. Each case's peak RSS is the forked child's
 (``ru_maxrss``; it includes what it shares with the warm parent). ``benchmarks/fuzz_stores.py``
-runs at least 500 cases per kind; ``tests/test_hardening_round4_stores.py`` a small sample.
+runs at least 500 cases per kind; ``tests/partitioners/test_hardening_round4_stores.py`` a small
+sample.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from plexus.engine.config import ModelConfig
+from plexus.core.model import ModelConfig
 from plexus.engine.pygmodel import PygModel, pyg_spec
 from plexus.engine.serial import SerialModel
 

@@ -40,20 +40,20 @@ from typing import Any, Callable, Iterator
 
 from plexus.core.atomic import atomic_file
 from plexus.core.grid import GridShape
-from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.core.units import format_bytes
 from plexus.datasets import DatasetError, Graph, gcn_nnz, load_dataset, spec_paths
 from plexus.datasets.convert import streamed_spec
 from plexus.datasets.spec import MAX_SOURCE_FILES, source_fingerprint
 from plexus.datasets.files import open_regular
-from plexus.engine.config import ModelConfig
+from plexus.core.model import ModelConfig
 from plexus.partitioners import is_store, read_manifest, write_store
 from plexus.partitioners.store import FORMAT as STORE_FORMAT, VERSION as STORE_VERSION, graph_hash
 from plexus.partitioners.store import file_sha256
+from plexus.perfmodel import ModelSpec
 from plexus.runtime.child import run_in_child
 
 from .cacheuse import evict, hold_store
-from .options import RunOptions
+from .plan import RunPlan, auto_grid, precheck_partition
 
 CACHE_ENV = "PLEXUS_CACHE_DIR"
 
@@ -214,9 +214,9 @@ class Cache:
             sizes = Sizes(**doc["sizes"])
         except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
             return None  # damaged (nested thousands deep, not an object): rebuilt and rewritten
-        kinds = {f.name: f.type for f in fields(Sizes)}
-        if any(type(getattr(sizes, name)) is not {"str": str, "int": int}[kind]
-               for name, kind in kinds.items()):
+        types = {f.name: f.type for f in fields(Sizes)}
+        if any(type(getattr(sizes, name)) is not {"str": str, "int": int}[type_name]
+               for name, type_name in types.items()):
             return None
         return sizes
 
@@ -338,11 +338,9 @@ def choose_grid(request: BuildRequest, sizes: Sizes) -> GridShape:
     """The request's grid, or for --grid auto the performance model's choice."""
     if request.grid is not None:
         return request.grid
-    from .checks import auto_grid  # noqa: PLC0415 (the performance model)
-
     assert request.world is not None
-    return auto_grid(request.world, sizes.num_nodes, sizes.nnz, sizes.num_features,
-                     sizes.num_classes, request.model, sizes.name)
+    return auto_grid(request.world, ModelSpec(sizes.num_nodes, sizes.nnz, sizes.num_features,
+                                              sizes.num_classes, request.model, name=sizes.name))
 
 
 def streams(request: BuildRequest) -> bool:
@@ -474,8 +472,6 @@ def obtain_store(cache: Cache, request: BuildRequest, graph: Graph | None = None
             peak = 0  # this process's peak is not the build's alone
         else:
             if request.check_memory and not streams(request):  # out of core: flat memory
-                from .checks import precheck_partition  # noqa: PLC0415
-
                 precheck_partition(request.source.spec, request.source.seed, request.model,
                                    request.perm)
             path, sizes, peak = run_in_child(f"partitioning {request.source.spec}",
@@ -499,28 +495,17 @@ def keep_under_cap(cache: Cache, store: CachedStore, max_bytes: int | None) -> N
                   f"({format_bytes(freed)}) that no run holds")
 
 
-def cached_options(opts: RunOptions, cache: Cache, world: int | None,
+def cached_options(plan: RunPlan, cache: Cache, world: int | None,
                    graph: Graph | None = None, force: bool = False
-                   ) -> tuple[RunOptions, CachedStore]:
-    """``opts`` reading its shards from the cache's store for its dataset (found or built;
+                   ) -> tuple[RunPlan, CachedStore]:
+    """``plan`` reading its shards from the cache's store for its dataset (found or built;
     ``force``: build even where the partitioning is predicted not to fit in memory)."""
-    source = Source(opts.dataset, opts.root, opts.train.seed, opts.symmetrize)
-    request = BuildRequest(source, source.key(), str(cache.root), opts.grid, world, opts.model,
-                           opts.perm or DEFAULT_PERMUTATION, check_memory=not force)
+    source = Source(plan.dataset, plan.root, plan.train.seed, plan.symmetrize)
+    request = BuildRequest(source, source.key(), str(cache.root), plan.grid, world, plan.model,
+                           plan.perm, check_memory=not force)
     store = obtain_store(cache, request, graph)
-    keep_under_cap(cache, store, opts.cache_max_bytes)
-    return replace(opts, shards=store.path, grid=store.grid, cache=store.summary()), store
-
-
-def uses_cache(opts: RunOptions, world: int | None) -> bool:
-    """Whether the run reads its shards from the cache: a --dataset run (not --shards) with a
-    cache directory, on more than one rank unless --cache was given (a one-rank run's shard is
-    the whole graph: cutting it in its own process costs less than writing it to disk and
-    reading it back)."""
-    if opts.shards or not opts.cache_dir:
-        return False
-    ranks = opts.grid.world_size if opts.grid is not None else world
-    return opts.cache_explicit or ranks is None or ranks > 1
+    keep_under_cap(cache, store, plan.cache_max_bytes)
+    return replace(plan, shards=store.path, grid=store.grid, cache=store.summary()), store
 
 
 #: How long the other ranks of a launched job wait for rank 0 to build the store. A dead rank 0
@@ -532,8 +517,8 @@ class PeerSetupFailed(RuntimeError):
     """Rank 0 could not provide the store (it reports why; the other ranks only stop)."""
 
 
-def join_cached_store(opts: RunOptions, say: Callable[[str], None]
-                      ) -> tuple[RunOptions, Any]:
+def join_cached_store(plan: RunPlan, say: Callable[[str], None]
+                      ) -> tuple[RunPlan, Any]:
     """Collective, under torchrun or srun once the process group exists: rank 0 finds or builds
     the store (`cached_options`; the cache directory must be one every rank sees), the others
     wait for it, then all read their shards from it. Returns the options and rank 0's hold on
@@ -549,8 +534,8 @@ def join_cached_store(opts: RunOptions, say: Callable[[str], None]
     hold = None
     if dist.get_rank() == 0:
         try:
-            new, store = cached_options(opts, Cache(Path(opts.cache_dir), say),  # type: ignore
-                                        dist.get_world_size(), force=not opts.check_memory)
+            new, store = cached_options(plan, Cache(Path(plan.cache_dir), say),  # type: ignore
+                                        dist.get_world_size(), force=not plan.check_memory)
             say(store.line())
             box[0], hold = new, store.hold
         except Exception as e:  # noqa: BLE001 — the other ranks must hear of it first

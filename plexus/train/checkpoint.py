@@ -23,8 +23,11 @@ import torch
 
 from plexus.core.atomic import atomic_file
 from plexus.core.lockfile import FileLock, LockBusy, LockError, acquire
-from plexus.engine.config import ModelConfig, TrainConfig
-from plexus.engine.seeding import initial_parameters, initial_stats, split_name
+from plexus.api.training import TrainConfig, initial_parameters, initial_stats, split_name
+from plexus.core.cli import UsageError
+from plexus.core.model import ModelConfig
+
+from .plan import RunPlan
 
 CHECKPOINT_NAME = "checkpoint.pt"
 #: Held (flock) by the run that writes the directory's checkpoint: two runs never share one.
@@ -257,10 +260,10 @@ def check_state(payload: dict, model: ModelConfig, where: str = "checkpoint") ->
                               f"parameter {sorted(params)}")
     for name in adam:
         moments = [k for k in adam[name] if k != "step"]
-        kind = "SGD" if moments == ["momentum_buffer"] else "Adam"
-        _check_tensors({f"{name} {kind} {k}": adam[name][k] for k in moments},
-                       {f"{name} {kind} {k}": wanted[name] for k in moments},
-                       where, f"{kind} state", frozenset({f"{name} Adam exp_avg_sq"}))
+        optimizer = "SGD" if moments == ["momentum_buffer"] else "Adam"
+        _check_tensors({f"{name} {optimizer} {k}": adam[name][k] for k in moments},
+                       {f"{name} {optimizer} {k}": wanted[name] for k in moments},
+                       where, f"{optimizer} state", frozenset({f"{name} Adam exp_avg_sq"}))
     variances = frozenset(n for n in buffers if split_name(n)[0] in NONNEGATIVE_BUFFERS)
     _check_tensors(state.get("stats", {}), buffers, where, "running statistics", variances)
     kept = extra(payload).get("best_params")
@@ -348,3 +351,33 @@ def extra(payload: dict) -> dict[str, Any]:
     """The run's own record stored with the state (best validation so far, ...)."""
     value = payload.get("extra", {})
     return value if isinstance(value, dict) else {}
+
+
+def load_resume(plan: RunPlan, dataset: DatasetInfo | None) -> dict:
+    """The checkpoint of ``plan`` to resume from, checked against its model, epochs, seed,
+    optimizer and schedule, (when known) the dataset, and for --export-best that it holds the
+    best epoch's weights. Raises `CheckpointError` or `UsageError`."""
+    assert plan.checkpoint is not None
+    payload = load_checkpoint(plan.checkpoint)
+    where = str(checkpoint_path(plan.checkpoint))
+    check_model(payload, plan.model, where)
+    check_epochs(payload, plan.train.epochs, where)
+    check_seed(payload, plan.train.seed, where)
+    check_loop(payload, plan.train, where)
+    if dataset is not None:
+        check_dataset(payload, dataset, where)
+    check_state(payload, plan.model, where)
+    if plan.export_best:
+        check_best_kept(payload, where)
+    return payload
+
+
+def check_best_kept(payload: dict, where: str) -> None:
+    """--export-best after a resume needs the best epoch's weights in the checkpoint (written by
+    runs with --export-best or on an OGB dataset) unless no epoch was evaluated yet."""
+    kept = extra(payload)
+    best = kept.get("best") or {}
+    if best.get("epoch") is not None and "best_params" not in kept:
+        raise UsageError(f"--export-best: {where} does not hold the weights of its best "
+                         f"validation epoch {best['epoch']} (it was written without "
+                         "--export-best); resume without --export-best, or start afresh")

@@ -1,4 +1,5 @@
-"""Checks of a run's input that need no process group: paths, grids, datasets, memory.
+"""Checks of a run's input that need no process group: paths, outputs, orders, datasets (the
+checks that price the run from the graph's sizes are the plan's: `plexus.train.plan`).
 
 The launching process runs them before any worker starts (so bad input costs nothing); under a
 launcher each rank runs the cheap ones itself. Each raises a typed error with a one-line message.
@@ -7,28 +8,17 @@ launcher each rank runs the cheap ones itself. Each raises a typed error with a 
 from __future__ import annotations
 
 import tempfile
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
-
-import torch
 
 from plexus.api.outputs import OutputsError, check_outputs_target
 from plexus.core.atomic import UnsafeTargetError, output_target
 from plexus.core.cli import UsageError
-from plexus.core.grid import GridShape
-from plexus.core.layout import grid_misfit
 from plexus.core.model import ModelError, parse_order
 from plexus.datasets import DatasetError, Graph, load_dataset
-from plexus.engine.config import ModelConfig
-from plexus.partitioners import RankShard
-from plexus.core.units import format_bytes, format_seconds
-from plexus.perfmodel import Calibration, ModelSpec, choose_grid, pricing, rank_configs
-from plexus.runtime.env import default_device
 
-from .checkpoint import CHECKPOINT_NAME
-from plexus.api.memcheck import (available_memory, check_memory, check_partition_memory,
-                       predicted_peaks, run_spec)
+from .checkpoint import CHECKPOINT_NAME, lock_directory
+from .epochlogs import check_targets
+from .plan import RunPlan
 
 # Datasets up to this size are loaded once in the launching process to check them before any
 # worker starts; bigger ones only have their paths checked there (each worker loads them anyway).
@@ -91,58 +81,28 @@ def check_checkpoint_dir(path: str) -> None:
     check_output_file(directory / CHECKPOINT_NAME, "--checkpoint")
 
 
-def auto_grid(world_size: int, num_nodes: int, nnz: int, num_features: int, num_classes: int,
-              model: ModelConfig, name: str = "") -> GridShape:
-    """The grid `plexus.perfmodel.choose_grid` predicts fastest for this graph and model."""
-    spec = ModelSpec(num_nodes, nnz, num_features, num_classes, model, name=name)
-    return GridShape.of(choose_grid(world_size, spec))
+def check_output_paths(plan: RunPlan) -> None:
+    """Raise `UsageError` unless rank 0 can write the run's JSON log (the file itself is opened
+    by rank 0; an existing one stays until the end), checkpoint directory, outputs directory and
+    weights export."""
+    if plan.log_json:
+        check_log_path(plan.log_json)
+    if plan.checkpoint:
+        check_checkpoint_dir(plan.checkpoint)
+    if plan.save_predictions:
+        check_outputs_dir(plan.save_predictions, "--save-predictions")
+    if plan.export:
+        check_output_file(plan.export, "--export")
 
 
-def auto_grid_choice(world_size: int, num_nodes: int, nnz: int, num_features: int,
-                     num_classes: int, model: ModelConfig, name: str = "",
-                     ranks_note: str = "", calibration: Calibration | None = None,
-                     ranks_per_host: int | None = None, **run: Any) -> tuple[GridShape, str]:
-    """`auto_grid`'s grid and one line saying why: its predicted epoch time and training peak
-    per rank, the runner-up's, and what priced them (``--grid auto`` prints it, so the choice
-    is never silent). ``ranks_note`` follows the rank count (where it came from, when nobody
-    gave it). ``calibration``: the machine's rates (`plexus.perfmodel.resolve_calibration`;
-    None: the built-in GPU rates, said as uncalibrated); ``ranks_per_host``: ranks of this job
-    on one host (`plexus.perfmodel.pricing`). ``run``: how the run holds the model
-    (`plexus.api.memcheck.run_spec`'s options: perm, dtype_bytes, from_store, recompute,
-    multilabel, symmetric), so the peak printed is the one the run's summary predicts."""
-    cal = calibration or Calibration()
-    spec = replace(run_spec(model, num_nodes, nnz, num_features, num_classes, **run), name=name)
-    per_host, placement = pricing(cal, ranks_per_host)
-    ranked = rank_configs(world_size, spec, cal, ranks_per_host=per_host, placement=placement)
-    best = ranked[0]
-    grid = GridShape.of(best.grid)
-    assert grid == GridShape.of(choose_grid(world_size, spec, cal, ranks_per_host=per_host,
-                                            placement=placement))  # one rule for both
-
-    def figures(p) -> str:
-        return (f"predicted epoch {format_seconds(p.time_s)}, training peak "
-                f"{format_bytes(p.memory.total)} per rank")
-
-    line = f"--grid auto: chose {grid} for {world_size} ranks{ranks_note} ({figures(best)})"
-    if len(ranked) > 1:
-        line += f"; runner-up {GridShape.of(ranked[1].grid)} ({figures(ranked[1])})"
-    else:
-        line += "; no other grid of that size"
-    if cal.calibrated:
-        return grid, line + f"; priced with {cal.label}; plexus-model ranks them all"
-    return grid, (line + f"; {cal.label}: the times are not this machine's (plexus-bench "
-                  "calibrate --out FILE, then --calibration FILE)")
-
-
-def check_grid_fits(grid: GridShape, model: ModelConfig, num_nodes: int, num_features: int,
-                    num_classes: int) -> None:
-    """Raise `UsageError` when an axis has more ranks than the dimension it cuts (see
-    `plexus.core.layout.grid_misfit`)."""
-    plans = model.plans(num_features, num_classes)
-    problem = grid_misfit(grid, plans, num_nodes,
-                          model.widths(num_features, num_classes))
-    if problem:
-        raise UsageError(problem)
+def check_launch_outputs(plan: RunPlan) -> None:
+    """Every output of the run checked by the launching process before any worker starts: rank
+    0's paths, the checkpoint directory not held by another run (rank 0 locks it for the run),
+    the CSV and TensorBoard targets."""
+    check_output_paths(plan)
+    if plan.checkpoint:
+        lock_directory(Path(plan.checkpoint).expanduser()).release()
+    check_targets(plan.log_csv, plan.tensorboard)
 
 
 def check_order(order: str, num_layers: int) -> None:
@@ -154,25 +114,17 @@ def check_order(order: str, num_layers: int) -> None:
         raise UsageError(f"--order: {e}") from None
 
 
-def shard_bytes(shard: RankShard) -> int:
-    """Bytes of the arrays a rank's shard holds (its Â blocks and features)."""
-    total = shard.features.nbytes
-    for blk in shard.blocks.values():
-        total += blk.data.nbytes + blk.indices.nbytes + blk.indptr.nbytes
-    return total
-
-
 def precheck_dataset(spec: str, root: str | None, seed: int) -> Graph | None:
     """Check a dataset spec before workers start; return the graph when it was cheap to load.
 
     Small inputs (the embedded Cora, files up to 64 MiB) are loaded, so any problem in them shows
     here; for bigger ones only the spec and the paths are checked and the workers load them.
     """
-    kind, colon, rest = spec.strip().partition(":")
-    kind = kind.strip().lower()
+    scheme, colon, rest = spec.strip().partition(":")
+    scheme = scheme.strip().lower()
     if root is not None and not Path(root).expanduser().is_dir():
         raise DatasetError(f"--root {root}: not a directory")
-    if not colon and kind.startswith("ogbn-"):
+    if not colon and scheme.startswith("ogbn-"):
         if root is None:
             raise DatasetError(f"{spec}: OGB datasets are read from --root DIR (never "
                                "downloaded); give the directory holding the dataset")
@@ -180,65 +132,18 @@ def precheck_dataset(spec: str, root: str | None, seed: int) -> Graph | None:
 
         check_files(spec.strip(), root)  # the loader's own offline check: file existence only
         return None
-    if colon and kind in ("npz", "mtx", "edgelist", "planetoid") and rest.strip():
+    if colon and scheme in ("npz", "mtx", "edgelist", "planetoid") and rest.strip():
         path = Path(rest.strip()).expanduser()
         if not path.exists() and root is not None and not path.is_absolute():
             path = Path(root).expanduser() / path
         if path.is_file() and path.stat().st_size > PRECHECK_MAX_BYTES:
             return None
-        if not path.exists() and kind != "planetoid":
+        if not path.exists() and scheme != "planetoid":
             raise DatasetError(f"{spec}: {path} not found")
-    if kind == "rmat":
+    if scheme == "rmat":
         from plexus.datasets import parse_rmat_params  # noqa: PLC0415
 
         params = parse_rmat_params(rest if colon else "", seed)
         if int(params["scale"]) > 16:  # a big synthetic graph: the parameters are checked
             return None
     return load_dataset(spec, root, seed=seed)
-
-
-def spec_sizes(spec: str, seed: int) -> tuple[int, int, int, int] | None:
-    """(N, nnz of Â, F, C) of a dataset that was not loaded, where the spec alone tells them
-    (R-MAT: nnz is the upper bound, every generated edge distinct, both directions, self
-    loops); None otherwise."""
-    kind, colon, rest = spec.strip().partition(":")
-    if kind.strip().lower() != "rmat":
-        return None
-    from plexus.datasets import parse_rmat_params  # noqa: PLC0415
-
-    p = parse_rmat_params(rest if colon else "", seed)
-    n = 1 << int(p["scale"])
-    return n, n * (2 * int(p["edge_factor"]) + 1), int(p["features"]), int(p["classes"])
-
-
-def precheck_resources(grid: GridShape, model: ModelConfig, sizes: tuple[int, int, int, int],
-                       perm: str, force: bool, dtype_bytes: int = 4,
-                       recompute: bool = False, from_store: bool = False,
-                       device: str | None = None, multilabel: bool = False,
-                       symmetric: bool = True) -> None:
-    """Before any worker starts: the grid fits the graph, and (unless ``force``) the predicted
-    peak per rank, set-up included (activations at ``dtype_bytes`` per element; ``from_store``:
-    the ranks read their shards from a store), fits what the local ranks will have."""
-    n, nnz, f, c = sizes
-    check_grid_fits(grid, model, n, f, c)
-    if force:
-        return
-    where = default_device(device)
-    peaks = predicted_peaks(grid, model, n, nnz, f, c, perm, dtype_bytes, from_store, recompute,
-                            multilabel=multilabel, symmetric=symmetric, device=where.type)
-    if where.type == "cuda":  # training on the GPUs, set-up (reading or cutting) in host RAM
-        check_memory(peaks.training, available_memory(where, grid.world_size), grid)
-        check_memory(peaks.setup, available_memory(torch.device("cpu"), grid.world_size), grid)
-    else:
-        check_memory(peaks.run, available_memory(where, grid.world_size), grid)
-
-
-def precheck_partition(spec: str, seed: int, model: ModelConfig, perm: str) -> None:
-    """Before partitioning the graph into a store in one process: its predicted peak fits the
-    host (checked where the spec alone tells the graph's sizes)."""
-    sizes = spec_sizes(spec, seed)
-    if sizes is None:
-        return
-    n, nnz, f, c = sizes
-    peaks = predicted_peaks((1, 1, 1), model, n, nnz, f, c, perm, from_store=True)
-    check_partition_memory(peaks.partition, available_memory(torch.device("cpu"), 1))

@@ -22,9 +22,9 @@ from plexus.runtime.progress import lagging_rank
 from plexus.runtime.local import (PEER_ERROR_GRACE_S, LocalJobFailed, free_port, is_peer_error,
                                   launch_local)
 
-from .cache import join_cached_store, uses_cache
+from .cache import join_cached_store
 from .errors import PROG, OutputFailed, RunStopped, error_line
-from .options import RunOptions
+from .plan import RunPlan
 from .prepare import LocalSetup, agree_on_failure, load_local
 from .report import finish
 from .runlog import console_line
@@ -46,17 +46,17 @@ def reserve_standard_fds() -> None:
                 os.close(null)
 
 
-def run_rank(opts: RunOptions, env: JobEnv) -> int:
+def run_rank(plan: RunPlan, env: JobEnv) -> int:
     """Everything one rank does, from joining the job to the summary; returns the exit status."""
     started = time.perf_counter()
     # start-up: from the command's start (or this rank's own, under torchrun/srun) to here
-    origin = opts.launched_at or process_start_time()
+    origin = plan.launched_at or process_start_time()
     startup_s = max(time.time() - origin, 0.0) if origin is not None else 0.0
-    if opts.engine.huge_pages:
+    if plan.engine.huge_pages:
         enable_huge_pages()  # before this process's first CPU tensor
     try:
-        device = init_process_group(env, opts.timeout_s, device=opts.device,
-                                    threads=opts.threads)
+        device = init_process_group(env, plan.timeout_s, device=plan.device,
+                                    threads=plan.threads)
     except LaunchError as e:  # e.g. a local rank without a GPU: the same on every such rank
         print(error_line(f"rank {env.rank}: {e}"), file=sys.stderr, flush=True)
         return 2
@@ -64,16 +64,16 @@ def run_rank(opts: RunOptions, env: JobEnv) -> int:
     setup = None
     hold = None  # rank 0's hold on the cached store against eviction, for the whole run
     try:
-        if uses_cache(opts, dist.get_world_size()):
+        if plan.uses_cache(dist.get_world_size()):
             # launched by torchrun/srun: rank 0 provides the store (no launcher of ours did)
-            opts, hold = join_cached_store(opts, lambda text: None if opts.quiet else
+            plan, hold = join_cached_store(plan, lambda text: None if plan.quiet else
                                            console_line(f"{PROG}: {text}"))
-        setup = load_local(opts, dist.get_rank(), dist.get_world_size(), device,
+        setup = load_local(plan, dist.get_rank(), dist.get_world_size(), device,
                            env.local_world_size)
     except Exception as e:  # noqa: BLE001 — every rank must learn of it, see agree_on_failure
         error = e
     try:
-        return _train(opts, setup, error, device, started, startup_s)
+        return _train(plan, setup, error, device, started, startup_s)
     finally:
         if setup is not None:
             setup.release()  # the checkpoint directory's lock, on every path out
@@ -81,7 +81,7 @@ def run_rank(opts: RunOptions, env: JobEnv) -> int:
             hold.release()
 
 
-def _train(opts: RunOptions, setup: LocalSetup | None, error: BaseException | None,
+def _train(plan: RunPlan, setup: LocalSetup | None, error: BaseException | None,
            device: torch.device, started: float, startup_s: float) -> int:
     """Agree on set-up failures, then train (the second half of `run_rank`, which began at
     ``started``, ``startup_s`` after the command)."""
@@ -94,7 +94,7 @@ def _train(opts: RunOptions, setup: LocalSetup | None, error: BaseException | No
         dist.destroy_process_group()
         return code
     assert setup is not None
-    run = build_run(opts, setup, device)
+    run = build_run(plan, setup, device)
     try:
         start = time.perf_counter()
         with run.tracker or contextlib.nullcontext():
@@ -120,23 +120,23 @@ def _train(opts: RunOptions, setup: LocalSetup | None, error: BaseException | No
     return 0
 
 
-def local_worker(opts: RunOptions) -> int:
+def local_worker(plan: RunPlan) -> int:
     """Entry point of a worker started by `launch_local` (torchrun-style environment; it has
     already tied its life to the launcher's)."""
     env = detect_environment()
     if env is None:
         raise LaunchError("worker started without RANK/WORLD_SIZE in its environment")
-    return run_rank(opts, env)
+    return run_rank(plan, env)
 
 
-def run_local(opts: RunOptions) -> int:
+def run_local(plan: RunPlan) -> int:
     """Start X·Y·Z local workers and wait for them; the job's exit status."""
-    assert opts.grid is not None
-    nprocs = opts.grid.world_size
+    assert plan.grid is not None
+    nprocs = plan.grid.world_size
     if nprocs == 1:
-        return run_single(opts)
+        return run_single(plan)
     try:
-        codes = launch_local(nprocs, local_worker, opts)
+        codes = launch_local(nprocs, local_worker, plan)
     except LocalJobFailed as e:
         root = e.failures[0]
         if "timed out" in root.message.lower():  # not a bug: a peer stopped answering
@@ -145,7 +145,7 @@ def run_local(opts: RunOptions) -> int:
                      f"; rank {stuck} is the stuck one (it stopped after "
                      f"{e.progress[stuck]} collectives, its peers went on)")
             print(error_line(f"{e}; a collective waited longer than --timeout "
-                             f"{opts.timeout_s:g} s: a peer is stuck or dead{which}"),
+                             f"{plan.timeout_s:g} s: a peer is stuck or dead{which}"),
                   file=sys.stderr, flush=True)
             return 1
         if root.traceback:  # a bug or a crash inside the worker: show where
@@ -167,11 +167,11 @@ def run_local(opts: RunOptions) -> int:
     return max((int(c or 0) for c in codes), default=0)
 
 
-def run_single(opts: RunOptions) -> int:
+def run_single(plan: RunPlan) -> int:
     """A one-rank job runs in this process: a worker process would only add start-up time."""
     env = JobEnv("single", 0, 1, 0, 1, "127.0.0.1", free_port())
     try:
-        return run_rank(opts, env)
+        return run_rank(plan, env)
     except KeyboardInterrupt:
         print(error_line(f"interrupted (SIGINT) (pid {os.getpid()}); the job stopped"),
               file=sys.stderr, flush=True)

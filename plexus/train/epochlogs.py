@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Protocol
 
 from plexus.core.atomic import UnsafeTargetError, atomic_file, describe_mode, output_target
-from plexus.engine.trainer import EpochStats
+from plexus.api.training import EpochStats
 
 from .errors import OutputFailed, output_failure
 

@@ -11,7 +11,7 @@ import numpy as np
 from plexus.api.outputs import (FILES, FORMAT, MARKER, check_outputs_target,
                                 publish_outputs)
 from plexus.core.grid import GridShape
-from plexus.engine.config import ModelConfig
+from plexus.core.model import ModelConfig
 
 from .cache import BuildRequest, Cache, Partition, Source, build_store
 

@@ -18,23 +18,19 @@ import torch.distributed as dist
 
 from plexus.core.atomic import UnsafeTargetError
 from plexus.core.grid import GridShape
-from plexus.core.layout import DEFAULT_PERMUTATION
-from plexus.datasets import gcn_nnz, load_dataset
-from plexus.engine.config import ModelConfig, TrainConfig
+from plexus.datasets import load_dataset
 from plexus.api import cut_shard
 from plexus.partitioners import RankShard, read_manifest, read_shard
-from plexus.partitioners.plan import symmetric
 from plexus.partitioners.store import graph_hash
 from plexus.perfmodel import load_calibration
 
 from . import checkpoint as ckpt
 from .cache import PeerSetupFailed
-from .checks import (auto_grid_choice, check_checkpoint_dir, check_grid_fits, check_log_path,
-                     check_output_file, check_outputs_dir, shard_bytes)
+from .checkpoint import load_resume
+from .checks import check_output_paths
 from .epochlogs import EpochSink, open_sinks
 from .errors import PROG, USER_ERRORS, OutputFailed, UsageError, error_line
-from plexus.api.memcheck import available_memory, check_memory, predicted_peaks
-from .options import RunOptions
+from .plan import GraphSizes, RunPlan, check_grid_fits, choose_run_grid, rank_peaks
 from .runlog import JsonLog
 
 
@@ -63,8 +59,8 @@ class LocalSetup:
 
 def open_json_log(path: str, resume: int | None = None) -> JsonLog:
     """Open the JSON log's temporary file now, so a bad path is a set-up error (``resume``: the
-    epoch a resumed run starts after; the earlier log's epochs up to it are kept)."""
-    check_log_path(path)
+    epoch a resumed run starts after; the earlier log's epochs up to it are kept); the path was
+    checked with the run's other outputs (`check_output_paths`)."""
     try:
         return JsonLog(Path(path).expanduser(), resume)
     except UnsafeTargetError as e:  # the path changed since it was checked
@@ -74,121 +70,84 @@ def open_json_log(path: str, resume: int | None = None) -> JsonLog:
                          f"({getattr(e, 'strerror', None) or e})") from None
 
 
-def load_local(opts: RunOptions, rank: int, world: int, device: torch.device,
+def load_local(plan: RunPlan, rank: int, world: int, device: torch.device,
                local_ranks: int) -> LocalSetup:
-    """This rank's shard (and checkpoint), with no communication. Raises `USER_ERRORS`."""
-    model = opts.model
-    if opts.shards:
-        manifest = read_manifest(opts.shards)
-        grid = opts.grid or GridShape.of(manifest["grid"])
+    """This rank's shard (and checkpoint), with no communication, checked against the plan.
+    Raises `USER_ERRORS`."""
+    grid, shard, nnz, sha256 = load_shard(plan, rank, world, local_ranks)
+    peaks, own = rank_peaks(plan, grid, shard, nnz, device, local_ranks, grid.coords(rank))
+    info = ckpt.DatasetInfo(shard.name, shard.num_nodes, shard.num_features, shard.num_classes,
+                            sha256)
+    resume_from = load_resume(plan, info) if plan.resume else None
+    json_log = lock = None
+    sinks: list[EpochSink] = []
+    if rank == 0:  # rank 0 writes the outputs
+        json_log, sinks, lock = open_outputs(plan, resume_from)
+    return LocalSetup(grid, shard, info, resume_from, json_log, sinks, lock, peaks.training,
+                      peaks.setup, own.training, own.setup)
+
+
+def load_shard(plan: RunPlan, rank: int, world: int, local_ranks: int
+               ) -> tuple[GridShape, RankShard, int, str]:
+    """This rank's grid, shard, the graph's nnz of Â and content hash ('' where no checkpoint
+    needs it): read from the plan's store, or cut from the whole graph loaded here (under a
+    launcher with --grid auto every rank then chooses the same grid from it)."""
+    model = plan.model
+    if plan.shards:
+        manifest = read_manifest(plan.shards)
+        grid = plan.grid or GridShape.of(manifest["grid"])
         grid.check_world(world)
         orders = model.orders(int(manifest["num_features"]), int(manifest["num_classes"]))
         # A cached store was found complete by the launcher (manifest, every file's size) and
         # every member's CRC-32 is checked as it is read: its sha256 pass, a second full read
         # of the file on every rank, is for stores brought from elsewhere (--shards).
-        shard = read_shard(opts.shards, rank, shape=grid, num_layers=model.num_stages,
-                           orders=orders, perm=opts.perm, verify=opts.cache is None)
-        nnz, sha256 = int(manifest["nnz"]), str(manifest["graph_sha256"])
-    else:
-        graph = load_dataset(opts.dataset, opts.root, seed=opts.train.seed)
-        if opts.symmetrize:
-            graph = graph.to_undirected()
-        nnz = gcn_nnz(graph)
-        grid = opts.grid
-        if grid is None:  # --grid auto under a launcher: every rank computes the same choice
-            grid, why = auto_grid_choice(
-                world, graph.num_nodes, nnz, graph.num_features, graph.num_classes, model,
-                graph.name, calibration=load_calibration(opts.calibration),
-                ranks_per_host=local_ranks, perm=opts.perm or DEFAULT_PERMUTATION,
-                dtype_bytes=opts.engine.dtype_bytes, recompute=opts.engine.recompute,
-                multilabel=graph.multilabel, symmetric=symmetric(graph, model.aggregation))
-            if rank == 0 and not opts.quiet:
-                print(f"{PROG}: {why}", flush=True)
-        grid.check_world(world)
-        check_grid_fits(grid, model, graph.num_nodes, graph.num_features, graph.num_classes)
-        # the content hash identifies the graph in checkpoints; hashing a big graph takes time
-        sha256 = graph_hash(graph) if opts.checkpoint else ""
-        shard = cut_shard(graph, grid, grid.coords(rank), model, opts.perm or DEFAULT_PERMUTATION,
-                          opts.train.seed)
-        del graph
-    sizes = (grid, model, shard.num_nodes, nnz, shard.num_features, shard.num_classes,
-             shard.perm, opts.engine.dtype_bytes)
-    # the task kind and whether a block's transpose is another block: as the engine builds them
-    kind = {"from_store": bool(opts.shards), "recompute": opts.engine.recompute,
-            "multilabel": shard.multilabel, "symmetric": bool(shard.meta.get("symmetric")),
-            "device": device.type}
-    peaks = predicted_peaks(*sizes, **kind)
-    own = predicted_peaks(*sizes, **kind, coords=grid.coords(rank))  # this rank's, for the report
-    if opts.check_memory:  # set-up is behind this rank now: what training needs
-        predicted = peaks.training
-        if device.type == "cpu":  # the shard already sits in host memory: count the rest
-            predicted -= shard_bytes(shard)
-        check_memory(predicted, available_memory(device, local_ranks), grid)
-    info = ckpt.DatasetInfo(shard.name, shard.num_nodes, shard.num_features, shard.num_classes,
-                            sha256)
-    resume_from = (load_resume(opts.checkpoint, model, opts.train.epochs, info,  # type: ignore
-                               opts.train.seed, opts.train) if opts.resume else None)
-    if resume_from is not None and opts.export_best:
-        check_best_kept(resume_from, str(ckpt.checkpoint_path(opts.checkpoint)))  # type: ignore
-    json_log = lock = None
-    sinks: list[EpochSink] = []
-    if rank == 0:  # rank 0 writes the outputs: check them before anything runs
-        if opts.checkpoint:
-            check_checkpoint_dir(opts.checkpoint)
-        if opts.save_predictions:
-            check_outputs_dir(opts.save_predictions, "--save-predictions")
-        if opts.export:
-            check_output_file(opts.export, "--export")
-        resumed = ckpt.saved_epoch(resume_from) if resume_from is not None else None
-        if opts.log_json:
-            json_log = open_json_log(opts.log_json, resumed)
+        shard = read_shard(plan.shards, rank, shape=grid, num_layers=model.num_stages,
+                           orders=orders, perm=plan.perm, verify=plan.cache is None)
+        return grid, shard, int(manifest["nnz"]), str(manifest["graph_sha256"])
+    graph = load_dataset(plan.dataset, plan.root, seed=plan.train.seed)
+    if plan.symmetrize:
+        graph = graph.to_undirected()
+    sizes = GraphSizes.of_graph(graph, model)
+    grid = plan.grid
+    if grid is None:  # --grid auto under a launcher: every rank computes the same choice
+        grid, why = choose_run_grid(plan, sizes, world, load_calibration(plan.calibration),
+                                    local_ranks)
+        if rank == 0 and not plan.quiet:
+            print(f"{PROG}: {why}", flush=True)
+    grid.check_world(world)
+    if plan.sizes is None:  # the launching process did not check it
+        check_grid_fits(grid, model, sizes)
+    # the content hash identifies the graph in checkpoints; hashing a big graph takes time
+    sha256 = graph_hash(graph) if plan.checkpoint else ""
+    shard = cut_shard(graph, grid, grid.coords(rank), model, plan.perm, plan.train.seed)
+    return grid, shard, sizes.nnz, sha256
+
+
+def open_outputs(plan: RunPlan, resume_from: dict | None
+                 ) -> tuple[JsonLog | None, list[EpochSink], ckpt.DirectoryLock | None]:
+    """Rank 0's outputs, checked (unless the launching process did) and opened before anything
+    runs: the JSON log, the CSV and TensorBoard sinks, and the checkpoint directory's lock."""
+    if not plan.outputs_checked:
+        check_output_paths(plan)
+    resumed = ckpt.saved_epoch(resume_from) if resume_from is not None else None
+    json_log = open_json_log(plan.log_json, resumed) if plan.log_json else None
+    try:
+        sinks = open_sinks(plan.log_csv, plan.tensorboard,
+                           lambda text: print(f"{PROG}: note: {text}", file=sys.stderr,
+                                              flush=True), resumed)
+    except UsageError:
+        if json_log is not None:
+            json_log.discard()
+        raise
+    lock = None
+    if plan.checkpoint:  # last: nothing after it may fail and leave the lock held
         try:
-            sinks = open_sinks(opts.log_csv, opts.tensorboard,
-                               lambda text: print(f"{PROG}: note: {text}", file=sys.stderr,
-                                                  flush=True), resumed)
-        except UsageError:
+            lock = ckpt.lock_directory(Path(plan.checkpoint).expanduser())
+        except ckpt.CheckpointError:
             if json_log is not None:
                 json_log.discard()
             raise
-        if opts.checkpoint:  # last: nothing after it may fail and leave the lock held
-            try:
-                lock = ckpt.lock_directory(Path(opts.checkpoint).expanduser())
-            except ckpt.CheckpointError:
-                if json_log is not None:
-                    json_log.discard()
-                raise
-    return LocalSetup(grid, shard, info, resume_from, json_log, sinks, lock, peaks.training,
-                      peaks.setup, own.training, own.setup)
-
-
-def load_resume(checkpoint: str, model: ModelConfig, epochs: int,
-                dataset: ckpt.DatasetInfo | None, seed: int = 0,
-                train: TrainConfig | None = None) -> dict:
-    """The checkpoint in directory ``checkpoint`` to resume from, checked against the model,
-    --epochs, --seed, the optimizer and schedule of ``train`` (when given) and (when known) the
-    dataset. Raises `ckpt.CheckpointError`."""
-    payload = ckpt.load_checkpoint(checkpoint)
-    where = str(ckpt.checkpoint_path(checkpoint))
-    ckpt.check_model(payload, model, where)
-    ckpt.check_epochs(payload, epochs, where)
-    ckpt.check_seed(payload, seed, where)
-    if train is not None:
-        ckpt.check_loop(payload, train, where)
-    if dataset is not None:
-        ckpt.check_dataset(payload, dataset, where)
-    ckpt.check_state(payload, model, where)
-    return payload
-
-
-def check_best_kept(payload: dict, where: str) -> None:
-    """--export-best after a resume needs the best epoch's weights in the checkpoint (written by
-    runs with --export-best or on an OGB dataset) unless no epoch was evaluated yet."""
-    extra = ckpt.extra(payload)
-    best = extra.get("best") or {}
-    if best.get("epoch") is not None and "best_params" not in extra:
-        raise UsageError(f"--export-best: {where} does not hold the weights of its best "
-                         f"validation epoch {best['epoch']} (it was written without "
-                         "--export-best); resume without --export-best, or start afresh")
+    return json_log, sinks, lock
 
 
 def agree_on_failure(error: BaseException | None, device: torch.device) -> int:

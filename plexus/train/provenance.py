@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from plexus.core.grid import AXES
+from plexus.partitioners.plan import block_key
 
 from .session import Run
 
@@ -24,10 +25,12 @@ def rank_facts(run: Run) -> dict[str, Any]:
     if run.grid.device.type == "cuda":
         gpu = torch.cuda.get_device_name(run.grid.device)
     # Layer 0's Â block is replicated over one axis: only the ranks at coordinate 0 of that
-    # axis count their non-zeros, so the sum over ranks is nnz(Â) once.
+    # axis count their non-zeros, so the sum over ranks is nnz(Â) once. A model that aggregates
+    # nothing (an MLP) holds no Â block: it reads 0 non-zeros.
     plan = run.shard.plans[0]
     replicated = next(a for a in AXES if a not in (plan.a_rows, plan.a_cols))
-    nnz = run.shard.adj_block(0).nnz if run.shard.coords[replicated] == 0 else 0
+    counted = run.shard.coords[replicated] == 0 and block_key(plan) in run.shard.blocks
+    nnz = run.shard.adj_block(0).nnz if counted else 0
     return {"host": socket.gethostname(), "gpu": gpu, "nnz": int(nnz)}
 
 

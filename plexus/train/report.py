@@ -15,16 +15,13 @@ import torch.distributed as dist
 
 from plexus.core.grid import AXES
 from plexus.core.units import format_seconds
-from plexus.engine.comm import staged
-from plexus.engine.ledger import Ledger
-from plexus.engine.timing import Timers
-from plexus.engine.trainer import EpochStats
+from plexus.api.training import EpochStats, Ledger, Timers, staged
 from plexus.runtime.memstats import cuda_peak_bytes, peak_rss_bytes
 
 from .provenance import gather_provenance
 from .results import end_of_run
 from .runlog import BestRecord
-from .options import RunOptions
+from .plan import RunPlan
 from .walltime import WallTime
 from .session import Run
 
@@ -101,13 +98,13 @@ def gather_memory(run: Run, train_rss: int | None = None) -> dict:
             "predicted_setup_bytes_per_rank": [float(b) for b in column(6)]}
 
 
-def startup_origin(opts: RunOptions) -> str:
+def startup_origin(plan: RunPlan) -> str:
     """Where the summary's start-up counts from, in words (the set-up script's time named and
     left out)."""
-    if opts.launched_at is None:
+    if plan.launched_at is None:
         return "this rank's process start"
-    if opts.setup_script_s >= 0.05:
-        return (f"the command's start, after ./run's set-up ({format_seconds(opts.setup_script_s)}"
+    if plan.setup_script_s >= 0.05:
+        return (f"the command's start, after ./run's set-up ({format_seconds(plan.setup_script_s)}"
                 ", not counted)")
     return "the command's start"
 
@@ -139,7 +136,7 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
     # training's peak, before the end of the run's own work: OGB's evaluator (its import: pandas,
     # scikit-learn) and the outputs are no part of what the memory model prices
     train_rss = peak_rss_bytes()
-    results = end_of_run(run.opts, run.model, run.dataset.name, trainer.epoch, run.best.epoch,
+    results = end_of_run(run.plan, run.model, run.dataset.name, trainer.epoch, run.best.epoch,
                          run.best_weights)
     provenance = gather_provenance(run)
     memory = gather_memory(run, train_rss)
@@ -159,13 +156,13 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         "best_epoch": run.best.epoch, "best_val_acc": run.best.val_acc,
         "best_test_acc": run.best.test_acc,
         "stopped_early": None if trainer.stopped is None else {
-            "epoch": trainer.stopped, "patience": run.opts.train.patience},
+            "epoch": trainer.stopped, "patience": run.plan.train.patience},
         "final": {k: final.get(k) for k in ("epoch", "loss", "train_acc", "val_acc", "test_acc")},
         "train_time_s": train_time_s,
         "mean_epoch_time_s": float(np.mean(epoch_times)) if epoch_times else 0.0,
         "wall_time": wall.as_dict(), "evaluations": int(evaluations),
-        "startup_from": startup_origin(run.opts),
-        "setup_script_s": run.opts.setup_script_s or None,
+        "startup_from": startup_origin(run.plan),
+        "setup_script_s": run.plan.setup_script_s or None,
         "comm_bytes": comm_total, "comm_bytes_max_rank": comm_max,
         "comm_ledger": run.comm.ledger.summary(),  # rank 0's collectives by axis and operation
         "timers": timers,
@@ -176,15 +173,15 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         "ogb": results.pop("ogb", None),
         "ogb_best": results.pop("ogb_best", None),
         "memory": memory,
-        "cache": run.opts.cache,  # the cached shard store of a --dataset run, or None
-        "model": {"kind": run.opts.model.kind, "layers": run.opts.model.num_layers,
-                  "hidden": run.opts.model.hidden, "norm": run.opts.model.norm,
-                  "residual": run.opts.model.residual,
+        "cache": run.plan.cache,  # the cached shard store of a --dataset run, or None
+        "model": {"kind": run.plan.model.kind, "layers": run.plan.model.num_layers,
+                  "hidden": run.plan.model.hidden, "norm": run.plan.model.norm,
+                  "residual": run.plan.model.residual,
                   "orders": list(run.shard.orders), "perm": run.shard.perm},
         **results,  # the files written (--save-predictions, --export)
     }
-    summary["model"].update(dropout=run.opts.model.dropout, bias=run.opts.model.bias,
-                            learnable_features=run.opts.model.learnable_features,
-                            config=dataclasses.asdict(run.opts.model))
+    summary["model"].update(dropout=run.plan.model.dropout, bias=run.plan.model.bias,
+                            learnable_features=run.plan.model.learnable_features,
+                            config=dataclasses.asdict(run.plan.model))
     summary.update(provenance or {})
     run.log.finish(summary)

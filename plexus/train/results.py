@@ -20,7 +20,7 @@ from plexus.api.results import NodeBlock, output_blocks
 from plexus.core.atomic import UnsafeTargetError
 
 from .errors import output_failure
-from .options import RunOptions
+from .plan import RunPlan
 
 
 class BestWeights:
@@ -57,10 +57,10 @@ class BestWeights:
                 self.shards[name] = current
 
 
-def needs_best_weights(opts: RunOptions, dataset_name: str) -> bool:
+def needs_best_weights(plan: RunPlan, dataset_name: str) -> bool:
     """Whether the run keeps the best-validation weights: for --export-best, and for the OGB
     evaluator's metric at the best epoch."""
-    return opts.export_best or is_ogb(dataset_name)
+    return plan.export_best or is_ogb(dataset_name)
 
 
 def is_ogb(dataset_name: str) -> bool:
@@ -99,14 +99,14 @@ def ogb_rocauc(model: GraphModel, name: str, mask: str = "test") -> dict | None:
     ogbn-proteins) over the nodes of ``mask``, without dropout (collective; None where the
     evaluator's metric is not ROC-AUC). Each rank scores its share of its task block in one
     vectorised pass (`plexus.engine.rocauc.block_rocauc`, equal to the Evaluator's per-task
-    scikit-learn areas to 1e-12: tests/test_ux_round3.py), from the split's rows gathered over
+    scikit-learn areas to 1e-12: tests/train/test_ux_round3.py), from the split's rows gathered over
     the logits' rows axis (no rank holds more than its task block of the split); the per-task
     values are summed over the grid and averaged as ogb does (the mean over the tasks with a
     positive and a negative label). One Evaluator call per task, the earlier way, cost 13% of a
     proteins run's wall time."""
     from ogb.nodeproppred import Evaluator  # noqa: PLC0415 (only for OGB datasets)
 
-    from plexus.engine.rocauc import mean_rocauc  # noqa: PLC0415
+    from plexus.api.training import mean_rocauc  # noqa: PLC0415
 
     if Evaluator(name).eval_metric != "rocauc":
         return None
@@ -129,7 +129,7 @@ def _predictions(model: GraphModel) -> NodeBlock:
     return output_blocks(model, logits=False, predictions=True)["pred"]
 
 
-def end_of_run(opts: RunOptions, model: GraphModel, dataset_name: str, epoch: int,
+def end_of_run(plan: RunPlan, model: GraphModel, dataset_name: str, epoch: int,
                best_epoch: int | None, best: BestWeights | None) -> dict:
     """Collective: the run's results through the API, for the final epoch ``epoch`` and the
     best-validation epoch ``best_epoch`` (whose weights ``best`` holds unless it is the final
@@ -141,13 +141,13 @@ def end_of_run(opts: RunOptions, model: GraphModel, dataset_name: str, epoch: in
     def failed(error: BaseException, what: str) -> None:  # reported after the last collective
         summary.setdefault("output_error", output_failure(error, what))
 
-    save = bool(opts.save_predictions)
+    save = bool(plan.save_predictions)
     if save or ogb:
         blocks = output_blocks(model, logits=save, predictions=True,
-                               embeddings=save and opts.save_embeddings)
+                               embeddings=save and plan.save_embeddings)
         if save:
             try:  # collective: every rank writes its rows; a failure is raised on every rank
-                path = write_outputs(model, blocks, opts.save_predictions,  # type: ignore[arg-type]
+                path = write_outputs(model, blocks, plan.save_predictions,  # type: ignore[arg-type]
                                      {"epoch": int(epoch), "dataset": dataset_name})
                 if rank0:
                     summary["predictions_file"] = str(path)
@@ -161,7 +161,7 @@ def end_of_run(opts: RunOptions, model: GraphModel, dataset_name: str, epoch: in
 
     def export(final: bool, at: int | None) -> None:
         try:  # a collective; only rank 0 writes (last), so only it can fail here
-            path = save_weights(model, opts.export, {"epoch": at, "best": not final})
+            path = save_weights(model, plan.export, {"epoch": at, "best": not final})
         except (OSError, UnsafeTargetError) as e:
             failed(e, "--export")
             return
@@ -169,20 +169,20 @@ def end_of_run(opts: RunOptions, model: GraphModel, dataset_name: str, epoch: in
             summary["export_file"] = str(path)
 
     at_best = best_epoch is not None and best_epoch != epoch
-    if at_best and best is not None and best.epoch == best_epoch and (ogb or opts.export_best):
+    if at_best and best is not None and best.epoch == best_epoch and (ogb or plan.export_best):
         best.swap(model)  # the best epoch's weights in, for its predictions and its export
         try:
             if ogb:
                 metric = _metric(model, dataset_name,
                                  None if model.multilabel else _predictions(model))
                 summary["ogb_best"] = metric and {**metric, "epoch": best_epoch}
-            if opts.export and opts.export_best:
+            if plan.export and plan.export_best:
                 export(False, best_epoch)
         finally:
             best.swap(model)
-    elif at_best and opts.export and opts.export_best:
+    elif at_best and plan.export and plan.export_best:
         raise RuntimeError(f"the weights of the best-validation epoch {best_epoch} were not "
                            "kept; cannot --export-best")
-    if opts.export and (not opts.export_best or not at_best):
-        export(not opts.export_best, epoch)
+    if plan.export and (not plan.export_best or not at_best):
+        export(not plan.export_best, epoch)
     return summary

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any, Mapping, Sequence
 
 from plexus.core.atomic import UnsafeTargetError, output_target, replace_into
-from plexus.engine.trainer import BestEpoch, EpochStats
+from plexus.api.training import BestEpoch, EpochStats
 from plexus.core.units import format_bytes, format_seconds
 
 from .epochlogs import EpochSink, LineFile

@@ -11,9 +11,7 @@ import torch.distributed as dist
 
 from plexus.api import GraphModel, model_from_shard
 from plexus.core.atomic import UnsafeTargetError
-from plexus.engine.comm import Comm
-from plexus.engine.grid import Grid
-from plexus.engine.trainer import EpochStats, Trainer
+from plexus.api.training import DEFAULT_DTYPE, Comm, EpochStats, Grid, Trainer
 from plexus.partitioners import RankShard
 from plexus.runtime.env import THREADS_ENV, env_threads
 from plexus.runtime.progress import start_beacon
@@ -22,7 +20,7 @@ from plexus.runtime.memstats import (TensorTracker, peak_rss_bytes, reset_peak_r
 
 from . import checkpoint as ckpt
 from .errors import PROG, OutputFailed, TrainingDiverged, output_failure
-from .options import RunOptions
+from .plan import RunPlan
 from .prepare import LocalSetup
 from .results import BestWeights, needs_best_weights
 from .runlog import BestRecord, RunLog, plural
@@ -32,7 +30,7 @@ from .runlog import BestRecord, RunLog, plural
 class Run:
     """One rank's training run after set-up."""
 
-    opts: RunOptions
+    plan: RunPlan
     grid: Grid
     comm: Comm
     model: GraphModel
@@ -70,11 +68,11 @@ class Run:
         if self.saved_epoch is not None and self.saved_epoch == self.resumed_epoch \
                 and epoch == self.resumed_epoch + 1:
             # the state resumed from diverges at once: it is not a good checkpoint
-            last = (f"the checkpoint resumed from, {ckpt.checkpoint_path(self.opts.checkpoint)} "
+            last = (f"the checkpoint resumed from, {ckpt.checkpoint_path(self.plan.checkpoint)} "
                     f"(epoch {self.resumed_epoch}), gives it at once: no good checkpoint to "
                     "resume from")  # type: ignore[arg-type]
-        elif self.opts.checkpoint and self.saved_epoch is not None:
-            last = (f"last good checkpoint: {ckpt.checkpoint_path(self.opts.checkpoint)} "
+        elif self.plan.checkpoint and self.saved_epoch is not None:
+            last = (f"last good checkpoint: {ckpt.checkpoint_path(self.plan.checkpoint)} "
                     f"(epoch {self.saved_epoch}); resume from it with a lower --lr")
         else:
             last = "no checkpoint was written (--checkpoint DIR keeps one to resume from)"
@@ -129,11 +127,11 @@ class Run:
             extra = {"best": self.best.as_dict(), "grid": str(self.grid)}
             if best_params is not None:
                 extra["best_params"] = best_params
-            payload = ckpt.make_checkpoint(state, self.opts.model, self.opts.train, self.dataset,
+            payload = ckpt.make_checkpoint(state, self.plan.model, self.plan.train, self.dataset,
                                            extra)
             if self.pending is None:  # after a failed output, nothing more is written
                 try:
-                    ckpt.save_checkpoint(self.opts.checkpoint, payload)  # type: ignore[arg-type]
+                    ckpt.save_checkpoint(self.plan.checkpoint, payload)  # type: ignore[arg-type]
                 except (OSError, UnsafeTargetError) as e:
                     self.note_failure(e, "the checkpoint")
                     return
@@ -143,8 +141,8 @@ class Run:
         """After every epoch: stop on divergence (of the loss, or of the state the step left)
         or on an output rank 0 could not write, track the best validation epoch, report,
         checkpoint."""
-        if self.opts.fault is not None:
-            self.opts.fault.maybe_corrupt(self.grid.rank, stats.epoch, self.model.named_shards())
+        if self.plan.fault is not None:
+            self.plan.fault.maybe_corrupt(self.grid.rank, stats.epoch, self.model.named_shards())
         self.check_finite(stats)
         if self.timers_after_first is None:
             self.timers_after_first = dict(self.comm.timers.seconds)
@@ -157,12 +155,12 @@ class Run:
                 self.log.epoch(stats, self.comm.timers.seconds)
             except OutputFailed as e:
                 self.pending = e
-        if self.opts.checkpoint and (stats.epoch % self.opts.checkpoint_every == 0
-                                     or stats.epoch == self.opts.train.epochs
+        if self.plan.checkpoint and (stats.epoch % self.plan.checkpoint_every == 0
+                                     or stats.epoch == self.plan.train.epochs
                                      or self.trainer.stopped is not None):
             self.save_checkpoint()
-        if self.opts.fault is not None:
-            self.opts.fault.maybe_fire(self.grid.rank, stats.epoch)
+        if self.plan.fault is not None:
+            self.plan.fault.maybe_fire(self.grid.rank, stats.epoch)
 
 
 def threads_origin(requested: int | None) -> str:
@@ -173,19 +171,19 @@ def threads_origin(requested: int | None) -> str:
     return f"{THREADS_ENV}={asked}" if asked is not None else "the cores shared by the ranks"
 
 
-def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
+def build_run(plan: RunPlan, setup: LocalSetup, device: torch.device) -> Run:
     """Collective set-up: grid, model, trainer, restored checkpoint, rank 0's reporter."""
-    grid = Grid.create(setup.grid, device, opts.timeout_s)
-    model = model_from_shard(grid, setup.shard, opts.model, opts.train.seed, opts.engine)
-    if opts.engine.dtype != "fp32":
+    grid = Grid.create(setup.grid, device, plan.timeout_s)
+    model = model_from_shard(grid, setup.shard, plan.model, plan.train.seed, plan.engine)
+    if plan.engine.dtype != DEFAULT_DTYPE:
         # the model holds Â's values and the features in its own precision: the shard's float32
         # arrays would only add to every rank's peak (nothing reads them after the build)
         setup.shard.release_values()
-    trainer = Trainer(model, opts.train)
+    trainer = Trainer(model, plan.train)
     # collectives entered so far: the launcher names the rank that stopped (a stuck peer)
     start_beacon(grid.rank, lambda: sum(model.comm.ledger.calls.values()))
     best = BestRecord()
-    best_weights = BestWeights() if needs_best_weights(opts, setup.dataset.name) else None
+    best_weights = BestWeights() if needs_best_weights(plan, setup.dataset.name) else None
     if setup.resume_from is not None:
         trainer.load_full_state(setup.resume_from["state"])
         best = BestRecord.from_dict(ckpt.extra(setup.resume_from).get("best"))
@@ -194,16 +192,16 @@ def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
             best_weights.restore(model, best.epoch, kept)
     log = None
     if grid.rank == 0:
-        log = RunLog(opts.train.epochs, trainer.epoch, opts.quiet, setup.json_log,
+        log = RunLog(plan.train.epochs, trainer.epoch, plan.quiet, setup.json_log,
                      sinks=setup.sinks)
         log.message(f"{PROG}: {setup.dataset.describe()} on grid {grid} "
                     f"({plural(grid.world_size, 'rank')}, {device.type}, "
                     f"{plural(torch.get_num_threads(), 'thread')} per rank, "
-                    f"{threads_origin(opts.threads)}), "
-                    f"{plural(opts.model.num_layers, 'layer')}, orders "
+                    f"{threads_origin(plan.threads)}), "
+                    f"{plural(plan.model.num_layers, 'layer')}, orders "
                     f"{','.join(setup.shard.orders)}, permutation {setup.shard.perm}")
         if setup.resume_from is not None:
-            log.message(f"{PROG}: resumed from {ckpt.checkpoint_path(opts.checkpoint)} at epoch "
+            log.message(f"{PROG}: resumed from {ckpt.checkpoint_path(plan.checkpoint)} at epoch "
                         f"{trainer.epoch}")  # type: ignore[arg-type]
     saved = ckpt.saved_epoch(setup.resume_from) if setup.resume_from is not None else None
     # CPU runs count tensor bytes (CUDA's allocator counts its own): what the rank holds now,
@@ -213,7 +211,7 @@ def build_run(opts: RunOptions, setup: LocalSetup, device: torch.device) -> Run:
     setup_peak = peak_rss_bytes()
     if not reset_peak_rss():
         setup_peak = 0
-    return Run(opts, grid, model.comm, model, trainer, setup.shard, setup.dataset, best, log,
+    return Run(plan, grid, model.comm, model, trainer, setup.shard, setup.dataset, best, log,
                saved, saved, best_weights, setup.predicted_bytes, setup.predicted_setup_bytes,
                tracker, setup_peak, predicted_rank_bytes=setup.predicted_rank_bytes,
                predicted_rank_setup_bytes=setup.predicted_rank_setup_bytes)

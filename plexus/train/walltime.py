@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Sequence
 
 from plexus.core.units import format_seconds
-from plexus.engine.trainer import EpochStats
+from plexus.api.training import EpochStats
 
 
 @dataclass(frozen=True)

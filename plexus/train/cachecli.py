@@ -1,0 +1,65 @@
+"""``plexus-train``'s cache options: ``--cache-list``/``--cache-clean``, the size cap
+(``--cache-max-gb``), and the launching process finding or building a run's store in the cache
+(the library side: `plexus.train.cache`, `plexus.train.cacheuse`)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from plexus.core.units import format_bytes
+
+from .cache import Cache, cached_options, default_cache_dir
+from .cacheuse import MAX_GB_ENV, StoreUse, cap_bytes, entries, evict
+from .errors import PROG, UsageError
+from .plan import RunPlan
+from .runlog import console_line
+
+
+def from_cache(plan: RunPlan, force: bool) -> tuple[RunPlan, StoreUse | None]:
+    """The launching process finds or builds the store of the run's dataset in the cache (once,
+    for all ranks, after every cheap check has passed) and says which in one line; the ranks
+    then read their shards from it. Returns the plan and the hold on the store against
+    eviction (keep it until the run ends)."""
+    def say(text: str) -> None:
+        if not plan.quiet:
+            console_line(f"{PROG}: {text}")
+
+    assert plan.grid is not None  # the launching process has resolved --grid auto
+    plan, store = cached_options(plan, Cache(Path(plan.cache_dir), say),  # type: ignore
+                                 plan.grid.world_size, force=force)
+    say(store.line())
+    return plan, store.hold
+
+
+def cache_cap(args: argparse.Namespace) -> int | None:
+    """The cache's size cap in bytes (--cache-max-gb, else the environment's; None: none)."""
+    if args.cache_max_gb is not None and not 0 < args.cache_max_gb < float("inf"):
+        raise UsageError(f"--cache-max-gb must be a number of GiB > 0, got {args.cache_max_gb}")
+    return cap_bytes(args.cache_max_gb)
+
+
+def cache_command(args: argparse.Namespace) -> int:
+    """``--cache-list`` / ``--cache-clean``: the cache directory's contents, or what no run
+    holds removed; status 0."""
+    root = Path(args.cache or default_cache_dir()).expanduser()
+    cap = cache_cap(args)
+    if args.cache_clean:
+        gone = evict(root, cap or 0)
+        freed = sum(e.bytes for e in gone)
+        print(f"{PROG}: removed {len(gone)} entr{'y' if len(gone) == 1 else 'ies'} "
+              f"({format_bytes(freed)}) from {root}"
+              + (f", down to the cap of {format_bytes(cap)}" if cap else "")
+              + "; what runs hold stays")
+    found = entries(root)
+    if args.cache_list or not args.cache_clean:
+        for e in reversed(found):  # most recently used first
+            used = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.last_used))
+            print(f"{format_bytes(e.bytes):>10}  {e.kind:<5}  last used {used}"
+                  f"{'  IN USE' if e.in_use else ''}  {e.path}")
+    total = sum(e.bytes for e in found)
+    print(f"{PROG}: cache {root}: {len(found)} entr{'y' if len(found) == 1 else 'ies'}, "
+          f"{format_bytes(total)}" + (f" (cap {format_bytes(cap)})" if cap else
+                                         f" (no cap: --cache-max-gb or ${MAX_GB_ENV})"))
+    return 0

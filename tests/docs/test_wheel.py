@@ -1,0 +1,81 @@
+"""The wheel: built from the sources, installed into a fresh virtual environment, it trains from a
+directory outside the checkout. This is README's "Install into your own environment" route: the
+wheel must carry every package (plexus.datasets and plexus.partitioners from their own
+folders), the package data (the embedded Cora) and the console scripts.
+
+Nothing is downloaded: the wheel is installed without its dependencies, and the fresh
+environment sees this environment's packages (torch, numpy, ...) through a ``.pth`` file,
+after its own site-packages, so its ``plexus`` is the installed one, not the checkout's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO
+
+pytestmark = pytest.mark.slow  # worlds or end-to-end runs: left out of the fast subset
+# what the build reads (setuptools writes build/ and *.egg-info next to it: a copy keeps the
+# checkout clean)
+SOURCES = ("pyproject.toml", "README.md", "plexus")
+SCRIPTS = ("plexus-train", "plexus-partition", "plexus-model", "plexus-bench", "plexus-sweep",
+           "plexus-report")
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None,
+         timeout: float = 300) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{' '.join(cmd)}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def test_wheel_installs_into_a_fresh_venv_and_trains(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in SOURCES:
+        path = REPO / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(path, src / name)
+    wheels = tmp_path / "wheels"
+    # the build backend of this environment (as README's command); where it has none (venvs of
+    # Python >= 3.12 come without setuptools) pip fetches it, as `pip install .` does
+    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation,
+          "--disable-pip-version-check", "-q", str(src), "-w", str(wheels)], cwd=tmp_path)
+    (wheel,) = wheels.glob("plexus_gnn-*.whl")
+
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path)
+    python = venv / "bin" / "python"
+    purelib = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                   cwd=tmp_path).stdout.strip()
+    # this environment's dependencies, seen after the fresh one's own packages
+    ours = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    (Path(purelib) / "zz_test_dependencies.pth").write_text("\n".join(ours) + "\n")
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
+          "--no-index", "--disable-pip-version-check", "-q", str(wheel)], cwd=tmp_path)
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RANK", "WORLD_SIZE",
+                                                             "LOCAL_RANK", "SLURM_PROCID")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    where = _run([str(python), "-c", "import plexus, plexus.datasets, plexus.partitioners; "
+                  "print(plexus.__file__); print(plexus.datasets.__file__); "
+                  "print(plexus.partitioners.__file__)"], cwd=outside, env=env).stdout.split()
+    assert len(where) == 3 and all(Path(p).is_relative_to(Path(purelib)) for p in where), where
+    for script in SCRIPTS:
+        assert (venv / "bin" / script).is_file(), script
+
+    proc = _run([str(venv / "bin" / "plexus-train"), "--grid", "1x1x1", "--epochs", "2"],
+                cwd=outside, env=env)
+    assert "summary: gcn 2x16 on cora, grid 1x1x1" in proc.stdout, proc.stdout

@@ -1,0 +1,33 @@
+"""What every test folder shares: the checkout's root, and the one-line error rule asserted.
+(Importable by module name, as engine_checks is: tests/conftest.py puts this folder on the path.)"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def assert_one_line(err: str | subprocess.CompletedProcess | pytest.ExceptionInfo | BaseException,
+                    *needles: str, prog: str | None = None) -> str:
+    """The project's bad-input rule, asserted: a tool's stderr (or a finished process, which must
+    have exited 2) is one line, ``{prog}: error: ...`` when ``prog`` is given; a raised error's
+    message (``pytest.raises``' info or the error) has no line break. Every needle must be in
+    it; returns the text."""
+    if isinstance(err, subprocess.CompletedProcess):
+        assert err.returncode == 2, (err.returncode, err.stderr[-2000:])
+        err = err.stderr
+    if isinstance(err, (pytest.ExceptionInfo, BaseException)):
+        text = str(err.value if isinstance(err, pytest.ExceptionInfo) else err)
+        assert "\n" not in text, text
+    else:
+        text = err
+        assert text.count("\n") == 1, text[-3000:]
+    if prog is not None:
+        assert text.startswith(f"{prog}: error: "), text[-3000:]
+    for needle in needles:
+        assert needle in text, text
+    return text

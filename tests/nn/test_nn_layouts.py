@@ -1,0 +1,99 @@
+"""plexus.nn layers cannot be silently wrong: layout mistakes stop with a one-line LayoutError
+on 1x1x1 and on multi-rank grids; check_layer FAILs a layer that is right on one rank only and
+PASSes the README's example; per-edge values (Â's, the graph's weights) equal the serial
+reference on undirected and directed, weighted and unweighted graphs.
+
+One world per world size runs every check (tests/nn_layers.py's `rank_checks`); each check is
+then its own test."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from cli_helpers import cli_env
+from helpers import REPO, assert_one_line
+from nn_layers import EDGE_LAYERS, MISTAKES, rank_checks
+from plexus.nn.check import compare
+from plexus.testing.localworld import run_world
+
+WORLDS = {1: [(1, 1, 1)], 4: [(2, 1, 2), (1, 2, 2)]}
+GRIDS = [d for ds in WORLDS.values() for d in ds]
+GRAPHS = ("undirected", "directed")
+_results: dict[int, list[dict]] = {}
+
+
+def world(size: int) -> list[dict]:
+    if size not in _results:
+        _results[size] = run_world(size, rank_checks, WORLDS[size])
+    return _results[size]
+
+
+def _check(dims, key) -> None:
+    ranks = world(dims[0] * dims[1] * dims[2])
+    full = f"{'x'.join(map(str, dims))}/{key}"
+    assert all(full in r["checks"] for r in ranks), f"check {full} did not run"
+    fails = [f"rank {i}: {m}" for i, r in enumerate(ranks) for m in r["checks"][full]]
+    assert fails == [], "\n".join(fails[:10])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dims", GRIDS, ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("graph", GRAPHS)
+@pytest.mark.parametrize("mistake", sorted(MISTAKES))
+def test_layout_mistake_fails_in_one_line(dims, graph, mistake):
+    _check(dims, f"{graph}/mistake/{mistake}")
+
+
+EDGE_CASES = [(layer, graph + weighted) for layer in sorted(EDGE_LAYERS) for graph in GRAPHS
+              for weighted in (("", "-weighted") if layer == "readme" else ("-weighted",))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dims", GRIDS, ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("layer,graph", EDGE_CASES)
+def test_edge_values_equal_serial(dims, layer, graph):
+    _check(dims, f"{graph}/edges/{layer}")
+
+
+def _layer_checks(name: str):
+    records = [r for size in sorted(WORLDS) for r in world(size)[0]["records"][name]]
+    return compare(records)
+
+
+@pytest.mark.slow
+def test_check_layer_passes_the_readme_layer():
+    checks = _layer_checks("readme")
+    assert {c.grid for c in checks} == {"x".join(map(str, d)) for d in GRIDS}
+    assert all(c.passed for c in checks), "\n".join(c.line("readme") for c in checks)
+
+
+@pytest.mark.slow
+def test_check_layer_fails_a_layer_wrong_only_on_a_grid():
+    checks = {(c.grid, c.graph): c for c in _layer_checks("wrong")}
+    assert all(c.passed for (grid, _), c in checks.items() if grid == "1x1x1")
+    for (grid, _), c in checks.items():
+        if grid != "1x1x1":
+            assert not c.passed and c.grads > 0 and "grad 0.eps" in " ".join(c.failures)
+            assert c.line("L").startswith("FAIL") and "grads" in c.line("L")
+
+
+@pytest.mark.slow
+def test_bench_check_layer_prints_a_fail_line_and_exits_1():
+    proc = subprocess.run(["plexus-bench", "check", "--layer", "nn_layers:PygStyleCombine",
+                           "--world-size", "1"], env=cli_env(), capture_output=True, text=True,
+                          timeout=300, cwd=REPO / "tests")
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    fails = [l for l in lines if l.startswith("FAIL") and "1x1x1" in l]
+    assert len(fails) == 2 and all("LayoutError" in l and "order" in l for l in fails), proc.stdout
+    assert "0 of 2 checks passed" in lines[-1], proc.stdout
+
+
+@pytest.mark.parametrize("spec", ["nn_layers", "nn_layers:rank_checks"])
+def test_bench_check_layer_bad_spec_is_one_line(spec):
+    proc = subprocess.run(["plexus-bench", "check", "--layer", spec], env=cli_env(),
+                          capture_output=True, text=True, timeout=120, cwd=REPO / "tests")
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+    assert_one_line(proc.stderr, "--layer", spec)
