@@ -52,15 +52,11 @@ from plexus.partitioners.store import file_sha256
 from plexus.perfmodel import ModelSpec
 from plexus.runtime.child import run_in_child
 
+from .errors import CacheError
 from .cacheuse import evict, hold_store
 from .plan import RunPlan, auto_grid, precheck_partition
 
 CACHE_ENV = "PLEXUS_CACHE_DIR"
-
-
-class CacheError(ValueError):
-    """The cache directory cannot be used, or the dataset's source cannot be fingerprinted (a
-    one-line message)."""
 
 
 def default_cache_dir() -> Path:
