@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.smoke:
         args.spec, args.grid, args.epochs = SMOKE_SPEC, "2x1x1", 2
-    from plexus.testing.output import Tee, loadavg, write_json, write_text
+    from plexus.bench.output import Tee, loadavg, write_json, write_text
 
     say = Tee()
     say(f"cache set-up benchmark: plexus-train --grid {args.grid} --dataset {args.spec} "

@@ -1,8 +1,8 @@
 """What the benchmark scripts share: paths, dataset specs, command-line options.
 
-The measurement machinery lives in `plexus.testing` (so that tests use it without importing a
+The measurement machinery lives in the package (so that tests use it without importing a
 benchmark script): `plexus.testing.gridrun` (timed training runs on local gloo worlds, built with
-the engine's own builder) and `plexus.testing.output` (atomic CSV/JSON/PNG writers, statistics).
+the engine's own builder) and `plexus.bench.output` (atomic CSV/JSON/PNG writers, statistics).
 This module re-exports what the scripts use from there.
 
 Scripts import this as ``benchmarks.common`` (the repository root is put on ``sys.path`` by
@@ -20,7 +20,7 @@ from plexus.testing.gridrun import (Bundle, GridRun, Job, RunOptions,  # noqa: F
                                     load_bundle, model_bytes, model_spec, rank_shards,
                                     rank_worker, run_by_world, run_configs, run_grid, run_jobs,
                                     volumes_equal)
-from plexus.testing.output import (Tee, format_table, loadavg, machine_info, median,  # noqa: F401
+from plexus.bench.output import (Tee, format_table, loadavg, machine_info, median,  # noqa: F401
                                    pyplot, ranks_of, save_figure, spearman, spread, write_csv,
                                    write_json, write_text)
 from plexus.testing.turns import COMPUTE, Turns, timers_class  # noqa: F401

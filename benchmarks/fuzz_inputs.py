@@ -26,7 +26,7 @@ from pathlib import Path
 from plexus.datasets.planetoid import EMBEDDED_DIR
 from plexus.studies import fuzzcases
 from plexus.testing import fuzz
-from plexus.testing.output import write_json, write_text
+from plexus.bench.output import write_json, write_text
 
 OUTCOMES = fuzz.OUTCOMES
 ALL_KINDS = (*fuzz.KINDS, *fuzzcases.KINDS)

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from plexus.testing import fuzz
-from plexus.testing.output import write_text
+from plexus.bench.output import write_text
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from plexus.testing import fuzz_stores
 from plexus.train import fuzztargets
-from plexus.testing.output import write_json, write_text
+from plexus.bench.output import write_json, write_text
 
 RSS_BOUND = 1 << 30
 

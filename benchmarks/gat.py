@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         pyg_worker(args)
         return 0
     from benchmarks.memory import build_parser as memory_parser, run_child, run_plexus
-    from plexus.testing.output import Tee, machine_info, write_json, write_text
+    from plexus.bench.output import Tee, machine_info, write_json, write_text
 
     say = Tee()
     info = machine_info()

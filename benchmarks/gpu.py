@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from plexus.runtime.local import free_port
     from plexus.testing.gridrun import load_bundle
-    from plexus.testing.output import Tee, machine_info, write_json, write_text
+    from plexus.bench.output import Tee, machine_info, write_json, write_text
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     skip = set(filter(None, args.skip.split(",")))

@@ -53,7 +53,7 @@ def calibration(path: Path | None, out: Path, device: Any, quick: bool, say: Any
         return load_calibration(path)
     if device.type == "cuda":
         from plexus.perfmodel.gpucal import calibrate_cuda
-        from plexus.testing.firstrun import dropout_pass
+        from plexus.bench.cli import dropout_pass
 
         doc = calibrate_cuda(quick, lambda m: say(f"  {m}"), dropout_pass)
     else:
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     from plexus.perfmodel import ModelSpec, predict
     from plexus.runtime.local import free_port
     from plexus.testing.gridrun import load_bundle
-    from plexus.testing.output import Tee, write_json, write_text
+    from plexus.bench.output import Tee, write_json, write_text
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cpu":

@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.pyg_worker:
         pyg_worker(args)
         return 0
-    from plexus.testing.output import Tee
+    from plexus.bench.output import Tee
 
     say = Tee()
     say(f"memory benchmark: {args.spec}; {args.layers} layers, hidden {args.hidden}, "

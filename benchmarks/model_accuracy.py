@@ -101,7 +101,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown model {unknown[0]!r}; use {', '.join(MODELS)}")
     torch.set_num_threads(1)
-    from plexus.testing.output import Tee
+    from plexus.bench.output import Tee
 
     say = Tee()
     ours = run_world(1, plexus_runs, args.seeds, args.epochs, names, timeout=6 * 3600)[0]

@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import time
 
+from plexus.core.grid import GridShape
 from plexus.datasets import gcn_normalize, load_dataset
 from plexus.partitioners import PERMUTATIONS, layer_balance, make_permutation
-from plexus.partitioners.cli import parse_grid
 
 DEFAULT_DATASETS = ("rmat:scale=18,edge_factor=16,features=16,classes=4,seed=0", "cora")
 DEFAULT_GRIDS = ("4x4x1", "16x16x1")
@@ -27,8 +27,8 @@ def run(spec: str, grids, layers: int, seeds) -> None:
     print(f"\n{spec}: N={graph.num_nodes:,}, nnz(Â)={adj_hat.nnz:,} "
           f"(loaded in {time.perf_counter() - t:.1f}s)")
     for grid in grids:
-        shape = parse_grid(grid)
-        world = shape["x"] * shape["y"] * shape["z"]
+        shape = GridShape.parse(grid)
+        world = shape.world_size
         print(f"  grid {grid}, {layers} layers; max/mean per layer (worst of seeds {seeds})")
         for kind in PERMUTATIONS:
             worst = [0.0] * layers

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         cora = SMOKE_SPEC
     from benchmarks.memory import build_parser as memory_parser, run_plexus
     from plexus.testing.localworld import run_world
-    from plexus.testing.output import Tee, machine_info, write_json, write_text
+    from plexus.bench.output import Tee, machine_info, write_json, write_text
 
     memory_options = memory_parser().parse_args  # memory.py's own defaults for every other field
 

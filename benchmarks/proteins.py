@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.nodes, args.degree = SMOKE["nodes"], SMOKE["degree"]
         args.epochs, args.hidden = SMOKE["epochs"], SMOKE["hidden"]
-    from plexus.testing.output import Tee, loadavg
+    from plexus.bench.output import Tee, loadavg
 
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     say = Tee()

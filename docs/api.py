@@ -3,10 +3,10 @@
     ./run python docs/api.py api-docs/
 
 pdoc walks a package's submodules only where its ``__all__`` names them, and Plexus's packages
-name their public functions and classes there, not their modules; and ``plexus.datasets`` and
-``plexus.partitioners`` are installed from folders of their own. So this lists the modules
+name their public functions and classes there, not their modules. So this lists the modules
 itself: ``plexus`` and every module below it, but private ones (``_name``), the test helpers
-(``plexus.testing``), the scaling-study tools (``plexus.studies``) and the optional Triton kernels
+(``plexus.testing``), ``plexus-bench`` and the report writers (``plexus.bench``), the
+scaling-study tools (``plexus.studies``) and the optional Triton kernels
 (``plexus.engine.triton_masks``), and hands them to pdoc.
 """
 
@@ -20,10 +20,7 @@ import warnings
 from pathlib import Path
 
 # ... and the Triton kernels (imported only where Triton is installed; not a public API)
-LEFT_OUT = ("plexus.testing", "plexus.studies", "plexus.engine.triton_masks")
-# installed as plexus.datasets and plexus.partitioners from the top-level folders (pyproject's
-# package-dir), so not found by walking plexus's own folder
-OWN_FOLDERS = ("plexus.datasets", "plexus.partitioners")
+LEFT_OUT = ("plexus.testing", "plexus.bench", "plexus.studies", "plexus.engine.triton_masks")
 
 
 def public_modules() -> list[str]:
@@ -32,7 +29,6 @@ def public_modules() -> list[str]:
 
     names: set[str] = set()
     todo = [info.name for info in pkgutil.iter_modules(plexus.__path__, "plexus.")]
-    todo += list(OWN_FOLDERS)
     while todo:
         name = todo.pop()
         if name in names or any(p.startswith("_") for p in name.split(".")) \

@@ -60,7 +60,7 @@ def plexus_model() -> int:
 
 
 def plexus_bench() -> int:
-    return _run("plexus-bench", "plexus.testing.firstrun:bench_main")
+    return _run("plexus-bench", "plexus.bench.cli:bench_main")
 
 
 def plexus_sweep() -> int:

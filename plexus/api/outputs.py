@@ -232,7 +232,7 @@ def publish_outputs(tmp: Path, target: Path, num_nodes: int,
         os.fsync(f.fileno())
     fsync_dir(tmp)
     try:
-        replace_directory(tmp, target, is_outputs_directory)
+        replace_directory(tmp, target, check_outputs_target)
     except UnsafeTargetError as e:  # the target changed while the ranks wrote
         raise OutputsError(str(e)) from None
 

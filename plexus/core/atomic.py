@@ -10,6 +10,7 @@ followed: the file it points to is replaced, the link stays.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
@@ -17,6 +18,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
+
+from .values import ErrorType
 
 
 def fsync_dir(directory: str | os.PathLike) -> None:
@@ -162,18 +165,56 @@ def output_directory(path: str | os.PathLike, recognise: Callable[[Path], bool])
     return path
 
 
+def replaceable_directory(path: Path, recognise: Callable[[Path], bool], what: str,
+                          error: ErrorType = UnsafeTargetError) -> Path:
+    """``path`` when it is absent, an empty directory or a directory ``recognise`` knows (a
+    writer's own earlier output, named ``what`` in messages); ``error`` (one line) for a file,
+    a link or a directory holding anything else, which a writer never replaces."""
+    if path.exists() or path.is_symlink():
+        if not path.is_dir() or path.is_symlink():
+            raise error(f"{path}: exists and is not a directory; refusing to replace it")
+        if not recognise(path) and any(path.iterdir()):
+            raise error(f"{path}: exists and is not {what}; refusing to overwrite it")
+    return path
+
+
 def replace_directory(new: str | os.PathLike, target: str | os.PathLike,
-                      recognise: Callable[[Path], bool]) -> None:
-    """Move the finished directory ``new`` onto ``target`` once `output_directory` still allows
-    it; a previous output there is moved aside first and then removed, so ``target`` is always
-    either the old output or the new one, never a mixture."""
-    final = output_directory(target, recognise)
+                      check: Callable[[Path], Path]) -> None:
+    """Move the finished directory ``new`` onto ``target`` once ``check(target)`` still allows
+    it (it returns the directory to replace and raises, one line, when it may not be: e.g.
+    `output_directory`); a previous output there is moved aside first and then removed, so
+    ``target`` is always either the old output or the new one, never a mixture. A failed move
+    puts the old one back; ``new`` on another file system is copied beside ``target`` first."""
+    final = Path(check(Path(target)))
     old = None
     if final.exists():
         old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
         os.rmdir(old)
         os.rename(final, old)
-    os.rename(new, final)
+    try:
+        os.rename(new, final)
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            if old is not None:
+                os.rename(old, final)
+            raise
+        _copy_across(Path(new), final, old)
     fsync_dir(final.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _copy_across(new: Path, final: Path, old: Path | None) -> None:
+    """`replace_directory` where ``new`` is on another file system than ``final``: copy it into
+    a hidden directory beside ``final``, rename that into place, then remove ``new``."""
+    copy = Path(tempfile.mkdtemp(prefix=f".{final.name}.copy-", dir=final.parent))
+    try:
+        os.rmdir(copy)
+        shutil.copytree(new, copy, symlinks=True)
+        os.rename(copy, final)
+    except BaseException:
+        shutil.rmtree(copy, ignore_errors=True)
+        if old is not None and not final.exists():
+            os.rename(old, final)
+        raise
+    shutil.rmtree(new, ignore_errors=True)

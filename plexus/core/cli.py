@@ -12,6 +12,8 @@ import copy
 import sys
 from typing import NoReturn
 
+from .values import one_line
+
 EXIT_USAGE = 2
 
 
@@ -31,7 +33,7 @@ def error_line(prog: str, message: object) -> str:
     error that names an argument of the API (e.g. ``root``) says it in the tools' terms where it
     has a ``command_line()`` form."""
     in_flags = getattr(message, "command_line", None)
-    text = " ".join(str(in_flags() if callable(in_flags) else message).split()) or "unknown error"
+    text = one_line(in_flags() if callable(in_flags) else message) or "unknown error"
     return f"{prog}: error: {text}"
 
 

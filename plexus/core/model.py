@@ -49,10 +49,12 @@ def check_seed(seed: object, what: str = "seed") -> int:
 
 
 def parse_order(order: str | Sequence[str], num_layers: int,
-                symbolic: Sequence[str] = (AUTO_ORDER,)) -> tuple[str, ...] | str:
-    """The one parser of product orders: "agg" or "combine" for every layer, a comma-separated
-    list (or a sequence) with one of them per layer, or one of the ``symbolic`` values ("auto";
-    the performance model adds "best"), returned as it is. Raises `ModelError`."""
+                symbolic: Sequence[str] = (AUTO_ORDER,), allowed: Sequence[str] = ORDERS,
+                unit: str = "layer") -> tuple[str, ...] | str:
+    """The one parser of product orders: one of ``allowed`` ("agg" or "combine"; the
+    partitioner's stages also "dense") for every layer, a comma-separated list (or a sequence)
+    with one per ``unit``, or one of the ``symbolic`` values ("auto"; the performance model adds
+    "best"), returned as it is. Raises `ModelError`."""
     if isinstance(order, str):
         text = order.strip()
         if text in symbolic:
@@ -60,13 +62,13 @@ def parse_order(order: str | Sequence[str], num_layers: int,
         parts = [o.strip() for o in text.split(",")] if "," in text else [text] * num_layers
     else:
         parts = [str(o).strip() for o in order]
-    bad = [o for o in parts if o not in ORDERS]
+    bad = [o for o in parts if o not in allowed]
     if bad:
-        allowed = ", ".join([*ORDERS, *symbolic])
-        raise ModelError(f"unknown order {bad[0]!r}; use {allowed} or a comma-separated list "
-                         "of agg/combine, one per layer")
+        choices = ", ".join([*allowed, *symbolic])
+        raise ModelError(f"unknown order {bad[0]!r}; use {choices} or a comma-separated list "
+                         f"of {'/'.join(allowed)}, one per {unit}")
     if len(parts) != num_layers:
-        raise ModelError(f"the order lists {len(parts)} layers but the model has {num_layers}")
+        raise ModelError(f"the order lists {len(parts)} {unit}s but the model has {num_layers}")
     return tuple(parts)
 
 

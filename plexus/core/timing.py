@@ -1,11 +1,13 @@
-"""Timing a call repeatedly (calibration and benchmarks share one loop), and when this process
-started (a run's wall time counts from there)."""
+"""Timing a call repeatedly (calibration and benchmarks share one loop), the median of such
+times and the load that makes them noisy, and when this process started (a run's wall time
+counts from there)."""
 
 from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Mapping
+import statistics
+from typing import Callable, Iterable, Mapping
 
 
 def time_calls(fn: Callable[[], object], reps: int, warmup: int = 1) -> list[float]:
@@ -56,3 +58,17 @@ def command_start_time(environ: Mapping[str, str] | None = None) -> tuple[float 
     if start is None or not start <= done <= time.time():
         return start, 0.0
     return done, done - start
+
+
+def loadavg() -> str:
+    """The 1-minute load average as text (other users of the machine make timings noisy)."""
+    try:
+        return f"{os.getloadavg()[0]:.2f}"
+    except OSError:
+        return "n/a"
+
+
+def median(values: Iterable[float]) -> float:
+    """Median, NaN for no values."""
+    values = list(values)
+    return statistics.median(values) if values else float("nan")

@@ -1,6 +1,7 @@
 """Graph datasets for Plexus: one `Graph` type, many loaders, one spec string to choose them."""
 
-from .graph import AGGREGATIONS, Graph, DatasetError, RootMissing, gcn_normalize, gcn_nnz, edges_to_csr, normalize
+from .errors import DatasetError, RootMissing
+from .graph import AGGREGATIONS, Graph, gcn_normalize, gcn_nnz, edges_to_csr, normalize
 from .spec import load_dataset, spec_paths, SPEC_FORMS
 from .planetoid import load_planetoid, read_planetoid
 from .npz import load_npz

@@ -34,10 +34,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from plexus.core.tasks import CONSUMED
+
 from .diskgraph import DiskGraph, DiskGraphError
-from .graph import DatasetError, sorted_unique
+from .errors import DatasetError
+from .graph import sorted_unique
 from .npyio import load_npy, npy_layout, read_concatenated, read_rows, save_npy
-from .work import CONSUMED, Runner
+from .work import Runner
 
 #: row groups of the histogram pass (a bucket is a run of whole groups)
 HIST_BINS = 1 << 16

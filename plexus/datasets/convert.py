@@ -6,7 +6,7 @@
   (a graph directory holds one class per node);
 - ``graph:PATH``: already one (opened and checked);
 - every other spec (Planetoid, npz, mtx, edge lists: formats small enough to load): loaded in
-  memory and written out (`diskgraph.write_graph`).
+  memory and written out (`diskwrite.write_graph`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from .canonical import BUCKET_ENTRIES, CHUNK_EDGES
-from .diskgraph import DiskGraph, write_graph
-from .graph import DatasetError
+from .diskgraph import DiskGraph, is_disk_graph
+from .diskwrite import write_graph
+from .errors import DatasetError
 from .rmat import parse_rmat_params
 from .spec import OGB_SPECS, load_dataset, spec_path
 
@@ -61,7 +62,6 @@ def convert_dataset(spec: str, out: str | Path, runner: Runner, work: str | Path
 
 
 def _ogb(spec: str, root: str, out: str, chunk_edges: int, feature_dtype: str | None) -> dict:
-    from .diskgraph import is_disk_graph  # noqa: PLC0415
     from .ogb_raw import ogb_to_disk  # noqa: PLC0415
 
     if not is_disk_graph(out):

@@ -23,28 +23,27 @@ every file is exactly what the header declares (dtype, shape, size: a truncated 
 that lies is a one-line `DiskGraphError`); values are checked as they are read (indices in range,
 finite features, labels and splits valid). `DiskGraph.verify` re-hashes every array.
 
-`DiskGraphWriter` writes a directory beside its target and renames it into place when complete,
-so an interrupted write never leaves a directory that looks like a graph.
+Writing one: `plexus.datasets.diskwrite`.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from plexus.core.values import is_count, one_line
+
 from .files import open_regular
-from .graph import MAX_NODES, DatasetError, Graph, edges_to_csr, one_line
-from .npyio import NpyLayout, NpyWriter, npy_layout, read_rows, save_npy
+from .errors import MAX_NODES, DatasetError
+from .graph import Graph, edges_to_csr
+from .npyio import NpyLayout, npy_layout, read_rows
 from .validate import check_graph_size, csr_from_parts
 
 FORMAT = "plexus-graph"
@@ -89,10 +88,6 @@ def decode_features(stored: np.ndarray, dtype: str) -> np.ndarray:
 # --------------------------------------------------------------------------- reading
 
 
-def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def _expected_arrays(h: dict) -> dict[str, tuple[tuple[str, ...], tuple[int | None, ...]]]:
     """Array name -> (allowed dtypes, shape with None for a free length) a header requires."""
     n, e, f = h["num_nodes"], h["num_edges"], h["num_features"]
@@ -114,7 +109,9 @@ def header_sha256(header: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def _check_header(h: Any, where: str) -> dict:
+def check_header(h: Any, where: str) -> dict:
+    """``h`` once it is a complete, consistent header of this format; `DiskGraphError` (one
+    line naming ``where``) otherwise."""
     def bad(what: str) -> DiskGraphError:
         return DiskGraphError(f"{where}: {what}; the graph directory is damaged or not one")
 
@@ -124,7 +121,7 @@ def _check_header(h: Any, where: str) -> dict:
         raise DiskGraphError(f"{where}: format version {h.get('version')!r:.20}, this reader "
                              f"supports {VERSION}; convert the dataset again")
     for key in ("num_nodes", "num_edges", "num_features", "num_classes"):
-        if not _is_count(h.get(key)):
+        if not is_count(h.get(key)):
             raise bad(f"field {key!r} missing or not a non-negative integer")
     if h["num_nodes"] > MAX_NODES:
         raise bad(f"{h['num_nodes']} nodes; at most {MAX_NODES} are supported")
@@ -146,7 +143,7 @@ def _check_header(h: Any, where: str) -> dict:
         entry = arrays[name]
         if not (isinstance(entry, dict) and entry.get("dtype") in dtypes
                 and isinstance(entry.get("shape"), list) and len(entry["shape"]) == len(shape)
-                and all(_is_count(s) and (w is None or s == w)
+                and all(is_count(s) and (w is None or s == w)
                         for s, w in zip(entry["shape"], shape))
                 and isinstance(entry.get("sha256"), str)):
             want = tuple("*" if w is None else w for w in shape)
@@ -187,7 +184,7 @@ class DiskGraph:
         except (OSError, ValueError, RecursionError) as e:
             raise DiskGraphError(f"{hfile}: unreadable header ({type(e).__name__}: "
                                  f"{one_line(e)[:200]})") from None
-        header = _check_header(header, str(hfile))
+        header = check_header(header, str(hfile))
         layouts = {}
         for name, entry in header["arrays"].items():
             layout = npy_layout(path / f"{name}.npy", DiskGraphError)
@@ -375,169 +372,3 @@ class MemoryGraph:
     def masks(self, labels: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         g = self.graph
         return g.train_mask, g.val_mask, g.test_mask
-
-
-# --------------------------------------------------------------------------- writing
-
-
-def check_target(out: Path) -> Path:
-    """Refuse a target that exists and is neither a graph directory nor an empty directory."""
-    if out.exists() or out.is_symlink():
-        if not out.is_dir() or out.is_symlink():
-            raise DiskGraphError(f"{out}: exists and is not a directory; refusing to replace it")
-        if not is_disk_graph(out) and any(out.iterdir()):
-            raise DiskGraphError(f"{out}: exists and is not a {FORMAT} directory; refusing to "
-                                 "overwrite it")
-    return out
-
-
-class DiskGraphWriter:
-    """Writes a graph directory: arrays go into ``staging`` (a hidden directory beside ``out``
-    unless given; a given one is kept between attempts so that a rerun can resume), and
-    `finish` hashes them, writes the header and renames the directory to ``out``."""
-
-    def __init__(self, out: str | os.PathLike, *, name: str, num_nodes: int, num_features: int,
-                 num_classes: int, directed: bool, edges: str = "coo", self_loops: str = "drop",
-                 feature_dtype: str = "float32", notes: Sequence[str] = (),
-                 staging: str | os.PathLike | None = None) -> None:
-        self.out = check_target(Path(out).expanduser())
-        if edges not in EDGE_FORMS or self_loops not in SELF_LOOPS:
-            raise ValueError(f"edges must be one of {EDGE_FORMS}, self_loops one of {SELF_LOOPS}")
-        if feature_dtype not in FEATURE_DTYPES:
-            raise DiskGraphError(f"feature dtype {feature_dtype!r}: use one of "
-                                 f"{', '.join(FEATURE_DTYPES)}")
-        if not 0 <= num_nodes <= MAX_NODES:
-            raise DiskGraphError(f"{num_nodes} nodes: a graph has between 0 and {MAX_NODES}")
-        self.meta = {"name": name, "num_nodes": int(num_nodes),
-                     "num_features": int(num_features), "num_classes": int(num_classes),
-                     "directed": bool(directed), "edges": edges, "self_loops": self_loops,
-                     "feature_dtype": feature_dtype, "notes": list(notes)}
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        if staging is None:
-            self.staging = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.partial-",
-                                                 dir=self.out.parent))
-        else:
-            self.staging = Path(staging)
-            self.staging.mkdir(parents=True, exist_ok=True)
-        self.staging.chmod(0o755)
-
-    def file(self, name: str) -> Path:
-        return self.staging / f"{name}.npy"
-
-    def writer(self, name: str, dtype: np.dtype | str, tail: tuple[int, ...] = (),
-               rows: int | None = None) -> NpyWriter:
-        """A streaming writer of array ``name`` (see `NpyWriter`)."""
-        return NpyWriter(self.file(name), dtype, tail, rows)
-
-    def put(self, name: str, arr: np.ndarray) -> None:
-        """Write a whole (node-sized) array."""
-        save_npy(self.file(name), arr)
-
-    def array_names(self) -> list[str]:
-        """The arrays the header lists (written before `finish`)."""
-        edges = ["src", "dst"] if self.meta["edges"] == "coo" else ["indptr", "indices"]
-        return edges + ["features", "labels", *SPLITS]
-
-    def array_sha256(self, name: str) -> str:
-        """sha256 of array ``name``'s data, as the header records it."""
-        return file_data_sha256(self.file(name), npy_layout(self.file(name), DiskGraphError))
-
-    def finish(self, notes: Iterable[str] = (),
-               hashes: Mapping[str, str] | None = None) -> DiskGraph:
-        """Hash the arrays (those not in ``hashes``, name to `array_sha256`, computed before,
-        possibly by other processes), write the header, move the directory into place;
-        returns it opened."""
-        meta = dict(self.meta)
-        meta["notes"] = [*meta["notes"], *notes]
-        arrays = {}
-        names = self.array_names()
-        hashes = hashes or {}
-        for name in names:
-            layout = npy_layout(self.file(name), DiskGraphError)
-            dtype = meta["feature_dtype"] if name == "features" else layout.dtype.name
-            arrays[name] = {"dtype": dtype, "shape": list(layout.shape),
-                            "sha256": hashes.get(name) or
-                            file_data_sha256(self.file(name), layout)}
-        meta["num_edges"] = arrays["src" if meta["edges"] == "coo" else "indices"]["shape"][0]
-        header = {"format": FORMAT, "version": VERSION, **meta, "arrays": arrays}
-        header["content_sha256"] = header_sha256(header)
-        _check_header(header, str(self.staging / HEADER))
-        extra = [p.name for p in self.staging.iterdir() if p.name not in
-                 {f"{a}.npy" for a in names}]
-        for name in extra:  # scratch files of the converter
-            target = self.staging / name
-            shutil.rmtree(target) if target.is_dir() else target.unlink()
-        with open(self.staging / HEADER, "w", encoding="utf-8") as f:
-            f.write(json.dumps(header, indent=2, sort_keys=True) + "\n")
-        replace_dir(self.staging, self.out, check_target)
-        return DiskGraph.open(self.out)
-
-    def abort(self) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
-
-
-def replace_dir(new: Path, out: Path, check=check_target) -> None:
-    """Move the finished directory ``new`` to ``out``; what was there is moved aside, then
-    removed (a crash in between leaves the old one or the new one, never a mix). Not fsynced: a
-    graph directory can always be converted again."""
-    check(out)
-    old = None
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.rmdir(old)
-        os.rename(out, old)
-    try:
-        os.rename(new, out)
-    except OSError as e:
-        if e.errno != errno.EXDEV:
-            if old is not None:
-                os.rename(old, out)
-            raise
-        _copy_across(new, out, old)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _copy_across(new: Path, out: Path, old: Path | None) -> None:
-    """`replace_dir` where ``new`` is on another file system than ``out``: copy it into a
-    hidden directory beside ``out``, rename that into place, then remove ``new``."""
-    copy = Path(tempfile.mkdtemp(prefix=f".{out.name}.copy-", dir=out.parent))
-    try:
-        os.rmdir(copy)
-        shutil.copytree(new, copy, symlinks=True)
-        os.rename(copy, out)
-    except BaseException:
-        shutil.rmtree(copy, ignore_errors=True)
-        if old is not None and not out.exists():
-            os.rename(old, out)
-        raise
-    shutil.rmtree(new, ignore_errors=True)
-
-
-def write_graph(graph: Graph, out: str | os.PathLike, feature_dtype: str = "float32",
-                chunk_rows: int = 1 << 20) -> DiskGraph:
-    """Write an in-memory `Graph` as a graph directory (edges as it holds them: coo, self loops
-    kept). Loading it back (`load_disk_graph`) gives the same graph."""
-    if graph.multilabel:
-        raise DiskGraphError(f"{graph.name}: a graph directory holds one class per node, not "
-                             "multi-label (node×task) labels; partition a multi-label graph "
-                             "from memory in one process (--jobs 1)")
-    coo = sp.coo_matrix(graph.adj)
-    w = DiskGraphWriter(out, name=graph.name, num_nodes=graph.num_nodes,
-                        num_features=graph.num_features, num_classes=graph.num_classes,
-                        directed=graph.directed, edges="coo", self_loops="keep",
-                        feature_dtype=feature_dtype, notes=graph.notes)
-    try:
-        idx = np.int32 if graph.num_nodes < 2**31 else np.int64
-        w.put("src", coo.row.astype(idx))
-        w.put("dst", coo.col.astype(idx))
-        with w.writer("features", FEATURE_DTYPES[feature_dtype], (graph.num_features,)) as fw:
-            for lo in range(0, graph.num_nodes, chunk_rows):
-                fw.append(encode_features(graph.features[lo:lo + chunk_rows], feature_dtype))
-        w.put("labels", graph.labels.astype(np.int64))
-        for name, mask in zip(SPLITS, (graph.train_mask, graph.val_mask, graph.test_mask)):
-            w.put(name, np.flatnonzero(mask).astype(np.int64))
-        return w.finish()
-    except BaseException:
-        w.abort()
-        raise

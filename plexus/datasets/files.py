@@ -13,8 +13,7 @@ import stat
 from pathlib import Path
 from typing import IO
 
-from .graph import DatasetError
-from .validate import ErrorType
+from .errors import DatasetError, ErrorType
 
 _NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
                 (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),

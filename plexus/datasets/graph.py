@@ -8,26 +8,11 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from plexus.core.values import one_line
 
-class DatasetError(ValueError):
-    """Bad or missing dataset input. The message is one line naming the file and the problem."""
-
-
-class RootMissing(DatasetError):
-    """A dataset read from files was asked for without the directory holding them: the message
-    names the API's ``root`` argument; `command_line` says the same with the tools' flag."""
-
-    def __init__(self, name: str, holding: str) -> None:
-        self.name, self.holding = name, holding
-        super().__init__(f"{name}: needs root=DIR, the directory holding {holding}")
-
-    def command_line(self, flag: str = "--root DIR") -> str:
-        """The message in the command-line tools' terms."""
-        return f"{self.name}: needs {flag}, the directory holding {self.holding}"
-
-
-#: Most nodes a graph may have: `edges_to_csr` keys an edge as ``src * N + dst`` in an int64.
-MAX_NODES = 3_000_000_000
+from . import inputs
+from .errors import MAX_NODES, DatasetError, RootMissing  # noqa: F401 (their home before errors)
+from .validate import check_coo, check_graph_size, check_sparse, csr_from_parts
 
 
 @dataclass
@@ -109,16 +94,12 @@ class Graph:
         normalization adds one per node, of weight 1). Every input is checked as the file loaders check
         theirs (`plexus.datasets.inputs`): a bad one raises `DatasetError` (one line).
         """
-        from . import inputs  # noqa: PLC0415 (inputs imports this module)
-
         if not isinstance(name, str):
             raise DatasetError(f"name must be a string, got {type(name).__name__}")
         directed = inputs.flag(directed, name, "directed")
         csr = inputs.adjacency(adj, name)
         n = csr.shape[0]
         x = inputs.features(features, n, name)
-        from .validate import check_graph_size  # noqa: PLC0415
-
         check_graph_size(name, n, 2 * csr.nnz, x.shape[1])  # both directions: 2·nnz keys
         coo = csr.tocoo()
         weighted = inputs.flag(weighted, name, "weighted")
@@ -145,9 +126,6 @@ class Graph:
         values, GCNConv's ``edge_weight``) are the edge weights: a repeated edge's are summed (as
         GCNConv sums its messages), and an undirected graph's two directions get the mean of
         theirs. A bad field raises `DatasetError` (one line)."""
-        from . import inputs  # noqa: PLC0415 (inputs imports this module)
-        from .validate import check_coo, check_graph_size  # noqa: PLC0415
-
         if not isinstance(name, str):
             raise DatasetError(f"name must be a string, got {type(name).__name__}")
         for attr in ("edge_index", "x", "y"):
@@ -240,8 +218,6 @@ class Graph:
         next to cutting a shard): the adjacency's CSR arrays form an N×N matrix (scipy would
         segfault on them otherwise), and features, labels and masks have the types and shapes
         the engine takes. Raises `DatasetError`; returns the name to use in messages."""
-        from .validate import csr_from_parts  # noqa: PLC0415 (validate imports this module)
-
         where = source if source is not None else str(self.name)
         adj = self.adj
         if not sp.issparse(adj) or getattr(adj, "format", None) != "csr":
@@ -294,8 +270,6 @@ def incoming(adj: sp.spmatrix, directed: bool = False, weighted: bool = False) -
     keeps ``adj``'s values as the weights instead: M = Aᵀ (a weighted undirected `Graph` stores
     both directions with one weight, so Aᵀ = A there).
     """
-    from .validate import check_sparse  # noqa: PLC0415 (validate imports this module)
-
     a = check_sparse(adj, "adjacency", "matrix").astype(np.float32)  # before scipy's kernels
     if weighted:
         m = a.T.tocsr()
@@ -448,7 +422,3 @@ def sorted_unique(keys: np.ndarray) -> np.ndarray:
         keys = keys[first]
     return keys
 
-
-def one_line(text: object) -> str:
-    """Collapse a (possibly multi-line) exception text into one line for `DatasetError` messages."""
-    return " ".join(str(text).split())

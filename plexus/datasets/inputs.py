@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .graph import DatasetError, one_line
+from plexus.core.values import one_line
+
+from .errors import DatasetError
 from .validate import check_alloc, check_coo, check_sparse, csr_from_parts
 
 #: Largest label value accepted (int64 arithmetic on labels, with room to spare).

@@ -18,7 +18,10 @@ from typing import IO
 
 import numpy as np
 
-from .graph import DatasetError, Graph, edges_to_csr, one_line
+from plexus.core.values import one_line
+
+from .errors import DatasetError
+from .graph import Graph, edges_to_csr
 from .synthetic import DEFAULT_FEATURES, complete_graph
 from .validate import check_alloc, check_graph_size
 

@@ -26,9 +26,10 @@ from typing import IO, Iterator
 
 import numpy as np
 
+from plexus.core.values import one_line
+
 from .files import open_regular
-from .graph import DatasetError, one_line
-from .validate import ErrorType
+from .errors import DatasetError, ErrorType
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,10 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .graph import DatasetError, Graph, edges_to_csr, one_line
+from plexus.core.values import one_line
+
+from .errors import DatasetError
+from .graph import Graph, edges_to_csr
 from .synthetic import complete_graph
 from .validate import check_alloc, check_graph_size, csr_from_parts, read_npz_member
 

@@ -18,8 +18,11 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from plexus.core.values import one_line
+
 from .files import check_regular
-from .graph import DatasetError, Graph, RootMissing, edges_to_csr, one_line
+from .errors import DatasetError, RootMissing
+from .graph import Graph, edges_to_csr
 from .inputs import task_labels
 from .safepickle import load_torch_numpy
 from .synthetic import DEFAULT_FEATURES, random_features
@@ -210,7 +213,31 @@ def load_ogb(name: str, root: str | Path | None) -> Graph:
                                 "here)")
     root = Path(root).expanduser()
     ds_dir = _check_offline(name, root, meta)
+    split, graph_dict, raw_labels = _read_with_ogb(name, root, ds_dir)
+    graph_dict, n, edge_index = _checked_graph(graph_dict, ds_dir)
+    directed = meta["add_inverse_edge"] != "True"
+    notes: list[str] = []
+    feats = _node_features(graph_dict, n, edge_index, directed, ds_dir, notes)
+    del graph_dict
+    adj = edges_to_csr(edge_index[0], edge_index[1], n, symmetrize=not directed)
+    del edge_index
+    if feats is None:
+        feats = random_features(n, DEFAULT_FEATURES, 0)
+        notes.append(f"no node_feat in the files: features are seeded random, "
+                     f"{DEFAULT_FEATURES} dims")
+    feats = _numeric(feats, ds_dir, "node_feat").astype(np.float32, copy=False)
+    labels, num_classes = _labels(raw_labels, meta, n, ds_dir, notes)
+    masks = _split_masks(split, n, ds_dir)
+    notes.append(f"official OGB split '{meta['split']}'")
+    graph = Graph(name=name, adj=adj, features=feats, labels=labels, train_mask=masks[0],
+                  val_mask=masks[1], test_mask=masks[2], num_classes=num_classes,
+                  directed=directed, notes=notes)
+    return graph.validate(str(ds_dir))
 
+
+def _read_with_ogb(name: str, root: Path, ds_dir: Path) -> tuple[Any, dict, Any]:
+    """(split, graph dict, labels) as ogb reads them, offline and quietly; `DatasetError` with
+    ogb's reason on one line for files it cannot read."""
     try:
         with _ogb_offline_and_quiet():
             dataset = _dataset_class()(name=name, root=str(root))
@@ -221,54 +248,56 @@ def load_ogb(name: str, root: str | Path | None) -> Graph:
     except Exception as e:  # malformed csv/npz/cache: report ogb's reason on one line
         raise DatasetError(f"{ds_dir}: ogb could not read the dataset "
                            f"({type(e).__name__}: {one_line(e)[:300]})") from None
+    return split, graph_dict, raw_labels
 
-    graph_dict, n, edge_index = _checked_graph(graph_dict, ds_dir)
-    directed = meta["add_inverse_edge"] != "True"
+
+def _node_features(graph_dict: dict, n: int, edge_index: np.ndarray, directed: bool,
+                   ds_dir: Path, notes: list[str]) -> Any:
+    """ogb's node features, else the mean of each node's incoming edges' features (said in
+    ``notes``), else None; first the graph's declared size is checked to fit in memory."""
     feats = graph_dict.get("node_feat")
     edge_feat = graph_dict.get("edge_feat") if feats is None else None
     width = feats.shape[1] if isinstance(feats, np.ndarray) and feats.ndim == 2 else \
         edge_feat.shape[1] if isinstance(edge_feat, np.ndarray) and edge_feat.ndim == 2 else \
         DEFAULT_FEATURES
     check_graph_size(str(ds_dir), n, edge_index.shape[1] * (1 if directed else 2), width)
-
-    notes = []
     if feats is None and edge_feat is not None:
         edge_feat = _numeric(edge_feat, ds_dir, "edge_feat")
         feats = mean_incoming(edge_index, edge_feat, n, str(ds_dir))
         notes.append(f"node features: the mean of each node's incoming edges' "
                      f"{edge_feat.shape[1]} features (as OGB's example)")
-    del edge_feat, graph_dict
-    adj = edges_to_csr(edge_index[0], edge_index[1], n, symmetrize=not directed)
-    del edge_index
-    if feats is None:
-        feats = random_features(n, DEFAULT_FEATURES, 0)
-        notes.append(f"no node_feat in the files: features are seeded random, "
-                     f"{DEFAULT_FEATURES} dims")
-    feats = _numeric(feats, ds_dir, "node_feat").astype(np.float32, copy=False)
+    return feats
 
+
+def _labels(raw_labels: Any, meta: dict, n: int, ds_dir: Path,
+            notes: list[str]) -> tuple[np.ndarray, int]:
+    """(labels, classes or tasks): binary tasks as an int8 node×task matrix (ogbn-proteins),
+    else one class per node; NaN (no label) as -1, counted in ``notes``."""
     tasks = int(meta["num tasks"])
     y = _numeric(raw_labels, ds_dir, "labels")
     if tasks > 1:  # binary tasks (ogbn-proteins): 0, 1, NaN where missing
         if y.shape != (n, tasks):
             raise DatasetError(f"{ds_dir}: labels have shape {y.shape}, expected ({n}, {tasks})")
         labels = task_labels(y, n, str(ds_dir))
-        num_classes = tasks
         if (labels < 0).any():
             notes.append(f"{int((labels < 0).sum())} (node, task) labels are missing (NaN in "
                          "ogb): left out of the loss and the metric")
-    else:
-        y = y.astype(np.float64).reshape(-1)
-        if y.shape[0] != n:
-            raise DatasetError(f"{ds_dir}: {y.shape[0]} labels for {n} nodes")
-        unlabelled = np.isnan(y)
-        labels = np.where(unlabelled, -1, np.nan_to_num(y, nan=-1.0)).astype(np.int64)
-        num_classes = int(meta["num classes"])
-        if unlabelled.any():
-            notes.append(f"{int(unlabelled.sum())} nodes have no label (NaN in ogb) -> -1")
+        return labels, tasks
+    y = y.astype(np.float64).reshape(-1)
+    if y.shape[0] != n:
+        raise DatasetError(f"{ds_dir}: {y.shape[0]} labels for {n} nodes")
+    unlabelled = np.isnan(y)
+    labels = np.where(unlabelled, -1, np.nan_to_num(y, nan=-1.0)).astype(np.int64)
+    if unlabelled.any():
+        notes.append(f"{int(unlabelled.sum())} nodes have no label (NaN in ogb) -> -1")
+    return labels, int(meta["num classes"])
 
-    masks = []
+
+def _split_masks(split: Any, n: int, ds_dir: Path) -> list[np.ndarray]:
+    """The train, valid and test masks of ogb's split, its node ids checked."""
     if not isinstance(split, dict):
         raise DatasetError(f"{ds_dir}: the split is a {type(split).__name__}, not a dict")
+    masks = []
     for part in ("train", "valid", "test"):
         idx = _numeric(split.get(part), ds_dir, f"split '{part}'", "iu").reshape(-1)
         if idx.size and (idx.min() < 0 or idx.max() >= n):
@@ -276,12 +305,7 @@ def load_ogb(name: str, root: str | Path | None) -> Graph:
         mask = np.zeros(n, dtype=bool)
         mask[idx] = True
         masks.append(mask)
-    notes.append(f"official OGB split '{meta['split']}'")
-
-    graph = Graph(name=name, adj=adj, features=feats, labels=labels, train_mask=masks[0],
-                  val_mask=masks[1], test_mask=masks[2], num_classes=num_classes,
-                  directed=directed, notes=notes)
-    return graph.validate(str(ds_dir))
+    return masks
 
 
 def mean_incoming(edge_index: np.ndarray, edge_feat: np.ndarray, n: int,

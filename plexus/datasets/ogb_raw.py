@@ -32,9 +32,12 @@ from typing import IO, Iterator
 
 import numpy as np
 
-from .diskgraph import DiskGraph, DiskGraphWriter, encode_features
+from plexus.core.values import one_line
+
+from .diskgraph import DiskGraph, encode_features
+from .diskwrite import DiskGraphWriter
 from .files import open_regular
-from .graph import MAX_NODES, DatasetError, one_line
+from .errors import MAX_NODES, DatasetError
 from .npyio import NpyStream
 from .safepickle import load_torch_numpy
 from .synthetic import DEFAULT_FEATURES, rng_for

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from .graph import DatasetError, Graph, RootMissing, edges_to_csr, one_line, row_normalize
+from plexus.core.values import one_line
+
+from .errors import DatasetError, RootMissing
+from .graph import Graph, edges_to_csr, row_normalize
 from .safepickle import load_restricted
 from .validate import check_alloc, check_graph_size, sparse_from_pickle
 
@@ -135,51 +139,21 @@ def read_planetoid(directory: str | Path, name: str) -> Graph:
     files = {s: directory / f"ind.{name}.{s}" for s in _SUFFIXES}
     data = {s: _read_pickle(files[s]) for s in _PICKLED}
     test_idx = _read_index(files["test.index"])
-
-    x, y = _dense(data["x"], files["x"]), _dense(data["y"], files["y"])
-    tx, ty = _dense(data["tx"], files["tx"]), _dense(data["ty"], files["ty"])
-    allx, ally = _dense(data["allx"], files["allx"]), _dense(data["ally"], files["ally"])
-    for a, b, fa, fb in ((x, y, "x", "y"), (tx, ty, "tx", "ty"), (allx, ally, "allx", "ally")):
-        if a.shape[0] != b.shape[0]:
-            raise DatasetError(f"{files[fa]}: {a.shape[0]} rows but {files[fb].name} has "
-                               f"{b.shape[0]}")
-    if tx.shape[0] != test_idx.size:
-        raise DatasetError(f"{files['test.index']}: lists {test_idx.size} nodes but "
-                           f"{files['tx'].name} has {tx.shape[0]} rows")
-    for m, s in ((tx, "tx"), (allx, "allx")):
-        if m.shape[1] != x.shape[1]:
-            raise DatasetError(f"{files[s]}: {m.shape[1]} feature columns, x has {x.shape[1]}")
-    for m, s in ((ty, "ty"), (ally, "ally")):
-        if m.shape[1] != y.shape[1]:
-            raise DatasetError(f"{files[s]}: {m.shape[1]} label columns, y has {y.shape[1]}")
-
-    n_all = allx.shape[0]
-    if test_idx.min() < n_all:
-        raise DatasetError(f"{files['test.index']}: test node {int(test_idx.min())} collides "
-                           f"with the {n_all} allx rows (test ids must be >= {n_all})")
-    if np.unique(test_idx).size != test_idx.size:
-        raise DatasetError(f"{files['test.index']}: repeated node ids")
-    n = int(test_idx.max()) + 1
-    # the largest test id fixes the node count: check it before allocating (N, F) arrays
-    check_graph_size(str(files["test.index"]), n, 0, x.shape[1] + y.shape[1])
+    m = {s: _dense(data[s], files[s]) for s in ("x", "y", "tx", "ty", "allx", "ally")}
+    _check_parts(m, test_idx, files)
+    x, y, n_all = m["x"], m["y"], m["allx"].shape[0]
+    n = _node_count(test_idx, n_all, x.shape[1] + y.shape[1], files["test.index"])
 
     # Row k of tx/ty belongs to node test_idx[k]; ids in the range that are not listed (gaps)
     # keep zero features and an all-zero label row.
     features = np.zeros((n, x.shape[1]), dtype=np.float32)
-    features[:n_all] = allx
-    features[test_idx] = tx
+    features[:n_all] = m["allx"]
+    features[test_idx] = m["tx"]
     onehot = np.zeros((n, y.shape[1]), dtype=np.float32)
-    onehot[:n_all] = ally
-    onehot[test_idx] = ty
+    onehot[:n_all] = m["ally"]
+    onehot[test_idx] = m["ty"]
     labels = np.where(onehot.any(axis=1), onehot.argmax(axis=1), -1).astype(np.int64)
-
-    src, dst = _graph_edges(data["graph"], files["graph"])
-    if src.size and max(int(src.max()), int(dst.max())) >= n:
-        raise DatasetError(f"{files['graph']}: refers to node {max(int(src.max()), int(dst.max()))}"
-                           f" but the feature files cover only {n} nodes")
-    if src.size and min(int(src.min()), int(dst.min())) < 0:
-        raise DatasetError(f"{files['graph']}: negative node id")
-    adj = edges_to_csr(src, dst, n, symmetrize=True)
+    adj = _adjacency(data["graph"], files["graph"], n)
 
     labelled = labels >= 0
     train = np.zeros(n, dtype=bool)
@@ -189,20 +163,8 @@ def read_planetoid(directory: str | Path, name: str) -> Graph:
     test = np.zeros(n, dtype=bool)
     test[test_idx] = True
 
-    notes = []
-    gaps = n - n_all - test_idx.size
-    if gaps:
-        notes.append(f"{gaps} node ids missing from test.index (isolated nodes) get zero "
-                     "features and label -1")
-    unlabelled = int((~labelled).sum()) - gaps
-    if unlabelled:
-        notes.append(f"{unlabelled} nodes with an all-zero one-hot label get label -1")
-    dropped = [int((m & ~labelled).sum()) for m in (train, val, test)]
-    if any(dropped):
-        notes.append("unlabelled nodes removed from train/val/test: "
-                     f"{dropped[0]}/{dropped[1]}/{dropped[2]}")
-    if directory.resolve() == EMBEDDED_DIR:
-        notes.append("Planetoid files from the copy embedded in plexus.datasets")
+    notes = _notes(n - n_all - test_idx.size, labelled, (train, val, test),
+                   directory.resolve() == EMBEDDED_DIR)
     # Kipf & Welling's preprocessing: bag-of-words rows scaled to sum 1 (worth ~2 points on Cora)
     features = row_normalize(features)
     notes.append("features row-normalized (sum 1 per node), as Kipf & Welling")
@@ -211,6 +173,69 @@ def read_planetoid(directory: str | Path, name: str) -> Graph:
                   train_mask=train & labelled, val_mask=val & labelled,
                   test_mask=test & labelled, num_classes=y.shape[1], directed=False, notes=notes)
     return graph.validate(str(directory / f"ind.{name}"))
+
+
+def _check_parts(m: dict[str, np.ndarray], test_idx: np.ndarray, files: dict[str, Path]) -> None:
+    """The pickled parts agree: rows of features and labels pair up, tx has a row per listed
+    test node, every part has x's feature and y's label columns."""
+    for a, b in (("x", "y"), ("tx", "ty"), ("allx", "ally")):
+        if m[a].shape[0] != m[b].shape[0]:
+            raise DatasetError(f"{files[a]}: {m[a].shape[0]} rows but {files[b].name} has "
+                               f"{m[b].shape[0]}")
+    if m["tx"].shape[0] != test_idx.size:
+        raise DatasetError(f"{files['test.index']}: lists {test_idx.size} nodes but "
+                           f"{files['tx'].name} has {m['tx'].shape[0]} rows")
+    for s in ("tx", "allx"):
+        if m[s].shape[1] != m["x"].shape[1]:
+            raise DatasetError(f"{files[s]}: {m[s].shape[1]} feature columns, x has "
+                               f"{m['x'].shape[1]}")
+    for s in ("ty", "ally"):
+        if m[s].shape[1] != m["y"].shape[1]:
+            raise DatasetError(f"{files[s]}: {m[s].shape[1]} label columns, y has "
+                               f"{m['y'].shape[1]}")
+
+
+def _node_count(test_idx: np.ndarray, n_all: int, width: int, index_file: Path) -> int:
+    """The node count the largest test id fixes, checked (test ids after allx's rows, none
+    repeated) and to fit in memory before any (N, F) array is allocated."""
+    if test_idx.min() < n_all:
+        raise DatasetError(f"{index_file}: test node {int(test_idx.min())} collides "
+                           f"with the {n_all} allx rows (test ids must be >= {n_all})")
+    if np.unique(test_idx).size != test_idx.size:
+        raise DatasetError(f"{index_file}: repeated node ids")
+    n = int(test_idx.max()) + 1
+    check_graph_size(str(index_file), n, 0, width)
+    return n
+
+
+def _adjacency(adjlist: Any, path: Path, n: int) -> sp.csr_matrix:
+    """The symmetric adjacency of the pickled adjacency lists, its node ids checked."""
+    src, dst = _graph_edges(adjlist, path)
+    if src.size and max(int(src.max()), int(dst.max())) >= n:
+        raise DatasetError(f"{path}: refers to node {max(int(src.max()), int(dst.max()))}"
+                           f" but the feature files cover only {n} nodes")
+    if src.size and min(int(src.min()), int(dst.min())) < 0:
+        raise DatasetError(f"{path}: negative node id")
+    return edges_to_csr(src, dst, n, symmetrize=True)
+
+
+def _notes(gaps: int, labelled: np.ndarray, masks: tuple[np.ndarray, ...],
+           embedded: bool) -> list[str]:
+    """What reading changed: isolated test ids filled in, unlabelled nodes, masks trimmed."""
+    notes = []
+    if gaps:
+        notes.append(f"{gaps} node ids missing from test.index (isolated nodes) get zero "
+                     "features and label -1")
+    unlabelled = int((~labelled).sum()) - gaps
+    if unlabelled:
+        notes.append(f"{unlabelled} nodes with an all-zero one-hot label get label -1")
+    dropped = [int((m & ~labelled).sum()) for m in masks]
+    if any(dropped):
+        notes.append("unlabelled nodes removed from train/val/test: "
+                     f"{dropped[0]}/{dropped[1]}/{dropped[2]}")
+    if embedded:
+        notes.append("Planetoid files from the copy embedded in plexus.datasets")
+    return notes
 
 
 def _graph_edges(adjlist, path: Path) -> tuple[np.ndarray, np.ndarray]:

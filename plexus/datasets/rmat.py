@@ -20,7 +20,8 @@ import re
 import numpy as np
 import scipy.sparse as sp
 
-from .graph import DatasetError, Graph, edges_to_csr
+from .errors import DatasetError
+from .graph import Graph, edges_to_csr
 from .synthetic import random_features, random_split, rng_for
 from .validate import check_graph_size
 

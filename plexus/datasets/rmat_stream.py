@@ -29,15 +29,18 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from plexus.core.tasks import call
+
 from .canonical import BUCKET_ENTRIES, CHUNK_EDGES, EdgeFiles, Pieces, canonicalize
-from .diskgraph import FEATURE_DTYPES, DiskGraph, DiskGraphWriter, encode_features
-from .graph import DatasetError
+from .diskgraph import (FEATURE_DTYPES, DiskGraph, decode_features, encode_features,
+                        is_disk_graph)
+from .diskwrite import DiskGraphWriter
+from .errors import DatasetError
 from .npyio import NpyWriter, load_npy, npy_layout, read_rows, read_rows_into, save_npy
 from .rmat import (PROJECTION_ROWS, rmat_chunks, rmat_edges, rmat_name, rmat_node_permutation,
                    rmat_notes, rmat_projection)
 from .synthetic import random_split, rng_for
-from .diskgraph import is_disk_graph
-from .work import Runner, call
+from .work import Runner
 
 #: bytes of H read at once while summing neighbours
 WINDOW_BYTES = 1 << 27
@@ -96,8 +99,6 @@ def _features_task(job: RmatJob, rows: int) -> dict:
 
 
 def _projection_task(job: RmatJob, lo: int) -> dict:
-    from .diskgraph import decode_features  # noqa: PLC0415
-
     layout = npy_layout(job.writer.file("features"))
     x = decode_features(read_rows(job.writer.file("features"), layout, lo, lo + PROJECTION_ROWS),
                         job.feature_dtype)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .edgelist import load_edgelist
-from .graph import DatasetError, Graph
+from .errors import DatasetError
+from .graph import Graph
 from .mtx import load_mtx
 from .npz import load_npz
 from .planetoid import PLANETOID_NAMES, find_planetoid_dir, load_planetoid

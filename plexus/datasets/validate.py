@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .graph import MAX_NODES, DatasetError, one_line
+from plexus.core.values import one_line
 
-#: The error class a check raises by default (the shard store passes its own).
-ErrorType = type[Exception]
+from .errors import MAX_NODES, DatasetError, ErrorType
+from .npyio import read_header
 
 
 def available_bytes() -> float:
@@ -195,7 +195,6 @@ def read_npz_member(archive: np.lib.npyio.NpzFile, key: str, where: str,
         names = archive.zip.namelist()
         info = archive.zip.getinfo(key + ".npy" if key + ".npy" in names else key)
         check_alloc(float(info.file_size), where, f"key {key!r}", error)
-        from .npyio import read_header  # noqa: PLC0415 - npyio imports this module
 
         with archive.zip.open(info) as f:
             layout = read_header(f, where, ValueError)

@@ -1,12 +1,12 @@
-"""The 3D tensor-parallel engine: one rank's share of a GCN on an X×Y×Z process grid.
+"""The 3D tensor-parallel engine: one rank's share of a GNN on an X×Y×Z process grid.
 
 `grid` (the process grid on torch.distributed), `comm` (differentiable collectives along one
 axis, recorded in the `ledger` and timed by `timing`), `spmm` and `gemm` (per-rank kernels),
-`layer` (one layer: SpMM aggregation, GEMM combination and their collectives), `model` (the
-layers, the loss of `loss`, conversion between shards and full tensors), `seeding`
-(grid-independent weights and dropout masks), `trainer` (the full-batch loop), `serial` (the
-plain PyTorch reference every distributed result is tested against), `pygmodel` (the same
-model as PyG's layers: described for exports, built by `plexus.load_pyg` and the reference
-stacks), `config` and `build` (one rank's model from its shard). See docs/design.md for the
-layouts.
+`ops` (each operator's 3D stage, built on `primitives`, `graph3d`, `edges` and `blocks`, and
+its serial reference), `model` (the stages, the loss of `loss`, conversion between shards and
+full tensors), `seeding` and `masks` (grid-independent weights and dropout masks), `trainer`
+(the full-batch loop), `serial` (the plain PyTorch reference every distributed result is tested
+against), `pygmodel` (the same model as PyG's layers: described for exports, built by
+`plexus.load_pyg` and the reference stacks), `config` and `build` (one rank's model from its
+shard). See docs/design.md for the layouts.
 """

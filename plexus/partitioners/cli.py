@@ -28,7 +28,7 @@ from plexus.core.cli import ArgumentParser, UsageError, report_error
 from plexus.core.grid import GridShape
 from plexus.core.layout import (DEFAULT_PERMUTATION, STAGE_ORDERS, grid_misfit,
                                  layer_plans)
-from plexus.core.model import AUTO_ORDER, MAX_LAYERS
+from plexus.core.model import AUTO_ORDER, MAX_LAYERS, ModelError, parse_order
 from plexus.core.modelopts import DEFAULT_HIDDEN
 from plexus.datasets.canonical import BUCKET_ENTRIES, CHUNK_EDGES
 from plexus.datasets.diskgraph import FEATURE_DTYPES
@@ -40,20 +40,14 @@ from .streamjob import PartitionInterrupted
 PROG = "plexus-partition"
 
 
-def parse_orders(text: str, num_layers: int) -> list[str] | str:
-    """``auto`` (plexus-train's default, resolved once the graph's widths are known), one order
-    for all layers (``agg``) or a comma-separated order per layer."""
-    if text.strip().lower() == AUTO_ORDER:
-        return AUTO_ORDER
-    orders = [o.strip() for o in text.split(",")]
-    bad = [o for o in orders if o not in STAGE_ORDERS]
-    if bad:
-        raise UsageError(f"unknown layer order {bad[0]!r}; use auto, {', '.join(STAGE_ORDERS)}")
-    if len(orders) == 1:
-        return orders * num_layers
-    if len(orders) != num_layers:
-        raise UsageError(f"--orders lists {len(orders)} orders for {num_layers} layers")
-    return orders
+def parse_orders(text: str, num_stages: int) -> tuple[str, ...] | str:
+    """``--orders``: ``auto`` (plexus-train's default, resolved once the graph's widths are
+    known), one order for all stages (``agg``) or a comma-separated order per stage
+    (`plexus.core.model.parse_order`, the one parser, with the stages' orders)."""
+    try:
+        return parse_order(text, num_stages, allowed=STAGE_ORDERS, unit="stage")
+    except ModelError as e:
+        raise UsageError(f"--orders: {e}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -199,7 +193,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _stats(args, shape: GridShape, orders: list[str] | str) -> int:
+def _stats(args, shape: GridShape, orders: Sequence[str] | str) -> int:
     """``--stats-only``: the imbalance of every permutation (the graph is loaded in memory)."""
     from .pipeline import auto_stage_orders  # noqa: PLC0415
     from .stats import balance_report, format_report  # noqa: PLC0415

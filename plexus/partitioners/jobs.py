@@ -25,7 +25,8 @@ from typing import Any, Callable, Sequence
 
 from threadpoolctl import threadpool_limits
 
-from plexus.datasets.work import Runner, marker_path, run_task
+from plexus.core.tasks import marker_path, run_task
+from plexus.datasets.work import Runner
 
 from .streamjob import PartitionError, PartitionInterrupted
 

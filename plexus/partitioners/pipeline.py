@@ -13,18 +13,22 @@ from plexus.core.grid import GridError, GridShape
 from plexus.core.lockfile import FileLock, LockBusy, LockError, acquire
 from plexus.core.layout import DEFAULT_PERMUTATION, grid_misfit, layer_plans
 from plexus.core.model import AUTO_ORDER, ModelConfig
-from plexus.core.ops import KINDS
+from plexus.core.tasks import PhaseTime
+from plexus.core.values import one_line
 from plexus.datasets.canonical import BUCKET_ENTRIES, CHUNK_EDGES
 from plexus.datasets.convert import convert_dataset
-from plexus.datasets.diskgraph import DiskGraph, MemoryGraph, is_disk_graph, write_graph
-from plexus.datasets.graph import DatasetError, Graph
+from plexus.datasets.diskgraph import DiskGraph, MemoryGraph, is_disk_graph
+from plexus.datasets.diskwrite import write_graph
+from plexus.datasets.errors import DatasetError
+from plexus.datasets.graph import Graph
 from plexus.datasets.spec import source_fingerprint, spec_paths
-from plexus.datasets.work import PhaseTime, Runner
+from plexus.datasets.work import Runner
 
 from .jobs import GroupRunner, PoolRunner, launched, launcher_env
 from .permutations import Permutation
 from .sourcefile import check_graph_source, record_graph_source
 from .store import ShardStoreError, check_out_dir, is_store, replace_store_dir
+from .storeformat import store_kind
 from .stream import Settings, config_key, partition_source
 from .workdir import stage_work_dir
 from .streamjob import PartitionError
@@ -42,7 +46,7 @@ def auto_stage_orders(num_stages: int, hidden: int, num_features: int, num_class
     (GCN, GraphSAGE, GIN: `plexus.core.ops.KINDS`) with ``hidden`` wide hidden layers, as
     plexus-train resolves its default (`plexus.core.model.ModelConfig.orders`); a kind of
     several stages per layer (GIN: agg, dense) needs a multiple of them."""
-    kind = next(k for k in KINDS.values() if k.aggregation == aggregation and not k.attention)
+    kind = store_kind(aggregation)
     per_layer = len(kind.stage_ops)
     if num_stages % per_layer:
         raise ValueError(f"{num_stages} stages do not make whole {kind.name.upper()} layers "
@@ -109,24 +113,15 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
     settings = Settings(chunk_edges=max(1, int(chunk_edges)),
                         bucket_entries=max(1, int(bucket_entries)))
     source, spec = _source(dataset, root)
-    identity = None
-    if isinstance(source, DiskGraph):
-        identity = source.content_sha256
-    elif spec is not None:
-        identity = {"spec": spec, "root": root, "seed": dataset_seed, "graph_dir":
-                    str(graph_dir) if graph_dir else None, "features": feature_dtype,
-                    "files": _fingerprint(spec, root)}
+    identity = _source_identity(source, spec, root, dataset_seed, graph_dir, feature_dtype)
     if env is not None and identity is None:
         raise PartitionError("under torchrun/srun, give the graph as a spec or a graph "
                              "directory, not one held in memory")
-    key = None if identity is None else config_key(
+    key = None if identity is None or isinstance(perm, Permutation) else config_key(
         {"source": identity, "grid": shape.as_dict(), "layers": num_layers,
          "orders": ["auto", hidden] if auto else [p.order for p in plans],
-         "perm": perm if isinstance(perm, str) else None,
-         "seed": seed, "aggregation": aggregation, "chunk": settings.chunk_edges,
-         "bucket": settings.bucket_entries, "version": 3})
-    if isinstance(perm, Permutation):
-        key = None  # a permutation built by the caller is not part of a resumable configuration
+         "perm": perm, "seed": seed, "aggregation": aggregation,
+         "chunk": settings.chunk_edges, "bucket": settings.bucket_entries, "version": 3})
     store_lock = _store_lock(out, keep_existing) if env is None or env.rank == 0 else None
     try:
         work = stage_work_dir(out, key)
@@ -135,26 +130,12 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
         if store_lock is not None:
             store_lock.release(remove=True)
         raise
-    if env is not None:
-        runner: Runner = GroupRunner(work, env, timeout_s, progress)
-    elif jobs > 1:
-        runner = PoolRunner(work, jobs, progress)
-    else:
-        runner = Runner(work, progress)
+    runner = _runner(work, env, jobs, timeout_s, progress)
     lock = _lock(work) if runner.leader else None
     try:
         if spec is not None:
-            target = Path(graph_dir) if graph_dir else work / "graph"
-            if graph_dir and is_disk_graph(target):
-                source = DiskGraph.open(target)
-                check_graph_source(target, identity)
-            else:
-                source = convert_dataset(spec, target, runner, work / "convert", root=root,
-                                         seed=dataset_seed, chunk_edges=settings.chunk_edges,
-                                         bucket_entries=settings.bucket_entries,
-                                         feature_dtype=feature_dtype)
-                if graph_dir and runner.leader:
-                    record_graph_source(target, identity)
+            source = _converted(spec, identity, runner, work, root, dataset_seed, graph_dir,
+                                feature_dtype, settings)
         elif isinstance(source, MemoryGraph) and jobs > 1:
             runner.once("write-graph", _write, source.graph, str(work / "graph"))
             source = DiskGraph.open(work / "graph")
@@ -169,23 +150,11 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
         manifest = partition_source(source, out, shape, num_layers, orders, perm, seed,
                                     aggregation, runner, work / "part", settings,
                                     replace_store_dir)
-    except OSError as e:
-        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
-        if runner.leader and not (full and key is not None):
-            shutil.rmtree(work, ignore_errors=True)
-        if not full:
+    except (OSError, *BAD_INPUT) as e:
+        failure = _failure(e, runner, work, key, resumed)
+        if failure is e:
             raise
-        kept = "; the finished work is kept and resumes" if key is not None else ""
-        raise PartitionError(f"{e.filename or work}: no space left on device; free some space "
-                             f"and run the same command again{kept}") from None
-    except BAD_INPUT as e:
-        if runner.leader:  # bad input, configuration or work: nothing to resume
-            shutil.rmtree(work, ignore_errors=True)
-        if resumed and not isinstance(e, ValueError):  # what an earlier run left, altered
-            raise PartitionError(f"{work}: resuming it failed ({type(e).__name__}: "
-                                 f"{' '.join(str(e).split())[:200]}); the work directory was "
-                                 "damaged and is removed, run again") from None
-        raise
+        raise failure from None
     # anything else (a worker killed, an interrupt, no memory) keeps the work: a rerun resumes
     finally:
         if timings is not None:
@@ -198,6 +167,72 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
     if runner.leader:
         shutil.rmtree(work, ignore_errors=True)
     return manifest
+
+
+def _failure(e: BaseException, runner: Runner, work: Path, key: str | None,
+             resumed: bool) -> BaseException:
+    """What a partition that failed with ``e`` (an `OSError` or bad input) raises, once the
+    leader has settled its work: a full disk keeps a resumable configuration's finished work
+    and says so; bad input, configuration or work (or any other `OSError`) removes it, and the
+    altered work of an earlier run is named as such."""
+    if isinstance(e, OSError):
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        if runner.leader and not (full and key is not None):
+            shutil.rmtree(work, ignore_errors=True)
+        if not full:
+            return e
+        kept = "; the finished work is kept and resumes" if key is not None else ""
+        return PartitionError(f"{e.filename or work}: no space left on device; free some space "
+                              f"and run the same command again{kept}")
+    if runner.leader:  # bad input, configuration or work: nothing to resume
+        shutil.rmtree(work, ignore_errors=True)
+    if resumed and not isinstance(e, ValueError):  # what an earlier run left, altered
+        return PartitionError(f"{work}: resuming it failed ({type(e).__name__}: "
+                              f"{one_line(e)[:200]}); the work directory was damaged and is "
+                              "removed, run again")
+    return e
+
+
+def _source_identity(source: Any, spec: str | None, root: str | None, dataset_seed: int,
+                     graph_dir: str | os.PathLike | None, feature_dtype: str | None) -> Any:
+    """What names the source in the work directory's key: a graph directory's content hash, a
+    spec with what it is read from (its files' fingerprint), or None for a graph in memory."""
+    if isinstance(source, DiskGraph):
+        return source.content_sha256
+    if spec is None:
+        return None
+    return {"spec": spec, "root": root, "seed": dataset_seed, "graph_dir":
+            str(graph_dir) if graph_dir else None, "features": feature_dtype,
+            "files": _fingerprint(spec, root)}
+
+
+def _runner(work: Path, env: Any, jobs: int, timeout_s: float,
+            progress: bool | None) -> Runner:
+    """The launcher's ranks (``env``), a pool of ``jobs`` processes, or this process alone."""
+    if env is not None:
+        return GroupRunner(work, env, timeout_s, progress)
+    if jobs > 1:
+        return PoolRunner(work, jobs, progress)
+    return Runner(work, progress)
+
+
+def _converted(spec: str, identity: Any, runner: Runner, work: Path, root: str | None,
+               dataset_seed: int, graph_dir: str | os.PathLike | None,
+               feature_dtype: str | None, settings: Settings) -> DiskGraph:
+    """The graph directory of ``spec``: the kept ``graph_dir`` when it holds one converted from
+    the same source, else converted in pieces (into ``graph_dir``, recorded, or the work)."""
+    target = Path(graph_dir) if graph_dir else work / "graph"
+    if graph_dir and is_disk_graph(target):
+        source = DiskGraph.open(target)
+        check_graph_source(target, identity)
+        return source
+    source = convert_dataset(spec, target, runner, work / "convert", root=root,
+                             seed=dataset_seed, chunk_edges=settings.chunk_edges,
+                             bucket_entries=settings.bucket_entries,
+                             feature_dtype=feature_dtype)
+    if graph_dir and runner.leader:
+        record_graph_source(target, identity)
+    return source
 
 
 def _source(dataset: Any, root: str | None) -> tuple[Any, str | None]:

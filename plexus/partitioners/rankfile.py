@@ -19,7 +19,7 @@ from plexus.core.writebehind import WriteBehind
 from plexus.datasets.npyio import load_npy, npy_layout, write_header
 
 from .plan import MASKS, feature_cols, feature_group, rank_input_ids, rank_outputs
-from .store import FORMAT, MANIFEST, VERSION, file_sha256, rank_file_name
+from .storeformat import FORMAT, MANIFEST, VERSION, file_sha256, gnn_layers, rank_file_name
 from .streamjob import BlockSpec, Job, PartitionError, route_of
 
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed: zip entries otherwise carry the wall clock
@@ -195,7 +195,8 @@ def manifest_step(job: Job, meta: dict, ranks: list, graph_sha256: str, nnz: int
     verify_rank_files(job, ranks)
     manifest = {
         "format": FORMAT, "version": VERSION, "grid": dict(job.shape),
-        "num_layers": job.num_layers, "orders": list(job.orders),
+        "num_stages": job.num_layers, "orders": list(job.orders),
+        "gnn_layers": gnn_layers(job.num_layers, job.aggregation),
         "aggregation": job.aggregation,
         "permutation": {k: meta[k] for k in ("kind", "seed", "locality", "p1_sha256",
                                              "p2_sha256")},

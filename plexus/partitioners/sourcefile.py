@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from plexus.core.atomic import atomic_file
-from plexus.datasets.graph import DatasetError
+from plexus.datasets.errors import DatasetError
 
 SOURCE = "plexus-source.json"
 #: A record is a few hundred bytes per source file

@@ -29,21 +29,23 @@ from typing import Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from plexus.core.atomic import fsync_dir
+from plexus.core.atomic import replace_directory, replaceable_directory
 from plexus.core.grid import GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION, layer_plans, pad_to, padding
+from plexus.core.values import is_count, one_line
+from plexus.datasets.diskgraph import MemoryGraph
 from plexus.datasets.graph import AGGREGATIONS, Graph, incoming
 from plexus.datasets.validate import csr_from_parts, read_npz_member
+from plexus.datasets.work import Runner
 
 from .permutations import Permutation
 from .plan import MASKS, RankShard, block_key, labels_fit
-
-FORMAT = "plexus-shard-store"
-VERSION = 1
-MANIFEST = "manifest.json"
-_HASH_BUF = 1 << 20
-#: A manifest is a few hundred bytes per rank; anything far larger is not one
-MAX_MANIFEST_BYTES = 64 << 20
+# the format's names stay importable from here, the store's module, for its readers
+from .storeformat import (FORMAT, MANIFEST, MAX_MANIFEST_BYTES, VERSION,  # noqa: F401
+                          file_sha256, gnn_layers, rank_file_name)
+from .stream import Settings, partition_source
+from .streamjob import PartitionError
+from .workdir import stage_work_dir
 
 
 class ShardStoreError(ValueError):
@@ -51,11 +53,6 @@ class ShardStoreError(ValueError):
 
 
 # --------------------------------------------------------------------------- small helpers
-
-
-def rank_file_name(coords: dict[str, int]) -> str:
-    """File of the rank at ``coords`` inside a store."""
-    return f"rank-x{coords['x']}-y{coords['y']}-z{coords['z']}.npz"
 
 
 def _hash_array(h: "hashlib._Hash", arr: np.ndarray) -> None:
@@ -86,15 +83,6 @@ def array_hash(arr: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def file_sha256(path: Path) -> str:
-    """sha256 of a file, read in 1 MiB pieces (memory independent of the file size)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_BUF):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _normalize_orders(num_layers: int, orders: Sequence[str] | str) -> tuple[str, ...]:
     return tuple(p.order for p in layer_plans(num_layers, orders))
 
@@ -113,13 +101,8 @@ def is_store(path: str | os.PathLike) -> bool:
 
 def check_out_dir(out_dir: str | os.PathLike) -> Path:
     """Refuse a target that exists and is neither a shard store nor an empty directory."""
-    out = Path(out_dir)
-    if out.exists() or out.is_symlink():
-        if not out.is_dir() or out.is_symlink():
-            raise ShardStoreError(f"{out}: exists and is not a directory; refusing to replace it")
-        if not is_store(out) and any(out.iterdir()):
-            raise ShardStoreError(f"{out}: exists and is not a shard store (no valid {MANIFEST});"
-                                  " refusing to overwrite it")
+    out = replaceable_directory(Path(out_dir), is_store,
+                                f"a shard store (no valid {MANIFEST})", ShardStoreError)
     if out.parent.exists() and not out.parent.is_dir():
         raise ShardStoreError(f"{out.parent}: not a directory, cannot hold the store")
     return out
@@ -145,13 +128,6 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Map
     directory) is replaced only once the new one is complete; anything else there is refused
     with `ShardStoreError`.
     """
-    from plexus.datasets.diskgraph import MemoryGraph  # noqa: PLC0415
-    from plexus.datasets.work import Runner  # noqa: PLC0415
-
-    from .stream import Settings, partition_source  # noqa: PLC0415
-    from .workdir import stage_work_dir  # noqa: PLC0415
-    from .streamjob import PartitionError  # noqa: PLC0415
-
     del adj_hat
     out = check_out_dir(out_dir)
     try:
@@ -176,10 +152,7 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Map
 def replace_store_dir(new: Path, out: Path) -> None:
     """Move the finished store ``new`` to ``out``; an old store there is moved aside, then
     removed (a crash in between leaves one of the two, never a mix)."""
-    from plexus.datasets.diskgraph import replace_dir  # noqa: PLC0415
-
-    replace_dir(new, out, check_out_dir)
-    fsync_dir(out.parent)
+    replace_directory(new, out, check_out_dir)
 
 
 # --------------------------------------------------------------------------- reading
@@ -200,18 +173,29 @@ def read_manifest(store_dir: str | os.PathLike) -> dict:
         raise ShardStoreError(f"{path}: missing; {store_dir} is not a shard store") from None
     except (OSError, ValueError, RecursionError) as e:  # RecursionError: absurdly nested JSON
         raise ShardStoreError(f"{path}: unreadable manifest ({type(e).__name__}: "
-                              f"{' '.join(str(e).split())[:200]})") from None
+                              f"{one_line(e)[:200]})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ShardStoreError(f"{path}: not a {FORMAT} manifest")
     if manifest.get("version") != VERSION:
         raise ShardStoreError(f"{path}: format version {manifest.get('version')}, this reader "
                               f"supports {VERSION}; re-run plexus-partition")
+    _upgrade_manifest(manifest)
     _check_manifest_fields(manifest, path)
     return manifest
 
 
+def _upgrade_manifest(manifest: dict) -> None:
+    """A manifest written before the store recorded stages and GNN layers apart named its stage
+    count ``num_layers``: read it as ``num_stages``, with the GNN layers those make."""
+    if "num_stages" not in manifest and "num_layers" in manifest:
+        manifest["num_stages"] = manifest.pop("num_layers")
+        if is_count(manifest["num_stages"]) and store_aggregation(manifest) in AGGREGATIONS:
+            manifest["gnn_layers"] = gnn_layers(manifest["num_stages"],
+                                                store_aggregation(manifest))
+
+
 # Every field a reader relies on, with its JSON type.
-_MANIFEST_FIELDS = {"grid": dict, "num_layers": int, "orders": list, "permutation": dict,
+_MANIFEST_FIELDS = {"grid": dict, "num_stages": int, "orders": list, "permutation": dict,
                     "seed": int, "dataset": str, "graph_sha256": str, "num_nodes": int,
                     "nodes_padded": int, "nnz": int, "num_features": int, "num_classes": int,
                     "block_keys": list, "ranks": list}
@@ -228,11 +212,6 @@ def store_aggregation(manifest: dict) -> str:
     return str(manifest.get("aggregation", LEGACY_AGGREGATION))
 
 
-def _is_count(value: object) -> bool:
-    """A non-negative JSON integer (``true`` is not one, although Python's bool is an int)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def _check_manifest_fields(manifest: dict, path: Path) -> None:
     """`ShardStoreError` naming the first missing or mistyped field of a manifest."""
     def bad(what: str) -> ShardStoreError:
@@ -241,22 +220,26 @@ def _check_manifest_fields(manifest: dict, path: Path) -> None:
 
     for key, kind in _MANIFEST_FIELDS.items():
         value = manifest.get(key)
-        if not isinstance(value, kind) or (kind is int and not _is_count(value)):
+        if not isinstance(value, kind) or (kind is int and not is_count(value)):
             raise bad(f"field {key!r} missing or not a {'non-negative ' if kind is int else ''}"
                       f"{kind.__name__}")
     if manifest.get("aggregation", LEGACY_AGGREGATION) not in AGGREGATIONS:
         raise bad(f"aggregation {manifest.get('aggregation')!r:.40} is not one of "
                   f"{', '.join(AGGREGATIONS)}")
+    layers = manifest.get("gnn_layers")
+    if layers is not None and (not is_count(layers) or layers != gnn_layers(
+            manifest["num_stages"], store_aggregation(manifest))):
+        raise bad(f"gnn_layers {layers!r:.40} does not match {manifest['num_stages']} stages")
     grid, perm = manifest["grid"], manifest["permutation"]
-    if not all(_is_count(grid.get(a)) and grid[a] >= 1 for a in ("x", "y", "z")) \
-            or not isinstance(perm.get("kind"), str) or not _is_count(perm.get("seed")):
+    if not all(is_count(grid.get(a)) and grid[a] >= 1 for a in ("x", "y", "z")) \
+            or not isinstance(perm.get("kind"), str) or not is_count(perm.get("seed")):
         raise bad("bad grid or permutation")
     if not all(isinstance(o, str) for o in manifest["orders"] + manifest["block_keys"]):
         raise bad("orders and block_keys must be lists of strings")
     for entry in manifest["ranks"]:
         coords = entry.get("coords") if isinstance(entry, dict) else None
-        if not (isinstance(coords, dict) and all(_is_count(coords.get(a)) for a in "xyz")
-                and isinstance(entry.get("file"), str) and _is_count(entry.get("size"))
+        if not (isinstance(coords, dict) and all(is_count(coords.get(a)) for a in "xyz")
+                and isinstance(entry.get("file"), str) and is_count(entry.get("size"))
                 and isinstance(entry.get("sha256"), str)):
             raise bad("a 'ranks' entry lacks coords {x, y, z}, file, size or sha256")
 
@@ -272,11 +255,11 @@ def _check_request(manifest: dict, path: Path, coords: dict[str, int],
         if shape is not None and grid != GridShape.of(shape):
             raise ShardStoreError(f"{path}: store was cut for grid {grid}, asked for "
                                   f"{GridShape.of(shape)}")
-        if num_layers is not None and manifest["num_layers"] != num_layers:
-            raise ShardStoreError(f"{path}: store was cut for {manifest['num_layers']} layers, "
+        if num_layers is not None and manifest["num_stages"] != num_layers:
+            raise ShardStoreError(f"{path}: store was cut for {manifest['num_stages']} layers, "
                                   f"asked for {num_layers}")
         if orders is not None:
-            want = _normalize_orders(manifest["num_layers"], orders)
+            want = _normalize_orders(manifest["num_stages"], orders)
             if tuple(manifest["orders"]) != want:
                 raise ShardStoreError(f"{path}: store was cut for layer orders "
                                       f"{','.join(manifest['orders'])}, asked for "
@@ -341,7 +324,7 @@ def _load_members(path: Path) -> dict[str, np.ndarray]:
     except Exception as e:  # noqa: BLE001 - zipfile also raises NotImplementedError, RuntimeError,
         # zlib.error for unsupported or corrupt archives
         raise ShardStoreError(f"{path}: not a readable shard file ({type(e).__name__}: "
-                              f"{' '.join(str(e).split())[:200]})") from None
+                              f"{one_line(e)[:200]})") from None
 
 
 def read_shard(store_dir: str | os.PathLike, rank: int | Mapping[str, int], *,
@@ -400,9 +383,9 @@ def _shard_from_members(path: Path, m: dict[str, np.ndarray], manifest: dict) ->
                                          m[f"block{i}.indptr"], [rows, cols], str(path),
                                          f"block {key}", ShardStoreError)
         num_layers = header["num_layers"]
-        if not _is_count(num_layers) or num_layers != manifest["num_layers"]:
+        if not is_count(num_layers) or num_layers != manifest["num_stages"]:
             raise ShardStoreError(f"{path}: header says {num_layers!r:.100} layers, the manifest "
-                                  f"{manifest['num_layers']}")
+                                  f"{manifest['num_stages']}")
         return RankShard(
             shape=GridShape.of(header["shape"]), coords=header["coords"], num_layers=num_layers,
             orders=tuple(header["orders"]), perm=header["perm"], seed=header["seed"],
@@ -418,7 +401,7 @@ def _shard_from_members(path: Path, m: dict[str, np.ndarray], manifest: dict) ->
         if isinstance(e, ShardStoreError):  # GridError, DatasetError are ValueErrors too
             raise
         raise ShardStoreError(f"{path}: malformed shard file ({type(e).__name__}: "
-                              f"{' '.join(str(e).split())[:200]})") from None
+                              f"{one_line(e)[:200]})") from None
 
 
 def _vector(arr: object, length: int, kinds: str) -> bool:
@@ -484,6 +467,6 @@ def _check_shard(s: RankShard, path: Path, manifest: dict, coords: dict[str, int
     if not all(_vector(s.masks[k], out, "b") for k in MASKS):
         raise bad(f"masks are not {out} booleans each")
     if not (isinstance(s.mask_counts, dict) and set(s.mask_counts) == set(MASKS)
-            and all(_is_count(v) and v <= n for v in s.mask_counts.values())
+            and all(is_count(v) and v <= n for v in s.mask_counts.values())
             and isinstance(s.meta, dict)):
         raise bad("mask counts or meta are malformed")

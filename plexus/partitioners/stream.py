@@ -48,17 +48,18 @@ import numpy as np
 
 from plexus.core.grid import GridShape
 from plexus.core.layout import layer_plans, pad_to, padding
+from plexus.core.tasks import CONSUMED, call, remove_task
 from plexus.datasets.canonical import (BUCKET_ENTRIES, CHUNK_EDGES, Degrees, budget_bounds,
                                        canonicalize, csr_pieces, group_order, hash_array_prefix,
                                        pack, scan_pieces, structure_sha256, unpack)
 from plexus.datasets.graph import AGGREGATIONS
 from plexus.datasets.npyio import load_npy, read_concatenated
-from plexus.datasets.work import CONSUMED, Runner, call, remove_task
+from plexus.datasets.work import Runner
 
 from . import rankfile
 from .permutations import Permutation, permutation_from_counts
 from .plan import MASKS, pack_masks
-from .store import MANIFEST
+from .storeformat import MANIFEST
 from .streamjob import (Job, PartitionError, block_specs, col_order_index, index_dtype,
                         pos_dtype, route_of, routed_adjs, row_order_index, save_piece)
 
@@ -337,41 +338,80 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
     if aggregation not in AGGREGATIONS:
         raise PartitionError(f"unknown aggregation {aggregation!r}; use one of "
                              f"{', '.join(AGGREGATIONS)}")
-    plans = layer_plans(num_layers, orders)
-    n = int(source.num_nodes)
-    world = shape.world_size
-    npad = pad_to(n, world)
-    widths = [source.num_features] + [1] * (num_layers - 1) + [source.num_classes]
-    fpad = padding(shape, plans, n, widths).widths_padded[0]
-    specs = block_specs(shape, plans, npad)
-    out = Path(out_dir)
-    bucket = max(1, int(settings.bucket_entries))
-    if source.edges == "csr":
-        pieces = csr_pieces(source, bucket)
-        check = True
-    else:
-        pieces = canonicalize(source, work / "canon", runner, chunk_edges=settings.chunk_edges,
-                              bucket_entries=bucket)
-        check = False
-    degrees = scan_pieces(pieces, work / "degrees", runner, check=check,
-                          directed=source.directed, bucket_entries=bucket)
-    feature_rows = max(1, settings.feature_bytes // (4 * max(source.num_features, 1)))
-    job = Job(str(work), tuple(shape.as_dict().items()), num_layers,
-              tuple(p.order for p in plans), aggregation, source.name, n, npad, fpad,
-              source.num_features, source.num_classes, bool(source.directed), specs, pieces,
-              source, bucket, feature_rows)
+    job = _plan_job(source, shape, num_layers, orders, aggregation, runner, work, settings)
+    degrees = _degrees(job, runner)
     given = isinstance(perm, Permutation)
     if given:
-        if len(perm.p1) != n or len(perm.p2) != n:
+        if len(perm.p1) != job.n or len(perm.p2) != job.n:
             raise PartitionError(f"the permutation orders {len(perm.p1)} nodes, the graph has "
-                                 f"{n}")
+                                 f"{job.n}")
         runner.once("permutation-given", _write_given, job, perm)
     kind = perm.kind if given else perm
     meta = runner.once("permutation", _permutation_step, job, degrees, kind, int(seed), given)
     labels = runner.once("labels", _labels_step, job)
-    piece_rows = max(1, min(job.group_rows, feature_rows))
-    chunks = -(-n // feature_rows)
+    piece_rows = max(1, min(job.group_rows, job.feature_rows))
+    chunks = -(-job.n // job.feature_rows)
     routed = routed_adjs(job, meta["same"])
+    graph_sha256 = _route_phase(job, runner, meta, routed, chunks, piece_rows)
+    block_nnz = _sort_phase(job, runner, meta, routed)
+    idx_dtypes = {s.key: [index_dtype(max(s.rs, s.cs, nz)).name for nz in block_nnz[s.key]]
+                  for s in job.blocks}
+    world = shape.world_size
+    rank_tasks = [(job, r, meta, block_nnz, idx_dtypes, labels["counts"], piece_rows, chunks)
+                  for r in range(world)]
+    per_rank = sum(block_nnz[s.key][0] for s in job.blocks) if job.blocks else 0
+    ranks = runner.run("ranks", rankfile.rank_task, rank_tasks, [per_rank + 1] * world)
+    manifest = runner.once("manifest", rankfile.manifest_step, job, meta, ranks, graph_sha256,
+                           meta["nnz"])
+    if runner.leader:
+        _install(work / "store", Path(out_dir), ranks, replace)
+    # the rank files' inputs, removed by every process at once, then the rest by the leader
+    inputs = [job.block_folder(s, r, c) for s in job.blocks for r in range(s.nr)
+              for c in range(s.nc)]
+    inputs += [job.feature_folder(g, p) for g in range(job.feature_groups)
+               for p in range(job.feature_pieces(piece_rows))]
+    runner.run("clean", call, _removals(inputs), unit="folder")
+    if runner.leader:
+        shutil.rmtree(work, ignore_errors=True)
+    return manifest
+
+
+def _plan_job(source: Any, shape: GridShape, num_layers: int, orders: Sequence[str] | str,
+              aggregation: str, runner: Runner, work: Path, settings: Settings) -> Job:
+    """The sizes, blocks and pieces of the work: the incoming adjacency in sorted pieces (a csr
+    source's own rows, or a coo source canonicalized), and the `Job` every task receives."""
+    plans = layer_plans(num_layers, orders)
+    n = int(source.num_nodes)
+    npad = pad_to(n, shape.world_size)
+    widths = [source.num_features] + [1] * (num_layers - 1) + [source.num_classes]
+    fpad = padding(shape, plans, n, widths).widths_padded[0]
+    specs = block_specs(shape, plans, npad)
+    bucket = max(1, int(settings.bucket_entries))
+    if source.edges == "csr":
+        pieces = csr_pieces(source, bucket)
+    else:
+        pieces = canonicalize(source, work / "canon", runner, chunk_edges=settings.chunk_edges,
+                              bucket_entries=bucket)
+    feature_rows = max(1, settings.feature_bytes // (4 * max(source.num_features, 1)))
+    return Job(str(work), tuple(shape.as_dict().items()), num_layers,
+               tuple(p.order for p in plans), aggregation, source.name, n, npad, fpad,
+               source.num_features, source.num_classes, bool(source.directed), specs, pieces,
+               source, bucket, feature_rows)
+
+
+def _degrees(job: Job, runner: Runner) -> Degrees:
+    """Every node's degrees from the job's pieces (a csr source's pieces are checked here: no
+    canonicalization checked them)."""
+    return scan_pieces(job.pieces, job.path("degrees"), runner,
+                       check=job.source.edges == "csr", directed=job.directed,
+                       bucket_entries=job.bucket_entries)
+
+
+def _route_phase(job: Job, runner: Runner, meta: dict, routed: list, chunks: int,
+                 piece_rows: int) -> str:
+    """Route every piece's non-zeros to their blocks and every feature chunk to its ranks, and
+    hash the graph meanwhile; returns the graph's sha256."""
+    pieces, n, feature_rows = job.pieces, job.n, job.feature_rows
     tasks: list[tuple] = [(_hash_task, job, feature_rows)]
     tasks += [(_route_task, job, k, meta) for k in range(len(pieces))]
     tasks += [(_feature_task, job, c, piece_rows) for c in range(chunks)]
@@ -379,10 +419,16 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
     # tasks start costliest first: the hash (it reads the whole graph) first; a feature chunk
     # costs about as much as routing one non-zero (an 8-byte key) per 8 bytes of its rows
     chunk_rows = [min(feature_rows, n - c * feature_rows) for c in range(chunks)]
-    costs = weights[1:len(pieces) + 1] + [r * source.num_features * 4 // 8 for r in chunk_rows]
+    costs = weights[1:len(pieces) + 1] + [r * job.num_features * 4 // 8 for r in chunk_rows]
     costs = [sum(costs) + 1] + costs
     results = runner.run("route", call, tasks, weights, costs=costs)
-    graph_sha256 = results[0]["sha256"]
+    return results[0]["sha256"]
+
+
+def _sort_phase(job: Job, runner: Runner, meta: dict, routed: list) -> dict[str, list[int]]:
+    """Sort every routed sub-bucket into its blocks; returns each block's non-zeros per tile,
+    checked to add up to Â's."""
+    specs, work = job.blocks, Path(job.work)
     sort_tasks = [(_sort_task, job, adj, i, p0, p1, meta) for adj in routed
                   for i, (p0, p1) in enumerate(meta["subs"][str(adj)])]
     # the bar counts non-zeros: about the same in every sub-bucket
@@ -401,31 +447,18 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
             raise PartitionError(f"{work}: the sorted pieces of block {spec.key} hold "
                                  f"{sum(block_nnz[spec.key])} non-zeros, Â has {meta['nnz']}; "
                                  "the work directory is damaged, remove it and start again")
-    idx_dtypes = {s.key: [index_dtype(max(s.rs, s.cs, nz)).name for nz in block_nnz[s.key]]
-                  for s in specs}
-    rank_tasks = [(job, r, meta, block_nnz, idx_dtypes, labels["counts"], piece_rows, chunks)
-                  for r in range(world)]
-    per_rank = sum(block_nnz[s.key][0] for s in specs) if specs else 0
-    ranks = runner.run("ranks", rankfile.rank_task, rank_tasks, [per_rank + 1] * world)
-    manifest = runner.once("manifest", rankfile.manifest_step, job, meta, ranks, graph_sha256,
-                           meta["nnz"])
-    if runner.leader:
-        new = work / "store"
-        if new.exists():
-            extra = sorted(set(os.listdir(new)) - {MANIFEST, *(r["file"] for r in ranks)})
-            if extra:  # nothing but the manifest and its rank files ever becomes the store
-                raise PartitionError(f"{new / extra[0]}: not a file of the store its manifest "
-                                     "lists; the work directory is damaged and cannot be "
-                                     "resumed")
-            replace(new, out)
-    # the rank files' inputs, removed by every process at once, then the rest by the leader
-    inputs = [job.block_folder(s, r, c) for s in specs for r in range(s.nr) for c in range(s.nc)]
-    inputs += [job.feature_folder(g, p) for g in range(job.feature_groups)
-               for p in range(job.feature_pieces(piece_rows))]
-    runner.run("clean", call, _removals(inputs), unit="folder")
-    if runner.leader:
-        shutil.rmtree(work, ignore_errors=True)
-    return manifest
+    return block_nnz
+
+
+def _install(new: Path, out: Path, ranks: list, replace: Any) -> None:
+    """The leader's last step: move the finished store into place (``replace``), once nothing
+    but the manifest and its rank files is in it."""
+    if new.exists():
+        extra = sorted(set(os.listdir(new)) - {MANIFEST, *(r["file"] for r in ranks)})
+        if extra:  # nothing but the manifest and its rank files ever becomes the store
+            raise PartitionError(f"{new / extra[0]}: not a file of the store its manifest "
+                                 "lists; the work directory is damaged and cannot be resumed")
+        replace(new, out)
 
 
 def _removals(paths: Sequence[Path]) -> list[tuple]:

@@ -8,7 +8,7 @@
   (`plexus.perfmodel.calibration`); ``--device cuda``: a GPU's fp32 and bf16 rates and NCCL α/β
   per link class (`plexus.perfmodel.gpucal`). ``plexus-model --gpus``/``--gpus-per-node``
   prices GPU clusters, each axis with the link it crosses (`plexus.perfmodel.placement`).
-- ``plexus-bench check`` is defined in `plexus.testing.firstrun` (it runs the engine, which this
+- ``plexus-bench check`` is defined in `plexus.bench.check` (it runs the engine, which this
   package may not import) and joins ``plexus-bench`` as a `BenchCommand`.
 
 Bad input ends with one line ``PROG: error: ...`` on stderr and exit status 2.
@@ -384,7 +384,7 @@ def model_main(argv: Sequence[str] | None = None,
 @dataclass(frozen=True)
 class BenchCommand:
     """A ``plexus-bench`` command defined by a package above the performance model (``check``
-    lives in `plexus.testing`, which may import the engine; this module may not)."""
+    lives in `plexus.bench`, which may import the engine; this module may not)."""
 
     name: str
     help: str

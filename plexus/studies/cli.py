@@ -200,7 +200,7 @@ def report_parser() -> argparse.ArgumentParser:
 def report_main(argv: Sequence[str] | None = None) -> int:
     """``plexus-report``; 0 on success, 2 on bad input."""
     from plexus.perfmodel import load_calibration  # noqa: PLC0415
-    from plexus.testing.output import format_table, write_csv  # noqa: PLC0415
+    from plexus.bench.output import format_table, write_csv  # noqa: PLC0415
 
     from .collect import ReportError, collect, columns  # noqa: PLC0415
     from .plots import write_figures  # noqa: PLC0415

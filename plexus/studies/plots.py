@@ -23,7 +23,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from plexus.testing.output import pyplot, save_figure
+from plexus.bench.output import pyplot, save_figure
 
 from .stats import (PredictionStats, Row, ScalingCheck, best_per_world, by_dataset,
                     check_scaling, configs, predicted_configs, prediction_stats)

@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from plexus.testing.output import spearman
+from plexus.bench.output import spearman
 
 Row = dict[str, Any]
 

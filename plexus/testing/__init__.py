@@ -1,4 +1,5 @@
-"""Helpers for tests, benchmarks and calibration on one machine: `localworld.run_world` runs a
-function on every rank of a fresh local gloo world and collects what each rank returns;
+"""Test support on one machine: `localworld.run_world` runs a function on every rank of a fresh
+local gloo world and collects what each rank returns; `gridrun` measured runs on such worlds;
 `exactness` holds the distributed model against the serial one (the tolerance, small graphs);
-`firstrun` is ``plexus-bench check``, those comparisons on a user's own machine."""
+`opcount` counts a step's operators; the fuzz harnesses; `pyg_reference`, PyG's models. The
+tools built on them (``plexus-bench``, the report writers) are `plexus.bench`."""

@@ -1,6 +1,6 @@
 """The distributed model against the serial one: small graphs, both models from one seed, and
 the tolerance every exactness check shares (the test suite's `tests/engine_checks.py` and
-``plexus-bench check``, `plexus.testing.firstrun`; the graphs live in `plexus.datasets.toy`,
+``plexus-bench check``, `plexus.bench.check`; the graphs live in `plexus.datasets.toy`,
 the tolerance in `plexus.engine.tolerance`, for `plexus.nn.check_layer` too).
 
 The distributed model runs on its grid's device; the serial reference always runs on the CPU,

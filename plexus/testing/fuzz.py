@@ -443,7 +443,8 @@ def _store_case(d: Path, rng: random.Random, marker: Path, base: Path) -> None:
 
 def _graph_case(d: Path, rng: random.Random, marker: Path) -> None:
     """A graph directory with one .npy file or its header damaged (some re-hashed to agree)."""
-    from plexus.datasets.diskgraph import header_sha256, write_graph  # noqa: PLC0415
+    from plexus.datasets.diskgraph import header_sha256  # noqa: PLC0415
+    from plexus.datasets.diskwrite import write_graph  # noqa: PLC0415
     from plexus.datasets.graph import Graph  # noqa: PLC0415
     from plexus.datasets.npyio import write_header as npy_write_header  # noqa: PLC0415
 

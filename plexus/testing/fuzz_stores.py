@@ -352,7 +352,7 @@ def _run_workdir(d: Path, bases: Bases, rng: random.Random) -> tuple[str, str, s
     base = bases.work[rng.choice(sorted(bases.work))]
     work = d / base.name
     shutil.copytree(base, work, symlinks=True)
-    from plexus.datasets.work import record_files  # noqa: PLC0415
+    from plexus.core.tasks import record_files  # noqa: PLC0415
 
     record_files(work)  # as the killed run left it (a copy has new inodes and change times)
     how = _damage_workdir(work, victim, rng)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from plexus.core.grid import AXES, GridShape
+from plexus.core.timing import loadavg, median
 
-from .output import loadavg, median
 from .turns import Turns, timers_class
 
 

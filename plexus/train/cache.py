@@ -52,15 +52,11 @@ from plexus.partitioners.store import file_sha256
 from plexus.perfmodel import ModelSpec
 from plexus.runtime.child import run_in_child
 
+from .errors import CacheError
 from .cacheuse import evict, hold_store
 from .plan import RunPlan, auto_grid, precheck_partition
 
 CACHE_ENV = "PLEXUS_CACHE_DIR"
-
-
-class CacheError(ValueError):
-    """The cache directory cannot be used, or the dataset's source cannot be fingerprinted (a
-    one-line message)."""
 
 
 def default_cache_dir() -> Path:
@@ -235,7 +231,7 @@ class Cache:
             m = read_manifest(path)
             want = partition.fields(sizes)
             same = (GridShape.of(m["grid"]) == partition.grid
-                    and m["num_layers"] == want["stages"] and m["orders"] == want["orders"]
+                    and m["num_stages"] == want["stages"] and m["orders"] == want["orders"]
                     and m["permutation"]["kind"] == want["perm"]
                     and m["permutation"]["seed"] == want["perm_seed"]
                     and m.get("aggregation", "gcn") == want["aggregation"]

@@ -7,7 +7,6 @@ launcher each rank runs the cheap ones itself. Each raises a typed error with a 
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from plexus.api.outputs import OutputsError, check_outputs_target
@@ -19,20 +18,11 @@ from plexus.datasets import DatasetError, Graph, load_dataset
 from .checkpoint import CHECKPOINT_NAME, lock_directory
 from .epochlogs import check_targets
 from .plan import RunPlan
+from .writable import check_writable
 
 # Datasets up to this size are loaded once in the launching process to check them before any
 # worker starts; bigger ones only have their paths checked there (each worker loads them anyway).
 PRECHECK_MAX_BYTES = 64 << 20
-
-
-def check_writable(path: Path, what: str) -> None:
-    """Raise `UsageError` unless files can be created in directory ``path`` (made if missing)."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as e:
-        raise UsageError(f"{what} {path}: cannot write there ({e.strerror or e})") from None
 
 
 def check_output_file(path: Path | str, what: str) -> Path:

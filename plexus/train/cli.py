@@ -188,7 +188,7 @@ def _from_store(args: argparse.Namespace, shape: _Shape) -> _Shape:
                          f"plexus-partition --aggregation {decl.aggregation}, or train a model "
                          f"of the {held} aggregation from this one")
     # the manifest counts stages: a layer of some kinds is several (GIN's: agg, then dense)
-    stages, per = int(manifest["num_layers"]), len(decl.stage_ops)
+    stages, per = int(manifest["num_stages"]), len(decl.stage_ops)
     if stages % per:
         raise UsageError(f"{args.shards} was cut for {stages} stages, not a whole number of "
                          f"--model {args.model} layers ({per} stages each); cut it for {per} "

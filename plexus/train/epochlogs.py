@@ -24,7 +24,8 @@ from typing import Callable, Mapping, Protocol
 from plexus.core.atomic import UnsafeTargetError, atomic_file, describe_mode, output_target
 from plexus.api.training import EpochStats
 
-from .errors import OutputFailed, output_failure
+from .errors import OutputFailed, UsageError, output_failure
+from .writable import check_writable
 
 CSV_COLUMNS = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_time_s",
                "eval_time_s")
@@ -229,9 +230,6 @@ def open_tensorboard(logdir: str | os.PathLike, resume: int | None = None
 
 def check_targets(log_csv: str | None, tensorboard: str | None) -> None:
     """Raise `UsageError` unless the CSV file and the TensorBoard directory can be written."""
-    from .checks import check_writable  # noqa: PLC0415
-    from .errors import UsageError  # noqa: PLC0415
-
     if log_csv:
         target = Path(log_csv).expanduser()
         if target.is_dir():
@@ -251,8 +249,6 @@ def open_sinks(log_csv: str | None, tensorboard: str | None,
     """Rank 0's epoch sinks for ``--log-csv`` and ``--tensorboard`` (checked first); ``note``
     gets the one line saying TensorBoard is missing. ``resume``: the epoch a resumed run starts
     after (earlier rows and steps are kept, later ones dropped)."""
-    from .errors import UsageError  # noqa: PLC0415
-
     check_targets(log_csv, tensorboard)
     sinks: list[EpochSink] = []
     board = None

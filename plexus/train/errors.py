@@ -12,11 +12,15 @@ from plexus.datasets import DatasetError
 from plexus.partitioners import ShardStoreError
 from plexus.runtime.env import LaunchError
 
-from .cache import CacheError
 from .checkpoint import CheckpointError
 from plexus.api.memcheck import MemoryCheckError
 
 PROG = "plexus-train"
+
+
+class CacheError(ValueError):
+    """The cache directory cannot be used, or the dataset's source cannot be fingerprinted (a
+    one-line message)."""
 
 
 class RunStopped(RuntimeError):

@@ -69,7 +69,7 @@ def test_a_model_that_differs_from_the_serial_one_fails_with_status_1():
 
 
 def test_check_grids_cover_every_axis_of_each_world_size():
-    from plexus.testing.firstrun import check_grids
+    from plexus.bench.check import check_grids
 
     assert check_grids(1) == [(1, 1, 1)]
     assert check_grids(2) == [(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2)]
@@ -86,7 +86,7 @@ def test_check_grids_cover_every_axis_of_each_world_size():
     ([], "choose a command: calibrate, check"),
 ])
 def test_bad_input_is_one_line_and_status_2(args, message, capsys):
-    from plexus.testing.firstrun import bench_main
+    from plexus.bench.cli import bench_main
 
     assert bench_main(args) == 2
     err = capsys.readouterr().err
@@ -95,7 +95,7 @@ def test_bad_input_is_one_line_and_status_2(args, message, capsys):
 
 
 def test_cuda_asked_for_without_cuda_is_status_2(capsys):
-    from plexus.testing.firstrun import bench_main
+    from plexus.bench.cli import bench_main
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")

@@ -92,7 +92,7 @@ def test_gpu_model_smoke(tmp_path: Path) -> None:
 
 def test_common_helpers(tmp_path: Path) -> None:
     from plexus.core.grid import GridShape
-    from plexus.testing.output import ranks_of, spearman, write_csv, write_json
+    from plexus.bench.output import ranks_of, spearman, write_csv, write_json
 
     def parse_grids(text: str) -> list[tuple[int, int, int]]:  # as the benchmarks' --grids
         return [GridShape.parse(t).dims for t in text.split(",") if t.strip()]

@@ -19,7 +19,8 @@ from engine_checks import directed_toy_graph
 from plexus.datasets import load_dataset
 from plexus.datasets.canonical import EdgeFiles, canonicalize, csr_pieces, scan_pieces
 from plexus.datasets.diskgraph import (DiskGraph, DiskGraphError, MemoryGraph, decode_features,
-                                       encode_features, write_graph)
+                                       encode_features)
+from plexus.datasets.diskwrite import write_graph
 from plexus.datasets.graph import Graph, incoming
 from plexus.datasets.npyio import NpyStream, NpyWriter, npy_layout, read_rows
 from plexus.datasets.ogb_loader import load_ogb

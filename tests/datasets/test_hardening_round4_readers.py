@@ -303,7 +303,7 @@ from pathlib import Path
 import numpy as np, scipy.sparse as sp
 import plexus
 from plexus.datasets import DatasetError, load_dataset
-from plexus.datasets.diskgraph import write_graph
+from plexus.datasets.diskwrite import write_graph
 from plexus.datasets.graph import Graph
 from plexus.api.outputs import OutputsError
 

@@ -19,10 +19,12 @@ from cli_helpers import cli_env
 from helpers import assert_one_line
 from engine_checks import directed_toy_graph
 from plexus.datasets import load_dataset
-from plexus.datasets.diskgraph import DiskGraphError, write_graph
+from plexus.datasets.diskgraph import DiskGraphError
+from plexus.datasets.diskwrite import write_graph
 from plexus.datasets.graph import DatasetError, normalize
 from plexus.datasets.rmat import parse_rmat_params, rmat_graph
-from plexus.datasets.work import CONSUMED, Runner, read_marker
+from plexus.core.tasks import CONSUMED
+from plexus.datasets.work import Runner, read_marker
 from plexus.partitioners import (make_permutation, partition_to_store, read_manifest, read_shard,
                                  shard_graph, write_store)
 from plexus.partitioners import PartitionError, PartitionInterrupted

@@ -47,7 +47,7 @@ def test_a_store_is_reused_exactly_when_it_would_be_identical(tmp_path):
     first, store = cached_options(_opts(data), cache, None)
     assert store.built and first.shards == store.path and first.cache["built"]
     manifest = read_manifest(store.path)
-    assert manifest["grid"] == {"x": 2, "y": 1, "z": 1} and manifest["num_layers"] == 2
+    assert manifest["grid"] == {"x": 2, "y": 1, "z": 1} and manifest["num_stages"] == 2
     again = cached_options(_opts(data), cache, None)[1]
     assert not again.built and again.path == store.path
     assert "reusing the cached shard store" in again.line()

@@ -112,7 +112,7 @@ def test_partition_refuses_to_replace_a_store_without_force(tmp_path, capsys):
     assert partition_cli.main([*argv[:-4], "--layers", "3", "--out", str(out), "--force"]) == 0
     from plexus.partitioners import read_manifest
 
-    assert read_manifest(out)["num_layers"] == 3
+    assert read_manifest(out)["num_stages"] == 3
 
 
 # ---- --grid auto ----------------------------------------------------------------------------

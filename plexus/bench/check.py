@@ -21,7 +21,7 @@ import argparse
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from plexus.core.cli import ArgumentParser, UsageError, report_error
 from plexus.core.grid import GridShape
@@ -69,7 +69,7 @@ class CheckResult:
 
 
 def _graphs() -> dict:
-    from .exactness import directed_toy_graph, toy_graph
+    from plexus.testing.exactness import directed_toy_graph, toy_graph
 
     return {"undirected": toy_graph(), "directed": directed_toy_graph()}
 
@@ -114,10 +114,10 @@ def rank_checks(grids: Sequence[tuple[int, int, int]], cuda: bool, steps: int,
     from plexus.engine.config import TrainConfig
     from plexus.engine.grid import Grid
     from plexus.engine.trainer import Trainer
-    from plexus.datasets.work import current_rss_bytes
+    from plexus.core.tasks import current_rss_bytes
     from plexus.runtime.memstats import cuda_peak_bytes, peak_rss_bytes, reset_peak_rss
 
-    from .exactness import build_pair, compare_step
+    from plexus.testing.exactness import build_pair, compare_step
 
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     rank = dist.get_rank()
@@ -317,33 +317,3 @@ def layer_check_main(spec: str, grids: Sequence[tuple[int, int, int]]) -> int:
     print(f"{PROG} check --layer {spec}: {len(checks) - failed} of {len(checks)} checks passed "
           f"against 1x1x1 ({time.perf_counter() - start:.1f} s)", flush=True)
     return 1 if failed else 0
-
-
-def bench_main(argv: Sequence[str] | None = None) -> int:
-    """``plexus-bench`` (its console entry point): the performance model's commands
-    (`plexus.perfmodel.cli.bench_main`) and ``check``."""
-    from plexus.perfmodel.cli import BenchCommand
-    from plexus.perfmodel.cli import bench_main as perfmodel_bench_main
-
-    check = BenchCommand(
-        "check", help="check the engine against its serial model on this machine's devices",
-        description="Run a few grids of 1, 2, 4, ... up to --world-size ranks (GCN and GAT, an "
-                    "undirected and a directed small graph) against the serial model: one line "
-                    "per check with PASS/FAIL, the largest differences of logits, loss and "
-                    "gradients, the backend and device, memory per rank and step time. NCCL "
-                    "with one rank per GPU where CUDA is used, gloo on the CPU. Exit 0 if all "
-                    "pass, 1 if any fails, 2 on bad input.",
-        add_arguments=add_arguments, main=check_main)
-    return perfmodel_bench_main(argv, [check], mask_pass=dropout_pass)
-
-
-def dropout_pass(x: Any) -> Any:
-    """The training step's dropout of ``x`` (p 0.5, every row; the fused kernel on a GPU), what
-    ``plexus-bench calibrate --device cuda`` times as the dropout-mask pass."""
-    import torch  # noqa: PLC0415
-
-    from plexus.engine.masks import dropout  # noqa: PLC0415
-
-    with torch.no_grad():
-        rows = torch.arange(x.shape[0], device=x.device)
-        return dropout(x, 0, 0, 0, rows, 0, 0.5)

@@ -8,12 +8,12 @@ import io
 import json
 import os
 import platform
-import statistics
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from plexus.core.atomic import atomic_file
+from plexus.core.timing import loadavg, median  # noqa: F401 (the reports' statistics)
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
@@ -97,20 +97,6 @@ def machine_info() -> dict[str, Any]:
             "python": platform.python_version(), "torch": torch.__version__,
             "numpy": numpy.__version__, "scipy": scipy.__version__,
             "time": time.strftime("%Y-%m-%d %H:%M:%S")}
-
-
-def loadavg() -> str:
-    """The 1-minute load average as text (other users of the machine make timings noisy)."""
-    try:
-        return f"{os.getloadavg()[0]:.2f}"
-    except OSError:
-        return "n/a"
-
-
-def median(values: Iterable[float]) -> float:
-    """Median, NaN for no values."""
-    values = list(values)
-    return statistics.median(values) if values else float("nan")
 
 
 def spread(values: Sequence[float]) -> float:
