@@ -107,3 +107,16 @@ def wait_for_epoch(proc: subprocess.Popen, epoch: int, limit_s: float = 300) -> 
         if line.startswith("epoch") and int(line.split()[1].split("/")[0]) >= epoch:
             return
     pytest.fail(f"no epoch {epoch} within {limit_s} s")
+
+
+def cache_plan(dataset: str = "cora", grid: str = "2x1x1", **changes):
+    """A one-epoch run's plan for the shard-store cache's tests (the cache keys a store by it)."""
+    from plexus.core.grid import GridShape
+    from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
+    from plexus.train.plan import RunPlan
+
+    model = changes.pop("model", ModelConfig())
+    seed = changes.pop("seed", 0)
+    engine = changes.pop("engine", EngineConfig())
+    return RunPlan(grid=GridShape.parse(grid), dataset=dataset, root=None, model=model,
+                   train=TrainConfig(epochs=1, seed=seed), engine=engine, **changes)

@@ -225,19 +225,19 @@ def test_a_store_written_while_a_run_started_is_not_replaced(tmp_path, capsys, m
 # ---- 3 (cache): a damaged store or converted graph is found by its hashes and rebuilt ----------
 def test_a_same_size_corrupted_cached_store_is_rebuilt_saying_so(tmp_path):
     from plexus.train.cache import Cache, cached_options
-    from test_cache import _opts
+    from cli_helpers import cache_plan
 
     said: list[str] = []
     cache = Cache(tmp_path / "cache", said.append)
-    store = cached_options(_opts(), cache, None)[1]
+    store = cached_options(cache_plan(), cache, None)[1]
     victim = Path(store.path) / "rank-x1-y0-z0.npz"
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0xFF  # same size, one byte changed in place
     victim.write_bytes(bytes(data))
-    again = cached_options(_opts(), cache, None)[1]
+    again = cached_options(cache_plan(), cache, None)[1]
     assert again.built and again.path == store.path
     assert any("rank-x1-y0-z0.npz differs from its manifest's sha256" in s for s in said), said
-    assert not cached_options(_opts(), cache, None)[1].built  # rebuilt whole: trusted again
+    assert not cached_options(cache_plan(), cache, None)[1].built  # rebuilt whole: trusted again
 
 
 def test_a_corrupted_converted_graph_in_the_cache_is_converted_again(tmp_path, capfd):
@@ -383,18 +383,18 @@ def test_a_file_planted_beside_the_rank_files_never_joins_the_store(tmp_path, mo
 
 def test_a_nested_or_mistyped_sources_record_is_rebuilt(tmp_path):
     from plexus.train.cache import Cache, cached_options
-    from test_cache import _opts
+    from cli_helpers import cache_plan
 
     cache = Cache(tmp_path / "cache")
-    store = cached_options(_opts(), cache, None)[1]
+    store = cached_options(cache_plan(), cache, None)[1]
     [record] = (tmp_path / "cache" / "sources").iterdir()
     doc = json.loads(record.read_text())
     doc["sizes"]["num_nodes"] = "2708"
     record.write_text(json.dumps(doc))
-    again = cached_options(_opts(), cache, None)[1]
+    again = cached_options(cache_plan(), cache, None)[1]
     assert again.path == store.path
     record.write_text('{"source": ' + "[" * 100000 + "]" * 100000 + "}")
-    assert cached_options(_opts(), cache, None)[1].path == store.path
+    assert cached_options(cache_plan(), cache, None)[1].path == store.path
 
 
 def test_a_rank_file_is_hashed_again_before_the_manifest(tmp_path, monkeypatch):

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from cli_helpers import cache_plan
 from helpers import assert_one_line
 from plexus.core.grid import GridShape
 from plexus.datasets import load_dataset
-from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
+from plexus.engine.config import EngineConfig, ModelConfig
 from plexus.partitioners import read_manifest, read_shard
 from plexus.train.cache import (BuildRequest, Cache, CacheError, Source, cached_options,
                                 obtain_store)
-from plexus.train.plan import RunPlan
 
 
 def _npz(path: Path, scale: float = 1.0) -> str:
@@ -33,33 +33,25 @@ def _npz(path: Path, scale: float = 1.0) -> str:
     return f"npz:{path}"
 
 
-def _opts(dataset: str = "cora", grid: str = "2x1x1", **changes) -> RunPlan:
-    model = changes.pop("model", ModelConfig())
-    seed = changes.pop("seed", 0)
-    engine = changes.pop("engine", EngineConfig())
-    return RunPlan(grid=GridShape.parse(grid), dataset=dataset, root=None, model=model,
-                      train=TrainConfig(epochs=1, seed=seed), engine=engine, **changes)
-
-
 def test_a_store_is_reused_exactly_when_it_would_be_identical(tmp_path):
     cache = Cache(tmp_path / "cache")
     data = _npz(tmp_path / "g.npz")
-    first, store = cached_options(_opts(data), cache, None)
+    first, store = cached_options(cache_plan(data), cache, None)
     assert store.built and first.shards == store.path and first.cache["built"]
     manifest = read_manifest(store.path)
     assert manifest["grid"] == {"x": 2, "y": 1, "z": 1} and manifest["num_stages"] == 2
-    again = cached_options(_opts(data), cache, None)[1]
+    again = cached_options(cache_plan(data), cache, None)[1]
     assert not again.built and again.path == store.path
     assert "reusing the cached shard store" in again.line()
     changed = {  # every field of the key gives another store
-        "seed": _opts(data, seed=1),
-        "grid": _opts(data, grid="1x2x1"),
-        "layers": _opts(data, model=ModelConfig(num_layers=3)),
-        "orders": _opts(data, model=ModelConfig(order="agg")),  # the default: combine
-        "stages": _opts(data, model=ModelConfig(kind="gin")),
-        "aggregation": _opts(data, model=ModelConfig(kind="sage")),
-        "perm": _opts(data, perm="single"),
-        "symmetrize": _opts(data, symmetrize=True),
+        "seed": cache_plan(data, seed=1),
+        "grid": cache_plan(data, grid="1x2x1"),
+        "layers": cache_plan(data, model=ModelConfig(num_layers=3)),
+        "orders": cache_plan(data, model=ModelConfig(order="agg")),  # the default: combine
+        "stages": cache_plan(data, model=ModelConfig(kind="gin")),
+        "aggregation": cache_plan(data, model=ModelConfig(kind="sage")),
+        "perm": cache_plan(data, perm="single"),
+        "symmetrize": cache_plan(data, symmetrize=True),
     }
     paths = {store.path}
     for field, opts in changed.items():
@@ -68,12 +60,12 @@ def test_a_store_is_reused_exactly_when_it_would_be_identical(tmp_path):
         assert got.path not in paths, field
         paths.add(got.path)
     # not in the key: what does not change the store (hidden width, dropout, epochs, engine)
-    same = _opts(data, model=ModelConfig(hidden=64, dropout=0.1),
-                 engine=EngineConfig(dtype="bf16"))
+    same = cache_plan(data, model=ModelConfig(hidden=64, dropout=0.1),
+                      engine=EngineConfig(dtype="bf16"))
     assert not cached_options(same, cache, None)[1].built
     # the graph's file changes (size or modification time): a new store
     _npz(tmp_path / "g.npz", scale=2.0)
-    rebuilt = cached_options(_opts(data), cache, None)[1]
+    rebuilt = cached_options(cache_plan(data), cache, None)[1]
     assert rebuilt.built and rebuilt.path != store.path
     assert read_manifest(rebuilt.path)["graph_sha256"] != manifest["graph_sha256"]
 
@@ -82,10 +74,10 @@ def test_a_damaged_store_is_rebuilt_and_a_huge_source_is_one_clear_error(tmp_pat
     from plexus.train import cache as cache_module
 
     cache = Cache(tmp_path / "cache")
-    store = cached_options(_opts(), cache, None)[1]
+    store = cached_options(cache_plan(), cache, None)[1]
     victim = Path(store.path) / "rank-x1-y0-z0.npz"
     victim.write_bytes(victim.read_bytes()[:100])  # truncated: the size check sees it
-    again = cached_options(_opts(), cache, None)[1]
+    again = cached_options(cache_plan(), cache, None)[1]
     assert again.built and again.path == store.path
     monkeypatch.setattr(cache_module, "MAX_SOURCE_FILES", 1)
     many = tmp_path / "many"
@@ -93,7 +85,7 @@ def test_a_damaged_store_is_rebuilt_and_a_huge_source_is_one_clear_error(tmp_pat
     for i in range(2):
         (many / f"ind.cora.{i}").touch()
     with pytest.raises(CacheError, match="more than 1 files to watch") as e:
-        cached_options(_opts(f"planetoid:{many}"), cache, None)
+        cached_options(cache_plan(f"planetoid:{many}"), cache, None)
     assert_one_line(e)
 
 
@@ -120,12 +112,12 @@ def test_two_runs_asking_at_once_build_one_store(tmp_path):
 
 
 def test_which_runs_use_the_cache():
-    assert _opts(cache_dir="/c").uses_cache(None)
-    assert not _opts(grid="1x1x1", cache_dir="/c").uses_cache(None)  # one rank: cut in-process
-    assert _opts(grid="1x1x1", cache_dir="/c", cache_explicit=True).uses_cache(None)
-    assert not _opts(cache_dir=None).uses_cache(None)  # --no-cache
-    assert not _opts(cache_dir="/c", shards="/s").uses_cache(None)
-    assert dataclasses.replace(_opts(cache_dir="/c"), grid=None).uses_cache(4)
+    assert cache_plan(cache_dir="/c").uses_cache(None)
+    assert not cache_plan(grid="1x1x1", cache_dir="/c").uses_cache(None)  # one rank: cut in-process
+    assert cache_plan(grid="1x1x1", cache_dir="/c", cache_explicit=True).uses_cache(None)
+    assert not cache_plan(cache_dir=None).uses_cache(None)  # --no-cache
+    assert not cache_plan(cache_dir="/c", shards="/s").uses_cache(None)
+    assert dataclasses.replace(cache_plan(cache_dir="/c"), grid=None).uses_cache(4)
 
 
 def test_the_set_up_is_priced_by_the_model_the_check_and_plexus_model(capsys):
