@@ -20,6 +20,13 @@ from plexus.datasets import (DatasetError, Graph, degree_bucket_labels, edges_to
 from plexus.datasets.planetoid import EMBEDDED_DIR
 
 
+
+def _refused(spec: str, *parts: str, root: str | None = None) -> None:
+    """load_dataset(spec, root) refuses in one line naming every one of ``parts``."""
+    with pytest.raises(DatasetError) as e:
+        load_dataset(spec, root=root)
+    assert_one_line(e, *parts)
+
 def assert_symmetric_simple(g: Graph) -> None:
     assert (g.adj != g.adj.T).nnz == 0
     assert g.adj.diagonal().sum() == 0
@@ -117,32 +124,22 @@ def test_planetoid_gaps_become_zero_unlabelled_nodes(tmp_path):
 
 
 def test_planetoid_bad_inputs(tmp_path):
-    with pytest.raises(DatasetError) as e:
-        load_dataset("pubmed")
-    assert_one_line(e, "pubmed", "root=DIR", "ind.pubmed.")
-    with pytest.raises(DatasetError) as e:
-        load_dataset("pubmed", root=str(tmp_path))
-    assert_one_line(e, str(tmp_path), "ind.pubmed.x")
+    _refused("pubmed", "pubmed", "root=DIR", "ind.pubmed.")
+    _refused("pubmed", str(tmp_path), "ind.pubmed.x", root=str(tmp_path))
 
     d = tmp_path / "p"
     _write_planetoid(d, "toy", [5, 4], n_allx=4, n_train=2)
     (d / "ind.toy.ty").unlink()
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"planetoid:{d}")
-    assert_one_line(e, "ind.toy.ty", "not found")
+    _refused(f"planetoid:{d}", "ind.toy.ty", "not found")
 
     _write_planetoid(d, "toy", [5, 4], n_allx=4, n_train=2)
     data = (d / "ind.toy.allx").read_bytes()
     (d / "ind.toy.allx").write_bytes(data[: len(data) // 2])
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"planetoid:{d}")
-    assert_one_line(e, "ind.toy.allx", "not a readable Planetoid pickle")
+    _refused(f"planetoid:{d}", "ind.toy.allx", "not a readable Planetoid pickle")
 
     _write_planetoid(d, "toy", [5, 4], n_allx=4, n_train=2)
     (d / "ind.toy.test.index").write_text("5\n4\nfour\n")
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"planetoid:{d}")
-    assert_one_line(e, "ind.toy.test.index", "line 3", "four")
+    _refused(f"planetoid:{d}", "ind.toy.test.index", "line 3", "four")
 
     # Pickles can run code: anything but the expected types is refused, not executed.
     _write_planetoid(d, "toy", [5, 4], n_allx=4, n_train=2)
@@ -153,14 +150,10 @@ def test_planetoid_bad_inputs(tmp_path):
 
     with open(d / "ind.toy.graph", "wb") as f:
         pickle.dump(Evil(), f, protocol=2)
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"planetoid:{d}")
-    assert_one_line(e, "ind.toy.graph", "unexpected type")
+    _refused(f"planetoid:{d}", "ind.toy.graph", "unexpected type")
 
     _write_planetoid(d, "toy", [5, 4], n_allx=4, n_train=2, edges={0: [17]})
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"planetoid:{d}")
-    assert_one_line(e, "ind.toy.graph", "17")
+    _refused(f"planetoid:{d}", "ind.toy.graph", "17")
 
 
 # ---------------------------------------------------------------------------------------- OGB
@@ -252,46 +245,30 @@ def test_ogb_papers100m_binary_with_unlabelled_nodes(tmp_path, no_stdin_prompt):
 
 
 def test_ogb_bad_inputs(tmp_path, no_stdin_prompt):
-    with pytest.raises(DatasetError) as e:
-        load_dataset("ogbn-arxiv")
-    assert_one_line(e, "root=DIR", "ogbn_arxiv")
-    with pytest.raises(DatasetError) as e:
-        load_dataset("ogbn-arxiv", root=str(tmp_path))
-    assert_one_line(e, str(tmp_path / "ogbn_arxiv"), "raw/edge.csv.gz", "raw/node_year.csv.gz")
-    with pytest.raises(DatasetError) as e:
-        load_dataset("ogbn-mag", root=str(tmp_path))
-    assert_one_line(e, "ogbn-mag", "not supported")
-    with pytest.raises(DatasetError) as e:
-        load_dataset("ogbn-nope", root=str(tmp_path))
-    assert_one_line(e, "ogbn-nope", "ogbn-arxiv")
+    _refused("ogbn-arxiv", "root=DIR", "ogbn_arxiv")
+    _refused("ogbn-arxiv", str(tmp_path / "ogbn_arxiv"), "raw/edge.csv.gz", "raw/node_year.csv.gz",
+             root=str(tmp_path))
+    _refused("ogbn-mag", "ogbn-mag", "not supported", root=str(tmp_path))
+    _refused("ogbn-nope", "ogbn-nope", "ogbn-arxiv", root=str(tmp_path))
 
     d = _write_ogb_csv(tmp_path, "ogbn-arxiv", "time", "node_year")
     (d / "RELEASE_v1.txt").unlink()  # ogb would ask on stdin whether to re-download
-    with pytest.raises(DatasetError) as e:
-        load_dataset("ogbn-arxiv", root=str(tmp_path))
-    assert_one_line(e, "RELEASE_v1.txt")
+    _refused("ogbn-arxiv", "RELEASE_v1.txt", root=str(tmp_path))
     (d / "RELEASE_v1.txt").touch()
     (d / "raw/node_year.csv.gz").unlink()
-    with pytest.raises(DatasetError) as e:
-        load_dataset("ogbn-arxiv", root=str(tmp_path))
-    assert_one_line(e, "missing raw/node_year.csv.gz")
+    _refused("ogbn-arxiv", "missing raw/node_year.csv.gz", root=str(tmp_path))
     _write_ogb_csv(tmp_path, "ogbn-arxiv", "time", "node_year")
     (d / "split/time/valid.csv.gz").unlink()
-    with pytest.raises(DatasetError) as e:
-        load_dataset("ogbn-arxiv", root=str(tmp_path))
-    assert_one_line(e, "split/time/valid.csv.gz")
+    _refused("ogbn-arxiv", "split/time/valid.csv.gz", root=str(tmp_path))
 
     d2 = _write_ogb_csv(tmp_path / "r2", "ogbn-arxiv", "time", "node_year",
                         labels=[0, 1, 40, 0, 1, 2])  # arxiv has 40 classes: 40 is out of range
-    with pytest.raises(DatasetError) as e:
-        load_dataset("ogbn-arxiv", root=str(tmp_path / "r2"))
-    assert_one_line(e, str(d2), "labels range over [0, 40]")
+    _refused("ogbn-arxiv", str(d2), "labels range over [0, 40]", root=str(tmp_path / "r2"))
 
     d3 = _write_ogb_csv(tmp_path / "r3", "ogbn-arxiv", "time", "node_year")
     (d3 / "raw/edge.csv.gz").write_bytes(b"this is not gzip")
-    with pytest.raises(DatasetError) as e:
-        load_dataset("ogbn-arxiv", root=str(tmp_path / "r3"))
-    assert_one_line(e, str(d3 / "raw/edge.csv.gz"), "not a readable csv.gz")
+    _refused("ogbn-arxiv", str(d3 / "raw/edge.csv.gz"), "not a readable csv.gz",
+             root=str(tmp_path / "r3"))
 
 
 # ---------------------------------------------------------------------------------------- npz
@@ -343,53 +320,35 @@ def test_npz_dense_attributes_given_split_and_missing_parts(tmp_path):
 
 def test_npz_bad_inputs(tmp_path):
     p = tmp_path / "g.npz"
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"npz:{p}")
-    assert_one_line(e, str(p), "not found")
+    _refused(f"npz:{p}", str(p), "not found")
 
     _npz_graph(p, labels=np.array([0, 1, 1, 0]))
     data = p.read_bytes()
     p.write_bytes(data[: len(data) // 2])
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"npz:{p}")
-    assert_one_line(e, str(p), "not a readable .npz")
+    _refused(f"npz:{p}", str(p), "not a readable .npz")
 
     p.write_text("0 1\n1 2\n")
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"npz:{p}")
-    assert_one_line(e, str(p), "not a .npz (zip) archive")
+    _refused(f"npz:{p}", str(p), "not a .npz (zip) archive")
 
     np.savez(p, adj_data=np.ones(1), adj_indices=np.zeros(1, dtype=np.int32))
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"npz:{p}")
-    assert_one_line(e, str(p), "adj_indptr")
+    _refused(f"npz:{p}", str(p), "adj_indptr")
 
     np.savez(p, labels=np.zeros(3))
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"npz:{p}")
-    assert_one_line(e, str(p), "adj_data")
+    _refused(f"npz:{p}", str(p), "adj_data")
 
     feats = np.ones((4, 2))
     feats[2, 1] = np.nan
     _npz_graph(p, attr_matrix=feats)
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"npz:{p}")
-    assert_one_line(e, str(p), "NaN")
+    _refused(f"npz:{p}", str(p), "NaN")
 
     _npz_graph(p, labels=np.array([0, 1, -5, 0]))
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"npz:{p}")
-    assert_one_line(e, str(p), "labels range over [-5, 1]")
+    _refused(f"npz:{p}", str(p), "labels range over [-5, 1]")
 
     _npz_graph(p, labels=np.array([0, 1, 2, 0]), class_names=np.array(["a", "b"]))
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"npz:{p}")
-    assert_one_line(e, str(p), "[0, 1]")
+    _refused(f"npz:{p}", str(p), "[0, 1]")
 
     _npz_graph(p, attr_matrix=np.ones((3, 2)))
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"npz:{p}")
-    assert_one_line(e, str(p), "(3, 2)")
+    _refused(f"npz:{p}", str(p), "(3, 2)")
 
 
 # ---------------------------------------------------------------------------------------- mtx
@@ -418,21 +377,13 @@ def test_mtx_symmetric_pattern_file(tmp_path):
 
 def test_mtx_bad_inputs(tmp_path):
     p = tmp_path / "bad.mtx"
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"mtx:{p}")
-    assert_one_line(e, str(p), "not found")
+    _refused(f"mtx:{p}", str(p), "not found")
     p.write_text("this is not\na matrix market file\n")
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"mtx:{p}")
-    assert_one_line(e, str(p), "not a valid Matrix Market file")
+    _refused(f"mtx:{p}", str(p), "not a valid Matrix Market file")
     p.write_text("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 2 1.0\n")
-    with pytest.raises(DatasetError) as e:  # truncated: promises 2 entries, has 1
-        load_dataset(f"mtx:{p}")
-    assert_one_line(e, str(p), "Matrix Market")
+    _refused(f"mtx:{p}", str(p), "Matrix Market")  # truncated: promises 2 entries, has 1
     scipy.io.mmwrite(str(tmp_path / "rect.mtx"), sp.coo_matrix(np.ones((2, 3))))
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"mtx:{tmp_path / 'rect.mtx'}")
-    assert_one_line(e, "rect.mtx", "2x3", "square")
+    _refused(f"mtx:{tmp_path / 'rect.mtx'}", "rect.mtx", "2x3", "square")
 
 
 # ----------------------------------------------------------------------------------- edge list
@@ -476,26 +427,16 @@ def test_edgelist_contiguous_ids_not_remapped(tmp_path):
 
 def test_edgelist_bad_inputs(tmp_path):
     p = tmp_path / "bad.txt"
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"edgelist:{p}")
-    assert_one_line(e, str(p), "not found")
+    _refused(f"edgelist:{p}", str(p), "not found")
     p.write_text("# header\n1 2\n2 3\n3 x7\n")
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"edgelist:{p}")
-    assert_one_line(e, str(p), "line 4", "integers", "3 x7")
+    _refused(f"edgelist:{p}", str(p), "line 4", "integers", "3 x7")
     p.write_text("1 2\n5\n")
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"edgelist:{p}")
-    assert_one_line(e, str(p), "line 2", "src dst")
+    _refused(f"edgelist:{p}", str(p), "line 2", "src dst")
     p.write_text("# only comments\n\n")
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"edgelist:{p}")
-    assert_one_line(e, str(p), "no edges")
+    _refused(f"edgelist:{p}", str(p), "no edges")
     for line in ("１ 2", "1_0 2"):  # int() takes these; a node id is ASCII digits
         p.write_text(f"0 1\n{line}\n")
-        with pytest.raises(DatasetError) as e:
-            load_dataset(f"edgelist:{p}")
-        assert_one_line(e, str(p), "line 2", "integers")
+        _refused(f"edgelist:{p}", str(p), "line 2", "integers")
 
 
 # ---------------------------------------------------------------------------------------- R-MAT
@@ -547,21 +488,15 @@ def test_rmat_defaults_and_seed_argument():
     ("scale=1_2", ["scale must be an integer"]),
 ])
 def test_rmat_bad_parameters(params, words):
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"rmat:{params}")
-    assert_one_line(e, f"rmat:{params}", *words)
+    _refused(f"rmat:{params}", f"rmat:{params}", *words)
 
 
 # ------------------------------------------------------------------------------- spec & helpers
 
 def test_unknown_spec_lists_valid_forms():
     for spec in ("coraa", "foo:bar", ""):
-        with pytest.raises(DatasetError) as e:
-            load_dataset(spec)
-        assert_one_line(e, "unknown dataset spec", "cora", "ogbn-arxiv", "npz:PATH", "rmat")
-    with pytest.raises(DatasetError) as e:
-        load_dataset("npz:")
-    assert_one_line(e, "missing path")
+        _refused(spec, "unknown dataset spec", "cora", "ogbn-arxiv", "npz:PATH", "rmat")
+    _refused("npz:", "missing path")
 
 
 def test_gcn_normalize_undirected_by_hand():
@@ -658,20 +593,13 @@ def test_ogb_malformed_caches_are_one_line_errors(tmp_path, no_stdin_prompt):
              ({**good, "node_feat": np.array(["a"] * 6)}, "node_feat")]
     for graph, needle in cases:
         torch.save({"graph": graph, "labels": np.zeros((6, 1))}, d / "processed/data_processed")
-        with pytest.raises(DatasetError) as e:
-            load_dataset("ogbn-arxiv", root=str(tmp_path))
-        assert_one_line(e, str(d))
-        assert needle.replace("10^12", str(10**12)) in str(e.value), (needle, str(e.value))
+        _refused("ogbn-arxiv", str(d), needle.replace("10^12", str(10**12)), root=str(tmp_path))
     torch.save({"graph": good, "labels": np.zeros((6, 1))}, d / "processed/data_processed")
     torch.save({"train": np.array([0]), "valid": "1", "test": np.array([2])},
                d / "split/time/split_dict.pt")
-    with pytest.raises(DatasetError) as e:
-        load_dataset("ogbn-arxiv", root=str(tmp_path))
-    assert_one_line(e, "split 'valid'")
+    _refused("ogbn-arxiv", "split 'valid'", root=str(tmp_path))
     torch.save(torch.ones(3), d / "split/time/split_dict.pt")  # a tensor: not what ogb writes
-    with pytest.raises(DatasetError) as e:
-        load_dataset("ogbn-arxiv", root=str(tmp_path))
-    assert_one_line(e, "split_dict.pt", "refused")
+    _refused("ogbn-arxiv", "split_dict.pt", "refused", root=str(tmp_path))
 
 
 @pytest.mark.parametrize("key, change, needle", [
@@ -690,9 +618,7 @@ def test_npz_inconsistent_csr_is_refused_before_scipy(tmp_path, key, change, nee
     parts[key] = parts[key].astype(np.int64)
     change(parts[key])
     np.savez(p, **parts)
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"npz:{p}")
-    assert_one_line(e, str(p), "adj_*", needle)
+    _refused(f"npz:{p}", str(p), "adj_*", needle)
 
 
 def test_declared_sizes_are_checked_before_allocating(tmp_path, little_memory):
@@ -700,40 +626,28 @@ def test_declared_sizes_are_checked_before_allocating(tmp_path, little_memory):
     attr = sp.csr_matrix(np.ones((4, 2), np.float32))
     _npz_graph(p, attr_data=attr.data, attr_indices=attr.indices, attr_indptr=attr.indptr,
                attr_shape=np.array([4, 2**33]))
-    with pytest.raises(DatasetError) as e:  # 4 x 2^33 float32 = 128 GiB
-        load_dataset(f"npz:{p}")
-    assert_one_line(e, str(p), "128.0 GiB", "8.0 GiB")
+    _refused(f"npz:{p}", str(p), "128.0 GiB", "8.0 GiB")  # 4 x 2^33 float32 = 128 GiB
     _npz_graph(p, attr_data=attr.data, attr_indices=attr.indices, attr_indptr=attr.indptr,
                attr_shape=np.array([3, 2**33]))  # the issue's case: 3 rows, not 4
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"npz:{p}")
-    assert_one_line(e, str(p), "indptr has 5 entries, expected rows + 1 = 4")
+    _refused(f"npz:{p}", str(p), "indptr has 5 entries, expected rows + 1 = 4")
     # a .npy member whose header claims more than it holds is refused before np.load allocates
     np.savez(p, adj_data=np.ones(1), adj_indices=np.zeros(1, np.int32),
              adj_indptr=np.array([0, 1]), adj_shape=np.array([1, 1]))
     raw = p.read_bytes().replace(b"'shape': (1,)", b"'shape': (9999999999,)", 1)
     p.write_bytes(raw)
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"npz:{p}")
-    assert_one_line(e, str(p), "cannot read key")
+    _refused(f"npz:{p}", str(p), "cannot read key")
 
     for n in (10**8, 10**10, 10**12):
         m = tmp_path / f"n{n}.mtx"
         m.write_text(f"%%MatrixMarket matrix coordinate pattern general\n{n} {n} 1\n1 2\n")
-        with pytest.raises(DatasetError) as e:
-            load_dataset(f"mtx:{m}")
-        assert_one_line(e, str(m), str(n))
+        _refused(f"mtx:{m}", str(m), str(n))
     m.write_text("%%MatrixMarket matrix coordinate pattern general\n5 5 100000000000\n1 2\n")
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"mtx:{m}")
-    assert_one_line(e, str(m), "100000000000 entries", "GiB")
+    _refused(f"mtx:{m}", str(m), "100000000000 entries", "GiB")
 
     d = tmp_path / "p"
     _write_planetoid(d, "toy", [5, 4], n_allx=4, n_train=2)
     (d / "ind.toy.test.index").write_text("9999999999\n4\n")
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"planetoid:{d}")
-    assert_one_line(e, "ind.toy.test.index", "10000000000 nodes")
+    _refused(f"planetoid:{d}", "ind.toy.test.index", "10000000000 nodes")
 
 
 def test_mtx_body_with_stray_bytes_is_an_error_not_a_segfault(tmp_path):
@@ -741,9 +655,7 @@ def test_mtx_body_with_stray_bytes_is_an_error_not_a_segfault(tmp_path):
     p = tmp_path / "g.mtx"
     p.write_bytes(b"%%MatrixMarket matrix coordinate real general\n% fuzz\n8 8 3\n1 2 1.0\n"
                   b"2 3 1.\xff\x80\xff\xff\x80\x00\x80.0\n4 5 1.0\n")
-    with pytest.raises(DatasetError) as e:
-        load_dataset(f"mtx:{p}")
-    assert_one_line(e, str(p), "Matrix Market")
+    _refused(f"mtx:{p}", str(p), "Matrix Market")
 
 
 def test_planetoid_sparse_matrices_of_the_wrong_kind_or_shape(tmp_path, little_memory):
@@ -761,9 +673,7 @@ def test_planetoid_sparse_matrices_of_the_wrong_kind_or_shape(tmp_path, little_m
         _write_planetoid(d, "toy", [5, 4], n_allx=4, n_train=2)
         with open(d / "ind.toy.allx", "wb") as f:
             pickle.dump(obj, f, protocol=2)
-        with pytest.raises(DatasetError) as e:
-            load_dataset(f"planetoid:{d}")
-        assert_one_line(e, "ind.toy.allx", needle)
+        _refused(f"planetoid:{d}", "ind.toy.allx", needle)
     # csc and coo are converted (and checked) like csr
     _write_planetoid(d, "toy", [5, 4], n_allx=4, n_train=2)
     with open(d / "ind.toy.allx", "rb") as f:
@@ -779,9 +689,7 @@ def test_planetoid_test_index_takes_ascii_integers_only(tmp_path):
     for text in ("５\n4\n", "1_0\n4\n", "99999999999999999999\n4\n"):
         _write_planetoid(d, "toy", [5, 4], n_allx=4, n_train=2)
         (d / "ind.toy.test.index").write_text(text)
-        with pytest.raises(DatasetError) as e:
-            load_dataset(f"planetoid:{d}")
-        assert_one_line(e, "ind.toy.test.index", "line 1")
+        _refused(f"planetoid:{d}", "ind.toy.test.index", "line 1")
 
 
 # ------------------------------------------------------------------------------- edge weights
