@@ -142,3 +142,12 @@ def selected_grids(args: Any, p: Any) -> list[tuple[int, int, int]]:
     except ValueError as e:
         p.error(str(e))
     return list(dict.fromkeys(grids))
+
+
+def write_results(out: Path, name: str, csv_rows: list[dict], say: Tee) -> None:
+    """``out/NAME.csv`` (the rows) and ``out/NAME.txt`` (what ``say`` printed), then a line
+    naming them."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / f"{name}.csv", csv_rows)
+    write_text(out / f"{name}.txt", say.text())
+    say(f"wrote {out / name}.csv and .txt")

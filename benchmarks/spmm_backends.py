@@ -39,7 +39,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import (OUT_DIR, Tee, format_table, load_bundle, loadavg, machine_info,
-                               median, write_csv, write_text)
+                               median, write_results)
 from plexus.core.timing import time_calls
 
 
@@ -161,10 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             cells.append(f"{sum(pair) * 1e3:.1f}" if pair else "-")
         summary.append([*key, *cells])
     say(format_table(["scale", "width", "threads", *names], summary))
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "spmm_backends.csv", csv_rows)
-    write_text(args.out / "spmm_backends.txt", say.text())
-    say(f"wrote {args.out / 'spmm_backends.csv'} and {args.out / 'spmm_backends.txt'}")
+    write_results(args.out, "spmm_backends", csv_rows, say)
     return 0
 
 

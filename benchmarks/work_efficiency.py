@@ -36,7 +36,7 @@ if __package__ in (None, ""):
 from benchmarks.common import (OUT_DIR, SMOKE_SPEC, COMPUTE, Tee, add_grid_options,
                                add_training_options, format_table, grid_text, load_bundle,
                                machine_info, rank_shards, selected_grids, timers_class,
-                               training_config, write_csv, write_text)
+                               training_config, write_results)
 
 TARGET = 1.15
 
@@ -150,10 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"G={world}: work efficiency {min(e for _, e in effs):.3f}..{max(e for _, e in effs):.3f}"
             f"; <= {TARGET} on {len(ok)} of {len(effs)} grids ({', '.join(ok) or 'none'}); best "
             f"{grid_text(best_dims)} {best:.3f}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "work_efficiency.csv", csv_rows)
-    write_text(args.out / "work_efficiency.txt", say.text())
-    say(f"wrote {args.out / 'work_efficiency.csv'}, .txt")
+    write_results(args.out, "work_efficiency", csv_rows, say)
     return 0
 
 
