@@ -147,13 +147,13 @@ class Comm:
 
     def all_gather(self, x: torch.Tensor, axis: str) -> torch.Tensor:
         """Gather row blocks over ``axis`` (backward: reduce-scatter)."""
-        return _AllGather.apply(x, self, axis)
+        return _RowBlocks.apply(x, self, axis, True)
 
     def reduce_scatter(self, x: torch.Tensor, axis: str) -> torch.Tensor:
         """Sum ``x`` over ``axis`` and keep this rank's block of rows (backward: all-gather)."""
         if self.grid.size(axis) == 1:  # nothing to sum: x itself
             return x
-        return _ReduceScatter.apply(x, self, axis)
+        return _RowBlocks.apply(x, self, axis, False)
 
 
 class _AllReduce(torch.autograd.Function):
@@ -182,23 +182,16 @@ class _AllReduceGrad(torch.autograd.Function):
         return ctx.comm.raw_all_reduce(grad, ctx.axis), None, None
 
 
-class _AllGather(torch.autograd.Function):
+class _RowBlocks(torch.autograd.Function):
+    """All-gather of row blocks (``gather``) or reduce-scatter into them: each is the other's
+    adjoint, so the backward of one is the other."""
+
     @staticmethod
-    def forward(ctx, x, comm: Comm, axis: str):  # noqa: D102
-        ctx.comm, ctx.axis = comm, axis
-        return comm.raw_all_gather(x, axis)
+    def forward(ctx, x, comm: Comm, axis: str, gather: bool):  # noqa: D102
+        ctx.comm, ctx.axis, ctx.gather = comm, axis, gather
+        return (comm.raw_all_gather if gather else comm.raw_reduce_scatter)(x, axis)
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
-        return ctx.comm.raw_reduce_scatter(grad, ctx.axis), None, None
-
-
-class _ReduceScatter(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, comm: Comm, axis: str):  # noqa: D102
-        ctx.comm, ctx.axis = comm, axis
-        return comm.raw_reduce_scatter(x, axis)
-
-    @staticmethod
-    def backward(ctx, grad):  # noqa: D102
-        return ctx.comm.raw_all_gather(grad, ctx.axis), None, None
+        adjoint = ctx.comm.raw_reduce_scatter if ctx.gather else ctx.comm.raw_all_gather
+        return adjoint(grad, ctx.axis), None, None, None
