@@ -17,7 +17,7 @@ from .comm import Comm, all_reduce_staged, global_norm
 from .config import EngineConfig, ModelConfig
 from .gemm import GemmTuner
 from .loss import ClassifierHead
-from .ops import NORM_STAGE, STAGES, StageInputs, full_from_shards, placement, shard_of_full
+from .ops import NORM_STAGE, Stage3D, StageInputs, full_from_shards, placement, shard_of_full
 from .primitives import relu
 from .seeding import StepCounter, initial_parameters, initial_stats, parameter_layer, stage_params
 
@@ -76,7 +76,7 @@ class DistributedModel(ClassifierHead, nn.Module):
                 self.input_ids[p.index], torch.from_numpy(out_ids[p.index]).to(device),
                 cfg.dropout if cfg.drops_input(p) else 0.0, seed, tuner, self.dtype, engine,
                 graph, cfg)
-            stages.append(STAGES[p.op](inputs))
+            stages.append(Stage3D(inputs))
             if p.norm:
                 norms[str(p.index)] = NORM_STAGE(
                     p, comm, {k: own[k] for k in _NORM_KINDS},

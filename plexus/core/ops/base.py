@@ -16,6 +16,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 from plexus.core.layout import LayerPlan, Padding
 
+#: The torch code's types, named only (plexus.core imports neither torch nor the engine): a
+#: tensor, the stage toolkit `plexus.engine.graph3d.StageGraph`, the serial model
+#: `plexus.engine.serial.SerialModel`
+Tensor = StageGraph = SerialModel = Any
+
 NORMS = ("none", "batch")
 
 
@@ -277,6 +282,21 @@ class Operator:
         raise NotImplementedError
 
     def memory(self, z: StageSizes) -> StageMemory:
+        raise NotImplementedError
+
+    # ---- the torch code (run by the engine; nothing here imports torch) ----------------------
+    def stage(self, g: StageGraph, H: Tensor, step: int | None) -> Tensor:
+        """The stage on the grid, written with the stage toolkit ``g``
+        (`plexus.engine.graph3d.StageGraph`: ``g.linear``, ``g.aggregate``, ``g.conv``,
+        ``g.dropout``, the edge operations; the parameter shards ``g.param(kind)``): H received
+        (rows by o, columns by i), its output before the bias (the engine adds it). Every
+        collective it issues is the one `forward`/`backward` declare."""
+        raise NotImplementedError
+
+    def serial(self, m: SerialModel, p: LayerPlan, H: Tensor, step: int | None) -> Tensor:
+        """The serial reference of the stage on the whole graph before its bias: ``m`` is the
+        serial model (``m.adj``: Â as a torch sparse matrix, ``m.param(kind, stage)``, ``m.cfg``,
+        ``m.seed``, ``m.training``); tensor methods only (``m.adj @ X``)."""
         raise NotImplementedError
 
 

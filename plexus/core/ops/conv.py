@@ -31,6 +31,10 @@ class ConvOperator(Operator):
     def gathers_wr(self, plan) -> bool:
         return self.root(plan) == "sage"
 
+    def stage(self, g, H, step):
+        """The toolkit's graph convolution with this operator's root term (``g.conv``)."""
+        return g.conv(H, step, self.root(g.plan), Wr=g.param("Wr"), eps=g.param("eps"))
+
     def uses_plain_block(self, plan) -> bool:
         """Without a root term the stage multiplies by the shard's block (and its transpose);
         with one, by its own stacked copy [Â; S] or [Â | S] and that copy's transpose."""

@@ -20,6 +20,12 @@ class SAGE(ConvOperator):
                       transform="T"),
                 *self.bias_param(plan, d_out)]
 
+    def serial(self, m, p, H, step):
+        """(M_mean·H)·W + H·Wr, in the configured order."""
+        W = m.param("W", p.index)
+        OUT = (m.adj @ H) @ W if p.order == "agg" else m.adj @ (H @ W)
+        return OUT + H @ m.param("Wr", p.index)
+
 
 KIND = ModelKind("sage", ("sage",), "mean", "SAGEConv", ("convs.{l}.",),
                  "SAGEConv(aggr='mean'): mean over in-neighbours plus a root weight",
