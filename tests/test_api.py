@@ -576,6 +576,7 @@ EXPORT_KINDS = {
     "gat-batchnorm": dict(model="gat", heads=2, out_heads=3, hidden=5, norm="batch",
                           attn_dropout=0.2),
     "mlp": dict(model="mlp"),
+    "graphconv-batchnorm": dict(model="graphconv", norm="batch"),
     "mlp-batchnorm": dict(model="mlp", num_layers=3, norm="batch", bias=False),
 }
 

@@ -10,12 +10,12 @@ into stages. Adding a kind: one module here, listed in `MODULES`, and its tests
 
 from __future__ import annotations
 
-from . import batchnorm, dense, gat, gcn, gin, sage
+from . import batchnorm, dense, gat, gcn, gin, graphconv, sage
 from .base import NORMS, Flops, ModelKind, Operator, Param, StageMemory, StageSizes, split_name
 
 #: The registry: each module declares its operators (`Operator` subclasses) and its model
 #: kind (``KIND``), in the order --model lists them.
-MODULES = (gcn, sage, gin, dense, gat, batchnorm)
+MODULES = (gcn, sage, gin, dense, gat, graphconv, batchnorm)
 
 OPERATORS: dict[str, Operator] = {op.name: op for op in (
     v() for m in MODULES for v in vars(m).values()
