@@ -26,6 +26,7 @@ import torch
 import plexus
 from cli_helpers import read_log, train
 from plexus.api import RECIPES, RecipeError
+from plexus.core.ops import KINDS
 from plexus.datasets import DatasetError, Graph, load_dataset
 from plexus.engine.config import ModelConfig, TrainConfig
 from plexus.engine.serial import SerialModel
@@ -257,8 +258,8 @@ def test_a_pyg_user_cannot_fall_into_the_api_traps():
                                           "graph, grid, model=...)")
     assert got["misspelt"].startswith("TypeError: unknown model option 'hiden'; the options "
                                       "are num_layers, hidden,")
-    assert got["unknown_kind"] == ("ModelError: unknown model kind 'sgae'; use one of gcn, "
-                                   "sage, gin, mlp, gat")
+    assert got["unknown_kind"] == ("ModelError: unknown model kind 'sgae'; use one of "
+                                   + ", ".join(KINDS))  # every registered kind
     assert got["bad_value"] == "ModelError: heads must be an integer >= 1, got 0"
 
 
