@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from plexus.core.model import MAX_LAYERS, ModelConfig
-from plexus.core.ops import KINDS
+from plexus.core.ops import KINDS, OPERATORS
 
 from .ops.batchnorm import EPS, MOMENTUM
 
@@ -77,7 +77,7 @@ def pyg_spec(config: ModelConfig, num_features: int, num_classes: int) -> dict:
         norm = {"class": "BatchNorm1d", "num_features": widths[l + 1], "eps": EPS,
                 "momentum": MOMENTUM} if stages[-1].norm else None
         layers.append({"conv": conv_spec(config, l, widths[l], widths[l + 1]), "norm": norm,
-                       "residual": any(p.residual for p in stages)})
+                       "residual": any(OPERATORS[p.op].adds_input(p) for p in stages)})
     return {"class": KINDS[config.kind].pyg_class, "num_layers": config.num_layers,
             "in_channels": num_features, "hidden_channels": config.hidden,
             "out_channels": num_classes, "bias": config.bias, "widths": widths,

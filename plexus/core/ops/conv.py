@@ -60,7 +60,7 @@ class ConvOperator(Operator):
     def backward(self, add: Add, z: StageSizes) -> None:
         p, n, D, D2 = z.plan, z.n, z.D, z.D2
         o, i, d = p.outer, p.inner, p.depth
-        if p.learnable_eps:
+        if self.learns_eps(p):
             for axis in ("x", "y", "z"):  # ε is replicated on every rank
                 add("AR(dε)", "backward", "all_reduce", axis, 1)
         weights = ("W", "Wr") if self.gathers_wr(p) else ("W",)
@@ -109,7 +109,7 @@ class ConvOperator(Operator):
         w_blk = k * (D / i * D2 / o if p.order == "agg" else D / i * D2 / d)
         w_flat = z.size(p.w_flat)
         gathered = w_blk if w_flat > 1 else 0.0
-        vectors = (D2 / z.size(p.out_cols) if p.bias else 0.0) + (1 if p.learnable_eps else 0)
+        vectors = (D2 / z.size(p.out_cols) if p.bias else 0.0) + (1 if self.learns_eps(p) else 0)
         weights, optimizer = param_memory(z, w_blk / w_flat, gathered, vectors)
         if p.order == "agg":
             inter, out = n / d * D / i, n / d * D2 / o
@@ -118,7 +118,7 @@ class ConvOperator(Operator):
             # [AGG | S·H] (SAGE, residual), AGG + (1+ε)·S·H (GIN): the GEMM's left operand
             joined = {"none": 0.0, "gin": inter}.get(root, 2 * inter)
             # GIN's dε keeps S·H, a view of [AGG; S·H]: the whole stacked result stays
-            kept = (joined or inter) + (spmm if root == "gin" and p.learnable_eps else 0.0)
+            kept = (joined or inter) + (spmm if root == "gin" and self.learns_eps(p) else 0.0)
             forward = [caller + (drop if p.index == 0 else 0.0) + spmm,
                        caller + spmm + joined + out_all]
             # backward: dOUT and d(operand) beside what is kept; then, the operand freed,
@@ -131,7 +131,7 @@ class ConvOperator(Operator):
             inter, out = n / o * D2 / d, n / i * D2 / d
             z_all = k * inter * (2 if i > 1 else 1)  # Z (and H·Wr) and its all-reduced copy
             joined = 2 * inter if root != "none" else 0.0  # [Z; Zr] or [Z; (1+ε)·Z]
-            kept = (drop if drop else h_in) + (inter if root == "gin" and p.learnable_eps
+            kept = (drop if drop else h_in) + (inter if root == "gin" and self.learns_eps(p)
                                               else 0.0)
             forward = [caller + drop + z_all + joined + out]
             # backward: dOUT and the SpMM's [Â | S]ᵀ·dOUT, then dZ (and its all-reduced copy)
