@@ -139,3 +139,25 @@ def test_kind_options_become_fields_plan_options_and_flags():
         with pytest.raises(UsageError, match=message):
             modelopts.check_model_options(args)
             modelopts.model_config(args)
+
+
+def test_every_kind_is_one_file_without_torch():
+    """Each operator's declaration, torch code (``stage``, on the stage toolkit) and serial
+    reference are its one module in plexus.core.ops (plexus.engine.ops has no module per
+    kind), and importing every declaration loads no torch (the performance model reads them)."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    from plexus.core.ops import NORM_OP, OPERATORS
+    from plexus.core.ops.base import Operator
+
+    for name, op in OPERATORS.items():
+        if name == NORM_OP:  # BatchNorm follows a stage: plexus.engine.ops.batchnorm
+            continue
+        assert type(op).stage is not Operator.stage and type(op).serial is not Operator.serial
+        assert importlib.util.find_spec(f"plexus.engine.ops.{name}") is None, name
+    code = "import sys, plexus.core.model, plexus.core.modelopts; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"

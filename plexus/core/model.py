@@ -240,8 +240,8 @@ class _ModelBase:
     def plans(self, num_features: int, num_classes: int,
               layer_orders: Sequence[str] | None = None) -> list[LayerPlan]:
         """The one resolved plan: every stage's roles, operator, BatchNorm, bias, GNN layer and
-        what its kind declares per stage (`LayerPlan.options`) (``layer_orders`` overrides the configured per-layer orders, e.g. the
-        performance model's choice per grid)."""
+        what its kind declares per stage (`LayerPlan.options`); ``layer_orders`` overrides the
+        configured per-layer orders (e.g. the performance model's choice per grid)."""
         widths = self.widths(num_features, num_classes)
         step = self.stages_per_layer
         layout = layer_plans(self.num_stages, self.orders(num_features, num_classes,

@@ -1,9 +1,11 @@
-"""The 3D tensor-parallel engine: one rank's share of a GCN on an X×Y×Z process grid.
+"""The 3D tensor-parallel engine: one rank's share of a GNN on an X×Y×Z process grid.
 
 `grid` (the process grid on torch.distributed), `comm` (differentiable collectives along one
 axis, recorded in the `ledger` and timed by `timing`), `spmm` and `gemm` (per-rank kernels),
-`layer` (one layer: SpMM aggregation, GEMM combination and their collectives), `model` (the
-layers, the loss of `loss`, conversion between shards and full tensors), `seeding`
+`graph3d` (the stage toolkit: a stage's graph operations, which every kind's torch code in
+`plexus.core.ops` and users' layers are written with), `ops` (the one stage running a kind on
+it, where each parameter's shard sits, BatchNorm's stage), `model` (the stages, the loss of
+`loss`, conversion between shards and full tensors), `seeding`
 (grid-independent weights and dropout masks), `trainer` (the full-batch loop), `serial` (the
 plain PyTorch reference every distributed result is tested against), `pygmodel` (the same
 model as PyG's layers: described for exports, built by `plexus.load_pyg` and the reference

@@ -54,8 +54,8 @@ class StageGraph:
 
     def __init__(self, plan: LayerPlan, comm: Comm, graph: GraphBlocks, input_ids: torch.Tensor,
                  d_in: int, d_out: int, seed: int = 0, dtype: torch.dtype = torch.float32,
-                 tuner: GemmTuner | None = None, *, params: Mapping[str, torch.Tensor] | None = None,
-                 rate: float = 0.0, real: tuple[int, int] | None = None, model=None,
+                 tuner: GemmTuner | None = None, *,
+                 params: Mapping[str, torch.Tensor] | None = None, rate: float = 0.0, real: tuple[int, int] | None = None, model=None,
                  engine=None) -> None:
         self.plan, self.comm, self.graph, self.dtype = plan, comm, graph, dtype
         self.input_ids, self.seed = input_ids, seed
@@ -141,11 +141,11 @@ class StageGraph:
         return (self.seed, step or 0, layer, self.input_ids, self.in_col_start, rate,
                 self.comm.budget)
 
-    def dropout(self, H: torch.Tensor, p: float, step: int, layer: int | None = None
+    def dropout(self, H: torch.Tensor, rate: float, step: int, layer: int | None = None
                 ) -> torch.Tensor:
-        """Dropout of the input H (rows by o, columns by i), its mask a hash of (seed, step,
-        layer, node id, feature column): the same on every grid."""
-        args = self.dropout_args(p, step, layer)
+        """Dropout of the input H (rows by o, columns by i) at ``rate``, its mask a hash of
+        (seed, step, layer, node id, feature column): the same on every grid."""
+        args = self.dropout_args(rate, step, layer)
         return H if args is None else masked_dropout(H, *args)
 
     def stage_rate(self) -> float:
@@ -192,8 +192,8 @@ class StageGraph:
     def head_sums(self, X: torch.Tensor, a, heads: int,
                   head_width: int) -> torch.Tensor:
         """Per node and head, Σ_c X[:, c]·a[c, k] over the head's columns, for each column k of
-        ``a`` (this rank's rows of k vectors, or a list of the k vectors; X rows by o, columns cut by the output's column
-        axis, heads of ``head_width``): (nodes, k·heads) float32, complete."""
+        ``a`` (this rank's rows of k vectors, or a list of the k vectors; X rows by o, columns cut
+        by the output's column axis, heads of ``head_width``): (nodes, k·heads) float32, complete."""
         P = self._head_matrix(X, heads, head_width)
         if isinstance(a, (list, tuple)):  # k vectors: their columns side by side
             a = torch.stack(a, 1)

@@ -10,7 +10,7 @@ from typing import Callable
 from plexus.core.ops import OPERATORS
 
 from . import batchnorm
-from .base import (Stage3D, StageInputs, embed, extract, full_from_shards, padded_shape,
+from .base import (ShardMap, Stage3D, StageInputs, embed, extract, full_from_shards, padded_shape,
                    placement, shard_of_full, weight_block)
 from .batchnorm import BatchNorm3D
 
@@ -21,6 +21,6 @@ def serial_of(op: str) -> Callable:
     """Operator ``op``'s serial reference: ``(model, plan, H, step) -> OUT`` before the bias."""
     return OPERATORS[op].serial
 
-__all__ = ["serial_of", "NORM_STAGE", "NORM_SERIAL", "Stage3D", "StageInputs",
+__all__ = ["serial_of", "ShardMap", "NORM_STAGE", "NORM_SERIAL", "Stage3D", "StageInputs",
            "BatchNorm3D", "embed", "extract", "padded_shape", "placement", "weight_block",
            "shard_of_full", "full_from_shards"]

@@ -1,7 +1,7 @@
 """The one 3D stage every built-in kind runs as: its parameter shards (cut as `plexus.core.ops`
-declares them) and the stage toolkit its kind's torch code is written with; and where each declared parameter's shard sits in the full
-tensor (`placement`), which the model uses to convert between shards and grid-independent
-tensors.
+declares them) and the stage toolkit its kind's torch code is written with; and where each
+declared parameter's shard sits in the full tensor (`placement`, `ShardMap`), which the models
+use to convert between shards and grid-independent tensors.
 
 Symbols follow docs/design.md: Â (this rank's block of the adjacency), H (input block),
 W (weight block, stored cut over one more axis and gathered before use), OUT. Each collective is
@@ -17,7 +17,7 @@ come back into the float32 parameters through the cast. With float32 the casts a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -114,6 +114,41 @@ def full_from_shards(decl: Param, plan: LayerPlan, grid: Any, shard: torch.Tenso
         full[index] = shard.detach()
     all_reduce_staged(full)
     return extract(decl, plan, full, *real)
+
+
+class ShardMap:
+    """Every declared parameter and statistic of a model by its grid-independent name, and the
+    conversions between this rank's shard and the full, unpadded tensor: the one rule of the
+    engine's model and of `plexus.nn.Network`. ``widths``/``padded``: every stage's real and
+    padded input widths, then the output's."""
+
+    def __init__(self, grid: Any, widths: Sequence[int], padded: Sequence[int]) -> None:
+        self.grid, self.widths, self.padded = grid, list(widths), list(padded)
+        self.decls: dict[str, tuple[LayerPlan, Param]] = {}
+
+    def declare(self, name: str, plan: LayerPlan, decl: Param) -> None:
+        self.decls[name] = (plan, decl)
+
+    def _where(self, name: str) -> tuple[LayerPlan, Param, int, int, int, int]:
+        p, decl = self.decls[name]
+        s = p.index
+        return p, decl, self.widths[s], self.widths[s + 1], self.padded[s], self.padded[s + 1]
+
+    def shard_of_full(self, name: str, full: torch.Tensor) -> torch.Tensor:
+        """This rank's shard of ``name`` from its full tensor, on the grid's device."""
+        p, decl, _, _, d_in, d_out = self._where(name)
+        return shard_of_full(decl, p, self.grid, full, d_in, d_out)
+
+    def full_of_shard(self, name: str, shard: torch.Tensor) -> torch.Tensor:
+        """The full tensor of ``name`` from every rank's ``shard`` (collective)."""
+        p, decl, real_in, real_out, d_in, d_out = self._where(name)
+        return full_from_shards(decl, p, self.grid, shard, (real_in, real_out), d_in, d_out)
+
+    def owns(self, name: str) -> bool:
+        """Whether this rank's shard of ``name`` is the replica that counts in a sum over the
+        full tensor (every element once over the world)."""
+        p, decl, _, _, d_in, d_out = self._where(name)
+        return placement(decl, p, self.grid.shape, self.grid.coords, d_in, d_out)[1]
 
 
 @dataclass
