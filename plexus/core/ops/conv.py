@@ -9,7 +9,7 @@ GIN adds (1+ε)·S·H before it. See docs/design.md, "Models".
 
 from __future__ import annotations
 
-from .base import (Add, Flops, MASTER_BYTES, Operator, StageMemory, StageSizes, div,
+from .base import (Add, Flops, MASTER_BYTES, Operator, Param, StageMemory, StageSizes, div,
                    dropout_work, param_memory)
 
 
@@ -162,4 +162,27 @@ class ConvOperator(Operator):
         return 2 * nnz * per + (rows + rows_t + 2) * z.index_bytes
 
 
-__all__ = ["ConvOperator", "MASTER_BYTES"]
+class RootWeightConv(ConvOperator):
+    """A convolution with a root weight: H' = (M·H)·W + H·Wr (+ b), M the kind's aggregation
+    (SAGE: the mean, GraphConv: the sum); subclasses name W's, Wr's and b's PyG tensors."""
+
+    w_pyg, wr_pyg = "", ""
+
+    def root(self, plan) -> str:
+        return "sage"  # H·Wr beside the aggregation: one GEMM with [W; Wr]
+
+    def params(self, plan, d_in, d_out):
+        return [Param("W", (d_in, d_out), "weight", "glorot", stream=0, pyg=self.w_pyg,
+                      transform="T"),
+                Param("Wr", (d_in, d_out), "weight", "glorot", stream=1, pyg=self.wr_pyg,
+                      transform="T"),
+                *self.bias_param(plan, d_out)]
+
+    def serial(self, m, p, H, step):
+        """(M·H)·W + H·Wr, in the configured order (for like rounding)."""
+        W = m.param("W", p.index)
+        OUT = (m.adj @ H) @ W if p.order == "agg" else m.adj @ (H @ W)
+        return OUT + H @ m.param("Wr", p.index)
+
+
+__all__ = ["ConvOperator", "MASTER_BYTES", "RootWeightConv"]

@@ -1,36 +1,20 @@
 """GraphConv (PyG's GraphConv, Morris et al., aggr "add"): H'_i = W1·H_i + W2·Σ_{j→i} H_j + b.
 
-The whole kind in one file: a graph convolution with a root weight over the sum aggregation
-(M, no self loops: "sum"), so its collectives, flops and memory are `ConvOperator`'s with the
-H·Wr root term (SAGE's over the mean); its torch code is the toolkit's ``g.conv`` with that root
-term (inherited); its serial reference and PyG names are below.
+The whole kind in one file: a convolution with a root weight over the sum aggregation (M, no
+self loops: "sum"), so its collectives, flops, memory, torch code (the toolkit's ``g.conv``) and
+serial reference are `RootWeightConv`'s, as SAGE's over the mean; its PyG names and layer are
+below.
 """
 
 from __future__ import annotations
 
-from .base import ModelKind, Param
-from .conv import ConvOperator
+from .base import ModelKind
+from .conv import RootWeightConv
 
 
-class GraphConv(ConvOperator):
+class GraphConv(RootWeightConv):
     name = "graphconv"
-    bias_pyg = "lin_rel.bias"
-
-    def root(self, plan) -> str:
-        return "sage"  # H·Wr beside the aggregation, one GEMM with [W; Wr]
-
-    def params(self, plan, d_in, d_out):
-        return [Param("W", (d_in, d_out), "weight", "glorot", stream=0, pyg="lin_rel.weight",
-                      transform="T"),
-                Param("Wr", (d_in, d_out), "weight", "glorot", stream=1, pyg="lin_root.weight",
-                      transform="T"),
-                *self.bias_param(plan, d_out)]
-
-    def serial(self, m, p, H, step):
-        """(M·H)·W + H·Wr, in the configured order."""
-        W = m.param("W", p.index)
-        OUT = (m.adj @ H) @ W if p.order == "agg" else m.adj @ (H @ W)
-        return OUT + H @ m.param("Wr", p.index)
+    w_pyg, wr_pyg, bias_pyg = "lin_rel.weight", "lin_root.weight", "lin_rel.bias"
 
 
 KIND = ModelKind("graphconv", ("graphconv",), "sum", "GraphConv", ("convs.{l}.",),
