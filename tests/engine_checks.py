@@ -321,6 +321,8 @@ MODELS = {
     "gat": ModelConfig(3, 3, 0.5, kind="gat", heads=2, out_heads=4, attn_dropout=0.3),
     "gat-batchnorm": ModelConfig(2, 2, 0.5, kind="gat", heads=4, norm="batch", attn_dropout=0.5,
                                  learnable_features=True),
+    # GraphConv (the kind in one file): a sum over in-neighbours and a root weight, both orders
+    "graphconv": ModelConfig(3, HIDDEN, 0.5, kind="graphconv", order="agg,combine,agg"),
 }
 # bf16: the ledger's bytes pin the precision of statistics (BatchNorm's, the attention's)
 BF16_LEDGER = ("gcn-batchnorm", "gat-batchnorm")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from .grid import AXES, GridShape
 
@@ -45,9 +45,9 @@ class LayerPlan:
     The rest is the model's, filled in by `plexus.core.model.ModelConfig.plans` (a plan from
     `layer_plans` alone describes the layout only): ``op`` names the stage's operator
     (`plexus.core.ops.OPERATORS`), ``layer`` the GNN layer it belongs to, ``norm`` says a
-    BatchNorm follows it, ``bias`` that it adds one, ``residual`` that a GCN stage adds its
-    input, ``learnable_eps`` that a GIN stage trains ε, ``heads`` and ``concat`` a GAT stage's
-    attention heads and whether they are concatenated (else averaged).
+    BatchNorm follows it, ``bias`` that it adds one, ``options`` what its kind declares per
+    stage (`plexus.core.ops.base.ModelKind.stage_options`: a GCN stage's residual, a GIN
+    stage's trained ε, a GAT stage's heads and whether they are concatenated; None: nothing).
     """
 
     index: int
@@ -60,10 +60,7 @@ class LayerPlan:
     op: str = ""
     norm: bool = False
     bias: bool = True
-    residual: bool = False
-    learnable_eps: bool = False
-    heads: int = 1
-    concat: bool = True
+    options: Any = None  # the kind's per-stage options: a frozen dataclass (hashable)
 
     @property
     def dense(self) -> bool:

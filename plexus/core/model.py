@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from .layout import ORDERS, LayerPlan, layer_plans
 from .ops import KINDS, NORMS, OPERATORS
@@ -36,8 +36,24 @@ class ModelError(ValueError):
 MAX_LAYERS = 256
 #: The largest seed: what every generator (torch, numpy, R-MAT) takes
 MAX_SEED = 2**63 - 1
-#: The options that are switches: a string such as "false" would read as true
-_SWITCHES = ("bias", "learnable_features", "residual", "input_dropout", "train_eps")
+#: How the model's own options are checked (a kind's options say it in their fields' metadata,
+#: `plexus.core.ops.base.option`); bool fields are switches
+_CHECKS = {"num_layers": "count", "hidden": "count", "dropout": "rate"}
+
+
+def check_option(name: str, value: object, check: str, switch: bool = False) -> None:
+    """`ModelError` unless ``value`` passes ``check`` ("count": an integer >= 1, "rate": in
+    [0, 1), "finite": a finite number) or, for a ``switch``, is a bool (a string such as
+    "false" would read as true)."""
+    number = not isinstance(value, bool) and isinstance(value, (int, float))
+    if switch and not isinstance(value, bool):
+        raise ModelError(f"{name} must be True or False, got {value!r:.60}")
+    if check == "count" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ModelError(f"{name} must be an integer >= 1, got {value!r}")
+    if check == "rate" and not (number and 0.0 <= value < 1.0):
+        raise ModelError(f"{name} must be in [0, 1), got {value!r}")
+    if check == "finite" and not (number and math.isfinite(value)):
+        raise ModelError(f"{name} must be a finite number, got {value!r:.60}")
 
 
 def check_seed(seed: object, what: str = "seed") -> int:
@@ -79,7 +95,7 @@ def auto_orders(layer_widths: Sequence[int]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class _ModelBase:
     """A GNN of ``num_layers`` layers of one ``kind``, ReLU between them, as PyG's layer of the
     same name (each kind's declaration in `plexus.core.ops` says which):
 
@@ -106,6 +122,11 @@ class ModelConfig:
     comma-separated list with one of "agg"/"combine" per layer; GAT layers always combine first
     (attention needs H·W), whatever it says. The order changes no parameter and no result
     beyond float rounding, only the work and the bytes moved.
+
+    The fields after ``input_dropout`` are the kinds' options, made from their declarations
+    (each kind's ``Options`` in `plexus.core.ops`: ``residual``; ``train_eps``; ``heads``,
+    ``out_heads``, ``attn_dropout``, ``negative_slope``); an option of another kind than
+    ``kind`` must keep its default.
     """
 
     num_layers: int = 2
@@ -116,41 +137,22 @@ class ModelConfig:
     learnable_features: bool = False
     kind: str = "gcn"
     norm: str = "none"
-    residual: bool = False
     input_dropout: bool = True
-    train_eps: bool = True
-    heads: int = 1
-    out_heads: int = 1
-    attn_dropout: float = 0.0
-    negative_slope: float = 0.2
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, str) or self.kind not in KINDS:
             raise ModelError(f"unknown model kind {self.kind!r}; use one of {', '.join(KINDS)}")
         if self.norm not in NORMS:
             raise ModelError(f"unknown norm {self.norm!r}; use one of {', '.join(NORMS)}")
-        for name in ("num_layers", "hidden", "heads", "out_heads"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ModelError(f"{name} must be an integer >= 1, got {value!r}")
+        for f in dataclasses.fields(self):
+            check = f.metadata.get("check", _CHECKS.get(f.name, ""))
+            check_option(f.name, getattr(self, f.name), check, f.type in (bool, "bool"))
         if self.num_layers > MAX_LAYERS:
             raise ModelError(f"num_layers must be in [1, {MAX_LAYERS}], got {self.num_layers}")
-        for name in _SWITCHES:
-            if not isinstance(getattr(self, name), bool):
-                raise ModelError(f"{name} must be True or False, got {getattr(self, name)!r:.60}")
-        slope = self.negative_slope
-        if isinstance(slope, bool) or not isinstance(slope, (int, float)) or \
-                not math.isfinite(slope):
-            raise ModelError(f"negative_slope must be a finite number, got {slope!r:.60}")
-        for name in ("dropout", "attn_dropout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                    not 0.0 <= value < 1.0:
-                raise ModelError(f"{name} must be in [0, 1), got {value!r}")
         for other in KINDS.values():  # an option another kind owns must keep its default
-            for opt in other.options:
-                default = ModelConfig.__dataclass_fields__[opt].default
-                if opt not in self.kind_decl.options and getattr(self, opt) != default:
+            for opt in other.option_names:
+                default = self.__dataclass_fields__[opt].default
+                if opt not in self.kind_decl.option_names and getattr(self, opt) != default:
                     raise ModelError(f"{opt} is an option of the {other.name} model; the "
                                      f"{self.kind} model has none")
         if not isinstance(self.order, str):
@@ -198,18 +200,12 @@ class ModelConfig:
         (the embeddings)."""
         return self.stages_per_layer * (self.num_layers - 1)
 
-    def heads_of(self, layer: int) -> int:
-        """Attention heads of a GNN layer (1 for kinds without attention)."""
-        if not self.kind_decl.attention:
-            return 1
-        return self.out_heads if layer == self.num_layers - 1 else self.heads
-
     def layer_width(self, layer: int, num_classes: int) -> int:
-        """Output width of GNN layer ``layer``: the classes for the last; else ``hidden``, or
-        ``hidden · heads`` where attention heads are concatenated."""
+        """Output width of GNN layer ``layer``: the classes for the last; else the kind's hidden
+        width (``hidden``; GAT's ``hidden · heads``, its heads concatenated)."""
         if layer == self.num_layers - 1:
             return num_classes
-        return self.hidden * (self.heads if self.kind_decl.attention else 1)
+        return self.kind_decl.hidden_width(self)
 
     def layer_widths(self, num_features: int, num_classes: int) -> list[int]:
         """Input width, each layer's output width, class count."""
@@ -246,26 +242,22 @@ class ModelConfig:
 
     def plans(self, num_features: int, num_classes: int,
               layer_orders: Sequence[str] | None = None) -> list[LayerPlan]:
-        """The one resolved plan: every stage's roles, operator, BatchNorm, bias, heads and GNN
-        layer (``layer_orders`` overrides the configured per-layer orders, e.g. the
-        performance model's choice per grid)."""
+        """The one resolved plan: every stage's roles, operator, BatchNorm, bias, GNN layer and
+        what its kind declares per stage (`LayerPlan.options`); ``layer_orders`` overrides the
+        configured per-layer orders (e.g. the performance model's choice per grid)."""
         widths = self.widths(num_features, num_classes)
         step = self.stages_per_layer
         layout = layer_plans(self.num_stages, self.orders(num_features, num_classes,
                                                           layer_orders))
-        out = []
+        out, kind = [], self.kind_decl
         for p in layout:
             s, layer = p.index, p.index // step
-            op = self.kind_decl.stage_ops[s % step]
+            op = kind.stage_ops[s % step]
             last_of_layer = s % step == step - 1
             norm = self.norm == "batch" and last_of_layer and s < self.num_stages - 1
-            heads = self.heads_of(layer) if op == "gat" else 1
-            concat = layer < self.num_layers - 1
             out.append(dataclasses.replace(
                 p, layer=layer, op=op, norm=norm, bias=self.bias and not norm,
-                residual=self.residual and op == "gcn" and widths[s] == widths[s + 1],
-                learnable_eps=self.train_eps and op == "gin", heads=heads,
-                concat=concat or heads == 1))
+                options=kind.stage_options(self, layer, s % step, widths[s], widths[s + 1])))
         return out
 
     def drops_input(self, plan: LayerPlan) -> bool:
@@ -278,3 +270,20 @@ class ModelConfig:
         """Whether a ReLU follows the stage (every stage but the model's last)."""
         return plan.index < self.num_stages - 1
 
+
+def _kind_fields() -> list[tuple[str, Any, dataclasses.Field]]:
+    """Every kind's options (`plexus.core.ops.base.ModelKind.options`) as fields: their
+    defaults, and the checks and help of their metadata."""
+    out: dict[str, tuple] = {}
+    for kind in KINDS.values():
+        for f in dataclasses.fields(kind.options) if kind.options else ():
+            out.setdefault(f.name, (f.name, f.type, dataclasses.field(default=f.default,
+                                                                      metadata=f.metadata)))
+    return list(out.values())
+
+
+#: The model as a value: `_ModelBase`'s options and every kind's, generated from the kinds'
+#: declarations (a kind's option is added in its own file)
+ModelConfig = dataclasses.make_dataclass("ModelConfig", _kind_fields(), bases=(_ModelBase,),
+                                         frozen=True, namespace={"__module__": __name__,
+                                                                 "__doc__": _ModelBase.__doc__})

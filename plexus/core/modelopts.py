@@ -46,8 +46,8 @@ class ModelOptionsText:
 def add_model_options(parser: argparse.ArgumentParser,
                       text: ModelOptionsText = ModelOptionsText()) -> argparse._ArgumentGroup:
     """Add every model option in a "model" group: ``--model --layers --hidden --dropout
-    --bias/--no-bias --order --learnable-features --norm --residual --input-dropout
-    --train-eps --heads --out-heads --attn-dropout --negative-slope``. ``--layers`` and
+    --bias/--no-bias --order --learnable-features --norm --input-dropout``, then each kind's
+    options, made from its declaration (`add_kind_options`). ``--layers`` and
     ``--order`` default to None (the caller resolves them with `resolve_layers`/`resolve_order`,
     so another source can fill them first). Returns the group."""
     g = parser.add_argument_group("model")
@@ -73,27 +73,32 @@ def add_model_options(parser: argparse.ArgumentParser,
     g.add_argument("--norm", choices=NORMS, default=_DEFAULT.norm,
                    help="batch: BatchNorm after every layer but the last (statistics over "
                         "all nodes; that layer then has no bias); default none")
-    g.add_argument("--residual", action="store_true",
-                   help="GCN only: add each layer's input to its output where the widths "
-                        "agree")
     g.add_argument("--input-dropout", action=argparse.BooleanOptionalAction,
                    default=_DEFAULT.input_dropout,
                    help="dropout on the input features too, not only on hidden layers "
                         "(default on, as Kipf & Welling; OGB's examples: off)")
-    g.add_argument("--train-eps", action=argparse.BooleanOptionalAction,
-                   default=_DEFAULT.train_eps, help="GIN: learn ε (default on)")
-    g.add_argument("--heads", type=int, default=_DEFAULT.heads, metavar="K",
-                   help="GAT: attention heads of the hidden layers, concatenated (default "
-                        f"{_DEFAULT.heads}; --hidden 64 --heads 4 is GATConv(in, 64, heads=4))")
-    g.add_argument("--out-heads", type=int, default=_DEFAULT.out_heads, metavar="K",
-                   help=f"GAT: heads of the last layer, averaged (default {_DEFAULT.out_heads})")
-    g.add_argument("--attn-dropout", type=float, default=_DEFAULT.attn_dropout, metavar="P",
-                   help="GAT: dropout on the attention coefficients (default "
-                        f"{_DEFAULT.attn_dropout})")
-    g.add_argument("--negative-slope", type=float, default=_DEFAULT.negative_slope,
-                   metavar="S", help="GAT: LeakyReLU's slope in the scores (default "
-                                     f"{_DEFAULT.negative_slope})")
+    add_kind_options(g)
     return g
+
+
+def kind_options() -> list[dataclasses.Field]:
+    """Every kind's option fields (`plexus.core.ops.base.option`), in the kinds' order."""
+    return [f for f in dataclasses.fields(ModelConfig) if "help" in f.metadata]
+
+
+def add_kind_options(group: argparse._ArgumentGroup) -> None:
+    """A flag per kind option, from its declaration: ``--name`` (dashes), its type, default,
+    metavar and help (``{default}`` filled in); a bool is ``--x`` (on) or, ``negatable``,
+    ``--x/--no-x``."""
+    for f in kind_options():
+        meta = f.metadata
+        help_text = meta["help"].format(default=f.default)
+        if f.type in (bool, "bool"):
+            action = argparse.BooleanOptionalAction if meta["negatable"] else "store_true"
+            group.add_argument(flag(f.name), action=action, default=f.default, help=help_text)
+        else:
+            group.add_argument(flag(f.name), type=type(f.default), default=f.default,
+                               metavar=meta["metavar"], help=help_text)
 
 
 def add_precision_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -113,16 +118,17 @@ def check_model_options(args: argparse.Namespace) -> None:
         raise UsageError(f"--layers must be in [1, {MAX_LAYERS}], got {args.layers}")
     if args.hidden < 1:
         raise UsageError(f"--hidden must be >= 1, got {args.hidden}")
-    for name in ("dropout", "attn_dropout"):
-        value = getattr(args, name, 0.0)
-        if not 0.0 <= value < 1.0:
+    checks = [("dropout", "rate")] + [(f.name, f.metadata["check"]) for f in kind_options()]
+    for name, check in checks:
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if check == "rate" and not 0.0 <= value < 1.0:
             raise UsageError(f"{flag(name)} must be in [0, 1), got {value}")
-    slope = getattr(args, "negative_slope", 0.2)
-    if not math.isfinite(slope):
-        raise UsageError(f"--negative-slope must be a finite number, got {slope}")
-    for name in ("heads", "out_heads"):
-        if getattr(args, name, 1) < 1:
-            raise UsageError(f"{flag(name)} must be >= 1, got {getattr(args, name)}")
+        if check == "finite" and not math.isfinite(value):
+            raise UsageError(f"{flag(name)} must be a finite number, got {value}")
+        if check == "count" and value < 1:
+            raise UsageError(f"{flag(name)} must be >= 1, got {value}")
 
 
 def resolve_layers(value: int | None) -> int:
@@ -157,8 +163,9 @@ def describe_model(model: ModelConfig) -> str:
     """One line naming the model, e.g. ``gcn, 2 layers, hidden 16, order auto, bias``."""
     parts = [model.kind, f"{model.num_layers} layer{'s' if model.num_layers != 1 else ''}",
              f"hidden {model.hidden}"]
-    if model.kind_decl.attention:
-        parts.append(f"heads {model.heads}/{model.out_heads}")
+    summary = model.kind_decl.summary(model)
+    if summary:
+        parts.append(summary)
     parts += [f"order {model.order}", "bias" if model.bias else "no bias"]
     if model.norm != "none":
         parts.append(f"norm {model.norm}")

@@ -1,6 +1,7 @@
 """One stage's view of the graph on the grid: the differentiable operations a layer is written
-with, the 3D layouts handled. The engine's GAT stage is written with it, and so are users'
-layers (`plexus.nn`).
+with, the 3D layouts handled: the one stage toolkit. Every built-in kind's torch code
+(``stage`` in `plexus.core.ops`) is written with it, and so are users' layers (`plexus.nn`,
+which wraps it to check layouts).
 
 A stage has roles (o, i, d) for its outer, inner and depth axes (`plexus.core.layout.LayerPlan`)
 and three layouts, named by the axis cutting the rows, the axis cutting the columns and the
@@ -28,6 +29,8 @@ nothing: the next stage's ``receive`` marks it.
 
 from __future__ import annotations
 
+from typing import Mapping
+
 import torch
 
 from plexus.core.layout import LayerPlan, block
@@ -38,25 +41,52 @@ from .edges import (EdgeBlock, attention_softmax, edge_softmax, head_matrix, hea
                     sddmm, weighted_aggregate)
 from .gemm import GemmTuner
 from .primitives import aggregate, gemm
-from .masks import dropout
+from .masks import dropout as masked_dropout
 
 
 class StageGraph:
     """The graph operations of stage ``plan`` on this rank (see the module docstring for the
-    layouts). ``d_in``/``d_out`` are the stage's padded input and output widths."""
+    layouts). ``d_in``/``d_out`` are the stage's padded input and output widths, ``real`` the
+    real ones. A built-in stage (`plexus.engine.ops.Stage3D`) also gives its parameter shards
+    (``params``, read with `param`), its dropout rate (``rate``), the model's config
+    (``model``, for a kind's options) and the engine's (``engine``: chunks, overlap); it sets
+    ``training`` and ``consume_input`` before each forward."""
 
     def __init__(self, plan: LayerPlan, comm: Comm, graph: GraphBlocks, input_ids: torch.Tensor,
                  d_in: int, d_out: int, seed: int = 0, dtype: torch.dtype = torch.float32,
-                 tuner: GemmTuner | None = None) -> None:
+                 tuner: GemmTuner | None = None, *,
+                 params: Mapping[str, torch.Tensor] | None = None, rate: float = 0.0, real: tuple[int, int] | None = None, model=None,
+                 engine=None) -> None:
         self.plan, self.comm, self.graph, self.dtype = plan, comm, graph, dtype
         self.input_ids, self.seed = input_ids, seed
         self.d_in, self.d_out = d_in, d_out
+        self.real = real or (d_in, d_out)
         self.tuner = tuner or GemmTuner()
+        self.params = params if params is not None else {}
+        self.rate, self.model, self.engine = rate, model, engine
+        self.training = True
+        # Set by a model that passes H to this stage and never reads it again (e.g. a fresh
+        # ReLU output): the stage may then overwrite H (aggregate-first dropout) instead of
+        # copying it.
+        self.consume_input = False
         shape, coords = comm.grid.shape, comm.grid.coords
         self.in_col_start = block(d_in, shape[plan.in_cols], coords[plan.in_cols]).start
         self._edges: EdgeBlock | None = None
         self._S = self._A = None
         self._P: dict[tuple, torch.Tensor] = {}
+        self._conv: dict[str, tuple] = {}
+        self._cache: dict[object, torch.Tensor] = {}
+
+    def param(self, kind: str) -> torch.Tensor | None:
+        """The shard of the stage's parameter ``kind`` ("W", "Wr", "eps", ...; None if it has
+        none), as declared (`plexus.core.ops`)."""
+        return self.params[kind] if kind in self.params else None
+
+    def cached(self, key: object, make) -> torch.Tensor:
+        """``make()`` once per stage (a constant such as an index tensor): no work per step."""
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
 
     # ---- where things are -------------------------------------------------------------------
     def col_block(self, width: int, axis: str | None = None) -> slice:
@@ -101,22 +131,33 @@ class StageGraph:
             return c.all_gather(H, d)                         # AG(H) over d; bwd: RS(dH) over d
         return c.all_reduce_grad(H, d)                        # bwd: AR(dH) over d
 
-    def dropout(self, H: torch.Tensor, p: float, step: int, layer: int | None = None
-                ) -> torch.Tensor:
-        """Dropout of the input H (rows by o, columns by i), its mask a hash of (seed, step,
-        layer, node id, feature column): the same on every grid."""
-        if p <= 0:
-            return H
+    def dropout_args(self, rate: float, step: int | None, layer: int | None = None
+                     ) -> tuple | None:
+        """The arguments of a dropout of the input at ``rate`` (`plexus.engine.masks.masked`),
+        None for none: its mask a hash of (seed, step, layer, node id, feature column)."""
+        if rate <= 0:
+            return None
         layer = self.plan.layer if layer is None else layer
-        return dropout(H, self.seed, step, layer, self.input_ids, self.in_col_start, p,
-                       self.comm.budget)
+        return (self.seed, step or 0, layer, self.input_ids, self.in_col_start, rate,
+                self.comm.budget)
+
+    def dropout(self, H: torch.Tensor, rate: float, step: int, layer: int | None = None
+                ) -> torch.Tensor:
+        """Dropout of the input H (rows by o, columns by i) at ``rate``, its mask a hash of
+        (seed, step, layer, node id, feature column): the same on every grid."""
+        args = self.dropout_args(rate, step, layer)
+        return H if args is None else masked_dropout(H, *args)
+
+    def stage_rate(self) -> float:
+        """A built-in stage's dropout rate of its input: its configured rate while training."""
+        return self.rate if self.training else 0.0
 
     def linear(self, X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
         """X·W with W's shard (stored like the engine's W: rows by i then W's flat axis,
         columns by W's column axis): gathered, multiplied, summed over i."""
         p, c = self.plan, self.comm
         W = c.all_gather(W.to(self.dtype), p.w_flat)          # AG(W) over W's flat axis; bwd: RS(dW)
-        Y = gemm(X, W, c, self.tuner, f"layer{p.index}")
+        Y = self._gemm(X, W)
         Y = c.all_reduce(Y, p.inner)                          # AR over i (X's columns)
         return self.replicate(Y, p.inner) if p.order == "combine" else Y  # bwd: AR over i
 
@@ -148,12 +189,14 @@ class StageGraph:
         """An aggregate-first stage multiplies Â's rows by W's columns cut by o."""
         return self.replicate(X, self.plan.a_cols) if self.plan.order == "agg" else X  # bwd: AR over o
 
-    def head_sums(self, X: torch.Tensor, a: torch.Tensor, heads: int,
+    def head_sums(self, X: torch.Tensor, a, heads: int,
                   head_width: int) -> torch.Tensor:
         """Per node and head, Σ_c X[:, c]·a[c, k] over the head's columns, for each column k of
-        ``a`` (this rank's rows of k vectors; X rows by o, columns cut by the output's column
-        axis, heads of ``head_width``): (nodes, k·heads) float32, complete."""
+        ``a`` (this rank's rows of k vectors, or a list of the k vectors; X rows by o, columns cut
+        by the output's column axis, heads of ``head_width``): (nodes, k·heads) float32, complete."""
         P = self._head_matrix(X, heads, head_width)
+        if isinstance(a, (list, tuple)):  # k vectors: their columns side by side
+            a = torch.stack(a, 1)
         a = a if a.dim() == 2 else a[:, None]
         p = self.plan
         a = self.replicate(self.replicate(a, p.outer), p.inner)  # bwd: AR(da) over o and i
@@ -202,8 +245,110 @@ class StageGraph:
                                   self.plan.a_cols if reduce else None, ranges,
                                   drop)                       # AR(OUT) over o
 
-    def add_bias(self, OUT: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def average_heads(self, part: torch.Tensor, heads: int, head_width: int) -> torch.Tensor:
+        """The mean over ``heads`` heads of ``head_width`` columns each of this rank's partial
+        per-head sums (``aggregate_weighted(..., reduce=False)`` of a combine-first stage):
+        summed locally per output column, RS over the columns' axis d, AR over o: the output,
+        rows by i, columns by d, replicated over o."""
+        p, c = self.plan, self.comm
+        out_col = self.cached(("out_col", part.shape[1], head_width),
+                              lambda: self._head_columns(part.shape[1], head_width))
+        mean = torch.zeros(part.shape[0], head_width, dtype=part.dtype,
+                           device=part.device).index_add(1, out_col, part)
+        mean = c.reduce_scatter(mean.mul_(1.0 / heads).T, p.depth).T  # RS(OUT) over d; bwd: AG
+        return c.all_reduce(mean, p.outer)                    # AR(OUT) over o
+
+    def _head_columns(self, local: int, head_width: int) -> torch.Tensor:
+        """The output column of each of this rank's ``local`` columns of the heads."""
+        cols = self.col_block(local * self.comm.grid.shape[self.plan.out_cols])
+        return torch.arange(cols.start, cols.stop, device=self.comm.grid.device) % head_width
+
+    def add_bias(self, OUT: torch.Tensor, b: torch.Tensor, inplace: bool = False
+                 ) -> torch.Tensor:
         """OUT + b, b's shard cut like the output's columns (its gradient summed over the
-        output's rows)."""
+        output's rows); ``inplace`` (a fresh OUT nobody saved: a built-in stage's) adds into
+        OUT instead of a copy the size of the stage's output."""
         b = self.comm.all_reduce_grad(b.to(OUT.dtype), self.plan.out_rows)  # bwd: AR(db)
-        return OUT + b
+        return OUT.add_(b) if inplace else OUT + b
+
+    def scalar(self, x: torch.Tensor) -> torch.Tensor:
+        """A parameter replicated on every rank (GIN's ε) cast to the compute precision, its
+        gradient summed over every rank's block."""
+        x = x.to(self.dtype)
+        for axis in self.comm.grid.shape:
+            x = self.comm.all_reduce_grad(x, axis)            # bwd: AR(dx) over each axis
+        return x
+
+    # ---- the graph convolution Â·H·W with a root term ---------------------------------------
+    def conv(self, H: torch.Tensor, step: int | None, root: str = "none",
+             Wr: torch.Tensor | None = None, eps: torch.Tensor | None = None) -> torch.Tensor:
+        """The stage's graph convolution H' = Â·dropout(H)·W (+ root term) in its order, with the
+        stage's dropout (`stage_rate`) and weight "W": aggregate first AR([Â;S]·H) over o, then
+        [AGG | S·H]·[W; Wr] (or (AGG + (1+ε)·S·H)·W), AR(OUT) over i; combine first H·[W | Wr],
+        AR(Z) over i, then AR([Â | S]·[Z; Zr]) over o (`plexus.core.ops.conv` declares it).
+        ``root`` (the declaration's `ConvOperator.root`): "none"; "sage" (H·Wr, ``Wr`` the
+        shard); "gin" ((1+ε)·H, ``eps`` the shard or None for ε = 0); "res" (H: the identity
+        as Wr). A root term multiplies the stage's own stacked block [Â; S] or [Â | S], so one
+        SpMM and one all-reduce serve both."""
+        drop = self.dropout_args(self.stage_rate(), step)
+        if self.plan.order == "agg":  # dropout inside the SpMM's autograd function
+            return self._aggregate_first(H, root, Wr, eps,
+                                         None if drop is None else drop + (self.consume_input,))
+        return self._combine_first(H if drop is None else masked_dropout(H, *drop), root, Wr,
+                                   eps)
+
+    def _conv_block(self, root: str) -> tuple:
+        """The convolution's block and its forward row chunks (plain or stacked), built once."""
+        if root not in self._conv:
+            self._conv[root] = self.graph.plain(self.plan) if root == "none" else \
+                self.graph.stacked(self.plan)
+        return self._conv[root]
+
+    def _root_weight(self, root: str, Wr: torch.Tensor | None, axis: str) -> torch.Tensor:
+        """Wr gathered over W's flat axis (SAGE), or the identity's block (a residual: H·I, a
+        constant, gathered already)."""
+        if root == "sage":
+            return self.comm.all_gather(Wr.to(self.dtype), axis)  # AG(Wr); bwd: RS(dWr)
+        return self.cached("I", self._identity_weight)
+
+    def _identity_weight(self) -> torch.Tensor:
+        p, shape, coords = self.plan, self.comm.grid.shape, self.comm.grid.coords
+        eye = torch.eye(self.d_in, self.d_out)
+        rows = block(eye.shape[0], shape[p.inner], coords[p.inner])
+        cols = block(eye.shape[1], shape[p.w_cols], coords[p.w_cols])
+        return eye[rows, cols].clone().to(self.comm.grid.device, self.dtype)
+
+    def _one_plus_eps(self, eps: torch.Tensor | None) -> torch.Tensor | float:
+        return 1.0 if eps is None else 1 + self.scalar(eps)  # bwd: AR(dε) over each axis
+
+    def _aggregate_first(self, H: torch.Tensor, root: str, Wr, eps, drop: tuple | None
+                         ) -> torch.Tensor:
+        o, i, d, c = self.plan.outer, self.plan.inner, self.plan.depth, self.comm
+        a, chunks = self._conv_block(root)
+        X = aggregate(H, a, c, o, chunks, self.engine.overlap, drop)  # AR([Â;S]·H) over o
+        X = c.all_reduce_grad(X, o)                           # bwd: AR(d[AGG;R]) over o
+        W = c.all_gather(self.params["W"].to(self.dtype), d)  # AG(W) over d; bwd: RS(dW) over d
+        if root != "none":
+            AGG, R = X.chunk(2)                               # Â·H and S·H = H in OUT's rows
+            if root == "gin":
+                X = AGG + self._one_plus_eps(eps) * R
+            else:                                             # [AGG | R]·[W; Wr]
+                X, W = torch.cat([AGG, R], 1), torch.cat([W, self._root_weight(root, Wr, d)], 0)
+        return c.all_reduce(self._gemm(X, W), i)              # AR(OUT) over i
+
+    def _combine_first(self, H: torch.Tensor, root: str, Wr, eps) -> torch.Tensor:
+        o, i, c = self.plan.outer, self.plan.inner, self.comm
+        W = c.all_gather(self.params["W"].to(self.dtype), o)  # AG(W) over o; bwd: RS(dW) over o
+        if root in ("sage", "res"):                           # H·[W | Wr]
+            W = torch.cat([W, self._root_weight(root, Wr, o)], 1)
+        Z = c.all_reduce(self._gemm(H, W), i)                 # AR(Z) over i
+        Z = c.all_reduce_grad(Z, i)                           # bwd: AR(dZ) over i
+        if root in ("sage", "res"):
+            Z = torch.cat(Z.chunk(2, 1), 0)                   # [H·W; H·Wr]
+        elif root == "gin":
+            Z = torch.cat([Z, self._one_plus_eps(eps) * Z], 0)  # [Z; (1+ε)·Z]
+        a, chunks = self._conv_block(root)
+        return aggregate(Z, a, c, o, chunks, self.engine.overlap)  # AR([Â | S]·Z) over o
+
+    def _gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return gemm(a, b, self.comm, self.tuner, f"layer{self.plan.index}")

@@ -9,7 +9,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from plexus.core.layout import LayerPlan, block, padding
-from plexus.core.ops import NORM_OP, OPERATORS, Param, split_name
+from plexus.core.ops import NORM_OP, OPERATORS, split_name
 from plexus.partitioners.plan import RankShard
 
 from .blocks import GraphBlocks, stage_output_ids
@@ -17,7 +17,7 @@ from .comm import Comm, all_reduce_staged, global_norm
 from .config import EngineConfig, ModelConfig
 from .gemm import GemmTuner
 from .loss import ClassifierHead
-from .ops import NORM_STAGE, STAGES, StageInputs, full_from_shards, placement, shard_of_full
+from .ops import NORM_STAGE, ShardMap, Stage3D, StageInputs
 from .primitives import relu
 from .seeding import StepCounter, initial_parameters, initial_stats, parameter_layer, stage_params
 
@@ -60,11 +60,13 @@ class DistributedModel(ClassifierHead, nn.Module):
         out_ids = stage_output_ids(shard)
         graph = GraphBlocks(shard, self.plans, shape, coords, device, self.dtype, engine)
         tuner = GemmTuner(enabled=engine.tune_gemms)
-        self.decls: dict[str, tuple[LayerPlan, Param]] = {
-            decl.name(p.index): (p, decl) for p, decl in stage_params(self.plans, self.widths)}
+        self.shards = ShardMap(grid, self.widths, self.pad.widths_padded)
+        for p, decl in stage_params(self.plans, self.widths):
+            self.shards.declare(decl.name(p.index), p, decl)
+        self.decls = self.shards.decls
         full = {**initial_parameters(seed, self.plans, self.widths),
                 **initial_stats(self.plans, self.widths)}
-        shards = {name: self._shard_of_full(name, value) for name, value in full.items()}
+        shards = {name: self.shards.shard_of_full(name, value) for name, value in full.items()}
         stages, norms = [], {}
         for p in self.plans:
             own = {self.decls[n][1].kind: shards[n] for n in shards
@@ -76,7 +78,7 @@ class DistributedModel(ClassifierHead, nn.Module):
                 self.input_ids[p.index], torch.from_numpy(out_ids[p.index]).to(device),
                 cfg.dropout if cfg.drops_input(p) else 0.0, seed, tuner, self.dtype, engine,
                 graph, cfg)
-            stages.append(STAGES[p.op](inputs))
+            stages.append(Stage3D(inputs))
             if p.norm:
                 norms[str(p.index)] = NORM_STAGE(
                     p, comm, {k: own[k] for k in _NORM_KINDS},
@@ -144,15 +146,6 @@ class DistributedModel(ClassifierHead, nn.Module):
         return stack
 
     # ---- conversion between shards and full tensors ---------------------------------------
-    def _widths_of(self, name: str) -> tuple[LayerPlan, Param, int, int, int, int]:
-        p, decl = self.decls[name]
-        s, w, wp = p.index, self.widths, self.pad.widths_padded
-        return p, decl, w[s], w[s + 1], wp[s], wp[s + 1]
-
-    def _shard_of_full(self, name: str, full: torch.Tensor) -> torch.Tensor:
-        p, decl, _, _, d_in, d_out = self._widths_of(name)
-        return shard_of_full(decl, p, self.comm.grid, full, d_in, d_out)
-
     def named_shards(self) -> dict[str, nn.Parameter]:
         """Trainable shards by grid-independent name."""
         out = {}
@@ -195,18 +188,13 @@ class DistributedModel(ClassifierHead, nn.Module):
             full[ids[real], cols] = shard.detach()[real]
             all_reduce_staged(full)
             return full[:, :f]
-        p, decl, real_in, real_out, d_in, d_out = self._widths_of(name)
-        return full_from_shards(decl, p, self.comm.grid, shard, (real_in, real_out), d_in, d_out)
+        return self.shards.full_of_shard(name, shard)
 
     def owns(self, name: str) -> bool:
         """Whether this rank's shard of ``name`` is the replica that counts it in a sum over
         the full tensor (every element once over the world; the input features are cut, never
         replicated)."""
-        if name == "features":
-            return True
-        p, decl, _, _, d_in, d_out = self._widths_of(name)
-        grid = self.comm.grid
-        return placement(decl, p, grid.shape, grid.coords, d_in, d_out)[1]
+        return name == "features" or self.shards.owns(name)
 
     def grad_norm(self) -> torch.Tensor:
         """The 2-norm of the full gradient (collective): what clipping compares with its limit,
@@ -223,7 +211,7 @@ class DistributedModel(ClassifierHead, nn.Module):
             real = ids >= 0
             padded[real, : full.shape[1]] = full[ids[real]]
             return padded[:, cols].clone()
-        return self._shard_of_full(name, full).to(full.device)
+        return self.shards.shard_of_full(name, full).to(full.device)
 
 
 # BatchNorm's parameter and statistic kinds (its declaration's), among a stage's

@@ -3,8 +3,9 @@
 `pyg_spec` describes the model the way an export records it (the ``pyg`` block of
 `plexus.api.export`): every sub-module as its class and constructor arguments, so every width
 is written down (GIN's inner MLP included) and the file rebuilds its own model. `PygModel`
-builds that description from PyG's public layers (GCNConv, SAGEConv, GINConv around
-Sequential(Linear, ReLU, Linear), GATConv; Linear for the MLP) in a ``ModuleList`` ``convs``, and
+builds that description from PyG's public layers (each kind's declared class: GCNConv,
+SAGEConv, GINConv around Sequential(Linear, ReLU, Linear), GATConv, GraphConv; Linear for the
+MLP) in a ``ModuleList`` ``convs``, and
 BatchNorm1d in ``bns``, applied as conv → (+ input: residual) → BatchNorm → ReLU on every layer
 but the last, dropout on each layer's input as `ModelConfig` places it. It is the one builder
 of `plexus.api.load_pyg` and of the reference stacks (`plexus.testing.pyg_reference`).
@@ -20,14 +21,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from plexus.core.model import MAX_LAYERS, ModelConfig
-from plexus.core.ops import KINDS
+from plexus.core.ops import KINDS, OPERATORS
 
 from .ops.batchnorm import EPS, MOMENTUM
 
-#: The classes a description may name: PyG's layers, and torch's own modules.
-PYG_CLASSES = ("GCNConv", "SAGEConv", "GINConv", "GATConv")
+#: The classes a description may name: torch's own modules, and the PyG layers the model kinds
+#: declare (`plexus.core.ops.KINDS`).
 TORCH_CLASSES: dict[str, type[nn.Module]] = {"Linear": nn.Linear, "ReLU": nn.ReLU,
                                              "BatchNorm1d": nn.BatchNorm1d}
+PYG_CLASSES = tuple(dict.fromkeys(k.pyg_class for k in KINDS.values()
+                                  if k.pyg_class not in TORCH_CLASSES))
+#: The PyG layers that take edge weights (the kinds that declare `takes_edge_weights`)
+WEIGHTED_CLASSES = frozenset(k.pyg_class for k in KINDS.values() if k.takes_edge_weights)
 
 
 #: Arguments that choose where and in what a module lives: never a file's to choose
@@ -72,7 +77,7 @@ def pyg_spec(config: ModelConfig, num_features: int, num_classes: int) -> dict:
         norm = {"class": "BatchNorm1d", "num_features": widths[l + 1], "eps": EPS,
                 "momentum": MOMENTUM} if stages[-1].norm else None
         layers.append({"conv": conv_spec(config, l, widths[l], widths[l + 1]), "norm": norm,
-                       "residual": any(p.residual for p in stages)})
+                       "residual": any(OPERATORS[p.op].adds_input(p) for p in stages)})
     return {"class": KINDS[config.kind].pyg_class, "num_layers": config.num_layers,
             "in_channels": num_features, "hidden_channels": config.hidden,
             "out_channels": num_classes, "bias": config.bias, "widths": widths,
@@ -170,8 +175,10 @@ class PygModel(nn.Module):
             elif edge_index is None:
                 raise ValueError(f"a {self.kind} model needs edge_index (2 x E)")
             elif edge_weight is not None:
-                if self.kind != "GCNConv":
-                    raise ValueError(f"only GCNConv takes edge weights, not {self.kind}")
+                if self.kind not in WEIGHTED_CLASSES:
+                    raise ValueError(f"{self.kind} takes no edge weights; only "
+                                     f"{', '.join(sorted(WEIGHTED_CLASSES - set(TORCH_CLASSES)))}"
+                                     " does")
                 h = conv(x, edge_index, edge_weight)
             else:
                 h = conv(x, edge_index)

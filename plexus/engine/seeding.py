@@ -7,19 +7,22 @@ grid and on the serial reference. The masks themselves: `plexus.engine.masks`.
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import torch
 
 from plexus.core.layout import LayerPlan
 from plexus.core.ops import NORM_OP, OPERATORS, Param, split_name
+from plexus.core.ops.base import glorot_bound
 
 
-def _glorot(d_in: int, d_out: int, gen: torch.Generator) -> torch.Tensor:
-    """One d_in × d_out Glorot-uniform matrix drawn from ``gen``."""
-    bound = math.sqrt(6.0 / (d_in + d_out))
-    return (torch.rand(d_in, d_out, generator=gen) * 2 - 1) * bound
+def glorot(shape: Sequence[int], gen: torch.Generator,
+           fans: tuple[int, int] | None = None) -> torch.Tensor:
+    """A Glorot-uniform tensor of ``shape`` drawn from ``gen``: uniform in ±`glorot_bound` of
+    ``fans`` (default its first and last dimensions; PyG's attention vectors: heads and
+    per-head width)."""
+    rows, cols = fans or (shape[0], shape[-1])
+    return (torch.rand(tuple(shape), generator=gen) * 2 - 1) * glorot_bound(rows, cols)
 
 
 def stage_params(plans: Sequence[LayerPlan], widths: Sequence[int]) -> list[tuple[LayerPlan, Param]]:
@@ -37,11 +40,9 @@ def stage_params(plans: Sequence[LayerPlan], widths: Sequence[int]) -> list[tupl
 
 def _initial(decl: Param, gens: list[torch.Generator]) -> torch.Tensor:
     if decl.init == "glorot":
-        return _glorot(*decl.shape, gens[decl.stream])
+        return glorot(decl.shape, gens[decl.stream])
     if decl.init == "glorot_heads":  # PyG's attention vectors: the bound of (heads, width)
-        per = decl.shape[0] // decl.heads
-        bound = math.sqrt(6.0 / (decl.heads + per))
-        return (torch.rand(decl.shape, generator=gens[decl.stream]) * 2 - 1) * bound
+        return glorot(decl.shape, gens[decl.stream], (decl.heads, decl.shape[0] // decl.heads))
     return (torch.ones if decl.init == "ones" else torch.zeros)(decl.shape)
 
 

@@ -15,10 +15,10 @@ from torch import nn
 from plexus.datasets.graph import Graph
 
 from .config import ModelConfig
-from .ops import NORM_SERIAL, SERIAL
+from .ops import NORM_SERIAL, serial_of
 from .loss import TaskMetrics
 from .rocauc import serial_rocauc
-from .masks import dropout
+from .masks import dropout, edge_keep
 from .seeding import StepCounter, initial_parameters, initial_stats, parameter_layer
 
 
@@ -63,13 +63,19 @@ class SerialModel(TaskMetrics, nn.Module):
         key = f"{kind}{s}"
         return self.params[key] if key in self.params else None
 
+    def edge_keep(self, step: int, layer: int, heads: int, dst: torch.Tensor,
+                  src: torch.Tensor, rate: float) -> torch.Tensor:
+        """The engine's attention-dropout keep mask of edges src -> dst (`masks.edge_keep`),
+        for a kind's serial reference."""
+        return edge_keep(self.seed, step, layer, heads, dst, src, rate)
+
     def stat(self, kind: str, s: int) -> torch.Tensor:
         """Running statistic ``kind`` of stage ``s`` ("mean", "var")."""
         return getattr(self, f"{kind}{s}")
 
     def stage(self, p, H: torch.Tensor, step: int | None = None) -> torch.Tensor:
         """One stage without dropout and activation: its operator, bias, BatchNorm."""
-        OUT = SERIAL[p.op](self, p, H, step)
+        OUT = serial_of(p.op)(self, p, H, step)
         b = self.param("b", p.index)
         if b is not None:
             OUT = OUT + b

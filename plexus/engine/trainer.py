@@ -15,7 +15,7 @@ from torch.nn.utils import clip_grads_with_norm_
 from .config import TrainConfig
 
 
-class TrainableGCN(Protocol):
+class TrainableModel(Protocol):
     """What the trainer needs of a model (SerialModel and DistributedModel both provide it)."""
 
     def __call__(self, step: int | None = None) -> torch.Tensor: ...
@@ -78,7 +78,7 @@ class BestEpoch:
         return cls(d.get("epoch"), d.get("val_acc"), d.get("test_acc"), d.get("train_acc"))
 
 
-def param_groups(model: TrainableGCN, params: dict[str, torch.nn.Parameter],
+def param_groups(model: TrainableModel, params: dict[str, torch.nn.Parameter],
                  cfg: TrainConfig) -> list[dict]:
     """The optimizer's parameter groups: weight decay on every parameter, or (scope "first", as
     Kipf & Welling) on the first layer's only."""
@@ -122,7 +122,7 @@ class Trainer:
     clipping and early stopping (`TrainConfig`). ``best`` is the best validation epoch so far;
     ``stopped`` the epoch early stopping ended the run at (None: it did not)."""
 
-    def __init__(self, model: TrainableGCN, cfg: TrainConfig) -> None:
+    def __init__(self, model: TrainableModel, cfg: TrainConfig) -> None:
         self.model, self.cfg = model, cfg
         self.params = model.named_shards()
         self.opt = make_optimizer(param_groups(model, self.params, cfg), cfg)

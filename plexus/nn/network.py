@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import numpy as np
@@ -11,7 +10,7 @@ import torch
 from torch import nn
 
 from plexus.core.layout import DEFAULT_PERMUTATION, LayerPlan, block, grid_misfit, layer_plans, padding
-from plexus.core.ops import Param
+from plexus.core.ops import NORM_OP, OPERATORS, Param
 from plexus.datasets import Graph
 from plexus.datasets.graph import incoming
 from plexus.engine.blocks import GraphBlocks, stage_output_ids
@@ -21,11 +20,11 @@ from plexus.engine.gemm import GemmTuner
 from plexus.engine.graph3d import StageGraph
 from plexus.engine.grid import Grid
 from plexus.engine.loss import ClassifierHead
-from plexus.engine.ops import BatchNorm3D, full_from_shards, placement, shard_of_full
+from plexus.engine.ops import BatchNorm3D, ShardMap
 from plexus.engine.primitives import relu
 from plexus.core.model import check_seed
 from plexus.engine.masks import dropout, edge_keep
-from plexus.engine.seeding import StepCounter
+from plexus.engine.seeding import glorot, StepCounter
 from plexus.partitioners import shard_graph
 
 from .graph import LayerGraph, output_layout
@@ -96,8 +95,7 @@ class BatchNorm(nn.Module):
 
 def _initial(init: str, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
     if init == "glorot":
-        bound = math.sqrt(6.0 / (shape[0] + shape[-1]))
-        return (torch.rand(shape, generator=gen) * 2 - 1) * bound
+        return glorot(shape, gen)
     if init in ("zeros", "ones"):
         return (torch.ones if init == "ones" else torch.zeros)(shape)
     raise ValueError(f"unknown init {init!r}; use glorot, zeros or ones")
@@ -157,14 +155,15 @@ class Network(ClassifierHead, nn.Module):
                                   _describe(p.index, layer), weights)
                        for p, layer in zip(self.plans, layers)]
         gen = torch.Generator().manual_seed(seed)
-        self.decls: dict[str, tuple[LayerPlan, Param]] = {}
+        self.shards = ShardMap(grid, widths, wp)
+        self.decls = self.shards.decls
         for p, layer in zip(self.plans, layers):
             d_in, d_out = widths[p.index], widths[p.index + 1]
             for name, layout, init in layer.declared:
                 decl = Param(name, _SHAPES[layout](d_in, d_out), layout, init)
-                self.decls[f"{p.index}.{name}"] = (p, decl)
+                self.shards.declare(f"{p.index}.{name}", p, decl)
                 full = _initial(init, decl.shape, gen)
-                layer.register_parameter(name, nn.Parameter(self._shard_of_full(
+                layer.register_parameter(name, nn.Parameter(self.shards.shard_of_full(
                     f"{p.index}.{name}", full)))
             for module in layer.modules():
                 if isinstance(module, BatchNorm):
@@ -186,42 +185,28 @@ class Network(ClassifierHead, nn.Module):
             raise ValueError(f"layer {p.index}'s BatchNorm has {bn.num_features} features, the "
                              f"layer gives {self.widths[p.index + 1]}")
         shards = {}
-        for kind, init in (("gamma", "ones"), ("beta", "zeros"), ("mean", "zeros"),
-                           ("var", "ones")):
-            decl = Param(kind, (bn.num_features,), "vector", init, buffer=kind in ("mean", "var"))
-            name = f"{p.index}.bn.{kind}"
-            self.decls[name] = (p, decl)
-            shards[kind] = self._shard_of_full(name, _initial(init, decl.shape, None))
+        for decl in OPERATORS[NORM_OP].params(p, bn.num_features, bn.num_features):
+            name = f"{p.index}.bn.{decl.kind}"  # BatchNorm's declaration, as the engine's
+            self.shards.declare(name, p, decl)
+            shards[decl.kind] = self.shards.shard_of_full(name, _initial(decl.init, decl.shape,
+                                                                          None))
         return BatchNorm3D(p, self.comm, shards, torch.from_numpy(out_ids >= 0), num_nodes)
 
     # ---- shards <-> full tensors --------------------------------------------------------------
-    def _where(self, name: str):
-        p, decl = self.decls[name]
-        s, wp = p.index, self.pad.widths_padded
-        return p, decl, self.widths[s], self.widths[s + 1], wp[s], wp[s + 1]
-
-    def _shard_of_full(self, name: str, full: torch.Tensor) -> torch.Tensor:
-        p, decl, _, _, d_in, d_out = self._where(name)
-        return shard_of_full(decl, p, self.comm.grid, full, d_in, d_out)
-
     def full_parameter(self, name: str, shard: torch.Tensor) -> torch.Tensor:
         """The full tensor of parameter ``name`` ("<layer>.<name>") from every rank's shard
         (collective)."""
-        p, decl, real_in, real_out, d_in, d_out = self._where(name)
-        return full_from_shards(decl, p, self.comm.grid, shard, (real_in, real_out), d_in, d_out)
+        return self.shards.full_of_shard(name, shard)
 
     def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
         """This rank's shard of the full tensor of ``name``."""
-        return self._shard_of_full(name, full)
+        return self.shards.shard_of_full(name, full)
 
     def grad_norm(self) -> torch.Tensor:
         """The 2-norm of the full gradient, every element counted once (collective)."""
-        grid, grads = self.comm.grid, []
-        for name, p in self.named_shards().items():
-            pl, decl, _, _, d_in, d_out = self._where(name)
-            if p.grad is not None and placement(decl, pl, grid.shape, grid.coords, d_in, d_out)[1]:
-                grads.append(p.grad)
-        return global_norm(grads, grid.device)
+        return global_norm([p.grad for name, p in self.named_shards().items()
+                            if p.grad is not None and self.shards.owns(name)],
+                           self.comm.grid.device)
 
     def named_shards(self) -> dict[str, nn.Parameter]:
         """Trainable shards by grid-independent name ("<layer>.<name>", "<layer>.bn.gamma")."""

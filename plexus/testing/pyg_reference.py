@@ -1,9 +1,9 @@
-"""PyG's layer stacks of the models Plexus trains (GCNConv with BatchNorm1d and residual
-connections, SAGEConv, GINConv, GATConv, Linear) and a copy of a serial Plexus model's weights into
-them: the reference that tests and the accuracy benchmark compare with. The stacks are PyG's
-public modules built by the engine's one builder (`plexus.engine.pygmodel`, which
-`plexus.load_pyg` uses too); the weights are copied by module attribute here, independently of
-the exporter's parameter names, so an export and this copy meet only through the weights.
+"""PyG's layer stacks of the models Plexus trains (each kind's declared PyG layer, BatchNorm1d and
+residual connections) and a copy of a serial Plexus model's weights into them: the reference
+that tests and the accuracy benchmark compare with. The stacks are PyG's public modules built by
+the engine's one builder (`plexus.engine.pygmodel`, which `plexus.load_pyg` uses too); the
+weights are copied under the PyG names the declarations give (`plexus.core.ops`), so a new kind
+needs nothing here.
 Needs ``torch_geometric`` (the test extra).
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from plexus.api.export import pyg_names
 from plexus.core.model import ModelConfig
 from plexus.engine.pygmodel import PygModel, pyg_spec
 from plexus.engine.serial import SerialModel
@@ -27,46 +28,22 @@ class PygStack(PygModel):
 
 
 def copy_weights(stack: PygStack, serial: SerialModel) -> dict[str, torch.Tensor]:
-    """Serial parameters into the PyG stack; returns {serial name: the PyG tensor it became}."""
-    p, cfg, pairs = serial.params, serial.cfg, {}
-
-    def put(target: torch.Tensor, name: str, transpose: bool = False) -> None:
-        if name in p:
-            with torch.no_grad():
-                target.copy_(p[name].T if transpose else p[name].reshape(target.shape))
+    """Serial parameters into the PyG stack under the names the declarations give them
+    (`plexus.api.export.pyg_names`: each operator's PyG name under its kind's module prefix);
+    returns {serial name: the PyG tensor it became}. PyG's parameters that Plexus has none of
+    (a bias before BatchNorm: β is the bias there) are zeroed. A wrong declared name cannot
+    pass: it names no PyG tensor, or the outputs differ."""
+    names = pyg_names(serial.cfg, serial.widths[0], serial.widths[-1])
+    targets = {**dict(stack.named_parameters()), **dict(stack.named_buffers())}
+    pairs = {}
+    with torch.no_grad():
+        for name, value in serial.params.items():
+            target = targets[names[name]]
+            value = value.T if value.dim() == 2 else value  # torch.nn.Linear stores [out, in]
+            target.copy_(value.reshape(target.shape))
             pairs[name] = target
-        else:  # no such parameter in Plexus (a bias before BatchNorm): PyG's stays zero
-            with torch.no_grad():
+        paired = {id(t) for t in pairs.values()}
+        for target in stack.parameters():
+            if id(target) not in paired:
                 target.zero_()
-
-    step = cfg.stages_per_layer
-    for l, conv in enumerate(stack.convs):
-        s = l * step
-        if cfg.kind == "gcn":
-            put(conv.lin.weight, f"W{s}", True)
-            if conv.bias is not None:
-                put(conv.bias, f"b{s}")
-        elif cfg.kind == "sage":
-            put(conv.lin_l.weight, f"W{s}", True)
-            put(conv.lin_l.bias, f"b{s}")
-            put(conv.lin_r.weight, f"Wr{s}", True)
-        elif cfg.kind == "gin":
-            put(conv.nn[0].weight, f"W{s}", True)
-            put(conv.nn[0].bias, f"b{s}")
-            put(conv.nn[2].weight, f"W{s + 1}", True)
-            put(conv.nn[2].bias, f"b{s + 1}")
-            put(conv.eps, f"eps{s}")
-        elif cfg.kind == "gat":
-            put(conv.lin.weight, f"W{s}", True)
-            put(conv.att_src, f"att_src{s}")
-            put(conv.att_dst, f"att_dst{s}")
-            if conv.bias is not None:
-                put(conv.bias, f"b{s}")
-        else:
-            put(conv.weight, f"W{s}", True)
-            if conv.bias is not None:
-                put(conv.bias, f"b{s}")
-        if stack.bns is not None and l < len(stack.bns):
-            put(stack.bns[l].weight, f"gamma{s + step - 1}")
-            put(stack.bns[l].bias, f"beta{s + step - 1}")
     return pairs

@@ -27,6 +27,7 @@ import plexus
 from cli_helpers import read_log, train
 from helpers import REPO, assert_one_line
 from plexus.api import RECIPES, RecipeError
+from plexus.core.ops import KINDS
 from plexus.datasets import DatasetError, Graph, load_dataset
 from plexus.engine.config import ModelConfig, TrainConfig
 from plexus.engine.serial import SerialModel
@@ -259,8 +260,8 @@ def test_a_pyg_user_cannot_fall_into_the_api_traps():
                                           "graph, grid, model=...)")
     assert got["misspelt"].startswith("TypeError: unknown model option 'hiden'; the options "
                                       "are num_layers, hidden,")
-    assert got["unknown_kind"] == ("ModelError: unknown model kind 'sgae'; use one of gcn, "
-                                   "sage, gin, mlp, gat")
+    assert got["unknown_kind"] == ("ModelError: unknown model kind 'sgae'; use one of "
+                                   + ", ".join(KINDS))  # every registered kind
     assert got["bad_value"] == "ModelError: heads must be an integer >= 1, got 0"
 
 
@@ -587,6 +588,7 @@ EXPORT_KINDS = {
     "gat-batchnorm": dict(model="gat", heads=2, out_heads=3, hidden=5, norm="batch",
                           attn_dropout=0.2),
     "mlp": dict(model="mlp"),
+    "graphconv-batchnorm": dict(model="graphconv", norm="batch"),
     "mlp-batchnorm": dict(model="mlp", num_layers=3, norm="batch", bias=False),
 }
 

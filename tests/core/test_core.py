@@ -93,3 +93,71 @@ def test_write_behind_syncs_and_drops_what_it_wrote_step_by_step(tmp_path, monke
     assert (tmp_path / "f").read_bytes() == data
     assert drops == [(0, 3500), (3500, 3500), (7000, 3500), (10_500, 500)]
     assert syncs == ["fsync"]  # the steps use fdatasync, the end fsync (data and size)
+
+
+# ---- a kind's options: declared in its file, made into ModelConfig fields, plans and flags ----
+def test_kind_options_become_fields_plan_options_and_flags():
+    """Each kind's ``Options`` (its file in plexus.core.ops) is where its options live: they are
+    `ModelConfig` fields with the declared defaults, flags with the declared help, metavar and
+    checks, and what a stage needs of them rides on its plan's ``options`` (LayerPlan has no
+    field of any kind's)."""
+    import argparse
+    import dataclasses
+
+    from plexus.core import modelopts
+    from plexus.core.cli import UsageError
+    from plexus.core.layout import LayerPlan
+    from plexus.core.model import ModelConfig
+    from plexus.core.ops import KINDS
+
+    declared = {f.name: f for k in KINDS.values() if k.options
+                for f in dataclasses.fields(k.options)}
+    assert {"residual", "train_eps", "heads", "out_heads", "attn_dropout",
+            "negative_slope"} <= set(declared)
+    fields = {f.name: f for f in dataclasses.fields(ModelConfig)}
+    assert all(fields[n].default == f.default for n, f in declared.items())
+    assert not set(declared) & {f.name for f in dataclasses.fields(LayerPlan)}
+    parser = argparse.ArgumentParser()
+    group = modelopts.add_model_options(parser)
+    flags = {a.dest: a for a in group._group_actions}
+    for name, f in declared.items():
+        assert flags[name].default == f.default
+        assert flags[name].help == f.metadata["help"].format(default=f.default)
+    args = parser.parse_args(["--model", "gat", "--heads", "3", "--out-heads", "2",
+                              "--negative-slope", "0.1"])
+    cfg = modelopts.model_config(args)
+    assert (cfg.heads, cfg.out_heads, cfg.negative_slope) == (3, 2, 0.1)
+    plans = cfg.plans(10, 4)
+    assert [(p.options.heads, p.options.concat) for p in plans] == [(3, True), (2, False)]
+    gin = ModelConfig(kind="gin", train_eps=False).plans(10, 4)
+    assert [p.options for p in gin][1] is None and not gin[0].options.learnable_eps
+    assert ModelConfig(residual=True, hidden=10).plans(10, 10)[0].options.residual
+    for argv, message in ((["--model", "gat", "--heads", "0"], "--heads must be >= 1"),
+                          (["--model", "gat", "--attn-dropout", "1"], "--attn-dropout must be in"),
+                          (["--heads", "2"], "--heads is an option of the gat model")):
+        args = parser.parse_args(argv)
+        with pytest.raises(UsageError, match=message):
+            modelopts.check_model_options(args)
+            modelopts.model_config(args)
+
+
+def test_every_kind_is_one_file_without_torch():
+    """Each operator's declaration, torch code (``stage``, on the stage toolkit) and serial
+    reference are its one module in plexus.core.ops (plexus.engine.ops has no module per
+    kind), and importing every declaration loads no torch (the performance model reads them)."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    from plexus.core.ops import NORM_OP, OPERATORS
+    from plexus.core.ops.base import Operator
+
+    for name, op in OPERATORS.items():
+        if name == NORM_OP:  # BatchNorm follows a stage: plexus.engine.ops.batchnorm
+            continue
+        assert type(op).stage is not Operator.stage and type(op).serial is not Operator.serial
+        assert importlib.util.find_spec(f"plexus.engine.ops.{name}") is None, name
+    code = "import sys, plexus.core.model, plexus.core.modelopts; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"

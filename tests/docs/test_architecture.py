@@ -80,7 +80,7 @@ ALL = modules()
 
 
 def test_the_walk_sees_the_project():
-    assert {"plexus.core.layout", "plexus.engine.ops.conv", "plexus.datasets.graph",
+    assert {"plexus.core.layout", "plexus.core.ops.conv", "plexus.datasets.graph",
             "plexus.partitioners.plan", "plexus.train.cli", "plexus.perfmodel.model"} <= set(ALL)
 
 

@@ -1,10 +1,11 @@
 """Each serial reference model equals PyG's layers of the same name with the same weights copied
 in: GCNConv (with BatchNorm1d and residual connections), SAGEConv, GINConv, GATConv (1, 2, 3 and
-4 heads, concatenated and averaged) and Linear stacks, on an undirected and a directed graph, to
-1e-5 on the logits, every gradient, every running statistic and the evaluation-mode logits.
+4 heads, concatenated and averaged), GraphConv and Linear stacks, on an undirected and a directed
+graph, to 1e-5 on the logits, every gradient, every running statistic and the evaluation-mode
+logits.
 
-The PyG stacks (`plexus.testing.pyg_reference`) are built from PyG's public modules,
-independently of Plexus's exporter, so the two sides meet only through the weights.
+The PyG stacks (`plexus.testing.pyg_reference`) are built from PyG's public modules; the weights
+are copied under the PyG names the operators declare, so a wrong name fails here.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ CONFIGS = {
     "gat": ModelConfig(3, 4, 0.0, kind="gat", heads=2, out_heads=3, negative_slope=0.1),
     "gat-batchnorm-1head": ModelConfig(2, HIDDEN, 0.0, kind="gat", norm="batch"),
     "gat-4heads-nobias": ModelConfig(2, 3, 0.0, kind="gat", heads=4, out_heads=2, bias=False),
+    "graphconv": ModelConfig(3, HIDDEN, 0.0, kind="graphconv", order="agg,combine,agg"),
+    "graphconv-batchnorm-nobias": ModelConfig(2, HIDDEN, 0.0, kind="graphconv", norm="batch",
+                                              bias=False),
 }
 
 

@@ -1,22 +1,28 @@
 """Every operator and model kind, declared once (no torch).
 
 An operator (`base.Operator`) declares a stage kind: its parameters with their shapes, init and
-PyG names, the collectives it issues with their sizes, its flops and its memory. A model kind
-(`base.ModelKind`) says how one GNN layer expands into stages. The engine's torch code of each
-operator is in `plexus.engine.ops` under the same name; adding a kind means one module here, its
-torch module there, a line in each registry and its tests (ARCHITECTURE.md, "Where to add").
+PyG names, the collectives it issues with their sizes, its flops and its memory, and holds its
+torch code written on the stage toolkit (``stage``) and its serial reference (``serial``),
+neither importing torch here. A model kind (`base.ModelKind`) says how one GNN layer expands
+into stages. Adding a kind: one module here, listed in `MODULES`, and its tests
+(ARCHITECTURE.md, "Where to add").
 """
 
 from __future__ import annotations
 
-from . import batchnorm, dense, gat, gcn, gin, sage
+from . import batchnorm, dense, gat, gcn, gin, graphconv, sage
 from .base import NORMS, Flops, ModelKind, Operator, Param, StageMemory, StageSizes, split_name
 
-OPERATORS: dict[str, Operator] = {op.name: op for op in (
-    gcn.GCN(), sage.SAGE(), gin.GIN(), dense.Dense(), gat.GAT(), batchnorm.BatchNorm())}
+#: The registry: each module declares its operators (`Operator` subclasses) and its model
+#: kind (``KIND``), in the order --model lists them.
+MODULES = (gcn, sage, gin, dense, gat, graphconv, batchnorm)
 
-KINDS: dict[str, ModelKind] = {k.name: k for k in (
-    gcn.KIND, sage.KIND, gin.KIND, dense.KIND, gat.KIND)}
+OPERATORS: dict[str, Operator] = {op.name: op for op in (
+    v() for m in MODULES for v in vars(m).values()
+    if isinstance(v, type) and issubclass(v, Operator) and v.__module__ == m.__name__
+    and v.name)}
+
+KINDS: dict[str, ModelKind] = {m.KIND.name: m.KIND for m in MODULES if hasattr(m, "KIND")}
 
 NORM_OP = "batchnorm"  # the operator after a stage whose plan has ``norm``
 

@@ -11,10 +11,15 @@ same operator lives in `plexus.engine.ops` under the same name.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Sequence
 
 from plexus.core.layout import LayerPlan, Padding
+
+#: The torch code's types, named only (plexus.core imports neither torch nor the engine): a
+#: tensor, the stage toolkit `plexus.engine.graph3d.StageGraph`, the serial model
+#: `plexus.engine.serial.SerialModel`
+Tensor = StageGraph = SerialModel = Any
 
 NORMS = ("none", "batch")
 
@@ -237,6 +242,15 @@ class Operator:
         them with other stages); else it holds what it needs in `memory`'s ``resident``."""
         return False
 
+    def adds_input(self, plan: LayerPlan) -> bool:
+        """Whether the stage adds its input to its output (a residual connection; PyG's stack
+        adds it after the layer)."""
+        return False
+
+    def learns_eps(self, plan: LayerPlan) -> bool:
+        """Whether the stage trains a scalar ε replicated on every rank (GIN's)."""
+        return False
+
     def head_blocks(self, plan: LayerPlan) -> int:
         """How many blocks of the output width the inner width holds (1: the same width)."""
         return 1
@@ -279,6 +293,38 @@ class Operator:
     def memory(self, z: StageSizes) -> StageMemory:
         raise NotImplementedError
 
+    # ---- the torch code (run by the engine; nothing here imports torch) ----------------------
+    def stage(self, g: StageGraph, H: Tensor, step: int | None) -> Tensor:
+        """The stage on the grid, written with the stage toolkit ``g``
+        (`plexus.engine.graph3d.StageGraph`: ``g.linear``, ``g.aggregate``, ``g.conv``,
+        ``g.dropout``, the edge operations; the parameter shards ``g.param(kind)``): H received
+        (rows by o, columns by i), its output before the bias (the engine adds it). Every
+        collective it issues is the one `forward`/`backward` declare."""
+        raise NotImplementedError
+
+    def serial(self, m: SerialModel, p: LayerPlan, H: Tensor, step: int | None) -> Tensor:
+        """The serial reference of the stage on the whole graph before its bias: ``m`` is the
+        serial model (``m.adj``: Â as a torch sparse matrix, ``m.param(kind, stage)``, ``m.cfg``,
+        ``m.seed``, ``m.training``); tensor methods only (``m.adj @ X``)."""
+        raise NotImplementedError
+
+
+def option(default: Any, help: str, *, metavar: str | None = None, check: str = "",
+           negatable: bool = False) -> Any:
+    """A field of a kind's options dataclass (`ModelKind.options`): `plexus.core.model.ModelConfig`
+    takes it as a keyword and `plexus.core.modelopts` makes its flag from it (``--name-with-
+    dashes``; ``help`` with ``{default}`` filled in; ``metavar``). ``check``: "count" (an integer
+    >= 1), "rate" (in [0, 1)), "finite" (a finite number); a bool is a switch (``negatable``:
+    ``--x/--no-x``, else ``--x`` turns it on)."""
+    return field(default=default, metadata={"help": help, "metavar": metavar, "check": check,
+                                            "negatable": negatable})
+
+
+def stage_option(plan: LayerPlan, name: str, default: Any) -> Any:
+    """A stage's per-stage option ``name`` (`ModelKind.stage_options`), ``default`` where its
+    kind declares none."""
+    return getattr(plan.options, name, default)
+
 
 @dataclass(frozen=True)
 class ModelKind:
@@ -289,6 +335,11 @@ class ModelKind:
     parameters live under (``{l}``: the GNN layer). ``pyg_kwargs`` gives a layer's PyG
     constructor arguments besides its widths and bias (`plexus.engine.pygmodel.conv_spec`); a
     layer built around its own MLP (GINConv) describes it under ``"nn"``, module by module.
+    ``options`` is the kind's options dataclass (fields made with `option`: `ModelConfig`
+    fields and command-line flags), ``stage_options`` what a stage's plan carries of them
+    (`LayerPlan.options`; called with the config, the GNN layer, the stage's position in it and
+    its widths), ``hidden_width`` a hidden layer's output width, ``summary`` the kind's part
+    of a model's one-line description.
     """
 
     name: str
@@ -297,13 +348,22 @@ class ModelKind:
     pyg_class: str
     pyg_prefixes: tuple[str, ...]
     description: str
-    attention: bool = False  # has heads (ModelConfig.heads, out_heads)
-    options: tuple[str, ...] = ()  # ModelConfig fields that only this kind takes
+    attention: bool = False  # has heads: its stages aggregate with their own attention
+    options: type | None = None  # the kind's options dataclass (fields made with `option`)
     #: a weighted graph (`plexus.datasets.Graph.weighted`) means something to it: GCN
     #: normalizes with the weights, an MLP reads no graph; the others would silently ignore them
     takes_edge_weights: bool = False
     pyg_kwargs: Callable[[Any, int, int, int], dict] = field(  # (config, layer, in, out)
         default=lambda cfg, layer, d_in, d_out: {})
+    stage_options: Callable[[Any, int, int, int, int], Any] = field(  # (config, layer,
+        default=lambda cfg, layer, pos, d_in, d_out: None)  # position in it, in, out)
+    hidden_width: Callable[[Any], int] = field(default=lambda cfg: cfg.hidden)
+    summary: Callable[[Any], str] = field(default=lambda cfg: "")
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        """The `ModelConfig` fields only this kind takes."""
+        return tuple(f.name for f in fields(self.options)) if self.options else ()
 
 
 def glorot_bound(rows: int, cols: int) -> float:

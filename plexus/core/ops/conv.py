@@ -9,7 +9,7 @@ GIN adds (1+ε)·S·H before it. See docs/design.md, "Models".
 
 from __future__ import annotations
 
-from .base import (Add, Flops, MASTER_BYTES, Operator, StageMemory, StageSizes, div,
+from .base import (Add, Flops, MASTER_BYTES, Operator, Param, StageMemory, StageSizes, div,
                    dropout_work, param_memory)
 
 
@@ -30,6 +30,10 @@ class ConvOperator(Operator):
 
     def gathers_wr(self, plan) -> bool:
         return self.root(plan) == "sage"
+
+    def stage(self, g, H, step):
+        """The toolkit's graph convolution with this operator's root term (``g.conv``)."""
+        return g.conv(H, step, self.root(g.plan), Wr=g.param("Wr"), eps=g.param("eps"))
 
     def uses_plain_block(self, plan) -> bool:
         """Without a root term the stage multiplies by the shard's block (and its transpose);
@@ -56,7 +60,7 @@ class ConvOperator(Operator):
     def backward(self, add: Add, z: StageSizes) -> None:
         p, n, D, D2 = z.plan, z.n, z.D, z.D2
         o, i, d = p.outer, p.inner, p.depth
-        if p.learnable_eps:
+        if self.learns_eps(p):
             for axis in ("x", "y", "z"):  # ε is replicated on every rank
                 add("AR(dε)", "backward", "all_reduce", axis, 1)
         weights = ("W", "Wr") if self.gathers_wr(p) else ("W",)
@@ -105,7 +109,7 @@ class ConvOperator(Operator):
         w_blk = k * (D / i * D2 / o if p.order == "agg" else D / i * D2 / d)
         w_flat = z.size(p.w_flat)
         gathered = w_blk if w_flat > 1 else 0.0
-        vectors = (D2 / z.size(p.out_cols) if p.bias else 0.0) + (1 if p.learnable_eps else 0)
+        vectors = (D2 / z.size(p.out_cols) if p.bias else 0.0) + (1 if self.learns_eps(p) else 0)
         weights, optimizer = param_memory(z, w_blk / w_flat, gathered, vectors)
         if p.order == "agg":
             inter, out = n / d * D / i, n / d * D2 / o
@@ -114,7 +118,7 @@ class ConvOperator(Operator):
             # [AGG | S·H] (SAGE, residual), AGG + (1+ε)·S·H (GIN): the GEMM's left operand
             joined = {"none": 0.0, "gin": inter}.get(root, 2 * inter)
             # GIN's dε keeps S·H, a view of [AGG; S·H]: the whole stacked result stays
-            kept = (joined or inter) + (spmm if root == "gin" and p.learnable_eps else 0.0)
+            kept = (joined or inter) + (spmm if root == "gin" and self.learns_eps(p) else 0.0)
             forward = [caller + (drop if p.index == 0 else 0.0) + spmm,
                        caller + spmm + joined + out_all]
             # backward: dOUT and d(operand) beside what is kept; then, the operand freed,
@@ -127,7 +131,7 @@ class ConvOperator(Operator):
             inter, out = n / o * D2 / d, n / i * D2 / d
             z_all = k * inter * (2 if i > 1 else 1)  # Z (and H·Wr) and its all-reduced copy
             joined = 2 * inter if root != "none" else 0.0  # [Z; Zr] or [Z; (1+ε)·Z]
-            kept = (drop if drop else h_in) + (inter if root == "gin" and p.learnable_eps
+            kept = (drop if drop else h_in) + (inter if root == "gin" and self.learns_eps(p)
                                               else 0.0)
             forward = [caller + drop + z_all + joined + out]
             # backward: dOUT and the SpMM's [Â | S]ᵀ·dOUT, then dZ (and its all-reduced copy)
@@ -158,4 +162,27 @@ class ConvOperator(Operator):
         return 2 * nnz * per + (rows + rows_t + 2) * z.index_bytes
 
 
-__all__ = ["ConvOperator", "MASTER_BYTES"]
+class RootWeightConv(ConvOperator):
+    """A convolution with a root weight: H' = (M·H)·W + H·Wr (+ b), M the kind's aggregation
+    (SAGE: the mean, GraphConv: the sum); subclasses name W's, Wr's and b's PyG tensors."""
+
+    w_pyg, wr_pyg = "", ""
+
+    def root(self, plan) -> str:
+        return "sage"  # H·Wr beside the aggregation: one GEMM with [W; Wr]
+
+    def params(self, plan, d_in, d_out):
+        return [Param("W", (d_in, d_out), "weight", "glorot", stream=0, pyg=self.w_pyg,
+                      transform="T"),
+                Param("Wr", (d_in, d_out), "weight", "glorot", stream=1, pyg=self.wr_pyg,
+                      transform="T"),
+                *self.bias_param(plan, d_out)]
+
+    def serial(self, m, p, H, step):
+        """(M·H)·W + H·Wr, in the configured order (for like rounding)."""
+        W = m.param("W", p.index)
+        OUT = (m.adj @ H) @ W if p.order == "agg" else m.adj @ (H @ W)
+        return OUT + H @ m.param("Wr", p.index)
+
+
+__all__ = ["ConvOperator", "MASTER_BYTES", "RootWeightConv"]

@@ -23,6 +23,14 @@ class Dense(Operator):
         return [Param("W", (d_in, d_out), "weight", "glorot", stream=0, pyg="weight",
                       transform="T"), *self.bias_param(plan, d_out)]
 
+    def stage(self, g, H, step):
+        """OUT = dropout(H)·W: AG(W) over o, AR(OUT) over i; the rows never move."""
+        return g.linear(g.dropout(H, g.stage_rate(), step), g.param("W"))
+
+    def serial(self, m, p, H, step):
+        """H·W."""
+        return H @ m.param("W", p.index)
+
     def forward(self, add: Add, z: StageSizes, phase: str) -> None:
         p = z.plan
         add("AG(W)", phase, "all_gather", p.outer, div(z.D * z.D2, z.i * z.d))

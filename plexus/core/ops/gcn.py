@@ -2,8 +2,25 @@
 
 from __future__ import annotations
 
-from .base import ModelKind, Param
+from dataclasses import dataclass
+
+from .base import ModelKind, Param, option, stage_option
 from .conv import ConvOperator
+
+
+@dataclass(frozen=True)
+class Options:
+    """GCN's options (`plexus.core.model.ModelConfig` fields, flags of the tools)."""
+
+    residual: bool = option(False, "GCN only: add each layer's input to its output where the "
+                                   "widths agree")
+
+
+@dataclass(frozen=True)
+class StageOptions:
+    """A GCN stage's: whether it adds its input (the widths agree)."""
+
+    residual: bool = False
 
 
 class GCN(ConvOperator):
@@ -11,13 +28,24 @@ class GCN(ConvOperator):
     bias_pyg = "bias"
 
     def root(self, plan) -> str:
-        return "res" if plan.residual else "none"
+        return "res" if self.adds_input(plan) else "none"
+
+    def adds_input(self, plan) -> bool:
+        return stage_option(plan, "residual", False)
 
     def params(self, plan, d_in, d_out):
         return [Param("W", (d_in, d_out), "weight", "glorot", stream=0, pyg="lin.weight",
                       transform="T"), *self.bias_param(plan, d_out)]
 
+    def serial(self, m, p, H, step):
+        """Â·H·W (+ H) in the configured order (for like rounding)."""
+        W = m.param("W", p.index)
+        OUT = (m.adj @ H) @ W if p.order == "agg" else m.adj @ (H @ W)
+        return OUT + H if self.adds_input(p) else OUT
+
 
 KIND = ModelKind("gcn", ("gcn",), "gcn", "GCNConv", ("convs.{l}.",),
                  "GCNConv: symmetric-normalized sum over in-neighbours and the node itself",
-                 options=("residual",), takes_edge_weights=True)
+                 options=Options, takes_edge_weights=True,
+                 stage_options=lambda cfg, layer, pos, d_in, d_out: StageOptions(
+                     cfg.residual and d_in == d_out))

@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-from .base import ModelKind, Param
-from .conv import ConvOperator
+from .base import ModelKind
+from .conv import RootWeightConv
 
 
-class SAGE(ConvOperator):
+class SAGE(RootWeightConv):
     name = "sage"
-    bias_pyg = "lin_l.bias"
-
-    def root(self, plan) -> str:
-        return "sage"
-
-    def params(self, plan, d_in, d_out):
-        return [Param("W", (d_in, d_out), "weight", "glorot", stream=0, pyg="lin_l.weight",
-                      transform="T"),
-                Param("Wr", (d_in, d_out), "weight", "glorot", stream=1, pyg="lin_r.weight",
-                      transform="T"),
-                *self.bias_param(plan, d_out)]
+    w_pyg, wr_pyg, bias_pyg = "lin_l.weight", "lin_r.weight", "lin_l.bias"
 
 
 KIND = ModelKind("sage", ("sage",), "mean", "SAGEConv", ("convs.{l}.",),

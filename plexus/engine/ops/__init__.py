@@ -1,21 +1,26 @@
-"""The torch code of every operator declared in `plexus.core.ops`, under the same name: the 3D
-stage the engine runs, and the serial reference every distributed result is tested against.
-Adding an operator: its declaration there, its module here, a line in each registry below."""
+"""The one 3D stage (`Stage3D`: parameter shards and the stage toolkit, running the kind's torch
+code from `plexus.core.ops`), where each declared parameter's shard sits, and BatchNorm's stage.
+A kind's torch code and serial reference live in its one file in `plexus.core.ops`; the
+engine runs every kind through `stage_class` and `serial_of`."""
 
 from __future__ import annotations
 
-from . import batchnorm, dense, gat, gcn, gin, sage
-from .base import (Stage3D, StageInputs, embed, extract, full_from_shards, padded_shape,
+from typing import Callable
+
+from plexus.core.ops import OPERATORS
+
+from . import batchnorm
+from .base import (ShardMap, Stage3D, StageInputs, embed, extract, full_from_shards, padded_shape,
                    placement, shard_of_full, weight_block)
 from .batchnorm import BatchNorm3D
 
-STAGES: dict[str, type[Stage3D]] = {"gcn": gcn.GCNStage, "sage": sage.SAGEStage,
-                                    "gin": gin.GINStage, "dense": dense.DenseStage,
-                                    "gat": gat.GATStage}
-SERIAL = {"gcn": gcn.serial, "sage": sage.serial, "gin": gin.serial, "dense": dense.serial,
-          "gat": gat.serial}
 NORM_STAGE, NORM_SERIAL = BatchNorm3D, batchnorm.serial
 
-__all__ = ["STAGES", "SERIAL", "NORM_STAGE", "NORM_SERIAL", "Stage3D", "StageInputs",
+
+def serial_of(op: str) -> Callable:
+    """Operator ``op``'s serial reference: ``(model, plan, H, step) -> OUT`` before the bias."""
+    return OPERATORS[op].serial
+
+__all__ = ["serial_of", "ShardMap", "NORM_STAGE", "NORM_SERIAL", "Stage3D", "StageInputs",
            "BatchNorm3D", "embed", "extract", "padded_shape", "placement", "weight_block",
            "shard_of_full", "full_from_shards"]

@@ -1,7 +1,7 @@
-"""What every 3D stage shares: its parameter shards (cut as `plexus.core.ops` declares them),
-receiving H, dropout and the bias; and where each declared parameter's shard sits in the full
-tensor (`placement`), which the model uses to convert between shards and grid-independent
-tensors.
+"""The one 3D stage every built-in kind runs as: its parameter shards (cut as `plexus.core.ops`
+declares them) and the stage toolkit its kind's torch code is written with; and where each
+declared parameter's shard sits in the full tensor (`placement`, `ShardMap`), which the models
+use to convert between shards and grid-independent tensors.
 
 Symbols follow docs/design.md: Â (this rank's block of the adjacency), H (input block),
 W (weight block, stored cut over one more axis and gathered before use), OUT. Each collective is
@@ -17,7 +17,7 @@ come back into the float32 parameters through the cast. With float32 the casts a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -27,7 +27,7 @@ from plexus.core.ops import OPERATORS, Param
 
 from ..comm import Comm, all_reduce_staged
 from ..gemm import GemmTuner
-from ..primitives import gemm
+from ..graph3d import StageGraph
 
 
 def weight_block(plan: LayerPlan, shape: Mapping[str, int], coords: Mapping[str, int],
@@ -116,6 +116,41 @@ def full_from_shards(decl: Param, plan: LayerPlan, grid: Any, shard: torch.Tenso
     return extract(decl, plan, full, *real)
 
 
+class ShardMap:
+    """Every declared parameter and statistic of a model by its grid-independent name, and the
+    conversions between this rank's shard and the full, unpadded tensor: the one rule of the
+    engine's model and of `plexus.nn.Network`. ``widths``/``padded``: every stage's real and
+    padded input widths, then the output's."""
+
+    def __init__(self, grid: Any, widths: Sequence[int], padded: Sequence[int]) -> None:
+        self.grid, self.widths, self.padded = grid, list(widths), list(padded)
+        self.decls: dict[str, tuple[LayerPlan, Param]] = {}
+
+    def declare(self, name: str, plan: LayerPlan, decl: Param) -> None:
+        self.decls[name] = (plan, decl)
+
+    def _where(self, name: str) -> tuple[LayerPlan, Param, int, int, int, int]:
+        p, decl = self.decls[name]
+        s = p.index
+        return p, decl, self.widths[s], self.widths[s + 1], self.padded[s], self.padded[s + 1]
+
+    def shard_of_full(self, name: str, full: torch.Tensor) -> torch.Tensor:
+        """This rank's shard of ``name`` from its full tensor, on the grid's device."""
+        p, decl, _, _, d_in, d_out = self._where(name)
+        return shard_of_full(decl, p, self.grid, full, d_in, d_out)
+
+    def full_of_shard(self, name: str, shard: torch.Tensor) -> torch.Tensor:
+        """The full tensor of ``name`` from every rank's ``shard`` (collective)."""
+        p, decl, real_in, real_out, d_in, d_out = self._where(name)
+        return full_from_shards(decl, p, self.grid, shard, (real_in, real_out), d_in, d_out)
+
+    def owns(self, name: str) -> bool:
+        """Whether this rank's shard of ``name`` is the replica that counts in a sum over the
+        full tensor (every element once over the world)."""
+        p, decl, _, _, d_in, d_out = self._where(name)
+        return placement(decl, p, self.grid.shape, self.grid.coords, d_in, d_out)[1]
+
+
 @dataclass
 class StageInputs:
     """What a stage is built from: its plan, the communicator, its parameter shards by kind
@@ -140,8 +175,10 @@ class StageInputs:
 
 
 class Stage3D(nn.Module):
-    """A stage's shared machinery: its parameter shards (``params``, by kind), receiving H,
-    dropout and the bias.
+    """One stage on the grid: its parameter shards (``params``, by kind) and the stage toolkit
+    ``g`` (`plexus.engine.graph3d.StageGraph`) its operator's torch code runs on. ``forward``
+    receives H, runs the kind's ``stage(g, H, step)`` (`plexus.core.ops`) and adds the bias:
+    the built-in kinds are written with the same operations as users' layers.
 
     ``input_ids`` are the original node ids of the rows of H as this stage sees them (after
     stage 0's all-gather; -1 for padding): dropout masks are keyed by them, the seed, the step
@@ -152,48 +189,25 @@ class Stage3D(nn.Module):
     def __init__(self, inputs: StageInputs) -> None:
         super().__init__()
         self.plan, self.comm, self.dtype = inputs.plan, inputs.comm, inputs.dtype
-        self.tuner = inputs.tuner
-        self.p, self.seed, self.input_ids = inputs.dropout, inputs.seed, inputs.input_ids
+        self.operator = OPERATORS[self.plan.op]
         # Set by a model that passes H to this stage and never reads it again (e.g. a fresh
-        # ReLU output): a stage may then overwrite H (aggregate-first dropout) instead of
-        # copying it.
+        # ReLU output): the stage may then overwrite H (aggregate-first dropout).
         self.consume_input = False
-        shape, coords = self.comm.grid.shape, self.comm.grid.coords
         self.params = nn.ParameterDict({k: nn.Parameter(v) for k, v in inputs.shards.items()})
-        self.in_col_start = block(inputs.d_in, shape[self.plan.in_cols],
-                                  coords[self.plan.in_cols]).start
+        self.g = StageGraph(self.plan, self.comm, inputs.graph, inputs.input_ids, inputs.d_in,
+                            inputs.d_out, inputs.seed, self.dtype, inputs.tuner,
+                            params=self.params, rate=inputs.dropout, real=inputs.real,
+                            model=inputs.model, engine=inputs.engine)
 
     def param(self, kind: str) -> torch.Tensor | None:
         """The shard of parameter ``kind`` ("W", "b", ...), None if the stage has none."""
-        return self.params[kind] if kind in self.params else None
+        return self.g.param(kind)
 
-    def receive(self, H: torch.Tensor) -> torch.Tensor:
-        """H as the stage multiplies it: gathered over depth (stage 0)."""
-        d, c = self.plan.depth, self.comm
-        if self.plan.index == 0:
-            return c.all_gather(H, d)                         # AG(H) over d; bwd: RS(dH) over d
-        return c.all_reduce_grad(H, d)                        # bwd: AR(dH) over d
-
-    def dropout_args(self, step: int | None) -> tuple | None:
-        """The arguments of this step's dropout of H (`plexus.engine.masks.masked`), None
-        without dropout."""
-        if not (self.training and self.p > 0):
-            return None
-        return (self.seed, step or 0, self.plan.layer, self.input_ids, self.in_col_start, self.p,
-                self.comm.budget)
-
-    def add_bias(self, OUT: torch.Tensor) -> torch.Tensor:
+    def forward(self, H: torch.Tensor, step: int | None = None) -> torch.Tensor:
+        """H: rows cut by outer, columns by inner (stage 0: rows cut by depth too, as stored;
+        later stages: replicated over depth, as the previous stage left it)."""
+        g = self.g
+        g.training, g.consume_input = self.training, self.consume_input
+        OUT = self.operator.stage(g, g.receive(H), step)
         b = self.param("b")
-        if b is None:
-            return OUT
-        b = self.comm.all_reduce_grad(b.to(self.dtype), self.plan.out_rows)  # bwd: AR(db)
-        # in place: OUT is fresh and saved by nobody (a copy would double the stage's output)
-        return OUT.add_(b)
-
-    def gathered_weight(self, kind: str, axis: str) -> torch.Tensor:
-        """The shard of weight ``kind`` cast to the compute precision and all-gathered over
-        ``axis`` (W's flat axis); backward reduce-scatters its gradient."""
-        return self.comm.all_gather(self.params[kind].to(self.dtype), axis)
-
-    def _gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return gemm(a, b, self.comm, self.tuner, f"layer{self.plan.index}")
+        return OUT if b is None else g.add_bias(OUT, b, inplace=True)  # a fresh OUT

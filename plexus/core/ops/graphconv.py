@@ -1,0 +1,22 @@
+"""GraphConv (PyG's GraphConv, Morris et al., aggr "add"): H'_i = W1·H_i + W2·Σ_{j→i} H_j + b.
+
+The whole kind in one file: a convolution with a root weight over the sum aggregation (M, no
+self loops: "sum"), so its collectives, flops, memory, torch code (the toolkit's ``g.conv``) and
+serial reference are `RootWeightConv`'s, as SAGE's over the mean; its PyG names and layer are
+below.
+"""
+
+from __future__ import annotations
+
+from .base import ModelKind
+from .conv import RootWeightConv
+
+
+class GraphConv(RootWeightConv):
+    name = "graphconv"
+    w_pyg, wr_pyg, bias_pyg = "lin_rel.weight", "lin_root.weight", "lin_rel.bias"
+
+
+KIND = ModelKind("graphconv", ("graphconv",), "sum", "GraphConv", ("convs.{l}.",),
+                 "GraphConv(aggr='add'): sum over in-neighbours plus a root weight",
+                 pyg_kwargs=lambda cfg, layer, d_in, d_out: {"aggr": "add"})
