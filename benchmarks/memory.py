@@ -156,6 +156,16 @@ def run_plexus(args: argparse.Namespace, grid: str, extra: list[str] | None = No
             "wall_s": wall, "cut_rss": cut_rss}
 
 
+def grid_rows(args: argparse.Namespace, say, run, row) -> dict:
+    """``run(args, grid)`` for each of ``--grids``, saying one table row per grid: ``row`` of its
+    result, or why it failed; the results by grid."""
+    results = {}
+    for grid in args.grids.split(","):
+        r = results[grid] = run(args, grid)
+        say(f"{grid:<8} " + (row(r) if r["ok"] else f"failed: {r['why']}"))
+    return results
+
+
 def gib(b: float) -> str:
     return f"{b / GIB:6.2f} GiB"
 
@@ -225,20 +235,17 @@ def main(argv: list[str] | None = None) -> int:
           "against training's peak RSS")
     say(f"{'grid':<8} {'peak RSS':>11} {'training':>11} {'tensors':>11} {'model':>11} "
           f"{'model/meas':>10} {'epoch':>9} {'SpMM/epoch':>10}")
-    results = {}
-    for grid in args.grids.split(","):
-        r = run_plexus(args, grid)
-        results[grid] = r
-        if not r["ok"]:
-            say(f"{grid:<8} failed: {r['why']}")
-            continue
-        rss, train = max(r["peak_rss"]), max(r["train_rss"])
-        say(f"{grid:<8} {gib(rss):>11} {gib(train):>11} {gib(max(r['tracked'])):>11} "
-              f"{gib(r['predicted']):>11} {r['predicted'] / train:10.2f} {r['epoch_s']:8.2f}s "
-              f"{r['spmm_s']:9.2f}s")
-        if r["cut_rss"] is not None:
-            say(f"{'':<8} (cut beforehand by plexus-partition, one process: peak RSS "
-                f"{gib(r['cut_rss']).strip()})")
+
+    def row(r: dict) -> str:
+        train = max(r["train_rss"])
+        cut = "" if r["cut_rss"] is None else (
+            f"\n{'':<8} (cut beforehand by plexus-partition, one process: peak RSS "
+            f"{gib(r['cut_rss']).strip()})")
+        return (f"{gib(max(r['peak_rss'])):>11} {gib(train):>11} {gib(max(r['tracked'])):>11} "
+                f"{gib(r['predicted']):>11} {r['predicted'] / train:10.2f} {r['epoch_s']:8.2f}s "
+                f"{r['spmm_s']:9.2f}s{cut}")
+
+    results = grid_rows(args, say, run_plexus, row)
     kinds = [m.strip() for m in args.models.split(",") if m.strip()]
     if kinds:
         results["models"] = models_table(args, kinds, say)

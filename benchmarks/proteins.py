@@ -34,7 +34,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.memory import GIB, gib, run_child  # noqa: E402
+from benchmarks.memory import GIB, gib, grid_rows, run_child  # noqa: E402
 
 SMOKE = {"nodes": 600, "degree": 40, "epochs": 2, "hidden": 16}
 
@@ -182,17 +182,14 @@ def main(argv: list[str] | None = None) -> int:
         "model (plexus.perfmodel.epoch_memory) and model / measured")
     say(f"{'grid':<8} {'training':>11} {'tensors':>11} {'model':>11} {'model/meas':>10} "
         f"{'epoch':>9} {'cut peak':>11} {'cut time':>9}")
-    results = {}
-    for grid in args.grids.split(","):
-        r = run_plexus(args, grid)
-        results[grid] = r
-        if not r["ok"]:
-            say(f"{grid:<8} failed: {r['why']}")
-            continue
+
+    def row(r: dict) -> str:
         train = max(r["train_rss"])
-        say(f"{grid:<8} {gib(train):>11} {gib(max(r['tracked'])):>11} "
-            f"{gib(r['predicted']):>11} {r['predicted'] / train:10.2f} {r['epoch_s']:8.2f}s "
-            f"{gib(r['cut_rss']):>11} {r['cut_s']:8.1f}s")
+        return (f"{gib(train):>11} {gib(max(r['tracked'])):>11} {gib(r['predicted']):>11} "
+                f"{r['predicted'] / train:10.2f} {r['epoch_s']:8.2f}s {gib(r['cut_rss']):>11} "
+                f"{r['cut_s']:8.1f}s")
+
+    results = grid_rows(args, say, run_plexus, row)
     if pyg and pyg["ok"]:
         for grid, r in results.items():
             if r["ok"]:
