@@ -88,16 +88,13 @@ def pyg_worker(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     from benchmarks.baseline import pyg_step
+    from plexus.core.timing import time_calls
     from plexus.testing.gridrun import load_bundle
 
     bundle = load_bundle(args.spec)
     step = pyg_step(bundle, args.hidden, args.layers, args.dropout, use_adj_t=True)
     del bundle  # PyG's model holds what it needs (x, labels, adj_t)
-    times = []
-    for _ in range(args.epochs):
-        t = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t)
+    times = time_calls(step, args.epochs, warmup=0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"epoch_times": times, "peak_rss": peak}))
 

@@ -59,6 +59,7 @@ def pyg_worker(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     from benchmarks.baseline import pyg_step
+    from plexus.core.timing import time_calls
     from plexus.runtime.memstats import peak_rss_bytes, reset_peak_rss
     from plexus.testing.gridrun import load_bundle
 
@@ -67,11 +68,7 @@ def pyg_worker(args: argparse.Namespace) -> None:
     loaded = peak_rss_bytes()
     del bundle  # PyG's model holds what it needs (x, labels, adj_t)
     reset = reset_peak_rss()
-    times = []
-    for _ in range(args.epochs):
-        t = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t)
+    times = time_calls(step, args.epochs, warmup=0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"epoch_times": times, "peak_rss": max(peak, loaded),
                       "train_rss": peak if reset else None}))
