@@ -136,6 +136,21 @@ def test_the_table_names_every_package_and_only_packages():
         assert may <= packages, f"{own} may import unknown packages {may - packages}"
 
 
+def diagram_from_architecture_md() -> list[str]:
+    """The packages of ARCHITECTURE.md's diagram, top to bottom (its first code block)."""
+    text = (REPO / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    block = text.split("```", 2)[1]
+    return [line.split()[0] for line in block.splitlines() if line.startswith("plexus.")]
+
+
+def test_the_diagram_lists_every_package_above_what_it_may_import():
+    order = diagram_from_architecture_md()
+    assert sorted(order) == sorted(ALLOWED), "the diagram and the packages on disk differ"
+    for i, own in enumerate(order):
+        above = set(order[:i])
+        assert not ALLOWED[own] & above, f"{own} may import {ALLOWED[own] & above}, drawn above it"
+
+
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     try:
         tuple(graphlib.TopologicalSorter(graph).static_order())
