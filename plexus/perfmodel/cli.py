@@ -498,6 +498,13 @@ def bench_main(argv: Sequence[str] | None = None,
         if "alpha" in doc:
             print(f", alpha {doc['alpha'] * 1e6:.1f} us, beta {1 / doc['beta'] / 1e9:.2f} GB/s",
                   end="")
+        if "stage_overhead" in doc:
+            print(f", fixed work {doc['step_overhead'] * 1e3:.2f} ms per step + "
+                  f"{doc['stage_overhead'] * 1e3:.2f} ms per stage", end="")
+        for world, by_size in doc.get("groups", {}).items():
+            print(f"; {world} ranks: " + ", ".join(
+                f"groups of {p} {g['latency'] * 1e3:.2f} ms per call" for p, g in by_size.items()),
+                end="")
         for cls, link in doc.get("links", {}).items():
             print(f"; {cls} alpha {link['alpha'] * 1e6:.1f} us, beta "
                   f"{1 / link['beta'] / 1e9:.2f} GB/s", end="")
