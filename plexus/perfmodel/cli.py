@@ -160,8 +160,15 @@ def _header(spec: ModelSpec, cal: Calibration, origin: str, streamed: bool,
         links = f"every link alpha {cal.alpha:.3g} s, beta {1 / cal.beta:.3g} B/s"
     else:
         alpha, beta = cal.local_link(per_host)  # the pair the collectives are priced with
-        links = f"alpha {alpha:.3g} s, beta {1 / beta:.3g} B/s" + (
+        measured = [(p, cal.group_link(per_host, p)) for p in range(2, (per_host or 0) + 1)]
+        calls = ", ".join(f"groups of {p} {g[0] * 1e3:.3g} ms + {1 / g[1]:.3g} B/s"
+                          for p, g in measured if g)
+        links = (f"per call: {calls}" if calls else
+                 f"alpha {alpha:.3g} s, beta {1 / beta:.3g} B/s") + (
             f"; {per_host} ranks per host" if per_host else "")
+    if cal.stage_overhead or cal.step_overhead:
+        links += (f"; fixed work {cal.step_overhead * 1e3:.3g} ms per step + "
+                  f"{cal.stage_overhead * 1e3:.3g} ms per stage")
     return [
         f"{spec.name or 'graph'}: N={spec.num_nodes:,} nnz={spec.nnz:,} F={spec.num_features} "
         f"C={spec.num_classes} layers={m.num_layers} hidden={m.hidden} "
