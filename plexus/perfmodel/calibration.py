@@ -667,9 +667,12 @@ def calibrate(world_size: int | Sequence[int] = 2, threads: int = 1, quick: bool
     """Measure everything and return the calibration document (see `write_calibration`).
 
     ``world_size``: the local world size(s) to time collectives on; each size above 1 gets its
-    own (α, β) under ``worlds``, the smallest's is ``alpha``/``beta``. Only 1: no collectives
-    (α and β are then left to the model's defaults). ``quick`` uses small problems and few
-    repetitions (for tests and sweeps; the rates are rough).
+    own (α, β) under ``worlds``, the smallest's is ``alpha``/``beta``, and a latency per call
+    and β per group size under ``groups``. Only 1: no collectives (α and β are then left to the
+    model's defaults). ``step_timer`` (`StepTimer`) gives ``stage_overhead`` and
+    ``step_overhead``; without it they are not measured (the model prices no fixed work).
+    ``quick`` uses small problems and few repetitions (for tests and sweeps; the rates are
+    rough).
     """
     import torch
 
