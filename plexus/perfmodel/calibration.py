@@ -653,9 +653,9 @@ def fit_alpha_beta(records: Sequence[dict[str, Any]], dtype_bytes: int = 4) -> t
     return max(float(alpha), 1e-9), max(float(beta), 1e-15)
 
 
-#: What times the engine's own training steps for `calibrate`: given layer counts and
-#: repetitions, the median seconds of one step of a model of each depth on a tiny graph (the
-#: perfmodel cannot build the engine; `plexus.testing.stepcost.step_seconds` is the one).
+#: What times the engine's own training steps for `calibrate`: given layer counts, repetitions
+#: and threads, the seconds of one step (the fastest) of a model of each depth on a tiny graph
+#: (the model cannot build the engine; `plexus.testing.stepcost.step_seconds` is the one).
 StepTimer = Callable[[Sequence[int], int, int], Sequence[float]]
 #: The depths `calibrate` times the step at: their difference is stages' fixed work.
 OVERHEAD_LAYERS = (1, 3)
