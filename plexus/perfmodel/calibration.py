@@ -457,8 +457,10 @@ MAX_CALIBRATION_BYTES = 64 << 20
 
 
 def _timeit(fn: Callable[[], object], reps: int) -> float:
-    """Median seconds of ``fn`` over ``reps`` calls, after one warm-up call."""
-    return statistics.median(time_calls(fn, reps))
+    """Seconds of the fastest of ``reps`` calls of ``fn``, after one warm-up call: one rank's
+    rate when it has its core (other jobs' load left out; ranks sharing cores with each other
+    are priced by `Calibration.core_share`)."""
+    return min(time_calls(fn, reps))
 
 
 def measure_spmm(num_nodes: int = 50_000, nnz_per_row: int = 16,
@@ -562,34 +564,48 @@ def _time_collectives(sizes: Sequence[int], reps: int, gemms: int,
     batches = 5
     records = []
     for p in group_sizes:
-        # every rank creates every group (torch.distributed's rule), then uses its own
-        groups = [dist.new_group(list(range(g, g + p))) for g in range(0, world, p)]
-        group = groups[rank // p]
+        # A grid's axis of p ranks leaves the world's other ranks in axes across it, and a step
+        # alternates between them: so calls alternate between the blocks of p consecutive ranks
+        # and the groups of ranks at one stride of p (every rank in one of each), which couples
+        # the whole world as a step does. Every rank creates every group (torch.distributed's
+        # rule), then uses its own.
+        q = world // p
+        blocks = [dist.new_group(list(range(g, g + p))) for g in range(0, world, p)]
+        across = [dist.new_group(list(range(i, world, p))) for i in range(p)] if q > 1 else []
+        pairs = [(p, blocks[rank // p])] + ([(q, across[rank % p])] if q > 1 else [])
         for n in sizes:
             x = torch.ones(n)
-            out = torch.empty(n * p)
-            ops = {"all_reduce": lambda: dist.all_reduce(x, group=group),
-                   "all_gather": lambda: gather(out, x, group=group)}
-            for op, fn in ops.items():
-                fn()  # warm-up: connection set-up and buffer allocation
-                means = []
+            outs = {size: torch.empty(n * size) for size, _ in pairs}
+            for op in ("all_reduce", "all_gather"):
+                def call(size: int, group: Any, op: str = op) -> None:
+                    if op == "all_reduce":
+                        dist.all_reduce(x, group=group)
+                    else:
+                        gather(outs[size], x, group=group)
+
+                for size, group in pairs:
+                    call(size, group)  # warm-up: connection set-up and buffer allocation
+                means: dict[int, list[float]] = {size: [] for size, _ in pairs}
                 # Median of batch means: robust to the scheduler hiccups of a shared machine.
                 for _ in range(batches):
                     dist.barrier()
-                    spent = 0.0
+                    spent = {size: 0.0 for size, _ in pairs}
                     for _ in range(max(1, reps // batches)):
-                        busy()
-                        start = time.perf_counter()
-                        fn()
-                        spent += time.perf_counter() - start
-                    means.append(spent / max(1, reps // batches))
-                mean = torch.tensor([statistics.median(means)], dtype=torch.float64)
-                # the mean over ranks: what any one rank (the one whose epoch is timed) waits
-                dist.all_reduce(mean)
-                # all_gather's per-rank input is n; its full size (what the model calls n) n·p.
-                full = n if op == "all_reduce" else n * p
-                records.append({"op": op, "world": world, "group": p, "elements": full,
-                                "seconds": float(mean) / world})
+                        for size, group in pairs:
+                            busy()
+                            start = time.perf_counter()
+                            call(size, group)
+                            spent[size] += time.perf_counter() - start
+                    for size in spent:
+                        means[size].append(spent[size] / max(1, reps // batches))
+                for size, _ in pairs:
+                    mean = torch.tensor([statistics.median(means[size])], dtype=torch.float64)
+                    # the mean over ranks: what any one rank (the one whose epoch is timed) waits
+                    dist.all_reduce(mean)
+                    # all_gather's per-rank input is n; its full size (the model's n) n·size.
+                    full = n if op == "all_reduce" else n * size
+                    records.append({"op": op, "world": world, "group": size, "elements": full,
+                                    "seconds": float(mean) / world})
     return records
 
 
@@ -710,7 +726,7 @@ def calibrate(world_size: int | Sequence[int] = 2, threads: int = 1, quick: bool
     if step_timer is not None:
         say(f"fixed work of a training step (the engine on a tiny graph, {threads} thread(s), "
             f"{' and '.join(map(str, OVERHEAD_LAYERS))} layers) ...")
-        few, many = step_timer(OVERHEAD_LAYERS, 10 if quick else 30, threads)
+        few, many = step_timer(OVERHEAD_LAYERS, 30 if quick else 100, threads)
         stage = max(many - few, 0.0) / (OVERHEAD_LAYERS[1] - OVERHEAD_LAYERS[0])
         doc["stage_overhead"] = stage
         doc["step_overhead"] = max(few - OVERHEAD_LAYERS[0] * stage, 0.0)
