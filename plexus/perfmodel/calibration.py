@@ -457,10 +457,8 @@ MAX_CALIBRATION_BYTES = 64 << 20
 
 
 def _timeit(fn: Callable[[], object], reps: int) -> float:
-    """Seconds of the fastest of ``reps`` calls of ``fn``, after one warm-up call: one rank's
-    rate when it has its core (other jobs' load left out; ranks sharing cores with each other
-    are priced by `Calibration.core_share`)."""
-    return min(time_calls(fn, reps))
+    """Median seconds of ``fn`` over ``reps`` calls, after one warm-up call."""
+    return statistics.median(time_calls(fn, reps))
 
 
 def measure_spmm(num_nodes: int = 50_000, nnz_per_row: int = 16,

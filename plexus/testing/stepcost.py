@@ -10,6 +10,7 @@ step. It lives here because the performance model may not build the engine.
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Sequence
 
@@ -19,7 +20,7 @@ HIDDEN = 16
 
 
 def _rank_steps(layers: Sequence[int], reps: int) -> list[float]:
-    """On a 1-rank world: the fastest training step's seconds for each depth in ``layers``."""
+    """On a 1-rank world: the median seconds of a training step for each depth in ``layers``."""
     import torch
 
     from plexus.api.model import distributed_model
@@ -43,15 +44,14 @@ def _rank_steps(layers: Sequence[int], reps: int) -> list[float]:
                 start = time.perf_counter()
                 trainer.train_step()
                 times.append(time.perf_counter() - start)
-        # the fastest step: the work itself, without the waits of a machine other jobs load
-        # (ranks sharing cores with each other are priced by the model's share of the cores)
-        out.append(min(times[2:]))
+        # the median, as the other rates: on a machine other jobs load, what a step costs there
+        out.append(statistics.median(times[2:]))
     return out
 
 
 def step_seconds(layers: Sequence[int], reps: int, threads: int = 1) -> list[float]:
-    """The seconds of the fastest of ``reps`` training steps of a GCN of each depth in
-    ``layers`` on a tiny graph, in a fresh 1-rank process with ``threads`` torch threads
+    """The median seconds of ``reps`` training steps of a GCN of each depth in ``layers`` on
+    a tiny graph, in a fresh 1-rank process with ``threads`` torch threads
     (`plexus.perfmodel.calibration.StepTimer`)."""
     from plexus.runtime.world import run_world
 
