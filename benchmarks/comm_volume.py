@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Sequence
 
 from plexus.core.atomic import atomic_file
+from plexus.core.grid import GridError, parse_world_sizes
 from plexus.perfmodel import ModelSpec, epoch_volume, factorizations
 from plexus.core.layout import ORDERS
 
@@ -250,12 +251,9 @@ def format_table(rows: list[dict[str, object]]) -> str:
 
 def _world_sizes(text: str) -> list[int]:
     try:
-        sizes = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError("world sizes must be positive integers")
-    return sizes
+        return list(parse_world_sizes(text))
+    except GridError as e:
+        raise argparse.ArgumentTypeError(f"world sizes {e}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

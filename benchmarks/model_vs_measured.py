@@ -16,9 +16,9 @@ Run: ``python benchmarks/model_vs_measured.py [--calibration FILE] [--scale 17]`
    the fastest measured grid (the issue's target).
 
 Oversubscription: the ranks of a world share this machine's cores. With G ranks on C < G cores a
-rank computes at about C/G of a core's rate, so by default the calibrated SpMM and GEMM rates are
-scaled by C/G for the model (``--cores`` sets C; ``--cores 0`` turns the correction off). It
-scales the compute of every grid of one G alike, so it moves the ranking only through the
+rank computes at about C/G of a core's rate: the model prices each world as G ranks per host on
+C cores (`Calibration.core_share`, ``--cores`` sets C; ``--cores 0`` turns the correction off).
+It scales the compute of every grid of one G alike, so it moves the ranking only through the
 balance between computation and communication.
 
 Output under ``--out``: ``model_vs_measured.csv``, ``model_vs_measured.json`` and
@@ -54,9 +54,10 @@ def get_calibration(path: Path | None, out: Path, say: Tee) -> tuple[dict, str]:
         with open(path, encoding="utf-8") as f:
             return json.load(f), str(path)
     from plexus.perfmodel.calibration import calibrate, write_calibration
+    from plexus.bench.stepcost import step_seconds
 
     say("calibrating (plexus.perfmodel.calibration.calibrate: 1 thread, gloo world of 2) ...")
-    doc = calibrate(world_size=2, threads=1, log=lambda m: say(f"  {m}"))
+    doc = calibrate(world_size=2, threads=1, log=lambda m: say(f"  {m}"), step_timer=step_seconds)
     saved = write_calibration(doc, out / "calibration.json")
     return doc, str(saved)
 
@@ -86,12 +87,14 @@ def main(argv: list[str] | None = None) -> int:
             p.error("--scale applies to rmat specs only")
         spec = (re.sub(r"scale=\d+", f"scale={args.scale}", spec) if "scale=" in spec
                 else f"{spec}{',' if ':' in spec else ':'}scale={args.scale}")
+    from plexus.core.grid import GridError, parse_world_sizes
+
     try:
-        worlds = [int(w) for w in args.world_sizes.split(",") if w.strip()]
-    except ValueError:
-        p.error(f"--world-sizes must be comma-separated integers, got {args.world_sizes!r}")
-    if not worlds or min(worlds) < 1 or args.epochs < 1 or args.warmup < 0:
-        p.error("--world-sizes must be positive, --epochs >= 1, --warmup >= 0")
+        worlds = list(parse_world_sizes(args.world_sizes))
+    except GridError as e:
+        p.error(f"--world-sizes {e}")
+    if args.epochs < 1 or args.warmup < 0:
+        p.error("--epochs must be >= 1, --warmup >= 0")
 
     from plexus.perfmodel import Calibration, factorizations, rank_configs
 
@@ -123,10 +126,10 @@ def main(argv: list[str] | None = None) -> int:
 
     csv_rows, verdicts = [], {}
     for w in worlds:
-        scale = min(1.0, args.cores / w) if args.cores > 0 else 1.0
-        wcal = dataclasses.replace(cal, spmm_flops=cal.spmm_flops * scale,
-                                   gemm_flops=cal.gemm_flops * scale)
-        preds = rank_configs(w, mspec, wcal)
+        # w ranks on --cores cores: the model's share of the cores (Calibration.core_share)
+        wcal = dataclasses.replace(cal, cores=max(args.cores, 0))
+        scale = wcal.core_share(w)
+        preds = rank_configs(w, mspec, wcal, ranks_per_host=w)
         grids = [pr.grid for pr in preds]
         pred_t = [pr.time_s for pr in preds]
         meas_t = [measured[g].epoch_time() for g in grids]

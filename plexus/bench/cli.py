@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .check import add_arguments, check_main
+from .stepcost import step_seconds
 
 
 def bench_main(argv: Sequence[str] | None = None) -> int:
@@ -24,7 +25,7 @@ def bench_main(argv: Sequence[str] | None = None) -> int:
                     "with one rank per GPU where CUDA is used, gloo on the CPU. Exit 0 if all "
                     "pass, 1 if any fails, 2 on bad input.",
         add_arguments=add_arguments, main=check_main)
-    return perfmodel_bench_main(argv, [check], mask_pass=dropout_pass)
+    return perfmodel_bench_main(argv, [check], mask_pass=dropout_pass, step_timer=step_seconds)
 
 
 def dropout_pass(x: Any) -> Any:

@@ -48,6 +48,25 @@ def check_world_size(world_size: Any, what: str = "world size") -> int:
     return world_size
 
 
+def parse_world_sizes(text: str, largest: int = MAX_WORLD_SIZE,
+                      most: int | None = None) -> tuple[int, ...]:
+    """"1,2,4" -> (1, 2, 4): comma-separated world sizes, in the order given, repeats and empty
+    items dropped. Raises `GridError` (its text reads after the option's name, "--world-sizes
+    must ...") unless each is a whole number in [1, ``largest``] and at most ``most`` are
+    given."""
+    items = [t for t in text.split(",") if t.strip()]
+    try:
+        sizes = tuple(dict.fromkeys(int(t) for t in items))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1 or max(sizes) > largest \
+            or (most is not None and len(items) > most):
+        limit = f", at most {most} of them," if most is not None else ""
+        raise GridError(f"must be whole numbers in [1, {largest}]{limit} separated by commas, "
+                        f"got {text[:80]!r}")
+    return sizes
+
+
 def _divisors(n: int) -> list[int]:
     """The divisors of ``n`` in increasing order (trial division up to sqrt(n))."""
     small, large = [], []

@@ -22,17 +22,12 @@ import sys
 
 import torch
 
+from plexus.core.maskhash import GOLDEN, KEY0, M32, MUL
 from plexus.core.ops.base import EDGE_MASK_TEMP_BYTES, MASK_TEMP_BYTES
 
 from . import kernels
 from .pieces import spans
 
-M32 = 0xFFFFFFFF
-# Multipliers below 2**31 keep every product of a 32-bit value below 2**63: int64 arithmetic then
-# never overflows, on CPU and CUDA alike.
-MUL = 0x45D9F3B
-GOLDEN = 0x61C88647
-KEY0 = 0x2545F491
 EDGE_STREAM = 0xA77E  # the attention-dropout stream's extra key part
 
 

@@ -1,8 +1,9 @@
 """The performance model: what one epoch of 3D-parallel training costs per rank on every grid.
 
-`model` (communication volume from `plexus.core.schedule`, compute, memory and α-β time, grid and
-order ranking), `calibration` (the machine rates it prices time with, and measuring them on CPUs),
-`gpucal` (measuring a GPU and its cluster's links), `placement` (which link each grid axis
+`spec` (the problem: graph sizes, model, how a run holds it), `model` (communication volume from
+`plexus.core.schedule`, compute and time, grid and order ranking), `memory` (bytes per rank at
+the step's peak), `calibration` (the machine rates it prices time with, and measuring them on
+CPUs), `gpucal` (measuring a GPU and its cluster's links), `placement` (which link each grid axis
 crosses on a cluster), `profiles` (built-in GPU nodes; what prices a prediction), `cli`
 (``plexus-model`` and ``plexus-bench``). Pure arithmetic apart from calibration: it answers
 instantly for billion-edge graphs.
@@ -12,11 +13,13 @@ from plexus.core.schedule import OPS, Collective
 
 from .calibration import (CALIBRATION_ENV, UNCALIBRATED, Calibration, CalibrationError,
                           find_calibration, load_calibration)
-from .model import (CommVolume, Compute, Memory, ModelSpec, Prediction, choose_grid,
-                    choose_orders, collective_time, collectives, epoch_compute, epoch_memory,
-                    epoch_volume, factorizations, normalize_grid, predict, rank_configs)
+from .memory import Memory
+from .model import (CommVolume, Compute, Prediction, choose_grid, choose_orders, collective_time,
+                    collectives, epoch_compute, epoch_memory, epoch_volume, factorizations,
+                    predict, rank_configs)
 from .placement import Placement, pricing
 from .profiles import load_profile, profile_names, resolve_calibration
+from .spec import ModelSpec, normalize_grid
 from .setup import SetupMemory, partition_memory, read_memory, run_peak, setup_memory
 
 __all__ = ["OPS", "Collective", "CALIBRATION_ENV", "UNCALIBRATED", "Calibration",

@@ -1,20 +1,29 @@
 """Machine rates for the performance model: the `Calibration` it prices time with, and how
-``plexus-bench calibrate`` measures them (SpMM and GEMM rates, collective α and β).
+``plexus-bench calibrate`` measures them (SpMM and GEMM rates, collective α and β, fixed costs).
 
 Compute rates are taken with ``threads`` torch threads (1 by default, as each rank of a local
 gloo world runs). Collectives run on local gloo worlds over 127.0.0.1 (one thread per rank), one
 world per size asked for: a training step's collectives follow compute, so each timed call comes
-after a burst of GEMM on every rank (`BUSY_S`), whose waking peers and caches a back-to-back loop
-would not see (on a 2-core VM that made a call 3-10x slower than back to back, and far slower once
-ranks outnumber the cores). Each world's times are fitted to the ring model of `plexus.perfmodel`:
+after a fixed amount of GEMM on every rank (`BUSY_S` of one rank's measured GEMM rate), whose
+waking peers and caches a back-to-back loop would not see (on a 2-core VM that made a call 3-10x
+slower than back to back, and far slower once ranks outnumber the cores: a rank descheduled to
+let a peer compute is one the collective waits for). Each world's whole-world times are fitted
+to the ring model of `plexus.perfmodel`:
 
     t(all_reduce of n over p)  = 2(p-1)·α + 2(p-1)/p·n·b·β
     t(all_gather  of n over p) =  (p-1)·α +  (p-1)/p·n·b·β      (b = bytes per element)
 
 by least squares on relative error, so the latency-bound small messages weigh as much as the
 bandwidth-bound large ones; the smallest world's pair is the file's ``alpha``/``beta``, every
-world's pair is kept under ``worlds`` and prices runs with that many ranks on a host. The whole
-calibration takes well under a minute.
+world's pair is kept under ``worlds``. What prices a local run (``groups``): each world is also
+timed in groups of every size dividing it (a grid's axis groups, all busy at once) and fitted
+per group size to t = latency + bytes moved·β, a fixed cost per call (on a shared host every
+call waits for its peers to be scheduled, once per call rather than per ring step).
+
+The step's fixed work (``stage_overhead`` per stage and ``step_overhead``: Python, autograd and
+the dispatch of its small operations, which no flop rate sees) is the engine's own training
+step timed on a tiny graph at two depths, by a timer the caller passes (`StepTimer`: the model
+cannot build the engine). The whole calibration takes well under a minute.
 """
 
 from __future__ import annotations
@@ -37,7 +46,9 @@ import numpy as np
 
 from plexus.core.atomic import atomic_file
 from plexus.core.grid import AXES
+from plexus.core.maskhash import GOLDEN, KEY0, MUL
 from plexus.core.ops.base import DROPOUT_PASSES
+from plexus.core.schedule import ring_volume
 from plexus.core.timing import time_calls
 from plexus.runtime.env import available_cores
 
@@ -56,8 +67,10 @@ PRECISION_RATES = ("spmm_flops", "gemm_flops", "elementwise_rate")
 class CalibrationError(ValueError):
     """A calibration file or profile that is invalid, or lacks what a placement needs."""
 
-#: Seconds of GEMM every rank runs before each timed collective (see the module doc).
+#: Seconds of GEMM every rank runs before each timed collective (see the module doc), in GEMMs
+#: of this side (square, float32).
 BUSY_S = 1e-3
+BUSY_SIDE = 128
 
 
 @dataclass(frozen=True)
@@ -99,6 +112,11 @@ class Calibration:
     gpus_per_node: int = 0  # of the measured cluster or the profile's node (0: not known)
     profile: str = ""  # a built-in profile's name (`plexus.perfmodel.profiles`)
     reference: str = ""  # where a profile's figures come from
+    # (world, group, latency s per call, β s per byte): collectives of ``group`` ranks while a
+    # local world of ``world`` ranks shares the host's cores (`group_link`)
+    groups: tuple[tuple[int, int, float, float], ...] = ()
+    stage_overhead: float = 0.0  # CPU seconds per stage per step besides its flops (`overhead`)
+    step_overhead: float = 0.0  # CPU seconds per step besides its stages' (loss, optimizer)
 
     def core_share(self, ranks_per_host: int | None) -> float:
         """The fraction of its calibrated rates a rank runs at when ``ranks_per_host`` ranks
@@ -172,6 +190,27 @@ class Calibration:
             return alpha, beta
         return self.alpha, self.beta
 
+    def group_link(self, ranks_per_host: int | None, group: int) -> tuple[float, float] | None:
+        """(latency per call, β) of a collective over ``group`` ranks when ``ranks_per_host``
+        ranks share this host's cores, measured so (`measure_collectives`) on the local world
+        closest in size (ties: the larger); None when the calibration has no such group (an
+        older file, a GPU's or a profile: `link`'s α-β ring prices it)."""
+        if not self.groups or not ranks_per_host:
+            return None
+        sizes = sorted({w for w, _, _, _ in self.groups})
+        world = min(sizes, key=lambda w: (abs(math.log(w / ranks_per_host)), -w))
+        for w, p, latency, beta in self.groups:
+            if w == world and p == group:
+                return latency, beta
+        return None
+
+    def overhead(self, stages: int) -> float:
+        """CPU seconds of one training step's fixed work, whatever the graph's size: Python,
+        autograd and the dispatch of every small operation, for ``stages`` stages plus the
+        step's own (loss, optimizer); measured on the engine's own step (`calibrate`), 0 in a
+        file without them."""
+        return self.step_overhead + stages * self.stage_overhead
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, the format `load_calibration` reads."""
         return {"spmm_flops": self.spmm_flops, "gemm_flops": self.gemm_flops,
@@ -185,7 +224,15 @@ class Calibration:
                 "precisions": {d: {"spmm_flops": sp, "gemm_flops": ge, "elementwise_rate": el}
                                for d, sp, ge, el in self.precisions},
                 "device_memory": self.device_memory, "gpus_per_node": self.gpus_per_node,
-                "profile": self.profile, "reference": self.reference}
+                "profile": self.profile, "reference": self.reference,
+                "groups": self._groups_dict(),
+                "stage_overhead": self.stage_overhead, "step_overhead": self.step_overhead}
+
+    def _groups_dict(self) -> dict[str, dict[str, dict[str, float]]]:
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for world, group, latency, beta in self.groups:
+            out.setdefault(str(world), {})[str(group)] = {"latency": latency, "beta": beta}
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "dict") -> "Calibration":
@@ -237,6 +284,7 @@ class Calibration:
                                        f"got {value!r}")
             counts[key] = max(value, 1) if key == "threads" else value
         extra = _device_fields(data, source, num)
+        extra.update(_cpu_fields(data, source, num))
         return cls(spmm_flops=num(data, "spmm_flops", base.spmm_flops, ""),
                    gemm_flops=num(data, "gemm_flops", base.gemm_flops, ""),
                    alpha=num(data, "alpha", base.alpha, ""),
@@ -244,6 +292,41 @@ class Calibration:
                    axes=tuple(sorted(axes)), source=source, worlds=tuple(sorted(worlds)),
                    elementwise_rate=num(data, "elementwise_rate", base.elementwise_rate, ""),
                    **counts, **extra)
+
+
+def _cpu_fields(data: Mapping[str, Any], source: str,
+                num: Callable[[Mapping[str, Any], str, float, str], float]) -> dict[str, Any]:
+    """The fixed costs of a CPU calibration, checked: ``groups`` (per local world, per group
+    size: latency and β of a call) and the step's and each stage's overhead (seconds >= 0). A
+    file without them (written before they were measured) prices collectives with the α-β ring
+    of ``worlds`` and no fixed costs, as it did then."""
+    raw = data.get("groups", {}) or {}
+    shape = "an object like {\"4\": {\"2\": {\"latency\": ..., \"beta\": ...}}}"
+    if not isinstance(raw, Mapping):
+        raise CalibrationError(f"{source}: groups must be {shape}")
+    groups = []
+    for world, by_size in raw.items():
+        if not re.fullmatch(r"[1-9][0-9]{0,5}", str(world)) or int(world) < 2 \
+                or not isinstance(by_size, Mapping):
+            raise CalibrationError(f"{source}: groups.{world} must be a world size >= 2 with "
+                                   f"{shape}")
+        for size, link in by_size.items():
+            if not re.fullmatch(r"[1-9][0-9]{0,5}", str(size)) \
+                    or not 2 <= int(size) <= int(world) or int(world) % int(size) \
+                    or not isinstance(link, Mapping) or set(link) != {"latency", "beta"}:
+                raise CalibrationError(f"{source}: groups.{world}.{size} must be a group size "
+                                       f"dividing {world} with latency and beta")
+            where = f"groups.{world}.{size}."
+            groups.append((int(world), int(size), num(link, "latency", 0.0, where),
+                           num(link, "beta", 0.0, where)))
+    out: dict[str, Any] = {"groups": tuple(sorted(groups))}
+    for key in ("stage_overhead", "step_overhead"):
+        value = data.get(key, 0.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value) or value < 0:
+            raise CalibrationError(f"{source}: {key} must be seconds >= 0, got {value!r}")
+        out[key] = float(value)
+    return out
 
 
 def _device_fields(data: Mapping[str, Any], source: str,
@@ -365,7 +448,7 @@ def _no_constant(name: str) -> Any:
 
 #: The rates a calibration file holds, and what else plexus-bench calibrate writes in it.
 RATE_KEYS = frozenset({"spmm_flops", "gemm_flops", "elementwise_rate", "alpha", "beta", "axes",
-                       "worlds"})
+                       "worlds", "groups", "stage_overhead", "step_overhead"})
 FILE_KEYS = RATE_KEYS | {"version", "created", "host", "machine", "torch", "threads", "cores",
                          "measurements", "backend", "note", "source", "device", "gpu", "links",
                          "precisions", "device_memory", "gpus_per_node", "nodes", "profile",
@@ -436,15 +519,16 @@ def measure_elementwise(rows: int = 8192, cols: int = 128, reps: int = 5
 
     x = torch.randn(rows, cols)
     out = torch.empty_like(x)
-    row_h = torch.arange(rows, dtype=torch.int32) * 0x61C88647
-    col_h = torch.arange(cols // 2, dtype=torch.int32) * 0x2545F491
+    # the engine's hash constants (each below 2**31: an int32 multiplier)
+    row_h = torch.arange(rows, dtype=torch.int32) * GOLDEN
+    col_h = torch.arange(cols // 2, dtype=torch.int32) * KEY0
     zero = torch.zeros(())
 
     def chain() -> None:
         h = row_h[:, None] ^ col_h[None, :]
         halves = h.view(torch.int16)
         for _ in range(2):
-            h.mul_(0x45D9F3B)
+            h.mul_(MUL)
             halves[:, 0::2].bitwise_xor_(halves[:, 1::2])
         keep = halves[:, :cols] >= 0
         torch.where(keep, x, zero, out=out).mul_(2.0)
@@ -455,64 +539,116 @@ def measure_elementwise(rows: int = 8192, cols: int = 128, reps: int = 5
              "seconds": seconds, "rate": passes / seconds}]
 
 
-def _time_collectives(sizes: Sequence[int], reps: int, busy_s: float) -> list[dict[str, Any]]:
-    """One rank of the calibration world: time all_reduce and all_gather at every size, each
-    call after ``busy_s`` of GEMM on every rank (as a training step's collectives follow its
-    compute)."""
+def _time_collectives(sizes: Sequence[int], reps: int, gemms: int,
+                      group_sizes: Sequence[int]) -> list[dict[str, Any]]:
+    """One rank of the calibration world: time all_reduce and all_gather at every size in
+    groups of each of ``group_sizes`` ranks (the world cut into consecutive blocks, every group
+    busy at once, as a grid's axis groups are), each call after ``gemms`` GEMMs on every rank:
+    a fixed amount of work, which ranks sharing cores take their share of the cores to finish,
+    as a training step's compute before its collectives (so a call's time holds the wait for
+    peers still computing)."""
     import torch
     import torch.distributed as dist
 
-    world = dist.get_world_size()
+    world, rank = dist.get_world_size(), dist.get_rank()
     # torch >= 2.13 renames all_gather_into_tensor; use whichever exists.
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    a = torch.randn(128, 128)
+    a = torch.randn(BUSY_SIDE, BUSY_SIDE)
 
     def busy() -> None:
-        start = time.perf_counter()
-        while time.perf_counter() - start < busy_s:
+        for _ in range(gemms):
             torch.mm(a, a)
 
     batches = 5
     records = []
-    for n in sizes:
-        x = torch.ones(n)
-        out = torch.empty(n * world)
-        ops = {"all_reduce": lambda: dist.all_reduce(x), "all_gather": lambda: gather(out, x)}
-        for op, fn in ops.items():
-            fn()  # warm-up: connection set-up and buffer allocation
-            means = []
-            # Median of batch means: robust to the scheduler hiccups of a shared machine.
-            for _ in range(batches):
-                dist.barrier()
-                spent = 0.0
-                for _ in range(max(1, reps // batches)):
-                    busy()
-                    start = time.perf_counter()
-                    fn()
-                    spent += time.perf_counter() - start
-                means.append(spent / max(1, reps // batches))
-            mean = torch.tensor([statistics.median(means)], dtype=torch.float64)
-            dist.all_reduce(mean, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
-            # all_gather's per-rank input is n; its full size (what the model calls n) n·p.
-            full = n if op == "all_reduce" else n * world
-            records.append({"op": op, "world": world, "elements": full,
-                            "seconds": float(mean)})
+    for p in group_sizes:
+        # A grid's axis of p ranks leaves the world's other ranks in axes across it, and a step
+        # alternates between them: so calls alternate between the blocks of p consecutive ranks
+        # and the groups of ranks at one stride of p (every rank in one of each), which couples
+        # the whole world as a step does. Every rank creates every group (torch.distributed's
+        # rule), then uses its own.
+        q = world // p
+        blocks = [dist.new_group(list(range(g, g + p))) for g in range(0, world, p)]
+        across = [dist.new_group(list(range(i, world, p))) for i in range(p)] if q > 1 else []
+        pairs = [(p, blocks[rank // p])] + ([(q, across[rank % p])] if q > 1 else [])
+        for n in sizes:
+            x = torch.ones(n)
+            outs = {size: torch.empty(n * size) for size, _ in pairs}
+            for op in ("all_reduce", "all_gather"):
+                def call(size: int, group: Any, op: str = op) -> None:
+                    if op == "all_reduce":
+                        dist.all_reduce(x, group=group)
+                    else:
+                        gather(outs[size], x, group=group)
+
+                for size, group in pairs:
+                    call(size, group)  # warm-up: connection set-up and buffer allocation
+                means: dict[int, list[float]] = {size: [] for size, _ in pairs}
+                # Median of batch means: robust to the scheduler hiccups of a shared machine.
+                for _ in range(batches):
+                    dist.barrier()
+                    spent = {size: 0.0 for size, _ in pairs}
+                    for _ in range(max(1, reps // batches)):
+                        for size, group in pairs:
+                            busy()
+                            start = time.perf_counter()
+                            call(size, group)
+                            spent[size] += time.perf_counter() - start
+                    for size in spent:
+                        means[size].append(spent[size] / max(1, reps // batches))
+                for size, _ in pairs:
+                    mean = torch.tensor([statistics.median(means[size])], dtype=torch.float64)
+                    # the mean over ranks: what any one rank (the one whose epoch is timed) waits
+                    dist.all_reduce(mean)
+                    # all_gather's per-rank input is n; its full size (the model's n) n·size.
+                    full = n if op == "all_reduce" else n * size
+                    records.append({"op": op, "world": world, "group": size, "elements": full,
+                                    "seconds": float(mean) / world})
     return records
 
 
 def measure_collectives(world_size: int = 2, sizes: Sequence[int] = (1, 4_096, 65_536, 1 << 20),
-                        reps: int = 20, timeout: float = 120.0,
-                        busy_s: float = BUSY_S) -> list[dict[str, Any]]:
+                        reps: int = 20, timeout: float = 120.0, gemms: int = 1,
+                        group_sizes: Sequence[int] | None = None) -> list[dict[str, Any]]:
     """Time gloo all_reduce / all_gather on a fresh local world of ``world_size`` processes,
-    each call after ``busy_s`` seconds of GEMM on every rank.
+    in groups of each of ``group_sizes`` ranks (default: the whole world), each call after
+    ``gemms`` GEMMs of `BUSY_SIDE` square on every rank (`busy_gemms`).
 
-    ``sizes`` are per-rank float32 element counts. Returns records with op, world, elements (the
-    full size n), seconds (mean per call, slowest rank). Raises RuntimeError if a rank fails.
+    ``sizes`` are per-rank float32 element counts. Returns records with op, world, group,
+    elements (the full size n), seconds (mean per call over the ranks). Raises RuntimeError if
+    a rank fails.
     """
     from plexus.runtime.world import run_world  # noqa: PLC0415 (starts processes)
 
-    return run_world(world_size, _time_collectives, list(sizes), reps, busy_s,
+    groups = list(group_sizes) if group_sizes else [world_size]
+    return run_world(world_size, _time_collectives, list(sizes), reps, gemms, groups,
                      timeout=timeout)[0]
+
+
+def busy_gemms(gemm_flops: float, busy_s: float = BUSY_S) -> int:
+    """How many `BUSY_SIDE`-square GEMMs one rank runs in ``busy_s`` at ``gemm_flops``."""
+    return max(1, round(busy_s * gemm_flops / (2.0 * BUSY_SIDE ** 3)))
+
+
+def group_sizes(world: int) -> list[int]:
+    """The group sizes a local world of ``world`` ranks is timed in: every divisor >= 2 (the
+    axis sizes of its grids)."""
+    return [p for p in range(2, world + 1) if world % p == 0]
+
+
+def fit_group(records: Sequence[dict[str, Any]], dtype_bytes: int = 4) -> tuple[float, float]:
+    """Least-squares (latency per call, β) over collective records of one group size:
+    t = latency + bytes moved per rank (ring volume)·β, on relative error. On a shared host a
+    call's fixed cost is the wake-up of every peer, once per call whatever the ring's steps
+    (an all-gather of one element costs what an all-reduce of one does)."""
+    rows, times = [], []
+    for r in records:
+        rows.append([1.0, ring_volume(r["op"], r["elements"], r["group"]) * dtype_bytes])
+        times.append(r["seconds"])
+    a, t = np.asarray(rows, dtype=float), np.asarray(times, dtype=float)
+    w = 1.0 / t  # relative error
+    (latency, beta), *_ = np.linalg.lstsq(a * w[:, None], t * w, rcond=None)
+    return max(float(latency), 1e-9), max(float(beta), 1e-15)
 
 
 def fit_alpha_beta(records: Sequence[dict[str, Any]], dtype_bytes: int = 4) -> tuple[float, float]:
@@ -531,14 +667,26 @@ def fit_alpha_beta(records: Sequence[dict[str, Any]], dtype_bytes: int = 4) -> t
     return max(float(alpha), 1e-9), max(float(beta), 1e-15)
 
 
+#: What times the engine's own training steps for `calibrate`: given layer counts, repetitions
+#: and threads, the seconds of one step (the fastest) of a model of each depth on a tiny graph
+#: (the model cannot build the engine; `plexus.bench.stepcost.step_seconds` is the one).
+StepTimer = Callable[[Sequence[int], int, int], Sequence[float]]
+#: The depths `calibrate` times the step at: their difference is stages' fixed work.
+OVERHEAD_LAYERS = (1, 3)
+
+
 def calibrate(world_size: int | Sequence[int] = 2, threads: int = 1, quick: bool = False,
-              log: Callable[[str], None] | None = None) -> dict[str, Any]:
+              log: Callable[[str], None] | None = None,
+              step_timer: StepTimer | None = None) -> dict[str, Any]:
     """Measure everything and return the calibration document (see `write_calibration`).
 
     ``world_size``: the local world size(s) to time collectives on; each size above 1 gets its
-    own (α, β) under ``worlds``, the smallest's is ``alpha``/``beta``. Only 1: no collectives
-    (α and β are then left to the model's defaults). ``quick`` uses small problems and few
-    repetitions (for tests and sweeps; the rates are rough).
+    own (α, β) under ``worlds``, the smallest's is ``alpha``/``beta``, and a latency per call
+    and β per group size under ``groups``. Only 1: no collectives (α and β are then left to the
+    model's defaults). ``step_timer`` (`StepTimer`) gives ``stage_overhead`` and
+    ``step_overhead``; without it they are not measured (the model prices no fixed work).
+    ``quick`` uses small problems and few repetitions (for tests and sweeps; the rates are
+    rough).
     """
     import torch
 
@@ -573,15 +721,31 @@ def calibrate(world_size: int | Sequence[int] = 2, threads: int = 1, quick: bool
         "measurements": {"spmm": spmm, "gemm": gemm, "elementwise": elementwise,
                          "collectives": []},
     }
+    if step_timer is not None:
+        say(f"fixed work of a training step (the engine on a tiny graph, {threads} thread(s), "
+            f"{' and '.join(map(str, OVERHEAD_LAYERS))} layers) ...")
+        few, many = step_timer(OVERHEAD_LAYERS, 30 if quick else 100, threads)
+        stage = max(many - few, 0.0) / (OVERHEAD_LAYERS[1] - OVERHEAD_LAYERS[0])
+        doc["stage_overhead"] = stage
+        doc["step_overhead"] = max(few - OVERHEAD_LAYERS[0] * stage, 0.0)
+        doc["measurements"]["steps"] = [{"layers": n, "seconds": t}
+                                        for n, t in zip(OVERHEAD_LAYERS, (few, many))]
     if worlds:
         sizes = (1, 4_096, 65_536, 262_144) if quick else (1, 4_096, 65_536, 1 << 20)
-        doc["worlds"] = {}
+        gemms = busy_gemms(doc["gemm_flops"])
+        doc["worlds"], doc["groups"] = {}, {}
         for w in worlds:
-            say(f"collectives (gloo, {w} local ranks, each after {BUSY_S * 1e3:g} ms of "
+            say(f"collectives (gloo, {w} local ranks in groups of "
+                f"{', '.join(map(str, group_sizes(w)))}, each after {BUSY_S * 1e3:g} ms of "
                 "compute) ...")
-            coll = measure_collectives(w, sizes, reps=10 if quick else 20)
-            alpha, beta = fit_alpha_beta(coll)
+            coll = measure_collectives(w, sizes, reps=10 if quick else 20, gemms=gemms,
+                                       group_sizes=group_sizes(w))
+            alpha, beta = fit_alpha_beta([r for r in coll if r["group"] == w])
             doc["worlds"][str(w)] = {"alpha": alpha, "beta": beta}
+            doc["groups"][str(w)] = {}
+            for p in group_sizes(w):
+                latency, beta = fit_group([r for r in coll if r["group"] == p])
+                doc["groups"][str(w)][str(p)] = {"latency": latency, "beta": beta}
             doc["measurements"]["collectives"] += coll
         doc["alpha"], doc["beta"] = (doc["worlds"][str(worlds[0])][k] for k in ("alpha", "beta"))
         doc["backend"] = "gloo"

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 from plexus.core.atomic import UnsafeTargetError, output_target
 from plexus.core.cli import ArgumentParser, UsageError, given_options, report_error
-from plexus.core.grid import MAX_WORLD_SIZE, GridShape
+from plexus.core.grid import MAX_WORLD_SIZE, GridError, GridShape, parse_world_sizes
 from plexus.core.model import DTYPE_BYTES
 from plexus.core.modelopts import (ModelOptionsText, add_model_options, add_precision_options,
                                    check_model_options, describe_model, model_config)
@@ -37,8 +37,10 @@ from plexus.datasets.graph import MAX_NODES
 from plexus.datasets.ogb_sizes import ogb_sizes
 from plexus.runtime.env import available_cores, local_world_size
 
-from .calibration import CALIBRATION_ENV, Calibration, calibrate, write_calibration
-from .model import BEST_ORDER, ModelSpec, Prediction, rank_configs
+from .calibration import (CALIBRATION_ENV, Calibration, StepTimer, calibrate,
+                          write_calibration)
+from .model import Prediction, rank_configs
+from .spec import BEST_ORDER, ModelSpec
 from .placement import Placement
 from .profiles import profile_names, resolve_calibration
 from .setup import partition_memory, setup_memory
@@ -158,8 +160,15 @@ def _header(spec: ModelSpec, cal: Calibration, origin: str, streamed: bool,
         links = f"every link alpha {cal.alpha:.3g} s, beta {1 / cal.beta:.3g} B/s"
     else:
         alpha, beta = cal.local_link(per_host)  # the pair the collectives are priced with
-        links = f"alpha {alpha:.3g} s, beta {1 / beta:.3g} B/s" + (
+        measured = [(p, cal.group_link(per_host, p)) for p in range(2, (per_host or 0) + 1)]
+        calls = ", ".join(f"groups of {p} {g[0] * 1e3:.3g} ms + {1 / g[1]:.3g} B/s"
+                          for p, g in measured if g)
+        links = (f"per call: {calls}" if calls else
+                 f"alpha {alpha:.3g} s, beta {1 / beta:.3g} B/s") + (
             f"; {per_host} ranks per host" if per_host else "")
+    if cal.stage_overhead or cal.step_overhead:
+        links += (f"; fixed work {cal.step_overhead * 1e3:.3g} ms per step + "
+                  f"{cal.stage_overhead * 1e3:.3g} ms per stage")
     return [
         f"{spec.name or 'graph'}: N={spec.num_nodes:,} nnz={spec.nnz:,} F={spec.num_features} "
         f"C={spec.num_classes} layers={m.num_layers} hidden={m.hidden} "
@@ -429,27 +438,26 @@ MAX_CALIBRATION_WORLDS = 8
 
 
 def _world_sizes(text: str, cores: int) -> list[int]:
-    """``--world-size``'s comma-separated sizes; `UsageError` unless each is a whole number in
-    [1, 2 × ``cores``] (ranks sharing cores are priced from such a world; far more times the
-    scheduler, not gloo) and there are at most `MAX_CALIBRATION_WORLDS` of them."""
+    """``--world-size``'s comma-separated sizes (`plexus.core.grid.parse_world_sizes`);
+    `UsageError` unless each is in [1, 2 × ``cores``] (ranks sharing cores are priced from
+    such a world; far more times the scheduler, not gloo) and there are at most
+    `MAX_CALIBRATION_WORLDS` of them."""
     try:
-        sizes = [int(part) for part in text.split(",")]
-    except ValueError:
-        sizes = []
-    if not sizes or min(sizes) < 1 or max(sizes) > 2 * cores or \
-            len(sizes) > MAX_CALIBRATION_WORLDS:
-        raise UsageError(f"--world-size must be whole numbers in [1, {2 * cores}] (twice the "
-                         f"cores this process may use), at most {MAX_CALIBRATION_WORLDS}, "
-                         f"separated by commas, got {text[:80]!r}")
-    return sizes
+        return list(parse_world_sizes(text, 2 * cores, MAX_CALIBRATION_WORLDS))
+    except GridError as e:
+        raise UsageError(f"--world-size {e} (at most twice the {cores} cores this process may "
+                         "use)") from None
 
 
 def bench_main(argv: Sequence[str] | None = None,
                commands: Sequence[BenchCommand] = (),
-               mask_pass: Callable[[Any], object] | None = None) -> int:
+               mask_pass: Callable[[Any], object] | None = None,
+               step_timer: StepTimer | None = None) -> int:
     """``plexus-bench`` with ``calibrate`` and the given further ``commands`` (the console entry
-    point passes ``check``, and ``mask_pass``, the engine's dropout of a tensor, which
-    ``calibrate --device cuda`` times). Exit 2 on bad input, 1 if a measurement fails."""
+    point passes ``check``, ``mask_pass``, the engine's dropout of a tensor, which
+    ``calibrate --device cuda`` times, and ``step_timer``, the engine's training step on a tiny
+    graph, which ``calibrate`` on a CPU times for the step's fixed work). Exit 2 on bad input,
+    1 if a measurement fails."""
     parser = _bench_parser(commands)
     extra = {c.name: c for c in commands}
     try:
@@ -484,7 +492,8 @@ def bench_main(argv: Sequence[str] | None = None,
                 if doc is None:  # a rank other than 0 of a launcher's job: rank 0 writes
                     return 0
             else:
-                doc = calibrate(worlds, args.threads, args.quick, log=say)
+                doc = calibrate(worlds, args.threads, args.quick, log=say,
+                                step_timer=step_timer)
             path = write_calibration(doc, args.out)
         except OSError as e:
             return report_error(parser.prog, f"cannot write {args.out}: {e.strerror or e}")
@@ -496,6 +505,13 @@ def bench_main(argv: Sequence[str] | None = None,
         if "alpha" in doc:
             print(f", alpha {doc['alpha'] * 1e6:.1f} us, beta {1 / doc['beta'] / 1e9:.2f} GB/s",
                   end="")
+        if "stage_overhead" in doc:
+            print(f", fixed work {doc['step_overhead'] * 1e3:.2f} ms per step + "
+                  f"{doc['stage_overhead'] * 1e3:.2f} ms per stage", end="")
+        for world, by_size in doc.get("groups", {}).items():
+            print(f"; {world} ranks: " + ", ".join(
+                f"groups of {p} {g['latency'] * 1e3:.2f} ms per call" for p, g in by_size.items()),
+                end="")
         for cls, link in doc.get("links", {}).items():
             print(f"; {cls} alpha {link['alpha'] * 1e6:.1f} us, beta "
                   f"{1 / link['beta'] / 1e9:.2f} GB/s", end="")

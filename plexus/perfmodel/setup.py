@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from .model import Grid3, ModelSpec, epoch_memory
+from .model import epoch_memory
+from .spec import Grid3, ModelSpec
 
 # The in-memory partitioner (`plexus.partitioners.write_store`) holds the graph's adjacency, the
 # normalized Â and one row group's cut pieces at once: about 38 bytes per non-zero of Â at R-MAT

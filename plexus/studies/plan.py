@@ -12,7 +12,8 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from plexus.core.grid import MAX_WORLD_SIZE, GridError, GridShape
+from plexus.core.grid import GridError, GridShape
+from plexus.core.grid import parse_world_sizes as grid_world_sizes
 from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.core.modelopts import DEFAULT_DROPOUT, DEFAULT_HIDDEN, DEFAULT_LAYERS, DEFAULT_ORDER
 
@@ -119,14 +120,11 @@ def run_id(dataset: str, grid: GridShape, repeat: int) -> str:
 
 
 def parse_world_sizes(text: str) -> tuple[int, ...]:
-    """"1,2,4" -> (1, 2, 4); raises PlanError."""
+    """"1,2,4" -> (1, 2, 4) (`plexus.core.grid.parse_world_sizes`); raises PlanError."""
     try:
-        sizes = tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise PlanError(f"world sizes must be comma-separated integers, got {text!r}") from None
-    if not sizes or min(sizes) < 1 or max(sizes) > MAX_WORLD_SIZE:
-        raise PlanError(f"world sizes must be integers in [1, {MAX_WORLD_SIZE}], got {text!r}")
-    return tuple(dict.fromkeys(sizes))
+        return grid_world_sizes(text)
+    except GridError as e:
+        raise PlanError(f"world sizes {e}") from None
 
 
 def grid_tokens(text: str) -> list[str | GridShape]:

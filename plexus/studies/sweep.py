@@ -171,6 +171,7 @@ def measure_calibration(folder: ResultsFolder, plans: Sequence[PlannedRun],
     `CALIBRATION_MAX_WORLD` ranks, as its runs' ranks share this host)."""
     from plexus.perfmodel.calibration import (CALIBRATION_ENV, calibrate,  # noqa: PLC0415
                                               find_calibration, load_calibration)
+    from plexus.bench.stepcost import step_seconds  # noqa: PLC0415
 
     path = folder.root / CALIBRATION
     if folder.read_text(path) is not None:
@@ -185,7 +186,7 @@ def measure_calibration(folder: ResultsFolder, plans: Sequence[PlannedRun],
     worlds = sorted({min(p.world_size, CALIBRATION_MAX_WORLD) for p in plans}) or [1]
     say(f"measuring this machine's rates for the report's predictions ({CALIBRATION}; "
         "--no-calibrate skips it) ...")
-    doc = calibrate(world_size=worlds, threads=threads, quick=True)
+    doc = calibrate(world_size=worlds, threads=threads, quick=True, step_timer=step_seconds)
     doc["note"] = ("measured by plexus-sweep before its runs (quick: rough rates); "
                    "plexus-bench calibrate measures them more carefully")
     with folder.atomic(path, "w") as f:

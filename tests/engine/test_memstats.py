@@ -148,7 +148,7 @@ class _OneRank:
 
 def test_loss_peak_is_priced_per_logit_and_per_row():
     from plexus.engine.loss import cross_entropy
-    from plexus.perfmodel.model import LOSS_BYTES, LOSS_ROW_BYTES
+    from plexus.perfmodel.memory import LOSS_BYTES, LOSS_ROW_BYTES
 
     rows, classes = 4096, 8  # few classes per row: the rows' vectors weigh as much as the logits
     z = torch.randn(rows, classes, requires_grad=True)

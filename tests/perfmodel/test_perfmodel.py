@@ -485,7 +485,7 @@ def test_multilabel_prices_the_int8_label_matrix_and_the_bce_loss():
     s, m = epoch_memory(single, (1, 1, 1)), epoch_memory(multi, (1, 1, 1))
     assert m.features - s.features == n * (tasks + tasks) - n * 8
     logits = n * tasks
-    from plexus.perfmodel.model import LOSS_ROW_BYTES  # the softmax's per-row vectors
+    from plexus.perfmodel.memory import LOSS_ROW_BYTES  # the softmax's per-row vectors
 
     assert (m.activations + m.workspace) - (s.activations + s.workspace) == \
         logits * (4 + 6 - 5) - n * LOSS_ROW_BYTES  # BCE's reductions are scalars
@@ -533,3 +533,135 @@ def test_elementwise_work_and_shared_cores_are_priced(tmp_path):
     loaded = load_calibration(path)
     assert (loaded.elementwise_rate, loaded.cores, loaded.core_share(4)) == (1e8, 2, 0.5)
     assert loaded.calibrated and not Calibration().calibrated
+
+
+# ---- fixed costs: a call's latency in its group, the step's own work (issue 40) ---------------
+LOCAL = {"spmm_flops": 1e9, "gemm_flops": 1e10, "elementwise_rate": 1e8, "alpha": 1e-4,
+         "beta": 1e-9, "worlds": {"4": {"alpha": 2e-3, "beta": 5e-9}}, "cores": 2,
+         "threads": 1}
+
+
+def test_local_collectives_priced_per_call_in_their_group_by_hand():
+    """Among 4 local ranks on 2 cores, a collective over a 2-rank axis costs the latency and β
+    measured for groups of 2 in a 4-rank world (once per call, whatever its ring steps), one
+    over 4 ranks those of groups of 4; without groups (an older file) the α-β ring of the
+    4-rank world prices it, as before."""
+    from plexus.perfmodel.model import collective_time
+
+    spec = ModelSpec.of(4096, 50_000, 64, 8, num_layers=2, hidden=16)
+    groups = {"4": {"2": {"latency": 3e-3, "beta": 2e-9}, "4": {"latency": 7e-3,
+                                                                "beta": 4e-9}}}
+    cal = Calibration.from_dict({**LOCAL, "groups": groups})
+    old = Calibration.from_dict(LOCAL)
+    for grid, axis, (lat, beta) in (((2, 2, 1), "x", (3e-3, 2e-9)),
+                                    ((4, 1, 1), "x", (7e-3, 4e-9))):
+        calls = [c for c in epoch_volume(spec, grid).collectives if c.axis == axis]
+        by_hand = sum(lat + c.elements * (c.itemsize or 4) * beta for c in calls)
+        ring = sum(c.steps * 2e-3 + c.elements * (c.itemsize or 4) * 5e-9 for c in calls)
+        assert predict(spec, grid, cal, ranks_per_host=4).comm_s_per_axis[axis] == \
+            pytest.approx(by_hand)
+        assert predict(spec, grid, old, ranks_per_host=4).comm_s_per_axis[axis] == \
+            pytest.approx(ring)
+        assert by_hand != pytest.approx(ring)
+    c = epoch_volume(spec, (2, 2, 1)).collectives[0]
+    # an axis's own pair and a cluster's link class still take the α-β ring
+    assert collective_time(c, cal, ranks_per_host=4, link_class="intra") == \
+        pytest.approx(c.steps * 1e-4 + c.elements * 4 * 1e-9)
+    assert cal.group_link(None, 2) is None and cal.group_link(4, 3) is None
+
+
+def test_fixed_work_per_stage_is_priced_at_the_share_of_the_cores():
+    """The step's fixed work (step_overhead + stages × stage_overhead) is part of each rank's
+    compute, and like its flops runs at its share of the cores: 4 ranks on 2 cores, twice."""
+    spec = ModelSpec.of(1024, 10_000, 64, 8, num_layers=3, hidden=16)
+    cal = Calibration.from_dict({**LOCAL, "stage_overhead": 1e-3, "step_overhead": 5e-4})
+    bare = Calibration.from_dict(LOCAL)
+    assert cal.overhead(3) == pytest.approx(5e-4 + 3e-3)
+    for ranks, share in ((1, 1.0), (2, 1.0), (4, 0.5)):
+        p, q = (predict(spec, (1, 1, 1), c, ranks_per_host=ranks) for c in (cal, bare))
+        assert p.overhead_s == pytest.approx((5e-4 + 3 * 1e-3) / share)
+        assert p.compute_s - q.compute_s == pytest.approx(p.overhead_s)
+        assert p.time_s == pytest.approx(p.comm_s + p.compute_s)
+    assert bare.overhead(3) == 0.0
+
+
+def test_a_calibration_without_fixed_costs_is_read_and_the_new_fields_round_trip(tmp_path):
+    """A file written before the fixed costs were measured loads (no groups, no overhead: the
+    α-β ring prices it); one with them keeps them through to_dict; bad values are one line
+    naming the key."""
+    from plexus.perfmodel import CalibrationError
+
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({**LOCAL, "version": 1, "backend": "gloo"}))
+    old = load_calibration(path)
+    assert old.groups == () and old.stage_overhead == old.step_overhead == 0.0
+    doc = {**LOCAL, "stage_overhead": 1e-3, "step_overhead": 0.0,
+           "groups": {"4": {"2": {"latency": 3e-3, "beta": 2e-9}}}}
+    path.write_text(json.dumps(doc))
+    cal = load_calibration(path)
+    assert cal.groups == ((4, 2, 3e-3, 2e-9),) and cal.stage_overhead == 1e-3
+    assert Calibration.from_dict(cal.to_dict()) == Calibration.from_dict(doc)
+    for bad, key in (({"groups": {"4": {"3": {"latency": 1e-3, "beta": 1e-9}}}}, "groups.4.3"),
+                     ({"groups": {"4": {"2": {"latency": 0, "beta": 1e-9}}}}, "latency"),
+                     ({"stage_overhead": -1}, "stage_overhead")):
+        path.write_text(json.dumps({**LOCAL, **bad}))
+        with pytest.raises(CalibrationError, match=key) as e:
+            load_calibration(path)
+        assert "\n" not in str(e.value)
+
+
+def test_fit_group_recovers_latency_and_beta():
+    from plexus.core.schedule import ring_volume
+    from plexus.perfmodel.calibration import fit_group
+
+    recs = [{"op": op, "world": 4, "group": 2, "elements": n,
+             "seconds": 3e-3 + ring_volume(op, n, 2) * 4 * 2e-9}
+            for op in ("all_reduce", "all_gather") for n in (1, 4096, 65536, 262144)]
+    latency, beta = fit_group(recs)
+    assert latency == pytest.approx(3e-3, rel=1e-6) and beta == pytest.approx(2e-9, rel=1e-6)
+
+
+def test_calibrate_turns_two_step_times_into_the_fixed_costs():
+    """calibrate asks the step timer for a 1- and a 3-layer step: the difference over two is a
+    stage's fixed work, the rest of the shallow step the step's own."""
+    from plexus.perfmodel.calibration import OVERHEAD_LAYERS, calibrate
+
+    asked = []
+
+    def timer(layers, reps, threads):
+        asked.append((tuple(layers), threads))
+        return [0.004, 0.010]
+
+    doc = calibrate(1, 1, quick=True, step_timer=timer)
+    assert asked == [(OVERHEAD_LAYERS, 1)] and OVERHEAD_LAYERS == (1, 3)
+    assert doc["stage_overhead"] == pytest.approx(0.003)
+    assert doc["step_overhead"] == pytest.approx(0.001)
+    assert "stage_overhead" not in calibrate(1, 1, quick=True)  # no timer: nothing claimed
+
+
+def test_the_step_timer_runs_the_engines_step():
+    """plexus.bench.stepcost times the engine's own training step (what the sweep's and
+    plexus-bench's calibrations pass as the step timer)."""
+    from plexus.bench.stepcost import step_seconds
+
+    times = step_seconds([1, 2], 2)
+    assert len(times) == 2 and all(t > 0 for t in times)
+
+
+def test_one_world_size_parser():
+    """plexus-sweep's --world-sizes and plexus-bench calibrate's --world-size read sizes with
+    one parser (plexus.core.grid): order kept, repeats and empty items dropped, bounds named."""
+    from plexus.core.grid import GridError, parse_world_sizes
+    from plexus.perfmodel.cli import _world_sizes
+    from plexus.studies.plan import PlanError
+    from plexus.studies.plan import parse_world_sizes as plan_sizes
+
+    assert parse_world_sizes("4,1,,4,2") == (4, 1, 2) == plan_sizes("4,1,,4,2")
+    assert _world_sizes("4,1,,4,2", 2) == [4, 1, 2]
+    for bad in ("", "2,x", "0", "5"):
+        with pytest.raises(GridError, match=r"whole numbers in \[1, 4\]"):
+            parse_world_sizes(bad, 4)
+    with pytest.raises(GridError, match="at most 2"):
+        parse_world_sizes("1,1,1", most=2)
+    with pytest.raises(PlanError, match="world sizes must be whole numbers"):
+        plan_sizes("2,x")

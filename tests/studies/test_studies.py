@@ -265,8 +265,9 @@ def test_sweep_calibrates_each_world_it_runs_up_to_the_cap(tmp_path, monkeypatch
 
     asked = []
 
-    def fake(world_size, threads, quick):
+    def fake(world_size, threads, quick, step_timer=None):
         asked.append((list(world_size), threads, quick))
+        assert step_timer is not None  # the engine's step, for the fixed work per stage
         return {"alpha": 1e-4, "beta": 1e-9}
 
     monkeypatch.setattr(calibration, "calibrate", fake)
