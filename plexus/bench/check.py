@@ -215,18 +215,12 @@ def result_line(r: CheckResult, backend: str, device: str) -> str:
 # ---- the command line ------------------------------------------------------------------------
 def add_arguments(p: ArgumentParser) -> None:
     """``plexus-bench check``'s options."""
-    from plexus.runtime.env import DEVICES
+    from plexus.runtime.options import add_device_options  # torch: not at the tool's start
 
     p.add_argument("--world-size", type=int, metavar="G",
                    help="largest world checked: grids of 1, 2, 4, ... and G ranks (default: the "
                         "GPUs of this machine, one rank each; 4 on the CPU)")
-    p.add_argument("--device", choices=DEVICES,
-                   help="cuda: NCCL, one GPU per rank (gloo through host memory where ranks "
-                        "share GPUs); cpu: gloo (default: cuda where it is "
-                        "available, else cpu)")
-    p.add_argument("--threads", type=int, metavar="N",
-                   help="torch threads per rank on the CPU (default: $OMP_NUM_THREADS when set, "
-                        "else the cores shared evenly among a world's ranks)")
+    add_device_options(p)
     p.add_argument("--steps", type=int, default=3, metavar="N",
                    help="training steps timed per check (default 3; the median is shown)")
     p.add_argument("--layer", metavar="MODULE:CLASS",

@@ -13,8 +13,8 @@ from plexus.core.cli import ArgumentParser
 from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.core.modelopts import ModelOptionsText, add_model_options, add_precision_options
 from plexus.partitioners import PERMUTATIONS
-from plexus.runtime.env import DEVICES
 from plexus.runtime.group import DEFAULT_TIMEOUT_S
+from plexus.runtime.options import add_device_options
 
 from .cache import CACHE_ENV
 from .cacheuse import MAX_GB_ENV
@@ -55,14 +55,7 @@ def _job_options(run: argparse._ArgumentGroup) -> None:
     run.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                      help="process-group timeout: how long a collective may wait (default "
                           f"{DEFAULT_TIMEOUT_S:g})")
-    run.add_argument("--device", choices=DEVICES,
-                     help="cuda: one GPU per local rank, NCCL (more local ranks than GPUs "
-                          "share them, gloo); cpu: gloo on the CPU (default: cuda where it is "
-                          "available, else cpu)")
-    run.add_argument("--threads", type=int, metavar="N",
-                     help="torch (and BLAS) threads per rank (default: $OMP_NUM_THREADS when "
-                          "set, else the node's cores shared evenly among its ranks); the "
-                          "run's first line says how many it uses")
+    add_device_options(run)  # the run's first line says how many threads each rank uses
     run.add_argument("--force", action="store_true",
                      help="run even when the performance model predicts more memory per rank "
                           "than is available")
