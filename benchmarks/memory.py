@@ -136,10 +136,18 @@ def run_plexus(args: argparse.Namespace, grid: str, extra: list[str] | None = No
                "--epochs", str(args.epochs), "--eval-every", "0", "--quiet", "--log-json",
                str(log)] + args.plexus_args + [
                    flag.format(h4=max(1, args.hidden // 4)) for flag in (extra or [])]
-        code, _rss, wall, text, killed = run_child(cmd, args.min_free * GIB, env)
-        if code != 0 or not log.exists():
-            return {"ok": False, "why": "killed: low host memory" if killed else text[-2000:]}
-        lines = [json.loads(line) for line in log.read_text().splitlines()]
+        r = train_figures(cmd, log, args.min_free * GIB, env)
+    return {**r, "cut_rss": cut_rss}
+
+
+def train_figures(cmd: list[str], log: Path, min_free: float, env: dict) -> dict:
+    """Run ``plexus-train`` (``cmd``, its JSON log at ``log``) as a measured child: the median
+    epoch of all but the first, SpMM seconds per epoch, memory per rank (peak RSS, of training,
+    tracked tensors, the model's prediction), or why it failed."""
+    code, _rss, wall, text, killed = run_child(cmd, min_free, env)
+    if code != 0 or not log.exists():
+        return {"ok": False, "why": "killed: low host memory" if killed else text[-2000:]}
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
     epochs = [r["epoch_time_s"] for r in lines if "epoch_time_s" in r and not r.get("summary")]
     times = epochs[1:] or epochs
     summary = lines[-1]
@@ -150,7 +158,7 @@ def run_plexus(args: argparse.Namespace, grid: str, extra: list[str] | None = No
                               mem["peak_rss_bytes"])],
             "predicted": mem["predicted_bytes"], "epoch_s": sorted(times)[len(times) // 2],
             "spmm_s": summary["timers"].get("spmm", {}).get("max", 0.0) / max(1, len(epochs)),
-            "wall_s": wall, "cut_rss": cut_rss}
+            "wall_s": wall}
 
 
 def grid_rows(args: argparse.Namespace, say, run, row) -> dict:

@@ -34,7 +34,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.memory import GIB, gib, grid_rows, run_child  # noqa: E402
+from benchmarks.memory import GIB, gib, grid_rows, run_child, train_figures  # noqa: E402
 
 SMOKE = {"nodes": 600, "degree": 40, "epochs": 2, "hidden": 16}
 
@@ -106,19 +106,8 @@ def run_plexus(args: argparse.Namespace, grid: str) -> dict:
                "--recipe", "ogbn-proteins-gcn", "--hidden", str(args.hidden),
                "--epochs", str(args.epochs), "--eval-every", "0", "--quiet", "--log-json",
                str(log)]
-        code, _rss, wall, text, killed = run_child(cmd, args.min_free * GIB, env)
-        if code != 0 or not log.exists():
-            return {"ok": False, "why": "killed: low host memory" if killed else text[-2000:]}
-        lines = [json.loads(line) for line in log.read_text().splitlines()]
-    epochs = [r["epoch_time_s"] for r in lines if "epoch_time_s" in r and not r.get("summary")]
-    times = epochs[1:] or epochs
-    mem = lines[-1]["memory"]
-    return {"ok": True, "peak_rss": mem["peak_rss_bytes"], "tracked": mem["tracked_peak_bytes"],
-            "train_rss": [t if t is not None else r for t, r in
-                          zip(mem.get("train_peak_rss_bytes") or mem["peak_rss_bytes"],
-                              mem["peak_rss_bytes"])],
-            "predicted": mem["predicted_bytes"], "epoch_s": sorted(times)[len(times) // 2],
-            "wall_s": wall, "cut_rss": cut_rss, "cut_s": cut_s}
+        r = train_figures(cmd, log, args.min_free * GIB, env)
+    return {**r, "cut_rss": cut_rss, "cut_s": cut_s}
 
 
 def build_parser() -> argparse.ArgumentParser:
