@@ -95,7 +95,7 @@ class ConvOperator(Operator):
 
     # ---- memory -----------------------------------------------------------------------------
     def memory(self, z: StageSizes) -> StageMemory:
-        """What the engine's convolution holds (`plexus.engine.ops.conv`): the GEMM keeps only
+        """What the convolution holds (`stage` above, the toolkit's `conv`): the GEMM keeps only
         the operand its gradient needs (AGG for an aggregate-first dW, the dropped H for a
         combine-first one, W for dH); dropout keeps nothing (its mask is recomputed) and an
         aggregate-first stage drops out inside the SpMM, so the dropped H lives only while it

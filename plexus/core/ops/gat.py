@@ -190,7 +190,7 @@ class GAT(Operator):
 
     # ---- memory -----------------------------------------------------------------------------
     def memory(self, z: StageSizes) -> StageMemory:
-        """What `plexus.engine.ops.gat` holds: kept for backward the dropped H (dW), W (dH),
+        """What the stage above holds: kept for backward the dropped H (dW), W (dH),
         Z (the scores' and the SDDMM's operand), α per edge and head (float32) and the
         attention-dropout mask (one byte per edge and head); in forward Z and its all-reduced
         copy, the per-edge scores and the output; in backward dOUT, dZ, dα (one float32 per edge
