@@ -115,7 +115,6 @@ class Network(GridModel):
                 not 0.0 <= dropout < 1.0:  # 1.0 would scale the kept (none) by 1 / 0
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r:.60}")
         self.layers = nn.ModuleList(layers)
-        self.p, self.input_dropout = dropout, input_dropout
         widths = [graph.num_features] + [layer.out_features for layer in layers]
         for l, layer in enumerate(layers):
             if layer.in_features != widths[l]:
@@ -138,8 +137,10 @@ class Network(GridModel):
         def weights(ids: np.ndarray) -> sp.csr_matrix:  # only if a layer asks for them
             return incoming(graph.adj[ids][:, ids], graph.directed, graph.weighted)
 
+        # each layer's input dropout as a built-in stage's: its rate in its stage toolkit
         self.graphs = [LayerGraph(StageGraph(p, self.comm, blocks, ids[p.index], wp[p.index],
-                                             wp[p.index + 1], seed, self.dtype, tuner),
+                                             wp[p.index + 1], seed, self.dtype, tuner,
+                                             rate=dropout if p.index or input_dropout else 0.0),
                                   _describe(p.index, layer), weights)
                        for p, layer in zip(self.plans, layers)]
         decls = []  # every layer's declarations, then its BatchNorms', in layer order
@@ -177,9 +178,8 @@ class Network(GridModel):
         H = self.features
         last = len(self.layers) - 1
         for l, (g, layer) in enumerate(zip(self.graphs, self.layers)):
-            H = g.receive(H)
-            if self.training and (l > 0 or self.input_dropout):
-                H = g.dropout(H, self.p, step)
+            g.stage.training = self.training
+            H = g.dropout(g.receive(H), g.stage.stage_rate(), step)
             try:
                 H = layer(g, H, step)
             except LayoutError as e:  # a torch operation's check does not know the layer
