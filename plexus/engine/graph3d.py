@@ -49,14 +49,16 @@ class StageGraph:
     layouts). ``d_in``/``d_out`` are the stage's padded input and output widths, ``real`` the
     real ones. A built-in stage (`plexus.engine.ops.Stage3D`) also gives its parameter shards
     (``params``, read with `param`), its dropout rate (``rate``), the model's config
-    (``model``, for a kind's options) and the engine's (``engine``: chunks, overlap); it sets
-    ``training`` and ``consume_input`` before each forward."""
+    (``model``, for a kind's options), the engine's (``engine``: chunks, overlap), the original
+    ids of its output rows (``output_ids``, -1: padding) and the graph's node count; it sets
+    ``training``, ``consume_input``, ``stats`` and ``update_stats`` before each forward."""
 
     def __init__(self, plan: LayerPlan, comm: Comm, graph: GraphBlocks, input_ids: torch.Tensor,
                  d_in: int, d_out: int, seed: int = 0, dtype: torch.dtype = torch.float32,
                  tuner: GemmTuner | None = None, *,
                  params: Mapping[str, torch.Tensor] | None = None, rate: float = 0.0, real: tuple[int, int] | None = None, model=None,
-                 engine=None) -> None:
+                 engine=None, output_ids: torch.Tensor | None = None, num_nodes: int = 0
+                 ) -> None:
         self.plan, self.comm, self.graph, self.dtype = plan, comm, graph, dtype
         self.input_ids, self.seed = input_ids, seed
         self.d_in, self.d_out = d_in, d_out
@@ -64,7 +66,12 @@ class StageGraph:
         self.tuner = tuner or GemmTuner()
         self.params = params if params is not None else {}
         self.rate, self.model, self.engine = rate, model, engine
+        self.output_ids, self.num_nodes = output_ids, num_nodes
         self.training = True
+        # A stage with running statistics (BatchNorm's): its buffers by kind, and whether a
+        # training pass updates them (not a recomputed one); set before each forward
+        self.stats: Mapping[str, torch.Tensor] = {}
+        self.update_stats = True
         # Set by a model that passes H to this stage and never reads it again (e.g. a fresh
         # ReLU output): the stage may then overwrite H (aggregate-first dropout) instead of
         # copying it.

@@ -1,15 +1,19 @@
-"""The distributed model: one rank's view of it, built from its `RankShard`."""
+"""The model on the grid: `GridModel`, what every model on the engine is built with (the
+engine's `DistributedModel` from a `ModelConfig`, and `plexus.nn.Network` from users' layers),
+and the `DistributedModel` itself, one rank's view of it, built from its `RankShard`."""
 
 from __future__ import annotations
 
 from contextlib import ExitStack, nullcontext
+from dataclasses import replace
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from plexus.core.layout import LayerPlan, block, padding
-from plexus.core.ops import NORM_OP, OPERATORS, split_name
+from plexus.core.ops import NORM_OP, OPERATORS, Param
 from plexus.partitioners.plan import RankShard
 
 from .blocks import GraphBlocks, stage_output_ids
@@ -17,74 +21,156 @@ from .comm import Comm, all_reduce_staged, global_norm
 from .config import EngineConfig, ModelConfig
 from .gemm import GemmTuner
 from .loss import ClassifierHead
-from .ops import NORM_STAGE, ShardMap, Stage3D, StageInputs
+from .ops import ShardMap, Stage3D, StageInputs
 from .primitives import relu
-from .seeding import StepCounter, initial_parameters, initial_stats, parameter_layer, stage_params
+from .seeding import StepCounter, initial_values, parameter_layer, stage_params
 
 
-class DistributedModel(ClassifierHead, nn.Module):
+class GridModel(ClassifierHead, nn.Module):
+    """The one builder of a model on the grid (the engine's and `plexus.nn.Network`): the
+    shard map of its declared parameters and their initial values (`initial_values`, drawn
+    full-size from the seed by grid-independent name, then cut), BatchNorm's stage, the
+    classifier head on the last stage's output, and the conversions between shards and full
+    tensors. A subclass calls `_start`, declares its parameters with `_initial_shards`, and
+    holds each by name (`_hold`)."""
+
+    def _start(self, comm: Comm, shard: RankShard, plans: Sequence[LayerPlan],
+               widths: Sequence[int], seed: int, engine: EngineConfig) -> None:
+        """The model's plan, padding, shard map and classifier head from ``shard``."""
+        grid = comm.grid
+        shape, coords, device = grid.shape, grid.coords, grid.device
+        self.comm, self.seed, self.plans, self.widths = comm, seed, list(plans), list(widths)
+        self.dtype, self.steps = engine.torch_dtype(), StepCounter()
+        self.pad = padding(shape, self.plans, shard.num_nodes, self.widths)
+        wp = self.pad.widths_padded
+        self.shards = ShardMap(grid, self.widths, wp)
+        self.decls = self.shards.decls
+        self.held: dict[str, tuple[nn.Module, str]] = {}  # name -> (module, attribute)
+        self.out_ids = stage_output_ids(shard)
+        self.num_nodes = shard.num_nodes
+        last = self.plans[-1]
+        self.class_start = block(wp[-1], shape[last.out_cols], coords[last.out_cols]).start
+        self.num_classes = shard.num_classes
+        self.labels = self.head_labels(shard.labels, self.class_start,
+                                       wp[-1] // shape[last.out_cols], device)
+        self.masks = {k: torch.from_numpy(m).to(device) for k, m in shard.masks.items()}
+        self.counts = dict(shard.mask_counts)
+
+    def _initial_shards(self, decls: Sequence[tuple[str, LayerPlan, Param]]
+                        ) -> dict[str, torch.Tensor]:
+        """Declare each (name, stage, declaration) in the shard map and give this rank's shard
+        of its initial value."""
+        for name, p, decl in decls:
+            self.shards.declare(name, p, decl)
+        full = initial_values(self.seed, [(name, decl) for name, _, decl in decls])
+        return {name: self.shards.shard_of_full(name, value) for name, value in full.items()}
+
+    def _hold(self, name: str, module: nn.Module, attribute: str) -> None:
+        """Where the live tensor of parameter or statistic ``name`` is."""
+        self.held[name] = (module, attribute)
+
+    def _norm_stage(self, p: LayerPlan, graph: GraphBlocks, name: Callable[[str], str],
+                    shards: dict[str, torch.Tensor]) -> Stage3D:
+        """Stage ``p``'s BatchNorm (`plexus.core.ops.batchnorm`, run by a `Stage3D`) from its
+        parameters' and statistics' ``shards``, each kind's under ``name(kind)``."""
+        d = self.widths[p.index + 1]
+        decls = OPERATORS[NORM_OP].params(p, d, d)
+        wp, device = self.pad.widths_padded[p.index + 1], self.comm.grid.device
+        ids = torch.from_numpy(self.out_ids[p.index]).to(device)
+        norm = Stage3D(StageInputs(
+            replace(p, op=NORM_OP), self.comm,
+            {x.kind: shards[name(x.kind)] for x in decls if not x.buffer}, wp, wp, (d, d),
+            ids, ids, dtype=self.dtype, graph=graph, num_nodes=self.num_nodes,
+            stats={x.kind: shards[name(x.kind)] for x in decls if x.buffer}))
+        for x in decls:
+            self._hold(name(x.kind), norm if x.buffer else norm.params, x.kind)
+        return norm
+
+    def named_shards(self) -> dict[str, nn.Parameter]:
+        """Trainable shards by grid-independent name."""
+        return {n: getattr(m, a) for n, (m, a) in self.held.items() if not self.decls[n][1].buffer}
+
+    def named_stats(self) -> dict[str, torch.Tensor]:
+        """BatchNorm running statistics (shards) by grid-independent name."""
+        return {n: getattr(m, a) for n, (m, a) in self.held.items() if self.decls[n][1].buffer}
+
+    def full_parameter(self, name: str, shard: torch.Tensor) -> torch.Tensor:
+        """The full unpadded tensor of ``name`` from every rank's ``shard`` (a collective over
+        the whole world; every rank gets the result)."""
+        return self.shards.full_of_shard(name, shard)
+
+    def full_parameters(self) -> dict[str, torch.Tensor]:
+        """Every parameter and running statistic as a full tensor (collective)."""
+        return {name: self.full_parameter(name, t).cpu()
+                for name, t in {**self.named_shards(), **self.named_stats()}.items()}
+
+    def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
+        """This rank's shard of the full unpadded tensor ``full``."""
+        return self.shards.shard_of_full(name, full.to(self.comm.grid.device))
+
+    def owns(self, name: str) -> bool:
+        """Whether this rank's shard of ``name`` is the replica that counts it in a sum over
+        the full tensor (every element once over the world)."""
+        return self.shards.owns(name)
+
+    def grad_norm(self) -> torch.Tensor:
+        """The 2-norm of the full gradient (collective): what clipping compares with its limit,
+        the same on every grid."""
+        return global_norm([p.grad for n, p in self.named_shards().items()
+                            if p.grad is not None and self.owns(n)], self.comm.grid.device)
+
+
+class DistributedModel(GridModel):
     """The model of a `ModelConfig` on the grid; ``forward`` returns this rank's logits block
     (float32 whatever the engine's compute precision).
 
     Parameter names match `plexus.engine.serial.SerialModel` ("W0", "b0", "Wr0", "eps0",
     "att_src0", "gamma0", ..., "features"), and `full_parameter` / `shard_of` convert between
     a rank's shard and the full, unpadded, grid-independent tensor (checkpoints, exports and
-    tests use them). Every stage is built by its operator's torch code (`plexus.engine.ops`)
-    from the parameters its declaration lists (`plexus.core.ops`).
+    tests use them). Every stage, BatchNorm's too, is a `Stage3D` running its operator's torch
+    code from the parameters its declaration lists (`plexus.core.ops`).
     """
 
     def __init__(self, comm: Comm, shard: RankShard, cfg: ModelConfig, seed: int,
                  engine: EngineConfig | None = None) -> None:
         super().__init__()
         engine = engine or EngineConfig()
-        self.comm, self.cfg, self.seed = comm, cfg, seed
-        self.dtype, self.recompute = engine.torch_dtype(), engine.recompute
-        self.steps = StepCounter()
         grid = comm.grid
         device, shape, coords = grid.device, grid.shape, grid.coords
         if shard.shape != shape or shard.coords != coords:
             raise ValueError(f"shard is for grid {shard.shape} at {shard.coords}, but this rank is "
                              f"at {coords} of {shape}")
-        self.plans = cfg.plans(shard.num_features, shard.num_classes)
-        if tuple(p.order for p in self.plans) != tuple(shard.orders):
+        plans = cfg.plans(shard.num_features, shard.num_classes)
+        if tuple(p.order for p in plans) != tuple(shard.orders):
             raise ValueError(f"shard was cut for stages {'/'.join(shard.orders)}, the model has "
-                             f"{'/'.join(p.order for p in self.plans)}")
+                             f"{'/'.join(p.order for p in plans)}")
         if shard.meta.get("aggregation", "gcn") != cfg.aggregation:  # older stores: GCN's
             raise ValueError(f"shard holds the {shard.meta.get('aggregation', 'gcn')} "
                              "aggregation, the "
                              f"{cfg.kind} model needs {cfg.aggregation}")
-        self.widths = cfg.widths(shard.num_features, shard.num_classes)
-        self.pad = padding(shape, self.plans, shard.num_nodes, self.widths)
-        self.num_classes = shard.num_classes
+        self._start(comm, shard, plans, cfg.widths(shard.num_features, shard.num_classes),
+                    seed, engine)
+        self.cfg, self.recompute = cfg, engine.recompute
         self.input_ids = [torch.from_numpy(ids).to(device) for ids in shard.input_ids]
-        out_ids = stage_output_ids(shard)
         graph = GraphBlocks(shard, self.plans, shape, coords, device, self.dtype, engine)
         tuner = GemmTuner(enabled=engine.tune_gemms)
-        self.shards = ShardMap(grid, self.widths, self.pad.widths_padded)
-        for p, decl in stage_params(self.plans, self.widths):
-            self.shards.declare(decl.name(p.index), p, decl)
-        self.decls = self.shards.decls
-        full = {**initial_parameters(seed, self.plans, self.widths),
-                **initial_stats(self.plans, self.widths)}
-        shards = {name: self.shards.shard_of_full(name, value) for name, value in full.items()}
-        stages, norms = [], {}
+        shards = self._initial_shards([(x.name(p.index), p, x)
+                                       for p, x in stage_params(self.plans, self.widths)])
+        wp, stages, norms = self.pad.widths_padded, [], {}
         for p in self.plans:
-            own = {self.decls[n][1].kind: shards[n] for n in shards
-                   if split_name(n)[1] == p.index}
-            wp = self.pad.widths_padded
+            names = {x.kind: x.name(p.index) for x in OPERATORS[p.op].params(p, 1, 1)}
             inputs = StageInputs(
-                p, comm, {k: v for k, v in own.items() if k not in _NORM_KINDS},
+                p, comm, {kind: shards[name] for kind, name in names.items()},
                 wp[p.index], wp[p.index + 1], (self.widths[p.index], self.widths[p.index + 1]),
-                self.input_ids[p.index], torch.from_numpy(out_ids[p.index]).to(device),
+                self.input_ids[p.index], torch.from_numpy(self.out_ids[p.index]).to(device),
                 cfg.dropout if cfg.drops_input(p) else 0.0, seed, tuner, self.dtype, engine,
                 graph, cfg)
             stages.append(Stage3D(inputs))
+            for kind, name in names.items():
+                self._hold(name, stages[-1].params, kind)
             if p.norm:
-                norms[str(p.index)] = NORM_STAGE(
-                    p, comm, {k: own[k] for k in _NORM_KINDS},
-                    torch.from_numpy(out_ids[p.index] >= 0), shard.num_nodes)
-        self.layers = nn.ModuleList(stages)
-        self.norms = nn.ModuleDict(norms)
+                norms[str(p.index)] = self._norm_stage(p, graph, f"{{}}{p.index}".format, shards)
+        self.layers, self.norms = nn.ModuleList(stages), nn.ModuleDict(norms)
         # forward hands each a fresh ReLU output it never reuses; under recompute that output
         # is the next segment's saved input, which the recomputation reads again
         for layer in self.layers[1:]:
@@ -94,13 +180,6 @@ class DistributedModel(ClassifierHead, nn.Module):
             self.features = nn.Parameter(feats)
         else:  # held in the compute precision: no float32 copy stays alive
             self.register_buffer("features", feats.to(self.dtype), persistent=False)
-        last = self.plans[-1]
-        self.class_start = block(self.pad.widths_padded[-1], shape[last.out_cols],
-                                 coords[last.out_cols]).start
-        self.labels = self.head_labels(shard.labels, self.class_start,
-                                       self.pad.widths_padded[-1] // shape[last.out_cols], device)
-        self.masks = {k: torch.from_numpy(m).to(device) for k, m in shard.masks.items()}
-        self.counts = dict(shard.mask_counts)
 
     def forward(self, step: int | None = None) -> torch.Tensor:
         """Logits block (rows cut by the last stage's out_rows, classes by its out_cols), in
@@ -145,25 +224,11 @@ class DistributedModel(ClassifierHead, nn.Module):
             stack.enter_context(norm.frozen_stats())
         return stack
 
-    # ---- conversion between shards and full tensors ---------------------------------------
     def named_shards(self) -> dict[str, nn.Parameter]:
-        """Trainable shards by grid-independent name."""
-        out = {}
-        for l, layer in enumerate(self.layers):
-            for kind, value in layer.params.items():
-                out[f"{kind}{l}"] = value
-            if str(l) in self.norms:
-                out[f"gamma{l}"] = self.norms[str(l)].gamma
-                out[f"beta{l}"] = self.norms[str(l)].beta
+        """Trainable shards by grid-independent name, the learnable input features last."""
+        out = super().named_shards()
         if self.cfg.learnable_features:
             out["features"] = self.features
-        return out
-
-    def named_stats(self) -> dict[str, torch.Tensor]:
-        """BatchNorm running statistics (shards) by grid-independent name."""
-        out = {}
-        for s, norm in self.norms.items():
-            out[f"mean{s}"], out[f"var{s}"] = norm.mean, norm.var
         return out
 
     def parameter_layer(self, name: str) -> int | None:
@@ -188,19 +253,13 @@ class DistributedModel(ClassifierHead, nn.Module):
             full[ids[real], cols] = shard.detach()[real]
             all_reduce_staged(full)
             return full[:, :f]
-        return self.shards.full_of_shard(name, shard)
+        return super().full_parameter(name, shard)
 
     def owns(self, name: str) -> bool:
         """Whether this rank's shard of ``name`` is the replica that counts it in a sum over
         the full tensor (every element once over the world; the input features are cut, never
         replicated)."""
-        return name == "features" or self.shards.owns(name)
-
-    def grad_norm(self) -> torch.Tensor:
-        """The 2-norm of the full gradient (collective): what clipping compares with its limit,
-        the same on every grid."""
-        return global_norm([p.grad for n, p in self.named_shards().items()
-                            if p.grad is not None and self.owns(n)], self.comm.grid.device)
+        return name == "features" or super().owns(name)
 
     def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
         """This rank's shard of the full unpadded tensor ``full``."""
@@ -211,9 +270,5 @@ class DistributedModel(ClassifierHead, nn.Module):
             real = ids >= 0
             padded[real, : full.shape[1]] = full[ids[real]]
             return padded[:, cols].clone()
-        return self.shards.shard_of_full(name, full).to(full.device)
+        return super().shard_of(name, full)
 
-
-# BatchNorm's parameter and statistic kinds (its declaration's), among a stage's
-_NORM_KINDS = tuple(d.kind for d in OPERATORS[NORM_OP].params(LayerPlan(0, "dense", "x", "y", "z"),
-                                                             1, 1))

@@ -22,8 +22,7 @@ from torch import nn
 
 from plexus.core.model import MAX_LAYERS, ModelConfig
 from plexus.core.ops import KINDS, OPERATORS
-
-from .ops.batchnorm import EPS, MOMENTUM
+from plexus.core.ops.batchnorm import EPS, MOMENTUM
 
 #: The classes a description may name: torch's own modules, and the PyG layers the model kinds
 #: declare (`plexus.core.ops.KINDS`).

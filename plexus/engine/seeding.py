@@ -43,26 +43,35 @@ def _initial(decl: Param, gens: list[torch.Generator]) -> torch.Tensor:
         return glorot(decl.shape, gens[decl.stream])
     if decl.init == "glorot_heads":  # PyG's attention vectors: the bound of (heads, width)
         return glorot(decl.shape, gens[decl.stream], (decl.heads, decl.shape[0] // decl.heads))
-    return (torch.ones if decl.init == "ones" else torch.zeros)(decl.shape)
+    if decl.init in ("zeros", "ones"):
+        return (torch.ones if decl.init == "ones" else torch.zeros)(decl.shape)
+    raise ValueError(f"unknown init {decl.init!r}; use glorot, zeros or ones")
+
+
+def initial_values(seed: int, decls: Sequence[tuple[str, Param]]) -> dict[str, torch.Tensor]:
+    """The one initialization rule of every model (the engine's, the serial one, a
+    `plexus.nn.Network`): each declared parameter or statistic, by its grid-independent name,
+    drawn full-size and unpadded in the order given, never per rank: Glorot-uniform from
+    generator ``decl.stream`` (0 seeded with ``seed``, 1 with ``seed + 1``), else zeros or
+    ones. Every grid, and the serial model, start from the same numbers."""
+    gens = [torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 1)]
+    return {name: _initial(decl, gens) for name, decl in decls}
 
 
 def initial_parameters(seed: int, plans: Sequence[LayerPlan], widths: Sequence[int]
                        ) -> dict[str, torch.Tensor]:
     """Every trainable parameter of a model at initialization, full and unpadded, by
-    grid-independent name ("W0", "b0", "att_src1", ...), as each operator declares it: the
-    weights W Glorot-uniform from one generator seeded with ``seed`` in stage order, the other
-    random ones (SAGE's Wr, GAT's attention vectors) from a second one seeded ``seed + 1``,
-    biases and ε zero, BatchNorm's γ one and β zero. The serial and the distributed model both
-    start from this."""
-    gens = [torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 1)]
-    return {decl.name(p.index): _initial(decl, gens)
-            for p, decl in stage_params(plans, widths) if not decl.buffer}
+    grid-independent name ("W0", "b0", "att_src1", ...), as each operator declares it
+    (`initial_values`: the weights W from stream 0 in stage order, the other random ones,
+    SAGE's Wr and GAT's attention vectors, from stream 1; biases and ε zero, γ one, β zero)."""
+    return initial_values(seed, [(decl.name(p.index), decl)
+                                 for p, decl in stage_params(plans, widths) if not decl.buffer])
 
 
 def initial_stats(plans: Sequence[LayerPlan], widths: Sequence[int]) -> dict[str, torch.Tensor]:
     """Running statistics at initialization (BatchNorm: mean{s} zeros, var{s} ones)."""
-    return {decl.name(p.index): _initial(decl, [])
-            for p, decl in stage_params(plans, widths) if decl.buffer}
+    return initial_values(0, [(decl.name(p.index), decl)
+                              for p, decl in stage_params(plans, widths) if decl.buffer])
 
 
 def parameter_layer(plans: Sequence[LayerPlan], name: str) -> int | None:

@@ -12,10 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from plexus.core.ops import NORM_OP
 from plexus.datasets.graph import Graph
 
 from .config import ModelConfig
-from .ops import NORM_SERIAL, serial_of
+from .ops import serial_of
 from .loss import TaskMetrics
 from .rocauc import serial_rocauc
 from .masks import dropout, edge_keep
@@ -80,7 +81,7 @@ class SerialModel(TaskMetrics, nn.Module):
         if b is not None:
             OUT = OUT + b
         if p.norm:
-            OUT = NORM_SERIAL(self, p, OUT)
+            OUT = serial_of(NORM_OP)(self, p, OUT)
         return OUT
 
     def forward(self, step: int | None = None, embeddings: bool = False) -> torch.Tensor:

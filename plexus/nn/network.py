@@ -9,22 +9,21 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
-from plexus.core.layout import DEFAULT_PERMUTATION, LayerPlan, block, grid_misfit, layer_plans, padding
+from plexus.core.layout import DEFAULT_PERMUTATION, grid_misfit, layer_plans
 from plexus.core.ops import NORM_OP, OPERATORS, Param
 from plexus.datasets import Graph
 from plexus.datasets.graph import incoming
-from plexus.engine.blocks import GraphBlocks, stage_output_ids
-from plexus.engine.comm import Comm, global_norm
+from plexus.engine.blocks import GraphBlocks
+from plexus.engine.comm import Comm
 from plexus.engine.config import EngineConfig
 from plexus.engine.gemm import GemmTuner
 from plexus.engine.graph3d import StageGraph
 from plexus.engine.grid import Grid
-from plexus.engine.loss import ClassifierHead
-from plexus.engine.ops import BatchNorm3D, ShardMap
+from plexus.engine.model import GridModel
+from plexus.engine.ops import Stage3D
 from plexus.engine.primitives import relu
 from plexus.core.model import check_seed
 from plexus.engine.masks import dropout, edge_keep
-from plexus.engine.seeding import glorot, StepCounter
 from plexus.partitioners import shard_graph
 
 from .graph import LayerGraph, output_layout
@@ -81,7 +80,7 @@ class BatchNorm(nn.Module):
     def __init__(self, num_features: int) -> None:
         super().__init__()
         self.num_features = num_features
-        self.norm: BatchNorm3D | None = None  # bound by the Network
+        self.norm: Stage3D | None = None  # the engine's BatchNorm stage, bound by the Network
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
         if self.norm is None:
@@ -93,20 +92,14 @@ class BatchNorm(nn.Module):
         return laid(self.norm(plain(x)), layout_of(x))
 
 
-def _initial(init: str, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
-    if init == "glorot":
-        return glorot(shape, gen)
-    if init in ("zeros", "ones"):
-        return (torch.ones if init == "ones" else torch.zeros)(shape)
-    raise ValueError(f"unknown init {init!r}; use glorot, zeros or ones")
-
-
-class Network(ClassifierHead, nn.Module):
+class Network(GridModel):
     """A stack of `Layer`s on ``grid`` for ``graph`` (call it on every rank): ReLU between
     layers, dropout ``dropout`` on every layer's input (``input_dropout``: the first's too),
     Â normalized by ``aggregation`` ("gcn", "mean" or "sum"; `plexus.datasets.normalize`).
     ``seed`` fixes the initial parameters (drawn at full size, layer by layer, in declaration
-    order: `full_parameters` gives them, the same on every grid) and the dropout masks.
+    order, by the engine's one rule `plexus.engine.seeding.initial_values`: `full_parameters`
+    gives them, the same on every grid) and the dropout masks. It is built by the engine's
+    model builder (`plexus.engine.model.GridModel`), as the engine's own model is.
 
     ``net(step)`` returns this rank's logits block, ``loss``/``accuracy`` are over the whole
     graph (the same on every rank); it is a `plexus.engine.trainer.Trainer`'s model too.
@@ -122,10 +115,6 @@ class Network(ClassifierHead, nn.Module):
                 not 0.0 <= dropout < 1.0:  # 1.0 would scale the kept (none) by 1 / 0
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r:.60}")
         self.layers = nn.ModuleList(layers)
-        self.p, self.input_dropout, self.seed = dropout, input_dropout, seed
-        self.steps = StepCounter()
-        self.comm = Comm(grid)
-        self.dtype = engine.torch_dtype()
         widths = [graph.num_features] + [layer.out_features for layer in layers]
         for l, layer in enumerate(layers):
             if layer.in_features != widths[l]:
@@ -134,104 +123,49 @@ class Network(ClassifierHead, nn.Module):
         if widths[-1] != graph.num_classes:
             raise ValueError(f"the last layer gives {widths[-1]} outputs, the graph has "
                              f"{graph.num_classes} classes")
-        self.widths = widths
         shape, coords, device = grid.shape, grid.coords, grid.device
-        self.plans: list[LayerPlan] = layer_plans(len(layers), [layer.order for layer in layers])
-        problem = grid_misfit(shape, self.plans, graph.num_nodes, widths)
+        plans = layer_plans(len(layers), [layer.order for layer in layers])
+        problem = grid_misfit(shape, plans, graph.num_nodes, widths)
         if problem:
             raise ValueError(problem)
-        shard = shard_graph(graph, shape, coords, len(layers), [p.order for p in self.plans],
+        shard = shard_graph(graph, shape, coords, len(layers), [p.order for p in plans],
                             perm, seed=seed, aggregation=aggregation)
-        self.pad = padding(shape, self.plans, graph.num_nodes, widths)
+        self._start(Comm(grid), shard, plans, widths, seed, engine)
         blocks = GraphBlocks(shard, [], shape, coords, device, self.dtype, engine)
-        out_ids = stage_output_ids(shard)
         ids = [torch.from_numpy(i).to(device) for i in shard.input_ids]
         wp, tuner = self.pad.widths_padded, GemmTuner()
         def weights(ids: np.ndarray) -> sp.csr_matrix:  # only if a layer asks for them
             return incoming(graph.adj[ids][:, ids], graph.directed, graph.weighted)
 
+        # each layer's input dropout as a built-in stage's: its rate in its stage toolkit
         self.graphs = [LayerGraph(StageGraph(p, self.comm, blocks, ids[p.index], wp[p.index],
-                                             wp[p.index + 1], seed, self.dtype, tuner),
+                                             wp[p.index + 1], seed, self.dtype, tuner,
+                                             rate=dropout if p.index or input_dropout else 0.0),
                                   _describe(p.index, layer), weights)
                        for p, layer in zip(self.plans, layers)]
-        gen = torch.Generator().manual_seed(seed)
-        self.shards = ShardMap(grid, widths, wp)
-        self.decls = self.shards.decls
+        decls = []  # every layer's declarations, then its BatchNorms', in layer order
         for p, layer in zip(self.plans, layers):
             d_in, d_out = widths[p.index], widths[p.index + 1]
-            for name, layout, init in layer.declared:
-                decl = Param(name, _SHAPES[layout](d_in, d_out), layout, init)
-                self.shards.declare(f"{p.index}.{name}", p, decl)
-                full = _initial(init, decl.shape, gen)
-                layer.register_parameter(name, nn.Parameter(self.shards.shard_of_full(
-                    f"{p.index}.{name}", full)))
-            for module in layer.modules():
-                if isinstance(module, BatchNorm):
-                    module.norm = self._batchnorm(p, module, out_ids[p.index], shard.num_nodes)
+            decls += [(f"{p.index}.{name}", p, Param(name, _SHAPES[layout](d_in, d_out), layout,
+                                                     init, stream=0))
+                      for name, layout, init in layer.declared]
+            for bn in _batchnorms(layer):
+                if bn.num_features != d_out:
+                    raise ValueError(f"layer {p.index}'s BatchNorm has {bn.num_features} "
+                                     f"features, the layer gives {d_out}")
+                decls += [(f"{p.index}.bn.{x.kind}", p, x)
+                          for x in OPERATORS[NORM_OP].params(p, d_out, d_out)]
+        shards = self._initial_shards(decls)
+        for p, layer in zip(self.plans, layers):
+            for name, _, _ in layer.declared:
+                layer.register_parameter(name, nn.Parameter(shards[f"{p.index}.{name}"]))
+                self._hold(f"{p.index}.{name}", layer, name)
+            for bn in _batchnorms(layer):
+                bn.norm = self._norm_stage(p, blocks, f"{p.index}.bn.{{}}".format, shards)
         self.register_buffer("features", torch.from_numpy(shard.features).to(device,
                                                                               self.dtype),
                              persistent=False)
-        last = self.plans[-1]
-        self.class_start = block(wp[-1], shape[last.out_cols], coords[last.out_cols]).start
-        self.num_classes = graph.num_classes
-        self.labels = self.head_labels(shard.labels, self.class_start,
-                                       wp[-1] // shape[last.out_cols], device)
-        self.masks = {k: torch.from_numpy(m).to(device) for k, m in shard.masks.items()}
-        self.counts = dict(shard.mask_counts)
         self.node_ids = torch.from_numpy(shard.output_ids).to(device)
-
-    def _batchnorm(self, p: LayerPlan, bn: BatchNorm, out_ids, num_nodes: int) -> BatchNorm3D:
-        if bn.num_features != self.widths[p.index + 1]:
-            raise ValueError(f"layer {p.index}'s BatchNorm has {bn.num_features} features, the "
-                             f"layer gives {self.widths[p.index + 1]}")
-        shards = {}
-        for decl in OPERATORS[NORM_OP].params(p, bn.num_features, bn.num_features):
-            name = f"{p.index}.bn.{decl.kind}"  # BatchNorm's declaration, as the engine's
-            self.shards.declare(name, p, decl)
-            shards[decl.kind] = self.shards.shard_of_full(name, _initial(decl.init, decl.shape,
-                                                                          None))
-        return BatchNorm3D(p, self.comm, shards, torch.from_numpy(out_ids >= 0), num_nodes)
-
-    # ---- shards <-> full tensors --------------------------------------------------------------
-    def full_parameter(self, name: str, shard: torch.Tensor) -> torch.Tensor:
-        """The full tensor of parameter ``name`` ("<layer>.<name>") from every rank's shard
-        (collective)."""
-        return self.shards.full_of_shard(name, shard)
-
-    def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
-        """This rank's shard of the full tensor of ``name``."""
-        return self.shards.shard_of_full(name, full)
-
-    def grad_norm(self) -> torch.Tensor:
-        """The 2-norm of the full gradient, every element counted once (collective)."""
-        return global_norm([p.grad for name, p in self.named_shards().items()
-                            if p.grad is not None and self.shards.owns(name)],
-                           self.comm.grid.device)
-
-    def named_shards(self) -> dict[str, nn.Parameter]:
-        """Trainable shards by grid-independent name ("<layer>.<name>", "<layer>.bn.gamma")."""
-        out = {}
-        for l, layer in enumerate(self.layers):
-            for name, _, _ in layer.declared:
-                out[f"{l}.{name}"] = getattr(layer, name)
-            for module in layer.modules():
-                if isinstance(module, BatchNorm):
-                    out[f"{l}.bn.gamma"], out[f"{l}.bn.beta"] = module.norm.gamma, module.norm.beta
-        return out
-
-    def named_stats(self) -> dict[str, torch.Tensor]:
-        """BatchNorm running statistics (shards) by name ("<layer>.bn.mean", ...)."""
-        out = {}
-        for l, layer in enumerate(self.layers):
-            for module in layer.modules():
-                if isinstance(module, BatchNorm):
-                    out[f"{l}.bn.mean"], out[f"{l}.bn.var"] = module.norm.mean, module.norm.var
-        return out
-
-    def full_parameters(self) -> dict[str, torch.Tensor]:
-        """Every parameter and running statistic as a full tensor (collective)."""
-        return {name: self.full_parameter(name, t).cpu()
-                for name, t in {**self.named_shards(), **self.named_stats()}.items()}
 
     def parameter_layer(self, name: str) -> int | None:
         return int(name.split(".")[0])
@@ -244,9 +178,8 @@ class Network(ClassifierHead, nn.Module):
         H = self.features
         last = len(self.layers) - 1
         for l, (g, layer) in enumerate(zip(self.graphs, self.layers)):
-            H = g.receive(H)
-            if self.training and (l > 0 or self.input_dropout):
-                H = g.dropout(H, self.p, step)
+            g.stage.training = self.training
+            H = g.dropout(g.receive(H), g.stage.stage_rate(), step)
             try:
                 H = layer(g, H, step)
             except LayoutError as e:  # a torch operation's check does not know the layer
@@ -260,6 +193,10 @@ class Network(ClassifierHead, nn.Module):
             if l < last:
                 H = relu(H)
         return H.float()
+
+
+def _batchnorms(layer: Layer) -> list[BatchNorm]:
+    return [m for m in layer.modules() if isinstance(m, BatchNorm)]
 
 
 def _describe(index: int, layer: Layer) -> str:

@@ -4,8 +4,9 @@ An operator is one kind of stage (a graph convolution, a dense layer, GAT) or wh
 (BatchNorm). Its declaration is the single description of the stage that the engine, the
 collective schedule, the performance model, the memory check, the exporter and the ledger test
 read: its parameters (`Param`), the collectives it issues with their sizes (`forward`,
-`backward`), its flops (`flops`) and what it holds in memory (`memory`). The torch code of the
-same operator lives in `plexus.engine.ops` under the same name.
+`backward`), its flops (`flops`) and what it holds in memory (`memory`); its torch code
+(``stage``, on the stage toolkit) and serial reference (``serial``) beside it, no torch imported
+at module level.
 """
 
 from __future__ import annotations
@@ -232,6 +233,7 @@ class Operator:
     name = ""
     graph = True  # multiplies by a block of Â (the partitioner cuts one for it)
     has_bias = True  # a bias b (when the plan has one) added by the stage framework
+    follows = False  # runs on a stage's output in its layout (BatchNorm): no receive
 
     def stage_order(self, conv_order: str) -> str:
         """The stage's order given its GNN layer's convolution order."""

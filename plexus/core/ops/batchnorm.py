@@ -5,8 +5,10 @@ The output block is rows-by-r (the stage's output-rows axis), columns-by-c, repl
 third axis: the column sums Σx and Σ(x−mean)² over the real rows are all-reduced over r, so
 every rank normalizes with the statistics of all N nodes; their gradients are all-reduced over
 r again in backward. γ, β and the running statistics (momentum 0.1, unbiased variance) are cut
-like a bias. Statistics and normalization are float32 whatever the compute precision: the
-all-reduces carry 4 bytes per element (declared here, so the ledger test pins it).
+like a bias. Statistics and normalization are float32 whatever the compute precision (a
+bfloat16 variance of a sum over all nodes loses most of its digits): the all-reduces carry 4
+bytes per element (declared here, so the ledger test pins it). The torch code runs in the one
+stage class (`plexus.engine.ops.Stage3D`), the running statistics its buffers.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from .base import (Add, Flops, MASTER_BYTES, Operator, Param, StageMemory, Stage
                    param_memory)
 
 STAT_BYTES = 4  # float32 statistics in every compute precision
+MOMENTUM, EPS = 0.1, 1e-5  # torch.nn.BatchNorm1d's defaults
 
 
 class BatchNorm(Operator):
     name = "batchnorm"
     graph = False
     has_bias = False
+    follows = True
 
     def params(self, plan, d_in, d_out):
         return [Param("gamma", (d_out,), "vector", "ones", pyg="weight"),
@@ -30,6 +34,41 @@ class BatchNorm(Operator):
 
     def pyg_extras(self, plan, d_in, d_out, model_bias):
         return []  # num_batches_tracked: the exporter writes the epoch count
+
+    def stage(self, g, x, step):
+        """y = (x − mean) / sqrt(var + eps) · γ + β over the real rows (float32, cast back);
+        training: the batch statistics, AR(Σx) and AR(Σx²) over r, and (unless ``g.update_stats``
+        is off: a recomputed pass) the running ones updated as BatchNorm1d (unbiased variance);
+        evaluation: the running statistics."""
+        dtype, x = x.dtype, x.float()  # float32 statistics (a no-op on float32)
+        r, c, n = g.plan.out_rows, g.comm, g.num_nodes
+        if g.training:
+            real = g.cached("real", lambda: (g.output_ids >= 0).unsqueeze(1))
+
+            def column_sum(v):
+                total = c.all_reduce((v * real).sum(0), r)    # AR(Σx) over r
+                return c.all_reduce_grad(total, r)            # bwd: AR(dΣx) over r
+
+            mean = column_sum(x) / n
+            xc = x - mean
+            var = column_sum(xc * xc) / n
+            if g.update_stats:  # buffers: in-place updates of detached values, no graph
+                g.stats["mean"].mul_(1 - MOMENTUM).add_(MOMENTUM * mean.detach())
+                unbiased = var.detach() * (n / max(n - 1, 1))
+                g.stats["var"].mul_(1 - MOMENTUM).add_(MOMENTUM * unbiased)
+        else:
+            xc, var = x - g.stats["mean"], g.stats["var"]
+        gamma = c.all_reduce_grad(g.param("gamma"), r)        # bwd: AR(dγ) over r
+        beta = c.all_reduce_grad(g.param("beta"), r)          # bwd: AR(dβ) over r
+        return (xc * (var + EPS).rsqrt() * gamma + beta).to(dtype)
+
+    def serial(self, m, p, OUT, step=None):
+        """``torch.nn.functional.batch_norm`` with the model's running statistics (updated when
+        training), momentum 0.1, eps 1e-5."""
+        from torch.nn.functional import batch_norm
+        s = p.index
+        return batch_norm(OUT, m.stat("mean", s), m.stat("var", s), m.param("gamma", s),
+                          m.param("beta", s), m.training, MOMENTUM, EPS)
 
     def forward(self, add: Add, z: StageSizes, phase: str) -> None:
         if phase != "forward":  # evaluation normalizes with the running statistics

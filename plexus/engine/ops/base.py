@@ -16,8 +16,9 @@ come back into the float32 parameters through the cast. With float32 the casts a
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -154,8 +155,9 @@ class ShardMap:
 @dataclass
 class StageInputs:
     """What a stage is built from: its plan, the communicator, its parameter shards by kind
-    ("W", "b", ...), the original ids of its input rows (-1: padding), dropout, seed, GEMM
-    tuner, compute precision, the engine config and its graph blocks."""
+    ("W", "b", ...), the original ids of its input and output rows (-1: padding), dropout, seed,
+    GEMM tuner, compute precision, the engine config, its graph blocks, its running statistics'
+    shards by kind and the graph's node count."""
 
     plan: LayerPlan
     comm: Comm
@@ -172,13 +174,17 @@ class StageInputs:
     engine: Any = None  # plexus.engine.config.EngineConfig
     graph: Any = None  # plexus.engine.blocks.GraphBlocks
     model: Any = None  # plexus.core.model.ModelConfig
+    stats: dict[str, torch.Tensor] = field(default_factory=dict)  # running statistics by kind
+    num_nodes: int = 0
 
 
 class Stage3D(nn.Module):
-    """One stage on the grid: its parameter shards (``params``, by kind) and the stage toolkit
-    ``g`` (`plexus.engine.graph3d.StageGraph`) its operator's torch code runs on. ``forward``
-    receives H, runs the kind's ``stage(g, H, step)`` (`plexus.core.ops`) and adds the bias:
-    the built-in kinds are written with the same operations as users' layers.
+    """One stage on the grid: its parameter shards (``params``, by kind), its running
+    statistics (buffers by kind: BatchNorm's) and the stage toolkit ``g``
+    (`plexus.engine.graph3d.StageGraph`) its operator's torch code runs on. ``forward``
+    receives H (not after a stage: BatchNorm), runs the kind's ``stage(g, H, step)``
+    (`plexus.core.ops`) and adds the bias: the built-in kinds are written with the same
+    operations as users' layers.
 
     ``input_ids`` are the original node ids of the rows of H as this stage sees them (after
     stage 0's all-gather; -1 for padding): dropout masks are keyed by them, the seed, the step
@@ -194,20 +200,36 @@ class Stage3D(nn.Module):
         # ReLU output): the stage may then overwrite H (aggregate-first dropout).
         self.consume_input = False
         self.params = nn.ParameterDict({k: nn.Parameter(v) for k, v in inputs.shards.items()})
+        for kind, value in inputs.stats.items():
+            self.register_buffer(kind, value)
+        self.update_stats = True  # off while a recomputation repeats a forward pass
         self.g = StageGraph(self.plan, self.comm, inputs.graph, inputs.input_ids, inputs.d_in,
                             inputs.d_out, inputs.seed, self.dtype, inputs.tuner,
                             params=self.params, rate=inputs.dropout, real=inputs.real,
-                            model=inputs.model, engine=inputs.engine)
+                            model=inputs.model, engine=inputs.engine,
+                            output_ids=inputs.output_ids, num_nodes=inputs.num_nodes)
+        self.stat_kinds = tuple(inputs.stats)
 
     def param(self, kind: str) -> torch.Tensor | None:
         """The shard of parameter ``kind`` ("W", "b", ...), None if the stage has none."""
         return self.g.param(kind)
+
+    @contextmanager
+    def frozen_stats(self) -> Iterator[None]:
+        """Within: training passes leave the running statistics alone (a recomputed pass must
+        not count the step twice)."""
+        self.update_stats = False
+        try:
+            yield
+        finally:
+            self.update_stats = True
 
     def forward(self, H: torch.Tensor, step: int | None = None) -> torch.Tensor:
         """H: rows cut by outer, columns by inner (stage 0: rows cut by depth too, as stored;
         later stages: replicated over depth, as the previous stage left it)."""
         g = self.g
         g.training, g.consume_input = self.training, self.consume_input
-        OUT = self.operator.stage(g, g.receive(H), step)
+        g.stats, g.update_stats = {k: getattr(self, k) for k in self.stat_kinds}, self.update_stats
+        OUT = self.operator.stage(g, H if self.operator.follows else g.receive(H), step)
         b = self.param("b")
         return OUT if b is None else g.add_bias(OUT, b, inplace=True)  # a fresh OUT
