@@ -58,7 +58,7 @@ def sweep_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, type=Path, metavar="DIR", help="results folder")
     m = p.add_argument_group("model (passed to plexus-train)")
     m.add_argument("--layers", type=int, default=DEFAULT_LAYERS,
-                   help=f"GCN layers (default {DEFAULT_LAYERS})")
+                   help=f"GNN layers (default {DEFAULT_LAYERS})")
     m.add_argument("--hidden", type=int, default=DEFAULT_HIDDEN,
                    help=f"hidden width (default {DEFAULT_HIDDEN})")
     m.add_argument("--dropout", type=float, default=DEFAULT_DROPOUT,

@@ -177,7 +177,7 @@ def _result_options(res: argparse._ArgumentGroup) -> None:
                           "--save-predictions")
     res.add_argument("--export", metavar="FILE.pt",
                      help="write the unsharded weights under the parameter names of the matching "
-                          "PyG model (a ModuleList 'convs' of GCNConv) with the model "
+                          "PyG model (a ModuleList 'convs' of the kind's PyG layer) with the model "
                           "configuration; loads with torch.load(weights_only=True)")
     res.add_argument("--export-best", action="store_true",
                      help="--export the weights of the best-validation epoch instead of the "
