@@ -16,7 +16,7 @@ precision). The issue's target: predicted/measured in [0.75, 1.33] for every cas
 
 Calibration: ``--calibration FILE``, else measured here and saved as ``calibration.json``
 under ``--out`` (on CUDA: `plexus.perfmodel.gpucal.calibrate_cuda` with the engine's dropout
-as the mask pass; on a CPU: `plexus.perfmodel.calibration.calibrate`, one thread, no links).
+as the mask pass; on a CPU: `plexus.perfmodel.measure.calibrate`, one thread, no links).
 Output under ``--out``: ``gpu_model.txt`` (the printed report) and ``gpu_model.json``.
 """
 
@@ -47,7 +47,8 @@ def configs() -> dict[str, Any]:
 def calibration(path: Path | None, out: Path, device: Any, quick: bool, say: Any) -> Any:
     """The calibration: read from ``path``, or measured now on ``device`` and saved."""
     from plexus.perfmodel import load_calibration
-    from plexus.perfmodel.calibration import calibrate, write_calibration
+    from plexus.perfmodel.calibration import write_calibration
+    from plexus.perfmodel.measure import calibrate
 
     if path is not None:
         return load_calibration(path)

@@ -4,7 +4,7 @@ Run: ``python benchmarks/model_vs_measured.py [--calibration FILE] [--scale 17]`
      ``python benchmarks/model_vs_measured.py --smoke`` (tiny graph, seconds; for the tests)
 
 1. Calibration: ``--calibration FILE`` (JSON from ``plexus-bench calibrate``), or else
-   `plexus.perfmodel.calibration.calibrate` runs here (SpMM/GEMM rates with one thread, gloo α/β on a
+   `plexus.perfmodel.measure.calibrate` runs here (SpMM/GEMM rates with one thread, gloo α/β on a
    2-rank local world) and its document is saved as ``calibration.json`` under ``--out``.
 2. For every world size G of ``--world-sizes`` (default 4 and 8), every ordered factorization
    X·Y·Z = G (6 grids for G = 4, 10 for G = 8) is measured: R-MAT scale ``--scale`` (default 17,
@@ -53,10 +53,11 @@ def get_calibration(path: Path | None, out: Path, say: Tee) -> tuple[dict, str]:
     if path is not None:
         with open(path, encoding="utf-8") as f:
             return json.load(f), str(path)
-    from plexus.perfmodel.calibration import calibrate, write_calibration
+    from plexus.perfmodel.calibration import write_calibration
+    from plexus.perfmodel.measure import calibrate
     from plexus.bench.stepcost import step_seconds
 
-    say("calibrating (plexus.perfmodel.calibration.calibrate: 1 thread, gloo world of 2) ...")
+    say("calibrating (plexus.perfmodel.measure.calibrate: 1 thread, gloo world of 2) ...")
     doc = calibrate(world_size=2, threads=1, log=lambda m: say(f"  {m}"), step_timer=step_seconds)
     saved = write_calibration(doc, out / "calibration.json")
     return doc, str(saved)
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     info = machine_info()
     if args.smoke and args.calibration is None:
-        from plexus.perfmodel.calibration import calibrate
+        from plexus.perfmodel.measure import calibrate
 
         say("calibrating (quick, smoke) ...")
         doc, source = calibrate(world_size=2, threads=1, quick=True), "quick calibration"

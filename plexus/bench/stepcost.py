@@ -4,8 +4,8 @@ A step's Python, autograd and the dispatch of its small operations cost the same
 graph's size, and no flop rate sees them: on small graphs, or ranks sharing cores, they are much
 of the epoch. `step_seconds` times the engine's own step (the GCN plexus-train trains, 1x1x1,
 under the tensor tracker as CPU runs train) on a graph so small its flops are negligible, at
-several depths; `plexus.perfmodel.calibrate` turns two depths into a cost per stage and one per
-step. It lives here because the performance model may not build the engine.
+several depths; `plexus.perfmodel.measure.calibrate` turns two depths into a cost per stage
+and one per step. It lives here because the performance model may not build the engine.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _rank_steps(layers: Sequence[int], reps: int) -> list[float]:
 def step_seconds(layers: Sequence[int], reps: int, threads: int = 1) -> list[float]:
     """The median seconds of ``reps`` training steps of a GCN of each depth in ``layers`` on
     a tiny graph, in a fresh 1-rank process with ``threads`` torch threads
-    (`plexus.perfmodel.calibration.StepTimer`)."""
+    (`plexus.perfmodel.measure.StepTimer`)."""
     from plexus.runtime.world import run_world
 
     # the thread count in the environment too, as plexus-train's ranks start with it

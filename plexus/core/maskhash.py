@@ -1,6 +1,6 @@
 """The 32-bit constants of the dropout masks' hash: one source for the engine's masks
 (`plexus.engine.masks`) and the performance model's timing of their passes
-(`plexus.perfmodel.calibration.measure_elementwise`)."""
+(`plexus.perfmodel.measure.measure_elementwise`)."""
 
 M32 = 0xFFFFFFFF
 # Multipliers below 2**31 keep every product of a 32-bit value below 2**63: int64 arithmetic then

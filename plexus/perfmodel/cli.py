@@ -37,8 +37,8 @@ from plexus.datasets.graph import MAX_NODES
 from plexus.datasets.ogb_sizes import ogb_sizes
 from plexus.runtime.env import available_cores, local_world_size
 
-from .calibration import (CALIBRATION_ENV, Calibration, StepTimer, calibrate,
-                          write_calibration)
+from .calibration import CALIBRATION_ENV, Calibration, write_calibration
+from .measure import StepTimer, calibrate
 from .model import Prediction, rank_configs
 from .spec import BEST_ORDER, ModelSpec
 from .placement import Placement

@@ -26,7 +26,8 @@ import numpy as np
 
 from plexus.core.ops.base import FUSED_DROPOUT_PASSES
 
-from .calibration import FORMAT_VERSION, LINK_CLASSES, fit_alpha_beta
+from .calibration import FORMAT_VERSION, LINK_CLASSES
+from .measure import fit_alpha_beta
 
 #: timer(fn, reps) -> median seconds of one call of fn (tests inject a fake one)
 Timer = Callable[[Callable[[], object], int], float]

@@ -406,7 +406,7 @@ def test_cli_as_module():
 
 # ---- calibration --------------------------------------------------------------------------------
 def test_fit_alpha_beta_recovers_model():
-    from plexus.perfmodel.calibration import fit_alpha_beta
+    from plexus.perfmodel.measure import fit_alpha_beta
 
     alpha, beta = 5e-5, 1e-9
     recs = []
@@ -612,7 +612,7 @@ def test_a_calibration_without_fixed_costs_is_read_and_the_new_fields_round_trip
 
 def test_fit_group_recovers_latency_and_beta():
     from plexus.core.schedule import ring_volume
-    from plexus.perfmodel.calibration import fit_group
+    from plexus.perfmodel.measure import fit_group
 
     recs = [{"op": op, "world": 4, "group": 2, "elements": n,
              "seconds": 3e-3 + ring_volume(op, n, 2) * 4 * 2e-9}
@@ -624,7 +624,7 @@ def test_fit_group_recovers_latency_and_beta():
 def test_calibrate_turns_two_step_times_into_the_fixed_costs():
     """calibrate asks the step timer for a 1- and a 3-layer step: the difference over two is a
     stage's fixed work, the rest of the shallow step the step's own."""
-    from plexus.perfmodel.calibration import OVERHEAD_LAYERS, calibrate
+    from plexus.perfmodel.measure import OVERHEAD_LAYERS, calibrate
 
     asked = []
 

@@ -274,12 +274,12 @@ def test_a_cluster_calibration_feeds_plexus_sweep(tmp_path, monkeypatch):
     """$PLEXUS_CALIBRATION reaches a sweep: its report prices with that file (copied into the
     folder, nothing measured) and its --grids auto plans with it, as plexus-train does."""
     pytest.importorskip("torch")
-    import plexus.perfmodel.calibration as calibration
+    import plexus.perfmodel.measure as measure
     from plexus.studies.folder import ResultsFolder
     from plexus.studies.plan import SweepRequest, model_auto_grid, plan_runs
     from plexus.studies.sweep import CALIBRATION, measure_calibration
 
-    monkeypatch.setattr(calibration, "calibrate", lambda *a, **k: pytest.fail("measured"))
+    monkeypatch.setattr(measure, "calibrate", lambda *a, **k: pytest.fail("measured"))
     gpu = write_calibration(cluster().to_dict(), tmp_path / "cluster.json")
     monkeypatch.setenv("PLEXUS_CALIBRATION", str(gpu))
     req = SweepRequest(dataset="cora", world_sizes=(8,), grids="auto", repeats=1)

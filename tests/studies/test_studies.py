@@ -259,7 +259,7 @@ def test_plan_arithmetic():
 def test_sweep_calibrates_each_world_it_runs_up_to_the_cap(tmp_path, monkeypatch):
     """The sweep times collectives on a local world of each multi-rank size it runs (a 32-rank
     run is priced with the largest world measured, `CALIBRATION_MAX_WORLD`), once per folder."""
-    import plexus.perfmodel.calibration as calibration
+    import plexus.perfmodel.measure as measure
     from plexus.studies.folder import ResultsFolder
     from plexus.studies.sweep import CALIBRATION_MAX_WORLD, measure_calibration
 
@@ -270,7 +270,7 @@ def test_sweep_calibrates_each_world_it_runs_up_to_the_cap(tmp_path, monkeypatch
         assert step_timer is not None  # the engine's step, for the fixed work per stage
         return {"alpha": 1e-4, "beta": 1e-9}
 
-    monkeypatch.setattr(calibration, "calibrate", fake)
+    monkeypatch.setattr(measure, "calibrate", fake)
     req = SweepRequest(dataset=SPEC, world_sizes=(1, 2, 4, 32), grids="auto", repeats=1)
     plans = plan_runs(req, lambda ds, w: GridShape(1, 1, w))
     folder = ResultsFolder(tmp_path / "res", create=True)
