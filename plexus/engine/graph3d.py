@@ -51,14 +51,15 @@ class StageGraph:
     (``params``, read with `param`), its dropout rate (``rate``), the model's config
     (``model``, for a kind's options), the engine's (``engine``: chunks, overlap), the original
     ids of its output rows (``output_ids``, -1: padding) and the graph's node count; it sets
-    ``training``, ``consume_input``, ``stats`` and ``update_stats`` before each forward."""
+    ``training`` and ``stats`` before each forward, ``consume_input`` and ``update_stats`` when
+    they change."""
 
     def __init__(self, plan: LayerPlan, comm: Comm, graph: GraphBlocks, input_ids: torch.Tensor,
                  d_in: int, d_out: int, seed: int = 0, dtype: torch.dtype = torch.float32,
                  tuner: GemmTuner | None = None, *,
-                 params: Mapping[str, torch.Tensor] | None = None, rate: float = 0.0, real: tuple[int, int] | None = None, model=None,
-                 engine=None, output_ids: torch.Tensor | None = None, num_nodes: int = 0
-                 ) -> None:
+                 params: Mapping[str, torch.Tensor] | None = None, rate: float = 0.0,
+                 real: tuple[int, int] | None = None, model=None, engine=None,
+                 output_ids: torch.Tensor | None = None, num_nodes: int = 0) -> None:
         self.plan, self.comm, self.graph, self.dtype = plan, comm, graph, dtype
         self.input_ids, self.seed = input_ids, seed
         self.d_in, self.d_out = d_in, d_out
@@ -68,8 +69,8 @@ class StageGraph:
         self.rate, self.model, self.engine = rate, model, engine
         self.output_ids, self.num_nodes = output_ids, num_nodes
         self.training = True
-        # A stage with running statistics (BatchNorm's): its buffers by kind, and whether a
-        # training pass updates them (not a recomputed one); set before each forward
+        # A stage with running statistics (BatchNorm's): its buffers by kind (set before each
+        # forward), and whether a training pass updates them (not a recomputed one)
         self.stats: Mapping[str, torch.Tensor] = {}
         self.update_stats = True
         # Set by a model that passes H to this stage and never reads it again (e.g. a fresh

@@ -206,7 +206,6 @@ def check_grid_fits(grid: GridShape, model: ModelConfig, sizes: GraphSizes) -> N
         raise UsageError(problem)
 
 
-
 def check_launch_memory(plan: RunPlan, grid: GridShape, sizes: GraphSizes) -> None:
     """Before any worker starts: the predicted peak per rank of the run (set-up included, as
     the ranks will hold it), fits what the local ranks will have."""
@@ -245,7 +244,6 @@ def shard_bytes(shard: RankShard) -> int:
     for blk in shard.blocks.values():
         total += blk.data.nbytes + blk.indices.nbytes + blk.indptr.nbytes
     return total
-
 
 
 def precheck_partition(spec: str, seed: int, model: ModelConfig, perm: str) -> None:

@@ -196,13 +196,9 @@ class Stage3D(nn.Module):
         super().__init__()
         self.plan, self.comm, self.dtype = inputs.plan, inputs.comm, inputs.dtype
         self.operator = OPERATORS[self.plan.op]
-        # Set by a model that passes H to this stage and never reads it again (e.g. a fresh
-        # ReLU output): the stage may then overwrite H (aggregate-first dropout).
-        self.consume_input = False
         self.params = nn.ParameterDict({k: nn.Parameter(v) for k, v in inputs.shards.items()})
         for kind, value in inputs.stats.items():
             self.register_buffer(kind, value)
-        self.update_stats = True  # off while a recomputation repeats a forward pass
         self.g = StageGraph(self.plan, self.comm, inputs.graph, inputs.input_ids, inputs.d_in,
                             inputs.d_out, inputs.seed, self.dtype, inputs.tuner,
                             params=self.params, rate=inputs.dropout, real=inputs.real,
@@ -214,22 +210,32 @@ class Stage3D(nn.Module):
         """The shard of parameter ``kind`` ("W", "b", ...), None if the stage has none."""
         return self.g.param(kind)
 
+    @property
+    def consume_input(self) -> bool:
+        """Set by a model that passes H to this stage and never reads it again (e.g. a fresh
+        ReLU output): the stage may then overwrite H (aggregate-first dropout). Held by the
+        toolkit, which is what reads it."""
+        return self.g.consume_input
+
+    @consume_input.setter
+    def consume_input(self, value: bool) -> None:
+        self.g.consume_input = value
+
     @contextmanager
     def frozen_stats(self) -> Iterator[None]:
         """Within: training passes leave the running statistics alone (a recomputed pass must
         not count the step twice)."""
-        self.update_stats = False
+        self.g.update_stats = False
         try:
             yield
         finally:
-            self.update_stats = True
+            self.g.update_stats = True
 
     def forward(self, H: torch.Tensor, step: int | None = None) -> torch.Tensor:
         """H: rows cut by outer, columns by inner (stage 0: rows cut by depth too, as stored;
         later stages: replicated over depth, as the previous stage left it)."""
         g = self.g
-        g.training, g.consume_input = self.training, self.consume_input
-        g.stats, g.update_stats = {k: getattr(self, k) for k in self.stat_kinds}, self.update_stats
+        g.training, g.stats = self.training, {k: getattr(self, k) for k in self.stat_kinds}
         OUT = self.operator.stage(g, H if self.operator.follows else g.receive(H), step)
         b = self.param("b")
         return OUT if b is None else g.add_bias(OUT, b, inplace=True)  # a fresh OUT
