@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import re
-import resource
 import shutil
 import stat
 import sys
@@ -51,6 +50,7 @@ from plexus.partitioners.store import FORMAT as STORE_FORMAT, VERSION as STORE_V
 from plexus.partitioners.store import file_sha256
 from plexus.perfmodel import ModelSpec
 from plexus.runtime.child import run_in_child
+from plexus.runtime.memstats import peak_rss_bytes
 
 from .errors import CacheError
 from .cacheuse import evict, hold_store
@@ -325,11 +325,6 @@ class BuildRequest:
     check_memory: bool = True  # refuse a partitioning predicted not to fit the host (not --force)
 
 
-def _peak_rss() -> int:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak) if sys.platform == "darwin" else int(peak) * 1024
-
-
 def choose_grid(request: BuildRequest, sizes: Sizes) -> GridShape:
     """The request's grid, or for --grid auto the performance model's choice."""
     if request.grid is not None:
@@ -404,7 +399,7 @@ def build_streamed(request: BuildRequest) -> tuple[str, Sizes, int]:
         os.replace(building, path)
         cache.stamp(path, m["ranks"])
     cache.write_sizes(request.source_key, sizes)
-    return str(path), sizes, _peak_rss()
+    return str(path), sizes, peak_rss_bytes()
 
 
 def build_store(request: BuildRequest, graph: Graph | None = None) -> tuple[str, Sizes, int]:
@@ -429,7 +424,7 @@ def build_store(request: BuildRequest, graph: Graph | None = None) -> tuple[str,
                         request.source.seed, aggregation=model.aggregation)
         cache.stamp(path, m["ranks"])
     cache.write_sizes(request.source_key, sizes)
-    return str(path), sizes, _peak_rss()
+    return str(path), sizes, peak_rss_bytes()
 
 
 def obtain_store(cache: Cache, request: BuildRequest, graph: Graph | None = None
