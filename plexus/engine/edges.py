@@ -108,11 +108,14 @@ class EdgeBlock:
 
 def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """x[index], (edges × heads), of node values ``x`` (nodes × heads) at per-edge node
-    ``index``: one 1-D gather per head. CUDA's gather of narrow rows (a node's few heads) runs
-    a block per row: 4.7 ms for 7.9M rows of 4 floats on an H200, where 1-D gathers of as many
-    elements take 0.03 ms."""
+    ``index``. On CUDA one 1-D gather per head: its gather of narrow rows (a node's few heads)
+    runs a block per row, 4.7 ms for 7.9M rows of 4 floats on an H200, where 1-D gathers of as
+    many elements take 0.03 ms. On a CPU one gather of whole rows: the per-head gathers and
+    their stack cost a GAT epoch 5% more there (R-MAT 17, 4 heads)."""
     if x.shape[1] == 1:
         return x.reshape(-1).index_select(0, index).unsqueeze(1)
+    if not x.is_cuda:
+        return x.index_select(0, index)
     return torch.stack([x[:, h].contiguous().index_select(0, index)
                         for h in range(x.shape[1])], 1)
 
@@ -134,15 +137,21 @@ def _sums(csr, x: torch.Tensor, ones: torch.Tensor) -> torch.Tensor:
 
 def _row_sums(block: EdgeBlock, x: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
     """(rows, heads): the sum (or max: -inf for a row without edges) of per-edge ``x`` over each
-    row's edges (CSR order: rows are contiguous segments)."""
-    if reduce == "max":
+    row's edges (CSR order: rows are contiguous segments). On a CPU both are one segment
+    reduction of all the heads (deterministic there, and a pass fewer than a product per head
+    and their concatenation); on CUDA the sum is a product per head (`_sums`)."""
+    if reduce == "max" or not x.is_cuda:
         return torch.segment_reduce(x, reduce, offsets=block.crow)
     return _sums(block.csr, x, block.ones(block.num_cols))
 
 
 def _col_sums(block: EdgeBlock, x: torch.Tensor) -> torch.Tensor:
     """(cols, heads): the sum of per-edge ``x`` over each column's edges (the transpose's
-    rows)."""
+    rows). On a CPU: the rows of ``x`` in the transpose's order (one gather of all the heads)
+    reduced per segment; on CUDA a product per head with the transpose (`_sums`)."""
+    if not x.is_cuda:
+        return torch.segment_reduce(x.index_select(0, block.perm), "sum",
+                                    offsets=block.crow_t)
     return _sums(block.csr_t, x, block.ones(block.num_rows))
 
 

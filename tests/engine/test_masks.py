@@ -65,6 +65,21 @@ def test_edge_mask_equals_the_reference_on_random_global_ids(budget):
         assert 0.6 < want.float().mean() < 0.8
 
 
+@pytest.mark.parametrize("p", [0.01, 0.5, 0.77, 0.99])
+def test_edge_mask_int32_words_equal_the_int64_reference_at_every_rate(p):
+    """The CPU path's in-place int32 rounds keep the reference's bits at any threshold (the
+    sign-flipped comparison of the top 24 bits)."""
+    gen = torch.Generator().manual_seed(5)
+    row_ids, col_ids = random_ids(300, gen), random_ids(400, gen)
+    row = torch.randint(0, 300, (4000,), generator=gen, dtype=torch.int64)
+    col = torch.randint(0, 400, (4000,), generator=gen, dtype=torch.int64)
+    for heads in (1, 2, 8):
+        want = masks.edge_keep(11, 2, 0, heads, row_ids[row], col_ids[col], p)
+        got = masks.edge_mask(11, 2, 0, heads, row_ids, col_ids, row, col, p)
+        assert torch.equal(got, want)
+        assert abs(want.float().mean().item() - (1 - p)) < 0.05
+
+
 def test_the_keys_are_plain_integers_equal_to_the_tensor_hash():
     """The per-mask keys are mixed in Python (no tensor, no host-device copy) with the same
     finalizer as the tensors'."""

@@ -1,0 +1,79 @@
+"""benchmarks/compare.py, the regression guard: against HEAD itself it flags nothing; against a
+copy of the tree whose training step sleeps it flags the slowdown. End to end (a temporary
+worktree of HEAD installed with pip, fresh processes per run): slow."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO
+
+
+SCRIPT = REPO / "benchmarks" / "compare.py"
+
+
+def compare(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    proc = subprocess.run([sys.executable, str(SCRIPT), "HEAD", "--tiny", "--only", "gcn",
+                           "--out", str(tmp_path / "out"), *args],
+                          capture_output=True, text=True, timeout=1500, cwd=REPO)
+    doc = json.loads((tmp_path / "out" / "compare.json").read_text()) if proc.returncode in (
+        0, 1) else {}
+    return proc, doc
+
+
+def worktrees() -> str:
+    return subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True,
+                          text=True).stdout
+
+
+@pytest.mark.slow
+def test_compare_against_head_itself_reports_no_regression(tmp_path: Path) -> None:
+    before = worktrees()
+    # a tolerance for the shared machine's noise in a tiny run's seconds: the planted test
+    # below shows a real slowdown still stands out
+    proc, doc = compare(tmp_path, "--tolerance", "0.25")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no regression" in proc.stdout
+    runs = doc["runs"]
+    assert len(runs["A"]["gcn 1x1x1 rmat8"]) == len(runs["B"]["gcn 1x1x1 rmat8"]) == 3
+    a, b = runs["A"]["gcn 1x1x1 rmat8"][0], runs["B"]["gcn 1x1x1 rmat8"][0]
+    assert a["comm_bytes_per_epoch"] == b["comm_bytes_per_epoch"]  # the same code: exact
+    assert worktrees() == before  # its temporary worktree is gone
+
+
+def plant_sleep(tmp_path: Path, seconds: float) -> Path:
+    """A copy of this tree's package whose training step first sleeps ``seconds``."""
+    tree = tmp_path / "slow_tree"
+    shutil.copytree(REPO / "plexus", tree / "plexus",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    trainer = tree / "plexus" / "engine" / "trainer.py"
+    text = trainer.read_text()
+    anchor = '        """One forward/backward/update with dropout; returns the training loss."""\n'
+    assert anchor in text
+    trainer.write_text(text.replace(anchor, anchor + f"        __import__('time').sleep("
+                                                     f"{seconds})\n", 1))
+    return tree
+
+
+@pytest.mark.slow
+def test_compare_flags_a_planted_slowdown(tmp_path: Path) -> None:
+    tree = plant_sleep(tmp_path, 2.0)
+    proc, doc = compare(tmp_path, "--tree", str(tree), "--rounds", "2")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    flagged = [line for line in proc.stdout.splitlines() if line.endswith("REGRESSION")]
+    assert any(" epoch_s " in line for line in flagged), proc.stdout
+    b = doc["runs"]["B"]["gcn 1x1x1 rmat8"]
+    assert all(r["epoch_s"] >= 2.0 for r in b)  # the planted code ran on side B
+
+
+def test_compare_refuses_an_unknown_revision(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(SCRIPT), "no-such-rev-xyz", "--tiny"],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "no-such-rev-xyz" in proc.stderr
