@@ -34,6 +34,7 @@ import datetime
 import json
 import os
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -72,9 +73,10 @@ class Workload:
     args: tuple[str, ...]
 
 
-def workloads(mode: str) -> list[Workload]:
-    """The fixed set of ``mode`` (`MODES`)."""
-    m = MODES[mode]
+def workloads(mode: str, scale: int | None = None) -> list[Workload]:
+    """The fixed set of ``mode`` (`MODES`); ``scale``: another R-MAT scale for the per-kind
+    1x1x1 epochs."""
+    m = dict(MODES[mode], **({"scale": scale} if scale else {}))
     out = []
     for kind in KINDS:
         extra = GAT_ARGS if kind == "gat" else []
@@ -165,16 +167,20 @@ def run_once(side: Side, w: Workload, scratch: Path, timeout: float) -> dict:
         start = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-c", code, *args], cwd=out, env=env,
                                 stdout=sink, stderr=subprocess.STDOUT)
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() - start > timeout:
-                proc.kill()
-                os.wait4(proc.pid, 0)
-                proc.returncode = -9
+        try:
+            while True:
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    break
+                if time.perf_counter() - start > timeout:
+                    raise TimeoutError
+                time.sleep(0.02)
+        except BaseException as e:  # a timeout, ^C or SIGTERM: no run outlives compare
+            proc.kill()
+            os.wait4(proc.pid, 0)
+            if isinstance(e, TimeoutError):
                 return {"error": f"timed out after {timeout:.0f} s"}
-            time.sleep(0.02)
+            raise
         wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
@@ -260,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tree", default=str(REPO),
                    help="side B: a checkout's root put on PYTHONPATH (default this one)")
     p.add_argument("--rounds", type=int, help="A B rounds (default: the mode's)")
+    p.add_argument("--scale", type=int, help="the R-MAT scale of the per-kind 1x1x1 epochs "
+                   "(default: the mode's, 17 / 14 / 8)")
     p.add_argument("--only", action="append", default=[], metavar="TEXT",
                    help="run only the workloads whose name contains TEXT (repeatable)")
     p.add_argument("--tolerance", type=float, default=0.05,
@@ -281,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     except CompareError as e:
         print(f"compare: {e}", file=sys.stderr)
         return 2
-    chosen = [w for w in workloads(mode)
+    chosen = [w for w in workloads(mode, args.scale)
               if not args.only or any(t in w.name for t in args.only)]
     if not chosen:
         print(f"compare: no workload of the {mode} set matches --only {args.only}",
@@ -309,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
              f"comm bytes per epoch exact (any difference said)"]
     for x in lines:
         print(x, flush=True)
+    # SIGTERM as ^C: the run in progress is killed, the worktree and the folder removed
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with tempfile.TemporaryDirectory(prefix="plexus-compare-") as name:
         tmp = Path(name)
         try:
