@@ -262,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("rev", help="side A: a git revision (main, HEAD~1, 424577c)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="the ~5-minute form")
-    size.add_argument("--tiny", action="store_true", help="tiny graphs: the tests' form")
+    size.add_argument("--tiny", "--smoke", action="store_true",
+                      help="tiny graphs: the tests' form")
     p.add_argument("--tree", default=str(REPO),
                    help="side B: a checkout's root put on PYTHONPATH (default this one)")
     p.add_argument("--rounds", type=int, help="A B rounds (default: the mode's)")
