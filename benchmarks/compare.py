@@ -55,7 +55,7 @@ GAT_ARGS = ["--layers", "2", "--hidden", "64", "--heads", "4", "--attn-dropout",
 #: epochs, the partitioner's R-MAT scale, the rounds.
 MODES = {
     "full": dict(scale=17, epochs=4, cora_kinds=KINDS, part_scale=18, rounds=3),
-    "quick": dict(scale=14, epochs=3, cora_kinds=("gcn", "gat"), part_scale=16, rounds=3),
+    "quick": dict(scale=14, epochs=3, cora_kinds=("gcn", "gat"), part_scale=16, rounds=2),
     "tiny": dict(scale=8, epochs=2, cora_kinds=(), part_scale=9, rounds=3),
 }
 #: Figures of a timing or a size: lower is better, judged against the noise.
