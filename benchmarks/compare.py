@@ -316,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
              f"rule: REGRESSION when B's median > A's by more than max({args.tolerance:.0%} "
              f"of A, the larger spread (max - min) of A and B) and B > A in every round; "
              f"comm bytes per epoch exact (any difference said)"]
+    lines += [f"  {w.name}: {w.entry.replace('_', '-')} {' '.join(w.args)}" for w in chosen]
     for x in lines:
         print(x, flush=True)
     # SIGTERM as ^C: the run in progress is killed, the worktree and the folder removed
@@ -345,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     lines.append(f"load after {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     lines += rows
     lines.append(f"{bad} regression(s)" if bad else "no regression")
-    print("\n".join(lines[4:]))
+    print("\n".join(lines[4 + len(chosen):]))
     if args.out:
         from plexus.bench.output import write_json, write_text
 
