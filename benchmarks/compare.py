@@ -33,6 +33,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shlex
 import signal
 import statistics
@@ -249,7 +250,9 @@ def table(a: Side, b: Side, names: list[str], tolerance: float) -> tuple[list[st
             if not va and not vb:
                 continue
             verdict = judge(figure, va, vb, tolerance)
-            bad += verdict == "REGRESSION"
+            if verdict and figure not in EXACT and min(len(va), len(vb)) < 2:
+                verdict += " (1 round: no noise measured)"
+            bad += verdict.startswith("REGRESSION")
             ma = statistics.median(va) if va else float("nan")
             mb = statistics.median(vb) if vb else float("nan")
             ratio = f"{mb / ma:6.3f}" if ma else "     -"
@@ -257,6 +260,47 @@ def table(a: Side, b: Side, names: list[str], tolerance: float) -> tuple[list[st
                         f"{fmt(figure, spread(va)):>9} {fmt(figure, mb):>13} "
                         f"{fmt(figure, spread(vb)):>9} {ratio}  {verdict}")
     return rows, bad
+
+
+RUN_LINE = re.compile(r"^  round (?P<round>\d+) (?P<side>[AB]) (?P<name>.+?): (?P<figures>.*)$")
+
+
+def from_log(path: Path, tolerance: float) -> int:
+    """The table of the runs a compare printed in ``path`` (its header kept), for a compare
+    stopped before its last round: the complete rounds only, each figure judged as `main`
+    judges it."""
+    try:
+        text = path.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        print(f"compare: cannot read --from-log {path}: {e.strerror}", file=sys.stderr)
+        return 2
+    a, b = Side("A", Path(), "log"), Side("B", Path(), "log")
+    names: list[str] = []
+    for line in text:
+        m = RUN_LINE.match(line)
+        if not m:
+            continue
+        side = a if m["side"] == "A" else b
+        parts = m["figures"].split("  ")
+        if m["figures"].startswith(("exit", "timed out")):
+            fig: dict = {"error": m["figures"]}
+        else:
+            fig = {k: float(v.replace(",", "")) for k, v in (x.split(" ", 1) for x in parts)}
+        side.runs.setdefault(m["name"], []).append(fig)
+        if m["name"] not in names:
+            names.append(m["name"])
+    for name in names:  # an unfinished round: its A run without its B run
+        n = min(len(a.runs.get(name, [])), len(b.runs.get(name, [])))
+        a.runs[name], b.runs[name] = a.runs.get(name, [])[:n], b.runs.get(name, [])[:n]
+    if not names:
+        print(f"compare: {path} holds no run lines of a compare", file=sys.stderr)
+        return 2
+    rows, bad = table(a, b, names, tolerance)
+    rounds = {name: len(a.runs[name]) for name in names}
+    header = [x for x in text if not RUN_LINE.match(x)][:4]
+    print("\n".join(header + [f"judged from the log {path.name}: complete rounds {rounds}"]
+                    + rows + [f"{bad} regression(s)" if bad else "no regression"]))
+    return 1 if bad else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -279,7 +323,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     p.add_argument("--out", help="also write NAME.txt and NAME.json into this folder")
     p.add_argument("--name", default="compare", help="their name (default compare)")
+    p.add_argument("--from-log", metavar="FILE",
+                   help="judge the runs an earlier compare printed (its stdout, e.g. of a run "
+                        "stopped before its last round) instead of running; REV is then "
+                        "only a label")
     args = p.parse_args(argv)
+    if args.from_log:
+        return from_log(Path(args.from_log), args.tolerance)
     mode = "quick" if args.quick else "tiny" if args.tiny else "full"
     tree = Path(args.tree).resolve()
     try:
