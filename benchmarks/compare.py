@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         write_text(out / f"{args.name}.txt", "\n".join(lines) + "\n")
         write_json(out / f"{args.name}.json", {
             "command": command, "rev": commit, "tree": str(tree), "mode": mode,
-            "rounds": rounds, "tolerance": args.tolerance,
+            "rounds": rounds, "tolerance": args.tolerance, "scratch": str(tmp),
             "runs": {"A": a.runs, "B": b.runs}, "regressions": bad})
     return 1 if bad else 0
 
