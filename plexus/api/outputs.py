@@ -93,8 +93,8 @@ def is_outputs_directory(path: str | os.PathLike) -> bool:
 
 def check_outputs_target(path: str | os.PathLike) -> Path:
     """The directory an outputs write replaces (absent, empty, or an earlier outputs directory
-    this user wrote: `is_outputs_directory` and sealed by this user's Plexus with exactly its
-    files, `plexus.core.owned`); `OutputsError` for anything else
+    this user wrote, exactly as written: `is_outputs_directory`, and sealed by this user's
+    Plexus with exactly those files, `plexus.core.owned`); `OutputsError` for anything else
     (`plexus.core.atomic.output_directory`)."""
     try:
         return output_directory(Path(path).expanduser(), _own_outputs)
@@ -103,7 +103,7 @@ def check_outputs_target(path: str | os.PathLike) -> Path:
 
 
 def _own_outputs(path: Path) -> bool:
-    return owned.is_sealed(path, FORMAT, exact=False)
+    return is_outputs_directory(path) and owned.is_sealed(path, FORMAT)  # exactly as written
 
 
 def _agree(failure: str | None) -> None:

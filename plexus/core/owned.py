@@ -129,6 +129,7 @@ def _listing(dir_fd: int, where: str, content: Iterable[str]) -> dict:
         if rel == SEAL:
             continue
         if stat.S_ISDIR(st.st_mode):
+            files[f"{rel}/"] = [None, None]  # a folder is an entry too: none may be added
             continue
         if not stat.S_ISREG(st.st_mode):
             raise NotOursError(f"{where}/{rel}: not a regular file; not a folder Plexus wrote")
@@ -331,7 +332,10 @@ def remove_tree(path: str | os.PathLike, *, seal: str | None = None, quiet: bool
 
 
 def _remove_tree(path: str | os.PathLike, seal: str | None) -> bool:
-    parent, name = open_parent(path)
+    try:
+        parent, name = open_parent(path)
+    except FileNotFoundError:  # a folder on the way is gone: so is the tree
+        return False
     try:
         try:
             st = os.lstat(name, dir_fd=parent)
@@ -371,6 +375,8 @@ def remove_file(path: str | os.PathLike, *, quiet: bool = False) -> bool:
     returns False instead of raising."""
     try:
         parent, name = open_parent(path)
+    except FileNotFoundError:  # a folder on the way is gone: so is the file
+        return False
     except (NotOursError, OSError):
         if quiet:
             return False

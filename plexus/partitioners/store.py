@@ -110,10 +110,17 @@ def is_own_store(path: str | os.PathLike, exact: bool = True) -> bool:
 
 def check_out_dir(out_dir: str | os.PathLike) -> Path:
     """Refuse a target that exists and is neither an empty directory nor a shard store this
-    user wrote with exactly its files (`is_own_store`)."""
-    out = replaceable_directory(Path(out_dir), lambda p: is_own_store(p, exact=False),
-                                "a shard store this user's Plexus wrote, with exactly its files "
-                                "(remove it yourself if it is yours)", ShardStoreError)
+    user wrote with nothing added (`is_own_store`, not exact: a damaged one is replaced),
+    naming why in one line."""
+    path = Path(out_dir)
+    if path.is_dir() and not path.is_symlink() and any(path.iterdir()):
+        why = owned.seal_problem(path, FORMAT, exact=False)
+        if why is not None:
+            raise ShardStoreError(f"{why}; not a shard store this user's Plexus wrote, refusing "
+                                  "to replace it (give another --out, or remove it yourself "
+                                  "if it is yours)")
+    out = replaceable_directory(path, lambda p: is_own_store(p, exact=False),
+                                "a shard store this user's Plexus wrote", ShardStoreError)
     if out.parent.exists() and not out.parent.is_dir():
         raise ShardStoreError(f"{out.parent}: not a directory, cannot hold the store")
     return out
