@@ -4,7 +4,6 @@ and what it holds carries this user's seal. Two-user cases run a forked child as
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -347,3 +346,17 @@ def test_a_work_directory_signature_copied_by_hand_does_not_verify(tmp_path):
     (work / SIGNATURE).chmod(0o600)
     with pytest.raises(PartitionError, match="does not verify"):
         check_work_dir(work, "k")
+
+
+# ---- the cache fuzz (benchmarks/fuzz_cache.py runs 500 cases; here a few) --------------------
+@pytest.mark.slow
+def test_a_sample_of_the_cache_fuzz_is_all_ok_or_one_line(tmp_path):
+    from helpers import REPO
+
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fuzz_cache.py"),
+                           "--cases", "10", "--seed", "46", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=900)
+    summary = json.loads((tmp_path / "fuzz_cache.json").read_text())
+    assert done.returncode == 0 and summary["bad"] == [], done.stdout + done.stderr[-2000:]
+    assert summary["cases"] == 10 and sum(summary["outcomes"].values()) == 10
+    assert summary["outcomes"].get("error", 0) > 0  # the plants reach the checks
