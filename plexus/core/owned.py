@@ -369,6 +369,19 @@ def _remove_tree(path: str | os.PathLike, seal: str | None) -> bool:
         os.close(parent)
 
 
+@contextmanager
+def scratch_dir(prefix: str, parent: str | os.PathLike | None = None) -> Iterator[Path]:
+    """A private (700) temporary directory, removed through `remove_tree` when the block
+    ends (``tempfile.TemporaryDirectory`` removes by name)."""
+    import tempfile  # noqa: PLC0415
+
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    try:
+        yield path
+    finally:
+        remove_tree(path, quiet=True)
+
+
 def remove_file(path: str | os.PathLike, *, quiet: bool = False) -> bool:
     """Remove the file (or link, FIFO: removed as a name, never followed) ``path`` of this user
     (absent: False). Raises `NotOursError` for a directory or another user's entry; ``quiet``:

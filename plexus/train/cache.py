@@ -7,7 +7,8 @@ dataset seed, ``--symmetrize``, the store format and Plexus version) and the par
 number of stages and each stage's order, permutation kind and seed, aggregation). Layout of a
 cache directory::
 
-    <name>-<key>/            a shard store (`plexus.partitioners.store`), written atomically
+    <name>-<key>/            a shard store (`plexus.partitioners.store`), written atomically and
+                             sealed (`plexus.core.owned`: this user's key, exactly its files)
     sources/<source>.json    what a source's graph is (name, sizes, content hash), so a later run
                              knows the stage orders and the memory it needs without loading it
     locks/<source>.lock      held (flock) while a store of that source is built
@@ -19,6 +20,11 @@ launches the job (or rank 0 under torchrun/srun); it partitions in a child proce
 that of a launcher. A run holds its store against eviction while it runs; with a size cap
 (``--cache-max-gb``, ``$PLEXUS_CACHE_MAX_GB``) the least recently used stores no run holds go
 once a run has its own (`plexus.train.cacheuse`); a run rebuilds what it needs.
+
+The cache is trusted only when it is this user's and nobody else can write it
+(`Cache.check_trusted`, README "Shared machines"); a store is reused only with this user's seal and exactly the files
+sealed, rebuilt when it is this user's but changed since, and otherwise refused in one line and
+left where it is.
 """
 
 from __future__ import annotations
@@ -202,12 +208,19 @@ class Cache:
                              "give a private --cache DIR, or --no-cache")
 
     def subdir(self, name: str) -> Path:
+        """The cache's folder ``name``, made private (700) when absent; `CacheError` when it is
+        another user's, or others can write it."""
         path = self.root / name
         try:
-            path.mkdir(parents=True, exist_ok=True)
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as e:
             raise CacheError(f"--cache {self.root}: cannot create {path} ({e.strerror or e}); "
                              "give another --cache DIR, or --no-cache") from None
+        why = untrusted_dir(path)
+        if why is not None:
+            raise CacheError(f"--cache {self.root}: {path} is {why}; Plexus uses only a cache "
+                             "nobody else can write (README \"Shared machines\"): give a "
+                             "private --cache DIR, or --no-cache")
         return path
 
     def read_sizes(self, source_key: dict) -> Sizes | None:

@@ -7,7 +7,10 @@ exclusively without waiting, so a store some run holds is never removed; it rena
 out of the way before deleting it, under that lock, so a run never sees half a store. A run
 that waited for the lock finds the store gone and builds it again. Converted graphs
 (``graphs/``) are evicted the same way, under their source's build lock. Lock files stay (a
-lock file removed while another process waits on it would let two holders in).
+lock file removed while another process waits on it would let two holders in). Only what this
+user's Plexus sealed (`plexus.core.owned`: this uid, its key, exactly its files) is an entry:
+a folder of the user's own in the cache or in ``graphs/``, a link, or anything planted is never
+listed, evicted or followed, and the removal itself goes through `plexus.core.owned`.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def hold_store(root: Path, store: Path) -> StoreUse:
     """Hold ``store`` (a directory of the cache at ``root``) against eviction and mark it used
     now; waits while an eviction of it is under way (the caller then finds it gone)."""
     lock = use_lock_path(root, store)
-    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)
@@ -200,7 +203,7 @@ def entries(root: Path) -> list[Entry]:
 def remove(root: Path, entry: Entry) -> bool:
     """Remove ``entry`` unless a run holds it (then False): under its lock, taken exclusively
     without waiting, it is renamed out of the cache and deleted."""
-    entry.lock.parent.mkdir(parents=True, exist_ok=True)
+    entry.lock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(entry.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         try:

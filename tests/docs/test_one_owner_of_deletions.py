@@ -15,7 +15,8 @@ from helpers import REPO
 OWNER = REPO / "plexus" / "core" / "owned.py"
 #: module -> its destructive functions (an import of one under any name is a call site too)
 FUNCTIONS = {"os": {"remove", "unlink", "replace", "rename", "renames", "rmdir", "removedirs"},
-             "shutil": {"rmtree", "move"}}
+             "shutil": {"rmtree", "move"},
+             "tempfile": {"TemporaryDirectory"}}  # its cleanup: an rmtree by name
 #: methods of pathlib paths that remove or rename-over (``replace``: one positional argument
 #: and no keyword, which neither ``str.replace`` nor ``dataclasses.replace`` call takes)
 METHODS = {"unlink", "rmdir", "rename", "replace"}
@@ -66,7 +67,7 @@ def test_the_walk_sees_the_product_and_the_owner():
 def test_no_destructive_file_operation_outside_the_owner(path):
     calls = destructive_calls(path.read_text(encoding="utf-8"))
     assert not calls, (f"{path.relative_to(REPO)}: {calls}; remove, replace or rename through "
-                       "plexus.core.owned (remove_tree, remove_file, replace_file, move)")
+                       "plexus.core.owned (remove_tree, remove_file, replace_file, move, scratch_dir)")
 
 
 @pytest.mark.parametrize("snippet", [
@@ -77,6 +78,7 @@ def test_no_destructive_file_operation_outside_the_owner(path):
     "import os\nos.rename(a, b)", "import os\nos.rmdir(p)", "from os import unlink as u",
     "p.unlink(missing_ok=True)", "(d / 'x').unlink()", "p.rmdir()", "tmp.rename(b)",
     "tmp.replace(path)", "Path(t).replace(Path(f))",
+    "import tempfile\nwith tempfile.TemporaryDirectory() as d: pass",
 ])
 def test_every_spelling_of_a_deletion_is_caught(snippet):
     assert destructive_calls(snippet), snippet
