@@ -64,13 +64,11 @@ def _plan(grid: str = "1x1x1") -> Any:
                    train=TrainConfig(epochs=1, seed=0), engine=EngineConfig())
 
 
-def _run(cache: Path) -> Path:
-    """A run's store from the cache (raises what the run would say)."""
+def _run(cache: Path) -> Any:
+    """A run's store from the cache, held as a run holds it (raises what the run would say)."""
     from plexus.train.cache import Cache, cached_options
 
-    store = cached_options(_plan(), Cache(cache), None)[1]
-    store.hold.release()
-    return Path(store.path)
+    return cached_options(_plan(), Cache(cache), None)[1]
 
 
 def _labels(store: Path) -> list:
@@ -292,8 +290,14 @@ def _evict(cache: Path) -> tuple[str, str, Any]:
 
 
 def _check_run(outcome: str, detail: str, store: Any, oracle: list) -> tuple[str, str]:
-    if outcome == "ok" and _labels(store) != oracle:
-        return "wrong", f"reused {store} whose labels differ from the graph's"
+    """A run's outcome, its store read while the run still holds it (as training would)."""
+    if outcome != "ok":
+        return outcome, detail
+    try:
+        if _labels(Path(store.path)) != oracle:
+            return "wrong", f"reused {store.path} whose labels differ from the graph's"
+    finally:
+        store.hold.release()
     return outcome, detail
 
 
@@ -432,7 +436,9 @@ def build_base(folder: Path) -> tuple[Path, list]:
     from plexus.datasets import load_dataset
 
     base = folder / "base"
-    store = _run(base)
+    held = _run(base)
+    held.hold.release()
+    store = Path(held.path)
     graph = load_dataset(SPEC, seed=0)
     labels = _labels(store)
     manifest = json.loads((store / "manifest.json").read_text())
