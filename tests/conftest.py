@@ -30,6 +30,24 @@ def _session_store_cache():
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _session_user_key():
+    """The session's seals are made with a key of its own (`plexus.core.owned`), never the
+    user's ~/.config/plexus/secret.key."""
+    from plexus.core.owned import CONFIG_ENV
+
+    with tempfile.TemporaryDirectory(prefix="plexus-test-config-") as folder:
+        saved = os.environ.get(CONFIG_ENV)
+        os.environ[CONFIG_ENV] = folder
+        try:
+            yield folder
+        finally:
+            if saved is None:
+                os.environ.pop(CONFIG_ENV, None)
+            else:
+                os.environ[CONFIG_ENV] = saved
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _no_user_calibration():
     """The session's predictions use the calibration each test gives, never a file the user's
     $PLEXUS_CALIBRATION names (every tool reads it)."""

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -31,3 +33,30 @@ def assert_one_line(err: str | subprocess.CompletedProcess | pytest.ExceptionInf
     for needle in needles:
         assert needle in text, text
     return text
+
+
+# ---- a second user on the machine (tests run as root act as uid/gid 65534 in a child) -------
+NOBODY = 65534  # the second user of the two-user tests
+
+
+def as_nobody(fn, *args):
+    """``fn(*args)`` in a forked child that dropped to uid/gid 65534; its JSON-able result."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            os.write(write, json.dumps(fn(*args)).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        out = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, out
+    return json.loads(out)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -42,6 +41,7 @@ from plexus.datasets.validate import check_alloc
 
 from .model import GraphModel
 from .results import NodeBlock, output_blocks
+from plexus.core import owned
 
 MARKER = "outputs.json"
 FORMAT = "plexus-outputs"
@@ -83,7 +83,7 @@ def is_outputs_directory(path: str | os.PathLike) -> bool:
     if any(name not in FILES or not isinstance(info, dict) or info.get("file") != FILES[name]
            for name, info in arrays.items()):
         return False
-    if entries != {MARKER, *(FILES[name] for name in arrays)}:
+    if entries - {owned.SEAL} != {MARKER, *(FILES[name] for name in arrays)}:
         return False
     try:
         return all(stat.S_ISREG(os.lstat(root / name).st_mode) for name in entries)
@@ -92,13 +92,18 @@ def is_outputs_directory(path: str | os.PathLike) -> bool:
 
 
 def check_outputs_target(path: str | os.PathLike) -> Path:
-    """The directory an outputs write replaces (absent, empty, or an earlier outputs directory:
-    `is_outputs_directory`); `OutputsError` for anything else
+    """The directory an outputs write replaces (absent, empty, or an earlier outputs directory
+    this user wrote, exactly as written: `is_outputs_directory`, and sealed by this user's
+    Plexus with exactly those files, `plexus.core.owned`); `OutputsError` for anything else
     (`plexus.core.atomic.output_directory`)."""
     try:
-        return output_directory(Path(path).expanduser(), is_outputs_directory)
+        return output_directory(Path(path).expanduser(), _own_outputs)
     except UnsafeTargetError as e:
         raise OutputsError(str(e)) from None
+
+
+def _own_outputs(path: Path) -> bool:
+    return is_outputs_directory(path) and owned.is_sealed(path, FORMAT)  # exactly as written
 
 
 def _agree(failure: str | None) -> None:
@@ -210,7 +215,7 @@ def write_outputs(model: GraphModel, blocks: dict[str, NodeBlock],
         _agree(failure)
     except BaseException:
         if rank0:
-            shutil.rmtree(tmp, ignore_errors=True)
+            owned.remove_tree(tmp, quiet=True)
         raise
     return target
 
@@ -232,7 +237,7 @@ def publish_outputs(tmp: Path, target: Path, num_nodes: int,
         os.fsync(f.fileno())
     fsync_dir(tmp)
     try:
-        replace_directory(tmp, target, check_outputs_target)
+        replace_directory(tmp, target, check_outputs_target, seal=FORMAT, describes=(MARKER,))
     except UnsafeTargetError as e:  # the target changed while the ranks wrote
         raise OutputsError(str(e)) from None
 

@@ -15,10 +15,12 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
+from . import owned
 from .values import ErrorType
 
 
@@ -81,7 +83,7 @@ def replace_into(tmp: str | os.PathLike, target: str | os.PathLike) -> None:
     """Rename the finished ``tmp`` onto ``target`` once `output_target` still allows it (the
     path may have changed while ``tmp`` was written)."""
     final = output_target(target)
-    os.replace(tmp, final)
+    owned.replace_file(tmp, final)
     fsync_dir(final.parent)
 
 
@@ -128,7 +130,7 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO[Any]]:
             os.fsync(f.fileno())
         replace_into(tmp, path)
     except BaseException as e:
-        Path(tmp).unlink(missing_ok=True)
+        owned.remove_file(tmp, quiet=True)
         cause = writer.error if writer is not None and writer.error is not None else e
         if isinstance(cause, OSError) and cause.filename is None:
             cause.filename = str(path)
@@ -179,42 +181,61 @@ def replaceable_directory(path: Path, recognise: Callable[[Path], bool], what: s
 
 
 def replace_directory(new: str | os.PathLike, target: str | os.PathLike,
-                      check: Callable[[Path], Path]) -> None:
+                      check: Callable[[Path], Path], seal: str | None = None,
+                      describes: tuple[str, ...] = ()) -> None:
     """Move the finished directory ``new`` onto ``target`` once ``check(target)`` still allows
     it (it returns the directory to replace and raises, one line, when it may not be: e.g.
     `output_directory`); a previous output there is moved aside first and then removed, so
-    ``target`` is always either the old output or the new one, never a mixture. A failed move
-    puts the old one back; ``new`` on another file system is copied beside ``target`` first."""
+    ``target`` is always either the old output or the new one, never a mixture. With ``seal``
+    (a format of `plexus.core.owned`), ``new`` is sealed as that format first (``describes``:
+    its describing files, sealed by sha256) and a previous
+    output is replaced only when it carries this user's seal of it and nothing else (its files
+    changed or gone: damage, replaced too); an
+    empty directory of this user's is replaced too. A failed move puts the old one back;
+    ``new`` on another file system is copied beside ``target`` first. Everything goes through
+    `plexus.core.owned`: nothing is removed or replaced by name."""
     final = Path(check(Path(target)))
+    if seal is not None:
+        owned.write_seal(new, seal, describes)
     old = None
-    if final.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
-        os.rmdir(old)
-        os.rename(final, old)
+    if final.exists() or final.is_symlink():
+        if seal is not None and any(final.iterdir()):
+            why = owned.seal_problem(final, seal, exact=False)
+            if why is not None:
+                raise UnsafeTargetError(f"{why}; refusing to replace it (give a new directory "
+                                        "name, or remove it yourself if it is yours)")
+        old = final.parent / f".{final.name[:60]}.old-{os.getpid()}-{time.time_ns()}"
+        try:
+            owned.move(final, old)
+        except owned.NotOursError as e:
+            raise UnsafeTargetError(f"{e}; refusing to replace it") from None
     try:
-        os.rename(new, final)
+        owned.move(new, final)
+    except owned.NotOursError as e:
+        if old is not None:
+            owned.move(old, final)
+        raise UnsafeTargetError(str(e)) from None
     except OSError as e:
         if e.errno != errno.EXDEV:
             if old is not None:
-                os.rename(old, final)
+                owned.move(old, final)
             raise
         _copy_across(Path(new), final, old)
     fsync_dir(final.parent)
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        owned.remove_tree(old, quiet=True)
 
 
 def _copy_across(new: Path, final: Path, old: Path | None) -> None:
     """`replace_directory` where ``new`` is on another file system than ``final``: copy it into
     a hidden directory beside ``final``, rename that into place, then remove ``new``."""
-    copy = Path(tempfile.mkdtemp(prefix=f".{final.name}.copy-", dir=final.parent))
+    copy = final.parent / f".{final.name[:60]}.copy-{os.getpid()}-{time.time_ns()}"
     try:
-        os.rmdir(copy)
         shutil.copytree(new, copy, symlinks=True)
-        os.rename(copy, final)
+        owned.move(copy, final)
     except BaseException:
-        shutil.rmtree(copy, ignore_errors=True)
+        owned.remove_tree(copy, quiet=True)
         if old is not None and not final.exists():
-            os.rename(old, final)
+            owned.move(old, final)
         raise
-    shutil.rmtree(new, ignore_errors=True)
+    owned.remove_tree(new, quiet=True)

@@ -16,6 +16,7 @@ import os
 import stat
 from pathlib import Path
 
+from . import owned
 from .atomic import describe_mode
 
 
@@ -52,10 +53,7 @@ class FileLock:
     def release(self, remove: bool = False) -> None:
         """End the lock; with ``remove``, unlink its file first (while still held)."""
         if self._fd is not None and remove and self.current():
-            try:
-                os.unlink(self.path)
-            except OSError:
-                pass
+            owned.remove_file(self.path, quiet=True)
         if self._fd is not None:
             os.close(self._fd)  # closing the descriptor drops the flock
             self._fd = None

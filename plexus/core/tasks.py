@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import stat
 import sys
 import threading
@@ -28,6 +27,7 @@ from typing import Any, Callable, Sequence
 from tqdm import tqdm
 
 from .values import ErrorType
+from . import owned
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def run_task(marker: str, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
     text = json.dumps(result, sort_keys=True)
     tmp.write_text(json.dumps({"format": MARKER_FORMAT, "sha256": result_sha256(text),
                                "result": text}), encoding="utf-8")
-    os.replace(tmp, path)
+    owned.replace_file(tmp, path)
     for item in consumed:
         remove_task(item)
     return result
@@ -102,9 +102,9 @@ def remove_task(path: str) -> dict:
     it."""
     target = Path(path)
     if target.is_dir():
-        shutil.rmtree(target, ignore_errors=True)
+        owned.remove_tree(target, quiet=True)
     else:
-        target.unlink(missing_ok=True)
+        owned.remove_file(target)
     return {}
 
 
@@ -167,7 +167,7 @@ def record_files(work: Path) -> None:
     record = work / "done" / FILES_RECORD
     tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(_file_states(work)), encoding="utf-8")
-    os.replace(tmp, record)
+    owned.replace_file(tmp, record)
 
 
 def check_files(work: Path, error: ErrorType = MarkerError) -> None:

@@ -27,7 +27,6 @@ in pass 3.
 from __future__ import annotations
 
 import hashlib
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -41,6 +40,7 @@ from .errors import DatasetError
 from .graph import sorted_unique
 from .npyio import load_npy, npy_layout, read_concatenated, read_rows, save_npy
 from .work import Runner
+from plexus.core import owned
 
 #: row groups of the histogram pass (a bucket is a run of whole groups)
 HIST_BINS = 1 << 16
@@ -273,7 +273,7 @@ def _save_atomic(path: Path, arr: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     save_npy(tmp, arr)
-    tmp.replace(path)
+    owned.replace_file(tmp, path)
 
 
 def _bucket_plan(job: CanonJob, chunks: int, bucket_entries: int) -> dict:
@@ -317,8 +317,8 @@ def canonicalize(source: Any, folder: str | Path, runner: Runner, *,
                          [(job, k, bounds[k], bounds[k + 1], chunks, entries[k])
                           for k in range(buckets)], weights=None, unit="bucket")
     if runner.leader:
-        shutil.rmtree(Path(folder) / "route", ignore_errors=True)
-        shutil.rmtree(Path(folder) / "hist", ignore_errors=True)
+        owned.remove_tree(Path(folder) / "route", quiet=True)
+        owned.remove_tree(Path(folder) / "hist", quiet=True)
     return Pieces(n, tuple(bounds), tuple(r["nnz"] for r in results),
                   folder=str(Path(folder) / "piece"))
 

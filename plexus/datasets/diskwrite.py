@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -23,11 +22,15 @@ from .diskgraph import (EDGE_FORMS, FEATURE_DTYPES, FORMAT, HEADER, SELF_LOOPS, 
 from .errors import MAX_NODES
 from .graph import Graph
 from .npyio import NpyWriter, npy_layout, save_npy
+from plexus.core import owned
 
 
 def check_target(out: Path) -> Path:
-    """Refuse a target that exists and is neither a graph directory nor an empty directory."""
-    return replaceable_directory(out, is_disk_graph, f"a {FORMAT} directory", DiskGraphError)
+    """Refuse a target that exists and is neither an empty directory nor a graph directory this
+    user's Plexus wrote, with exactly its files (sealed: `plexus.core.owned`)."""
+    return replaceable_directory(out, lambda p: owned.is_sealed(p, FORMAT, exact=False),
+                                 f"a {FORMAT} directory this user's Plexus wrote, with exactly "
+                                 "its files (remove it yourself if it is yours)", DiskGraphError)
 
 
 class DiskGraphWriter:
@@ -105,14 +108,15 @@ class DiskGraphWriter:
                  {f"{a}.npy" for a in names}]
         for name in extra:  # scratch files of the converter
             target = self.staging / name
-            shutil.rmtree(target) if target.is_dir() else target.unlink()
+            owned.remove_tree(target) if target.is_dir() else owned.remove_file(target)
         with open(self.staging / HEADER, "w", encoding="utf-8") as f:
             f.write(json.dumps(header, indent=2, sort_keys=True) + "\n")
-        replace_directory(self.staging, self.out, check_target)
+        replace_directory(self.staging, self.out, check_target, seal=FORMAT,
+                          describes=(HEADER,))
         return DiskGraph.open(self.out)
 
     def abort(self) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
+        owned.remove_tree(self.staging, quiet=True)
 
 
 def write_graph(graph: Graph, out: str | os.PathLike, feature_dtype: str = "float32",

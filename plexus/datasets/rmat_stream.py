@@ -41,6 +41,7 @@ from .rmat import (PROJECTION_ROWS, rmat_chunks, rmat_edges, rmat_name, rmat_nod
                    rmat_notes, rmat_projection)
 from .synthetic import random_split, rng_for
 from .work import Runner
+from plexus.core import owned
 
 #: bytes of H read at once while summing neighbours
 WINDOW_BYTES = 1 << 27
@@ -205,7 +206,7 @@ def _finish(job: RmatJob, isolated: int, hashes: dict) -> dict:
         return {}  # finished by a run killed before it could record so
     job.writer.finish(rmat_notes(job.params, isolated), hashes)
     for name in ("perm.npy", "src.npy", "dst.npy", "h.npy"):
-        job.path(name).unlink(missing_ok=True)
+        owned.remove_file(job.path(name))
     return {}
 
 

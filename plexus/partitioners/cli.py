@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None,
                    help="store directory to write (an existing store is kept unless --force)")
     p.add_argument("--force", action="store_true",
-                   help="replace the shard store already at --out")
+                   help="replace the shard store already at --out (only a store this user's "
+                        "Plexus wrote, with nothing added: README \"Shared machines\")")
     p.add_argument("--aggregation", default="gcn", choices=AGGREGATIONS,
                    help="the normalized adjacency to cut: gcn (GCN), mean (GraphSAGE), sum (GIN)")
     p.add_argument("--jobs", type=int, default=1,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -32,6 +31,7 @@ from .storeformat import store_kind
 from .stream import Settings, config_key, partition_source
 from .workdir import stage_work_dir
 from .streamjob import PartitionError
+from plexus.core import owned
 
 #: Failures that no rerun of the same work gets past (the input, the configuration, the work
 #: directory itself; errors of values that name no file among them): the work is removed
@@ -165,7 +165,7 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
         if store_lock is not None:
             store_lock.release(remove=True)
     if runner.leader:
-        shutil.rmtree(work, ignore_errors=True)
+        owned.remove_tree(work, quiet=True)
     return manifest
 
 
@@ -178,14 +178,14 @@ def _failure(e: BaseException, runner: Runner, work: Path, key: str | None,
     if isinstance(e, OSError):
         full = e.errno in (errno.ENOSPC, errno.EDQUOT)
         if runner.leader and not (full and key is not None):
-            shutil.rmtree(work, ignore_errors=True)
+            owned.remove_tree(work, quiet=True)
         if not full:
             return e
         kept = "; the finished work is kept and resumes" if key is not None else ""
         return PartitionError(f"{e.filename or work}: no space left on device; free some space "
                               f"and run the same command again{kept}")
     if runner.leader:  # bad input, configuration or work: nothing to resume
-        shutil.rmtree(work, ignore_errors=True)
+        owned.remove_tree(work, quiet=True)
     if resumed and not isinstance(e, ValueError):  # what an earlier run left, altered
         return PartitionError(f"{work}: resuming it failed ({type(e).__name__}: "
                               f"{one_line(e)[:200]}); the work directory was damaged and is "

@@ -21,6 +21,7 @@ from plexus.datasets.npyio import load_npy, npy_layout, write_header
 from .plan import MASKS, feature_cols, feature_group, rank_input_ids, rank_outputs
 from .storeformat import FORMAT, MANIFEST, VERSION, file_sha256, gnn_layers, rank_file_name
 from .streamjob import BlockSpec, Job, PartitionError, route_of
+from plexus.core import owned
 
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed: zip entries otherwise carry the wall clock
 _COPY_BUF = 1 << 22
@@ -146,7 +147,7 @@ def rank_task(job: Job, rank: int, meta: dict, block_nnz: dict,
             for member, arr in vectors:
                 _member(zf, member, arr.dtype, arr.shape, [arr])
         behind.finish()
-    tmp.replace(path)
+    owned.replace_file(tmp, path)
     return {"coords": {a: int(v) for a, v in coords.items()}, "file": name,
             "size": out.size, "sha256": out.hash.hexdigest()}
 

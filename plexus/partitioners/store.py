@@ -22,14 +22,14 @@ import hashlib
 import json
 import operator
 import os
-import shutil
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
-from plexus.core.atomic import replace_directory, replaceable_directory
+from plexus.core import owned
+from plexus.core.atomic import UnsafeTargetError, replace_directory, replaceable_directory
 from plexus.core.grid import GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION, layer_plans, pad_to, padding
 from plexus.core.values import is_count, one_line
@@ -99,10 +99,28 @@ def is_store(path: str | os.PathLike) -> bool:
         return False
 
 
+def is_own_store(path: str | os.PathLike, exact: bool = True) -> bool:
+    """Whether ``path`` is a shard store this user's Plexus wrote, exactly as written: its
+    seal (`plexus.core.owned`, under this user's key) lists every file there, the manifest by
+    sha256. A folder that merely holds a store-format manifest (or a store with a file added)
+    is not. Not ``exact``: its files may have been damaged since (it may be replaced, never
+    reused)."""
+    return owned.is_sealed(path, FORMAT, exact=exact)
+
+
 def check_out_dir(out_dir: str | os.PathLike) -> Path:
-    """Refuse a target that exists and is neither a shard store nor an empty directory."""
-    out = replaceable_directory(Path(out_dir), is_store,
-                                f"a shard store (no valid {MANIFEST})", ShardStoreError)
+    """Refuse a target that exists and is neither an empty directory nor a shard store this
+    user wrote with nothing added (`is_own_store`, not exact: a damaged one is replaced),
+    naming why in one line."""
+    path = Path(out_dir)
+    if path.is_dir() and not path.is_symlink() and any(path.iterdir()):
+        why = owned.seal_problem(path, FORMAT, exact=False)
+        if why is not None:
+            raise ShardStoreError(f"{why}; not a shard store this user's Plexus wrote, refusing "
+                                  "to replace it (give another --out, or remove it yourself "
+                                  "if it is yours)")
+    out = replaceable_directory(path, lambda p: is_own_store(p, exact=False),
+                                "a shard store this user's Plexus wrote", ShardStoreError)
     if out.parent.exists() and not out.parent.is_dir():
         raise ShardStoreError(f"{out.parent}: not a directory, cannot hold the store")
     return out
@@ -146,13 +164,16 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Map
     except PartitionError as e:
         raise ShardStoreError(str(e)) from None
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        owned.remove_tree(work, quiet=True)
 
 
 def replace_store_dir(new: Path, out: Path) -> None:
     """Move the finished store ``new`` to ``out``; an old store there is moved aside, then
     removed (a crash in between leaves one of the two, never a mix)."""
-    replace_directory(new, out, check_out_dir)
+    try:
+        replace_directory(new, out, check_out_dir, seal=FORMAT, describes=(MANIFEST,))
+    except UnsafeTargetError as e:
+        raise ShardStoreError(str(e)) from None
 
 
 # --------------------------------------------------------------------------- reading

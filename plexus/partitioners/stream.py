@@ -39,7 +39,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -62,6 +61,7 @@ from .plan import MASKS, pack_masks
 from .storeformat import MANIFEST
 from .streamjob import (Job, PartitionError, block_specs, col_order_index, index_dtype,
                         pos_dtype, route_of, routed_adjs, row_order_index, save_piece)
+from plexus.core import owned
 
 #: bytes of feature rows per routed chunk and per assembled piece
 FEATURE_BYTES = 1 << 27
@@ -372,7 +372,7 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
                for p in range(job.feature_pieces(piece_rows))]
     runner.run("clean", call, _removals(inputs), unit="folder")
     if runner.leader:
-        shutil.rmtree(work, ignore_errors=True)
+        owned.remove_tree(work, quiet=True)
     return manifest
 
 

@@ -17,6 +17,7 @@ from plexus.datasets.npyio import load_npy, save_npy
 
 from .permutations import Permutation
 from .plan import block_key
+from plexus.core import owned
 
 
 class PartitionError(ValueError):
@@ -127,7 +128,7 @@ def save_piece(path: Path, arr: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     save_npy(tmp, arr)
-    tmp.replace(path)
+    owned.replace_file(tmp, path)
 
 
 def index_dtype(limit: int) -> np.dtype:

@@ -4,7 +4,8 @@ A resumable run's work directory has a fixed name beside the store (``.<out>.wor
 key naming the configuration and the source), so its name is predictable: another user could
 plant one (or a symlink, or links inside one) to steer what goes into the store or make the
 partitioner write and delete through it. So a new one is built as a private temporary directory
-(mode 700) holding a signature (`SIGNATURE`: its format, its key, its owner) and renamed into
+(mode 700) holding a signature (`SIGNATURE`: its format, its key, its owner, and an HMAC of
+them under this user's secret key, `plexus.core.owned.user_key`) and renamed into
 place whole; an existing one is used only when it is a directory (not a link) owned by this
 user, private, signed with this key, and holds no symlink and nothing of another owner.
 Anything else is refused in one line and left alone (it is not ours to delete).
@@ -18,6 +19,8 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+
+from plexus.core import owned
 
 from .streamjob import PartitionError
 
@@ -45,10 +48,12 @@ def stage_work_dir(out: Path, key: str | None) -> Path:
         fresh = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
         try:
             _sign(fresh, key)
-            os.rename(fresh, work)  # never follows a link planted meanwhile; fails on one
+            owned.move(fresh, work)  # never follows a link planted meanwhile; fails on one
             return work
+        except owned.NotOursError:  # a planter made it first: check it
+            owned.remove_tree(fresh, quiet=True)
         except OSError as e:
-            _remove_fresh(fresh)
+            owned.remove_tree(fresh, quiet=True)
             if e.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EPERM, errno.EACCES,
                                errno.EISDIR, errno.ENOTDIR):
                 raise
@@ -81,21 +86,9 @@ def _sign(folder: Path, key: str) -> None:
     fd = os.open(folder / SIGNATURE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
                  0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(json.dumps({"format": FORMAT, "key": key, "uid": os.geteuid()}))
+        f.write(json.dumps(owned.signed({"format": FORMAT, "key": key, "uid": os.geteuid()})))
         f.flush()
         os.fsync(f.fileno())
-
-
-def _remove_fresh(folder: Path) -> None:
-    for name in (SIGNATURE,):
-        try:
-            os.unlink(folder / name)
-        except OSError:
-            pass
-    try:
-        os.rmdir(folder)
-    except OSError:
-        pass
 
 
 def _foreign(work: Path, key: str) -> str | None:
@@ -128,6 +121,8 @@ def _foreign(work: Path, key: str) -> str | None:
     if not isinstance(sig, dict) or sig.get("format") != FORMAT or sig.get("key") != key \
             or sig.get("uid") != uid:
         return f"its {SIGNATURE} is not this configuration's"
+    if not owned.verify(sig):
+        return f"its {SIGNATURE} does not verify under this user's key (forged or edited)"
     try:
         for folder, dirs, files in os.walk(work, onerror=_raise):  # never follows links
             for name in dirs + files:

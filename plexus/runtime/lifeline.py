@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import os
 import select
-import shutil
 import signal
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from plexus.core import owned
 
 
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
@@ -82,7 +82,7 @@ class Lifeline:
 
     def _launcher_died(self, parent: int) -> None:
         for path in self.cleanup:
-            shutil.rmtree(path, ignore_errors=True)
+            owned.remove_tree(path, quiet=True)
         if parent != self.launcher_pid and os.getppid() == parent:
             try:  # the fork server: its death ends every other worker (parent-death signal)
                 os.kill(parent, signal.SIGKILL)

@@ -13,7 +13,6 @@ import multiprocessing.forkserver
 import multiprocessing.util
 import os
 import re
-import shutil
 import signal
 import socket
 import sys
@@ -27,6 +26,7 @@ from typing import Any, Callable, Iterator
 from .env import use_cuda
 from .lifeline import Lifeline
 from .progress import PROGRESS_DIR_ENV, read_progress
+from plexus.core import owned
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -182,7 +182,7 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any) -> lis
         except ChildFailedError as e:
             raise LocalJobFailed(_failures(e), read_progress(progress_dir)) from None
     finally:
-        shutil.rmtree(log_dir, ignore_errors=True)
+        owned.remove_tree(log_dir, quiet=True)
     return [results[r] for r in range(nprocs)]
 
 

@@ -29,6 +29,7 @@ from plexus.testing import fuzz
 
 from .cli import report_main, sweep_main
 from .folder import LOCK_NAME
+from plexus.core import owned
 
 KINDS = ("sweep", "report")
 SPEC = "rmat:scale=6,edge_factor=4,features=8,classes=3"
@@ -79,9 +80,9 @@ def _node(rng: random.Random, path: Path, d: Path, out: Path) -> str:
     if not parent.is_dir() or (parent != out.resolve() and out.resolve() not in parent.parents):
         return "nothing (its folder was replaced)"  # an earlier damage took the folder away
     if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
+        owned.remove_tree(path)
     else:
-        path.unlink(missing_ok=True)
+        owned.remove_file(path)
     what = rng.choice(("fifo", "link out", "link out", "link to a fifo", "dangling link",
                        "directory", "link to /dev/null", "link to an outside directory"))
     if what == "fifo":
@@ -157,9 +158,9 @@ def _damage(out: Path, d: Path, rng: random.Random, kind: str) -> str:
             done.append(f"{target} text")
         elif target == "lock" and how < 0.3:
             if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
+                owned.remove_tree(path)
             else:
-                path.unlink(missing_ok=True)
+                owned.remove_file(path)
             os.link(d / "victim.txt", path)
             done.append("lock hard-linked outside")
         else:
@@ -181,7 +182,7 @@ def make_cases(work: Path, seed: int, per_kind: int, kinds=KINDS) -> list[fuzz.C
             out = d / "out"
             shutil.copytree(base, out, symlinks=True)
             if kind == "sweep":
-                shutil.rmtree(out / "runs")  # the runs are still to do: their logs are read
+                owned.remove_tree(out / "runs")  # the runs are still to do: their logs are read
                 (out / "runs").mkdir()
                 for rid in sorted(json.loads((base / "manifest.json").read_text())["runs"])[:1]:
                     shutil.copy(base / "runs" / f"{rid}.json", out / "runs")

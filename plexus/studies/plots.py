@@ -27,6 +27,7 @@ from plexus.bench.output import pyplot, save_figure
 
 from .stats import (PredictionStats, Row, ScalingCheck, best_per_world, by_dataset,
                     check_scaling, configs, predicted_configs, prediction_stats)
+from plexus.core import owned
 
 FIGURES = ("strong_scaling.png", "breakdown.png", "comm_share.png", "memory.png",
            "weak_scaling.png", "predicted_vs_measured.png")
@@ -373,7 +374,7 @@ def write_figures(rows: Sequence[Row], folder: Path, subtitle: str,
         path = target(folder / name)
         if f is None:
             skipped.append(name)
-            path.unlink(missing_ok=True)  # a figure of an earlier report would mislead
+            owned.remove_file(path)  # a figure of an earlier report would mislead
             continue
         files.append(save_figure(f, path))
         plt.close(f)

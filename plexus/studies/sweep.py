@@ -35,6 +35,7 @@ from .launchers import (SlurmOptions, local_command, slurm_array_script, slurm_s
 from .plan import PlannedRun, SweepRequest
 from .schema import MANIFEST as MANIFEST_SCHEMA
 from .schema import SchemaError, check, parse_json
+from plexus.core import owned
 
 MANIFEST = "manifest.json"
 CALIBRATION = "calibration.json"
@@ -297,7 +298,7 @@ def write_slurm(request: SweepRequest, todo: Sequence[PlannedRun], out: Path,
     """Batch scripts for the runs without a complete log, and ``submit.sh``."""
     folder = results.subdir("slurm")
     for old in folder.glob("*.sbatch"):  # scripts of runs now complete must not be resubmitted
-        old.unlink()  # (a link or a FIFO of that name goes as a name: nothing is followed)
+        owned.remove_file(old)  # a link or a FIFO of that name goes as a name, never followed
     scripts = []
     out_abs = out.resolve()
     if array:

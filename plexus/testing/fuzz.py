@@ -44,6 +44,7 @@ from typing import Callable
 
 import numpy as np
 import scipy.sparse as sp
+from plexus.core import owned
 
 KINDS = ("npz", "mtx", "edgelist", "planetoid", "ogb", "store", "graph", "export", "api")
 #: The readers' kinds whose every case runs in a process of its own, its peak RSS measured
@@ -344,8 +345,8 @@ def _ogb_case(d: Path, rng: random.Random, marker: Path) -> None:
                     [[v] for v in range(rng.randint(0, N))])
         else:
             path.write_bytes(mutate_bytes(path.read_bytes(), rng))
-        shutil.rmtree(ds / "processed", ignore_errors=True)
-        (ds / "split/time/split_dict.pt").unlink(missing_ok=True)
+        owned.remove_tree(ds / "processed", quiet=True)
+        owned.remove_file(ds / "split/time/split_dict.pt")
     elif how == "cache":
         path = ds / rng.choice(("processed/data_processed", "split/time/split_dict.pt"))
         if rng.random() < 0.5:
@@ -417,9 +418,9 @@ def _store_case(d: Path, rng: random.Random, marker: Path, base: Path) -> None:
     elif how == "swap":
         a, b = files[0], files[1]
         tmp = a.with_suffix(".tmp")
-        a.rename(tmp)
-        b.rename(a)
-        tmp.rename(b)
+        owned.move(a, tmp)
+        owned.move(b, a)
+        owned.move(tmp, b)
         rehash(store)
     elif how == "header":  # the JSON header inside a shard file, re-hashed
         f = rng.choice(files)
@@ -472,7 +473,7 @@ def _graph_case(d: Path, rng: random.Random, marker: Path) -> None:
                 (g / "graph.json").write_text(json.dumps(header))
     elif how == "special":  # a FIFO or a device where a file should be
         f = g / rng.choice(sorted(p.name for p in g.glob("*.npy")) + ["graph.json"])
-        f.unlink()
+        owned.remove_file(f)
         if rng.random() < 0.5:
             os.mkfifo(f)
         else:
@@ -549,7 +550,7 @@ def _export_case(d: Path, rng: random.Random, bases: dict[str, Path]) -> None:
         return
     shutil.copy(bases[kind], p)
     if how == "special":
-        p.unlink()
+        owned.remove_file(p)
         if rng.random() < 0.5:
             os.mkfifo(p)
         else:
@@ -792,7 +793,7 @@ def child_main(run: Callable[[Case], tuple[str, str]], cases_file: Path, start: 
             signal.alarm(0)
         if marker.exists():
             outcome, detail = "payload", f"{MARKER_NAME} created"
-            marker.unlink()
+            owned.remove_file(marker)
         print(json.dumps({"i": i, "outcome": outcome, "detail": detail}), flush=True)
 
 
@@ -870,7 +871,7 @@ def forked_main(run: Callable[[Case], tuple[str, str]], cases_file: Path) -> Non
             outcome, detail = json.loads(data)
         if marker.exists():
             outcome, detail = "payload", f"{MARKER_NAME} created"
-            marker.unlink()
+            owned.remove_file(marker)
         print(json.dumps({"i": i, "outcome": outcome, "detail": detail,
                           "rss_kb": int(usage.ru_maxrss)}), flush=True)
 

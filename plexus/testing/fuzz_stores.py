@@ -41,6 +41,7 @@ from typing import Any, Callable
 
 from . import fuzz
 from .fuzz import mutate_bytes
+from plexus.core import owned
 
 KINDS = ("workdir", "cache", "outputs")
 GOOD = ("ok", "error")
@@ -146,7 +147,7 @@ def make_bases(root: Path, kinds: tuple[str, ...] = KINDS,
         for grid in ("1x1x1", "2x1x1"):
             path = targets.cache_build(bases.cache, grid)
             bases.cache_sha[grid] = read_manifest(path)["graph_sha256"]
-        shutil.rmtree(targets.cache_build(bases.cache, "2x1x1"))  # left for the cases to build
+        owned.remove_tree(targets.cache_build(bases.cache, "2x1x1"))  # left for the cases to build
     if "outputs" in kinds:
         bases.outputs = targets.write_outputs(root / "outputs" / "res", 5)
     return bases
@@ -210,28 +211,28 @@ def _damage_workdir(work: Path, victim: Path, rng: random.Random) -> str:
         index = int(m.stem) + rng.randint(1, 3)
         shutil.copy(m, m.with_name(f"{index:06d}.json"))
     elif how == "marker lost":
-        rng.choice(markers).unlink()
+        owned.remove_file(rng.choice(markers))
     elif how == "data":
         how += " " + _damage_file(rng.choice(data), rng)
     elif how == "swap" and len(data) > 1:
         a, b = rng.sample(data, 2)
         tmp = a.with_name(a.name + ".swap")
-        a.rename(tmp)
-        b.rename(a)
-        tmp.rename(b)
+        owned.move(a, tmp)
+        owned.move(b, a)
+        owned.move(tmp, b)
     elif how == "data link":
         f = rng.choice(data)
-        f.unlink()
+        owned.remove_file(f)
         f.symlink_to(victim / "keep")
     elif how == "dir link":
         folder = rng.choice(sorted({p.parent for p in data}))
-        shutil.rmtree(folder)
+        owned.remove_tree(folder)
         folder.symlink_to(victim)
     elif how == "signature":
         sig = work / ".plexus-work.json"
         choice = rng.random()
         if choice < 0.3:
-            sig.unlink()
+            owned.remove_file(sig)
         elif choice < 0.6:
             sig.write_text(json.dumps(_edit(json.loads(sig.read_text()), rng)))
         else:
@@ -245,7 +246,7 @@ def _damage_workdir(work: Path, victim: Path, rng: random.Random) -> str:
                 record.write_text(json.dumps(_edit(json.loads(record.read_text()), rng)))
     elif how == "work link":
         target = work.with_name(work.name + ".real")
-        work.rename(target)
+        owned.move(work, target)
         work.symlink_to(target if rng.random() < 0.5 else victim)
     elif how == "mode":
         work.chmod(rng.choice((0o755, 0o777, 0o750)))
@@ -289,9 +290,9 @@ def _damage_cache(cache: Path, rng: random.Random) -> tuple[str, str]:
         a, b = rng.sample(_files(graph, "*.npy"), 2)
         grid = "2x1x1"
         tmp = a.with_name(a.name + ".swap")
-        a.rename(tmp)
-        b.rename(a)
-        tmp.rename(b)
+        owned.move(a, tmp)
+        owned.move(b, a)
+        owned.move(tmp, b)
     return how, grid
 
 
@@ -310,29 +311,29 @@ def _damage_outputs(res: Path, victim: Path, rng: random.Random) -> tuple[str, b
     elif how == "marker bytes":
         _damage_file(res / "outputs.json", rng)
     elif how == "array gone":
-        (res / rng.choice(("pred.npy", "logits.npy"))).unlink()
+        owned.remove_file(res / rng.choice(("pred.npy", "logits.npy")))
     elif how == "link":
         f = res / rng.choice(("pred.npy", "logits.npy"))
-        f.unlink()
+        owned.remove_file(f)
         f.symlink_to(victim / "keep")
     elif how == "marker link":
-        (res / "outputs.json").rename(victim.parent / "elsewhere.json")
+        owned.move(res / "outputs.json", victim.parent / "elsewhere.json")
         (res / "outputs.json").symlink_to(victim.parent / "elsewhere.json")
     elif how == "subdir":
         f = res / rng.choice(("pred.npy", "logits.npy"))
-        f.unlink()
+        owned.remove_file(f)
         f.mkdir()
     elif how == "users dir":  # a user's own folder that happens to hold an outputs.json
-        shutil.rmtree(res)
+        owned.remove_tree(res)
         res.mkdir()
         (res / "outputs.json").write_text(json.dumps({"mine": rng.randint(0, 9)}))
         if rng.random() < 0.7:
             (res / "notes.txt").write_text("mine")
     elif how == "fifo":
-        (res / "outputs.json").unlink()
+        owned.remove_file(res / "outputs.json")
         os.mkfifo(res / "outputs.json")
     elif how == "empty":
-        shutil.rmtree(res)
+        owned.remove_tree(res)
         res.mkdir()
         ours = True  # empty: replaceable, nothing to lose
     else:
@@ -459,7 +460,7 @@ def run_case(kind: str, index: int, seed: int, bases: Bases, folder: Path,
             result = Result(kind, index, "?", "traceback", _STARVED[1])
         if not any(s in result.detail for s in _STARVED):
             return result
-        shutil.rmtree(folder / f"{kind}-{index}", ignore_errors=True)
+        owned.remove_tree(folder / f"{kind}-{index}", quiet=True)
         time.sleep(1 + attempt)
     return result
 
@@ -512,7 +513,7 @@ def _run_case(kind: str, index: int, seed: int, bases: Bases, folder: Path,
     finally:
         os.close(read)
     _, status, usage = os.wait4(pid, 0)
-    shutil.rmtree(folder / f"{kind}-{index}", ignore_errors=True)
+    owned.remove_tree(folder / f"{kind}-{index}", quiet=True)
     peak = int(usage.ru_maxrss) * 1024
     if killed:
         return Result(kind, index, "?", "hang", f"killed after {limit_s + 30} s", peak)

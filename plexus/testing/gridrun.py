@@ -9,12 +9,12 @@ ranks measured (per-epoch step times, per-timer wall and CPU seconds, ledger byt
 from __future__ import annotations
 
 import pickle
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from plexus.core import owned
 from plexus.core.grid import AXES, GridShape
 from plexus.core.timing import loadavg, median
 
@@ -322,7 +322,7 @@ def run_jobs(bundle: Bundle, jobs: Sequence[Job], opts: RunOptions | None = None
     world = worlds.pop()
     perm = make_permutation(bundle.adj_hat, opts.perm, opts.seed, world)
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="plexus-bench-") as tmp:
+    with owned.scratch_dir("plexus-bench-") as tmp:
         for k, job in enumerate(jobs):
             for r, shard in enumerate(rank_shards(bundle, job.dims, job.model_cfg, perm,
                                                   opts.seed)):

@@ -7,7 +7,8 @@ dataset seed, ``--symmetrize``, the store format and Plexus version) and the par
 number of stages and each stage's order, permutation kind and seed, aggregation). Layout of a
 cache directory::
 
-    <name>-<key>/            a shard store (`plexus.partitioners.store`), written atomically
+    <name>-<key>/            a shard store (`plexus.partitioners.store`), written atomically and
+                             sealed (`plexus.core.owned`: this user's key, exactly its files)
     sources/<source>.json    what a source's graph is (name, sizes, content hash), so a later run
                              knows the stage orders and the memory it needs without loading it
     locks/<source>.lock      held (flock) while a store of that source is built
@@ -19,6 +20,11 @@ launches the job (or rank 0 under torchrun/srun); it partitions in a child proce
 that of a launcher. A run holds its store against eviction while it runs; with a size cap
 (``--cache-max-gb``, ``$PLEXUS_CACHE_MAX_GB``) the least recently used stores no run holds go
 once a run has its own (`plexus.train.cacheuse`); a run rebuilds what it needs.
+
+The cache is trusted only when it is this user's and nobody else can write it
+(`Cache.check_trusted`, README "Shared machines"); a store is reused only with this user's seal and exactly the files
+sealed, rebuilt when it is this user's but changed since, and otherwise refused in one line and
+left where it is.
 """
 
 from __future__ import annotations
@@ -28,7 +34,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import stat
 import sys
 import time
@@ -45,16 +50,18 @@ from plexus.datasets.convert import streamed_spec
 from plexus.datasets.spec import MAX_SOURCE_FILES, source_fingerprint
 from plexus.datasets.files import open_regular
 from plexus.core.model import ModelConfig
-from plexus.partitioners import is_store, read_manifest, write_store
+from plexus.datasets.diskgraph import FORMAT as GRAPH_FORMAT
+from plexus.partitioners import read_manifest, write_store
 from plexus.partitioners.store import FORMAT as STORE_FORMAT, VERSION as STORE_VERSION, graph_hash
-from plexus.partitioners.store import file_sha256
+from plexus.partitioners.store import file_sha256, is_own_store
 from plexus.perfmodel import ModelSpec
 from plexus.runtime.child import run_in_child
 from plexus.runtime.memstats import peak_rss_bytes
 
 from .errors import CacheError
-from .cacheuse import evict, hold_store
+from .cacheuse import evict, hold_store, untrusted_dir
 from .plan import RunPlan, auto_grid, precheck_partition
+from plexus.core import owned
 
 CACHE_ENV = "PLEXUS_CACHE_DIR"
 
@@ -190,13 +197,30 @@ class Cache:
     def __post_init__(self) -> None:
         self.root = Path(self.root).expanduser()
 
+    def check_trusted(self) -> None:
+        """Raise `CacheError` (one line) unless the cache directory is this user's and nobody
+        else can write it (created so, mode 700, when absent): a store, a record or a lock in a
+        directory others can write could be theirs (README "Shared machines")."""
+        why = untrusted_dir(self.root)
+        if why is not None:
+            raise CacheError(f"--cache {self.root}: {why}; Plexus uses only a cache directory of "
+                             "yours that nobody else can write (README \"Shared machines\"): "
+                             "give a private --cache DIR, or --no-cache")
+
     def subdir(self, name: str) -> Path:
+        """The cache's folder ``name``, made private (700) when absent; `CacheError` when it is
+        another user's, or others can write it."""
         path = self.root / name
         try:
-            path.mkdir(parents=True, exist_ok=True)
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as e:
             raise CacheError(f"--cache {self.root}: cannot create {path} ({e.strerror or e}); "
                              "give another --cache DIR, or --no-cache") from None
+        why = untrusted_dir(path)
+        if why is not None:
+            raise CacheError(f"--cache {self.root}: {path} is {why}; Plexus uses only a cache "
+                             "nobody else can write (README \"Shared machines\"): give a "
+                             "private --cache DIR, or --no-cache")
         return path
 
     def read_sizes(self, source_key: dict) -> Sizes | None:
@@ -225,7 +249,7 @@ class Cache:
     def complete(self, path: Path, partition: Partition, sizes: Sizes) -> bool:
         """Whether ``path`` holds a finished store cut as ``partition`` asks, with every rank
         file of the size its manifest records (each rank checks its file's sha256 on reading)."""
-        if not is_store(path):
+        if not is_own_store(path):
             return False
         try:
             m = read_manifest(path)
@@ -355,7 +379,7 @@ def check_converted(graph_dir: Path) -> None:
     except (DatasetError, OSError) as e:
         print(f"plexus: cached graph {graph_dir} is damaged ({str(e)[:200]}); converting it "
               "again", file=sys.stderr)
-        shutil.rmtree(graph_dir)
+        owned.remove_tree(graph_dir, seal=GRAPH_FORMAT)
 
 
 def build_streamed(request: BuildRequest) -> tuple[str, Sizes, int]:
@@ -378,12 +402,12 @@ def build_streamed(request: BuildRequest) -> tuple[str, Sizes, int]:
                                    work / f"{digest}-convert", root=source.root,
                                    seed=source.seed)
     except (ValueError, TypeError, LookupError, ArithmeticError):
-        shutil.rmtree(work / f"{digest}-convert", ignore_errors=True)  # bad input: no resuming
+        owned.remove_tree(work / f"{digest}-convert", quiet=True)  # bad input: no resuming
         raise
-    shutil.rmtree(work / f"{digest}-convert", ignore_errors=True)
+    owned.remove_tree(work / f"{digest}-convert", quiet=True)
     building = work / f"{digest}-{grid}-store"
     if building.exists():
-        shutil.rmtree(building)  # a crashed build's: the partitioner's own work dir resumes
+        owned.remove_tree(building)  # a crashed build's: the partitioner's own work dir resumes
     m = partition_to_store(disk, building, grid, model.num_stages,
                            model.orders(disk.num_features, disk.num_classes), request.perm,
                            source.seed, aggregation=model.aggregation)
@@ -392,11 +416,11 @@ def build_streamed(request: BuildRequest) -> tuple[str, Sizes, int]:
     path = cache.root / store_name(request.source_key, partition := Partition(
         grid, model, request.perm, source.seed), sizes)
     if cache.complete(path, partition, sizes):
-        shutil.rmtree(building)
+        owned.remove_tree(building)
     else:
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(building, path)
+        if path.exists() or path.is_symlink():
+            owned.remove_tree(path, seal=STORE_FORMAT)  # only a store this user sealed
+        owned.move(building, path)
         cache.stamp(path, m["ranks"])
     cache.write_sizes(request.source_key, sizes)
     return str(path), sizes, peak_rss_bytes()
@@ -416,9 +440,7 @@ def build_store(request: BuildRequest, graph: Graph | None = None) -> tuple[str,
     cache = Cache(Path(request.cache_root))
     path = cache.root / store_name(request.source_key, partition, sizes)
     if not cache.complete(path, partition, sizes):
-        if path.exists() and not is_store(path):  # a crashed build's leftovers never look done
-            shutil.rmtree(path)
-        model = request.model
+        model = request.model  # (write_store replaces only a store this user sealed)
         m = write_store(graph, path, grid, model.num_stages,
                         model.orders(graph.num_features, graph.num_classes), request.perm,
                         request.source.seed, aggregation=model.aggregation)
@@ -440,7 +462,15 @@ def obtain_store(cache: Cache, request: BuildRequest, graph: Graph | None = None
         grid = choose_grid(request, sizes)
         partition = Partition(grid, request.model, request.perm, request.source.seed)
         path = cache.root / store_name(key, partition, sizes)
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
+            return None
+        why = owned.seal_problem(path, STORE_FORMAT, exact=False)
+        if why is not None:  # not ours to reuse, nor to remove
+            raise CacheError(f"{why}; not reusing it, nor removing it (remove it yourself if "
+                             "it is yours, or give another --cache DIR)")
+        why = owned.seal_problem(path, STORE_FORMAT)
+        if why is not None:  # ours, damaged or edited since: built again
+            cache.say(f"cached store {why}; building it again")
             return None
         hold = hold_store(cache.root, path)  # first: an eviction under way ends before this
         if not cache.complete(path, partition, sizes):
@@ -491,6 +521,7 @@ def cached_options(plan: RunPlan, cache: Cache, world: int | None,
                    ) -> tuple[RunPlan, CachedStore]:
     """``plan`` reading its shards from the cache's store for its dataset (found or built;
     ``force``: build even where the partitioning is predicted not to fit in memory)."""
+    cache.check_trusted()
     source = Source(plan.dataset, plan.root, plan.train.seed, plan.symmetrize)
     request = BuildRequest(source, source.key(), str(cache.root), plan.grid, world, plan.model,
                            plan.perm, check_memory=not force)

@@ -42,9 +42,13 @@ def cache_cap(args: argparse.Namespace) -> int | None:
 
 def cache_command(args: argparse.Namespace) -> int:
     """``--cache-list`` / ``--cache-clean``: the cache directory's contents, or what no run
-    holds removed; status 0."""
+    holds removed; status 0. Only this user's private cache is listed or cleaned, and in it
+    only the stores and graphs this user's Plexus sealed (`plexus.train.cacheuse.entries`):
+    a folder of the user's own there, or anything planted, stays."""
     root = Path(args.cache or default_cache_dir()).expanduser()
     cap = cache_cap(args)
+    if root.exists() or root.is_symlink():
+        Cache(root).check_trusted()  # another user's cache, or one others write: left alone
     if args.cache_clean:
         gone = evict(root, cap or 0)
         freed = sum(e.bytes for e in gone)

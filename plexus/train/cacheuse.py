@@ -7,18 +7,22 @@ exclusively without waiting, so a store some run holds is never removed; it rena
 out of the way before deleting it, under that lock, so a run never sees half a store. A run
 that waited for the lock finds the store gone and builds it again. Converted graphs
 (``graphs/``) are evicted the same way, under their source's build lock. Lock files stay (a
-lock file removed while another process waits on it would let two holders in).
+lock file removed while another process waits on it would let two holders in). Only what this
+user's Plexus sealed (`plexus.core.owned`: this uid, its key, exactly its files) is an entry:
+a folder of the user's own in the cache or in ``graphs/``, a link, or anything planted is never
+listed, evicted or followed, and the removal itself goes through `plexus.core.owned`.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
-import shutil
-import time
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
+from plexus.core import owned
 
 #: The cache's size cap in GiB when ``--cache-max-gb`` is not given (unset: no cap).
 MAX_GB_ENV = "PLEXUS_CACHE_MAX_GB"
@@ -71,7 +75,7 @@ def hold_store(root: Path, store: Path) -> StoreUse:
     """Hold ``store`` (a directory of the cache at ``root``) against eviction and mark it used
     now; waits while an eviction of it is under way (the caller then finds it gone)."""
     lock = use_lock_path(root, store)
-    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)
@@ -92,6 +96,7 @@ class Entry:
     last_used: float  # `time.time`
     in_use: bool
     lock: Path  # taken exclusively to evict it
+    seal: str = ""  # the format its seal names (`plexus.core.owned`)
 
 
 def _size(path: Path) -> int:
@@ -127,32 +132,78 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def _candidates(root: Path) -> Iterator[tuple[Path, str, Path]]:
-    from plexus.partitioners import is_store  # noqa: PLC0415
+def _real_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)  # a link is no folder of the cache
+    except OSError:
+        return False
 
-    if root.is_dir():
+
+def _candidates(root: Path) -> Iterator[tuple[Path, str, Path, str]]:
+    """The cache's entries: stores and converted graphs this user's Plexus sealed, with exactly
+    their files; anything else there (a user's folder, another user's plant, a link) is no
+    entry, never listed nor removed."""
+    from plexus.datasets.diskgraph import FORMAT as GRAPH_FORMAT  # noqa: PLC0415
+    from plexus.partitioners.storeformat import FORMAT as STORE_FORMAT  # noqa: PLC0415
+
+    if _real_dir(root):
         for path in sorted(root.iterdir()):
-            if (not path.name.startswith(".") and path.is_dir() and not path.is_symlink()
-                    and is_store(path)):
-                yield path, "store", use_lock_path(root, path)
+            if not path.name.startswith(".") and _real_dir(path) \
+                    and owned.is_sealed(path, STORE_FORMAT):
+                yield path, "store", use_lock_path(root, path), STORE_FORMAT
     graphs = root / GRAPHS
-    if graphs.is_dir():
-        for path in sorted(graphs.iterdir()):
-            if path.is_dir() and not path.is_symlink():  # built under its source's lock
-                yield path, "graph", root / LOCKS / f"{path.name}.lock"
+    if _real_dir(graphs):
+        for path in sorted(graphs.iterdir()):  # built under its source's lock
+            if _real_dir(path) and owned.is_sealed(path, GRAPH_FORMAT):
+                yield path, "graph", root / LOCKS / f"{path.name}.lock", GRAPH_FORMAT
+
+
+def untrusted_dir(path: Path) -> str | None:
+    """Why the cache directory ``path`` may hold what others wrote (None: this user's, and
+    nobody else can write it). Absent, it is created private (700)."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        try:
+            path.mkdir(parents=True, mode=0o700)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            return f"cannot create it ({e.strerror or e})"
+    try:
+        parent, name = owned.open_parent(path)
+    except (owned.NotOursError, OSError) as e:
+        return str(e).removeprefix(f"{path}: ")
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+    except OSError as e:
+        return "a symlink or not a directory" if e.errno in (errno.ELOOP, errno.ENOTDIR) \
+            else f"cannot open it ({e.strerror or e})"
+    finally:
+        os.close(parent)
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    uid = os.geteuid()
+    if st.st_uid != uid:
+        return f"owned by uid {st.st_uid}, not {uid}"
+    if st.st_mode & 0o022:
+        return f"writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
 
 
 def entries(root: Path) -> list[Entry]:
     """What the cache at ``root`` holds, least recently used first."""
-    out = [Entry(path, kind, _size(path), max(_mtime(lock), _mtime(path)), _busy(lock), lock)
-           for path, kind, lock in _candidates(Path(root))]
+    out = [Entry(path, kind, _size(path), max(_mtime(lock), _mtime(path)), _busy(lock), lock,
+                 seal) for path, kind, lock, seal in _candidates(Path(root))]
     return sorted(out, key=lambda e: e.last_used)
 
 
 def remove(root: Path, entry: Entry) -> bool:
     """Remove ``entry`` unless a run holds it (then False): under its lock, taken exclusively
     without waiting, it is renamed out of the cache and deleted."""
-    entry.lock.parent.mkdir(parents=True, exist_ok=True)
+    entry.lock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(entry.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         try:
@@ -161,10 +212,8 @@ def remove(root: Path, entry: Entry) -> bool:
             return False
         if not entry.path.exists():
             return False
-        trash = Path(root) / f".evicting-{entry.path.name}-{os.getpid()}-{time.time_ns()}"
-        os.replace(entry.path, trash)
-        shutil.rmtree(trash, ignore_errors=True)
-        return True
+        # renamed aside, then removed, only when it is this user's sealed store or graph
+        return owned.remove_tree(entry.path, seal=entry.seal)
     finally:
         os.close(fd)
 

@@ -28,6 +28,7 @@ from plexus.core.cli import UsageError
 from plexus.core.model import ModelConfig
 
 from .plan import RunPlan
+from plexus.core import owned
 
 CHECKPOINT_NAME = "checkpoint.pt"
 #: Held (flock) by the run that writes the directory's checkpoint: two runs never share one.
@@ -103,7 +104,7 @@ def save_checkpoint(directory: str | os.PathLike, payload: dict) -> Path:
     with atomic_file(target) as f:
         torch.save(payload, f)
     for stale in target.parent.glob(f".{CHECKPOINT_NAME}.*.tmp"):  # left by a killed save
-        stale.unlink(missing_ok=True)
+        owned.remove_file(stale)
     return target
 
 

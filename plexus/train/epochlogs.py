@@ -26,6 +26,7 @@ from plexus.api.training import EpochStats
 
 from .errors import OutputFailed, UsageError, output_failure
 from .writable import check_writable
+from plexus.core import owned
 
 CSV_COLUMNS = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_time_s",
                "eval_time_s")
@@ -149,7 +150,7 @@ class CsvLog:
         if self._f is not None:
             f, self._f = self._f, None
             f.close(sync=False)
-        self.path.unlink(missing_ok=True)
+        owned.remove_file(self.path)
 
 
 def _quiet_event_writer(args: threading.ExceptHookArgs) -> None:

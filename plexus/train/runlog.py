@@ -30,6 +30,7 @@ from plexus.core.units import format_bytes, format_seconds
 from .epochlogs import EpochSink, LineFile
 from .errors import OutputFailed, output_failure
 from .walltime import format_wall_time
+from plexus.core import owned
 
 
 def _acc(value: float | None) -> str:
@@ -129,7 +130,7 @@ class JsonLog:
     def discard(self) -> None:
         """Close and remove the temporary file (the run never started, or could not write)."""
         self.abandon()
-        self.tmp.unlink(missing_ok=True)
+        owned.remove_file(self.tmp)
 
 
 def _finite(obj: Any) -> Any:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from plexus.core import atomic, tasks
+from plexus.core import atomic, owned, tasks
 from plexus.core.values import is_count, one_line
 from plexus.datasets.errors import DatasetError
 from plexus.datasets.work import MarkerError, Runner, read_marker
@@ -50,12 +50,12 @@ def test_replace_directory_when_the_move_fails(tmp_path, monkeypatch, code, text
     target, new = _dir(tmp_path / "out", "old"), _dir(tmp_path / "new", "new")
     rename = os.rename
 
-    def failing(src, dst):
-        if Path(src) == new:
+    def failing(src, dst, **fds):  # plexus.core.owned renames names relative to folders
+        if src == new.name and dst == "out":
             raise OSError(code, os.strerror(code))
-        return rename(src, dst)
+        return rename(src, dst, **fds)
 
-    monkeypatch.setattr(atomic.os, "rename", failing)
+    monkeypatch.setattr(owned.os, "rename", failing)
     if code == errno.EXDEV:
         atomic.replace_directory(new, target, _allow)
     else:

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import assert_one_line
+from helpers import NOBODY, as_nobody, assert_one_line
+from plexus.core.owned import SEAL
 from plexus.api.outputs import MARKER, OutputsError, check_outputs_target, publish_outputs
 
 TINY = ["--dataset", "rmat:scale=6,edge_factor=4,features=8,classes=3"]
@@ -77,7 +78,7 @@ def test_an_earlier_outputs_directory_is_replaced_whole(tmp_path):
     res = real_outputs(tmp_path / "res", rows=5)
     real_outputs(res, rows=7)
     assert np.load(res / "pred.npy").shape == (7,)
-    assert sorted(os.listdir(res)) == [MARKER, "pred.npy"]
+    assert sorted(os.listdir(res)) == [SEAL, MARKER, "pred.npy"]  # and this user's seal
     assert [p.name for p in tmp_path.iterdir()] == ["res"]
 
 
@@ -487,32 +488,6 @@ def test_a_bad_input_naming_no_file_leaves_no_work_directory(tmp_path, monkeypat
 
 
 # ---- 8: a second user cannot steer a partition or a run's outputs ---------------------------
-NOBODY = 65534
-
-
-def as_nobody(fn, *args):
-    """``fn(*args)`` in a forked child that dropped to uid/gid 65534; its JSON-able result."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        code = 1
-        try:
-            os.close(read)
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            os.write(write, json.dumps(fn(*args)).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read, "rb") as f:
-        out = f.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, out
-    return json.loads(out)
-
-
 def _plant_symlink(work: str, victim: str) -> str:
     os.symlink(victim, work)
     return "planted"

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from helpers import assert_one_line
+from plexus.core.owned import SEAL
 from plexus.core.grid import GridShape
 from plexus.datasets.graph import gcn_normalize
 from plexus.partitioners import (RankShard, ShardStoreError, make_permutation, read_manifest,
@@ -79,7 +80,7 @@ def test_round_trip_equals_shard_graph(tmp_path, graph, adj_hat, grid, layers, o
     assert manifest == read_manifest(out)
     assert len(manifest["ranks"]) == len(coords_of(shape))
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [store.MANIFEST] + [r["file"] for r in manifest["ranks"]])
+        [store.MANIFEST, SEAL] + [r["file"] for r in manifest["ranks"]])  # + its seal
     for coords in coords_of(shape):
         want = shard_graph(graph, shape, coords, layers, orders, perm, 2, adj_hat=adj_hat)
         got = read_shard(out, coords, shape=shape, num_layers=layers, orders=orders, perm=kind,
@@ -348,7 +349,7 @@ def test_overwriting(tmp_path, graph, adj_hat):
     write_store(graph, out, shape_of((2, 1, 1)), 1, "agg", "none", 0, adj_hat=adj_hat)
     write_store(graph, out, shape_of((1, 2, 1)), 2, "agg", "double", 3, adj_hat=adj_hat)
     assert read_manifest(out)["grid"] == {"x": 1, "y": 2, "z": 1}
-    assert len(list(out.iterdir())) == 3 and sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+    assert len(list(out.iterdir())) == 4 and sorted(p.name for p in tmp_path.iterdir()) == ["store"]
     # an empty directory is fine; a directory with other things, or a file, is refused
     (tmp_path / "empty").mkdir()
     write_store(graph, tmp_path / "empty", shape_of((1, 1, 1)), 1, "agg", "none", 0,
