@@ -35,6 +35,7 @@ from plexus.core.modelopts import (check_model_options, model_config, resolve_la
                                    resolve_order)
 from plexus.core.ops import KINDS
 from plexus.datasets import Graph, load_dataset
+from plexus.datasets.trainable import check_trainable, graph_counts
 from plexus.perfmodel import (CALIBRATION_ENV, Calibration, CalibrationError, find_calibration,
                               resolve_calibration)
 from plexus.partitioners.store import graph_hash
@@ -47,7 +48,8 @@ from .cache import default_cache_dir
 from .cachecli import cache_cap, cache_command, from_cache
 from .cacheuse import StoreUse
 from .checkpoint import load_resume
-from .checks import check_launch_outputs, check_order, precheck_dataset
+from .checks import (check_launch_outputs, check_order, needs_validation_flag,
+                     precheck_dataset)
 from .entry import reserve_standard_fds, run_local, run_rank
 from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .faults import Fault
@@ -329,6 +331,9 @@ def _small_graph(plan: RunPlan, need: bool) -> Graph | None:
         graph = load_dataset(plan.dataset, plan.root, seed=plan.train.seed)
     if graph is not None and plan.symmetrize:
         graph = graph.to_undirected()
+    if graph is not None:
+        check_trainable(graph.name, graph_counts(graph), graph.num_classes, graph.multilabel,
+                        needs_validation_flag(plan.train))
     return graph
 
 
