@@ -42,6 +42,8 @@ def saved_train(payload: dict, where: str) -> TrainConfig:
     """The training options the checkpoint was written with (older checkpoints: defaults for
     what they lack), checked as `TrainConfig` checks the command line's."""
     saved = payload.get("train", {})
+    if not isinstance(saved, dict):
+        raise LoopStateError(f"{where}: its training record is not a record")
     known = {f.name for f in fields(TrainConfig)}
     unknown = sorted(str(k)[:30] for k in saved if k not in known)
     if unknown:
@@ -114,6 +116,8 @@ def _check_rates(lrs: Any, saved: TrainConfig, groups: int, where: str, what: st
 
 def _check_steps(moments: Any, epoch: int, where: str) -> None:
     """An optimizer step count is a whole number of steps, at most one per epoch."""
+    if not isinstance(moments, dict):
+        raise LoopStateError(f"{where}: the optimizer state is not a record per parameter")
     for name, kept in (moments or {}).items():
         step = kept.get("step") if isinstance(kept, dict) else None
         if step is not None and not _whole(step, 0, epoch):

@@ -304,3 +304,56 @@ def test_the_fused_kernel_module_has_no_hash_of_its_own():
     maskhash, test above)."""
     src = inspect.getsource(masks.masked) + inspect.getsource(masks.edge_mask)
     assert "feature_keys" in src and "edge_keys" in src
+
+
+def _layer_graph(order: str):
+    """A `LayerGraph` on a stand-in stage: the checks run before the stage is called, and the
+    stand-in answers any operation with a zero tensor."""
+    from types import SimpleNamespace
+
+    from plexus.nn.graph import LayerGraph
+
+    stage = SimpleNamespace(plan=SimpleNamespace(order=order), comm=None)
+    for op in ("aggregate", "head_sums", "attention", "sddmm", "to_rows"):
+        setattr(stage, op, lambda *a, **k: torch.zeros(4, 2))
+    return LayerGraph(stage, "MyLayer")
+
+
+def test_per_edge_operations_are_refused_in_an_agg_layer():
+    from plexus.nn.layouts import LayoutError, laid
+
+    g = _layer_graph("agg")
+    with pytest.raises(LayoutError, match="per-edge scores need the transformed"):
+        g.attention(laid(torch.ones(4, 2), "Â-rows×heads"), laid(torch.ones(4, 2), "nodes×heads"))
+    with pytest.raises(LayoutError, match="per-edge scores need the transformed"):
+        g.sddmm(laid(torch.ones(4, 2), "Â-rows×out"), laid(torch.ones(4, 2), "nodes×out"), 1, 2)
+    # the same call in a combine layer is accepted
+    _layer_graph("combine").attention(laid(torch.ones(4, 2), "Â-rows×heads"),
+                                      laid(torch.ones(4, 2), "nodes×heads"))
+
+
+@pytest.mark.parametrize("order, bad, good", [
+    ("combine", ["nodes×in", "Â-rows×in", "edges"], ["nodes×out", "Â-rows×out"]),
+    ("agg", ["nodes×in", "nodes×out", "Â-rows×in", "edges"], ["Â-rows×out"]),
+])
+def test_head_sums_takes_only_the_output_layouts(order, bad, good):
+    from plexus.nn.layouts import LayoutError, laid
+
+    g = _layer_graph(order)
+    for layout in bad:
+        with pytest.raises(LayoutError, match="g.head_sums"):
+            g.head_sums(laid(torch.ones(4, 2), layout), torch.ones(2), 1, 2)
+    for layout in good:
+        g.head_sums(laid(torch.ones(4, 2), layout), torch.ones(2), 1, 2)
+
+
+def test_aggregate_checks_the_layout_of_its_values():
+    from plexus.nn.layouts import LayoutError, laid
+
+    g = _layer_graph("combine")
+    x = laid(torch.ones(4, 2), "nodes×out")
+    for values in (laid(torch.ones(4, 1), "nodes×out"), laid(torch.ones(4, 1), "Â-rows×out"),
+                   torch.ones(4, 1)):
+        with pytest.raises(LayoutError, match="g.aggregate: values"):
+            g.aggregate(x, values)
+    g.aggregate(x, laid(torch.ones(6, 1), "edges"))
