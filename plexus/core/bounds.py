@@ -111,7 +111,7 @@ BOUNDS: dict[str, Bound] = {
     "lr": _real(0, MAX_LR, True, f"> 0 and at most {MAX_LR:g}"),
     "weight_decay": _real(0, 1e3),
     "momentum": _real(0, math.nextafter(1.0, 0.0), text="in [0, 1)"),
-    "clip_grad_norm": _real(0, 1e30, open_lo=True),
+    "clip_grad_norm": _real(0, 1e30, True, "> 0 and finite (at most 1e30)"),
     "lr_step": _int(1, MAX_COUNT),
     "lr_gamma": _real(0, math.nextafter(1.0, 0.0), True, "in (0, 1)"),
     "lr_patience": _int(0, MAX_COUNT),
