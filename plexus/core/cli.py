@@ -12,6 +12,7 @@ import copy
 import sys
 from typing import NoReturn
 
+from .bounds import BoundError, check_options
 from .values import one_line
 
 EXIT_USAGE = 2
@@ -22,7 +23,17 @@ class UsageError(ValueError):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose errors raise `UsageError` (one line) rather than exiting with usage."""
+    """argparse whose errors raise `UsageError` (one line) rather than exiting with usage, and
+    which checks every numeric option against the one table of bounds
+    (`plexus.core.bounds.BOUNDS`) before the tool does anything with them."""
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        parsed, rest = super().parse_known_args(args, namespace)
+        try:
+            check_options(vars(parsed))
+        except BoundError as e:
+            raise UsageError(str(e)) from None
+        return parsed, rest
 
     def error(self, message: str) -> NoReturn:  # type: ignore[override]
         raise UsageError(message)

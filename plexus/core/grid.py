@@ -21,7 +21,7 @@ _GRID_TEXT = re.compile(r"\s*([0-9]+)\s*[xX]\s*([0-9]+)\s*[xX]\s*([0-9]+)\s*")
 
 #: Most ranks a grid may have (2^20): beyond any machine, and every question about a world size
 #: (its factorizations, the performance model's ranking) is answered at once up to it.
-MAX_WORLD_SIZE = 1 << 20
+from .bounds import MAX_WORLD_SIZE  # noqa: E402 (the one table of bounds)
 
 
 class GridError(ValueError):

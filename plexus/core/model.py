@@ -33,9 +33,9 @@ class ModelError(ValueError):
 
 #: The most GNN layers a model may have: deeper plans take minutes to build and price (and no
 #: full-graph GNN trains that deep), so more is a typing mistake, refused at once
-MAX_LAYERS = 256
+from .bounds import MAX_LAYERS  # noqa: E402 (the one table of bounds)
 #: The largest seed: what every generator (torch, numpy, R-MAT) takes
-MAX_SEED = 2**63 - 1
+from .bounds import MAX_SEED  # noqa: E402
 #: How the model's own options are checked (a kind's options say it in their fields' metadata,
 #: `plexus.core.ops.base.option`); bool fields are switches
 _CHECKS = {"num_layers": "count", "hidden": "count", "dropout": "rate"}

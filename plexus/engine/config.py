@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from plexus.core.bounds import check_bound
 from plexus.core.model import DEFAULT_DTYPE, DTYPE_BYTES, DTYPES, ModelConfig, ModelError
 from plexus.core.ops import KINDS, NORMS
 
@@ -109,6 +110,7 @@ class EngineConfig:
     recompute: bool = False  # recompute each stage's activations in backward
 
     def __post_init__(self) -> None:
+        check_bound("agg_chunks", self.agg_chunks)  # the one table's bound (a BoundError)
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown compute dtype {self.dtype!r}; use one of "
                              f"{', '.join(DTYPES)}")

@@ -55,6 +55,7 @@ class GridModel(ClassifierHead, nn.Module):
                                        wp[-1] // shape[last.out_cols], device)
         self.masks = {k: torch.from_numpy(m).to(device) for k, m in shard.masks.items()}
         self.counts = dict(shard.mask_counts)
+        self.graph_name = shard.name
 
     def _initial_shards(self, decls: Sequence[tuple[str, LayerPlan, Param]]
                         ) -> dict[str, torch.Tensor]:

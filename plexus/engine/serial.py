@@ -40,6 +40,7 @@ class SerialModel(TaskMetrics, nn.Module):
         self.cfg, self.seed = cfg, seed
         self.steps = StepCounter()
         f, c = graph.num_features, graph.num_classes
+        self.num_classes, self.graph_name = c, graph.name  # for the trainer's checks
         self.plans = cfg.plans(f, c)
         self.widths = cfg.widths(f, c)
         self.orders = [p.order for p in self.plans]

@@ -12,6 +12,8 @@ from typing import Any, Callable, Protocol
 import torch
 from torch.nn.utils import clip_grads_with_norm_
 
+from plexus.datasets.trainable import check_trainable
+
 from .config import TrainConfig
 
 
@@ -117,6 +119,29 @@ def make_schedule(opt: torch.optim.Optimizer, cfg: TrainConfig) -> Any:
     return None
 
 
+def needs_validation(cfg: TrainConfig) -> str | None:
+    """What in ``cfg`` needs the validation metric (None: nothing)."""
+    if cfg.patience is not None:
+        return "early stopping (patience)"
+    if cfg.lr_schedule == "plateau":
+        return "the plateau schedule"
+    return None
+
+
+def _check_trainable(model: TrainableModel, cfg: TrainConfig) -> None:
+    """`plexus.datasets.trainable.check_trainable` on the model's split counts (a distributed
+    model's global ``counts``, a serial model's masks), before the first step."""
+    model = getattr(model, "net", model)  # the API's GraphModel wraps the engine's model
+    counts = getattr(model, "counts", None)
+    if counts is None and isinstance(getattr(model, "masks", None), dict):
+        counts = {k: int(m.sum()) for k, m in model.masks.items()}  # once, at set-up
+    labels = getattr(model, "labels", None)
+    if counts is None or labels is None or not hasattr(model, "num_classes"):
+        return  # a model without a task's split (a test's stand-in)
+    check_trainable(getattr(model, "graph_name", None) or "the graph", counts, model.num_classes,
+                    labels.ndim == 2, needs_validation(cfg))
+
+
 class Trainer:
     """The training loop on a model's (sharded) parameters: ``cfg.optimizer``, its schedule,
     clipping and early stopping (`TrainConfig`). ``best`` is the best validation epoch so far;
@@ -124,6 +149,7 @@ class Trainer:
 
     def __init__(self, model: TrainableModel, cfg: TrainConfig) -> None:
         self.model, self.cfg = model, cfg
+        _check_trainable(model, cfg)
         self.params = model.named_shards()
         self.opt = make_optimizer(param_groups(model, self.params, cfg), cfg)
         self.schedule = make_schedule(self.opt, cfg)

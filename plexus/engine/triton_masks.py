@@ -8,17 +8,25 @@ its ``& 0xFFFFFFFF`` on int64 alike), shifts of unsigned words are logical.
 import triton
 import triton.language as tl
 
+from plexus.core.maskhash import GOLDEN, M32, MUL
+
+# The hash's constants from their one source (plexus.core.maskhash), as compile-time constants
+# of the kernels: a kernel reads a module global only as a tl.constexpr.
+MUL_C = tl.constexpr(MUL)
+GOLDEN_C = tl.constexpr(GOLDEN)
+M32_C = tl.constexpr(M32)
+
 
 @triton.jit
 def fmix(x):  # uint32 in, uint32 out: wrapping multiplies, logical shifts
-    x = ((x >> 16) ^ x) * 0x45D9F3B
-    x = ((x >> 16) ^ x) * 0x45D9F3B
+    x = ((x >> 16) ^ x) * MUL_C
+    x = ((x >> 16) ^ x) * MUL_C
     return (x >> 16) ^ x
 
 
 @triton.jit
 def low32(x):  # an int64 tensor's low 32 bits as uint32 (two's complement for -1)
-    return (x & 0xFFFFFFFF).to(tl.uint32)
+    return (x & M32_C).to(tl.uint32)
 
 
 # keys and thresholds are data, not shapes: never compiled in as constants
@@ -32,11 +40,11 @@ def dropout_kernel(x_ptr, out_ptr, rows_ptr, n_rows, n_cols, stride_x, stride_ou
     ids = tl.load(rows_ptr + r, mask=r_ok, other=0).to(tl.int64)
     row_h = fmix(low32(ids) ^ key_row.to(tl.uint32))
     g = col_start + c  # global column; its pair q = g // 2 holds two 16-bit uniforms
-    col_h = fmix(((g // 2).to(tl.uint32) * 0x61C88647) ^ key_col.to(tl.uint32))
+    col_h = fmix(((g // 2).to(tl.uint32) * GOLDEN_C) ^ key_col.to(tl.uint32))
     h = row_h[:, None] ^ col_h[None, :]
-    h = h * 0x45D9F3B
+    h = h * MUL_C
     h = h ^ (h >> 16)
-    h = h * 0x45D9F3B
+    h = h * MUL_C
     h = h ^ (h >> 16)
     half = tl.where((g & 1)[None, :] == 1, h >> 16, h & 0xFFFF)
     keep = (half ^ 0x8000) >= threshold
@@ -59,10 +67,10 @@ def edge_kernel(out_ptr, row_ids_ptr, col_ids_ptr, row_ptr, col_ptr, n_edges, he
     src = tl.load(col_ids_ptr + tl.load(col_ptr + e, mask=e_ok, other=0), mask=e_ok,
                   other=0).to(tl.int64)
     hd = fmix(low32(dst) ^ key_dst.to(tl.uint32))
-    hs = fmix(low32(src * 0x61C88647) ^ key_src.to(tl.uint32))
+    hs = fmix(low32(src * GOLDEN_C) ^ key_src.to(tl.uint32))
     h = fmix(hd ^ hs)
     k = tl.arange(0, BLOCK_H)
-    hk = fmix(k.to(tl.uint32) * 0x61C88647 + head_base.to(tl.uint32))
+    hk = fmix(k.to(tl.uint32) * GOLDEN_C + head_base.to(tl.uint32))
     u = fmix(h[:, None] ^ hk[None, :]) >> 8
     keep = u >= threshold
     ok = e_ok[:, None] & (k < heads)[None, :]

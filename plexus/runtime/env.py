@@ -19,6 +19,8 @@ from typing import Mapping
 
 import torch
 
+from plexus.core.bounds import BOUNDS, MAX_THREADS, BoundError, check_bound, env_number
+
 DEFAULT_MASTER_PORT = 29500
 
 
@@ -39,12 +41,31 @@ class JobEnv:
     master_port: int
 
 
-def _int(environ: Mapping[str, str], name: str) -> int:
-    value = environ.get(name, "")
+def _int(environ: Mapping[str, str], name: str, default: int | None = None) -> int:
+    """The launcher variable ``name`` as an integer within the one table of bounds
+    (`plexus.core.bounds.BOUNDS`), ``default`` when unset; `LaunchError` otherwise."""
+    if name not in environ and default is not None:
+        return default
     try:
-        return int(value)
-    except ValueError:
-        raise LaunchError(f"environment variable {name}={value!r} is not an integer") from None
+        value = env_number(environ, name)
+    except BoundError as e:
+        raise LaunchError(str(e)) from None
+    if value is None:
+        raise LaunchError(f"environment variable {name} is empty; unset it or give "
+                          f"{BOUNDS[name].describe()}")
+    return value
+
+
+def _check_place(kind: str, rank: int, world: int, local_rank: int, local_world: int,
+                 names: tuple[str, str, str, str]) -> None:
+    """A rank inside its world (and a local rank inside its node's), refused up front: a rank
+    past the world waits for peers that never come."""
+    if rank >= world:
+        raise LaunchError(f"{names[0]}={rank} is not a rank of a job of {names[1]}={world} "
+                          f"ranks (0..{world - 1}); the {kind} environment is inconsistent")
+    if local_rank >= local_world or local_world > world:
+        raise LaunchError(f"{names[2]}={local_rank} with {names[3]}={local_world} in a job of "
+                          f"{world} ranks is inconsistent; the {kind} environment is wrong")
 
 
 def slurm_tasks_on_node(tasks_per_node: str, node_id: int) -> int | None:
@@ -75,14 +96,15 @@ def detect_environment(environ: Mapping[str, str] | None = None) -> JobEnv | Non
     env = os.environ if environ is None else environ
     if "RANK" in env and "WORLD_SIZE" in env:
         world = _int(env, "WORLD_SIZE")
-        local_world = _int(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else world
+        local_world = _int(env, "LOCAL_WORLD_SIZE", world)
         if "MASTER_ADDR" not in env:
             raise LaunchError("RANK and WORLD_SIZE are set but MASTER_ADDR is not; start the job "
                               "with torchrun or export MASTER_ADDR and MASTER_PORT")
-        return JobEnv("torchrun", _int(env, "RANK"), world,
-                      _int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else 0, local_world,
-                      env["MASTER_ADDR"],
-                      _int(env, "MASTER_PORT") if "MASTER_PORT" in env else DEFAULT_MASTER_PORT)
+        job = JobEnv("torchrun", _int(env, "RANK"), world, _int(env, "LOCAL_RANK", 0),
+                     local_world, env["MASTER_ADDR"], _int(env, "MASTER_PORT", DEFAULT_MASTER_PORT))
+        _check_place("torchrun", job.rank, world, job.local_rank, local_world,
+                     ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"))
+        return job
     if "SLURM_PROCID" in env and env.get("SLURM_NTASKS", "1") != "1" and _in_srun_step(env):
         # (a one-task step, e.g. an interactive `srun --pty bash`, launches its workers itself)
         if "MASTER_ADDR" not in env:
@@ -93,18 +115,18 @@ def detect_environment(environ: Mapping[str, str] | None = None) -> JobEnv | Non
         node_tasks = None
         for key in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
             if key in env:
-                node_tasks = slurm_tasks_on_node(env[key], _int(env, "SLURM_NODEID")
-                                                 if "SLURM_NODEID" in env else 0)
+                node_tasks = slurm_tasks_on_node(env[key], _int(env, "SLURM_NODEID", 0))
                 if node_tasks:
                     break
         if not node_tasks:  # fall back to an even spread over the step's nodes
-            nodes = _int(env, "SLURM_STEP_NUM_NODES") if "SLURM_STEP_NUM_NODES" in env else (
-                _int(env, "SLURM_NNODES") if "SLURM_NNODES" in env else 1)
+            nodes = _int(env, "SLURM_STEP_NUM_NODES", _int(env, "SLURM_NNODES", 1))
             node_tasks = -(-world // max(nodes, 1))
-        return JobEnv("slurm", _int(env, "SLURM_PROCID"), world,
-                      _int(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else 0, node_tasks,
-                      env["MASTER_ADDR"],
-                      _int(env, "MASTER_PORT") if "MASTER_PORT" in env else DEFAULT_MASTER_PORT)
+        node_tasks = min(node_tasks, world)
+        job = JobEnv("slurm", _int(env, "SLURM_PROCID"), world, _int(env, "SLURM_LOCALID", 0),
+                     node_tasks, env["MASTER_ADDR"], _int(env, "MASTER_PORT", DEFAULT_MASTER_PORT))
+        _check_place("srun", job.rank, world, job.local_rank, node_tasks,
+                     ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "tasks on this node"))
+        return job
     return None
 
 
@@ -122,28 +144,31 @@ THREADS_ENV = "OMP_NUM_THREADS"
 
 def env_threads(environ: Mapping[str, str] | None = None) -> int | None:
     """The thread count ``OMP_NUM_THREADS`` asks for (None: unset or empty); `LaunchError` for
-    a value that is no positive integer. OpenMP's nested form ("4,2") counts its first level."""
+    a value that is no integer within the table's bounds (`plexus.core.bounds`). OpenMP's
+    nested form ("4,2") counts its first level."""
     env = os.environ if environ is None else environ
     text = env.get(THREADS_ENV, "").strip()
     if not text:
         return None
-    first = text.split(",")[0].strip()
-    if not first.isdigit() or int(first) < 1:
-        raise LaunchError(f"environment variable {THREADS_ENV}={text!r} is not a positive "
-                          f"integer; unset it or give a thread count such as 1")
-    return int(first)
+    try:
+        return env_number({THREADS_ENV: text.split(",")[0]}, THREADS_ENV)
+    except BoundError:
+        raise LaunchError(f"environment variable {THREADS_ENV}={text[:40]!r} is not a positive "
+                          f"integer (at most {MAX_THREADS}); unset it or give a thread count "
+                          "such as 1") from None
 
 
 def threads_per_worker(local_workers: int, cores: int | None = None,
                        requested: int | None = None,
                        environ: Mapping[str, str] | None = None) -> int:
     """Torch threads for each of ``local_workers`` processes sharing this node's cores: what the
-    user asked for (``requested``, e.g. ``--threads``), else ``OMP_NUM_THREADS``, else an even
-    share of the cores (at least one)."""
+    user asked for (``requested``, e.g. ``--threads``; within `plexus.core.bounds`'s table),
+    else ``OMP_NUM_THREADS``, else an even share of the cores (at least one)."""
     if requested is not None:
-        if requested < 1:
-            raise LaunchError(f"threads per rank must be >= 1, got {requested}")
-        return requested
+        try:
+            return check_bound("threads", requested, "threads per rank")
+        except BoundError as e:
+            raise LaunchError(str(e)) from None
     asked = env_threads(environ)
     if asked is not None:
         return asked

@@ -43,10 +43,18 @@ def init_process_group(env: JobEnv, timeout_s: float, cpu: bool = False,
         backend = gpu_backend(env.local_world_size)
     else:
         device, backend = torch.device("cpu"), "gloo"
-    if env.kind == "torchrun" and "TORCHELASTIC_RUN_ID" in os.environ:
-        # env:// lets torchrun's agent share its store with the workers.
-        dist.init_process_group(backend, init_method="env://", timeout=timeout)
-    else:
-        dist.init_process_group(backend, init_method=f"tcp://{env.master_addr}:{env.master_port}",
-                                rank=env.rank, world_size=env.world_size, timeout=timeout)
+    try:
+        if env.kind == "torchrun" and "TORCHELASTIC_RUN_ID" in os.environ:
+            # env:// lets torchrun's agent share its store with the workers.
+            dist.init_process_group(backend, init_method="env://", timeout=timeout)
+        else:
+            dist.init_process_group(backend,
+                                    init_method=f"tcp://{env.master_addr}:{env.master_port}",
+                                    rank=env.rank, world_size=env.world_size, timeout=timeout)
+    except dist.DistError as e:  # a peer that never came, a port taken, an address unreachable
+        raise LaunchError(f"could not join the job of {env.world_size} ranks at "
+                          f"{env.master_addr}:{env.master_port} within {timeout_s:g} s "
+                          f"({type(e).__name__}: {' '.join(str(e).split())[:160]}); start "
+                          "every rank with the same MASTER_ADDR and MASTER_PORT, or raise "
+                          "the timeout") from None
     return device

@@ -12,7 +12,7 @@ from plexus.core.units import format_bytes
 
 from .cache import Cache, cached_options, default_cache_dir
 from .cacheuse import MAX_GB_ENV, StoreUse, cap_bytes, entries, evict
-from .errors import PROG, UsageError
+from .errors import PROG
 from .plan import RunPlan
 from .runlog import console_line
 
@@ -35,8 +35,6 @@ def from_cache(plan: RunPlan, force: bool) -> tuple[RunPlan, StoreUse | None]:
 
 def cache_cap(args: argparse.Namespace) -> int | None:
     """The cache's size cap in bytes (--cache-max-gb, else the environment's; None: none)."""
-    if args.cache_max_gb is not None and not 0 < args.cache_max_gb < float("inf"):
-        raise UsageError(f"--cache-max-gb must be a number of GiB > 0, got {args.cache_max_gb}")
     return cap_bytes(args.cache_max_gb)
 
 

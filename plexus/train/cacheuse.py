@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Iterator, Mapping
 from plexus.core import owned
 
+from plexus.core.bounds import BoundError, check_bound, env_number
+
 #: The cache's size cap in GiB when ``--cache-max-gb`` is not given (unset: no cap).
 MAX_GB_ENV = "PLEXUS_CACHE_MAX_GB"
 LOCKS = "locks"
@@ -35,22 +37,18 @@ class CacheCapError(ValueError):
 
 
 def cap_bytes(max_gb: float | None, environ: Mapping[str, str] | None = None) -> int | None:
-    """The cap in bytes: ``max_gb``, else `MAX_GB_ENV`, else None (no cap)."""
+    """The cap in bytes: ``max_gb``, else `MAX_GB_ENV`, else None (no cap); bounded by the one
+    table (`plexus.core.bounds`)."""
     env = os.environ if environ is None else environ
-    source = "the cap"
-    if max_gb is None:
-        text = env.get(MAX_GB_ENV, "").strip()
-        if not text:
-            return None
-        source = f"environment variable {MAX_GB_ENV}={text!r}"
-        try:
-            max_gb = float(text)
-        except ValueError:
-            raise CacheCapError(f"{source} is not a number of GiB; unset it or give e.g. "
-                                "50") from None
-    if not (0 < max_gb < float("inf")):
-        raise CacheCapError(f"{source}: the cache's size cap must be a number of GiB > 0, got "
-                            f"{max_gb}")
+    try:
+        if max_gb is None:
+            max_gb = env_number(env, MAX_GB_ENV)
+            if max_gb is None:
+                return None
+        else:
+            check_bound("cache_max_gb", max_gb, "the cache's size cap in GiB")
+    except BoundError as e:
+        raise CacheCapError(f"{e}; unset {MAX_GB_ENV} or give e.g. 50") from None
     return int(max_gb * 2**30)
 
 

@@ -27,6 +27,7 @@ from plexus.api.training import TrainConfig, initial_parameters, initial_stats, 
 from plexus.core.cli import UsageError
 from plexus.core.model import ModelConfig
 
+from .loopstate import LoopStateError, check_loop_state
 from .plan import RunPlan
 from plexus.core import owned
 
@@ -368,6 +369,11 @@ def load_resume(plan: RunPlan, dataset: DatasetInfo | None) -> dict:
     if dataset is not None:
         check_dataset(payload, dataset, where)
     check_state(payload, plan.model, where)
+    try:
+        check_loop_state(payload, plan.train, 1 if plan.train.weight_decay_scope == "all" else 2,
+                         where)
+    except LoopStateError as e:
+        raise CheckpointError(str(e)) from None
     if plan.export_best:
         check_best_kept(payload, where)
     return payload

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from plexus.api.outputs import OutputsError, check_outputs_target
+from plexus.api.training import TrainConfig
 from plexus.core.atomic import UnsafeTargetError, output_target
 from plexus.core.cli import UsageError
 from plexus.core.model import ModelError, parse_order
@@ -137,3 +138,12 @@ def precheck_dataset(spec: str, root: str | None, seed: int) -> Graph | None:
         if int(params["scale"]) > 16:  # a big synthetic graph: the parameters are checked
             return None
     return load_dataset(spec, root, seed=seed)
+
+
+def needs_validation_flag(train: TrainConfig) -> str | None:
+    """The option of ``train`` that needs the validation metric (None: none)."""
+    if train.patience is not None:
+        return "--patience"
+    if train.lr_schedule == "plateau":
+        return "--lr-schedule plateau"
+    return None

@@ -27,14 +27,15 @@ from typing import Sequence
 from plexus.api.recipes import RecipeError, get_recipe
 from plexus.api.training import (DEFAULT_DTYPE, EngineConfig, TrainConfig, TrainConfigError,
                                  check_backend)
-from plexus.core.grid import MAX_WORLD_SIZE, GridError, GridShape
+from plexus.core.grid import GridError, GridShape
+from plexus.core.bounds import BoundError, check_options
 from plexus.core.layout import DEFAULT_PERMUTATION
-from plexus.core.model import MAX_SEED
 from plexus.core.timing import command_start_time
 from plexus.core.modelopts import (check_model_options, model_config, resolve_layers,
                                    resolve_order)
 from plexus.core.ops import KINDS
 from plexus.datasets import Graph, load_dataset
+from plexus.datasets.trainable import check_trainable, graph_counts
 from plexus.perfmodel import (CALIBRATION_ENV, Calibration, CalibrationError, find_calibration,
                               resolve_calibration)
 from plexus.partitioners.store import graph_hash
@@ -47,7 +48,8 @@ from .cache import default_cache_dir
 from .cachecli import cache_cap, cache_command, from_cache
 from .cacheuse import StoreUse
 from .checkpoint import load_resume
-from .checks import check_launch_outputs, check_order, precheck_dataset
+from .checks import (check_launch_outputs, check_order, needs_validation_flag,
+                     precheck_dataset)
 from .entry import reserve_standard_fds, run_local, run_rank
 from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .faults import Fault
@@ -59,11 +61,8 @@ from .runlog import console_line
 
 
 # ---- checks --------------------------------------------------------------------------------
-MAX_TIMEOUT_S = 365 * 86400  # a year: longer is no timeout, and timedelta overflows past ~1e14 s
-# Adam's step moves every weight by about the learning rate: far above these a run can only
-# diverge (or overflow float32 before the loss shows it), so they are typing mistakes
-MAX_LR = 1e3
-MAX_WEIGHT_DECAY = 1e3
+# The numeric options' bounds are the one table's (plexus.core.bounds), which the parser
+# checks; what is left here is the options' relations.
 
 
 def train_config(args: argparse.Namespace) -> TrainConfig:
@@ -83,25 +82,10 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
 def check_numbers(args: argparse.Namespace) -> TrainConfig:
     """Range checks of the numeric options and the options' relations; returns the checked
     `TrainConfig`."""
-    rules = [
-        (args.epochs >= 0, f"--epochs must be >= 0, got {args.epochs}"),
-        (0 < args.lr <= MAX_LR, f"--lr must be > 0 and at most {MAX_LR:g}, got {args.lr}"),
-        (0 <= args.weight_decay <= MAX_WEIGHT_DECAY,  # both false for NaN
-         f"--weight-decay must be >= 0 and at most {MAX_WEIGHT_DECAY:g}, got {args.weight_decay}"),
-        (args.eval_every >= 0, f"--eval-every must be >= 0, got {args.eval_every}"),
-        (args.checkpoint_every is None or args.checkpoint_every >= 1,
-         f"--checkpoint-every must be >= 1, got {args.checkpoint_every}"),
-        (0 < args.timeout <= MAX_TIMEOUT_S,  # also false for NaN; inf overflows timedelta
-         f"--timeout must be > 0 and at most {MAX_TIMEOUT_S} seconds, got {args.timeout}"),
-        (args.agg_chunks >= 1, f"--agg-chunks must be >= 1, got {args.agg_chunks}"),
-        (args.world_size is None or 1 <= args.world_size <= MAX_WORLD_SIZE,
-         f"--world-size must be in [1, {MAX_WORLD_SIZE}], got {args.world_size}"),
-        (0 <= args.seed <= MAX_SEED, f"--seed must be in [0, 2**63 - 1], got {args.seed}"),
-        (args.threads is None or args.threads >= 1, f"--threads must be >= 1, got {args.threads}"),
-    ]
-    for ok, message in rules:
-        if not ok:
-            raise UsageError(message)
+    try:
+        check_options(vars(args))  # the parser did; a recipe's values or a caller's too
+    except BoundError as e:
+        raise UsageError(str(e)) from None
     check_model_options(args)
     train = train_config(args)
     if args.threads is None:
@@ -347,6 +331,9 @@ def _small_graph(plan: RunPlan, need: bool) -> Graph | None:
         graph = load_dataset(plan.dataset, plan.root, seed=plan.train.seed)
     if graph is not None and plan.symmetrize:
         graph = graph.to_undirected()
+    if graph is not None:
+        check_trainable(graph.name, graph_counts(graph), graph.num_classes, graph.multilabel,
+                        needs_validation_flag(plan.train))
     return graph
 
 

@@ -19,6 +19,7 @@ import torch.distributed as dist
 from plexus.core.atomic import UnsafeTargetError
 from plexus.core.grid import GridShape
 from plexus.datasets import load_dataset
+from plexus.datasets.trainable import check_trainable
 from plexus.api import cut_shard
 from plexus.partitioners import RankShard, read_manifest, read_shard
 from plexus.partitioners.store import graph_hash
@@ -27,7 +28,7 @@ from plexus.perfmodel import load_calibration
 from . import checkpoint as ckpt
 from .cache import PeerSetupFailed
 from .checkpoint import load_resume
-from .checks import check_output_paths
+from .checks import check_output_paths, needs_validation_flag
 from .epochlogs import EpochSink, open_sinks
 from .errors import PROG, USER_ERRORS, OutputFailed, UsageError, error_line
 from .plan import GraphSizes, RunPlan, check_grid_fits, choose_run_grid, rank_peaks
@@ -75,6 +76,9 @@ def load_local(plan: RunPlan, rank: int, world: int, device: torch.device,
     """This rank's shard (and checkpoint), with no communication, checked against the plan.
     Raises `USER_ERRORS`."""
     grid, shard, nnz, sha256 = load_shard(plan, rank, world, local_ranks)
+    # a store or a big graph was not seen by the launching process: the same check on each rank
+    check_trainable(shard.name, shard.mask_counts, shard.num_classes, shard.labels.ndim == 2,
+                    needs_validation_flag(plan.train))
     peaks, own = rank_peaks(plan, grid, shard, nnz, device, local_ranks, grid.coords(rank))
     info = ckpt.DatasetInfo(shard.name, shard.num_nodes, shard.num_features, shard.num_classes,
                             sha256)
