@@ -63,20 +63,37 @@ def _layer_checks(name: str):
 
 
 @pytest.mark.slow
-def test_check_layer_passes_the_readme_layer():
-    checks = _layer_checks("readme")
+@pytest.mark.parametrize("layer", ["readme", "scalars-agg", "scalars-combine"])
+def test_check_layer_passes_correct_layers(layer):
+    # the README's layer; learnable scalars through g.replicate on the input, Â's rows, g.linear's
+    # output and the output, and row norms (g.row_norm, g.normalize_rows), in both orders
+    checks = _layer_checks(layer)
     assert {c.grid for c in checks} == {"x".join(map(str, d)) for d in GRIDS}
-    assert all(c.passed for c in checks), "\n".join(c.line("readme") for c in checks)
+    assert all(c.passed for c in checks), "\n".join(c.line(layer) for c in checks)
 
 
 @pytest.mark.slow
 def test_check_layer_fails_a_layer_wrong_only_on_a_grid():
+    # a scalar stripped of its layout: the toolkit cannot see it; check_layer names the cause
     checks = {(c.grid, c.graph): c for c in _layer_checks("wrong")}
     assert all(c.passed for (grid, _), c in checks.items() if grid == "1x1x1")
     for (grid, _), c in checks.items():
         if grid != "1x1x1":
             assert not c.passed and c.grads > 0 and "grad 0.eps" in " ".join(c.failures)
-            assert c.line("L").startswith("FAIL") and "grads" in c.line("L")
+            line = c.line("L")
+            assert line.startswith("FAIL") and "grads" in line and "\n" not in line
+            assert "gradient of the scalar 0.eps" in line and "fix: g.replicate(self.eps)" in line
+
+
+def test_check_layer_names_the_cause_of_differing_values():
+    from plexus.nn.check import diagnose
+
+    cause = diagnose(["logits: max abs error 0.5 (largest value 1)", "", ""], {})
+    assert "values differ" in cause and "g.normalize_rows" in cause
+    assert diagnose(["", "", "grad 1.bias: max abs error 2 (largest value 1)"],
+                    {"1.bias": "vector"}).endswith("fix: use it through g.add_bias(out, "
+                                                    "self.bias) or g.head_sums")
+    assert diagnose(["", "", ""], {}) == ""
 
 
 @pytest.mark.slow
