@@ -10,12 +10,17 @@ tensor's layout, named by what its rows and columns are:
 - ``nodes×heads`` / ``Â-rows×heads``: per-node scores of ``g.head_sums``;
 - ``edges``: per-edge values of this rank's block of Â (``g.sddmm``, ``g.edge_values``, ...).
 
+- ``weight``, ``vector``, ``scalar``: a layer's own parameters inside its forward
+  (`param_view`); ``scalar (replicated)``: ``g.replicate(self.<scalar>)``; ``<layout>/row``: one
+  value per row of a layout (``g.row_norm``).
+
 On one rank (1x1x1) every block is the whole matrix, so shapes often match where layouts do
 not; on a grid they are different blocks, and mixing them is wrong. `LaidTensor` carries the
 layout as a plain Python attribute: each torch operation on such tensors refuses operands of
-different layouts, and parameters used directly (their gradient would miss the other ranks'
-parts), with a one-line `LayoutError`. The check costs a few Python operations per torch call
-(no device work, nothing that grows with the graph).
+different layouts, parameters used without their collective (their gradient would miss the
+other ranks' parts), and reductions, contractions and reshapes over cut rows or columns, with a
+one-line `LayoutError`. The check costs a few Python operations per torch call (no device work,
+nothing that grows with the graph; benchmarks/nn_checks.py measures it).
 """
 
 from __future__ import annotations
@@ -123,6 +128,12 @@ class LaidTensor(torch.Tensor):
                 f"{name}: a parameter shard used directly on a {layouts[0]} tensor (its "
                 "gradient would miss the other ranks' parts): use g.linear(x, self.<weight>), "
                 "g.add_bias(out, self.<vector>) or g.replicate(self.<scalar>)")
+        if marked is not None and params and not layouts:
+            kind, pname = next(iter(params.items()))
+            raise LayoutError(f"{name}: a replicated scalar with the {kind} self.{pname}: "
+                              "the scalar's gradient would miss the other ranks' blocks of "
+                              f"it: scale the layer's tensor instead (e.g. "
+                              f"t * {USE[kind].format(name=pname).split(' (')[0]})")
         layout = layouts[0] if layouts else next(iter(params), None)
         if layout is not None:
             _refuse_cut(name, func, layout, args, kwargs)
@@ -174,7 +185,7 @@ def _refuse_cut(name: str, func, layout: str, args, kwargs) -> None:
         raise LayoutError(f"{name} of a {layout} tensor with a plain matrix: its columns are "
                           "cut over the grid: use g.linear(x, self.<weight>) (a declared "
                           "weight, gathered and all-reduced)")
-    if bare in STRUCTURE and (cut_cols or bare not in ("__getitem__", "view", "reshape")):
+    if bare in STRUCTURE and cut_cols:
         raise LayoutError(f"{name} of a {layout} tensor: each rank holds a block of its rows "
                           "and columns, so slicing, reshaping or joining it differs per grid: "
                           "use g's operations (elementwise torch operations are fine)")

@@ -11,9 +11,12 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+import torch
+import torch.nn.functional as F
 
 from cli_helpers import cli_env
 from helpers import REPO, assert_one_line
+import plexus.nn as pnn
 from nn_layers import EDGE_LAYERS, MISTAKES, rank_checks
 from plexus.nn.check import compare
 from plexus.testing.localworld import run_world
@@ -114,3 +117,46 @@ def test_bench_check_layer_bad_spec_is_one_line(spec):
                           capture_output=True, text=True, timeout=120, cwd=REPO / "tests")
     assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
     assert_one_line(proc.stderr, "--layer", spec)
+
+
+# ---- the tensor checks alone (no world): what a layer's torch operations may do -------------
+def _laid(layout, *shape):
+    from plexus.nn.layouts import laid
+
+    return laid(torch.randn(*shape), layout)
+
+
+def test_parameters_used_without_their_operation_are_refused():
+    from plexus.nn.layouts import ROWS_IN, param_view
+
+    eps = param_view(torch.nn.Parameter(torch.zeros(1)), "scalar", "eps")
+    x = _laid(ROWS_IN, 5, 3)
+    shifted = 1 + eps  # torch operations on a parameter alone keep its kind and name
+    assert shifted.plexus_layout == "scalar" and shifted.plexus_name == "eps"
+    with pytest.raises(pnn.LayoutError, match=r"scalar self\.eps .* g\.replicate\(self\.eps\)"):
+        shifted * x
+    w = param_view(torch.nn.Parameter(torch.ones(3, 3)), "weight", "w")
+    with pytest.raises(pnn.LayoutError, match=r"g\.linear\(x, self\.w\)"):
+        x @ (w * 0.5)
+    with pytest.raises(pnn.LayoutError, match="this rank's block only"):
+        w.sum()
+
+
+def test_reductions_and_reshapes_over_cut_dimensions_are_refused():
+    from plexus.nn.layouts import EDGES, ROWS_OUT
+
+    out = _laid(ROWS_OUT, 5, 4)
+    for op in (lambda t: F.normalize(t, dim=1), lambda t: t.sum(1), lambda t: t.norm(dim=1),
+               lambda t: torch.softmax(t, 1), lambda t: t.mean()):
+        with pytest.raises(pnn.LayoutError, match=r"g\.normalize_rows"):
+            op(out)
+    for op in (lambda t: t[:, :2], lambda t: t.reshape(-1), lambda t: torch.cat([t, t], 1)):
+        with pytest.raises(pnn.LayoutError, match="slicing, reshaping or joining"):
+            op(out)
+    with pytest.raises(pnn.LayoutError, match=r"g\.linear"):
+        out @ torch.ones(4, 2)
+    e = _laid(EDGES, 7, 2)  # per-edge heads are whole: reduce over them, not over edges
+    assert e.sum(1).plexus_layout == EDGES and e[:, None].plexus_layout == EDGES
+    with pytest.raises(pnn.LayoutError, match="dim=1"):
+        e.sum(0)
+    assert (out * 2 + out.relu()).plexus_layout == ROWS_OUT  # elementwise operations pass
