@@ -252,8 +252,9 @@ def _check_layer_options(l: int, layer: Layer) -> None:
                          f"{rate!r:.60}")
     late = sorted(k for k in layer.reads if not 0 <= k < l)
     if late:
-        raise ValueError(f"layer {l} ({name}) reads the output of layer {late[0]}: read "
-                         f"earlier layers only (0 to {l - 1})")
+        which = f"layers 0 to {l - 1}" if l else "none: the first layer has no earlier one"
+        raise ValueError(f"layer {l} ({name}) reads the output of layer {late[0]}: it may read "
+                         f"earlier layers' outputs only ({which})")
 
 
 def _batchnorms(layer: Layer) -> list[BatchNorm]:
