@@ -160,3 +160,13 @@ def test_reductions_and_reshapes_over_cut_dimensions_are_refused():
     with pytest.raises(pnn.LayoutError, match="dim=1"):
         e.sum(0)
     assert (out * 2 + out.relu()).plexus_layout == ROWS_OUT  # elementwise operations pass
+
+
+def test_identity_initialised_weight_starts_as_the_identity():
+    from plexus.core.ops import Param
+    from plexus.engine.seeding import initial_values
+
+    full = initial_values(0, [("0.w", Param("w", (4, 3), "weight", "identity", stream=0))])
+    assert torch.equal(full["0.w"], torch.tensor([[1.0, 0, 0], [0, 1, 0], [0, 0, 1], [0, 0, 0]]))
+    with pytest.raises(ValueError, match="identity"):
+        initial_values(0, [("0.b", Param("b", (3,), "vector", "identity", stream=0))])
