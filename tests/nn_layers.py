@@ -157,6 +157,25 @@ class ScaledCombine(pnn.Layer):
         return out * b + g.normalize_rows(out)
 
 
+class ScaledDense(pnn.Layer):
+    """order "dense": a scalar on the input and on the output (which is g.linear's), a row
+    norm of the output."""
+
+    order = "dense"
+
+    def __init__(self, d_in, d_out):
+        super().__init__(d_in, d_out)
+        self.weight("w")
+        self.vector("bias")
+        self.scalar("a", init="ones")
+        self.scalar("b", init="ones")
+
+    def forward(self, g, x, step):
+        a, b = g.replicate(self.a), g.replicate(self.b)
+        out = g.add_bias(g.linear(x * a, self.w), self.bias)
+        return out * b / (1 + g.row_norm(out))
+
+
 class HiddenScalar(pnn.Layer):
     """A scalar whose layout is stripped (plexus.nn.layouts.plain) before use: the toolkit
     cannot see it; right on one rank, its gradient this rank's part on a grid (check_layer's
@@ -289,5 +308,6 @@ def rank_checks(grids) -> dict:
     records = {name: layer_records(f"nn_layers:{cls}", grids)
                for name, cls in (("readme", README_LAYER), ("wrong", "HiddenScalar"),
                                  ("scalars-agg", "ScalarsEverywhere"),
-                                 ("scalars-combine", "ScaledCombine"))}
+                                 ("scalars-combine", "ScaledCombine"),
+                                 ("scalars-dense", "ScaledDense"))}
     return {"checks": out, "records": records}

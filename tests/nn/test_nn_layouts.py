@@ -66,10 +66,10 @@ def _layer_checks(name: str):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layer", ["readme", "scalars-agg", "scalars-combine"])
+@pytest.mark.parametrize("layer", ["readme", "scalars-agg", "scalars-combine", "scalars-dense"])
 def test_check_layer_passes_correct_layers(layer):
     # the README's layer; learnable scalars through g.replicate on the input, Â's rows, g.linear's
-    # output and the output, and row norms (g.row_norm, g.normalize_rows), in both orders
+    # output and the output, and row norms (g.row_norm, g.normalize_rows), in every order
     checks = _layer_checks(layer)
     assert {c.grid for c in checks} == {"x".join(map(str, d)) for d in GRIDS}
     assert all(c.passed for c in checks), "\n".join(c.line(layer) for c in checks)
