@@ -4,6 +4,7 @@ the serial reference. Each function returns {check name: [failure messages]} for
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -189,6 +190,8 @@ def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
 def _example(name: str):
     """A script of examples/ as a module (imported by path: examples/ is not a package)."""
     path = Path(__file__).resolve().parent.parent / "examples" / f"{name}.py"
+    if str(path.parent) not in sys.path:  # an example imports its neighbours, as when run
+        sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location(f"example_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -243,6 +246,89 @@ def check_custom_layers(grid: Grid, g: Graph, epochs: int = 20) -> list[str]:
         curve_d.append(float(ld.detach()))
         curve_s.append(float(ls.detach()))
     return fails + _close("loss curve", torch.tensor(curve_d), torch.tensor(curve_s))
+
+
+def _pyg_stack(name: str, g: Graph, params: dict[str, torch.Tensor]):
+    """PyG's model of examples/<name>.py (PyG's public modules: ``Linear``, ``GCN2Conv``,
+    ``APPNP``) with the full parameters ``params`` copied in; returns (forward, {plexus name:
+    the PyG tensor and whether it is transposed})."""
+    from torch_geometric.nn import APPNP, GCN2Conv
+
+    def linear(l):
+        lin = torch.nn.Linear(*params[f"{l}.w"].shape)
+        with torch.no_grad():
+            lin.weight.copy_(params[f"{l}.w"].T)
+            lin.bias.copy_(params[f"{l}.bias"])
+        pairs.update({f"{l}.w": (lin.weight, True), f"{l}.bias": (lin.bias, False)})
+        return lin
+
+    pairs: dict = {}
+    first = linear(0)
+    if name == "gcnii":
+        convs = []
+        for l, (shared, layer) in enumerate(zip(PYG_GCNII["shared_weights"], range(1, 4)), 1):
+            conv = GCN2Conv(HIDDEN, PYG_GCNII["alpha"], PYG_GCNII["theta"], layer, shared)
+            for w in ("weight1", "weight2"):
+                if getattr(conv, w) is not None:
+                    with torch.no_grad():
+                        getattr(conv, w).copy_(params[f"{l}.{w}"])
+                    pairs[f"{l}.{w}"] = (getattr(conv, w), False)
+            convs.append(conv)
+        last = linear(len(convs) + 1)
+
+        def forward(x, edge_index):
+            x = x0 = first(x).relu()
+            for conv in convs:
+                x = conv(x, x0, edge_index).relu()
+            return last(x)
+    else:
+        second, prop = linear(1), APPNP(PYG_APPNP["K"], PYG_APPNP["alpha"])
+
+        def forward(x, edge_index):
+            return prop(second(first(x).relu()), edge_index)
+    return forward, pairs
+
+
+PYG_GCNII = dict(layers=3, alpha=0.2, theta=0.7, shared_weights=(True, False, True))
+PYG_APPNP = dict(K=3, alpha=0.2)
+
+
+def check_pyg_example(grid: Grid, g: Graph, name: str) -> list[str]:
+    """examples/gcnii.py and examples/appnp.py on the grid against PyG's ``GCN2Conv`` and
+    ``APPNP`` stacks with the same parameters: logits, loss and every gradient of a training
+    step (dropout 0: PyG's masks are not ours), then the evaluation logits."""
+    ex = _example(name)
+    opts = PYG_GCNII if name == "gcnii" else PYG_APPNP
+    net = ex.build(g, grid, hidden=HIDDEN, dropout=0.0, seed=5, **opts)
+    forward, pairs = _pyg_stack(name, g, net.full_parameters())
+    coo = g.adj.tocoo()  # adj[i, j] != 0: an edge i -> j, PyG's (source, target)
+    edge_index = torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
+    x = torch.from_numpy(g.features)
+    mask, labels = torch.from_numpy(g.train_mask), torch.from_numpy(g.labels)
+    rows, c0 = net.node_ids, net.class_start
+    real = rows >= 0
+
+    def logits_close(what, zd, zs):
+        c1 = min(c0 + zd.shape[1], g.num_classes)
+        return _close(what, zd[real][:, : c1 - c0], zs[rows[real]][:, c0:c1]) if c1 > c0 else []
+
+    net.train()
+    zd, zs = net(step=1), forward(x, edge_index)
+    ld, ls = net.loss(zd), F.cross_entropy(zs[mask], labels[mask])
+    ld.backward()
+    ls.backward()
+    fails = logits_close("logits", zd, zs) + _close("loss", ld, ls)
+    shards = net.named_shards()
+    if set(shards) != set(pairs):
+        fails.append(f"parameters {sorted(shards)} but PyG's {sorted(pairs)}")
+    for pname, p in shards.items():
+        if pname in pairs:
+            t, transposed = pairs[pname]
+            want = t.grad.T if transposed else t.grad
+            fails += _close(f"grad {pname}", p.grad, net.shard_of(pname, want.contiguous()))
+    with torch.no_grad():
+        fails += logits_close("eval logits", net.eval()(), zs.detach())
+    return fails
 
 
 def check_mixed_layouts(grid: Grid) -> list[str]:
@@ -336,6 +422,8 @@ MULTILABEL_MODELS = {
 MODEL_CHECKS = [f"{graph}/{name}/{kind}" for graph in ("undirected", "directed")
                 for name in MODELS for kind in ("step", "train")] + [
     f"{graph}/custom-layers" for graph in ("undirected", "directed")] + [
+    f"{graph}/{name}-pyg" for graph in ("undirected", "directed")
+    for name in ("gcnii", "appnp")] + [
     f"directed/{name}/ledger-bf16" for name in BF16_LEDGER] + [
     f"directed/{name}/ledger" for name in MODELS] + [
     "directed/gin-fixed-eps-decay-first/train"] + [
@@ -377,6 +465,8 @@ def run_model_checks(grids: list[tuple[int, int, int]], epochs: int = 20) -> dic
         tag = "x".join(map(str, dims))
         for gname, g in graphs.items():
             out[f"{tag}/{gname}/custom-layers"] = check_custom_layers(grid, g, epochs)
+            for name in ("gcnii", "appnp"):  # examples/ against PyG's GCN2Conv and APPNP
+                out[f"{tag}/{gname}/{name}-pyg"] = check_pyg_example(grid, g, name)
             for name, cfg in MODELS.items():
                 out[f"{tag}/{gname}/{name}/step"] = check_step(grid, g, cfg, "double")
                 out[f"{tag}/{gname}/{name}/train"] = check_training(grid, g, cfg, "double",

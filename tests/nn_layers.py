@@ -82,14 +82,10 @@ class ForgotAggregate(pnn.Layer):
         return g.linear(x, self.w)
 
 
-MISTAKES = {"pyg-style-at-combine": PygStyleCombine, "skip-without-to-rows": SkipWithoutToRows,
-            "raw-skip-add": AddRawSkip, "parameter-directly": ParameterDirectly,
-            "forgot-aggregate": ForgotAggregate}
-
 
 class ScalarNotReplicated(pnn.Layer):
-    """GIN-like (1+ε)·x_i + Σ x_j with ε used without g.replicate: layouts fine, the values
-    right on every grid, ε's gradient only this rank's part on a grid (check_layer FAILs)."""
+    """GIN-like (1+ε)·x_i + Σ x_j with ε used without g.replicate: right values on every grid,
+    ε's gradient only this rank's part on a grid: refused on every grid, 1x1x1 included."""
 
     order = "agg"
 
@@ -100,6 +96,102 @@ class ScalarNotReplicated(pnn.Layer):
 
     def forward(self, g, x, step):
         return g.linear(g.aggregate(x) + (1 + self.eps) * g.to_rows(x), self.w)
+
+
+class NormalizeOverCutColumns(pnn.Layer):
+    """F.normalize(out, dim=1) of an output whose columns are cut: each rank would divide by
+    its own columns' norm: refused on every grid."""
+
+    def __init__(self, d_in, d_out):
+        super().__init__(d_in, d_out)
+        self.weight("w")
+
+    def forward(self, g, x, step):
+        return F.normalize(g.aggregate(g.linear(x, self.w)), dim=1)
+
+
+MISTAKES = {"pyg-style-at-combine": PygStyleCombine, "skip-without-to-rows": SkipWithoutToRows,
+            "raw-skip-add": AddRawSkip, "parameter-directly": ParameterDirectly,
+            "forgot-aggregate": ForgotAggregate, "scalar-not-replicated": ScalarNotReplicated,
+            "normalize-cut-columns": NormalizeOverCutColumns}
+#: what each mistake's message must name (the fix)
+MISTAKE_FIX = {"scalar-not-replicated": "g.replicate(self.eps)",
+               "normalize-cut-columns": "g.normalize_rows"}
+
+
+# ---- correct layers with the toolkit's scalar and row norm: check_layer PASSes them ----------
+class ScalarsEverywhere(pnn.Layer):
+    """order "agg": a learnable scalar on every tensor it can meet — the input, Â-rows×in
+    (GIN's (1+ε)), the output — and the output's rows normalized (g.normalize_rows)."""
+
+    order = "agg"
+
+    def __init__(self, d_in, d_out):
+        super().__init__(d_in, d_out)
+        self.weight("w")
+        self.vector("bias")
+        for name in ("eps", "t_in", "t_out"):
+            self.scalar(name, init="ones")
+
+    def forward(self, g, x, step):
+        eps, t_in, t_out = (g.replicate(s) for s in (self.eps, self.t_in, self.t_out))
+        h = g.aggregate(x * t_in) + (1 + eps) * g.to_rows(x)
+        out = g.add_bias(g.linear(h, self.w), self.bias)
+        return t_out * g.normalize_rows(out) + out
+
+
+class ScaledCombine(pnn.Layer):
+    """order "combine": a scalar on g.linear's output and on the output, a row norm of each."""
+
+    def __init__(self, d_in, d_out):
+        super().__init__(d_in, d_out)
+        self.weight("w")
+        self.scalar("a", init="ones")
+        self.scalar("b", init="ones")
+
+    def forward(self, g, x, step):
+        a, b = g.replicate(self.a), g.replicate(self.b)
+        z = g.linear(x, self.w)
+        z = z * a / (1 + g.row_norm(z))
+        out = g.aggregate(z)
+        return out * b + g.normalize_rows(out)
+
+
+class ScaledDense(pnn.Layer):
+    """order "dense": a scalar on the input and on the output (which is g.linear's), a row
+    norm of the output."""
+
+    order = "dense"
+
+    def __init__(self, d_in, d_out):
+        super().__init__(d_in, d_out)
+        self.weight("w")
+        self.vector("bias")
+        self.scalar("a", init="ones")
+        self.scalar("b", init="ones")
+
+    def forward(self, g, x, step):
+        a, b = g.replicate(self.a), g.replicate(self.b)
+        out = g.add_bias(g.linear(x * a, self.w), self.bias)
+        return out * b / (1 + g.row_norm(out))
+
+
+class HiddenScalar(pnn.Layer):
+    """A scalar whose layout is stripped (plexus.nn.layouts.plain) before use: the toolkit
+    cannot see it; right on one rank, its gradient this rank's part on a grid (check_layer's
+    FAIL names the cause and the fix)."""
+
+    order = "agg"
+
+    def __init__(self, d_in, d_out):
+        super().__init__(d_in, d_out)
+        self.weight("w")
+        self.scalar("eps")
+
+    def forward(self, g, x, step):
+        from plexus.nn.layouts import plain
+
+        return g.linear(g.aggregate(x) + (1 + plain(self.eps)) * g.to_rows(x), self.w)
 
 
 # ---- edge values ----------------------------------------------------------------------------
@@ -157,7 +249,8 @@ def check_mistake(layer, grid, g) -> list[str]:
         msg = str(e)
         if "\n" in msg or "g." not in msg or "×" not in msg or not msg.startswith("layer "):
             return [f"not a one-line error naming the layer, the layouts and a fix: {msg!r}"]
-        return []
+        fix = next((f for n, f in MISTAKE_FIX.items() if MISTAKES[n] is layer), "")
+        return [f"the message does not name the fix {fix}: {msg!r}"] if fix not in msg else []
     except Exception as e:  # noqa: BLE001
         return [f"{type(e).__name__} instead of LayoutError: {str(e).splitlines()[0]}"]
     return ["no error"]
@@ -213,5 +306,8 @@ def rank_checks(grids) -> dict:
                     key = f"{tag}/{gname}{'-weighted' if weighted else ''}/edges/{name}"
                     out[key] = check_edge_layer(name, grid, gw)
     records = {name: layer_records(f"nn_layers:{cls}", grids)
-               for name, cls in (("readme", README_LAYER), ("wrong", "ScalarNotReplicated"))}
+               for name, cls in (("readme", README_LAYER), ("wrong", "HiddenScalar"),
+                                 ("scalars-agg", "ScalarsEverywhere"),
+                                 ("scalars-combine", "ScaledCombine"),
+                                 ("scalars-dense", "ScaledDense"))}
     return {"checks": out, "records": records}

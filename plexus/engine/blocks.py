@@ -126,9 +126,12 @@ class GraphBlocks:
         whole = SparseBlock.build(m, self.device, self.engine.spmm_backend, dtype=self.dtype)
         return whole, self._chunks(m, whole)
 
-    def identity(self, plan: LayerPlan, dtype: torch.dtype = torch.float32) -> SparseBlock:
+    def identity(self, plan: LayerPlan, dtype: torch.dtype = torch.float32,
+                 transpose: bool = False) -> SparseBlock:
         """S alone (on the torch backend, values in ``dtype``): moves a node tensor from the
-        stage's input rows to Â's rows."""
+        stage's input rows to Â's rows; ``transpose``: Sᵀ, from Â's rows back to the input's."""
         S = identity_block(self.out_ids[plan.index], self.shard.input_ids[plan.index],
                            self.matrix(plan).shape)
+        if transpose:
+            S = S.T.tocsr()
         return SparseBlock.build(S, self.device, "torch", dtype=dtype)

@@ -80,7 +80,7 @@ class StageGraph:
         shape, coords = comm.grid.shape, comm.grid.coords
         self.in_col_start = block(d_in, shape[plan.in_cols], coords[plan.in_cols]).start
         self._edges: EdgeBlock | None = None
-        self._S = self._A = None
+        self._S = self._A = self._St = None
         self._P: dict[tuple, torch.Tensor] = {}
         self._conv: dict[str, tuple] = {}
         self._cache: dict[object, torch.Tensor] = {}
@@ -160,11 +160,18 @@ class StageGraph:
         """A built-in stage's dropout rate of its input: its configured rate while training."""
         return self.rate if self.training else 0.0
 
-    def linear(self, X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-        """X·W with W's shard (stored like the engine's W: rows by i then W's flat axis,
-        columns by W's column axis): gathered, multiplied, summed over i."""
+    def linear(self, X: torch.Tensor, W: torch.Tensor | None, identity: float = 0.0
+               ) -> torch.Tensor:
+        """X·(W + identity·I) with W's shard (stored like the engine's W: rows by i then W's
+        flat axis, columns by W's column axis): gathered, multiplied, summed over i. ``W``
+        None: X·(identity·I), the columns moved from i's cut to the output's (no gather)."""
         p, c = self.plan, self.comm
-        W = c.all_gather(W.to(self.dtype), p.w_flat)          # AG(W) over W's flat axis; bwd: RS(dW)
+        if W is None:
+            W = identity * self.cached("I", self._identity_weight)
+        else:
+            W = c.all_gather(W.to(self.dtype), p.w_flat)      # AG(W) over W's flat axis; bwd: RS(dW)
+            if identity:
+                W = W + identity * self.cached("I", self._identity_weight)
         Y = self._gemm(X, W)
         Y = c.all_reduce(Y, p.inner)                          # AR over i (X's columns)
         return self.replicate(Y, p.inner) if p.order == "combine" else Y  # bwd: AR over i
@@ -192,6 +199,28 @@ class StageGraph:
         if self._S is None:
             self._S = self.graph.identity(self.plan, X.dtype)
         return self._mid(aggregate(X, self._S, self.comm, self.plan.a_cols))  # AR(S·X) over o
+
+    def to_nodes(self, X: torch.Tensor) -> torch.Tensor:
+        """Sᵀ·X: X in Â's row layout back in the rows-by-o layout (another propagation hop in
+        the same stage): Sᵀ's block multiplies this rank's Â rows, AR over Â's row axis; the
+        result is marked like a stage's input (its users take different blocks of it)."""
+        p, c = self.plan, self.comm
+        if p.order == "combine":  # Â·Z's gradient is whole on its replicas: Sᵀ's is partial
+            X = self.replicate(X, p.a_cols)                   # bwd: AR over o
+        if self._St is None:
+            self._St = self.graph.identity(p, X.dtype, transpose=True)
+        Y = aggregate(X, self._St, c, p.a_rows)               # AR(Sᵀ·X) over Â's row axis
+        return self.replicate(Y, p.a_rows)                    # bwd: AR over it
+
+    def row_norm(self, X: torch.Tensor, axis: str) -> torch.Tensor:
+        """Each row's 2-norm (rows × 1, float32) of X whose columns are cut by ``axis``: the
+        squares summed over this rank's columns, AR over ``axis``, then marked (each rank
+        divides its own columns by it)."""
+        s = (X.float() ** 2).sum(1, keepdim=True)
+        s = self.comm.all_reduce(s, axis)                     # AR(Σx²) over the columns' axis
+        s = self.replicate(s, axis)                           # bwd: AR over it
+        # a zero row (padding) has norm 0 and gradient 0, not sqrt's infinite slope at 0
+        return torch.where(s > 0, s.clamp_min(torch.finfo(s.dtype).tiny).sqrt(), 0.0)
 
     def _mid(self, X: torch.Tensor) -> torch.Tensor:
         """An aggregate-first stage multiplies Â's rows by W's columns cut by o."""

@@ -45,7 +45,10 @@ def _initial(decl: Param, gens: list[torch.Generator]) -> torch.Tensor:
         return glorot(decl.shape, gens[decl.stream], (decl.heads, decl.shape[0] // decl.heads))
     if decl.init in ("zeros", "ones"):
         return (torch.ones if decl.init == "ones" else torch.zeros)(decl.shape)
-    raise ValueError(f"unknown init {decl.init!r}; use glorot, zeros or ones")
+    if decl.init == "identity" and len(decl.shape) == 2:  # a weight that starts as X·I
+        return torch.eye(*decl.shape)
+    raise ValueError(f"unknown init {decl.init!r}; use glorot, zeros, ones or identity (a "
+                     "weight)")
 
 
 def initial_values(seed: int, decls: Sequence[tuple[str, Param]]) -> dict[str, torch.Tensor]:

@@ -15,12 +15,18 @@ products), ``edge_softmax`` (over each node's in-edges across the grid),
 ``aggregate_weighted`` (Σ α·Z per head, with attention dropout), ``edge_values`` and
 ``edge_weights`` (Â's values and the graph's own weights per edge; ``aggregate(x, values)``
 sums with any per-edge values), ``dropout`` (masks keyed by
-global ids: the same on every grid), ``add_bias``; `BatchNorm` normalizes over all nodes.
+global ids: the same on every grid), ``add_bias``, ``replicate`` (a learnable scalar:
+``g.replicate(self.t)``), ``row_norm``/``normalize_rows`` (row 2-norms over cut columns),
+``to_nodes`` (another propagation hop in the same layer), ``output`` (an earlier layer's output,
+e.g. GCNII's H⁰, declared with ``Layer.reads_output``); ``linear`` takes an ``identity`` term
+(X·(W + c·I)); `BatchNorm` normalizes over all nodes. Parameters carry their layout in
+``forward`` (weight, vector, scalar): one used without its operation, or a reduction or reshape
+over cut rows or columns, is a `LayoutError` on every grid.
 `serial_dropout` and `serial_edge_dropout` draw the same masks for a serial version of a layer.
 `check_layer` runs a layer on several grids against 1x1x1 and prints PASS/FAIL with the
 largest differences (``plexus-bench check --layer module:Class`` does the same).
 examples/custom_layer.py writes two layers this way and checks them against their serial
-versions.
+versions; examples/gcnii.py and examples/appnp.py write PyG's GCN2Conv and APPNP.
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ class LayerCheck:
     loss: float = 0.0
     grads: float = 0.0
     failures: list[str] = field(default_factory=list)
+    cause: str = ""  # why it differs and the fix, where the differences say (`diagnose`)
 
     @property
     def passed(self) -> bool:
@@ -53,7 +54,8 @@ class LayerCheck:
                f"grads {self.grads:.1e}")
         if self.failures:
             more = f" (+{len(self.failures) - 1} more)" if len(self.failures) > 1 else ""
-            out += f"  [{self.failures[0]}{more}]"
+            cause = f"{self.cause}; " if self.cause else ""
+            out += f"  [{cause}{self.failures[0]}{more}]"
         return out
 
 
@@ -135,8 +137,10 @@ def _one_step(make: LayerFactory, g: Graph, grid, hidden: int, dropout: float,
     grads = {name: net.full_parameter(name, p.grad if p.grad is not None else
                                       torch.zeros_like(p)).cpu().numpy()
              for name, p in net.named_shards().items()}
+    kinds = {f"{l}.{name}": kind for l, layer in enumerate(layers)
+             for name, kind, _ in layer.declared}
     return {"logits": (full / seen.clamp(min=1)).numpy(), "loss": float(loss.detach()),
-            "grads": grads}
+            "grads": grads, "kinds": kinds}
 
 
 def compare(records: Sequence[dict]) -> list[LayerCheck]:
@@ -162,8 +166,40 @@ def compare(records: Sequence[dict]) -> list[LayerCheck]:
                 check.grads = max(check.grads, d.max_abs)
                 found.append(d.message(f"grad {name}"))
             check.failures += [m for m in found if m]
+            check.cause = diagnose(found, r.get("kinds", {}))
         out.append(check)
     return out
+
+
+#: the collective each kind of parameter is used through: the fix when its gradient differs
+_USE = {"scalar": "g.replicate(self.{0}) sums its gradient over every rank's part",
+        "vector": "use it through g.add_bias(out, self.{0}) or g.head_sums",
+        "weight": "use it through g.linear(x, self.{0})"}
+
+
+def diagnose(found: Sequence[str], kinds: dict[str, str]) -> str:
+    """The cause and the fix of a grid's differences from 1x1x1 (``found``: each difference's
+    message or "", logits first, then the loss, then each gradient as "grad <name>: ...";
+    ``kinds``: each parameter's kind), "" if none."""
+    if not any(found):
+        return ""
+    if found[0] or found[1]:
+        return ("cause: the values differ from 1x1x1's, so an operation saw this rank's block "
+                "as the whole matrix (a reduction, slice or plain tensor over cut rows or "
+                "columns, or a tensor stripped of its layout); fix: do it with g's operations "
+                "(g.normalize_rows/g.row_norm for row norms, g.to_rows, g.aggregate, "
+                "g.linear)")
+    bad = [m.split(":")[0].removeprefix("grad ") for m in found[2:] if m]
+    name = bad[0]
+    kind = kinds.get(name, "")
+    attr = name.split(".", 1)[-1]
+    if kind in _USE:
+        return (f"cause: the values agree but the gradient of the {kind} {name} is this rank's "
+                f"part only (it was used without its collective); fix: "
+                + _USE[kind].format(attr))
+    return (f"cause: the values agree but the gradient of {name} misses other ranks' parts "
+            "(a parameter used without its collective); fix: use parameters through g's "
+            "operations (g.linear, g.add_bias, g.replicate)")
 
 
 def check_layer(layer: type | LayerFactory | str, grids: Sequence[tuple[int, int, int]] = GRIDS,

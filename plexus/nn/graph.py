@@ -12,8 +12,8 @@ import torch
 
 from plexus.engine.graph3d import StageGraph
 
-from .layouts import (EDGES, NODES_IN, NODES_OUT, ROWS_IN, ROWS_OUT, LayoutError, heads_of,
-                      laid, layout_of, plain)
+from .layouts import (EDGES, NODES_IN, NODES_OUT, PARAMS, REPLICATED, ROW, ROWS_IN, ROWS_OUT,
+                      SCALAR, USE, VECTOR, WEIGHT, LayoutError, heads_of, laid, layout_of, plain)
 
 AGG_FIRST = 'a layer that aggregates its input before its linear map declares order = "agg"'
 LINEAR_FIRST = 'a layer whose linear map comes before its aggregation declares order = "combine"'
@@ -39,6 +39,9 @@ class LayerGraph:
         self.plan, self.comm = stage.plan, stage.comm
         self.order = stage.plan.order
         self._edge_weights: torch.Tensor | None = None
+        # earlier layers' outputs in this layer's input layout (``nodes×in``), set by the
+        # Network before each forward: those the layer declared with Layer.reads_output
+        self.outputs: dict[int, torch.Tensor] = {}
 
     def col_block(self, width: int, axis: str | None = None) -> slice:
         """`StageGraph.col_block`: this rank's columns of a width cut by ``axis``."""
@@ -67,6 +70,24 @@ class LayerGraph:
             raise LayoutError(f"{self.name}: g.{op}: an order=\"dense\" layer has no "
                               f"aggregation: {AGG_FIRST}, or \"combine\" if it combines first")
 
+    def output(self, layer: int) -> torch.Tensor:
+        """Layer ``layer``'s output (after its activation, before dropout: e.g. GCNII's H⁰) in
+        this layer's input layout, ``nodes×in``; declared in ``__init__`` with
+        ``self.reads_output(layer)``."""
+        if layer not in self.outputs:
+            raise LayoutError(f"{self.name}: g.output({layer}): not declared: call "
+                              f"self.reads_output({layer}) in the layer's __init__")
+        return self.outputs[layer]
+
+    def carry(self, X: torch.Tensor) -> torch.Tensor:
+        """X (``nodes×in``) in this layer's output layout (the next layer's input) unchanged:
+        S·X then X·I (order "agg"), X·I then S·X ("combine"), X·I ("dense"): the collectives
+        of `to_rows` and `linear`, no weight."""
+        if self.order == "agg":
+            return self.linear(self.to_rows(X), None, identity=1.0)
+        X = self.linear(X, None, identity=1.0)
+        return self.to_rows(X) if self.order == "combine" else X
+
     # ---- node tensors ------------------------------------------------------------------------
     def receive(self, H: torch.Tensor) -> torch.Tensor:
         """The layer's input (the `Network`'s part): ``nodes×in``."""
@@ -78,9 +99,25 @@ class LayerGraph:
         H = self._need("dropout", "x", H, NODES_IN)
         return laid(self.stage.dropout(H, p, step, layer), NODES_IN)
 
-    def linear(self, X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-        """X·W (`StageGraph.linear`): ``nodes×in`` → ``nodes×out`` in an order="combine" or
-        "dense" layer, ``Â-rows×in`` → ``Â-rows×out`` in an order="agg" one."""
+    def _param(self, op: str, what: str, p, kind: str) -> torch.Tensor:
+        """A parameter operand: the layer's own ``kind`` (a view of it, or of a torch operation
+        on it alone), as a plain tensor."""
+        got = layout_of(p)
+        if got != kind:
+            have = (f"a {got}" if got in PARAMS else f"a {got} tensor" if got else
+                    "a tensor without layout")
+            raise LayoutError(f"{self.name}: g.{op}: {what} is {have}; it takes a {kind} "
+                              f"declared with self.{kind}(name) in __init__ (self.<name> in "
+                              "forward)")
+        return plain(p)
+
+    def linear(self, X: torch.Tensor, W: torch.Tensor | None, identity: float = 0.0
+               ) -> torch.Tensor:
+        """X·(W + identity·I) (`StageGraph.linear`): ``nodes×in`` → ``nodes×out`` in an
+        order="combine" or "dense" layer, ``Â-rows×in`` → ``Â-rows×out`` in an order="agg"
+        one. ``identity``: GCNII's identity mapping (X·((1-β)·I + β·W) is
+        ``linear(X, self.w * β, identity=1 - β)``), in the same product; ``W`` None: X·I
+        alone (the features moved to the output's columns, nothing learned)."""
         src = ROWS_IN if self.order == "agg" else NODES_IN
         fix = (f"g.aggregate(x) or g.to_rows(x) first (order \"agg\"), or {LINEAR_FIRST}"
                if self.order == "agg" else
@@ -88,13 +125,75 @@ class LayerGraph:
                f"{AGG_FIRST}")
         X = self._need("linear", "x", X, src, fix=fix if layout_of(X) in
                        (NODES_IN, ROWS_IN) else "")
-        return laid(self.stage.linear(X, plain(W)), src.replace("×in", "×out"))
+        if W is None and not identity:
+            raise LayoutError(f"{self.name}: g.linear: no weight and identity=0 give zeros: "
+                              "pass self.<weight>, identity=1.0 or both")
+        W = None if W is None else self._param("linear", "the weight", W, WEIGHT)
+        return laid(self.stage.linear(X, W, float(identity)), src.replace("×in", "×out"))
 
-    def replicate(self, X: torch.Tensor, axis: str) -> torch.Tensor:
-        """`StageGraph.replicate`; the layout (if any) is kept."""
+    def replicate(self, X: torch.Tensor, axis: str | None = None) -> torch.Tensor:
+        """A scalar parameter (``g.replicate(self.<scalar>)``, no axis) as the layer uses it:
+        wherever it meets a layer tensor its gradient is summed over the axes that tensor is
+        cut or partially used over (every rank's part, each counted once). Any other tensor:
+        `StageGraph.replicate` over ``axis``, its layout kept."""
         layout = layout_of(X)
+        if layout == SCALAR:
+            if axis is not None:
+                raise LayoutError(f"{self.name}: g.replicate(self.<scalar>, {axis!r}): a "
+                                  "scalar takes no axis (the toolkit sums its gradient over "
+                                  "the axes of each use): g.replicate(self.<scalar>)")
+            out = laid(plain(X), REPLICATED)
+            out.plexus_mark = self._mark_scalar
+            return out
+        if layout in (WEIGHT, VECTOR):
+            raise LayoutError(f"{self.name}: g.replicate of a {layout}: use "
+                              + USE[layout].format(name=getattr(X, "plexus_name", "<name>")))
+        if axis is None:
+            raise LayoutError(f"{self.name}: g.replicate(x) of a {layout or 'plain'} tensor "
+                              "needs the axis its users take different blocks over")
         Y = self.stage.replicate(plain(X), axis)
         return laid(Y, layout) if layout else Y
+
+    def _mark_scalar(self, s: torch.Tensor, layout: str, dtype: torch.dtype | None
+                     ) -> torch.Tensor:
+        """A replicated scalar ``s`` where it meets a ``layout`` tensor: its gradient summed
+        over the output's rows and columns axes for the output (and its per-row and per-head
+        values: whole on their replicas), over every axis for the layer's inner tensors
+        (cut by two axes, used partially over the third)."""
+        out = output_layout(self.order)
+        base = layout[:-len(ROW)] if layout.endswith(ROW) else layout
+        p = self.plan
+        axes = ((p.out_rows, p.out_cols) if base in (out, heads_of(out)) else
+                tuple(self.comm.grid.shape))
+        s = s.to(dtype) if dtype is not None else s
+        for axis in axes:
+            s = self.stage.replicate(s, axis)                 # bwd: AR(ds) over each
+        return s
+
+    def row_norm(self, X: torch.Tensor) -> torch.Tensor:
+        """Each row's 2-norm of X (a ``×in`` or ``×out`` tensor: its columns cut over the
+        grid), rows × 1, float32: `StageGraph.row_norm` (AR over the columns' axis). It
+        combines with tensors of X's layout (broadcast over their columns)."""
+        layout = layout_of(X)
+        X = self._need("row_norm", "x", X, NODES_IN, NODES_OUT, ROWS_IN, ROWS_OUT,
+                       fix="row norms are of node tensors (×in, ×out)")
+        axis = self.plan.in_cols if layout.endswith("×in") else self.plan.out_cols
+        return laid(self.stage.row_norm(X, axis), layout + ROW)
+
+    def normalize_rows(self, X: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+        """X / max(‖X_i‖₂, eps) per row (``F.normalize(X, dim=1)`` over the whole row):
+        `row_norm`'s AR over the columns' axis; X's layout."""
+        norm = self.row_norm(X)
+        return X / norm.clamp_min(eps).to(X.dtype)
+
+    def to_nodes(self, X: torch.Tensor) -> torch.Tensor:
+        """Sᵀ·X (`StageGraph.to_nodes`): an aggregation's rows back to the input's rows, for
+        another hop in the same layer: ``Â-rows×in`` → ``nodes×in`` (order "agg"),
+        ``Â-rows×out`` → ``nodes×out`` (order "combine")."""
+        self._graph_layer("to_nodes")
+        rows = self._pre().replace("nodes", "Â-rows")
+        X = self._need("to_nodes", "x", X, rows)
+        return laid(self.stage.to_nodes(X), self._pre())
 
     def aggregate(self, X: torch.Tensor, values: torch.Tensor | None = None) -> torch.Tensor:
         """Â·X (`StageGraph.aggregate`): ``nodes×in`` → ``Â-rows×in`` (order "agg"),
@@ -132,13 +231,16 @@ class LayerGraph:
         allowed = (NODES_OUT, ROWS_OUT) if self.order != "agg" else (ROWS_OUT,)
         layout = layout_of(X)
         X = self._need("head_sums", "x", X, *allowed)
-        return laid(self.stage.head_sums(X, plain(a), heads, head_width), heads_of(layout))
+        a = ([self._param("head_sums", "a", v, VECTOR) for v in a]
+             if isinstance(a, (list, tuple)) else self._param("head_sums", "a", a, VECTOR))
+        return laid(self.stage.head_sums(X, a, heads, head_width), heads_of(layout))
 
     def add_bias(self, OUT: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """OUT + b (`StageGraph.add_bias`) on the layer's output layout."""
         want = output_layout(self.order)
         OUT = self._need("add_bias", "out", OUT, want)
-        return laid(self.stage.add_bias(OUT, plain(b)), want)
+        b = self._param("add_bias", "the bias", b, VECTOR)
+        return laid(self.stage.add_bias(OUT, b), want)
 
     # ---- per-edge tensors --------------------------------------------------------------------
     def _per_edge(self, op: str) -> None:

@@ -27,7 +27,7 @@ from plexus.engine.masks import dropout, edge_keep
 from plexus.partitioners import shard_graph
 
 from .graph import LayerGraph, output_layout
-from .layouts import NODES_OUT, ROWS_OUT, LayoutError, laid, layout_of, plain
+from .layouts import NODES_OUT, ROWS_OUT, LayoutError, laid, layout_of, param_view, plain
 
 _SHAPES = {"weight": lambda i, o: (i, o), "vector": lambda i, o: (o,), "scalar": lambda i, o: (1,)}
 
@@ -47,15 +47,22 @@ class Layer(nn.Module):
     """
 
     order = "combine"
+    #: what follows the layer in a `Network` (not after the last layer): "relu" or None
+    activation: str | None = "relu"
+    #: the rate of the dropout on this layer's input; None: the `Network`'s
+    input_dropout: float | None = None
 
     def __init__(self, in_features: int, out_features: int) -> None:
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.declared: list[tuple[str, str, str]] = []  # (name, layout, init)
+        self.reads: set[int] = set()  # earlier layers whose outputs forward reads (g.output)
+        self._plexus_kinds: dict[str, str] | None = None  # set while a Network runs forward
 
     def weight(self, name: str, init: str = "glorot") -> None:
-        """Declare an in_features × out_features weight, cut like the engine's W (Glorot-uniform
-        or "zeros"/"ones"); use it with ``g.linear(x, self.<name>)``."""
+        """Declare an in_features × out_features weight, cut like the engine's W
+        (Glorot-uniform, "zeros", "ones" or "identity": the identity matrix, a layer that
+        starts as a skip); use it with ``g.linear(x, self.<name>)``."""
         self.declared.append((name, "weight", init))
 
     def vector(self, name: str, init: str = "zeros") -> None:
@@ -64,9 +71,23 @@ class Layer(nn.Module):
         self.declared.append((name, "vector", init))
 
     def scalar(self, name: str, init: str = "zeros") -> None:
-        """Declare one number, replicated on every rank (mark its use with ``g.replicate`` over
-        every axis so its gradient sums every rank's)."""
+        """Declare one number, replicated on every rank: use it as ``g.replicate(self.<name>)``
+        (its gradient then sums every rank's part; used directly on a layer's tensor it is a
+        `LayoutError`, 1x1x1 included)."""
         self.declared.append((name, "scalar", init))
+
+    def reads_output(self, layer: int) -> None:
+        """Declare that ``forward`` reads layer ``layer``'s output (after its activation: the
+        next layer's input, before dropout; e.g. GCNII's H⁰) with ``g.output(layer)``; the
+        `Network` carries it to this layer's input layout."""
+        self.reads.add(layer)
+
+    def __getattr__(self, name: str):
+        value = super().__getattr__(name)
+        kinds = self.__dict__.get("_plexus_kinds")
+        if kinds is not None and name in kinds:  # inside forward: the shard with its layout
+            return param_view(value, kinds[name], name)
+        return value
 
     def forward(self, g: StageGraph, x: torch.Tensor, step: int) -> torch.Tensor:  # noqa: D102
         raise NotImplementedError
@@ -123,6 +144,11 @@ class Network(GridModel):
         if widths[-1] != graph.num_classes:
             raise ValueError(f"the last layer gives {widths[-1]} outputs, the graph has "
                              f"{graph.num_classes} classes")
+        for l, layer in enumerate(layers):
+            _check_layer_options(l, layer)
+        # each earlier output a layer reads -> the last layer reading it (carried until then)
+        self.carry_until = {k: max(l for l, layer in enumerate(layers) if k in layer.reads)
+                            for layer in layers for k in layer.reads}
         shape, coords, device = grid.shape, grid.coords, grid.device
         plans = layer_plans(len(layers), [layer.order for layer in layers])
         problem = grid_misfit(shape, plans, graph.num_nodes, widths)
@@ -140,7 +166,8 @@ class Network(GridModel):
         # each layer's input dropout as a built-in stage's: its rate in its stage toolkit
         self.graphs = [LayerGraph(StageGraph(p, self.comm, blocks, ids[p.index], wp[p.index],
                                              wp[p.index + 1], seed, self.dtype, tuner,
-                                             rate=dropout if p.index or input_dropout else 0.0),
+                                             rate=_rate(layer, p.index, dropout,
+                                                        input_dropout)),
                                   _describe(p.index, layer), weights)
                        for p, layer in zip(self.plans, layers)]
         decls = []  # every layer's declarations, then its BatchNorms', in layer order
@@ -177,22 +204,57 @@ class Network(GridModel):
         step = self.steps(step, self.training)
         H = self.features
         last = len(self.layers) - 1
+        carried: dict[int, torch.Tensor] = {}  # earlier outputs in this layer's input layout
         for l, (g, layer) in enumerate(zip(self.graphs, self.layers)):
             g.stage.training = self.training
-            H = g.dropout(g.receive(H), g.stage.stage_rate(), step)
+            g.outputs = {k: g.receive(c) for k, c in carried.items()}
+            x = g.dropout(g.receive(H), g.stage.stage_rate(), step)
+            object.__setattr__(layer, "_plexus_kinds",
+                               {name: kind for name, kind, _ in layer.declared})
             try:
-                H = layer(g, H, step)
+                H = layer(g, x, step)
             except LayoutError as e:  # a torch operation's check does not know the layer
                 if str(e).startswith(g.name):
                     raise
                 raise LayoutError(f"{g.name}: {e}") from None
+            finally:
+                object.__setattr__(layer, "_plexus_kinds", None)
             want = output_layout(layer.order)
             if layout_of(H) != want:
                 raise LayoutError(_wrong_output(g.name, layer.order, layout_of(H), want))
             H = plain(H)
-            if l < last:
+            if l < last and layer.activation == "relu":
                 H = relu(H)
+            carried = {k: plain(g.carry(c)) for k, c in g.outputs.items()
+                       if self.carry_until[k] > l}
+            if self.carry_until.get(l, -1) > l:
+                carried[l] = H
         return H.float()
+
+
+def _rate(layer: Layer, index: int, dropout: float, input_dropout: bool) -> float:
+    """The rate of layer ``index``'s input dropout: its own, or the network's."""
+    if layer.input_dropout is not None:
+        return layer.input_dropout
+    return dropout if index or input_dropout else 0.0
+
+
+def _check_layer_options(l: int, layer: Layer) -> None:
+    """A layer's activation, input dropout and read outputs, each refused in one line."""
+    name = type(layer).__name__
+    if layer.activation not in (None, "relu"):
+        raise ValueError(f"layer {l} ({name}): activation {layer.activation!r}; use "
+                         "\"relu\" or None (apply others inside forward)")
+    rate = layer.input_dropout
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))
+                             or not 0.0 <= rate < 1.0):
+        raise ValueError(f"layer {l} ({name}): input_dropout must be in [0, 1) or None, got "
+                         f"{rate!r:.60}")
+    late = sorted(k for k in layer.reads if not 0 <= k < l)
+    if late:
+        which = f"layers 0 to {l - 1}" if l else "none: the first layer has no earlier one"
+        raise ValueError(f"layer {l} ({name}) reads the output of layer {late[0]}: it may read "
+                         f"earlier layers' outputs only ({which})")
 
 
 def _batchnorms(layer: Layer) -> list[BatchNorm]:

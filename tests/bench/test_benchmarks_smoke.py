@@ -247,3 +247,10 @@ def test_gpu_smoke(tmp_path: Path) -> None:
     assert subprocess.run([sys.executable, str(BENCH / "gpu.py"), "--reprice",
                            str(REPO / "benchmarks/results/gpu.txt")], capture_output=True,
                           text=True, timeout=120, cwd=REPO).stdout.count("re-priced") == 5
+
+
+def test_nn_checks_smoke(tmp_path: Path) -> None:
+    out = run_script("nn_checks.py", tmp_path)
+    assert "checked / unchecked" in out and (tmp_path / "nn_checks.txt").read_text() == out
+    losses = {line.split()[0]: line.split()[-1] for line in out.splitlines() if "loss" in line}
+    assert losses["checked"] == losses["unchecked"]  # the same maths, with and without checks

@@ -11,9 +11,12 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+import torch
+import torch.nn.functional as F
 
 from cli_helpers import cli_env
 from helpers import REPO, assert_one_line
+import plexus.nn as pnn
 from nn_layers import EDGE_LAYERS, MISTAKES, rank_checks
 from plexus.nn.check import compare
 from plexus.testing.localworld import run_world
@@ -63,20 +66,37 @@ def _layer_checks(name: str):
 
 
 @pytest.mark.slow
-def test_check_layer_passes_the_readme_layer():
-    checks = _layer_checks("readme")
+@pytest.mark.parametrize("layer", ["readme", "scalars-agg", "scalars-combine", "scalars-dense"])
+def test_check_layer_passes_correct_layers(layer):
+    # the README's layer; learnable scalars through g.replicate on the input, Â's rows, g.linear's
+    # output and the output, and row norms (g.row_norm, g.normalize_rows), in every order
+    checks = _layer_checks(layer)
     assert {c.grid for c in checks} == {"x".join(map(str, d)) for d in GRIDS}
-    assert all(c.passed for c in checks), "\n".join(c.line("readme") for c in checks)
+    assert all(c.passed for c in checks), "\n".join(c.line(layer) for c in checks)
 
 
 @pytest.mark.slow
 def test_check_layer_fails_a_layer_wrong_only_on_a_grid():
+    # a scalar stripped of its layout: the toolkit cannot see it; check_layer names the cause
     checks = {(c.grid, c.graph): c for c in _layer_checks("wrong")}
     assert all(c.passed for (grid, _), c in checks.items() if grid == "1x1x1")
     for (grid, _), c in checks.items():
         if grid != "1x1x1":
             assert not c.passed and c.grads > 0 and "grad 0.eps" in " ".join(c.failures)
-            assert c.line("L").startswith("FAIL") and "grads" in c.line("L")
+            line = c.line("L")
+            assert line.startswith("FAIL") and "grads" in line and "\n" not in line
+            assert "gradient of the scalar 0.eps" in line and "fix: g.replicate(self.eps)" in line
+
+
+def test_check_layer_names_the_cause_of_differing_values():
+    from plexus.nn.check import diagnose
+
+    cause = diagnose(["logits: max abs error 0.5 (largest value 1)", "", ""], {})
+    assert "values differ" in cause and "g.normalize_rows" in cause
+    assert diagnose(["", "", "grad 1.bias: max abs error 2 (largest value 1)"],
+                    {"1.bias": "vector"}).endswith("fix: use it through g.add_bias(out, "
+                                                    "self.bias) or g.head_sums")
+    assert diagnose(["", "", ""], {}) == ""
 
 
 @pytest.mark.slow
@@ -97,3 +117,56 @@ def test_bench_check_layer_bad_spec_is_one_line(spec):
                           capture_output=True, text=True, timeout=120, cwd=REPO / "tests")
     assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
     assert_one_line(proc.stderr, "--layer", spec)
+
+
+# ---- the tensor checks alone (no world): what a layer's torch operations may do -------------
+def _laid(layout, *shape):
+    from plexus.nn.layouts import laid
+
+    return laid(torch.randn(*shape), layout)
+
+
+def test_parameters_used_without_their_operation_are_refused():
+    from plexus.nn.layouts import ROWS_IN, param_view
+
+    eps = param_view(torch.nn.Parameter(torch.zeros(1)), "scalar", "eps")
+    x = _laid(ROWS_IN, 5, 3)
+    shifted = 1 + eps  # torch operations on a parameter alone keep its kind and name
+    assert shifted.plexus_layout == "scalar" and shifted.plexus_name == "eps"
+    with pytest.raises(pnn.LayoutError, match=r"scalar self\.eps .* g\.replicate\(self\.eps\)"):
+        shifted * x
+    w = param_view(torch.nn.Parameter(torch.ones(3, 3)), "weight", "w")
+    with pytest.raises(pnn.LayoutError, match=r"g\.linear\(x, self\.w\)"):
+        x @ (w * 0.5)
+    with pytest.raises(pnn.LayoutError, match="this rank's block only"):
+        w.sum()
+
+
+def test_reductions_and_reshapes_over_cut_dimensions_are_refused():
+    from plexus.nn.layouts import EDGES, ROWS_OUT
+
+    out = _laid(ROWS_OUT, 5, 4)
+    for op in (lambda t: F.normalize(t, dim=1), lambda t: t.sum(1), lambda t: t.norm(dim=1),
+               lambda t: torch.softmax(t, 1), lambda t: t.mean()):
+        with pytest.raises(pnn.LayoutError, match=r"g\.normalize_rows"):
+            op(out)
+    for op in (lambda t: t[:, :2], lambda t: t.reshape(-1), lambda t: torch.cat([t, t], 1)):
+        with pytest.raises(pnn.LayoutError, match="slicing, reshaping or joining"):
+            op(out)
+    with pytest.raises(pnn.LayoutError, match=r"g\.linear"):
+        out @ torch.ones(4, 2)
+    e = _laid(EDGES, 7, 2)  # per-edge heads are whole: reduce over them, not over edges
+    assert e.sum(1).plexus_layout == EDGES and e[:, None].plexus_layout == EDGES
+    with pytest.raises(pnn.LayoutError, match="dim=1"):
+        e.sum(0)
+    assert (out * 2 + out.relu()).plexus_layout == ROWS_OUT  # elementwise operations pass
+
+
+def test_identity_initialised_weight_starts_as_the_identity():
+    from plexus.core.ops import Param
+    from plexus.engine.seeding import initial_values
+
+    full = initial_values(0, [("0.w", Param("w", (4, 3), "weight", "identity", stream=0))])
+    assert torch.equal(full["0.w"], torch.tensor([[1.0, 0, 0], [0, 1, 0], [0, 0, 1], [0, 0, 0]]))
+    with pytest.raises(ValueError, match="identity"):
+        initial_values(0, [("0.b", Param("b", (3,), "vector", "identity", stream=0))])
