@@ -12,6 +12,7 @@ from typing import Any, Callable, Protocol
 import torch
 from torch.nn.utils import clip_grads_with_norm_
 
+from . import optim
 from .config import TrainConfig
 
 
@@ -96,9 +97,10 @@ def make_optimizer(groups: list[dict], cfg: TrainConfig) -> torch.optim.Optimize
     """``cfg.optimizer`` of torch.optim over ``groups``. Every one is elementwise, so the sharded
     optimizer equals the full one: each element lives on exactly one rank, or identically on
     each replica."""
+    # plexus.engine.optim's: torch.optim's classes without the torch._dynamo import (seconds)
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
-    kind = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+        return optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
+    kind = optim.AdamW if cfg.optimizer == "adamw" else optim.Adam
     return kind(groups, lr=cfg.lr)
 
 

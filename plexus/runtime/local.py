@@ -77,15 +77,14 @@ def _start_method(entrypoint: Callable[..., Any]) -> str:
     """How local workers are started.
 
     Importing torch costs each worker seconds of CPU, so on CPUs workers are forked from a fork
-    server that has imported torch, torch._dynamo (the optimizer's first construction imports
-    it) and the entry point's module once. The server is a fresh single-threaded process: a
-    plain fork of this one, whose launcher threads may hold locks, can deadlock. With CUDA,
-    spawn: a CUDA context never crosses a fork.
+    server that has imported torch and the entry point's module once (not torch._dynamo:
+    `plexus.engine.optim`'s optimizers never import it). The server is a fresh
+    single-threaded process: a plain fork of this one, whose launcher threads may hold locks,
+    can deadlock. With CUDA, spawn: a CUDA context never crosses a fork.
     """
     if use_cuda() or "forkserver" not in mp.get_all_start_methods():
         return "spawn"
-    mp.set_forkserver_preload(["torch", "torch._dynamo", "plexus.runtime.bootstrap",
-                               entrypoint.__module__])
+    mp.set_forkserver_preload(["torch", "plexus.runtime.bootstrap", entrypoint.__module__])
     return "forkserver"
 
 
