@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import sys
 import time
@@ -98,6 +99,8 @@ def check_numbers(args: argparse.Namespace) -> TrainConfig:
          f"--world-size must be in [1, {MAX_WORLD_SIZE}], got {args.world_size}"),
         (0 <= args.seed <= MAX_SEED, f"--seed must be in [0, 2**63 - 1], got {args.seed}"),
         (args.threads is None or args.threads >= 1, f"--threads must be >= 1, got {args.threads}"),
+        (0 <= args.heartbeat < math.inf,  # also false for NaN
+         f"--heartbeat must be >= 0 seconds (0: none), got {args.heartbeat}"),
     ]
     for ok, message in rules:
         if not ok:
@@ -294,7 +297,8 @@ def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunPlan:
         engine=engine, perm=shape.perm or args.perm or DEFAULT_PERMUTATION, shards=args.shards,
         checkpoint=args.checkpoint,
         checkpoint_every=args.checkpoint_every or CHECKPOINT_EVERY, resume=resume,
-        log_json=args.log_json, quiet=args.quiet, timeout_s=args.timeout,
+        log_json=args.log_json, quiet=args.quiet, heartbeat_s=args.heartbeat,
+        timeout_s=args.timeout,
         check_memory=not args.force,
         fault=Fault.parse(args.inject_fault) if args.inject_fault else None,
         save_predictions=args.save_predictions, save_embeddings=args.save_embeddings,
