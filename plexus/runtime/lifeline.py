@@ -1,9 +1,9 @@
 """Tie a locally launched worker's life to its launcher's, and leave nothing behind when the
 launcher is killed outright.
 
-On CPUs the workers are children of a fork server, not of the launcher, so the kernel's
-parent-death signal alone does not reach them when the launcher dies: it fires when the fork
-server dies, and the fork server outlives a SIGKILLed launcher. Each worker therefore also runs a
+Workers forked from a fork server (CPU workers of more than one thread) are its children, not
+the launcher's, so the kernel's parent-death signal alone does not reach them when the launcher
+dies: it fires when the fork server dies, and the fork server outlives a SIGKILLed launcher. Each worker therefore also runs a
 watchdog thread that waits on a pidfd of the launcher (no polling, no pid reuse); when the launcher
 is gone it removes the job's temporary directories (which the launcher's own clean-up, never run
 after SIGKILL, would have removed), kills the fork server (which brings down every other worker
