@@ -128,13 +128,13 @@ def rmat_setup(out: list[str]) -> None:
     process (what a 1x1x1 run does before its step)."""
     sys.path.insert(0, str(REPO))
     from plexus.datasets import load_dataset  # noqa: PLC0415
-    from plexus.partitioners import partition_rank  # noqa: PLC0415
+    from plexus.partitioners import shard_graph  # noqa: PLC0415
 
     spec = "rmat:scale=20,edge_factor=16,features=64,classes=16"
     start = time.perf_counter()
     graph = load_dataset(spec, None, seed=0)
     loaded = time.perf_counter()
-    partition_rank(graph, (1, 1, 1), 0, num_layers=3)
+    shard_graph(graph, "1x1x1", {"x": 0, "y": 0, "z": 0}, num_layers=3, perm="double")
     cut = time.perf_counter()
     out.append(f"R-MAT 20 set-up, CPU part, 1x1x1 (this process): load_dataset "
                f"{loaded - start:.2f} s, the cut {cut - loaded:.2f} s")
