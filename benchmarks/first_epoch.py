@@ -71,28 +71,29 @@ print(f"epoch 1 loss {float(loss):.4f} accs {accs}")
 """
 
 
-def env() -> dict[str, str]:
+def env(tree: Path = REPO) -> dict[str, str]:
     e = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-             PYTHONPATH=str(REPO))
+             PYTHONPATH=str(tree))
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                 "MASTER_PORT", "PLEXUS_SETUP_DONE"):
         e.pop(key, None)
     return e
 
 
-def timed(cmd: list[str], cwd: Path | None = None) -> tuple[float, str]:
+def timed(cmd: list[str], cwd: Path | None = None, tree: Path = REPO) -> tuple[float, str]:
     start = time.perf_counter()
-    proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, cwd=cwd, timeout=900)
+    proc = subprocess.run(cmd, env=env(tree), capture_output=True, text=True, cwd=cwd,
+                          timeout=900)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return wall, proc.stdout
 
 
-def plexus_run(grid: str, cache: Path, tmp: Path) -> dict:
+def plexus_run(grid: str, cache: Path, tmp: Path, tree: Path = REPO) -> dict:
     log = tmp / f"log-{grid}.json"
     wall, _ = timed([str(BIN / "plexus-train"), "--grid", grid, "--epochs", "1", "--quiet",
-                     "--cache", str(cache), "--log-json", str(log)])
+                     "--cache", str(cache), "--log-json", str(log)], tree=tree)
     summary = json.loads(log.read_text().splitlines()[-1])
     w, phases = summary["wall_time"], summary.get("setup_phases") or {}
     return {"whole_s": wall, "startup_s": w["startup_s"],
@@ -148,6 +149,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", help="also write the report here")
+    p.add_argument("--before", type=Path, metavar="CHECKOUT",
+                   help="also time plexus-train from this checkout (e.g. the commit before the "
+                        "change), interleaved")
     p.add_argument("--rmat-setup", action="store_true",
                    help="also time R-MAT 20's load and cut (the CPU part of GPU set-up)")
     args = p.parse_args()
@@ -175,7 +179,9 @@ def main() -> int:
         plexus_run("1x1x1", cache, tmp)
         timed([sys.executable, str(script), str(pyg_root)])
         rows: dict[str, list] = {"1x1x1": [], "2x2x2": [], "pyg": [], "imports": [],
-                                 "run": [], "bare": []}
+                                 "run": [], "bare": [], "before 1x1x1": [], "before 2x2x2": []}
+        if args.before:
+            plexus_run("2x2x2", cache, tmp, args.before)
         loads = []
         for r in range(args.rounds):
             before = os.getloadavg()[0]
@@ -185,12 +191,17 @@ def main() -> int:
             rows["imports"].append(timed([sys.executable, "-c", "import plexus.train.cli"])[0])
             rows["run"].append(timed([str(checkout / "run"), "true"], cwd=checkout)[0])
             rows["bare"].append(timed(["true"])[0])
+            if args.before:
+                for grid in ("1x1x1", "2x2x2"):
+                    rows[f"before {grid}"].append(plexus_run(grid, cache, tmp, args.before))
             after = os.getloadavg()[0]
             loads.append((before, after))
             say(f"round {r + 1}: load {before:.2f} -> {after:.2f}; 1x1x1 "
                 f"{rows['1x1x1'][-1]['whole_s']:.2f} s, 2x2x2 {rows['2x2x2'][-1]['whole_s']:.2f} s, "
                 f"PyG {rows['pyg'][-1]:.2f} s, import plexus.train.cli {rows['imports'][-1]:.2f} s, "
-                f"./run true {rows['run'][-1]:.3f} s (true {rows['bare'][-1]:.3f} s)")
+                f"./run true {rows['run'][-1]:.3f} s (true {rows['bare'][-1]:.3f} s)"
+                + (f"; before: 1x1x1 {rows['before 1x1x1'][-1]['whole_s']:.2f} s, 2x2x2 "
+                   f"{rows['before 2x2x2'][-1]['whole_s']:.2f} s" if args.before else ""))
         pyg = median(rows["pyg"])
         say("")
         say(f"medians of {args.rounds} (load 1-min avg over the rounds "
@@ -199,12 +210,14 @@ def main() -> int:
         say(f"  import plexus.train.cli alone: {median(rows['imports']):.2f} s")
         keys = ("startup_s", "process_group_s", "shard_s", "model_s", "first_step_s", "eval_s",
                 "rest_s")
-        for grid in ("1x1x1", "2x2x2"):
+        grids = ("1x1x1", "2x2x2") + (("before 1x1x1", "before 2x2x2") if args.before else ())
+        for grid in grids:
             runs = rows[grid]
             whole = median([x["whole_s"] for x in runs])
             parts = ", ".join(f"{k[:-2].replace('_', ' ')} {median([x[k] for x in runs]):.2f}"
                               for k in keys)
-            say(f"  plexus-train --grid {grid} --epochs 1: {whole:.2f} s = {whole / pyg:.2f}x "
+            say(f"  {'(' + str(args.before) + ') ' if grid.startswith('before') else ''}"
+                f"plexus-train --grid {grid.split()[-1]} --epochs 1: {whole:.2f} s = {whole / pyg:.2f}x "
                 f"PyG  ({parts}; loss {runs[0]['loss']:.4f})")
         overhead = median(rows["run"]) - median(rows["bare"])
         say(f"  ./run's own overhead (./run true - true): {overhead * 1e3:.0f} ms")
