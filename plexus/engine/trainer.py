@@ -13,7 +13,7 @@ import torch
 from torch.nn.utils import clip_grads_with_norm_
 
 from plexus.datasets.trainable import check_trainable
-
+from . import optim
 from .config import TrainConfig
 
 
@@ -98,9 +98,10 @@ def make_optimizer(groups: list[dict], cfg: TrainConfig) -> torch.optim.Optimize
     """``cfg.optimizer`` of torch.optim over ``groups``. Every one is elementwise, so the sharded
     optimizer equals the full one: each element lives on exactly one rank, or identically on
     each replica."""
+    # plexus.engine.optim's: torch.optim's classes without the torch._dynamo import (seconds)
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
-    kind = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+        return optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
+    kind = optim.AdamW if cfg.optimizer == "adamw" else optim.Adam
     return kind(groups, lr=cfg.lr)
 
 

@@ -1,10 +1,11 @@
 """Tie a locally launched worker's life to its launcher's, and leave nothing behind when the
 launcher is killed outright.
 
-On CPUs the workers are children of a fork server, not of the launcher, so the kernel's
-parent-death signal alone does not reach them when the launcher dies: it fires when the fork
-server dies, and the fork server outlives a SIGKILLed launcher. Each worker therefore also runs a
-watchdog thread that waits on a pidfd of the launcher (no polling, no pid reuse); when the launcher
+Workers forked from a fork server (CPU workers of more than one thread) are its children, not
+the launcher's, so the kernel's parent-death signal alone does not reach them when the launcher
+dies: it fires when the fork server dies, and the fork server outlives a SIGKILLed launcher.
+Each worker therefore also runs a watchdog thread that waits on a pidfd of the launcher (no
+polling, no pid reuse; a worker forked from the launcher itself has only this); when the launcher
 is gone it removes the job's temporary directories (which the launcher's own clean-up, never run
 after SIGKILL, would have removed), kills the fork server (which brings down every other worker
 through their parent-death signal) and ends itself. The resource tracker then sees its last
@@ -24,8 +25,8 @@ from plexus.core import owned
 
 
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
-    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux; elsewhere a
-    no-op returning False)."""
+    """Ask the kernel to send ``sig`` to this process when its parent dies (0: no signal;
+    Linux; elsewhere a no-op returning False)."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -70,9 +71,16 @@ class Lifeline:
     def hold(self) -> None:
         """Call first thing in a worker: it ends, and cleans up, when the launcher ends."""
         parent = os.getppid()  # the launcher, or the fork server (killed in `_launcher_died`)
-        set_parent_death_signal()
-        if os.getppid() != parent:  # the parent died before the request took effect
-            self._launcher_died(parent)
+        if parent != self.launcher_pid:
+            # a fork server's child: its death (killed below) ends the others
+            set_parent_death_signal()
+            if os.getppid() != parent:  # the parent died before the request took effect
+                self._launcher_died(parent)
+        else:
+            # a worker forked from the launcher itself takes no such signal (torch's process
+            # starter asks for SIGINT): every worker would die with the launcher at once,
+            # before any removed the job's files. The watchdog ends it
+            set_parent_death_signal(0)
         threading.Thread(target=self._watch, args=(parent,), name="plexus-lifeline",
                          daemon=True).start()
 

@@ -1,6 +1,6 @@
 """Start a job's workers on this machine with torch's elastic launcher, and name why one failed.
 
-`launch_local` runs X·Y·Z worker processes (c10d rendezvous on 127.0.0.1, a free port); when a
+`launch_local` runs X·Y·Z worker processes (a static rendezvous on 127.0.0.1, a free port); when a
 worker raises or dies, the agent stops the others and `LocalJobFailed` names the root cause
 first (a killed worker before its peers' broken connections).
 """
@@ -73,19 +73,24 @@ def _quiet_elastic_logs() -> None:
             logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
-def _start_method(entrypoint: Callable[..., Any]) -> str:
+def _start_method(entrypoint: Callable[..., Any], fork: bool) -> str:
     """How local workers are started.
 
-    Importing torch costs each worker seconds of CPU, so on CPUs workers are forked from a fork
-    server that has imported torch, torch._dynamo (the optimizer's first construction imports
-    it) and the entry point's module once. The server is a fresh single-threaded process: a
-    plain fork of this one, whose launcher threads may hold locks, can deadlock. With CUDA,
-    spawn: a CUDA context never crosses a fork.
+    Importing torch costs each worker seconds of CPU. Where the caller says it is safe
+    (``fork``: one torch thread per worker, so no worker enters an OpenMP region that a fork
+    would leave broken), CPU workers are forked from this process, which has imported torch and
+    the entry point already: they start with nothing to import. Otherwise they are forked from a
+    fork server that has imported torch and the entry point's module once (not torch._dynamo:
+    `plexus.engine.optim`'s optimizers never import it), a fresh single-threaded process.
+    With CUDA, spawn: a CUDA context never crosses a fork.
     """
-    if use_cuda() or "forkserver" not in mp.get_all_start_methods():
+    if use_cuda():
         return "spawn"
-    mp.set_forkserver_preload(["torch", "torch._dynamo", "plexus.runtime.bootstrap",
-                               entrypoint.__module__])
+    if fork and "fork" in mp.get_all_start_methods():
+        return "fork"
+    if "forkserver" not in mp.get_all_start_methods():
+        return "spawn"
+    mp.set_forkserver_preload(["torch", "plexus.runtime.bootstrap", entrypoint.__module__])
     return "forkserver"
 
 
@@ -123,18 +128,23 @@ def _worker(lifeline: Lifeline, progress_dir: str, entrypoint: Callable[..., Any
     (pid N) was killed by signal SIGINT") rather than a peer's broken connection, and no
     traceback is printed (Ctrl-C reaches every process of the job)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        if callable(signal.getsignal(sig)):  # the agent's handler, inherited by a fork
+            signal.signal(sig, signal.SIG_DFL)
     lifeline.hold()
     os.environ[PROGRESS_DIR_ENV] = progress_dir
     return entrypoint(*args)
 
 
-def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any) -> list[Any]:
+def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any,
+                 fork: bool = False) -> list[Any]:
     """Run ``entrypoint(*args)`` in ``nprocs`` local worker processes that form one job.
 
     Returns the workers' return values in rank order. Raises `LocalJobFailed` when a worker
     raises or dies; the elastic agent then stops all the others, so a failure never leaves the
     job hanging. Workers end (and remove the job's temporary files) when this process dies,
-    even by SIGKILL (`plexus.runtime.lifeline`).
+    even by SIGKILL (`plexus.runtime.lifeline`). ``fork``: every worker runs one torch
+    thread, so CPU workers may be forked from this process (`_start_method`).
     """
     from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs  # noqa: PLC0415
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError  # noqa: PLC0415
@@ -148,7 +158,7 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any) -> lis
               file=sys.stderr, flush=True)
         raise SystemExit(2)
     _quiet_elastic_logs()
-    start_method = _start_method(entrypoint)
+    start_method = _start_method(entrypoint, fork)
     if start_method == "forkserver":
         _start_forkserver()
     for stream in (sys.stdout, sys.stderr):  # our own lines first, then the workers'
@@ -167,7 +177,10 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any) -> lis
         config = LaunchConfig(
             min_nodes=1, max_nodes=1, nproc_per_node=nprocs,
             run_id=f"plexus-{uuid.uuid4().hex[:12]}",
-            rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}",
+            # one node: the static rendezvous (a TCP store, no more); the dynamic one records
+            # events with inspect.stack(), seconds of a small job's start
+            rdzv_backend="static", rdzv_configs={"rank": 0},
+            rdzv_endpoint=f"127.0.0.1:{free_port()}",
             local_addr="127.0.0.1",
             max_restarts=0,  # a failed worker fails the job: training is not elastic
             monitor_interval=0.1,

@@ -118,6 +118,12 @@ class TensorTracker(TorchDispatchMode):
         self.peak_live = 0
         self._alive: dict[int, Any] = {}
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps a mode's __torch_dispatch__ so torch.compile skips it, and that wrapper
+        # imports torch._dynamo (seconds) on the first operation; nothing compiled runs here
+        return False
+
     @property
     def peak_bytes(self) -> int:
         """Baseline plus the peak of the tracked allocations."""

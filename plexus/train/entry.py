@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from plexus.core.timing import process_start_time
-from plexus.runtime.env import JobEnv, LaunchError, detect_environment
+from plexus.runtime.env import JobEnv, LaunchError, detect_environment, threads_per_worker
 from plexus.runtime.group import init_process_group
 from plexus.runtime.hostmem import enable_huge_pages
 from plexus.runtime.progress import lagging_rank
@@ -57,6 +57,7 @@ def run_rank(plan: RunPlan, env: JobEnv) -> int:
     try:
         device = init_process_group(env, plan.timeout_s, device=plan.device,
                                     threads=plan.threads)
+        joined = time.perf_counter()
     except LaunchError as e:  # e.g. a local rank without a GPU: the same on every such rank
         print(error_line(f"rank {env.rank}: {e}"), file=sys.stderr, flush=True)
         return 2
@@ -72,8 +73,11 @@ def run_rank(plan: RunPlan, env: JobEnv) -> int:
                            env.local_world_size)
     except Exception as e:  # noqa: BLE001 — every rank must learn of it, see agree_on_failure
         error = e
+    # where this rank's set-up went, for the summary: the process group, its shard (the store
+    # opened and read, or the graph cut), then the model (`_train`)
+    phases = {"process_group_s": joined - started, "load_s": time.perf_counter() - joined}
     try:
-        return _train(plan, setup, error, device, started, startup_s)
+        return _train(plan, setup, error, device, started, startup_s, phases)
     finally:
         if setup is not None:
             setup.release()  # the checkpoint directory's lock, on every path out
@@ -82,7 +86,8 @@ def run_rank(plan: RunPlan, env: JobEnv) -> int:
 
 
 def _train(plan: RunPlan, setup: LocalSetup | None, error: BaseException | None,
-           device: torch.device, started: float, startup_s: float) -> int:
+           device: torch.device, started: float, startup_s: float,
+           phases: dict[str, float]) -> int:
     """Agree on set-up failures, then train (the second half of `run_rank`, which began at
     ``started``, ``startup_s`` after the command)."""
     code = agree_on_failure(error, device)
@@ -94,14 +99,16 @@ def _train(plan: RunPlan, setup: LocalSetup | None, error: BaseException | None,
         dist.destroy_process_group()
         return code
     assert setup is not None
+    built = time.perf_counter()
     run = build_run(plan, setup, device)
     try:
         start = time.perf_counter()
+        phases["build_s"] = start - built
         with run.tracker or contextlib.nullcontext():
             history = run.trainer.fit(callback=run.on_epoch)
         run.agree(None)  # an output the last epoch could not write stops every rank here
         finish(run, history, time.perf_counter() - start, setup_s=start - started,
-               startup_s=startup_s)
+               startup_s=startup_s, phases=phases)
     except RunStopped as e:  # on every rank at the same epoch (or rank 0 alone, after the last
         if run.log is not None:  # collective): a clean stop, one line
             run.log.abandon(discard=isinstance(e, OutputFailed))
@@ -136,7 +143,10 @@ def run_local(plan: RunPlan) -> int:
     if nprocs == 1:
         return run_single(plan)
     try:
-        codes = launch_local(nprocs, local_worker, plan)
+        # one thread per worker (ranks at least the cores, the usual case): forked from this
+        # process, which has imported everything a worker needs
+        codes = launch_local(nprocs, local_worker, plan,
+                             fork=threads_per_worker(nprocs, requested=plan.threads) == 1)
     except LocalJobFailed as e:
         root = e.failures[0]
         if "timed out" in root.message.lower():  # not a bug: a peer stopped answering

@@ -19,6 +19,7 @@ from plexus.runtime.options import add_device_options
 from .cache import CACHE_ENV
 from .cacheuse import MAX_GB_ENV
 from .errors import PROG
+from .heartbeat import DEFAULT_HEARTBEAT_S
 from .plan import CHECKPOINT_EVERY
 
 
@@ -163,7 +164,12 @@ def _output_options(out: argparse._ArgumentGroup) -> None:
     out.add_argument("--tensorboard", metavar="DIR",
                      help="TensorBoard scalars in DIR: loss, accuracies, epoch time, time per "
                           "timer (needs the tensorboard package; without it, one note)")
-    out.add_argument("--quiet", action="store_true", help="print only the summary")
+    out.add_argument("--quiet", action="store_true",
+                     help="print only the summary, and a heartbeat line (epoch, rate, ETA) "
+                          "every --heartbeat seconds")
+    out.add_argument("--heartbeat", type=float, default=DEFAULT_HEARTBEAT_S, metavar="SECONDS",
+                     help="with --quiet: the least time between heartbeat lines, each at the "
+                          "first epoch's end after it (default %(default)g; 0: none)")
 
 
 def _result_options(res: argparse._ArgumentGroup) -> None:

@@ -97,6 +97,7 @@ class RunPlan:
     resume: bool = False
     log_json: str | None = None
     quiet: bool = False
+    heartbeat_s: float = 0.0  # --quiet's heartbeat interval (0: none)
     # when the command started (`time.time`): the run's wall time counts start-up from there;
     # None: from the rank's own process start (a rank of torchrun/srun)
     launched_at: float | None = None

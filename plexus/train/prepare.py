@@ -50,6 +50,7 @@ class LocalSetup:
     predicted_setup_bytes: float = 0.0  # ... and its set-up peak (`plexus.perfmodel.setup`)
     predicted_rank_bytes: float = 0.0  # the same two for this rank's own coordinates
     predicted_rank_setup_bytes: float = 0.0
+    local_ranks: int = 1  # the job's ranks on this machine (they share its cores)
 
     def release(self) -> None:
         """Let another run use the checkpoint directory (at the end of the run, on any path)."""
@@ -88,7 +89,7 @@ def load_local(plan: RunPlan, rank: int, world: int, device: torch.device,
     if rank == 0:  # rank 0 writes the outputs
         json_log, sinks, lock = open_outputs(plan, resume_from)
     return LocalSetup(grid, shard, info, resume_from, json_log, sinks, lock, peaks.training,
-                      peaks.setup, own.training, own.setup)
+                      peaks.setup, own.training, own.setup, local_ranks)
 
 
 def load_shard(plan: RunPlan, rank: int, world: int, local_ranks: int

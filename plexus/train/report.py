@@ -110,11 +110,13 @@ def startup_origin(plan: RunPlan) -> str:
 
 
 def finish(run: Run, history: list[EpochStats], train_time_s: float,
-           setup_s: float = 0.0, startup_s: float = 0.0) -> None:
+           setup_s: float = 0.0, startup_s: float = 0.0,
+           phases: dict[str, float] | None = None) -> None:
     """Collective: final evaluation if needed, timers, ledger, OGB metric; rank 0 reports.
 
     ``train_time_s`` is the training loop's wall time, ``setup_s`` the rank's set-up before it,
-    ``startup_s`` the command's start-up before the rank began (`WallTime`)."""
+    ``startup_s`` the command's start-up before the rank began (`WallTime`); ``phases`` rank
+    0's set-up in parts (process group, shard, model), for the JSON log."""
     begun = time.perf_counter()
     trainer = run.trainer
     final = history[-1].as_dict() if history else {"epoch": trainer.epoch}
@@ -161,6 +163,7 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         "train_time_s": train_time_s,
         "mean_epoch_time_s": float(np.mean(epoch_times)) if epoch_times else 0.0,
         "wall_time": wall.as_dict(), "evaluations": int(evaluations),
+        "setup_phases": phases or None,
         "startup_from": startup_origin(run.plan),
         "setup_script_s": run.plan.setup_script_s or None,
         "comm_bytes": comm_total, "comm_bytes_max_rank": comm_max,

@@ -29,6 +29,7 @@ from plexus.core.units import format_bytes, format_seconds
 
 from .epochlogs import EpochSink, LineFile
 from .errors import OutputFailed, output_failure
+from .heartbeat import Heartbeat
 from .walltime import format_wall_time
 from plexus.core import owned
 
@@ -174,13 +175,16 @@ class RunLog:
 
     def __init__(self, total_epochs: int, start_epoch: int = 0, quiet: bool = False,
                  json_log: JsonLog | None = None, stream: IO[str] | None = None,
-                 progress: bool | None = None, sinks: Sequence[EpochSink] = ()) -> None:
+                 progress: bool | None = None, sinks: Sequence[EpochSink] = (),
+                 heartbeat_s: float = 0.0) -> None:
         self.total = total_epochs
         self.sinks = list(sinks)  # --log-csv, --tensorboard
         self.quiet = quiet
         self.stream = stream if stream is not None else sys.stdout
         self.json = json_log
         self.bar = None
+        # --quiet's heartbeat (a console lost later turns quiet too, and then says nothing)
+        self.heartbeat = Heartbeat(heartbeat_s, total_epochs, start_epoch) if quiet else None
         if self.stream is None:  # stdout closed (`>&-`): train without a console
             self._lose_console()
         if progress is None:
@@ -196,6 +200,10 @@ class RunLog:
         if not self.quiet:
             self._print(text)
 
+    def note(self, text: str) -> None:
+        """A line shown even when quiet (a warning that explains the run's times)."""
+        self._print(text)
+
     def _print(self, text: str) -> None:
         try:
             if self.bar is not None:
@@ -210,6 +218,7 @@ class RunLog:
 
     def _lose_console(self) -> None:
         self.bar = None
+        self.heartbeat = None
         self.quiet = True
         lost, self.stream = self.stream, open(os.devnull, "w")  # noqa: SIM115 — run-long
         if lost is not None and lost is sys.stdout:
@@ -227,6 +236,9 @@ class RunLog:
         for sink in self.sinks:
             sink.epoch(stats, timers or {})
         if self.quiet:
+            line = self.heartbeat.beat(stats.epoch) if self.heartbeat is not None else None
+            if line is not None:
+                self._print(line)
             return
         self._print(format_epoch(stats, self.total))
         if self.bar is not None:

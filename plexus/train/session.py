@@ -13,7 +13,7 @@ from plexus.api import GraphModel, model_from_shard
 from plexus.core.atomic import UnsafeTargetError
 from plexus.api.training import DEFAULT_DTYPE, Comm, EpochStats, Grid, Trainer
 from plexus.partitioners import RankShard
-from plexus.runtime.env import THREADS_ENV, env_threads
+from plexus.runtime.env import THREADS_ENV, available_cores, env_threads
 from plexus.runtime.progress import start_beacon
 from plexus.runtime.memstats import (TensorTracker, peak_rss_bytes, reset_peak_rss,
                                      resident_storages)
@@ -171,6 +171,17 @@ def threads_origin(requested: int | None) -> str:
     return f"{THREADS_ENV}={asked}" if asked is not None else "the cores shared by the ranks"
 
 
+def crowding_note(local_ranks: int, cores: int) -> str | None:
+    """The note for CPU ranks that outnumber this machine's cores (its affinity mask), or None.
+    Their epochs measure the sharing, not the grid: say so once, even under --quiet."""
+    if local_ranks <= cores:
+        return None
+    return (f"{PROG}: note: {local_ranks} ranks share this machine's {plural(cores, 'core')} "
+            f"(os.sched_getaffinity), so they take turns: epochs take longer than with a core "
+            f"per rank, and their times measure the sharing, not the grid; use at most {cores} "
+            "ranks here for timings")
+
+
 def build_run(plan: RunPlan, setup: LocalSetup, device: torch.device) -> Run:
     """Collective set-up: grid, model, trainer, restored checkpoint, rank 0's reporter."""
     grid = Grid.create(setup.grid, device, plan.timeout_s)
@@ -193,13 +204,17 @@ def build_run(plan: RunPlan, setup: LocalSetup, device: torch.device) -> Run:
     log = None
     if grid.rank == 0:
         log = RunLog(plan.train.epochs, trainer.epoch, plan.quiet, setup.json_log,
-                     sinks=setup.sinks)
+                     sinks=setup.sinks, heartbeat_s=plan.heartbeat_s)
         log.message(f"{PROG}: {setup.dataset.describe()} on grid {grid} "
                     f"({plural(grid.world_size, 'rank')}, {device.type}, "
                     f"{plural(torch.get_num_threads(), 'thread')} per rank, "
                     f"{threads_origin(plan.threads)}), "
                     f"{plural(plan.model.num_layers, 'layer')}, orders "
                     f"{','.join(setup.shard.orders)}, permutation {setup.shard.perm}")
+        if device.type == "cpu":
+            crowded = crowding_note(setup.local_ranks, available_cores())
+            if crowded:
+                log.note(crowded)
         if setup.resume_from is not None:
             log.message(f"{PROG}: resumed from {ckpt.checkpoint_path(plan.checkpoint)} at epoch "
                         f"{trainer.epoch}")  # type: ignore[arg-type]

@@ -102,7 +102,8 @@ def test_sigkill_of_the_launcher_ends_every_process_and_leaves_no_file(tmp_path)
         wait_for_epoch(proc, 2)
         semaphores = _semaphores_of(proc.pid)
         assert semaphores, "the job's processes share multiprocessing semaphores"
-        assert len(session_processes(proc.pid)) >= 6  # launcher, fork server, tracker, 4 workers
+        # the launcher and 4 workers (forked from it: one thread each), at least
+        assert len(session_processes(proc.pid)) >= 5
         os.kill(proc.pid, signal.SIGKILL)
         left = _gone_within(proc.pid, 10, but=proc.pid)
         assert not left, f"processes of the job alive 10 s after the launcher was killed: {left}"
