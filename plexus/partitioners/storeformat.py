@@ -1,13 +1,15 @@
 """The shard store's format on disk: its names, version, file hashing and how its stages make
-GNN layers, the one source for the store's writer (`plexus.partitioners.rankfile`,
-`plexus.partitioners.stream`) and reader (`plexus.partitioners.store`)."""
+GNN layers of the model kind it records (a store may record none: then it is a cut of Â and
+stage orders only, as `plexus.train.cache` keeps and older stores are), the one source for the
+store's writer (`plexus.partitioners.rankfile`, `plexus.partitioners.stream`) and reader
+(`plexus.partitioners.store`)."""
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
 
-from plexus.core.ops import KINDS, ModelKind
+from plexus.core.ops import KINDS
 
 FORMAT = "plexus-shard-store"
 VERSION = 1
@@ -31,14 +33,8 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def store_kind(aggregation: str) -> ModelKind:
-    """The model kind whose stages a store of ``aggregation``'s Â is cut in: GCN's for "gcn"
-    (GAT's layers are one stage too), GraphSAGE's for "mean", GIN's for "sum" (agg, dense)."""
-    return next(k for k in KINDS.values() if k.aggregation == aggregation and not k.attention)
-
-
-def gnn_layers(num_stages: int, aggregation: str) -> int | None:
-    """How many GNN layers ``num_stages`` stages make for `store_kind`'s layers (None: not a
-    whole number of them, as an explicit per-stage order may cut)."""
-    per = len(store_kind(aggregation).stage_ops)
+def gnn_layers(num_stages: int, model: str) -> int | None:
+    """How many GNN layers of the kind ``model`` (`plexus.core.ops.KINDS`, which declares its
+    stages per layer) ``num_stages`` stages make (None: not a whole number of them)."""
+    per = len(KINDS[model].stage_ops)
     return num_stages // per if num_stages % per == 0 else None

@@ -168,6 +168,7 @@ class _Shape:
     order: str | None
     dataset: str
     perm: str | None = None  # a store's permutation (--shards)
+    note: str = ""  # what a store decided that no flag said (printed before the run)
 
 
 def _from_store(args: argparse.Namespace, shape: _Shape) -> _Shape:
@@ -181,6 +182,7 @@ def _from_store(args: argparse.Namespace, shape: _Shape) -> _Shape:
     store_grid = GridShape.of(manifest["grid"])
     if shape.grid is not None and shape.grid != store_grid:
         raise UsageError(f"--grid {shape.grid} but {args.shards} was cut for grid {store_grid}")
+    notes = [_store_kind(args, manifest)]
     held, decl = store_aggregation(manifest), KINDS[args.model]
     if decl.aggregation != held:
         raise UsageError(f"{args.shards} holds Â normalized for the {held} aggregation, --model "
@@ -194,8 +196,16 @@ def _from_store(args: argparse.Namespace, shape: _Shape) -> _Shape:
                          f"--model {args.model} layers ({per} stages each); cut it for {per} "
                          "stages per layer")
     layers = stages // per
+    what = f"{layers} {args.model} layer{'s' if layers > 1 else ''}" + (
+        f" ({stages} stages)" if per > 1 else "")
     if shape.layers is not None and shape.layers != layers:
-        raise UsageError(f"--layers {shape.layers} but {args.shards} was cut for {layers} layers")
+        raise UsageError(f"--layers {shape.layers} but {args.shards} was cut for {what}: drop "
+                         f"--layers, or cut a store with plexus-partition --model {args.model} "
+                         f"--layers {shape.layers}")
+    if shape.layers is None and layers != resolve_layers(None):  # said, never silent
+        notes.append(f"{args.shards} was cut for {what}: training {layers} "
+                     f"layer{'s' if layers > 1 else ''} (--layers defaults to "
+                     f"{resolve_layers(None)} without a store)")
     perm = manifest["permutation"]["kind"]
     if args.perm is not None and args.perm != perm:
         raise UsageError(f"--perm {args.perm} but {args.shards} was cut with permutation {perm}")
@@ -210,7 +220,25 @@ def _from_store(args: argparse.Namespace, shape: _Shape) -> _Shape:
         raise UsageError(f"--order {order} gives layer orders {resolved} but {args.shards} was "
                          f"cut for {store_orders}")
     check_grid_fits(store_grid, store_model, sizes)
-    return _Shape(store_grid, layers, order, str(manifest.get("dataset", args.shards)), perm)
+    return _Shape(store_grid, layers, order, str(manifest.get("dataset", args.shards)), perm,
+                  "; ".join(n for n in notes if n))
+
+
+def _store_kind(args: argparse.Namespace, manifest: dict) -> str:
+    """Take the model kind a store records (`plexus.partitioners.store_model`) where --model
+    was not given, refuse another one given; returns the note saying which kind was taken ('':
+    the store records none, or the one asked for)."""
+    from plexus.partitioners import store_model  # noqa: PLC0415
+
+    recorded = store_model(manifest)
+    if recorded is None or recorded == args.model:
+        return ""
+    if "model" in getattr(args, "explicit", set()) or args.recipe:
+        raise UsageError(f"--model {args.model} but {args.shards} was cut for the {recorded} "
+                         f"model: drop --model, or cut a store with plexus-partition --model "
+                         f"{args.model}")
+    args.model = recorded
+    return f"{args.shards} was cut for the {recorded} model: training --model {recorded}"
 
 
 def _check_world(grid: GridShape | None, args: argparse.Namespace, env: JobEnv | None
@@ -282,6 +310,8 @@ def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunPlan:
                             None if args.no_cache else args.cache))
     resume = resolve_resume(args, env is None or env.rank == 0)
     shape = _problem(args)
+    if shape.note and not args.quiet and (env is None or env.rank == 0):
+        console_line(f"{PROG}: {shape.note}")
     engine = engine_config(args)
     world, world_note = _check_world(shape.grid, args, env)
     calibration = run_calibration(args.calibration)
