@@ -187,7 +187,7 @@ def _from_store(args: argparse.Namespace, shape: _Shape) -> _Shape:
     if decl.aggregation != held:
         raise UsageError(f"{args.shards} holds Â normalized for the {held} aggregation, --model "
                          f"{args.model} needs {decl.aggregation}: cut a store for it with "
-                         f"plexus-partition --aggregation {decl.aggregation}, or train a model "
+                         f"plexus-partition --model {args.model}, or train a model "
                          f"of the {held} aggregation from this one")
     # the manifest counts stages: a layer of some kinds is several (GIN's: agg, then dense)
     stages, per = int(manifest["num_stages"]), len(decl.stage_ops)
@@ -211,6 +211,10 @@ def _from_store(args: argparse.Namespace, shape: _Shape) -> _Shape:
         raise UsageError(f"--perm {args.perm} but {args.shards} was cut with permutation {perm}")
     store_orders = ",".join(manifest["orders"])
     order = shape.order or ",".join(manifest["orders"][::per])  # each layer's first stage
+    if shape.order is None and "dense" in order.split(","):  # stages of another kind's layers
+        raise UsageError(f"{args.shards} was cut for the stages {store_orders}, which are not "
+                         f"--model {args.model} layers: cut a store with plexus-partition "
+                         f"--model {args.model}")
     check_order(order, layers)
     store_model = model_config(args, num_layers=layers, order=order)
     sizes = GraphSizes(int(manifest["num_nodes"]), int(manifest["nnz"]),
