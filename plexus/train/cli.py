@@ -333,6 +333,7 @@ def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunPlan:
         fault=Fault.parse(args.inject_fault) if args.inject_fault else None,
         save_predictions=args.save_predictions, save_embeddings=args.save_embeddings,
         export=args.export, export_best=args.export_best, symmetrize=args.symmetrize,
+        split_seed=args.split_seed, features=args.features,
         log_csv=args.log_csv, tensorboard=args.tensorboard,
         cache_dir=cache_dir and str(cache_dir.expanduser()), cache_explicit=bool(args.cache),
         device=args.device, calibration=calibration.path, threads=args.threads,
@@ -350,7 +351,7 @@ def _check_before_launch(plan: RunPlan, world: int | None, world_note: str,
     output path, once before any worker starts; returns the plan with what it resolved."""
     graph = None if plan.shards else _small_graph(plan, need=plan.grid is None)
     sizes = (GraphSizes.of_graph(graph, plan.model) if graph is not None
-             else None if plan.shards else GraphSizes.of_spec(plan.dataset, plan.train.seed))
+             else None if plan.shards else GraphSizes.of_spec(plan.dataset, plan.data_seed))
     grid = plan.grid
     if sizes is not None:  # otherwise every worker checks once it has its shard
         if grid is None:  # the performance model needs the graph's sizes
@@ -376,9 +377,10 @@ def _check_before_launch(plan: RunPlan, world: int | None, world_note: str,
 def _small_graph(plan: RunPlan, need: bool) -> Graph | None:
     """The run's graph, loaded here when it is small (`precheck_dataset`: any problem in it shows
     before a worker starts) or when ``need`` (--grid auto prices it); None otherwise."""
-    graph = precheck_dataset(plan.dataset, plan.root, plan.train.seed)
+    graph = precheck_dataset(plan.dataset, plan.root, plan.data_seed, plan.features)
     if graph is None and need:
-        graph = load_dataset(plan.dataset, plan.root, seed=plan.train.seed)
+        graph = load_dataset(plan.dataset, plan.root, seed=plan.data_seed,
+                             features=plan.features)
     if graph is not None and plan.symmetrize:
         graph = graph.to_undirected()
     return graph

@@ -117,8 +117,16 @@ class RunPlan:
     export: str | None = None  # unsharded weights under PyG names
     export_best: bool = False  # ... of the best-validation epoch
     symmetrize: bool = False  # make the graph undirected before training
+    split_seed: int | None = None  # --split-seed: the dataset's stand-ins (None: train.seed)
+    features: str = "auto"  # --features: how node features are scaled (plexus.datasets)
     log_csv: str | None = None  # a CSV of epochs
     tensorboard: str | None = None  # a TensorBoard log directory
+
+    @property
+    def data_seed(self) -> int:
+        """The seed of the dataset's seeded parts (a split, features or labels its files lack;
+        a synthetic graph): --split-seed, else --seed, as before --split-seed existed."""
+        return self.train.seed if self.split_seed is None else self.split_seed
 
     def uses_cache(self, world: int | None) -> bool:
         """Whether the run reads its shards from the cache: a --dataset run (not --shards) with
