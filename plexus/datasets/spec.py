@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .edgelist import load_edgelist
 from .errors import DatasetError
+from .files import file_sha256
 from .graph import Graph, row_normalize
 from .mtx import load_mtx
 from .npz import load_npz
@@ -50,6 +51,22 @@ def spec_paths(spec: str, root: str | None = None) -> list[Path]:
     if kind.startswith("ogbn-") and root is not None:
         return [Path(root).expanduser() / spec.replace("-", "_")]  # ogb's directory name
     return [] if root is None else [Path(root).expanduser()]
+
+
+#: Formats read from the one file a spec names (``npz:PATH``...): keyed by the file's content
+FILE_FORMATS = ("npz", "mtx", "edgelist")
+
+
+def content_key(spec: str, root: str | None = None) -> list[str] | None:
+    """``[format, sha256 of the file]`` for a spec of `FILE_FORMATS`: what names its graph in a
+    cache wherever the file lies and whatever it is called (a copy of a file is the same graph,
+    a file named cora.npz is not the embedded Cora); None for other specs. Raises `OSError`
+    when the file cannot be read."""
+    kind, colon, rest = spec.strip().partition(":")
+    kind = kind.strip().lower()
+    if not colon or kind not in FILE_FORMATS:
+        return None
+    return [kind, file_sha256(spec_path(rest.strip(), root, spec))]
 
 
 #: The most files a source may hold for `source_fingerprint` to watch them

@@ -42,7 +42,8 @@ from plexus.core.grid import GridShape
 from plexus.core.units import format_bytes
 from plexus.datasets import DatasetError, Graph, gcn_nnz, load_dataset, spec_paths
 from plexus.datasets.convert import streamed_spec
-from plexus.datasets.spec import MAX_SOURCE_FILES, feature_mode, source_fingerprint
+from plexus.datasets.spec import (MAX_SOURCE_FILES, content_key, feature_mode,
+                                  source_fingerprint)
 from plexus.datasets.files import open_regular
 from plexus.core.model import ModelConfig
 from plexus.partitioners import is_store, read_manifest, write_store
@@ -99,9 +100,14 @@ class Source:
                              "--shards, or use --no-cache") from None
         except OSError as e:
             raise CacheError(f"{self.spec}: cannot read its files ({e.strerror or e})") from None
-        key = {"spec": self.spec.strip(), "files": files, "seed": self.seed,
-               "symmetrize": self.symmetrize, "store": [STORE_FORMAT, STORE_VERSION],
-               "plexus": __version__}
+        try:  # a one-file format is keyed by its content: not its path, name or time stamp
+            content = content_key(self.spec, self.root)
+        except OSError as e:
+            raise CacheError(f"{self.spec}: cannot read its file ({e.strerror or e})") from None
+        named = {"spec": self.spec.strip(), "files": files} if content is None else \
+            {"content": content}
+        key = {**named, "seed": self.seed, "symmetrize": self.symmetrize,
+               "store": [STORE_FORMAT, STORE_VERSION], "plexus": __version__}
         # only where given: the stores of runs from before these options keep their keys
         if self.data_seed is not None:
             key["data_seed"] = self.data_seed
