@@ -355,8 +355,9 @@ def _check_before_launch(plan: RunPlan, world: int | None, world_note: str,
     grid = plan.grid
     if sizes is not None:  # otherwise every worker checks once it has its shard
         if grid is None:  # the performance model needs the graph's sizes
+            calibration, said = auto_rates(plan, world, calibration)  # type: ignore[arg-type]
             grid, why = choose_run_grid(plan, sizes, world, calibration,  # type: ignore
-                                        world, world_note)
+                                        world, world_note, said)
             if not plan.quiet:
                 console_line(f"{PROG}: {why}")
         check_grid_fits(grid, plan.model, sizes)
@@ -384,6 +385,28 @@ def _small_graph(plan: RunPlan, need: bool) -> Graph | None:
     if graph is not None and plan.symmetrize:
         graph = graph.to_undirected()
     return graph
+
+
+def auto_rates(plan: RunPlan, world: int, calibration: Calibration
+               ) -> tuple[Calibration, str | None]:
+    """The rates --grid auto prices with, and how its line names them: on CPUs with no
+    calibration given, this machine's, measured once and kept (`plexus.perfmodel.machine`);
+    otherwise ``calibration`` (None: named by it). One rank has one grid: nothing to measure."""
+    from plexus.perfmodel.machine import machine_cache_dir, machine_rates  # noqa: PLC0415
+
+    folder = machine_cache_dir()
+    if calibration.calibrated or calibration.profile or world <= 1 or folder is None \
+            or default_device(plan.device).type != "cpu":
+        return calibration, None
+    def say(text: str) -> None:
+        if not plan.quiet:
+            console_line(f"{PROG}: --grid auto: {text}; --calibration FILE gives them")
+
+    try:
+        rates = machine_rates(world, folder, say=say)
+    except CalibrationError as e:
+        raise UsageError(str(e)) from None
+    return rates.calibration, rates.said
 
 
 @dataclass(frozen=True)
