@@ -28,7 +28,7 @@ from plexus.api.recipes import RecipeError, get_recipe
 from plexus.api.training import (DEFAULT_DTYPE, EngineConfig, TrainConfig, TrainConfigError,
                                  check_backend)
 from plexus.core.grid import MAX_WORLD_SIZE, GridError, GridShape
-from plexus.core.layout import DEFAULT_PERMUTATION
+from plexus.core.layout import DEFAULT_PERMUTATION, ORDERS
 from plexus.core.model import MAX_SEED
 from plexus.core.timing import command_start_time
 from plexus.core.modelopts import (check_model_options, model_config, resolve_layers,
@@ -210,16 +210,19 @@ def _from_store(args: argparse.Namespace, shape: _Shape) -> _Shape:
     if args.perm is not None and args.perm != perm:
         raise UsageError(f"--perm {args.perm} but {args.shards} was cut with permutation {perm}")
     store_orders = ",".join(manifest["orders"])
-    order = shape.order or ",".join(manifest["orders"][::per])  # each layer's first stage
-    if shape.order is None and "dense" in order.split(","):  # stages of another kind's layers
-        raise UsageError(f"{args.shards} was cut for the stages {store_orders}, which are not "
-                         f"--model {args.model} layers: cut a store with plexus-partition "
-                         f"--model {args.model}")
+    # each layer's order is its first stage's ("dense" where the kind's first stage reads no
+    # graph, an MLP's: any order gives it)
+    order = shape.order or ",".join(o if o in ORDERS else ORDERS[0]
+                                    for o in manifest["orders"][::per])
     check_order(order, layers)
     store_model = model_config(args, num_layers=layers, order=order)
     sizes = GraphSizes(int(manifest["num_nodes"]), int(manifest["nnz"]),
                        int(manifest["num_features"]), int(manifest["num_classes"]))
     resolved = ",".join(store_model.orders(sizes.num_features, sizes.num_classes))
+    if resolved != store_orders and shape.order is None:  # stages of another kind's layers
+        raise UsageError(f"{args.shards} was cut for the stages {store_orders}, which are not "
+                         f"--model {args.model} layers ({resolved}): cut a store with "
+                         f"plexus-partition --model {args.model}")
     if resolved != store_orders:
         raise UsageError(f"--order {order} gives layer orders {resolved} but {args.shards} was "
                          f"cut for {store_orders}")
