@@ -121,7 +121,8 @@ def _training_options(train: argparse._ArgumentGroup) -> None:
                        help="decay every parameter (default) or the first layer's only "
                             "(Kipf & Welling)")
     train.add_argument("--seed", type=int, default=d.seed,
-                       help=f"seed of weights, dropout masks and the permutation (default "
+                       help=f"seed of weights, dropout masks and the permutation, and of the "
+                            f"dataset's stand-ins unless --split-seed (default "
                             f"{d.seed})")
     train.add_argument("--eval-every", type=int, default=d.eval_every, metavar="N",
                        help=f"evaluate every N epochs (default {d.eval_every}; 0: only at the "
