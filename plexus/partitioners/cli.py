@@ -40,6 +40,7 @@ from plexus.core.ops import KINDS
 from plexus.datasets.canonical import BUCKET_ENTRIES, CHUNK_EDGES
 from plexus.datasets.diskgraph import FEATURE_DTYPES
 from plexus.datasets.graph import AGGREGATIONS
+from plexus.datasets.spec import FEATURE_MODES, feature_mode
 
 from .permutations import PERMUTATIONS
 from .streamjob import PartitionInterrupted
@@ -118,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="permutation seed (default 0)")
     p.add_argument("--dataset-seed", type=int, default=0,
                    help="seed of synthetic datasets/features (default 0)")
+    p.add_argument("--features", choices=FEATURE_MODES, default="auto",
+                   help="node features, as plexus-train's --features: auto (each format's "
+                        "convention: row-normalized for Planetoid, the file's values for the "
+                        "rest), raw, or row (unit L1 norm per node)")
     p.add_argument("--out", default=None,
                    help="store directory to write (an existing store is kept unless --force)")
     p.add_argument("--force", action="store_true",
@@ -172,7 +177,8 @@ def apply_threads(requested: int | None) -> None:
 def _load(args):
     from plexus.datasets import load_dataset  # noqa: PLC0415 (heavy; only once input is valid)
 
-    return load_dataset(args.dataset, root=args.root, seed=args.dataset_seed)
+    return load_dataset(args.dataset, root=args.root, seed=args.dataset_seed,
+                        features=args.features)
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -204,7 +210,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         raise UsageError(f"--out {args.out}: a shard store is already there; add --force to "
                          "replace it, or choose another directory")
     check_out_dir(args.out)  # refuse before spending time on the dataset
-    dataset = args.dataset if streamed_spec(args.dataset) else _load(args)
+    # converted in pieces as it is; features scaled otherwise are scaled in memory
+    as_is = feature_mode(args.dataset, args.features) == "raw"
+    dataset = args.dataset if streamed_spec(args.dataset) and as_is else _load(args)
     start = time.perf_counter()
     timings: list = []
     manifest = partition_to_store(

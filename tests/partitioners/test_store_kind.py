@@ -126,3 +126,16 @@ def test_partition_cli_orders_one_per_stage_or_per_layer(tmp_path):
     assert cli.main(["--dataset", OLD_SPEC, "--grid", "1x1x1", "--model", "gin", "--layers",
                      "2", "--orders", "combine,agg", "--out", str(per_layer)]) == 0
     assert read_manifest(per_layer)["orders"] == ["combine", "dense", "agg", "dense"]
+
+
+def test_partition_cli_scales_features_as_plexus_train_does(tmp_path):
+    from plexus.partitioners.store import graph_hash
+
+    for mode in ("auto", "raw"):
+        out = tmp_path / mode
+        assert cli.main(["--dataset", "cora", "--grid", "1x1x1", "--features", mode,
+                         "--out", str(out)]) == 0
+        assert read_manifest(out)["graph_sha256"] == graph_hash(load_dataset("cora",
+                                                                             features=mode))
+    assert read_manifest(tmp_path / "auto")["graph_sha256"] != \
+        read_manifest(tmp_path / "raw")["graph_sha256"]
