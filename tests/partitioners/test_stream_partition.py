@@ -178,7 +178,7 @@ def test_kill_9_mid_partition_keeps_the_old_store_and_a_rerun_resumes(tmp_path):
     assert 0 < run < total  # finished sort tasks were not redone
     fresh = tmp_path / "fresh"
     write_store(rmat_graph(scale=13, edge_factor=8, features=8, classes=4), fresh,
-                shape_of((2, 1, 2)), 2)
+                shape_of((2, 1, 2)), 2, model="gcn")  # the CLI records its --model
     assert_same_store(out, fresh)
     assert leftovers(tmp_path) == []
 
