@@ -59,3 +59,21 @@ def _no_user_calibration():
     finally:
         if saved is not None:
             os.environ[CALIBRATION_ENV] = saved
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_machine_measurement():
+    """--grid auto on a CPU measures this machine once and keeps it in the user's cache
+    (`plexus.perfmodel.machine`): the session's runs price with the built-in rates, as their
+    expectations do, unless a test turns the measurement on in a folder of its own."""
+    from plexus.perfmodel.machine import MACHINE_CACHE_ENV, OFF
+
+    saved = os.environ.get(MACHINE_CACHE_ENV)
+    os.environ[MACHINE_CACHE_ENV] = OFF
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(MACHINE_CACHE_ENV, None)
+        else:
+            os.environ[MACHINE_CACHE_ENV] = saved

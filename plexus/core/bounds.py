@@ -108,6 +108,7 @@ BOUNDS: dict[str, Bound] = {
     "checkpoint_every": _int(1, MAX_COUNT),
     "seed": _int(0, MAX_SEED, "in [0, 2**63 - 1]"),
     "dataset_seed": _int(0, MAX_SEED, "in [0, 2**63 - 1]"),
+    "split_seed": _int(0, MAX_SEED, "in [0, 2**63 - 1]"),
     "lr": _real(0, MAX_LR, True, f"> 0 and at most {MAX_LR:g}"),
     "weight_decay": _real(0, 1e3),
     "momentum": _real(0, math.nextafter(1.0, 0.0), text="in [0, 1)"),

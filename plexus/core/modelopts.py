@@ -24,6 +24,7 @@ DEFAULT_HIDDEN = _DEFAULT.hidden
 DEFAULT_DROPOUT = _DEFAULT.dropout
 DEFAULT_BIAS = _DEFAULT.bias
 DEFAULT_ORDER = _DEFAULT.order
+DEFAULT_KIND = _DEFAULT.kind
 
 # ModelConfig field -> its flag (the rest are the field's name with dashes)
 _FLAGS = {"num_layers": "--layers", "kind": "--model"}

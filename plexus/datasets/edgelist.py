@@ -118,7 +118,5 @@ def load_edgelist(path: str | Path, seed: int = 0) -> Graph:
         notes.append(f"node ids {int(ids[0])}..{int(ids[-1])} remapped to 0..{n - 1} in id order "
                      "(ids with no edge are not nodes)")
     adj = edges_to_csr(src, dst, n, symmetrize=True)
-    name = path.name
-    for suffix in (".gz", ".txt", ".tsv", ".csv", ".edges", ".el"):
-        name = name.removesuffix(suffix)
-    return complete_graph(name, adj, seed=seed, source=str(path), notes=notes)
+    # named by the file, never a bare stem a built-in dataset may share (a cora.txt is not Cora)
+    return complete_graph(path.name, adj, seed=seed, source=str(path), notes=notes)

@@ -8,6 +8,7 @@ descriptor is (no race between a check and the open) and only then hands back a 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -50,3 +51,15 @@ def check_regular(path: str | os.PathLike, error: ErrorType = DatasetError) -> P
     open it themselves (numpy's memory maps, torch.load); returns it."""
     with open_regular(path, error):
         return Path(path)
+
+
+_HASH_BUF = 1 << 20
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a file, read in 1 MiB pieces (memory independent of the file size)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_BUF):
+            h.update(chunk)
+    return h.hexdigest()

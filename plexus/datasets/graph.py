@@ -253,8 +253,10 @@ class Graph:
 
 
 def row_normalize(features: np.ndarray) -> np.ndarray:
-    """Scale each row to sum 1 (rows summing to 0 are left as they are)."""
-    sums = features.sum(axis=1, keepdims=True)
+    """Scale each row to unit L1 norm: sum 1 for non-negative features such as Planetoid's bag
+    of words (signed features are divided by their absolute sum, never by a sum near zero);
+    rows of zeros are left as they are."""
+    sums = np.abs(features).sum(axis=1, keepdims=True)
     sums[sums == 0] = 1.0
     return (features / sums).astype(np.float32)
 

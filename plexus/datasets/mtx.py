@@ -124,7 +124,7 @@ def load_mtx(path: str | Path, seed: int = 0) -> Graph:
         raise DatasetError(f"{path}: cannot read ({type(e).__name__}: {one_line(e)[:200]})") \
             from None
     adj = edges_to_csr(src, dst, n, symmetrize=True)
-    name = path.name.removesuffix(".gz").removesuffix(".mtx")
+    name = path.name  # the file, never the bare stem: a cora.mtx is not the embedded Cora
     return complete_graph(name, adj, seed=seed, source=str(path),
                           notes=["adjacency from Matrix Market nonzeros, symmetrized, "
                                  "self loops dropped"])

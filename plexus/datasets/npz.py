@@ -5,6 +5,7 @@ Keys: ``adj_data, adj_indices, adj_indptr, adj_shape`` (CSR adjacency, required)
 (dense ints, or one-hot CSR as ``labels_data/_indices/_indptr/_shape``); optional ``class_names``.
 Optional split: ``train_mask/val_mask/test_mask`` or ``idx_train/idx_val/idx_test``. Anything
 missing is filled by `plexus.datasets.synthetic`. The adjacency is symmetrized (GCN training).
+The graph is named by its file (``cora.npz``), never by a stem a built-in dataset may share.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def _from_archive(archive, path: Path, seed: int) -> Graph:
 
     labels, num_classes = _labels(archive, path, n)
     masks = _split(archive, path, n)
-    return complete_graph(path.stem, adj, features=features, labels=labels,
+    return complete_graph(path.name, adj, features=features, labels=labels,
                           num_classes=num_classes, masks=masks, seed=seed, notes=notes,
                           source=str(path))
 

@@ -106,18 +106,21 @@ def find_planetoid_dir(name: str, root: str | Path | None) -> Path:
                        f"or {_PYG_DIRS.get(name, name)}/raw/); expected ind.{name}.{{{files}}}")
 
 
-def load_planetoid(name_or_path: str, root: str | Path | None = None) -> Graph:
+def load_planetoid(name_or_path: str, root: str | Path | None = None,
+                   row_normalized: bool = True) -> Graph:
     """Load a Planetoid graph by name (``cora``, ``citeseer``, ``pubmed``) or from a path.
 
     A name is looked up under ``root``; Cora needs no root (a copy ships with the package). A path
     is either a directory holding exactly one ``ind.<name>.*`` set or the prefix ``DIR/ind.<name>``.
+    ``row_normalized``: features scaled to sum 1 per node (Kipf & Welling's preprocessing), else
+    the files' 0/1 bag of words.
     """
     key = name_or_path.lower()
     if key in PLANETOID_NAMES:
-        return read_planetoid(find_planetoid_dir(key, root), key)
+        return read_planetoid(find_planetoid_dir(key, root), key, row_normalized)
     path = Path(name_or_path).expanduser()
     if path.name.startswith("ind.") and path.parent.is_dir():
-        return read_planetoid(path.parent, path.name[len("ind."):])
+        return read_planetoid(path.parent, path.name[len("ind."):], row_normalized)
     if not path.is_dir():
         raise DatasetError(f"{path}: not a directory and not one of {', '.join(PLANETOID_NAMES)}")
     names = sorted(p.name[len("ind."):-len(".x")] for p in path.glob("ind.*.x"))
@@ -125,10 +128,10 @@ def load_planetoid(name_or_path: str, root: str | Path | None = None) -> Graph:
         found = f"several sets ({', '.join(names)}); pass DIR/ind.<name>" if names else \
             "no ind.<name>.x file"
         raise DatasetError(f"{path}: {found}")
-    return read_planetoid(path, names[0])
+    return read_planetoid(path, names[0], row_normalized)
 
 
-def read_planetoid(directory: str | Path, name: str) -> Graph:
+def read_planetoid(directory: str | Path, name: str, row_normalized: bool = True) -> Graph:
     """Read ``directory/ind.<name>.*`` into a `Graph` with the public Planetoid split.
 
     Test ids missing from ``test.index`` but inside its range (CiteSeer's isolated nodes) become
@@ -166,8 +169,9 @@ def read_planetoid(directory: str | Path, name: str) -> Graph:
     notes = _notes(n - n_all - test_idx.size, labelled, (train, val, test),
                    directory.resolve() == EMBEDDED_DIR)
     # Kipf & Welling's preprocessing: bag-of-words rows scaled to sum 1 (worth ~2 points on Cora)
-    features = row_normalize(features)
-    notes.append("features row-normalized (sum 1 per node), as Kipf & Welling")
+    if row_normalized:
+        features = row_normalize(features)
+        notes.append("features row-normalized (sum 1 per node), as Kipf & Welling")
 
     graph = Graph(name=name, adj=adj, features=features, labels=labels,
                   train_mask=train & labelled, val_mask=val & labelled,

@@ -3,11 +3,13 @@ chooses the loader."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from .edgelist import load_edgelist
 from .errors import DatasetError
-from .graph import Graph
+from .files import file_sha256
+from .graph import Graph, row_normalize
 from .mtx import load_mtx
 from .npz import load_npz
 from .planetoid import PLANETOID_NAMES, find_planetoid_dir, load_planetoid
@@ -51,6 +53,22 @@ def spec_paths(spec: str, root: str | None = None) -> list[Path]:
     return [] if root is None else [Path(root).expanduser()]
 
 
+#: Formats read from the one file a spec names (``npz:PATH``...): keyed by the file's content
+FILE_FORMATS = ("npz", "mtx", "edgelist")
+
+
+def content_key(spec: str, root: str | None = None) -> list[str] | None:
+    """``[format, sha256 of the file]`` for a spec of `FILE_FORMATS`: what names its graph in a
+    cache wherever the file lies and whatever it is called (a copy of a file is the same graph,
+    a file named cora.npz is not the embedded Cora); None for other specs. Raises `OSError`
+    when the file cannot be read."""
+    kind, colon, rest = spec.strip().partition(":")
+    kind = kind.strip().lower()
+    if not colon or kind not in FILE_FORMATS:
+        return None
+    return [kind, file_sha256(spec_path(rest.strip(), root, spec))]
+
+
 #: The most files a source may hold for `source_fingerprint` to watch them
 MAX_SOURCE_FILES = 100_000
 
@@ -80,7 +98,42 @@ def source_fingerprint(paths: list[Path], limit: int = MAX_SOURCE_FILES) -> list
     return sorted(found)
 
 
-def load_dataset(spec: str, root: str | None = None, seed: int = 0) -> Graph:
+#: How node features are scaled (``--features``): "auto", the format's published convention
+#: (row for Planetoid's bag of words, as Kipf & Welling and PyG's examples; the files' values for
+#: every other format), "raw" (the files' values, or the seeded stand-ins), "row" (unit L1 norm
+#: per node, `plexus.datasets.graph.row_normalize`)
+FEATURE_MODES = ("auto", "raw", "row")
+
+
+def feature_mode(spec: str, features: str = "auto") -> str:
+    """"raw" or "row": what ``features`` (one of `FEATURE_MODES`) means for the graph ``spec``
+    names; `DatasetError` for another mode."""
+    if features not in FEATURE_MODES:
+        raise DatasetError(f"features {features!r}: use one of {', '.join(FEATURE_MODES)}")
+    if features != "auto":
+        return features
+    kind, colon, _ = spec.strip().partition(":")
+    kind = kind.strip().lower()
+    planetoid = kind == "planetoid" if colon else kind in PLANETOID_NAMES
+    return "row" if planetoid else "raw"
+
+
+def load_dataset(spec: str, root: str | None = None, seed: int = 0,
+                 features: str = "auto") -> Graph:
+    """The graph a spec names (`read_dataset`) with its features scaled as ``features`` says
+    (`FEATURE_MODES`; the default, "auto", is each format's convention: Planetoid's rows sum to
+    1, every other format's values are kept)."""
+    mode = feature_mode(spec, features)
+    graph = read_dataset(spec, root, seed, row_planetoid=mode == "row")
+    kind = spec.strip().partition(":")[0].strip().lower()
+    if mode == "row" and kind not in PLANETOID_NAMES and kind != "planetoid":
+        graph = dataclasses.replace(graph, features=row_normalize(graph.features), notes=[
+            *graph.notes, "features row-normalized (unit L1 norm per node, --features row)"])
+    return graph
+
+
+def read_dataset(spec: str, root: str | None = None, seed: int = 0,
+                 row_planetoid: bool = True) -> Graph:
     """Load the graph a spec names; the result has passed `Graph.validate`.
 
     Specs: ``cora`` (shipped with the package), ``citeseer``, ``pubmed`` (``ind.<name>.*`` under
@@ -97,7 +150,7 @@ def load_dataset(spec: str, root: str | None = None, seed: int = 0) -> Graph:
     kind = kind.strip().lower()
     if not colon:
         if kind in PLANETOID_NAMES:
-            return load_planetoid(kind, root)
+            return load_planetoid(kind, root, row_planetoid)
         if kind.startswith("ogbn-"):
             from .ogb_loader import load_ogb  # imports torch/ogb/pandas: only when needed
 
@@ -106,8 +159,8 @@ def load_dataset(spec: str, root: str | None = None, seed: int = 0) -> Graph:
             return rmat_graph(**parse_rmat_params("", seed))
     elif kind == "planetoid":
         if rest.lower() in PLANETOID_NAMES:
-            return load_planetoid(rest, root)
-        return load_planetoid(str(spec_path(rest, root, spec)))
+            return load_planetoid(rest, root, row_planetoid)
+        return load_planetoid(str(spec_path(rest, root, spec)), row_normalized=row_planetoid)
     elif kind == "npz":
         return load_npz(spec_path(rest, root, spec), seed)
     elif kind == "mtx":

@@ -1,11 +1,16 @@
 """``plexus-partition``: cut a dataset into per-rank shard files, or report load balance.
 
-    plexus-partition --dataset SPEC [--root DIR] --grid XxYxZ --layers L --perm double \\
-                     [--orders auto|agg[,combine...]] [--hidden H] [--aggregation gcn] \\
+    plexus-partition --dataset SPEC [--root DIR] --grid XxYxZ [--model gcn] [--layers L] \\
+                     [--perm double] [--orders auto|agg[,combine...]] [--hidden H] \\
                      [--seed S] --out DIR \\
                      [--force] [--jobs N]
     torchrun --nnodes M --nproc-per-node K -m plexus.partitioners.cli ...   (or srun)
-    plexus-partition --dataset SPEC --grid XxYxZ --layers L --stats-only [--json]
+    plexus-partition --dataset SPEC --grid XxYxZ [--model K --layers L] --stats-only [--json]
+
+The store records the model kind and GNN layers it is cut for (``--model``, ``--layers`` as
+plexus-train counts them; the kind's declaration in `plexus.core.ops` says its stages per
+layer and its Â), and every stage's order. Nothing here needs torch: a run under torchrun or
+srun imports it to join its group.
 
 The store is written by the out-of-core partitioner (`plexus.partitioners.partition_to_store`):
 memory does not grow with the number of edges; R-MAT and OGB datasets are converted in pieces,
@@ -18,6 +23,7 @@ and exit status 2, with nothing left on disk.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -28,11 +34,13 @@ from plexus.core.cli import ArgumentParser, UsageError, report_error
 from plexus.core.grid import GridShape
 from plexus.core.layout import (DEFAULT_PERMUTATION, STAGE_ORDERS, grid_misfit,
                                  layer_plans)
-from plexus.core.model import AUTO_ORDER, MAX_LAYERS, ModelError, parse_order
-from plexus.core.modelopts import DEFAULT_HIDDEN
+from plexus.core.model import AUTO_ORDER, MAX_LAYERS, ModelConfig, ModelError, parse_order
+from plexus.core.modelopts import DEFAULT_HIDDEN, DEFAULT_KIND, DEFAULT_LAYERS
+from plexus.core.ops import KINDS
 from plexus.datasets.canonical import BUCKET_ENTRIES, CHUNK_EDGES
 from plexus.datasets.diskgraph import FEATURE_DTYPES
 from plexus.datasets.graph import AGGREGATIONS
+from plexus.datasets.spec import FEATURE_MODES, feature_mode
 
 from .permutations import PERMUTATIONS
 from .streamjob import PartitionInterrupted
@@ -40,14 +48,47 @@ from .streamjob import PartitionInterrupted
 PROG = "plexus-partition"
 
 
-def parse_orders(text: str, num_stages: int) -> tuple[str, ...] | str:
+def parse_orders(text: str, model: ModelConfig) -> tuple[str, ...] | str:
     """``--orders``: ``auto`` (plexus-train's default, resolved once the graph's widths are
-    known), one order for all stages (``agg``) or a comma-separated order per stage
-    (`plexus.core.model.parse_order`, the one parser, with the stages' orders)."""
+    known), one order for every layer (``agg``), one per GNN layer as plexus-train's ``--order``
+    takes them (each expanded into its kind's stages), or one per stage (``agg,dense,...``, as
+    the store records them); `plexus.core.model.parse_order` is the one parser."""
     try:
-        return parse_order(text, num_stages, allowed=STAGE_ORDERS, unit="stage")
+        if text.strip() == AUTO_ORDER:
+            return AUTO_ORDER
+        parts = [o.strip() for o in text.split(",")]
+        if len(parts) == model.num_stages and len(parts) != model.num_layers:
+            return parse_order(text, model.num_stages, allowed=STAGE_ORDERS,  # type: ignore
+                               unit="stage")
+        layered = dataclasses.replace(model, order=text)  # checks the order, one per layer
+        return tuple(layered.orders(0, 0))
     except ModelError as e:
         raise UsageError(f"--orders: {e}") from None
+
+
+def model_of(args: argparse.Namespace) -> ModelConfig:
+    """The model the store is cut for: ``--model``'s kind with ``--layers`` GNN layers and
+    ``--hidden`` (what ``auto`` orders depend on); `UsageError` naming the flag."""
+    if args.aggregation is not None:
+        raise UsageError(_AGGREGATION_GONE.get(args.aggregation, _AGGREGATION_GONE["gcn"]))
+    if not 1 <= args.layers <= MAX_LAYERS:
+        raise UsageError(f"--layers must be in [1, {MAX_LAYERS}], got {args.layers}")
+    if args.hidden < 1:
+        raise UsageError(f"--hidden must be >= 1, got {args.hidden}")
+    try:
+        return ModelConfig(kind=args.model, num_layers=args.layers, hidden=args.hidden)
+    except ModelError as e:
+        raise UsageError(str(e)) from None
+
+
+def _kinds_of(aggregation: str) -> str:
+    return " or ".join(f"--model {k.name}" for k in KINDS.values() if k.aggregation == aggregation)
+
+
+#: ``--aggregation``, gone: a store records the kind it is cut for, so the kind is asked for
+_AGGREGATION_GONE = {a: (f"--aggregation is replaced by --model (the store records the kind it "
+                         f"is cut for): for {a}'s Â give {_kinds_of(a)}; --layers now counts "
+                         f"GNN layers, as plexus-train's does") for a in AGGREGATIONS}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,15 +98,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", default=None,
                    help="directory holding the dataset's files (nothing is ever downloaded)")
     p.add_argument("--grid", required=True, help="process grid XxYxZ, e.g. 4x2x2")
-    p.add_argument("--layers", type=int, required=True,
-                   help="number of stages: a GCN, SAGE or GAT layer is one, a GIN layer two "
-                        "(--layers 4 for 2 GIN layers)")
+    p.add_argument("--model", default=DEFAULT_KIND, choices=tuple(KINDS),
+                   help=f"the model kind the store is cut for, recorded in it (default "
+                        f"{DEFAULT_KIND}, plexus-train's); its declaration gives the normalized "
+                        "adjacency and the stages of a layer (a GIN layer is two: agg, dense)")
+    p.add_argument("--layers", type=int, default=DEFAULT_LAYERS,
+                   help=f"GNN layers of --model, as plexus-train's --layers counts them "
+                        f"(default {DEFAULT_LAYERS})")
     p.add_argument("--orders", default=AUTO_ORDER,
                    help="product order: auto (the default, as plexus-train's: combine on the "
                         "layers that narrow for --hidden, e.g. combine,combine for a 2-layer "
-                        "GCN on Cora; for --aggregation sum, GIN's agg,dense stages), one for all stages (agg, the "
-                        "paper's; combine) or one per stage (agg,combine,dense); plexus-train "
-                        "--shards trains with the store's orders")
+                        "GCN on Cora), one for all layers (agg, the paper's; combine), one per "
+                        "layer as plexus-train's --order, or one per stage (agg,dense,...); "
+                        "plexus-train --shards trains with the store's orders")
     p.add_argument("--hidden", type=int, default=DEFAULT_HIDDEN, metavar="H",
                    help=f"hidden width of the model that will train on the store, for --orders "
                         f"auto (default {DEFAULT_HIDDEN}, plexus-train's)")
@@ -74,13 +119,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="permutation seed (default 0)")
     p.add_argument("--dataset-seed", type=int, default=0,
                    help="seed of synthetic datasets/features (default 0)")
+    p.add_argument("--features", choices=FEATURE_MODES, default="auto",
+                   help="node features, as plexus-train's --features: auto (each format's "
+                        "convention: row-normalized for Planetoid, the file's values for the "
+                        "rest), raw, or row (unit L1 norm per node)")
     p.add_argument("--out", default=None,
                    help="store directory to write (an existing store is kept unless --force)")
     p.add_argument("--force", action="store_true",
                    help="replace the shard store already at --out (only a store this user's "
                         "Plexus wrote, with nothing added: README \"Shared machines\")")
-    p.add_argument("--aggregation", default="gcn", choices=AGGREGATIONS,
-                   help="the normalized adjacency to cut: gcn (GCN), mean (GraphSAGE), sum (GIN)")
+    p.add_argument("--aggregation", default=None, choices=AGGREGATIONS,
+                   help=argparse.SUPPRESS)  # replaced by --model: refused with the fix
     p.add_argument("--jobs", type=int, default=1,
                    help="processes on this machine (default 1; under torchrun/srun each rank "
                         "is one)")
@@ -118,17 +167,19 @@ def apply_threads(requested: int | None) -> None:
     if threads is None:
         return
     os.environ[THREADS_ENV] = str(threads)
-    import torch  # noqa: PLC0415
     from threadpoolctl import threadpool_limits  # noqa: PLC0415
 
-    torch.set_num_threads(threads)
     threadpool_limits(threads)
+    torch = sys.modules.get("torch")  # the partitioner runs without torch; a rank that joins a
+    if torch is not None:  # group imports it later and reads the variable set above
+        torch.set_num_threads(threads)
 
 
 def _load(args):
     from plexus.datasets import load_dataset  # noqa: PLC0415 (heavy; only once input is valid)
 
-    return load_dataset(args.dataset, root=args.root, seed=args.dataset_seed)
+    return load_dataset(args.dataset, root=args.root, seed=args.dataset_seed,
+                        features=args.features)
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -136,14 +187,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     input."""
     args = build_parser().parse_args(argv)
     shape = GridShape.parse(args.grid)
-    if not 1 <= args.layers <= MAX_LAYERS:
-        raise UsageError(f"--layers must be in [1, {MAX_LAYERS}], got {args.layers}")
-    if args.hidden < 1:
-        raise UsageError(f"--hidden must be >= 1, got {args.hidden}")
-    orders = parse_orders(args.orders, args.layers)
-    if orders == AUTO_ORDER and args.aggregation == "sum" and args.layers % 2:
-        raise UsageError(f"--layers counts stages and a GIN layer is two (agg, dense): "
-                         f"--layers {args.layers} makes no whole GIN layers; give an even count")
+    model = model_of(args)
+    orders = parse_orders(args.orders, model)
     if args.json and not args.stats_only:
         raise UsageError("--json applies to --stats-only")
     if not args.stats_only and args.out is None:
@@ -155,7 +200,7 @@ def run(argv: Sequence[str] | None = None) -> int:
                              f"{getattr(args, flag)}")
 
     if args.stats_only:
-        return _stats(args, shape, orders)
+        return _stats(args, shape, model, orders)
 
     from plexus.datasets.convert import streamed_spec  # noqa: PLC0415
 
@@ -166,12 +211,14 @@ def run(argv: Sequence[str] | None = None) -> int:
         raise UsageError(f"--out {args.out}: a shard store is already there; add --force to "
                          "replace it, or choose another directory")
     check_out_dir(args.out)  # refuse before spending time on the dataset
-    dataset = args.dataset if streamed_spec(args.dataset) else _load(args)
+    # converted in pieces as it is; features scaled otherwise are scaled in memory
+    as_is = feature_mode(args.dataset, args.features) == "raw"
+    dataset = args.dataset if streamed_spec(args.dataset) and as_is else _load(args)
     start = time.perf_counter()
     timings: list = []
     manifest = partition_to_store(
-        dataset, args.out, shape, args.layers, orders, args.perm, args.seed,
-        aggregation=args.aggregation, root=args.root, dataset_seed=args.dataset_seed,
+        dataset, args.out, shape, model.num_stages, orders, args.perm, args.seed,
+        model=model.kind, root=args.root, dataset_seed=args.dataset_seed,
         jobs=args.jobs, graph_dir=args.graph_dir, chunk_edges=args.chunk_edges,
         bucket_entries=args.bucket_entries, feature_dtype=args.feature_dtype, timings=timings,
         hidden=args.hidden, keep_existing=not args.force)
@@ -188,28 +235,33 @@ def run(argv: Sequence[str] | None = None) -> int:
     procs = _processes(args.jobs)
     print(f"{PROG}: wrote {len(manifest['ranks'])} shards of {manifest['dataset']} "
           f"(N={manifest['num_nodes']}, nnz={manifest['nnz']}) for grid {shape}, "
-          f"{args.layers} layers, perm {args.perm}: {total / 2**20:.1f} MiB in {args.out} "
+          f"{_layers_text(model)}, perm {args.perm}: {total / 2**20:.1f} MiB in {args.out} "
           f"({seconds:.1f}s, {manifest['nnz'] / max(seconds, 1e-9) / procs / 1e6:.2f}M "
           f"non-zeros/s per process, {procs} process{'es' if procs > 1 else ''})")
     return 0
 
 
-def _stats(args, shape: GridShape, orders: Sequence[str] | str) -> int:
+def _layers_text(model: ModelConfig) -> str:
+    """``2 gcn layers`` (with the stages they make where a layer is several)."""
+    stages = f" ({model.num_stages} stages)" if model.num_stages != model.num_layers else ""
+    return f"{model.num_layers} {model.kind} layer{'s' if model.num_layers > 1 else ''}{stages}"
+
+
+def _stats(args, shape: GridShape, model: ModelConfig, orders: Sequence[str] | str) -> int:
     """``--stats-only``: the imbalance of every permutation (the graph is loaded in memory)."""
-    from .pipeline import auto_stage_orders  # noqa: PLC0415
     from .stats import balance_report, format_report  # noqa: PLC0415
 
     graph = _load(args)
     if orders == AUTO_ORDER:
-        orders = auto_stage_orders(args.layers, args.hidden, graph.num_features,
-                                   graph.num_classes, args.aggregation)
-    plans = layer_plans(args.layers, orders)
+        orders = model.orders(graph.num_features, graph.num_classes)
+    stages = model.num_stages
+    plans = layer_plans(stages, orders)
     problem = grid_misfit(shape, plans, graph.num_nodes, [graph.num_features]
-                          + [None] * (args.layers - 1) + [graph.num_classes])
+                          + [None] * (stages - 1) + [graph.num_classes])
     if problem:
         raise UsageError(problem)
-    adj_hat = graph.normalized(args.aggregation)
-    report = balance_report(adj_hat, shape, args.layers, orders, args.seed)
+    adj_hat = graph.normalized(model.aggregation)
+    report = balance_report(adj_hat, shape, stages, orders, args.seed)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0
 

@@ -12,6 +12,7 @@ from plexus.core.grid import GridError, GridShape
 from plexus.core.lockfile import FileLock, LockBusy, LockError, acquire
 from plexus.core.layout import DEFAULT_PERMUTATION, grid_misfit, layer_plans
 from plexus.core.model import AUTO_ORDER, ModelConfig
+from plexus.core.ops import KINDS
 from plexus.core.tasks import PhaseTime
 from plexus.core.values import one_line
 from plexus.datasets.canonical import BUCKET_ENTRIES, CHUNK_EDGES
@@ -26,8 +27,8 @@ from plexus.datasets.work import Runner
 from .jobs import GroupRunner, PoolRunner, launched, launcher_env
 from .permutations import Permutation
 from .sourcefile import check_graph_source, record_graph_source
-from .store import ShardStoreError, check_out_dir, is_store, replace_store_dir
-from .storeformat import store_kind
+from .store import (ShardStoreError, check_out_dir, is_store, replace_store_dir,
+                    store_aggregation_of)
 from .stream import Settings, config_key, partition_source
 from .workdir import stage_work_dir
 from .streamjob import PartitionError
@@ -41,17 +42,16 @@ GROUP_TIMEOUT_S = 6 * 3600.0
 
 
 def auto_stage_orders(num_stages: int, hidden: int, num_features: int, num_classes: int,
-                      aggregation: str = "gcn") -> list[str]:
-    """"auto" for ``num_stages`` stages of the model kind that trains on ``aggregation``'s Â
-    (GCN, GraphSAGE, GIN: `plexus.core.ops.KINDS`) with ``hidden`` wide hidden layers, as
-    plexus-train resolves its default (`plexus.core.model.ModelConfig.orders`); a kind of
-    several stages per layer (GIN: agg, dense) needs a multiple of them."""
-    kind = store_kind(aggregation)
-    per_layer = len(kind.stage_ops)
+                      model: str = "gcn") -> list[str]:
+    """"auto" for ``num_stages`` stages of the ``model`` kind (`plexus.core.ops.KINDS`, which
+    declares its stages per layer) with ``hidden`` wide hidden layers, as plexus-train resolves
+    its default (`plexus.core.model.ModelConfig.orders`); a kind of several stages per layer
+    (GIN: agg, dense) needs a multiple of them."""
+    per_layer = len(KINDS[model].stage_ops)
     if num_stages % per_layer:
-        raise ValueError(f"{num_stages} stages do not make whole {kind.name.upper()} layers "
+        raise ValueError(f"{num_stages} stages do not make whole {model} layers "
                          f"({per_layer} stages each): give a multiple of {per_layer}")
-    return ModelConfig(kind=kind.name, num_layers=num_stages // per_layer, hidden=hidden,
+    return ModelConfig(kind=model, num_layers=num_stages // per_layer, hidden=hidden,
                        order=AUTO_ORDER).orders(num_features, num_classes)
 
 
@@ -59,7 +59,8 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
                        grid: GridShape | Mapping[str, int] | str, num_layers: int,
                        orders: Sequence[str] | str = "agg",
                        perm: str | Permutation = DEFAULT_PERMUTATION, seed: int = 0, *,
-                       aggregation: str = "gcn", root: str | None = None, dataset_seed: int = 0,
+                       aggregation: str | None = None, model: str | None = None,
+                       root: str | None = None, dataset_seed: int = 0,
                        jobs: int = 1, graph_dir: str | os.PathLike | None = None,
                        chunk_edges: int = CHUNK_EDGES, bucket_entries: int = BUCKET_ENTRIES,
                        feature_dtype: str | None = None, progress: bool | None = None,
@@ -72,10 +73,11 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
     ``dataset``: a dataset spec (``rmat:...`` and the OGB names are converted in pieces, other
     specs are loaded in memory first), a graph directory (its path, ``graph:PATH``, or an
     opened `plexus.datasets.diskgraph.DiskGraph`), or an in-memory `Graph`. ``grid``,
-    ``num_layers``, ``orders``, ``perm``, ``seed`` and ``aggregation`` are those of `write_store`
-    (the stores are identical); ``orders`` may also be "auto", plexus-train's default, resolved
-    once the graph's widths are known for a GCN of ``hidden`` wide hidden layers (combine first
-    on the layers that narrow). ``root``/``dataset_seed``: as `load_dataset` takes them.
+    ``num_layers`` (stages), ``orders``, ``perm``, ``seed``, ``aggregation`` and ``model`` are
+    those of `write_store` (the stores are identical); ``orders`` may also be "auto",
+    plexus-train's default, resolved once the graph's widths are known for the ``model`` kind
+    (which it then needs) of ``hidden`` wide hidden layers (combine first on the layers that
+    narrow). ``root``/``dataset_seed``: as `load_dataset` takes them.
 
     Processes: ``jobs`` worker processes on this machine; under torchrun or srun every rank of
     the job takes a share of the tasks instead (the output's directory must then be on a
@@ -100,6 +102,12 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
     auto = isinstance(orders, str) and orders.strip().lower() == AUTO_ORDER
     if auto and (hidden is None or hidden < 1):
         raise PartitionError(f"orders 'auto' need the hidden width (>= 1), got {hidden}")
+    if auto and model is None:
+        raise PartitionError("orders 'auto' need the model kind the store is cut for (model=)")
+    try:
+        aggregation = store_aggregation_of(model, aggregation)
+    except ShardStoreError as e:
+        raise PartitionError(str(e)) from None
     try:
         shape = GridShape.of(GridShape.parse(grid) if isinstance(grid, str) else grid)
         plans = layer_plans(num_layers, "agg" if auto else orders)
@@ -120,7 +128,7 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
     key = None if identity is None or isinstance(perm, Permutation) else config_key(
         {"source": identity, "grid": shape.as_dict(), "layers": num_layers,
          "orders": ["auto", hidden] if auto else [p.order for p in plans],
-         "perm": perm, "seed": seed, "aggregation": aggregation,
+         "perm": perm, "seed": seed, "aggregation": aggregation, "model": model,
          "chunk": settings.chunk_edges, "bucket": settings.bucket_entries, "version": 3})
     store_lock = _store_lock(out, keep_existing) if env is None or env.rank == 0 else None
     try:
@@ -141,7 +149,7 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
             source = DiskGraph.open(work / "graph")
         if auto:  # the widths are known now
             orders = auto_stage_orders(num_layers, hidden, source.num_features,  # type: ignore
-                                       source.num_classes, aggregation)
+                                       source.num_classes, model)  # type: ignore[arg-type]
             plans = layer_plans(num_layers, orders)
         problem = grid_misfit(shape, plans, source.num_nodes, [source.num_features]
                               + [None] * (num_layers - 1) + [source.num_classes])
@@ -149,7 +157,7 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
             raise PartitionError(problem)
         manifest = partition_source(source, out, shape, num_layers, orders, perm, seed,
                                     aggregation, runner, work / "part", settings,
-                                    replace_store_dir)
+                                    replace_store_dir, model)
     except (OSError, *BAD_INPUT) as e:
         failure = _failure(e, runner, work, key, resumed)
         if failure is e:

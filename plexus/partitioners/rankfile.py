@@ -197,7 +197,6 @@ def manifest_step(job: Job, meta: dict, ranks: list, graph_sha256: str, nnz: int
     manifest = {
         "format": FORMAT, "version": VERSION, "grid": dict(job.shape),
         "num_stages": job.num_layers, "orders": list(job.orders),
-        "gnn_layers": gnn_layers(job.num_layers, job.aggregation),
         "aggregation": job.aggregation,
         "permutation": {k: meta[k] for k in ("kind", "seed", "locality", "p1_sha256",
                                              "p2_sha256")},
@@ -206,6 +205,8 @@ def manifest_step(job: Job, meta: dict, ranks: list, graph_sha256: str, nnz: int
         "num_features": job.num_features, "num_classes": job.num_classes,
         "block_keys": [s.key for s in job.blocks], "ranks": ranks,
     }
+    if job.model is not None:  # the kind recorded, and the GNN layers its stages make
+        manifest.update(model=job.model, gnn_layers=gnn_layers(job.num_layers, job.model))
     with open(job.path("store", MANIFEST), "w", encoding="utf-8") as f:
         f.write(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         f.flush()

@@ -32,6 +32,7 @@ from plexus.core import owned
 from plexus.core.atomic import UnsafeTargetError, replace_directory, replaceable_directory
 from plexus.core.grid import GridError, GridShape
 from plexus.core.layout import DEFAULT_PERMUTATION, layer_plans, pad_to, padding
+from plexus.core.ops import KINDS
 from plexus.core.values import is_count, one_line
 from plexus.datasets.diskgraph import MemoryGraph
 from plexus.datasets.graph import AGGREGATIONS, Graph, incoming
@@ -133,7 +134,8 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Map
                 num_layers: int,
                 orders: Sequence[str] | str = "agg", perm: str | Permutation = DEFAULT_PERMUTATION,
                 seed: int = 0, *, adj_hat: sp.csr_matrix | None = None,
-                aggregation: str = "gcn", chunk_nnz: int | None = None) -> dict:
+                aggregation: str | None = None, chunk_nnz: int | None = None,
+                model: str | None = None) -> dict:
     """Partition the in-memory ``graph`` for a grid ``shape`` and write one shard file per rank
     to ``out_dir``; returns the manifest.
 
@@ -144,7 +146,9 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Map
     accepted for compatibility and not used: Â is built while streaming, exactly as
     `plexus.datasets.normalize` builds it. An existing store at ``out_dir`` (or an empty
     directory) is replaced only once the new one is complete; anything else there is refused
-    with `ShardStoreError`.
+    with `ShardStoreError`. ``model``: the kind the store records it was cut for (its Â is then
+    the kind's; ``num_layers`` counts stages, whole layers of the kind's); ``aggregation``
+    without one: a store of that Â and the orders only (default GCN's).
     """
     del adj_hat
     out = check_out_dir(out_dir)
@@ -160,7 +164,8 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Map
     try:
         with Runner(work, progress=False) as runner:
             return partition_source(source, out, shape, num_layers, orders, perm, seed,
-                                    aggregation, runner, work, settings, replace_store_dir)
+                                    store_aggregation_of(model, aggregation), runner, work,
+                                    settings, replace_store_dir, model)
     except PartitionError as e:
         raise ShardStoreError(str(e)) from None
     finally:
@@ -207,12 +212,14 @@ def read_manifest(store_dir: str | os.PathLike) -> dict:
 
 def _upgrade_manifest(manifest: dict) -> None:
     """A manifest written before the store recorded stages and GNN layers apart named its stage
-    count ``num_layers``: read it as ``num_stages``, with the GNN layers those make."""
+    count ``num_layers``: read it as ``num_stages``. One that records no model kind records no
+    GNN layers either: the ``gnn_layers`` stores of that time wrote came from a guess of the
+    kind from the aggregation (GIN's for "sum", wrong for GraphConv), so it is dropped and the
+    kind that trains says how many layers the stages make."""
     if "num_stages" not in manifest and "num_layers" in manifest:
         manifest["num_stages"] = manifest.pop("num_layers")
-        if is_count(manifest["num_stages"]) and store_aggregation(manifest) in AGGREGATIONS:
-            manifest["gnn_layers"] = gnn_layers(manifest["num_stages"],
-                                                store_aggregation(manifest))
+    if "model" not in manifest:
+        manifest.pop("gnn_layers", None)
 
 
 # Every field a reader relies on, with its JSON type.
@@ -233,6 +240,26 @@ def store_aggregation(manifest: dict) -> str:
     return str(manifest.get("aggregation", LEGACY_AGGREGATION))
 
 
+def store_model(manifest: dict) -> str | None:
+    """The model kind a store was cut for (`plexus.core.ops.KINDS`), None where it records none
+    (a store of Â and orders only: `plexus.train.cache`'s, and those written before kinds were
+    recorded)."""
+    model = manifest.get("model")
+    return None if model is None else str(model)
+
+
+def store_aggregation_of(model: str | None, aggregation: str | None) -> str:
+    """The Â a store is cut for: the ``model`` kind's (declared in `plexus.core.ops`), else
+    ``aggregation``, else GCN's; `ShardStoreError` when both are given and disagree."""
+    if model is not None and model in KINDS:
+        wanted = KINDS[model].aggregation
+        if aggregation is not None and aggregation != wanted:
+            raise ShardStoreError(f"the {model} model aggregates with {wanted}'s Â, not "
+                                  f"{aggregation}'s; give one of the two")
+        return wanted
+    return aggregation or LEGACY_AGGREGATION
+
+
 def _check_manifest_fields(manifest: dict, path: Path) -> None:
     """`ShardStoreError` naming the first missing or mistyped field of a manifest."""
     def bad(what: str) -> ShardStoreError:
@@ -247,10 +274,15 @@ def _check_manifest_fields(manifest: dict, path: Path) -> None:
     if manifest.get("aggregation", LEGACY_AGGREGATION) not in AGGREGATIONS:
         raise bad(f"aggregation {manifest.get('aggregation')!r:.40} is not one of "
                   f"{', '.join(AGGREGATIONS)}")
-    layers = manifest.get("gnn_layers")
-    if layers is not None and (not is_count(layers) or layers != gnn_layers(
-            manifest["num_stages"], store_aggregation(manifest))):
-        raise bad(f"gnn_layers {layers!r:.40} does not match {manifest['num_stages']} stages")
+    model = manifest.get("model")
+    if model is not None:
+        if model not in KINDS or KINDS[model].aggregation != store_aggregation(manifest):
+            raise bad(f"model {model!r:.40} is not a kind of {store_aggregation(manifest)}'s Â "
+                      f"({', '.join(k for k in KINDS)})")
+        layers = manifest.get("gnn_layers")
+        if not is_count(layers) or layers != gnn_layers(manifest["num_stages"], model):
+            raise bad(f"gnn_layers {layers!r:.40} does not match {manifest['num_stages']} "
+                      f"stages of {model}")
     grid, perm = manifest["grid"], manifest["permutation"]
     if not all(is_count(grid.get(a)) and grid[a] >= 1 for a in ("x", "y", "z")) \
             or not isinstance(perm.get("kind"), str) or not is_count(perm.get("seed")):

@@ -47,6 +47,7 @@ import numpy as np
 
 from plexus.core.grid import GridShape
 from plexus.core.layout import layer_plans, pad_to, padding
+from plexus.core.ops import KINDS
 from plexus.core.tasks import CONSUMED, call, remove_task
 from plexus.datasets.canonical import (BUCKET_ENTRIES, CHUNK_EDGES, Degrees, budget_bounds,
                                        canonicalize, csr_pieces, group_order, hash_array_prefix,
@@ -58,7 +59,7 @@ from plexus.datasets.work import Runner
 from . import rankfile
 from .permutations import Permutation, permutation_from_counts
 from .plan import MASKS, pack_masks
-from .storeformat import MANIFEST
+from .storeformat import MANIFEST, gnn_layers
 from .streamjob import (Job, PartitionError, block_specs, col_order_index, index_dtype,
                         pos_dtype, route_of, routed_adjs, row_order_index, save_piece)
 from plexus.core import owned
@@ -331,14 +332,14 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
                      num_layers: int, orders: Sequence[str] | str, perm: str | Permutation,
                      seed: int, aggregation: str, runner: Runner, work: Path,
                      settings: Settings = Settings(),
-                     replace: Any = None) -> dict:
+                     replace: Any = None, model: str | None = None) -> dict:
     """Partition ``source`` (a `DiskGraph` or a `MemoryGraph`) into the store ``out_dir``, the
     work going into ``work`` (kept on failure, so that a rerun resumes; removed on success).
-    ``replace(new, out)`` moves the finished store into place. Returns the manifest."""
-    if aggregation not in AGGREGATIONS:
-        raise PartitionError(f"unknown aggregation {aggregation!r}; use one of "
-                             f"{', '.join(AGGREGATIONS)}")
-    job = _plan_job(source, shape, num_layers, orders, aggregation, runner, work, settings)
+    ``replace(new, out)`` moves the finished store into place. ``model``: the kind the store is
+    recorded as cut for (`check_store_kind`; None: none recorded). Returns the manifest."""
+    check_store_kind(model, aggregation, num_layers)
+    job = _plan_job(source, shape, num_layers, orders, aggregation, runner, work, settings,
+                    model)
     degrees = _degrees(job, runner)
     given = isinstance(perm, Permutation)
     if given:
@@ -376,8 +377,28 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
     return manifest
 
 
+def check_store_kind(model: str | None, aggregation: str, num_stages: int) -> None:
+    """`PartitionError` unless ``aggregation`` is one of `AGGREGATIONS` and, with a ``model``
+    kind recorded, that kind's (`plexus.core.ops.KINDS`) with whole layers of its stages."""
+    if aggregation not in AGGREGATIONS:
+        raise PartitionError(f"unknown aggregation {aggregation!r}; use one of "
+                             f"{', '.join(AGGREGATIONS)}")
+    if model is None:
+        return
+    if model not in KINDS:
+        raise PartitionError(f"unknown model kind {model!r}; use one of {', '.join(KINDS)}")
+    kind = KINDS[model]
+    if kind.aggregation != aggregation:
+        raise PartitionError(f"the {model} model aggregates with {kind.aggregation}'s Â, not "
+                             f"{aggregation}'s")
+    if gnn_layers(num_stages, model) is None:
+        raise PartitionError(f"{num_stages} stages make no whole {model} layers "
+                             f"({len(kind.stage_ops)} stages each)")
+
+
 def _plan_job(source: Any, shape: GridShape, num_layers: int, orders: Sequence[str] | str,
-              aggregation: str, runner: Runner, work: Path, settings: Settings) -> Job:
+              aggregation: str, runner: Runner, work: Path, settings: Settings,
+              model: str | None = None) -> Job:
     """The sizes, blocks and pieces of the work: the incoming adjacency in sorted pieces (a csr
     source's own rows, or a coo source canonicalized), and the `Job` every task receives."""
     plans = layer_plans(num_layers, orders)
@@ -396,7 +417,7 @@ def _plan_job(source: Any, shape: GridShape, num_layers: int, orders: Sequence[s
     return Job(str(work), tuple(shape.as_dict().items()), num_layers,
                tuple(p.order for p in plans), aggregation, source.name, n, npad, fpad,
                source.num_features, source.num_classes, bool(source.directed), specs, pieces,
-               source, bucket, feature_rows)
+               source, bucket, feature_rows, model)
 
 
 def _degrees(job: Job, runner: Runner) -> Degrees:

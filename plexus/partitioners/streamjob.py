@@ -68,6 +68,7 @@ class Job:
     source: Any
     bucket_entries: int
     feature_rows: int
+    model: str | None = None  # the kind the store is cut for (None: Â and orders only)
 
     @property
     def grid(self) -> GridShape:

@@ -8,6 +8,10 @@ Three ways to run a Plexus job:
   MASTER_PORT, default 29500) exported by the batch script.
 
 Workers use GPUs (NCCL) when CUDA is available and the CPU (gloo) otherwise; nothing else differs.
+
+Detecting the launcher reads environment variables only: torch is imported by the functions
+that ask about devices, so the partitioner finds its place in a job without torch
+(`tests/partitioners/test_partitioner_without_torch.py`).
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from plexus.core.bounds import BOUNDS, MAX_THREADS, BoundError, check_bound, env_number
 
@@ -183,6 +188,8 @@ def use_cuda(device: str | None = None) -> bool:
     """Whether workers run on GPUs (NCCL) rather than CPUs (gloo): as ``device`` asks ("cpu"
     or "cuda"; `LaunchError` when CUDA is asked for and this machine has none), or, for None,
     wherever CUDA is available."""
+    import torch  # noqa: PLC0415 (devices only: launcher detection needs no torch)
+
     if device is None:
         return torch.cuda.is_available()
     if device not in DEVICES:
@@ -199,6 +206,8 @@ def ranks_per_gpu(local_workers: int) -> int:
     """How many of a node's ``local_workers`` ranks share each GPU: one each where there are
     enough GPUs (NCCL), else as few per GPU as cover them all (gloo, through host memory:
     `plexus.engine.comm.staged`), so a one-GPU workstation runs every grid."""
+    import torch  # noqa: PLC0415 (devices only: launcher detection needs no torch)
+
     gpus = torch.cuda.device_count()
     return max(1, -(-local_workers // gpus)) if gpus else 1
 
@@ -211,6 +220,8 @@ def gpu_backend(local_workers: int) -> str:
 
 def check_local_devices(local_workers: int, device: str | None = None) -> None:
     """Workers on GPUs need at least one visible GPU (several ranks may share one)."""
+    import torch  # noqa: PLC0415 (devices only: launcher detection needs no torch)
+
     if use_cuda(device) and local_workers > 0 and torch.cuda.device_count() < 1:
         raise LaunchError("no GPU is visible on this node; hide nothing (CUDA_VISIBLE_DEVICES) "
                           "or run on the CPU (device cpu)")
@@ -219,10 +230,14 @@ def check_local_devices(local_workers: int, device: str | None = None) -> None:
 def default_device(device: str | None = None) -> torch.device:
     """The device a rank of this machine runs on: ``device`` as `use_cuda` reads it; for None a
     GPU if CUDA is available (each local rank then takes ``cuda:LOCAL_RANK``), else the CPU."""
+    import torch  # noqa: PLC0415 (devices only: launcher detection needs no torch)
+
     return torch.device("cuda" if use_cuda(device) else "cpu")
 
 
 def local_world_size(device: str | None = None) -> int:
     """How many ranks a job started on this machine alone runs when nobody said: one per GPU
     where the workers use CUDA (`use_cuda`), else one per CPU core this process may use."""
+    import torch  # noqa: PLC0415 (devices only: launcher detection needs no torch)
+
     return torch.cuda.device_count() if use_cuda(device) else available_cores()

@@ -46,6 +46,8 @@ import numpy as np
 import scipy.sparse as sp
 from plexus.core import owned
 
+from plexus.core.ops import KINDS as MODEL_KINDS
+
 KINDS = ("npz", "mtx", "edgelist", "planetoid", "ogb", "store", "graph", "export", "api")
 #: The readers' kinds whose every case runs in a process of its own, its peak RSS measured
 READER_KINDS = ("graph", "export")
@@ -542,7 +544,7 @@ def _export_case(d: Path, rng: random.Random, bases: dict[str, Path]) -> None:
     import torch  # noqa: PLC0415
 
     p = d / "w.pt"
-    kind = rng.choice(("gcn", "sage", "gin", "gat", "mlp"))
+    kind = rng.choice(tuple(MODEL_KINDS))  # every kind the registry declares
     how = rng.choice(("spec", "spec", "spec", "width", "tensor", "bytes", "rezip", "bomb",
                       "special", "nest", "keys"))
     if how == "bomb":
@@ -612,7 +614,7 @@ def make_cases(work: Path, seed: int, per_kind: int, kinds=KINDS,
     bases: dict[str, Path] = {}
     if "export" in kinds:
         (work / "base-export").mkdir()
-        for kind in ("gcn", "sage", "gin", "gat", "mlp"):
+        for kind in MODEL_KINDS:
             bases[kind] = work / "base-export" / f"{kind}.pt"
             write_export(bases[kind], kind)
         bases["bomb"] = work / "base-export" / "bomb.pt"

@@ -47,7 +47,8 @@ from plexus.core.grid import GridShape
 from plexus.core.units import format_bytes
 from plexus.datasets import DatasetError, Graph, gcn_nnz, load_dataset, spec_paths
 from plexus.datasets.convert import streamed_spec
-from plexus.datasets.spec import MAX_SOURCE_FILES, source_fingerprint
+from plexus.datasets.spec import (MAX_SOURCE_FILES, content_key, feature_mode,
+                                  source_fingerprint)
 from plexus.datasets.files import open_regular
 from plexus.core.model import ModelConfig
 from plexus.datasets.diskgraph import FORMAT as GRAPH_FORMAT
@@ -86,8 +87,14 @@ class Source:
 
     spec: str
     root: str | None
-    seed: int
+    seed: int  # the permutation's (--seed), and the dataset's unless data_seed is given
     symmetrize: bool
+    data_seed: int | None = None  # --split-seed: the dataset's seeded parts (None: seed)
+    features: str = "auto"  # --features (plexus.datasets.FEATURE_MODES)
+
+    @property
+    def dataset_seed(self) -> int:
+        return self.seed if self.data_seed is None else self.data_seed
 
     def key(self) -> dict:
         """What identifies the graph: a change to any of it gives another graph (or may)."""
@@ -100,13 +107,25 @@ class Source:
                              "--shards, or use --no-cache") from None
         except OSError as e:
             raise CacheError(f"{self.spec}: cannot read its files ({e.strerror or e})") from None
-        return {"spec": self.spec.strip(), "files": files, "seed": self.seed,
-                "symmetrize": self.symmetrize, "store": [STORE_FORMAT, STORE_VERSION],
-                "plexus": __version__}
+        try:  # a one-file format is keyed by its content: not its path, name or time stamp
+            content = content_key(self.spec, self.root)
+        except OSError as e:
+            raise CacheError(f"{self.spec}: cannot read its file ({e.strerror or e})") from None
+        named = {"spec": self.spec.strip(), "files": files} if content is None else \
+            {"content": content}
+        key = {**named, "seed": self.seed, "symmetrize": self.symmetrize,
+               "store": [STORE_FORMAT, STORE_VERSION], "plexus": __version__}
+        # only where given: the stores of runs from before these options keep their keys
+        if self.data_seed is not None:
+            key["data_seed"] = self.data_seed
+        if self.features != "auto":
+            key["features"] = self.features
+        return key
 
     def load(self) -> Graph:
         """The graph (the whole of it: only the builder does this)."""
-        graph = load_dataset(self.spec, self.root, seed=self.seed)
+        graph = load_dataset(self.spec, self.root, seed=self.dataset_seed,
+                             features=self.features)
         return graph.to_undirected() if self.symmetrize else graph
 
     def small(self) -> Graph | None:
@@ -114,7 +133,7 @@ class Source:
         None."""
         from .checks import precheck_dataset  # noqa: PLC0415
 
-        graph = precheck_dataset(self.spec, self.root, self.seed)
+        graph = precheck_dataset(self.spec, self.root, self.dataset_seed, self.features)
         return graph.to_undirected() if graph is not None and self.symmetrize else graph
 
 
@@ -360,9 +379,10 @@ def choose_grid(request: BuildRequest, sizes: Sizes) -> GridShape:
 
 def streams(request: BuildRequest) -> bool:
     """Whether the store is built out of core (`build_streamed`): a source the converters read
-    in pieces (R-MAT, OGB, a graph directory), taken as it is, on a grid given in advance (--grid
-    auto needs the graph's sizes first)."""
+    in pieces (R-MAT, OGB, a graph directory), taken as it is (features too: --features row is
+    done in memory), on a grid given in advance (--grid auto needs the graph's sizes first)."""
     return (request.grid is not None and not request.source.symmetrize
+            and feature_mode(request.source.spec, request.source.features) == "raw"
             and streamed_spec(request.source.spec))
 
 
@@ -400,7 +420,7 @@ def build_streamed(request: BuildRequest) -> tuple[str, Sizes, int]:
         with Runner(work / f"{digest}-convert") as runner:
             disk = convert_dataset(source.spec, graphs / digest, runner,
                                    work / f"{digest}-convert", root=source.root,
-                                   seed=source.seed)
+                                   seed=source.dataset_seed)
     except (ValueError, TypeError, LookupError, ArithmeticError):
         owned.remove_tree(work / f"{digest}-convert", quiet=True)  # bad input: no resuming
         raise
@@ -522,7 +542,8 @@ def cached_options(plan: RunPlan, cache: Cache, world: int | None,
     """``plan`` reading its shards from the cache's store for its dataset (found or built;
     ``force``: build even where the partitioning is predicted not to fit in memory)."""
     cache.check_trusted()
-    source = Source(plan.dataset, plan.root, plan.train.seed, plan.symmetrize)
+    source = Source(plan.dataset, plan.root, plan.train.seed, plan.symmetrize, plan.split_seed,
+                    plan.features)
     request = BuildRequest(source, source.key(), str(cache.root), plan.grid, world, plan.model,
                            plan.perm, check_memory=not force)
     store = obtain_store(cache, request, graph)

@@ -105,7 +105,8 @@ def check_order(order: str, num_layers: int) -> None:
         raise UsageError(f"--order: {e}") from None
 
 
-def precheck_dataset(spec: str, root: str | None, seed: int) -> Graph | None:
+def precheck_dataset(spec: str, root: str | None, seed: int, features: str = "auto"
+                     ) -> Graph | None:
     """Check a dataset spec before workers start; return the graph when it was cheap to load.
 
     Small inputs (the embedded Cora, files up to 64 MiB) are loaded, so any problem in them shows
@@ -137,7 +138,7 @@ def precheck_dataset(spec: str, root: str | None, seed: int) -> Graph | None:
         params = parse_rmat_params(rest if colon else "", seed)
         if int(params["scale"]) > 16:  # a big synthetic graph: the parameters are checked
             return None
-    return load_dataset(spec, root, seed=seed)
+    return load_dataset(spec, root, seed=seed, features=features)
 
 
 def needs_validation_flag(train: TrainConfig) -> str | None:

@@ -29,7 +29,7 @@ from plexus.api.training import (DEFAULT_DTYPE, EngineConfig, TrainConfig, Train
                                  check_backend)
 from plexus.core.grid import GridError, GridShape
 from plexus.core.bounds import BoundError, check_options
-from plexus.core.layout import DEFAULT_PERMUTATION
+from plexus.core.layout import DEFAULT_PERMUTATION, ORDERS
 from plexus.core.timing import command_start_time
 from plexus.core.modelopts import (check_model_options, model_config, resolve_layers,
                                    resolve_order)
@@ -152,6 +152,7 @@ class _Shape:
     order: str | None
     dataset: str
     perm: str | None = None  # a store's permutation (--shards)
+    note: str = ""  # what a store decided that no flag said (printed before the run)
 
 
 def _from_store(args: argparse.Namespace, shape: _Shape) -> _Shape:
@@ -165,11 +166,12 @@ def _from_store(args: argparse.Namespace, shape: _Shape) -> _Shape:
     store_grid = GridShape.of(manifest["grid"])
     if shape.grid is not None and shape.grid != store_grid:
         raise UsageError(f"--grid {shape.grid} but {args.shards} was cut for grid {store_grid}")
+    notes = [_store_kind(args, manifest)]
     held, decl = store_aggregation(manifest), KINDS[args.model]
     if decl.aggregation != held:
         raise UsageError(f"{args.shards} holds Â normalized for the {held} aggregation, --model "
                          f"{args.model} needs {decl.aggregation}: cut a store for it with "
-                         f"plexus-partition --aggregation {decl.aggregation}, or train a model "
+                         f"plexus-partition --model {args.model}, or train a model "
                          f"of the {held} aggregation from this one")
     # the manifest counts stages: a layer of some kinds is several (GIN's: agg, then dense)
     stages, per = int(manifest["num_stages"]), len(decl.stage_ops)
@@ -178,23 +180,56 @@ def _from_store(args: argparse.Namespace, shape: _Shape) -> _Shape:
                          f"--model {args.model} layers ({per} stages each); cut it for {per} "
                          "stages per layer")
     layers = stages // per
+    what = f"{layers} {args.model} layer{'s' if layers > 1 else ''}" + (
+        f" ({stages} stages)" if per > 1 else "")
     if shape.layers is not None and shape.layers != layers:
-        raise UsageError(f"--layers {shape.layers} but {args.shards} was cut for {layers} layers")
+        raise UsageError(f"--layers {shape.layers} but {args.shards} was cut for {what}: drop "
+                         f"--layers, or cut a store with plexus-partition --model {args.model} "
+                         f"--layers {shape.layers}")
+    if shape.layers is None and layers != resolve_layers(None):  # said, never silent
+        notes.append(f"{args.shards} was cut for {what}: training {layers} "
+                     f"layer{'s' if layers > 1 else ''} (--layers defaults to "
+                     f"{resolve_layers(None)} without a store)")
     perm = manifest["permutation"]["kind"]
     if args.perm is not None and args.perm != perm:
         raise UsageError(f"--perm {args.perm} but {args.shards} was cut with permutation {perm}")
     store_orders = ",".join(manifest["orders"])
-    order = shape.order or ",".join(manifest["orders"][::per])  # each layer's first stage
+    # each layer's order is its first stage's ("dense" where the kind's first stage reads no
+    # graph, an MLP's: any order gives it)
+    order = shape.order or ",".join(o if o in ORDERS else ORDERS[0]
+                                    for o in manifest["orders"][::per])
     check_order(order, layers)
     store_model = model_config(args, num_layers=layers, order=order)
     sizes = GraphSizes(int(manifest["num_nodes"]), int(manifest["nnz"]),
                        int(manifest["num_features"]), int(manifest["num_classes"]))
     resolved = ",".join(store_model.orders(sizes.num_features, sizes.num_classes))
+    if resolved != store_orders and shape.order is None:  # stages of another kind's layers
+        raise UsageError(f"{args.shards} was cut for the stages {store_orders}, which are not "
+                         f"--model {args.model} layers ({resolved}): cut a store with "
+                         f"plexus-partition --model {args.model}")
     if resolved != store_orders:
         raise UsageError(f"--order {order} gives layer orders {resolved} but {args.shards} was "
                          f"cut for {store_orders}")
     check_grid_fits(store_grid, store_model, sizes)
-    return _Shape(store_grid, layers, order, str(manifest.get("dataset", args.shards)), perm)
+    return _Shape(store_grid, layers, order, str(manifest.get("dataset", args.shards)), perm,
+                  "; ".join(n for n in notes if n))
+
+
+def _store_kind(args: argparse.Namespace, manifest: dict) -> str:
+    """Take the model kind a store records (`plexus.partitioners.store_model`) where --model
+    was not given, refuse another one given; returns the note saying which kind was taken ('':
+    the store records none, or the one asked for)."""
+    from plexus.partitioners import store_model  # noqa: PLC0415
+
+    recorded = store_model(manifest)
+    if recorded is None or recorded == args.model:
+        return ""
+    if "model" in getattr(args, "explicit", set()) or args.recipe:
+        raise UsageError(f"--model {args.model} but {args.shards} was cut for the {recorded} "
+                         f"model: drop --model, or cut a store with plexus-partition --model "
+                         f"{args.model}")
+    args.model = recorded
+    return f"{args.shards} was cut for the {recorded} model: training --model {recorded}"
 
 
 def _check_world(grid: GridShape | None, args: argparse.Namespace, env: JobEnv | None
@@ -266,6 +301,8 @@ def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunPlan:
                             None if args.no_cache else args.cache))
     resume = resolve_resume(args, env is None or env.rank == 0)
     shape = _problem(args)
+    if shape.note and not args.quiet and (env is None or env.rank == 0):
+        console_line(f"{PROG}: {shape.note}")
     engine = engine_config(args)
     world, world_note = _check_world(shape.grid, args, env)
     calibration = run_calibration(args.calibration)
@@ -284,6 +321,7 @@ def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunPlan:
         fault=Fault.parse(args.inject_fault) if args.inject_fault else None,
         save_predictions=args.save_predictions, save_embeddings=args.save_embeddings,
         export=args.export, export_best=args.export_best, symmetrize=args.symmetrize,
+        split_seed=args.split_seed, features=args.features,
         log_csv=args.log_csv, tensorboard=args.tensorboard,
         cache_dir=cache_dir and str(cache_dir.expanduser()), cache_explicit=bool(args.cache),
         device=args.device, calibration=calibration.path, threads=args.threads,
@@ -301,12 +339,13 @@ def _check_before_launch(plan: RunPlan, world: int | None, world_note: str,
     output path, once before any worker starts; returns the plan with what it resolved."""
     graph = None if plan.shards else _small_graph(plan, need=plan.grid is None)
     sizes = (GraphSizes.of_graph(graph, plan.model) if graph is not None
-             else None if plan.shards else GraphSizes.of_spec(plan.dataset, plan.train.seed))
+             else None if plan.shards else GraphSizes.of_spec(plan.dataset, plan.data_seed))
     grid = plan.grid
     if sizes is not None:  # otherwise every worker checks once it has its shard
         if grid is None:  # the performance model needs the graph's sizes
+            calibration, said = auto_rates(plan, world, calibration)  # type: ignore[arg-type]
             grid, why = choose_run_grid(plan, sizes, world, calibration,  # type: ignore
-                                        world, world_note)
+                                        world, world_note, said)
             if not plan.quiet:
                 console_line(f"{PROG}: {why}")
         check_grid_fits(grid, plan.model, sizes)
@@ -327,15 +366,38 @@ def _check_before_launch(plan: RunPlan, world: int | None, world_note: str,
 def _small_graph(plan: RunPlan, need: bool) -> Graph | None:
     """The run's graph, loaded here when it is small (`precheck_dataset`: any problem in it shows
     before a worker starts) or when ``need`` (--grid auto prices it); None otherwise."""
-    graph = precheck_dataset(plan.dataset, plan.root, plan.train.seed)
+    graph = precheck_dataset(plan.dataset, plan.root, plan.data_seed, plan.features)
     if graph is None and need:
-        graph = load_dataset(plan.dataset, plan.root, seed=plan.train.seed)
+        graph = load_dataset(plan.dataset, plan.root, seed=plan.data_seed,
+                             features=plan.features)
     if graph is not None and plan.symmetrize:
         graph = graph.to_undirected()
     if graph is not None:
         check_trainable(graph.name, graph_counts(graph), graph.num_classes, graph.multilabel,
                         needs_validation_flag(plan.train))
     return graph
+
+
+def auto_rates(plan: RunPlan, world: int, calibration: Calibration
+               ) -> tuple[Calibration, str | None]:
+    """The rates --grid auto prices with, and how its line names them: on CPUs with no
+    calibration given, this machine's, measured once and kept (`plexus.perfmodel.machine`);
+    otherwise ``calibration`` (None: named by it). One rank has one grid: nothing to measure."""
+    from plexus.perfmodel.machine import machine_cache_dir, machine_rates  # noqa: PLC0415
+
+    folder = machine_cache_dir()
+    if calibration.calibrated or calibration.profile or world <= 1 or folder is None \
+            or default_device(plan.device).type != "cpu":
+        return calibration, None
+    def say(text: str) -> None:
+        if not plan.quiet:
+            console_line(f"{PROG}: --grid auto: {text}; --calibration FILE gives them")
+
+    try:
+        rates = machine_rates(world, folder, say=say)
+    except CalibrationError as e:
+        raise UsageError(str(e)) from None
+    return rates.calibration, rates.said
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from plexus.api.training import BACKENDS, LR_SCHEDULES, OPTIMIZERS, TrainConfig
 from plexus.core.cli import ArgumentParser
 from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.core.modelopts import ModelOptionsText, add_model_options, add_precision_options
+from plexus.datasets.spec import FEATURE_MODES
 from plexus.partitioners import PERMUTATIONS
 from plexus.runtime.group import DEFAULT_TIMEOUT_S
 from plexus.runtime.options import add_device_options
@@ -71,6 +72,15 @@ def _data_options(data: argparse._ArgumentGroup) -> None:
                            "ogbn-arxiv, ogbn-products, ogbn-papers100M, npz:PATH, mtx:PATH, "
                            "edgelist:PATH, planetoid:DIR, rmat:scale=S,...")
     data.add_argument("--root", metavar="DIR", help="directory holding the dataset's files")
+    data.add_argument("--split-seed", type=int, default=None, metavar="S",
+                      help="seed of what the dataset's files lack (a random 60/20/20 split, "
+                           "stand-in features or labels) and of synthetic graphs, apart from "
+                           "the weights' --seed (default: --seed); official splits never change")
+    data.add_argument("--features", choices=FEATURE_MODES, default="auto",
+                      help="node features: auto (the default: each format's convention, "
+                           "row-normalized for Planetoid's cora/citeseer/pubmed as Kipf & "
+                           "Welling, the files' values for npz, mtx, OGB, R-MAT...), raw, or row "
+                           "(unit L1 norm per node); said in the run's first line")
     data.add_argument("--shards", metavar="DIR",
                       help="read this rank's shard from a plexus-partition store instead of "
                            "loading and cutting the dataset; its manifest fixes the dataset, "
@@ -112,7 +122,8 @@ def _training_options(train: argparse._ArgumentGroup) -> None:
                        help="decay every parameter (default) or the first layer's only "
                             "(Kipf & Welling)")
     train.add_argument("--seed", type=int, default=d.seed,
-                       help=f"seed of weights, dropout masks and the permutation (default "
+                       help=f"seed of weights, dropout masks and the permutation, and of the "
+                            f"dataset's stand-ins unless --split-seed (default "
                             f"{d.seed})")
     train.add_argument("--eval-every", type=int, default=d.eval_every, metavar="N",
                        help=f"evaluate every N epochs (default {d.eval_every}; 0: only at the "

@@ -26,7 +26,8 @@ from plexus.core.units import format_bytes, format_seconds
 from plexus.datasets import Graph, gcn_nnz
 from plexus.partitioners import RankShard
 from plexus.partitioners.plan import symmetric
-from plexus.perfmodel import Calibration, ModelSpec, choose_grid, pricing, rank_configs
+from plexus.perfmodel import (Calibration, ModelSpec, Prediction, choose_grid, pricing,
+                              rank_configs)
 from plexus.runtime.env import default_device
 from plexus.runtime.group import DEFAULT_TIMEOUT_S
 
@@ -118,8 +119,16 @@ class RunPlan:
     export: str | None = None  # unsharded weights under PyG names
     export_best: bool = False  # ... of the best-validation epoch
     symmetrize: bool = False  # make the graph undirected before training
+    split_seed: int | None = None  # --split-seed: the dataset's stand-ins (None: train.seed)
+    features: str = "auto"  # --features: how node features are scaled (plexus.datasets)
     log_csv: str | None = None  # a CSV of epochs
     tensorboard: str | None = None  # a TensorBoard log directory
+
+    @property
+    def data_seed(self) -> int:
+        """The seed of the dataset's seeded parts (a split, features or labels its files lack;
+        a synthetic graph): --split-seed, else --seed, as before --split-seed existed."""
+        return self.train.seed if self.split_seed is None else self.split_seed
 
     def uses_cache(self, world: int | None) -> bool:
         """Whether the run reads its shards from the cache: a --dataset run (not --shards) with
@@ -151,12 +160,13 @@ class RunPlan:
 
 def choose_run_grid(plan: RunPlan, sizes: GraphSizes, world: int,
                     calibration: Calibration | None, ranks_per_host: int | None,
-                    ranks_note: str = "") -> tuple[GridShape, str]:
+                    ranks_note: str = "", rates_said: str | None = None
+                    ) -> tuple[GridShape, str]:
     """The grid of a ``--grid auto`` run on a graph of ``sizes`` and the line saying why
     (`auto_grid_choice`): the launching process's, or under torchrun/srun each rank's (the same
     on every rank)."""
     spec = plan.spec(sizes, plan.reads_store(world))
-    return auto_grid_choice(world, spec, ranks_note, calibration, ranks_per_host)
+    return auto_grid_choice(world, spec, ranks_note, calibration, ranks_per_host, rates_said)
 
 
 def auto_grid(world_size: int, spec: ModelSpec) -> GridShape:
@@ -166,7 +176,8 @@ def auto_grid(world_size: int, spec: ModelSpec) -> GridShape:
 
 def auto_grid_choice(world_size: int, spec: ModelSpec, ranks_note: str = "",
                      calibration: Calibration | None = None,
-                     ranks_per_host: int | None = None) -> tuple[GridShape, str]:
+                     ranks_per_host: int | None = None,
+                     rates_said: str | None = None) -> tuple[GridShape, str]:
     """`auto_grid`'s grid and one line saying why: its predicted epoch time and training peak
     per rank, the runner-up's, and what priced them (``--grid auto`` prints it, so the choice
     is never silent). ``spec``: the run as its summary prices it (`RunPlan.spec`), so the peak
@@ -174,7 +185,9 @@ def auto_grid_choice(world_size: int, spec: ModelSpec, ranks_note: str = "",
     came from, when nobody gave it). ``calibration``: the machine's rates
     (`plexus.perfmodel.resolve_calibration`; None: the built-in GPU rates, said as
     uncalibrated); ``ranks_per_host``: ranks of this job on one host
-    (`plexus.perfmodel.pricing`)."""
+    (`plexus.perfmodel.pricing`); ``rates_said``: how the line names measured rates (this
+    machine's, `plexus.perfmodel.machine`), instead of the calibration's file. The line says
+    which term decided against the runner-up (`deciding_term`)."""
     cal = calibration or Calibration()
     per_host, placement = pricing(cal, ranks_per_host)
     ranked = rank_configs(world_size, spec, cal, ranks_per_host=per_host, placement=placement)
@@ -189,13 +202,43 @@ def auto_grid_choice(world_size: int, spec: ModelSpec, ranks_note: str = "",
 
     line = f"--grid auto: chose {grid} for {world_size} ranks{ranks_note} ({figures(best)})"
     if len(ranked) > 1:
-        line += f"; runner-up {GridShape.of(ranked[1].grid)} ({figures(ranked[1])})"
+        line += (f"; runner-up {GridShape.of(ranked[1].grid)} ({figures(ranked[1])}); "
+                 f"{deciding_term(best, ranked[1])}")
     else:
         line += "; no other grid of that size"
+    if rates_said is not None:
+        return grid, line + f"; priced with {rates_said}; plexus-model ranks them all"
     if cal.calibrated:
         return grid, line + f"; priced with {cal.label}; plexus-model ranks them all"
     return grid, (line + f"; {cal.label}: the times are not this machine's (plexus-bench "
                   "calibrate --out FILE, then --calibration FILE)")
+
+
+def prediction_terms(p: Prediction) -> dict[str, float]:
+    """A prediction's epoch time in its terms: compute (the step's fixed work apart) and each
+    axis's communication."""
+    terms = {"compute": p.compute_s - p.overhead_s, "fixed work": p.overhead_s}
+    terms.update({f"communication along {axis}": s for axis, s in p.comm_s_per_axis.items()})
+    return terms
+
+
+def deciding_term(best: Prediction, runner_up: Prediction) -> str:
+    """Why ``best`` beat ``runner_up``, in words: the term of the epoch time whose difference
+    favours it most (`prediction_terms`), or, on equal times, the memory that broke the tie."""
+    gap = runner_up.time_s - best.time_s
+    if gap <= 0:
+        return (f"equal times: the smaller training peak decided "
+                f"({format_bytes(best.memory.total)} against "
+                f"{format_bytes(runner_up.memory.total)})")
+    ours, theirs = prediction_terms(best), prediction_terms(runner_up)
+    saved = {k: theirs.get(k, 0.0) - ours[k] for k in ours}
+    term, against = max(saved, key=saved.__getitem__), min(saved, key=saved.__getitem__)
+    text = (f"it wins by {format_seconds(gap)}, decided by {term} "
+            f"({format_seconds(ours[term])} against {format_seconds(theirs[term])})")
+    if saved[against] < 0:  # what the runner-up does better, outweighed
+        text += (f", outweighing {against} ({format_seconds(ours[against])} against "
+                 f"{format_seconds(theirs[against])})")
+    return text
 
 
 def check_grid_fits(grid: GridShape, model: ModelConfig, sizes: GraphSizes) -> None:

@@ -109,7 +109,7 @@ def load_shard(plan: RunPlan, rank: int, world: int, local_ranks: int
         shard = read_shard(plan.shards, rank, shape=grid, num_layers=model.num_stages,
                            orders=orders, perm=plan.perm, verify=plan.cache is None)
         return grid, shard, int(manifest["nnz"]), str(manifest["graph_sha256"])
-    graph = load_dataset(plan.dataset, plan.root, seed=plan.train.seed)
+    graph = load_dataset(plan.dataset, plan.root, seed=plan.data_seed, features=plan.features)
     if plan.symmetrize:
         graph = graph.to_undirected()
     sizes = GraphSizes.of_graph(graph, model)

@@ -64,8 +64,14 @@ def needs_best_weights(plan: RunPlan, dataset_name: str) -> bool:
 
 
 def is_ogb(dataset_name: str) -> bool:
-    """Whether the official OGB evaluator applies to the dataset."""
-    return dataset_name.startswith("ogbn-")
+    """Whether the official OGB evaluator applies to the dataset: an OGB dataset, or a
+    gnn-benchmark file named after one (``ogbn-arxiv.npz``: files are named by the file)."""
+    return ogb_name(dataset_name).startswith("ogbn-")
+
+
+def ogb_name(dataset_name: str) -> str:
+    """The OGB dataset a run's dataset name scores as (the name without a ``.npz``)."""
+    return dataset_name.removesuffix(".npz")
 
 
 def ogb_metric(model: GraphModel, name: str, pred: NodeBlock, mask: str = "test"
@@ -119,9 +125,9 @@ def ogb_rocauc(model: GraphModel, name: str, mask: str = "test") -> dict | None:
 def _metric(model: GraphModel, name: str, pred: NodeBlock | None) -> dict | None:
     """The OGB evaluator's test metric: ROC-AUC for a multi-label task, else accuracy."""
     if model.multilabel:
-        return ogb_rocauc(model, name)
+        return ogb_rocauc(model, ogb_name(name))
     assert pred is not None
-    return ogb_metric(model, name, pred)
+    return ogb_metric(model, ogb_name(name), pred)
 
 
 def _predictions(model: GraphModel) -> NodeBlock:

@@ -12,6 +12,7 @@ import torch.distributed as dist
 from plexus.api import GraphModel, model_from_shard
 from plexus.core.atomic import UnsafeTargetError
 from plexus.api.training import DEFAULT_DTYPE, Comm, EpochStats, Grid, Trainer
+from plexus.datasets.spec import feature_mode
 from plexus.partitioners import RankShard
 from plexus.runtime.env import THREADS_ENV, available_cores, env_threads
 from plexus.runtime.progress import start_beacon
@@ -163,6 +164,19 @@ class Run:
             self.plan.fault.maybe_fire(self.grid.rank, stats.epoch)
 
 
+def data_note(plan: RunPlan) -> str:
+    """What the first line says of the data a --dataset run made: its features' scaling
+    (--features, resolved for the format) and a --split-seed apart from --seed ('' for --shards:
+    the store holds what its partitioner read)."""
+    if plan.shards:
+        return ""
+    mode = feature_mode(plan.dataset, plan.features)
+    text = ", features row-normalized" if mode == "row" else ", features raw"
+    text += " (--features auto)" if plan.features == "auto" else ""
+    if plan.split_seed is not None:
+        text += f", split seed {plan.split_seed}"
+    return text
+
 def threads_origin(requested: int | None) -> str:
     """Where a rank's thread count came from, as the run's first line says it."""
     if requested is not None:
@@ -210,7 +224,8 @@ def build_run(plan: RunPlan, setup: LocalSetup, device: torch.device) -> Run:
                     f"{plural(torch.get_num_threads(), 'thread')} per rank, "
                     f"{threads_origin(plan.threads)}), "
                     f"{plural(plan.model.num_layers, 'layer')}, orders "
-                    f"{','.join(setup.shard.orders)}, permutation {setup.shard.perm}")
+                    f"{','.join(setup.shard.orders)}, permutation {setup.shard.perm}"
+                    f"{data_note(plan)}")
         if device.type == "cpu":
             crowded = crowding_note(setup.local_ranks, available_cores())
             if crowded:

@@ -287,7 +287,7 @@ def test_npz_with_sparse_attributes_and_labels(tmp_path):
                attr_indptr=attr.indptr, attr_shape=np.array(attr.shape),
                labels=np.array([0, 1, 1, 0]))
     g = load_dataset(f"npz:{tmp_path / 'g.npz'}")
-    assert g.name == "g" and g.num_nodes == 4 and g.num_classes == 2
+    assert g.name == "g.npz" and g.num_nodes == 4 and g.num_classes == 2
     assert_symmetric_simple(g)
     assert g.num_edges == 6
     assert np.array_equal(g.features, attr.toarray())
@@ -359,7 +359,7 @@ def test_mtx_general_matrix(tmp_path):
     p = tmp_path / "web-tiny.mtx"
     scipy.io.mmwrite(str(p), a)
     g = load_dataset(f"mtx:{p}")
-    assert g.name == "web-tiny" and g.num_nodes == 5
+    assert g.name == "web-tiny.mtx" and g.num_nodes == 5
     assert_symmetric_simple(g)
     assert g.num_edges == 6  # 0-1, 1-2, 2-4; (3, 3) self loop dropped
     assert g.num_features == 128 and any("degree" in n for n in g.notes)
@@ -403,7 +403,7 @@ def test_edgelist_snap_remaps_ids(tmp_path):
     p = tmp_path / "tiny.txt"
     p.write_text(SNAP_TEXT)
     g = load_dataset(f"edgelist:{p}")
-    assert g.name == "tiny" and g.num_nodes == 4  # ids 7, 10, 30, 1000 -> 0, 1, 2, 3
+    assert g.name == "tiny.txt" and g.num_nodes == 4  # ids 7, 10, 30, 1000 -> 0, 1, 2, 3
     assert_symmetric_simple(g)
     dense = g.adj.toarray()
     assert dense[1, 2] and dense[2, 0] and dense[3, 1] and g.num_edges == 6

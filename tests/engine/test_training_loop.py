@@ -19,6 +19,7 @@ from cli_helpers import losses, read_log, train
 from helpers import assert_one_line
 from engine_checks import LOOP_CHECKS, LOOP_CONFIGS, LOOP_RESUME_AT, run_loop_checks
 from plexus.api import RECIPES
+from plexus.core.ops import KINDS
 from plexus.engine.config import ModelConfig, TrainConfig, TrainConfigError
 from plexus.engine.serial import SerialModel
 from plexus.engine.trainer import Trainer
@@ -149,50 +150,53 @@ LOOP_FLAGS = ("--epochs", "30", "--optimizer", "adamw", "--lr", "0.05", "--lr-sc
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind, aggregation, stages, orders", [
-    ("sage", "mean", "2", "agg"),
-    ("gin", "sum", "4", "agg,dense,agg,dense"),  # a GIN layer is two stages
-])
-def test_stores_of_every_aggregation_train_as_dataset_runs(kind, aggregation, stages, orders,
-                                                           tmp_path):
-    """A `plexus-partition --aggregation mean|sum` store trains SAGE/GIN with the losses,
-    accuracies, best epoch and early stop of the `--dataset` run of the same graph and grid."""
+@pytest.mark.parametrize("kind", list(KINDS))  # every kind the registry declares
+def test_stores_of_every_kind_train_as_dataset_runs(kind, tmp_path):
+    """A `plexus-partition --model KIND --layers 2` store trains, without --model (the store
+    records its kind), the 2 layers of that kind with the losses, accuracies, best epoch and
+    early stop of the `--dataset` run of the same graph, grid and kind."""
     store = tmp_path / "store"
-    assert partition_main(["--dataset", RMAT, "--grid", "1x1x2", "--layers", stages,
-                           "--orders", orders, "--aggregation", aggregation,
-                           "--out", str(store)]) == 0
+    assert partition_main(["--dataset", RMAT, "--grid", "1x1x2", "--model", kind,
+                           "--layers", "2", "--orders", "agg", "--out", str(store)]) == 0
     manifest = json.loads((store / "manifest.json").read_text())
-    assert manifest["aggregation"] == aggregation
+    assert (manifest["model"], manifest["gnn_layers"]) == (kind, 2)
+    assert manifest["aggregation"] == KINDS[kind].aggregation
     logs = {}
     for name, source in {"store": ("--shards", str(store)),
                          "dataset": ("--dataset", RMAT, "--grid", "1x1x2", "--no-cache",
-                                     "--order", "agg")}.items():
+                                     "--order", "agg", "--model", kind)}.items():
         logs[name] = tmp_path / f"{name}.json"
-        proc = train(*source, "--model", kind, *LOOP_FLAGS, "--quiet", "--log-json",
-                     str(logs[name]))
+        proc = train(*source, *LOOP_FLAGS, "--quiet", "--log-json", str(logs[name]))
         assert proc.returncode == 0, proc.stderr
     (store_records, store_summary), (data_records, data_summary) = \
         read_log(logs["store"]), read_log(logs["dataset"])
+    assert (store_summary["model"]["kind"], store_summary["model"]["layers"]) == (kind, 2)
     np.testing.assert_allclose(losses(store_records), losses(data_records), rtol=0, atol=1e-5)
     for key in ("best_epoch", "best_val_acc", "stopped_early", "epochs"):
         assert store_summary[key] == data_summary[key], key
-    assert store_summary["stopped_early"] is not None  # the run did stop early
-    assert store_summary["epochs"] < 30
+    assert store_summary["model"]["orders"] == data_summary["model"]["orders"]
 
 
 def test_a_store_of_another_aggregation_is_refused_in_one_line(tmp_path, capsys):
     store = tmp_path / "store"
     assert partition_main(["--dataset", RMAT, "--grid", "1x1x1", "--layers", "2",
-                           "--aggregation", "mean", "--out", str(store)]) == 0
+                           "--model", "sage", "--out", str(store)]) == 0
     capsys.readouterr()
+    assert main(["--shards", str(store), "--model", "gin"]) == 2
+    err = capsys.readouterr().err
+    assert_one_line(err, "--model gin but", "was cut for the sage model",
+                    "plexus-partition --model gin")
+    # a store that records no kind (the cache's, or written before kinds were recorded)
+    path = store / "manifest.json"
+    manifest = json.loads(path.read_text())
+    del manifest["model"], manifest["gnn_layers"]
+    path.write_text(json.dumps(manifest))
     assert main(["--shards", str(store), "--model", "gin"]) == 2
     err = capsys.readouterr().err
     assert_one_line(err)
     assert "holds Â normalized for the mean aggregation, --model gin needs sum" in err
-    assert "plexus-partition --aggregation sum" in err
+    assert "plexus-partition --model gin" in err
     # a manifest without the field (a store written before it was recorded) holds GCN's Â
-    path = store / "manifest.json"
-    manifest = json.loads(path.read_text())
     del manifest["aggregation"]
     path.write_text(json.dumps(manifest))
     assert main(["--shards", str(store), "--model", "sage"]) == 2

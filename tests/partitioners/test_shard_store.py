@@ -93,7 +93,8 @@ def test_round_trip_equals_shard_graph(tmp_path, graph, adj_hat, grid, layers, o
 def test_manifest_describes_the_store(written, graph):
     m = read_manifest(written)
     assert m["format"] == store.FORMAT and m["version"] == store.VERSION
-    assert m["grid"] == {"x": 2, "y": 1, "z": 2} and m["num_stages"] == 3 and m["gnn_layers"] == 3
+    assert m["grid"] == {"x": 2, "y": 1, "z": 2} and m["num_stages"] == 3
+    assert "model" not in m and "gnn_layers" not in m  # cut without a kind: stages only
     assert m["orders"] == ORDERS3 and m["permutation"]["kind"] == "balanced"
     assert m["seed"] == 5 and m["permutation"]["seed"] == 5
     assert m["num_nodes"] == graph.num_nodes and m["num_classes"] == graph.num_classes
@@ -246,7 +247,7 @@ def test_swapped_files_with_a_consistent_manifest_are_rejected(written, tmp_path
 def test_manifest_fields_of_the_wrong_type_or_nesting_are_rejected(written, tmp_path):
     bad = copy_store(written, tmp_path / "types")
     text = (bad / store.MANIFEST).read_text()
-    edits = [("num_stages", True), ("num_stages", -3), ("gnn_layers", 2), ("gnn_layers", "3"),
+    edits = [("num_stages", True), ("num_stages", -3),
              ("nnz", "12"), ("num_nodes", 1.5), ("orders", ["agg", 7]), ("ranks", [["x"]]), ("ranks", [{"coords": [0, 0, 0]}])]
     for key, value in edits:
         m = json.loads(text)
@@ -454,7 +455,7 @@ def _as_written_before(store_dir: Path) -> None:
     path = store_dir / store.MANIFEST
     m = json.loads(path.read_text())
     m["num_layers"] = m.pop("num_stages")
-    del m["gnn_layers"]
+    m.pop("gnn_layers", None)
     path.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
 
 
@@ -463,7 +464,7 @@ def test_a_store_written_before_stages_and_layers_were_apart_still_loads(written
     _as_written_before(old)
     assert "num_layers" in json.loads((old / store.MANIFEST).read_text())
     m = read_manifest(old)
-    assert m["num_stages"] == 3 and m["gnn_layers"] == 3 and "num_layers" not in m
+    assert m["num_stages"] == 3 and "gnn_layers" not in m and "num_layers" not in m
     for rank in range(4):
         assert_same_shard(read_shard(written, rank), read_shard(old, rank, num_layers=3))
 
@@ -471,11 +472,9 @@ def test_a_store_written_before_stages_and_layers_were_apart_still_loads(written
 def test_gin_stores_record_two_stages_per_gnn_layer(graph, tmp_path):
     out = tmp_path / "gin"
     write_store(graph, out, shape_of((1, 1, 1)), 4, ["agg", "dense", "combine", "dense"],
-                aggregation="sum")
+                model="gin")
     m = read_manifest(out)
-    assert (m["num_stages"], m["gnn_layers"]) == (4, 2)
-    _as_written_before(out)
-    assert (read_manifest(out)["num_stages"], read_manifest(out)["gnn_layers"]) == (4, 2)
-    odd = tmp_path / "odd"  # an explicit order of stages that make no whole GIN layers
+    assert (m["num_stages"], m["gnn_layers"], m["model"]) == (4, 2, "gin")
+    odd = tmp_path / "odd"  # a kind-free store of GIN's Â: stages only, no layer count guessed
     write_store(graph, odd, shape_of((1, 1, 1)), 3, ["agg", "dense", "agg"], aggregation="sum")
-    assert (read_manifest(odd)["num_stages"], read_manifest(odd)["gnn_layers"]) == (3, None)
+    assert read_manifest(odd)["num_stages"] == 3 and "gnn_layers" not in read_manifest(odd)

@@ -123,9 +123,10 @@ def test_rmat_generated_in_pieces_equals_in_memory(tmp_path, spec, perm, aggrega
 
 def test_memory_graph_with_jobs_and_the_cli_agree(tmp_path, toy):
     shape = shape_of((1, 2, 2))
-    write_store(toy, tmp_path / "a", shape, 2, "agg", "double", 0)
+    # the CLI records the kind it cuts for (--model, default gcn): the library is given it
+    write_store(toy, tmp_path / "a", shape, 2, "agg", "double", 0, model="gcn")
     partition_to_store(toy, tmp_path / "b", shape, 2, "agg", "double", 0, jobs=2, chunk_edges=5,
-                       bucket_entries=9)
+                       bucket_entries=9, model="gcn")
     assert_same_store(tmp_path / "a", tmp_path / "b")
     write_graph(toy, tmp_path / "g")
     cmd = [sys.executable, "-m", "plexus.partitioners.cli", "--dataset", f"graph:{tmp_path / 'g'}",
@@ -177,7 +178,7 @@ def test_kill_9_mid_partition_keeps_the_old_store_and_a_rerun_resumes(tmp_path):
     assert 0 < run < total  # finished sort tasks were not redone
     fresh = tmp_path / "fresh"
     write_store(rmat_graph(scale=13, edge_factor=8, features=8, classes=4), fresh,
-                shape_of((2, 1, 2)), 2)
+                shape_of((2, 1, 2)), 2, model="gcn")  # the CLI records its --model
     assert_same_store(out, fresh)
     assert leftovers(tmp_path) == []
 
@@ -187,7 +188,8 @@ def test_ranks_of_a_launcher_job_share_the_work(tmp_path, toy):
     """Two processes with the variables torchrun sets take a share of every phase each and
     write the store one process writes."""
     write_graph(toy, tmp_path / "g")
-    write_store(toy, tmp_path / "one", shape_of((2, 2, 1)), 2, "agg", "balanced", 4)
+    write_store(toy, tmp_path / "one", shape_of((2, 2, 1)), 2, "agg", "balanced", 4,
+                model="gcn")  # what the CLI records by default
     port = 29500 + os.getpid() % 1000
     procs = []
     for rank in range(2):

@@ -52,6 +52,8 @@ def test_a_store_is_reused_exactly_when_it_would_be_identical(tmp_path):
         "aggregation": cache_plan(data, model=ModelConfig(kind="sage")),
         "perm": cache_plan(data, perm="single"),
         "symmetrize": cache_plan(data, symmetrize=True),
+        "split seed": cache_plan(data, split_seed=5),  # the split of an npz without one
+        "features": cache_plan(data, features="row"),
     }
     paths = {store.path}
     for field, opts in changed.items():

@@ -251,7 +251,7 @@ def store(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("args, needle", [
     (["--grid", "2x1x1"], "was cut for grid 1x1x1"),
-    (["--layers", "3"], "was cut for 2 layers"),
+    (["--layers", "3"], "was cut for 2 gcn layers: drop --layers"),
     (["--perm", "single"], "was cut with permutation double"),
 ])
 def test_shard_store_for_another_configuration_exits_2(store, args, needle, capsys):

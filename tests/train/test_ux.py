@@ -145,7 +145,9 @@ def test_grid_auto_names_its_choice_the_runner_up_and_their_figures(capsys):
         f"plexus-train: --grid auto: chose {opts.grid} for 4 ranks (predicted epoch "
         f"{format_seconds(best.time_s)}, training peak {summary_peak(best.grid)} per rank); "
         f"runner-up {GridShape.of(second.grid)} (predicted epoch {format_seconds(second.time_s)}, "
-        f"training peak {summary_peak(second.grid)} per rank); uncalibrated (GPU defaults): "
+        f"training peak {summary_peak(second.grid)} per rank); it wins by "
+        f"{format_seconds(second.time_s - best.time_s)}, decided by "  # the term: test_grid_auto_cpu
+        f"{line.split('decided by ')[1].split(';')[0]}; uncalibrated (GPU defaults): "
         "the times are not this machine's (plexus-bench calibrate --out FILE, then "
         "--calibration FILE)")
     assert summary_peak(best.grid) != format_bytes(best.memory.total)  # the old mismatch

@@ -234,14 +234,10 @@ def test_partition_auto_orders_cut_gin_stores_as_plexus_train_resolves_them(tmp_
     from plexus.train.cli import build_plan, build_parser
 
     out = tmp_path / "gin"
-    # --layers counts stages: two GIN layers are four (agg, dense), an odd count is refused
-    assert partition(["--dataset", "cora", "--grid", "1x1x1", "--layers", "3", "--aggregation",
-                      "sum", "--out", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert_one_line(err, "--layers 3", "even")
-    assert not out.exists()
-    assert partition(["--dataset", "cora", "--grid", "1x1x1", "--layers", "4", "--aggregation",
-                      "sum", "--out", str(out)]) == 0
+    # --layers counts GNN layers, as plexus-train's: two GIN layers are four stages (agg, dense)
+    assert partition(["--dataset", "cora", "--grid", "1x1x1", "--layers", "2", "--model",
+                      "gin", "--out", str(out)]) == 0
+    assert (read_manifest(out)["num_stages"], read_manifest(out)["gnn_layers"]) == (4, 2)
     g = load_dataset("cora")
     want = build_plan(build_parser().parse_args(
         ["--grid", "1x1x1", "--dataset", "cora", "--model", "gin", "--no-cache"]),
