@@ -2,7 +2,7 @@
 (activation and gradient messages rounded for the wire, summed in fp32, `plexus.engine.comm`)
 on a grid, several seeds, two graphs.
 
-    python benchmarks/comm_precision.py                  # Cora + R-MAT 12, 5 seeds, 2x2x2
+    python benchmarks/comm_precision.py                  # Cora + R-MAT 11, 5 seeds, 2x2x1
     python benchmarks/comm_precision.py --seeds 2 --epochs 50 --graphs cora
     python benchmarks/comm_precision.py --smoke          # tiny graph, 2 seeds, 5 epochs
 
@@ -24,7 +24,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-GRAPHS = {"cora": "cora", "rmat12": "rmat:scale=12,edge_factor=8,features=64,classes=4,seed=0"}
+GRAPHS = {"cora": "cora", "rmat11": "rmat:scale=11,edge_factor=8,features=64,classes=4,seed=0"}
 SMOKE = {"rmat10": "rmat:scale=10,edge_factor=8,features=16,classes=4,seed=0"}
 WIRES = ("fp32", "bf16")
 
@@ -68,8 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--epochs", type=int, default=200)
-    p.add_argument("--grid", default="2x2x2")
+    p.add_argument("--grid", default="2x2x1")
     p.add_argument("--graphs", default=",".join(GRAPHS), help=f"of {', '.join(GRAPHS)}")
+    p.add_argument("--timeout", type=float, default=6 * 3600, help="seconds the world may run")
     p.add_argument("--smoke", action="store_true", help="a tiny graph, 2 seeds, 5 epochs")
     p.add_argument("--out", default="benchmarks/out", help="folder for comm_precision.txt/.json")
     args = p.parse_args(argv)
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.epochs} epochs, {args.seeds} seeds; test accuracy at the best validation "
         "epoch, mean ± std; bytes rank 0 sends per training step (ledger)")
     res = run_world(dims[0] * dims[1] * dims[2], runs, dims, graphs, args.seeds,
-                    args.epochs)[0]
+                    args.epochs, timeout=args.timeout)[0]
     for name, by_wire in res.items():
         say(f"\n{name} ({graphs[name]}):")
         for wire, r in by_wire.items():
