@@ -113,6 +113,15 @@ def add_precision_options(parser: argparse.ArgumentParser | argparse._ArgumentGr
                              "BatchNorm's, GIN's and GAT's)")
 
 
+def add_comm_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--comm-dtype``: the precision activation and gradient messages travel in."""
+    parser.add_argument("--comm-dtype", choices=DTYPES, default=DEFAULT_DTYPE,
+                        help="activation and gradient messages rounded to this precision for "
+                             "the wire and summed in fp32 on arrival, under --dtype fp32; "
+                             "statistics (loss, metric, BatchNorm, attention) and master weights "
+                             f"stay fp32 (default {DEFAULT_DTYPE}: as computed, bit for bit)")
+
+
 def check_model_options(args: argparse.Namespace) -> None:
     """Range checks of the model options; raises `UsageError` naming the flag."""
     if args.layers is not None and not 1 <= args.layers <= MAX_LAYERS:

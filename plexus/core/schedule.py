@@ -10,7 +10,8 @@ adds what every stage shares and puts them in program order. Sizes are the padde
 With (o, i, d) a stage's (outer, inner, depth) axes, D its padded input width and N the padded
 node count, every stage adds:
 
-  forward   AG(H) over d (stage 0 only)      n = N·D/(|o||i|)
+  forward   AG(H) over d (stage 0 only)      n = N·D/(|o||i|)   fixed features kept: once,
+                                                                  at set-up ("setup" phase)
   backward  AR(db) over the output rows      n = D'/|out cols|  (with a bias)
             AR(dH) over d (stage > 0)        n = N·D/(|o||i|)   stage 0: RS over d if features learn
 loss      AR-MAX of N/|rows| and AR-SUM of 2·N/|rows| over the class axis (the last layer's
@@ -18,6 +19,13 @@ loss      AR-MAX of N/|rows| and AR-SUM of 2·N/|rows| over the class axis (the 
           cross-entropy, elementwise): AR-SUM of 2 float64 (sum, count) over the rows axis, then
           over the class axis
 Stage 0 with fixed input features needs no dH: autograd skips it and what only feeds it.
+Fixed input features may be gathered once and kept (`setup_collectives`, ``kept_input``): the
+gather then leaves the epoch, and the ledger counts it once, when the model is built.
+
+Item sizes: a collective declared without one (activations, gradients, gathered weights: the
+payloads) travels in the run's payload precision (the compute precision, or under a float32
+compute the wire precision `plexus.engine.config.EngineConfig.comm_dtype`, ``payload_itemsize``
+below); statistics (the loss, the metric, BatchNorm's, the attention's) declare their own.
 
 Volumes are those of ring algorithms: an all-reduce of n elements over p ranks moves
 2(p-1)/p·n elements per rank in 2(p-1) steps; an all-gather or reduce-scatter whose full size is
@@ -35,6 +43,8 @@ from .ops.base import StageSizes, div, stage_sizes
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 PHASES = ("forward", "loss", "backward", "eval")
+#: The phase of a collective issued once when the model is built, not in every epoch.
+SETUP = "setup"
 
 
 def ring_volume(op: str, numel: float, p: int) -> float:
@@ -79,12 +89,22 @@ class Collective:
         """Latency-bound steps of the ring."""
         return ring_steps(self.op, self.group)
 
+    def bytes(self, itemsize: int) -> float:
+        """Bytes moved per rank, ``itemsize`` the run's payload item size (for a collective
+        declared without its own)."""
+        return self.elements * (self.itemsize or itemsize)
+
+    def key(self, itemsize: int) -> tuple:
+        """(layer, phase, op, axis, size, item size): how the engine's ledger keys it
+        (`plexus.engine.ledger.Ledger.collectives`), ``itemsize`` as in `bytes`."""
+        return (self.layer, self.phase, self.op, self.axis, self.size, self.itemsize or itemsize)
+
 
 class _Schedule:
     """Accumulates the collectives of one epoch, leaving out those over axes of size 1."""
 
-    def __init__(self, shape: Mapping[str, int]) -> None:
-        self.s = shape
+    def __init__(self, shape: Mapping[str, int], payload: int | None = None) -> None:
+        self.s, self.payload = shape, payload
         self.out: list[Collective] = []
 
     def adder(self, layer: int | None):
@@ -93,12 +113,12 @@ class _Schedule:
                 itemsize: int | None = None) -> None:
             if self.s[axis] > 1:
                 self.out.append(Collective(name, layer, phase, op, axis, self.s[axis], size,
-                                           itemsize))
+                                           self.payload if itemsize is None else itemsize))
         return add
 
-    def forward(self, z: StageSizes, phase: str) -> None:
+    def forward(self, z: StageSizes, phase: str, kept_input: bool = False) -> None:
         p, add = z.plan, self.adder(z.plan.index)
-        if p.index == 0:
+        if p.index == 0 and not kept_input:
             add("AG(H)", phase, "all_gather", p.depth, div(z.n * z.D, z.o * z.i))
         OPERATORS[p.op].forward(add, z, phase)
         if p.norm:
@@ -151,27 +171,48 @@ class _Schedule:
 
 def epoch_collectives(plans: Sequence[LayerPlan], shape: Mapping[str, int], pad: Padding, *,
                       learnable_features: bool = False, evaluate: bool = False,
-                      multilabel: bool = False) -> list[Collective]:
+                      multilabel: bool = False, kept_input: bool = False,
+                      payload_itemsize: int | None = None) -> list[Collective]:
     """Every collective one rank issues in one training step, in program order: the forward,
     the loss, the backward (last stage first). ``plans`` are a model's
     (`plexus.core.model.ModelConfig.plans`: each names its operator, bias and BatchNorm).
     ``evaluate`` appends the evaluation that follows (the forward again, the prediction's argmax
     over the class axis and the three masks' hit counts over the rows axis; for a
-    ``multilabel`` task the binary cross-entropy's two sums, and the ROC-AUC's gathers)."""
+    ``multilabel`` task the binary cross-entropy's two sums, and the ROC-AUC's gathers).
+    ``kept_input``: the fixed input features were gathered at set-up (`setup_collectives`):
+    no AG(H) in a forward. ``payload_itemsize``: the item size of every collective declared
+    without one (None: left None, the run's float size for `volume_per_axis`)."""
+    if kept_input and learnable_features:
+        raise ValueError("learnable input features change every step: they cannot be kept")
     sizes = stage_sizes(plans, shape, pad, OPERATORS, learnable_features=learnable_features)
-    sched = _Schedule(shape)
+    sched = _Schedule(shape, payload_itemsize)
     for z in sizes:
-        sched.forward(z, "forward")
+        sched.forward(z, "forward", kept_input)
     sched.loss(plans[-1], pad.nodes_padded, multilabel)
     for z in reversed(sizes):
         sched.backward(z)
     if evaluate:
         for z in sizes:
-            sched.forward(z, "eval")
+            sched.forward(z, "eval", kept_input)
         if multilabel:
             sched.rocauc(plans[-1], pad.nodes_padded, pad.widths[-1], pad.widths_padded[-1])
         else:
             sched.accuracy(plans[-1], pad.nodes_padded)
+    return sched.out
+
+
+def setup_collectives(plans: Sequence[LayerPlan], shape: Mapping[str, int], pad: Padding, *,
+                      kept_input: bool = False, itemsize: int | None = None
+                      ) -> list[Collective]:
+    """What a rank issues once when the model is built: with ``kept_input``, layer 0's fixed
+    input features gathered over the first stage's depth axis (AG(H), phase `SETUP`; the
+    engine keeps the result, so no epoch gathers them again). ``itemsize``: the compute
+    precision's (the features are never rounded for the wire: they are sent once)."""
+    if not kept_input:
+        return []
+    sched = _Schedule(shape, itemsize)
+    z = stage_sizes(plans, shape, pad, OPERATORS)[0]
+    sched.adder(0)("AG(H)", SETUP, "all_gather", z.plan.depth, div(z.n * z.D, z.o * z.i))
     return sched.out
 
 

@@ -6,9 +6,22 @@ the full gradient. Hence the pairs below (the f/g operators of tensor parallelis
 - ``all_reduce_grad``: marks a replicated tensor that the ranks of the axis use differently;
   forward passes it through, backward sums the gradient over the axis.
 - ``all_gather`` (rows): backward reduce-scatters the gradient over the axis.
+
+Payload precision (``wire``, `plexus.engine.config.EngineConfig.comm_dtype`): a float32 tensor
+is sent in bf16/fp16 unless an `exact` block issues it (statistics: the loss, the metric,
+BatchNorm's sums, the attention's scores and softmax). Sums never accumulate in the low
+precision: an all-reduce is an all-to-all of the low-precision blocks, each rank's block summed
+in float32 in rank order, then an all-gather of the rounded sums (the ring's volume, two
+roundings per element, the same result on every replica); a reduce-scatter is the first half.
+
+Every collective is recorded in the ledger under the layer and phase the model is in (`at`);
+a backward records under the layer of the forward that created it (`tag`, `backward_of`).
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -22,6 +35,14 @@ from .timing import Timers
 # torch >= 2.13 renames the single-tensor collectives; keep both spellings working.
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+class Tag(NamedTuple):
+    """Where a collective comes from: the GNN layer (None: the loss or the metric) and whether
+    it is a statistic sent exactly (float32, never in the wire precision)."""
+
+    layer: int | None
+    exact: bool
 
 
 def staged(device: torch.device) -> bool:
@@ -60,13 +81,56 @@ class Comm:
     None: read from the device's free memory now, at set-up)."""
 
     def __init__(self, grid: Grid, ledger: Ledger | None = None, timers: Timers | None = None,
-                 budget: float | None = None):
+                 budget: float | None = None, wire: torch.dtype | None = None):
         self.grid = grid
+        self.wire = wire  # None: payloads sent as they are
+        self._layer: int | None = None
+        self._phase = "forward"
+        self._exact = False
         self.ledger = ledger or Ledger()
         self.timers = timers or Timers(grid.device, enabled=False)
         self.budget = piece_budget(grid.device) if budget is None else budget
         # several ranks sharing one GPU talk gloo, which reduces host memory: stage through it
         self.staged = staged(grid.device)
+
+    # ---- where collectives come from (the ledger's keys) and their precision ---------------
+    @contextmanager
+    def at(self, layer: int | None, phase: str) -> Iterator[None]:
+        """Within: collectives are recorded as issued by ``layer`` in ``phase``."""
+        saved = self._layer, self._phase
+        self._layer, self._phase = layer, phase
+        try:
+            yield
+        finally:
+            self._layer, self._phase = saved
+
+    @contextmanager
+    def exact(self, on: bool = True) -> Iterator[None]:
+        """Within (``on``): float32 tensors are sent as float32 whatever the wire precision
+        (statistics the schedule declares with their own item size)."""
+        saved, self._exact = self._exact, on
+        try:
+            yield
+        finally:
+            self._exact = saved
+
+    def tag(self) -> Tag:
+        """The layer and exactness now: what an autograd function keeps for its backward."""
+        return Tag(self._layer, self._exact)
+
+    @contextmanager
+    def backward_of(self, tag: Tag) -> Iterator[None]:
+        """Within: the backward of a forward issued under ``tag``."""
+        with self.at(tag.layer, "backward"), self.exact(tag.exact):
+            yield
+
+    def _wire(self, x: torch.Tensor) -> torch.dtype | None:
+        """The low precision ``x`` travels in (None: as it is)."""
+        return self.wire if (self.wire is not None and not self._exact
+                             and x.dtype == torch.float32) else None
+
+    def _record(self, axis: str, op: str, numel: int, p: int, itemsize: int) -> None:
+        self.ledger.record(axis, op, numel, p, itemsize, self._layer, self._phase)
 
     # ---- raw (non-differentiable) collectives -------------------------------------------
     def raw_all_reduce(self, x: torch.Tensor, axis: str, op: str = "sum",
@@ -83,7 +147,13 @@ class Comm:
             if async_op:
                 raise ValueError("an asynchronous all-reduce needs a contiguous tensor")
             return x.copy_(self.raw_all_reduce(x.contiguous(), axis, op))
-        self.ledger.record(axis, "all_reduce", x.numel(), p, x.element_size())
+        wire = self._wire(x) if op == "sum" else None
+        if wire is not None:  # two-shot, float32 sums: nothing to overlap with
+            self._record(axis, "all_reduce", x.numel(), p, wire.itemsize)
+            with self.timers(f"all_reduce:{axis}"):
+                self._low_all_reduce(x, axis, p, wire)
+            return None if async_op else x
+        self._record(axis, "all_reduce", x.numel(), p, x.element_size())
         reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
                      "min": dist.ReduceOp.MIN}[op]
         if self.staged:  # through host memory, synchronously (nothing to overlap with)
@@ -107,22 +177,45 @@ class Comm:
         p = self.grid.size(axis)
         if p == 1:
             return x
-        x = x.contiguous()
-        out = x.new_empty((p * x.shape[0],) + tuple(x.shape[1:]))
-        self.ledger.record(axis, "all_gather", out.numel(), p, x.element_size())
+        x, wire = x.contiguous(), self._wire(x)
+        send = x if wire is None else x.to(wire)
+        out = send.new_empty((p * x.shape[0],) + tuple(x.shape[1:]))
+        self._record(axis, "all_gather", out.numel(), p, send.element_size())
         with self.timers(f"all_gather:{axis}"):
-            return self._into(out, x, _all_gather, axis)
+            out = self._into(out, send, _all_gather, axis)
+        return out if wire is None else out.to(x.dtype)
 
     def raw_reduce_scatter(self, x: torch.Tensor, axis: str) -> torch.Tensor:
         """Sum ``x`` over ``axis`` and keep this rank's block of dim 0."""
         p = self.grid.size(axis)
         if p == 1:
             return x
-        x = x.contiguous()
+        x, wire = x.contiguous(), self._wire(x)
+        if wire is not None:  # the blocks in the low precision, summed in float32
+            self._record(axis, "reduce_scatter", x.numel(), p, wire.itemsize)
+            with self.timers(f"reduce_scatter:{axis}"):
+                send = x.to(wire)
+                got = self._into(torch.empty_like(send), send, dist.all_to_all_single, axis)
+                return got.view((p, x.shape[0] // p) + tuple(x.shape[1:])).to(x.dtype).sum(0)
         out = x.new_empty((x.shape[0] // p,) + tuple(x.shape[1:]))
-        self.ledger.record(axis, "reduce_scatter", x.numel(), p, x.element_size())
+        self._record(axis, "reduce_scatter", x.numel(), p, x.element_size())
         with self.timers(f"reduce_scatter:{axis}"):
             return self._into(out, x, _reduce_scatter, axis)
+
+    def _low_all_reduce(self, x: torch.Tensor, axis: str, p: int, wire: torch.dtype) -> None:
+        """x (contiguous) summed over ``axis`` in place, sent in ``wire``: the flat buffer
+        padded to a multiple of p (at most p - 1 zeros, not counted), its p blocks exchanged
+        (all-to-all), this rank's block summed in x's precision in rank order, the rounded sums
+        all-gathered: every replica gets the same values."""
+        flat = x.view(-1)
+        n = flat.numel()
+        m = -(-n // p)
+        send = torch.zeros(p * m, dtype=wire, device=x.device)
+        send[:n].copy_(flat)
+        got = self._into(torch.empty_like(send), send, dist.all_to_all_single, axis)
+        mine = got.view(p, m).to(x.dtype).sum(0).to(wire)
+        out = self._into(torch.empty_like(send), mine, _all_gather, axis)
+        flat.copy_(out[:n])
 
     def _into(self, out: torch.Tensor, x: torch.Tensor, collective, axis: str) -> torch.Tensor:
         """``collective(out, x)`` over ``axis``'s group (a single-tensor all-gather or
@@ -171,7 +264,7 @@ class _AllReduce(torch.autograd.Function):
 class _AllReduceGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, comm: Comm, axis: str):  # noqa: D102
-        ctx.comm, ctx.axis = comm, axis
+        ctx.comm, ctx.axis, ctx.tag = comm, axis, comm.tag()
         return x.view_as(x)
 
     @staticmethod
@@ -179,7 +272,8 @@ class _AllReduceGrad(torch.autograd.Function):
         if ctx.comm.grid.size(ctx.axis) == 1:
             return grad, None, None
         grad = grad.clone(memory_format=torch.contiguous_format)
-        return ctx.comm.raw_all_reduce(grad, ctx.axis), None, None
+        with ctx.comm.backward_of(ctx.tag):
+            return ctx.comm.raw_all_reduce(grad, ctx.axis), None, None
 
 
 class _RowBlocks(torch.autograd.Function):
@@ -188,10 +282,11 @@ class _RowBlocks(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, comm: Comm, axis: str, gather: bool):  # noqa: D102
-        ctx.comm, ctx.axis, ctx.gather = comm, axis, gather
+        ctx.comm, ctx.axis, ctx.gather, ctx.tag = comm, axis, gather, comm.tag()
         return (comm.raw_all_gather if gather else comm.raw_reduce_scatter)(x, axis)
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         adjoint = ctx.comm.raw_reduce_scatter if ctx.gather else ctx.comm.raw_all_gather
-        return adjoint(grad, ctx.axis), None, None, None
+        with ctx.comm.backward_of(ctx.tag):
+            return adjoint(grad, ctx.axis), None, None, None

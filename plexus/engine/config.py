@@ -82,6 +82,8 @@ class TrainConfig:
 
 
 _TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+#: `EngineConfig.keep_input`'s values.
+KEEP_INPUT = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,15 @@ class EngineConfig:
     keeps only each stage's input for backward and recomputes the rest of the stage (its
     BatchNorm and ReLU included) there: less memory for about one more forward's time, the
     same results.
+
+    ``comm_dtype`` is the precision activation and gradient collectives travel in under a
+    float32 compute precision ("fp32": as they are, bit for bit today's; "bf16" or "fp16":
+    rounded for the wire, summed in float32 on arrival, `plexus.engine.comm`); statistics (the
+    loss, the metric, BatchNorm's, the attention's) always travel in float32. Like ``dtype``
+    it changes results by rounding. ``keep_input``: layer 0's fixed input features are
+    all-gathered over the first stage's depth axis once at set-up and kept, instead of in
+    every forward ("on"; "off": every forward; "auto": on when the features do not learn and
+    the gathered block fits `plexus.engine.pieces`' budget); the same results either way.
     """
 
     spmm_backend: str = "torch"  # "torch" (CSR), "scipy" (CPU only), "torch-sparse" when installed
@@ -108,12 +119,37 @@ class EngineConfig:
     timers: bool = True
     dtype: str = DEFAULT_DTYPE  # compute precision (one of DTYPES): changes results by rounding
     recompute: bool = False  # recompute each stage's activations in backward
+    comm_dtype: str = DEFAULT_DTYPE  # the wire precision of activations and gradients
+    keep_input: str = "auto"  # one of KEEP_INPUT: layer 0's gathered input kept from set-up
 
     def __post_init__(self) -> None:
         check_bound("agg_chunks", self.agg_chunks)  # the one table's bound (a BoundError)
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown compute dtype {self.dtype!r}; use one of "
                              f"{', '.join(DTYPES)}")
+        if self.comm_dtype not in DTYPES:
+            raise ValueError(f"unknown communication dtype {self.comm_dtype!r}; use one of "
+                             f"{', '.join(DTYPES)}")
+        if self.dtype != DEFAULT_DTYPE and self.comm_dtype not in (DEFAULT_DTYPE, self.dtype):
+            raise ValueError(f"communication dtype {self.comm_dtype} needs the compute dtype "
+                             f"fp32 (a {self.dtype} run's messages are {self.dtype} already)")
+        if self.keep_input not in KEEP_INPUT:
+            raise ValueError(f"unknown keep_input {self.keep_input!r}; use one of "
+                             f"{', '.join(KEEP_INPUT)}")
+
+    @property
+    def comm_bytes(self) -> int:
+        """Bytes of one activation or gradient element on the wire."""
+        return DTYPE_BYTES[self.comm_dtype if self.dtype == DEFAULT_DTYPE else self.dtype]
+
+    def wire_dtype(self) -> Any:
+        """The torch dtype float32 activation and gradient messages are rounded to for the wire
+        (None: sent as they are)."""
+        if self.dtype != DEFAULT_DTYPE or self.comm_dtype == DEFAULT_DTYPE:
+            return None
+        import torch  # noqa: PLC0415
+
+        return getattr(torch, _TORCH_DTYPES[self.comm_dtype])
 
     @property
     def dtype_bytes(self) -> int:

@@ -172,11 +172,13 @@ def _softmax(block: EdgeBlock, heads: int, comm: Comm, axis: str, edge_scores) -
     maximum and sum all-reduced over ``axis`` (the axis that cuts a row's columns)."""
     alpha = _per_edge(block, heads, edge_scores)
     m = _row_sums(block, alpha, "max")
-    comm.raw_all_reduce(m, axis, "max")                       # AR-MAX(e) over the row's cut
+    with comm.exact():  # statistics: float32 whatever the wire precision
+        comm.raw_all_reduce(m, axis, "max")                   # AR-MAX(e) over the row's cut
     for a, b in block.spans(heads):
         alpha[a:b].sub_(_gather(m, block.row[a:b])).exp_()
     total = _row_sums(block, alpha)
-    comm.raw_all_reduce(total, axis)                          # AR-SUM(e) over the row's cut
+    with comm.exact():
+        comm.raw_all_reduce(total, axis)                      # AR-SUM(e) over the row's cut
     for a, b in block.spans(heads):
         alpha[a:b].div_(_gather(total, block.row[a:b]))
     return alpha
@@ -188,7 +190,8 @@ def _softmax_backward(block: EdgeBlock, alpha: torch.Tensor, grad: torch.Tensor,
     sums all-reduced over ``axis``."""
     de = grad.mul_(alpha)
     c = _row_sums(block, de)
-    comm.raw_all_reduce(c, axis)                              # AR(Σα·dα) over the row's cut
+    with comm.exact():
+        comm.raw_all_reduce(c, axis)                          # AR(Σα·dα) over the row's cut
     for a, b in block.spans(alpha.shape[1]):
         de[a:b].sub_(alpha[a:b] * _gather(c, block.row[a:b]))
     return de
@@ -204,6 +207,7 @@ class _AttentionSoftmax(torch.autograd.Function):
                              lambda a, b: _scores(block, sd, ss, a, b, slope))
         ctx.save_for_backward(alpha, s_dst, s_src)
         ctx.block, ctx.comm, ctx.axis, ctx.slope = block, comm, axis, slope
+        ctx.tag = comm.tag()
         return alpha
 
     @staticmethod
@@ -211,7 +215,7 @@ class _AttentionSoftmax(torch.autograd.Function):
         alpha, s_dst, s_src = ctx.saved_tensors
         block, heads = ctx.block, alpha.shape[1]
         sd, ss = s_dst.contiguous(), s_src.contiguous()
-        with ctx.comm.timers("edges"):
+        with ctx.comm.timers("edges"), ctx.comm.backward_of(ctx.tag):
             de = _softmax_backward(block, alpha, grad.contiguous(), ctx.comm, ctx.axis)
             for a, b in block.spans(heads):  # LeakyReLU's backward: its sign, recomputed
                 negative = _scores(block, sd, ss, a, b, None) < 0
@@ -236,13 +240,13 @@ class _EdgeSoftmax(torch.autograd.Function):
         with comm.timers("edges"):
             alpha = _softmax(block, e.shape[1], comm, axis, lambda a, b: e[a:b].clone())
         ctx.save_for_backward(alpha)
-        ctx.block, ctx.comm, ctx.axis = block, comm, axis
+        ctx.block, ctx.comm, ctx.axis, ctx.tag = block, comm, axis, comm.tag()
         return alpha
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         (alpha,) = ctx.saved_tensors
-        with ctx.comm.timers("edges"):
+        with ctx.comm.timers("edges"), ctx.comm.backward_of(ctx.tag):
             de = _softmax_backward(ctx.block, alpha, grad.float().clone(), ctx.comm, ctx.axis)
         return de, None, None, None
 
@@ -299,13 +303,15 @@ class _SDDMM(torch.autograd.Function):
         comm.raw_all_reduce(out, axis)                        # AR(e) over the features' cut
         ctx.save_for_backward(q, k)
         ctx.block, ctx.ranges, ctx.comm, ctx.axis = block, ranges, comm, axis
+        ctx.tag = comm.tag()
         return out
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         q, k = ctx.saved_tensors
         block = ctx.block
-        grad = ctx.comm.raw_all_reduce(grad.contiguous().clone(), ctx.axis)  # AR(de) over it
+        with ctx.comm.backward_of(ctx.tag):
+            grad = ctx.comm.raw_all_reduce(grad.contiguous().clone(), ctx.axis)  # AR(de) over it
         dq, dk = torch.zeros_like(q), torch.zeros_like(k)
         with ctx.comm.timers("edges"):
             for h, lo, hi in ctx.ranges:  # dQ = de_h·K, dK = de_hᵀ·Q: CSR products per head

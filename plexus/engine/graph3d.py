@@ -69,6 +69,9 @@ class StageGraph:
         self.rate, self.model, self.engine = rate, model, engine
         self.output_ids, self.num_nodes = output_ids, num_nodes
         self.training = True
+        # Set by a model that gathered its fixed input features once at set-up and keeps them
+        # (stage 0): H arrives gathered over depth already
+        self.input_kept = False
         # A stage with running statistics (BatchNorm's): its buffers by kind (set before each
         # forward), and whether a training pass updates them (not a recomputed one)
         self.stats: Mapping[str, torch.Tensor] = {}
@@ -133,9 +136,12 @@ class StageGraph:
 
     # ---- node tensors -------------------------------------------------------------------------
     def receive(self, H: torch.Tensor) -> torch.Tensor:
-        """H as the stage uses it: stage 0's stored block gathered over depth."""
+        """H as the stage uses it: stage 0's stored block gathered over depth (unless the
+        model keeps it gathered: ``input_kept``)."""
         d, c = self.plan.depth, self.comm
         if self.plan.index == 0:
+            if self.input_kept:                               # gathered at set-up, fixed
+                return H
             return c.all_gather(H, d)                         # AG(H) over d; bwd: RS(dH) over d
         return c.all_reduce_grad(H, d)                        # bwd: AR(dH) over d
 

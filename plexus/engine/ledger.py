@@ -1,4 +1,6 @@
-"""Communication ledger: what every collective moved, per axis and operation.
+"""Communication ledger: what every collective moved, per axis and operation, and per
+collective as the schedule declares it (layer, phase, operation, axis, full size, bytes per
+element).
 
 Volumes are those of ring algorithms, per rank (`plexus.core.schedule.ring_volume`, the formula
 the performance model uses too). Collectives over an axis of size 1 are skipped and move nothing.
@@ -11,28 +13,39 @@ from dataclasses import dataclass
 
 from plexus.core.schedule import ring_volume
 
+#: One collective as the ledger keys it: (layer or None, phase, op, axis, full size n in
+#: elements, bytes per element), the fields of `plexus.core.schedule.Collective.key`.
+Key = tuple
+
 
 @dataclass
 class Ledger:
-    """Accumulates elements/bytes moved and call counts, keyed by (axis, op)."""
+    """Accumulates elements/bytes moved and call counts, keyed by (axis, op), and call counts
+    per collective (`Key`)."""
 
     def __post_init__(self) -> None:
         self.elements: dict[tuple[str, str], float] = defaultdict(float)
         self.bytes: dict[tuple[str, str], float] = defaultdict(float)
         self.calls: dict[tuple[str, str], int] = defaultdict(int)
+        self.collectives: dict[Key, int] = defaultdict(int)
 
-    def record(self, axis: str, op: str, numel: int, p: int, itemsize: int) -> None:
-        """Add one collective on ``numel`` elements (its full size) over ``p`` ranks."""
+    def record(self, axis: str, op: str, numel: int, p: int, itemsize: int,
+               layer: int | None = None, phase: str = "") -> None:
+        """Add one collective on ``numel`` elements (its full size) over ``p`` ranks, sent
+        ``itemsize`` bytes per element, issued by ``layer`` (None: the loss or the metric) in
+        ``phase`` (one of `plexus.core.schedule.PHASES`)."""
         moved = ring_volume(op, numel, p)
         self.elements[axis, op] += moved
         self.bytes[axis, op] += moved * itemsize
         self.calls[axis, op] += 1
+        self.collectives[layer, phase, op, axis, int(numel), int(itemsize)] += 1
 
     def reset(self) -> None:
         """Forget everything recorded so far."""
         self.elements.clear()
         self.bytes.clear()
         self.calls.clear()
+        self.collectives.clear()
 
     def per_axis(self, what: str = "bytes") -> dict[str, float]:
         """Totals per axis ("x", "y", "z") of ``what`` ("bytes" or "elements")."""

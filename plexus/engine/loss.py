@@ -205,11 +205,12 @@ class ClassifierHead(TaskMetrics):
         """Mean cross-entropy over the nodes of ``mask`` (multi-label: mean binary cross-entropy
         over their labelled (node, task) entries); the same value on every rank."""
         rows, classes = self._axes()
-        if self.multilabel:
-            return binary_cross_entropy(logits, self.labels, self.masks[mask], self.comm, rows,
-                                        classes)
-        return cross_entropy(logits, self.labels, self.masks[mask], self.counts[mask],
-                             self.class_start, self.num_classes, self.comm, rows, classes)
+        with self.comm.at(None, "loss"), self.comm.exact():  # statistics: float32
+            if self.multilabel:
+                return binary_cross_entropy(logits, self.labels, self.masks[mask], self.comm,
+                                            rows, classes)
+            return cross_entropy(logits, self.labels, self.masks[mask], self.counts[mask],
+                                 self.class_start, self.num_classes, self.comm, rows, classes)
 
     def task_metrics(self, logits: torch.Tensor, scorer=None) -> dict[str, np.ndarray]:
         """Multi-label: the ROC-AUC of every task (NaN where undefined) on each mask
@@ -218,10 +219,11 @@ class ClassifierHead(TaskMetrics):
             raise ValueError("per-task metrics are for multi-label tasks; this one is "
                              "single-label (use accuracy)")
         rows, classes = self._axes()
-        return distributed_rocauc(logits, self.labels, self.masks, self.class_start,
-                                  self.num_classes, self.comm, rows, classes,
-                                  self.plans[-1].out_replicated,
-                                  **({"scorer": scorer} if scorer else {}))
+        with self.comm.at(None, "eval"), self.comm.exact():
+            return distributed_rocauc(logits, self.labels, self.masks, self.class_start,
+                                      self.num_classes, self.comm, rows, classes,
+                                      self.plans[-1].out_replicated,
+                                      **({"scorer": scorer} if scorer else {}))
 
     def accuracy(self, logits: torch.Tensor) -> dict[str, float]:
         """Accuracy on the train/val/test masks (single-label tasks)."""
@@ -229,12 +231,15 @@ class ClassifierHead(TaskMetrics):
             raise ValueError("accuracy is for single-label tasks; a multi-label task's metric "
                              "is the ROC-AUC (metrics)")
         rows, classes = self._axes()
-        return accuracy(logits, self.labels, self.masks, self.counts, self.class_start,
-                        self.num_classes, self.comm, rows, classes)
+        with self.comm.at(None, "eval"), self.comm.exact():
+            return accuracy(logits, self.labels, self.masks, self.counts, self.class_start,
+                            self.num_classes, self.comm, rows, classes)
 
     def predict(self, logits: torch.Tensor) -> torch.Tensor:
         """Predicted class per logits row (padded rows included); multi-label: 1 where a task's
         logit is positive (probability above 1/2), for this rank's task block."""
         if self.multilabel:
             return (logits > 0).to(torch.int8)
-        return predict(logits, self.class_start, self.num_classes, self.comm, self._axes()[1])
+        with self.comm.at(None, "eval"), self.comm.exact():
+            return predict(logits, self.class_start, self.num_classes, self.comm,
+                           self._axes()[1])

@@ -14,6 +14,7 @@ from torch.utils.checkpoint import checkpoint
 
 from plexus.core.layout import LayerPlan, block, padding
 from plexus.core.ops import NORM_OP, OPERATORS, Param
+from plexus.core.schedule import SETUP
 from plexus.partitioners.plan import RankShard
 
 from .blocks import GraphBlocks, stage_output_ids
@@ -24,6 +25,21 @@ from .loss import ClassifierHead
 from .ops import ShardMap, Stage3D, StageInputs
 from .primitives import relu
 from .seeding import StepCounter, initial_values, parameter_layer, stage_params
+
+
+def keeps_input(option: str, learnable: bool, depth: int, stored_bytes: float,
+                budget: float) -> bool:
+    """Whether layer 0's fixed input features are gathered once at set-up and kept
+    (`plexus.engine.config.EngineConfig.keep_input`): never when they learn or nothing is
+    gathered (a depth axis of 1); "auto" keeps them when the gathered block (``depth`` times the
+    ``stored_bytes`` of this rank's shard) fits ``budget``, the bytes a pass's temporaries may
+    take (`plexus.engine.pieces`): every forward gathers that block anyway."""
+    if option == "on" and learnable:
+        raise ValueError("keep_input on needs fixed input features: learnable ones change "
+                         "every step (use auto or off)")
+    if learnable or depth == 1 or option == "off":
+        return False
+    return option == "on" or depth * stored_bytes <= budget
 
 
 class GridModel(ClassifierHead, nn.Module):
@@ -40,6 +56,7 @@ class GridModel(ClassifierHead, nn.Module):
         grid = comm.grid
         shape, coords, device = grid.shape, grid.coords, grid.device
         self.comm, self.seed, self.plans, self.widths = comm, seed, list(plans), list(widths)
+        comm.wire = engine.wire_dtype()  # the payload precision of this model's collectives
         self.dtype, self.steps = engine.torch_dtype(), StepCounter()
         self.pad = padding(shape, self.plans, shard.num_nodes, self.widths)
         wp = self.pad.widths_padded
@@ -177,10 +194,18 @@ class DistributedModel(GridModel):
         for layer in self.layers[1:]:
             layer.consume_input = not self.recompute
         feats = torch.from_numpy(shard.features).to(device)
+        self.kept_input = keeps_input(engine.keep_input, cfg.learnable_features,
+                                      shape[self.plans[0].depth],
+                                      feats.numel() * self.dtype.itemsize, comm.budget)
         if cfg.learnable_features:  # a float32 parameter like the weights, cast at use
             self.features = nn.Parameter(feats)
         else:  # held in the compute precision: no float32 copy stays alive
-            self.register_buffer("features", feats.to(self.dtype), persistent=False)
+            feats = feats.to(self.dtype)
+            if self.kept_input:  # gathered once (the features never change), exactly
+                with comm.at(0, SETUP), comm.exact():
+                    feats = comm.raw_all_gather(feats, self.plans[0].depth)  # AG(H) over d
+            self.register_buffer("features", feats, persistent=False)
+        self.layers[0].g.input_kept = self.kept_input
 
     def forward(self, step: int | None = None) -> torch.Tensor:
         """Logits block (rows cut by the last stage's out_rows, classes by its out_cols), in
@@ -210,10 +235,11 @@ class DistributedModel(GridModel):
 
     def _stage(self, p: LayerPlan, layer: nn.Module, H: torch.Tensor,
                step: int | None) -> torch.Tensor:
-        """One stage, its BatchNorm and its ReLU."""
-        H = layer(H, step)
-        if p.norm:
-            H = self.norms[str(p.index)](H)
+        """One stage, its BatchNorm and its ReLU (collectives recorded as the stage's)."""
+        with self.comm.at(p.index, "forward" if self.training else "eval"):
+            H = layer(H, step)
+            if p.norm:
+                H = self.norms[str(p.index)](H)
         if self.cfg.activates(p):
             H = relu(H, inplace=True)  # H's only use; saves a copy per stage
         return H

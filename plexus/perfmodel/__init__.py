@@ -16,7 +16,7 @@ from .calibration import (CALIBRATION_ENV, UNCALIBRATED, Calibration, Calibratio
 from .memory import Memory
 from .model import (CommVolume, Compute, Prediction, choose_grid, choose_orders, collective_time,
                     collectives, epoch_compute, epoch_memory, epoch_volume, factorizations,
-                    predict, rank_configs)
+                    predict, rank_configs, setup_volume)
 from .placement import Placement, pricing
 from .profiles import load_profile, profile_names, resolve_calibration
 from .spec import ModelSpec, normalize_grid
@@ -27,5 +27,5 @@ __all__ = ["OPS", "Collective", "CALIBRATION_ENV", "UNCALIBRATED", "Calibration"
            "load_profile", "profile_names", "resolve_calibration", "CommVolume", "Compute",
            "Memory", "ModelSpec", "Prediction", "choose_grid", "choose_orders", "collective_time",
            "collectives", "epoch_compute", "epoch_memory", "epoch_volume", "factorizations",
-           "normalize_grid", "predict", "rank_configs",
+           "normalize_grid", "predict", "rank_configs", "setup_volume",
            "SetupMemory", "partition_memory", "read_memory", "run_peak", "setup_memory"]

@@ -161,6 +161,8 @@ def _feature_bytes(spec: ModelSpec, s: Mapping[str, int], plans: Sequence[LayerP
     fb = spec.dtype_bytes
     cast = fb != MASTER_BYTES
     feat_shard = n * widths[0] / (s[first.outer] * s[first.inner] * s[first.depth])
+    if spec.kept_input and not spec.model.learnable_features:  # the gathered block instead
+        feat_shard *= s[first.depth]
     if spec.model.learnable_features:  # parameter, gradient, two moments (+ the cast at use)
         features = feat_shard * (4 * MASTER_BYTES + (fb if cast else 0))
     else:

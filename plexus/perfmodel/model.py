@@ -30,7 +30,7 @@ from plexus.core.grid import AXES, GridShape
 from plexus.core.layout import ORDERS
 from plexus.core.model import parse_order
 from plexus.core.ops.base import elementwise_passes
-from plexus.core.schedule import OPS, Collective, epoch_collectives
+from plexus.core.schedule import OPS, Collective, epoch_collectives, setup_collectives
 
 from .calibration import Calibration
 from .memory import Memory, rank_memory
@@ -129,7 +129,21 @@ def collectives(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     plans, pad = spec_layout(spec, shape, _resolve_orders(spec, shape, orders))
     return epoch_collectives(plans, shape, pad,
                              learnable_features=spec.model.learnable_features, evaluate=evaluate,
-                             multilabel=spec.multilabel)
+                             multilabel=spec.multilabel, kept_input=_kept(spec))
+
+
+def _kept(spec: ModelSpec) -> bool:
+    return spec.kept_input and not spec.model.learnable_features
+
+
+def setup_volume(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
+                 orders: Sequence[str] | None = None) -> CommVolume:
+    """Per-rank communication of the model's set-up, once per run: layer 0's fixed features
+    gathered once when ``spec.kept_input`` (`plexus.core.schedule.setup_collectives`)."""
+    shape = normalize_grid(grid)
+    plans, pad = spec_layout(spec, shape, _resolve_orders(spec, shape, orders))
+    return CommVolume(setup_collectives(plans, shape, pad, kept_input=_kept(spec)),
+                      spec.dtype_bytes)
 
 
 def epoch_volume(spec: ModelSpec, grid: Grid3 | Mapping[str, int],

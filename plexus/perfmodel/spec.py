@@ -50,6 +50,7 @@ class ModelSpec:
     symmetric: bool = True  # Â = Âᵀ (undirected graphs): a block's transpose is another block
     from_store: bool = False  # the rank reads its shard from a store instead of cutting it from
     #                           the whole graph in its own process (a smaller runtime term)
+    kept_input: bool = False  # layer 0's fixed features gathered once and kept (EngineConfig)
     multilabel: bool = False  # binary tasks (labels node×task int8, BCE loss)
     device: str = "cpu"  # where the ranks train: "cuda" prices the GPU's allocator (its peak
     #                      holds no process runtime; fused mask kernels, no host slack)
@@ -130,7 +131,8 @@ def spec_sizes(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str],
     return stage_sizes(plans, shape, pad, OPERATORS, [spec.model.drops_input(p) for p in plans],
                        nnz=float(spec.nnz), learnable_features=spec.model.learnable_features,
                        dtype_bytes=spec.dtype_bytes, index_bytes=index_bytes,
-                       device=spec.device)
+                       device=spec.device,
+                       kept_input=spec.kept_input and not spec.model.learnable_features)
 
 
 def stage_operators(plan: LayerPlan) -> list:

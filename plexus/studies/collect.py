@@ -103,13 +103,14 @@ def model_spec(summary: dict[str, Any]) -> Any | None:
         options["order"] = "agg"  # dense-only models: their order is not used
     return ModelSpec(g["nodes"], g["nnz"], g["features"], g["classes"],
                      ModelConfig.from_options(**options), perm=m.get("perm", "double"),
-                     multilabel=summary.get("metric") == "rocauc")  # binary tasks: BCE
+                     multilabel=summary.get("metric") == "rocauc",  # binary tasks: BCE
+                     kept_input=bool(summary.get("kept_input")))  # gathered once at set-up
 
 
 def predictions(summary: dict[str, Any], epochs: list[dict[str, Any]],
                 calibration: Any) -> dict[str, Any]:
     """The model's time, memory and bytes for the logged run (empty without graph sizes)."""
-    from plexus.perfmodel import epoch_volume, predict  # noqa: PLC0415
+    from plexus.perfmodel import epoch_volume, predict, setup_volume  # noqa: PLC0415
 
     spec = model_spec(summary)
     if spec is None:
@@ -121,13 +122,16 @@ def predictions(summary: dict[str, Any], epochs: list[dict[str, Any]],
                 ranks_per_host=max(per_host.values()) if per_host else None)
     train = epoch_volume(spec, grid).per_axis("bytes")
     with_eval = epoch_volume(spec, grid, evaluate=True).per_axis("bytes")
+    setup = setup_volume(spec, grid).per_axis("bytes")  # once per run (a kept input)
     runs, evals = int(summary.get("epochs_run") or 0), evaluations(epochs)
     row = {"predicted_time_s": p.time_s, "predicted_comm_s": p.comm_s,
            "predicted_compute_s": p.compute_s, "predicted_comm_share": p.comm_fraction,
            "predicted_memory_bytes": p.memory.total}
     for a in AXES:
-        # what the ledger of the busiest rank must show: the training steps and the evaluations
-        row[f"model_bytes_{a}_run"] = runs * train[a] + evals * (with_eval[a] - train[a])
+        # what the ledger of the busiest rank must show: the set-up, the training steps and the
+        # evaluations
+        row[f"model_bytes_{a}_run"] = (setup[a] + runs * train[a]
+                                       + evals * (with_eval[a] - train[a]))
     return row
 
 

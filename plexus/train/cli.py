@@ -264,11 +264,23 @@ def _problem(args: argparse.Namespace) -> _Shape:
     return shape
 
 
+def _comm_options(args: argparse.Namespace) -> dict:
+    """``comm_dtype`` and ``keep_input`` of the options, checked against the others."""
+    if args.comm_dtype != DEFAULT_DTYPE and args.dtype != DEFAULT_DTYPE:
+        raise UsageError(f"--comm-dtype {args.comm_dtype} needs --dtype fp32 (under --dtype "
+                         f"{args.dtype} the messages are {args.dtype} already); drop one")
+    if args.keep_input == "on" and args.learnable_features:
+        raise UsageError("--keep-input on needs fixed input features: --learnable-features "
+                         "change every step (use --keep-input auto or off)")
+    return {"comm_dtype": args.comm_dtype, "keep_input": args.keep_input}
+
+
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     """The `EngineConfig` of the options, checked against the device the ranks will use."""
     engine = EngineConfig(spmm_backend=args.spmm, agg_chunks=args.agg_chunks,
                           overlap=args.overlap, tune_gemms=args.tune_gemms, timers=args.timers,
-                          huge_pages=args.huge_pages, dtype=args.dtype, recompute=args.recompute)
+                          huge_pages=args.huge_pages, dtype=args.dtype, recompute=args.recompute,
+                          **_comm_options(args))
     try:
         device = default_device(args.device)
     except LaunchError as e:  # --device cuda where there is none

@@ -11,7 +11,8 @@ from plexus.api.recipes import RECIPES
 from plexus.api.training import BACKENDS, LR_SCHEDULES, OPTIMIZERS, TrainConfig
 from plexus.core.cli import ArgumentParser
 from plexus.core.layout import DEFAULT_PERMUTATION
-from plexus.core.modelopts import ModelOptionsText, add_model_options, add_precision_options
+from plexus.core.modelopts import (ModelOptionsText, add_comm_options, add_model_options,
+                                   add_precision_options)
 from plexus.datasets.spec import FEATURE_MODES
 from plexus.partitioners import PERMUTATIONS
 from plexus.runtime.group import DEFAULT_TIMEOUT_S
@@ -234,6 +235,11 @@ def _engine_options(eng: argparse._ArgumentGroup) -> None:
     eng.add_argument("--no-timers", dest="timers", action="store_false",
                      help="do not time kernels and collectives (no timing breakdown)")
     add_precision_options(eng)
+    add_comm_options(eng)
+    eng.add_argument("--keep-input", choices=("auto", "on", "off"), default="auto",
+                     help="layer 0's fixed input features gathered once at set-up and kept "
+                          "(on), or gathered in every forward (off); auto: kept when they do "
+                          "not learn and fit the memory budget of a pass (default auto)")
 
 
 

@@ -155,6 +155,8 @@ class RunPlan:
                          sizes.num_classes, self.model, perm=self.perm,
                          dtype_bytes=self.engine.dtype_bytes, from_store=from_store,
                          recompute=self.engine.recompute, multilabel=sizes.multilabel,
+                         # auto keeps them unless a pass's memory budget refuses (rare)
+                         kept_input=self.engine.keep_input != "off",
                          symmetric=sizes.symmetric, device=device, name=sizes.name)
 
 

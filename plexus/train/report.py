@@ -24,6 +24,7 @@ from .runlog import BestRecord
 from .plan import RunPlan
 from .walltime import WallTime
 from .session import Run
+from .traffic import collective_account, declared_names
 
 
 def reduce_timers(timers: Timers | Mapping[str, float],
@@ -168,6 +169,13 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         "setup_script_s": run.plan.setup_script_s or None,
         "comm_bytes": comm_total, "comm_bytes_max_rank": comm_max,
         "comm_ledger": run.comm.ledger.summary(),  # rank 0's collectives by axis and operation
+        "kept_input": run.model.net.kept_input,  # layer 0's features gathered once at set-up
+        "comm_dtype": run.plan.engine.comm_dtype,  # activations' and gradients' wire precision
+        # ... and one by one, named by the schedule (set-up, training steps, evaluations)
+        "comm_collectives": collective_account(
+            run.comm.ledger.collectives,
+            declared_names(run.model.net, run.grid.shape, run.plan.engine), run.grid.shape,
+            len(history)),
         "timers": timers,
         # the same timers over epochs 2..N only (with their evaluations, if any), as plexus-report
         # selects epochs

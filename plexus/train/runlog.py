@@ -30,6 +30,7 @@ from plexus.core.units import format_bytes, format_seconds
 from .epochlogs import EpochSink, LineFile
 from .errors import OutputFailed, output_failure
 from .heartbeat import Heartbeat
+from .traffic import format_account
 from .walltime import format_wall_time
 from plexus.core import owned
 
@@ -360,6 +361,8 @@ def format_summary(s: dict) -> str:
                  for a in ("x", "y", "z")]
         lines.append("  communication, all ranks: " + ", ".join(parts)
                      + f"; total {format_bytes(sum(comm.values()))}")
+    if s.get("comm_collectives"):
+        lines.extend(format_account(s["comm_collectives"]))
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from plexus.api import GraphModel, model_from_shard
 from plexus.core.atomic import UnsafeTargetError
+from plexus.core.units import format_bytes
 from plexus.api.training import DEFAULT_DTYPE, Comm, EpochStats, Grid, Trainer
 from plexus.datasets.spec import feature_mode
 from plexus.partitioners import RankShard
@@ -196,6 +197,33 @@ def crowding_note(local_ranks: int, cores: int) -> str | None:
             "ranks here for timings")
 
 
+def communication_lines(plan: RunPlan, model: GraphModel, grid: Grid) -> list[str]:
+    """What the run's first lines say of its traffic: whether layer 0's input features are
+    gathered once and kept or in every forward (and why), and the messages' precision."""
+    lines = []
+    net = model.net
+    depth = net.plans[0].depth
+    if grid.shape[depth] > 1:
+        if net.kept_input:
+            size = format_bytes(net.features.numel() * net.features.element_size())
+            lines.append(f"layer 0's input features gathered over {depth} once at set-up and "
+                         f"kept ({size} per rank; --keep-input off: in every forward)")
+        elif plan.model.learnable_features:
+            lines.append(f"layer 0's input features learn: gathered over {depth} in every "
+                         "forward")
+        elif plan.engine.keep_input == "off":
+            lines.append(f"layer 0's input features gathered over {depth} in every forward "
+                         "(--keep-input off)")
+        else:
+            lines.append(f"layer 0's input features gathered over {depth} in every forward: "
+                         "kept, they would exceed a pass's memory budget (--keep-input on "
+                         "keeps them anyway)")
+    if plan.engine.wire_dtype() is not None:
+        lines.append(f"activation and gradient messages in {plan.engine.comm_dtype} "
+                     "(--comm-dtype), summed in fp32; statistics and weights fp32")
+    return lines
+
+
 def build_run(plan: RunPlan, setup: LocalSetup, device: torch.device) -> Run:
     """Collective set-up: grid, model, trainer, restored checkpoint, rank 0's reporter."""
     grid = Grid.create(setup.grid, device, plan.timeout_s)
@@ -230,6 +258,8 @@ def build_run(plan: RunPlan, setup: LocalSetup, device: torch.device) -> Run:
             crowded = crowding_note(setup.local_ranks, available_cores())
             if crowded:
                 log.note(crowded)
+        for line in communication_lines(plan, model, grid):
+            log.message(f"{PROG}: {line}")
         if setup.resume_from is not None:
             log.message(f"{PROG}: resumed from {ckpt.checkpoint_path(plan.checkpoint)} at epoch "
                         f"{trainer.epoch}")  # type: ignore[arg-type]

@@ -9,7 +9,8 @@ import pytest
 
 from plexus.core.grid import GridError, GridShape
 from plexus.core.layout import layer_plans, padding
-from plexus.core.schedule import epoch_collectives, ring_steps, ring_volume, volume_per_axis
+from plexus.core.schedule import (Collective, epoch_collectives, ring_steps, ring_volume,
+                                  setup_collectives, volume_per_axis)
 from plexus.core.writebehind import WriteBehind
 
 
@@ -73,6 +74,42 @@ def test_schedule_leaves_out_size_one_axes_and_eval_is_extra():
     assert full[:len(train)] == train and {c.phase for c in full[len(train):]} == {"eval"}
     assert volume_per_axis(full, phases=("forward", "loss", "backward")) == \
         volume_per_axis(train)
+
+
+def test_kept_input_gathers_the_features_once_at_set_up():
+    """Fixed input features kept: the AG(H) of every forward (training and evaluation) leaves
+    the epoch and appears once in the set-up, 10 nodes × 4 features gathered over the first
+    stage's depth axis of 2 (each rank sends its 20); everything else is unchanged."""
+    plans = layer_plans(2, "agg")
+    depth = plans[0].depth
+    shape = GridShape(**{a: (2 if a == depth else 1) for a in "xyz"})
+    pad = padding(shape, plans, 10, [4, 3, 2])
+    every = epoch_collectives(plans, shape, pad, evaluate=True)
+    kept = epoch_collectives(plans, shape, pad, evaluate=True, kept_input=True)
+    gathers = [c for c in every if c.name == "AG(H)"]
+    assert [(c.layer, c.phase, c.axis, c.size) for c in gathers] == \
+        [(0, "forward", depth, 40), (0, "eval", depth, 40)]
+    assert kept == [c for c in every if c.name != "AG(H)"]
+    assert setup_collectives(plans, shape, pad, kept_input=True, itemsize=4) == \
+        [Collective("AG(H)", 0, "setup", "all_gather", depth, 2, 40, 4)]
+    assert setup_collectives(plans, shape, pad) == []
+    assert setup_collectives(plans, shape, pad, kept_input=True)[0].elements == 20
+    with pytest.raises(ValueError, match="learnable"):
+        epoch_collectives(plans, shape, pad, learnable_features=True, kept_input=True)
+
+
+def test_payload_itemsize_fills_the_undeclared_sizes_only():
+    """A 2-byte wire: every collective declared without an item size (activations, gradients)
+    takes 2 bytes per element, the loss's statistics keep their declared 4."""
+    plans = layer_plans(2, "agg")
+    shape = GridShape(2, 2, 2)
+    pad = padding(shape, plans, 10, [4, 3, 2])
+    plain = epoch_collectives(plans, shape, pad)
+    wire = epoch_collectives(plans, shape, pad, payload_itemsize=2)
+    assert [c.itemsize for c in wire] == [4 if c.phase == "loss" else 2 for c in plain]
+    assert [c.itemsize for c in plain if c.phase == "loss"] == [4, 4, 4]
+    assert all(c.itemsize is None for c in plain if c.phase != "loss")
+    assert [c.key(2) for c in plain] == [c.key(7) for c in wire]
 
 
 @pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="posix_fadvise is Linux's")

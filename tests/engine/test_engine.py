@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine_checks import MODEL_CHECKS, OPCOUNT_CHECKS, OPCOUNT_GRIDS, run_all_checks
+from engine_checks import (MODEL_CHECKS, OPCOUNT_CHECKS, OPCOUNT_GRIDS, WIRE_CHECKS, WIRE_GRIDS,
+                           run_all_checks)
 from plexus.testing.localworld import run_world
 
 pytestmark = pytest.mark.slow  # worlds or end-to-end runs: left out of the fast subset
@@ -71,6 +72,16 @@ def test_distributed_equals_serial(dims, check):
 @pytest.mark.parametrize("dims", sorted(MODEL_GRIDS), ids=lambda d: "x".join(map(str, d)))
 @pytest.mark.parametrize("check", MODEL_CHECKS)
 def test_models_equal_serial(dims, check):
+    _check(dims, check)
+
+
+@pytest.mark.parametrize("dims", sorted(WIRE_GRIDS), ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("check", WIRE_CHECKS)
+def test_bf16_payloads_equal_serial_within_their_rounding(dims, check):
+    """bf16 payloads (``comm_dtype``): every kind's step against the float32 serial model at
+    `engine_checks.WIRE_FLOOR`' derived bound, its ledger against the schedule per
+    collective (2 bytes per payload element, 4 per statistic), the collectives themselves
+    against hand-rounded values."""
     _check(dims, check)
 
 

@@ -239,6 +239,11 @@ def test_torchrun_trains_the_same_and_reports_the_ogb_metric(reference, tmp_path
     (["--grid", "1x1x1", "--log-json", "/"], "--log-json /: is a directory"),
     (["--grid", "1x1x1", "--epochs", "ten"], "invalid int value"),
     (["--grid", "1x1x1", "--no-such-option"], "unrecognized arguments"),
+    (["--grid", "1x1x1", "--comm-dtype", "bf16", "--dtype", "fp16"], "--comm-dtype bf16 needs "
+                                                                     "--dtype fp32"),
+    (["--grid", "1x1x1", "--keep-input", "on", "--learnable-features"],
+     "--keep-input on needs fixed input features"),
+    (["--grid", "1x1x1", "--comm-dtype", "fp8"], "invalid choice: 'fp8'"),
 ])
 def test_bad_input_is_one_line_and_status_2(args, message, capsys, monkeypatch):
     for key in ("RANK", "WORLD_SIZE", "SLURM_PROCID"):

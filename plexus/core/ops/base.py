@@ -91,6 +91,15 @@ class StageSizes:
     drops_input: bool = False
     last: bool = False
     device: str = "cpu"  # "cuda": the step's masks are fused kernels, no host allocator slack
+    kept_input: bool = False  # stage 0's fixed input gathered once and kept (resident)
+
+    @property
+    def caller_input(self) -> int:
+        """Elements of the input the caller still references during the stage's forward: the
+        previous stage's output, or stage 0's gathered features while the forward gathers them
+        (none when it reads the stored shard: nothing to gather, or kept gathered, resident)."""
+        first = self.plan.index == 0
+        return 0 if first and (self.d == 1 or self.kept_input) else self.h_in
 
     @property
     def o(self) -> int:
@@ -234,6 +243,8 @@ class Operator:
     graph = True  # multiplies by a block of Â (the partitioner cuts one for it)
     has_bias = True  # a bias b (when the plan has one) added by the stage framework
     follows = False  # runs on a stage's output in its layout (BatchNorm): no receive
+    statistics = False  # every collective is a float32 statistic (BatchNorm's), declared with
+    # its item size and sent exactly whatever the wire precision (`EngineConfig.comm_dtype`)
 
     def stage_order(self, conv_order: str) -> str:
         """The stage's order given its GNN layer's convolution order."""

@@ -25,6 +25,7 @@ class BatchNorm(Operator):
     graph = False
     has_bias = False
     follows = True
+    statistics = True
 
     def params(self, plan, d_in, d_out):
         return [Param("gamma", (d_out,), "vector", "ones", pyg="weight"),
@@ -96,7 +97,7 @@ class BatchNorm(Operator):
         fb, p = z.dtype_bytes, z.plan
         out = z.n / z.size(p.out_rows) * z.D2 / z.size(p.out_cols)
         vec = z.D2 / z.size(p.out_cols)
-        caller = z.h_in * fb if p.index > 0 or z.d > 1 else 0.0
+        caller = z.caller_input * fb
         x = out * fb + (out * STAT_BYTES if fb != STAT_BYTES else 0.0)
         kept = 2 * out * STAT_BYTES
         forward = [caller + x + 3 * out * STAT_BYTES, caller + x + 4 * out * STAT_BYTES]

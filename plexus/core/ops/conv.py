@@ -105,7 +105,7 @@ class ConvOperator(Operator):
         root, k, st = self.root(p), self.wide(p), self.stacked(p)
         h_in, D, D2 = z.h_in, z.D, z.D2
         drop = h_in if z.drops_input else 0.0
-        caller = h_in if p.index > 0 or d > 1 else 0.0  # stage 0 reads the stored features
+        caller = z.caller_input  # stage 0 reads the stored or kept features
         w_blk = k * (D / i * D2 / o if p.order == "agg" else D / i * D2 / d)
         w_flat = z.size(p.w_flat)
         gathered = w_blk if w_flat > 1 else 0.0

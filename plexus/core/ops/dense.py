@@ -48,7 +48,7 @@ class Dense(Operator):
         p, fb, n = z.plan, z.dtype_bytes, z.n
         h_in, out = z.h_in, n / z.o * z.D2 / z.d
         drop = h_in if z.drops_input else 0.0
-        caller = h_in if p.index > 0 or z.d > 1 else 0.0
+        caller = z.caller_input  # stage 0 reads the stored or kept features
         w_blk, flat = z.D / z.i * z.D2 / z.d, z.size(p.w_flat)
         gathered = w_blk if flat > 1 else 0.0
         weights, optimizer = param_memory(z, w_blk / flat, gathered,

@@ -114,9 +114,10 @@ class GAT(Operator):
         width = g.real[1] // heads if self.concat(p) else g.d_out
         H = g.dropout(H, g.stage_rate(), step)
         Z = g.linear(H, g.param("W"))                 # AG(W) over o, AR(Z) over i; bwd: AR(dZ)
-        s = g.head_sums(Z, [g.param("att_src"), g.param("att_dst")], heads, width)  # AR(s) over d
-        s_src, s_dst = s[:, :heads], g.to_rows(s[:, heads:])  # AR(S·s) over o: Â's rows
-        alpha = g.attention(s_dst, s_src, cfg.negative_slope)  # AR-MAX, AR-SUM over o
+        with g.comm.exact():  # float32 scores and statistics whatever the wire precision
+            s = g.head_sums(Z, [g.param("att_src"), g.param("att_dst")], heads, width)  # AR(s)
+            s_src, s_dst = s[:, :heads], g.to_rows(s[:, heads:])  # AR(S·s) over o: Â's rows
+            alpha = g.attention(s_dst, s_src, cfg.negative_slope)  # AR-MAX, AR-SUM over o
         drop = cfg.attn_dropout if g.training else 0.0
         if self.concat(p):                            # AR(OUT) over o
             return g.aggregate_weighted(alpha, Z, heads, width, drop, step)
@@ -200,7 +201,7 @@ class GAT(Operator):
         o, i, d = z.o, z.i, z.d
         h_in, E = z.h_in, z.nnz_block
         drop = h_in if z.drops_input else 0.0
-        caller = h_in if p.index > 0 or d > 1 else 0.0
+        caller = z.caller_input  # stage 0 reads the stored or kept features
         width = z.Di / d
         zz, out_local = n / o * width, n / i * width
         out = n / i * z.D2 / d

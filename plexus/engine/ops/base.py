@@ -236,6 +236,7 @@ class Stage3D(nn.Module):
         later stages: replicated over depth, as the previous stage left it)."""
         g = self.g
         g.training, g.stats = self.training, {k: getattr(self, k) for k in self.stat_kinds}
-        OUT = self.operator.stage(g, H if self.operator.follows else g.receive(H), step)
+        with self.comm.exact(self.operator.statistics):
+            OUT = self.operator.stage(g, H if self.operator.follows else g.receive(H), step)
         b = self.param("b")
         return OUT if b is None else g.add_bias(OUT, b, inplace=True)  # a fresh OUT

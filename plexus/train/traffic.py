@@ -1,0 +1,91 @@
+"""The run's traffic, collective by collective: rank 0's ledger (what the engine measured, keyed
+by layer, phase, operation, axis, size and bytes per element) named by the schedule's
+declarations (`plexus.core.schedule`), for the summary and ``--log-json``."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from plexus.core.schedule import (SETUP, Collective, epoch_collectives, ring_volume,
+                                  setup_collectives)
+from plexus.core.units import format_bytes
+
+#: The phases of a training step (an evaluation's are "eval", the set-up's `SETUP`).
+STEP_PHASES = ("forward", "loss", "backward")
+
+
+def declared_names(net, shape: Mapping[str, int], engine) -> dict[tuple, str]:
+    """The schedule's name of every collective key the model may record (set-up, a training
+    step and an evaluation), and of every (layer, phase, op, axis) where the size alone differs
+    (the ROC-AUC's gathers are sized by the split)."""
+    declared: Sequence[Collective] = setup_collectives(
+        net.plans, shape, net.pad, kept_input=net.kept_input,
+        itemsize=engine.dtype_bytes) + epoch_collectives(
+        net.plans, shape, net.pad, learnable_features=net.cfg.learnable_features,
+        evaluate=True, multilabel=net.multilabel, kept_input=net.kept_input,
+        payload_itemsize=engine.comm_bytes)
+    names: dict[tuple, str] = {}
+    for c in declared:
+        key = c.key(engine.comm_bytes)
+        names.setdefault(key, c.name)
+        loose = key[:4]
+        if names.get(loose, c.name) != c.name:
+            names[loose] = f"{names[loose]}/{c.name}"
+        else:
+            names[loose] = c.name
+    return names
+
+
+def collective_account(recorded: Mapping[tuple, int], names: Mapping[tuple, str],
+                       group: Mapping[str, int], steps: int) -> dict:
+    """JSON-ready: every recorded collective (``recorded``: `Ledger.collectives`) with its
+    declared name ("?" where none matches), calls, elements and bytes one rank sends per call
+    (ring volumes, ``group``: ranks per axis) and in all; ``steps``: the training steps run, so
+    that a step's share can be read off."""
+    rows = []
+    for key, calls in sorted(recorded.items(), key=_order):
+        layer, phase, op, axis, size, itemsize = key
+        elements = ring_volume(op, size, group[axis])
+        rows.append({"layer": layer, "phase": phase,
+                     "name": names.get(key) or names.get(key[:4], "?"), "op": op,
+                     "axis": axis, "size": size, "itemsize": itemsize, "calls": calls,
+                     "elements_per_call": elements, "bytes_per_call": elements * itemsize,
+                     "bytes": elements * itemsize * calls})
+    return {"steps": steps, "collectives": rows}
+
+
+def _order(item: tuple) -> tuple:
+    """Program order: set-up, then forward by layer, the loss, backward last layer first,
+    evaluation."""
+    (layer, phase, op, axis, size, itemsize), _ = item
+    rank = {SETUP: 0, "forward": 1, "loss": 2, "backward": 3, "eval": 4}.get(phase, 5)
+    lay = -1 if layer is None else layer
+    return rank, -lay if phase == "backward" else lay, op, axis, size, itemsize
+
+
+def format_account(account: dict) -> list[str]:
+    """Summary lines: one training step's collectives (bytes rank 0 sends per step), then the
+    set-up's and an evaluation's totals."""
+    rows, steps = account["collectives"], max(account["steps"], 1)
+    step = [r for r in rows if r["phase"] in STEP_PHASES]
+    if not rows:
+        return []
+    lines = ["  collectives of one training step, rank 0 (elements and bytes it sends per step; "
+             "--log-json: comm_collectives):"]
+    for r in step:
+        layer = "loss" if r["layer"] is None else f"layer {r['layer']}"
+        per_step = r["calls"] / steps
+        times = "" if per_step == 1 else f" x{per_step:g}"
+        lines.append(f"    {layer:<8} {r['phase']:<8} {r['name']:<12} {r['op']:<14} "
+                     f"{r['axis']}  {r['elements_per_call'] * per_step:>12,.0f}  "
+                     f"{format_bytes(r['bytes_per_call'] * per_step):>10}{times}")
+    total = sum(r["bytes"] for r in step) / steps
+    lines.append(f"    {'':<8} {'step':<8} {'total':<12} {'':<14} {'':<3}{'':>12}  "
+                 f"{format_bytes(total):>10}")
+    for phase, what in ((SETUP, "set-up (once)"), ("eval", "evaluations (all)")):
+        part = [r for r in rows if r["phase"] == phase]
+        if part:
+            names = sorted({r["name"] for r in part})
+            lines.append(f"    {what}: {format_bytes(sum(r['bytes'] for r in part))} in "
+                         f"{sum(r['calls'] for r in part)} collectives ({', '.join(names)})")
+    return lines
