@@ -175,7 +175,8 @@ def main() -> int:
             print(rows[-1], f"({secs:.1f} s)", flush=True)
     table = ["| mutant | file | test that kills it | result |", "|---|---|---|---|", *rows]
     summary = (f"{len(chosen) - survivors} of {len(chosen)} mutants killed "
-               f"(load {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})")
+               f"(load {os.getloadavg()[0]:.1f}, "
+               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})")
     print(summary)
     if args.out:
         args.out.write_text("# Mutation table, issue 46 round 5\n\nRe-run: `PYTHONPATH=$PWD "

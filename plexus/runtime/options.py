@@ -16,5 +16,6 @@ def add_device_options(group: argparse._ActionsContainer) -> None:
                             "GPUs share them: gloo through host memory); cpu: gloo on the CPU "
                             "(default: cuda where it is available, else cpu)")
     group.add_argument("--threads", type=int, metavar="N",
-                       help="torch (and BLAS) threads per rank (default: $OMP_NUM_THREADS when "
-                            "set, else the node's cores shared evenly among its ranks)")
+                       help="torch (and BLAS) threads per rank, at most 1024 (default: "
+                            "$OMP_NUM_THREADS when set, else the node's cores shared evenly "
+                            "among its ranks)")

@@ -84,8 +84,9 @@ def check_loop_state(payload: dict, run: TrainConfig, groups: int, where: str) -
         raise LoopStateError(f"{where}: the loop state is not the optimizer, schedule, rates, "
                              "best epoch and early stop")
     if loop.get("optimizer") != run.optimizer:
-        raise LoopStateError(f"{where} holds the state of optimizer {str(loop.get('optimizer'))[:20]!r}"
-                             f", the run uses {run.optimizer}")
+        held = str(loop.get("optimizer"))[:20]
+        raise LoopStateError(f"{where} holds the state of optimizer {held!r}, the run uses "
+                             f"{run.optimizer}")
     _check_rates(loop.get("lrs"), saved, groups, where, "learning rate")
     _check_steps(state.get("adam", {}), epoch, where)
     best = loop.get("best") or {}

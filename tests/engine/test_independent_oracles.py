@@ -295,7 +295,8 @@ def test_a_parameter_used_directly_on_a_laid_tensor_is_refused():
     w = nn.Parameter(torch.ones(2))
     with pytest.raises(LayoutError, match="a parameter shard used directly"):
         x * w
-    assert torch.equal(torch.as_tensor(x * torch.ones(2)), torch.ones(3, 2))  # a plain tensor is fine
+    # a plain tensor is fine
+    assert torch.equal(torch.as_tensor(x * torch.ones(2)), torch.ones(3, 2))
 
 
 def test_the_fused_kernel_module_has_no_hash_of_its_own():
@@ -324,7 +325,8 @@ def test_per_edge_operations_are_refused_in_an_agg_layer():
 
     g = _layer_graph("agg")
     with pytest.raises(LayoutError, match="per-edge scores need the transformed"):
-        g.attention(laid(torch.ones(4, 2), "Â-rows×heads"), laid(torch.ones(4, 2), "nodes×heads"))
+        g.attention(laid(torch.ones(4, 2), "Â-rows×heads"),
+                    laid(torch.ones(4, 2), "nodes×heads"))
     with pytest.raises(LayoutError, match="per-edge scores need the transformed"):
         g.sddmm(laid(torch.ones(4, 2), "Â-rows×out"), laid(torch.ones(4, 2), "nodes×out"), 1, 2)
     # the same call in a combine layer is accepted
