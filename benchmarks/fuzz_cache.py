@@ -120,13 +120,24 @@ def _reseal_without_key(store: Path) -> None:
     seal_path.write_text(json.dumps(seal))
 
 
+def _fork() -> int:
+    """``os.fork``, tried again while the shared machine has no process to give (EAGAIN: the
+    machine's load, not the case's doing)."""
+    for attempt in range(30):
+        try:
+            return os.fork()
+        except BlockingIOError:
+            time.sleep(1 + attempt % 5)
+    return os.fork()
+
+
 def _chown_tree(path: Path) -> None:
     for p in [path, *path.rglob("*")]:
         os.lchown(p, NOBODY, NOBODY)
 
 
 def _as_nobody(fn: Callable[[], None]) -> None:
-    pid = os.fork()
+    pid = _fork()
     if pid == 0:
         code = 1
         try:
@@ -326,7 +337,7 @@ def run_one(d: Path, base: Path, shared: Path | None, oracle: list,
         outcome, detail, _ = _evict(case.cache)
     else:
         read, write = os.pipe()
-        pid = os.fork()
+        pid = _fork()
         if pid == 0:
             code = 1
             try:
@@ -373,7 +384,7 @@ def run_case(index: int, seed: int, base: Path, shared: Path | None, oracle: lis
              folder: Path) -> dict:
     """One case in a forked child under an alarm: its outcome."""
     read, write = os.pipe()
-    pid = os.fork()
+    pid = _fork()
     if pid == 0:
         code = 0
         try:

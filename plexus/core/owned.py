@@ -61,16 +61,8 @@ def user_key() -> bytes:
     folder = config_dir()
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = folder / KEY_FILE
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(secrets.token_hex(32))
-            f.flush()
-            os.fsync(f.fileno())
+    if not os.path.lexists(path):
+        _make_key(folder)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
@@ -90,6 +82,29 @@ def user_key() -> bytes:
     if len(key) < 32:
         raise NotOursError(f"{path}: not a Plexus key (too short); remove it, a new one is made")
     return key
+
+
+def _make_key(folder: Path) -> None:
+    """Write a new key whole beside its name, then link it in: a process racing this one (the
+    ranks of a first run) reads either no key or the whole one, and all end with one key."""
+    import tempfile  # noqa: PLC0415
+
+    fd, tmp = tempfile.mkstemp(prefix=".secret.", dir=folder)  # 0600
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(secrets.token_hex(32))
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, folder / KEY_FILE)  # never replaces: the first key made stays
+        except FileExistsError:
+            pass
+    finally:
+        dfd = os.open(folder, _DIR)
+        try:
+            os.unlink(os.path.basename(tmp), dir_fd=dfd)
+        finally:
+            os.close(dfd)
 
 
 def mac(doc: dict) -> str:
