@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):
+    sys.path.insert(0, str(REPO))  # this tree's plexus for the report writers
 MIB = 2**20
 
 #: The R-MAT graph of the per-kind 1x1x1 epochs (issue 49's GAT workload at scale 17).
@@ -384,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             a, b = Side("A", site, commit), Side("B", tree, "tree")
             scratch = tmp / "runs"
             scratch.mkdir()
+            runs: list[str] = []  # the printed lines, kept in the report (--from-log reads them)
             for r in range(rounds):
                 for w in chosen:
                     for side in (a, b):
@@ -391,14 +394,17 @@ def main(argv: list[str] | None = None) -> int:
                         side.runs.setdefault(w.name, []).append(fig)
                         shown = fig.get("error") or "  ".join(
                             f"{k} {fmt(k, v)}" for k, v in fig.items())
-                        print(f"  round {r + 1} {side.label} {w.name}: {shown}", flush=True)
+                        runs.append(f"  round {r + 1} {side.label} {w.name}: {shown}")
+                        print(runs[-1], flush=True)
         finally:
             remove_worktree(tmp)
     rows, bad = table(a, b, [w.name for w in chosen], args.tolerance)
+    shown = len(lines)
+    lines += runs
     lines.append(f"load after {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     lines += rows
     lines.append(f"{bad} regression(s)" if bad else "no regression")
-    print("\n".join(lines[4 + len(chosen):]))
+    print("\n".join(lines[shown + len(runs):]))
     if args.out:
         from plexus.bench.output import write_json, write_text
 
