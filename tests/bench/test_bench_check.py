@@ -78,7 +78,7 @@ def test_check_grids_cover_every_axis_of_each_world_size():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["check", "--world-size", "0"], "--world-size must be >= 1, got 0"),
+    (["check", "--world-size", "0"], "--world-size must be in [1, 1048576], got 0"),
     (["check", "--steps", "0", "--device", "cpu"], "--steps must be >= 1"),
     (["check", "--world-size", "64", "--device", "cpu"], "no grid of 64 ranks fits"),
     (["check", "--world-size", "two"], "invalid int value"),
