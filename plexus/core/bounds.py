@@ -118,7 +118,7 @@ BOUNDS: dict[str, Bound] = {
     "lr_patience": _int(0, MAX_COUNT),
     "lr_min": _real(0, MAX_LR),
     "patience": _int(1, MAX_COUNT),
-    "heartbeat": _real(0, MAX_TIMEOUT_S),  # seconds between --quiet heartbeat lines (0: none)
+    "heartbeat": _real(0, MAX_TIMEOUT_S, text=f">= 0 seconds (0: none) and at most {MAX_TIMEOUT_S}"),  # seconds between --quiet heartbeat lines (0: none)
     # the engine, partitioner and cache
     "agg_chunks": _int(1, MAX_CHUNKS),
     "chunk_edges": _int(1, 1 << 40),

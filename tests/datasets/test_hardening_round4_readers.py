@@ -231,7 +231,7 @@ def test_calibrate_with_100000_threads_is_one_line(tmp_path):
                            "100000", "--world-size", "1", "--out", str(tmp_path / "c.json")],
                           capture_output=True, text=True, timeout=300, env=cli_env())
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
-    assert_one_line(proc.stderr, "--threads must be in [1, ", prog="plexus-bench")
+    assert_one_line(proc.stderr, "--threads must be at most 1024", prog="plexus-bench")
     assert not list(tmp_path.iterdir())
 
 
@@ -262,7 +262,7 @@ def test_calibrate_out_a_directory_or_fifo_is_one_line_before_measuring(fifo, tm
 @pytest.mark.parametrize("extra, needle", [
     (["--layers", "1000000"], "--layers must be in [1, 256]"),
     (["--nodes", "100", "--nnz", "50"], "--nnz must be in [100, 10000]"),
-    (["--nodes", str(10**21), "--nnz", "5"], "--nodes must be in [1, 3000000000]"),
+    (["--nodes", str(10**21), "--nnz", "5"], "--nodes must be at most 1099511627776"),
 ])
 def test_plexus_model_bounds_its_sizes(extra, needle, capsys):
     from plexus.perfmodel.cli import model_main

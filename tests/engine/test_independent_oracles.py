@@ -339,14 +339,15 @@ def test_per_edge_operations_are_refused_in_an_agg_layer():
     ("agg", ["nodes×in", "nodes×out", "Â-rows×in", "edges"], ["Â-rows×out"]),
 ])
 def test_head_sums_takes_only_the_output_layouts(order, bad, good):
-    from plexus.nn.layouts import LayoutError, laid
+    from plexus.nn.layouts import LayoutError, laid, param_view
 
     g = _layer_graph(order)
+    a = param_view(torch.ones(2), "vector", "a")  # a declared vector: only X's layout is wrong
     for layout in bad:
-        with pytest.raises(LayoutError, match="g.head_sums"):
-            g.head_sums(laid(torch.ones(4, 2), layout), torch.ones(2), 1, 2)
+        with pytest.raises(LayoutError, match="g.head_sums: x"):
+            g.head_sums(laid(torch.ones(4, 2), layout), a, 1, 2)
     for layout in good:
-        g.head_sums(laid(torch.ones(4, 2), layout), torch.ones(2), 1, 2)
+        g.head_sums(laid(torch.ones(4, 2), layout), a, 1, 2)
 
 
 def test_aggregate_checks_the_layout_of_its_values():

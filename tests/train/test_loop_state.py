@@ -180,7 +180,7 @@ def test_data_that_cannot_train_is_one_line_and_status_2(tmp_path, capsys, kind,
                                        "idx_test": np.arange(20, n)}
     spec = _npz(tmp_path / f"{kind}.npz", labels, **extra)
     assert main(["--grid", "1x1x1", "--epochs", "2", "--dataset", spec, *extra_args]) == 2
-    assert_one_line(capsys.readouterr().err, f"{kind}: ", needle, prog="plexus-train")
+    assert_one_line(capsys.readouterr().err, f"{kind}.npz: ", needle, prog="plexus-train")  # named by its file
 
 
 def test_the_library_refuses_an_untrainable_graph_with_a_typed_error():
