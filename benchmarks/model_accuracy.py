@@ -172,7 +172,11 @@ def main() -> None:
                         help=f"comma-separated, of {', '.join(GRAPHS)} (default cora)")
     parser.add_argument("--out", default="benchmarks/out",
                         help="folder for model_accuracy.txt")
+    parser.add_argument("--smoke", action="store_true",
+                        help="1 seed, 3 epochs, gcn and graphconv on both graphs (a test's run)")
     args = parser.parse_args()
+    if args.smoke:
+        args.seeds, args.epochs, args.models, args.graphs = 1, 3, "gcn,graphconv", "cora,csbm"
     names = _names(parser, args.models, MODELS, "model")
     graphs = _names(parser, args.graphs, GRAPHS, "graph")
     if args.seeds < 1 or args.epochs < 1:
