@@ -30,7 +30,7 @@ from plexus.core.grid import AXES, GridShape
 from plexus.core.layout import ORDERS
 from plexus.core.model import parse_order
 from plexus.core.ops.base import elementwise_passes
-from plexus.core.schedule import OPS, Collective, epoch_collectives
+from plexus.core.schedule import OPS, Collective, SparseExchange, epoch_collectives
 
 from .calibration import Calibration
 from .memory import Memory, rank_memory
@@ -117,30 +117,37 @@ class CommVolume:
 
 
 def collectives(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
-                orders: Sequence[str] | None = None, evaluate: bool = False) -> list[Collective]:
+                orders: Sequence[str] | None = None, evaluate: bool = False,
+                exchange: SparseExchange | None = None) -> list[Collective]:
     """Every collective one rank issues in one training epoch, in program order
-    (`plexus.core.schedule.epoch_collectives` for this spec and grid).
+    (`plexus.core.schedule.epoch_collectives` for this spec and grid, with its payload
+    precision, kept input and sparse exchanges).
 
     ``orders`` (one per GNN layer) overrides the model's (needed with ``best_orders``).
     Collectives over axes of size 1 are left out: they move nothing and cost nothing.
     ``evaluate`` appends what the trainer's evaluation after the step issues (phase "eval").
+    ``exchange``: the sparse exchanges with one rank's exact row counts (from its shard:
+    `plexus.core.schedule.exact_rows`); default, the spec's estimate from the mean degree.
     """
     shape = normalize_grid(grid)
     plans, pad = spec_layout(spec, shape, _resolve_orders(spec, shape, orders))
     return epoch_collectives(plans, shape, pad,
                              learnable_features=spec.model.learnable_features, evaluate=evaluate,
-                             multilabel=spec.multilabel)
+                             multilabel=spec.multilabel, fixed_input_kept=spec.kept_input,
+                             comm_itemsize=spec.comm_itemsize,
+                             exchange=exchange or spec.exchange())
 
 
 def epoch_volume(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
-                 orders: Sequence[str] | None = None, evaluate: bool = False) -> CommVolume:
+                 orders: Sequence[str] | None = None, evaluate: bool = False,
+                 exchange: SparseExchange | None = None) -> CommVolume:
     """Per-rank communication of one training epoch (forward, loss, backward) on ``grid``;
     with ``evaluate``, plus the evaluation pass that follows it (see `collectives`).
 
     Example: ``v = epoch_volume(ModelSpec(1000, 10000, 64, 8), (2, 2, 2))``, then
     ``v["x"]["all_reduce"]`` (elements per axis and op), ``v.total_bytes``, ``v.flat()``.
     """
-    return CommVolume(collectives(spec, grid, orders, evaluate), spec.dtype_bytes)
+    return CommVolume(collectives(spec, grid, orders, evaluate, exchange), spec.dtype_bytes)
 
 
 # ---------------------------------------------------------------------------------------------
