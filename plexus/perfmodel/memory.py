@@ -44,11 +44,12 @@ class Memory:
     weights: float  # weight and bias shards, their gradients and the gathered W blocks
     optimizer: float  # Adam's two moments of every parameter shard
     runtime: float = 0.0  # the process itself (interpreter, libraries, allocator slack)
+    kept_input: float = 0.0  # stage 0's fixed features gathered over depth once and kept
 
     @property
     def total(self) -> float:
         return (self.adjacency + self.features + self.activations + self.workspace
-                + self.weights + self.optimizer + self.runtime)
+                + self.weights + self.optimizer + self.runtime + self.kept_input)
 
     def to_dict(self) -> dict[str, float]:
         return {**asdict(self), "total": self.total}
@@ -146,10 +147,14 @@ def rank_memory(spec: ModelSpec, s: Mapping[str, int], orders: Sequence[str],
     features, out_rows = _feature_bytes(spec, s, plans, pad.widths_padded, n)
     resident, weights, optimizer, peak_saved, peak_work = _training_peak(
         spec, spec_sizes(spec, s, orders, ib), out_rows)
+    peak_work += comm_buffers(spec, s, orders)
     runtime = CUDA_RUNTIME_BYTES if spec.device == "cuda" else (
         STORE_RUNTIME_BYTES if spec.from_store else RUNTIME_BYTES)
+    first = plans[0]
+    kept = (n * pad.widths_padded[0] / (s[first.outer] * s[first.inner]) * fb
+            if spec.kept_input and s[first.depth] > 1 else 0.0)  # N·F/(|o|·|i|)
     return Memory(adjacency + resident, features, peak_saved, peak_work, weights, optimizer,
-                  runtime)
+                  runtime, kept)
 
 
 def _feature_bytes(spec: ModelSpec, s: Mapping[str, int], plans: Sequence[LayerPlan],
@@ -169,6 +174,28 @@ def _feature_bytes(spec: ModelSpec, s: Mapping[str, int], plans: Sequence[LayerP
     out_rows = n / s[last.out_rows]
     features += out_rows * (8 + 3) + _label_bytes(spec, out_rows, widths[-1] / s[last.out_cols])
     return features, out_rows
+
+
+def comm_buffers(spec: ModelSpec, s: Mapping[str, int], orders: Sequence[str]) -> float:
+    """The most bytes one collective holds besides its input and result, an upper bound added
+    to the step's peak: a sparse exchange's send buffer, its receive buffer (bounded by the
+    same count: an estimate's rows are symmetric) and its own piece of the sum (1/p of the
+    partner all-gather's or reduce-scatter's full size), or a payload cast to a narrower
+    ``comm_dtype`` (a copy of the message)."""
+    from .model import collectives  # noqa: PLC0415 (model imports this module)
+
+    fb, most = spec.dtype_bytes, 0.0
+    listed = collectives(spec, s, orders)
+    for k, c in enumerate(listed):
+        item = c.itemsize or spec.comm_itemsize
+        extra = 0.0
+        if c.op == "all_to_all":  # SRS then AG, or RS then SAG: the partner is beside it
+            partner = listed[k + 1] if c.name.startswith("SRS") else listed[k - 1]
+            extra = (2 * c.size + partner.size / c.group) * item
+        elif item < fb:  # the cast copy of the message
+            extra = c.size * item
+        most = max(most, extra)
+    return most
 
 
 def _training_peak(spec: ModelSpec, sizes: Sequence[StageSizes], out_rows: float

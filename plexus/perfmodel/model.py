@@ -23,7 +23,7 @@ measured for groups of its size in a world of that many ranks (`collective_time`
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from plexus.core.grid import AXES, GridShape
@@ -248,6 +248,42 @@ def collective_time(c: Collective, calibration: Calibration, dtype_bytes: int = 
     return c.steps * alpha + moved * beta
 
 
+def pieces(c: Collective, spec: ModelSpec) -> int:
+    """How many all-reduces the engine issues for the declared collective ``c``: an
+    aggregation's forward sum is cut into ``agg_chunks`` row pieces (a sparse exchange is one
+    piece), everything else is one call."""
+    if c.rows is None or c.op != "all_reduce" or c.phase not in ("forward", "eval"):
+        return 1
+    return max(1, min(spec.agg_chunks, c.rows))
+
+
+def priced_time(c: Collective, spec: ModelSpec, calibration: Calibration,
+                ranks_per_host: int | None, link_class: str | None, spmm_rate: float,
+                shape: Mapping[str, int]) -> float:
+    """The time one collective adds to the epoch: `collective_time`; for an aggregation's sum
+    cut into k pieces, k calls' latency, less, with ``overlap``, what the pipeline hides: piece
+    j's all-reduce runs while piece j+1's SpMM computes, so of k pieces of SpMM time s and
+    all-reduce time r each, (k-1)·min(s, r) is hidden. The SpMM's flops are 2·nnz_blk·width
+    (nnz_blk = nnz/(|rows|·|cols|) spread evenly, width = size/rows), at ``spmm_rate``."""
+    k = pieces(c, spec)
+    whole = collective_time(c, calibration, spec.dtype_bytes, ranks_per_host, link_class)
+    if k == 1:
+        return whole
+    alone = collective_time(replace(c, size=0), calibration, spec.dtype_bytes, ranks_per_host,
+                            link_class)  # the latency of one call
+    total = whole + (k - 1) * alone
+    if not spec.overlap:
+        return total
+    # nnz_blk·width = nnz/(|rows|·p)·size/rows with rows = N/|rows|: nnz·size/(p·N)
+    spmm = 2.0 * spec.nnz * c.size / (c.group * _padded_nodes(spec, shape)) / spmm_rate
+    return total - (k - 1) * min(spmm / k, total / k)
+
+
+def _padded_nodes(spec: ModelSpec, shape: Mapping[str, int]) -> int:
+    world = shape["x"] * shape["y"] * shape["z"]
+    return -(-spec.num_nodes // world) * world
+
+
 def _resolve_orders(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str] | None,
                     calibration: Calibration | None = None,
                     ranks_per_host: int | None = None,
@@ -268,7 +304,8 @@ def predict(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
             orders: Sequence[str] | None = None,
             ranks_per_host: int | None = None,
             placement: Placement | None = None) -> Prediction:
-    """Predicted epoch time (communication + compute, no overlap), volume and memory on ``grid``.
+    """Predicted epoch time (communication + compute; the only overlap priced is the
+    aggregation's pieces' with ``overlap``: `priced_time`), volume and memory on ``grid``.
 
     Compute is flops at the SpMM and GEMM rates plus element passes at the elementwise rate,
     divided by the share of a core each rank gets when ``ranks_per_host`` ranks share the
@@ -284,14 +321,14 @@ def predict(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     comp = epoch_compute(spec, s, orders)
     mem = epoch_memory(spec, s, orders)
     links = placement.axis_links(s) if placement else {}
-    per_axis = {a: 0.0 for a in AXES}
-    for c in vol.collectives:
-        per_axis[c.axis] += collective_time(c, cal, spec.dtype_bytes, ranks_per_host,
-                                            links.get(c.axis))
-    comm_s = sum(per_axis.values())
     spmm_rate, gemm_rate, elementwise_rate = cal.rates(spec.dtype_bytes)
     # everything the rank runs on its cores, its fixed work too, at its share of them
     share = cal.core_share(ranks_per_host)
+    per_axis = {a: 0.0 for a in AXES}
+    for c in vol.collectives:
+        per_axis[c.axis] += priced_time(c, spec, cal, ranks_per_host, links.get(c.axis),
+                                        spmm_rate * share, s)
+    comm_s = sum(per_axis.values())
     overhead_s = cal.overhead(len(spec.plans(orders))) / share
     compute_s = (comp.spmm_flops / spmm_rate + comp.gemm_flops / gemm_rate
                  + comp.elementwise / elementwise_rate) / share + overhead_s
@@ -315,12 +352,20 @@ def rank_configs(world_size: int, spec: ModelSpec, calibration: Calibration | No
     `predict` prices it for ``ranks_per_host`` ranks per host (or on a cluster, ``placement``).
 
     Grids over ``memory_limit`` bytes per rank (if given) are kept but flagged ``fits=False`` and
-    ranked after every grid that fits. Ties break on memory, then on the grid tuple.
+    ranked after every grid that fits; where keeping stage 0's gathered input
+    (`ModelSpec.keep_input`) is what breaks the limit, the grid is priced gathering it every
+    step instead (as the engine chooses). Ties break on memory, then on the grid tuple.
     """
-    preds = [predict(spec, g, calibration, ranks_per_host=ranks_per_host, placement=placement)
-             for g in factorizations(world_size)]
-    for p in preds:
+    preds = []
+    for g in factorizations(world_size):
+        p = predict(spec, g, calibration, ranks_per_host=ranks_per_host, placement=placement)
         p.fits = memory_limit is None or p.memory.total <= memory_limit
+        if not p.fits and spec.kept_input:  # the kept input is chosen where memory allows
+            alt = predict(replace(spec, keep_input=False), g, calibration,
+                          ranks_per_host=ranks_per_host, placement=placement)
+            if alt.memory.total <= memory_limit:  # type: ignore[operator]
+                p = alt
+        preds.append(p)
     preds.sort(key=lambda p: (not p.fits, p.time_s, p.memory.total, p.grid))
     return preds
 
