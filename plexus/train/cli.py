@@ -248,7 +248,8 @@ def _problem(args: argparse.Namespace) -> _Shape:
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     """The `EngineConfig` of the options, checked against the device the ranks will use."""
     engine = EngineConfig(spmm_backend=args.spmm, agg_chunks=args.agg_chunks,
-                          overlap=args.overlap, tune_gemms=args.tune_gemms, timers=args.timers,
+                          overlap=args.overlap, sparse_comm=args.sparse_comm,
+                          tune_gemms=args.tune_gemms, timers=args.timers,
                           huge_pages=args.huge_pages, dtype=args.dtype, recompute=args.recompute)
     try:
         device = default_device(args.device)

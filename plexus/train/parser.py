@@ -12,6 +12,7 @@ from plexus.api.training import BACKENDS, LR_SCHEDULES, OPTIMIZERS, TrainConfig
 from plexus.core.cli import ArgumentParser
 from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.core.modelopts import ModelOptionsText, add_model_options, add_precision_options
+from plexus.core.schedule import SPARSE_MODES
 from plexus.partitioners import PERMUTATIONS
 from plexus.runtime.group import DEFAULT_TIMEOUT_S
 from plexus.runtime.options import add_device_options
@@ -208,6 +209,10 @@ def _engine_options(eng: argparse._ArgumentGroup) -> None:
                      help="cut each aggregation into K row chunks (default 1)")
     eng.add_argument("--overlap", action="store_true",
                      help="overlap each chunk's all-reduce with the next chunk's SpMM")
+    eng.add_argument("--sparse-comm", choices=SPARSE_MODES, default="auto",
+                     help="send only the rows each rank's block of Â touches in the "
+                          "aggregation's sums (all-to-all + all-gather): auto (default: per "
+                          "layer, where that moves fewer bytes), on, off (all-reduces)")
     eng.add_argument("--tune-gemms", action="store_true",
                      help="time the GEMM formulations once per call site and keep the fastest "
                           "(runs then differ in the last bits; default: a fixed rule by shape)")

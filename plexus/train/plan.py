@@ -145,7 +145,12 @@ class RunPlan:
                          sizes.num_classes, self.model, perm=self.perm,
                          dtype_bytes=self.engine.dtype_bytes, from_store=from_store,
                          recompute=self.engine.recompute, multilabel=sizes.multilabel,
-                         symmetric=sizes.symmetric, device=device, name=sizes.name)
+                         symmetric=sizes.symmetric, device=device, name=sizes.name,
+                         sparse_comm=self.engine.sparse_comm, agg_chunks=self.engine.agg_chunks,
+                         overlap=self.engine.overlap,
+                         # the engine gathers layer 0's features every step until it keeps
+                         # them (issue 45 item 2): price what it does
+                         keep_input=False)
 
 
 def choose_run_grid(plan: RunPlan, sizes: GraphSizes, world: int,
