@@ -36,8 +36,6 @@ import torch
 from plexus.core.layout import LayerPlan, block
 
 from .blocks import GraphBlocks
-from plexus.partitioners.rowsets import touched_rows
-
 from .comm import Comm
 from .exchange import GatherGrad, RowExchange
 from .edges import (EdgeBlock, attention_softmax, edge_softmax, head_matrix, head_ranges,
@@ -327,7 +325,8 @@ class StageGraph:
             ex = None
             if root == "none" and mode != "off" and self.comm.grid.size(o) > 1:
                 m = self.graph.matrix(self.plan)
-                ex = RowExchange.build(self.comm, o, touched_rows(m), m.shape[0])
+                ex = RowExchange.build(self.comm, o, self.graph.shard.touched_rows(
+                    self.plan.index), m.shape[0])
             self.exchange = ex
             self._cache["exchange"] = (ex if ex is not None and ex.use("sum", mode) else None,
                                        ex if ex is not None and self.plan.order == "agg"

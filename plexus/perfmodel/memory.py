@@ -13,7 +13,7 @@ from plexus.core.layout import LayerPlan, block_identity, transpose_identity
 from plexus.core.ops import NORM_OP, OPERATORS
 from plexus.core.ops.base import MASTER_BYTES, StageSizes
 
-from .spec import ModelSpec, spec_layout, spec_sizes
+from .spec import ModelSpec, spec_collectives, spec_layout, spec_sizes
 
 
 # What a CPU rank's process holds besides tensors at its peak: the interpreter, torch, numpy and
@@ -182,10 +182,8 @@ def comm_buffers(spec: ModelSpec, s: Mapping[str, int], orders: Sequence[str]) -
     same count: an estimate's rows are symmetric) and its own piece of the sum (1/p of the
     partner all-gather's or reduce-scatter's full size), or a payload cast to a narrower
     ``comm_dtype`` (a copy of the message)."""
-    from .model import collectives  # noqa: PLC0415 (model imports this module)
-
     fb, most = spec.dtype_bytes, 0.0
-    listed = collectives(spec, s, orders)
+    listed = spec_collectives(spec, s, orders)
     for k, c in enumerate(listed):
         item = c.itemsize or spec.comm_itemsize
         extra = 0.0

@@ -30,12 +30,12 @@ from plexus.core.grid import AXES, GridShape
 from plexus.core.layout import ORDERS
 from plexus.core.model import parse_order
 from plexus.core.ops.base import elementwise_passes
-from plexus.core.schedule import OPS, Collective, SparseExchange, epoch_collectives
+from plexus.core.schedule import OPS, Collective, SparseExchange
 
 from .calibration import Calibration
 from .memory import Memory, rank_memory
 from .placement import Placement
-from .spec import BEST_ORDER, Grid3, ModelSpec, normalize_grid, spec_layout, spec_sizes, \
+from .spec import BEST_ORDER, Grid3, ModelSpec, normalize_grid, spec_collectives, spec_sizes, \
     stage_operators
 
 __all__ = ["BEST_ORDER", "Grid3", "ModelSpec", "normalize_grid", "Memory", "CommVolume",
@@ -130,12 +130,8 @@ def collectives(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     `plexus.core.schedule.exact_rows`); default, the spec's estimate from the mean degree.
     """
     shape = normalize_grid(grid)
-    plans, pad = spec_layout(spec, shape, _resolve_orders(spec, shape, orders))
-    return epoch_collectives(plans, shape, pad,
-                             learnable_features=spec.model.learnable_features, evaluate=evaluate,
-                             multilabel=spec.multilabel, fixed_input_kept=spec.kept_input,
-                             comm_itemsize=spec.comm_itemsize,
-                             exchange=exchange or spec.exchange())
+    return spec_collectives(spec, shape, _resolve_orders(spec, shape, orders), evaluate,
+                            exchange)
 
 
 def epoch_volume(spec: ModelSpec, grid: Grid3 | Mapping[str, int],

@@ -13,7 +13,8 @@ from plexus.core.layout import DEFAULT_PERMUTATION, LayerPlan, Padding, padding
 from plexus.core.model import ModelConfig
 from plexus.core.ops import NORM_OP, OPERATORS
 from plexus.core.ops.base import StageSizes, stage_sizes
-from plexus.core.schedule import SPARSE_MODES, SparseExchange, estimated_rows
+from plexus.core.schedule import (SPARSE_MODES, Collective, SparseExchange, epoch_collectives,
+                                  estimated_rows)
 
 BEST_ORDER = "best"  # ModelSpec.best_orders: the orders choose_orders predicts fastest, per grid
 
@@ -152,6 +153,20 @@ def spec_layout(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str]
     """The spec's plans with ``orders`` and their padded sizes on the grid ``shape``."""
     plans = spec.plans(orders)
     return plans, padding(shape, plans, spec.num_nodes, spec.widths)
+
+
+def spec_collectives(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str],
+                     evaluate: bool = False, exchange: SparseExchange | None = None
+                     ) -> list[Collective]:
+    """Every collective of one epoch of the spec on ``shape`` with ``orders``
+    (`plexus.core.schedule.epoch_collectives` with the spec's payload precision, kept input
+    and sparse exchanges: ``exchange``, else the estimate from the mean degree)."""
+    plans, pad = spec_layout(spec, shape, orders)
+    return epoch_collectives(plans, shape, pad,
+                             learnable_features=spec.model.learnable_features, evaluate=evaluate,
+                             multilabel=spec.multilabel, fixed_input_kept=spec.kept_input,
+                             comm_itemsize=spec.comm_itemsize,
+                             exchange=exchange or spec.exchange())
 
 
 def spec_sizes(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str],
