@@ -28,6 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.common import write_text  # noqa: E402
+
 from plexus.perfmodel.cli import model_main  # noqa: E402
 
 GPUS = "64,128,256,512,1024,2048"
@@ -93,11 +95,7 @@ def main() -> int:
                                       for k, v in VARIANTS.items()), ""]
     for dataset in DATASETS:
         lines += table(dataset)
-    lines.append(f"# {time.time() - start:.0f} s")
-    text = "\n".join(lines)
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n")
+    write_text(lines, args.out, start)
     return 0
 
 
