@@ -63,7 +63,7 @@ def declared_max_rank(run: Run, epochs: int, evaluations: int) -> dict[str, floa
     ``evaluations`` evaluation passes), priced with the rows its sparse exchanges send
     (`plexus.core.schedule.exact_rows`), the largest over the ranks (collective): what the
     busiest rank's ledger must show. None for a model that does not report its exchanges."""
-    model = run.model
+    model = getattr(run.model, "net", run.model)  # the API's model wraps the engine's
     counts = getattr(model, "exchange_counts", None)
     if counts is None:
         return None
@@ -75,7 +75,7 @@ def declared_max_rank(run: Run, epochs: int, evaluations: int) -> dict[str, floa
     def per_axis(evaluate: bool) -> dict[str, float]:
         return volume_per_axis(epoch_collectives(
             model.plans, shape, model.pad, learnable_features=run.plan.model.learnable_features,
-            evaluate=evaluate, multilabel=model.metric_name == "rocauc", exchange=exchange),
+            evaluate=evaluate, multilabel=run.model.metric_name == "rocauc", exchange=exchange),
             engine.dtype_bytes)
 
     train, both = per_axis(False), per_axis(True)
