@@ -13,8 +13,8 @@ import torch.nn.functional as F
 
 from collections import Counter
 
-from plexus.core.schedule import (epoch_collectives, ring_volume, setup_collectives,
-                                  volume_per_axis)
+from plexus.core.schedule import (SparseExchange, epoch_collectives, exact_rows, ring_volume,
+                                  setup_collectives, volume_per_axis)
 from plexus.engine.comm import Comm
 from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
 from plexus.datasets.graph import Graph
@@ -164,6 +164,14 @@ def check_training(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
     return fails
 
 
+def model_exchange(model, engine: EngineConfig) -> SparseExchange | None:
+    """The schedule's sparse exchanges with the row counts of ``model``'s stages (after a
+    step has built them)."""
+    if engine.sparse_comm == "off":
+        return None
+    return SparseExchange(engine.sparse_comm, exact_rows(model.exchange_counts()))
+
+
 def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
                  engine: EngineConfig | None = None) -> list[str]:
     """The ledger's elements and bytes per axis for one training step equal the schedule's
@@ -183,7 +191,8 @@ def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
     got = model.comm.ledger.per_axis("elements")
     schedule = epoch_collectives(model.plans, grid.shape, model.pad,
                                  learnable_features=cfg.learnable_features,
-                                 multilabel=g.multilabel, kept_input=kept)
+                                 multilabel=g.multilabel, kept_input=kept,
+                                 exchange=model_exchange(model, engine))
     fails += _per_collective("epoch", model.comm.ledger.collectives, schedule,
                              engine.comm_bytes)
     want = volume_per_axis(schedule)

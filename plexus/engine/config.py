@@ -10,6 +10,7 @@ from typing import Any
 
 from plexus.core.model import DEFAULT_DTYPE, DTYPE_BYTES, DTYPES, ModelConfig, ModelError
 from plexus.core.ops import KINDS, NORMS
+from plexus.core.schedule import SPARSE_MODES
 
 # the model's configuration is a plain value of plexus.core (the performance model reads it too)
 MODEL_KINDS = tuple(KINDS)
@@ -111,6 +112,9 @@ class EngineConfig:
     spmm_backend: str = "torch"  # "torch" (CSR), "scipy" (CPU only), "torch-sparse" when installed
     agg_chunks: int = 1  # Â's row block cut into this many chunks for the aggregation
     overlap: bool = False  # each chunk's all-reduce runs while the next chunk's SpMM computes
+    #: the aggregation's sums as sparse exchanges of the rows Â's blocks touch
+    #: (`plexus.engine.exchange`): "auto" where they move fewer bytes, "on", "off"
+    sparse_comm: str = "auto"
     tune_gemms: bool = False  # time each GEMM site's formulations once, keep the fastest (not
     # bit-reproducible across runs); off: a fixed rule by shape
     # (plexus.engine.gemm.default_formulation)
@@ -125,6 +129,9 @@ class EngineConfig:
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown compute dtype {self.dtype!r}; use one of "
                              f"{', '.join(DTYPES)}")
+        if self.sparse_comm not in SPARSE_MODES:
+            raise ValueError(f"unknown sparse_comm {self.sparse_comm!r}; use one of "
+                             f"{', '.join(SPARSE_MODES)}")
         if self.comm_dtype not in DTYPES:
             raise ValueError(f"unknown communication dtype {self.comm_dtype!r}; use one of "
                              f"{', '.join(DTYPES)}")
