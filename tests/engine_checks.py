@@ -390,7 +390,10 @@ WIRE_GRIDS = {(1, 3, 1), (2, 2, 2)}  # 3: a buffer not divisible by the axis (pa
 WIRE_CHECKS = [f"directed/{name}/{kind}" for name in MODELS
                for kind in ("step-bf16-wire", "ledger-bf16-wire")] + [
     "undirected/gin-combine-batchnorm/step-bf16-wire", "comm/bf16-wire",
-    "directed/gcn-batchnorm/ledger-keep-input-off"]
+    "directed/gcn-batchnorm/ledger-keep-input-off",
+    # bf16 payloads with sparse exchanges (both travel together), and the exchanges off
+    "directed/gcn-batchnorm/step-bf16-sparse-on", "directed/gcn-batchnorm/ledger-bf16-sparse-on",
+    "directed/gcn-batchnorm/ledger-sparse-off"]
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -410,11 +413,14 @@ def _serial_step(serial) -> tuple:
         evaluated
 
 
-def check_wire_step(grid: Grid, g: Graph, cfg: ModelConfig) -> list[str]:
-    """One training step (dropout on) with bf16 payloads against the float32 serial model:
-    logits, loss, the gradient and the evaluation logits within `WIRE_FLOOR` + `WIRE_KAPPA`·κ
-    (κ: the serial model's own change with its weights rounded to bf16), float32 and finite."""
-    dist_model, serial, shard = build(grid, g, cfg, "double", EngineConfig(comm_dtype="bf16"))
+def check_wire_step(grid: Grid, g: Graph, cfg: ModelConfig,
+                    engine: EngineConfig | None = None) -> list[str]:
+    """One training step (dropout on) with bf16 payloads (``engine``, default
+    ``EngineConfig(comm_dtype="bf16")``) against the float32 serial model: logits, loss, the
+    gradient and the evaluation logits within `WIRE_FLOOR` + `WIRE_KAPPA`·κ (κ: the serial
+    model's own change with its weights rounded to bf16), float32 and finite."""
+    dist_model, serial, shard = build(grid, g, cfg, "double",
+                                      engine or EngineConfig(comm_dtype="bf16"))
     zs, ls, gs, es = _serial_step(serial)
     rounded = build(grid, g, cfg, "double")[1]
     with torch.no_grad():
@@ -517,6 +523,14 @@ def run_wire_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
         out[f"{tag}/directed/gcn-batchnorm/ledger-keep-input-off"] = check_ledger(
             grid, graphs["directed"], MODELS["gcn-batchnorm"], "double",
             EngineConfig(keep_input="off"))
+        both = EngineConfig(comm_dtype="bf16", sparse_comm="on")
+        out[f"{tag}/directed/gcn-batchnorm/step-bf16-sparse-on"] = check_wire_step(
+            grid, graphs["directed"], MODELS["gcn-batchnorm"], both)
+        out[f"{tag}/directed/gcn-batchnorm/ledger-bf16-sparse-on"] = check_ledger(
+            grid, graphs["directed"], MODELS["gcn-batchnorm"], "double", both)
+        out[f"{tag}/directed/gcn-batchnorm/ledger-sparse-off"] = check_ledger(
+            grid, graphs["directed"], MODELS["gcn-batchnorm"], "double",
+            EngineConfig(sparse_comm="off"))
     rank = torch.distributed.get_rank()
     return {k: [f"rank {rank}: {m}" for m in v] for k, v in out.items()}
 

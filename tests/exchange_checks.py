@@ -73,8 +73,9 @@ def oracle_counts(g: Graph, cfg: ModelConfig, grid: Grid) -> dict[tuple[int, str
     return out
 
 
-def _epoch_bytes(grid: Grid, g: Graph, cfg: ModelConfig, mode: str) -> dict:
-    model, _, _ = build_pair(grid, g, cfg, "double", EngineConfig(sparse_comm=mode))
+def _epoch_bytes(grid: Grid, g: Graph, cfg: ModelConfig, mode: str, wire: str) -> dict:
+    model, _, _ = build_pair(grid, g, cfg, "double",
+                             EngineConfig(sparse_comm=mode, comm_dtype=wire))
     trainer = Trainer(model, TrainConfig(epochs=1, eval_every=0))
     trainer.run_epoch()  # the first epoch builds the exchanges (set-up, not in the ledger)
     model.comm.ledger.reset()
@@ -83,15 +84,17 @@ def _epoch_bytes(grid: Grid, g: Graph, cfg: ModelConfig, mode: str) -> dict:
 
 
 def check_bytes(grid: Grid, g: Graph, cfg: ModelConfig) -> list[str]:
-    """Measured bytes per (axis, op) of an epoch with sparse exchanges on, and off, equal the
-    model's (priced with the oracle's row counts); on moves less than off (where a stage sums
-    over an axis of several ranks) exactly by the model's factor."""
-    spec = ModelSpec(g.num_nodes, 1, g.num_features, g.num_classes, cfg, keep_input=False)
+    """Measured bytes per (axis, op) of an epoch with sparse exchanges on, and off, and on with
+    bf16 payloads, equal the model's (priced with the oracle's row counts, 2 bytes per payload
+    element under bf16); on moves less than off (where a stage sums over an axis of several
+    ranks) exactly by the model's factor."""
     dims = grid.shape.dims
     fails = []
     totals = {}
-    for mode in ("on", "off"):
-        got = _epoch_bytes(grid, g, cfg, mode)
+    for mode, wire in (("on", "fp32"), ("off", "fp32"), ("on", "bf16")):
+        spec = ModelSpec(g.num_nodes, 1, g.num_features, g.num_classes, cfg,
+                         comm_dtype_bytes=2 if wire == "bf16" else 4)
+        got = _epoch_bytes(grid, g, cfg, mode, wire)
         ex = SparseExchange(mode, exact_rows(oracle_counts(g, cfg, grid)) if mode != "off"
                             else None)
         want = epoch_volume(spec, dims, exchange=ex).flat("bytes")
@@ -99,8 +102,12 @@ def check_bytes(grid: Grid, g: Graph, cfg: ModelConfig) -> list[str]:
         got = {k: v for k, v in got.items() if v}
         if set(got) != set(want) or any(abs(got[k] - want[k]) > 1e-6 * max(1, want[k])
                                         for k in want):
-            fails.append(f"sparse_comm={mode}: ledger bytes {got} != model {want}")
-        totals[mode] = (sum(got.values()), sum(want.values()))
+            fails.append(f"sparse_comm={mode} {wire}: ledger bytes {got} != model {want}")
+        totals[mode, wire] = (sum(got.values()), sum(want.values()))
+    if totals["on", "bf16"][0] >= totals["on", "fp32"][0]:
+        fails.append(f"bf16 exchanges moved {totals['on', 'bf16'][0]} bytes, not fewer than "
+                     f"fp32's {totals['on', 'fp32'][0]}")
+    totals = {mode: totals[mode, "fp32"] for mode in ("on", "off")}
     (on, on_model), (off, off_model) = totals["on"], totals["off"]
     summing = bool(oracle_counts(g, cfg, grid))  # a stage sums over an axis of several ranks
     if summing and not on < off:
