@@ -108,7 +108,8 @@ def model_spec(summary: dict[str, Any]) -> Any | None:
     return ModelSpec(g["nodes"], g["nnz"], g["features"], g["classes"],
                      ModelConfig.from_options(**options), perm=m.get("perm", "double"),
                      multilabel=summary.get("metric") == "rocauc",  # binary tasks: BCE
-                     sparse_comm=sparse, comm_dtype_bytes=DTYPE_BYTES.get(summary.get("comm_dtype") or "", 0),
+                     sparse_comm=sparse,
+                     comm_dtype_bytes=DTYPE_BYTES.get(summary.get("comm_dtype") or "", 0),
                      keep_input=bool(summary.get("kept_input")))  # the engine's decision
 
 

@@ -4,7 +4,7 @@ declarations (`plexus.core.schedule`), for the summary and ``--log-json``."""
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from plexus.core.schedule import (SETUP, Collective, SparseExchange, epoch_collectives,
                                   exact_rows, ring_volume, setup_collectives)
