@@ -100,8 +100,8 @@ class EngineConfig:
     same results.
 
     ``comm_dtype`` is the precision activation, gradient and gathered-weight collectives (the
-    sparse exchanges too) travel in under a
-    float32 compute precision ("fp32": as they are, bit for bit today's; "bf16" or "fp16":
+    sparse exchanges too) travel in under a float32 compute precision ("fp32": as they are,
+    bit for bit today's; "bf16" or "fp16":
     rounded for the wire, summed in float32 on arrival, `plexus.engine.comm`); statistics (the
     loss, the metric, BatchNorm's, the attention's) always travel in float32. Like ``dtype``
     it changes results by rounding. ``keep_input``: layer 0's fixed input features are
