@@ -144,6 +144,17 @@ def selected_grids(args: Any, p: Any) -> list[tuple[int, int, int]]:
     return list(dict.fromkeys(grids))
 
 
+def write_text(lines: list[str], out: Path, start: float) -> None:
+    """Print ``lines`` with a last line of the seconds since ``start`` and write them to
+    ``out`` (its folder made)."""
+    import time  # noqa: PLC0415
+
+    text = "\n".join(lines + [f"# {time.time() - start:.0f} s"])
+    print(text)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
+
+
 def write_results(out: Path, name: str, csv_rows: list[dict], say: Tee) -> None:
     """``out/NAME.csv`` (the rows) and ``out/NAME.txt`` (what ``say`` printed), then a line
     naming them."""

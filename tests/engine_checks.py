@@ -14,8 +14,8 @@ import torch.nn.functional as F
 
 from collections import Counter
 
-from plexus.core.schedule import (epoch_collectives, ring_volume, setup_collectives,
-                                  volume_per_axis)
+from plexus.core.schedule import (SparseExchange, epoch_collectives, exact_rows, ring_volume,
+                                  setup_collectives, volume_per_axis)
 from plexus.engine.comm import Comm
 from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
 from plexus.datasets.graph import Graph
@@ -165,6 +165,14 @@ def check_training(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
     return fails
 
 
+def model_exchange(model, engine: EngineConfig) -> SparseExchange | None:
+    """The schedule's sparse exchanges with the row counts of ``model``'s stages (after a
+    step has built them)."""
+    if engine.sparse_comm == "off":
+        return None
+    return SparseExchange(engine.sparse_comm, exact_rows(model.exchange_counts()))
+
+
 def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
                  engine: EngineConfig | None = None) -> list[str]:
     """The ledger's elements and bytes per axis for one training step equal the schedule's
@@ -184,7 +192,8 @@ def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
     got = model.comm.ledger.per_axis("elements")
     schedule = epoch_collectives(model.plans, grid.shape, model.pad,
                                  learnable_features=cfg.learnable_features,
-                                 multilabel=g.multilabel, kept_input=kept)
+                                 multilabel=g.multilabel, kept_input=kept,
+                                 exchange=model_exchange(model, engine))
     fails += _per_collective("epoch", model.comm.ledger.collectives, schedule,
                              engine.comm_bytes)
     want = volume_per_axis(schedule)
@@ -469,7 +478,10 @@ WIRE_GRIDS = {(1, 3, 1), (2, 2, 2)}  # 3: a buffer not divisible by the axis (pa
 WIRE_CHECKS = [f"directed/{name}/{kind}" for name in MODELS
                for kind in ("step-bf16-wire", "ledger-bf16-wire")] + [
     "undirected/gin-combine-batchnorm/step-bf16-wire", "comm/bf16-wire",
-    "directed/gcn-batchnorm/ledger-keep-input-off"]
+    "directed/gcn-batchnorm/ledger-keep-input-off",
+    # bf16 payloads with sparse exchanges (both travel together), and the exchanges off
+    "directed/gcn-batchnorm/step-bf16-sparse-on", "directed/gcn-batchnorm/ledger-bf16-sparse-on",
+    "directed/gcn-batchnorm/ledger-sparse-off"]
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -489,11 +501,14 @@ def _serial_step(serial) -> tuple:
         evaluated
 
 
-def check_wire_step(grid: Grid, g: Graph, cfg: ModelConfig) -> list[str]:
-    """One training step (dropout on) with bf16 payloads against the float32 serial model:
-    logits, loss, the gradient and the evaluation logits within `WIRE_FLOOR` + `WIRE_KAPPA`·κ
-    (κ: the serial model's own change with its weights rounded to bf16), float32 and finite."""
-    dist_model, serial, shard = build(grid, g, cfg, "double", EngineConfig(comm_dtype="bf16"))
+def check_wire_step(grid: Grid, g: Graph, cfg: ModelConfig,
+                    engine: EngineConfig | None = None) -> list[str]:
+    """One training step (dropout on) with bf16 payloads (``engine``, default
+    ``EngineConfig(comm_dtype="bf16")``) against the float32 serial model: logits, loss, the
+    gradient and the evaluation logits within `WIRE_FLOOR` + `WIRE_KAPPA`·κ (κ: the serial
+    model's own change with its weights rounded to bf16), float32 and finite."""
+    dist_model, serial, shard = build(grid, g, cfg, "double",
+                                      engine or EngineConfig(comm_dtype="bf16"))
     zs, ls, gs, es = _serial_step(serial)
     rounded = build(grid, g, cfg, "double")[1]
     with torch.no_grad():
@@ -596,6 +611,14 @@ def run_wire_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
         out[f"{tag}/directed/gcn-batchnorm/ledger-keep-input-off"] = check_ledger(
             grid, graphs["directed"], MODELS["gcn-batchnorm"], "double",
             EngineConfig(keep_input="off"))
+        both = EngineConfig(comm_dtype="bf16", sparse_comm="on")
+        out[f"{tag}/directed/gcn-batchnorm/step-bf16-sparse-on"] = check_wire_step(
+            grid, graphs["directed"], MODELS["gcn-batchnorm"], both)
+        out[f"{tag}/directed/gcn-batchnorm/ledger-bf16-sparse-on"] = check_ledger(
+            grid, graphs["directed"], MODELS["gcn-batchnorm"], "double", both)
+        out[f"{tag}/directed/gcn-batchnorm/ledger-sparse-off"] = check_ledger(
+            grid, graphs["directed"], MODELS["gcn-batchnorm"], "double",
+            EngineConfig(sparse_comm="off"))
     rank = torch.distributed.get_rank()
     return {k: [f"rank {rank}: {m}" for m in v] for k, v in out.items()}
 
@@ -610,16 +633,22 @@ def check_op_counts(grid: Grid, small: Graph, large: Graph, cfg: ModelConfig) ->
     """The operators one training step dispatches (dropout and attention dropout on, after a
     first step that creates the optimizer's state) are the same on ``small`` and ``large``: no
     pass of the step runs in a Python loop whose trip count grows with the graph (each operator
-    is a kernel launch on a GPU)."""
-    counts = []
-    for g in (small, large):
-        model, _, _ = build(grid, g, cfg, "double")
-        trainer = Trainer(model, TrainConfig(epochs=3, eval_every=0))
-        trainer.train_step()
-        counts.append(count_ops(trainer.train_step))
-    diff = count_difference(*counts)
-    return [f"operators per step differ ({small.num_nodes} vs {large.num_nodes} nodes): "
-            f"{diff}"] if diff else []
+    is a kernel launch on a GPU). Sparse exchanges on and off apart: "auto" picks one of the
+    two per layer from the graph's row sets, so graphs of different sizes may take different
+    (each fixed-size) paths."""
+    fails = []
+    for mode in ("on", "off"):
+        counts = []
+        for g in (small, large):
+            model, _, _ = build(grid, g, cfg, "double", EngineConfig(sparse_comm=mode))
+            trainer = Trainer(model, TrainConfig(epochs=3, eval_every=0))
+            trainer.train_step()
+            counts.append(count_ops(trainer.train_step))
+        diff = count_difference(*counts)
+        if diff:
+            fails.append(f"sparse_comm={mode}: operators per step differ ({small.num_nodes} "
+                         f"vs {large.num_nodes} nodes): {diff}")
+    return fails
 
 
 def run_model_checks(grids: list[tuple[int, int, int]], epochs: int = 20) -> dict[str, list[str]]:

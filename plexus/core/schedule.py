@@ -30,34 +30,50 @@ below); statistics (the loss, the metric, BatchNorm's, the attention's) declare 
 Volumes are those of ring algorithms: an all-reduce of n elements over p ranks moves
 2(p-1)/p·n elements per rank in 2(p-1) steps; an all-gather or reduce-scatter whose full size is
 n moves (p-1)/p·n in p-1 steps. Collectives over an axis of size 1 are not issued.
+
+Options that change what moves (each priced here, so the engine, the model and the ledger test
+agree): ``kept_input`` leaves out stage 0's AG(H) (fixed input features gathered once, at
+set-up, and kept); ``payload_itemsize`` is the wire's bytes per element of every collective
+declared without its own (the payloads above: the engine rounds every float32 message outside
+its `exact` blocks, gathered weights and their gradients included, sparse exchanges too);
+``exchange`` turns the sum of a sparse product's partials (an operator's all-reduce declared
+with ``rows``) into a sparse exchange where it is cheaper: an all-to-all that sends each
+rank of the axis only the rows this rank's Â block touches inside that rank's 1/p of the rows
+("SRS", its size what this rank sends), which that rank adds to its own, then the all-gather of
+the summed pieces (full size n). `SparseExchange` says, per collective, how many rows this rank
+sends (exact from the partition, or estimated from the degree).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from .layout import LayerPlan, Padding
 from .ops import NORM_OP, OPERATORS
 from .ops.base import StageSizes, div, stage_sizes
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 PHASES = ("forward", "loss", "backward", "eval")
 #: The phase of a collective issued once when the model is built, not in every epoch.
 SETUP = "setup"
 
 
 def ring_volume(op: str, numel: float, p: int) -> float:
-    """Elements one rank sends for collective ``op`` on ``numel`` elements (full size) over p."""
+    """Elements one rank sends for collective ``op`` on ``numel`` elements (full size) over p;
+    for an all-to-all ``numel`` is what this rank sends to the others."""
     if op not in OPS:
         raise ValueError(f"unknown collective {op!r}; use one of {', '.join(OPS)}")
     if p <= 1:
         return 0.0
+    if op == "all_to_all":
+        return float(numel)
     return (2.0 if op == "all_reduce" else 1.0) * (p - 1) / p * numel
 
 
 def ring_steps(op: str, p: int) -> int:
-    """Latency-bound steps of the ring: 2(p-1) for an all-reduce, p-1 otherwise."""
+    """Latency-bound steps of the ring: 2(p-1) for an all-reduce, p-1 otherwise (an all-to-all:
+    one exchange with each other rank)."""
     return (2 if op == "all_reduce" else 1) * max(p - 1, 0)
 
 
@@ -78,6 +94,9 @@ class Collective:
     group: int  # ranks on the axis
     size: int
     itemsize: int | None = None  # bytes per element; None: the run's float size
+    #: the aggregation's all-reduce of a sparse product over ``rows`` rows (cut into the
+    #: engine's row pieces, `plexus.engine.config.EngineConfig.agg_chunks`); None otherwise
+    rows: int | None = None
 
     @property
     def elements(self) -> float:
@@ -100,20 +119,109 @@ class Collective:
         return (self.layer, self.phase, self.op, self.axis, self.size, self.itemsize or itemsize)
 
 
+SPARSE_MODES = ("auto", "on", "off")
+#: The two sparse exchanges: "sum" adds partials that are zero outside the rows a rank's Â
+#: block touches (sparse reduce-scatter, then the all-gather); "gather" hands each rank only the
+#: rows its block reads of a sum (the reduce-scatter, then a sparse all-gather), the adjoint.
+EXCHANGES = ("sum", "gather")
+
+#: (stage, exchange, axis, rows of the tensor, ranks on the axis) -> (rows this rank sends, the
+#: most rows any rank of the axis sends) in that stage's exchange
+SentRows = Callable[[int, str, str, int, int], tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class SparseExchange:
+    """Which all-reduces of the aggregation (declared with ``rows``) travel as sparse exchanges,
+    and how many rows this rank sends in each (``sent``).
+
+    ``mode`` "off": none; "on": every one; "auto": those where it moves fewer bytes than the
+    all-reduce, i.e. where the most rows any rank of the axis sends is below (p-1)/p of the
+    rows (the half of the ring all-reduce that it replaces; the other half is the same, and
+    both take 2(p-1) latency steps). The engine decides with the exact counts (`exact_rows`),
+    the model without data with `estimated_rows`.
+    """
+
+    mode: str
+    sent: SentRows | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in SPARSE_MODES:
+            raise ValueError(f"sparse exchange mode must be one of {', '.join(SPARSE_MODES)}, "
+                             f"got {self.mode!r}")
+        if self.mode != "off" and self.sent is None:
+            raise ValueError("a sparse exchange needs its row counts (sent)")
+
+    def rows(self, stage: int, kind: str, axis: str, rows: int, p: int) -> float | None:
+        """Rows this rank sends in the stage's exchange ``kind``, or None where it stays an
+        all-reduce."""
+        if self.mode == "off" or p <= 1:
+            return None
+        mine, most = self.sent(stage, kind, axis, rows, p)  # type: ignore[misc]
+        if self.mode == "auto" and most >= (p - 1) / p * rows:
+            return None
+        return mine
+
+
+def estimated_rows(mean_degree: float) -> SentRows:
+    """Rows sent per rank estimated without the graph: a row with k non-zeros has at least one
+    in a column block of 1/p of the columns with probability 1-(1-1/p)^k; a rank sends the
+    touched rows outside its own 1/p of them (both exchanges, on average). With every row at
+    the mean degree this bounds the expectation over any degree distribution from above (the
+    probability is concave in k: Jensen), so skewed graphs send less than estimated."""
+    def sent(stage: int, kind: str, axis: str, rows: int, p: int) -> tuple[float, float]:
+        rate = 1.0 - (1.0 - 1.0 / p) ** mean_degree
+        value = rows * (p - 1) / p * rate
+        return value, value
+    return sent
+
+
+def exact_rows(counts: Mapping[tuple[int, str], tuple[float, float]]) -> SentRows:
+    """Rows sent per rank from the partition: ``counts[stage, kind]`` is (this rank's, the
+    most of any rank of the axis) (`plexus.partitioners.rowsets`)."""
+    def sent(stage: int, kind: str, axis: str, rows: int, p: int) -> tuple[float, float]:
+        return counts[stage, kind]
+    return sent
+
+
 class _Schedule:
     """Accumulates the collectives of one epoch, leaving out those over axes of size 1."""
 
-    def __init__(self, shape: Mapping[str, int], payload: int | None = None) -> None:
-        self.s, self.payload = shape, payload
+    def __init__(self, shape: Mapping[str, int], payload: int | None = None,
+                 exchange: SparseExchange | None = None) -> None:
+        self.s, self.payload, self.exchange = shape, payload, exchange
         self.out: list[Collective] = []
 
     def adder(self, layer: int | None):
-        """``add(name, phase, op, axis, size, itemsize=None)`` for a stage's declarations."""
+        """``add(name, phase, op, axis, size, itemsize=None, rows=None, sparse=None)`` for a
+        stage's declarations; ``rows``: the all-reduce's tensor has ``rows`` rows, of which
+        this rank's Â block touches only some; ``sparse``: its partial is zero elsewhere
+        ("sum") or the rank reads only those ("gather"), so a sparse exchange may carry it."""
         def add(name: str, phase: str, op: str, axis: str, size: int,
-                itemsize: int | None = None) -> None:
-            if self.s[axis] > 1:
-                self.out.append(Collective(name, layer, phase, op, axis, self.s[axis], size,
-                                           self.payload if itemsize is None else itemsize))
+                itemsize: int | None = None, rows: int | None = None,
+                sparse: str | None = None) -> None:
+            p = self.s[axis]
+            if p <= 1:
+                return
+            if itemsize is None:  # a payload: the run's wire precision (module docstring)
+                itemsize = self.payload
+            sent = None
+            if sparse is not None and self.exchange is not None and layer is not None:
+                sent = self.exchange.rows(layer, sparse, axis, rows, p)
+            if sent is None:
+                self.out.append(Collective(name, layer, phase, op, axis, p, size, itemsize,
+                                           rows if sparse != "gather" else None))
+                return
+            what, moved = name[name.index("("):], int(round(sent * div(size, rows)))
+            pair = [Collective("SRS" + what, layer, phase, "all_to_all", axis, p, moved,
+                               itemsize),
+                    Collective("AG" + what, layer, phase, "all_gather", axis, p, size, itemsize)]
+            if sparse == "gather":
+                pair = [Collective("RS" + what, layer, phase, "reduce_scatter", axis, p, size,
+                                   itemsize),
+                        Collective("SAG" + what, layer, phase, "all_to_all", axis, p, moved,
+                                   itemsize)]
+            self.out.extend(pair)
         return add
 
     def forward(self, z: StageSizes, phase: str, kept_input: bool = False) -> None:
@@ -172,7 +280,8 @@ class _Schedule:
 def epoch_collectives(plans: Sequence[LayerPlan], shape: Mapping[str, int], pad: Padding, *,
                       learnable_features: bool = False, evaluate: bool = False,
                       multilabel: bool = False, kept_input: bool = False,
-                      payload_itemsize: int | None = None) -> list[Collective]:
+                      payload_itemsize: int | None = None,
+                      exchange: SparseExchange | None = None) -> list[Collective]:
     """Every collective one rank issues in one training step, in program order: the forward,
     the loss, the backward (last stage first). ``plans`` are a model's
     (`plexus.core.model.ModelConfig.plans`: each names its operator, bias and BatchNorm).
@@ -181,11 +290,12 @@ def epoch_collectives(plans: Sequence[LayerPlan], shape: Mapping[str, int], pad:
     ``multilabel`` task the binary cross-entropy's two sums, and the ROC-AUC's gathers).
     ``kept_input``: the fixed input features were gathered at set-up (`setup_collectives`):
     no AG(H) in a forward. ``payload_itemsize``: the item size of every collective declared
-    without one (None: left None, the run's float size for `volume_per_axis`)."""
+    without one (None: left None, the run's float size for `volume_per_axis`).
+    ``exchange``: which sums of a sparse product travel as sparse exchanges."""
     if kept_input and learnable_features:
         raise ValueError("learnable input features change every step: they cannot be kept")
     sizes = stage_sizes(plans, shape, pad, OPERATORS, learnable_features=learnable_features)
-    sched = _Schedule(shape, payload_itemsize)
+    sched = _Schedule(shape, payload_itemsize, exchange)
     for z in sizes:
         sched.forward(z, "forward", kept_input)
     sched.loss(plans[-1], pad.nodes_padded, multilabel)

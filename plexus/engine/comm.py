@@ -124,12 +124,14 @@ class Comm:
         with self.at(tag.layer, "backward"), self.exact(tag.exact):
             yield
 
-    def _wire(self, x: torch.Tensor) -> torch.dtype | None:
+    def wire_of(self, x: torch.Tensor) -> torch.dtype | None:
         """The low precision ``x`` travels in (None: as it is)."""
         return self.wire if (self.wire is not None and not self._exact
                              and x.dtype == torch.float32) else None
 
-    def _record(self, axis: str, op: str, numel: int, p: int, itemsize: int) -> None:
+    def record(self, axis: str, op: str, numel: int, p: int, itemsize: int) -> None:
+        """Record a collective this rank issues (``numel`` as the ledger counts it) under the
+        layer and phase now (`at`)."""
         self.ledger.record(axis, op, numel, p, itemsize, self._layer, self._phase)
 
     # ---- raw (non-differentiable) collectives -------------------------------------------
@@ -147,13 +149,13 @@ class Comm:
             if async_op:
                 raise ValueError("an asynchronous all-reduce needs a contiguous tensor")
             return x.copy_(self.raw_all_reduce(x.contiguous(), axis, op))
-        wire = self._wire(x) if op == "sum" else None
+        wire = self.wire_of(x) if op == "sum" else None
         if wire is not None:  # two-shot, float32 sums: nothing to overlap with
-            self._record(axis, "all_reduce", x.numel(), p, wire.itemsize)
+            self.record(axis, "all_reduce", x.numel(), p, wire.itemsize)
             with self.timers(f"all_reduce:{axis}"):
                 self._low_all_reduce(x, axis, p, wire)
             return None if async_op else x
-        self._record(axis, "all_reduce", x.numel(), p, x.element_size())
+        self.record(axis, "all_reduce", x.numel(), p, x.element_size())
         reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
                      "min": dist.ReduceOp.MIN}[op]
         if self.staged:  # through host memory, synchronously (nothing to overlap with)
@@ -177,10 +179,10 @@ class Comm:
         p = self.grid.size(axis)
         if p == 1:
             return x
-        x, wire = x.contiguous(), self._wire(x)
+        x, wire = x.contiguous(), self.wire_of(x)
         send = x if wire is None else x.to(wire)
         out = send.new_empty((p * x.shape[0],) + tuple(x.shape[1:]))
-        self._record(axis, "all_gather", out.numel(), p, send.element_size())
+        self.record(axis, "all_gather", out.numel(), p, send.element_size())
         with self.timers(f"all_gather:{axis}"):
             out = self._into(out, send, _all_gather, axis)
         return out if wire is None else out.to(x.dtype)
@@ -190,15 +192,15 @@ class Comm:
         p = self.grid.size(axis)
         if p == 1:
             return x
-        x, wire = x.contiguous(), self._wire(x)
+        x, wire = x.contiguous(), self.wire_of(x)
         if wire is not None:  # the blocks in the low precision, summed in float32
-            self._record(axis, "reduce_scatter", x.numel(), p, wire.itemsize)
+            self.record(axis, "reduce_scatter", x.numel(), p, wire.itemsize)
             with self.timers(f"reduce_scatter:{axis}"):
                 send = x.to(wire)
                 got = self._into(torch.empty_like(send), send, dist.all_to_all_single, axis)
                 return got.view((p, x.shape[0] // p) + tuple(x.shape[1:])).to(x.dtype).sum(0)
         out = x.new_empty((x.shape[0] // p,) + tuple(x.shape[1:]))
-        self._record(axis, "reduce_scatter", x.numel(), p, x.element_size())
+        self.record(axis, "reduce_scatter", x.numel(), p, x.element_size())
         with self.timers(f"reduce_scatter:{axis}"):
             return self._into(out, x, _reduce_scatter, axis)
 

@@ -11,6 +11,7 @@ from typing import Any
 from plexus.core.bounds import check_bound
 from plexus.core.model import DEFAULT_DTYPE, DTYPE_BYTES, DTYPES, ModelConfig, ModelError
 from plexus.core.ops import KINDS, NORMS
+from plexus.core.schedule import SPARSE_MODES
 
 # the model's configuration is a plain value of plexus.core (the performance model reads it too)
 MODEL_KINDS = tuple(KINDS)
@@ -99,8 +100,9 @@ class EngineConfig:
     BatchNorm and ReLU included) there: less memory for about one more forward's time, the
     same results.
 
-    ``comm_dtype`` is the precision activation and gradient collectives travel in under a
-    float32 compute precision ("fp32": as they are, bit for bit today's; "bf16" or "fp16":
+    ``comm_dtype`` is the precision activation, gradient and gathered-weight collectives (the
+    sparse exchanges too) travel in under a float32 compute precision ("fp32": as they are,
+    bit for bit today's; "bf16" or "fp16":
     rounded for the wire, summed in float32 on arrival, `plexus.engine.comm`); statistics (the
     loss, the metric, BatchNorm's, the attention's) always travel in float32. Like ``dtype``
     it changes results by rounding. ``keep_input``: layer 0's fixed input features are
@@ -112,6 +114,9 @@ class EngineConfig:
     spmm_backend: str = "torch"  # "torch" (CSR), "scipy" (CPU only), "torch-sparse" when installed
     agg_chunks: int = 1  # Â's row block cut into this many chunks for the aggregation
     overlap: bool = False  # each chunk's all-reduce runs while the next chunk's SpMM computes
+    #: the aggregation's sums as sparse exchanges of the rows Â's blocks touch
+    #: (`plexus.engine.exchange`): "auto" where they move fewer bytes, "on", "off"
+    sparse_comm: str = "auto"
     tune_gemms: bool = False  # time each GEMM site's formulations once, keep the fastest (not
     # bit-reproducible across runs); off: a fixed rule by shape
     # (plexus.engine.gemm.default_formulation)
@@ -127,6 +132,9 @@ class EngineConfig:
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown compute dtype {self.dtype!r}; use one of "
                              f"{', '.join(DTYPES)}")
+        if self.sparse_comm not in SPARSE_MODES:
+            raise ValueError(f"unknown sparse_comm {self.sparse_comm!r}; use one of "
+                             f"{', '.join(SPARSE_MODES)}")
         if self.comm_dtype not in DTYPES:
             raise ValueError(f"unknown communication dtype {self.comm_dtype!r}; use one of "
                              f"{', '.join(DTYPES)}")

@@ -37,6 +37,7 @@ from plexus.core.layout import LayerPlan, block
 
 from .blocks import GraphBlocks
 from .comm import Comm
+from .exchange import GatherGrad, RowExchange
 from .edges import (EdgeBlock, attention_softmax, edge_softmax, head_matrix, head_ranges,
                     sddmm, weighted_aggregate)
 from .gemm import GemmTuner
@@ -87,6 +88,7 @@ class StageGraph:
         self._P: dict[tuple, torch.Tensor] = {}
         self._conv: dict[str, tuple] = {}
         self._cache: dict[object, torch.Tensor] = {}
+        self.exchange: RowExchange | None = None  # the sparse exchange's lists, once built
 
     def param(self, kind: str) -> torch.Tensor | None:
         """The shard of the stage's parameter ``kind`` ("W", "Wr", "eps", ...; None if it has
@@ -347,6 +349,36 @@ class StageGraph:
                 self.graph.stacked(self.plan)
         return self._conv[root]
 
+    def _exchanges(self, root: str) -> tuple[RowExchange | None, RowExchange | None]:
+        """The sparse exchanges of the convolution's sum over o and, aggregate first, of its
+        replicated result's gradient (None: the all-reduce), by ``engine.sparse_comm``: a
+        plain block's touched rows (`plexus.engine.exchange`). Built at the stage's first run,
+        together by every rank of the axis."""
+        if "exchange" not in self._cache:
+            mode = getattr(self.engine, "sparse_comm", "off")
+            o = self.plan.outer
+            ex = None
+            if root == "none" and mode != "off" and self.comm.grid.size(o) > 1:
+                m = self.graph.matrix(self.plan)
+                ex = RowExchange.build(self.comm, o, self.graph.shard.touched_rows(
+                    self.plan.index), m.shape[0])
+            self.exchange = ex
+            self._cache["exchange"] = (ex if ex is not None and ex.use("sum", mode) else None,
+                                       ex if ex is not None and self.plan.order == "agg"
+                                       and ex.use("gather", mode) else None)
+        return self._cache["exchange"]  # type: ignore[return-value]
+
+    def exchange_counts(self) -> dict[tuple[int, str], tuple[int, int]]:
+        """{(stage, "sum"/"gather"): (rows this rank sends, the most any rank of the axis
+        sends)} of the exchanges built (`plexus.core.schedule.exact_rows` prices them)."""
+        ex = self.exchange
+        if ex is None:
+            return {}
+        me = self.comm.grid.coords[ex.axis]
+        return {(self.plan.index, k): (ex.sent(k, me), max(ex.summed if k == "sum"
+                                                            else ex.gathered))
+                for k in ("sum", "gather")}
+
     def _root_weight(self, root: str, Wr: torch.Tensor | None, axis: str) -> torch.Tensor:
         """Wr gathered over W's flat axis (SAGE), or the identity's block (a residual: H·I, a
         constant, gathered already)."""
@@ -368,8 +400,11 @@ class StageGraph:
                          ) -> torch.Tensor:
         o, i, d, c = self.plan.outer, self.plan.inner, self.plan.depth, self.comm
         a, chunks = self._conv_block(root)
-        X = aggregate(H, a, c, o, chunks, self.engine.overlap, drop)  # AR([Â;S]·H) over o
-        X = c.all_reduce_grad(X, o)                           # bwd: AR(d[AGG;R]) over o
+        summed, gathered = self._exchanges(root)
+        X = aggregate(H, a, c, o, chunks, self.engine.overlap, drop, summed)  # AR([Â;S]·H) over
+        #                                                 o, or SRS + AG(AGG) (sparse exchange)
+        X = (c.all_reduce_grad(X, o) if gathered is None      # bwd: AR(d[AGG;R]) over o, or
+             else GatherGrad.apply(X, c, gathered))           # RS + SAG(dAGG) (sparse)
         W = c.all_gather(self.params["W"].to(self.dtype), d)  # AG(W) over d; bwd: RS(dW) over d
         if root != "none":
             AGG, R = X.chunk(2)                               # Â·H and S·H = H in OUT's rows
@@ -391,7 +426,9 @@ class StageGraph:
         elif root == "gin":
             Z = torch.cat([Z, self._one_plus_eps(eps) * Z], 0)  # [Z; (1+ε)·Z]
         a, chunks = self._conv_block(root)
-        return aggregate(Z, a, c, o, chunks, self.engine.overlap)  # AR([Â | S]·Z) over o
+        summed, _ = self._exchanges(root)
+        return aggregate(Z, a, c, o, chunks, self.engine.overlap, None,  # AR([Â | S]·Z) over o,
+                         summed)                          # or SRS + AG(OUT) (sparse exchange)
 
     def _gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return gemm(a, b, self.comm, self.tuner, f"layer{self.plan.index}")

@@ -207,6 +207,12 @@ class DistributedModel(GridModel):
             self.register_buffer("features", feats, persistent=False)
         self.layers[0].g.input_kept = self.kept_input
 
+    def exchange_counts(self) -> dict[tuple[int, str], tuple[int, int]]:
+        """The rows each stage's sparse exchanges send, {(stage, "sum"/"gather"): (this
+        rank's, the most of its axis)}, once the stages have run (`plexus.engine.exchange`;
+        `plexus.core.schedule.exact_rows` prices them)."""
+        return {k: v for layer in self.layers for k, v in layer.g.exchange_counts().items()}
+
     def forward(self, step: int | None = None) -> torch.Tensor:
         """Logits block (rows cut by the last stage's out_rows, classes by its out_cols), in
         float32: the loss and the accuracy never see the compute precision's rounding of their

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from .comm import Comm
+from .exchange import RowExchange, sparse_sum
 from .gemm import GemmTuner
 from .masks import masked
 from .spmm import SparseBlock
@@ -74,11 +75,15 @@ class _Aggregate(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, a: SparseBlock, chunks: list[SparseBlock], comm: Comm, axis: str,
-                overlap: bool, drop: tuple | None):  # noqa: D102
+                overlap: bool, drop: tuple | None, exchange: RowExchange | None):  # noqa: D102
         ctx.a, ctx.comm, ctx.drop = a, comm, drop
         if drop is not None:  # dropout here: the dropped X lives only while it is multiplied
             # drop[-1] (consume): x is the caller's to overwrite (nothing reads it again)
             x = masked(x, *drop[:-1], inplace=drop[-1] and x.is_contiguous())
+        if exchange is not None:  # the touched rows only, in one piece (the exchange's own)
+            with comm.timers("spmm"):
+                y = a.mm(x)
+            return sparse_sum(comm, y, exchange)
         parts, pending = [], []
         for chunk in chunks:
             with comm.timers("spmm"):
@@ -95,12 +100,12 @@ class _Aggregate(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         if not ctx.needs_input_grad[0]:
-            return (None,) * 7  # fixed input features: no Âᵀ·dAGG on layer 0
+            return (None,) * 8  # fixed input features: no Âᵀ·dAGG on layer 0
         with ctx.comm.timers("spmm"):
             dx = ctx.a.tmm(grad)
         if ctx.drop is not None:  # the dropout's backward, on the fresh product in place
             dx = masked(dx, *ctx.drop[:-1], inplace=True)
-        return (dx,) + (None,) * 6
+        return (dx,) + (None,) * 7
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, comm: Comm, tuner: GemmTuner,
@@ -112,9 +117,11 @@ def gemm(a: torch.Tensor, b: torch.Tensor, comm: Comm, tuner: GemmTuner,
 
 def aggregate(x: torch.Tensor, a: SparseBlock, comm: Comm, axis: str,
               chunks: list[SparseBlock] | None = None, overlap: bool = False,
-              drop: tuple | None = None) -> torch.Tensor:
+              drop: tuple | None = None, exchange: RowExchange | None = None) -> torch.Tensor:
     """AR(A·dropout(X)) over ``axis``: the block's SpMM, all-reduced over the axis its columns
     are cut by (backward: Aᵀ·dY). ``chunks``: A's row chunks, each all-reduced on its own
     (``overlap``: while the next multiplies); ``drop``: the dropout's arguments
-    (`plexus.engine.masks.masked`) and whether X may be overwritten, applied inside."""
-    return _Aggregate.apply(x, a, chunks or [a], comm, axis, overlap, drop)
+    (`plexus.engine.masks.masked`) and whether X may be overwritten, applied inside;
+    ``exchange``: the sum travels as a sparse exchange of A's touched rows instead
+    (`plexus.engine.exchange.sparse_sum`, on the whole block: no chunks)."""
+    return _Aggregate.apply(x, a, chunks or [a], comm, axis, overlap, drop, exchange)

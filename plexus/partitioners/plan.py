@@ -20,6 +20,7 @@ from plexus.core.layout import LayerPlan, block, layer_plans, pad_to, padding
 from plexus.datasets.graph import Graph
 
 from .permutations import Permutation, make_permutation
+from .rowsets import touched_rows
 
 MASKS = ("train", "val", "test")
 
@@ -87,6 +88,11 @@ class RankShard:
     def adj_block(self, layer: int) -> sp.csr_matrix:
         """Â block of ``layer`` on this rank."""
         return self.blocks[block_key(self.plans[layer])]
+
+    def touched_rows(self, layer: int) -> np.ndarray:
+        """The rows of ``layer``'s block of Â holding a non-zero (the sparse exchanges' row
+        set, `plexus.partitioners.rowsets`), read off the block's row pointers."""
+        return touched_rows(self.adj_block(layer))
 
     def release_values(self) -> None:
         """Free the float arrays (Â values, features) once a model holds its own copies of them

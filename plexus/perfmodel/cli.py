@@ -29,8 +29,9 @@ from plexus.core.atomic import UnsafeTargetError, output_target
 from plexus.core.cli import ArgumentParser, UsageError, given_options, report_error
 from plexus.core.grid import MAX_WORLD_SIZE, GridError, GridShape, parse_world_sizes
 from plexus.core.model import DTYPE_BYTES
-from plexus.core.modelopts import (ModelOptionsText, add_model_options, add_precision_options,
-                                   check_model_options, describe_model, model_config)
+from plexus.core.modelopts import (ModelOptionsText, add_comm_options, add_model_options,
+                                   add_precision_options, check_model_options, comm_dtype_bytes,
+                                   describe_model, model_config)
 from plexus.core.units import format_bytes, format_seconds
 from plexus.datasets.convert import streamed_spec
 from plexus.datasets.graph import MAX_NODES
@@ -38,6 +39,7 @@ from plexus.datasets.ogb_sizes import ogb_sizes
 from plexus.runtime.env import available_cores, local_world_size
 
 from .calibration import CALIBRATION_ENV, Calibration, write_calibration
+from .explain import account, explain_lines
 from .measure import StepTimer, calibrate
 from .model import Prediction, rank_configs
 from .spec import BEST_ORDER, ModelSpec
@@ -84,7 +86,20 @@ def _model_parser() -> ArgumentParser:
     p.add_argument("--classes", type=int, metavar="C", help="number of classes")
     # the same model options and defaults as plexus-train, so both describe the same run
     add_model_options(p, ModelOptionsText(extra_orders=", best (the model's choice per grid)"))
-    add_precision_options(p.add_argument_group("engine"))
+    eng = p.add_argument_group("engine")
+    add_precision_options(eng)
+    add_comm_options(eng)
+    eng.add_argument("--gather-input", action="store_true",
+                     help="gather layer 0's fixed features every step instead of once (the "
+                          "default keeps the gathered block where memory allows)")
+    eng.add_argument("--agg-chunks", type=int, default=1, metavar="K",
+                     help="the aggregation's row pieces, as plexus-train's (default 1)")
+    eng.add_argument("--overlap", action="store_true",
+                     help="each piece's sum overlaps the next piece's SpMM, as plexus-train's")
+    p.add_argument("--explain", action="store_true",
+                   help="after each table, the fastest grid's epoch collective by collective: "
+                        "layer, phase, collective, axis and link, elements, bytes per rank, "
+                        "predicted time and share")
     p.add_argument("--calibration", metavar="FILE",
                    help="JSON from `plexus-bench calibrate` (default: $" + CALIBRATION_ENV
                         + " if set, else a built-in profile (--profile), else built-in GPU "
@@ -216,6 +231,13 @@ def _grid_world(args: argparse.Namespace) -> GridShape | None:
     return grid
 
 
+def _shown(preds: list[Prediction], only: GridShape | None) -> Prediction:
+    """The prediction ``--explain`` details: the one grid asked for, else the fastest."""
+    if only is not None:
+        return next(p for p in preds if GridShape.of(p.grid) == only)
+    return preds[0]
+
+
 def _table(spec: ModelSpec, preds: list[Prediction], world: int, shown: int,
            limit_name: str, only: GridShape | None = None) -> list[str]:
     if only is not None:  # the one grid asked for, numbered by its rank among all
@@ -342,10 +364,15 @@ def model_main(argv: Sequence[str] | None = None,
         placement = Placement(per_node) if per_node else None
         best = args.order == BEST_ORDER
         model = model_config(args, **recipe_fields, **({"order": "agg"} if best else {}))
+        if args.agg_chunks < 1:
+            raise UsageError(f"--agg-chunks must be >= 1, got {args.agg_chunks}")
         spec = ModelSpec(sizes.nodes, sizes.nnz, sizes.features, sizes.classes, model,
                          best_orders=best, name=sizes.name, dtype_bytes=DTYPE_BYTES[args.dtype],
                          recompute=args.recompute, multilabel=sizes.multilabel,
-                         device="cuda" if gpus else "cpu")
+                         device="cuda" if gpus else "cpu",
+                         comm_dtype_bytes=comm_dtype_bytes(args),
+                         sparse_comm=args.sparse_comm, keep_input=not args.gather_input,
+                         agg_chunks=args.agg_chunks, overlap=args.overlap)
         limit, limit_name = None, "memory limit"
         if args.memory_limit is not None:
             limit = args.memory_limit * 2**30
@@ -377,6 +404,10 @@ def model_main(argv: Sequence[str] | None = None,
                 "world_size": world, "num_grids": len(preds),
                 "configs": [{**p.to_dict(), "setup_bytes": setup_memory(at, p.grid).rank}
                             for p in preds[:shown]]})
+            if args.explain and preds:
+                doc["worlds"][-1]["explain"] = [
+                    line.to_dict() for line in account(at, _shown(preds, only), cal,
+                                                       args.ranks_per_host)]
         if args.gpus is None:  # the one world's fields at the top, as before --gpus
             doc.update(doc["worlds"][0])
         json.dump(doc, sys.stdout, indent=1)
@@ -386,6 +417,8 @@ def model_main(argv: Sequence[str] | None = None,
     for world, at, preds in runs:
         shown = len(preds) if args.top == 0 else min(args.top, len(preds))
         lines += [""] + _table(at, preds, world, shown, limit_name, only)
+        if args.explain and preds:
+            lines += [""] + explain_lines(at, _shown(preds, only), cal, args.ranks_per_host)
     print("\n".join(lines))
     return 0
 

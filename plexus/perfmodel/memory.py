@@ -13,7 +13,7 @@ from plexus.core.layout import LayerPlan, block_identity, transpose_identity
 from plexus.core.ops import NORM_OP, OPERATORS
 from plexus.core.ops.base import MASTER_BYTES, StageSizes
 
-from .spec import ModelSpec, spec_layout, spec_sizes
+from .spec import ModelSpec, spec_collectives, spec_layout, spec_sizes
 
 
 # What a CPU rank's process holds besides tensors at its peak: the interpreter, torch, numpy and
@@ -146,6 +146,7 @@ def rank_memory(spec: ModelSpec, s: Mapping[str, int], orders: Sequence[str],
     features, out_rows = _feature_bytes(spec, s, plans, pad.widths_padded, n)
     resident, weights, optimizer, peak_saved, peak_work = _training_peak(
         spec, spec_sizes(spec, s, orders, ib), out_rows)
+    peak_work += comm_buffers(spec, s, orders)
     runtime = CUDA_RUNTIME_BYTES if spec.device == "cuda" else (
         STORE_RUNTIME_BYTES if spec.from_store else RUNTIME_BYTES)
     return Memory(adjacency + resident, features, peak_saved, peak_work, weights, optimizer,
@@ -161,7 +162,7 @@ def _feature_bytes(spec: ModelSpec, s: Mapping[str, int], plans: Sequence[LayerP
     fb = spec.dtype_bytes
     cast = fb != MASTER_BYTES
     feat_shard = n * widths[0] / (s[first.outer] * s[first.inner] * s[first.depth])
-    if spec.kept_input and not spec.model.learnable_features:  # the gathered block instead
+    if spec.kept_input:  # the gathered block N·F/(|o|·|i|) instead
         feat_shard *= s[first.depth]
     if spec.model.learnable_features:  # parameter, gradient, two moments (+ the cast at use)
         features = feat_shard * (4 * MASTER_BYTES + (fb if cast else 0))
@@ -171,6 +172,29 @@ def _feature_bytes(spec: ModelSpec, s: Mapping[str, int], plans: Sequence[LayerP
     out_rows = n / s[last.out_rows]
     features += out_rows * (8 + 3) + _label_bytes(spec, out_rows, widths[-1] / s[last.out_cols])
     return features, out_rows
+
+
+def comm_buffers(spec: ModelSpec, s: Mapping[str, int], orders: Sequence[str]) -> float:
+    """The most bytes one collective holds besides its input and result, an upper bound added
+    to the step's peak: a sparse exchange's send buffer, its receive buffer (bounded by the
+    same count: an estimate's rows are symmetric) and its own piece of the sum (1/p of the
+    partner all-gather's or reduce-scatter's full size), or a payload cast to a narrower
+    ``comm_dtype`` (a copy of the message)."""
+    fb, most = spec.dtype_bytes, 0.0
+    listed = spec_collectives(spec, s, orders)
+    for k, c in enumerate(listed):
+        item = c.itemsize or spec.comm_itemsize
+        extra = 0.0
+        if c.op == "all_to_all":  # SRS then AG, or RS then SAG: the partner is beside it
+            partner = listed[k + 1] if c.name.startswith("SRS") else listed[k - 1]
+            extra = (2 * c.size + partner.size / c.group) * item
+        elif item < fb:  # the message cast for the wire (`plexus.engine.comm`): an
+            # all-reduce's send, received and gathered buffers, a reduce-scatter's first two,
+            # an all-gather's cast piece and gathered result
+            extra = c.size * item * {"all_reduce": 3, "reduce_scatter": 2}.get(
+                c.op, 1 + 1 / c.group)
+        most = max(most, extra)
+    return most
 
 
 def _training_peak(spec: ModelSpec, sizes: Sequence[StageSizes], out_rows: float

@@ -23,20 +23,20 @@ measured for groups of its size in a world of that many ranks (`collective_time`
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from plexus.core.grid import AXES, GridShape
 from plexus.core.layout import ORDERS
 from plexus.core.model import parse_order
 from plexus.core.ops.base import elementwise_passes
-from plexus.core.schedule import OPS, Collective, epoch_collectives, setup_collectives
+from plexus.core.schedule import OPS, Collective, SparseExchange, setup_collectives
 
 from .calibration import Calibration
 from .memory import Memory, rank_memory
 from .placement import Placement
-from .spec import BEST_ORDER, Grid3, ModelSpec, normalize_grid, spec_layout, spec_sizes, \
-    stage_operators
+from .spec import BEST_ORDER, Grid3, ModelSpec, normalize_grid, spec_collectives, spec_layout, \
+    spec_sizes, stage_operators
 
 __all__ = ["BEST_ORDER", "Grid3", "ModelSpec", "normalize_grid", "Memory", "CommVolume",
            "Compute", "Prediction", "collectives", "epoch_volume", "epoch_compute",
@@ -117,23 +117,21 @@ class CommVolume:
 
 
 def collectives(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
-                orders: Sequence[str] | None = None, evaluate: bool = False) -> list[Collective]:
+                orders: Sequence[str] | None = None, evaluate: bool = False,
+                exchange: SparseExchange | None = None) -> list[Collective]:
     """Every collective one rank issues in one training epoch, in program order
-    (`plexus.core.schedule.epoch_collectives` for this spec and grid).
+    (`plexus.core.schedule.epoch_collectives` for this spec and grid, with its payload
+    precision, kept input and sparse exchanges).
 
     ``orders`` (one per GNN layer) overrides the model's (needed with ``best_orders``).
     Collectives over axes of size 1 are left out: they move nothing and cost nothing.
     ``evaluate`` appends what the trainer's evaluation after the step issues (phase "eval").
+    ``exchange``: the sparse exchanges with one rank's exact row counts (from its shard:
+    `plexus.core.schedule.exact_rows`); default, the spec's estimate from the mean degree.
     """
     shape = normalize_grid(grid)
-    plans, pad = spec_layout(spec, shape, _resolve_orders(spec, shape, orders))
-    return epoch_collectives(plans, shape, pad,
-                             learnable_features=spec.model.learnable_features, evaluate=evaluate,
-                             multilabel=spec.multilabel, kept_input=_kept(spec))
-
-
-def _kept(spec: ModelSpec) -> bool:
-    return spec.kept_input and not spec.model.learnable_features
+    return spec_collectives(spec, shape, _resolve_orders(spec, shape, orders), evaluate,
+                            exchange)
 
 
 def setup_volume(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
@@ -142,19 +140,20 @@ def setup_volume(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     gathered once when ``spec.kept_input`` (`plexus.core.schedule.setup_collectives`)."""
     shape = normalize_grid(grid)
     plans, pad = spec_layout(spec, shape, _resolve_orders(spec, shape, orders))
-    return CommVolume(setup_collectives(plans, shape, pad, kept_input=_kept(spec)),
+    return CommVolume(setup_collectives(plans, shape, pad, kept_input=spec.kept_input),
                       spec.dtype_bytes)
 
 
 def epoch_volume(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
-                 orders: Sequence[str] | None = None, evaluate: bool = False) -> CommVolume:
+                 orders: Sequence[str] | None = None, evaluate: bool = False,
+                 exchange: SparseExchange | None = None) -> CommVolume:
     """Per-rank communication of one training epoch (forward, loss, backward) on ``grid``;
     with ``evaluate``, plus the evaluation pass that follows it (see `collectives`).
 
     Example: ``v = epoch_volume(ModelSpec(1000, 10000, 64, 8), (2, 2, 2))``, then
     ``v["x"]["all_reduce"]`` (elements per axis and op), ``v.total_bytes``, ``v.flat()``.
     """
-    return CommVolume(collectives(spec, grid, orders, evaluate), spec.dtype_bytes)
+    return CommVolume(collectives(spec, grid, orders, evaluate, exchange), spec.dtype_bytes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,6 +254,42 @@ def collective_time(c: Collective, calibration: Calibration, dtype_bytes: int = 
     return c.steps * alpha + moved * beta
 
 
+def pieces(c: Collective, spec: ModelSpec) -> int:
+    """How many all-reduces the engine issues for the declared collective ``c``: an
+    aggregation's forward sum is cut into ``agg_chunks`` row pieces (a sparse exchange is one
+    piece), everything else is one call."""
+    if c.rows is None or c.op != "all_reduce" or c.phase not in ("forward", "eval"):
+        return 1
+    return max(1, min(spec.agg_chunks, c.rows))
+
+
+def priced_time(c: Collective, spec: ModelSpec, calibration: Calibration,
+                ranks_per_host: int | None, link_class: str | None, spmm_rate: float,
+                shape: Mapping[str, int]) -> float:
+    """The time one collective adds to the epoch: `collective_time`; for an aggregation's sum
+    cut into k pieces, k calls' latency, less, with ``overlap``, what the pipeline hides: piece
+    j's all-reduce runs while piece j+1's SpMM computes, so of k pieces of SpMM time s and
+    all-reduce time r each, (k-1)·min(s, r) is hidden. The SpMM's flops are 2·nnz_blk·width
+    (nnz_blk = nnz/(|rows|·|cols|) spread evenly, width = size/rows), at ``spmm_rate``."""
+    k = pieces(c, spec)
+    whole = collective_time(c, calibration, spec.dtype_bytes, ranks_per_host, link_class)
+    if k == 1:
+        return whole
+    alone = collective_time(replace(c, size=0), calibration, spec.dtype_bytes, ranks_per_host,
+                            link_class)  # the latency of one call
+    total = whole + (k - 1) * alone
+    if not spec.overlap:
+        return total
+    # nnz_blk·width = nnz/(|rows|·p)·size/rows with rows = N/|rows|: nnz·size/(p·N)
+    spmm = 2.0 * spec.nnz * c.size / (c.group * _padded_nodes(spec, shape)) / spmm_rate
+    return total - (k - 1) * min(spmm / k, total / k)
+
+
+def _padded_nodes(spec: ModelSpec, shape: Mapping[str, int]) -> int:
+    world = shape["x"] * shape["y"] * shape["z"]
+    return -(-spec.num_nodes // world) * world
+
+
 def _resolve_orders(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str] | None,
                     calibration: Calibration | None = None,
                     ranks_per_host: int | None = None,
@@ -275,7 +310,8 @@ def predict(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
             orders: Sequence[str] | None = None,
             ranks_per_host: int | None = None,
             placement: Placement | None = None) -> Prediction:
-    """Predicted epoch time (communication + compute, no overlap), volume and memory on ``grid``.
+    """Predicted epoch time (communication + compute; the only overlap priced is the
+    aggregation's pieces' with ``overlap``: `priced_time`), volume and memory on ``grid``.
 
     Compute is flops at the SpMM and GEMM rates plus element passes at the elementwise rate,
     divided by the share of a core each rank gets when ``ranks_per_host`` ranks share the
@@ -291,14 +327,14 @@ def predict(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     comp = epoch_compute(spec, s, orders)
     mem = epoch_memory(spec, s, orders)
     links = placement.axis_links(s) if placement else {}
-    per_axis = {a: 0.0 for a in AXES}
-    for c in vol.collectives:
-        per_axis[c.axis] += collective_time(c, cal, spec.dtype_bytes, ranks_per_host,
-                                            links.get(c.axis))
-    comm_s = sum(per_axis.values())
     spmm_rate, gemm_rate, elementwise_rate = cal.rates(spec.dtype_bytes)
     # everything the rank runs on its cores, its fixed work too, at its share of them
     share = cal.core_share(ranks_per_host)
+    per_axis = {a: 0.0 for a in AXES}
+    for c in vol.collectives:
+        per_axis[c.axis] += priced_time(c, spec, cal, ranks_per_host, links.get(c.axis),
+                                        spmm_rate * share, s)
+    comm_s = sum(per_axis.values())
     overhead_s = cal.overhead(len(spec.plans(orders))) / share
     compute_s = (comp.spmm_flops / spmm_rate + comp.gemm_flops / gemm_rate
                  + comp.elementwise / elementwise_rate) / share + overhead_s
@@ -322,12 +358,20 @@ def rank_configs(world_size: int, spec: ModelSpec, calibration: Calibration | No
     `predict` prices it for ``ranks_per_host`` ranks per host (or on a cluster, ``placement``).
 
     Grids over ``memory_limit`` bytes per rank (if given) are kept but flagged ``fits=False`` and
-    ranked after every grid that fits. Ties break on memory, then on the grid tuple.
+    ranked after every grid that fits; where keeping stage 0's gathered input
+    (`ModelSpec.keep_input`) is what breaks the limit, the grid is priced gathering it every
+    step instead (as the engine chooses). Ties break on memory, then on the grid tuple.
     """
-    preds = [predict(spec, g, calibration, ranks_per_host=ranks_per_host, placement=placement)
-             for g in factorizations(world_size)]
-    for p in preds:
+    preds = []
+    for g in factorizations(world_size):
+        p = predict(spec, g, calibration, ranks_per_host=ranks_per_host, placement=placement)
         p.fits = memory_limit is None or p.memory.total <= memory_limit
+        if not p.fits and spec.kept_input:  # the kept input is chosen where memory allows
+            alt = predict(replace(spec, keep_input=False), g, calibration,
+                          ranks_per_host=ranks_per_host, placement=placement)
+            if alt.memory.total <= memory_limit:  # type: ignore[operator]
+                p = alt
+        preds.append(p)
     preds.sort(key=lambda p: (not p.fits, p.time_s, p.memory.total, p.grid))
     return preds
 

@@ -13,6 +13,8 @@ from plexus.core.layout import DEFAULT_PERMUTATION, LayerPlan, Padding, padding
 from plexus.core.model import ModelConfig
 from plexus.core.ops import NORM_OP, OPERATORS
 from plexus.core.ops.base import StageSizes, stage_sizes
+from plexus.core.schedule import (SPARSE_MODES, Collective, SparseExchange, epoch_collectives,
+                                  estimated_rows)
 
 BEST_ORDER = "best"  # ModelSpec.best_orders: the orders choose_orders predicts fastest, per grid
 
@@ -50,11 +52,16 @@ class ModelSpec:
     symmetric: bool = True  # Â = Âᵀ (undirected graphs): a block's transpose is another block
     from_store: bool = False  # the rank reads its shard from a store instead of cutting it from
     #                           the whole graph in its own process (a smaller runtime term)
-    kept_input: bool = False  # layer 0's fixed features gathered once and kept (EngineConfig)
     multilabel: bool = False  # binary tasks (labels node×task int8, BCE loss)
     device: str = "cpu"  # where the ranks train: "cuda" prices the GPU's allocator (its peak
     #                      holds no process runtime; fused mask kernels, no host slack)
     name: str = ""
+    comm_dtype_bytes: int = 0  # the activation and gradient collectives' payload bytes per
+    #                            element (`--comm-dtype`); 0: the compute precision's
+    sparse_comm: str = "auto"  # sparse exchanges of the aggregation's sums (`--sparse-comm`)
+    keep_input: bool = True  # fixed input features gathered once and kept (no AG(H) per step)
+    agg_chunks: int = 1  # the aggregation's row pieces (`--agg-chunks`)
+    overlap: bool = False  # each piece's sum overlaps the next piece's SpMM (`--overlap`)
 
     def __post_init__(self) -> None:
         for key in ("num_nodes", "nnz", "num_features", "num_classes", "dtype_bytes",
@@ -74,6 +81,15 @@ class ModelSpec:
             raise ValueError(f"model must be a ModelConfig, got {type(self.model).__name__}")
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
+        if self.comm_dtype_bytes not in (0, 2, 4):
+            raise ValueError(f"comm_dtype_bytes must be 0 (the compute precision's), 2 or 4, "
+                             f"got {self.comm_dtype_bytes!r}")
+        if self.sparse_comm not in SPARSE_MODES:
+            raise ValueError(f"sparse_comm must be one of {', '.join(SPARSE_MODES)}, got "
+                             f"{self.sparse_comm!r}")
+        if isinstance(self.agg_chunks, bool) or not isinstance(self.agg_chunks, int) \
+                or self.agg_chunks < 1:
+            raise ValueError(f"agg_chunks must be a whole number >= 1, got {self.agg_chunks!r}")
 
     @classmethod
     def of(cls, num_nodes: int, nnz: int, num_features: int, num_classes: int,
@@ -89,6 +105,21 @@ class ModelSpec:
         return cls(num_nodes, nnz, num_features, num_classes,
                    ModelConfig.from_options(**model),
                    **{k: v for k, v in options.items() if k in own})
+
+    @property
+    def comm_itemsize(self) -> int:
+        """Payload bytes per element of the activation and gradient collectives."""
+        return self.comm_dtype_bytes or self.dtype_bytes
+
+    @property
+    def kept_input(self) -> bool:
+        """Whether stage 0's fixed input features are gathered once and kept."""
+        return self.keep_input and not self.model.learnable_features
+
+    def exchange(self) -> SparseExchange:
+        """The sparse exchanges without the graph: rows estimated from the mean degree
+        (`plexus.core.schedule.estimated_rows`)."""
+        return SparseExchange(self.sparse_comm, estimated_rows(self.nnz / self.num_nodes))
 
     @property
     def widths(self) -> list[int]:
@@ -124,6 +155,20 @@ def spec_layout(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str]
     return plans, padding(shape, plans, spec.num_nodes, spec.widths)
 
 
+def spec_collectives(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str],
+                     evaluate: bool = False, exchange: SparseExchange | None = None
+                     ) -> list[Collective]:
+    """Every collective of one epoch of the spec on ``shape`` with ``orders``
+    (`plexus.core.schedule.epoch_collectives` with the spec's payload precision, kept input
+    and sparse exchanges: ``exchange``, else the estimate from the mean degree)."""
+    plans, pad = spec_layout(spec, shape, orders)
+    return epoch_collectives(plans, shape, pad,
+                             learnable_features=spec.model.learnable_features, evaluate=evaluate,
+                             multilabel=spec.multilabel, kept_input=spec.kept_input,
+                             payload_itemsize=spec.comm_itemsize,
+                             exchange=exchange or spec.exchange())
+
+
 def spec_sizes(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str],
                index_bytes: int = 4) -> list[StageSizes]:
     """Every stage's sizes (`plexus.core.ops.base.StageSizes`) of the spec on ``shape``."""
@@ -132,7 +177,7 @@ def spec_sizes(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str],
                        nnz=float(spec.nnz), learnable_features=spec.model.learnable_features,
                        dtype_bytes=spec.dtype_bytes, index_bytes=index_bytes,
                        device=spec.device,
-                       kept_input=spec.kept_input and not spec.model.learnable_features)
+                       kept_input=spec.kept_input)
 
 
 def stage_operators(plan: LayerPlan) -> list:

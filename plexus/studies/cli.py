@@ -12,7 +12,7 @@ from typing import Sequence
 from plexus.core.cli import ArgumentParser, UsageError, report_error
 from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.core.modelopts import (DEFAULT_DROPOUT, DEFAULT_HIDDEN, DEFAULT_LAYERS, DEFAULT_ORDER,
-                                    check_model_options)
+                                    add_comm_options, check_model_options)
 
 from .folder import ResultsFolder
 from .launchers import LAUNCHERS, SlurmOptions
@@ -73,6 +73,7 @@ def sweep_parser() -> argparse.ArgumentParser:
     m.add_argument("--eval-every", type=int, default=0,
                    help="evaluate every N epochs (default 0: only after the last, so epoch "
                         "times are training steps only)")
+    add_comm_options(m)
     m.add_argument("--train-arg", action="append", default=[], metavar="ARG",
                    help="one more plexus-train argument, as is (repeat; e.g. "
                         "--train-arg=--agg-chunks --train-arg=4)")
@@ -140,7 +141,8 @@ def build_request(a: argparse.Namespace) -> SweepRequest:
                          f"{len(worlds)}")
     model = ModelOptions(layers=a.layers, hidden=a.hidden, dropout=a.dropout, order=a.order,
                          perm=a.perm, seed=a.seed, spmm=a.spmm, eval_every=a.eval_every,
-                         threads=a.threads, extra=tuple(a.train_arg))
+                         threads=a.threads, extra=tuple(a.train_arg),
+                         comm_dtype=a.comm_dtype, sparse_comm=a.sparse_comm)
     return SweepRequest(dataset=a.dataset, world_sizes=worlds, grids=a.grids, epochs=a.epochs,
                         repeats=a.repeats, weak=a.weak, weak_datasets=tuple(a.weak_dataset),
                         root=a.root, model=model)

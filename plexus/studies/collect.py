@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from plexus.core.grid import AXES, GridShape
+from plexus.core.model import DTYPE_BYTES
 
 from .folder import ResultsFolder
 from .schema import EPOCH_RECORD, SUMMARY_RECORD, SchemaError, check, parse_json
@@ -101,10 +102,15 @@ def model_spec(summary: dict[str, Any]) -> Any | None:
     options["order"] = ",".join(o for o in m["orders"][::max(per_layer, 1)])  # the conv stages
     if any(o not in ("agg", "combine") for o in options["order"].split(",")):
         options["order"] = "agg"  # dense-only models: their order is not used
+    # the engine's exchanges, wire precision and kept input as logged (older logs:
+    # all-reduces, payloads as computed, layer 0's features gathered every step)
+    sparse = summary.get("sparse_comm", "off")
     return ModelSpec(g["nodes"], g["nnz"], g["features"], g["classes"],
                      ModelConfig.from_options(**options), perm=m.get("perm", "double"),
                      multilabel=summary.get("metric") == "rocauc",  # binary tasks: BCE
-                     kept_input=bool(summary.get("kept_input")))  # gathered once at set-up
+                     sparse_comm=sparse,
+                     comm_dtype_bytes=DTYPE_BYTES.get(summary.get("comm_dtype") or "", 0),
+                     keep_input=bool(summary.get("kept_input")))  # the engine's decision
 
 
 def predictions(summary: dict[str, Any], epochs: list[dict[str, Any]],
@@ -208,6 +214,9 @@ def run_row(rid: str, epochs: list[dict[str, Any]], summary: dict[str, Any],
         row["predictions_calibrated"] = calibration.calibrated
     if row.get("mem_logged_predicted_bytes") is not None:
         row["predicted_memory_bytes"] = row["mem_logged_predicted_bytes"]
+    declared = summary.get("comm_bytes_declared_max_rank")
+    if isinstance(declared, dict):  # the schedule priced with the run's own sparse exchanges' rows
+        model_bytes = {a: declared.get(a, 0.0) for a in AXES}
     if all(v is not None for v in model_bytes.values()) and comm_max:
         row["comm_bytes_match_model"] = all(
             abs(comm_max.get(a, 0.0) - model_bytes[a]) <= 1e-6 * max(model_bytes[a], 1.0)

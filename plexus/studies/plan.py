@@ -41,6 +41,8 @@ class ModelOptions:
     # would compare threads with ranks (super-linear "speed-ups")
     threads: int = 1
     extra: tuple[str, ...] = ()  # further plexus-train arguments, passed as they are
+    comm_dtype: str = "fp32"  # --comm-dtype: the wire precision of the runs' messages
+    sparse_comm: str = "auto"  # --sparse-comm: the aggregation's sums as sparse exchanges
 
     def train_args(self) -> list[str]:
         """These options as plexus-train arguments."""
@@ -48,6 +50,7 @@ class ModelOptions:
                 "--dropout", str(self.dropout), "--order", self.order, "--perm", self.perm,
                 "--seed", str(self.seed), "--spmm", self.spmm,
                 "--eval-every", str(self.eval_every), "--threads", str(self.threads),
+                "--comm-dtype", self.comm_dtype, "--sparse-comm", self.sparse_comm,
                 *self.extra]
 
 
@@ -67,7 +70,11 @@ class SweepRequest:
 
     def common(self) -> dict[str, Any]:
         """What every run of a results folder must share to be compared (checked on resume)."""
-        return {"epochs": self.epochs, "root": self.root, "model": asdict(self.model)}
+        model = asdict(self.model)
+        for key in ("comm_dtype", "sparse_comm"):  # at their defaults: as folders written
+            if model[key] == getattr(ModelOptions, key):  # before these options record it
+                del model[key]
+        return {"epochs": self.epochs, "root": self.root, "model": model}
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -232,7 +239,7 @@ def model_auto_grid(request: SweepRequest) -> Callable[[str, int], GridShape]:
     """``auto_grid`` for `plan_runs`: the grid `plexus.perfmodel.choose_grid` predicts fastest,
     from the dataset's sizes (loaded once per dataset), as ``plexus-train --grid auto`` does."""
     from plexus.datasets import gcn_nnz, load_dataset  # noqa: PLC0415
-    from plexus.core.model import ModelConfig  # noqa: PLC0415
+    from plexus.core.model import DTYPE_BYTES, ModelConfig  # noqa: PLC0415
     from plexus.perfmodel import ModelSpec, choose_grid, pricing  # noqa: PLC0415
     from plexus.perfmodel import resolve_calibration  # noqa: PLC0415
 
@@ -248,7 +255,8 @@ def model_auto_grid(request: SweepRequest) -> Callable[[str, int], GridShape]:
             g = load_dataset(dataset, request.root, seed=m.seed)
             sizes[dataset] = (g.num_nodes, gcn_nnz(g), g.num_features, g.num_classes)
         n, nnz, f, c = sizes[dataset]
-        spec = ModelSpec(n, nnz, f, c, config)
+        spec = ModelSpec(n, nnz, f, c, config, sparse_comm=m.sparse_comm,
+                         comm_dtype_bytes=DTYPE_BYTES[m.comm_dtype])
         per_host, placement = pricing(calibration, world)
         return GridShape.of(choose_grid(world, spec, calibration, ranks_per_host=per_host,
                                         placement=placement))

@@ -198,6 +198,7 @@ SUMMARY_RECORD = Obj(
         "timers_timed": (Obj(required={"epochs": int, "timers": DictOf(Obj(
             required={"max": float, "mean": float}))}), None),
         "comm_bytes": (DictOf(float), None), "comm_bytes_max_rank": (DictOf(float), None),
+        "comm_bytes_declared_max_rank": (DictOf(float), None), "sparse_comm": (str, None),
         "memory": (Obj(optional={"peak_rss_bytes": _PER_RANK, "tracked_peak_bytes": _PER_RANK,
                                  "cuda_peak_bytes": _PER_RANK,
                                  "predicted_bytes": _MAYBE_NUMBER}), None),

@@ -31,8 +31,8 @@ from plexus.core.grid import GridError, GridShape
 from plexus.core.bounds import BoundError, check_options
 from plexus.core.layout import DEFAULT_PERMUTATION, ORDERS
 from plexus.core.timing import command_start_time
-from plexus.core.modelopts import (check_model_options, model_config, resolve_layers,
-                                   resolve_order)
+from plexus.core.modelopts import (check_model_options, comm_dtype_bytes, model_config,
+                                   resolve_layers, resolve_order)
 from plexus.core.ops import KINDS
 from plexus.datasets import Graph, load_dataset
 from plexus.datasets.trainable import check_trainable, graph_counts
@@ -266,9 +266,7 @@ def _problem(args: argparse.Namespace) -> _Shape:
 
 def _comm_options(args: argparse.Namespace) -> dict:
     """``comm_dtype`` and ``keep_input`` of the options, checked against the others."""
-    if args.comm_dtype != DEFAULT_DTYPE and args.dtype != DEFAULT_DTYPE:
-        raise UsageError(f"--comm-dtype {args.comm_dtype} needs --dtype fp32 (under --dtype "
-                         f"{args.dtype} the messages are {args.dtype} already); drop one")
+    comm_dtype_bytes(args)  # --comm-dtype against --dtype
     if args.keep_input == "on" and args.learnable_features:
         raise UsageError("--keep-input on needs fixed input features: --learnable-features "
                          "change every step (use --keep-input auto or off)")
@@ -278,7 +276,8 @@ def _comm_options(args: argparse.Namespace) -> dict:
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     """The `EngineConfig` of the options, checked against the device the ranks will use."""
     engine = EngineConfig(spmm_backend=args.spmm, agg_chunks=args.agg_chunks,
-                          overlap=args.overlap, tune_gemms=args.tune_gemms, timers=args.timers,
+                          overlap=args.overlap, sparse_comm=args.sparse_comm,
+                          tune_gemms=args.tune_gemms, timers=args.timers,
                           huge_pages=args.huge_pages, dtype=args.dtype, recompute=args.recompute,
                           **_comm_options(args))
     try:

@@ -155,9 +155,11 @@ class RunPlan:
                          sizes.num_classes, self.model, perm=self.perm,
                          dtype_bytes=self.engine.dtype_bytes, from_store=from_store,
                          recompute=self.engine.recompute, multilabel=sizes.multilabel,
-                         # auto keeps them unless a pass's memory budget refuses (rare)
-                         kept_input=self.engine.keep_input != "off",
-                         symmetric=sizes.symmetric, device=device, name=sizes.name)
+                         symmetric=sizes.symmetric, device=device, name=sizes.name,
+                         sparse_comm=self.engine.sparse_comm, agg_chunks=self.engine.agg_chunks,
+                         overlap=self.engine.overlap, comm_dtype_bytes=self.engine.comm_bytes,
+                         # auto keeps them where memory allows, as the model chooses
+                         keep_input=self.engine.keep_input != "off")
 
 
 def choose_run_grid(plan: RunPlan, sizes: GraphSizes, world: int,

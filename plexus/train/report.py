@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from plexus.core.grid import AXES
+from plexus.core.schedule import SETUP, volume_per_axis
 from plexus.core.units import format_seconds
 from plexus.api.training import EpochStats, Ledger, Timers, staged
 from plexus.runtime.memstats import cuda_peak_bytes, peak_rss_bytes
@@ -24,7 +25,7 @@ from .runlog import BestRecord
 from .plan import RunPlan
 from .walltime import WallTime
 from .session import Run
-from .traffic import collective_account, declared_names
+from .traffic import collective_account, declared_names, setup_declared, step_declared
 
 
 def reduce_timers(timers: Timers | Mapping[str, float],
@@ -56,6 +57,27 @@ def reduce_ledger(ledger: Ledger,
     dist.all_reduce(mx, op=dist.ReduceOp.MAX)
     dist.all_reduce(total, op=dist.ReduceOp.SUM)
     return dict(zip(AXES, total.tolist())), dict(zip(AXES, mx.tolist()))
+
+
+def declared_max_rank(run: Run, epochs: int, evaluations: int) -> dict[str, float] | None:
+    """Bytes per axis the schedule declares for this rank's run (``epochs`` training steps,
+    ``evaluations`` evaluation passes), priced with the rows its sparse exchanges send
+    (`plexus.core.schedule.exact_rows`), the largest over the ranks (collective): what the
+    busiest rank's ledger must show. None for a model that does not report its exchanges."""
+    model = getattr(run.model, "net", run.model)  # the API's model wraps the engine's
+    counts = getattr(model, "exchange_counts", None)
+    if counts is None:
+        return None
+    engine, shape = run.plan.engine, run.grid.shape.as_dict()
+    setup = volume_per_axis(setup_declared(model, shape, engine), engine.comm_bytes,
+                            phases=(SETUP,))
+    train, both = (volume_per_axis(step_declared(model, shape, engine, evaluate),
+                                   engine.comm_bytes) for evaluate in (False, True))
+    values = torch.tensor([setup.get(a, 0.0) + epochs * train[a]
+                           + evaluations * (both[a] - train[a]) for a in AXES],
+                          dtype=torch.float64, device=run.grid.device)
+    dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    return dict(zip(AXES, values.tolist()))
 
 
 def gather_memory(run: Run, train_rss: int | None = None) -> dict:
@@ -136,6 +158,8 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
     timers = reduce_timers(run.comm.timers, run.grid.device)
     timers_timed = reduce_timers(timed, run.grid.device) if timed is not None else None
     comm_total, comm_max = reduce_ledger(run.comm.ledger, run.grid.device)
+    evaluations = sum(s.test_acc is not None for s in history) + (final_eval_s > 0)
+    declared = declared_max_rank(run, len(history), evaluations)
     # training's peak, before the end of the run's own work: OGB's evaluator (its import: pandas,
     # scikit-learn) and the outputs are no part of what the memory model prices
     train_rss = peak_rss_bytes()
@@ -151,7 +175,6 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
     epoch_times = [s.epoch_time_s for s in history]
     wall = WallTime.of(history, setup_s, startup_s + setup_s + train_time_s
                        + time.perf_counter() - begun, final_eval_s, startup_s)
-    evaluations = sum(s.test_acc is not None for s in history) + (final_eval_s > 0)
     summary = {
         "dataset": run.dataset.name, "grid": str(run.grid), "world_size": run.grid.world_size,
         "epochs": trainer.epoch, "epochs_run": len(history),
@@ -168,6 +191,9 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         "startup_from": startup_origin(run.plan),
         "setup_script_s": run.plan.setup_script_s or None,
         "comm_bytes": comm_total, "comm_bytes_max_rank": comm_max,
+        # the schedule's bytes for the busiest rank, priced with its sparse exchanges' rows
+        "comm_bytes_declared_max_rank": declared,
+        "sparse_comm": run.plan.engine.sparse_comm,
         "comm_ledger": run.comm.ledger.summary(),  # rank 0's collectives by axis and operation
         "kept_input": run.model.net.kept_input,  # layer 0's features gathered once at set-up
         "comm_dtype": run.plan.engine.comm_dtype,  # activations' and gradients' wire precision

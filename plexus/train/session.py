@@ -219,8 +219,9 @@ def communication_lines(plan: RunPlan, model: GraphModel, grid: Grid) -> list[st
                          "kept, they would exceed a pass's memory budget (--keep-input on "
                          "keeps them anyway)")
     if plan.engine.wire_dtype() is not None:
-        lines.append(f"activation and gradient messages in {plan.engine.comm_dtype} "
-                     "(--comm-dtype), summed in fp32; statistics and weights fp32")
+        lines.append(f"activation, gradient and gathered-weight messages in "
+                     f"{plan.engine.comm_dtype} (--comm-dtype), summed in fp32; statistics "
+                     "and master weights fp32")
     return lines
 
 

@@ -4,26 +4,44 @@ declarations (`plexus.core.schedule`), for the summary and ``--log-json``."""
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Mapping
 
-from plexus.core.schedule import (SETUP, Collective, epoch_collectives, ring_volume,
-                                  setup_collectives)
+from plexus.core.schedule import (SETUP, Collective, SparseExchange, epoch_collectives,
+                                  exact_rows, ring_volume, setup_collectives)
 from plexus.core.units import format_bytes
 
 #: The phases of a training step (an evaluation's are "eval", the set-up's `SETUP`).
 STEP_PHASES = ("forward", "loss", "backward")
 
 
+def run_exchange(net, engine) -> SparseExchange | None:
+    """The run's sparse exchanges priced with the rows its own shard sends
+    (`plexus.core.schedule.exact_rows`; the stages must have run once)."""
+    if engine.sparse_comm == "off":
+        return None
+    return SparseExchange(engine.sparse_comm, exact_rows(net.exchange_counts()))
+
+
+def setup_declared(net, shape: Mapping[str, int], engine) -> list[Collective]:
+    """What the model (an engine `GridModel`) declares it issues once, at set-up."""
+    return setup_collectives(net.plans, shape, net.pad, kept_input=net.kept_input,
+                             itemsize=engine.dtype_bytes)
+
+
+def step_declared(net, shape: Mapping[str, int], engine, evaluate: bool) -> list[Collective]:
+    """What the model declares for one training step (and with ``evaluate`` the evaluation
+    after it): its kept input, wire precision and sparse exchanges, as the engine runs them."""
+    return epoch_collectives(
+        net.plans, shape, net.pad, learnable_features=net.cfg.learnable_features,
+        evaluate=evaluate, multilabel=net.multilabel, kept_input=net.kept_input,
+        payload_itemsize=engine.comm_bytes, exchange=run_exchange(net, engine))
+
+
 def declared_names(net, shape: Mapping[str, int], engine) -> dict[tuple, str]:
     """The schedule's name of every collective key the model may record (set-up, a training
     step and an evaluation), and of every (layer, phase, op, axis) where the size alone differs
     (the ROC-AUC's gathers are sized by the split)."""
-    declared: Sequence[Collective] = setup_collectives(
-        net.plans, shape, net.pad, kept_input=net.kept_input,
-        itemsize=engine.dtype_bytes) + epoch_collectives(
-        net.plans, shape, net.pad, learnable_features=net.cfg.learnable_features,
-        evaluate=True, multilabel=net.multilabel, kept_input=net.kept_input,
-        payload_itemsize=engine.comm_bytes)
+    declared = setup_declared(net, shape, engine) + step_declared(net, shape, engine, True)
     names: dict[tuple, str] = {}
     for c in declared:
         key = c.key(engine.comm_bytes)

@@ -18,6 +18,10 @@ from plexus.perfmodel import (OPS, Calibration, ModelSpec, choose_grid, choose_o
 from plexus.perfmodel.cli import model_main as main
 
 
+#: today's schedule before issue 45: stage 0's features gathered every step, no sparse exchange
+DENSE = {"sparse_comm": "off", "keep_input": False}
+
+
 def table(volume) -> dict[tuple[str, str], float]:
     """Non-zero entries of elements[axis][op]."""
     return {(a, op): v for a, ops in volume.elements.items() for op, v in ops.items() if v}
@@ -30,7 +34,8 @@ def test_2x2x2_two_layers_agg_by_hand():
     # RS(dW) z 16->8 (no dAGG/dH: fixed features). Layer 1: AR(AGG) z 32->32, AG(W) y 8->4,
     # AR(OUT) x 16->16, RS(dW) y 8->4, AR(dAGG) z 32->32, AR(dH) y 32->32. Loss (rows y,
     # classes z): AR z 8->8 and 16->16, AR y 1->1.
-    spec = ModelSpec.of(16, 100, 8, 4, num_layers=2, hidden=8, bias=False, order="agg")
+    spec = ModelSpec.of(16, 100, 8, 4, num_layers=2, hidden=8, bias=False, order="agg",
+                        **DENSE)
     v = epoch_volume(spec, (2, 2, 2))
     assert table(v) == pytest.approx({
         ("x", "all_reduce"): 48, ("y", "all_reduce"): 65, ("y", "all_gather"): 4,
@@ -39,14 +44,15 @@ def test_2x2x2_two_layers_agg_by_hand():
     assert v.total_elements == pytest.approx(241)
     assert v.total_bytes == pytest.approx(241 * 4)
     assert v["x"]["all_reduce"] == pytest.approx(48)
-    assert v.calls["z"] == {"all_reduce": 4, "all_gather": 2, "reduce_scatter": 1}
+    assert v.calls["z"] == {"all_reduce": 4, "all_gather": 2, "reduce_scatter": 1, "all_to_all": 0}
     assert v.per_axis() == pytest.approx({"x": 48, "y": 73, "z": 120})
 
 
 def test_evaluation_pass_by_hand():
     # The by-hand case above plus an evaluation: its forward again (140 elements) and the
     # accuracy's AR-MAX (8, float32) and AR-MIN (8, int64) over z, and AR of 3 hits (float64) over y.
-    spec = ModelSpec.of(16, 100, 8, 4, num_layers=2, hidden=8, bias=False, order="agg")
+    spec = ModelSpec.of(16, 100, 8, 4, num_layers=2, hidden=8, bias=False, order="agg",
+                        **DENSE)
     train = epoch_volume(spec, (2, 2, 2))
     both = epoch_volume(spec, (2, 2, 2), evaluate=True)
     assert both.total_elements - train.total_elements == pytest.approx(140 + 8 + 8 + 3)
@@ -60,7 +66,7 @@ def test_3x1x2_bias_learnable_by_hand():
     # classes x): AR x of 6 and 12 -> 8 + 16, AR z of 1 -> 1. Backward: AR(db) z n=1 -> 1,
     # RS(dW) z 6 -> 3, AR(dAGG) x 36 -> 48, RS(dH) z 24 -> 12.
     spec = ModelSpec.of(12, 50, 6, 3, num_layers=1, hidden=4, bias=True, learnable_features=True,
-                        order="agg")
+                        order="agg", **DENSE)
     v = epoch_volume(spec, (3, 1, 2))
     assert table(v) == pytest.approx({("x", "all_reduce"): 120, ("z", "all_gather"): 15,
                                       ("z", "all_reduce"): 2, ("z", "reduce_scatter"): 15})
@@ -73,7 +79,8 @@ def test_combine_first_by_hand():
     # One combine-first layer on 2x2x2, N=16, 8 -> 4: AG(H) z 32->16, AG(W) x 8->4, AR(Z) y
     # 16->16, AR(OUT) x 16->16; loss (rows y, classes z): AR z 8 + 16, AR y 1; backward AR(dZ) y
     # 16->16, RS(dW) x 8->4.
-    spec = ModelSpec.of(16, 100, 8, 4, num_layers=1, hidden=8, order="combine", bias=False)
+    spec = ModelSpec.of(16, 100, 8, 4, num_layers=1, hidden=8, order="combine", bias=False,
+                        **DENSE)
     v = epoch_volume(spec, (2, 2, 2))
     assert table(v) == pytest.approx({
         ("x", "all_gather"): 4, ("x", "all_reduce"): 16, ("x", "reduce_scatter"): 4,
@@ -184,7 +191,8 @@ def test_gat_collectives_by_hand():
     # AR(OUT) x 16 -> 16. Backward: AG(dOUT) z 32 -> 16; AR(Σα·dα), AR(ds_dst) x 16 -> 16 each;
     # AR(ds) z 32 -> 32; AR(da) x and y 2·8/2 = 8 -> 8 each; AR(dZ) y 32 -> 32; RS(dW) x 16 -> 8.
     # Loss (rows y, classes z): AR z 8 -> 8 and 16 -> 16, AR y 1 -> 1.
-    spec = ModelSpec.of(16, 100, 8, 4, num_layers=1, kind="gat", out_heads=2, bias=False)
+    spec = ModelSpec.of(16, 100, 8, 4, num_layers=1, kind="gat", out_heads=2, bias=False,
+                        **DENSE)
     v = epoch_volume(spec, (2, 2, 2))
     assert table(v) == pytest.approx({
         ("x", "all_gather"): 8, ("x", "all_reduce"): 16 * 6 + 8, ("x", "reduce_scatter"): 8,

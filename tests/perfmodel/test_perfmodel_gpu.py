@@ -288,11 +288,11 @@ def test_a_cluster_calibration_feeds_plexus_sweep(tmp_path, monkeypatch):
     assert measure_calibration(folder, plans, lambda line: None) is not None
     copied = load_calibration(folder.root / CALIBRATION)
     assert copied.links == cluster().links and copied.device == "cuda"
-    # the sweep's auto grid is the one the file's rates make fastest: a latency-bound node
-    # link (1 ms per step) picks another grid than the built-in rates (a local sweep's 8 ranks
+    # the sweep's auto grid is the one the file's rates make fastest: a bandwidth-starved node
+    # link (1 us per byte) picks another grid than the built-in rates (a local sweep's 8 ranks
     # sit on this one host: the intra class)
     monkeypatch.setenv("PLEXUS_CALIBRATION", str(write_calibration(cluster(
-        gpus_per_node=8, nodes=1, links={"intra": {"alpha": 1e-3, "beta": 1e-12}}
+        gpus_per_node=8, nodes=1, links={"intra": {"alpha": 1e-6, "beta": 1e-6}}
     ).to_dict(), tmp_path / "slow.json")))
     pick = model_auto_grid(req)("cora", 8)
     from plexus.datasets import gcn_nnz, load_dataset

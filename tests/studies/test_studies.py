@@ -426,3 +426,20 @@ def test_report_warns_of_threads_and_superlinear_speedups_and_states_one_set_of_
                  if line.startswith("predicted / measured epoch time"))
     assert "over 2 configurations" in stats
     assert stats in figures["predicted_vs_measured.png"][0]  # the figure states the same
+
+
+def test_sweep_passes_its_comm_options_to_every_run():
+    """plexus-sweep --comm-dtype/--sparse-comm reach each plexus-train command, and the resume
+    check keeps folders written before the options (their defaults left out)."""
+    from plexus.studies.cli import build_request, sweep_parser
+
+    a = sweep_parser().parse_args(["--dataset", "cora", "--out", "o", "--comm-dtype", "bf16",
+                                   "--sparse-comm", "off"])
+    request = build_request(a)
+    args = request.model.train_args()
+    assert args[args.index("--comm-dtype") + 1] == "bf16"
+    assert args[args.index("--sparse-comm") + 1] == "off"
+    assert request.common()["model"]["comm_dtype"] == "bf16"
+    default = build_request(sweep_parser().parse_args(["--dataset", "cora", "--out", "o"]))
+    assert "comm_dtype" not in default.common()["model"]
+    assert "sparse_comm" not in default.common()["model"]

@@ -134,13 +134,13 @@ def test_grid_auto_names_its_choice_the_runner_up_and_their_figures(capsys):
     g = load_dataset("cora")
     sizes = (g.num_nodes, gcn_nnz(g), g.num_features, g.num_classes)
     # the run keeps layer 0's gathered features (--keep-input auto): priced so
-    ranked = rank_configs(4, ModelSpec(*sizes, ModelConfig(), name=g.name, kept_input=True))
+    ranked = rank_configs(4, ModelSpec(*sizes, ModelConfig(), name=g.name, keep_input=True))
     best, second = ranked[0], ranked[1]
     assert opts.grid == GridShape.of(best.grid)
 
     def summary_peak(grid) -> str:  # what the workers' summary line says for that grid
         spec = ModelSpec(*sizes, ModelConfig(), perm=DEFAULT_PERMUTATION, from_store=True,
-                         kept_input=True)
+                         keep_input=True)
         return format_bytes(predicted_peaks(spec, grid).training)
 
     assert line == (

@@ -140,7 +140,7 @@ class StageSizes:
         return self.D / self.i * self.Di / self.shape[p.w_cols] / self.shape[p.w_flat]
 
 
-Add = Callable[..., None]  # schedule.add(name, phase, op, axis, size, itemsize=None)
+Add = Callable[..., None]  # schedule.add(name, phase, op, axis, size, itemsize=None, rows=None)
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,13 @@ class ConvOperator(Operator):
     def forward(self, add: Add, z: StageSizes, phase: str) -> None:
         p, n, D, D2 = z.plan, z.n, z.D, z.D2
         o, i, d = p.outer, p.inner, p.depth
+        # the sum of a plain block's products may travel as a sparse exchange; a stacked
+        # block's S rows are another row set, not exchanged sparsely (yet)
+        rows = (self.stacked(p) if p.order == "agg" else 1) * div(n, z.size(p.a_rows))
+        sparse = "sum" if self.root(p) == "none" else None
         if p.order == "agg":
-            add("AR(AGG)", phase, "all_reduce", o, self.stacked(p) * div(n * D, z.d * z.i))
+            add("AR(AGG)", phase, "all_reduce", o, self.stacked(p) * div(n * D, z.d * z.i),
+                rows=rows, sparse=sparse)
             add("AG(W)", phase, "all_gather", d, div(D * D2, z.i * z.o))
             if self.gathers_wr(p):
                 add("AG(Wr)", phase, "all_gather", d, div(D * D2, z.i * z.o))
@@ -55,7 +60,8 @@ class ConvOperator(Operator):
             if self.gathers_wr(p):
                 add("AG(Wr)", phase, "all_gather", o, div(D * D2, z.i * z.d))
             add("AR(Z)", phase, "all_reduce", i, self.wide(p) * div(n * D2, z.o * z.d))
-            add("AR(OUT)", phase, "all_reduce", o, div(n * D2, z.i * z.d))
+            add("AR(OUT)", phase, "all_reduce", o, div(n * D2, z.i * z.d), rows=rows,
+                sparse=sparse)
 
     def backward(self, add: Add, z: StageSizes) -> None:
         p, n, D, D2 = z.plan, z.n, z.D, z.D2
@@ -68,8 +74,11 @@ class ConvOperator(Operator):
             for w in weights:
                 add(f"RS(d{w})", "backward", "reduce_scatter", d, div(D * D2, z.i * z.o))
             if z.needs_dh:  # dAGG only feeds dH; autograd skips both for fixed input features
+                # Âᵀ·dAGG reads only the rows the block touches: a sparse gather may carry it
                 add("AR(dAGG)", "backward", "all_reduce", o,
-                    self.stacked(p) * div(n * D, z.d * z.i))
+                    self.stacked(p) * div(n * D, z.d * z.i),
+                    rows=div(n, z.size(p.a_rows)),
+                    sparse="gather" if self.root(p) == "none" else None)
         else:
             add("AR(dZ)", "backward", "all_reduce", i, self.wide(p) * div(n * D2, z.o * z.d))
             for w in weights:
