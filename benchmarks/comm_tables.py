@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import write_text  # noqa: E402
+from benchmarks.common import write_lines  # noqa: E402
 
 from plexus.perfmodel.cli import model_main  # noqa: E402
 
@@ -95,7 +95,7 @@ def main() -> int:
                                       for k, v in VARIANTS.items()), ""]
     for dataset in DATASETS:
         lines += table(dataset)
-    write_text(lines, args.out, start)
+    write_lines(lines, args.out, start)
     return 0
 
 

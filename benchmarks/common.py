@@ -144,7 +144,7 @@ def selected_grids(args: Any, p: Any) -> list[tuple[int, int, int]]:
     return list(dict.fromkeys(grids))
 
 
-def write_text(lines: list[str], out: Path, start: float) -> None:
+def write_lines(lines: list[str], out: Path, start: float) -> None:
     """Print ``lines`` with a last line of the seconds since ``start`` and write them to
     ``out`` (its folder made)."""
     import time  # noqa: PLC0415

@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.common import write_text  # noqa: E402
+from benchmarks.common import write_lines  # noqa: E402
 
 SPEC = "rmat:scale=13,edge_factor=8,features=64,classes=8"
 GRIDS = ("8x1x1", "1x8x1")
@@ -70,7 +70,7 @@ def main() -> int:
                          f"{'yes' if same else 'NO':>6}")
         (on, on_m), (off, off_m) = got["on"], got["off"]
         factors.append(f"{grid}: measured on/off {on / off:.4f}, the schedule's {on_m / off_m:.4f}")
-    write_text(lines + factors, args.out, start)
+    write_lines(lines + factors, args.out, start)
     return 0
 
 
