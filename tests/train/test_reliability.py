@@ -316,7 +316,8 @@ _KILL_MID_WRITE = textwrap.dedent("""
             os.kill(os.getpid(), signal.SIGKILL)
     torch.save = dying_save
     if where == "before-rename":  # everything written and synced, the rename not yet done
-        os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)
+        # the rename over the old file (plexus.core.owned renames by directory descriptor)
+        os.replace = os.rename = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
     ckpt.save_checkpoint(directory, payload)
     """)
 
