@@ -214,7 +214,7 @@ def test_torchrun_trains_the_same_and_reports_the_ogb_metric(reference, tmp_path
     np.testing.assert_allclose(losses(records), losses(reference["records"][:10]), atol=1e-5,
                                rtol=0)
     # the OGB evaluator sees every test node once: its accuracy is the run's own
-    assert summary["dataset"] == "ogbn-arxiv" and summary["world_size"] == 4
+    assert summary["dataset"] == "ogbn-arxiv.npz" and summary["world_size"] == 4
     assert summary["ogb"]["metric"] == "acc"
     assert summary["ogb"]["value"] == pytest.approx(summary["final"]["test_acc"], abs=1e-12)
 
