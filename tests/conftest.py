@@ -17,16 +17,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 def _session_store_cache():
     from plexus.train.cache import CACHE_ENV
 
-    with tempfile.TemporaryDirectory(prefix="plexus-test-cache-") as cache:
-        saved = os.environ.get(CACHE_ENV)
-        os.environ[CACHE_ENV] = cache
-        try:
-            yield cache
-        finally:
-            if saved is None:
-                os.environ.pop(CACHE_ENV, None)
-            else:
-                os.environ[CACHE_ENV] = saved
+    yield from _private_folder_in(CACHE_ENV, "plexus-test-cache-")
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -35,16 +26,22 @@ def _session_user_key():
     user's ~/.config/plexus/secret.key."""
     from plexus.core.owned import CONFIG_ENV
 
-    with tempfile.TemporaryDirectory(prefix="plexus-test-config-") as folder:
-        saved = os.environ.get(CONFIG_ENV)
-        os.environ[CONFIG_ENV] = folder
+    yield from _private_folder_in(CONFIG_ENV, "plexus-test-config-")
+
+
+def _private_folder_in(variable: str, prefix: str):
+    """A fresh temporary folder named by ``variable`` for the session; the variable's old
+    value back afterwards."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+        saved = os.environ.get(variable)
+        os.environ[variable] = folder
         try:
             yield folder
         finally:
             if saved is None:
-                os.environ.pop(CONFIG_ENV, None)
+                os.environ.pop(variable, None)
             else:
-                os.environ[CONFIG_ENV] = saved
+                os.environ[variable] = saved
 
 
 @pytest.fixture(autouse=True, scope="session")
