@@ -8,7 +8,9 @@ on a shared machine the figures mean little unless it stays low.
         --dataset rmat:scale=16,edge_factor=16,features=128 --epochs 6
 
 Each tree runs as ``python -m plexus.train`` with ``PYTHONPATH`` set to it, so both use their
-own code and the same interpreter; the shard store cache is shared (the same store for both).
+own code and the same interpreter. Each tree keeps its shard stores in a cache folder of its own
+(made once per invocation): a newer tree may refuse an older one's stores, and the partitioning
+is not part of a step.
 """
 
 from __future__ import annotations
@@ -23,13 +25,13 @@ import tempfile
 from pathlib import Path
 
 
-def one_run(tree: Path, args: argparse.Namespace, extra: list[str]) -> list[float]:
+def one_run(tree: Path, args: argparse.Namespace, extra: list[str], cache: Path) -> list[float]:
     """The training steps' times (s) of one run from ``tree``, the first left out."""
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "log.json"
         cmd = [sys.executable, "-m", "plexus.train", "--grid", args.grid, "--dataset",
                args.dataset, "--epochs", str(args.epochs), "--eval-every", "0", "--quiet",
-               "--log-json", str(log), *extra]
+               "--cache", str(cache), "--log-json", str(log), *extra]
         env = {**os.environ, "PYTHONPATH": str(tree)}
         proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True,
                               timeout=args.timeout)
@@ -55,11 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     medians: dict[str, list[float]] = {"before": [], "after": []}
     print(f"{args.dataset} on {args.grid}, {args.epochs} epochs per run (no evaluation), "
           f"{args.rounds} rounds, interleaved")
+    caches = tempfile.TemporaryDirectory()
     for r in range(args.rounds):
         for name, tree, extra in (("before", args.before, []),
                                   ("after", args.after, args.after_arg)):
             load = os.getloadavg()[0]
-            times = one_run(tree.resolve(), args, extra)
+            times = one_run(tree.resolve(), args, extra, Path(caches.name) / name)
             steps[name] += times
             medians[name].append(statistics.median(times))
             print(f"  round {r + 1} {name:<6} median step {medians[name][-1] * 1e3:8.2f} ms "

@@ -43,20 +43,24 @@ def _initial(decl: Param, gens: list[torch.Generator]) -> torch.Tensor:
         return glorot(decl.shape, gens[decl.stream])
     if decl.init == "glorot_heads":  # PyG's attention vectors: the bound of (heads, width)
         return glorot(decl.shape, gens[decl.stream], (decl.heads, decl.shape[0] // decl.heads))
+    if decl.init == "linear":  # torch's kaiming_uniform(a=√5): uniform ±1/√fan_in
+        fan_in = decl.fan_in or decl.shape[0]
+        return (torch.rand(tuple(decl.shape), generator=gens[decl.stream]) * 2 - 1) / fan_in**0.5
     if decl.init in ("zeros", "ones"):
         return (torch.ones if decl.init == "ones" else torch.zeros)(decl.shape)
     if decl.init == "identity" and len(decl.shape) == 2:  # a weight that starts as X·I
         return torch.eye(*decl.shape)
-    raise ValueError(f"unknown init {decl.init!r}; use glorot, zeros, ones or identity (a "
-                     "weight)")
+    raise ValueError(f"unknown init {decl.init!r}; use glorot, linear, zeros, ones or identity "
+                     "(a weight)")
 
 
 def initial_values(seed: int, decls: Sequence[tuple[str, Param]]) -> dict[str, torch.Tensor]:
     """The one initialization rule of every model (the engine's, the serial one, a
     `plexus.nn.Network`): each declared parameter or statistic, by its grid-independent name,
-    drawn full-size and unpadded in the order given, never per rank: Glorot-uniform from
-    generator ``decl.stream`` (0 seeded with ``seed``, 1 with ``seed + 1``), else zeros or
-    ones. Every grid, and the serial model, start from the same numbers."""
+    drawn full-size and unpadded in the order given, never per rank: Glorot-uniform or
+    PyG's `Linear` default (``decl.init``) from generator ``decl.stream`` (0 seeded with
+    ``seed``, 1 with ``seed + 1``), else zeros or ones. Every grid, and the serial model, start
+    from the same numbers."""
     gens = [torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 1)]
     return {name: _initial(decl, gens) for name, decl in decls}
 
@@ -66,7 +70,8 @@ def initial_parameters(seed: int, plans: Sequence[LayerPlan], widths: Sequence[i
     """Every trainable parameter of a model at initialization, full and unpadded, by
     grid-independent name ("W0", "b0", "att_src1", ...), as each operator declares it
     (`initial_values`: the weights W from stream 0 in stage order, the other random ones,
-    SAGE's Wr and GAT's attention vectors, from stream 1; biases and ε zero, γ one, β zero)."""
+    SAGE's and GraphConv's Wr and bias and GAT's attention vectors, from stream 1; the other
+    biases and ε zero, γ one, β zero)."""
     return initial_values(seed, [(decl.name(p.index), decl)
                                  for p, decl in stage_params(plans, widths) if not decl.buffer])
 

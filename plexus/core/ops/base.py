@@ -36,7 +36,9 @@ class Param:
     there it is ``heads`` blocks of the output width (`Operator.head_blocks`), each padded like
     the output. ``init`` is "glorot" (uniform ±√(6/(rows+cols)), drawn in stage order from
     generator ``stream``: 0 for the weights W, 1 for the rest), "glorot_heads" (the same bound
-    from heads and per-head width, as PyG's attention vectors), "zeros" or "ones". ``pyg`` is
+    from heads and per-head width, as PyG's attention vectors), "linear" (PyG's and torch's
+    `Linear` default: uniform ±1/√fan_in, ``fan_in`` the weight's rows or, for its bias, the
+    ``fan_in`` given), "zeros" or "ones". ``pyg`` is
     the name under the stage's PyG module (the model kind adds the prefix), ``transform`` how
     the tensor becomes PyG's ("T": transposed, "heads": shape (1, heads, width), "same").
     """
@@ -50,6 +52,7 @@ class Param:
     transform: str = "same"
     buffer: bool = False  # a running statistic: in the state, not trained
     heads: int = 1  # the heads of a "glorot_heads" or "heads" parameter
+    fan_in: int = 0  # a "linear" bias's fan-in: its weight's rows
 
     def name(self, stage: int) -> str:
         return f"{self.kind}{stage}"
