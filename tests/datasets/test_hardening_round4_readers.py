@@ -37,7 +37,7 @@ def _gz(path: Path, payload: bytes, times: int = 1) -> None:
 
 
 def _arxiv(root: Path) -> Path:
-    from plexus.testing.fuzz import write_ogb
+    from fuzzing.samples import write_ogb
 
     return write_ogb(root, processed=False)
 
@@ -439,9 +439,9 @@ def test_a_nan_edge_weight_is_reported_as_nan():
 
 def test_ragged_feature_rows_are_named_as_ragged(tmp_path):
     from plexus.datasets.ogb_raw import ogb_to_disk
-    from plexus.testing.fuzz import _gz_csv
+    from fuzzing.samples import gz_csv
 
     d = _arxiv(tmp_path)
-    _gz_csv(d / "raw/node-feat.csv.gz", [[1, 2, 3]] * 5 + [[1, 2]] + [[1, 2, 3]] * 2)
+    gz_csv(d / "raw/node-feat.csv.gz", [[1, 2, 3]] * 5 + [[1, 2]] + [[1, 2, 3]] * 2)
     with pytest.raises(DatasetError, match="line 6 has fewer values than the first.*ragged"):
         ogb_to_disk("ogbn-arxiv", tmp_path, tmp_path / "out")
