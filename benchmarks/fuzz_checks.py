@@ -48,7 +48,8 @@ VALUES = ["0", "-1", "1", "2", "3", "7", "64", "1024", "1025", "65535", "65536",
 def _tools():
     from plexus.bench.check import add_arguments
     from plexus.partitioners.cli import build_parser as partition_parser
-    from plexus.perfmodel.cli import BenchCommand, _bench_parser, _model_parser
+    from plexus.perfmodel.benchcli import BenchCommand, _bench_parser
+    from plexus.perfmodel.cli import _model_parser
     from plexus.studies.cli import sweep_parser
     from plexus.train.parser import build_parser
 

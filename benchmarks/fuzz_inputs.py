@@ -4,11 +4,11 @@
                                      [--out DIR] [--smoke]
 
 Writes seeded mutations of small valid inputs (npz, Matrix Market, edge list, Planetoid files,
-an OGB directory with its caches, a shard store; see `plexus.testing.fuzz`) plus single-bit
-flips of the real Cora files, loads each in a child process as the command lines do; damaged
-calls of the Python API (kind ``api``: `plexus.testing.fuzz_api`); damaged study folders run
+an OGB directory with its caches, a shard store; see ``tests/fuzzing/inputs.py``) plus
+single-bit flips of the real Cora files, loads each in a child process as the command lines
+do; damaged calls of the Python API (kind ``api``: ``tests/fuzzing/api.py``); damaged study folders run
 through plexus-sweep and plexus-report (kinds ``sweep`` and ``report``:
-`plexus.studies.fuzzcases`). Prints a table of outcomes. Acceptable: ``ok`` and ``error`` (one
+``tests/fuzzing/studies.py``). Prints a table of outcomes. Acceptable: ``ok`` and ``error`` (one
 typed line, exit 2 in the CLIs); ``traceback``, ``signal``, ``payload`` (a pickle ran code, or
 a tool wrote outside its folder) and ``hang`` (a case ran past the alarm) are bugs, listed one
 per line with their case. Writes ``fuzz_inputs.txt`` and ``fuzz_inputs.json`` under ``--out``.
@@ -23,13 +23,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from plexus.datasets.planetoid import EMBEDDED_DIR
-from plexus.studies import fuzzcases
-from plexus.testing import fuzz
-from plexus.bench.output import write_json, write_text
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/fuzzing
 
-OUTCOMES = fuzz.OUTCOMES
-ALL_KINDS = (*fuzz.KINDS, *fuzzcases.KINDS)
+from fuzzing import harness, inputs  # noqa: E402
+from fuzzing import studies as studycases  # noqa: E402
+from plexus.bench.output import write_json, write_text  # noqa: E402
+from plexus.datasets.planetoid import EMBEDDED_DIR  # noqa: E402
+
+OUTCOMES = harness.OUTCOMES
+ALL_KINDS = (*inputs.KINDS, *studycases.KINDS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,25 +52,25 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(kinds) - set(ALL_KINDS)
     if unknown:
         p.error(f"unknown kinds {sorted(unknown)}; choose from {','.join(ALL_KINDS)}")
-    file_kinds = tuple(k for k in kinds if k in fuzz.KINDS)
-    study_kinds = tuple(k for k in kinds if k in fuzzcases.KINDS)
+    file_kinds = tuple(k for k in kinds if k in inputs.KINDS)
+    study_kinds = tuple(k for k in kinds if k in studycases.KINDS)
 
     with tempfile.TemporaryDirectory(prefix="plexus-fuzz-") as tmp:
         work = Path(tmp)
         start = time.perf_counter()
-        cases = fuzz.make_cases(work, args.seed, args.per_kind, file_kinds, cora=args.cora)
+        cases = inputs.make_cases(work, args.seed, args.per_kind, file_kinds, cora=args.cora)
         if args.cora_flips and "planetoid" in kinds:
-            cases += fuzz.cora_flip_cases(work / "cora", args.cora, args.cora_flips, args.seed)
-        studies = fuzzcases.make_cases(work / "studies", args.seed, args.per_kind,
-                                       study_kinds) if study_kinds else []
+            cases += inputs.cora_flip_cases(work / "cora", args.cora, args.cora_flips, args.seed)
+        studies = studycases.make_cases(work / "studies", args.seed, args.per_kind,
+                                          study_kinds) if study_kinds else []
         made = time.perf_counter() - start
-        results = fuzz.run_cases(cases, work, timeout=7200) if cases else []
+        results = harness.run_cases(cases, work, timeout=7200) if cases else []
         if studies:
-            results += fuzz.run_cases(studies, work / "studies", timeout=7200,
-                                      runner="plexus.studies.fuzzcases")
+            results += harness.run_cases(studies, work / "studies", timeout=7200,
+                                         runner="fuzzing.studies")
         ran = time.perf_counter() - start - made
 
-    counts = fuzz.summarize(results)
+    counts = harness.summarize(results)
     lines = [f"fuzz_inputs: seed {args.seed}, {args.per_kind} cases per kind, "
              f"{args.cora_flips} Cora bit flips; written in {made:.1f}s, loaded in {ran:.1f}s",
              "", f"{'kind':<10}" + "".join(f"{o:>11}" for o in OUTCOMES) + f"{'total':>8}"]
@@ -77,10 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"{kind:<10}" + "".join(f"{c.get(o, 0):>11}" for o in OUTCOMES)
                      + f"{sum(c.values()):>8}")
     bad = [(case, outcome, detail) for case, outcome, detail in results
-           if outcome not in fuzz.GOOD]
+           if outcome not in harness.GOOD]
     lines.append("")
     lines.append(f"unacceptable outcomes: {len(bad)}")
-    lines.append(f"(hangs: cases still running after {fuzz.CASE_LIMIT_S} s; signals: the "
+    lines.append(f"(hangs: cases still running after {harness.CASE_LIMIT_S} s; signals: the "
                  "loading process died)")
     lines += [f"  {case.name} ({case.spec or case.store}): {outcome}: {detail}"
               for case, outcome, detail in bad]

@@ -3,7 +3,7 @@
     python benchmarks/fuzz_stores.py [--per-kind 500] [--seed 0] [--kinds workdir,cache,outputs]
                                      [--out benchmarks/results] [--smoke]
 
-Kinds (`plexus.testing.fuzz_stores`): ``workdir``, a killed partition's work directory damaged
+Kinds (``tests/fuzzing/stores.py``): ``workdir``, a killed partition's work directory damaged
 (markers edited, forged, planted, lost; scratch flipped, truncated, swapped, linked; signature,
 file record, mode or the directory itself forged) and resumed; ``cache``, a built cache's store,
 converted graph (``graphs/``) or source record damaged, then reused or rebuilt; ``outputs``, an
@@ -24,9 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from plexus.testing import fuzz_stores
-from plexus.train import fuzztargets
-from plexus.bench.output import write_json, write_text
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/fuzzing
+
+from fuzzing import stores as fuzz_stores  # noqa: E402
+from fuzzing import targets as fuzztargets  # noqa: E402
+from plexus.bench.output import write_json, write_text  # noqa: E402
 
 RSS_BOUND = 1 << 30
 

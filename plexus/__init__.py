@@ -4,13 +4,14 @@ The public API: everything a library user needs is importable from ``plexus`` it
 resolved on first use, so ``import plexus.datasets`` or ``plexus.partitioners`` alone does not
 import torch.
 
-Packages, from the bottom up (each imports only those below it; see ARCHITECTURE.md):
-``plexus.core`` (layout rules, grid value, collective schedule), ``plexus.datasets``,
-``plexus.partitioners``, ``plexus.engine`` (the 3D engine), ``plexus.perfmodel`` (beside the
-engine), ``plexus.runtime`` (launchers), ``plexus.train`` (the ``plexus-train`` application),
-``plexus.api`` (the Python API beside ``plexus.train``: launch or join a grid, a distributed
-model from a `Graph`, results and weights out), ``plexus.testing`` (local worlds for tests and
-benchmarks).
+Packages, from the bottom up (each imports only packages below it; ARCHITECTURE.md's table says
+which): ``plexus.core`` (layout rules, grid value, collective schedule), ``plexus.runtime``
+(launchers, process groups), ``plexus.datasets``, ``plexus.partitioners``, ``plexus.perfmodel``
+(from sizes alone), ``plexus.engine`` (the 3D engine), ``plexus.nn`` (users' own layers),
+``plexus.api`` (the Python API: launch or join a grid, a distributed model from a `Graph`,
+results and weights out), ``plexus.testing`` (local worlds for tests and benchmarks),
+``plexus.train`` (the ``plexus-train`` application, on the API), ``plexus.bench``
+(``plexus-bench``), ``plexus.studies`` (``plexus-sweep``, ``plexus-report``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``plexus-bench`` (its console entry point): the performance model's ``calibrate``
-(`plexus.perfmodel.cli.bench_main`) with ``check`` (`plexus.bench.check`), which runs the engine
-and so cannot live in the performance model."""
+(`plexus.perfmodel.benchcli.bench_main`) with ``check`` (`plexus.bench.check`), which runs the
+engine and so cannot live in the performance model."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from .stepcost import step_seconds
 
 def bench_main(argv: Sequence[str] | None = None) -> int:
     """``plexus-bench`` (its console entry point): the performance model's commands
-    (`plexus.perfmodel.cli.bench_main`) and ``check``."""
-    from plexus.perfmodel.cli import BenchCommand
-    from plexus.perfmodel.cli import bench_main as perfmodel_bench_main
+    (`plexus.perfmodel.benchcli.bench_main`) and ``check``."""
+    from plexus.perfmodel.benchcli import BenchCommand, bench_main as perfmodel_bench_main
 
     check = BenchCommand(
         "check", help="check the engine against its serial model on this machine's devices",

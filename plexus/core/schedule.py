@@ -1,6 +1,6 @@
 """Every collective of one training epoch, stage by stage: the one description of the schedule.
 
-The engine's stages issue these collectives (`plexus.engine.ops`), the performance model prices
+The engine's stages issue these collectives (`plexus.engine.stage`), the performance model prices
 them (`plexus.perfmodel`), and the tests compare the engine's ledger with them; all three read
 this list, so the schedule is written down once. Each operator declares its own collectives
 with their sizes (`plexus.core.ops`: conv for GCN/SAGE/GIN, dense, gat, batchnorm); this module

@@ -48,7 +48,7 @@ from .masks import dropout as masked_dropout
 class StageGraph:
     """The graph operations of stage ``plan`` on this rank (see the module docstring for the
     layouts). ``d_in``/``d_out`` are the stage's padded input and output widths, ``real`` the
-    real ones. A built-in stage (`plexus.engine.ops.Stage3D`) also gives its parameter shards
+    real ones. A built-in stage (`plexus.engine.stage.Stage3D`) also gives its parameter shards
     (``params``, read with `param`), its dropout rate (``rate``), the model's config
     (``model``, for a kind's options), the engine's (``engine``: chunks, overlap), the original
     ids of its output rows (``output_ids``, -1: padding) and the graph's node count; it sets

@@ -22,7 +22,7 @@ from .comm import Comm, all_reduce_staged, global_norm
 from .config import EngineConfig, ModelConfig
 from .gemm import GemmTuner
 from .loss import ClassifierHead
-from .ops import ShardMap, Stage3D, StageInputs
+from .stage import ShardMap, Stage3D, StageInputs
 from .primitives import relu
 from .seeding import StepCounter, initial_values, parameter_layer, stage_params
 

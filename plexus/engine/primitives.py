@@ -1,4 +1,4 @@
-"""The differentiable building blocks of the 3D stages (`plexus.engine.ops`) and of users' own
+"""The differentiable building blocks of the 3D stages (`plexus.engine.stage`) and of users' own
 layers (`plexus.nn`): a timed GEMM, a ReLU that saves a one-byte mask, and the aggregation
 AR(Â·X) (SpMM plus the all-reduce over the axis Â's columns are cut by, chunked and overlapped
 as configured). The per-edge blocks of attention are in `plexus.engine.edges`.

@@ -16,7 +16,7 @@ from plexus.core.ops import NORM_OP
 from plexus.datasets.graph import Graph
 
 from .config import ModelConfig
-from .ops import serial_of
+from .stage import serial_of
 from .loss import TaskMetrics
 from .rocauc import serial_rocauc
 from .masks import dropout, edge_keep
@@ -33,7 +33,7 @@ def sparse_tensor(adj_hat) -> torch.Tensor:
 
 class SerialModel(TaskMetrics, nn.Module):
     """The model of ``cfg`` on one process, stage by stage: each stage's operator's serial
-    reference (`plexus.engine.ops`, ``serial``), its bias, BatchNorm, dropout and ReLU."""
+    reference (`plexus.engine.stage`, ``serial_of``), its bias, BatchNorm, dropout and ReLU."""
 
     def __init__(self, graph: Graph, cfg: ModelConfig, seed: int, adj_hat=None) -> None:
         super().__init__()

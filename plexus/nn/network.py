@@ -20,7 +20,7 @@ from plexus.engine.gemm import GemmTuner
 from plexus.engine.graph3d import StageGraph
 from plexus.engine.grid import Grid
 from plexus.engine.model import GridModel
-from plexus.engine.ops import Stage3D
+from plexus.engine.stage import Stage3D
 from plexus.engine.primitives import relu
 from plexus.core.model import check_seed
 from plexus.engine.masks import dropout, edge_keep

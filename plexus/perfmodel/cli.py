@@ -1,15 +1,11 @@
-"""The performance model's command lines.
-
-- ``plexus-model``: rank every X×Y×Z grid of a world size by predicted epoch time, with
-  communication volume and memory per rank (`plexus.perfmodel.model`), and the set-up's memory:
-  partitioning the graph in one process, a rank reading its shard (`plexus.perfmodel.setup`).
-- ``plexus-bench calibrate``: measure SpMM/GEMM rates and gloo collective α/β on this machine
-  and write a JSON file that ``plexus-model --calibration FILE`` reads
-  (`plexus.perfmodel.calibration`); ``--device cuda``: a GPU's fp32 and bf16 rates and NCCL α/β
-  per link class (`plexus.perfmodel.gpucal`). ``plexus-model --gpus``/``--gpus-per-node``
-  prices GPU clusters, each axis with the link it crosses (`plexus.perfmodel.placement`).
-- ``plexus-bench check`` is defined in `plexus.bench.check` (it runs the engine, which this
-  package may not import) and joins ``plexus-bench`` as a `BenchCommand`.
+"""``plexus-model``'s command line: its options and their checks, the graph's sizes (given,
+published or loaded) and the calibration they are priced with, then every X×Y×Z grid of a world
+size ranked by predicted epoch time, with communication volume and memory per rank
+(`plexus.perfmodel.model`) and the set-up's memory: partitioning the graph in one process, a
+rank reading its shard (`plexus.perfmodel.setup`). ``--gpus``/``--gpus-per-node`` price GPU
+clusters, each axis with the link it crosses (`plexus.perfmodel.placement`). What it prints is
+`plexus.perfmodel.modeltext`; ``plexus-bench`` (``calibrate``, whose JSON ``--calibration FILE``
+reads) is `plexus.perfmodel.benchcli`.
 
 Bad input ends with one line ``PROG: error: ...`` on stderr and exit status 2.
 """
@@ -19,33 +15,29 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
-import time
 import os
-from dataclasses import asdict, dataclass, replace
+import sys
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
-from plexus.core.atomic import UnsafeTargetError, output_target
 from plexus.core.cli import ArgumentParser, UsageError, given_options, report_error
-from plexus.core.grid import MAX_WORLD_SIZE, GridError, GridShape, parse_world_sizes
+from plexus.core.grid import MAX_WORLD_SIZE, GridShape
 from plexus.core.model import DTYPE_BYTES
 from plexus.core.modelopts import (ModelOptionsText, add_comm_options, add_model_options,
                                    add_precision_options, check_model_options, comm_dtype_bytes,
-                                   describe_model, model_config)
-from plexus.core.units import format_bytes, format_seconds
+                                   model_config)
+from plexus.core.units import format_bytes
 from plexus.datasets.convert import streamed_spec
 from plexus.datasets.graph import MAX_NODES
 from plexus.datasets.ogb_sizes import ogb_sizes
-from plexus.runtime.env import available_cores, local_world_size
+from plexus.runtime.env import local_world_size
 
-from .calibration import CALIBRATION_ENV, Calibration, write_calibration
-from .explain import account, explain_lines
-from .measure import StepTimer, calibrate
-from .model import Prediction, rank_configs
-from .spec import BEST_ORDER, ModelSpec
+from .calibration import CALIBRATION_ENV
+from .model import rank_configs
+from .modeltext import Ranking, json_doc, text_lines
 from .placement import Placement
 from .profiles import profile_names, resolve_calibration
-from .setup import partition_memory, setup_memory
+from .spec import BEST_ORDER, ModelSpec
 
 # Up to this many stored edges the CLI builds Â to count its non-zeros exactly.
 _EXACT_NNZ_LIMIT = 50_000_000
@@ -165,55 +157,6 @@ def _gpu_counts(text: str) -> list[int]:
     return counts
 
 
-def _header(spec: ModelSpec, cal: Calibration, origin: str, streamed: bool,
-            per_host: int | None, placement: Placement | None) -> list[str]:
-    m = spec.model
-    spmm, gemm, _ = cal.rates(spec.dtype_bytes)
-    if placement is not None and cal.links:
-        links = ", ".join(f"{c} alpha {a:.3g} s, beta {1 / b:.3g} B/s" for c, a, b in cal.links)
-    elif placement is not None:
-        links = f"every link alpha {cal.alpha:.3g} s, beta {1 / cal.beta:.3g} B/s"
-    else:
-        alpha, beta = cal.local_link(per_host)  # the pair the collectives are priced with
-        measured = [(p, cal.group_link(per_host, p)) for p in range(2, (per_host or 0) + 1)]
-        calls = ", ".join(f"groups of {p} {g[0] * 1e3:.3g} ms + {1 / g[1]:.3g} B/s"
-                          for p, g in measured if g)
-        links = (f"per call: {calls}" if calls else
-                 f"alpha {alpha:.3g} s, beta {1 / beta:.3g} B/s") + (
-            f"; {per_host} ranks per host" if per_host else "")
-    if cal.stage_overhead or cal.step_overhead:
-        links += (f"; fixed work {cal.step_overhead * 1e3:.3g} ms per step + "
-                  f"{cal.stage_overhead * 1e3:.3g} ms per stage")
-    return [
-        f"{spec.name or 'graph'}: N={spec.num_nodes:,} nnz={spec.nnz:,} F={spec.num_features} "
-        f"C={spec.num_classes} layers={m.num_layers} hidden={m.hidden} "
-        f"order={spec.order_text} bias={'yes' if m.bias else 'no'}"
-        + (f" ({origin})" if origin != "loaded" else ""),
-        "model: " + describe_model(m).replace(f"order {m.order}", f"order {spec.order_text}")
-        + (f", {[k for k, v in DTYPE_BYTES.items() if v == spec.dtype_bytes][0]}"
-           if spec.dtype_bytes != 4 else "") + (", recompute" if spec.recompute else "")
-        + " (plexus-train's model options and defaults: --model, --layers, --hidden, ...)",
-        f"calibration: {cal.label}",
-        f"  rates: SpMM {spmm:.3g} flop/s, GEMM {gemm:.3g} flop/s; {links}"
-        + (f"; {placement.gpus_per_node} GPUs per node" if placement else "")
-        + (f"; GPU memory {format_bytes(cal.device_memory)}" if cal.device_memory else ""),
-        f"set-up: partitioning the graph takes {format_bytes(partition_memory(spec, streamed))} "
-        f"in one process{' (out of core)' if streamed else ''}, once per shard store"
-        + ("" if streamed else f" ({format_bytes(partition_memory(spec, True))} out of core, "
-                               "from R-MAT, OGB or a graph directory: plexus-partition)"),
-    ]
-
-
-def _axis_shares(p: Prediction) -> str:
-    """Each axis's share of the epoch in communication, with its link class when placed."""
-    parts = []
-    for axis, seconds in p.comm_s_per_axis.items():
-        if seconds > 0:
-            link = f" {p.links[axis]}" if p.links else ""
-            parts.append(f"{axis} {100 * seconds / p.time_s:.0f}%{link}")
-    return " ".join(parts) or "-"
-
-
 def _grid_world(args: argparse.Namespace) -> GridShape | None:
     """Resolve ``--grid``: fills ``args.world_size`` where the grid (or, for auto, this
     machine's ranks) gives it; returns the one grid to show, or None for every grid."""
@@ -229,44 +172,6 @@ def _grid_world(args: argparse.Namespace) -> GridShape | None:
         raise UsageError("give --world-size G, --gpus G[,G...] or --grid auto|XxYxZ (one of "
                          "them)")
     return grid
-
-
-def _shown(preds: list[Prediction], only: GridShape | None) -> Prediction:
-    """The prediction ``--explain`` details: the one grid asked for, else the fastest."""
-    if only is not None:
-        return next(p for p in preds if GridShape.of(p.grid) == only)
-    return preds[0]
-
-
-def _table(spec: ModelSpec, preds: list[Prediction], world: int, shown: int,
-           limit_name: str, only: GridShape | None = None) -> list[str]:
-    if only is not None:  # the one grid asked for, numbered by its rank among all
-        ranked = [(k, p) for k, p in enumerate(preds, 1) if GridShape.of(p.grid) == only]
-        head = f"world size {world}: grid {only}, rank {ranked[0][0]} of {len(preds)}"
-    else:
-        ranked = list(enumerate(preds[:shown], 1))
-        head = f"world size {world}: {len(preds)} grids, showing {shown}"
-    lines = [
-        head + "; set-up/rank: a rank "
-        + ("reading its shard" if spec.from_store else "loading the graph to cut its shard"),
-        f"{'rank':>4}  {'XxYxZ':<11} {'epoch':>10} {'comm':>10} {'compute':>10} {'comm%':>6} "
-        f"{'comm share per axis':<30} {'comm/rank':>11} {'memory/rank':>12} "
-        f"{'set-up/rank':>12}  orders",
-    ]
-    for k, p in ranked:
-        grid = str(GridShape.of(p.grid))
-        flag = "" if p.fits else f"  (over {limit_name})"
-        orders = ",".join("a" if o == "agg" else "c" for o in p.orders)
-        lines.append(
-            f"{k:>4}  {grid:<11} {format_seconds(p.time_s):>10} {format_seconds(p.comm_s):>10} "
-            f"{format_seconds(p.compute_s):>10} {100 * p.comm_fraction:>5.1f}% "
-            f"{_axis_shares(p):<30} "
-            f"{format_bytes(p.volume.total_bytes):>11} {format_bytes(p.memory.total):>12} "
-            f"{format_bytes(setup_memory(spec, p.grid).rank):>12}  {orders}{flag}")
-    if preds and not preds[0].fits:
-        lines.append(f"none of the {len(preds)} grids fits in the {limit_name}: use more ranks, "
-                     "--dtype bf16 or --recompute")
-    return lines
 
 
 #: The widest input or output a model is priced for
@@ -309,6 +214,86 @@ def _apply_recipe(args: argparse.Namespace, explicit: set[str],
     return rest, bool(recipe.symmetrize)
 
 
+
+def _check_numbers(args: argparse.Namespace, worlds: list[int]) -> None:
+    """The run's numbers (world size, memory limit, --top, ranks per host or GPUs per node):
+    `ValueError` or `UsageError` naming the flag unless each is in its range."""
+    if args.world_size is not None and not 1 <= args.world_size <= MAX_WORLD_SIZE:
+        raise ValueError(f"--world-size must be in [1, {MAX_WORLD_SIZE}], got "
+                         f"{args.world_size}")
+    if args.memory_limit is not None and not 0 < args.memory_limit < math.inf:
+        raise ValueError(f"--memory-limit must be a number of GiB > 0, got "
+                         f"{args.memory_limit}")
+    if args.top < 0:
+        raise ValueError(f"--top must be >= 0, got {args.top}")
+    if args.ranks_per_host is not None and not 1 <= args.ranks_per_host <= min(worlds):
+        raise ValueError(f"--ranks-per-host must be in [1, --world-size], got "
+                         f"{args.ranks_per_host}")
+    if args.gpus_per_node is not None:
+        if args.gpus_per_node < 1:
+            raise ValueError(f"--gpus-per-node must be >= 1, got {args.gpus_per_node}")
+        if args.ranks_per_host is not None:
+            raise UsageError("give --gpus-per-node (GPU ranks) or --ranks-per-host (ranks "
+                             "sharing a CPU host), not both")
+
+
+def _graph_sizes(args: argparse.Namespace, symmetrize: bool) -> _Sizes:
+    """The graph's sizes: from ``--dataset``, or all four given explicitly."""
+    explicit = [args.nodes, args.nnz, args.features, args.classes]
+    if args.dataset is not None:
+        if any(v is not None for v in explicit):
+            raise ValueError("give either --dataset or --nodes/--nnz/--features/--classes")
+        return _dataset_sizes(args.dataset, args.root, symmetrize)
+    if any(v is None for v in explicit):
+        raise ValueError("give --dataset SPEC, or all of --nodes --nnz --features "
+                         "--classes")
+    _check_sizes(*explicit)  # type: ignore[arg-type]
+    return _Sizes("graph", *explicit, False, "given")  # type: ignore[misc]
+
+
+def _rank(args: argparse.Namespace, sizes: _Sizes, recipe_fields: dict[str, Any],
+          worlds: list[int], only: GridShape | None) -> Ranking:
+    """The calibration, the placement and the model spec the options describe, and every
+    world's grids ranked by them."""
+    if args.calibration and args.profile:
+        raise UsageError("give --calibration FILE or --profile NAME, not both (a measured "
+                         "calibration replaces a profile)")
+    cal = resolve_calibration(args.calibration, args.profile, args.gpus_per_node,
+                              os.environ)
+    # GPU ranks: asked for, or a GPU's calibration or profile (the built-in rates keep the
+    # memory model of a CPU rank, as before GPU calibrations existed)
+    gpus = args.gpus is not None or args.gpus_per_node is not None or (
+        cal.device == "cuda" and cal.source != "defaults")
+    per_node = args.gpus_per_node or (cal.gpus_per_node if gpus and cal.links else None)
+    placement = Placement(per_node) if per_node else None
+    best = args.order == BEST_ORDER
+    model = model_config(args, **recipe_fields, **({"order": "agg"} if best else {}))
+    if args.agg_chunks < 1:
+        raise UsageError(f"--agg-chunks must be >= 1, got {args.agg_chunks}")
+    spec = ModelSpec(sizes.nodes, sizes.nnz, sizes.features, sizes.classes, model,
+                     best_orders=best, name=sizes.name, dtype_bytes=DTYPE_BYTES[args.dtype],
+                     recompute=args.recompute, multilabel=sizes.multilabel,
+                     device="cuda" if gpus else "cpu",
+                     comm_dtype_bytes=comm_dtype_bytes(args),
+                     sparse_comm=args.sparse_comm, keep_input=not args.gather_input,
+                     agg_chunks=args.agg_chunks, overlap=args.overlap)
+    limit, limit_name = None, "memory limit"
+    if args.memory_limit is not None:
+        limit = args.memory_limit * 2**30
+    elif gpus and cal.device_memory:
+        limit, limit_name = cal.device_memory, "GPU memory"
+    if limit is not None and limit_name == "GPU memory":
+        limit_name = f"GPU's {format_bytes(limit)}"
+    runs = []
+    for world in worlds:
+        at = replace(spec, from_store=world > 1)  # plexus-train's ranks read a store
+        runs.append((world, at, rank_configs(world, at, cal, limit, args.ranks_per_host,
+                                             placement)))
+    streamed = args.dataset is not None and streamed_spec(args.dataset)  # cut out of core
+    return Ranking(spec, cal, sizes.origin, streamed, args.ranks_per_host, placement, per_node,
+                   limit, limit_name, runs, args.top, args.explain, only, args.gpus is None)
+
+
 def model_main(argv: Sequence[str] | None = None,
                recipe_lookup: Callable[[str], Any] | None = None) -> int:
     """``plexus-model``: print the ranked grids for a world size (or, with ``--gpus``, for each
@@ -322,231 +307,18 @@ def model_main(argv: Sequence[str] | None = None,
                                                   recipe_lookup)
         only = _grid_world(args)
         worlds = _gpu_counts(args.gpus) if args.gpus is not None else [args.world_size]
-        if args.world_size is not None and not 1 <= args.world_size <= MAX_WORLD_SIZE:
-            raise ValueError(f"--world-size must be in [1, {MAX_WORLD_SIZE}], got "
-                             f"{args.world_size}")
-        if args.memory_limit is not None and not 0 < args.memory_limit < math.inf:
-            raise ValueError(f"--memory-limit must be a number of GiB > 0, got "
-                             f"{args.memory_limit}")
-        if args.top < 0:
-            raise ValueError(f"--top must be >= 0, got {args.top}")
-        if args.ranks_per_host is not None and not 1 <= args.ranks_per_host <= min(worlds):
-            raise ValueError(f"--ranks-per-host must be in [1, --world-size], got "
-                             f"{args.ranks_per_host}")
-        if args.gpus_per_node is not None:
-            if args.gpus_per_node < 1:
-                raise ValueError(f"--gpus-per-node must be >= 1, got {args.gpus_per_node}")
-            if args.ranks_per_host is not None:
-                raise UsageError("give --gpus-per-node (GPU ranks) or --ranks-per-host (ranks "
-                                 "sharing a CPU host), not both")
+        _check_numbers(args, worlds)
         check_model_options(args)
-        explicit = [args.nodes, args.nnz, args.features, args.classes]
-        if args.dataset is not None:
-            if any(v is not None for v in explicit):
-                raise ValueError("give either --dataset or --nodes/--nnz/--features/--classes")
-            sizes = _dataset_sizes(args.dataset, args.root, symmetrize)
-        else:
-            if any(v is None for v in explicit):
-                raise ValueError("give --dataset SPEC, or all of --nodes --nnz --features "
-                                 "--classes")
-            _check_sizes(*explicit)  # type: ignore[arg-type]
-            sizes = _Sizes("graph", *explicit, False, "given")  # type: ignore[misc]
-        if args.calibration and args.profile:
-            raise UsageError("give --calibration FILE or --profile NAME, not both (a measured "
-                             "calibration replaces a profile)")
-        cal = resolve_calibration(args.calibration, args.profile, args.gpus_per_node,
-                                  os.environ)
-        # GPU ranks: asked for, or a GPU's calibration or profile (the built-in rates keep the
-        # memory model of a CPU rank, as before GPU calibrations existed)
-        gpus = args.gpus is not None or args.gpus_per_node is not None or (
-            cal.device == "cuda" and cal.source != "defaults")
-        per_node = args.gpus_per_node or (cal.gpus_per_node if gpus and cal.links else None)
-        placement = Placement(per_node) if per_node else None
-        best = args.order == BEST_ORDER
-        model = model_config(args, **recipe_fields, **({"order": "agg"} if best else {}))
-        if args.agg_chunks < 1:
-            raise UsageError(f"--agg-chunks must be >= 1, got {args.agg_chunks}")
-        spec = ModelSpec(sizes.nodes, sizes.nnz, sizes.features, sizes.classes, model,
-                         best_orders=best, name=sizes.name, dtype_bytes=DTYPE_BYTES[args.dtype],
-                         recompute=args.recompute, multilabel=sizes.multilabel,
-                         device="cuda" if gpus else "cpu",
-                         comm_dtype_bytes=comm_dtype_bytes(args),
-                         sparse_comm=args.sparse_comm, keep_input=not args.gather_input,
-                         agg_chunks=args.agg_chunks, overlap=args.overlap)
-        limit, limit_name = None, "memory limit"
-        if args.memory_limit is not None:
-            limit = args.memory_limit * 2**30
-        elif gpus and cal.device_memory:
-            limit, limit_name = cal.device_memory, "GPU memory"
-        if limit is not None and limit_name == "GPU memory":
-            limit_name = f"GPU's {format_bytes(limit)}"
-        runs = []
-        for world in worlds:
-            at = replace(spec, from_store=world > 1)  # plexus-train's ranks read a store
-            runs.append((world, at, rank_configs(world, at, cal, limit, args.ranks_per_host,
-                                                 placement)))
+        sizes = _graph_sizes(args, symmetrize)
+        ranking = _rank(args, sizes, recipe_fields, worlds, only)
     except (ValueError, OSError, KeyError) as e:  # UsageError, DatasetError are ValueErrors
         if callable(getattr(e, "command_line", None)):  # an API argument named as a flag
             return report_error(parser.prog, e)
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return report_error(parser.prog, msg)
-    streamed = args.dataset is not None and streamed_spec(args.dataset)  # cut out of core
     if args.json:
-        doc = {"spec": {k: (list(v) if isinstance(v, tuple) else v)
-                        for k, v in asdict(spec).items()},
-               "sizes_from": sizes.origin, "calibration": cal.to_dict(),
-               "calibration_label": cal.label, "ranks_per_host": args.ranks_per_host,
-               "gpus_per_node": per_node, "partition_bytes": partition_memory(spec, streamed),
-               "partition_out_of_core": streamed, "memory_limit": limit, "worlds": []}
-        for world, at, preds in runs:
-            shown = len(preds) if args.top == 0 else min(args.top, len(preds))
-            doc["worlds"].append({
-                "world_size": world, "num_grids": len(preds),
-                "configs": [{**p.to_dict(), "setup_bytes": setup_memory(at, p.grid).rank}
-                            for p in preds[:shown]]})
-            if args.explain and preds:
-                doc["worlds"][-1]["explain"] = [
-                    line.to_dict() for line in account(at, _shown(preds, only), cal,
-                                                       args.ranks_per_host)]
-        if args.gpus is None:  # the one world's fields at the top, as before --gpus
-            doc.update(doc["worlds"][0])
-        json.dump(doc, sys.stdout, indent=1)
+        json.dump(json_doc(ranking), sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
-    lines = _header(spec, cal, sizes.origin, streamed, args.ranks_per_host, placement)
-    for world, at, preds in runs:
-        shown = len(preds) if args.top == 0 else min(args.top, len(preds))
-        lines += [""] + _table(at, preds, world, shown, limit_name, only)
-        if args.explain and preds:
-            lines += [""] + explain_lines(at, _shown(preds, only), cal, args.ranks_per_host)
-    print("\n".join(lines))
-    return 0
-
-
-@dataclass(frozen=True)
-class BenchCommand:
-    """A ``plexus-bench`` command defined by a package above the performance model (``check``
-    lives in `plexus.bench`, which may import the engine; this module may not)."""
-
-    name: str
-    help: str
-    description: str
-    add_arguments: Callable[[ArgumentParser], None]
-    main: Callable[[argparse.Namespace], int]  # the exit status; reports its own errors
-
-
-def _bench_parser(commands: Sequence[BenchCommand] = ()) -> ArgumentParser:
-    p = ArgumentParser(prog="plexus-bench", description="Benchmarks, calibration and checks for "
-                                                        "Plexus.")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
-    cal = sub.add_parser("calibrate", help="measure this machine for plexus-model",
-                         description="Measure SpMM and GEMM rates (torch, CPU) and the latency "
-                                     "(alpha) and per-byte time (beta) of gloo collectives on a "
-                                     "local world; with --device cuda, a GPU's rates in fp32 "
-                                     "and bf16 (CUDA events) and NCCL alpha-beta per link class "
-                                     "(inside a node; between nodes under srun/torchrun); write "
-                                     "them as JSON for plexus-model and plexus-train --grid "
-                                     "auto.")
-    cal.add_argument("--out", required=True, metavar="FILE", help="calibration JSON to write")
-    cal.add_argument("--world-size", default="2", metavar="P[,P...]",
-                     help="local gloo ranks for the collective timings, one world per size "
-                          "(default 2; e.g. 2,4 to price runs of 2 and of 4 ranks per host; "
-                          "1 skips them)")
-    cal.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                     help="cpu (default): torch on cores, gloo; cuda: this GPU and NCCL links "
-                          "(--world-size and --threads do not apply)")
-    cal.add_argument("--threads", type=int, default=None, metavar="T",
-                     help="torch threads for the compute timings (default $OMP_NUM_THREADS, "
-                          "else 1, as one rank of plexus-sweep uses)")
-    cal.add_argument("--quick", action="store_true",
-                     help="small problems, few repetitions: seconds instead of tens of seconds")
-    for command in commands:
-        command.add_arguments(sub.add_parser(command.name, help=command.help,
-                                             description=command.description))
-    return p
-
-
-#: The most local worlds one calibration times
-MAX_CALIBRATION_WORLDS = 8
-
-
-def _world_sizes(text: str, cores: int) -> list[int]:
-    """``--world-size``'s comma-separated sizes (`plexus.core.grid.parse_world_sizes`);
-    `UsageError` unless each is in [1, 2 × ``cores``] (ranks sharing cores are priced from
-    such a world; far more times the scheduler, not gloo) and there are at most
-    `MAX_CALIBRATION_WORLDS` of them."""
-    try:
-        return list(parse_world_sizes(text, 2 * cores, MAX_CALIBRATION_WORLDS))
-    except GridError as e:
-        raise UsageError(f"--world-size {e} (at most twice the {cores} cores this process may "
-                         "use)") from None
-
-
-def bench_main(argv: Sequence[str] | None = None,
-               commands: Sequence[BenchCommand] = (),
-               mask_pass: Callable[[Any], object] | None = None,
-               step_timer: StepTimer | None = None) -> int:
-    """``plexus-bench`` with ``calibrate`` and the given further ``commands`` (the console entry
-    point passes ``check``, ``mask_pass``, the engine's dropout of a tensor, which
-    ``calibrate --device cuda`` times, and ``step_timer``, the engine's training step on a tiny
-    graph, which ``calibrate`` on a CPU times for the step's fixed work). Exit 2 on bad input,
-    1 if a measurement fails."""
-    parser = _bench_parser(commands)
-    extra = {c.name: c for c in commands}
-    try:
-        args = parser.parse_args(argv)
-        if args.command is None:
-            raise UsageError(f"choose a command: {', '.join(['calibrate', *extra])}")
-        if args.command in extra:
-            return extra[args.command].main(args)
-        cores = available_cores()
-        worlds = _world_sizes(args.world_size, cores)
-        if args.threads is None:
-            from plexus.runtime.env import LaunchError, env_threads  # noqa: PLC0415
-
-            try:
-                args.threads = env_threads() or 1
-            except LaunchError as e:
-                raise UsageError(f"{e}, or give --threads T") from None
-        if not 1 <= args.threads <= cores:  # more threads than cores only measures contention
-            raise UsageError(f"--threads must be in [1, {cores}] (the cores this process may "
-                             f"use), got {args.threads}")
-        output_target(args.out)  # a directory or a FIFO: refused before minutes of timing
-    except (UsageError, UnsafeTargetError) as e:
-        return report_error(parser.prog, e)
-    if args.command == "calibrate":
-        start = time.perf_counter()
-        say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-        try:
-            if args.device == "cuda":
-                from .gpucal import calibrate_cuda  # noqa: PLC0415 (torch.cuda)
-
-                doc = calibrate_cuda(args.quick, say, mask_pass)
-                if doc is None:  # a rank other than 0 of a launcher's job: rank 0 writes
-                    return 0
-            else:
-                doc = calibrate(worlds, args.threads, args.quick, log=say,
-                                step_timer=step_timer)
-            path = write_calibration(doc, args.out)
-        except OSError as e:
-            return report_error(parser.prog, f"cannot write {args.out}: {e.strerror or e}")
-        except UnsafeTargetError as e:  # the target changed while it measured
-            return report_error(parser.prog, e)
-        except RuntimeError as e:
-            return report_error(parser.prog, str(e).splitlines()[0], status=1)
-        print(f"SpMM {doc['spmm_flops']:.3g} flop/s, GEMM {doc['gemm_flops']:.3g} flop/s", end="")
-        if "alpha" in doc:
-            print(f", alpha {doc['alpha'] * 1e6:.1f} us, beta {1 / doc['beta'] / 1e9:.2f} GB/s",
-                  end="")
-        if "stage_overhead" in doc:
-            print(f", fixed work {doc['step_overhead'] * 1e3:.2f} ms per step + "
-                  f"{doc['stage_overhead'] * 1e3:.2f} ms per stage", end="")
-        for world, by_size in doc.get("groups", {}).items():
-            print(f"; {world} ranks: " + ", ".join(
-                f"groups of {p} {g['latency'] * 1e3:.2f} ms per call" for p, g in by_size.items()),
-                end="")
-        for cls, link in doc.get("links", {}).items():
-            print(f"; {cls} alpha {link['alpha'] * 1e6:.1f} us, beta "
-                  f"{1 / link['beta'] / 1e9:.2f} GB/s", end="")
-        print(f"\nwrote {path} ({time.perf_counter() - start:.1f} s)")
+    print("\n".join(text_lines(ranking)))
     return 0

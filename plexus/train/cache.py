@@ -1,5 +1,8 @@
 """The cache of shard stores behind ``plexus-train --dataset``: the graph is partitioned once, by
-one process, and every rank reads only its own shard.
+one process, and every rank reads only its own shard. This module finds or builds a run's store
+(in memory or out of core, under the source's lock), keeps the cache under its cap and hands
+the store to the ranks; the keys are `plexus.train.cachekeys`, the directory and its checks
+`plexus.train.cachedir`, the upkeep (holds, listing, eviction) `plexus.train.cacheuse`.
 
 A store in the cache is reusable exactly when it would come out identical: its key is the graph's
 source (the dataset spec, the size and modification time of every file it is read from, the
@@ -29,328 +32,32 @@ left where it is.
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import json
-import os
-import re
-import stat
 import sys
 import time
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-from plexus.core.atomic import atomic_file
+from plexus.core import owned
 from plexus.core.grid import GridShape
-from plexus.core.units import format_bytes
-from plexus.datasets import DatasetError, Graph, gcn_nnz, load_dataset, spec_paths
-from plexus.datasets.convert import streamed_spec
-from plexus.datasets.spec import (MAX_SOURCE_FILES, content_key, feature_mode,
-                                  source_fingerprint)
-from plexus.datasets.files import open_regular
 from plexus.core.model import ModelConfig
+from plexus.core.units import format_bytes
+from plexus.datasets import DatasetError, Graph
+from plexus.datasets.convert import streamed_spec
 from plexus.datasets.diskgraph import FORMAT as GRAPH_FORMAT
-from plexus.partitioners import read_manifest, write_store
-from plexus.partitioners.store import FORMAT as STORE_FORMAT, VERSION as STORE_VERSION, graph_hash
-from plexus.partitioners.store import file_sha256, is_own_store
+from plexus.datasets.spec import feature_mode
+from plexus.partitioners import write_store
+from plexus.partitioners.store import FORMAT as STORE_FORMAT
 from plexus.perfmodel import ModelSpec
 from plexus.runtime.child import run_in_child
 from plexus.runtime.memstats import peak_rss_bytes
 
+# the cache's keys and directory, named here too (`plexus.train.cache` is the cache's front)
+from .cachedir import CACHE_ENV, Cache, CachedStore, default_cache_dir  # noqa: F401
+from .cachekeys import Partition, Sizes, Source, key_digest, store_name  # noqa: F401
+from .cacheuse import evict, hold_store
 from .errors import CacheError
-from .cacheuse import evict, hold_store, untrusted_dir
 from .plan import RunPlan, auto_grid, precheck_partition
-from plexus.core import owned
-
-CACHE_ENV = "PLEXUS_CACHE_DIR"
-
-
-def default_cache_dir() -> Path:
-    """``$PLEXUS_CACHE_DIR``, else ``$XDG_CACHE_HOME/plexus/stores``, else
-    ``~/.cache/plexus/stores``."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "plexus" / "stores"
-
-
-# ---- keys ------------------------------------------------------------------------------------
-def _digest(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class Source:
-    """The graph a run trains on, as the cache knows it without loading it."""
-
-    spec: str
-    root: str | None
-    seed: int  # the permutation's (--seed), and the dataset's unless data_seed is given
-    symmetrize: bool
-    data_seed: int | None = None  # --split-seed: the dataset's seeded parts (None: seed)
-    features: str = "auto"  # --features (plexus.datasets.FEATURE_MODES)
-
-    @property
-    def dataset_seed(self) -> int:
-        return self.seed if self.data_seed is None else self.data_seed
-
-    def key(self) -> dict:
-        """What identifies the graph: a change to any of it gives another graph (or may)."""
-        from plexus import __version__  # noqa: PLC0415
-
-        try:
-            files = source_fingerprint(spec_paths(self.spec, self.root), MAX_SOURCE_FILES)
-        except DatasetError as e:
-            raise CacheError(f"{e}; partition it once with plexus-partition and train from "
-                             "--shards, or use --no-cache") from None
-        except OSError as e:
-            raise CacheError(f"{self.spec}: cannot read its files ({e.strerror or e})") from None
-        try:  # a one-file format is keyed by its content: not its path, name or time stamp
-            content = content_key(self.spec, self.root)
-        except OSError as e:
-            raise CacheError(f"{self.spec}: cannot read its file ({e.strerror or e})") from None
-        named = {"spec": self.spec.strip(), "files": files} if content is None else \
-            {"content": content}
-        key = {**named, "seed": self.seed, "symmetrize": self.symmetrize,
-               "store": [STORE_FORMAT, STORE_VERSION], "plexus": __version__}
-        # only where given: the stores of runs from before these options keep their keys
-        if self.data_seed is not None:
-            key["data_seed"] = self.data_seed
-        if self.features != "auto":
-            key["features"] = self.features
-        return key
-
-    def load(self) -> Graph:
-        """The graph (the whole of it: only the builder does this)."""
-        graph = load_dataset(self.spec, self.root, seed=self.dataset_seed,
-                             features=self.features)
-        return graph.to_undirected() if self.symmetrize else graph
-
-    def small(self) -> Graph | None:
-        """The graph when its files are small (`plexus.train.checks.precheck_dataset`), else
-        None."""
-        from .checks import precheck_dataset  # noqa: PLC0415
-
-        graph = precheck_dataset(self.spec, self.root, self.dataset_seed, self.features)
-        return graph.to_undirected() if graph is not None and self.symmetrize else graph
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """What the cache records about a source's graph."""
-
-    name: str
-    num_nodes: int
-    num_features: int
-    num_classes: int
-    nnz: int  # of the GCN-normalized Â (`plexus.datasets.gcn_nnz`)
-    graph_sha256: str
-
-    @classmethod
-    def of(cls, graph: Graph) -> "Sizes":
-        return cls(graph.name, graph.num_nodes, graph.num_features, graph.num_classes,
-                   gcn_nnz(graph), graph_hash(graph))
-
-
-@dataclass(frozen=True)
-class Partition:
-    """How a store cuts the graph (the second half of its key)."""
-
-    grid: GridShape
-    model: ModelConfig
-    perm: str
-    seed: int
-
-    def fields(self, sizes: Sizes) -> dict:
-        return {"grid": self.grid.as_dict(), "stages": self.model.num_stages,
-                "orders": self.model.orders(sizes.num_features, sizes.num_classes),
-                "perm": self.perm, "perm_seed": self.seed,
-                "aggregation": self.model.aggregation}
-
-
-def store_name(source_key: dict, partition: Partition, sizes: Sizes) -> str:
-    """The directory name of a store in the cache: readable, then the key's hash."""
-    key = _digest({"source": source_key, "partition": partition.fields(sizes)})
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", sizes.name).strip("-")[:40] or "graph"
-    return f"{slug}-{partition.grid}-{key[:20]}"
-
-
-# ---- the cache directory -----------------------------------------------------------------
-@dataclass(frozen=True)
-class CachedStore:
-    """A store the cache holds for a run, and how the run came by it."""
-
-    path: str
-    built: bool
-    seconds: float  # building it, or finding it
-    sizes: Sizes
-    grid: GridShape
-    build_peak_rss_bytes: int = 0  # the process that partitioned (0: reused)
-    waited_s: float = 0.0  # for another run's build of the same source
-    # this process's hold on the store against eviction (`plexus.train.cacheuse.hold_store`)
-    hold: Any = field(default=None, compare=False, repr=False)
-
-    def line(self) -> str:
-        """The one line a run prints about it."""
-        if not self.built:
-            return f"reusing the cached shard store {self.path}"
-        peak = f", partitioning peak RSS {self.build_peak_rss_bytes / 2**30:.2f} GiB" \
-            if self.build_peak_rss_bytes else ""
-        return f"built the shard store {self.path} in {self.seconds:.1f} s{peak}"
-
-    def summary(self) -> dict:
-        return {"store": self.path, "built": self.built, "seconds": self.seconds,
-                "build_peak_rss_bytes": self.build_peak_rss_bytes or None,
-                "waited_s": self.waited_s}
-
-
-@dataclass
-class Cache:
-    """A cache directory."""
-
-    root: Path
-    say: Callable[[str], None] = field(default=lambda text: None)
-
-    def __post_init__(self) -> None:
-        self.root = Path(self.root).expanduser()
-
-    def check_trusted(self) -> None:
-        """Raise `CacheError` (one line) unless the cache directory is this user's and nobody
-        else can write it (created so, mode 700, when absent): a store, a record or a lock in a
-        directory others can write could be theirs (README "Shared machines")."""
-        why = untrusted_dir(self.root)
-        if why is not None:
-            raise CacheError(f"--cache {self.root}: {why}; Plexus uses only a cache directory of "
-                             "yours that nobody else can write (README \"Shared machines\"): "
-                             "give a private --cache DIR, or --no-cache")
-
-    def subdir(self, name: str) -> Path:
-        """The cache's folder ``name``, made private (700) when absent; `CacheError` when it is
-        another user's, or others can write it."""
-        path = self.root / name
-        try:
-            path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError as e:
-            raise CacheError(f"--cache {self.root}: cannot create {path} ({e.strerror or e}); "
-                             "give another --cache DIR, or --no-cache") from None
-        why = untrusted_dir(path)
-        if why is not None:
-            raise CacheError(f"--cache {self.root}: {path} is {why}; Plexus uses only a cache "
-                             "nobody else can write (README \"Shared machines\"): give a "
-                             "private --cache DIR, or --no-cache")
-        return path
-
-    def read_sizes(self, source_key: dict) -> Sizes | None:
-        """What an earlier build recorded about this source (None: nothing, or unreadable)."""
-        path = self.root / "sources" / f"{_digest(source_key)}.json"
-        try:
-            with open_regular(path, ValueError, "r") as f:  # a FIFO planted there: no hang
-                doc = json.loads(f.read(1 << 20))
-            if doc.get("source") != source_key:
-                return None
-            sizes = Sizes(**doc["sizes"])
-        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
-            return None  # damaged (nested thousands deep, not an object): rebuilt and rewritten
-        types = {f.name: f.type for f in fields(Sizes)}
-        if any(type(getattr(sizes, name)) is not {"str": str, "int": int}[type_name]
-               for name, type_name in types.items()):
-            return None
-        return sizes
-
-    def write_sizes(self, source_key: dict, sizes: Sizes) -> None:
-        path = self.subdir("sources") / f"{_digest(source_key)}.json"
-        with atomic_file(path, "w") as f:
-            f.write(json.dumps({"source": source_key, "sizes": asdict(sizes)}, indent=1,
-                               sort_keys=True) + "\n")
-
-    def complete(self, path: Path, partition: Partition, sizes: Sizes) -> bool:
-        """Whether ``path`` holds a finished store cut as ``partition`` asks, with every rank
-        file of the size its manifest records (each rank checks its file's sha256 on reading)."""
-        if not is_own_store(path):
-            return False
-        try:
-            m = read_manifest(path)
-            want = partition.fields(sizes)
-            same = (GridShape.of(m["grid"]) == partition.grid
-                    and m["num_stages"] == want["stages"] and m["orders"] == want["orders"]
-                    and m["permutation"]["kind"] == want["perm"]
-                    and m["permutation"]["seed"] == want["perm_seed"]
-                    and m.get("aggregation", "gcn") == want["aggregation"]
-                    and m["graph_sha256"] == sizes.graph_sha256)
-            if not (same and all((path / r["file"]).stat().st_size == r["size"]
-                                 for r in m["ranks"])):
-                return False
-            return self.verified(path, m["ranks"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return False
-
-    def _stamp_path(self, store: Path) -> Path:
-        return self.root / "verified" / f"{store.name}.json"
-
-    @staticmethod
-    def _stats(store: Path, ranks: list) -> list[list]:
-        """What changes when a rank file is rewritten in place (size, mtime, inode, ctime)."""
-        out = []
-        for r in ranks:
-            st = os.lstat(store / r["file"])
-            out.append([r["file"], st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
-                        r["sha256"]])
-        return out
-
-    def verified(self, store: Path, ranks: list) -> bool:
-        """Whether every rank file of ``store`` has the sha256 its manifest records: hashed
-        once, then trusted while the files' stats stay those recorded in ``verified/`` (a file
-        changed in place, even to the same size, changes its ctime). A damaged store is said
-        (one line) and reported incomplete, so the caller rebuilds it."""
-        stats = self._stats(store, ranks)
-        stamp = self._stamp_path(store)
-        try:
-            if stamp.stat().st_size < (1 << 24) and \
-                    json.loads(stamp.read_text(encoding="utf-8")) == stats:
-                return True
-        except (OSError, ValueError, RecursionError):
-            pass
-        for r in ranks:
-            if not stat.S_ISREG(os.lstat(store / r["file"]).st_mode) or \
-                    file_sha256(store / r["file"]) != r["sha256"]:
-                self.say(f"cached store {store}: {r['file']} differs from its manifest's "
-                         "sha256 (damaged); building it again")
-                return False
-        self.stamp(store, ranks)
-        return True
-
-    def stamp(self, store: Path, ranks: list) -> None:
-        """Record ``store``'s rank files as verified (just built or just hashed)."""
-        try:
-            with atomic_file(self.subdir("verified") / f"{store.name}.json", "w") as f:
-                f.write(json.dumps(self._stats(store, ranks)))
-        except (OSError, CacheError):
-            pass  # unrecorded: hashed again next time
-
-    @contextmanager
-    def locked(self, source_key: dict) -> Iterator[float]:
-        """Hold the source's build lock; yields the seconds spent waiting for another run."""
-        path = self.subdir("locks") / f"{_digest(source_key)[:32]}.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        waited = 0.0
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                self.say(f"waiting for another run that is building a store of the same graph "
-                         f"(lock {path})")
-                start = time.perf_counter()
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                waited = time.perf_counter() - start
-            yield waited
-        finally:
-            os.close(fd)  # releases the lock
-
-    def find(self, source_key: dict, partition: Partition, sizes: Sizes) -> Path | None:
-        path = self.root / store_name(source_key, partition, sizes)
-        return path if self.complete(path, partition, sizes) else None
 
 
 # ---- building ----------------------------------------------------------------------------
@@ -413,7 +120,7 @@ def build_streamed(request: BuildRequest) -> tuple[str, Sizes, int]:
     source, model, grid = request.source, request.model, request.grid
     assert grid is not None
     cache = Cache(Path(request.cache_root))
-    digest = _digest(request.source_key)[:32]
+    digest = key_digest(request.source_key)[:32]
     graphs, work = cache.subdir("graphs"), cache.subdir("work")
     check_converted(graphs / digest)
     try:

@@ -1,6 +1,6 @@
 """``plexus-train``'s cache options: ``--cache-list``/``--cache-clean``, the size cap
 (``--cache-max-gb``), and the launching process finding or building a run's store in the cache
-(the library side: `plexus.train.cache`, `plexus.train.cacheuse`)."""
+(the library side: `plexus.train.cache`, `cachedir`, `cacheuse`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 
 from plexus.core.units import format_bytes
 
-from .cache import Cache, cached_options, default_cache_dir
+from .cache import cached_options
+from .cachedir import Cache, default_cache_dir
 from .cacheuse import MAX_GB_ENV, StoreUse, cap_bytes, entries, evict
 from .errors import PROG
 from .plan import RunPlan

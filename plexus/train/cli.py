@@ -44,7 +44,7 @@ from plexus.runtime.env import (JobEnv, LaunchError, check_local_devices, defaul
                                 detect_environment, env_threads, local_world_size)
 
 from . import checkpoint as ckpt
-from .cache import default_cache_dir
+from .cachedir import default_cache_dir
 from .cachecli import cache_cap, cache_command, from_cache
 from .cacheuse import StoreUse
 from .checkpoint import load_resume

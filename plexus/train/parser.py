@@ -18,7 +18,7 @@ from plexus.partitioners import PERMUTATIONS
 from plexus.runtime.group import DEFAULT_TIMEOUT_S
 from plexus.runtime.options import add_device_options
 
-from .cache import CACHE_ENV
+from .cachedir import CACHE_ENV
 from .cacheuse import MAX_GB_ENV
 from .errors import PROG
 from .heartbeat import DEFAULT_HEARTBEAT_S

@@ -18,9 +18,9 @@ from plexus.runtime.env import JobEnv, LaunchError, detect_environment
 
 def _parsers() -> dict[str, argparse.ArgumentParser]:
     from plexus.partitioners.cli import build_parser as partition_parser
-    from plexus.perfmodel.cli import _bench_parser, _model_parser
+    from plexus.perfmodel.benchcli import BenchCommand, _bench_parser
+    from plexus.perfmodel.cli import _model_parser
     from plexus.bench.check import add_arguments
-    from plexus.perfmodel.cli import BenchCommand
     from plexus.studies.cli import report_parser, sweep_parser
     from plexus.train.parser import build_parser
 

@@ -29,7 +29,7 @@ from plexus.datasets.rmat import parse_rmat_params, rmat_graph
 from plexus.datasets.rmat_stream import rmat_to_disk
 from plexus.datasets.standin import write_papers100m_standin
 from plexus.datasets.work import Runner
-from plexus.testing import fuzz
+from fuzzing import samples
 
 
 def assert_same_graph(a: Graph, b: Graph) -> None:
@@ -60,7 +60,7 @@ def test_papers100m_standin_converts_to_what_ogb_loads(tmp_path, compressed):
 
 @pytest.mark.parametrize("name,undirected", [("ogbn-arxiv", False), ("ogbn-products", True)])
 def test_ogb_csv_layouts_convert_to_what_ogb_loads(tmp_path, name, undirected):
-    d = fuzz.write_ogb(tmp_path, processed=False)
+    d = samples.write_ogb(tmp_path, processed=False)
     if undirected:  # the products layout: inverse edges added, the sales-ranking split
         d = d.rename(tmp_path / "ogbn_products")
         (d / "split" / "time").rename(d / "split" / "sales_ranking")

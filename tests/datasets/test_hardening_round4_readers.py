@@ -37,7 +37,7 @@ def _gz(path: Path, payload: bytes, times: int = 1) -> None:
 
 
 def _arxiv(root: Path) -> Path:
-    from plexus.testing.fuzz import write_ogb
+    from fuzzing.samples import write_ogb
 
     return write_ogb(root, processed=False)
 
@@ -240,18 +240,18 @@ def test_calibrate_with_100000_threads_is_one_line(tmp_path):
     (",".join(["1"] * 3000), "at most 8"),
 ])
 def test_calibrate_bounds_world_sizes(world, needle, tmp_path, capsys, monkeypatch):
-    from plexus.perfmodel import cli
+    from plexus.perfmodel import benchcli
 
-    monkeypatch.setattr(cli, "available_cores", lambda: 2)
-    assert cli.bench_main(["calibrate", "--quick", "--world-size", world, "--out",
-                           str(tmp_path / "c.json")]) == 2
+    monkeypatch.setattr(benchcli, "available_cores", lambda: 2)
+    assert benchcli.bench_main(["calibrate", "--quick", "--world-size", world, "--out",
+                                str(tmp_path / "c.json")]) == 2
     assert_one_line(capsys.readouterr().err, needle, prog="plexus-bench")
     assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("fifo", [False, True])
 def test_calibrate_out_a_directory_or_fifo_is_one_line_before_measuring(fifo, tmp_path, capsys):
-    from plexus.perfmodel.cli import bench_main
+    from plexus.perfmodel.benchcli import bench_main
 
     out = tmp_path / "out"
     os.mkfifo(out) if fifo else out.mkdir()
@@ -378,11 +378,12 @@ def test_load_outputs_damage_is_one_line(tmp_path):
 
 
 def test_a_deeply_nested_cache_source_record_is_rebuilt_not_a_traceback(tmp_path):
-    from plexus.train.cache import Cache, _digest
+    from plexus.train.cache import Cache
+    from plexus.train.cachekeys import key_digest
 
     key = {"spec": "rmat:scale=6"}
     (tmp_path / "sources").mkdir()
-    (tmp_path / "sources" / f"{_digest(key)}.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "sources" / f"{key_digest(key)}.json").write_text("[" * 100_000 + "]" * 100_000)
     assert Cache(tmp_path).read_sizes(key) is None
 
 
@@ -439,9 +440,9 @@ def test_a_nan_edge_weight_is_reported_as_nan():
 
 def test_ragged_feature_rows_are_named_as_ragged(tmp_path):
     from plexus.datasets.ogb_raw import ogb_to_disk
-    from plexus.testing.fuzz import _gz_csv
+    from fuzzing.samples import gz_csv
 
     d = _arxiv(tmp_path)
-    _gz_csv(d / "raw/node-feat.csv.gz", [[1, 2, 3]] * 5 + [[1, 2]] + [[1, 2, 3]] * 2)
+    gz_csv(d / "raw/node-feat.csv.gz", [[1, 2, 3]] * 5 + [[1, 2]] + [[1, 2, 3]] * 2)
     with pytest.raises(DatasetError, match="line 6 has fewer values than the first.*ragged"):
         ogb_to_disk("ogbn-arxiv", tmp_path, tmp_path / "out")

@@ -151,6 +151,14 @@ def test_the_diagram_lists_every_package_above_what_it_may_import():
         assert not ALLOWED[own] & above, f"{own} may import {ALLOWED[own] & above}, drawn above it"
 
 
+def test_the_public_module_states_the_diagrams_order():
+    """``plexus/__init__.py`` names the packages from the bottom up: the diagram's order, read
+    upwards (issue 47: it had the runtime above the engine and the API beside plexus-train)."""
+    doc = ast.get_docstring(ast.parse((REPO / "plexus" / "__init__.py").read_text()))
+    stated = re.findall(r"``(plexus\.[a-z]+)``", doc.split("from the bottom up", 1)[1])
+    assert stated == diagram_from_architecture_md()[::-1]
+
+
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     try:
         tuple(graphlib.TopologicalSorter(graph).static_order())

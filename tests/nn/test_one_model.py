@@ -42,7 +42,7 @@ def both_models(seed: int) -> dict:
     from plexus.engine.config import ModelConfig
     from plexus.engine.grid import Grid
     from plexus.engine.model import GridModel
-    from plexus.engine.ops import Stage3D
+    from plexus.engine.stage import Stage3D
     from plexus.nn import Network
     from plexus.partitioners import shard_graph
 

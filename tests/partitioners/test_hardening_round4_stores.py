@@ -584,8 +584,8 @@ def test_a_second_user_cannot_make_a_partition_or_a_run_touch_anything_else(tmp_
 # ---- 7: the fuzz of work directories, cache stores and graphs/, outputs directories ---------
 def test_a_sample_of_the_store_fuzz_is_all_ok_or_one_line(tmp_path):
     """`benchmarks/fuzz_stores.py` runs 500 cases per kind; here a few of each."""
-    from plexus.testing import fuzz_stores
-    from plexus.train import fuzztargets
+    from fuzzing import stores as fuzz_stores
+    from fuzzing import targets as fuzztargets
 
     results = fuzz_stores.run_cases(tmp_path, 5, seed=37,
                                     targets=fuzz_stores.Targets.of(fuzztargets))
@@ -602,8 +602,8 @@ def test_a_sample_of_the_store_fuzz_is_all_ok_or_one_line(tmp_path):
 
 def test_the_fuzz_harness_sees_what_it_must_refuse(tmp_path, monkeypatch):
     """A check switched off shows in the outcomes: the harness can fail."""
-    from plexus.testing import fuzz_stores
-    from plexus.train import fuzztargets
+    from fuzzing import stores as fuzz_stores
+    from fuzzing import targets as fuzztargets
 
     targets = fuzz_stores.Targets.of(fuzztargets)
     def replace_anything(path: Path, rows: int) -> Path:  # main's rule, and worse

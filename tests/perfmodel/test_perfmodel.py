@@ -428,7 +428,7 @@ def test_fit_alpha_beta_recovers_model():
 
 
 def test_bench_calibrate_quick_without_collectives(tmp_path, capsys):
-    from plexus.perfmodel.cli import bench_main
+    from plexus.perfmodel.benchcli import bench_main
 
     out = tmp_path / "sub" / "cal.json"
     assert bench_main(["calibrate", "--out", str(out), "--world-size", "1", "--quick"]) == 0
@@ -660,7 +660,7 @@ def test_one_world_size_parser():
     """plexus-sweep's --world-sizes and plexus-bench calibrate's --world-size read sizes with
     one parser (plexus.core.grid): order kept, repeats and empty items dropped, bounds named."""
     from plexus.core.grid import GridError, parse_world_sizes
-    from plexus.perfmodel.cli import _world_sizes
+    from plexus.perfmodel.benchcli import _world_sizes
     from plexus.studies.plan import PlanError
     from plexus.studies.plan import parse_world_sizes as plan_sizes
 

@@ -178,7 +178,7 @@ def test_calibrate_cuda_without_a_gpu_is_one_line(capsys):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a GPU is here: benchmarks/gpu_model_checks.sh calibrates it")
-    from plexus.perfmodel.cli import bench_main
+    from plexus.perfmodel.benchcli import bench_main
 
     assert bench_main(["calibrate", "--device", "cuda", "--out", "/nonexistent/x.json"]) == 1
     err = capsys.readouterr().err.strip().splitlines()

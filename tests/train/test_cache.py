@@ -73,7 +73,7 @@ def test_a_store_is_reused_exactly_when_it_would_be_identical(tmp_path):
 
 
 def test_a_damaged_store_is_rebuilt_and_a_huge_source_is_one_clear_error(tmp_path, monkeypatch):
-    from plexus.train import cache as cache_module
+    from plexus.train import cachekeys as cache_module
 
     cache = Cache(tmp_path / "cache")
     store = cached_options(cache_plan(), cache, None)[1]

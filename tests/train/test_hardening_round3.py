@@ -153,7 +153,7 @@ def test_a_graph_built_by_hand_is_checked_before_it_is_cut():
 # ---- 2: one registry of outputs ----------------------------------------------------------------
 def _collisions(tmp: Path) -> dict[str, tuple[list[str], str]]:
     data = tmp / "g.npz"
-    from plexus.testing.fuzz import write_npz
+    from fuzzing.samples import write_npz
 
     write_npz(data)
     (tmp / "real.log").write_text("")

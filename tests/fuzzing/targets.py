@@ -1,6 +1,5 @@
-"""What the store fuzz (`plexus.testing.fuzz_stores`) calls of plexus-train's cache and the
-API's outputs, which `plexus.testing` may not import: ``Targets.of(this module)`` hands them
-over (by these names)."""
+"""What the store fuzz (`fuzzing.stores`) calls of plexus-train's cache and the API's outputs:
+``Targets.of(this module)`` hands them over (by these names; a test may hand over others)."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ from plexus.api.outputs import (FILES, FORMAT, MARKER, check_outputs_target,
                                 publish_outputs)
 from plexus.core.grid import GridShape
 from plexus.core.model import ModelConfig
-
-from .cache import BuildRequest, Cache, Partition, Source, build_store
+from plexus.train.cache import BuildRequest, Cache, Partition, Source, build_store
 
 #: raises `OutputsError` unless a directory may be replaced by an outputs write
 check_outputs = check_outputs_target

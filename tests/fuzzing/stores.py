@@ -39,9 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import fuzz
-from .fuzz import mutate_bytes
 from plexus.core import owned
+
+from .harness import Hang, on_alarm
+from .storedamage import (damage_cache, damage_outputs, damage_workdir, intact,
+                          make_victim)
 
 KINDS = ("workdir", "cache", "outputs")
 GOOD = ("ok", "error")
@@ -49,9 +51,6 @@ OUTCOMES = ("ok", "error", "traceback", "signal", "hang", "lost", "wrong")
 CASE_LIMIT_S = 60
 SPEC = "rmat:scale=6,edge_factor=4,features=4,classes=2"
 RUN = {"chunk_edges": 200, "bucket_entries": 300}
-#: one field of a JSON value replaced by an odd one (the input fuzz's, as plexus.studies'
-#: fuzzcases takes it)
-_edit = fuzz._json_edit  # noqa: SLF001
 
 
 @dataclass
@@ -68,8 +67,8 @@ class Result:
 
 @dataclass(frozen=True)
 class Targets:
-    """What the cache and outputs kinds call: `plexus.train` and `plexus.api`, which this package
-    may not import (`Targets.of(plexus.train.fuzztargets)`)."""
+    """What the cache and outputs kinds call, `plexus.train`'s cache and `plexus.api`'s outputs
+    (`Targets.of(fuzzing.targets)`), or a test's stand-ins for them."""
 
     #: (cache directory, grid) -> the store the cache gives for `SPEC` (found, or built out of
     #: core through its ``graphs/``)
@@ -86,7 +85,7 @@ class Targets:
     @classmethod
     def of(cls, module: Any) -> "Targets":
         """From a module defining ``cache_build(cache, grid, spec)``, ``write_outputs``,
-        ``check_outputs`` and the ``OUTPUTS_*`` names (`plexus.train.fuzztargets`)."""
+        ``check_outputs`` and the ``OUTPUTS_*`` names (`fuzzing.targets`)."""
         return cls(lambda cache, grid: module.cache_build(cache, grid, SPEC),
                    module.write_outputs, module.check_outputs, module.OUTPUTS_MARKER,
                    tuple(module.OUTPUTS_FILES), module.OUTPUTS_FORMAT)
@@ -119,7 +118,7 @@ def make_bases(root: Path, kinds: tuple[str, ...] = KINDS,
 
     if targets is None and ("cache" in kinds or "outputs" in kinds):
         raise ValueError("the cache and outputs kinds need targets "
-                         "(Targets.of(plexus.train.fuzztargets))")
+                         "(Targets.of(fuzzing.targets))")
     bases = Bases(root, targets)
     if "workdir" in kinds:
         partition_to_store(SPEC, root / "clean" / "s", "2x1x1", 2, **RUN)
@@ -153,194 +152,6 @@ def make_bases(root: Path, kinds: tuple[str, ...] = KINDS,
     return bases
 
 
-# ------------------------------------------------------------------------------- damage
-def _victim(d: Path) -> Path:
-    """A directory of the user's beside the case that nothing may touch."""
-    victim = d / "victim"
-    victim.mkdir(mode=0o700)
-    (victim / "keep").write_text("mine")
-    return victim
-
-
-def _intact(d: Path) -> bool:
-    victim = d / "victim"
-    try:
-        return sorted(os.listdir(victim)) == ["keep"] and \
-            (victim / "keep").read_text() == "mine"
-    except OSError:
-        return False
-
-
-def _files(folder: Path, pattern: str = "*") -> list[Path]:
-    return sorted(p for p in folder.rglob(pattern) if p.is_file() and not p.is_symlink())
-
-
-def _damage_file(path: Path, rng: random.Random) -> str:
-    data = path.read_bytes()
-    how = rng.choice(("flip", "truncate", "same size", "empty", "grow"))
-    if how == "flip":
-        path.write_bytes(mutate_bytes(data, rng))
-    elif how == "truncate":
-        path.write_bytes(data[:rng.randrange(max(1, len(data)))])
-    elif how == "same size" and data:
-        i = rng.randrange(len(data))
-        path.write_bytes(data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1:])
-    elif how == "empty":
-        path.write_bytes(b"")
-    else:
-        path.write_bytes(data + b"\0" * rng.randint(1, 64))
-    return how
-
-
-def _damage_workdir(work: Path, victim: Path, rng: random.Random) -> str:
-    markers = sorted(p for p in (work / "done").rglob("*.json") if p.parent != work / "done")
-    data = [p for p in _files(work) if "done" not in p.relative_to(work).parts
-            and p.name != ".plexus-work.json" and p.name != ".lock"]
-    how = rng.choice(("marker edit", "marker bytes", "marker planted",
-                      "marker lost", "data", "data", "swap", "data link", "dir link",
-                      "signature", "record", "work link", "mode", "planted file"))
-    if how == "marker edit":
-        m = rng.choice(markers)
-        outer = json.loads(m.read_text())
-        outer["result"] = json.dumps(_edit(json.loads(outer["result"]), rng))
-        m.write_text(json.dumps(outer))
-    elif how == "marker bytes":
-        _damage_file(rng.choice(markers), rng)
-    elif how == "marker planted":  # a finished task's marker copied over to an unfinished one
-        m = rng.choice(markers)
-        index = int(m.stem) + rng.randint(1, 3)
-        shutil.copy(m, m.with_name(f"{index:06d}.json"))
-    elif how == "marker lost":
-        owned.remove_file(rng.choice(markers))
-    elif how == "data":
-        how += " " + _damage_file(rng.choice(data), rng)
-    elif how == "swap" and len(data) > 1:
-        a, b = rng.sample(data, 2)
-        tmp = a.with_name(a.name + ".swap")
-        owned.move(a, tmp)
-        owned.move(b, a)
-        owned.move(tmp, b)
-    elif how == "data link":
-        f = rng.choice(data)
-        owned.remove_file(f)
-        f.symlink_to(victim / "keep")
-    elif how == "dir link":
-        folder = rng.choice(sorted({p.parent for p in data}))
-        owned.remove_tree(folder)
-        folder.symlink_to(victim)
-    elif how == "signature":
-        sig = work / ".plexus-work.json"
-        choice = rng.random()
-        if choice < 0.3:
-            owned.remove_file(sig)
-        elif choice < 0.6:
-            sig.write_text(json.dumps(_edit(json.loads(sig.read_text()), rng)))
-        else:
-            _damage_file(sig, rng)
-    elif how == "record":
-        record = work / "done" / "files.json"
-        if record.exists():
-            if rng.random() < 0.5:
-                _damage_file(record, rng)
-            else:
-                record.write_text(json.dumps(_edit(json.loads(record.read_text()), rng)))
-    elif how == "work link":
-        target = work.with_name(work.name + ".real")
-        owned.move(work, target)
-        work.symlink_to(target if rng.random() < 0.5 else victim)
-    elif how == "mode":
-        work.chmod(rng.choice((0o755, 0o777, 0o750)))
-    else:  # a file planted where a task will write
-        folder = rng.choice(sorted({p.parent for p in data}))
-        (folder / rng.choice(("x.npy", "piece-000000.npy", "rank-x9-y0-z0.npz"))).write_bytes(
-            os.urandom(rng.randint(0, 256)))
-    return how
-
-
-def _damage_cache(cache: Path, rng: random.Random) -> tuple[str, str]:
-    """(what was damaged, the grid to ask for next)."""
-    stores = [p for p in cache.iterdir() if p.is_dir() and (p / "manifest.json").exists()]
-    graph = next((cache / "graphs").iterdir())
-    how = rng.choice(("rank file", "rank file", "manifest", "graph array", "graph array",
-                      "graph header", "sources", "swap"))
-    grid = "1x1x1"
-    if how == "rank file":
-        how += " " + _damage_file(rng.choice(_files(stores[0], "rank-*")), rng)
-    elif how == "manifest":
-        m = stores[0] / "manifest.json"
-        if rng.random() < 0.5:
-            m.write_text(json.dumps(_edit(json.loads(m.read_text()), rng)))
-        else:
-            _damage_file(m, rng)
-    elif how == "graph array":
-        grid = "2x1x1"
-        how += " " + _damage_file(rng.choice(_files(graph, "*.npy")), rng)
-    elif how == "graph header":
-        grid = "2x1x1"
-        h = graph / "graph.json"
-        h.write_text(json.dumps(_edit(json.loads(h.read_text()), rng)))
-    elif how == "sources":
-        s = rng.choice(_files(cache / "sources"))
-        if rng.random() < 0.3:
-            depth = rng.choice((1000, 100000))
-            s.write_text('{"source": ' + "[" * depth + "]" * depth + "}")
-        else:
-            s.write_text(json.dumps(_edit(json.loads(s.read_text()), rng)))
-    else:  # swapped between the graph and the store, or two graph arrays
-        a, b = rng.sample(_files(graph, "*.npy"), 2)
-        grid = "2x1x1"
-        tmp = a.with_name(a.name + ".swap")
-        owned.move(a, tmp)
-        owned.move(b, a)
-        owned.move(tmp, b)
-    return how, grid
-
-
-def _damage_outputs(res: Path, victim: Path, rng: random.Random) -> tuple[str, bool]:
-    """(what was done, whether ``res`` is still exactly a directory Plexus wrote)."""
-    how = rng.choice(("extra file", "marker edit", "marker bytes", "array gone", "link",
-                      "marker link", "subdir", "users dir", "fifo", "untouched", "empty"))
-    ours = False
-    if how == "extra file":
-        (res / rng.choice(("thesis.tex", ".hidden", "outputs.json.bak", "embeddings.npy"))
-         ).write_text("x")
-    elif how == "marker edit":
-        m = res / "outputs.json"
-        meta = json.loads(m.read_text())
-        m.write_text(json.dumps(_edit(meta, rng)))
-    elif how == "marker bytes":
-        _damage_file(res / "outputs.json", rng)
-    elif how == "array gone":
-        owned.remove_file(res / rng.choice(("pred.npy", "logits.npy")))
-    elif how == "link":
-        f = res / rng.choice(("pred.npy", "logits.npy"))
-        owned.remove_file(f)
-        f.symlink_to(victim / "keep")
-    elif how == "marker link":
-        owned.move(res / "outputs.json", victim.parent / "elsewhere.json")
-        (res / "outputs.json").symlink_to(victim.parent / "elsewhere.json")
-    elif how == "subdir":
-        f = res / rng.choice(("pred.npy", "logits.npy"))
-        owned.remove_file(f)
-        f.mkdir()
-    elif how == "users dir":  # a user's own folder that happens to hold an outputs.json
-        owned.remove_tree(res)
-        res.mkdir()
-        (res / "outputs.json").write_text(json.dumps({"mine": rng.randint(0, 9)}))
-        if rng.random() < 0.7:
-            (res / "notes.txt").write_text("mine")
-    elif how == "fifo":
-        owned.remove_file(res / "outputs.json")
-        os.mkfifo(res / "outputs.json")
-    elif how == "empty":
-        owned.remove_tree(res)
-        res.mkdir()
-        ours = True  # empty: replaceable, nothing to lose
-    else:
-        ours = True
-    return how, ours
-
-
 # ------------------------------------------------------------------------------- running
 def _typed(e: BaseException) -> bool:
     return isinstance(e, ValueError) and bool(str(e).strip()) and "\n" not in str(e)
@@ -349,16 +160,16 @@ def _typed(e: BaseException) -> bool:
 def _run_workdir(d: Path, bases: Bases, rng: random.Random) -> tuple[str, str, str]:
     from plexus.partitioners import partition_to_store  # noqa: PLC0415
 
-    victim = _victim(d)
+    victim = make_victim(d)
     base = bases.work[rng.choice(sorted(bases.work))]
     work = d / base.name
     shutil.copytree(base, work, symlinks=True)
     from plexus.core.tasks import record_files  # noqa: PLC0415
 
     record_files(work)  # as the killed run left it (a copy has new inodes and change times)
-    how = _damage_workdir(work, victim, rng)
+    how = damage_workdir(work, victim, rng)
     outcome, detail = _call(lambda: partition_to_store(SPEC, d / "s", "2x1x1", 2, **RUN))
-    if not _intact(d):
+    if not intact(d):
         return how, "lost", f"the victim changed ({detail})"
     if outcome == "ok" and _store_bytes(d / "s") != bases.store:
         return how, "wrong", "a store other than the clean run's"
@@ -372,7 +183,7 @@ def _run_cache(d: Path, bases: Bases, rng: random.Random) -> tuple[str, str, str
     assert bases.cache is not None
     cache = d / "cache"
     shutil.copytree(bases.cache, cache, symlinks=True)
-    how, grid = _damage_cache(cache, rng)
+    how, grid = damage_cache(cache, rng)
     box: list[Path] = []
     outcome, detail = _call(lambda: box.append(bases.targets.cache_build(cache, grid)))
     if outcome != "ok":
@@ -387,10 +198,10 @@ def _run_cache(d: Path, bases: Bases, rng: random.Random) -> tuple[str, str, str
 def _run_outputs(d: Path, bases: Bases, rng: random.Random) -> tuple[str, str, str]:
     assert bases.outputs is not None and bases.targets is not None
     targets = bases.targets
-    victim = _victim(d)
+    victim = make_victim(d)
     res = d / "res"
     shutil.copytree(bases.outputs, res, symlinks=True)
-    how, ours = _damage_outputs(res, victim, rng)
+    how, ours = damage_outputs(res, victim, rng)
     before = sorted(os.listdir(res))
     ours = ours or _plexus_only(res, targets)
 
@@ -399,7 +210,7 @@ def _run_outputs(d: Path, bases: Bases, rng: random.Random) -> tuple[str, str, s
         targets.write_outputs(res, 7)
 
     outcome, detail = _call(write)
-    if not _intact(d):
+    if not intact(d):
         return how, "lost", "the victim changed"
     if outcome == "ok" and not ours:
         return how, "lost", f"replaced a directory holding {before}"
@@ -437,14 +248,6 @@ def _call(fn: Callable[[], Any]) -> tuple[str, str]:
     return "ok", ""
 
 
-class _Hang(BaseException):
-    pass
-
-
-def _on_alarm(signum: int, frame: Any) -> None:  # noqa: ARG001
-    raise _Hang()
-
-
 #: what the machine, not the case, ran out of (other processes' load): the case runs again
 _STARVED = ("can't start new thread", "Resource temporarily unavailable")
 
@@ -478,14 +281,14 @@ def _run_case(kind: str, index: int, seed: int, bases: Bases, folder: Path,
         code = 0
         try:
             os.close(read)
-            signal.signal(signal.SIGALRM, _on_alarm)
+            signal.signal(signal.SIGALRM, on_alarm)
             signal.alarm(limit_s)
             rng = random.Random(f"{seed}-{kind}-{index}")
             d = folder / f"{kind}-{index}"
             d.mkdir(parents=True)
             try:
                 how, outcome, detail = RUNNERS[kind](d, bases, rng)
-            except _Hang:
+            except Hang:
                 how, outcome, detail = "?", "hang", f"still running after {limit_s} s"
             signal.alarm(0)
             os.write(write, json.dumps([how, outcome, detail]).encode())

@@ -1,4 +1,4 @@
-"""Fuzz cases for the Python API's graph inputs (`plexus.testing.fuzz` kind ``api``).
+"""Fuzz cases for the Python API's graph inputs (`fuzzing.inputs` kind ``api``).
 
 Each case is a call a library user could make with arrays of their own: `Graph.from_scipy`
 (every scipy sparse format, dense and torch inputs) and `Graph.from_pyg`, a `Graph` built field

@@ -6,7 +6,7 @@ hand-edited folder can be: JSON edited field by field, lines cut or replaced (``
 ``[1, 2]``, bit flips), a FIFO, a directory or a symlink (out of the folder, to a FIFO, to
 nothing, to /dev/null) where a file belongs, the lock file hard-linked to a file outside.
 Each case runs the tool in-process (``plexus-sweep`` with the SLURM launcher: it plans, reads
-and writes everything but starts no training) through the harness of `plexus.testing.fuzz`
+and writes everything but starts no training) through the harness of `fuzzing.harness`
 (a child process per batch, an alarm per case). Acceptable outcomes: status 0, or status 2
 with exactly one ``PROG: error:`` line; a write outside the folder (or to /dev/null) is
 reported as ``payload``.
@@ -25,11 +25,12 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from plexus.testing import fuzz
-
-from .cli import report_main, sweep_main
-from .folder import LOCK_NAME
 from plexus.core import owned
+from plexus.studies.cli import report_main, sweep_main
+from plexus.studies.folder import LOCK_NAME
+
+from .harness import Case, main
+from .mutate import json_edit, mutate_bytes
 
 KINDS = ("sweep", "report")
 SPEC = "rmat:scale=6,edge_factor=4,features=8,classes=3"
@@ -113,7 +114,7 @@ def _damage_text(text: str, rng: random.Random) -> str:
             obj = json.loads(lines[i])
         except ValueError:
             return text
-        lines[i] = json.dumps(fuzz._json_edit(copy.deepcopy(obj), rng))  # noqa: SLF001
+        lines[i] = json.dumps(json_edit(copy.deepcopy(obj), rng))
         return "\n".join(lines) + "\n"
     if how == "line":
         junk = rng.choice(('[1, 2]', '"x"', '{"loss": Infinity}', '{"epoch": NaN}', "nul\x00l",
@@ -127,7 +128,7 @@ def _damage_text(text: str, rng: random.Random) -> str:
         lines.insert(rng.randrange(len(lines) + 1), junk)
         return "\n".join(lines) + "\n"
     if how == "bytes":
-        return fuzz.mutate_bytes(text.encode(), rng).decode("utf-8", errors="replace")
+        return mutate_bytes(text.encode(), rng).decode("utf-8", errors="replace")
     if how == "truncate":
         return text[:rng.randrange(max(1, len(text)))]
     return json.dumps(rng.choice(([1, 2], "x", None, 3, {}, {"format": 1})))
@@ -168,7 +169,7 @@ def _damage(out: Path, d: Path, rng: random.Random, kind: str) -> str:
     return "; ".join(done)
 
 
-def make_cases(work: Path, seed: int, per_kind: int, kinds=KINDS) -> list[fuzz.Case]:
+def make_cases(work: Path, seed: int, per_kind: int, kinds=KINDS) -> list[Case]:
     """``per_kind`` damaged copies of a study folder per kind, seeded."""
     rng = random.Random(seed)
     base = make_base(work)
@@ -187,7 +188,7 @@ def make_cases(work: Path, seed: int, per_kind: int, kinds=KINDS) -> list[fuzz.C
                 for rid in sorted(json.loads((base / "manifest.json").read_text())["runs"])[:1]:
                     shutil.copy(base / "runs" / f"{rid}.json", out / "runs")
             what = _damage(out, d, random.Random(rng.getrandbits(64)), kind)
-            cases.append(fuzz.Case(kind, f"{kind}-{i:04d}", spec=what, root=str(d)))
+            cases.append(Case(kind, f"{kind}-{i:04d}", spec=what, root=str(d)))
     return cases
 
 
@@ -203,7 +204,7 @@ def _outside_intact(d: Path) -> str | None:
     return None
 
 
-def run_one(case: fuzz.Case) -> tuple[str, str]:
+def run_one(case: Case) -> tuple[str, str]:
     """Run the tool on the case's folder; (outcome, detail)."""
     d = Path(case.root)  # type: ignore[arg-type]
     out = d / "out"
@@ -227,4 +228,4 @@ def run_one(case: fuzz.Case) -> tuple[str, str]:
 
 
 if __name__ == "__main__":
-    fuzz.main(run_one)
+    main(run_one)

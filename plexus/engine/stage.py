@@ -1,7 +1,10 @@
-"""The one 3D stage every built-in kind runs as: its parameter shards (cut as `plexus.core.ops`
-declares them) and the stage toolkit its kind's torch code is written with; and where each
+"""The one 3D stage every built-in kind runs as (`Stage3D`): its parameter shards (cut as
+`plexus.core.ops` declares them) and the stage toolkit its kind's torch code is written with,
+BatchNorm's too; a kind's serial reference as the engine calls it (`serial_of`); and where each
 declared parameter's shard sits in the full tensor (`placement`, `ShardMap`), which the models
-use to convert between shards and grid-independent tensors.
+use to convert between shards and grid-independent tensors. A kind's torch code and serial
+reference live in its one file in `plexus.core.ops`; the engine runs every kind through
+`Stage3D` and `serial_of`.
 
 Symbols follow docs/design.md: Â (this rank's block of the adjacency), H (input block),
 W (weight block, stored cut over one more axis and gathered before use), OUT. Each collective is
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -26,9 +29,14 @@ from torch import nn
 from plexus.core.layout import LayerPlan, block
 from plexus.core.ops import OPERATORS, Param
 
-from ..comm import Comm, all_reduce_staged
-from ..gemm import GemmTuner
-from ..graph3d import StageGraph
+from .comm import Comm, all_reduce_staged
+from .gemm import GemmTuner
+from .graph3d import StageGraph
+
+
+def serial_of(op: str) -> Callable:
+    """Operator ``op``'s serial reference: ``(model, plan, H, step) -> OUT`` before the bias."""
+    return OPERATORS[op].serial
 
 
 def weight_block(plan: LayerPlan, shape: Mapping[str, int], coords: Mapping[str, int],
