@@ -46,8 +46,12 @@ def reserve_standard_fds() -> None:
                 os.close(null)
 
 
-def run_rank(plan: RunPlan, env: JobEnv) -> int:
-    """Everything one rank does, from joining the job to the summary; returns the exit status."""
+def run_rank(plan: RunPlan, env: JobEnv, *, join_failure_ends_job: bool = False) -> int:
+    """Everything one rank does, from joining the job to the summary; returns the exit status.
+
+    ``join_failure_ends_job``: a rank that cannot join the job ends its process with status 2
+    instead of returning it (`local_worker`: the local launcher waits for every worker's
+    return value, so peers stuck in the rendezvous would otherwise hold the job forever)."""
     started = time.perf_counter()
     # start-up: from the command's start (or this rank's own, under torchrun/srun) to here
     origin = plan.launched_at or process_start_time()
@@ -60,6 +64,8 @@ def run_rank(plan: RunPlan, env: JobEnv) -> int:
         joined = time.perf_counter()
     except LaunchError as e:  # e.g. a local rank without a GPU: the same on every such rank
         print(error_line(f"rank {env.rank}: {e}"), file=sys.stderr, flush=True)
+        if join_failure_ends_job:  # no peer to agree with: the launcher stops the others
+            raise SystemExit(2) from None
         return 2
     error: BaseException | None = None
     setup = None
@@ -133,7 +139,7 @@ def local_worker(plan: RunPlan) -> int:
     env = detect_environment()
     if env is None:
         raise LaunchError("worker started without RANK/WORLD_SIZE in its environment")
-    return run_rank(plan, env)
+    return run_rank(plan, env, join_failure_ends_job=True)
 
 
 def run_local(plan: RunPlan) -> int:
@@ -149,6 +155,8 @@ def run_local(plan: RunPlan) -> int:
                              fork=threads_per_worker(nprocs, requested=plan.threads) == 1)
     except LocalJobFailed as e:
         root = e.failures[0]
+        if root.exitcode == 2 and not root.traceback:  # a rank that could not join: it said why
+            return 2
         if "timed out" in root.message.lower():  # not a bug: a peer stopped answering
             stuck = lagging_rank(e.progress, nprocs)
             which = ("" if stuck is None else

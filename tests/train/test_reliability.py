@@ -117,6 +117,29 @@ def test_a_stuck_rank_times_out_and_ends_the_job():
     assert "waited longer than --timeout 8 s: a peer is stuck or dead" in err, err
 
 
+@pytest.mark.slow
+def test_a_rank_stuck_joining_ends_the_job_when_its_peer_gives_up(monkeypatch, capfd):
+    """One rank never gets through the rendezvous (seen once under load: a store client that
+    never answered) while its peer gives up with a one-line error: the job ends with that
+    error and status 2, instead of the launcher waiting for the stuck rank's return value."""
+    from plexus.runtime.env import LaunchError
+    from plexus.train import entry
+
+    def join(env, timeout_s, **kwargs):
+        if env.rank == 1:
+            time.sleep(120)  # stuck; the launcher must end it
+        raise LaunchError("could not join the job (planted)")
+
+    monkeypatch.setattr(entry, "init_process_group", join)  # the forked workers inherit it
+    start = time.monotonic()
+    code = main(["--grid", "2x1x1", "--epochs", "1", "--no-cache", "--threads", "1", "--quiet"])
+    took = time.monotonic() - start
+    err = capfd.readouterr().err
+    assert code == 2 and took < 60, (code, took, err)
+    assert "plexus-train: error: rank 0: could not join the job (planted)" in err, err
+    assert "Traceback" not in err and "worker rank" not in err, err
+
+
 def test_inject_fault_is_checked():
     proc = train("--grid", "1x1x1", "--inject-fault", "explode:0:1")
     assert proc.returncode == 2 and "expected KIND:RANK:EPOCH" in proc.stderr
