@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,28 @@ def test_compare_refuses_an_unknown_revision(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "no-such-rev-xyz" in proc.stderr
+
+
+def test_the_cpu_seconds_of_a_fork_servers_ranks_are_counted() -> None:
+    """A revision whose ranks come from a fork server (a process its launcher never waits for)
+    once showed a quarter of its CPU seconds: the ranks' went nowhere. The script adopts such
+    orphans and counts them: here a launcher whose orphaned child burns 0.5 s of CPU."""
+    code = textwrap.dedent(f"""
+        import os, runpy, time
+        compare = runpy.run_path({str(SCRIPT)!r})  # its functions, without running it
+        assert compare["adopt_orphans"]()
+        launcher = os.fork()
+        if launcher == 0:
+            if os.fork() == 0:  # the fork server's rank, orphaned when the launcher exits
+                start = time.process_time()
+                while time.process_time() - start < 0.5:
+                    pass
+                os._exit(0)
+            os._exit(0)
+        os.waitpid(launcher, 0)
+        print(compare["reap_orphans"]()[0])
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert 0.45 <= float(proc.stdout) < 5, proc.stdout
