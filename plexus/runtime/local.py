@@ -120,17 +120,37 @@ def _temporary_files_in(directory: str) -> Iterator[None]:
         tempfile.tempdir = saved
 
 
-def _worker(lifeline: Lifeline, progress_dir: str, entrypoint: Callable[..., Any],
+#: How long a forked worker waits for the launcher to fork the last of its peers.
+FORKED_PEERS_TIMEOUT_S = 120.0
+
+
+class WorkerStartError(RuntimeError):
+    """A forked worker's peers were not all started in time (the launcher stalled or died)."""
+
+
+def _worker(lifeline: Lifeline, progress_dir: str, forked: Any, entrypoint: Callable[..., Any],
             *args: Any) -> Any:
     """What a local worker runs: first tie its life to the launcher's, then the entry point.
 
     SIGINT ends a worker at once, by the signal: the launcher then names it ("worker rank 1
     (pid N) was killed by signal SIGINT") rather than a peer's broken connection, and no
-    traceback is printed (Ctrl-C reaches every process of the job)."""
+    traceback is printed (Ctrl-C reaches every process of the job).
+
+    ``forked`` (workers forked from the launcher): a barrier of all the workers, passed before
+    any of them joins the job. A worker joining connects to the agent's store, whose thread
+    then takes glibc's resolver lock (getnameinfo); a worker forked at that moment inherited
+    the lock taken and blocked on it forever (1 start of 40 of a 2x2x2 job hung). No worker
+    connects until the last one is forked."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         if callable(signal.getsignal(sig)):  # the agent's handler, inherited by a fork
             signal.signal(sig, signal.SIG_DFL)
+    if forked is not None:
+        try:
+            forked.wait(FORKED_PEERS_TIMEOUT_S)
+        except threading.BrokenBarrierError:
+            raise WorkerStartError(f"the launcher did not start every worker within "
+                                   f"{FORKED_PEERS_TIMEOUT_S:g} s") from None
     lifeline.hold()
     os.environ[PROGRESS_DIR_ENV] = progress_dir
     return entrypoint(*args)
@@ -173,6 +193,7 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any,
     progress_dir = os.path.join(log_dir, "progress")
     os.mkdir(progress_dir)
     lifeline = Lifeline(os.getpid(), (log_dir, mp_dir))
+    forked = mp.get_context("fork").Barrier(nprocs) if start_method == "fork" else None
     try:
         config = LaunchConfig(
             min_nodes=1, max_nodes=1, nproc_per_node=nprocs,
@@ -190,7 +211,8 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any,
             logs_specs=DefaultLogsSpecs(log_dir=log_dir))
         try:
             with _temporary_files_in(log_dir):
-                results = elastic_launch(config, _worker)(lifeline, progress_dir, entrypoint,
+                results = elastic_launch(config, _worker)(lifeline, progress_dir, forked,
+                                                          entrypoint,
                                                           *args)
         except ChildFailedError as e:
             raise LocalJobFailed(_failures(e), read_progress(progress_dir)) from None
