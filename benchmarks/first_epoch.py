@@ -92,8 +92,9 @@ def timed(cmd: list[str], cwd: Path | None = None, tree: Path = REPO) -> tuple[f
 
 def plexus_run(grid: str, cache: Path, tmp: Path, tree: Path = REPO) -> dict:
     log = tmp / f"log-{grid}.json"
+    # run in the tree: a fork server's `python -c` puts its working directory first on its path
     wall, _ = timed([str(BIN / "plexus-train"), "--grid", grid, "--epochs", "1", "--quiet",
-                     "--cache", str(cache), "--log-json", str(log)], tree=tree)
+                     "--cache", str(cache), "--log-json", str(log)], cwd=tree, tree=tree)
     summary = json.loads(log.read_text().splitlines()[-1])
     w, phases = summary["wall_time"], summary.get("setup_phases") or {}
     return {"whole_s": wall, "startup_s": w["startup_s"],
