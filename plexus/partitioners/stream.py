@@ -49,8 +49,8 @@ from plexus.core.grid import GridShape
 from plexus.core.layout import layer_plans, pad_to, padding
 from plexus.core.ops import KINDS
 from plexus.core.tasks import call, remove_task
-from plexus.datasets.canonical import (BUCKET_ENTRIES, CHUNK_EDGES, Degrees, canonicalize,
-                                       csr_pieces, scan_pieces)
+from plexus.datasets.canonical import BUCKET_ENTRIES, CHUNK_EDGES, canonicalize, csr_pieces
+from plexus.datasets.degrees import Degrees, scan_pieces
 from plexus.datasets.graph import AGGREGATIONS
 from plexus.datasets.work import Runner
 

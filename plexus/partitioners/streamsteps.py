@@ -14,14 +14,15 @@ from pathlib import Path
 import numpy as np
 
 from plexus.core.tasks import CONSUMED
-from plexus.datasets.canonical import (Degrees, budget_bounds, group_order, hash_array_prefix,
-                                       pack, structure_sha256, unpack)
-from plexus.datasets.npyio import load_npy, read_concatenated
+from plexus.datasets.canonical import (budget_bounds, group_order, hash_array_prefix, pack,
+                                       structure_sha256, unpack)
+from plexus.datasets.degrees import Degrees
+from plexus.datasets.npyio import load_npy, read_concatenated, save_piece
 
 from .permutations import Permutation, permutation_from_counts
 from .plan import MASKS, pack_masks
 from .streamjob import (Job, PartitionError, col_order_index, index_dtype, pos_dtype, route_of,
-                        routed_adjs, row_order_index, save_piece)
+                        routed_adjs, row_order_index)
 
 
 # --------------------------------------------------------------------------- permutation step
