@@ -215,11 +215,12 @@ def distributed_model(graph: Graph, grid: Grid, model: ModelConfig | str | None 
     """This rank's part of a GNN on ``graph`` over ``grid`` (call it on every rank).
 
     ``model`` is a `ModelConfig`, or the model kind by the name ``plexus-train --model`` takes
-    ("gcn", "sage", "gin", "gat", "mlp"; default "gcn") with the other fields as keywords
-    (``num_layers=2, hidden=16, dropout=0.5, heads=4, ...``). ``seed`` fixes the weights and
-    dropout masks (the same on every grid), ``perm`` the load-balancing node permutation
-    (results do not depend on it). A keyword that is no model option is a TypeError, a value
-    the model refuses a `plexus.core.model.ModelError` (a ValueError), each naming what to use.
+    (a name of the registry `plexus.core.ops.KINDS`; default "gcn") with the other fields as
+    keywords (``num_layers=2, hidden=16, dropout=0.5, heads=4, ...``). ``seed`` fixes the
+    weights and dropout masks (the same on every grid), ``perm`` the load-balancing node
+    permutation (results do not depend on it). A keyword that is no model option is a
+    TypeError, a value the model refuses a `plexus.core.model.ModelError` (a ValueError), each
+    naming what to use.
     With ``memory_check`` (the default), a model the performance model predicts not to fit
     this rank's memory is refused before anything of it is built, as plexus-train refuses it
     (`plexus.api.memcheck.MemoryCheckError`, a ValueError).

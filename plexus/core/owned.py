@@ -17,6 +17,10 @@ Another user of the machine is an adversary: a name is not proof. So
 
 Everything refused raises `NotOursError` (one line naming the path and the reason) before
 anything is touched.
+
+Kept over 450 lines: the one owner of every deletion, whole on purpose; its key's creation
+unlinks, its seal checks walk the same directory descriptors its removals do and every removal
+checks a seal, so a split would hand those descriptor primitives to a second module.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from typing import IO, Iterator
 
 import numpy as np
 
+from plexus.core import owned
 from plexus.core.values import one_line
 
 from .files import open_regular
@@ -232,6 +233,14 @@ def save_npy(path: str | os.PathLike, arr: np.ndarray) -> None:
         if e.filename is None:
             e.filename = str(path)
         raise
+
+
+def save_piece(path: Path, arr: np.ndarray) -> None:
+    """Save beside and rename: a killed task leaves no file under the final name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    save_npy(tmp, arr)
+    owned.replace_file(tmp, path)
 
 
 def load_npy(path: str | os.PathLike, error: ErrorType = DatasetError,

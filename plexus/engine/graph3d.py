@@ -34,6 +34,7 @@ from typing import Mapping
 import torch
 
 from plexus.core.layout import LayerPlan, block
+from plexus.core.ops.conv import RootTerm
 
 from .blocks import GraphBlocks
 from .comm import Comm
@@ -86,7 +87,7 @@ class StageGraph:
         self._edges: EdgeBlock | None = None
         self._S = self._A = self._St = None
         self._P: dict[tuple, torch.Tensor] = {}
-        self._conv: dict[str, tuple] = {}
+        self._conv: dict[RootTerm, tuple] = {}
         self._cache: dict[object, torch.Tensor] = {}
         self.exchange: RowExchange | None = None  # the sparse exchange's lists, once built
 
@@ -325,15 +326,15 @@ class StageGraph:
         return x
 
     # ---- the graph convolution Â·H·W with a root term ---------------------------------------
-    def conv(self, H: torch.Tensor, step: int | None, root: str = "none",
+    def conv(self, H: torch.Tensor, step: int | None, root: RootTerm = RootTerm.NONE,
              Wr: torch.Tensor | None = None, eps: torch.Tensor | None = None) -> torch.Tensor:
         """The stage's graph convolution H' = Â·dropout(H)·W (+ root term) in its order, with the
         stage's dropout (`stage_rate`) and weight "W": aggregate first AR([Â;S]·H) over o, then
         [AGG | S·H]·[W; Wr] (or (AGG + (1+ε)·S·H)·W), AR(OUT) over i; combine first H·[W | Wr],
         AR(Z) over i, then AR([Â | S]·[Z; Zr]) over o (`plexus.core.ops.conv` declares it).
-        ``root`` (the declaration's `ConvOperator.root`): "none"; "sage" (H·Wr, ``Wr`` the
-        shard); "gin" ((1+ε)·H, ``eps`` the shard or None for ε = 0); "res" (H: the identity
-        as Wr). A root term multiplies the stage's own stacked block [Â; S] or [Â | S], so one
+        ``root`` (the declaration's `ConvOperator.root`, a `RootTerm`): none; a learned root
+        weight (H·Wr, ``Wr`` the shard); a residual (H: the identity as Wr); scaled ((1+ε)·H,
+        ``eps`` the shard or None for ε = 0). A root term multiplies the stage's own stacked block [Â; S] or [Â | S], so one
         SpMM and one all-reduce serve both."""
         drop = self.dropout_args(self.stage_rate(), step)
         if self.plan.order == "agg":  # dropout inside the SpMM's autograd function
@@ -342,14 +343,14 @@ class StageGraph:
         return self._combine_first(H if drop is None else masked_dropout(H, *drop), root, Wr,
                                    eps)
 
-    def _conv_block(self, root: str) -> tuple:
+    def _conv_block(self, root: RootTerm) -> tuple:
         """The convolution's block and its forward row chunks (plain or stacked), built once."""
         if root not in self._conv:
-            self._conv[root] = self.graph.plain(self.plan) if root == "none" else \
-                self.graph.stacked(self.plan)
+            self._conv[root] = self.graph.stacked(self.plan) if root.stacked else \
+                self.graph.plain(self.plan)
         return self._conv[root]
 
-    def _exchanges(self, root: str) -> tuple[RowExchange | None, RowExchange | None]:
+    def _exchanges(self, root: RootTerm) -> tuple[RowExchange | None, RowExchange | None]:
         """The sparse exchanges of the convolution's sum over o and, aggregate first, of its
         replicated result's gradient (None: the all-reduce), by ``engine.sparse_comm``: a
         plain block's touched rows (`plexus.engine.exchange`). Built at the stage's first run,
@@ -358,7 +359,7 @@ class StageGraph:
             mode = getattr(self.engine, "sparse_comm", "off")
             o = self.plan.outer
             ex = None
-            if root == "none" and mode != "off" and self.comm.grid.size(o) > 1:
+            if not root.stacked and mode != "off" and self.comm.grid.size(o) > 1:
                 m = self.graph.matrix(self.plan)
                 ex = RowExchange.build(self.comm, o, self.graph.shard.touched_rows(
                     self.plan.index), m.shape[0])
@@ -379,10 +380,10 @@ class StageGraph:
                                                             else ex.gathered))
                 for k in ("sum", "gather")}
 
-    def _root_weight(self, root: str, Wr: torch.Tensor | None, axis: str) -> torch.Tensor:
-        """Wr gathered over W's flat axis (SAGE), or the identity's block (a residual: H·I, a
-        constant, gathered already)."""
-        if root == "sage":
+    def _root_weight(self, root: RootTerm, Wr: torch.Tensor | None, axis: str) -> torch.Tensor:
+        """Wr gathered over W's flat axis (a learned root weight), or the identity's block (a
+        residual: H·I, a constant, gathered already)."""
+        if root.learned:
             return self.comm.all_gather(Wr.to(self.dtype), axis)  # AG(Wr); bwd: RS(dWr)
         return self.cached("I", self._identity_weight)
 
@@ -396,7 +397,7 @@ class StageGraph:
     def _one_plus_eps(self, eps: torch.Tensor | None) -> torch.Tensor | float:
         return 1.0 if eps is None else 1 + self.scalar(eps)  # bwd: AR(dε) over each axis
 
-    def _aggregate_first(self, H: torch.Tensor, root: str, Wr, eps, drop: tuple | None
+    def _aggregate_first(self, H: torch.Tensor, root: RootTerm, Wr, eps, drop: tuple | None
                          ) -> torch.Tensor:
         o, i, d, c = self.plan.outer, self.plan.inner, self.plan.depth, self.comm
         a, chunks = self._conv_block(root)
@@ -406,24 +407,24 @@ class StageGraph:
         X = (c.all_reduce_grad(X, o) if gathered is None      # bwd: AR(d[AGG;R]) over o, or
              else GatherGrad.apply(X, c, gathered))           # RS + SAG(dAGG) (sparse)
         W = c.all_gather(self.params["W"].to(self.dtype), d)  # AG(W) over d; bwd: RS(dW) over d
-        if root != "none":
+        if root.stacked:
             AGG, R = X.chunk(2)                               # Â·H and S·H = H in OUT's rows
-            if root == "gin":
+            if root.scaled:
                 X = AGG + self._one_plus_eps(eps) * R
             else:                                             # [AGG | R]·[W; Wr]
                 X, W = torch.cat([AGG, R], 1), torch.cat([W, self._root_weight(root, Wr, d)], 0)
         return c.all_reduce(self._gemm(X, W), i)              # AR(OUT) over i
 
-    def _combine_first(self, H: torch.Tensor, root: str, Wr, eps) -> torch.Tensor:
+    def _combine_first(self, H: torch.Tensor, root: RootTerm, Wr, eps) -> torch.Tensor:
         o, i, c = self.plan.outer, self.plan.inner, self.comm
         W = c.all_gather(self.params["W"].to(self.dtype), o)  # AG(W) over o; bwd: RS(dW) over o
-        if root in ("sage", "res"):                           # H·[W | Wr]
+        if root.wide:                                         # H·[W | Wr]
             W = torch.cat([W, self._root_weight(root, Wr, o)], 1)
         Z = c.all_reduce(self._gemm(H, W), i)                 # AR(Z) over i
         Z = c.all_reduce_grad(Z, i)                           # bwd: AR(dZ) over i
-        if root in ("sage", "res"):
+        if root.wide:
             Z = torch.cat(Z.chunk(2, 1), 0)                   # [H·W; H·Wr]
-        elif root == "gin":
+        elif root.scaled:
             Z = torch.cat([Z, self._one_plus_eps(eps) * Z], 0)  # [Z; (1+ε)·Z]
         a, chunks = self._conv_block(root)
         summed, _ = self._exchanges(root)

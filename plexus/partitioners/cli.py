@@ -12,7 +12,7 @@ plexus-train counts them; the kind's declaration in `plexus.core.ops` says its s
 layer and its Â), and every stage's order. Nothing here needs torch: a run under torchrun or
 srun imports it to join its group.
 
-The store is written by the out-of-core partitioner (`plexus.partitioners.partition_to_store`):
+The store is written by the out-of-core partitioner (`plexus.partitioners.pipeline.PartitionJob`):
 memory does not grow with the number of edges; R-MAT and OGB datasets are converted in pieces,
 ``graph:DIR`` reads a graph directory. ``--jobs N`` runs N processes on this machine; under
 torchrun or srun every rank takes a share. A killed run leaves any previous store intact and
@@ -204,7 +204,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
     from plexus.datasets.convert import streamed_spec  # noqa: PLC0415
 
-    from .pipeline import partition_to_store  # noqa: PLC0415
+    from .pipeline import PartitionJob  # noqa: PLC0415
     from .store import check_out_dir, is_store  # noqa: PLC0415
 
     if is_store(args.out) and not args.force:
@@ -216,12 +216,12 @@ def run(argv: Sequence[str] | None = None) -> int:
     dataset = args.dataset if streamed_spec(args.dataset) and as_is else _load(args)
     start = time.perf_counter()
     timings: list = []
-    manifest = partition_to_store(
+    manifest = PartitionJob(
         dataset, args.out, shape, model.num_stages, orders, args.perm, args.seed,
         model=model.kind, root=args.root, dataset_seed=args.dataset_seed,
         jobs=args.jobs, graph_dir=args.graph_dir, chunk_edges=args.chunk_edges,
-        bucket_entries=args.bucket_entries, feature_dtype=args.feature_dtype, timings=timings,
-        hidden=args.hidden, keep_existing=not args.force)
+        bucket_entries=args.bucket_entries, feature_dtype=args.feature_dtype,
+        hidden=args.hidden, keep_existing=not args.force).run(timings)
     seconds = time.perf_counter() - start
     if not _leader():
         return 0

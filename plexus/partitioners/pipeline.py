@@ -1,10 +1,12 @@
-"""`partition_to_store`: any dataset to a shard store, in bounded memory, on one or many processes."""
+"""`partition_to_store` (a `PartitionJob`: prepare, convert, cut, publish): any dataset to a shard
+store, in bounded memory, on one or many processes."""
 
 from __future__ import annotations
 
 import errno
 import fcntl
 import os
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -98,83 +100,179 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
     Raises `ShardStoreError` (target), `DatasetError` (input), `PartitionError` (configuration);
     after such an error nothing is left on disk.
     """
-    out = check_out_dir(out_dir)
-    auto = isinstance(orders, str) and orders.strip().lower() == AUTO_ORDER
-    if auto and (hidden is None or hidden < 1):
-        raise PartitionError(f"orders 'auto' need the hidden width (>= 1), got {hidden}")
-    if auto and model is None:
-        raise PartitionError("orders 'auto' need the model kind the store is cut for (model=)")
-    try:
-        aggregation = store_aggregation_of(model, aggregation)
-    except ShardStoreError as e:
-        raise PartitionError(str(e)) from None
-    try:
-        shape = GridShape.of(GridShape.parse(grid) if isinstance(grid, str) else grid)
-        plans = layer_plans(num_layers, "agg" if auto else orders)
-    except (GridError, ValueError) as e:
-        raise PartitionError(str(e)) from None
-    if jobs < 1:
-        raise PartitionError(f"jobs must be >= 1, got {jobs}")
-    env = launcher_env() if launched() else None
-    if env is not None and jobs > 1:
-        raise PartitionError("under torchrun/srun every rank is one job; leave --jobs at 1")
-    settings = Settings(chunk_edges=max(1, int(chunk_edges)),
-                        bucket_entries=max(1, int(bucket_entries)))
-    source, spec = _source(dataset, root)
-    identity = _source_identity(source, spec, root, dataset_seed, graph_dir, feature_dtype)
-    if env is not None and identity is None:
-        raise PartitionError("under torchrun/srun, give the graph as a spec or a graph "
-                             "directory, not one held in memory")
-    key = None if identity is None or isinstance(perm, Permutation) else config_key(
-        {"source": identity, "grid": shape.as_dict(), "layers": num_layers,
-         "orders": ["auto", hidden] if auto else [p.order for p in plans],
-         "perm": perm, "seed": seed, "aggregation": aggregation, "model": model,
-         "chunk": settings.chunk_edges, "bucket": settings.bucket_entries, "version": 3})
-    store_lock = _store_lock(out, keep_existing) if env is None or env.rank == 0 else None
-    try:
-        work = stage_work_dir(out, key)
-        resumed = (work / "done").exists()
-    except BaseException:
-        if store_lock is not None:
-            store_lock.release(remove=True)
-        raise
-    runner = _runner(work, env, jobs, timeout_s, progress)
-    lock = _lock(work) if runner.leader else None
-    try:
-        if spec is not None:
-            source = _converted(spec, identity, runner, work, root, dataset_seed, graph_dir,
-                                feature_dtype, settings)
-        elif isinstance(source, MemoryGraph) and jobs > 1:
-            runner.once("write-graph", _write, source.graph, str(work / "graph"))
-            source = DiskGraph.open(work / "graph")
-        if auto:  # the widths are known now
-            orders = auto_stage_orders(num_layers, hidden, source.num_features,  # type: ignore
-                                       source.num_classes, model)  # type: ignore[arg-type]
-            plans = layer_plans(num_layers, orders)
-        problem = grid_misfit(shape, plans, source.num_nodes, [source.num_features]
-                              + [None] * (num_layers - 1) + [source.num_classes])
+    return PartitionJob(dataset, out_dir, grid, num_layers, orders, perm, seed,
+                        aggregation=aggregation, model=model, root=root,
+                        dataset_seed=dataset_seed, jobs=jobs, graph_dir=graph_dir,
+                        chunk_edges=chunk_edges, bucket_entries=bucket_entries,
+                        feature_dtype=feature_dtype, progress=progress, timeout_s=timeout_s,
+                        hidden=hidden, keep_existing=keep_existing).run(timings)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A `PartitionJob`'s values checked and resolved, before anything is written: the target,
+    the grid, the stages' plans ("agg" for all until "auto" orders are resolved), the Â, the
+    launcher job this process is a rank of (None: none), the source and its spec (to convert;
+    None: a graph already), its identity and the work's configuration key (None: no resuming)."""
+
+    out: Path
+    shape: GridShape
+    auto: bool
+    plans: list
+    aggregation: str
+    env: Any
+    settings: Settings
+    source: Any
+    spec: str | None
+    identity: Any
+    key: str | None
+
+
+@dataclass(frozen=True)
+class PartitionJob:
+    """One partition of a dataset into a shard store, as a value (the arguments of
+    `partition_to_store`, which builds one); `run` does its phases in order: `prepare` (check
+    and resolve the values, nothing written), `convert` (the source as a graph the partitioner
+    streams), `cut` (the out-of-core partitioner, `plexus.partitioners.stream`) and `publish`
+    (the finished store moved into place)."""
+
+    dataset: Any
+    out_dir: str | os.PathLike
+    grid: GridShape | Mapping[str, int] | str
+    num_layers: int
+    orders: Sequence[str] | str = "agg"
+    perm: str | Permutation = DEFAULT_PERMUTATION
+    seed: int = 0
+    _: KW_ONLY  # the rest by keyword, as partition_to_store takes them
+    aggregation: str | None = None
+    model: str | None = None
+    root: str | None = None
+    dataset_seed: int = 0
+    jobs: int = 1
+    graph_dir: str | os.PathLike | None = None
+    chunk_edges: int = CHUNK_EDGES
+    bucket_entries: int = BUCKET_ENTRIES
+    feature_dtype: str | None = None
+    progress: bool | None = None
+    timeout_s: float = GROUP_TIMEOUT_S
+    hidden: int | None = None
+    keep_existing: bool = False
+
+    def run(self, timings: list[PhaseTime] | None = None) -> dict:
+        """Every phase in order, under the store's lock (rank 0 of a launcher job, or the one
+        process) and the work directory's; returns the manifest. ``timings`` receives every
+        phase's `PhaseTime`. Bad input, configuration or target removes the work; anything else
+        (a worker killed, an interrupt, no memory) keeps it for a rerun to resume."""
+        prep = self.prepare()
+        env, out, key = prep.env, prep.out, prep.key
+        store_lock = _store_lock(out, self.keep_existing) if env is None or env.rank == 0 \
+            else None
+        try:
+            work = stage_work_dir(out, key)
+            resumed = (work / "done").exists()
+        except BaseException:
+            if store_lock is not None:
+                store_lock.release(remove=True)
+            raise
+        runner = _runner(work, env, self.jobs, self.timeout_s, self.progress)
+        lock = _lock(work) if runner.leader else None
+        try:
+            manifest = self.cut(prep, self.convert(prep, runner, work), runner, work)
+        except (OSError, *BAD_INPUT) as e:
+            failure = _failure(e, runner, work, key, resumed)
+            if failure is e:
+                raise
+            raise failure from None
+        # anything else (a worker killed, an interrupt, no memory) keeps the work: a rerun resumes
+        finally:
+            if timings is not None:
+                timings.extend(runner.timings)
+            runner.close()
+            if lock is not None:
+                os.close(lock)
+            if store_lock is not None:
+                store_lock.release(remove=True)
+        if runner.leader:
+            owned.remove_tree(work, quiet=True)
+        return manifest
+
+    def prepare(self) -> Prepared:
+        """Check and resolve every value before anything is written: the target, "auto" orders'
+        needs, the Â, the grid and stages, the processes, the source and the work's key."""
+        out = check_out_dir(self.out_dir)
+        orders, model, hidden = self.orders, self.model, self.hidden
+        auto = isinstance(orders, str) and orders.strip().lower() == AUTO_ORDER
+        if auto and (hidden is None or hidden < 1):
+            raise PartitionError(f"orders 'auto' need the hidden width (>= 1), got {hidden}")
+        if auto and model is None:
+            raise PartitionError("orders 'auto' need the model kind the store is cut for "
+                                 "(model=)")
+        try:
+            aggregation = store_aggregation_of(model, self.aggregation)
+        except ShardStoreError as e:
+            raise PartitionError(str(e)) from None
+        try:
+            grid = self.grid
+            shape = GridShape.of(GridShape.parse(grid) if isinstance(grid, str) else grid)
+            plans = layer_plans(self.num_layers, "agg" if auto else orders)
+        except (GridError, ValueError) as e:
+            raise PartitionError(str(e)) from None
+        if self.jobs < 1:
+            raise PartitionError(f"jobs must be >= 1, got {self.jobs}")
+        env = launcher_env() if launched() else None
+        if env is not None and self.jobs > 1:
+            raise PartitionError("under torchrun/srun every rank is one job; leave --jobs at 1")
+        settings = Settings(chunk_edges=max(1, int(self.chunk_edges)),
+                            bucket_entries=max(1, int(self.bucket_entries)))
+        source, spec = _source(self.dataset, self.root)
+        identity = _source_identity(source, spec, self.root, self.dataset_seed, self.graph_dir,
+                                    self.feature_dtype)
+        if env is not None and identity is None:
+            raise PartitionError("under torchrun/srun, give the graph as a spec or a graph "
+                                 "directory, not one held in memory")
+        key = None if identity is None or isinstance(self.perm, Permutation) else config_key(
+            {"source": identity, "grid": shape.as_dict(), "layers": self.num_layers,
+             "orders": ["auto", hidden] if auto else [p.order for p in plans],
+             "perm": self.perm, "seed": self.seed, "aggregation": aggregation, "model": model,
+             "chunk": settings.chunk_edges, "bucket": settings.bucket_entries, "version": 3})
+        return Prepared(out, shape, auto, plans, aggregation, env, settings, source, spec,
+                        identity, key)
+
+    def convert(self, prep: Prepared, runner: Runner, work: Path) -> Any:
+        """The source as a graph the partitioner streams: a spec converted in pieces (or read
+        from ``graph_dir``), a graph in memory written to the work for several processes."""
+        if prep.spec is not None:
+            return _converted(prep.spec, prep.identity, runner, work, self.root,
+                              self.dataset_seed, self.graph_dir, self.feature_dtype,
+                              prep.settings)
+        if isinstance(prep.source, MemoryGraph) and self.jobs > 1:
+            runner.once("write-graph", _write, prep.source.graph, str(work / "graph"))
+            return DiskGraph.open(work / "graph")
+        return prep.source
+
+    def cut(self, prep: Prepared, source: Any, runner: Runner, work: Path) -> dict:
+        """"auto" orders resolved from the graph's widths, the grid checked against the graph,
+        and the store cut (`plexus.partitioners.stream.partition_source`), which `publish`es it
+        when finished; returns the manifest."""
+        orders, plans = self.orders, prep.plans
+        if prep.auto:  # the widths are known now
+            orders = auto_stage_orders(self.num_layers, self.hidden,  # type: ignore[arg-type]
+                                       source.num_features, source.num_classes,
+                                       self.model)  # type: ignore[arg-type]
+            plans = layer_plans(self.num_layers, orders)
+        problem = grid_misfit(prep.shape, plans, source.num_nodes, [source.num_features]
+                              + [None] * (self.num_layers - 1) + [source.num_classes])
         if problem:
             raise PartitionError(problem)
-        manifest = partition_source(source, out, shape, num_layers, orders, perm, seed,
-                                    aggregation, runner, work / "part", settings,
-                                    replace_store_dir, model)
-    except (OSError, *BAD_INPUT) as e:
-        failure = _failure(e, runner, work, key, resumed)
-        if failure is e:
-            raise
-        raise failure from None
-    # anything else (a worker killed, an interrupt, no memory) keeps the work: a rerun resumes
-    finally:
-        if timings is not None:
-            timings.extend(runner.timings)
-        runner.close()
-        if lock is not None:
-            os.close(lock)
-        if store_lock is not None:
-            store_lock.release(remove=True)
-    if runner.leader:
-        owned.remove_tree(work, quiet=True)
-    return manifest
+        return partition_source(source, prep.out, prep.shape, self.num_layers, orders,
+                                self.perm, self.seed, prep.aggregation, runner, work / "part",
+                                prep.settings, self.publish, self.model)
+
+    @staticmethod
+    def publish(new: Path, out: Path) -> None:
+        """The finished store ``new`` moved to ``out`` (an old store there is replaced only now:
+        `plexus.partitioners.store.replace_store_dir`)."""
+        replace_store_dir(new, out)
 
 
 def _failure(e: BaseException, runner: Runner, work: Path, key: str | None,

@@ -13,11 +13,10 @@ import numpy as np
 from plexus.core.grid import GridShape
 from plexus.core.layout import layer_plans
 from plexus.datasets.canonical import Pieces
-from plexus.datasets.npyio import load_npy, save_npy
+from plexus.datasets.npyio import load_npy
 
 from .permutations import Permutation
 from .plan import block_key
-from plexus.core import owned
 
 
 class PartitionError(ValueError):
@@ -122,14 +121,6 @@ def block_specs(shape: Mapping[str, int], plans, npad: int) -> tuple[BlockSpec, 
         out.append(BlockSpec(key, len(out), plan.adj, plan.a_rows, plan.a_cols, nr, nc,
                              npad // nr, npad // nc))
     return tuple(out)
-
-
-def save_piece(path: Path, arr: np.ndarray) -> None:
-    """Save beside and rename: a killed task leaves no file under the final name."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_npy(tmp, arr)
-    owned.replace_file(tmp, path)
 
 
 def index_dtype(limit: int) -> np.dtype:

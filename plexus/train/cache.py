@@ -115,7 +115,7 @@ def build_streamed(request: BuildRequest) -> tuple[str, Sizes, int]:
     no process holds the whole graph, and the store equals the in-memory build's."""
     from plexus.datasets.convert import convert_dataset  # noqa: PLC0415
     from plexus.datasets.work import Runner  # noqa: PLC0415
-    from plexus.partitioners import partition_to_store  # noqa: PLC0415
+    from plexus.partitioners.pipeline import PartitionJob  # noqa: PLC0415
 
     source, model, grid = request.source, request.model, request.grid
     assert grid is not None
@@ -135,9 +135,9 @@ def build_streamed(request: BuildRequest) -> tuple[str, Sizes, int]:
     building = work / f"{digest}-{grid}-store"
     if building.exists():
         owned.remove_tree(building)  # a crashed build's: the partitioner's own work dir resumes
-    m = partition_to_store(disk, building, grid, model.num_stages,
-                           model.orders(disk.num_features, disk.num_classes), request.perm,
-                           source.seed, aggregation=model.aggregation)
+    m = PartitionJob(disk, building, grid, model.num_stages,
+                     model.orders(disk.num_features, disk.num_classes), request.perm,
+                     source.seed, aggregation=model.aggregation).run()
     sizes = Sizes(m["dataset"], m["num_nodes"], m["num_features"], m["num_classes"], m["nnz"],
                   m["graph_sha256"])
     path = cache.root / store_name(request.source_key, partition := Partition(

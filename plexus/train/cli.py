@@ -8,7 +8,8 @@
 Outside a launcher it starts X·Y·Z local workers itself (`plexus.train.entry.run_local`); under
 torchrun or srun every process is one rank of the job it is in (`plexus.train.entry.run_rank`).
 This module is the command line: the checks of the options (`plexus.train.parser` defines
-them) and turning them into the run's one plan (`RunPlan`, `build_plan`). Bad input ends with
+them) and turning them into the run's one plan (`RunPlan`, `build_plan`; what they say of the
+problem, a ``--shards`` store's manifest included, is `plexus.train.problem`). Bad input ends with
 one line ``plexus-train: error: ...`` on stderr and exit status 2, before any worker starts
 where it can be checked up front.
 """
@@ -27,13 +28,11 @@ from typing import Sequence
 from plexus.api.recipes import RecipeError, get_recipe
 from plexus.api.training import (DEFAULT_DTYPE, EngineConfig, TrainConfig, TrainConfigError,
                                  check_backend)
-from plexus.core.grid import GridError, GridShape
+from plexus.core.grid import GridShape
 from plexus.core.bounds import BoundError, check_options
-from plexus.core.layout import DEFAULT_PERMUTATION, ORDERS
+from plexus.core.layout import DEFAULT_PERMUTATION
 from plexus.core.timing import command_start_time
-from plexus.core.modelopts import (check_model_options, comm_dtype_bytes, model_config,
-                                   resolve_layers, resolve_order)
-from plexus.core.ops import KINDS
+from plexus.core.modelopts import check_model_options, comm_dtype_bytes, model_config
 from plexus.datasets import Graph, load_dataset
 from plexus.datasets.trainable import check_trainable, graph_counts
 from plexus.perfmodel import (CALIBRATION_ENV, Calibration, CalibrationError, find_calibration,
@@ -48,13 +47,13 @@ from .cachedir import default_cache_dir
 from .cachecli import cache_cap, cache_command, from_cache
 from .cacheuse import StoreUse
 from .checkpoint import load_resume
-from .checks import (check_launch_outputs, check_order, needs_validation_flag,
-                     precheck_dataset)
+from .checks import check_launch_outputs, needs_validation_flag, precheck_dataset
 from .entry import reserve_standard_fds, run_local, run_rank
 from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .faults import Fault
 from .outputs import check_claims, dataset_files, run_claims
 from .parser import build_parser, explicit_options
+from .problem import problem_shape
 from .plan import (CHECKPOINT_EVERY, GraphSizes, RunPlan, check_grid_fits, check_launch_memory,
                    choose_run_grid)
 from .runlog import console_line
@@ -143,93 +142,6 @@ def apply_recipe(args: argparse.Namespace, explicit: set[str]) -> dict:
 
 
 # ---- options -> RunPlan ---------------------------------------------------------------------
-@dataclass
-class _Shape:
-    """What the options say about the problem before the model is built."""
-
-    grid: GridShape | None
-    layers: int | None
-    order: str | None
-    dataset: str
-    perm: str | None = None  # a store's permutation (--shards)
-    note: str = ""  # what a store decided that no flag said (printed before the run)
-
-
-def _from_store(args: argparse.Namespace, shape: _Shape) -> _Shape:
-    """With --shards the store's manifest fixes the grid, layers, orders, permutation and dataset;
-    flags may repeat them but not contradict them."""
-    from plexus.partitioners import read_manifest, store_aggregation  # noqa: PLC0415
-
-    if args.dataset or args.root:
-        raise UsageError("--shards DIR already fixes the dataset; drop --dataset/--root")
-    manifest = read_manifest(args.shards)
-    store_grid = GridShape.of(manifest["grid"])
-    if shape.grid is not None and shape.grid != store_grid:
-        raise UsageError(f"--grid {shape.grid} but {args.shards} was cut for grid {store_grid}")
-    notes = [_store_kind(args, manifest)]
-    held, decl = store_aggregation(manifest), KINDS[args.model]
-    if decl.aggregation != held:
-        raise UsageError(f"{args.shards} holds Â normalized for the {held} aggregation, --model "
-                         f"{args.model} needs {decl.aggregation}: cut a store for it with "
-                         f"plexus-partition --model {args.model}, or train a model "
-                         f"of the {held} aggregation from this one")
-    # the manifest counts stages: a layer of some kinds is several (GIN's: agg, then dense)
-    stages, per = int(manifest["num_stages"]), len(decl.stage_ops)
-    if stages % per:
-        raise UsageError(f"{args.shards} was cut for {stages} stages, not a whole number of "
-                         f"--model {args.model} layers ({per} stages each); cut it for {per} "
-                         "stages per layer")
-    layers = stages // per
-    what = f"{layers} {args.model} layer{'s' if layers > 1 else ''}" + (
-        f" ({stages} stages)" if per > 1 else "")
-    if shape.layers is not None and shape.layers != layers:
-        raise UsageError(f"--layers {shape.layers} but {args.shards} was cut for {what}: drop "
-                         f"--layers, or cut a store with plexus-partition --model {args.model} "
-                         f"--layers {shape.layers}")
-    if shape.layers is None and layers != resolve_layers(None):  # said, never silent
-        notes.append(f"{args.shards} was cut for {what}: training {layers} "
-                     f"layer{'s' if layers > 1 else ''} (--layers defaults to "
-                     f"{resolve_layers(None)} without a store)")
-    perm = manifest["permutation"]["kind"]
-    if args.perm is not None and args.perm != perm:
-        raise UsageError(f"--perm {args.perm} but {args.shards} was cut with permutation {perm}")
-    store_orders = ",".join(manifest["orders"])
-    # each layer's order is its first stage's ("dense" where the kind's first stage reads no
-    # graph, an MLP's: any order gives it)
-    order = shape.order or ",".join(o if o in ORDERS else ORDERS[0]
-                                    for o in manifest["orders"][::per])
-    check_order(order, layers)
-    store_model = model_config(args, num_layers=layers, order=order)
-    sizes = GraphSizes(int(manifest["num_nodes"]), int(manifest["nnz"]),
-                       int(manifest["num_features"]), int(manifest["num_classes"]))
-    resolved = ",".join(store_model.orders(sizes.num_features, sizes.num_classes))
-    if resolved != store_orders and shape.order is None:  # stages of another kind's layers
-        raise UsageError(f"{args.shards} was cut for the stages {store_orders}, which are not "
-                         f"--model {args.model} layers ({resolved}): cut a store with "
-                         f"plexus-partition --model {args.model}")
-    if resolved != store_orders:
-        raise UsageError(f"--order {order} gives layer orders {resolved} but {args.shards} was "
-                         f"cut for {store_orders}")
-    check_grid_fits(store_grid, store_model, sizes)
-    return _Shape(store_grid, layers, order, str(manifest.get("dataset", args.shards)), perm,
-                  "; ".join(n for n in notes if n))
-
-
-def _store_kind(args: argparse.Namespace, manifest: dict) -> str:
-    """Take the model kind a store records (`plexus.partitioners.store_model`) where --model
-    was not given, refuse another one given; returns the note saying which kind was taken ('':
-    the store records none, or the one asked for)."""
-    from plexus.partitioners import store_model  # noqa: PLC0415
-
-    recorded = store_model(manifest)
-    if recorded is None or recorded == args.model:
-        return ""
-    if "model" in getattr(args, "explicit", set()) or args.recipe:
-        raise UsageError(f"--model {args.model} but {args.shards} was cut for the {recorded} "
-                         f"model: drop --model, or cut a store with plexus-partition --model "
-                         f"{args.model}")
-    args.model = recorded
-    return f"{args.shards} was cut for the {recorded} model: training --model {recorded}"
 
 
 def _check_world(grid: GridShape | None, args: argparse.Namespace, env: JobEnv | None
@@ -247,21 +159,6 @@ def _check_world(grid: GridShape | None, args: argparse.Namespace, env: JobEnv |
     if grid is not None and world is not None:
         grid.check_world(world, "the launcher started" if env is not None else "--world-size is")
     return world, ""
-
-
-def _problem(args: argparse.Namespace) -> _Shape:
-    """The grid (None: auto), layers, order, dataset and permutation the options ask for, with a
-    --shards store's taken from its manifest."""
-    # no --grid (and no store to take it from) is --grid auto
-    grid = (None if args.grid is None or args.grid.strip().lower() == "auto"
-            else _parse_grid(args.grid))
-    shape = _Shape(grid, args.layers, args.order, args.dataset or "cora")
-    if args.shards:
-        shape = _from_store(args, shape)
-    shape.layers = resolve_layers(shape.layers)
-    shape.order = resolve_order(shape.order)
-    check_order(shape.order, shape.layers)
-    return shape
 
 
 def _comm_options(args: argparse.Namespace) -> dict:
@@ -311,7 +208,7 @@ def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunPlan:
                             dataset_files(args.dataset, args.root, args.shards),
                             None if args.no_cache else args.cache))
     resume = resolve_resume(args, env is None or env.rank == 0)
-    shape = _problem(args)
+    shape = problem_shape(args)
     if shape.note and not args.quiet and (env is None or env.rank == 0):
         console_line(f"{PROG}: {shape.note}")
     engine = engine_config(args)
@@ -441,13 +338,6 @@ def resolve_resume(args: argparse.Namespace, speak: bool) -> bool:
         print(f"{PROG}: --resume auto: no checkpoint at {path} yet; starting from epoch 0",
               flush=True)
     return False
-
-
-def _parse_grid(text: str) -> GridShape:
-    try:
-        return GridShape.parse(text)
-    except GridError as e:
-        raise UsageError(f"--grid: {e}; or 'auto' with --world-size") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

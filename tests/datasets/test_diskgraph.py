@@ -17,7 +17,8 @@ import pytest
 from helpers import assert_one_line
 from engine_checks import directed_toy_graph
 from plexus.datasets import load_dataset
-from plexus.datasets.canonical import EdgeFiles, canonicalize, csr_pieces, scan_pieces
+from plexus.datasets.canonical import EdgeFiles, canonicalize, csr_pieces
+from plexus.datasets.degrees import scan_pieces
 from plexus.datasets.diskgraph import (DiskGraph, DiskGraphError, MemoryGraph, decode_features,
                                        encode_features)
 from plexus.datasets.diskwrite import write_graph
@@ -93,13 +94,13 @@ def _scan(graph_dir: Path, folder: Path) -> list[np.ndarray]:
 def test_the_scan_checks_a_csr_graph_slice_by_slice(tmp_path, monkeypatch):
     """The degrees' scan of a stored csr graph, in slices of 7 entries or in one: the same
     degrees; a row out of order, a repeated entry or a lost reverse edge each found, named."""
-    from plexus.datasets import canonical
+    from plexus.datasets import degrees
 
     p = parse_rmat_params("scale=8,edge_factor=4,features=3,classes=3,seed=2")
     with Runner(tmp_path / "work", False) as runner:
         rmat_to_disk(p, tmp_path / "g", runner, tmp_path / "work")
     whole = _scan(tmp_path / "g", tmp_path / "s0")
-    monkeypatch.setattr(canonical, "SCAN_SLICE", 7)
+    monkeypatch.setattr(degrees, "SCAN_SLICE", 7)
     sliced = _scan(tmp_path / "g", tmp_path / "s1")
     assert all(np.array_equal(a, b) for a, b in zip(whole, sliced))
     ptr, idx = np.load(tmp_path / "g" / "indptr.npy"), np.load(tmp_path / "g" / "indices.npy")

@@ -15,7 +15,7 @@ from plexus.core.grid import GridShape
 from plexus.datasets.graph import gcn_normalize
 from plexus.partitioners import (RankShard, ShardStoreError, make_permutation, read_manifest,
                                  read_shard, shard_graph, write_store)
-from plexus.partitioners import cli, rankfile, store
+from plexus.partitioners import cli, rankfile, store, storeread
 from test_partitioners import coords_of, shape_of, skewed_graph
 
 ORDERS3 = ["agg", "combine", "agg"]
@@ -287,8 +287,8 @@ def test_blocks_are_checked_by_the_datasets_csr_rule(written, tmp_path, monkeypa
             zf.writestr(name, data)
     _rehash(bad)
     calls = []
-    real = store.csr_from_parts
-    monkeypatch.setattr(store, "csr_from_parts", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = storeread.csr_from_parts
+    monkeypatch.setattr(storeread, "csr_from_parts", lambda *a, **k: calls.append(1) or real(*a, **k))
     with pytest.raises(ShardStoreError, match="block .* indptr decreases"):
         read_rank0(bad)
     assert calls  # the one rule from plexus.datasets.validate

@@ -302,6 +302,37 @@ def test_configuration_errors(tmp_path, toy):
     assert list(tmp_path.iterdir()) == []
 
 
+
+def test_a_partition_job_is_a_frozen_value_its_phases_apart(tmp_path, toy):
+    """`PartitionJob`: a frozen value; ``prepare`` checks and resolves without writing
+    anything (bad values refused there, before any lock or work directory); ``convert`` of a
+    graph in memory on one process is that graph; ``run`` writes the store the in-memory
+    partitioner writes, byte for byte, through ``publish``."""
+    import dataclasses
+
+    from plexus.partitioners.pipeline import PartitionJob
+
+    shape = shape_of((2, 1, 2))
+    job = PartitionJob(toy, tmp_path / "disk", shape, 3, MIX, "double", 1, aggregation="mean",
+                       chunk_edges=7, bucket_entries=11)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.seed = 2  # type: ignore[misc]
+    prep = job.prepare()
+    assert list(tmp_path.iterdir()) == []  # nothing written yet
+    assert prep.out == tmp_path / "disk" and prep.aggregation == "mean" and prep.spec is None
+    assert [p.order for p in prep.plans] == MIX and prep.key is None  # in memory: no resuming
+    assert job.convert(prep, None, tmp_path / "w") is prep.source  # type: ignore[arg-type]
+    with pytest.raises(PartitionError, match="jobs must be >= 1"):
+        dataclasses.replace(job, jobs=0).prepare()
+    with pytest.raises(PartitionError, match="orders 'auto' need the hidden width"):
+        dataclasses.replace(job, orders="auto").prepare()
+    assert list(tmp_path.iterdir()) == []
+    write_store(toy, tmp_path / "mem", shape, 3, MIX, "double", 1, aggregation="mean")
+    manifest = job.run()
+    assert_same_store(tmp_path / "mem", tmp_path / "disk")
+    assert manifest == read_manifest(tmp_path / "disk")
+    assert leftovers(tmp_path) == []
+
 def test_a_graph_without_edges(tmp_path):
     import scipy.sparse as sp
 

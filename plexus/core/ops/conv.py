@@ -9,27 +9,61 @@ GIN adds (1+ε)·S·H before it. See docs/design.md, "Models".
 
 from __future__ import annotations
 
+import enum
+
 from .base import (Add, Flops, MASTER_BYTES, Operator, Param, StageMemory, StageSizes, div,
                    dropout_work, param_memory)
+
+
+class RootTerm(enum.Enum):
+    """A convolution stage's root term (each node's own features beside the aggregation), as
+    its kind declares it (`ConvOperator.root`). The declaration and the stage toolkit
+    (`plexus.engine.graph3d.StageGraph.conv`) read what it does from its properties, never
+    from a kind's name."""
+
+    NONE = "none"          # Â·H·W alone (GCN)
+    WEIGHT = "weight"      # + H·Wr, a learned root weight (SAGE, GraphConv)
+    RESIDUAL = "residual"  # + H, the identity as Wr (GCN's residual)
+    SCALED = "scaled"      # (1+ε)·H added to Â·H before the GEMM (GIN)
+
+    @property
+    def stacked(self) -> bool:
+        """The SpMM carries S·H beside Â·H (any root term)."""
+        return self is not RootTerm.NONE
+
+    @property
+    def wide(self) -> bool:
+        """The GEMM multiplies [AGG | S·H] by [W; Wr] (a root weight, learned or the identity)."""
+        return self in (RootTerm.WEIGHT, RootTerm.RESIDUAL)
+
+    @property
+    def learned(self) -> bool:
+        """Wr is a parameter, gathered and reduced like W."""
+        return self is RootTerm.WEIGHT
+
+    @property
+    def scaled(self) -> bool:
+        """S·H is scaled by (1+ε) and added to Â·H."""
+        return self is RootTerm.SCALED
 
 
 class ConvOperator(Operator):
     """A graph convolution stage; subclasses say which root term it has."""
 
-    def root(self, plan) -> str:
-        """"none", "sage" (H·Wr), "gin" ((1+ε)·H) or "res" (a residual H)."""
-        return "none"
+    def root(self, plan) -> RootTerm:
+        """The stage's root term (`RootTerm`); none by default."""
+        return RootTerm.NONE
 
     def stacked(self, plan) -> int:
         """2 when the SpMM carries S·H beside Â·H (any root term)."""
-        return 1 if self.root(plan) == "none" else 2
+        return 2 if self.root(plan).stacked else 1
 
     def wide(self, plan) -> int:
         """2 when the GEMM multiplies by [W; Wr] (SAGE, residual)."""
-        return 2 if self.root(plan) in ("sage", "res") else 1
+        return 2 if self.root(plan).wide else 1
 
     def gathers_wr(self, plan) -> bool:
-        return self.root(plan) == "sage"
+        return self.root(plan).learned
 
     def stage(self, g, H, step):
         """The toolkit's graph convolution with this operator's root term (``g.conv``)."""
@@ -38,7 +72,7 @@ class ConvOperator(Operator):
     def uses_plain_block(self, plan) -> bool:
         """Without a root term the stage multiplies by the shard's block (and its transpose);
         with one, by its own stacked copy [Â; S] or [Â | S] and that copy's transpose."""
-        return self.root(plan) == "none"
+        return not self.root(plan).stacked
 
     # ---- collectives ------------------------------------------------------------------------
     def forward(self, add: Add, z: StageSizes, phase: str) -> None:
@@ -47,7 +81,7 @@ class ConvOperator(Operator):
         # the sum of a plain block's products may travel as a sparse exchange; a stacked
         # block's S rows are another row set, not exchanged sparsely (yet)
         rows = (self.stacked(p) if p.order == "agg" else 1) * div(n, z.size(p.a_rows))
-        sparse = "sum" if self.root(p) == "none" else None
+        sparse = None if self.root(p).stacked else "sum"
         if p.order == "agg":
             add("AR(AGG)", phase, "all_reduce", o, self.stacked(p) * div(n * D, z.d * z.i),
                 rows=rows, sparse=sparse)
@@ -78,7 +112,7 @@ class ConvOperator(Operator):
                 add("AR(dAGG)", "backward", "all_reduce", o,
                     self.stacked(p) * div(n * D, z.d * z.i),
                     rows=div(n, z.size(p.a_rows)),
-                    sparse="gather" if self.root(p) == "none" else None)
+                    sparse=None if self.root(p).stacked else "gather")
         else:
             add("AR(dZ)", "backward", "all_reduce", i, self.wide(p) * div(n * D2, z.o * z.d))
             for w in weights:
@@ -125,22 +159,22 @@ class ConvOperator(Operator):
             out_all = out * (2 if i > 1 else 1)  # the all-reduce over i sums a copy
             spmm = st * inter  # [AGG; S·H], alive until the stage returns
             # [AGG | S·H] (SAGE, residual), AGG + (1+ε)·S·H (GIN): the GEMM's left operand
-            joined = {"none": 0.0, "gin": inter}.get(root, 2 * inter)
+            joined = 0.0 if not root.stacked else inter if root.scaled else 2 * inter
             # GIN's dε keeps S·H, a view of [AGG; S·H]: the whole stacked result stays
-            kept = (joined or inter) + (spmm if root == "gin" and self.learns_eps(p) else 0.0)
+            kept = (joined or inter) + (spmm if root.scaled and self.learns_eps(p) else 0.0)
             forward = [caller + (drop if p.index == 0 else 0.0) + spmm,
                        caller + spmm + joined + out_all]
             # backward: dOUT and d(operand) beside what is kept; then, the operand freed,
             # d(operand) and the stacked gradient d[AGG; S·H]
             backward = [(kept + (gathered if z.needs_dh else 0.0), out + (joined or inter))]
-            backward.append((0.0, (joined or inter) + (spmm if root != "none" else
+            backward.append((0.0, (joined or inter) + (spmm if root.stacked else
                                                        inter * (2 if o > 1 else 1) - inter)))
             dh = spmm
         else:
             inter, out = n / o * D2 / d, n / i * D2 / d
             z_all = k * inter * (2 if i > 1 else 1)  # Z (and H·Wr) and its all-reduced copy
-            joined = 2 * inter if root != "none" else 0.0  # [Z; Zr] or [Z; (1+ε)·Z]
-            kept = (drop if drop else h_in) + (inter if root == "gin" and self.learns_eps(p)
+            joined = 2 * inter if root.stacked else 0.0  # [Z; Zr] or [Z; (1+ε)·Z]
+            kept = (drop if drop else h_in) + (inter if root.scaled and self.learns_eps(p)
                                               else 0.0)
             forward = [caller + drop + z_all + joined + out]
             # backward: dOUT and the SpMM's [Â | S]ᵀ·dOUT, then dZ (and its all-reduced copy)
@@ -159,7 +193,7 @@ class ConvOperator(Operator):
     def _stacked_bytes(self, z: StageSizes) -> float:
         """A root term's own [Â; S] (or [Â | S]) block and its transpose (CSR)."""
         p = z.plan
-        if self.root(p) == "none":
+        if not self.root(p).stacked:
             return 0.0
         rows, cols = z.n / z.size(p.a_rows), z.n / z.size(p.a_cols)
         nnz = z.nnz_block + z.n / (z.size(p.a_rows) * z.size(p.a_cols))  # S: ~ one per row
@@ -177,8 +211,8 @@ class RootWeightConv(ConvOperator):
 
     w_pyg, wr_pyg = "", ""
 
-    def root(self, plan) -> str:
-        return "sage"  # H·Wr beside the aggregation: one GEMM with [W; Wr]
+    def root(self, plan) -> RootTerm:
+        return RootTerm.WEIGHT  # H·Wr beside the aggregation: one GEMM with [W; Wr]
 
     def params(self, plan, d_in, d_out):
         # PyG's SAGEConv and GraphConv hold two `Linear`s with its default initialization;

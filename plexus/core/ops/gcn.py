@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .base import ModelKind, Param, option, stage_option
-from .conv import ConvOperator
+from .conv import ConvOperator, RootTerm
 
 
 @dataclass(frozen=True)
@@ -27,8 +27,8 @@ class GCN(ConvOperator):
     name = "gcn"
     bias_pyg = "bias"
 
-    def root(self, plan) -> str:
-        return "res" if self.adds_input(plan) else "none"
+    def root(self, plan) -> RootTerm:
+        return RootTerm.RESIDUAL if self.adds_input(plan) else RootTerm.NONE
 
     def adds_input(self, plan) -> bool:
         return stage_option(plan, "residual", False)

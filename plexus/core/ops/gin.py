@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .base import ModelKind, Param, option, stage_option
-from .conv import ConvOperator
+from .conv import ConvOperator, RootTerm
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,8 @@ class GIN(ConvOperator):
     name = "gin"
     bias_pyg = "nn.0.bias"
 
-    def root(self, plan) -> str:
-        return "gin"
+    def root(self, plan) -> RootTerm:
+        return RootTerm.SCALED
 
     def learns_eps(self, plan) -> bool:
         return stage_option(plan, "learnable_eps", False)
