@@ -145,13 +145,13 @@ def _worker(lifeline: Lifeline, progress_dir: str, forked: Any, entrypoint: Call
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         if callable(signal.getsignal(sig)):  # the agent's handler, inherited by a fork
             signal.signal(sig, signal.SIG_DFL)
+    lifeline.hold()  # first: a launcher that dies while this worker waits below ends it
     if forked is not None:
         try:
             forked.wait(FORKED_PEERS_TIMEOUT_S)
         except threading.BrokenBarrierError:
             raise WorkerStartError(f"the launcher did not start every worker within "
                                    f"{FORKED_PEERS_TIMEOUT_S:g} s") from None
-    lifeline.hold()
     os.environ[PROGRESS_DIR_ENV] = progress_dir
     return entrypoint(*args)
 
