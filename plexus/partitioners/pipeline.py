@@ -157,6 +157,9 @@ class PartitionJob:
     timeout_s: float = GROUP_TIMEOUT_S
     hidden: int | None = None
     keep_existing: bool = False
+    #: partition in this process (and its pool) even under torchrun/srun: a caller that cuts on
+    #: one rank for the others (plexus-train's cache), whose peers never join the job's phases
+    alone: bool = False
 
     def run(self, timings: list[PhaseTime] | None = None) -> dict:
         """Every phase in order, under the store's lock (rank 0 of a launcher job, or the one
@@ -219,7 +222,7 @@ class PartitionJob:
             raise PartitionError(str(e)) from None
         if self.jobs < 1:
             raise PartitionError(f"jobs must be >= 1, got {self.jobs}")
-        env = launcher_env() if launched() else None
+        env = launcher_env() if launched() and not self.alone else None
         if env is not None and self.jobs > 1:
             raise PartitionError("under torchrun/srun every rank is one job; leave --jobs at 1")
         settings = Settings(chunk_edges=max(1, int(self.chunk_edges)),

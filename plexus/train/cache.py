@@ -137,7 +137,7 @@ def build_streamed(request: BuildRequest) -> tuple[str, Sizes, int]:
         owned.remove_tree(building)  # a crashed build's: the partitioner's own work dir resumes
     m = PartitionJob(disk, building, grid, model.num_stages,
                      model.orders(disk.num_features, disk.num_classes), request.perm,
-                     source.seed, aggregation=model.aggregation).run()
+                     source.seed, aggregation=model.aggregation, alone=True).run()
     sizes = Sizes(m["dataset"], m["num_nodes"], m["num_features"], m["num_classes"], m["nnz"],
                   m["graph_sha256"])
     path = cache.root / store_name(request.source_key, partition := Partition(

@@ -333,6 +333,24 @@ def test_a_partition_job_is_a_frozen_value_its_phases_apart(tmp_path, toy):
     assert manifest == read_manifest(tmp_path / "disk")
     assert leftovers(tmp_path) == []
 
+def test_a_job_cut_alone_is_no_rank_of_the_launchers_group(tmp_path, monkeypatch):
+    """plexus-train's cache cuts a store on rank 0 (in a child process) while its peers wait:
+    under torchrun that cut joined the job's group as if every rank took part, and waited at
+    its first phase's barrier for ranks that never came (a scaling sweep's R-MAT 17 run on 1x1x4
+    hung). ``alone=True`` partitions in this process whatever the launcher says."""
+    from plexus.partitioners.pipeline import PartitionJob
+
+    for key, value in {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0",
+                       "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": "29555"}.items():
+        monkeypatch.setenv(key, value)
+    job = PartitionJob("rmat:scale=6,edge_factor=4,features=8,classes=3", tmp_path / "s",
+                       shape_of((2, 1, 2)), 2, "agg")
+    assert job.prepare().env.world_size == 4  # a rank of the torchrun job (the CLI's case)
+    assert PartitionJob("rmat:scale=6,edge_factor=4,features=8,classes=3", tmp_path / "s",
+                        shape_of((2, 1, 2)), 2, "agg", alone=True).prepare().env is None
+
+
 def test_a_graph_without_edges(tmp_path):
     import scipy.sparse as sp
 
