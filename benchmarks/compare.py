@@ -391,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
             head_b += ", with uncommitted changes"
     except subprocess.CalledProcessError:
         head_b = "not a git checkout"
+    counts_orphans = adopt_orphans()  # before the first run: its fork server's ranks count
     lines = [f"compare: {command}",
              f"A = {args.rev} ({commit[:10]}), installed into a temporary folder; "
              f"B = the tree {tree} ({head_b})",
@@ -398,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
              f"{os.uname().nodename}, {os.cpu_count()} cpus, load before "
              f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}; mode {mode}, {rounds} rounds "
              f"of A B interleaved, each run a fresh process with its side's default threads; "
-             f"CPU seconds {'with' if adopt_orphans() else 'WITHOUT'} the ranks a fork "
+             f"CPU seconds {'with' if counts_orphans else 'WITHOUT'} the ranks a fork "
              f"server started",
              f"rule: REGRESSION when B's median > A's by more than max({args.tolerance:.0%} "
              f"of A, the larger spread (max - min) of A and B) and B > A in every round; "

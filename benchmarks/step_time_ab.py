@@ -57,16 +57,16 @@ def main(argv: list[str] | None = None) -> int:
     medians: dict[str, list[float]] = {"before": [], "after": []}
     print(f"{args.dataset} on {args.grid}, {args.epochs} epochs per run (no evaluation), "
           f"{args.rounds} rounds, interleaved")
-    caches = tempfile.TemporaryDirectory()
-    for r in range(args.rounds):
-        for name, tree, extra in (("before", args.before, []),
-                                  ("after", args.after, args.after_arg)):
-            load = os.getloadavg()[0]
-            times = one_run(tree.resolve(), args, extra, Path(caches.name) / name)
-            steps[name] += times
-            medians[name].append(statistics.median(times))
-            print(f"  round {r + 1} {name:<6} median step {medians[name][-1] * 1e3:8.2f} ms "
-                  f"(load {load:.2f} at start, {os.getloadavg()[0]:.2f} at end)", flush=True)
+    with tempfile.TemporaryDirectory() as caches:
+        for r in range(args.rounds):
+            for name, tree, extra in (("before", args.before, []),
+                                      ("after", args.after, args.after_arg)):
+                load = os.getloadavg()[0]
+                times = one_run(tree.resolve(), args, extra, Path(caches) / name)
+                steps[name] += times
+                medians[name].append(statistics.median(times))
+                print(f"  round {r + 1} {name:<6} median step {medians[name][-1] * 1e3:8.2f} ms "
+                      f"(load {load:.2f} at start, {os.getloadavg()[0]:.2f} at end)", flush=True)
     b, a = statistics.median(medians["before"]), statistics.median(medians["after"])
     print(f"median of the runs' medians: before {b * 1e3:.2f} ms, after {a * 1e3:.2f} ms, "
           f"after/before {a / b:.3f}; all steps pooled: before "
