@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         engine = engine_config("torch", args.engine)
     except ValueError as e:
         p.error(str(e))
-    from plexus.runtime.hostmem import enable_huge_pages
+    from plexus_partition.launch.hostmem import enable_huge_pages
 
     # What plexus-train's workers do on the CPU, given to the in-process variants (PyG, serial)
     # alike; huge pages only work if asked for before the first tensor.
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         f"timed epochs x {args.rounds} round(s)")
     say(f"machine: {info['cpus']} cpus, load {info['loadavg']}, torch {info['torch']}, "
         f"PyG {pyg_version or 'n/a'}")
-    say(f"host memory (plexus.runtime.hostmem), every variant: huge pages {'on' if huge else 'off'}")
+    say(f"host memory (plexus_partition.launch.hostmem), every variant: huge pages {'on' if huge else 'off'}")
 
     def cfg_for(order: str) -> ModelConfig:
         return ModelConfig(num_layers=args.layers, hidden=args.hidden, dropout=args.dropout,

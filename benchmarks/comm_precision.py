@@ -11,7 +11,7 @@ Per graph: Kipf & Welling's GCN (2 layers, hidden 16, dropout 0.5, lr 0.01, weig
 at the best-validation epoch (as ``plexus-train`` reports it) per seed, mean ± standard
 deviation, and the bytes rank 0 sent per training step (the ledger, the step's collectives
 only). The R-MAT graph's labels are degree buckets and its features random (the stand-ins of
-`plexus.datasets.synthetic`): a second, structure-labelled graph, not a real benchmark task.
+`plexus_datasets.synthetic`): a second, structure-labelled graph, not a real benchmark task.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def runs(dims: tuple[int, int, int], graphs: dict[str, str], seeds: int,
     """Per graph and wire precision: best-validation test accuracy per seed and the bytes this
     rank sent per training step. Runs on every rank of a local world of the grid."""
     from plexus.api import distributed_model
-    from plexus.datasets import load_dataset
+    from plexus_datasets import load_dataset
     from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
     from plexus.engine.grid import Grid
     from plexus.engine.trainer import Trainer
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         graphs, args.seeds, args.epochs = SMOKE, 2, 5
     from plexus.bench.output import Tee, machine_info, write_json, write_text
-    from plexus.core.grid import GridShape
+    from plexus_partition.model.grid import GridShape
     from plexus.testing.localworld import run_world
 
     dims = GridShape.parse(args.grid).dims

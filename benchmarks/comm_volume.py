@@ -55,10 +55,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from plexus.core.atomic import atomic_file
-from plexus.core.grid import GridError, parse_world_sizes
+from plexus_datasets.base.atomic import atomic_file
+from plexus_partition.model.grid import GridError, parse_world_sizes
 from plexus.perfmodel import ModelSpec, epoch_volume, factorizations
-from plexus.core.layout import ORDERS
+from plexus_partition.model.layout import ORDERS
 
 DTYPE_BYTES = 4
 LAYERS = 3

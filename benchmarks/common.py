@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from plexus.core.grid import AXES, GridShape  # noqa: F401 (AXES: for the scripts)
+from plexus_partition.model.grid import AXES, GridShape  # noqa: F401 (AXES: for the scripts)
 from plexus.testing.gridrun import (Bundle, GridRun, Job, RunOptions,  # noqa: F401
                                     load_bundle, model_bytes, model_spec, rank_shards,
                                     rank_worker, run_by_world, run_configs, run_grid, run_jobs,

@@ -196,7 +196,9 @@ def run_once(side: Side, w: Workload, scratch: Path, timeout: float) -> dict:
     code = (f"import sys; sys.argv[0] = {prog!r}; from plexus.console import {w.entry} as m; "
             f"sys.exit(m())")
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "PYTHONPATH")}
-    env["PYTHONPATH"] = str(side.path)
+    # a tree of the three projects: its datasets and partitioner projects too
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (side.path, side.path / "datasets",
+                                                         side.path / "partitioners") if p.is_dir())
     env["PLEXUS_CACHE_DIR"] = str(out / "cache")  # no store shared between runs or sides
     with open(out / "output.txt", "w") as sink:
         start = time.perf_counter()

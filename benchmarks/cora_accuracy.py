@@ -15,7 +15,7 @@ import statistics
 import torch
 
 from plexus.engine.config import ModelConfig, TrainConfig
-from plexus.datasets import load_dataset
+from plexus_datasets import load_dataset
 from plexus.engine.serial import SerialModel
 from plexus.engine.trainer import Trainer
 

@@ -73,7 +73,8 @@ print(f"epoch 1 loss {float(loss):.4f} accs {accs}")
 
 def env(tree: Path = REPO) -> dict[str, str]:
     e = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-             PYTHONPATH=str(tree))
+             PYTHONPATH=os.pathsep.join(str(p) for p in (tree, tree / "datasets",
+                                                         tree / "partitioners") if p.is_dir()))
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                 "MASTER_PORT", "PLEXUS_SETUP_DONE"):
         e.pop(key, None)
@@ -129,8 +130,8 @@ def rmat_setup(out: list[str]) -> None:
     """The CPU part of a GPU run's set-up at R-MAT 20: the graph's load and the cut, in this
     process (what a 1x1x1 run does before its step)."""
     sys.path.insert(0, str(REPO))
-    from plexus.datasets import load_dataset  # noqa: PLC0415
-    from plexus.partitioners import shard_graph  # noqa: PLC0415
+    from plexus_datasets import load_dataset  # noqa: PLC0415
+    from plexus_partition import shard_graph  # noqa: PLC0415
 
     spec = "rmat:scale=20,edge_factor=16,features=64,classes=16"
     start = time.perf_counter()

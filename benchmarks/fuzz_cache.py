@@ -56,7 +56,7 @@ ACTIONS = ("run", "clean", "evict", "clean_and_run")
 
 
 def _plan(grid: str = "1x1x1") -> Any:
-    from plexus.core.grid import GridShape
+    from plexus_partition.model.grid import GridShape
     from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
     from plexus.train.plan import RunPlan
 
@@ -87,7 +87,7 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 def _forge(store: Path) -> None:
     """Labels and features zeroed, the manifest's sizes and sha256 rewritten to match."""
-    from plexus.partitioners.store import file_sha256
+    from plexus_partition.store import file_sha256
 
     manifest = json.loads((store / "manifest.json").read_text())
     for rank in manifest["ranks"]:
@@ -107,7 +107,7 @@ def _forge(store: Path) -> None:
 
 
 def _reseal_without_key(store: Path) -> None:
-    from plexus.partitioners.store import file_sha256
+    from plexus_partition.store import file_sha256
 
     seal_path = store / ".plexus-seal.json"
     if not seal_path.is_file():  # removed by an earlier plant (or a Plexus that seals nothing)
@@ -257,10 +257,10 @@ class Case:
 
 def _call(fn: Callable[[], Any]) -> tuple[str, str, Any]:
     try:
-        from plexus.core.owned import NotOursError
+        from plexus_datasets.base.owned import NotOursError
     except ImportError:  # a Plexus before it (the harness also runs there, to show what it sees)
         NotOursError = ValueError  # noqa: N806
-    from plexus.partitioners import ShardStoreError
+    from plexus_partition import ShardStoreError
     from plexus.train.errors import CacheError
 
     try:
@@ -444,7 +444,7 @@ def subprocess_rm(path: Path) -> None:
 
 def build_base(folder: Path) -> tuple[Path, list]:
     """A private cache with one real store of SPEC, and its labels (the oracle)."""
-    from plexus.datasets import load_dataset
+    from plexus_datasets import load_dataset
 
     base = folder / "base"
     held = _run(base)

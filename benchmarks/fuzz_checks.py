@@ -6,7 +6,7 @@ environment variables, and a checkpoint's loop state; 500 seeded cases per kind 
   inf, 1e300, a float for an int, text); parsed and checked as the tool does before it starts
   anything (plexus-model runs to its table; plexus-train and plexus-partition: the parser and
   their up-front checks). Promise: a one-line error with exit status 2, or every numeric
-  option within the one table (`plexus.core.bounds`).
+  option within the one table (`plexus_partition.model.bounds`).
 - ``env``: random launcher environments (torchrun's RANK/WORLD_SIZE/LOCAL_*/MASTER_*, srun's
   SLURM_*, OMP_NUM_THREADS, PLEXUS_CACHE_MAX_GB) through `detect_environment`,
   `threads_per_worker` and the cache cap. Promise: one-line `LaunchError`/`CacheCapError`, or a
@@ -47,7 +47,7 @@ VALUES = ["0", "-1", "1", "2", "3", "7", "64", "1024", "1025", "65535", "65536",
 
 def _tools():
     from plexus.bench.check import add_arguments
-    from plexus.partitioners.cli import build_parser as partition_parser
+    from plexus_partition.cli import build_parser as partition_parser
     from plexus.perfmodel.benchcli import BenchCommand, _bench_parser
     from plexus.perfmodel.cli import _model_parser
     from plexus.studies.cli import sweep_parser
@@ -82,8 +82,8 @@ def _one_line(text: str) -> bool:
 
 
 def fuzz_options(cases: int, rng: random.Random) -> Counter:
-    from plexus.core.bounds import BOUNDS, check_bound
-    from plexus.core.cli import UsageError
+    from plexus_partition.model.bounds import BOUNDS, check_bound
+    from plexus_partition.model.cli import UsageError
     from plexus.perfmodel.cli import model_main
 
     tools = _tools()
@@ -151,7 +151,7 @@ ENV_KEYS = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR
 
 
 def fuzz_env(cases: int, rng: random.Random) -> Counter:
-    from plexus.runtime.env import LaunchError, detect_environment, threads_per_worker
+    from plexus_partition.launch.env import LaunchError, detect_environment, threads_per_worker
     from plexus.train.cacheuse import CacheCapError, cap_bytes
 
     outcome = Counter()
@@ -196,7 +196,7 @@ def fuzz_checkpoint(cases: int, rng: random.Random) -> Counter:
     from plexus.engine.trainer import Trainer
     from plexus.testing.exactness import directed_toy_graph
     from plexus.train import checkpoint as ckpt
-    from plexus.core.cli import UsageError
+    from plexus_partition.model.cli import UsageError
 
     configs = {
         "adamw-cosine": TrainConfig(epochs=8, lr=0.02, optimizer="adamw", lr_schedule="cosine"),

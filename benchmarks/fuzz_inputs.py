@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tes
 from fuzzing import harness, inputs  # noqa: E402
 from fuzzing import studies as studycases  # noqa: E402
 from plexus.bench.output import write_json, write_text  # noqa: E402
-from plexus.datasets.planetoid import EMBEDDED_DIR  # noqa: E402
+from plexus_datasets.planetoid import EMBEDDED_DIR  # noqa: E402
 
 OUTCOMES = harness.OUTCOMES
 ALL_KINDS = (*inputs.KINDS, *studycases.KINDS)

@@ -44,8 +44,8 @@ def pyg_worker(args: argparse.Namespace) -> None:
     import torch.nn.functional as F
     from torch_geometric.nn import GATConv
 
-    from plexus.datasets import load_dataset
-    from plexus.datasets.graph import incoming
+    from plexus_datasets import load_dataset
+    from plexus_datasets.graph import incoming
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -132,7 +132,7 @@ def pyg_gat(g: Any, device: Any, hidden: int, heads: int, dropout: float) -> Cal
     import torch.nn.functional as F
     from torch_geometric.nn import GATConv
 
-    from plexus.datasets.graph import incoming
+    from plexus_datasets.graph import incoming
 
     torch.manual_seed(0)
     m = incoming(g.adj, g.directed).tocoo()  # rows: destinations
@@ -163,7 +163,7 @@ def pyg_gat(g: Any, device: Any, hidden: int, heads: int, dropout: float) -> Cal
 def one_rank_shard(g: Any, adj_hat: Any, cfg: Any) -> Any:
     """The whole graph as the shard of a 1x1x1 grid for the model ``cfg`` (built once, shared
     by the variants of a case)."""
-    from plexus.partitioners import shard_graph
+    from plexus_partition import shard_graph
 
     orders = cfg.orders(g.num_features, g.num_classes)
     adj = adj_hat if cfg.aggregation == "gcn" else None

@@ -41,7 +41,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from plexus.datasets.validate import available_bytes  # noqa: E402 (one rule for free memory)
+from plexus_datasets.validate import available_bytes  # noqa: E402 (one rule for free memory)
 
 DEFAULT_SPEC = "rmat:scale=19,edge_factor=25,features=100,classes=47,seed=0"
 SMOKE_SPEC = "rmat:scale=10,edge_factor=8,features=16,classes=4,seed=0"

@@ -35,7 +35,7 @@ import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
-from plexus.datasets import load_dataset
+from plexus_datasets import load_dataset
 from plexus.engine.config import ModelConfig, TrainConfig
 from plexus.engine.trainer import Trainer
 from plexus.testing.localworld import run_world
@@ -97,7 +97,7 @@ def plexus_runs(seeds: int, epochs: int, names: list[str],
     world)."""
     from plexus.engine.build import build_model
     from plexus.engine.grid import Grid
-    from plexus.partitioners import shard_graph
+    from plexus_partition import shard_graph
 
     grid = Grid.create((1, 1, 1))
     out: dict[tuple[str, str], list[float]] = {}

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error("--scale applies to rmat specs only")
         spec = (re.sub(r"scale=\d+", f"scale={args.scale}", spec) if "scale=" in spec
                 else f"{spec}{',' if ':' in spec else ':'}scale={args.scale}")
-    from plexus.core.grid import GridError, parse_world_sizes
+    from plexus_partition.model.grid import GridError, parse_world_sizes
 
     try:
         worlds = list(parse_world_sizes(args.world_sizes))
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     bundle = load_bundle(spec, args.root)
     mspec = model_spec(bundle, cfg, args.perm)
     say(f"graph {bundle.describe()}")
-    from plexus.core.modelopts import describe_model
+    from plexus_partition.model.modelopts import describe_model
 
     say(f"model: {describe_model(cfg)}, backend {args.backend}; 1 thread per rank; {args.warmup} warm-up + {args.epochs} timed epochs; "
         f"machine {info['cpus']} cpus, load {info['loadavg']}")

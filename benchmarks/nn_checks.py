@@ -73,7 +73,7 @@ class Unchecked(Checked):
 
 def rank_times(dims, steps: int, hidden: int, block: int, smoke: bool) -> dict:
     import plexus
-    from plexus.datasets.toy import toy_graph
+    from plexus_datasets.toy import toy_graph
     from plexus.engine.grid import Grid
 
     grid = Grid.create(dims)

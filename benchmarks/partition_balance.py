@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from plexus.core.grid import GridShape
-from plexus.datasets import gcn_normalize, load_dataset
-from plexus.partitioners import PERMUTATIONS, layer_balance, make_permutation
+from plexus_partition.model.grid import GridShape
+from plexus_datasets import gcn_normalize, load_dataset
+from plexus_partition import PERMUTATIONS, layer_balance, make_permutation
 
 DEFAULT_DATASETS = ("rmat:scale=18,edge_factor=16,features=16,classes=4,seed=0", "cora")
 DEFAULT_GRIDS = ("4x4x1", "16x16x1")

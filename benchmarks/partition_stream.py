@@ -42,7 +42,7 @@ DISK_PER_NNZ = 100
 
 def run_once(scale: int, jobs: int, work: Path, extra: list[str]) -> dict:
     out = work / f"store-s{scale}-j{jobs}"
-    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "plexus.partitioners.cli",
+    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "plexus_partition.cli",
            "--dataset", SPEC.format(scale=scale), "--grid", "2x2x2", "--layers", "3",
            "--orders", "agg",  # the snapshot's order (the default is now auto)
            "--out", str(out), "--verbose", "--jobs", str(jobs), *extra]
@@ -82,9 +82,9 @@ def project(runs: list[dict]) -> list[str]:
     the performance model (3-layer GCN, hidden 256, the grid it picks) for G = 64, 256, 1024."""
     import numpy as np  # noqa: PLC0415
 
-    from plexus.core.grid import GridShape  # noqa: PLC0415
-    from plexus.core.layout import layer_plans  # noqa: PLC0415
-    from plexus.partitioners.plan import block_key  # noqa: PLC0415
+    from plexus_partition.model.grid import GridShape  # noqa: PLC0415
+    from plexus_partition.model.layout import layer_plans  # noqa: PLC0415
+    from plexus_partition.plan import block_key  # noqa: PLC0415
     from plexus.engine.config import ModelConfig  # noqa: PLC0415
     from plexus.perfmodel.model import ModelSpec, choose_grid, epoch_memory  # noqa: PLC0415
 

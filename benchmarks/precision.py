@@ -40,7 +40,7 @@ def cora_runs(dtypes: list[str], seeds: int, epochs: int, dataset: str) -> dict[
     """Per dtype: test accuracy at the best validation epoch per seed and every training step's
     time. Runs inside a 1-rank world (`plexus.testing.localworld.run_world`)."""
     from plexus.api import distributed_model
-    from plexus.datasets import load_dataset
+    from plexus_datasets import load_dataset
     from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
     from plexus.engine.grid import Grid
     from plexus.engine.trainer import Trainer

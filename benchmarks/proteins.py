@@ -5,7 +5,7 @@ nodes, average degree ~600, 112 tasks, 8 edge features: about 80M non-zeros in Ã
     flock /work/bench.lock python benchmarks/proteins.py     # full size (~15 GiB at its peak)
     python benchmarks/proteins.py --smoke                     # a small stand-in, seconds
 
-The stand-in (`plexus.datasets.proteins_standin`) is written once under ``--workdir`` in OGB's raw
+The stand-in (`plexus_datasets.proteins_standin`) is written once under ``--workdir`` in OGB's raw
 layout and read back by the ogbn-proteins loader (ogb builds its processed cache on the first
 read). Model everywhere: OGB's proteins/gnn.py GCN (3 layers, hidden 256, no dropout, Adam
 lr 0.01, BCEWithLogitsLoss over the training nodes' 112 tasks); one epoch = forward, backward and
@@ -41,7 +41,7 @@ SMOKE = {"nodes": 600, "degree": 40, "epochs": 2, "hidden": 16}
 
 def standin(args: argparse.Namespace) -> Path:
     """The stand-in's root under ``--workdir`` (written once per size and seed)."""
-    from plexus.datasets.proteins_standin import write_proteins_standin
+    from plexus_datasets.proteins_standin import write_proteins_standin
 
     root = Path(args.workdir) / f"proteins-{args.nodes}-{args.degree}-seed{args.seed}"
     done = root / "complete"
@@ -111,7 +111,7 @@ def run_plexus(args: argparse.Namespace, grid: str) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from plexus.datasets.proteins_standin import REAL_DEGREE, REAL_NODES
+    from plexus_datasets.proteins_standin import REAL_DEGREE, REAL_NODES
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=REAL_NODES)

@@ -64,10 +64,10 @@ def mib(n: float) -> str:
 
 def phase_write(args) -> dict:
     """Load the dataset and write the store; figures as a dict."""
-    from plexus.datasets import load_dataset
-    from plexus.datasets.graph import gcn_normalize
-    from plexus.partitioners import make_permutation, write_store
-    from plexus.core.grid import GridShape
+    from plexus_datasets import load_dataset
+    from plexus_datasets.graph import gcn_normalize
+    from plexus_partition import make_permutation, write_store
+    from plexus_partition.model.grid import GridShape
 
     shape = GridShape.parse(args.grid)
     out = {}
@@ -106,8 +106,8 @@ def phase_read(args) -> dict:
 
     import numpy as np
 
-    from plexus.partitioners import read_manifest, read_shard
-    from plexus.core.grid import GridShape
+    from plexus_partition import read_manifest, read_shard
+    from plexus_partition.model.grid import GridShape
 
     shape = GridShape.parse(args.grid)
     coords = dict(zip("xyz", (int(c) for c in args.rank.split(","))))

@@ -9,7 +9,7 @@ Four engines train the same model (3 GCN layers, hidden 256, dropout 0.5) on the
 - ``before``: the engine as it was, a random node order ("double" permutation without the
   locality sort) and the paper's aggregate-first order on every layer;
 - ``+locality``: the same with each fine block of the permutation sorted by degree
-  (`plexus.partitioners.permutations.locality_order`);
+  (`plexus_partition.permutations.locality_order`);
 - ``+auto``: the random order with ``--order auto`` (combine first on the narrowing last layer:
   its SpMM then multiplies C columns instead of the hidden width);
 - ``after``: both (the defaults now).
@@ -53,7 +53,7 @@ LOSS_TOLERANCE = 1e-4
 
 def build(bundle, order: str, locality: bool, hidden: int, seed: int):
     """The 1x1x1 model and its trainer for one variant."""
-    from plexus.partitioners import make_permutation
+    from plexus_partition import make_permutation
 
     from plexus.engine.build import build_model
     from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig

@@ -32,7 +32,9 @@ def one_run(tree: Path, args: argparse.Namespace, extra: list[str], cache: Path)
         cmd = [sys.executable, "-m", "plexus.train", "--grid", args.grid, "--dataset",
                args.dataset, "--epochs", str(args.epochs), "--eval-every", "0", "--quiet",
                "--cache", str(cache), "--log-json", str(log), *extra]
-        env = {**os.environ, "PYTHONPATH": str(tree)}
+        # a tree of the three projects: its datasets and partitioner projects too
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            str(p) for p in (tree, tree / "datasets", tree / "partitioners") if p.is_dir())}
         proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True,
                               timeout=args.timeout)
         if proc.returncode != 0:

@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--rounds and --epochs must be >= 1")
     cfg, engine = training_config(args, p)
 
-    from plexus.runtime.hostmem import enable_huge_pages
+    from plexus_partition.launch.hostmem import enable_huge_pages
 
     huge = engine.huge_pages and enable_huge_pages()  # as plexus-train's workers, before tensors
     import torch
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         f"a fake process group; {args.rounds} round(s) x {args.epochs} step(s), median; huge "
         f"pages {'on' if huge else 'off'}")
     say(f"machine: {info['cpus']} cpus, load {info['loadavg']}, torch {info['torch']}")
-    from plexus.partitioners import make_permutation
+    from plexus_partition import make_permutation
 
     def shards_of(dims: tuple[int, int, int]) -> list:
         world = dims[0] * dims[1] * dims[2]

@@ -4,7 +4,8 @@
 
 pdoc walks a package's submodules only where its ``__all__`` names them, and Plexus's packages
 name their public functions and classes there, not their modules. So this lists the modules
-itself: ``plexus`` and every module below it, but private ones (``_name``), the test helpers
+itself: the three projects' packages (``plexus``, ``plexus_datasets``, ``plexus_partition``) and
+every module below them, but private ones (``_name``), the test helpers
 (``plexus.testing``), ``plexus-bench`` and the report writers (``plexus.bench``), the
 scaling-study tools (``plexus.studies``) and the optional Triton kernels
 (``plexus.engine.triton_masks``), and hands them to pdoc.
@@ -23,12 +24,15 @@ from pathlib import Path
 LEFT_OUT = ("plexus.testing", "plexus.bench", "plexus.studies", "plexus.engine.triton_masks")
 
 
-def public_modules() -> list[str]:
-    """``plexus`` and every public module below it, sub-packages first, in a stable order."""
-    import plexus
+#: the three projects' packages: the engine, the datasets project, the partitioner project
+ROOTS = ("plexus", "plexus_datasets", "plexus_partition")
 
+
+def public_modules() -> list[str]:
+    """The three projects' packages and every public module below them, in a stable order."""
     names: set[str] = set()
-    todo = [info.name for info in pkgutil.iter_modules(plexus.__path__, "plexus.")]
+    todo = [info.name for root in ROOTS
+            for info in pkgutil.iter_modules(importlib.import_module(root).__path__, root + ".")]
     while todo:
         name = todo.pop()
         if name in names or any(p.startswith("_") for p in name.split(".")) \
@@ -38,7 +42,7 @@ def public_modules() -> list[str]:
         module = importlib.import_module(name)
         if hasattr(module, "__path__"):  # a package: its own modules
             todo += [info.name for info in pkgutil.iter_modules(module.__path__, name + ".")]
-    return ["plexus", *sorted(names)]
+    return [*ROOTS, *sorted(names)]
 
 
 def main(argv: list[str] | None = None) -> int:

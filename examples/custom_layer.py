@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 import plexus
 import plexus.nn as pnn
-from plexus.datasets.graph import incoming
+from plexus_datasets.graph import incoming
 
 
 class GraphConvLike(pnn.Layer):

@@ -1,17 +1,23 @@
 """Plexus: distributed full-graph GNN training with 3D tensor parallelism.
 
 The public API: everything a library user needs is importable from ``plexus`` itself. Names are
-resolved on first use, so ``import plexus.datasets`` or ``plexus.partitioners`` alone does not
+resolved on first use, so ``import plexus_datasets`` or ``plexus_partition`` alone does not
 import torch.
 
-Packages, from the bottom up (each imports only packages below it; ARCHITECTURE.md's table says
-which): ``plexus.core`` (layout rules, grid value, collective schedule), ``plexus.runtime``
-(launchers, process groups), ``plexus.datasets``, ``plexus.partitioners``, ``plexus.perfmodel``
-(from sizes alone), ``plexus.engine`` (the 3D engine), ``plexus.nn`` (users' own layers),
+Three projects, from the bottom up (each imports only what is below it; ARCHITECTURE.md's
+table says which). The datasets project: ``plexus_datasets.base`` (the file-safety base all
+three share), ``plexus_datasets`` (one `Graph`, its loaders). The partitioner project, no torch:
+``plexus_partition.model`` (the model as values: grid, layouts, the kinds, the schedule),
+``plexus_partition.launch`` (launcher detection, the process group), ``plexus_partition``
+(permutations, the 3D cut, the shard store, ``plexus-partition``). This engine:
+``plexus.core`` (small helpers), ``plexus.runtime`` (local worlds), ``plexus.perfmodel`` (from
+sizes alone), ``plexus.engine`` (the 3D engine), ``plexus.nn`` (users' own layers),
 ``plexus.api`` (the Python API: launch or join a grid, a distributed model from a `Graph`,
 results and weights out), ``plexus.testing`` (local worlds for tests and benchmarks),
 ``plexus.train`` (the ``plexus-train`` application, on the API), ``plexus.bench``
-(``plexus-bench``), ``plexus.studies`` (``plexus-sweep``, ``plexus-report``).
+(``plexus-bench``), ``plexus.studies`` (``plexus-sweep``, ``plexus-report``). The old paths of
+what moved (``plexus.datasets``, ``plexus.partitioners``, ``plexus.core.grid``, ...) still work
+for one release (`plexus.oldpaths`).
 """
 
 from __future__ import annotations
@@ -19,18 +25,22 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .oldpaths import install as _install_old_paths
+
+_install_old_paths()
+
 __version__ = "0.1.0"
 
 # public name -> module that defines it
 _EXPORTS = {
-    "GridShape": "plexus.core.grid",
-    "Graph": "plexus.datasets",
-    "load_dataset": "plexus.datasets",
-    "gcn_normalize": "plexus.datasets",
-    "RankShard": "plexus.partitioners",
-    "shard_graph": "plexus.partitioners",
-    "make_permutation": "plexus.partitioners",
-    "ModelConfig": "plexus.core.model",
+    "GridShape": "plexus_partition.model.grid",
+    "Graph": "plexus_datasets",
+    "load_dataset": "plexus_datasets",
+    "gcn_normalize": "plexus_datasets",
+    "RankShard": "plexus_partition",
+    "shard_graph": "plexus_partition",
+    "make_permutation": "plexus_partition",
+    "ModelConfig": "plexus_partition.model.model",
     "TrainConfig": "plexus.engine.config",
     "TrainConfigError": "plexus.engine.config",
     "EngineConfig": "plexus.engine.config",
@@ -61,7 +71,7 @@ _EXPORTS = {
     "RECIPES": "plexus.api",
     "run_script": "plexus.api",
     "ogb_evaluate": "plexus.api",
-    "UsageError": "plexus.core.cli",
+    "UsageError": "plexus_partition.model.cli",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -86,15 +96,15 @@ if TYPE_CHECKING:  # noqa: F401 — for type checkers and IDEs: the same names, 
                             gather_outputs, gather_predictions, init, launch, load_outputs,
                             load_pyg, save_outputs,
                             ogb_evaluate, run_script, save_weights)
-    from plexus.core.cli import UsageError
-    from plexus.core.grid import GridShape
-    from plexus.datasets import Graph, gcn_normalize, load_dataset
+    from plexus_partition.model.cli import UsageError
+    from plexus_partition.model.grid import GridShape
+    from plexus_datasets import Graph, gcn_normalize, load_dataset
     from plexus.engine.build import build_model
-    from plexus.core.model import ModelConfig
+    from plexus_partition.model.model import ModelConfig
     from plexus.engine.config import EngineConfig, TrainConfig, TrainConfigError
     from plexus.engine.grid import Grid
     from plexus.engine.model import DistributedModel
     from plexus.engine.serial import SerialModel
     from plexus.engine.trainer import Trainer
-    from plexus.partitioners import RankShard, make_permutation, shard_graph
+    from plexus_partition import RankShard, make_permutation, shard_graph
     from plexus.perfmodel import ModelSpec, choose_grid, predict

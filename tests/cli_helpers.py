@@ -111,7 +111,7 @@ def wait_for_epoch(proc: subprocess.Popen, epoch: int, limit_s: float = 300) -> 
 
 def cache_plan(dataset: str = "cora", grid: str = "2x1x1", **changes):
     """A one-epoch run's plan for the shard-store cache's tests (the cache keys a store by it)."""
-    from plexus.core.grid import GridShape
+    from plexus_partition.model.grid import GridShape
     from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
     from plexus.train.plan import RunPlan
 

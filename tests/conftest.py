@@ -22,9 +22,9 @@ def _session_store_cache():
 
 @pytest.fixture(autouse=True, scope="session")
 def _session_user_key():
-    """The session's seals are made with a key of its own (`plexus.core.owned`), never the
+    """The session's seals are made with a key of its own (`plexus_datasets.base.owned`), never the
     user's ~/.config/plexus/secret.key."""
-    from plexus.core.owned import CONFIG_ENV
+    from plexus_datasets.base.owned import CONFIG_ENV
 
     yield from _private_folder_in(CONFIG_ENV, "plexus-test-config-")
 

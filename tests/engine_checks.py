@@ -14,11 +14,11 @@ import torch.nn.functional as F
 
 from collections import Counter
 
-from plexus.core.schedule import (SparseExchange, epoch_collectives, exact_rows, ring_volume,
+from plexus_partition.model.schedule import (SparseExchange, epoch_collectives, exact_rows, ring_volume,
                                   setup_collectives, volume_per_axis)
 from plexus.engine.comm import Comm
 from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
-from plexus.datasets.graph import Graph
+from plexus_datasets.graph import Graph
 from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedModel
 from plexus.engine.rocauc import serial_rocauc
@@ -176,7 +176,7 @@ def model_exchange(model, engine: EngineConfig) -> SparseExchange | None:
 def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
                  engine: EngineConfig | None = None) -> list[str]:
     """The ledger's elements and bytes per axis for one training step equal the schedule's
-    volumes (`plexus.core.schedule`, which the performance model prices too), and so do its
+    volumes (`plexus_partition.model.schedule`, which the performance model prices too), and so do its
     collectives one by one (layer, phase, operation, axis, size, bytes per element; the
     set-up's apart): under a lower precision (compute or wire), the collectives declared
     float32 (statistics, the loss) must move 4 bytes per element and the rest the payload's."""

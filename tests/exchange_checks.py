@@ -1,7 +1,7 @@
 """Checks of the sparse exchanges (issue 45 item 4) that run inside a gloo world: results equal
 the serial model's, the ledger's bytes equal the performance model's priced with row counts
 computed here from every rank's shard (an oracle apart from the engine's
-`plexus.partitioners.rowsets`), and the saving against ``sparse_comm="off"`` is the factor the
+`plexus_partition.rowsets`), and the saving against ``sparse_comm="off"`` is the factor the
 model predicts."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import scipy.sparse as sp
 import torch
 
 from engine_checks import check_step, check_training
-from plexus.core.schedule import SparseExchange, exact_rows
-from plexus.datasets.graph import Graph
-from plexus.datasets.rmat import rmat_graph
+from plexus_partition.model.schedule import SparseExchange, exact_rows
+from plexus_datasets.graph import Graph
+from plexus_datasets.rmat import rmat_graph
 from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
 from plexus.engine.grid import Grid
 from plexus.engine.trainer import Trainer
-from plexus.partitioners.plan import shard_graph
+from plexus_partition.plan import shard_graph
 from plexus.perfmodel import ModelSpec
 from plexus.perfmodel.model import epoch_volume
 from plexus.testing.exactness import build_pair

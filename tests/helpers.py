@@ -11,6 +11,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+#: the three projects' package folders: the engine, the datasets project, the partitioner project
+PRODUCT_ROOTS = (REPO / "plexus", REPO / "datasets" / "plexus_datasets",
+                 REPO / "partitioners" / "plexus_partition")
+
+
+def product_modules() -> list[Path]:
+    """Every module of the three projects."""
+    return sorted(p for root in PRODUCT_ROOTS for p in root.rglob("*.py"))
 
 
 def assert_one_line(err: str | subprocess.CompletedProcess | pytest.ExceptionInfo | BaseException,

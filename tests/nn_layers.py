@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import plexus.nn as pnn
-from plexus.datasets.graph import incoming
+from plexus_datasets.graph import incoming
 from plexus.nn.check import layer_records
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -285,7 +285,7 @@ def check_edge_layer(name, grid, g) -> list[str]:
 def rank_checks(grids) -> dict:
     """Everything tests/nn/test_nn_layouts.py checks on ``grids`` (one world size), this rank's
     part: {check: failures} and check_layer's records (rank 0's hold the tensors)."""
-    from plexus.datasets.toy import directed_toy_graph, toy_graph
+    from plexus_datasets.toy import directed_toy_graph, toy_graph
     from plexus.engine.grid import Grid
 
     from engine_checks import weighted_graph

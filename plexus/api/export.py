@@ -6,7 +6,7 @@ The PyG model is a ``torch.nn.Module`` with a ``ModuleList`` ``convs`` of the ki
 the MLP) and, with BatchNorm, a ``ModuleList`` ``bns`` of BatchNorm1d, applied as conv → (+
 input, residual) → bn → ReLU for every layer but the last (`plexus.engine.pygmodel.PygModel`
 builds it; `load_pyg` returns it loaded). The names come from the operators' declarations
-(`plexus.core.ops`): each parameter's name under its PyG module, the module's prefix per stage
+(`plexus_partition.model.ops`): each parameter's name under its PyG module, the module's prefix per stage
 of a layer from the model kind (``convs.{l}.``, GIN's second stage
 ``convs.{l}.nn.2.``), BatchNorm's under ``bns.{l}.``; `pyg_names` lists them.
 
@@ -28,11 +28,11 @@ from typing import IO
 
 import torch
 
-from plexus.core.atomic import atomic_file
-from plexus.core.model import ModelConfig
-from plexus.core.ops import KINDS, NORM_OP, OPERATORS, Param
-from plexus.datasets.files import open_regular
-from plexus.datasets.validate import check_alloc
+from plexus_datasets.base.atomic import atomic_file
+from plexus_partition.model.model import ModelConfig
+from plexus_partition.model.ops import KINDS, NORM_OP, OPERATORS, Param
+from plexus_datasets.files import open_regular
+from plexus_datasets.validate import check_alloc
 from plexus.engine.pygmodel import PygModel, PygSpecError, pyg_spec
 
 from .model import GraphModel
@@ -55,7 +55,7 @@ def _to_pyg(decl: Param, tensor: torch.Tensor) -> torch.Tensor:
 def _declared(config: ModelConfig, num_features: int, num_classes: int, extras: bool = False
               ) -> list[tuple[str, str, Param]]:
     """(engine name, PyG name, declaration) of every parameter and statistic; with ``extras``
-    what PyG's modules hold and Plexus does not (`plexus.core.ops.Operator.pyg_extras`)."""
+    what PyG's modules hold and Plexus does not (`plexus_partition.model.ops.Operator.pyg_extras`)."""
     kind = KINDS[config.kind]
     widths = config.widths(num_features, num_classes)
     out = []
@@ -93,7 +93,7 @@ def pyg_state_dict(full: dict[str, torch.Tensor], config: ModelConfig, num_featu
             continue
         if name not in declared:
             raise ValueError(f"parameter {name!r} of a {config.kind} model has no PyG name; "
-                             "its operator's declaration (plexus.core.ops) must list it")
+                             "its operator's declaration (plexus_partition.model.ops) must list it")
         pyg, decl = declared[name]
         out[pyg] = _to_pyg(decl, tensor)
     for _, pyg, decl in _declared(config, num_features, num_classes, extras=True):

@@ -17,10 +17,10 @@ from typing import Mapping
 
 import torch
 
-from plexus.core.grid import GridShape
+from plexus_partition.model.grid import GridShape
 from plexus.core.units import format_bytes
-from plexus.datasets.validate import available_bytes
-from plexus.runtime.env import ranks_per_gpu
+from plexus_datasets.validate import available_bytes
+from plexus_partition.launch.env import ranks_per_gpu
 from plexus.perfmodel import ModelSpec, epoch_memory, partition_memory, setup_memory
 
 

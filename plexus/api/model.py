@@ -9,19 +9,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from plexus.core.grid import GridShape
-from plexus.core.model import ModelConfig, check_seed
-from plexus.core.layout import DEFAULT_PERMUTATION, grid_misfit
-from plexus.datasets import DatasetError, Graph, gcn_nnz
-from plexus.datasets.inputs import mask as node_mask
+from plexus_partition.model.grid import GridShape
+from plexus_partition.model.model import ModelConfig, check_seed
+from plexus_partition.model.layout import DEFAULT_PERMUTATION, grid_misfit
+from plexus_datasets import DatasetError, Graph, gcn_nnz
+from plexus_datasets.inputs import mask as node_mask
 from plexus.engine.build import build_model
 from plexus.engine.config import EngineConfig
 from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedModel
-from plexus.partitioners import RankShard, shard_graph
-from plexus.partitioners.plan import symmetric
+from plexus_partition import RankShard, shard_graph
+from plexus_partition.plan import symmetric
 from plexus.perfmodel import ModelSpec
-from plexus.runtime.env import LaunchError, detect_environment
+from plexus_partition.launch.env import LaunchError, detect_environment
 
 from .memcheck import available_memory, check_memory, predicted_peaks
 
@@ -215,11 +215,11 @@ def distributed_model(graph: Graph, grid: Grid, model: ModelConfig | str | None 
     """This rank's part of a GNN on ``graph`` over ``grid`` (call it on every rank).
 
     ``model`` is a `ModelConfig`, or the model kind by the name ``plexus-train --model`` takes
-    (a name of the registry `plexus.core.ops.KINDS`; default "gcn") with the other fields as
+    (a name of the registry `plexus_partition.model.ops.KINDS`; default "gcn") with the other fields as
     keywords (``num_layers=2, hidden=16, dropout=0.5, heads=4, ...``). ``seed`` fixes the
     weights and dropout masks (the same on every grid), ``perm`` the load-balancing node
     permutation (results do not depend on it). A keyword that is no model option is a
-    TypeError, a value the model refuses a `plexus.core.model.ModelError` (a ValueError), each
+    TypeError, a value the model refuses a `plexus_partition.model.model.ModelError` (a ValueError), each
     naming what to use.
     With ``memory_check`` (the default), a model the performance model predicts not to fit
     this rank's memory is refused before anything of it is built, as plexus-train refuses it

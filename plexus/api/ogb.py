@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from plexus.datasets import DatasetError, Graph
+from plexus_datasets import DatasetError, Graph
 
 
 def ogb_evaluate(graph: Graph, pred: Any, mask: str | Any = "test",

@@ -33,15 +33,15 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from plexus.core.atomic import (UnsafeTargetError, fsync_dir, output_directory,
+from plexus_datasets.base.atomic import (UnsafeTargetError, fsync_dir, output_directory,
                                 replace_directory)
-from plexus.datasets.files import open_regular
-from plexus.datasets.npyio import npy_layout
-from plexus.datasets.validate import check_alloc
+from plexus_datasets.files import open_regular
+from plexus_datasets.npyio import npy_layout
+from plexus_datasets.validate import check_alloc
 
 from .model import GraphModel
 from .results import NodeBlock, output_blocks
-from plexus.core import owned
+from plexus_datasets.base import owned
 
 MARKER = "outputs.json"
 FORMAT = "plexus-outputs"
@@ -94,8 +94,8 @@ def is_outputs_directory(path: str | os.PathLike) -> bool:
 def check_outputs_target(path: str | os.PathLike) -> Path:
     """The directory an outputs write replaces (absent, empty, or an earlier outputs directory
     this user wrote, exactly as written: `is_outputs_directory`, and sealed by this user's
-    Plexus with exactly those files, `plexus.core.owned`); `OutputsError` for anything else
-    (`plexus.core.atomic.output_directory`)."""
+    Plexus with exactly those files, `plexus_datasets.base.owned`); `OutputsError` for anything else
+    (`plexus_datasets.base.atomic.output_directory`)."""
     try:
         return output_directory(Path(path).expanduser(), _own_outputs)
     except UnsafeTargetError as e:

@@ -41,7 +41,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from plexus.core.model import ModelConfig
+from plexus_partition.model.model import ModelConfig
 from plexus.engine.config import TrainConfig
 
 

@@ -21,9 +21,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from plexus.core.layout import block
+from plexus_partition.model.layout import block
 from plexus.core.units import format_bytes
-from plexus.datasets.validate import available_bytes
+from plexus_datasets.validate import available_bytes
 
 from .model import GraphModel
 

@@ -15,12 +15,12 @@ import os
 import sys
 from typing import Callable, NoReturn
 
-from plexus.core.atomic import UnsafeTargetError
-from plexus.core.cli import UsageError, report_error
-from plexus.core.grid import GridError
-from plexus.core.model import ModelError
-from plexus.datasets import DatasetError
-from plexus.runtime.env import LaunchError
+from plexus_datasets.base.atomic import UnsafeTargetError
+from plexus_partition.model.cli import UsageError, report_error
+from plexus_partition.model.grid import GridError
+from plexus_partition.model.model import ModelError
+from plexus_datasets import DatasetError
+from plexus_partition.launch.env import LaunchError
 from plexus.runtime.local import LocalJobFailed
 
 from .export import ExportError

@@ -15,10 +15,10 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from plexus.core.grid import GridShape
+from plexus_partition.model.grid import GridShape
 from plexus.engine.grid import Grid
-from plexus.runtime.env import JobEnv, LaunchError, check_local_devices, detect_environment
-from plexus.runtime.group import DEFAULT_TIMEOUT_S, init_process_group
+from plexus_partition.launch.env import JobEnv, LaunchError, check_local_devices, detect_environment
+from plexus_partition.launch.group import DEFAULT_TIMEOUT_S, init_process_group
 from plexus.runtime.local import free_port, launch_local
 
 
@@ -55,7 +55,7 @@ def _run(fn: Callable[..., Any], grid: GridShape, timeout_s: float, args: tuple)
 
 
 def _local_worker(fn: Callable[..., Any], grid: GridShape, timeout_s: float, args: tuple) -> Any:
-    # the local launcher ties this worker's life to its own (plexus.runtime.lifeline)
+    # the local launcher ties this worker's life to its own (plexus_partition.launch.lifeline)
     return _run(fn, grid, timeout_s, args)
 
 

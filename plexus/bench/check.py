@@ -23,10 +23,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from plexus.core.cli import ArgumentParser, UsageError, report_error
-from plexus.core.grid import GridShape
-from plexus.core.layout import grid_misfit
-from plexus.core.model import ModelConfig
+from plexus_partition.model.cli import ArgumentParser, UsageError, report_error
+from plexus_partition.model.grid import GridShape
+from plexus_partition.model.layout import grid_misfit
+from plexus_partition.model.model import ModelConfig
 from plexus.core.units import format_bytes, format_seconds
 
 PROG = "plexus-bench"
@@ -114,7 +114,7 @@ def rank_checks(grids: Sequence[tuple[int, int, int]], cuda: bool, steps: int,
     from plexus.engine.config import TrainConfig
     from plexus.engine.grid import Grid
     from plexus.engine.trainer import Trainer
-    from plexus.core.tasks import current_rss_bytes
+    from plexus_datasets.base.tasks import current_rss_bytes
     from plexus.runtime.memstats import cuda_peak_bytes, peak_rss_bytes, reset_peak_rss
 
     from plexus.testing.exactness import build_pair, compare_step
@@ -179,7 +179,7 @@ def run_checks(world_size: int, cuda: bool, steps: int = 3, inject_mismatch: boo
     out, or ``threads`` per rank, else OMP_NUM_THREADS), smallest first;
     ``on_result`` sees each world's results as they come. A rank that raises, or a world that
     does not start, raises `RuntimeError` with the failing rank's traceback."""
-    from plexus.runtime.env import gpu_backend, threads_per_worker
+    from plexus_partition.launch.env import gpu_backend, threads_per_worker
     from plexus.runtime.world import run_world
 
     by_size: dict[int, list[tuple[int, int, int]]] = {}
@@ -234,7 +234,7 @@ def add_arguments(p: ArgumentParser) -> None:
 def check_main(args: argparse.Namespace) -> int:
     """Run ``plexus-bench check`` with parsed ``args``: one line per check, then a summary.
     Exit 0 if every check passed, 1 if any failed (or a rank died), 2 on bad input."""
-    from plexus.runtime.env import LaunchError, env_threads, gpu_backend, use_cuda
+    from plexus_partition.launch.env import LaunchError, env_threads, gpu_backend, use_cuda
 
     try:
         cuda = use_cuda(args.device)

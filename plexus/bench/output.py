@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from plexus.core.atomic import atomic_file
+from plexus_datasets.base.atomic import atomic_file
 from plexus.core.timing import loadavg, median  # noqa: F401 (the reports' statistics)
 
 

@@ -24,8 +24,8 @@ def _rank_steps(layers: Sequence[int], reps: int) -> list[float]:
     import torch
 
     from plexus.api.model import distributed_model
-    from plexus.core.grid import GridShape
-    from plexus.datasets import rmat_graph
+    from plexus_partition.model.grid import GridShape
+    from plexus_datasets import rmat_graph
     from plexus.engine.config import TrainConfig
     from plexus.engine.grid import Grid
     from plexus.engine.trainer import Trainer

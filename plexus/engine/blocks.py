@@ -6,7 +6,7 @@ transpose of a block is the block at the swapped ranges of the other matrix (Â1
 rank holds it anyway, the backward reuses it. A stage with a root term gets its own stacked block
 [Â; S] or [Â | S] (`stacked_block`); GAT gets the block's structure as edges
 (`plexus.engine.edges.EdgeBlock`) and S alone. Which a stage needs, its operator's declaration
-says (`plexus.core.ops.Operator.uses_plain_block`) and its torch code asks for.
+says (`plexus_partition.model.ops.Operator.uses_plain_block`) and its torch code asks for.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from plexus.core.layout import LayerPlan, block_identity, transpose_identity
-from plexus.core.ops import OPERATORS
-from plexus.partitioners.plan import RankShard, block_key
+from plexus_partition.model.layout import LayerPlan, block_identity, transpose_identity
+from plexus_partition.model.ops import OPERATORS
+from plexus_partition.plan import RankShard, block_key
 
 from .spmm import SparseBlock, build_blocks
 

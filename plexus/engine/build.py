@@ -3,7 +3,7 @@ command, the benchmarks, the tests), so they all run the same engine."""
 
 from __future__ import annotations
 
-from plexus.partitioners import RankShard
+from plexus_partition import RankShard
 
 from .comm import Comm
 from .config import EngineConfig, ModelConfig

@@ -1,6 +1,6 @@
 """Configuration objects passed through the runtime (no module-level configuration state):
 training (`TrainConfig`), how the engine runs (`EngineConfig`), and the model's
-(`plexus.core.model.ModelConfig`, re-exported here)."""
+(`plexus_partition.model.model.ModelConfig`, re-exported here)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from plexus.core.bounds import check_bound
-from plexus.core.model import DEFAULT_DTYPE, DTYPE_BYTES, DTYPES, ModelConfig, ModelError
-from plexus.core.ops import KINDS, NORMS
-from plexus.core.schedule import SPARSE_MODES
+from plexus_partition.model.bounds import check_bound
+from plexus_partition.model.model import DEFAULT_DTYPE, DTYPE_BYTES, DTYPES, ModelConfig, ModelError
+from plexus_partition.model.ops import KINDS, NORMS
+from plexus_partition.model.schedule import SPARSE_MODES
 
 # the model's configuration is a plain value of plexus.core (the performance model reads it too)
 MODEL_KINDS = tuple(KINDS)
@@ -120,7 +120,7 @@ class EngineConfig:
     tune_gemms: bool = False  # time each GEMM site's formulations once, keep the fastest (not
     # bit-reproducible across runs); off: a fixed rule by shape
     # (plexus.engine.gemm.default_formulation)
-    huge_pages: bool = True  # large CPU tensors on transparent huge pages (plexus.runtime.hostmem)
+    huge_pages: bool = True  # large CPU tensors on transparent huge pages (plexus_partition.launch.hostmem)
     timers: bool = True
     dtype: str = DEFAULT_DTYPE  # compute precision (one of DTYPES): changes results by rounding
     recompute: bool = False  # recompute each stage's activations in backward

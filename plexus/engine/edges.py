@@ -31,7 +31,7 @@ import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
-from plexus.core.ops.base import EDGE_PASS_BYTES
+from plexus_partition.model.ops.base import EDGE_PASS_BYTES
 
 from .comm import Comm
 from .masks import edge_mask

@@ -1,7 +1,7 @@
 """Sparse exchanges: the aggregation's sums over an axis carrying only the rows Â's blocks touch.
 
 A rank's partial Â_blk·X is zero on the rows its block has no non-zero in (its touched rows T,
-`plexus.partitioners.rowsets`), and Â_blkᵀ·dY reads only T's rows of dY. Over an axis of p ranks
+`plexus_partition.rowsets`), and Â_blkᵀ·dY reads only T's rows of dY. Over an axis of p ranks
 whose sum has R rows, rank q owning the q-th piece of R/p rows:
 
 - ``sum`` (instead of the all-reduce of the partials): an all-to-all sends each rank r only this
@@ -16,7 +16,7 @@ The row sets of the axis's ranks are exchanged once, when the stage first runs (
 index lists, at set-up: not part of a step, not in the ledger); after that each step moves fixed
 sizes with no host synchronisation. Where ``mode`` is "auto" an exchange is used only where the
 most rows any rank of the axis sends is below (p-1)/p·R, the rule the performance model prices
-(`plexus.core.schedule.SparseExchange`).
+(`plexus_partition.model.schedule.SparseExchange`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from plexus.partitioners.rowsets import by_piece, sent_rows
+from plexus_partition.rowsets import by_piece, sent_rows
 
 from .comm import Comm
 

@@ -1,9 +1,9 @@
 """One stage's view of the graph on the grid: the differentiable operations a layer is written
 with, the 3D layouts handled: the one stage toolkit. Every built-in kind's torch code
-(``stage`` in `plexus.core.ops`) is written with it, and so are users' layers (`plexus.nn`,
+(``stage`` in `plexus_partition.model.ops`) is written with it, and so are users' layers (`plexus.nn`,
 which wraps it to check layouts).
 
-A stage has roles (o, i, d) for its outer, inner and depth axes (`plexus.core.layout.LayerPlan`)
+A stage has roles (o, i, d) for its outer, inner and depth axes (`plexus_partition.model.layout.LayerPlan`)
 and three layouts, named by the axis cutting the rows, the axis cutting the columns and the
 axis the block is replicated over:
 
@@ -33,8 +33,8 @@ from typing import Mapping
 
 import torch
 
-from plexus.core.layout import LayerPlan, block
-from plexus.core.ops.conv import RootTerm
+from plexus_partition.model.layout import LayerPlan, block
+from plexus_partition.model.ops.conv import RootTerm
 
 from .blocks import GraphBlocks
 from .comm import Comm
@@ -93,7 +93,7 @@ class StageGraph:
 
     def param(self, kind: str) -> torch.Tensor | None:
         """The shard of the stage's parameter ``kind`` ("W", "Wr", "eps", ...; None if it has
-        none), as declared (`plexus.core.ops`)."""
+        none), as declared (`plexus_partition.model.ops`)."""
         return self.params[kind] if kind in self.params else None
 
     def cached(self, key: object, make) -> torch.Tensor:
@@ -331,7 +331,7 @@ class StageGraph:
         """The stage's graph convolution H' = Â·dropout(H)·W (+ root term) in its order, with the
         stage's dropout (`stage_rate`) and weight "W": aggregate first AR([Â;S]·H) over o, then
         [AGG | S·H]·[W; Wr] (or (AGG + (1+ε)·S·H)·W), AR(OUT) over i; combine first H·[W | Wr],
-        AR(Z) over i, then AR([Â | S]·[Z; Zr]) over o (`plexus.core.ops.conv` declares it).
+        AR(Z) over i, then AR([Â | S]·[Z; Zr]) over o (`plexus_partition.model.ops.conv` declares it).
         ``root`` (the declaration's `ConvOperator.root`, a `RootTerm`): none; a learned root
         weight (H·Wr, ``Wr`` the shard); a residual (H: the identity as Wr); scaled ((1+ε)·H,
         ``eps`` the shard or None for ε = 0). A root term multiplies the stage's own stacked block [Â; S] or [Â | S], so one
@@ -371,7 +371,7 @@ class StageGraph:
 
     def exchange_counts(self) -> dict[tuple[int, str], tuple[int, int]]:
         """{(stage, "sum"/"gather"): (rows this rank sends, the most any rank of the axis
-        sends)} of the exchanges built (`plexus.core.schedule.exact_rows` prices them)."""
+        sends)} of the exchanges built (`plexus_partition.model.schedule.exact_rows` prices them)."""
         ex = self.exchange
         if ex is None:
             return {}

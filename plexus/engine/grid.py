@@ -1,6 +1,6 @@
 """The X×Y×Z process grid on torch.distributed: a DeviceMesh with named axes x, y, z.
 
-Rank order is that of `plexus.core.grid.GridShape`: ``rank = (x·Y + y)·Z + z``. z is the
+Rank order is that of `plexus_partition.model.grid.GridShape`: ``rank = (x·Y + y)·Z + z``. z is the
 innermost (fastest-varying) axis, so the Z ranks that share an (x, y) are consecutive: on a
 cluster launched node by node they sit on one node, on the fastest links. Put the axis with the
 heaviest traffic there (layer 0's depth axis, z, carries the all-gathers of H and W).
@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from plexus.core.grid import AXES, GridShape
+from plexus_partition.model.grid import AXES, GridShape
 
 
 @dataclass

@@ -2,7 +2,7 @@
 collective as the schedule declares it (layer, phase, operation, axis, full size, bytes per
 element).
 
-Volumes are those of ring algorithms, per rank (`plexus.core.schedule.ring_volume`, the formula
+Volumes are those of ring algorithms, per rank (`plexus_partition.model.schedule.ring_volume`, the formula
 the performance model uses too). Collectives over an axis of size 1 are skipped and move nothing.
 """
 
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from plexus.core.schedule import ring_volume
+from plexus_partition.model.schedule import ring_volume
 
 #: One collective as the ledger keys it: (layer or None, phase, op, axis, full size n in
-#: elements, bytes per element), the fields of `plexus.core.schedule.Collective.key`.
+#: elements, bytes per element), the fields of `plexus_partition.model.schedule.Collective.key`.
 Key = tuple
 
 
@@ -33,7 +33,7 @@ class Ledger:
                layer: int | None = None, phase: str = "") -> None:
         """Add one collective on ``numel`` elements (its full size) over ``p`` ranks, sent
         ``itemsize`` bytes per element, issued by ``layer`` (None: the loss or the metric) in
-        ``phase`` (one of `plexus.core.schedule.PHASES`)."""
+        ``phase`` (one of `plexus_partition.model.schedule.PHASES`)."""
         moved = ring_volume(op, numel, p)
         self.elements[axis, op] += moved
         self.bytes[axis, op] += moved * itemsize

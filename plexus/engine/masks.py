@@ -23,7 +23,7 @@ import sys
 import torch
 
 from plexus.core.maskhash import GOLDEN, KEY0, M32, MUL
-from plexus.core.ops.base import EDGE_MASK_TEMP_BYTES, MASK_TEMP_BYTES
+from plexus_partition.model.ops.base import EDGE_MASK_TEMP_BYTES, MASK_TEMP_BYTES
 
 from . import kernels
 from .pieces import spans

@@ -12,10 +12,10 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from plexus.core.layout import LayerPlan, block, padding
-from plexus.core.ops import NORM_OP, OPERATORS, Param
-from plexus.core.schedule import SETUP
-from plexus.partitioners.plan import RankShard
+from plexus_partition.model.layout import LayerPlan, block, padding
+from plexus_partition.model.ops import NORM_OP, OPERATORS, Param
+from plexus_partition.model.schedule import SETUP
+from plexus_partition.plan import RankShard
 
 from .blocks import GraphBlocks, stage_output_ids
 from .comm import Comm, all_reduce_staged, global_norm
@@ -89,7 +89,7 @@ class GridModel(ClassifierHead, nn.Module):
 
     def _norm_stage(self, p: LayerPlan, graph: GraphBlocks, name: Callable[[str], str],
                     shards: dict[str, torch.Tensor]) -> Stage3D:
-        """Stage ``p``'s BatchNorm (`plexus.core.ops.batchnorm`, run by a `Stage3D`) from its
+        """Stage ``p``'s BatchNorm (`plexus_partition.model.ops.batchnorm`, run by a `Stage3D`) from its
         parameters' and statistics' ``shards``, each kind's under ``name(kind)``."""
         d = self.widths[p.index + 1]
         decls = OPERATORS[NORM_OP].params(p, d, d)
@@ -146,7 +146,7 @@ class DistributedModel(GridModel):
     "att_src0", "gamma0", ..., "features"), and `full_parameter` / `shard_of` convert between
     a rank's shard and the full, unpadded, grid-independent tensor (checkpoints, exports and
     tests use them). Every stage, BatchNorm's too, is a `Stage3D` running its operator's torch
-    code from the parameters its declaration lists (`plexus.core.ops`).
+    code from the parameters its declaration lists (`plexus_partition.model.ops`).
     """
 
     def __init__(self, comm: Comm, shard: RankShard, cfg: ModelConfig, seed: int,
@@ -210,7 +210,7 @@ class DistributedModel(GridModel):
     def exchange_counts(self) -> dict[tuple[int, str], tuple[int, int]]:
         """The rows each stage's sparse exchanges send, {(stage, "sum"/"gather"): (this
         rank's, the most of its axis)}, once the stages have run (`plexus.engine.exchange`;
-        `plexus.core.schedule.exact_rows` prices them)."""
+        `plexus_partition.model.schedule.exact_rows` prices them)."""
         return {k: v for layer in self.layers for k, v in layer.g.exchange_counts().items()}
 
     def forward(self, step: int | None = None) -> torch.Tensor:

@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from plexus.datasets.validate import available_bytes
+from plexus_datasets.validate import available_bytes
 
 #: The share of the free memory one pass's temporaries may take.
 FREE_SHARE = 1 / 8

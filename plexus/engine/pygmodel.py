@@ -20,12 +20,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plexus.core.model import MAX_LAYERS, ModelConfig
-from plexus.core.ops import KINDS, OPERATORS
-from plexus.core.ops.batchnorm import EPS, MOMENTUM
+from plexus_partition.model.model import MAX_LAYERS, ModelConfig
+from plexus_partition.model.ops import KINDS, OPERATORS
+from plexus_partition.model.ops.batchnorm import EPS, MOMENTUM
 
 #: The classes a description may name: torch's own modules, and the PyG layers the model kinds
-#: declare (`plexus.core.ops.KINDS`).
+#: declare (`plexus_partition.model.ops.KINDS`).
 TORCH_CLASSES: dict[str, type[nn.Module]] = {"Linear": nn.Linear, "ReLU": nn.ReLU,
                                              "BatchNorm1d": nn.BatchNorm1d}
 PYG_CLASSES = tuple(dict.fromkeys(k.pyg_class for k in KINDS.values()

@@ -11,9 +11,9 @@ from typing import Sequence
 
 import torch
 
-from plexus.core.layout import LayerPlan
-from plexus.core.ops import NORM_OP, OPERATORS, Param, split_name
-from plexus.core.ops.base import glorot_bound
+from plexus_partition.model.layout import LayerPlan
+from plexus_partition.model.ops import NORM_OP, OPERATORS, Param, split_name
+from plexus_partition.model.ops.base import glorot_bound
 
 
 def glorot(shape: Sequence[int], gen: torch.Generator,
@@ -27,7 +27,7 @@ def glorot(shape: Sequence[int], gen: torch.Generator,
 
 def stage_params(plans: Sequence[LayerPlan], widths: Sequence[int]) -> list[tuple[LayerPlan, Param]]:
     """Every declared parameter and running statistic of a model, stage by stage
-    (`plexus.core.ops`: the stage's operator, then its BatchNorm)."""
+    (`plexus_partition.model.ops`: the stage's operator, then its BatchNorm)."""
     out = []
     for p in plans:
         d_in, d_out = widths[p.index], widths[p.index + 1]

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plexus.core.ops import NORM_OP
-from plexus.datasets.graph import Graph
+from plexus_partition.model.ops import NORM_OP
+from plexus_datasets.graph import Graph
 
 from .config import ModelConfig
 from .stage import serial_of

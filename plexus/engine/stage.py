@@ -1,15 +1,15 @@
 """The one 3D stage every built-in kind runs as (`Stage3D`): its parameter shards (cut as
-`plexus.core.ops` declares them) and the stage toolkit its kind's torch code is written with,
+`plexus_partition.model.ops` declares them) and the stage toolkit its kind's torch code is written with,
 BatchNorm's too; a kind's serial reference as the engine calls it (`serial_of`); and where each
 declared parameter's shard sits in the full tensor (`placement`, `ShardMap`), which the models
 use to convert between shards and grid-independent tensors. A kind's torch code and serial
-reference live in its one file in `plexus.core.ops`; the engine runs every kind through
+reference live in its one file in `plexus_partition.model.ops`; the engine runs every kind through
 `Stage3D` and `serial_of`.
 
 Symbols follow docs/design.md: Â (this rank's block of the adjacency), H (input block),
 W (weight block, stored cut over one more axis and gathered before use), OUT. Each collective is
 one line naming its axis; its backward counterpart is in the comment. The same collectives, with
-their sizes, are declared in `plexus.core.ops` (the schedule, the performance model and the
+their sizes, are declared in `plexus_partition.model.ops` (the schedule, the performance model and the
 ledger test read them; the ledger test checks that the engine issues exactly them).
 
 Parameters are float32 (the master weights); a stage casts them to its compute precision
@@ -26,8 +26,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 from torch import nn
 
-from plexus.core.layout import LayerPlan, block
-from plexus.core.ops import OPERATORS, Param
+from plexus_partition.model.layout import LayerPlan, block
+from plexus_partition.model.ops import OPERATORS, Param
 
 from .comm import Comm, all_reduce_staged
 from .gemm import GemmTuner
@@ -181,7 +181,7 @@ class StageInputs:
     dtype: torch.dtype = torch.float32
     engine: Any = None  # plexus.engine.config.EngineConfig
     graph: Any = None  # plexus.engine.blocks.GraphBlocks
-    model: Any = None  # plexus.core.model.ModelConfig
+    model: Any = None  # plexus_partition.model.model.ModelConfig
     stats: dict[str, torch.Tensor] = field(default_factory=dict)  # running statistics by kind
     num_nodes: int = 0
 
@@ -191,7 +191,7 @@ class Stage3D(nn.Module):
     statistics (buffers by kind: BatchNorm's) and the stage toolkit ``g``
     (`plexus.engine.graph3d.StageGraph`) its operator's torch code runs on. ``forward``
     receives H (not after a stage: BatchNorm), runs the kind's ``stage(g, H, step)``
-    (`plexus.core.ops`) and adds the bias: the built-in kinds are written with the same
+    (`plexus_partition.model.ops`) and adds the bias: the built-in kinds are written with the same
     operations as users' layers.
 
     ``input_ids`` are the original node ids of the rows of H as this stage sees them (after

@@ -12,7 +12,7 @@ from typing import Any, Callable, Protocol
 import torch
 from torch.nn.utils import clip_grads_with_norm_
 
-from plexus.datasets.trainable import check_trainable
+from plexus_datasets.trainable import check_trainable
 from . import optim
 from .config import TrainConfig
 
@@ -130,7 +130,7 @@ def needs_validation(cfg: TrainConfig) -> str | None:
 
 
 def _check_trainable(model: TrainableModel, cfg: TrainConfig) -> None:
-    """`plexus.datasets.trainable.check_trainable` on the model's split counts (a distributed
+    """`plexus_datasets.trainable.check_trainable` on the model's split counts (a distributed
     model's global ``counts``, a serial model's masks), before the first step."""
     model = getattr(model, "net", model)  # the API's GraphModel wraps the engine's model
     counts = getattr(model, "counts", None)

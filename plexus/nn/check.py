@@ -2,7 +2,7 @@
 with the largest differences (``plexus-bench check --layer module:Class`` prints the same).
 
 Each grid runs a two-layer `Network` of the layer (in_features → hidden → classes) on a small
-undirected and a small directed graph (`plexus.datasets.toy`), one training step with dropout:
+undirected and a small directed graph (`plexus_datasets.toy`), one training step with dropout:
 full logits, the loss and every parameter's full gradient, held to the exactness checks'
 tolerance (`plexus.engine.tolerance`) against 1x1x1's. A layout mistake fails on every grid
 with its one-line `LayoutError`; a layer that is right on one rank and wrong on several fails
@@ -17,8 +17,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from plexus.datasets.graph import Graph
-from plexus.datasets.toy import directed_toy_graph, toy_graph
+from plexus_datasets.graph import Graph
+from plexus_datasets.toy import directed_toy_graph, toy_graph
 from plexus.engine.tolerance import difference
 
 from .network import Layer, Network
@@ -212,7 +212,7 @@ def check_layer(layer: type | LayerFactory | str, grids: Sequence[tuple[int, int
     on a small undirected and a small directed graph; ``report`` sees one PASS/FAIL line per
     check. Returns the checks; all passed means the layer gives 1x1x1's logits, loss and
     gradients on every grid (its layouts are consistent)."""
-    from plexus.runtime.env import threads_per_worker
+    from plexus_partition.launch.env import threads_per_worker
     from plexus.runtime.world import run_world
 
     grids = [tuple(d) for d in grids]

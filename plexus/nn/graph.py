@@ -30,7 +30,7 @@ class LayerGraph:
     on tensors that carry their layouts: each refuses operands of another layout than the
     layer's order gives them with a one-line `LayoutError` (on every grid: 1x1x1 too).
     ``weights(ids)`` gives the graph's edge weights among nodes ``ids`` (sorted) as a sparse
-    matrix with rows = destinations (`plexus.datasets.graph.incoming` of the induced
+    matrix with rows = destinations (`plexus_datasets.graph.incoming` of the induced
     subgraph), for `edge_weights`; ``name`` the layer's, for messages."""
 
     def __init__(self, stage: StageGraph, name: str,

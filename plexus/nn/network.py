@@ -9,10 +9,10 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
-from plexus.core.layout import DEFAULT_PERMUTATION, grid_misfit, layer_plans
-from plexus.core.ops import NORM_OP, OPERATORS, Param
-from plexus.datasets import Graph
-from plexus.datasets.graph import incoming
+from plexus_partition.model.layout import DEFAULT_PERMUTATION, grid_misfit, layer_plans
+from plexus_partition.model.ops import NORM_OP, OPERATORS, Param
+from plexus_datasets import Graph
+from plexus_datasets.graph import incoming
 from plexus.engine.blocks import GraphBlocks
 from plexus.engine.comm import Comm
 from plexus.engine.config import EngineConfig
@@ -22,9 +22,9 @@ from plexus.engine.grid import Grid
 from plexus.engine.model import GridModel
 from plexus.engine.stage import Stage3D
 from plexus.engine.primitives import relu
-from plexus.core.model import check_seed
+from plexus_partition.model.model import check_seed
 from plexus.engine.masks import dropout, edge_keep
-from plexus.partitioners import shard_graph
+from plexus_partition import shard_graph
 
 from .graph import LayerGraph, output_layout
 from .layouts import NODES_OUT, ROWS_OUT, LayoutError, laid, layout_of, param_view, plain
@@ -116,7 +116,7 @@ class BatchNorm(nn.Module):
 class Network(GridModel):
     """A stack of `Layer`s on ``grid`` for ``graph`` (call it on every rank): ReLU between
     layers, dropout ``dropout`` on every layer's input (``input_dropout``: the first's too),
-    Â normalized by ``aggregation`` ("gcn", "mean" or "sum"; `plexus.datasets.normalize`).
+    Â normalized by ``aggregation`` ("gcn", "mean" or "sum"; `plexus_datasets.normalize`).
     ``seed`` fixes the initial parameters (drawn at full size, layer by layer, in declaration
     order, by the engine's one rule `plexus.engine.seeding.initial_values`: `full_parameters`
     gives them, the same on every grid) and the dropout masks. It is built by the engine's

@@ -1,7 +1,7 @@
 """The performance model: what one epoch of 3D-parallel training costs per rank on every grid.
 
 `spec` (the problem: graph sizes, model, how a run holds it), `model` (communication volume from
-`plexus.core.schedule`, compute and time, grid and order ranking), `memory` (bytes per rank at
+`plexus_partition.model.schedule`, compute and time, grid and order ranking), `memory` (bytes per rank at
 the step's peak), `calibration` (the machine rates it prices time with, and measuring them on
 CPUs), `gpucal` (measuring a GPU and its cluster's links), `placement` (which link each grid axis
 crosses on a cluster), `profiles` (built-in GPU nodes; what prices a prediction), `cli`
@@ -9,7 +9,7 @@ crosses on a cluster), `profiles` (built-in GPU nodes; what prices a prediction)
 instantly for billion-edge graphs.
 """
 
-from plexus.core.schedule import OPS, Collective
+from plexus_partition.model.schedule import OPS, Collective
 
 from .calibration import (CALIBRATION_ENV, UNCALIBRATED, Calibration, CalibrationError,
                           find_calibration, load_calibration)

@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from plexus.core.atomic import UnsafeTargetError, output_target
-from plexus.core.cli import ArgumentParser, UsageError, report_error
-from plexus.core.grid import GridError, parse_world_sizes
-from plexus.runtime.env import available_cores
+from plexus_datasets.base.atomic import UnsafeTargetError, output_target
+from plexus_partition.model.cli import ArgumentParser, UsageError, report_error
+from plexus_partition.model.grid import GridError, parse_world_sizes
+from plexus_partition.launch.env import available_cores
 
 from .calibration import write_calibration
 from .measure import StepTimer, calibrate
@@ -73,7 +73,7 @@ MAX_CALIBRATION_WORLDS = 8
 
 
 def _world_sizes(text: str, cores: int) -> list[int]:
-    """``--world-size``'s comma-separated sizes (`plexus.core.grid.parse_world_sizes`);
+    """``--world-size``'s comma-separated sizes (`plexus_partition.model.grid.parse_world_sizes`);
     `UsageError` unless each is in [1, 2 × ``cores``] (ranks sharing cores are priced from
     such a world; far more times the scheduler, not gloo) and there are at most
     `MAX_CALIBRATION_WORLDS` of them."""
@@ -104,7 +104,7 @@ def bench_main(argv: Sequence[str] | None = None,
         cores = available_cores()
         worlds = _world_sizes(args.world_size, cores)
         if args.threads is None:
-            from plexus.runtime.env import LaunchError, env_threads  # noqa: PLC0415
+            from plexus_partition.launch.env import LaunchError, env_threads  # noqa: PLC0415
 
             try:
                 args.threads = env_threads() or 1

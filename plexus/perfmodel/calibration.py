@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from plexus.core.atomic import atomic_file
-from plexus.core.grid import AXES
+from plexus_datasets.base.atomic import atomic_file
+from plexus_partition.model.grid import AXES
 
 FORMAT_VERSION = 1
 #: Link classes a cluster's collectives are priced with: inside a node (NVLink, PCIe, or

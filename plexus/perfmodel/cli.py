@@ -20,17 +20,17 @@ import sys
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
-from plexus.core.cli import ArgumentParser, UsageError, given_options, report_error
-from plexus.core.grid import MAX_WORLD_SIZE, GridShape
-from plexus.core.model import DTYPE_BYTES
-from plexus.core.modelopts import (ModelOptionsText, add_comm_options, add_model_options,
+from plexus_partition.model.cli import ArgumentParser, UsageError, given_options, report_error
+from plexus_partition.model.grid import MAX_WORLD_SIZE, GridShape
+from plexus_partition.model.model import DTYPE_BYTES
+from plexus_partition.model.modelopts import (ModelOptionsText, add_comm_options, add_model_options,
                                    add_precision_options, check_model_options, comm_dtype_bytes,
                                    model_config)
 from plexus.core.units import format_bytes
-from plexus.datasets.convert import streamed_spec
-from plexus.datasets.graph import MAX_NODES
-from plexus.datasets.ogb_sizes import ogb_sizes
-from plexus.runtime.env import local_world_size
+from plexus_datasets.convert import streamed_spec
+from plexus_datasets.graph import MAX_NODES
+from plexus_datasets.ogb_sizes import ogb_sizes
+from plexus_partition.launch.env import local_world_size
 
 from .calibration import CALIBRATION_ENV
 from .model import rank_configs
@@ -65,7 +65,7 @@ def _model_parser() -> ArgumentParser:
                    help="GPUs per node: each grid axis's collectives are priced with the link "
                         "they cross (intra-node or inter-node, from the calibration or profile)")
     p.add_argument("--dataset", metavar="SPEC",
-                   help="dataset spec for plexus.datasets.load_dataset (sizes are read from it; "
+                   help="dataset spec for plexus_datasets.load_dataset (sizes are read from it; "
                         "OGB names without --root: their published sizes, no data needed)")
     p.add_argument("--root", metavar="DIR", help="dataset root directory (with --dataset)")
     p.add_argument("--recipe", metavar="NAME",
@@ -127,7 +127,7 @@ class _Sizes:
 
 def _dataset_sizes(spec: str, root: str | None, symmetrize: bool = False) -> _Sizes:
     """The sizes of a dataset: an OGB name without ``root`` from its published sizes
-    (`plexus.datasets.ogb_sizes`), anything else loaded through plexus.datasets."""
+    (`plexus_datasets.ogb_sizes`), anything else loaded through plexus_datasets."""
     published = ogb_sizes(spec)
     if published is not None and root is None:
         nnz = published.gcn_nnz
@@ -136,7 +136,7 @@ def _dataset_sizes(spec: str, root: str | None, symmetrize: bool = False) -> _Si
         return _Sizes(published.name, published.num_nodes, nnz, published.num_features,
                       published.num_classes, published.multilabel,
                       "published sizes, no data read; --root DIR counts the files")
-    from plexus.datasets import gcn_nnz, load_dataset  # noqa: PLC0415 (heavy; only when asked)
+    from plexus_datasets import gcn_nnz, load_dataset  # noqa: PLC0415 (heavy; only when asked)
 
     graph = load_dataset(spec, root)
     if symmetrize:

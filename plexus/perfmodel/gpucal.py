@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from plexus.core.ops.base import FUSED_DROPOUT_PASSES
+from plexus_partition.model.ops.base import FUSED_DROPOUT_PASSES
 
 from .calibration import FORMAT_VERSION, LINK_CLASSES
 from .measure import fit_alpha_beta
@@ -217,7 +217,7 @@ def calibrate_cuda(quick: bool = False, log: Callable[[str], None] | None = None
     RuntimeError when CUDA is not available."""
     import torch
 
-    from plexus.runtime.env import detect_environment  # noqa: PLC0415
+    from plexus_partition.launch.env import detect_environment  # noqa: PLC0415
     from plexus.runtime.world import run_world  # noqa: PLC0415
 
     if not torch.cuda.is_available():
@@ -226,7 +226,7 @@ def calibrate_cuda(quick: bool = False, log: Callable[[str], None] | None = None
     env = detect_environment()
     sizes, reps = (QUICK_LINK_SIZES, 5) if quick else (LINK_SIZES, 20)
     if env is not None:  # every rank of the launcher's world
-        from plexus.runtime.group import init_process_group  # noqa: PLC0415
+        from plexus_partition.launch.group import init_process_group  # noqa: PLC0415
 
         init_process_group(env, 600.0, device="cuda")
         world, local_world = env.world_size, env.local_world_size

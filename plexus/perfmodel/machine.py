@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from plexus.runtime.env import available_cores
+from plexus_partition.launch.env import available_cores
 
 from .calibration import Calibration, CalibrationError, load_calibration, write_calibration
 

@@ -39,10 +39,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from plexus.core.maskhash import GOLDEN, KEY0, MUL
-from plexus.core.ops.base import DROPOUT_PASSES
-from plexus.core.schedule import ring_volume
+from plexus_partition.model.ops.base import DROPOUT_PASSES
+from plexus_partition.model.schedule import ring_volume
 from plexus.core.timing import time_calls
-from plexus.runtime.env import available_cores
+from plexus_partition.launch.env import available_cores
 
 from .calibration import FORMAT_VERSION
 
@@ -105,7 +105,7 @@ def measure_gemm(shapes: Sequence[tuple[int, int, int]] = ((32_768, 128, 128), (
 def measure_elementwise(rows: int = 8192, cols: int = 128, reps: int = 5
                         ) -> list[dict[str, Any]]:
     """Time the elementwise chain the model counts as `DROPOUT_PASSES` per element of a
-    ``rows`` × ``cols`` float32 activation (`plexus.core.ops.base`): the row and column hashes'
+    ``rows`` × ``cols`` float32 activation (`plexus_partition.model.ops.base`): the row and column hashes'
     xor, two int32 rounds of a multiply and a half-word xor over half the columns, then a
     comparison of the int16 halves, a select and a scale over every element (the engine's
     dropout mask on CPUs, `plexus.engine.masks.masked`, has this shape). Returns one record with

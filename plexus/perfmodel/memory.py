@@ -8,10 +8,10 @@ import itertools
 from dataclasses import asdict, dataclass
 from typing import Mapping, Sequence
 
-from plexus.core.grid import AXES
-from plexus.core.layout import LayerPlan, block_identity, transpose_identity
-from plexus.core.ops import NORM_OP, OPERATORS
-from plexus.core.ops.base import MASTER_BYTES, StageSizes
+from plexus_partition.model.grid import AXES
+from plexus_partition.model.layout import LayerPlan, block_identity, transpose_identity
+from plexus_partition.model.ops import NORM_OP, OPERATORS
+from plexus_partition.model.ops.base import MASTER_BYTES, StageSizes
 
 from .spec import ModelSpec, spec_collectives, spec_layout, spec_sizes
 
@@ -201,7 +201,7 @@ def _training_peak(spec: ModelSpec, sizes: Sequence[StageSizes], out_rows: float
                    ) -> tuple[float, float, float, float, float]:
     """(operators' resident bytes, weights, optimizer state, saved, transient) at the step's
     peak. Each stage's operator declares what it keeps for backward and what its forward and
-    backward hold at once (`plexus.core.ops.base.StageMemory`); a ReLU keeps a one-byte mask.
+    backward hold at once (`plexus_partition.model.ops.base.StageMemory`); a ReLU keeps a one-byte mask.
     The peak is the largest of every stage's forward and backward moments over what earlier
     stages keep. With ``recompute`` a stage keeps only its input, and its backward first runs
     its forward again (rebuilding what it keeps)."""

@@ -2,10 +2,10 @@
 the ranking of grids and orders by them (the inputs are `plexus.perfmodel.spec`'s, the memory
 model `plexus.perfmodel.memory`'s; `epoch_memory` here resolves the orders for it).
 
-Everything here follows docs/design.md and reads the declarations of `plexus.core.ops`: the
-model's plans (`plexus.core.model.ModelConfig.plans`, the one resolved plan the engine builds
-from too), the padded sizes of `plexus.core.layout.padding`, the collectives of
-`plexus.core.schedule` (which the engine's ledger is tested against), and each operator's flops
+Everything here follows docs/design.md and reads the declarations of `plexus_partition.model.ops`: the
+model's plans (`plexus_partition.model.model.ModelConfig.plans`, the one resolved plan the engine builds
+from too), the padded sizes of `plexus_partition.model.layout.padding`, the collectives of
+`plexus_partition.model.schedule` (which the engine's ledger is tested against), and each operator's flops
 and memory terms. The model is pure arithmetic (no torch), so ``plexus-model`` answers instantly
 even for billion-edge graphs.
 
@@ -26,11 +26,11 @@ import itertools
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
-from plexus.core.grid import AXES, GridShape
-from plexus.core.layout import ORDERS
-from plexus.core.model import parse_order
-from plexus.core.ops.base import elementwise_passes
-from plexus.core.schedule import OPS, Collective, SparseExchange, setup_collectives
+from plexus_partition.model.grid import AXES, GridShape
+from plexus_partition.model.layout import ORDERS
+from plexus_partition.model.model import parse_order
+from plexus_partition.model.ops.base import elementwise_passes
+from plexus_partition.model.schedule import OPS, Collective, SparseExchange, setup_collectives
 
 from .calibration import Calibration
 from .memory import Memory, rank_memory
@@ -120,14 +120,14 @@ def collectives(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
                 orders: Sequence[str] | None = None, evaluate: bool = False,
                 exchange: SparseExchange | None = None) -> list[Collective]:
     """Every collective one rank issues in one training epoch, in program order
-    (`plexus.core.schedule.epoch_collectives` for this spec and grid, with its payload
+    (`plexus_partition.model.schedule.epoch_collectives` for this spec and grid, with its payload
     precision, kept input and sparse exchanges).
 
     ``orders`` (one per GNN layer) overrides the model's (needed with ``best_orders``).
     Collectives over axes of size 1 are left out: they move nothing and cost nothing.
     ``evaluate`` appends what the trainer's evaluation after the step issues (phase "eval").
     ``exchange``: the sparse exchanges with one rank's exact row counts (from its shard:
-    `plexus.core.schedule.exact_rows`); default, the spec's estimate from the mean degree.
+    `plexus_partition.model.schedule.exact_rows`); default, the spec's estimate from the mean degree.
     """
     shape = normalize_grid(grid)
     return spec_collectives(spec, shape, _resolve_orders(spec, shape, orders), evaluate,
@@ -137,7 +137,7 @@ def collectives(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
 def setup_volume(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
                  orders: Sequence[str] | None = None) -> CommVolume:
     """Per-rank communication of the model's set-up, once per run: layer 0's fixed features
-    gathered once when ``spec.kept_input`` (`plexus.core.schedule.setup_collectives`)."""
+    gathered once when ``spec.kept_input`` (`plexus_partition.model.schedule.setup_collectives`)."""
     shape = normalize_grid(grid)
     plans, pad = spec_layout(spec, shape, _resolve_orders(spec, shape, orders))
     return CommVolume(setup_collectives(plans, shape, pad, kept_input=spec.kept_input),
@@ -163,7 +163,7 @@ def epoch_volume(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
 class Compute:
     """Flops per rank of one epoch, assuming the non-zeros spread evenly over the Â blocks, and
     the element passes of its memory-bound elementwise work (dropout, ReLU, bias, the loss:
-    `plexus.core.ops.base.elementwise_passes`), which run at the calibrated elementwise rate."""
+    `plexus_partition.model.ops.base.elementwise_passes`), which run at the calibrated elementwise rate."""
 
     spmm_flops: float
     gemm_flops: float
@@ -177,8 +177,8 @@ class Compute:
 def epoch_compute(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
                   orders: Sequence[str] | None = None) -> Compute:
     """Sparse (SpMM, SDDMM, per-edge) and GEMM flops one rank runs per epoch: each stage's
-    operator declares its own (`plexus.core.ops`, ``flops``); and the element passes of the
-    elementwise work around the stages (`plexus.core.ops.base.elementwise_passes`)."""
+    operator declares its own (`plexus_partition.model.ops`, ``flops``); and the element passes of the
+    elementwise work around the stages (`plexus_partition.model.ops.base.elementwise_passes`)."""
     s = normalize_grid(grid)
     spmm = gemm = elementwise = 0.0
     for z in spec_sizes(spec, s, _resolve_orders(spec, s, orders)):

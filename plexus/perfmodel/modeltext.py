@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from plexus.core.grid import GridShape
-from plexus.core.model import DTYPE_BYTES
-from plexus.core.modelopts import describe_model
+from plexus_partition.model.grid import GridShape
+from plexus_partition.model.model import DTYPE_BYTES
+from plexus_partition.model.modelopts import describe_model
 from plexus.core.units import format_bytes, format_seconds
 
 from .calibration import Calibration

@@ -18,13 +18,13 @@ from typing import Mapping
 from .model import epoch_memory
 from .spec import Grid3, ModelSpec
 
-# The in-memory partitioner (`plexus.partitioners.write_store`) holds the graph's adjacency, the
+# The in-memory partitioner (`plexus_partition.write_store`) holds the graph's adjacency, the
 # normalized Â and one row group's cut pieces at once: about 38 bytes per non-zero of Â at R-MAT
 # scale 22 (5.59 GiB for 132.5 M non-zeros and 32 features), plus the float32 features, plus the
 # process (an interpreter with torch, numpy and scipy imported).
 PARTITION_BYTES_PER_NNZ = 38
 PARTITION_RUNTIME_BYTES = 400 * 2**20
-# The out-of-core partitioner (R-MAT, OGB and graph directories, `plexus.partitioners.stream`)
+# The out-of-core partitioner (R-MAT, OGB and graph directories, `plexus_partition.stream`)
 # holds node-sized arrays, one chunk and one bucket: its peak does not grow with the edges. Fitted
 # over R-MAT scales 21, 23 and 24 (benchmarks/results/partition_stream.txt): 304 MiB + 29.6 B/node.
 STREAM_PARTITION_BYTES_PER_NODE = 30

@@ -8,12 +8,12 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from plexus.core.grid import GridShape
-from plexus.core.layout import DEFAULT_PERMUTATION, LayerPlan, Padding, padding
-from plexus.core.model import ModelConfig
-from plexus.core.ops import NORM_OP, OPERATORS
-from plexus.core.ops.base import StageSizes, stage_sizes
-from plexus.core.schedule import (SPARSE_MODES, Collective, SparseExchange, epoch_collectives,
+from plexus_partition.model.grid import GridShape
+from plexus_partition.model.layout import DEFAULT_PERMUTATION, LayerPlan, Padding, padding
+from plexus_partition.model.model import ModelConfig
+from plexus_partition.model.ops import NORM_OP, OPERATORS
+from plexus_partition.model.ops.base import StageSizes, stage_sizes
+from plexus_partition.model.schedule import (SPARSE_MODES, Collective, SparseExchange, epoch_collectives,
                                   estimated_rows)
 
 BEST_ORDER = "best"  # ModelSpec.best_orders: the orders choose_orders predicts fastest, per grid
@@ -23,7 +23,7 @@ Grid3 = tuple[int, int, int]
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """The problem: graph sizes, the model (a `plexus.core.model.ModelConfig`, the same value
+    """The problem: graph sizes, the model (a `plexus_partition.model.model.ModelConfig`, the same value
     the engine is built from) and how a run holds it.
 
     ``nnz`` is the number of non-zeros of the normalized Â (self loops included).
@@ -118,7 +118,7 @@ class ModelSpec:
 
     def exchange(self) -> SparseExchange:
         """The sparse exchanges without the graph: rows estimated from the mean degree
-        (`plexus.core.schedule.estimated_rows`)."""
+        (`plexus_partition.model.schedule.estimated_rows`)."""
         return SparseExchange(self.sparse_comm, estimated_rows(self.nnz / self.num_nodes))
 
     @property
@@ -159,7 +159,7 @@ def spec_collectives(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence
                      evaluate: bool = False, exchange: SparseExchange | None = None
                      ) -> list[Collective]:
     """Every collective of one epoch of the spec on ``shape`` with ``orders``
-    (`plexus.core.schedule.epoch_collectives` with the spec's payload precision, kept input
+    (`plexus_partition.model.schedule.epoch_collectives` with the spec's payload precision, kept input
     and sparse exchanges: ``exchange``, else the estimate from the mean degree)."""
     plans, pad = spec_layout(spec, shape, orders)
     return epoch_collectives(plans, shape, pad,
@@ -171,7 +171,7 @@ def spec_collectives(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence
 
 def spec_sizes(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str],
                index_bytes: int = 4) -> list[StageSizes]:
-    """Every stage's sizes (`plexus.core.ops.base.StageSizes`) of the spec on ``shape``."""
+    """Every stage's sizes (`plexus_partition.model.ops.base.StageSizes`) of the spec on ``shape``."""
     plans, pad = spec_layout(spec, shape, orders)
     return stage_sizes(plans, shape, pad, OPERATORS, [spec.model.drops_input(p) for p in plans],
                        nnz=float(spec.nnz), learnable_features=spec.model.learnable_features,

@@ -1,3 +1,5 @@
-"""Where a Plexus job runs: which launcher started this process (`env`), joining the job's
-process group (`group`), starting local workers with torch's elastic launcher (`local`), and host
-memory settings of CPU workers (`hostmem`). Used by the training command and the Python API."""
+"""Where a Plexus job runs on the engine's side: starting local workers with torch's elastic
+launcher (`local`, `world`, `child`, `bootstrap`), host memory statistics (`memstats`), progress.
+Launcher detection, the process group, the lifeline and host memory settings are the
+partitioner's too and live in `plexus_partition.launch` (old paths `plexus.runtime.env`, ...
+still work for one release)."""

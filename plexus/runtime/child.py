@@ -14,7 +14,7 @@ import multiprocessing as mp
 import traceback
 from typing import Any, Callable
 
-from .lifeline import set_parent_death_signal
+from plexus_partition.launch.lifeline import set_parent_death_signal
 
 
 class ChildDied(RuntimeError):

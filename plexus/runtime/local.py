@@ -23,10 +23,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from .env import use_cuda
-from .lifeline import Lifeline
+from plexus_partition.launch.env import use_cuda
+from plexus_partition.launch.lifeline import Lifeline
 from .progress import PROGRESS_DIR_ENV, read_progress
-from plexus.core import owned
+from plexus_datasets.base import owned
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -163,7 +163,7 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any,
     Returns the workers' return values in rank order. Raises `LocalJobFailed` when a worker
     raises or dies; the elastic agent then stops all the others, so a failure never leaves the
     job hanging. Workers end (and remove the job's temporary files) when this process dies,
-    even by SIGKILL (`plexus.runtime.lifeline`). ``fork``: every worker runs one torch
+    even by SIGKILL (`plexus_partition.launch.lifeline`). ``fork``: every worker runs one torch
     thread, so CPU workers may be forked from this process (`_start_method`).
     """
     from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs  # noqa: PLC0415

@@ -1,12 +1,12 @@
 """The command-line options of where a job's ranks run, one text for every tool that starts
 ranks (``plexus-train``, ``plexus-bench check``): which device and how many torch threads per
-rank. Their rules are `plexus.runtime.env.use_cuda` and `threads_per_worker`."""
+rank. Their rules are `plexus_partition.launch.env.use_cuda` and `threads_per_worker`."""
 
 from __future__ import annotations
 
 import argparse
 
-from .env import DEVICES
+from plexus_partition.launch.env import DEVICES
 
 
 def add_device_options(group: argparse._ActionsContainer) -> None:

@@ -19,7 +19,7 @@ from queue import Empty
 import torch
 import torch.multiprocessing as mp
 
-from .env import ranks_per_gpu
+from plexus_partition.launch.env import ranks_per_gpu
 from .local import free_port
 
 
@@ -27,12 +27,12 @@ def _worker(rank: int, world: int, port: int, threads: int, fn, args, queue,
             env: dict[str, str], backend: str, per_gpu: int) -> None:
     import torch.distributed as dist
 
-    os.environ.update(env)  # before this process's first tensor (see plexus.runtime.hostmem)
+    os.environ.update(env)  # before this process's first tensor (see plexus_partition.launch.hostmem)
     torch.set_num_threads(threads)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     reported = False
     try:
-        if per_gpu:  # as plexus.runtime.group does: a GPU per rank (NCCL) or shared (gloo)
+        if per_gpu:  # as plexus_partition.launch.group does: a GPU per rank (NCCL) or shared (gloo)
             torch.cuda.set_device(rank // per_gpu)
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world, timeout=timedelta(seconds=120))
@@ -54,7 +54,7 @@ def run_world(world: int, fn, *args, timeout: float = 900, threads: int = 1,
     any rank raises; a rank silent for ``timeout`` seconds fails the call. ``env``: variables
     set in each rank before it does anything else. ``backend`` "nccl" gives rank r the GPU
     ``cuda:r`` (one per rank; the caller checks there are enough); ``cuda`` with "gloo": the
-    ranks share the GPUs, as few per GPU as cover them (`plexus.runtime.env.ranks_per_gpu`)."""
+    ranks share the GPUs, as few per GPU as cover them (`plexus_partition.launch.env.ranks_per_gpu`)."""
     per_gpu = 1 if backend == "nccl" else (ranks_per_gpu(world) if cuda else 0)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()

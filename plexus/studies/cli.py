@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from plexus.core.cli import ArgumentParser, UsageError, report_error
-from plexus.core.layout import DEFAULT_PERMUTATION
-from plexus.core.modelopts import (DEFAULT_DROPOUT, DEFAULT_HIDDEN, DEFAULT_LAYERS, DEFAULT_ORDER,
+from plexus_partition.model.cli import ArgumentParser, UsageError, report_error
+from plexus_partition.model.layout import DEFAULT_PERMUTATION
+from plexus_partition.model.modelopts import (DEFAULT_DROPOUT, DEFAULT_HIDDEN, DEFAULT_LAYERS, DEFAULT_ORDER,
                                     add_comm_options, check_model_options)
 
 from .folder import ResultsFolder

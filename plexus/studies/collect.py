@@ -22,8 +22,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Iterable
 
-from plexus.core.grid import AXES, GridShape
-from plexus.core.model import DTYPE_BYTES
+from plexus_partition.model.grid import AXES, GridShape
+from plexus_partition.model.model import DTYPE_BYTES
 
 from .folder import ResultsFolder
 from .schema import EPOCH_RECORD, SUMMARY_RECORD, SchemaError, check, parse_json
@@ -87,7 +87,7 @@ def evaluations(epochs: list[dict[str, Any]]) -> int:
 
 def model_spec(summary: dict[str, Any]) -> Any | None:
     """The performance model's `ModelSpec` of the logged run (None: the log lacks the sizes)."""
-    from plexus.core.model import ModelConfig  # noqa: PLC0415
+    from plexus_partition.model.model import ModelConfig  # noqa: PLC0415
     from plexus.perfmodel import ModelSpec  # noqa: PLC0415
 
     g, m = summary.get("graph"), summary.get("model") or {}

@@ -5,7 +5,7 @@ trusted: a path is used only when it resolves inside the folder (a symlink out o
 refused, never followed), only regular files are read or written (reading a FIFO blocks
 forever, opening a device may do anything: both are refused before they are opened), and a
 file read is bounded in size. One sweep at a time writes a folder: `lock` holds it
-(`plexus.core.lockfile`). Every refusal is a `FolderError`, one line naming the file.
+(`plexus_datasets.base.lockfile`). Every refusal is a `FolderError`, one line naming the file.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Iterator
 
-from plexus.core.atomic import UnsafeTargetError, atomic_file, describe_mode, output_target
-from plexus.core.lockfile import FileLock, LockBusy, LockError, acquire
+from plexus_datasets.base.atomic import UnsafeTargetError, atomic_file, describe_mode, output_target
+from plexus_datasets.base.lockfile import FileLock, LockBusy, LockError, acquire
 
 #: The sweep's lock file in a results folder.
 LOCK_NAME = ".plexus-sweep.lock"
@@ -121,7 +121,7 @@ class ResultsFolder:
 
     @contextmanager
     def atomic(self, path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]:
-        """`plexus.core.atomic.atomic_file` on ``path``, once `target` allows it."""
+        """`plexus_datasets.base.atomic.atomic_file` on ``path``, once `target` allows it."""
         with atomic_file(self.target(path), mode) as f:
             yield f
 

@@ -12,10 +12,10 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from plexus.core.grid import GridError, GridShape
-from plexus.core.grid import parse_world_sizes as grid_world_sizes
-from plexus.core.layout import DEFAULT_PERMUTATION
-from plexus.core.modelopts import DEFAULT_DROPOUT, DEFAULT_HIDDEN, DEFAULT_LAYERS, DEFAULT_ORDER
+from plexus_partition.model.grid import GridError, GridShape
+from plexus_partition.model.grid import parse_world_sizes as grid_world_sizes
+from plexus_partition.model.layout import DEFAULT_PERMUTATION
+from plexus_partition.model.modelopts import DEFAULT_DROPOUT, DEFAULT_HIDDEN, DEFAULT_LAYERS, DEFAULT_ORDER
 
 Sizes = tuple[int, int, int, int]  # nodes, nnz of Â, features, classes
 GRID_WORDS = ("all", "auto")
@@ -127,7 +127,7 @@ def run_id(dataset: str, grid: GridShape, repeat: int) -> str:
 
 
 def parse_world_sizes(text: str) -> tuple[int, ...]:
-    """"1,2,4" -> (1, 2, 4) (`plexus.core.grid.parse_world_sizes`); raises PlanError."""
+    """"1,2,4" -> (1, 2, 4) (`plexus_partition.model.grid.parse_world_sizes`); raises PlanError."""
     try:
         return grid_world_sizes(text)
     except GridError as e:
@@ -164,7 +164,7 @@ def weak_dataset(base: str, world_size: int) -> str:
     if step != int(step):
         raise PlanError(f"weak scaling by R-MAT scale needs powers of two, got world size "
                         f"{world_size}; or give one dataset per world size")
-    from plexus.datasets import parse_rmat_params  # noqa: PLC0415 (validates the spec too)
+    from plexus_datasets import parse_rmat_params  # noqa: PLC0415 (validates the spec too)
 
     scale = int(parse_rmat_params(rest).get("scale", 0)) + int(step)
     items = [i for i in (s.strip() for s in rest.split(",")) if i]
@@ -238,8 +238,8 @@ def plan_runs(request: SweepRequest,
 def model_auto_grid(request: SweepRequest) -> Callable[[str, int], GridShape]:
     """``auto_grid`` for `plan_runs`: the grid `plexus.perfmodel.choose_grid` predicts fastest,
     from the dataset's sizes (loaded once per dataset), as ``plexus-train --grid auto`` does."""
-    from plexus.datasets import gcn_nnz, load_dataset  # noqa: PLC0415
-    from plexus.core.model import DTYPE_BYTES, ModelConfig  # noqa: PLC0415
+    from plexus_datasets import gcn_nnz, load_dataset  # noqa: PLC0415
+    from plexus_partition.model.model import DTYPE_BYTES, ModelConfig  # noqa: PLC0415
     from plexus.perfmodel import ModelSpec, choose_grid, pricing  # noqa: PLC0415
     from plexus.perfmodel import resolve_calibration  # noqa: PLC0415
 

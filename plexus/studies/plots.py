@@ -27,7 +27,7 @@ from plexus.bench.output import pyplot, save_figure
 
 from .stats import (PredictionStats, Row, ScalingCheck, best_per_world, by_dataset,
                     check_scaling, configs, predicted_configs, prediction_stats)
-from plexus.core import owned
+from plexus_datasets.base import owned
 
 FIGURES = ("strong_scaling.png", "breakdown.png", "comm_share.png", "memory.png",
            "weak_scaling.png", "predicted_vs_measured.png")

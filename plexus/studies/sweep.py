@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from plexus.runtime.env import available_cores
+from plexus_partition.launch.env import available_cores
 
 from .folder import FolderError, ResultsFolder
 from .launchers import (SlurmOptions, local_command, slurm_array_script, slurm_script,
@@ -35,7 +35,7 @@ from .launchers import (SlurmOptions, local_command, slurm_array_script, slurm_s
 from .plan import PlannedRun, SweepRequest
 from .schema import MANIFEST as MANIFEST_SCHEMA
 from .schema import SchemaError, check, parse_json
-from plexus.core import owned
+from plexus_datasets.base import owned
 
 MANIFEST = "manifest.json"
 CALIBRATION = "calibration.json"

@@ -1,6 +1,6 @@
 """The distributed model against the serial one: small graphs, both models from one seed, and
 the tolerance every exactness check shares (the test suite's `tests/engine_checks.py` and
-``plexus-bench check``, `plexus.bench.check`; the graphs live in `plexus.datasets.toy`,
+``plexus-bench check``, `plexus.bench.check`; the graphs live in `plexus_datasets.toy`,
 the tolerance in `plexus.engine.tolerance`, for `plexus.nn.check_layer` too).
 
 The distributed model runs on its grid's device; the serial reference always runs on the CPU,
@@ -13,17 +13,17 @@ from dataclasses import dataclass
 
 import torch
 
-from plexus.datasets.graph import Graph
-from plexus.datasets.toy import directed_toy_graph, toy_graph  # noqa: F401 (re-exported)
+from plexus_datasets.graph import Graph
+from plexus_datasets.toy import directed_toy_graph, toy_graph  # noqa: F401 (re-exported)
 from plexus.engine.comm import Comm
-from plexus.core.model import ModelConfig
+from plexus_partition.model.model import ModelConfig
 from plexus.engine.config import EngineConfig
 from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedModel
 from plexus.engine.serial import SerialModel
 from plexus.engine.tolerance import (ATOL, RTOL, Difference, close,  # noqa: F401 (re-exported)
                                      difference)
-from plexus.partitioners import shard_graph
+from plexus_partition import shard_graph
 
 
 def build_pair(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,

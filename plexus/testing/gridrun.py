@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from plexus.core import owned
-from plexus.core.grid import AXES, GridShape
+from plexus_datasets.base import owned
+from plexus_partition.model.grid import AXES, GridShape
 from plexus.core.timing import loadavg, median
 
 from .turns import Turns, timers_class
@@ -26,7 +26,7 @@ class Bundle:
     """A loaded graph with its normalized adjacency (computed once, shared by every run)."""
 
     spec: str
-    graph: Any  # plexus.datasets.graph.Graph
+    graph: Any  # plexus_datasets.graph.Graph
     adj_hat: Any  # scipy CSR, float32
     load_s: float
 
@@ -45,8 +45,8 @@ class Bundle:
 
 
 def load_bundle(spec: str, root: str | None = None) -> Bundle:
-    """Load the dataset ``spec`` (see `plexus.datasets.load_dataset`) and normalize it."""
-    from plexus.datasets import load_dataset
+    """Load the dataset ``spec`` (see `plexus_datasets.load_dataset`) and normalize it."""
+    from plexus_datasets import load_dataset
 
     start = time.perf_counter()
     g = load_dataset(spec, root)
@@ -285,8 +285,8 @@ class GridRun:
 def rank_shards(bundle: Bundle, dims: Sequence[int], model_cfg: Any, perm: Any,
                 seed: int) -> Iterator[Any]:
     """Each rank's `RankShard` of grid ``dims`` in rank order, for the GCN of ``model_cfg`` and the
-    node permutation ``perm`` (from `plexus.partitioners.make_permutation`), one at a time."""
-    from plexus.partitioners import shard_graph
+    node permutation ``perm`` (from `plexus_partition.make_permutation`), one at a time."""
+    from plexus_partition import shard_graph
 
     g = bundle.graph
     dims = tuple(dims)
@@ -309,9 +309,9 @@ def run_jobs(bundle: Bundle, jobs: Sequence[Job], opts: RunOptions | None = None
     instead of regenerating the graph.
     """
     from plexus.engine.config import EngineConfig
-    from plexus.runtime.hostmem import huge_pages_env
+    from plexus_partition.launch.hostmem import huge_pages_env
     from plexus.testing.localworld import run_world
-    from plexus.partitioners import make_permutation
+    from plexus_partition import make_permutation
 
     opts = opts or RunOptions()
     jobs = [Job(tuple(int(d) for d in j.dims), j.model_cfg, j.engine_cfg or EngineConfig())

@@ -2,7 +2,7 @@
 residual connections) and a copy of a serial Plexus model's weights into them: the reference
 that tests and the accuracy benchmark compare with. The stacks are PyG's public modules built by
 the engine's one builder (`plexus.engine.pygmodel`, which `plexus.load_pyg` uses too); the
-weights are copied under the PyG names the declarations give (`plexus.core.ops`), so a new kind
+weights are copied under the PyG names the declarations give (`plexus_partition.model.ops`), so a new kind
 needs nothing here.
 Needs ``torch_geometric`` (the test extra).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from plexus.api.export import pyg_names
-from plexus.core.model import ModelConfig
+from plexus_partition.model.model import ModelConfig
 from plexus.engine.pygmodel import PygModel, pyg_spec
 from plexus.engine.serial import SerialModel
 

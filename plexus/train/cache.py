@@ -10,8 +10,8 @@ dataset seed, ``--symmetrize``, the store format and Plexus version) and the par
 number of stages and each stage's order, permutation kind and seed, aggregation). Layout of a
 cache directory::
 
-    <name>-<key>/            a shard store (`plexus.partitioners.store`), written atomically and
-                             sealed (`plexus.core.owned`: this user's key, exactly its files)
+    <name>-<key>/            a shard store (`plexus_partition.store`), written atomically and
+                             sealed (`plexus_datasets.base.owned`: this user's key, exactly its files)
     sources/<source>.json    what a source's graph is (name, sizes, content hash), so a later run
                              knows the stage orders and the memory it needs without loading it
     locks/<source>.lock      held (flock) while a store of that source is built
@@ -38,16 +38,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from plexus.core import owned
-from plexus.core.grid import GridShape
-from plexus.core.model import ModelConfig
+from plexus_datasets.base import owned
+from plexus_partition.model.grid import GridShape
+from plexus_partition.model.model import ModelConfig
 from plexus.core.units import format_bytes
-from plexus.datasets import DatasetError, Graph
-from plexus.datasets.convert import streamed_spec
-from plexus.datasets.diskgraph import FORMAT as GRAPH_FORMAT
-from plexus.datasets.spec import feature_mode
-from plexus.partitioners import write_store
-from plexus.partitioners.store import FORMAT as STORE_FORMAT
+from plexus_datasets import DatasetError, Graph
+from plexus_datasets.convert import streamed_spec
+from plexus_datasets.diskgraph import FORMAT as GRAPH_FORMAT
+from plexus_datasets.spec import feature_mode
+from plexus_partition import write_store
+from plexus_partition.store import FORMAT as STORE_FORMAT
 from plexus.perfmodel import ModelSpec
 from plexus.runtime.child import run_in_child
 from plexus.runtime.memstats import peak_rss_bytes
@@ -97,7 +97,7 @@ def check_converted(graph_dir: Path) -> None:
     """Remove the cache's converted graph ``graph_dir`` when its arrays no longer have the
     sha256 its header records (changed in place, even to the same size), saying so on stderr:
     the conversion then runs again instead of training on what is there now."""
-    from plexus.datasets.diskgraph import DiskGraph, is_disk_graph  # noqa: PLC0415
+    from plexus_datasets.diskgraph import DiskGraph, is_disk_graph  # noqa: PLC0415
 
     if not is_disk_graph(graph_dir):
         return
@@ -113,9 +113,9 @@ def build_streamed(request: BuildRequest) -> tuple[str, Sizes, int]:
     """`build_store` out of core: the source is converted into a graph directory in pieces (kept
     in the cache's ``graphs/`` for stores of other grids), which the streaming partitioner cuts;
     no process holds the whole graph, and the store equals the in-memory build's."""
-    from plexus.datasets.convert import convert_dataset  # noqa: PLC0415
-    from plexus.datasets.work import Runner  # noqa: PLC0415
-    from plexus.partitioners.pipeline import PartitionJob  # noqa: PLC0415
+    from plexus_datasets.convert import convert_dataset  # noqa: PLC0415
+    from plexus_datasets.work import Runner  # noqa: PLC0415
+    from plexus_partition.pipeline import PartitionJob  # noqa: PLC0415
 
     source, model, grid = request.source, request.model, request.grid
     assert grid is not None

@@ -15,11 +15,11 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from plexus.core.atomic import atomic_file
-from plexus.core.grid import GridShape
-from plexus.datasets.files import open_regular
-from plexus.partitioners import read_manifest
-from plexus.partitioners.store import file_sha256, is_own_store
+from plexus_datasets.base.atomic import atomic_file
+from plexus_partition.model.grid import GridShape
+from plexus_datasets.files import open_regular
+from plexus_partition import read_manifest
+from plexus_partition.store import file_sha256, is_own_store
 
 from .cachekeys import Partition, Sizes, key_digest, store_name
 from .cacheuse import untrusted_dir

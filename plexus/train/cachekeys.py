@@ -11,11 +11,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from plexus.core.grid import GridShape
-from plexus.core.model import ModelConfig
-from plexus.datasets import DatasetError, Graph, gcn_nnz, load_dataset, spec_paths
-from plexus.datasets.spec import MAX_SOURCE_FILES, content_key, source_fingerprint
-from plexus.partitioners.store import FORMAT as STORE_FORMAT, VERSION as STORE_VERSION, graph_hash
+from plexus_partition.model.grid import GridShape
+from plexus_partition.model.model import ModelConfig
+from plexus_datasets import DatasetError, Graph, gcn_nnz, load_dataset, spec_paths
+from plexus_datasets.spec import MAX_SOURCE_FILES, content_key, source_fingerprint
+from plexus_partition.store import FORMAT as STORE_FORMAT, VERSION as STORE_VERSION, graph_hash
 
 from .errors import CacheError
 
@@ -34,7 +34,7 @@ class Source:
     seed: int  # the permutation's (--seed), and the dataset's unless data_seed is given
     symmetrize: bool
     data_seed: int | None = None  # --split-seed: the dataset's seeded parts (None: seed)
-    features: str = "auto"  # --features (plexus.datasets.FEATURE_MODES)
+    features: str = "auto"  # --features (plexus_datasets.FEATURE_MODES)
 
     @property
     def dataset_seed(self) -> int:
@@ -89,7 +89,7 @@ class Sizes:
     num_nodes: int
     num_features: int
     num_classes: int
-    nnz: int  # of the GCN-normalized Â (`plexus.datasets.gcn_nnz`)
+    nnz: int  # of the GCN-normalized Â (`plexus_datasets.gcn_nnz`)
     graph_sha256: str
 
     @classmethod

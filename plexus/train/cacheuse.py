@@ -8,9 +8,9 @@ out of the way before deleting it, under that lock, so a run never sees half a s
 that waited for the lock finds the store gone and builds it again. Converted graphs
 (``graphs/``) are evicted the same way, under their source's build lock. Lock files stay (a
 lock file removed while another process waits on it would let two holders in). Only what this
-user's Plexus sealed (`plexus.core.owned`: this uid, its key, exactly its files) is an entry:
+user's Plexus sealed (`plexus_datasets.base.owned`: this uid, its key, exactly its files) is an entry:
 a folder of the user's own in the cache or in ``graphs/``, a link, or anything planted is never
-listed, evicted or followed, and the removal itself goes through `plexus.core.owned`.
+listed, evicted or followed, and the removal itself goes through `plexus_datasets.base.owned`.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
-from plexus.core import owned
+from plexus_datasets.base import owned
 
-from plexus.core.bounds import BoundError, check_bound, env_number
+from plexus_partition.model.bounds import BoundError, check_bound, env_number
 
 #: The cache's size cap in GiB when ``--cache-max-gb`` is not given (unset: no cap).
 MAX_GB_ENV = "PLEXUS_CACHE_MAX_GB"
@@ -38,7 +38,7 @@ class CacheCapError(ValueError):
 
 def cap_bytes(max_gb: float | None, environ: Mapping[str, str] | None = None) -> int | None:
     """The cap in bytes: ``max_gb``, else `MAX_GB_ENV`, else None (no cap); bounded by the one
-    table (`plexus.core.bounds`)."""
+    table (`plexus_partition.model.bounds`)."""
     env = os.environ if environ is None else environ
     try:
         if max_gb is None:
@@ -94,7 +94,7 @@ class Entry:
     last_used: float  # `time.time`
     in_use: bool
     lock: Path  # taken exclusively to evict it
-    seal: str = ""  # the format its seal names (`plexus.core.owned`)
+    seal: str = ""  # the format its seal names (`plexus_datasets.base.owned`)
 
 
 def _size(path: Path) -> int:
@@ -141,8 +141,8 @@ def _candidates(root: Path) -> Iterator[tuple[Path, str, Path, str]]:
     """The cache's entries: stores and converted graphs this user's Plexus sealed, with exactly
     their files; anything else there (a user's folder, another user's plant, a link) is no
     entry, never listed nor removed."""
-    from plexus.datasets.diskgraph import FORMAT as GRAPH_FORMAT  # noqa: PLC0415
-    from plexus.partitioners.storeformat import FORMAT as STORE_FORMAT  # noqa: PLC0415
+    from plexus_datasets.diskgraph import FORMAT as GRAPH_FORMAT  # noqa: PLC0415
+    from plexus_partition.storeformat import FORMAT as STORE_FORMAT  # noqa: PLC0415
 
     if _real_dir(root):
         for path in sorted(root.iterdir()):

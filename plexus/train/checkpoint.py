@@ -21,15 +21,15 @@ from typing import Any
 
 import torch
 
-from plexus.core.atomic import atomic_file
-from plexus.core.lockfile import FileLock, LockBusy, LockError, acquire
+from plexus_datasets.base.atomic import atomic_file
+from plexus_datasets.base.lockfile import FileLock, LockBusy, LockError, acquire
 from plexus.api.training import TrainConfig, initial_parameters, initial_stats, split_name
-from plexus.core.cli import UsageError
-from plexus.core.model import ModelConfig
+from plexus_partition.model.cli import UsageError
+from plexus_partition.model.model import ModelConfig
 
 from .loopstate import LoopStateError, check_loop_state
 from .plan import RunPlan
-from plexus.core import owned
+from plexus_datasets.base import owned
 
 CHECKPOINT_NAME = "checkpoint.pt"
 #: Held (flock) by the run that writes the directory's checkpoint: two runs never share one.
@@ -59,7 +59,7 @@ class DatasetInfo:
     num_nodes: int
     num_features: int
     num_classes: int
-    sha256: str = ""  # the graph's content (`plexus.partitioners.store.graph_hash`)
+    sha256: str = ""  # the graph's content (`plexus_partition.store.graph_hash`)
 
     def describe(self) -> str:
         return (f"{self.name} (N={self.num_nodes}, F={self.num_features}, "
@@ -77,7 +77,7 @@ DirectoryLock = FileLock
 
 
 def lock_directory(directory: str | os.PathLike) -> DirectoryLock:
-    """Lock ``directory`` for this run's checkpoints (`plexus.core.lockfile`: no link followed,
+    """Lock ``directory`` for this run's checkpoints (`plexus_datasets.base.lockfile`: no link followed,
     nothing truncated, only a regular file of one link written). Raises `CheckpointError` when
     another live run holds it (its saves would delete this run's temporary files, and the other
     way round) or the lock file is not one."""

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from plexus.api.outputs import OutputsError, check_outputs_target
 from plexus.api.training import TrainConfig
-from plexus.core.atomic import UnsafeTargetError, output_target
-from plexus.core.cli import UsageError
-from plexus.core.model import ModelError, parse_order
-from plexus.datasets import DatasetError, Graph, load_dataset
+from plexus_datasets.base.atomic import UnsafeTargetError, output_target
+from plexus_partition.model.cli import UsageError
+from plexus_partition.model.model import ModelError, parse_order
+from plexus_datasets import DatasetError, Graph, load_dataset
 
 from .checkpoint import CHECKPOINT_NAME, lock_directory
 from .epochlogs import check_targets
@@ -97,7 +97,7 @@ def check_launch_outputs(plan: RunPlan) -> None:
 
 
 def check_order(order: str, num_layers: int) -> None:
-    """--order is agg, combine, auto or one of those two per layer (`plexus.core.model.parse_order`,
+    """--order is agg, combine, auto or one of those two per layer (`plexus_partition.model.model.parse_order`,
     the one parser)."""
     try:
         parse_order(order, num_layers)
@@ -120,7 +120,7 @@ def precheck_dataset(spec: str, root: str | None, seed: int, features: str = "au
         if root is None:
             raise DatasetError(f"{spec}: OGB datasets are read from --root DIR (never "
                                "downloaded); give the directory holding the dataset")
-        from plexus.datasets.ogb_loader import check_files  # noqa: PLC0415 (imports ogb)
+        from plexus_datasets.ogb_loader import check_files  # noqa: PLC0415 (imports ogb)
 
         check_files(spec.strip(), root)  # the loader's own offline check: file existence only
         return None
@@ -133,7 +133,7 @@ def precheck_dataset(spec: str, root: str | None, seed: int, features: str = "au
         if not path.exists() and scheme != "planetoid":
             raise DatasetError(f"{spec}: {path} not found")
     if scheme == "rmat":
-        from plexus.datasets import parse_rmat_params  # noqa: PLC0415
+        from plexus_datasets import parse_rmat_params  # noqa: PLC0415
 
         params = parse_rmat_params(rest if colon else "", seed)
         if int(params["scale"]) > 16:  # a big synthetic graph: the parameters are checked

@@ -28,18 +28,18 @@ from typing import Sequence
 from plexus.api.recipes import RecipeError, get_recipe
 from plexus.api.training import (DEFAULT_DTYPE, EngineConfig, TrainConfig, TrainConfigError,
                                  check_backend)
-from plexus.core.grid import GridShape
-from plexus.core.bounds import BoundError, check_options
-from plexus.core.layout import DEFAULT_PERMUTATION
+from plexus_partition.model.grid import GridShape
+from plexus_partition.model.bounds import BoundError, check_options
+from plexus_partition.model.layout import DEFAULT_PERMUTATION
 from plexus.core.timing import command_start_time
-from plexus.core.modelopts import check_model_options, comm_dtype_bytes, model_config
-from plexus.datasets import Graph, load_dataset
-from plexus.datasets.trainable import check_trainable, graph_counts
+from plexus_partition.model.modelopts import check_model_options, comm_dtype_bytes, model_config
+from plexus_datasets import Graph, load_dataset
+from plexus_datasets.trainable import check_trainable, graph_counts
 from plexus.perfmodel import (CALIBRATION_ENV, Calibration, CalibrationError, find_calibration,
                               resolve_calibration)
-from plexus.partitioners.store import graph_hash
+from plexus_partition.store import graph_hash
 from plexus.runtime.child import ChildDied
-from plexus.runtime.env import (JobEnv, LaunchError, check_local_devices, default_device,
+from plexus_partition.launch.env import (JobEnv, LaunchError, check_local_devices, default_device,
                                 detect_environment, env_threads, local_world_size)
 
 from . import checkpoint as ckpt
@@ -60,7 +60,7 @@ from .runlog import console_line
 
 
 # ---- checks --------------------------------------------------------------------------------
-# The numeric options' bounds are the one table's (plexus.core.bounds), which the parser
+# The numeric options' bounds are the one table's (plexus_partition.model.bounds), which the parser
 # checks; what is left here is the options' relations.
 
 

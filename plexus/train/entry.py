@@ -15,9 +15,9 @@ import torch
 import torch.distributed as dist
 
 from plexus.core.timing import process_start_time
-from plexus.runtime.env import JobEnv, LaunchError, detect_environment, threads_per_worker
-from plexus.runtime.group import init_process_group
-from plexus.runtime.hostmem import enable_huge_pages
+from plexus_partition.launch.env import JobEnv, LaunchError, detect_environment, threads_per_worker
+from plexus_partition.launch.group import init_process_group
+from plexus_partition.launch.hostmem import enable_huge_pages
 from plexus.runtime.progress import lagging_rank
 from plexus.runtime.local import (PEER_ERROR_GRACE_S, LocalJobFailed, free_port, is_peer_error,
                                   launch_local)

@@ -21,12 +21,12 @@ import threading
 from pathlib import Path
 from typing import Callable, Mapping, Protocol
 
-from plexus.core.atomic import UnsafeTargetError, atomic_file, describe_mode, output_target
+from plexus_datasets.base.atomic import UnsafeTargetError, atomic_file, describe_mode, output_target
 from plexus.api.training import EpochStats
 
 from .errors import OutputFailed, UsageError, output_failure
 from .writable import check_writable
-from plexus.core import owned
+from plexus_datasets.base import owned
 
 CSV_COLUMNS = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_time_s",
                "eval_time_s")

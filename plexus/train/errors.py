@@ -4,13 +4,13 @@ line it prints for each (``plexus-train: error: ...``)."""
 from __future__ import annotations
 
 from plexus.api.outputs import OutputsError
-from plexus.core.atomic import UnsafeTargetError
-from plexus.core.cli import UsageError
-from plexus.core.cli import error_line as _error_line
-from plexus.core.grid import GridError
-from plexus.datasets import DatasetError
-from plexus.partitioners import ShardStoreError
-from plexus.runtime.env import LaunchError
+from plexus_datasets.base.atomic import UnsafeTargetError
+from plexus_partition.model.cli import UsageError
+from plexus_partition.model.cli import error_line as _error_line
+from plexus_partition.model.grid import GridError
+from plexus_datasets import DatasetError
+from plexus_partition import ShardStoreError
+from plexus_partition.launch.env import LaunchError
 
 from .checkpoint import CheckpointError
 from plexus.api.memcheck import MemoryCheckError

@@ -1,7 +1,7 @@
 """A checkpoint's training-loop state checked like the command line's options, field by field:
 the epoch, every learning rate, the schedule's state, the optimizer's step counts, the best epoch
 and where early stopping ended the run — typed, finite, within the one table of bounds
-(`plexus.core.bounds`) and consistent with the run that resumes it. A resumed run trusts these
+(`plexus_partition.model.bounds`) and consistent with the run that resumes it. A resumed run trusts these
 values (``lrs = [-5]`` would resume as gradient ascent, ``stopped = 3`` would train nothing), so
 any that no run of these options could have written is refused in one line.
 """
@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from plexus.api.training import TrainConfig, TrainConfigError, make_schedule
-from plexus.core.bounds import MAX_COUNT, MAX_LR
+from plexus_partition.model.bounds import MAX_COUNT, MAX_LR
 
 #: The schedule's fields that change as it runs (the rest are its configuration, which must be
 #: the run's); torch.optim.lr_scheduler's names.

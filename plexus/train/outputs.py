@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from plexus.api.outputs import FILES as OUTPUT_FILES, MARKER as OUTPUTS_MARKER
-from plexus.core.cli import UsageError
+from plexus_partition.model.cli import UsageError
 
 from .checkpoint import CHECKPOINT_NAME, LOCK_NAME
 
@@ -134,7 +134,7 @@ def check_claims(claims: Sequence[Claim]) -> None:
 
 # ---- plexus-train's outputs ---------------------------------------------------------------------
 #: What ``--checkpoint DIR`` writes inside DIR (`plexus.train.checkpoint`; the temporary file of
-#: `plexus.core.atomic.atomic_file`).
+#: `plexus_datasets.base.atomic.atomic_file`).
 CHECKPOINT_NAMES = (CHECKPOINT_NAME, LOCK_NAME)
 CHECKPOINT_PATTERNS = (f".{CHECKPOINT_NAME}.*.tmp",)
 #: What ``--save-predictions DIR`` writes inside DIR (`plexus.api.outputs`; it is filled as a

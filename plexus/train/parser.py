@@ -1,5 +1,5 @@
 """``plexus-train``'s options: the flags, their help and defaults (the training loop's from
-`TrainConfig`, the engine's from `EngineConfig` and `plexus.core.modelopts`), and which of them a
+`TrainConfig`, the engine's from `EngineConfig` and `plexus_partition.model.modelopts`), and which of them a
 command line gave (a recipe does not override those)."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from typing import Sequence
 
 from plexus.api.recipes import RECIPES
 from plexus.api.training import BACKENDS, LR_SCHEDULES, OPTIMIZERS, TrainConfig
-from plexus.core.cli import ArgumentParser
-from plexus.core.layout import DEFAULT_PERMUTATION
-from plexus.core.modelopts import (ModelOptionsText, add_comm_options, add_model_options,
+from plexus_partition.model.cli import ArgumentParser
+from plexus_partition.model.layout import DEFAULT_PERMUTATION
+from plexus_partition.model.modelopts import (ModelOptionsText, add_comm_options, add_model_options,
                                    add_precision_options)
-from plexus.datasets.spec import FEATURE_MODES
-from plexus.partitioners import PERMUTATIONS
-from plexus.runtime.group import DEFAULT_TIMEOUT_S
+from plexus_datasets.spec import FEATURE_MODES
+from plexus_partition import PERMUTATIONS
+from plexus_partition.launch.group import DEFAULT_TIMEOUT_S
 from plexus.runtime.options import add_device_options
 
 from .cachedir import CACHE_ENV

@@ -18,18 +18,18 @@ import torch
 from plexus.api.memcheck import (Predicted, available_memory, check_memory,
                                  check_partition_memory, predicted_peaks)
 from plexus.api.training import EngineConfig, TrainConfig
-from plexus.core.cli import UsageError
-from plexus.core.grid import GridShape
-from plexus.core.layout import DEFAULT_PERMUTATION, grid_misfit
-from plexus.core.model import ModelConfig
+from plexus_partition.model.cli import UsageError
+from plexus_partition.model.grid import GridShape
+from plexus_partition.model.layout import DEFAULT_PERMUTATION, grid_misfit
+from plexus_partition.model.model import ModelConfig
 from plexus.core.units import format_bytes, format_seconds
-from plexus.datasets import Graph, gcn_nnz
-from plexus.partitioners import RankShard
-from plexus.partitioners.plan import symmetric
+from plexus_datasets import Graph, gcn_nnz
+from plexus_partition import RankShard
+from plexus_partition.plan import symmetric
 from plexus.perfmodel import (Calibration, ModelSpec, Prediction, choose_grid, pricing,
                               rank_configs)
-from plexus.runtime.env import default_device
-from plexus.runtime.group import DEFAULT_TIMEOUT_S
+from plexus_partition.launch.env import default_device
+from plexus_partition.launch.group import DEFAULT_TIMEOUT_S
 
 from .faults import Fault
 
@@ -63,7 +63,7 @@ class GraphSizes:
         scheme, colon, rest = spec.strip().partition(":")
         if scheme.strip().lower() != "rmat":
             return None
-        from plexus.datasets import parse_rmat_params  # noqa: PLC0415
+        from plexus_datasets import parse_rmat_params  # noqa: PLC0415
 
         p = parse_rmat_params(rest if colon else "", seed)
         n = 1 << int(p["scale"])
@@ -120,7 +120,7 @@ class RunPlan:
     export_best: bool = False  # ... of the best-validation epoch
     symmetrize: bool = False  # make the graph undirected before training
     split_seed: int | None = None  # --split-seed: the dataset's stand-ins (None: train.seed)
-    features: str = "auto"  # --features: how node features are scaled (plexus.datasets)
+    features: str = "auto"  # --features: how node features are scaled (plexus_datasets)
     log_csv: str | None = None  # a CSV of epochs
     tensorboard: str | None = None  # a TensorBoard log directory
 
@@ -247,7 +247,7 @@ def deciding_term(best: Prediction, runner_up: Prediction) -> str:
 
 def check_grid_fits(grid: GridShape, model: ModelConfig, sizes: GraphSizes) -> None:
     """Raise `UsageError` when an axis has more ranks than the dimension it cuts (see
-    `plexus.core.layout.grid_misfit`)."""
+    `plexus_partition.model.layout.grid_misfit`)."""
     f, c = sizes.num_features, sizes.num_classes
     problem = grid_misfit(grid, model.plans(f, c), sizes.num_nodes, model.widths(f, c))
     if problem:

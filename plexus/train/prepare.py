@@ -16,13 +16,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from plexus.core.atomic import UnsafeTargetError
-from plexus.core.grid import GridShape
-from plexus.datasets import load_dataset
-from plexus.datasets.trainable import check_trainable
+from plexus_datasets.base.atomic import UnsafeTargetError
+from plexus_partition.model.grid import GridShape
+from plexus_datasets import load_dataset
+from plexus_datasets.trainable import check_trainable
 from plexus.api import cut_shard
-from plexus.partitioners import RankShard, read_manifest, read_shard
-from plexus.partitioners.store import graph_hash
+from plexus_partition import RankShard, read_manifest, read_shard
+from plexus_partition.store import graph_hash
 from plexus.perfmodel import load_calibration
 
 from . import checkpoint as ckpt

@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from plexus.core.grid import GridError, GridShape
-from plexus.core.layout import ORDERS
-from plexus.core.modelopts import model_config, resolve_layers, resolve_order
-from plexus.core.ops import KINDS
+from plexus_partition.model.grid import GridError, GridShape
+from plexus_partition.model.layout import ORDERS
+from plexus_partition.model.modelopts import model_config, resolve_layers, resolve_order
+from plexus_partition.model.ops import KINDS
 
 from .checks import check_order
 from .errors import UsageError
@@ -33,7 +33,7 @@ class ProblemShape:
 def from_store(args: argparse.Namespace, shape: ProblemShape) -> ProblemShape:
     """With --shards the store's manifest fixes the grid, layers, orders, permutation and dataset;
     flags may repeat them but not contradict them."""
-    from plexus.partitioners import read_manifest, store_aggregation  # noqa: PLC0415
+    from plexus_partition import read_manifest, store_aggregation  # noqa: PLC0415
 
     if args.dataset or args.root:
         raise UsageError("--shards DIR already fixes the dataset; drop --dataset/--root")
@@ -91,10 +91,10 @@ def from_store(args: argparse.Namespace, shape: ProblemShape) -> ProblemShape:
 
 
 def store_kind(args: argparse.Namespace, manifest: dict) -> str:
-    """Take the model kind a store records (`plexus.partitioners.store_model`) where --model
+    """Take the model kind a store records (`plexus_partition.store_model`) where --model
     was not given, refuse another one given; returns the note saying which kind was taken ('':
     the store records none, or the one asked for)."""
-    from plexus.partitioners import store_model  # noqa: PLC0415
+    from plexus_partition import store_model  # noqa: PLC0415
 
     recorded = store_model(manifest)
     if recorded is None or recorded == args.model:

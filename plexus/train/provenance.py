@@ -13,8 +13,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from plexus.core.grid import AXES
-from plexus.partitioners.plan import block_key
+from plexus_partition.model.grid import AXES
+from plexus_partition.plan import block_key
 
 from .session import Run
 

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from plexus.core.grid import AXES
-from plexus.core.schedule import SETUP, volume_per_axis
+from plexus_partition.model.grid import AXES
+from plexus_partition.model.schedule import SETUP, volume_per_axis
 from plexus.core.units import format_seconds
 from plexus.api.training import EpochStats, Ledger, Timers, staged
 from plexus.runtime.memstats import cuda_peak_bytes, peak_rss_bytes
@@ -62,7 +62,7 @@ def reduce_ledger(ledger: Ledger,
 def declared_max_rank(run: Run, epochs: int, evaluations: int) -> dict[str, float] | None:
     """Bytes per axis the schedule declares for this rank's run (``epochs`` training steps,
     ``evaluations`` evaluation passes), priced with the rows its sparse exchanges send
-    (`plexus.core.schedule.exact_rows`), the largest over the ranks (collective): what the
+    (`plexus_partition.model.schedule.exact_rows`), the largest over the ranks (collective): what the
     busiest rank's ledger must show. None for a model that does not report its exchanges."""
     model = getattr(run.model, "net", run.model)  # the API's model wraps the engine's
     counts = getattr(model, "exchange_counts", None)

@@ -17,7 +17,7 @@ import torch.distributed as dist
 from plexus.api import GraphModel, OutputsError, save_weights
 from plexus.api.outputs import write_outputs
 from plexus.api.results import NodeBlock, output_blocks
-from plexus.core.atomic import UnsafeTargetError
+from plexus_datasets.base.atomic import UnsafeTargetError
 
 from .errors import output_failure
 from .plan import RunPlan

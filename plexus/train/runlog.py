@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import IO, Any, Mapping, Sequence
 
-from plexus.core.atomic import UnsafeTargetError, output_target, replace_into
+from plexus_datasets.base.atomic import UnsafeTargetError, output_target, replace_into
 from plexus.api.training import BestEpoch, EpochStats
 from plexus.core.units import format_bytes, format_seconds
 
@@ -32,7 +32,7 @@ from .errors import OutputFailed, output_failure
 from .heartbeat import Heartbeat
 from .traffic import format_account
 from .walltime import format_wall_time
-from plexus.core import owned
+from plexus_datasets.base import owned
 
 
 def _acc(value: float | None) -> str:
@@ -94,7 +94,7 @@ class JsonLog:
 
     def __init__(self, path: str | os.PathLike, resume: int | None = None) -> None:
         # Only a regular file (or nothing) is replaced, at FILE and at FILE.tmp: never a device,
-        # a FIFO or what a symlink there points to (`plexus.core.atomic.output_target`).
+        # a FIFO or what a symlink there points to (`plexus_datasets.base.atomic.output_target`).
         self.path = output_target(path)
         self.tmp = self.path.with_name(self.path.name + ".tmp")
         if output_target(self.tmp) != self.tmp:

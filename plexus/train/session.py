@@ -10,12 +10,12 @@ import torch
 import torch.distributed as dist
 
 from plexus.api import GraphModel, model_from_shard
-from plexus.core.atomic import UnsafeTargetError
+from plexus_datasets.base.atomic import UnsafeTargetError
 from plexus.core.units import format_bytes
 from plexus.api.training import DEFAULT_DTYPE, Comm, EpochStats, Grid, Trainer
-from plexus.datasets.spec import feature_mode
-from plexus.partitioners import RankShard
-from plexus.runtime.env import THREADS_ENV, available_cores, env_threads
+from plexus_datasets.spec import feature_mode
+from plexus_partition import RankShard
+from plexus_partition.launch.env import THREADS_ENV, available_cores, env_threads
 from plexus.runtime.progress import start_beacon
 from plexus.runtime.memstats import (TensorTracker, peak_rss_bytes, reset_peak_rss,
                                      resident_storages)

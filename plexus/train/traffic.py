@@ -1,12 +1,12 @@
 """The run's traffic, collective by collective: rank 0's ledger (what the engine measured, keyed
 by layer, phase, operation, axis, size and bytes per element) named by the schedule's
-declarations (`plexus.core.schedule`), for the summary and ``--log-json``."""
+declarations (`plexus_partition.model.schedule`), for the summary and ``--log-json``."""
 
 from __future__ import annotations
 
 from typing import Mapping
 
-from plexus.core.schedule import (SETUP, Collective, SparseExchange, epoch_collectives,
+from plexus_partition.model.schedule import (SETUP, Collective, SparseExchange, epoch_collectives,
                                   exact_rows, ring_volume, setup_collectives)
 from plexus.core.units import format_bytes
 
@@ -16,7 +16,7 @@ STEP_PHASES = ("forward", "loss", "backward")
 
 def run_exchange(net, engine) -> SparseExchange | None:
     """The run's sparse exchanges priced with the rows its own shard sends
-    (`plexus.core.schedule.exact_rows`; the stages must have run once)."""
+    (`plexus_partition.model.schedule.exact_rows`; the stages must have run once)."""
     if engine.sparse_comm == "off":
         return None
     return SparseExchange(engine.sparse_comm, exact_rows(net.exchange_counts()))

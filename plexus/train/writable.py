@@ -6,7 +6,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from plexus.core.cli import UsageError
+from plexus_partition.model.cli import UsageError
 
 
 def check_writable(path: Path, what: str) -> None:

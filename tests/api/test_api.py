@@ -27,12 +27,12 @@ import plexus
 from cli_helpers import read_log, train
 from helpers import REPO, assert_one_line
 from plexus.api import RECIPES, RecipeError
-from plexus.core.ops import KINDS
-from plexus.datasets import DatasetError, Graph, load_dataset
+from plexus_partition.model.ops import KINDS
+from plexus_datasets import DatasetError, Graph, load_dataset
 from plexus.engine.config import ModelConfig, TrainConfig
 from plexus.engine.serial import SerialModel
 from plexus.engine.trainer import Trainer
-from plexus.runtime.env import LaunchError
+from plexus_partition.launch.env import LaunchError
 from plexus.train import main
 from plexus.train.cli import explicit_options
 
@@ -220,7 +220,7 @@ def test_gathered_results_equal_the_serial_model_in_original_order(graphs, grid,
 def api_traps(grid, graph):
     """What a PyG user tries: calling the model in training mode without a step, the kind by
     the command line's name, a misspelt option, an unknown kind."""
-    from plexus.core.model import ModelError
+    from plexus_partition.model.model import ModelError
 
     out = {}
     model = plexus.distributed_model(graph, grid, "sage", hidden=8, dropout=0.5)
@@ -484,7 +484,7 @@ def test_export_best_refuses_a_checkpoint_without_the_best_weights(tmp_path):
 
 def test_a_recipe_sets_what_the_command_line_does_not(monkeypatch):
     from plexus.api.recipes import Recipe
-    from plexus.runtime.env import JobEnv
+    from plexus_partition.launch.env import JobEnv
     from plexus.train.cli import build_plan, build_parser
 
     monkeypatch.setitem(RECIPES, "test-recipe", Recipe(
@@ -689,7 +689,7 @@ def test_load_pyg_refuses_what_is_no_export_in_one_line(tmp_path):
 
 def test_graph_repr_is_one_line_and_ogb_evaluate_is_the_official_metric():
     import plexus
-    from plexus.datasets import DatasetError
+    from plexus_datasets import DatasetError
 
     cora = plexus.load_dataset("cora")
     assert repr(cora) == ("Graph('cora': 2,708 nodes, 10,556 edges (undirected), 1,433 features, "

@@ -91,7 +91,7 @@ def test_gpu_model_smoke(tmp_path: Path) -> None:
 
 
 def test_common_helpers(tmp_path: Path) -> None:
-    from plexus.core.grid import GridShape
+    from plexus_partition.model.grid import GridShape
     from plexus.bench.output import ranks_of, spearman, write_csv, write_json
 
     def parse_grids(text: str) -> list[tuple[int, int, int]]:  # as the benchmarks' --grids
@@ -105,7 +105,7 @@ def test_common_helpers(tmp_path: Path) -> None:
     assert json.loads(write_json(tmp_path / "t.json", {"x": 1}).read_text()) == {"x": 1}
     assert not list(tmp_path.glob("**/.*.tmp"))  # no temp files left behind
     assert parse_grids("1x1x1, 2x1x2") == [(1, 1, 1), (2, 1, 2)]
-    # rank = (x·Y + y)·Z + z, as plexus.core.grid
+    # rank = (x·Y + y)·Z + z, as plexus_partition.model.grid
     assert [tuple(rank_coords(r, (2, 2, 2)).values()) for r in (0, 1, 2, 5)] == \
         [(0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 1)]
     assert ranks_of([3.0, 1.0, 2.0, 2.0]) == [4.0, 1.0, 2.5, 2.5]

@@ -15,7 +15,7 @@ import pytest
 
 from helpers import REPO
 
-from plexus.datasets import load_dataset
+from plexus_datasets import load_dataset
 
 SCRIPT = REPO / "benchmarks" / "model_accuracy.py"
 

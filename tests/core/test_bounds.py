@@ -1,4 +1,4 @@
-"""The one table of bounds (`plexus.core.bounds`): every numeric option of every tool is in it,
+"""The one table of bounds (`plexus_partition.model.bounds`): every numeric option of every tool is in it,
 every tool refuses a number past it in one line before anything starts, and the launchers'
 variables are read through it (issue 46 item 3). The limits are written here by hand, not read
 from the table."""
@@ -12,12 +12,12 @@ import pytest
 
 from cli_helpers import train
 from helpers import assert_one_line
-from plexus.core.bounds import BOUNDS, BoundError, check_bound
-from plexus.runtime.env import JobEnv, LaunchError, detect_environment
+from plexus_partition.model.bounds import BOUNDS, BoundError, check_bound
+from plexus_partition.launch.env import JobEnv, LaunchError, detect_environment
 
 
 def _parsers() -> dict[str, argparse.ArgumentParser]:
-    from plexus.partitioners.cli import build_parser as partition_parser
+    from plexus_partition.cli import build_parser as partition_parser
     from plexus.perfmodel.benchcli import BenchCommand, _bench_parser
     from plexus.perfmodel.cli import _model_parser
     from plexus.bench.check import add_arguments
@@ -128,7 +128,7 @@ def test_a_launcher_variable_past_the_table_is_one_line_on_the_command_line(monk
 
 def test_a_peer_that_never_joins_is_one_launch_error():
     """(On main: torch's DistStoreError traceback after the timeout.)"""
-    from plexus.runtime.group import init_process_group
+    from plexus_partition.launch.group import init_process_group
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

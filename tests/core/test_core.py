@@ -7,11 +7,11 @@ import pickle
 
 import pytest
 
-from plexus.core.grid import GridError, GridShape
-from plexus.core.layout import layer_plans, padding
-from plexus.core.schedule import (Collective, epoch_collectives, ring_steps, ring_volume,
+from plexus_partition.model.grid import GridError, GridShape
+from plexus_partition.model.layout import layer_plans, padding
+from plexus_partition.model.schedule import (Collective, epoch_collectives, ring_steps, ring_volume,
                                   setup_collectives, volume_per_axis)
-from plexus.core.writebehind import WriteBehind
+from plexus_datasets.base.writebehind import WriteBehind
 
 
 def test_grid_parse_format_and_forms():
@@ -134,18 +134,18 @@ def test_write_behind_syncs_and_drops_what_it_wrote_step_by_step(tmp_path, monke
 
 # ---- a kind's options: declared in its file, made into ModelConfig fields, plans and flags ----
 def test_kind_options_become_fields_plan_options_and_flags():
-    """Each kind's ``Options`` (its file in plexus.core.ops) is where its options live: they are
+    """Each kind's ``Options`` (its file in plexus_partition.model.ops) is where its options live: they are
     `ModelConfig` fields with the declared defaults, flags with the declared help, metavar and
     checks, and what a stage needs of them rides on its plan's ``options`` (LayerPlan has no
     field of any kind's)."""
     import argparse
     import dataclasses
 
-    from plexus.core import modelopts
-    from plexus.core.cli import UsageError
-    from plexus.core.layout import LayerPlan
-    from plexus.core.model import ModelConfig
-    from plexus.core.ops import KINDS
+    from plexus_partition.model import modelopts
+    from plexus_partition.model.cli import UsageError
+    from plexus_partition.model.layout import LayerPlan
+    from plexus_partition.model.model import ModelConfig
+    from plexus_partition.model.ops import KINDS
 
     declared = {f.name: f for k in KINDS.values() if k.options
                 for f in dataclasses.fields(k.options)}
@@ -180,20 +180,20 @@ def test_kind_options_become_fields_plan_options_and_flags():
 
 def test_every_kind_is_one_file_without_torch():
     """Each operator's declaration, torch code (``stage``, on the stage toolkit) and serial
-    reference are its one module in plexus.core.ops (the engine has no module per kind), and
+    reference are its one module in plexus_partition.model.ops (the engine has no module per kind), and
     importing every declaration loads no torch (the performance model reads them)."""
     import subprocess
     import sys
 
     from helpers import REPO
-    from plexus.core.ops import NORM_OP, OPERATORS
-    from plexus.core.ops.base import Operator
+    from plexus_partition.model.ops import NORM_OP, OPERATORS
+    from plexus_partition.model.ops.base import Operator
 
     assert NORM_OP in OPERATORS  # BatchNorm's torch code in its one file too
     for name, op in OPERATORS.items():
         assert type(op).stage is not Operator.stage and type(op).serial is not Operator.serial
         assert not list((REPO / "plexus" / "engine").rglob(f"{name}.py")), name
-    code = "import sys, plexus.core.model, plexus.core.modelopts; print('torch' in sys.modules)"
+    code = "import sys, plexus_partition.model.model, plexus_partition.model.modelopts; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"

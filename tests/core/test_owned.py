@@ -1,4 +1,4 @@
-"""`plexus.core.owned`, the one owner of deletions: it acts only on what it can prove is this
+"""`plexus_datasets.base.owned`, the one owner of deletions: it acts only on what it can prove is this
 user's Plexus's (a folder of this uid with nothing foreign or linked inside; for an output, its
 seal under this user's key with exactly the files sealed), never through a link another user
 could have planted."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from plexus.core import owned
+from plexus_datasets.base import owned
 
 NOBODY = 65534
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another owner")

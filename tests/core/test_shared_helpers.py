@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from plexus.core import atomic, owned, tasks
-from plexus.core.values import is_count, one_line
-from plexus.datasets.errors import DatasetError
-from plexus.datasets.work import MarkerError, Runner, read_marker
+from plexus_datasets.base import atomic, owned, tasks
+from plexus_datasets.base.values import is_count, one_line
+from plexus_datasets.errors import DatasetError
+from plexus_datasets.work import MarkerError, Runner, read_marker
 
 
 def _dir(path: Path, text: str) -> Path:
@@ -50,7 +50,7 @@ def test_replace_directory_when_the_move_fails(tmp_path, monkeypatch, code, text
     target, new = _dir(tmp_path / "out", "old"), _dir(tmp_path / "new", "new")
     rename = os.rename
 
-    def failing(src, dst, **fds):  # plexus.core.owned renames names relative to folders
+    def failing(src, dst, **fds):  # plexus_datasets.base.owned renames names relative to folders
         if src == new.name and dst == "out":
             raise OSError(code, os.strerror(code))
         return rename(src, dst, **fds)
@@ -81,9 +81,9 @@ def test_replaceable_directory(tmp_path):
 
 def test_the_graph_directory_and_the_store_replace_through_core():
     # one implementation: the two writers import it (no copy named replace_dir is left)
-    import plexus.datasets.diskgraph as diskgraph
-    import plexus.datasets.diskwrite as diskwrite
-    import plexus.partitioners.store as store
+    import plexus_datasets.diskgraph as diskgraph
+    import plexus_datasets.diskwrite as diskwrite
+    import plexus_partition.store as store
 
     assert diskwrite.replace_directory is atomic.replace_directory
     assert store.replace_directory is atomic.replace_directory

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from plexus.datasets import load_dataset
-from plexus.datasets.errors import DatasetError
-from plexus.datasets.spec import content_key, feature_mode
+from plexus_datasets import load_dataset
+from plexus_datasets.errors import DatasetError
+from plexus_datasets.spec import content_key, feature_mode
 
 CORA_EDGES = 10556  # edges of the embedded Cora, both directions counted
 

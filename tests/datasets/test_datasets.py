@@ -1,4 +1,4 @@
-"""Tests for plexus.datasets: every loader on small real or generated files, and every bad input."""
+"""Tests for plexus_datasets: every loader on small real or generated files, and every bad input."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import scipy.io
 import scipy.sparse as sp
 
 from helpers import assert_one_line
-from plexus.datasets import (DatasetError, Graph, degree_bucket_labels, edges_to_csr,
+from plexus_datasets import (DatasetError, Graph, degree_bucket_labels, edges_to_csr,
                              gcn_normalize, load_dataset, parse_rmat_params, random_split,
                              rmat_graph)
-from plexus.datasets.planetoid import EMBEDDED_DIR
+from plexus_datasets.planetoid import EMBEDDED_DIR
 
 
 
@@ -558,7 +558,7 @@ class _Payload:
 @pytest.fixture
 def little_memory(monkeypatch):
     """8 GiB available, whatever this machine has: the size checks are then deterministic."""
-    from plexus.datasets import validate
+    from plexus_datasets import validate
 
     monkeypatch.setattr(validate, "available_bytes", lambda: 8.0 * 2**30)
 
@@ -697,7 +697,7 @@ def test_planetoid_test_index_takes_ascii_integers_only(tmp_path):
 def test_weighted_graphs_keep_their_weights(tmp_path):
     from types import SimpleNamespace
 
-    from plexus.partitioners import write_store
+    from plexus_partition import write_store
 
     # an undirected edge given in both directions with two weights gets their mean, both ways
     adj = sp.coo_matrix((np.array([2.0, 4.0, 1.0, 5.0]), ([0, 1, 1, 2], [1, 0, 2, 2])),

@@ -16,20 +16,20 @@ import pytest
 
 from helpers import assert_one_line
 from engine_checks import directed_toy_graph
-from plexus.datasets import load_dataset
-from plexus.datasets.canonical import EdgeFiles, canonicalize, csr_pieces
-from plexus.datasets.degrees import scan_pieces
-from plexus.datasets.diskgraph import (DiskGraph, DiskGraphError, MemoryGraph, decode_features,
+from plexus_datasets import load_dataset
+from plexus_datasets.canonical import EdgeFiles, canonicalize, csr_pieces
+from plexus_datasets.degrees import scan_pieces
+from plexus_datasets.diskgraph import (DiskGraph, DiskGraphError, MemoryGraph, decode_features,
                                        encode_features)
-from plexus.datasets.diskwrite import write_graph
-from plexus.datasets.graph import Graph, incoming
-from plexus.datasets.npyio import NpyStream, NpyWriter, npy_layout, read_rows
-from plexus.datasets.ogb_loader import load_ogb
-from plexus.datasets.ogb_raw import ogb_to_disk
-from plexus.datasets.rmat import parse_rmat_params, rmat_graph
-from plexus.datasets.rmat_stream import rmat_to_disk
-from plexus.datasets.standin import write_papers100m_standin
-from plexus.datasets.work import Runner
+from plexus_datasets.diskwrite import write_graph
+from plexus_datasets.graph import Graph, incoming
+from plexus_datasets.npyio import NpyStream, NpyWriter, npy_layout, read_rows
+from plexus_datasets.ogb_loader import load_ogb
+from plexus_datasets.ogb_raw import ogb_to_disk
+from plexus_datasets.rmat import parse_rmat_params, rmat_graph
+from plexus_datasets.rmat_stream import rmat_to_disk
+from plexus_datasets.standin import write_papers100m_standin
+from plexus_datasets.work import Runner
 from fuzzing import samples
 
 
@@ -72,7 +72,7 @@ def test_ogb_csv_layouts_convert_to_what_ogb_loads(tmp_path, name, undirected):
 
 
 def test_rmat_generated_in_pieces_is_the_rmat_spec(tmp_path, monkeypatch):
-    from plexus.datasets import rmat_stream
+    from plexus_datasets import rmat_stream
 
     monkeypatch.setattr(rmat_stream, "WINDOW_BYTES", 4 * 5 * 300)  # H in windows of 300 rows
     p = parse_rmat_params("scale=11,edge_factor=8,features=7,classes=5,seed=4")
@@ -94,7 +94,7 @@ def _scan(graph_dir: Path, folder: Path) -> list[np.ndarray]:
 def test_the_scan_checks_a_csr_graph_slice_by_slice(tmp_path, monkeypatch):
     """The degrees' scan of a stored csr graph, in slices of 7 entries or in one: the same
     degrees; a row out of order, a repeated entry or a lost reverse edge each found, named."""
-    from plexus.datasets import degrees
+    from plexus_datasets import degrees
 
     p = parse_rmat_params("scale=8,edge_factor=4,features=3,classes=3,seed=2")
     with Runner(tmp_path / "work", False) as runner:

@@ -18,7 +18,7 @@ import scipy.sparse as sp
 
 from cli_helpers import train
 from helpers import assert_one_line
-from plexus.datasets.planetoid import EMBEDDED_DIR
+from plexus_datasets.planetoid import EMBEDDED_DIR
 from fuzzing import harness, inputs, samples
 
 SEED = 16

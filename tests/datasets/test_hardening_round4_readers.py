@@ -26,7 +26,7 @@ import torch
 from cli_helpers import BIN, cli_env
 from helpers import assert_one_line
 
-from plexus.datasets import DatasetError, Graph
+from plexus_datasets import DatasetError, Graph
 
 N = 8
 
@@ -56,8 +56,8 @@ def test_ogb_csv_bombs_are_refused_before_they_are_read_whole(target, tmp_path):
     """A few kB of gzip declaring a 600 kB line, or millions of lines where one per node is
     allowed: refused naming the file, in the converter (in pieces) and the in-memory loader
     (ogb's pandas) alike."""
-    from plexus.datasets import load_dataset
-    from plexus.datasets.ogb_raw import ogb_to_disk
+    from plexus_datasets import load_dataset
+    from plexus_datasets.ogb_raw import ogb_to_disk
 
     payload, times, needle = BOMBS[target]
     for how in ("convert", "load"):
@@ -75,8 +75,8 @@ def test_ogb_csv_bombs_are_refused_before_they_are_read_whole(target, tmp_path):
 def test_papers100m_counts_declaring_millions_of_entries_are_refused_unread(tmp_path):
     """data.npz's num_nodes_list declaring 2^22 entries (deflated zeros, a few kB): refused from
     its header, not read and printed (2^27 took 12 GB)."""
-    from plexus.datasets.npyio import npy_bytes
-    from plexus.datasets.ogb_raw import _BinaryRaw
+    from plexus_datasets.npyio import npy_bytes
+    from plexus_datasets.ogb_raw import _BinaryRaw
 
     raw = tmp_path / "raw"
     raw.mkdir()
@@ -91,7 +91,7 @@ def test_papers100m_counts_declaring_millions_of_entries_are_refused_unread(tmp_
 
 
 def _export(kind: str = "gcn", **edit) -> dict:
-    from plexus.core.model import ModelConfig
+    from plexus_partition.model.model import ModelConfig
     from plexus.engine.pygmodel import PygModel, pyg_spec
 
     spec = pyg_spec(ModelConfig(kind=kind, num_layers=2, hidden=4), 6, 3)
@@ -152,8 +152,8 @@ def test_gin_nested_thousands_deep_in_an_export_is_one_line(tmp_path):
 
 def test_labels_past_the_node_count_never_reach_the_disk(tmp_path, monkeypatch):
     """10^6 labels for 8 nodes: refused at the first chunk past 8, not after writing them all."""
-    from plexus.datasets import npyio
-    from plexus.datasets.ogb_raw import ogb_to_disk
+    from plexus_datasets import npyio
+    from plexus_datasets.ogb_raw import ogb_to_disk
 
     d = _arxiv(tmp_path)
     _gz(d / "raw/node-label.csv.gz", b"1\n", 1_000_000)
@@ -302,9 +302,9 @@ import json, os, sys
 from pathlib import Path
 import numpy as np, scipy.sparse as sp
 import plexus
-from plexus.datasets import DatasetError, load_dataset
-from plexus.datasets.diskwrite import write_graph
-from plexus.datasets.graph import Graph
+from plexus_datasets import DatasetError, load_dataset
+from plexus_datasets.diskwrite import write_graph
+from plexus_datasets.graph import Graph
 from plexus.api.outputs import OutputsError
 
 tmp = Path(sys.argv[1])
@@ -360,7 +360,7 @@ def _outputs(root: Path, meta_edit: dict | None = None, text: str | None = None,
 def test_load_outputs_damage_is_one_line(tmp_path):
     import plexus
     from plexus.api.outputs import OutputsError
-    from plexus.datasets.npyio import write_header
+    from plexus_datasets.npyio import write_header
 
     nested = '{"format": "plexus-outputs", "version": 1, "x": ' + "[" * 100_000 + \
         "]" * 100_000 + "}"
@@ -399,7 +399,7 @@ def test_network_dropout_one_is_a_value_error():
 # ---- 9: nothing misleading or silently accepted ----------------------------------------------
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_gat_negative_slope_must_be_finite(value, capsys):
-    from plexus.core.model import ModelConfig, ModelError
+    from plexus_partition.model.model import ModelConfig, ModelError
     from plexus.perfmodel.cli import model_main
 
     with pytest.raises(ModelError, match="negative_slope must be a finite number"):
@@ -412,8 +412,8 @@ def test_gat_negative_slope_must_be_finite(value, capsys):
 @pytest.mark.parametrize("kind", ["gat", "sage", "gin"])
 def test_a_weighted_graph_is_refused_for_kinds_that_ignore_weights(kind):
     from plexus.api import cut_shard
-    from plexus.core.grid import GridShape
-    from plexus.core.model import ModelConfig
+    from plexus_partition.model.grid import GridShape
+    from plexus_partition.model.model import ModelConfig
 
     adj = sp.csr_matrix(np.eye(N, k=1) * 2.5 + np.eye(N, k=-1) * 2.5)
     graph = Graph.from_scipy(adj, np.ones((N, 3), np.float32), np.arange(N) % 2,
@@ -439,7 +439,7 @@ def test_a_nan_edge_weight_is_reported_as_nan():
 
 
 def test_ragged_feature_rows_are_named_as_ragged(tmp_path):
-    from plexus.datasets.ogb_raw import ogb_to_disk
+    from plexus_datasets.ogb_raw import ogb_to_disk
     from fuzzing.samples import gz_csv
 
     d = _arxiv(tmp_path)

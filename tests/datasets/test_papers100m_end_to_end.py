@@ -14,8 +14,8 @@ from ogb.nodeproppred import Evaluator
 
 from cli_helpers import read_log, train
 from plexus.api import load_outputs
-from plexus.datasets.ogb_loader import load_ogb
-from plexus.datasets.standin import write_papers100m_standin
+from plexus_datasets.ogb_loader import load_ogb
+from plexus_datasets.standin import write_papers100m_standin
 
 pytestmark = pytest.mark.slow  # worlds or end-to-end runs: left out of the fast subset
 

@@ -23,12 +23,12 @@ from cli_helpers import read_log, train
 from helpers import assert_one_line
 from engine_checks import multilabel_graph, toy_graph
 from plexus.api import load_outputs
-from plexus.datasets import DatasetError, Graph, load_dataset
-from plexus.datasets.ogb_loader import mean_incoming
-from plexus.datasets.proteins_standin import SPECIES, TASKS, write_proteins_standin
+from plexus_datasets import DatasetError, Graph, load_dataset
+from plexus_datasets.ogb_loader import mean_incoming
+from plexus_datasets.proteins_standin import SPECIES, TASKS, write_proteins_standin
 from plexus.engine.rocauc import mean_rocauc, serial_rocauc
-from plexus.partitioners import partition_to_store, read_shard, shard_graph
-from plexus.partitioners.store import write_store
+from plexus_partition import partition_to_store, read_shard, shard_graph
+from plexus_partition.store import write_store
 
 
 @pytest.fixture(scope="module")

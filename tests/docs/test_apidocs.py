@@ -47,12 +47,12 @@ def test_the_readme_command_builds_the_api_reference(tmp_path):
                  "gather_predictions", "ModelConfig"):
         assert documents(top, name), name
     assert "the public API" in top.lower() or "public api" in top.lower()
-    assert documents(page("plexus.datasets.graph"), "Graph.from_scipy")
+    assert documents(page("plexus_datasets.graph"), "Graph.from_scipy")
     assert documents(page("plexus.api.model"), "distributed_model")
     assert documents(page("plexus.nn"), "Layer")
     assert documents(page("plexus.engine.model"), "DistributedModel")
     assert documents(page("plexus.perfmodel.model"), "rank_configs")
-    for module in ("plexus.api", "plexus.partitioners", "plexus.runtime.env", "plexus.core.grid",
+    for module in ("plexus.api", "plexus_partition", "plexus_partition.launch.env", "plexus_partition.model.grid",
                    "plexus.train.cli"):
         page(module)
     # the test helpers and the study tools are left out

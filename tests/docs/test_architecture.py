@@ -1,6 +1,7 @@
 """The import rules of ARCHITECTURE.md, checked on every module's imports (those inside functions
-too): dependencies run one way, application -> engine -> partitioners -> datasets, with the
-performance model beside the engine; no library module reaches into another's private names."""
+too): dependencies run one way, the engine (plexus) -> the partitioner project (plexus_partition)
+-> the datasets project (plexus_datasets), and inside each from its table's top down; no library
+module reaches into another's private names."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO
-# the folder tree is the package tree: every module lives where its dotted name says
-SOURCES = {"plexus": REPO / "plexus"}
+# the three projects: each folder's tree is its package tree (every module lives where its dotted
+# name says)
+SOURCES = {"plexus": REPO / "plexus", "plexus_datasets": REPO / "datasets" / "plexus_datasets",
+           "plexus_partition": REPO / "partitioners" / "plexus_partition"}
+# bottom up: a project's packages may import only its own and lower projects'
+PROJECTS = ["plexus_datasets", "plexus_partition", "plexus"]
 
 
 def allowed_from_architecture_md() -> dict[str, set[str]]:
@@ -30,8 +35,7 @@ def allowed_from_architecture_md() -> dict[str, set[str]]:
         if not found or len(cells) != 2 or cells[0].startswith("---"):
             continue
         package = cells[0].strip("`")
-        may = re.findall(r"`([a-z]+)`", cells[1].split("(")[0])
-        table[package] = {f"plexus.{m}" for m in may}
+        table[package] = set(re.findall(r"`([a-z_.]+)`", cells[1].split("(")[0]))
     return table
 
 
@@ -52,7 +56,8 @@ def modules() -> dict[str, Path]:
 
 
 def package_of(module: str) -> str | None:
-    """The sub-package of ``module`` named in ALLOWED (None for the top-level ``plexus``)."""
+    """The package of ``module`` named in ALLOWED, the longest that holds it (None for the
+    engine's top-level ``plexus`` modules)."""
     return next((p for p in PACKAGES if module == p or module.startswith(p + ".")), None)
 
 
@@ -80,8 +85,8 @@ ALL = modules()
 
 
 def test_the_walk_sees_the_project():
-    assert {"plexus.core.layout", "plexus.core.ops.conv", "plexus.datasets.graph",
-            "plexus.partitioners.plan", "plexus.train.cli", "plexus.perfmodel.model"} <= set(ALL)
+    assert {"plexus_partition.model.layout", "plexus_partition.model.ops.conv", "plexus_datasets.graph",
+            "plexus_partition.plan", "plexus.train.cli", "plexus.perfmodel.model"} <= set(ALL)
 
 
 @pytest.mark.parametrize("name", sorted(ALL))
@@ -91,7 +96,11 @@ def test_imports_follow_the_layers(name):
     for target, _, line in imports(name, ALL[name]):
         if target.split(".")[0] in ("benchmarks", "tests"):
             bad.append(f"line {line}: {target} (no library module imports benchmarks or tests)")
-        if own is None or not target.startswith("plexus"):
+        if target.split(".")[0] not in PROJECTS:
+            continue
+        if PROJECTS.index(target.split(".")[0]) > PROJECTS.index(name.split(".")[0]):
+            bad.append(f"line {line}: {target} is a higher project's")
+        if own is None:
             continue
         dep = package_of(target)
         if dep is None:
@@ -124,9 +133,9 @@ def test_a_rule_violation_is_caught(tmp_path):
     # the checker itself: a datasets module importing the engine must be reported
     fake = tmp_path / "bad.py"
     fake.write_text("def f():\n    from plexus.engine.model import DistributedGCN\n")
-    found = imports("plexus.datasets.bad", fake)
+    found = imports("plexus_datasets.bad", fake)
     assert ("plexus.engine.model", "DistributedGCN", 2) in found
-    assert package_of("plexus.engine.model") not in ALLOWED["plexus.datasets"]
+    assert package_of("plexus.engine.model") not in ALLOWED["plexus_datasets"]
 
 
 def test_the_table_names_every_package_and_only_packages():
@@ -140,7 +149,7 @@ def diagram_from_architecture_md() -> list[str]:
     """The packages of ARCHITECTURE.md's diagram, top to bottom (its first code block)."""
     text = (REPO / "ARCHITECTURE.md").read_text(encoding="utf-8")
     block = text.split("```", 2)[1]
-    return [line.split()[0] for line in block.splitlines() if line.startswith("plexus.")]
+    return [line.split()[0] for line in block.splitlines() if line.startswith("plexus")]
 
 
 def test_the_diagram_lists_every_package_above_what_it_may_import():
@@ -155,7 +164,8 @@ def test_the_public_module_states_the_diagrams_order():
     """``plexus/__init__.py`` names the packages from the bottom up: the diagram's order, read
     upwards (issue 47: it had the runtime above the engine and the API beside plexus-train)."""
     doc = ast.get_docstring(ast.parse((REPO / "plexus" / "__init__.py").read_text()))
-    stated = re.findall(r"``(plexus\.[a-z]+)``", doc.split("from the bottom up", 1)[1])
+    order = doc.split("from the bottom up", 1)[1].split("The old paths", 1)[0]
+    stated = re.findall(r"``(plexus[a-z_]*(?:\.[a-z]+)?)``", order)
     assert stated == diagram_from_architecture_md()[::-1]
 
 
@@ -215,6 +225,6 @@ def test_a_module_cycle_through_a_function_level_import_is_caught(tmp_path):
     top, inner = tmp_path / "top.py", tmp_path / "inner.py"
     top.write_text("from .inner import check\n")
     inner.write_text("def check():\n    from .top import x\n")
-    graph = {"plexus.datasets.top": {t for t, _, _ in imports("plexus.datasets.top", top)},
-             "plexus.datasets.inner": {t for t, _, _ in imports("plexus.datasets.inner", inner)}}
+    graph = {"plexus_datasets.top": {t for t, _, _ in imports("plexus_datasets.top", top)},
+             "plexus_datasets.inner": {t for t, _, _ in imports("plexus_datasets.inner", inner)}}
     assert _cycle(graph) is not None

@@ -13,7 +13,7 @@ import torch
 from cli_helpers import cli_env
 from helpers import REPO, assert_one_line
 from plexus.api import RECIPES, RecipeError
-from plexus.datasets import load_dataset
+from plexus_datasets import load_dataset
 
 pytestmark = pytest.mark.slow  # worlds or end-to-end runs: left out of the fast subset
 

@@ -1,6 +1,6 @@
-"""Every remove, replace and rename-over of the product goes through `plexus.core.owned`, the one
+"""Every remove, replace and rename-over of the product goes through `plexus_datasets.base.owned`, the one
 module that proves what it acts on is this user's Plexus's (issue 46, item 1): no other module
-of plexus/ calls ``shutil.rmtree``, ``os.remove``/``unlink``/``replace``/``rename``/``rmdir``,
+of the three projects calls ``shutil.rmtree``, ``os.remove``/``unlink``/``replace``/``rename``/``rmdir``,
 or a path's ``unlink``/``rmdir``/``rename``/``replace``, by any name."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+import helpers
 from helpers import REPO
 
-OWNER = REPO / "plexus" / "core" / "owned.py"
+OWNER = REPO / "datasets" / "plexus_datasets" / "base" / "owned.py"
 #: module -> its destructive functions (an import of one under any name is a call site too)
 FUNCTIONS = {"os": {"remove", "unlink", "replace", "rename", "renames", "rmdir", "removedirs"},
              "shutil": {"rmtree", "move"},
@@ -56,7 +57,7 @@ def destructive_calls(source: str) -> list[tuple[int, str]]:
 
 
 def product_modules() -> list[Path]:
-    return sorted(p for p in (REPO / "plexus").rglob("*.py") if p != OWNER)
+    return [p for p in helpers.product_modules() if p != OWNER]
 
 
 def test_the_walk_sees_the_product_and_the_owner():
@@ -67,7 +68,7 @@ def test_the_walk_sees_the_product_and_the_owner():
 def test_no_destructive_file_operation_outside_the_owner(path):
     calls = destructive_calls(path.read_text(encoding="utf-8"))
     assert not calls, (f"{path.relative_to(REPO)}: {calls}; remove, replace or rename through "
-                       "plexus.core.owned (remove_tree, remove_file, replace_file, move, scratch_dir)")
+                       "plexus_datasets.base.owned (remove_tree, remove_file, replace_file, move, scratch_dir)")
 
 
 @pytest.mark.parametrize("snippet", [

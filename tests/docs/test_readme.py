@@ -47,7 +47,7 @@ CHEAP = [
 
 # Not run here, and why.
 EXPENSIVE = {
-    "./run python -m plexus.datasets.proteins_standin proteins-standin --nodes 2000":
+    "./run python -m plexus_datasets.proteins_standin proteins-standin --nodes 2000":
         "tests/datasets/test_proteins.py writes stand-ins with the same function and checks their "
         "layout",
     "./run train --dataset ogbn-proteins --root proteins-standin --recipe ogbn-proteins-gcn "
@@ -72,7 +72,7 @@ EXPENSIVE = {
         "4 nodes and the ogbn-products files",
     "(sbatch script)": "needs SLURM and 4 GPU nodes",
     './run torchrun --nnodes 8 --nproc-per-node 16 --rdzv-backend c10d --rdzv-endpoint '
-    '"$HEAD:29500" -m plexus.partitioners.cli --dataset ogbn-papers100M --root /shared/ogb '
+    '"$HEAD:29500" -m plexus_partition.cli --dataset ogbn-papers100M --root /shared/ogb '
     '--grid 8x8x4 --layers 3 --out /shared/stores/papers-8x8x4':
         "128 processes on 8 nodes and the ogbn-papers100M files; "
         "tests/partitioners/test_stream_partition.py runs two launcher ranks",
@@ -104,8 +104,8 @@ EXPENSIVE = {
 OWN_ENVIRONMENT = {
     "pip install torch --index-url https://download.pytorch.org/whl/cpu":
         "downloads torch from pytorch.org (no internet here)",
-    "pip install .": "would install into the test environment",
-    'pip install ".[test]"': "would install into the test environment",
+    "pip install ./datasets ./partitioners .": "would install into the test environment",
+    'pip install ./datasets ./partitioners ".[test]"': "would install into the test environment",
     "plexus-train --grid 1x1x1 --epochs 2": "needs the installed package's scripts on PATH; "
                                             "tests/docs/test_wheel.py runs it from a wheel "
                                             "installed in a fresh virtual environment",
@@ -274,7 +274,9 @@ def test_readme_grid_auto_sample_is_what_the_command_prints(capsys):
 
 def test_readme_lists_every_console_script():
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    scripts = {name for project in ("pyproject.toml", "datasets/pyproject.toml",
+                                    "partitioners/pyproject.toml")
+               for name in tomllib.loads((REPO / project).read_text())["project"].get("scripts", {})}
     text = " ".join(README.read_text(encoding="utf-8").split())
     listed = re.search(r"The console scripts \((.*?)\) live in", text)
     assert listed and set(re.findall(r"`([\w-]+)`", listed.group(1))) == set(scripts)

@@ -1,7 +1,8 @@
-"""The wheel: built from the sources, installed into a fresh virtual environment, it trains from a
-directory outside the checkout. This is README's "Install into your own environment" route: the
-wheel must carry every package (plexus.datasets and plexus.partitioners from their own
-folders), the package data (the embedded Cora) and the console scripts.
+"""The wheels: the three projects' (the engine, datasets/, partitioners/), built from the sources
+and installed into a fresh virtual environment, train from a directory outside the checkout.
+This is README's "Install into your own environment" route: the wheels must carry every package
+(plexus_datasets and plexus_partition from their own projects), the package data (the embedded
+Cora) and the console scripts, and the engine's wheel no fuzz harness and no moved package.
 
 Nothing is downloaded: the wheel is installed without its dependencies, and the fresh
 environment sees this environment's packages (torch, numpy, ...) through a ``.pth`` file,
@@ -15,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,7 @@ from helpers import REPO
 pytestmark = pytest.mark.slow  # worlds or end-to-end runs: left out of the fast subset
 # what the build reads (setuptools writes build/ and *.egg-info next to it: a copy keeps the
 # checkout clean)
-SOURCES = ("pyproject.toml", "README.md", "plexus")
+SOURCES = ("pyproject.toml", "README.md", "plexus", "datasets", "partitioners")
 SCRIPTS = ("plexus-train", "plexus-partition", "plexus-model", "plexus-bench", "plexus-sweep",
            "plexus-report")
 
@@ -42,7 +44,7 @@ def test_wheel_installs_into_a_fresh_venv_and_trains(tmp_path):
     for name in SOURCES:
         path = REPO / name
         if path.is_dir():
-            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
         else:
             shutil.copy2(path, src / name)
     wheels = tmp_path / "wheels"
@@ -50,8 +52,15 @@ def test_wheel_installs_into_a_fresh_venv_and_trains(tmp_path):
     # Python >= 3.12 come without setuptools) pip fetches it, as `pip install .` does
     isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation,
-          "--disable-pip-version-check", "-q", str(src), "-w", str(wheels)], cwd=tmp_path)
-    (wheel,) = wheels.glob("plexus_gnn-*.whl")
+          "--disable-pip-version-check", "-q", str(src / "datasets"), str(src / "partitioners"),
+          str(src), "-w", str(wheels)], cwd=tmp_path)
+    built = sorted(wheels.glob("*.whl"))
+    assert [w.name.split("-")[0] for w in built] == ["plexus_gnn", "plexus_gnn_datasets",
+                                                       "plexus_gnn_partition"], built
+    engine = zipfile.ZipFile(built[0]).namelist()
+    assert not [n for n in engine if "fuzz" in n or n.startswith(("plexus/datasets/",
+                                                                 "plexus/partitioners/"))]
+    assert "plexus_datasets/data/planetoid/ind.cora.x" in zipfile.ZipFile(built[1]).namelist()
 
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path)
@@ -62,16 +71,16 @@ def test_wheel_installs_into_a_fresh_venv_and_trains(tmp_path):
     ours = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
     (Path(purelib) / "zz_test_dependencies.pth").write_text("\n".join(ours) + "\n")
     _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
-          "--no-index", "--disable-pip-version-check", "-q", str(wheel)], cwd=tmp_path)
+          "--no-index", "--disable-pip-version-check", "-q", *map(str, built)], cwd=tmp_path)
 
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RANK", "WORLD_SIZE",
                                                              "LOCAL_RANK", "SLURM_PROCID")}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    where = _run([str(python), "-c", "import plexus, plexus.datasets, plexus.partitioners; "
-                  "print(plexus.__file__); print(plexus.datasets.__file__); "
-                  "print(plexus.partitioners.__file__)"], cwd=outside, env=env).stdout.split()
+    where = _run([str(python), "-c", "import plexus, plexus_datasets, plexus_partition; "
+                  "print(plexus.__file__); print(plexus_datasets.__file__); "
+                  "print(plexus_partition.__file__)"], cwd=outside, env=env).stdout.split()
     assert len(where) == 3 and all(Path(p).is_relative_to(Path(purelib)) for p in where), where
     for script in SCRIPTS:
         assert (venv / "bin" / script).is_file(), script

@@ -89,8 +89,8 @@ def test_memory_model_counts_each_ranks_blocks_as_the_engine_builds_them(perm, l
     the grid's diagonal hold fewer; the model without coordinates prices the rank that holds
     the most (agg's layout: with auto's a,c at 2 layers every rank holds two)."""
     from plexus.api.model import cut_shard
-    from plexus.core.grid import GridShape
-    from plexus.datasets import load_dataset
+    from plexus_partition.model.grid import GridShape
+    from plexus_datasets import load_dataset
     from plexus.engine.blocks import GraphBlocks
     from plexus.engine.config import EngineConfig, ModelConfig
 
@@ -121,8 +121,8 @@ def test_a_rank_holds_each_block_once_as_the_model_prices_it():
     of its adjacency). What the rank then holds of Â, the shard's arrays and the engine's
     matrices together, is the model's adjacency to the byte."""
     from plexus.api.model import cut_shard
-    from plexus.core.grid import GridShape
-    from plexus.datasets import gcn_nnz, load_dataset
+    from plexus_partition.model.grid import GridShape
+    from plexus_datasets import gcn_nnz, load_dataset
     from plexus.engine.blocks import GraphBlocks
     from plexus.engine.config import EngineConfig, ModelConfig
 

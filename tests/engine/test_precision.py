@@ -125,7 +125,7 @@ def peak_step_bytes(engine: EngineConfig, norm: str) -> int:
     """Tracked tensor peak of one training step (forward, backward, Adam) of a 3-layer GCN
     (with ``norm``) on an R-MAT graph of 4096 nodes, 1 rank, as plexus-train counts it."""
     from plexus.api import distributed_model
-    from plexus.datasets import load_dataset
+    from plexus_datasets import load_dataset
     from plexus.runtime.memstats import TensorTracker, resident_storages
 
     g = load_dataset("rmat:scale=12,edge_factor=8,features=64,classes=8,seed=0")
@@ -145,7 +145,7 @@ def cora_accuracy(dtypes: tuple[str, ...], seeds: int, epochs: int) -> dict[str,
     """Test accuracy at the best validation epoch (as plexus-train reports it) of Kipf &
     Welling's GCN on Cora, per compute precision and seed, on a 1x1x1 grid."""
     from plexus.api import distributed_model
-    from plexus.datasets import load_dataset
+    from plexus_datasets import load_dataset
 
     g, grid = load_dataset("cora"), Grid.create((1, 1, 1))
     out: dict[str, list[float]] = {}
@@ -249,7 +249,7 @@ def test_engine_config_refuses_an_unknown_dtype_and_scipy_in_bf16():
 
 
 def test_command_line_flags_reach_the_engine_config():
-    from plexus.runtime.env import JobEnv
+    from plexus_partition.launch.env import JobEnv
     from plexus.train.cli import build_plan, build_parser
 
     env = JobEnv("torchrun", 0, 1, 0, 1, "127.0.0.1", 29500)  # a launched rank: cheap checks

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from engine_checks import directed_toy_graph, multilabel_graph, toy_graph, weighted_graph
-from plexus.core.ops import split_name
+from plexus_partition.model.ops import split_name
 from plexus.engine.config import ModelConfig
 from plexus.engine.serial import SerialModel
 

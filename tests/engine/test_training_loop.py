@@ -19,11 +19,11 @@ from cli_helpers import losses, read_log, train
 from helpers import assert_one_line
 from engine_checks import LOOP_CHECKS, LOOP_CONFIGS, LOOP_RESUME_AT, run_loop_checks
 from plexus.api import RECIPES
-from plexus.core.ops import KINDS
+from plexus_partition.model.ops import KINDS
 from plexus.engine.config import ModelConfig, TrainConfig, TrainConfigError
 from plexus.engine.serial import SerialModel
 from plexus.engine.trainer import Trainer
-from plexus.partitioners.cli import main as partition_main
+from plexus_partition.cli import main as partition_main
 from plexus.testing.exactness import directed_toy_graph
 from plexus.testing.localworld import run_world
 from plexus.train import checkpoint as ckpt

@@ -211,11 +211,11 @@ def run_case(path: Path) -> None:
     """Make the call of the case at ``path``; a graph that is accepted is cut into shards of a
     1x1x1 and a 2x1x1 grid (rank 0), as `plexus.distributed_model` would. Raises what the API
     raises."""
-    from plexus.core.grid import GridShape
-    from plexus.core.layout import grid_misfit
-    from plexus.datasets import Graph, normalize
-    from plexus.core.model import ModelConfig
-    from plexus.partitioners import make_permutation, shard_graph
+    from plexus_partition.model.grid import GridShape
+    from plexus_partition.model.layout import grid_misfit
+    from plexus_datasets import Graph, normalize
+    from plexus_partition.model.model import ModelConfig
+    from plexus_partition import make_permutation, shard_graph
 
     with open(path, "rb") as f:
         case = pickle.load(f)  # noqa: S301 - written by make_case, never by a user

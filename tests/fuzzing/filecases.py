@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from plexus.core import owned
+from plexus_datasets.base import owned
 
 from .mutate import BIG, ODD_VALUES, flip_bits, mutate_bytes, rezip
 from .samples import (EDGES, N, Payload, gz_csv, write_edgelist, write_mtx, write_npz,

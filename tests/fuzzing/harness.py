@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from plexus.core import owned
+from plexus_datasets.base import owned
 
 GOOD = ("ok", "error")
 OUTCOMES = ("ok", "error", "traceback", "signal", "payload", "hang")
@@ -132,7 +132,7 @@ def forked_main(run: Callable[[Case], tuple[str, str]], cases_file: Path) -> Non
     import torch  # noqa: PLC0415, F401 - imported here, once, not in every child
 
     import plexus.api.export  # noqa: PLC0415, F401
-    import plexus.datasets  # noqa: PLC0415, F401
+    import plexus_datasets  # noqa: PLC0415, F401
 
     warnings.simplefilter("ignore")
     cases = [Case(**{**c, "coords": tuple(c["coords"])})

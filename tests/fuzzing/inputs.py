@@ -1,6 +1,6 @@
 """Seeded fuzzing of every input file kind Plexus reads: npz, Matrix Market, edge lists, Planetoid
 files, an OGB directory (raw CSVs and ogb's pickled caches), a shard store and a graph directory
-(`plexus.datasets.diskgraph`); and of the Python API's graph inputs (kind ``api``,
+(`plexus_datasets.diskgraph`); and of the Python API's graph inputs (kind ``api``,
 `fuzzing.api`). The study folders of plexus-sweep and plexus-report have their cases in
 `fuzzing.studies`, run by the same harness (`fuzzing.harness`).
 
@@ -8,7 +8,7 @@ files, an OGB directory (raw CSVs and ogb's pickled caches), a shard store and a
 them (`fuzzing.filecases`, `fuzzing.storecases`): bit flips, truncations, field and type edits,
 size lies, crafted pickles whose payload would create a marker file, store files swapped or
 altered along with their manifest. `run_one` loads a case exactly as the command lines do
-(`plexus.datasets.load_dataset`, `plexus.partitioners.read_shard`, `plexus.load_pyg` for a
+(`plexus_datasets.load_dataset`, `plexus_partition.read_shard`, `plexus.load_pyg` for a
 weights export); this module is the runner of `fuzzing.harness.run_cases` (``python -m
 fuzzing.inputs --child``), which sorts the outcomes.
 
@@ -26,7 +26,7 @@ import shutil
 import signal
 from pathlib import Path
 
-from plexus.core.ops import KINDS as MODEL_KINDS
+from plexus_partition.model.ops import KINDS as MODEL_KINDS
 
 from .filecases import edgelist_case, mtx_case, npz_case, ogb_case, planetoid_case
 from .harness import MARKER_NAME, Case, main
@@ -122,8 +122,8 @@ def cora_flip_cases(work: Path, cora: Path, count: int, seed: int) -> list[Case]
 
 def run_one(case: Case) -> tuple[str, str]:
     """(outcome, detail) of loading one case in this process (no ``signal``/``payload`` here)."""
-    from plexus.datasets import DatasetError, gcn_normalize, load_dataset
-    from plexus.partitioners import ShardStoreError, read_shard
+    from plexus_datasets import DatasetError, gcn_normalize, load_dataset
+    from plexus_partition import ShardStoreError, read_shard
 
     if case.kind == "api":
         return _run_api(case)
@@ -176,11 +176,11 @@ def _own_raise(error: BaseException) -> bool:
     """Whether ``error`` was raised by the project's own code (a deliberate check), not by a
     library it called (numpy, scipy, torch: an input that slipped past the checks)."""
     import plexus  # noqa: PLC0415
-    import plexus.datasets  # noqa: PLC0415
-    import plexus.partitioners  # noqa: PLC0415
+    import plexus_datasets  # noqa: PLC0415
+    import plexus_partition  # noqa: PLC0415
 
-    roots = {str(Path(m.__file__).resolve().parent) for m in (plexus, plexus.datasets,
-                                                               plexus.partitioners)}
+    roots = {str(Path(m.__file__).resolve().parent) for m in (plexus, plexus_datasets,
+                                                               plexus_partition)}
     tb = error.__traceback__
     last = None
     while tb is not None:

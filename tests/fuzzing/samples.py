@@ -106,8 +106,8 @@ def write_ogb(root: Path, processed: bool = True) -> Path:
 
 
 def write_store(out: Path, grid=(2, 1, 1)) -> None:
-    from plexus.datasets import load_dataset
-    from plexus.partitioners import write_store as _write
+    from plexus_datasets import load_dataset
+    from plexus_partition import write_store as _write
 
     graph = load_dataset("rmat:scale=6,edge_factor=4,features=4,classes=3,seed=1")
     _write(graph, out, grid, 2, "agg", "double", 0)
@@ -115,7 +115,7 @@ def write_store(out: Path, grid=(2, 1, 1)) -> None:
 
 def rehash(store: Path) -> None:
     """Make the manifest agree with the files' current sizes and sha256 (a forged store)."""
-    from plexus.partitioners.store import file_sha256
+    from plexus_partition.store import file_sha256
 
     manifest = json.loads((store / "manifest.json").read_text())
     for entry in manifest["ranks"]:
@@ -129,7 +129,7 @@ def write_export(path: Path, kind: str = "gcn", features: int = 6) -> None:
     """A valid weights export (``plexus.load_pyg``'s input) of a small ``kind`` model."""
     import torch  # noqa: PLC0415
 
-    from plexus.core.model import ModelConfig  # noqa: PLC0415
+    from plexus_partition.model.model import ModelConfig  # noqa: PLC0415
     from plexus.engine.pygmodel import PygModel, pyg_spec  # noqa: PLC0415
 
     cfg = ModelConfig(kind=kind, num_layers=2, hidden=4,

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from plexus.core import owned
-from plexus.core.ops import KINDS as MODEL_KINDS
+from plexus_datasets.base import owned
+from plexus_partition.model.ops import KINDS as MODEL_KINDS
 
 from .mutate import BIG, ODD_VALUES, json_edit, mutate_bytes, rezip
 from .samples import EDGES, N, rehash
@@ -68,10 +68,10 @@ def store_case(d: Path, rng: random.Random, marker: Path, base: Path) -> None:
 
 def graph_case(d: Path, rng: random.Random, marker: Path) -> None:
     """A graph directory with one .npy file or its header damaged (some re-hashed to agree)."""
-    from plexus.datasets.diskgraph import header_sha256  # noqa: PLC0415
-    from plexus.datasets.diskwrite import write_graph  # noqa: PLC0415
-    from plexus.datasets.graph import Graph  # noqa: PLC0415
-    from plexus.datasets.npyio import write_header as npy_write_header  # noqa: PLC0415
+    from plexus_datasets.diskgraph import header_sha256  # noqa: PLC0415
+    from plexus_datasets.diskwrite import write_graph  # noqa: PLC0415
+    from plexus_datasets.graph import Graph  # noqa: PLC0415
+    from plexus_datasets.npyio import write_header as npy_write_header  # noqa: PLC0415
 
     adj = sp.csr_matrix((np.ones(len(EDGES), np.float32), np.array(EDGES).T), shape=(N, N))
     g = d / "g"

@@ -11,7 +11,7 @@ import random
 import shutil
 from pathlib import Path
 
-from plexus.core import owned
+from plexus_datasets.base import owned
 
 from .mutate import json_edit, mutate_bytes
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from plexus.core import owned
+from plexus_datasets.base import owned
 
 from .harness import Hang, on_alarm
 from .storedamage import (damage_cache, damage_outputs, damage_workdir, intact,
@@ -114,7 +114,7 @@ def make_bases(root: Path, kinds: tuple[str, ...] = KINDS,
                targets: Targets | None = None) -> Bases:
     """Build the clean artefacts once (a few seconds); the cache and outputs kinds need
     ``targets``."""
-    from plexus.partitioners import partition_to_store, rankfile  # noqa: PLC0415
+    from plexus_partition import partition_to_store, rankfile  # noqa: PLC0415
 
     if targets is None and ("cache" in kinds or "outputs" in kinds):
         raise ValueError("the cache and outputs kinds need targets "
@@ -140,7 +140,7 @@ def make_bases(root: Path, kinds: tuple[str, ...] = KINDS,
             [work] = [p for p in folder.iterdir() if p.name.startswith(".s.work-")]
             bases.work[where] = work
     if "cache" in kinds:
-        from plexus.partitioners import read_manifest  # noqa: PLC0415
+        from plexus_partition import read_manifest  # noqa: PLC0415
 
         bases.cache = root / "cache"
         for grid in ("1x1x1", "2x1x1"):
@@ -158,13 +158,13 @@ def _typed(e: BaseException) -> bool:
 
 
 def _run_workdir(d: Path, bases: Bases, rng: random.Random) -> tuple[str, str, str]:
-    from plexus.partitioners import partition_to_store  # noqa: PLC0415
+    from plexus_partition import partition_to_store  # noqa: PLC0415
 
     victim = make_victim(d)
     base = bases.work[rng.choice(sorted(bases.work))]
     work = d / base.name
     shutil.copytree(base, work, symlinks=True)
-    from plexus.core.tasks import record_files  # noqa: PLC0415
+    from plexus_datasets.base.tasks import record_files  # noqa: PLC0415
 
     record_files(work)  # as the killed run left it (a copy has new inodes and change times)
     how = damage_workdir(work, victim, rng)
@@ -177,8 +177,8 @@ def _run_workdir(d: Path, bases: Bases, rng: random.Random) -> tuple[str, str, s
 
 
 def _run_cache(d: Path, bases: Bases, rng: random.Random) -> tuple[str, str, str]:
-    from plexus.partitioners import read_manifest  # noqa: PLC0415
-    from plexus.partitioners.store import file_sha256  # noqa: PLC0415
+    from plexus_partition import read_manifest  # noqa: PLC0415
+    from plexus_partition.store import file_sha256  # noqa: PLC0415
 
     assert bases.cache is not None
     cache = d / "cache"

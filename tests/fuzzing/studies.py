@@ -25,7 +25,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from plexus.core import owned
+from plexus_datasets.base import owned
 from plexus.studies.cli import report_main, sweep_main
 from plexus.studies.folder import LOCK_NAME
 

@@ -9,8 +9,8 @@ import numpy as np
 
 from plexus.api.outputs import (FILES, FORMAT, MARKER, check_outputs_target,
                                 publish_outputs)
-from plexus.core.grid import GridShape
-from plexus.core.model import ModelConfig
+from plexus_partition.model.grid import GridShape
+from plexus_partition.model.model import ModelConfig
 from plexus.train.cache import BuildRequest, Cache, Partition, Source, build_store
 
 #: raises `OutputsError` unless a directory may be replaced by an outputs write

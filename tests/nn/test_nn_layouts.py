@@ -163,7 +163,7 @@ def test_reductions_and_reshapes_over_cut_dimensions_are_refused():
 
 
 def test_identity_initialised_weight_starts_as_the_identity():
-    from plexus.core.ops import Param
+    from plexus_partition.model.ops import Param
     from plexus.engine.seeding import initial_values
 
     full = initial_values(0, [("0.w", Param("w", (4, 3), "weight", "identity", stream=0))])

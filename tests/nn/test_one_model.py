@@ -36,15 +36,15 @@ NAMES = {"W0": "0.W", "gamma0": "0.bn.gamma", "beta0": "0.bn.beta", "mean0": "0.
 def both_models(seed: int) -> dict:
     import torch
 
-    from plexus.core.layout import DEFAULT_PERMUTATION
-    from plexus.datasets.toy import toy_graph
+    from plexus_partition.model.layout import DEFAULT_PERMUTATION
+    from plexus_datasets.toy import toy_graph
     from plexus.engine.build import build_model
     from plexus.engine.config import ModelConfig
     from plexus.engine.grid import Grid
     from plexus.engine.model import GridModel
     from plexus.engine.stage import Stage3D
     from plexus.nn import Network
-    from plexus.partitioners import shard_graph
+    from plexus_partition import shard_graph
 
     graph, grid = toy_graph(), Grid.create((1, 1, 1))
     cfg = ModelConfig(2, 8, 0.0, kind="gcn", order="combine", norm="batch")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from helpers import NOBODY, as_nobody, assert_one_line
-from plexus.core.owned import SEAL
+from plexus_datasets.base.owned import SEAL
 from plexus.api.outputs import MARKER, OutputsError, check_outputs_target, publish_outputs
 
 TINY = ["--dataset", "rmat:scale=6,edge_factor=4,features=8,classes=3"]
@@ -92,7 +92,7 @@ def _ring(path: Path, n: int) -> Path:
 
 
 def _plant(kind: str, work: Path, victim: Path) -> None:
-    from plexus.partitioners.workdir import SIGNATURE, FORMAT
+    from plexus_partition.workdir import SIGNATURE, FORMAT
 
     sig = json.dumps({"format": FORMAT, "key": KEY, "uid": os.geteuid()})
     if kind == "a symlink":
@@ -113,9 +113,9 @@ def _plant(kind: str, work: Path, victim: Path) -> None:
 @pytest.mark.parametrize("kind", ["a symlink", "a file", "unsigned", "not private",
                                   "a link inside", "wrong key"])
 def test_a_planted_work_directory_is_refused_and_left_alone(kind, tmp_path, monkeypatch):
-    from plexus.partitioners import PartitionError, partition_to_store
-    from plexus.partitioners import pipeline
-    from plexus.partitioners.workdir import work_dir_name
+    from plexus_partition import PartitionError, partition_to_store
+    from plexus_partition import pipeline
+    from plexus_partition.workdir import work_dir_name
 
     victim = tmp_path / "victim"
     victim.mkdir(mode=0o700)
@@ -133,7 +133,7 @@ def test_a_planted_work_directory_is_refused_and_left_alone(kind, tmp_path, monk
 
 
 def test_a_work_directory_is_made_private_and_resumed_by_its_owner(tmp_path):
-    from plexus.partitioners.workdir import stage_work_dir
+    from plexus_partition.workdir import stage_work_dir
 
     out = tmp_path / "store"
     work = stage_work_dir(out, KEY)
@@ -145,7 +145,7 @@ def test_a_work_directory_is_made_private_and_resumed_by_its_owner(tmp_path):
 
 # ---- 3: work keyed by the source's files; --graph-dir holding another graph refused ----------
 def test_a_killed_partition_never_resumes_with_changed_source_files(tmp_path, monkeypatch):
-    from plexus.partitioners import (PartitionInterrupted, partition_to_store, pipeline,
+    from plexus_partition import (PartitionInterrupted, partition_to_store, pipeline,
                                      read_manifest)
 
     edges = _ring(tmp_path / "g.txt", 40)
@@ -166,8 +166,8 @@ def test_a_killed_partition_never_resumes_with_changed_source_files(tmp_path, mo
 
 
 def test_a_graph_dir_holding_another_dataset_is_refused(tmp_path):
-    from plexus.datasets.graph import DatasetError
-    from plexus.partitioners import partition_to_store
+    from plexus_datasets.graph import DatasetError
+    from plexus_partition import partition_to_store
 
     graph_dir = tmp_path / "graph"
     first = partition_to_store("rmat:scale=5,edge_factor=4,features=4,classes=2",
@@ -185,8 +185,8 @@ def test_a_graph_dir_holding_another_dataset_is_refused(tmp_path):
 
 # ---- 4: one store written at a time ----------------------------------------------------------
 def test_a_second_partition_on_one_out_is_refused_while_the_first_writes(tmp_path):
-    from plexus.core.lockfile import acquire
-    from plexus.partitioners import ShardStoreError, partition_to_store
+    from plexus_datasets.base.lockfile import acquire
+    from plexus_partition import ShardStoreError, partition_to_store
 
     out = tmp_path / "store"
     first = acquire(tmp_path / ".store.lock")  # as the first partition holds it
@@ -203,7 +203,7 @@ def test_a_second_partition_on_one_out_is_refused_while_the_first_writes(tmp_pat
 
 
 def test_a_store_written_while_a_run_started_is_not_replaced(tmp_path, capsys, monkeypatch):
-    from plexus.partitioners import cli, pipeline, read_manifest
+    from plexus_partition import cli, pipeline, read_manifest
 
     out = tmp_path / "store"
     real, busy = pipeline.check_out_dir, []
@@ -244,13 +244,13 @@ def test_a_same_size_corrupted_cached_store_is_rebuilt_saying_so(tmp_path):
 def test_a_corrupted_converted_graph_in_the_cache_is_converted_again(tmp_path, capfd):
     from plexus.train.cache import BuildRequest, Cache, Source, build_store
     from plexus.engine.config import ModelConfig
-    from plexus.core.grid import GridShape
+    from plexus_partition.model.grid import GridShape
 
     cache = Cache(tmp_path / "cache")
     source = Source("rmat:scale=6,edge_factor=4,features=8,classes=3", None, 0, False)
 
     def build(grid: str) -> dict:
-        from plexus.partitioners import read_manifest
+        from plexus_partition import read_manifest
 
         request = BuildRequest(source, source.key(), str(cache.root), GridShape.parse(grid),
                                None, ModelConfig(num_layers=2), "double")
@@ -270,7 +270,7 @@ def test_a_corrupted_converted_graph_in_the_cache_is_converted_again(tmp_path, c
 
 # ---- 5: hand-edited or invalid markers: one line naming the file, then a rerun works ---------
 def _killed_partition(tmp_path, monkeypatch, crash_in: str) -> tuple[str, Path, dict]:
-    from plexus.partitioners import partition_to_store, rankfile
+    from plexus_partition import partition_to_store, rankfile
 
     spec = "rmat:scale=6,edge_factor=4,features=4,classes=2"
     out = tmp_path / "s"
@@ -315,8 +315,8 @@ def _edit_marker(kind: str, work: Path) -> Path:
 @pytest.mark.parametrize("kind", ["[1,2]", "invalid json", "r 99", "unknown block key",
                                   "no subs", "sub-bucket at 1e12"])
 def test_an_edited_marker_is_one_line_naming_it_and_a_rerun_works(kind, tmp_path, monkeypatch):
-    from plexus.datasets.graph import DatasetError
-    from plexus.partitioners import partition_to_store, read_manifest
+    from plexus_datasets.graph import DatasetError
+    from plexus_partition import partition_to_store, read_manifest
 
     spec, work, run = _killed_partition(tmp_path, monkeypatch, "rank_task")
     marker = _edit_marker(kind, work)
@@ -331,8 +331,8 @@ def test_an_edited_marker_is_one_line_naming_it_and_a_rerun_works(kind, tmp_path
 @pytest.mark.parametrize("damage", ["truncated", "swapped"])
 def test_a_finished_rank_file_damaged_before_the_manifest_is_refused(damage, tmp_path,
                                                                       monkeypatch):
-    from plexus.datasets.graph import DatasetError
-    from plexus.partitioners import partition_to_store
+    from plexus_datasets.graph import DatasetError
+    from plexus_partition import partition_to_store
 
     spec, work, run = _killed_partition(tmp_path, monkeypatch, "manifest_step")
     files = sorted(work.glob("**/store/rank-*.npz"))
@@ -351,8 +351,8 @@ def test_a_finished_rank_file_damaged_before_the_manifest_is_refused(damage, tmp
 
 @pytest.mark.parametrize("damage", ["truncated", "swapped", "same size"])
 def test_scratch_changed_after_its_phase_is_refused_on_resume(damage, tmp_path, monkeypatch):
-    from plexus.datasets.graph import DatasetError
-    from plexus.partitioners import partition_to_store
+    from plexus_datasets.graph import DatasetError
+    from plexus_partition import partition_to_store
 
     spec, work, run = _killed_partition(tmp_path, monkeypatch, "rank_task")
     files = sorted(p for p in work.rglob("*.npy") if p.stat().st_size > 200)
@@ -372,7 +372,7 @@ def test_scratch_changed_after_its_phase_is_refused_on_resume(damage, tmp_path, 
 
 
 def test_a_file_planted_beside_the_rank_files_never_joins_the_store(tmp_path, monkeypatch):
-    from plexus.partitioners import PartitionError, partition_to_store
+    from plexus_partition import PartitionError, partition_to_store
 
     spec, work, run = _killed_partition(tmp_path, monkeypatch, "manifest_step")
     [store] = {p.parent for p in work.glob("**/store/rank-*.npz")}
@@ -399,7 +399,7 @@ def test_a_nested_or_mistyped_sources_record_is_rebuilt(tmp_path):
 
 
 def test_a_rank_file_is_hashed_again_before_the_manifest(tmp_path, monkeypatch):
-    from plexus.partitioners import PartitionError, partition_to_store, rankfile
+    from plexus_partition import PartitionError, partition_to_store, rankfile
 
     real = rankfile.manifest_step
 
@@ -439,7 +439,7 @@ def tmpfs(tmp_path):
 
 
 def test_a_full_disk_is_one_line_naming_the_path_and_leaves_no_temporary_work(tmpfs, capsys):
-    from plexus.partitioners import cli
+    from plexus_partition import cli
 
     disk = tmpfs("full", "200k")
     code = cli.main(["--dataset", "cora", "--grid", "1x1x1", "--layers", "2",
@@ -452,7 +452,7 @@ def test_a_full_disk_is_one_line_naming_the_path_and_leaves_no_temporary_work(tm
 
 
 def test_a_full_disk_keeps_resumable_work_and_says_so(tmpfs):
-    from plexus.partitioners import PartitionError, partition_to_store
+    from plexus_partition import PartitionError, partition_to_store
 
     disk = tmpfs("full", "300k")
     with pytest.raises(PartitionError, match="no space left on device.*kept and resumes"):
@@ -462,8 +462,8 @@ def test_a_full_disk_keeps_resumable_work_and_says_so(tmpfs):
 
 
 def test_a_graph_dir_on_another_file_system_works(tmpfs, tmp_path):
-    from plexus.datasets.diskgraph import is_disk_graph
-    from plexus.partitioners import partition_to_store
+    from plexus_datasets.diskgraph import is_disk_graph
+    from plexus_partition import partition_to_store
 
     other = tmpfs("other", "64m")
     spec = "rmat:scale=6,edge_factor=4,features=4,classes=2"
@@ -474,8 +474,8 @@ def test_a_graph_dir_on_another_file_system_works(tmpfs, tmp_path):
 
 
 def test_a_bad_input_naming_no_file_leaves_no_work_directory(tmp_path, monkeypatch):
-    from plexus.datasets import convert
-    from plexus.partitioners import partition_to_store
+    from plexus_datasets import convert
+    from plexus_partition import partition_to_store
 
     def bad(*args, **kwargs):  # as a NaN node count or a non-UTF-8 feature file raise
         raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
@@ -536,8 +536,8 @@ def test_a_second_user_cannot_make_a_partition_or_a_run_touch_anything_else(tmp_
                                                                             monkeypatch):
     import tempfile
 
-    from plexus.partitioners import PartitionError, partition_to_store, pipeline, rankfile
-    from plexus.partitioners.workdir import FORMAT, work_dir_name
+    from plexus_partition import PartitionError, partition_to_store, pipeline, rankfile
+    from plexus_partition.workdir import FORMAT, work_dir_name
 
     shared = Path(tempfile.mkdtemp(prefix="plexus-two-users-", dir="/tmp"))
     try:

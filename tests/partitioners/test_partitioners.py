@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from plexus.datasets.graph import Graph, gcn_normalize
-from plexus.partitioners import (PERMUTATIONS, layer_balance, make_permutation, shard_graph)
-from plexus.partitioners.balance import (balanced_orders, block_capacities, deal_by_weight,
+from plexus_datasets.graph import Graph, gcn_normalize
+from plexus_partition import (PERMUTATIONS, layer_balance, make_permutation, shard_graph)
+from plexus_partition.balance import (balanced_orders, block_capacities, deal_by_weight,
                                          lpt_deal, spread_order, tree_targets, water_fill)
-from plexus.partitioners.plan import block_key, col_order, padded_ids, row_order
-from plexus.partitioners.stats import balance_report
-from plexus.core.layout import layer_plans, pad_to
+from plexus_partition.plan import block_key, col_order, padded_ids, row_order
+from plexus_partition.stats import balance_report
+from plexus_partition.model.layout import layer_plans, pad_to
 
 
 def rmat_adj(scale: int, edge_factor: int, seed: int = 0) -> sp.csr_matrix:

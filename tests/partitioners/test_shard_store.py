@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from helpers import assert_one_line
-from plexus.core.owned import SEAL
-from plexus.core.grid import GridShape
-from plexus.datasets.graph import gcn_normalize
-from plexus.partitioners import (RankShard, ShardStoreError, make_permutation, read_manifest,
+from plexus_datasets.base.owned import SEAL
+from plexus_partition.model.grid import GridShape
+from plexus_datasets.graph import gcn_normalize
+from plexus_partition import (RankShard, ShardStoreError, make_permutation, read_manifest,
                                  read_shard, shard_graph, write_store)
-from plexus.partitioners import cli, rankfile, store, storeread
+from plexus_partition import cli, rankfile, store, storeread
 from test_partitioners import coords_of, shape_of, skewed_graph
 
 ORDERS3 = ["agg", "combine", "agg"]
@@ -291,7 +291,7 @@ def test_blocks_are_checked_by_the_datasets_csr_rule(written, tmp_path, monkeypa
     monkeypatch.setattr(storeread, "csr_from_parts", lambda *a, **k: calls.append(1) or real(*a, **k))
     with pytest.raises(ShardStoreError, match="block .* indptr decreases"):
         read_rank0(bad)
-    assert calls  # the one rule from plexus.datasets.validate
+    assert calls  # the one rule from plexus_datasets.validate
 
 
 def test_same_seed_gives_byte_identical_files(tmp_path, graph, adj_hat):
@@ -407,9 +407,9 @@ def test_cli_refuses_a_non_store_out_dir(tmp_path, capsys, fake_dataset):
 
 
 def test_cli_unknown_dataset(tmp_path, capsys):
-    datasets = pytest.importorskip("plexus.datasets")
+    datasets = pytest.importorskip("plexus_datasets")
     if not hasattr(datasets, "load_dataset"):
-        pytest.skip("plexus.datasets.load_dataset not available")
+        pytest.skip("plexus_datasets.load_dataset not available")
     argv = ["--dataset", "no-such-dataset:x", "--grid", "2x1x1", "--layers", "2",
             "--out", str(tmp_path / "s")]
     assert cli.main(argv) == 2
@@ -443,7 +443,7 @@ def test_cli_stats_table_and_write(tmp_path, capsys, fake_dataset, graph, adj_ha
     assert "wrote 4 shards" in capsys.readouterr().out
     shape, coords = shape_of((2, 1, 2)), {"x": 1, "y": 0, "z": 0}
     # the default orders are plexus-train's default, auto, for its default hidden width
-    from plexus.core.model import ModelConfig
+    from plexus_partition.model.model import ModelConfig
     auto = ModelConfig(num_layers=2).orders(graph.num_features, graph.num_classes)
     assert_same_shard(read_shard(out, coords, perm="balanced", seed=4),
                       shard_graph(graph, shape, coords, 2, auto, "balanced", 4, adj_hat=adj_hat))

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from helpers import assert_one_line
-from plexus.core.grid import GridShape
-from plexus.datasets import load_dataset
-from plexus.partitioners import (ShardStoreError, read_manifest, read_shard, shard_graph,
+from plexus_partition.model.grid import GridShape
+from plexus_datasets import load_dataset
+from plexus_partition import (ShardStoreError, read_manifest, read_shard, shard_graph,
                                  store_model, write_store)
-from plexus.partitioners import cli
+from plexus_partition import cli
 from test_partitioners import skewed_graph
 from test_shard_store import assert_same_shard
 
@@ -129,7 +129,7 @@ def test_partition_cli_orders_one_per_stage_or_per_layer(tmp_path):
 
 
 def test_partition_cli_scales_features_as_plexus_train_does(tmp_path):
-    from plexus.partitioners.store import graph_hash
+    from plexus_partition.store import graph_hash
 
     for mode in ("auto", "raw"):
         out = tmp_path / mode

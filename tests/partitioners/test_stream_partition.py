@@ -18,17 +18,17 @@ import pytest
 from cli_helpers import cli_env
 from helpers import assert_one_line
 from engine_checks import directed_toy_graph
-from plexus.datasets import load_dataset
-from plexus.datasets.diskgraph import DiskGraphError
-from plexus.datasets.diskwrite import write_graph
-from plexus.datasets.graph import DatasetError, normalize
-from plexus.datasets.rmat import parse_rmat_params, rmat_graph
-from plexus.core.tasks import CONSUMED
-from plexus.datasets.work import Runner, read_marker
-from plexus.partitioners import (make_permutation, partition_to_store, read_manifest, read_shard,
+from plexus_datasets import load_dataset
+from plexus_datasets.diskgraph import DiskGraphError
+from plexus_datasets.diskwrite import write_graph
+from plexus_datasets.graph import DatasetError, normalize
+from plexus_datasets.rmat import parse_rmat_params, rmat_graph
+from plexus_datasets.base.tasks import CONSUMED
+from plexus_datasets.work import Runner, read_marker
+from plexus_partition import (make_permutation, partition_to_store, read_manifest, read_shard,
                                  shard_graph, write_store)
-from plexus.partitioners import PartitionError, PartitionInterrupted
-from plexus.partitioners.jobs import PoolRunner
+from plexus_partition import PartitionError, PartitionInterrupted
+from plexus_partition.jobs import PoolRunner
 from test_partitioners import coords_of, shape_of
 from test_shard_store import assert_same_shard
 
@@ -129,7 +129,7 @@ def test_memory_graph_with_jobs_and_the_cli_agree(tmp_path, toy):
                        bucket_entries=9, model="gcn")
     assert_same_store(tmp_path / "a", tmp_path / "b")
     write_graph(toy, tmp_path / "g")
-    cmd = [sys.executable, "-m", "plexus.partitioners.cli", "--dataset", f"graph:{tmp_path / 'g'}",
+    cmd = [sys.executable, "-m", "plexus_partition.cli", "--dataset", f"graph:{tmp_path / 'g'}",
            "--grid", "1x2x2", "--layers", "2", "--orders", "agg", "--perm", "double", "--out",
            str(tmp_path / "c"),
            "--jobs", "2", "--chunk-edges", "13", "--bucket-entries", "17"]
@@ -140,7 +140,7 @@ def test_memory_graph_with_jobs_and_the_cli_agree(tmp_path, toy):
 
 
 def _partition_cmd(out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "plexus.partitioners.cli", "--dataset",
+    return [sys.executable, "-m", "plexus_partition.cli", "--dataset",
             "rmat:scale=13,edge_factor=8,features=8,classes=4", "--grid", "2x1x2", "--layers", "2",
             "--orders", "agg", "--out", str(out), "--chunk-edges", "4000", "--bucket-entries", "6000", "--verbose",
             *extra]
@@ -195,7 +195,7 @@ def test_ranks_of_a_launcher_job_share_the_work(tmp_path, toy):
     for rank in range(2):
         env = dict(cli_env(), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
                    LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        cmd = [sys.executable, "-m", "plexus.partitioners.cli", "--dataset",
+        cmd = [sys.executable, "-m", "plexus_partition.cli", "--dataset",
                f"graph:{tmp_path / 'g'}", "--grid", "2x2x1", "--layers", "2", "--orders", "agg",
                "--perm",
                "balanced", "--seed", "4", "--out", str(tmp_path / "two"), "--chunk-edges", "9",
@@ -215,8 +215,8 @@ def test_ranks_of_a_launcher_job_share_the_nodes_blas_threads(tmp_path):
     script = """
 import json, os
 from threadpoolctl import threadpool_info
-from plexus.partitioners.jobs import GroupRunner
-from plexus.runtime.env import JobEnv, available_cores
+from plexus_partition.jobs import GroupRunner
+from plexus_partition.launch.env import JobEnv, available_cores
 from plexus.runtime.local import free_port
 env = JobEnv("slurm", 0, 1, 0, available_cores(), "127.0.0.1", free_port())
 runner = GroupRunner(os.environ["WORK"], env, 60.0, progress=False)
@@ -245,7 +245,7 @@ def _damage(graph_dir: Path, how: str) -> None:
         header["num_nodes"] += 1
         header["arrays"]["labels"]["shape"] = [header["num_nodes"]]
         header["arrays"]["features"]["shape"][0] = header["num_nodes"]
-        from plexus.datasets.diskgraph import header_sha256  # noqa: PLC0415 - forge it well
+        from plexus_datasets.diskgraph import header_sha256  # noqa: PLC0415 - forge it well
 
         header["content_sha256"] = header_sha256(header)
         (graph_dir / "graph.json").write_text(json.dumps(header))
@@ -284,7 +284,7 @@ def test_bad_graph_directory_is_one_line_and_exit_2_with_nothing_left(tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     if how not in ("truncated", "nan feature"):  # the command line: two of them suffice
         return
-    cmd = [sys.executable, "-m", "plexus.partitioners.cli", "--dataset", f"graph:{g}", "--grid",
+    cmd = [sys.executable, "-m", "plexus_partition.cli", "--dataset", f"graph:{g}", "--grid",
            "2x1x1", "--layers", "2", "--out", str(tmp_path / "s"), "--jobs", "2",
            "--chunk-edges", "50"]
     done = subprocess.run(cmd, env=cli_env(), capture_output=True, text=True, timeout=120)
@@ -310,7 +310,7 @@ def test_a_partition_job_is_a_frozen_value_its_phases_apart(tmp_path, toy):
     partitioner writes, byte for byte, through ``publish``."""
     import dataclasses
 
-    from plexus.partitioners.pipeline import PartitionJob
+    from plexus_partition.pipeline import PartitionJob
 
     shape = shape_of((2, 1, 2))
     job = PartitionJob(toy, tmp_path / "disk", shape, 3, MIX, "double", 1, aggregation="mean",
@@ -338,7 +338,7 @@ def test_a_job_cut_alone_is_no_rank_of_the_launchers_group(tmp_path, monkeypatch
     under torchrun that cut joined the job's group as if every rank took part, and waited at
     its first phase's barrier for ranks that never came (a scaling sweep's R-MAT 17 run on 1x1x4
     hung). ``alone=True`` partitions in this process whatever the launcher says."""
-    from plexus.partitioners.pipeline import PartitionJob
+    from plexus_partition.pipeline import PartitionJob
 
     for key, value in {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0",
                        "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1",
@@ -354,7 +354,7 @@ def test_a_job_cut_alone_is_no_rank_of_the_launchers_group(tmp_path, monkeypatch
 def test_a_graph_without_edges(tmp_path):
     import scipy.sparse as sp
 
-    from plexus.datasets.graph import Graph
+    from plexus_datasets.graph import Graph
 
     n = 13
     g = Graph("empty", sp.csr_matrix((n, n), dtype=np.float32), np.ones((n, 3), np.float32),
@@ -418,7 +418,7 @@ def test_a_lost_marker_of_a_consuming_task_is_a_damaged_work_directory(tmp_path,
     """A dedup or sort task removes its inputs once recorded; if its marker is lost afterwards
     (deleted by hand, an unsynced file after a power cut), the rerun must not cut a store
     without those entries: it stops, one typed line, naming the damaged work directory."""
-    from plexus.partitioners import rankfile, stream
+    from plexus_partition import rankfile, stream
 
     g = tmp_path / "g"
     write_graph(rmat_graph(scale=8, edge_factor=4, features=4, classes=3), g)  # coo: canon runs

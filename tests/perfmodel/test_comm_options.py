@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from plexus.core.schedule import SparseExchange, estimated_rows, exact_rows
+from plexus_partition.model.schedule import SparseExchange, estimated_rows, exact_rows
 from plexus.perfmodel import Calibration, ModelSpec
 from plexus.perfmodel.cli import model_main
 from plexus.perfmodel.explain import account

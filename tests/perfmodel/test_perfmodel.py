@@ -379,10 +379,10 @@ def test_cli_json(capsys):
 
 
 def test_cli_dataset(capsys):
-    import plexus.datasets
+    import plexus_datasets
 
-    if not hasattr(plexus.datasets, "load_dataset"):
-        pytest.skip("plexus.datasets.load_dataset not available")
+    if not hasattr(plexus_datasets, "load_dataset"):
+        pytest.skip("plexus_datasets.load_dataset not available")
     assert main(["-G", "4", "--dataset", "cora", "--top", "2"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("cora: N=2,708 nnz=13,264 F=1433 C=7")  # 2·5,278 edges + 2,708 loops
@@ -465,8 +465,8 @@ def test_the_memory_model_prices_the_engines_mask_temporaries_per_device():
     its pieces): on CPUs a whole input's hash words, on CUDA (fused kernels) none."""
     import dataclasses
 
-    from plexus.core.model import ModelConfig
-    from plexus.core.ops import base
+    from plexus_partition.model.model import ModelConfig
+    from plexus_partition.model.ops import base
     from plexus.engine import masks
 
     assert masks.MASK_TEMP_BYTES == base.MASK_TEMP_BYTES
@@ -515,7 +515,7 @@ def test_elementwise_work_and_shared_cores_are_priced(tmp_path):
     epoch. Two layers 64 -> 16 -> 8 on 1024 nodes at 1x1x1, dropout on both inputs, by hand;
     priced at the calibrated elementwise rate, and the compute of 4 ranks sharing 2 cores at
     half speed."""
-    from plexus.core.ops.base import DROPOUT_PASSES as D
+    from plexus_partition.model.ops.base import DROPOUT_PASSES as D
     from plexus.perfmodel import Calibration
 
     assert D == 5  # two passes of hash words over half the columns, 3 over every element
@@ -619,7 +619,7 @@ def test_a_calibration_without_fixed_costs_is_read_and_the_new_fields_round_trip
 
 
 def test_fit_group_recovers_latency_and_beta():
-    from plexus.core.schedule import ring_volume
+    from plexus_partition.model.schedule import ring_volume
     from plexus.perfmodel.measure import fit_group
 
     recs = [{"op": op, "world": 4, "group": 2, "elements": n,
@@ -658,8 +658,8 @@ def test_the_step_timer_runs_the_engines_step():
 
 def test_one_world_size_parser():
     """plexus-sweep's --world-sizes and plexus-bench calibrate's --world-size read sizes with
-    one parser (plexus.core.grid): order kept, repeats and empty items dropped, bounds named."""
-    from plexus.core.grid import GridError, parse_world_sizes
+    one parser (plexus_partition.model.grid): order kept, repeats and empty items dropped, bounds named."""
+    from plexus_partition.model.grid import GridError, parse_world_sizes
     from plexus.perfmodel.benchcli import _world_sizes
     from plexus.studies.plan import PlanError
     from plexus.studies.plan import parse_world_sizes as plan_sizes

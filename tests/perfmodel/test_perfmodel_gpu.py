@@ -13,10 +13,10 @@ import json
 import pytest
 
 from helpers import assert_one_line
-from plexus.core.grid import GridShape
-from plexus.core.ops.base import FUSED_DROPOUT_PASSES
-from plexus.datasets.ogb_loader import OGB_NAMES
-from plexus.datasets.ogb_sizes import OGB_SIZES, ogb_sizes
+from plexus_partition.model.grid import GridShape
+from plexus_partition.model.ops.base import FUSED_DROPOUT_PASSES
+from plexus_datasets.ogb_loader import OGB_NAMES
+from plexus_datasets.ogb_sizes import OGB_SIZES, ogb_sizes
 from plexus.perfmodel import (UNCALIBRATED, Calibration, CalibrationError, ModelSpec, Placement,
                               collectives, epoch_compute, load_calibration, load_profile,
                               partition_memory, predict, profile_names, resolve_calibration)
@@ -237,7 +237,7 @@ def test_predictions_say_what_priced_them(tmp_path, capsys, monkeypatch):
 
 def test_grid_auto_line_names_its_calibration(tmp_path):
     pytest.importorskip("torch")
-    from plexus.core.model import ModelConfig
+    from plexus_partition.model.model import ModelConfig
     from plexus.train.plan import auto_grid_choice
 
     spec = ModelSpec(4096, 40_000, 64, 8, ModelConfig())
@@ -295,7 +295,7 @@ def test_a_cluster_calibration_feeds_plexus_sweep(tmp_path, monkeypatch):
         gpus_per_node=8, nodes=1, links={"intra": {"alpha": 1e-6, "beta": 1e-6}}
     ).to_dict(), tmp_path / "slow.json")))
     pick = model_auto_grid(req)("cora", 8)
-    from plexus.datasets import gcn_nnz, load_dataset
+    from plexus_datasets import gcn_nnz, load_dataset
     from plexus.engine.config import ModelConfig
     from plexus.perfmodel import choose_grid
 

@@ -10,8 +10,8 @@ import torch
 from plexus.engine import pieces
 from plexus.engine.comm import staged
 from plexus.engine.timing import Timers
-from plexus.runtime import env
-from plexus.runtime.env import LaunchError
+from plexus_partition.launch import env
+from plexus_partition.launch.env import LaunchError
 
 
 @pytest.mark.parametrize("gpus,ranks,per,backend", [

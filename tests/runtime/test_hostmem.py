@@ -1,4 +1,4 @@
-"""plexus.runtime.hostmem: huge pages cut the page faults of an epoch's large tensors; the local world
+"""plexus_partition.launch.hostmem: huge pages cut the page faults of an epoch's large tensors; the local world
 hands the setting to its ranks."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from plexus.runtime.hostmem import HUGE_PAGES_ENV, huge_pages_available, huge_pages_env
+from plexus_partition.launch.hostmem import HUGE_PAGES_ENV, huge_pages_available, huge_pages_env
 from plexus.testing.localworld import run_world
 
 PAGES = 4 * 64 * 2**20 // 4096  # four 64 MiB tensors in 4 KiB pages
 SCRIPT = """
 import sys
-from plexus.runtime.hostmem import enable_huge_pages
+from plexus_partition.launch.hostmem import enable_huge_pages
 import test_hostmem
 if sys.argv[1] == "huge":
     enable_huge_pages()

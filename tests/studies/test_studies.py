@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from helpers import assert_one_line
-from plexus.core.grid import GridShape
+from plexus_partition.model.grid import GridShape
 from plexus.studies.plan import (PlanError, SweepRequest, plan_runs, slug, weak_dataset)
 from plexus.studies.plots import FIGURES
 
@@ -93,7 +93,7 @@ def test_weak_series_runs_under_torchrun(study):
 
 @pytest.mark.slow
 def test_log_records_where_and_what_it_ran(study):
-    from plexus.datasets import gcn_nnz, load_dataset
+    from plexus_datasets import gcn_nnz, load_dataset
 
     log = study["out"] / "runs" / f"{slug(SPEC)}_1x2x1_r0.json"
     summary = json.loads(log.read_text().splitlines()[-1])

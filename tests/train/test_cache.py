@@ -16,10 +16,10 @@ import scipy.sparse as sp
 
 from cli_helpers import cache_plan
 from helpers import assert_one_line
-from plexus.core.grid import GridShape
-from plexus.datasets import load_dataset
+from plexus_partition.model.grid import GridShape
+from plexus_datasets import load_dataset
 from plexus.engine.config import EngineConfig, ModelConfig
-from plexus.partitioners import read_manifest, read_shard
+from plexus_partition import read_manifest, read_shard
 from plexus.train.cache import (BuildRequest, Cache, CacheError, Source, cached_options,
                                 obtain_store)
 

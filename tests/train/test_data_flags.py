@@ -69,8 +69,8 @@ def test_a_file_is_cached_under_its_content_not_its_path(tmp_path):
 
 
 def test_row_scaled_features_are_not_streamed_as_they_are():
-    from plexus.core.grid import GridShape
-    from plexus.core.model import ModelConfig
+    from plexus_partition.model.grid import GridShape
+    from plexus_partition.model.model import ModelConfig
 
     def request(features: str) -> BuildRequest:
         source = Source("rmat:scale=6", None, 0, False, None, features)

@@ -217,7 +217,7 @@ def test_checkpoint_file_that_is_a_fifo_is_refused(nodes, tmp_path, capsys):
 
 def test_the_atomic_writer_refuses_non_regular_targets_and_follows_links_to_files(nodes,
                                                                                   tmp_path):
-    from plexus.core.atomic import UnsafeTargetError, atomic_file
+    from plexus_datasets.base.atomic import UnsafeTargetError, atomic_file
 
     for name in ("fifo", "to-fifo", "to-null", "to-nothing", "dir"):
         with pytest.raises(UnsafeTargetError):

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+import plexus_datasets
 import scipy.sparse as sp
 
 from cli_helpers import (cli_env, job_workers, read_log, session_processes, train,
@@ -43,7 +45,7 @@ def run_main(args: list[str], capsys) -> tuple[int, str]:
 # ---- 1: the Python API checks what it is given as the loaders check files ------------------------
 _CRAFTED = r"""
 import numpy as np, scipy.sparse as sp, plexus
-from plexus.datasets import DatasetError
+from plexus_datasets import DatasetError
 x, y = np.ones((5, 3), np.float32), np.array([0, 1, 0, 1, 0])
 def crafted(kind, end):
     m = (sp.csr_matrix if kind == "csr" else sp.csc_matrix)(np.eye(5, k=1))
@@ -95,7 +97,7 @@ def _graph(**edit):
     ({"adj": np.ones((5, 4))}, "square"),
 ])
 def test_api_inputs_are_refused_in_one_line(edit, needle):
-    from plexus.datasets import DatasetError
+    from plexus_datasets import DatasetError
 
     with pytest.raises(DatasetError, match=re.escape(needle)) as caught:
         _graph(**edit)
@@ -120,10 +122,10 @@ def test_api_inputs_that_mean_what_they_say_are_taken():
 
     assert plexus.Graph.from_pyg(Data()).num_edges == 2  # directed: some edge lacks its reverse
     Data.edge_index = torch.tensor([[0.0, 1.0], [1.0, 2.0]])
-    with pytest.raises(plexus.datasets.DatasetError, match="integer array of shape"):
+    with pytest.raises(plexus_datasets.DatasetError, match="integer array of shape"):
         plexus.Graph.from_pyg(Data())
     Data.edge_index, Data.num_nodes = torch.tensor([[0, 1], [1, 2]]), 10**12
-    with pytest.raises(plexus.datasets.DatasetError, match="num_nodes is"):
+    with pytest.raises(plexus_datasets.DatasetError, match="num_nodes is"):
         plexus.Graph.from_pyg(Data())
 
 
@@ -131,8 +133,8 @@ def test_a_graph_built_by_hand_is_checked_before_it_is_cut():
     """`distributed_model`/`cut_shard` take a `Graph` built field by field too: its arrays are
     checked (`Graph.check_structure`) before scipy or the partitioner touch them."""
     from plexus.api import cut_shard
-    from plexus.core.grid import GridShape
-    from plexus.datasets import DatasetError
+    from plexus_partition.model.grid import GridShape
+    from plexus_datasets import DatasetError
     from plexus.engine.config import ModelConfig
 
     good = _graph()

@@ -18,8 +18,8 @@ import pytest
 
 from cli_helpers import cache_plan
 from helpers import NOBODY, as_nobody, assert_one_line
-from plexus.partitioners.cli import main as partition_main
-from plexus.partitioners.store import file_sha256
+from plexus_partition.cli import main as partition_main
+from plexus_partition.store import file_sha256
 from plexus.train.cache import Cache, CacheError, cached_options
 from plexus.train.cli import main as train_main
 
@@ -325,8 +325,8 @@ def test_the_running_store_is_kept_even_when_no_lock_holds_it(tmp_path):
 
 @pytest.mark.parametrize("mode", [0o770, 0o750, 0o720, 0o707, 0o705])
 def test_a_work_directory_readable_or_writable_by_the_group_is_not_private(tmp_path, mode):
-    from plexus.partitioners import PartitionError
-    from plexus.partitioners.workdir import check_work_dir, stage_work_dir
+    from plexus_partition import PartitionError
+    from plexus_partition.workdir import check_work_dir, stage_work_dir
 
     work = stage_work_dir(tmp_path / "store", "k" * 64)
     check_work_dir(work, "k" * 64)  # as made: private
@@ -336,8 +336,8 @@ def test_a_work_directory_readable_or_writable_by_the_group_is_not_private(tmp_p
 
 
 def test_a_work_directory_signature_copied_by_hand_does_not_verify(tmp_path):
-    from plexus.partitioners import PartitionError
-    from plexus.partitioners.workdir import FORMAT, SIGNATURE, check_work_dir
+    from plexus_partition import PartitionError
+    from plexus_partition.workdir import FORMAT, SIGNATURE, check_work_dir
 
     work = tmp_path / ".store.work-x"
     work.mkdir(mode=0o700)

@@ -1,6 +1,6 @@
 """A checkpoint's loop state is checked field by field like the command line's options
 (`plexus.train.loopstate`, issue 46 item 4), and data that cannot train is refused
-(`plexus.datasets.trainable`, item 5). The expected values are written here by hand: a state a
+(`plexus_datasets.trainable`, item 5). The expected values are written here by hand: a state a
 real run wrote passes, each planted corruption is refused in one line."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import torch
 
 from engine_checks import LOOP_CONFIGS
 from helpers import assert_one_line
-from plexus.datasets import Graph, load_dataset
-from plexus.datasets.trainable import UntrainableError
+from plexus_datasets import Graph, load_dataset
+from plexus_datasets.trainable import UntrainableError
 from plexus.engine.config import ModelConfig, TrainConfig
 from plexus.engine.serial import SerialModel
 from plexus.engine.trainer import Trainer
@@ -133,7 +133,7 @@ def cora_checkpoint(tmp_path_factory):
     cfg, tc = ModelConfig(), TrainConfig(epochs=10, patience=5)
     trainer = Trainer(SerialModel(g, cfg, seed=0), tc)
     trainer.fit(2)
-    from plexus.partitioners.store import graph_hash
+    from plexus_partition.store import graph_hash
 
     info = ckpt.DatasetInfo(g.name, g.num_nodes, g.num_features, g.num_classes, graph_hash(g))
     return ckpt.make_checkpoint(trainer.full_state(), cfg, tc, info)

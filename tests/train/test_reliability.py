@@ -21,8 +21,8 @@ from cli_helpers import (cli_env, job_workers, losses, read_log, session_process
 from helpers import assert_one_line
 from plexus.train import checkpoint as ckpt
 from plexus.api import memcheck
-from plexus.datasets import load_dataset
-from plexus.partitioners.store import write_store
+from plexus_datasets import load_dataset
+from plexus_partition.store import write_store
 from plexus.train import main
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
@@ -122,7 +122,7 @@ def test_a_rank_stuck_joining_ends_the_job_when_its_peer_gives_up(monkeypatch, c
     """One rank never gets through the rendezvous (seen once under load: a store client that
     never answered) while its peer gives up with a one-line error: the job ends with that
     error and status 2, instead of the launcher waiting for the stuck rank's return value."""
-    from plexus.runtime.env import LaunchError
+    from plexus_partition.launch.env import LaunchError
     from plexus.train import entry
 
     def join(env, timeout_s, **kwargs):
@@ -189,7 +189,7 @@ def test_memory_check_before_building_a_huge_graph():
 
 
 def test_prediction_grows_with_the_graph_and_shrinks_with_ranks():
-    from plexus.core.model import ModelConfig
+    from plexus_partition.model.model import ModelConfig
     from plexus.perfmodel import ModelSpec
 
     model = ModelConfig(order="agg")  # the paper's order: every layer's AGG is a full-width block
@@ -244,7 +244,7 @@ def test_bad_dataset_files_exit_2(tmp_path, capsys, make, needle):
 
 
 def test_a_shard_store_for_a_grid_too_big_for_the_graph_is_refused(tmp_path, capsys):
-    from plexus.partitioners.cli import main as partition
+    from plexus_partition.cli import main as partition
 
     assert partition(["--dataset", "cora", "--grid", "1x1x8", "--layers", "2", "--orders", "agg",
                       "--out", str(tmp_path / "refused")]) == 2
@@ -339,7 +339,7 @@ _KILL_MID_WRITE = textwrap.dedent("""
             os.kill(os.getpid(), signal.SIGKILL)
     torch.save = dying_save
     if where == "before-rename":  # everything written and synced, the rename not yet done
-        # the rename over the old file (plexus.core.owned renames by directory descriptor)
+        # the rename over the old file (plexus_datasets.base.owned renames by directory descriptor)
         os.replace = os.rename = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
     ckpt.save_checkpoint(directory, payload)
     """)

@@ -12,6 +12,9 @@ from pathlib import Path
 
 from helpers import REPO
 
+# the engine's, the datasets project's, the partitioner project's: what ./run installs
+PYPROJECTS = ("pyproject.toml", "datasets/pyproject.toml", "partitioners/pyproject.toml")
+
 
 def _stub(path: Path, body: str) -> None:
     path.write_text("#!/usr/bin/env bash\n" + body)
@@ -24,7 +27,9 @@ def _checkout(tmp_path: Path) -> tuple[Path, Path]:
     root = tmp_path / "checkout"
     (root / ".venv" / "bin").mkdir(parents=True)
     shutil.copy(REPO / "run", root / "run")
-    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    for project in PYPROJECTS:
+        (root / project).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / project, root / project)
     log = tmp_path / "python-calls.log"
     torch_init = tmp_path / "site" / "torch" / "__init__.py"
     torch_init.parent.mkdir(parents=True)
@@ -37,10 +42,11 @@ def _checkout(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _want(root: Path) -> str:
-    """The stamp's first line: the checksum of pyproject.toml, by the system's cksum."""
-    with open(root / "pyproject.toml", "rb") as f:
-        return subprocess.run(["cksum"], stdin=f, capture_output=True, text=True,
-                              check=True).stdout.strip()
+    """The stamp's first line: the checksum of the three projects' pyproject.toml files, one
+    after the other, by the system's cksum."""
+    data = b"".join((root / project).read_bytes() for project in PYPROJECTS)
+    return subprocess.run(["cksum"], input=data, capture_output=True, check=True
+                          ).stdout.decode().strip()
 
 
 def _run(root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -81,4 +87,6 @@ def test_a_missing_torch_or_changed_pyproject_leaves_the_fast_path(tmp_path):
     log.unlink()
     stamp.write_text(f"0 0\n{tmp_path / 'site' / 'torch' / '__init__.py'}\n")  # pyproject moved
     _run(root, "train")
-    assert any("pip install" in c for c in log.read_text().splitlines())
+    installs = [c for c in log.read_text().splitlines() if "pip install" in c]
+    # the three projects, editable, in one pip command
+    assert any("-e ./datasets -e ./partitioners -e .[test,plot]" in c for c in installs), installs

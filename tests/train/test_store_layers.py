@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from helpers import assert_one_line
-from plexus.core.grid import GridShape
-from plexus.datasets import load_dataset
-from plexus.partitioners import write_store
+from plexus_partition.model.grid import GridShape
+from plexus_datasets import load_dataset
+from plexus_partition import write_store
 from plexus.train.cli import build_plan, main
 from plexus.train.parser import build_parser, explicit_options
 

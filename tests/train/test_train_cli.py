@@ -21,7 +21,7 @@ from cli_helpers import losses, read_log, train
 from helpers import assert_one_line
 from plexus.train import checkpoint as ckpt
 from plexus.engine.config import ModelConfig, TrainConfig
-from plexus.runtime.env import LaunchError, detect_environment, slurm_tasks_on_node, threads_per_worker
+from plexus_partition.launch.env import LaunchError, detect_environment, slurm_tasks_on_node, threads_per_worker
 from plexus.train.runlog import JsonLog
 from plexus.train import main
 
@@ -101,9 +101,9 @@ def test_same_losses_on_1x1x1(reference, tmp_path):
 def _cora_store(path: Path, grid: dict[str, int]) -> None:
     """A plexus-partition store of Cora cut for the default model's orders (what a run without
     --order computes, so its losses are comparable bit for bit)."""
-    from plexus.datasets import load_dataset
+    from plexus_datasets import load_dataset
     from plexus.engine.config import ModelConfig
-    from plexus.partitioners.store import write_store
+    from plexus_partition.store import write_store
 
     g = load_dataset("cora")
     write_store(g, path, grid, 2, ModelConfig().orders(g.num_features, g.num_classes), "double",
@@ -171,8 +171,8 @@ def test_training_from_a_shard_store_equals_in_memory_bit_for_bit(tmp_path):
 @pytest.mark.slow
 def test_grid_auto_trains_on_the_grid_the_model_picks(tmp_path):
     from plexus.engine.config import ModelConfig
-    from plexus.datasets import load_dataset
-    from plexus.datasets import gcn_nnz as graph_nnz
+    from plexus_datasets import load_dataset
+    from plexus_datasets import gcn_nnz as graph_nnz
     from plexus.perfmodel import ModelSpec
     from plexus.train.plan import auto_grid
 
@@ -189,7 +189,7 @@ def test_grid_auto_trains_on_the_grid_the_model_picks(tmp_path):
 
 def _cora_as_ogb_npz(path: Path) -> None:
     """Cora in the gnn-benchmark .npz format, under a name that makes it an "ogbn-" dataset."""
-    from plexus.datasets import load_dataset
+    from plexus_datasets import load_dataset
 
     g = load_dataset("cora")
     a = sp.csr_matrix(g.adj)
@@ -388,7 +388,7 @@ def test_an_mlp_run_ends_with_its_summary(tmp_path):
 def test_device_flag(capsys):
     """--device cuda on a machine without CUDA: one line, status 2, before anything starts;
     --device cpu is the gloo path every CPU run takes."""
-    from plexus.runtime.env import LaunchError, default_device, use_cuda
+    from plexus_partition.launch.env import LaunchError, default_device, use_cuda
     from plexus.train import main
 
     if torch.cuda.is_available():
@@ -407,7 +407,7 @@ def test_device_flag(capsys):
 def test_no_grid_is_grid_auto_over_the_local_cores(capsys, monkeypatch):
     """Without --grid (or with --grid auto and no --world-size) outside a launcher, the
     performance model picks a grid of one rank per CPU core and one line says so."""
-    import plexus.runtime.env as env_module
+    import plexus_partition.launch.env as env_module
     from plexus.train.cli import build_plan, build_parser
 
     if torch.cuda.is_available():
@@ -436,9 +436,9 @@ def test_the_launcher_resolves_the_plan_once_and_a_launched_rank_the_same_way(tm
     what needs the graph to its shard. Defaults come from the configurations themselves."""
     from dataclasses import replace
 
-    from plexus.core.layout import DEFAULT_PERMUTATION
-    from plexus.datasets import load_dataset
-    from plexus.runtime.env import JobEnv
+    from plexus_partition.model.layout import DEFAULT_PERMUTATION
+    from plexus_datasets import load_dataset
+    from plexus_partition.launch.env import JobEnv
     from plexus.train.cli import build_plan, build_parser
     from plexus.train.plan import CHECKPOINT_EVERY, GraphSizes
 

@@ -7,9 +7,9 @@ import argparse
 
 import pytest
 
-from plexus.core import modelopts
+from plexus_partition.model import modelopts
 from plexus.engine.config import ModelConfig
-from plexus.partitioners import cli as partition_cli
+from plexus_partition import cli as partition_cli
 from plexus.perfmodel.cli import model_main
 from plexus.train.cli import build_parser as train_parser
 
@@ -110,7 +110,7 @@ def test_partition_refuses_to_replace_a_store_without_force(tmp_path, capsys):
                    "add --force to replace it, or choose another directory\n")
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before  # untouched
     assert partition_cli.main([*argv[:-4], "--layers", "3", "--out", str(out), "--force"]) == 0
-    from plexus.partitioners import read_manifest
+    from plexus_partition import read_manifest
 
     assert read_manifest(out)["num_stages"] == 3
 
@@ -121,10 +121,10 @@ def test_grid_auto_names_its_choice_the_runner_up_and_their_figures(capsys):
     training peaks; the peak is the one the run's summary predicts for the same grid: the same
     inputs (a 4-rank run reads its shards from the cache's store, a smaller process than one
     that cuts its own shard), not the model's defaults."""
-    from plexus.core.grid import GridShape
-    from plexus.core.layout import DEFAULT_PERMUTATION
+    from plexus_partition.model.grid import GridShape
+    from plexus_partition.model.layout import DEFAULT_PERMUTATION
     from plexus.core.units import format_bytes, format_seconds
-    from plexus.datasets import gcn_nnz, load_dataset
+    from plexus_datasets import gcn_nnz, load_dataset
     from plexus.perfmodel import ModelSpec, rank_configs
     from plexus.train.cli import build_plan
     from plexus.api.memcheck import predicted_peaks

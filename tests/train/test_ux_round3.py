@@ -23,7 +23,7 @@ from helpers import REPO, assert_one_line
 
 # ---- threads --------------------------------------------------------------------------------
 def test_threads_per_rank_come_from_the_flag_then_omp_then_a_share_of_the_cores():
-    from plexus.runtime.env import LaunchError, threads_per_worker
+    from plexus_partition.launch.env import LaunchError, threads_per_worker
 
     assert threads_per_worker(1, cores=8, environ={}) == 8  # nobody said: the cores shared
     assert threads_per_worker(4, cores=8, environ={}) == 2
@@ -50,7 +50,7 @@ def test_bad_threads_are_one_line_and_status_2(args, env, needle, monkeypatch, c
 
 
 def test_sweep_and_partition_refuse_zero_threads(capsys):
-    from plexus.partitioners.cli import main as partition
+    from plexus_partition.cli import main as partition
     from plexus.studies.cli import sweep_main
 
     assert sweep_main(["--dataset", "cora", "--out", "unused", "--threads", "0"]) == 2
@@ -118,8 +118,8 @@ def test_command_start_counts_from_the_setup_script_only_for_the_process_it_star
 
 # ---- the cache: cap, LRU eviction, in-use locks, list and clean -----------------------------
 def tiny_store(root: Path, name: str, seed: int) -> Path:
-    from plexus.datasets import rmat_graph
-    from plexus.partitioners.store import write_store
+    from plexus_datasets import rmat_graph
+    from plexus_partition.store import write_store
 
     path = root / name
     write_store(rmat_graph(6, 4, 8, 3, seed=seed), path, {"x": 1, "y": 1, "z": 2}, 2, "agg",
@@ -207,9 +207,9 @@ def test_a_run_holds_its_store_and_the_cap_evicts_the_others(tmp_path, monkeypat
 @pytest.mark.parametrize("dataset, extra", [("cora", []), ("cora", ["--hidden", "2000"]),
                                             ("rmat:scale=7,features=4", ["--hidden", "8"])])
 def test_partition_cuts_the_orders_plexus_train_resolves_by_default(dataset, extra, tmp_path):
-    from plexus.datasets import load_dataset
-    from plexus.partitioners import read_manifest
-    from plexus.partitioners.cli import main as partition
+    from plexus_datasets import load_dataset
+    from plexus_partition import read_manifest
+    from plexus_partition.cli import main as partition
     from plexus.train.cli import build_plan, build_parser
 
     out = tmp_path / "store"
@@ -228,9 +228,9 @@ def test_partition_cuts_the_orders_plexus_train_resolves_by_default(dataset, ext
 
 
 def test_partition_auto_orders_cut_gin_stores_as_plexus_train_resolves_them(tmp_path, capsys):
-    from plexus.datasets import load_dataset
-    from plexus.partitioners import read_manifest
-    from plexus.partitioners.cli import main as partition
+    from plexus_datasets import load_dataset
+    from plexus_partition import read_manifest
+    from plexus_partition.cli import main as partition
     from plexus.train.cli import build_plan, build_parser
 
     out = tmp_path / "gin"
@@ -249,7 +249,7 @@ def test_partition_auto_orders_cut_gin_stores_as_plexus_train_resolves_them(tmp_
 @pytest.mark.parametrize("spec", ["ogbn-arxiv", "citeseer"])
 def test_missing_root_is_said_in_api_terms_and_in_flag_terms(spec, capsys):
     import plexus
-    from plexus.datasets import DatasetError
+    from plexus_datasets import DatasetError
     from plexus.train.cli import main
 
     with pytest.raises(DatasetError) as e:

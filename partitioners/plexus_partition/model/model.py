@@ -1,0 +1,289 @@
+"""The model as a plain value: `ModelConfig`, and the one resolved plan of its stages.
+
+Everything that describes a model without running it reads this module: the engine builds its
+stages from `ModelConfig.plans`, the performance model prices the same plans, the partitioner
+cuts the blocks they name, and the command lines parse ``--order`` with `parse_order`. Each
+stage's operator (GCN, SAGE, GIN, dense, GAT; BatchNorm after a stage) is declared once in
+`plexus_partition.model.ops`; the model kinds (how a GNN layer expands into stages) too.
+
+Plain Python (no torch), so the performance model and the command lines use it freely.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from .layout import ORDERS, LayerPlan, layer_plans
+from .ops import KINDS, NORMS, OPERATORS
+
+AUTO_ORDER = "auto"  # combine first on the layers that narrow
+
+# Compute precisions (`plexus.engine.config.EngineConfig.dtype`) and the bytes of one element.
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+DTYPES = tuple(DTYPE_BYTES)
+DEFAULT_DTYPE = "fp32"  # the engine's and the command lines' default
+
+
+class ModelError(ValueError):
+    """A model option that is unknown, out of range or does not apply to the kind (one line)."""
+
+
+#: The most GNN layers a model may have: deeper plans take minutes to build and price (and no
+#: full-graph GNN trains that deep), so more is a typing mistake, refused at once
+from .bounds import MAX_LAYERS  # noqa: E402 (the one table of bounds)
+#: The largest seed: what every generator (torch, numpy, R-MAT) takes
+from .bounds import MAX_SEED  # noqa: E402
+#: How the model's own options are checked (a kind's options say it in their fields' metadata,
+#: `plexus_partition.model.ops.base.option`); bool fields are switches
+_CHECKS = {"num_layers": "count", "hidden": "count", "dropout": "rate"}
+
+
+def check_option(name: str, value: object, check: str, switch: bool = False) -> None:
+    """`ModelError` unless ``value`` passes ``check`` ("count": an integer >= 1, "rate": in
+    [0, 1), "finite": a finite number) or, for a ``switch``, is a bool (a string such as
+    "false" would read as true)."""
+    number = not isinstance(value, bool) and isinstance(value, (int, float))
+    if switch and not isinstance(value, bool):
+        raise ModelError(f"{name} must be True or False, got {value!r:.60}")
+    if check == "count" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ModelError(f"{name} must be an integer >= 1, got {value!r}")
+    if check == "rate" and not (number and 0.0 <= value < 1.0):
+        raise ModelError(f"{name} must be in [0, 1), got {value!r}")
+    if check == "finite" and not (number and math.isfinite(value)):
+        raise ModelError(f"{name} must be a finite number, got {value!r:.60}")
+
+
+def check_seed(seed: object, what: str = "seed") -> int:
+    """``seed`` as an int after checking it is a whole number in [0, `MAX_SEED`]; `ModelError`
+    naming ``what`` otherwise (numpy and torch refuse others with tracebacks of their own)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ModelError(f"{what} must be an integer in [0, 2**63 - 1], got {seed!r:.60}")
+    return int(seed)
+
+
+def parse_order(order: str | Sequence[str], num_layers: int,
+                symbolic: Sequence[str] = (AUTO_ORDER,), allowed: Sequence[str] = ORDERS,
+                unit: str = "layer") -> tuple[str, ...] | str:
+    """The one parser of product orders: one of ``allowed`` ("agg" or "combine"; the
+    partitioner's stages also "dense") for every layer, a comma-separated list (or a sequence)
+    with one per ``unit``, or one of the ``symbolic`` values ("auto"; the performance model adds
+    "best"), returned as it is. Raises `ModelError`."""
+    if isinstance(order, str):
+        text = order.strip()
+        if text in symbolic:
+            return text
+        parts = [o.strip() for o in text.split(",")] if "," in text else [text] * num_layers
+    else:
+        parts = [str(o).strip() for o in order]
+    bad = [o for o in parts if o not in allowed]
+    if bad:
+        choices = ", ".join([*allowed, *symbolic])
+        raise ModelError(f"unknown order {bad[0]!r}; use {choices} or a comma-separated list "
+                         f"of {'/'.join(allowed)}, one per {unit}")
+    if len(parts) != num_layers:
+        raise ModelError(f"the order lists {len(parts)} {unit}s but the model has {num_layers}")
+    return tuple(parts)
+
+
+def auto_orders(layer_widths: Sequence[int]) -> tuple[str, ...]:
+    """"auto": combine first on the layers whose output is narrower than their input."""
+    return tuple("combine" if layer_widths[l + 1] < layer_widths[l] else "agg"
+                 for l in range(len(layer_widths) - 1))
+
+
+@dataclass(frozen=True)
+class _ModelBase:
+    """A GNN of ``num_layers`` layers of one ``kind``, ReLU between them, as PyG's layer of the
+    same name (each kind's declaration in `plexus_partition.model.ops` says which):
+
+    - "gcn": H' = Â·H·W + b (GCNConv), optionally + H (``residual``, on layers whose input and
+      output widths agree);
+    - "sage": H' = mean_{j→i} H_j·W + H_i·Wr + b (SAGEConv, mean aggregation, root weight);
+    - "gin": H' = MLP((1+ε)·H_i + Σ_{j→i} H_j) with MLP = Linear, ReLU, Linear (GINConv,
+      ε trained with ``train_eps``); each GIN layer is two stages: the convolution with the
+      MLP's first map, then a dense stage with its second;
+    - "gat": GATConv: per head h, H'_i = Σ_j α^h_ij·(H·W^h)_j with α the softmax over node i's
+      in-edges (self loop included) of LeakyReLU(a_dst^h·(H·W^h)_i + a_src^h·(H·W^h)_j);
+      ``heads`` heads concatenated on hidden layers (width hidden·heads), ``out_heads`` heads
+      averaged on the last; ``attn_dropout`` drops attention coefficients,
+      ``negative_slope`` is the LeakyReLU's;
+    - "mlp": H' = H·W + b (no graph: dense stages only).
+
+    ``norm`` "batch" puts a BatchNorm (statistics over all real nodes) after every layer but the
+    last, before its ReLU; the stage before it has no bias (BatchNorm subtracts the mean, so
+    the bias's gradient is rounding noise, which Adam would turn into steps of size lr; β is the
+    bias there, and an export to PyG sets that layer's bias to zero). Dropout hits each layer's
+    input; ``input_dropout`` False spares the first layer's (as OGB's examples do). ``order`` is
+    "auto" (the default: combine first on convolutions that narrow, which makes the SpMM and its
+    all-reduces cheaper), "agg" ((Â·H)·W, the paper's), "combine" (Â·(H·W)), or a
+    comma-separated list with one of "agg"/"combine" per layer; GAT layers always combine first
+    (attention needs H·W), whatever it says. The order changes no parameter and no result
+    beyond float rounding, only the work and the bytes moved.
+
+    The fields after ``input_dropout`` are the kinds' options, made from their declarations
+    (each kind's ``Options`` in `plexus_partition.model.ops`: ``residual``; ``train_eps``; ``heads``,
+    ``out_heads``, ``attn_dropout``, ``negative_slope``); an option of another kind than
+    ``kind`` must keep its default.
+    """
+
+    num_layers: int = 2
+    hidden: int = 16
+    dropout: float = 0.5
+    bias: bool = True
+    order: str = AUTO_ORDER  # benchmarks/results/order_default.txt: why not "agg"
+    learnable_features: bool = False
+    kind: str = "gcn"
+    norm: str = "none"
+    input_dropout: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, str) or self.kind not in KINDS:
+            raise ModelError(f"unknown model kind {self.kind!r}; use one of {', '.join(KINDS)}")
+        if self.norm not in NORMS:
+            raise ModelError(f"unknown norm {self.norm!r}; use one of {', '.join(NORMS)}")
+        for f in dataclasses.fields(self):
+            check = f.metadata.get("check", _CHECKS.get(f.name, ""))
+            check_option(f.name, getattr(self, f.name), check, f.type in (bool, "bool"))
+        if self.num_layers > MAX_LAYERS:
+            raise ModelError(f"num_layers must be in [1, {MAX_LAYERS}], got {self.num_layers}")
+        for other in KINDS.values():  # an option another kind owns must keep its default
+            for opt in other.option_names:
+                default = self.__dataclass_fields__[opt].default
+                if opt not in self.kind_decl.option_names and getattr(self, opt) != default:
+                    raise ModelError(f"{opt} is an option of the {other.name} model; the "
+                                     f"{self.kind} model has none")
+        if not isinstance(self.order, str):
+            raise ModelError(f"order must be a string, got {self.order!r}")
+        parse_order(self.order, self.num_layers)  # validates
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """Every option's name (what `from_options` accepts)."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_options(cls, **options: object) -> "ModelConfig":
+        """A config from keyword options, with a clear error for a keyword that is not an option
+        (e.g. ``model=`` for ``kind=``)."""
+        unknown = sorted(set(options) - set(cls.field_names()))
+        if unknown:
+            hint = " (the model kind is kind=...)" if unknown[0] in ("model", "type") else ""
+            raise TypeError(f"unknown model option {unknown[0]!r}{hint}; the options are "
+                            f"{', '.join(cls.field_names())}")
+        return cls(**options)  # type: ignore[arg-type]
+
+    # ---- the kind's expansion into stages -----------------------------------------------
+    @property
+    def kind_decl(self):  # noqa: ANN201 — plexus_partition.model.ops.base.ModelKind
+        """The declaration of this model kind (`plexus_partition.model.ops.KINDS`)."""
+        return KINDS[self.kind]
+
+    @property
+    def aggregation(self) -> str:
+        """The sparse operator's normalization: "gcn", "mean" or "sum"."""
+        return self.kind_decl.aggregation
+
+    @property
+    def stages_per_layer(self) -> int:
+        return len(self.kind_decl.stage_ops)
+
+    @property
+    def num_stages(self) -> int:
+        return self.num_layers * self.stages_per_layer
+
+    @property
+    def last_layer_stage(self) -> int:
+        """The first stage of the last GNN layer: its input is the last hidden layer's output
+        (the embeddings)."""
+        return self.stages_per_layer * (self.num_layers - 1)
+
+    def layer_width(self, layer: int, num_classes: int) -> int:
+        """Output width of GNN layer ``layer``: the classes for the last; else the kind's hidden
+        width (``hidden``; GAT's ``hidden · heads``, its heads concatenated)."""
+        if layer == self.num_layers - 1:
+            return num_classes
+        return self.kind_decl.hidden_width(self)
+
+    def layer_widths(self, num_features: int, num_classes: int) -> list[int]:
+        """Input width, each layer's output width, class count."""
+        return [num_features] + [self.layer_width(l, num_classes)
+                                 for l in range(self.num_layers)]
+
+    def widths(self, num_features: int, num_classes: int) -> list[int]:
+        """D_0 .. D_S: the input width of every stage, then the class count (a GIN layer's
+        MLP is hidden wide inside)."""
+        layer = self.layer_widths(num_features, num_classes)
+        out = [num_features]
+        for l in range(self.num_layers):
+            out += [self.hidden] * (self.stages_per_layer - 1) + [layer[l + 1]]
+        return out
+
+    def layer_orders(self, num_features: int, num_classes: int) -> tuple[str, ...]:
+        """The product order of every GNN layer's convolution, "auto" resolved."""
+        parsed = parse_order(self.order, self.num_layers)
+        if parsed == AUTO_ORDER:
+            return auto_orders(self.layer_widths(num_features, num_classes))
+        return parsed  # type: ignore[return-value]
+
+    def orders(self, num_features: int, num_classes: int,
+               layer_orders: Sequence[str] | None = None) -> list[str]:
+        """The order of every stage ("agg", "combine" or "dense"), "auto" resolved;
+        ``layer_orders`` overrides the configured per-layer orders."""
+        convs = layer_orders if layer_orders is not None else \
+            self.layer_orders(num_features, num_classes)
+        out = []
+        for l, conv in enumerate(convs):
+            for op in self.kind_decl.stage_ops:
+                out.append(OPERATORS[op].stage_order(conv))
+        return out
+
+    def plans(self, num_features: int, num_classes: int,
+              layer_orders: Sequence[str] | None = None) -> list[LayerPlan]:
+        """The one resolved plan: every stage's roles, operator, BatchNorm, bias, GNN layer and
+        what its kind declares per stage (`LayerPlan.options`); ``layer_orders`` overrides the
+        configured per-layer orders (e.g. the performance model's choice per grid)."""
+        widths = self.widths(num_features, num_classes)
+        step = self.stages_per_layer
+        layout = layer_plans(self.num_stages, self.orders(num_features, num_classes,
+                                                          layer_orders))
+        out, kind = [], self.kind_decl
+        for p in layout:
+            s, layer = p.index, p.index // step
+            op = kind.stage_ops[s % step]
+            last_of_layer = s % step == step - 1
+            norm = self.norm == "batch" and last_of_layer and s < self.num_stages - 1
+            out.append(dataclasses.replace(
+                p, layer=layer, op=op, norm=norm, bias=self.bias and not norm,
+                options=kind.stage_options(self, layer, s % step, widths[s], widths[s + 1])))
+        return out
+
+    def drops_input(self, plan: LayerPlan) -> bool:
+        """Whether dropout hits this stage's input: the first stage of a layer, and of layer 0
+        only with ``input_dropout``."""
+        first = plan.index % self.stages_per_layer == 0
+        return self.dropout > 0 and first and (plan.layer > 0 or self.input_dropout)
+
+    def activates(self, plan: LayerPlan) -> bool:
+        """Whether a ReLU follows the stage (every stage but the model's last)."""
+        return plan.index < self.num_stages - 1
+
+
+def _kind_fields() -> list[tuple[str, Any, dataclasses.Field]]:
+    """Every kind's options (`plexus_partition.model.ops.base.ModelKind.options`) as fields: their
+    defaults, and the checks and help of their metadata."""
+    out: dict[str, tuple] = {}
+    for kind in KINDS.values():
+        for f in dataclasses.fields(kind.options) if kind.options else ():
+            out.setdefault(f.name, (f.name, f.type, dataclasses.field(default=f.default,
+                                                                      metadata=f.metadata)))
+    return list(out.values())
+
+
+#: The model as a value: `_ModelBase`'s options and every kind's, generated from the kinds'
+#: declarations (a kind's option is added in its own file)
+ModelConfig = dataclasses.make_dataclass("ModelConfig", _kind_fields(), bases=(_ModelBase,),
+                                         frozen=True, namespace={"__module__": __name__,
+                                                                 "__doc__": _ModelBase.__doc__})
