@@ -137,7 +137,7 @@ def rmat_setup(out: list[str]) -> None:
     start = time.perf_counter()
     graph = load_dataset(spec, None, seed=0)
     loaded = time.perf_counter()
-    shard_graph(graph, "1x1x1", {"x": 0, "y": 0, "z": 0}, num_layers=3, perm="double")
+    shard_graph(graph, "1x1x1", {"x": 0, "y": 0, "z": 0}, 3, perm="double")
     cut = time.perf_counter()
     out.append(f"R-MAT 20 set-up, CPU part, 1x1x1 (this process): load_dataset "
                f"{loaded - start:.2f} s, the cut {cut - loaded:.2f} s")

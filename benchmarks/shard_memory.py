@@ -116,7 +116,7 @@ def phase_read(args) -> dict:
     tracemalloc.start()
     t = time.perf_counter()
     with PeakRss() as rss:
-        shard = read_shard(args.out, coords, shape=shape, num_layers=args.layers, orders="agg",
+        shard = read_shard(args.out, coords, shape=shape, num_stages=args.layers, orders="agg",
                            perm=args.perm, seed=args.seed)
     elapsed = time.perf_counter() - t
     _, traced_peak = tracemalloc.get_traced_memory()

@@ -38,9 +38,9 @@ class Permutation:
         """p1 for k == 1, p2 for k == 2."""
         return self.p1 if k == 1 else self.p2
 
-    def output_order(self, num_layers: int) -> np.ndarray:
-        """Order of the last layer's output rows: p1 when the layer count is odd, else p2."""
-        return self.p1 if num_layers % 2 == 1 else self.p2
+    def output_order(self, num_stages: int) -> np.ndarray:
+        """Order of the last stage's output rows: p1 when the stage count is odd, else p2."""
+        return self.p1 if num_stages % 2 == 1 else self.p2
 
 
 def locality_order(order: np.ndarray, weight: np.ndarray, num_blocks: int) -> np.ndarray:

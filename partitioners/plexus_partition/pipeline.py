@@ -58,7 +58,7 @@ def auto_stage_orders(num_stages: int, hidden: int, num_features: int, num_class
 
 
 def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
-                       grid: GridShape | Mapping[str, int] | str, num_layers: int,
+                       grid: GridShape | Mapping[str, int] | str, num_stages: int,
                        orders: Sequence[str] | str = "agg",
                        perm: str | Permutation = DEFAULT_PERMUTATION, seed: int = 0, *,
                        aggregation: str | None = None, model: str | None = None,
@@ -75,7 +75,7 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
     ``dataset``: a dataset spec (``rmat:...`` and the OGB names are converted in pieces, other
     specs are loaded in memory first), a graph directory (its path, ``graph:PATH``, or an
     opened `plexus_datasets.diskgraph.DiskGraph`), or an in-memory `Graph`. ``grid``,
-    ``num_layers`` (stages), ``orders``, ``perm``, ``seed``, ``aggregation`` and ``model`` are
+    ``num_stages`` (stages), ``orders``, ``perm``, ``seed``, ``aggregation`` and ``model`` are
     those of `write_store` (the stores are identical); ``orders`` may also be "auto",
     plexus-train's default, resolved once the graph's widths are known for the ``model`` kind
     (which it then needs) of ``hidden`` wide hidden layers (combine first on the layers that
@@ -100,7 +100,7 @@ def partition_to_store(dataset: Any, out_dir: str | os.PathLike,
     Raises `ShardStoreError` (target), `DatasetError` (input), `PartitionError` (configuration);
     after such an error nothing is left on disk.
     """
-    return PartitionJob(dataset, out_dir, grid, num_layers, orders, perm, seed,
+    return PartitionJob(dataset, out_dir, grid, num_stages, orders, perm, seed,
                         aggregation=aggregation, model=model, root=root,
                         dataset_seed=dataset_seed, jobs=jobs, graph_dir=graph_dir,
                         chunk_edges=chunk_edges, bucket_entries=bucket_entries,
@@ -139,7 +139,7 @@ class PartitionJob:
     dataset: Any
     out_dir: str | os.PathLike
     grid: GridShape | Mapping[str, int] | str
-    num_layers: int
+    num_stages: int
     orders: Sequence[str] | str = "agg"
     perm: str | Permutation = DEFAULT_PERMUTATION
     seed: int = 0
@@ -217,7 +217,7 @@ class PartitionJob:
         try:
             grid = self.grid
             shape = GridShape.of(GridShape.parse(grid) if isinstance(grid, str) else grid)
-            plans = layer_plans(self.num_layers, "agg" if auto else orders)
+            plans = layer_plans(self.num_stages, "agg" if auto else orders)
         except (GridError, ValueError) as e:
             raise PartitionError(str(e)) from None
         if self.jobs < 1:
@@ -234,7 +234,7 @@ class PartitionJob:
             raise PartitionError("under torchrun/srun, give the graph as a spec or a graph "
                                  "directory, not one held in memory")
         key = None if identity is None or isinstance(self.perm, Permutation) else config_key(
-            {"source": identity, "grid": shape.as_dict(), "layers": self.num_layers,
+            {"source": identity, "grid": shape.as_dict(), "layers": self.num_stages,
              "orders": ["auto", hidden] if auto else [p.order for p in plans],
              "perm": self.perm, "seed": self.seed, "aggregation": aggregation, "model": model,
              "chunk": settings.chunk_edges, "bucket": settings.bucket_entries, "version": 3})
@@ -259,15 +259,15 @@ class PartitionJob:
         when finished; returns the manifest."""
         orders, plans = self.orders, prep.plans
         if prep.auto:  # the widths are known now
-            orders = auto_stage_orders(self.num_layers, self.hidden,  # type: ignore[arg-type]
+            orders = auto_stage_orders(self.num_stages, self.hidden,  # type: ignore[arg-type]
                                        source.num_features, source.num_classes,
                                        self.model)  # type: ignore[arg-type]
-            plans = layer_plans(self.num_layers, orders)
+            plans = layer_plans(self.num_stages, orders)
         problem = grid_misfit(prep.shape, plans, source.num_nodes, [source.num_features]
-                              + [None] * (self.num_layers - 1) + [source.num_classes])
+                              + [None] * (self.num_stages - 1) + [source.num_classes])
         if problem:
             raise PartitionError(problem)
-        return partition_source(source, prep.out, prep.shape, self.num_layers, orders,
+        return partition_source(source, prep.out, prep.shape, self.num_stages, orders,
                                 self.perm, self.seed, prep.aggregation, runner, work / "part",
                                 prep.settings, self.publish, self.model)
 

@@ -56,7 +56,7 @@ class RankShard:
 
     shape: GridShape
     coords: dict[str, int]
-    num_layers: int
+    num_stages: int
     orders: tuple[str, ...]
     perm: str
     seed: int
@@ -78,7 +78,13 @@ class RankShard:
 
     @property
     def plans(self) -> list[LayerPlan]:
-        return layer_plans(self.num_layers, list(self.orders))
+        return layer_plans(self.num_stages, list(self.orders))
+
+    @property
+    def num_layers(self) -> int:
+        """The old name of `num_stages` (it always counted stages, not GNN layers), for one
+        release."""
+        return self.num_stages
 
     @property
     def multilabel(self) -> bool:
@@ -148,7 +154,7 @@ def extract_block(adj_hat: sp.csr_matrix, row_ids: np.ndarray, col_ids: np.ndarr
 
 
 def shard_graph(graph: Graph, shape: GridShape | Mapping[str, int], coords: Mapping[str, int],
-                num_layers: int, orders: Sequence[str] | str = "agg",
+                num_stages: int, orders: Sequence[str] | str = "agg",
                 perm: str | Permutation = "none", seed: int = 0,
                 adj_hat: sp.csr_matrix | None = None, aggregation: str = "gcn") -> RankShard:
     """The shard of the rank at ``coords`` (a dict over "x", "y", "z") of a grid ``shape``.
@@ -159,7 +165,7 @@ def shard_graph(graph: Graph, shape: GridShape | Mapping[str, int], coords: Mapp
     them across ranks.
     """
     shape = GridShape.of(shape)
-    plans = layer_plans(num_layers, orders)
+    plans = layer_plans(num_stages, orders)
     world = shape.world_size
     if adj_hat is None:
         adj_hat = graph.normalized(aggregation)
@@ -167,7 +173,7 @@ def shard_graph(graph: Graph, shape: GridShape | Mapping[str, int], coords: Mapp
         perm = make_permutation(adj_hat, perm, seed, world)
     n = graph.num_nodes
     npad = pad_to(n, world)
-    widths = [graph.num_features] + [1] * (num_layers - 1) + [graph.num_classes]
+    widths = [graph.num_features] + [1] * (num_stages - 1) + [graph.num_classes]
     fpad = padding(shape, plans, n, widths).widths_padded[0]
 
     def rows_of(axis: str) -> slice:
@@ -194,7 +200,7 @@ def shard_graph(graph: Graph, shape: GridShape | Mapping[str, int], coords: Mapp
     out_ids, labels, masks = rank_outputs(perm, plans, shape, coords, npad, graph.labels,
                                           pack_masks(masks_all))
     counts = {name: int(m.sum()) for name, m in zip(MASKS, masks_all)}
-    return RankShard(shape, dict(coords), num_layers, tuple(p.order for p in plans),
+    return RankShard(shape, dict(coords), num_stages, tuple(p.order for p in plans),
                      perm.kind, perm.seed, graph.name, n, npad, graph.num_features, fpad,
                      graph.num_classes, blocks, feats, input_ids, out_ids, labels, masks, counts,
                      meta={"symmetric": symmetric(graph, aggregation),

@@ -116,7 +116,7 @@ def rank_task(job: Job, rank: int, meta: dict, block_nnz: dict,
     cols = feature_cols(plans, grid, coords, job.fpad)
     block_shapes = {s.key: [s.rs, s.cs] for s in job.blocks}
     header = {"format": FORMAT, "version": VERSION, "shape": dict(job.shape),
-              "coords": {a: int(v) for a, v in coords.items()}, "num_layers": job.num_layers,
+              "coords": {a: int(v) for a, v in coords.items()}, "num_stages": job.num_stages,
               "orders": list(job.orders), "perm": meta["kind"], "seed": meta["seed"],
               "name": job.name, "num_nodes": job.n, "nodes_padded": job.npad,
               "num_features": job.num_features, "features_padded": job.fpad,
@@ -196,7 +196,7 @@ def manifest_step(job: Job, meta: dict, ranks: list, graph_sha256: str, nnz: int
     verify_rank_files(job, ranks)
     manifest = {
         "format": FORMAT, "version": VERSION, "grid": dict(job.shape),
-        "num_stages": job.num_layers, "orders": list(job.orders),
+        "num_stages": job.num_stages, "orders": list(job.orders),
         "aggregation": job.aggregation,
         "permutation": {k: meta[k] for k in ("kind", "seed", "locality", "p1_sha256",
                                              "p2_sha256")},
@@ -206,7 +206,7 @@ def manifest_step(job: Job, meta: dict, ranks: list, graph_sha256: str, nnz: int
         "block_keys": [s.key for s in job.blocks], "ranks": ranks,
     }
     if job.model is not None:  # the kind recorded, and the GNN layers its stages make
-        manifest.update(model=job.model, gnn_layers=gnn_layers(job.num_layers, job.model))
+        manifest.update(model=job.model, gnn_layers=gnn_layers(job.num_stages, job.model))
     with open(job.path("store", MANIFEST), "w", encoding="utf-8") as f:
         f.write(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         f.flush()

@@ -74,7 +74,7 @@ def inverse(order: np.ndarray) -> np.ndarray:
 
 
 def layer_balance(adj_hat: sp.csr_matrix, perm: Permutation, shape: Mapping[str, int],
-                  num_layers: int, orders: Sequence[str] | str = "agg",
+                  num_stages: int, orders: Sequence[str] | str = "agg",
                   chunk_nnz: int = CHUNK_NNZ) -> list[LayerBalance]:
     """Block non-zero counts of every layer of a grid ``shape`` under ``perm``.
 
@@ -82,7 +82,7 @@ def layer_balance(adj_hat: sp.csr_matrix, perm: Permutation, shape: Mapping[str,
     layout costs one ``bincount`` per chunk of rows.
     """
     adj_hat = sp.csr_matrix(adj_hat)
-    plans = layer_plans(num_layers, orders)
+    plans = layer_plans(num_stages, orders)
     n = adj_hat.shape[0]
     npad = pad_to(n, GridShape.of(shape).world_size)
     inv1 = inverse(perm.p1)
@@ -123,7 +123,7 @@ def row_chunks(indptr: np.ndarray, chunk_nnz: int) -> list[tuple[int, int]]:
     return list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
 
 
-def balance_report(adj_hat: sp.csr_matrix, shape: Mapping[str, int], num_layers: int,
+def balance_report(adj_hat: sp.csr_matrix, shape: Mapping[str, int], num_stages: int,
                    orders: Sequence[str] | str = "agg", seed: int = 0,
                    kinds: Sequence[str] = PERMUTATIONS) -> dict:
     """Imbalance of every layer for every permutation kind, in the CLI's JSON form:
@@ -133,7 +133,7 @@ def balance_report(adj_hat: sp.csr_matrix, shape: Mapping[str, int], num_layers:
     out = {}
     for kind in kinds:
         perm = make_permutation(adj_hat, kind, seed, world)
-        stats = layer_balance(adj_hat, perm, shape, num_layers, orders)
+        stats = layer_balance(adj_hat, perm, shape, num_stages, orders)
         out[kind] = {"layers": [s.as_dict() for s in stats]}
     return {"permutations": out}
 

@@ -123,7 +123,7 @@ def check_out_dir(out_dir: str | os.PathLike) -> Path:
 
 
 def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Mapping[str, int],
-                num_layers: int,
+                num_stages: int,
                 orders: Sequence[str] | str = "agg", perm: str | Permutation = DEFAULT_PERMUTATION,
                 seed: int = 0, *, adj_hat: sp.csr_matrix | None = None,
                 aggregation: str | None = None, chunk_nnz: int | None = None,
@@ -139,7 +139,7 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Map
     `plexus_datasets.normalize` builds it. An existing store at ``out_dir`` (or an empty
     directory) is replaced only once the new one is complete; anything else there is refused
     with `ShardStoreError`. ``model``: the kind the store records it was cut for (its Â is then
-    the kind's; ``num_layers`` counts stages, whole layers of the kind's); ``aggregation``
+    the kind's; ``num_stages`` counts stages, whole layers of the kind's); ``aggregation``
     without one: a store of that Â and the orders only (default GCN's).
     """
     del adj_hat
@@ -155,7 +155,7 @@ def write_store(graph: Graph, out_dir: str | os.PathLike, shape: GridShape | Map
     work = stage_work_dir(out, None)
     try:
         with Runner(work, progress=False) as runner:
-            return partition_source(source, out, shape, num_layers, orders, perm, seed,
+            return partition_source(source, out, shape, num_stages, orders, perm, seed,
                                     store_aggregation_of(model, aggregation), runner, work,
                                     settings, replace_store_dir, model)
     except PartitionError as e:

@@ -21,13 +21,13 @@ from .storeformat import FORMAT, MANIFEST, file_sha256
 from .storemanifest import ShardStoreError, read_manifest
 
 
-def _normalize_orders(num_layers: int, orders: Sequence[str] | str) -> tuple[str, ...]:
-    return tuple(p.order for p in layer_plans(num_layers, orders))
+def _normalize_orders(num_stages: int, orders: Sequence[str] | str) -> tuple[str, ...]:
+    return tuple(p.order for p in layer_plans(num_stages, orders))
 
 
 
 def _check_request(manifest: dict, path: Path, coords: dict[str, int],
-                   shape: Mapping[str, int] | None, num_layers: int | None,
+                   shape: Mapping[str, int] | None, num_stages: int | None,
                    orders: Sequence[str] | str | None, perm: str | None,
                    seed: int | None) -> dict:
     """The manifest's entry of the rank at ``coords``, after checking every value the caller
@@ -37,9 +37,9 @@ def _check_request(manifest: dict, path: Path, coords: dict[str, int],
         if shape is not None and grid != GridShape.of(shape):
             raise ShardStoreError(f"{path}: store was cut for grid {grid}, asked for "
                                   f"{GridShape.of(shape)}")
-        if num_layers is not None and manifest["num_stages"] != num_layers:
-            raise ShardStoreError(f"{path}: store was cut for {manifest['num_stages']} layers, "
-                                  f"asked for {num_layers}")
+        if num_stages is not None and manifest["num_stages"] != num_stages:
+            raise ShardStoreError(f"{path}: store was cut for {manifest['num_stages']} stages, "
+                                  f"asked for {num_stages}")
         if orders is not None:
             want = _normalize_orders(manifest["num_stages"], orders)
             if tuple(manifest["orders"]) != want:
@@ -111,7 +111,7 @@ def _load_members(path: Path) -> dict[str, np.ndarray]:
 
 def read_shard(store_dir: str | os.PathLike, rank: int | Mapping[str, int], *,
                shape: GridShape | Mapping[str, int] | str | None = None,
-               num_layers: int | None = None, orders: Sequence[str] | str | None = None,
+               num_stages: int | None = None, orders: Sequence[str] | str | None = None,
                perm: str | None = None, seed: int | None = None,
                verify: bool = True) -> RankShard:
     """Load the `RankShard` of one rank from a store written by `write_store` (or
@@ -121,7 +121,7 @@ def read_shard(store_dir: str | os.PathLike, rank: int | Mapping[str, int], *,
     grid's rank order (`plexus_partition.model.grid.GridShape.coords`), or the coordinates themselves
     (``{"x": 1, "y": 0, "z": 1}``). Everything else the store was cut for (grid, layer count,
     orders, permutation and its seed) is read from the manifest; the keyword arguments are
-    checks: when given, ``shape``, ``num_layers``, ``orders`` ("agg", "combine" or "dense" per
+    checks: when given, ``shape``, ``num_stages``, ``orders`` ("agg", "combine" or "dense" per
     stage, or one for all), ``perm`` and ``seed`` must be what the store was cut for.
 
     Only this rank's file is read. It must match the manifest's size and sha256 (``verify``);
@@ -131,7 +131,7 @@ def read_shard(store_dir: str | os.PathLike, rank: int | Mapping[str, int], *,
     store = Path(store_dir)
     manifest = read_manifest(store)
     coords = _rank_coords(manifest, store / MANIFEST, rank)
-    entry = _check_request(manifest, store / MANIFEST, coords, shape, num_layers, orders,
+    entry = _check_request(manifest, store / MANIFEST, coords, shape, num_stages, orders,
                            perm, seed)
     name = str(entry.get("file", ""))
     if not name or Path(name).name != name:
@@ -164,18 +164,19 @@ def _shard_from_members(path: Path, m: dict[str, np.ndarray], manifest: dict) ->
             blocks[key] = csr_from_parts(m[f"block{i}.data"], m[f"block{i}.indices"],
                                          m[f"block{i}.indptr"], [rows, cols], str(path),
                                          f"block {key}", ShardStoreError)
-        num_layers = header["num_layers"]
-        if not is_count(num_layers) or num_layers != manifest["num_stages"]:
-            raise ShardStoreError(f"{path}: header says {num_layers!r:.100} layers, the manifest "
+        # a rank file written before the one dialect counts its stages as "num_layers"
+        num_stages = header["num_stages"] if "num_stages" in header else header.get("num_layers")
+        if not is_count(num_stages) or num_stages != manifest["num_stages"]:
+            raise ShardStoreError(f"{path}: header says {num_stages!r:.100} stages, the manifest "
                                   f"{manifest['num_stages']}")
         return RankShard(
-            shape=GridShape.of(header["shape"]), coords=header["coords"], num_layers=num_layers,
+            shape=GridShape.of(header["shape"]), coords=header["coords"], num_stages=num_stages,
             orders=tuple(header["orders"]), perm=header["perm"], seed=header["seed"],
             name=header["name"], num_nodes=header["num_nodes"],
             nodes_padded=header["nodes_padded"], num_features=header["num_features"],
             features_padded=header["features_padded"], num_classes=header["num_classes"],
             blocks=blocks, features=m["features"],
-            input_ids=[m[f"input_ids.{layer}"] for layer in range(num_layers)],
+            input_ids=[m[f"input_ids.{layer}"] for layer in range(num_stages)],
             output_ids=m["output_ids"], labels=m["labels"],
             masks={name: m[f"mask.{name}"] for name in MASKS},
             mask_counts=header["mask_counts"], meta=header["meta"])
@@ -214,8 +215,8 @@ def _check_shard(s: RankShard, path: Path, manifest: dict, coords: dict[str, int
             raise bad(f"{name} is {have!r:.100}, the manifest says {want!r:.100}")
     shape, n, npad = s.shape, s.num_nodes, s.nodes_padded
     try:
-        plans = layer_plans(s.num_layers, list(s.orders))
-        widths = [s.num_features] + [1] * (s.num_layers - 1) + [s.num_classes]
+        plans = layer_plans(s.num_stages, list(s.orders))
+        widths = [s.num_features] + [1] * (s.num_stages - 1) + [s.num_classes]
         fpad = padding(shape, plans, n, widths).widths_padded[0]
     except (ValueError, KeyError, TypeError) as e:
         raise bad(f"unusable layer orders ({e})") from None

@@ -79,7 +79,7 @@ class Settings:
 
 
 def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
-                     num_layers: int, orders: Sequence[str] | str, perm: str | Permutation,
+                     num_stages: int, orders: Sequence[str] | str, perm: str | Permutation,
                      seed: int, aggregation: str, runner: Runner, work: Path,
                      settings: Settings = Settings(),
                      replace: Any = None, model: str | None = None) -> dict:
@@ -87,8 +87,8 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
     work going into ``work`` (kept on failure, so that a rerun resumes; removed on success).
     ``replace(new, out)`` moves the finished store into place. ``model``: the kind the store is
     recorded as cut for (`check_store_kind`; None: none recorded). Returns the manifest."""
-    check_store_kind(model, aggregation, num_layers)
-    job = _plan_job(source, shape, num_layers, orders, aggregation, runner, work, settings,
+    check_store_kind(model, aggregation, num_stages)
+    job = _plan_job(source, shape, num_stages, orders, aggregation, runner, work, settings,
                     model)
     degrees = _degrees(job, runner)
     given = isinstance(perm, Permutation)
@@ -146,15 +146,15 @@ def check_store_kind(model: str | None, aggregation: str, num_stages: int) -> No
                              f"({len(kind.stage_ops)} stages each)")
 
 
-def _plan_job(source: Any, shape: GridShape, num_layers: int, orders: Sequence[str] | str,
+def _plan_job(source: Any, shape: GridShape, num_stages: int, orders: Sequence[str] | str,
               aggregation: str, runner: Runner, work: Path, settings: Settings,
               model: str | None = None) -> Job:
     """The sizes, blocks and pieces of the work: the incoming adjacency in sorted pieces (a csr
     source's own rows, or a coo source canonicalized), and the `Job` every task receives."""
-    plans = layer_plans(num_layers, orders)
+    plans = layer_plans(num_stages, orders)
     n = int(source.num_nodes)
     npad = pad_to(n, shape.world_size)
-    widths = [source.num_features] + [1] * (num_layers - 1) + [source.num_classes]
+    widths = [source.num_features] + [1] * (num_stages - 1) + [source.num_classes]
     fpad = padding(shape, plans, n, widths).widths_padded[0]
     specs = block_specs(shape, plans, npad)
     bucket = max(1, int(settings.bucket_entries))
@@ -164,7 +164,7 @@ def _plan_job(source: Any, shape: GridShape, num_layers: int, orders: Sequence[s
         pieces = canonicalize(source, work / "canon", runner, chunk_edges=settings.chunk_edges,
                               bucket_entries=bucket)
     feature_rows = max(1, settings.feature_bytes // (4 * max(source.num_features, 1)))
-    return Job(str(work), tuple(shape.as_dict().items()), num_layers,
+    return Job(str(work), tuple(shape.as_dict().items()), num_stages,
                tuple(p.order for p in plans), aggregation, source.name, n, npad, fpad,
                source.num_features, source.num_classes, bool(source.directed), specs, pieces,
                source, bucket, feature_rows, model)

@@ -52,7 +52,7 @@ class Job:
 
     work: str
     shape: tuple[tuple[str, int], ...]
-    num_layers: int
+    num_stages: int
     orders: tuple[str, ...]
     aggregation: str
     name: str
@@ -75,7 +75,7 @@ class Job:
 
     @property
     def plans(self):
-        return layer_plans(self.num_layers, list(self.orders))
+        return layer_plans(self.num_stages, list(self.orders))
 
     def path(self, *parts: str) -> Path:
         return Path(self.work, *parts)

@@ -106,7 +106,7 @@ def load_shard(plan: RunPlan, rank: int, world: int, local_ranks: int
         # A cached store was found complete by the launcher (manifest, every file's size) and
         # every member's CRC-32 is checked as it is read: its sha256 pass, a second full read
         # of the file on every rank, is for stores brought from elsewhere (--shards).
-        shard = read_shard(plan.shards, rank, shape=grid, num_layers=model.num_stages,
+        shard = read_shard(plan.shards, rank, shape=grid, num_stages=model.num_stages,
                            orders=orders, perm=plan.perm, verify=plan.cache is None)
         return grid, shard, int(manifest["nnz"]), str(manifest["graph_sha256"])
     graph = load_dataset(plan.dataset, plan.root, seed=plan.data_seed, features=plan.features)

@@ -138,7 +138,7 @@ def run_one(case: Case) -> tuple[str, str]:
         if case.store is not None:
             x, y, z = case.coords
             read_shard(case.store, {"x": x, "y": y, "z": z}, shape={"x": 2, "y": 1, "z": 1},
-                       num_layers=2, orders="agg")
+                       num_stages=2, orders="agg")
         else:
             graph = load_dataset(case.spec, case.root)
             gcn_normalize(graph.adj, graph.directed)

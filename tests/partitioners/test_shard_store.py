@@ -40,7 +40,7 @@ def written(tmp_path_factory, graph, adj_hat):
 
 
 def assert_same_shard(a: RankShard, b: RankShard) -> None:
-    for name in ("shape", "coords", "num_layers", "orders", "perm", "seed", "name", "num_nodes",
+    for name in ("shape", "coords", "num_stages", "orders", "perm", "seed", "name", "num_nodes",
                  "nodes_padded", "num_features", "features_padded", "num_classes",
                  "mask_counts", "meta"):
         assert getattr(a, name) == getattr(b, name), name
@@ -83,7 +83,7 @@ def test_round_trip_equals_shard_graph(tmp_path, graph, adj_hat, grid, layers, o
         [store.MANIFEST, SEAL] + [r["file"] for r in manifest["ranks"]])  # + its seal
     for coords in coords_of(shape):
         want = shard_graph(graph, shape, coords, layers, orders, perm, 2, adj_hat=adj_hat)
-        got = read_shard(out, coords, shape=shape, num_layers=layers, orders=orders, perm=kind,
+        got = read_shard(out, coords, shape=shape, num_stages=layers, orders=orders, perm=kind,
                          seed=2)
         assert_same_shard(want, got)
         # the common form: the rank number alone, the rest from the manifest
@@ -110,7 +110,7 @@ def test_manifest_describes_the_store(written, graph):
 
 @pytest.mark.parametrize("change,needle", [
     (dict(shape={"x": 1, "y": 2, "z": 2}), "grid 2x1x2, asked for 1x2x2"),
-    (dict(num_layers=2, orders="agg"), "3 layers, asked for 2"),
+    (dict(num_stages=2, orders="agg"), "3 stages, asked for 2"),
     (dict(orders="agg"), "orders agg,combine,agg, asked for agg,agg,agg"),
     (dict(perm="double"), "permutation 'balanced', asked for 'double'"),
     (dict(seed=6), "seed 5, asked for 6"),
@@ -122,7 +122,7 @@ def test_manifest_describes_the_store(written, graph):
     (dict(orders=["agg", "combine"]), "cannot compare layer orders"),
 ])
 def test_reading_for_another_configuration_fails(written, change, needle):
-    args = dict(shape={"x": 2, "y": 1, "z": 2}, rank={"x": 1, "y": 0, "z": 1}, num_layers=3,
+    args = dict(shape={"x": 2, "y": 1, "z": 2}, rank={"x": 1, "y": 0, "z": 1}, num_stages=3,
                 orders=ORDERS3, perm="balanced", seed=5)
     read_shard(written, **args)  # every check passes as given
     args.update(change)
@@ -138,7 +138,7 @@ def test_a_rank_number_alone_reads_its_shard(written):
     assert [read_shard(written, r).coords for r in range(4)] == [
         {"x": 0, "y": 0, "z": 0}, {"x": 0, "y": 0, "z": 1}, {"x": 1, "y": 0, "z": 0},
         {"x": 1, "y": 0, "z": 1}] == [grid.coords(r) for r in range(4)]
-    explicit = read_shard(written, {"x": 1, "y": 0, "z": 0}, shape="2x1x2", num_layers=3,
+    explicit = read_shard(written, {"x": 1, "y": 0, "z": 0}, shape="2x1x2", num_stages=3,
                           orders=ORDERS3, perm="balanced", seed=5)
     assert_same_shard(read_shard(written, np.int64(2)), explicit)
     assert read_shard(written, 2).orders == tuple(ORDERS3)
@@ -466,7 +466,7 @@ def test_a_store_written_before_stages_and_layers_were_apart_still_loads(written
     m = read_manifest(old)
     assert m["num_stages"] == 3 and "gnn_layers" not in m and "num_layers" not in m
     for rank in range(4):
-        assert_same_shard(read_shard(written, rank), read_shard(old, rank, num_layers=3))
+        assert_same_shard(read_shard(written, rank), read_shard(old, rank, num_stages=3))
 
 
 def test_gin_stores_record_two_stages_per_gnn_layer(graph, tmp_path):

@@ -107,16 +107,16 @@ class LayerPlan:
         return (self.out_rows, self.out_cols, self.out_replicated)
 
 
-def layer_plans(num_layers: int, orders: Sequence[str] | str = "agg") -> list[LayerPlan]:
+def layer_plans(num_stages: int, orders: Sequence[str] | str = "agg") -> list[LayerPlan]:
     """The roles of every stage, given each stage's order ("agg", "combine" or "dense"): the
     layout alone (a model's plans, with their operators, come from
     `plexus_partition.model.model.ModelConfig.plans`)."""
-    if num_layers < 1:
-        raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+    if num_stages < 1:
+        raise ValueError(f"num_stages must be >= 1, got {num_stages}")
     if isinstance(orders, str):
-        orders = [orders] * num_layers
-    if len(orders) != num_layers:
-        raise ValueError(f"need one order per layer ({num_layers}), got {len(orders)}")
+        orders = [orders] * num_stages
+    if len(orders) != num_stages:
+        raise ValueError(f"need one order per layer ({num_stages}), got {len(orders)}")
     plans, roles, adj = [], ("x", "y", "z"), 1
     for index, order in enumerate(orders):
         if order not in STAGE_ORDERS:
