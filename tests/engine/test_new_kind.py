@@ -1,0 +1,129 @@
+"""A new layer kind needs its own file and one line in the registry, nothing else of Plexus
+(issue 47: "a new-kind commit touches its file, the registry and tests only"). The test makes
+such a commit in a copy of the partitioner project — PyG's GraphConv with ``aggr="mean"`` as a
+kind of its own, ``graphconvmean`` — and, with the engine and the datasets project of this
+checkout unchanged, checks that the whole stack takes it from the declaration: the serial
+model equals PyG's layer (logits and gradients, undirected and directed), ``plexus-train
+--model graphconvmean`` trains with the same losses on 1x1x1 and 2x1x2 and the bytes its
+ledger records equal what the schedule declares, a ``plexus-partition --model graphconvmean``
+store trains as the ``--dataset`` run does, and ``plexus-model`` prices it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from helpers import REPO
+
+pytestmark = pytest.mark.slow
+
+KIND_FILE = '''"""PyG's GraphConv with aggr "mean": H'_i = W1·H_i + W2·mean_{j→i} H_j + b."""
+
+from __future__ import annotations
+
+from .base import ModelKind
+from .conv import RootWeightConv
+
+
+class GraphConvMean(RootWeightConv):
+    name = "graphconvmean"
+    w_pyg, wr_pyg, bias_pyg = "lin_rel.weight", "lin_root.weight", "lin_rel.bias"
+
+
+KIND = ModelKind("graphconvmean", ("graphconvmean",), "mean", "GraphConv", ("convs.{l}.",),
+                 "GraphConv(aggr='mean'): mean over in-neighbours plus a root weight",
+                 pyg_kwargs=lambda cfg, layer, d_in, d_out: {"aggr": "mean"})
+'''
+
+# serial model vs PyG's GraphConv(aggr="mean") stack with the same weights
+SERIAL_VS_PYG = '''
+import numpy as np, torch, torch.nn.functional as F
+from engine_checks import directed_toy_graph, toy_graph
+from plexus.engine.config import ModelConfig
+from plexus.engine.serial import SerialModel
+from plexus.testing.pyg_reference import PygStack, copy_weights
+for g in (toy_graph(), directed_toy_graph()):
+    cfg = ModelConfig(2, 8, 0.0, kind="graphconvmean")
+    serial = SerialModel(g, cfg, seed=3)
+    stack = PygStack(cfg, g.num_features, g.num_classes)
+    assert type(stack.convs[0]).__name__ == "GraphConv" and stack.convs[0].aggr == "mean"
+    pairs = copy_weights(stack, serial)
+    assert set(pairs) == set(serial.named_shards())
+    coo = g.adj.tocoo()
+    edge_index = torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
+    x, mask = torch.from_numpy(g.features), torch.from_numpy(g.train_mask)
+    ours, theirs = serial(), stack(x, edge_index)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    serial.loss(ours).backward()
+    F.cross_entropy(theirs[mask], torch.from_numpy(g.labels)[mask]).backward()
+    for s, target in pairs.items():
+        want = target.grad.T if s[0] == "W" else target.grad.reshape(serial.params[s].grad.shape)
+        torch.testing.assert_close(serial.params[s].grad, want, rtol=1e-5, atol=1e-5)
+print("serial equals PyG")
+'''
+SPEC = "rmat:scale=7,features=12,classes=4"
+
+
+def test_a_new_kind_needs_its_file_and_one_registry_line(tmp_path):
+    part = tmp_path / "partitioners"
+    shutil.copytree(REPO / "partitioners", part,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
+    ops = part / "plexus_partition" / "model" / "ops"
+    (ops / "graphconvmean.py").write_text(KIND_FILE)
+    registry = (ops / "__init__.py").read_text()
+    edited = registry.replace("graphconv, sage\n", "graphconv, graphconvmean, sage\n", 1)
+    edited = edited.replace("graphconv, batchnorm)", "graphconv, graphconvmean, batchnorm)", 1)
+    # the commit: one new file, two changed lines of the registry
+    changed = [(a, b) for a, b in zip(registry.splitlines(), edited.splitlines()) if a != b]
+    assert len(changed) == 2 and len(edited.splitlines()) == len(registry.splitlines())
+    (ops / "__init__.py").write_text(edited)
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                                             "OMP_NUM_THREADS")}
+    # the copy's partitioner first: this checkout's engine, datasets and tests after it
+    env["PYTHONPATH"] = os.pathsep.join(map(str, (part, REPO / "tests", REPO,
+                                                  REPO / "datasets")))
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=600)
+        assert done.returncode == 0, f"{args}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        return done
+
+    assert "serial equals PyG" in run("-c", SERIAL_VS_PYG).stdout
+
+    def train(name: str, *source: str) -> tuple[list[float], dict]:
+        log = tmp_path / f"{name}.json"
+        run("-m", "plexus.train", *source, "--epochs", "4", "--threads", "1", "--quiet",
+            "--log-json", str(log))
+        records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        return [r["loss"] for r in records if "loss" in r], records[-1]  # epochs, the summary
+
+    one, _ = train("one", "--dataset", SPEC, "--grid", "1x1x1", "--model", "graphconvmean",
+                   "--no-cache")
+    four, summary = train("four", "--dataset", SPEC, "--grid", "2x1x2", "--model",
+                          "graphconvmean", "--no-cache")
+    assert len(one) == 4 and summary["model"]["kind"] == "graphconvmean"
+    np.testing.assert_allclose(four, one, rtol=0, atol=1e-5)
+    # per axis: what the ledger recorded on the busiest rank, what the schedule declares
+    recorded, declared = summary["comm_bytes_max_rank"], summary["comm_bytes_declared_max_rank"]
+    assert recorded == declared and sum(recorded.values()) > 0, (recorded, declared)
+
+    store = tmp_path / "store"
+    run("-m", "plexus_partition.cli", "--dataset", SPEC, "--grid", "2x1x2", "--model",
+        "graphconvmean", "--layers", "2", "--out", str(store), "--threads", "1")
+    manifest = json.loads((store / "manifest.json").read_text())
+    assert (manifest["model"], manifest["gnn_layers"], manifest["aggregation"]) == \
+        ("graphconvmean", 2, "mean")
+    stored, _ = train("stored", "--shards", str(store))
+    np.testing.assert_allclose(stored, four, rtol=0, atol=1e-5)
+
+    priced = run("-m", "plexus.perfmodel", "--dataset", SPEC, "--model", "graphconvmean",
+                 "--grid", "2x1x2").stdout
+    assert "graphconvmean" in priced, priced[-1000:]
