@@ -283,6 +283,30 @@ def incoming(adj: sp.spmatrix, directed: bool = False, weighted: bool = False) -
     return m
 
 
+def row_scale(aggregation: str, degrees: np.ndarray) -> np.ndarray:
+    """The factor every value of a row of M (edges j -> i, rows = destinations) is scaled by, as
+    float32, from the row's degree (self loop included for "gcn"): "gcn" D^-1/2 (Â[i, j] =
+    d[i]·M[i, j]·d[j]), "mean" D^-1 (a row without in-neighbours: 1), "sum" 1. The one rule of
+    `normalize` and of the out-of-core partitioner, which scales streamed rows by it; the
+    arithmetic is in ``degrees``' own precision, then rounded to float32."""
+    if aggregation == "gcn":
+        scale = 1.0 / np.sqrt(degrees)
+    elif aggregation == "mean":
+        scale = 1.0 / np.maximum(degrees, 1)
+    elif aggregation == "sum":
+        scale = np.ones(len(degrees))
+    else:
+        raise ValueError(f"unknown aggregation {aggregation!r}; use one of {AGGREGATIONS}")
+    return scale.astype(np.float32)
+
+
+def normalized_symmetric(directed: bool, aggregation: str) -> bool:
+    """Whether the normalized Â is symmetric: an undirected graph's M is, and so are D^-1/2·M·
+    D^-1/2 ("gcn") and M ("sum"); D^-1·M ("mean") is not. (The engine then reuses one block's
+    transpose as another.)"""
+    return not directed and aggregation != "mean"
+
+
 def gcn_normalize(adj: sp.spmatrix, directed: bool = False,
                   weighted: bool = False) -> sp.csr_matrix:
     """Â = D^-1/2 (M + I) D^-1/2 in float32 CSR, with M = `incoming` (edge j -> i).
@@ -301,7 +325,7 @@ def gcn_normalize(adj: sp.spmatrix, directed: bool = False,
         sp.diags(np.where(loops != 0, loops, 1).astype(np.float32), format="csr")
     m = m + eye
     deg = np.asarray(m.sum(axis=1)).ravel()
-    d = sp.diags((1.0 / np.sqrt(deg)).astype(np.float32))
+    d = sp.diags(row_scale("gcn", deg))
     out = (d @ m @ d).tocsr().astype(np.float32)
     out.sort_indices()
     return out
@@ -324,7 +348,7 @@ def normalize(adj: sp.spmatrix, directed: bool = False, aggregation: str = "gcn"
     m = incoming(adj, directed)
     if aggregation == "mean":
         deg = np.asarray(m.sum(axis=1)).ravel()
-        m = (sp.diags((1.0 / np.maximum(deg, 1)).astype(np.float32)) @ m).tocsr()
+        m = (sp.diags(row_scale("mean", deg)) @ m).tocsr()
     out = m.astype(np.float32)
     out.sort_indices()
     return out

@@ -17,7 +17,7 @@ import scipy.sparse as sp
 
 from plexus_partition.model.grid import GridShape
 from plexus_partition.model.layout import LayerPlan, block, layer_plans, pad_to, padding
-from plexus_datasets.graph import Graph
+from plexus_datasets.graph import Graph, normalized_symmetric
 
 from .permutations import Permutation, make_permutation
 from .rowsets import touched_rows
@@ -47,7 +47,7 @@ def output_order(perm: Permutation, plan: LayerPlan) -> np.ndarray:
 
 def symmetric(graph: Graph, aggregation: str) -> bool:
     """Whether the normalized Â is symmetric (then a block's transpose is another block)."""
-    return not graph.directed and aggregation != "mean"
+    return normalized_symmetric(graph.directed, aggregation)
 
 
 @dataclass

@@ -16,6 +16,7 @@ import numpy as np
 
 from plexus_datasets.base.atomic import fsync_dir
 from plexus_datasets.base.writebehind import WriteBehind
+from plexus_datasets.graph import normalized_symmetric
 from plexus_datasets.npyio import load_npy, npy_layout, write_header
 
 from .plan import MASKS, feature_cols, feature_group, rank_input_ids, rank_outputs
@@ -122,7 +123,7 @@ def rank_task(job: Job, rank: int, meta: dict, block_nnz: dict,
               "num_features": job.num_features, "features_padded": job.fpad,
               "num_classes": job.num_classes, "mask_counts": mask_counts,
               "block_keys": [s.key for s in job.blocks], "block_shapes": block_shapes,
-              "meta": {"symmetric": not job.directed and job.aggregation != "mean",
+              "meta": {"symmetric": normalized_symmetric(job.directed, job.aggregation),
                        "aggregation": job.aggregation}}
     name = rank_file_name(coords)
     path = job.path("store", name)

@@ -17,6 +17,7 @@ from plexus_datasets.base.tasks import CONSUMED
 from plexus_datasets.canonical import (budget_bounds, group_order, hash_array_prefix, pack,
                                        structure_sha256, unpack)
 from plexus_datasets.degrees import Degrees
+from plexus_datasets.graph import row_scale
 from plexus_datasets.npyio import load_npy, read_concatenated, save_piece
 
 from .permutations import Permutation, permutation_from_counts
@@ -72,15 +73,8 @@ def permutation_step(job: Job, degrees: Degrees, kind: str, seed: int, given: bo
         save_piece(job.path("node", f"{name}.npy"), order.astype(pos))
         save_piece(job.path("node", f"inv{name[1]}.npy"), _inverse(order, pos))
     del perm
-    # the factor every value of a row is scaled by, exactly as plexus_datasets.normalize
-    # computes it in float32 (gcn: Â[i, j] = d[i] * d[j] with d = 1/sqrt(deg))
-    if gcn:
-        scale = np.float32(1.0) / np.sqrt(row_nnz.astype(np.float32))
-    elif job.aggregation == "mean":
-        scale = np.float32(1.0) / np.maximum(row_nnz.astype(np.float32), np.float32(1.0))
-    else:
-        scale = np.ones(job.n, dtype=np.float32)
-    scale = scale.astype(np.float32)
+    # the factor every value of a row is scaled by: normalize's rule, in float32
+    scale = row_scale(job.aggregation, row_nnz.astype(np.float32))
     for adj in (1, 2):  # in the position order of Â_adj's rows and columns, padding 0
         for name, order in ((f"rscale{adj}", f"p{row_order_index(adj)}"),
                             (f"cscale{adj}", f"p{col_order_index(adj)}")):
