@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import zipfile
-from dataclasses import asdict
 from pathlib import Path
 from typing import IO
 
@@ -121,7 +120,7 @@ def export_payload(full: dict[str, torch.Tensor], config: ModelConfig, num_featu
     payload = {
         "format": FORMAT, "kind": kind,
         "state_dict": pyg_state_dict(full, config, num_features, num_classes, epochs),
-        "config": asdict(config),
+        "config": config.as_dict(),
         "pyg": pyg_spec(config, num_features, num_classes),
         **(extra or {}),
     }

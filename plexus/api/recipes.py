@@ -37,7 +37,6 @@ A recipe names `ModelConfig` fields; one the engine does not have yet is a `Reci
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +61,7 @@ class Recipe:
 
     def check(self) -> None:
         """Raise `RecipeError` when the engine lacks a model option this recipe sets."""
-        have = {f.name for f in dataclasses.fields(ModelConfig)}
+        have = set(ModelConfig.field_names())
         missing = [k for k in self.model if k not in have]
         if missing:
             wanted = ", ".join(f"{k}={self.model[k]!r}" for k in missing)

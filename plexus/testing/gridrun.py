@@ -277,7 +277,7 @@ class GridRun:
         return {"grid": str(GridShape.of(self.dims)), "world": self.world,
                 "epoch_times": self.epoch_times(), "epoch_time": self.epoch_time(),
                 "wall_s": self.wall_s, "opts": asdict(self.opts),
-                "model": asdict(self.model_cfg) if self.model_cfg else None,
+                "model": self.model_cfg.as_dict() if self.model_cfg else None,
                 "engine": asdict(self.engine_cfg) if self.engine_cfg else None,
                 "ranks": [{k: v for k, v in r.items() if k != "profile"} for r in self.ranks]}
 

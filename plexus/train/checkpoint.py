@@ -95,7 +95,7 @@ def lock_directory(directory: str | os.PathLike) -> DirectoryLock:
 def make_checkpoint(full_state: dict, model: ModelConfig, train: TrainConfig,
                     dataset: DatasetInfo, extra: dict | None = None) -> dict:
     """The object `save_checkpoint` writes: ``full_state`` plus what a resume must check."""
-    return {"format": FORMAT_VERSION, "state": full_state, "model": asdict(model),
+    return {"format": FORMAT_VERSION, "state": full_state, "model": model.as_dict(),
             "train": asdict(train), "dataset": asdict(dataset), "extra": dict(extra or {})}
 
 
@@ -312,7 +312,7 @@ def check_loop(payload: dict, train: TrainConfig, where: str = "checkpoint") -> 
 def check_model(payload: dict, model: ModelConfig, where: str = "checkpoint") -> None:
     """Raise `CheckpointError` if the checkpoint's model has other parameters than ``model``."""
     saved = payload.get("model", {})
-    wanted, default = asdict(model), asdict(ModelConfig())  # older checkpoints: the defaults
+    wanted, default = model.as_dict(), ModelConfig().as_dict()  # older checkpoints: the defaults
     diffs = [f"{k} {saved.get(k, default[k])!r:.60} (now {wanted[k]!r})" for k in _MODEL_KEYS
              if not _same_value(saved.get(k, default[k]), wanted[k])]
     if diffs:

@@ -4,7 +4,6 @@ results (`plexus.train.results`: predictions, weights, the OGB evaluator's metri
 
 from __future__ import annotations
 
-import dataclasses
 
 import time
 from typing import Mapping
@@ -219,6 +218,6 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
     }
     summary["model"].update(dropout=run.plan.model.dropout, bias=run.plan.model.bias,
                             learnable_features=run.plan.model.learnable_features,
-                            config=dataclasses.asdict(run.plan.model))
+                            config=run.plan.model.as_dict())
     summary.update(provenance or {})
     run.log.finish(summary)

@@ -151,8 +151,17 @@ def test_kind_options_become_fields_plan_options_and_flags():
                 for f in dataclasses.fields(k.options)}
     assert {"residual", "train_eps", "heads", "out_heads", "attn_dropout",
             "negative_slope"} <= set(declared)
-    fields = {f.name: f for f in dataclasses.fields(ModelConfig)}
-    assert all(fields[n].default == f.default for n, f in declared.items())
+    # typed and nested: a config holds its own kind's Options, nothing of another kind's
+    assert not set(declared) & {f.name for f in dataclasses.fields(ModelConfig)}
+    for kind in KINDS.values():
+        options = ModelConfig(kind=kind.name).options
+        assert (options is None) == (kind.options is None)
+        if options is not None:
+            assert type(options) is kind.options and all(
+                getattr(options, f.name) == f.default for f in dataclasses.fields(kind.options))
+    assert ModelConfig(kind="gat", heads=3).options == KINDS["gat"].options(heads=3)
+    assert ModelConfig().options == KINDS["gcn"].options() and not hasattr(
+        ModelConfig().options, "heads")
     assert not set(declared) & {f.name for f in dataclasses.fields(LayerPlan)}
     parser = argparse.ArgumentParser()
     group = modelopts.add_model_options(parser)

@@ -41,6 +41,13 @@ from .bounds import MAX_SEED  # noqa: E402
 _CHECKS = {"num_layers": "count", "hidden": "count", "dropout": "rate"}
 
 
+#: Every kind's option fields in the flat form, name -> field (default, checks and help in
+#: its metadata: `plexus_partition.model.ops.base.option`), in the kinds' order
+KIND_OPTIONS: dict[str, dataclasses.Field] = {
+    f.name: f for kind in KINDS.values() for f in (dataclasses.fields(kind.options)
+                                                   if kind.options else ())}
+
+
 def check_option(name: str, value: object, check: str, switch: bool = False) -> None:
     """`ModelError` unless ``value`` passes ``check`` ("count": an integer >= 1, "rate": in
     [0, 1), "finite": a finite number) or, for a ``switch``, is a bool (a string such as
@@ -94,8 +101,8 @@ def auto_orders(layer_widths: Sequence[int]) -> tuple[str, ...]:
                  for l in range(len(layer_widths) - 1))
 
 
-@dataclass(frozen=True)
-class _ModelBase:
+@dataclass(frozen=True, init=False)
+class ModelConfig:
     """A GNN of ``num_layers`` layers of one ``kind``, ReLU between them, as PyG's layer of the
     same name (each kind's declaration in `plexus_partition.model.ops` says which):
 
@@ -123,10 +130,15 @@ class _ModelBase:
     (attention needs H·W), whatever it says. The order changes no parameter and no result
     beyond float rounding, only the work and the bytes moved.
 
-    The fields after ``input_dropout`` are the kinds' options, made from their declarations
-    (each kind's ``Options`` in `plexus_partition.model.ops`: ``residual``; ``train_eps``; ``heads``,
-    ``out_heads``, ``attn_dropout``, ``negative_slope``); an option of another kind than
-    ``kind`` must keep its default.
+    ``options`` is the kind's own options, typed: its ``Options`` dataclass in
+    `plexus_partition.model.ops` (GCN's ``residual``; GIN's ``train_eps``; GAT's ``heads``,
+    ``out_heads``, ``attn_dropout``, ``negative_slope``), None for a kind without any, and
+    nothing of another kind's. The flat form is accepted too, as logs, checkpoints and stores
+    write it (`as_dict`) and as the keywords of the API and the tools read:
+    ``ModelConfig(kind="gat", heads=2)`` is ``ModelConfig(kind="gat",
+    options=gat.Options(heads=2))``; another kind's option at its default is dropped, at any
+    other value refused (`ModelError`). ``cfg.heads`` reads ``cfg.options.heads`` (another
+    kind's option: its default).
     """
 
     num_layers: int = 2
@@ -139,30 +151,86 @@ class _ModelBase:
     norm: str = "none"
     input_dropout: bool = True
 
-    def __post_init__(self) -> None:
+    options: Any = None  # the kind's Options dataclass (None: a kind without options)
+
+    def __init__(self, num_layers: int = 2, hidden: int = 16, dropout: float = 0.5,
+                 bias: bool = True, order: str = AUTO_ORDER, learnable_features: bool = False,
+                 kind: str = "gcn", norm: str = "none", input_dropout: bool = True,
+                 options: Any = None, **flat: Any) -> None:
+        for name, value in (("num_layers", num_layers), ("hidden", hidden),
+                            ("dropout", dropout), ("bias", bias), ("order", order),
+                            ("learnable_features", learnable_features), ("kind", kind),
+                            ("norm", norm), ("input_dropout", input_dropout)):
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "options", self._kind_options(options, flat))
+        self.__post_init__()
+
+    def _kind_options(self, options: Any, flat: dict[str, Any]) -> Any:
+        """The kind's typed options from ``options`` and the flat keywords ``flat``."""
         if not isinstance(self.kind, str) or self.kind not in KINDS:
             raise ModelError(f"unknown model kind {self.kind!r}; use one of {', '.join(KINDS)}")
+        own = KINDS[self.kind].options
+        if isinstance(options, dict):  # the nested form as JSON gives it back: flat keywords
+            flat, options = {**options, **flat}, None
+        unknown = sorted(set(flat) - set(KIND_OPTIONS))
+        if unknown:
+            raise TypeError(f"unknown model option {unknown[0]!r}")
+        mine = {}
+        for name, value in flat.items():
+            if own is not None and name in own.__dataclass_fields__:
+                mine[name] = value
+            elif value != KIND_OPTIONS[name].default:
+                owner = next(k.name for k in KINDS.values() if name in k.option_names)
+                raise ModelError(f"{name} is an option of the {owner} model; the {self.kind} "
+                                 "model has none")
+        if options is None:
+            options = own() if own is not None else None
+        elif own is None or type(options) is not own:
+            want = f"{own.__module__}.Options" if own is not None else "None"
+            raise ModelError(f"options of the {self.kind} model must be {want}, got "
+                             f"{type(options).__name__}")
+        return dataclasses.replace(options, **mine) if mine else options
+
+    def __getattr__(self, name: str) -> Any:
+        # only for names that are not attributes: a kind option read flat (cfg.heads)
+        options = self.__dict__.get("options")
+        if options is not None and name in type(options).__dataclass_fields__:
+            return getattr(options, name)
+        if name in KIND_OPTIONS and "kind" in self.__dict__:
+            return KIND_OPTIONS[name].default  # another kind's option: its default
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The flat form logs, checkpoints, exports and stores write: the common options, then
+        every kind's option (this kind's values, the others' defaults), as before the options
+        were typed, so that what reads them reads old and new alike."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name != "options"}
+        out.update({name: getattr(self, name) for name in KIND_OPTIONS})
+        return out
+
+    def __post_init__(self) -> None:
         if self.norm not in NORMS:
             raise ModelError(f"unknown norm {self.norm!r}; use one of {', '.join(NORMS)}")
         for f in dataclasses.fields(self):
-            check = f.metadata.get("check", _CHECKS.get(f.name, ""))
-            check_option(f.name, getattr(self, f.name), check, f.type in (bool, "bool"))
+            if f.name != "options":
+                check_option(f.name, getattr(self, f.name), _CHECKS.get(f.name, ""),
+                             f.type in (bool, "bool"))
+        for f in dataclasses.fields(self.options) if self.options is not None else ():
+            check_option(f.name, getattr(self.options, f.name), f.metadata.get("check", ""),
+                         f.type in (bool, "bool"))
         if self.num_layers > MAX_LAYERS:
             raise ModelError(f"num_layers must be in [1, {MAX_LAYERS}], got {self.num_layers}")
-        for other in KINDS.values():  # an option another kind owns must keep its default
-            for opt in other.option_names:
-                default = self.__dataclass_fields__[opt].default
-                if opt not in self.kind_decl.option_names and getattr(self, opt) != default:
-                    raise ModelError(f"{opt} is an option of the {other.name} model; the "
-                                     f"{self.kind} model has none")
         if not isinstance(self.order, str):
             raise ModelError(f"order must be a string, got {self.order!r}")
         parse_order(self.order, self.num_layers)  # validates
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
-        """Every option's name (what `from_options` accepts)."""
-        return tuple(f.name for f in dataclasses.fields(cls))
+        """Every option's name in the flat form (what `from_options` accepts): the common
+        options, then every kind's."""
+        return (*(f.name for f in dataclasses.fields(cls) if f.name != "options"),
+                *KIND_OPTIONS)
 
     @classmethod
     def from_options(cls, **options: object) -> "ModelConfig":
@@ -269,21 +337,3 @@ class _ModelBase:
     def activates(self, plan: LayerPlan) -> bool:
         """Whether a ReLU follows the stage (every stage but the model's last)."""
         return plan.index < self.num_stages - 1
-
-
-def _kind_fields() -> list[tuple[str, Any, dataclasses.Field]]:
-    """Every kind's options (`plexus_partition.model.ops.base.ModelKind.options`) as fields: their
-    defaults, and the checks and help of their metadata."""
-    out: dict[str, tuple] = {}
-    for kind in KINDS.values():
-        for f in dataclasses.fields(kind.options) if kind.options else ():
-            out.setdefault(f.name, (f.name, f.type, dataclasses.field(default=f.default,
-                                                                      metadata=f.metadata)))
-    return list(out.values())
-
-
-#: The model as a value: `_ModelBase`'s options and every kind's, generated from the kinds'
-#: declarations (a kind's option is added in its own file)
-ModelConfig = dataclasses.make_dataclass("ModelConfig", _kind_fields(), bases=(_ModelBase,),
-                                         frozen=True, namespace={"__module__": __name__,
-                                                                 "__doc__": _ModelBase.__doc__})

@@ -15,7 +15,8 @@ import math
 from dataclasses import dataclass
 
 from .cli import UsageError
-from .model import DEFAULT_DTYPE, DTYPE_BYTES, DTYPES, MAX_LAYERS, ModelConfig, ModelError
+from .model import (DEFAULT_DTYPE, DTYPE_BYTES, DTYPES, KIND_OPTIONS, MAX_LAYERS, ModelConfig,
+                    ModelError)
 from .ops import KINDS, NORMS
 from .schedule import SPARSE_MODES
 
@@ -85,7 +86,7 @@ def add_model_options(parser: argparse.ArgumentParser,
 
 def kind_options() -> list[dataclasses.Field]:
     """Every kind's option fields (`plexus_partition.model.ops.base.option`), in the kinds' order."""
-    return [f for f in dataclasses.fields(ModelConfig) if "help" in f.metadata]
+    return list(KIND_OPTIONS.values())
 
 
 def add_kind_options(group: argparse._ArgumentGroup) -> None:
@@ -172,8 +173,9 @@ def model_config(args: argparse.Namespace, **overrides: object) -> ModelConfig:
     """The `ModelConfig` of the parsed model options (``--layers``/``--order`` resolved;
     ``overrides``: fields another source fixes, e.g. a recipe's or a store's); `UsageError`
     naming the flag for a value the model refuses (e.g. ``--heads`` without ``--model gat``)."""
+    fields = [f for f in dataclasses.fields(ModelConfig) if f.name != "options"]
     values = {f.name: getattr(args, flag(f.name)[2:].replace("-", "_"), f.default)
-              for f in dataclasses.fields(ModelConfig)}
+              for f in [*fields, *KIND_OPTIONS.values()]}
     values["num_layers"] = resolve_layers(args.layers)
     values["order"] = resolve_order(args.order)
     values.update(overrides)
