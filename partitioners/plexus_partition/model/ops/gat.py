@@ -56,7 +56,7 @@ class StageOptions:
 
 def heads_of(cfg, layer: int) -> int:
     """Attention heads of GNN layer ``layer``: ``out_heads`` on the last, else ``heads``."""
-    return cfg.out_heads if layer == cfg.num_layers - 1 else cfg.heads
+    return cfg.options.out_heads if layer == cfg.num_layers - 1 else cfg.options.heads
 
 
 def _stage_options(cfg, layer: int, pos: int, d_in: int, d_out: int) -> StageOptions:
@@ -117,8 +117,8 @@ class GAT(Operator):
         with g.comm.exact():  # float32 scores and statistics whatever the wire precision
             s = g.head_sums(Z, [g.param("att_src"), g.param("att_dst")], heads, width)  # AR(s)
             s_src, s_dst = s[:, :heads], g.to_rows(s[:, heads:])  # AR(S·s) over o: Â's rows
-            alpha = g.attention(s_dst, s_src, cfg.negative_slope)  # AR-MAX, AR-SUM over o
-        drop = cfg.attn_dropout if g.training else 0.0
+            alpha = g.attention(s_dst, s_src, cfg.options.negative_slope)  # AR-MAX, AR-SUM over o
+        drop = cfg.options.attn_dropout if g.training else 0.0
         if self.concat(p):                            # AR(OUT) over o
             return g.aggregate_weighted(alpha, Z, heads, width, drop, step)
         part = g.aggregate_weighted(alpha, Z, heads, width, drop, step, reduce=False)
@@ -137,12 +137,13 @@ class GAT(Operator):
         s_dst = (Zh * m.param("att_dst", s).view(heads, width)).sum(-1)
         dst, src = m.adj.indices()
         raw = s_dst[dst] + s_src[src]
-        e = raw.clamp_min(0) + m.cfg.negative_slope * raw.clamp_max(0)  # LeakyReLU, (edges, heads)
+        slope = m.cfg.options.negative_slope
+        e = raw.clamp_min(0) + slope * raw.clamp_max(0)  # LeakyReLU, (edges, heads)
         top = e.new_full((n, heads), float("-inf")).scatter_reduce(
             0, dst[:, None].expand(-1, heads), e, "amax")
         w = (e - top[dst]).exp()
         alpha = w / w.new_zeros(n, heads).index_add(0, dst, w)[dst]
-        rate = m.cfg.attn_dropout
+        rate = m.cfg.options.attn_dropout
         if m.training and rate > 0:
             alpha = alpha * m.edge_keep(step or 0, p.layer, heads, dst, src, rate) / (1 - rate)
         out = Zh.new_zeros(n, heads, width).index_add(0, dst, alpha[:, :, None] * Zh[src])
@@ -245,9 +246,10 @@ KIND = ModelKind("gat", ("gat",), "gcn", "GATConv", ("convs.{l}.",),
                  "GATConv: attention over in-neighbours and the node itself, heads "
                  "concatenated on hidden layers and averaged on the last",
                  attention=True, options=Options, stage_options=_stage_options,
-                 hidden_width=lambda cfg: cfg.hidden * cfg.heads,
-                 summary=lambda cfg: f"heads {cfg.heads}/{cfg.out_heads}",
+                 hidden_width=lambda cfg: cfg.hidden * cfg.options.heads,
+                 summary=lambda cfg: f"heads {cfg.options.heads}/{cfg.options.out_heads}",
                  pyg_kwargs=lambda cfg, layer, d_in, d_out: {
                      "heads": heads_of(cfg, layer), "concat": layer < cfg.num_layers - 1,
-                     "negative_slope": cfg.negative_slope, "dropout": cfg.attn_dropout,
+                     "negative_slope": cfg.options.negative_slope,
+                     "dropout": cfg.options.attn_dropout,
                      "add_self_loops": True})

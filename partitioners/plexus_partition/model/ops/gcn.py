@@ -48,4 +48,4 @@ KIND = ModelKind("gcn", ("gcn",), "gcn", "GCNConv", ("convs.{l}.",),
                  "GCNConv: symmetric-normalized sum over in-neighbours and the node itself",
                  options=Options, takes_edge_weights=True,
                  stage_options=lambda cfg, layer, pos, d_in, d_out: StageOptions(
-                     cfg.residual and d_in == d_out))
+                     cfg.options.residual and d_in == d_out))

@@ -68,8 +68,8 @@ KIND = ModelKind("gin", ("gin", "dense"), "sum", "GINConv", ("convs.{l}.", "conv
                  "plus (1+ε) times the node itself, then the MLP",
                  options=Options,
                  stage_options=lambda cfg, layer, pos, d_in, d_out:
-                     StageOptions(cfg.train_eps) if pos == 0 else None,
+                     StageOptions(cfg.options.train_eps) if pos == 0 else None,
                  pyg_kwargs=lambda cfg, layer, d_in, d_out: {
-                     "train_eps": cfg.train_eps,
+                     "train_eps": cfg.options.train_eps,
                      "nn": [_linear(d_in, cfg.hidden, cfg.bias), {"class": "ReLU"},
                             _linear(cfg.hidden, d_out, cfg.bias)]})
