@@ -206,3 +206,31 @@ def test_every_kind_is_one_file_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_flat_form_of_logs_and_checkpoints_still_reads():
+    """Logs, checkpoints and stores written before the options were typed hold the flat form:
+    every kind's option, the other kinds' at their defaults (written out here as 16bafc1's
+    `plexus-train --log-json` wrote a GAT model's ``config``, the values changed)."""
+    import pickle
+
+    from plexus_partition.model.model import ModelConfig, ModelError
+    from plexus_partition.model.ops import KINDS
+
+    old = {"num_layers": 3, "hidden": 8, "dropout": 0.5, "bias": True, "order": "auto",
+           "learnable_features": False, "kind": "gat", "norm": "none", "input_dropout": True,
+           "residual": False, "train_eps": True, "heads": 4, "out_heads": 2,
+           "attn_dropout": 0.1, "negative_slope": 0.2}
+    cfg = ModelConfig(**old)
+    assert cfg.options == KINDS["gat"].options(heads=4, out_heads=2, attn_dropout=0.1)
+    assert cfg.as_dict() == old and ModelConfig.from_options(**old) == cfg
+    nested = {k: old[k] for k in ("num_layers", "hidden", "dropout", "bias", "order",
+                                  "learnable_features", "kind", "norm", "input_dropout")}
+    assert ModelConfig(**nested, options={"heads": 4, "out_heads": 2, "attn_dropout": 0.1}) == cfg
+    assert pickle.loads(pickle.dumps(cfg)) == cfg and hash(pickle.loads(pickle.dumps(cfg)))
+    gcn = ModelConfig(**{**old, "kind": "gcn", "heads": 1, "out_heads": 1, "attn_dropout": 0.0})
+    assert "heads" not in repr(gcn) and gcn.heads == 1  # read flat: another kind's default
+    with pytest.raises(ModelError, match="heads is an option of the gat model"):
+        ModelConfig(**{**old, "kind": "gcn"})
+    with pytest.raises(ModelError, match="options of the sage model"):
+        ModelConfig(kind="sage", options=KINDS["gat"].options())
