@@ -85,9 +85,16 @@ class GroupRunner(Runner):
     def __init__(self, work: str | os.PathLike, env: Any, timeout_s: float,
                  progress: bool | None = None) -> None:
         super().__init__(work, progress)
-        import torch.distributed as dist  # noqa: PLC0415
+        try:
+            import torch.distributed as dist  # noqa: PLC0415
 
-        from plexus_partition.launch.group import init_process_group  # noqa: PLC0415
+            from plexus_partition.launch.group import init_process_group  # noqa: PLC0415
+        except ImportError:  # the partitioner project installed alone, started by srun
+            raise PartitionError(
+                f"this is rank {env.rank} of {env.world_size} of a torchrun/srun job, and joining "
+                "their group needs torch, which this environment lacks: install torch, or run "
+                "plexus-partition as one process (--jobs N uses N processes of this machine)"
+            ) from None
 
         self._dist = dist
         init_process_group(env, timeout_s, cpu=True)

@@ -34,3 +34,23 @@ def test_plexus_partition_help_does_not_need_torch():
 def test_the_check_can_fail():
     # the block itself works: a module that needs torch fails under it
     assert _run("import plexus.engine.model").returncode != 0
+
+
+def test_a_rank_of_an_srun_job_without_torch_says_so_in_one_line(tmp_path):
+    """Joining a torchrun/srun job's group is the one place the partitioner needs torch: where
+    the environment lacks it, a rank says so in one line (exit 2) and writes nothing."""
+    import os
+
+    env = dict(os.environ, SLURM_NTASKS="2", SLURM_PROCID="1", SLURM_LOCALID="1",
+               SLURM_STEP_ID="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29555")
+    env.pop("RANK", None)
+    store = tmp_path / "S"
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCK + "from plexus_partition.console import plexus_partition\n"
+         f"sys.argv = ['plexus-partition', '--dataset', 'rmat:scale=6', '--grid', '2x1x1', "
+         f"'--out', {str(store)!r}, '--threads', '1']\nsys.exit(plexus_partition())"],
+        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "rank 1 of 2" in lines[0] and "needs torch" in lines[0], lines
+    assert not store.exists()
