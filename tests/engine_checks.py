@@ -503,15 +503,16 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / max(float(b.norm()), 1e-12))
 
 
-def _serial_step(serial) -> tuple:
-    """The serial model's training logits, loss, full gradients and evaluation logits."""
-    serial.train()
-    z = serial(step=3)
-    loss = serial.loss(z)
+def _one_step(model) -> tuple:
+    """A model's (serial or distributed) training logits, loss, gradients (of its shards) and
+    evaluation logits."""
+    model.train()
+    z = model(step=3)
+    loss = model.loss(z)
     loss.backward()
     with torch.no_grad():
-        evaluated = serial.eval()()
-    return z.detach(), loss.detach(), {n: p.grad for n, p in serial.named_shards().items()}, \
+        evaluated = model.eval()()
+    return z.detach(), loss.detach(), {n: p.grad for n, p in model.named_shards().items()}, \
         evaluated
 
 
@@ -523,24 +524,19 @@ def check_wire_step(grid: Grid, g: Graph, cfg: ModelConfig,
     model's own change with its weights rounded to bf16), float32 and finite."""
     dist_model, serial, shard = build(grid, g, cfg, "double",
                                       engine or EngineConfig(comm_dtype="bf16"))
-    zs, ls, gs, es = _serial_step(serial)
+    zs, ls, gs, es = _one_step(serial)
     rounded = build(grid, g, cfg, "double")[1]
     with torch.no_grad():
         for p in rounded.named_shards().values():
             p.copy_(p.bfloat16().float())
-    zk, lk, gk, ek = _serial_step(rounded)
-    dist_model.train()
-    zd = dist_model(step=3)
-    ld = dist_model.loss(zd)
-    ld.backward()
-    with torch.no_grad():
-        ed = dist_model.eval()()
+    zk, lk, gk, ek = _one_step(rounded)
+    zd, ld, gd, ed = _one_step(dist_model)
     rows = torch.from_numpy(shard.output_ids)
     real = rows >= 0
     c0 = dist_model.class_start
     c1 = min(c0 + zd.shape[1], g.num_classes)
-    names = list(dist_model.named_shards())
-    grads = [dist_model.named_shards()[n].grad for n in names]
+    names = list(gd)
+    grads = [gd[n] for n in names]
     fails = [f"grad {n} is {t.dtype} or not finite" for n, t in zip(names, grads)
              if t.dtype != torch.float32 or not torch.isfinite(t).all()]
 
@@ -550,10 +546,10 @@ def check_wire_step(grid: Grid, g: Graph, cfg: ModelConfig,
     def block(z: torch.Tensor) -> torch.Tensor:
         return z[rows[real]][:, c0:c1]
 
-    pairs = [("loss", ld.detach().reshape(1), ls.reshape(1), lk.reshape(1)),
+    pairs = [("loss", ld.reshape(1), ls.reshape(1), lk.reshape(1)),
              ("gradient", torch.cat([t.reshape(-1) for t in grads]), mine(gs), mine(gk))]
     if c1 > c0:
-        pairs += [("logits", zd.detach()[real][:, : c1 - c0], block(zs), block(zk)),
+        pairs += [("logits", zd[real][:, : c1 - c0], block(zs), block(zk)),
                   ("eval logits", ed[real][:, : c1 - c0], block(es), block(ek))]
     for what, got, want, moved in pairs:
         tol = WIRE_FLOOR + WIRE_KAPPA * _rel(moved, want)
