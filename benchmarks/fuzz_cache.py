@@ -31,18 +31,19 @@ import collections
 import json
 import os
 import random
-import select
 import shutil
 import signal
 import sys
 import tempfile
 import time
 import traceback
-import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/fuzzing
+from fuzzing.harness import Hang, fork_json, on_alarm, read_until_eof  # noqa: E402
+from fuzzing.storedamage import (contents, forge_store, reseal_without_key,  # noqa: E402
+                                 store_labels)
 
 SPEC = "rmat:scale=6,edge_factor=4,features=8,classes=3"
 NOBODY = 65534
@@ -69,55 +70,6 @@ def _run(cache: Path) -> Any:
     from plexus.train.cache import Cache, cached_options
 
     return cached_options(_plan(), Cache(cache), None)[1]
-
-
-def _labels(store: Path) -> list:
-    manifest = json.loads((store / "manifest.json").read_text())
-    out = []
-    for rank in manifest["ranks"]:
-        with zipfile.ZipFile(store / rank["file"]) as zf:
-            out.append(np.load(zf.open("labels.npy")).tolist())
-    return out
-
-
-def _files(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and not p.is_symlink()}
-
-
-def _forge(store: Path) -> None:
-    """Labels and features zeroed, the manifest's sizes and sha256 rewritten to match."""
-    from plexus_partition.store import file_sha256
-
-    manifest = json.loads((store / "manifest.json").read_text())
-    for rank in manifest["ranks"]:
-        path = store / rank["file"]
-        try:
-            with zipfile.ZipFile(path) as zf:
-                members = {n: np.load(zf.open(n)) for n in zf.namelist()}
-        except (zipfile.BadZipFile, ValueError, OSError, EOFError):
-            continue  # damaged by an earlier plant: left as it is
-        with zipfile.ZipFile(path, "w") as zf:
-            for name, arr in members.items():
-                with zf.open(name, "w") as f:
-                    np.lib.format.write_array(
-                        f, np.zeros_like(arr) if name.startswith(("labels", "features")) else arr)
-        rank["size"], rank["sha256"] = path.stat().st_size, file_sha256(path)
-    (store / "manifest.json").write_text(json.dumps(manifest))
-
-
-def _reseal_without_key(store: Path) -> None:
-    from plexus_partition.store import file_sha256
-
-    seal_path = store / ".plexus-seal.json"
-    if not seal_path.is_file():  # removed by an earlier plant (or a Plexus that seals nothing)
-        return
-    seal = json.loads(seal_path.read_text())
-    for name, entry in seal["files"].items():
-        if entry[0] is not None and (store / name).is_file():
-            entry[0] = (store / name).stat().st_size
-            entry[1] = file_sha256(store / name) if entry[1] is not None else None
-    seal_path.write_text(json.dumps(seal))
 
 
 def _fork() -> int:
@@ -171,7 +123,7 @@ class Case:
         (path / "src").mkdir(parents=True, exist_ok=True)
         (path / "src" / "main.py").write_text("print('mine')\n")
         (path / "notes.md").write_text("notes\n")
-        self.keep[path] = _files(path)
+        self.keep[path] = contents(path)
 
     def plant(self, what: str, rng: random.Random) -> None:
         cache, store = self.cache, self.store
@@ -201,12 +153,12 @@ class Case:
                 data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
             rank.write_bytes(bytes(data))
         elif what == "forged":
-            _forge(store)
+            forge_store(store)
         elif what == "forged_resealed":
-            _forge(store)
-            _reseal_without_key(store)
+            forge_store(store)
+            reseal_without_key(store)
         elif what == "forged_unsealed":
-            _forge(store)
+            forge_store(store)
             (store / ".plexus-seal.json").unlink(missing_ok=True)
         elif what == "seal_swapped" and (store / ".plexus-seal.json").exists():
             fake = cache / "elsewhere"
@@ -248,7 +200,7 @@ class Case:
                 os.chmod(self.cache, 0o777)
                 shutil.copytree(readable / store.name, self.cache / store.name)
                 shutil.copytree(readable / "sources", self.cache / "sources")
-                _forge(self.cache / store.name)
+                forge_store(self.cache / store.name)
                 os.symlink(victim, self.cache / "graphs")
 
             _as_nobody(plant)
@@ -305,7 +257,7 @@ def _check_run(outcome: str, detail: str, store: Any, oracle: list) -> tuple[str
     if outcome != "ok":
         return outcome, detail
     try:
-        if _labels(Path(store.path)) != oracle:
+        if store_labels(Path(store.path)) != oracle:
             return "wrong", f"reused {store.path} whose labels differ from the graph's"
     finally:
         store.hold.release()
@@ -320,7 +272,7 @@ def run_one(d: Path, base: Path, shared: Path | None, oracle: list,
     how = f"{'+'.join(plants)} -> {action}"
     for what in plants:
         case.plant(what, rng)
-    victim = _files(case.victim)
+    victim = contents(case.victim)
     if action == "run":
         outcome, detail, store = _call(lambda: _run(case.cache))
         outcome, detail = _check_run(outcome, detail, store, oracle)
@@ -336,29 +288,18 @@ def run_one(d: Path, base: Path, shared: Path | None, oracle: list,
     elif action == "evict":
         outcome, detail, _ = _evict(case.cache)
     else:
-        read, write = os.pipe()
-        pid = _fork()
-        if pid == 0:
-            code = 1
-            try:
-                os.close(read)
-                os.write(write, json.dumps(_clean(case.cache)[:2]).encode())
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(write)
+        pid, read = fork_json(lambda: _clean(case.cache)[:2], fork=_fork)
         outcome, detail, store = _call(lambda: _run(case.cache))
         outcome, detail = _check_run(outcome, detail, store, oracle)
-        with os.fdopen(read, "rb") as f:
-            got = f.read()
+        got, _ = read_until_eof(read, pid)
         _, status = os.waitpid(pid, 0)
         other = json.loads(got) if got else ["signal", f"clean exit {status}"]
         if other[0] not in GOOD:
             outcome, detail = other[0], f"the concurrent clean: {other[1]}"
-    if _files(case.victim) != victim:
+    if contents(case.victim) != victim:
         return how, "lost", "a file of the victim outside the cache changed or went"
     for path, files in case.keep.items():
-        if _files(path) != files:
+        if contents(path) != files:
             return how, "lost", f"the user's {path.name}/ in the cache changed or went"
     return how, outcome, detail
 
@@ -372,52 +313,25 @@ def plants_touch_store(plants: list[str]) -> bool:
                                "shared_by_nobody"})
 
 
-class _Hang(BaseException):
-    pass
-
-
-def _alarm(signum: int, frame: Any) -> None:  # noqa: ARG001
-    raise _Hang()
-
-
 def run_case(index: int, seed: int, base: Path, shared: Path | None, oracle: list,
              folder: Path) -> dict:
     """One case in a forked child under an alarm: its outcome."""
-    read, write = os.pipe()
-    pid = _fork()
-    if pid == 0:
-        code = 0
+    def case() -> tuple[str, str, str]:  # in the forked child
+        signal.signal(signal.SIGALRM, on_alarm)
+        signal.alarm(CASE_LIMIT_S)
+        d = folder / f"case-{index}"
+        d.mkdir()
         try:
-            os.close(read)
-            signal.signal(signal.SIGALRM, _alarm)
-            signal.alarm(CASE_LIMIT_S)
-            d = folder / f"case-{index}"
-            d.mkdir()
-            try:
-                result = run_one(d, base, shared, oracle, random.Random(f"{seed}-{index}"))
-            except _Hang:
-                result = ("?", "hang", f"still running after {CASE_LIMIT_S} s")
-            signal.alarm(0)
-            os.write(write, json.dumps(result).encode())
-        except BaseException:  # noqa: BLE001 - the harness itself failed: say so
-            os.write(write, json.dumps(["?", "traceback", traceback.format_exc()[-400:]])
-                     .encode())
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(write)
-    chunks, deadline, killed = [], time.monotonic() + CASE_LIMIT_S + 30, False
-    while True:
-        ready, _, _ = select.select([read], [], [], 0.5)
-        if ready:
-            chunk = os.read(read, 1 << 16)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        elif time.monotonic() > deadline and not killed:
-            os.kill(pid, signal.SIGKILL)
-            killed = True
-    os.close(read)
+            result = run_one(d, base, shared, oracle, random.Random(f"{seed}-{index}"))
+        except Hang:
+            result = ("?", "hang", f"still running after {CASE_LIMIT_S} s")
+        signal.alarm(0)
+        return result
+
+    # a harness that itself failed says so
+    pid, read = fork_json(case, lambda: ["?", "traceback", traceback.format_exc()[-400:]],
+                          fork=_fork)
+    got, killed = read_until_eof(read, pid, CASE_LIMIT_S + 30)
     _, status = os.waitpid(pid, 0)
     for leftover in (folder / f"case-{index}", *(shared.glob(f"case-{index}-*") if shared
                                                  else ())):
@@ -427,7 +341,7 @@ def run_case(index: int, seed: int, base: Path, shared: Path | None, oracle: lis
     if os.WIFSIGNALED(status):
         return {"index": index, "how": "?", "outcome": "signal",
                 "detail": f"signal {os.WTERMSIG(status)}"}
-    how, outcome, detail = json.loads(b"".join(chunks) or b'["?", "signal", "no result"]')
+    how, outcome, detail = json.loads(got or b'["?", "signal", "no result"]')
     return {"index": index, "how": how, "outcome": outcome, "detail": detail}
 
 
@@ -451,7 +365,7 @@ def build_base(folder: Path) -> tuple[Path, list]:
     held.hold.release()
     store = Path(held.path)
     graph = load_dataset(SPEC, seed=0)
-    labels = _labels(store)
+    labels = store_labels(store)
     manifest = json.loads((store / "manifest.json").read_text())
     assert manifest["num_nodes"] == graph.num_nodes
     assert sorted(v for rank in labels for v in rank if v >= 0) == \

@@ -32,7 +32,6 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 DEFAULT_SPEC = "rmat:scale=17,edge_factor=16,features=128,classes=16,seed=0"
-SMOKE_SPEC = "rmat:scale=10,edge_factor=8,features=16,classes=4,seed=0"
 TARGET_TIME, TARGET_MEMORY = 0.5, 0.2
 GIB = 2**30
 
@@ -88,13 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true", help="a tiny graph: seconds")
     p.add_argument("--out", default="benchmarks/out", help="folder for gat.txt and gat.json")
     p.add_argument("--pyg-worker", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.smoke:
-        args.spec, args.epochs, args.hidden = SMOKE_SPEC, 2, 8
-    if args.pyg_worker:
-        pyg_worker(args)
+    from benchmarks.memory import build_parser as memory_parser, options_or_worker, run_child, \
+        run_plexus
+
+    args = options_or_worker(p, argv, 8, pyg_worker)
+    if args is None:
         return 0
-    from benchmarks.memory import build_parser as memory_parser, run_child, run_plexus
     from plexus.bench.output import Tee, machine_info, write_json, write_text
 
     say = Tee()

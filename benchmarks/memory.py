@@ -208,12 +208,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def options_or_worker(parser: argparse.ArgumentParser, argv: list[str] | None,
+                      smoke_hidden: int, worker) -> argparse.Namespace | None:
+    """The options of a script that runs PyG in a child of its own (this one, benchmarks/gat.py):
+    ``--smoke`` shrinks the run (`SMOKE_SPEC`, 2 epochs, ``smoke_hidden``); in the
+    ``--pyg-worker`` child, ``worker(args)`` runs and None is returned."""
+    args = parser.parse_args(argv)
     if args.smoke:
-        args.spec, args.epochs, args.hidden = SMOKE_SPEC, 2, 16
+        args.spec, args.epochs, args.hidden = SMOKE_SPEC, 2, smoke_hidden
     if args.pyg_worker:
-        pyg_worker(args)
+        worker(args)
+        return None
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = options_or_worker(build_parser(), argv, 16, pyg_worker)
+    if args is None:
         return 0
     from plexus.bench.output import Tee
 

@@ -5,11 +5,12 @@
 The same layer twice on Cora: written with plexus.nn's ``g`` (every tensor and parameter tagged
 with its layout, each torch operation checked: `plexus.nn.layouts.LaidTensor`) and written on
 the untagged stage toolkit (`plexus.engine.graph3d.StageGraph`, as the built-in kinds are:
-nothing checked). The layer uses many small torch operations per step (learnable scalars on its
-input, Â's rows and output, a row norm, a bias) so the checks' per-operation cost shows. Steps
-(forward, loss, backward) alternate between the two networks in blocks; medians per step and
-the load average are printed and written to ``nn_checks.txt`` under ``--out`` (default
-benchmarks/out/); ``--smoke`` runs 4 steps on a toy graph.
+nothing checked). The layer, tests/nn_layers.py's `ScalarsEverywhere`, uses many small torch
+operations per step (learnable scalars on its input, Â's rows and output, a row norm, a bias) so
+the checks' per-operation cost shows. Steps (forward, loss, backward) alternate between the two
+networks in blocks; medians per step and the load average are printed and written to
+``nn_checks.txt`` under ``--out`` (default benchmarks/out/); ``--smoke`` runs 4 steps on a toy
+graph.
 """
 
 from __future__ import annotations
@@ -25,28 +26,11 @@ import torch
 
 if __package__ in (None, ""):  # run as a script: the in-tree plexus first
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/nn_layers.py
 
 import plexus.nn as pnn  # noqa: E402
+from nn_layers import ScalarsEverywhere as Checked  # noqa: E402 - the tests' layer, checked
 from plexus.nn.layouts import ROWS_OUT, laid, plain  # noqa: E402
-
-
-class Checked(pnn.Layer):
-    """Scalars on the input, Â's rows and the output; a row norm; a bias (plexus.nn's g)."""
-
-    order = "agg"
-
-    def __init__(self, d_in, d_out):
-        super().__init__(d_in, d_out)
-        self.weight("w")
-        self.vector("bias")
-        for name in ("eps", "t_in", "t_out"):
-            self.scalar(name, init="ones")
-
-    def forward(self, g, x, step):
-        eps, t_in, t_out = (g.replicate(s) for s in (self.eps, self.t_in, self.t_out))
-        h = g.aggregate(x * t_in) + (1 + eps) * g.to_rows(x)
-        out = g.add_bias(g.linear(h, self.w), self.bias)
-        return t_out * g.normalize_rows(out) + out
 
 
 class Unchecked(Checked):

@@ -15,13 +15,12 @@ None``) and one without input dropout (``input_dropout = 0.0``), and no weight a
 ``APPNP`` on every tested grid (tests/engine_checks.py: logits and every gradient).
 """
 
-import argparse
-
 import torch
 
 import plexus
 import plexus.nn as pnn
 
+import citation  # the loop and command line gcnii.py and appnp.py share
 from gcnii import Linear
 
 
@@ -59,29 +58,9 @@ def train(grid, graph, hops, epochs):
     accuracies."""
     net = build(graph, grid, K=hops)
     opt = torch.optim.Adam(net.parameters(), lr=0.01, weight_decay=5e-4)
-    for epoch in range(epochs):
-        net.train()
-        opt.zero_grad()
-        loss = net.loss(net(step=epoch))
-        loss.backward()
-        opt.step()
-    with torch.no_grad():
-        acc = net.eval().accuracy(net())
-    if grid.rank == 0:
-        return {"loss": loss.item(), "val_acc": acc["val"], "test_acc": acc["test"]}
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--grid", default="1x1x2")
-    parser.add_argument("--hops", type=int, default=10)
-    parser.add_argument("--epochs", type=int, default=100)
-    args = parser.parse_args()
-    result = plexus.launch(train, plexus.load_dataset("cora"), args.hops, args.epochs,
-                           grid=args.grid)
-    if result is not None:  # rank 0's
-        print(" ".join(f"{k} {v:.4f}" for k, v in result.items()))
+    return citation.fit(net, opt, epochs, grid)
 
 
 if __name__ == "__main__":
-    plexus.run_script(main)  # bad input (e.g. a bad --grid): one line, status 2
+    # bad input (e.g. a bad --grid): one line, status 2
+    plexus.run_script(lambda: citation.main(__doc__, train, "--hops", 10))

@@ -17,13 +17,14 @@ tests/engine_checks.py copies them into PyG's modules on every tested grid and c
 and every gradient.
 """
 
-import argparse
 import math
 
 import torch
 
 import plexus
 import plexus.nn as pnn
+
+import citation  # the loop and command line gcnii.py and appnp.py share
 
 
 class Linear(pnn.Layer):
@@ -86,29 +87,9 @@ def train(grid, graph, layers, epochs):
     lins = [p for layer in (net.layers[0], net.layers[-1]) for p in layer.parameters()]
     opt = torch.optim.Adam([dict(params=convs, weight_decay=0.01),
                             dict(params=lins, weight_decay=5e-4)], lr=0.01)
-    for epoch in range(epochs):
-        net.train()
-        opt.zero_grad()
-        loss = net.loss(net(step=epoch))
-        loss.backward()
-        opt.step()
-    with torch.no_grad():
-        acc = net.eval().accuracy(net())
-    if grid.rank == 0:
-        return {"loss": loss.item(), "val_acc": acc["val"], "test_acc": acc["test"]}
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--grid", default="1x1x2")
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--epochs", type=int, default=100)
-    args = parser.parse_args()
-    result = plexus.launch(train, plexus.load_dataset("cora"), args.layers, args.epochs,
-                           grid=args.grid)
-    if result is not None:  # rank 0's
-        print(" ".join(f"{k} {v:.4f}" for k, v in result.items()))
+    return citation.fit(net, opt, epochs, grid)
 
 
 if __name__ == "__main__":
-    plexus.run_script(main)  # bad input (e.g. a bad --grid): one line, status 2
+    # bad input (e.g. a bad --grid): one line, status 2
+    plexus.run_script(lambda: citation.main(__doc__, train, "--layers", 8))

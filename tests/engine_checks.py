@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from collections import Counter
+from typing import Callable
 
 from plexus_partition.model.schedule import (SparseExchange, epoch_collectives, exact_rows, ring_volume,
                                   setup_collectives, volume_per_axis)
@@ -378,16 +379,28 @@ def check_mixed_layouts(grid: Grid) -> list[str]:
     return fails
 
 
+def on_every_grid(grids: list[tuple[int, int, int]],
+                  checks: Callable[[Grid, str, dict[str, Graph]], dict[str, list[str]]]
+                  ) -> dict[str, list[str]]:
+    """``checks(grid, tag, graphs)`` on every grid of ``grids`` (all of this world's size; the
+    tag is e.g. "2x1x2", the graphs the undirected and directed toy graphs), torch seeded once
+    before; every failure message names this rank."""
+    torch.manual_seed(0)
+    graphs = {"undirected": toy_graph(), "directed": directed_toy_graph()}
+    out: dict[str, list[str]] = {}
+    for dims in grids:
+        out.update(checks(Grid.create(dims), "x".join(map(str, dims)), graphs))
+    rank = torch.distributed.get_rank()
+    return {k: [f"rank {rank}: {m}" for m in v] for k, v in out.items()}
+
+
 def run_grid_checks(grids: list[tuple[int, int, int]], layer_counts=(1, 2, 3, 4),
                     epochs: int = 20) -> dict[str, list[str]]:
     """Every engine check for every grid in ``grids`` (all of this world's size); training
     checks run ``epochs`` epochs."""
-    torch.manual_seed(0)
-    g = toy_graph()
-    out: dict[str, list[str]] = {}
-    for dims in grids:
-        grid = Grid.create(dims)
-        tag = "x".join(map(str, dims))
+    def checks(grid: Grid, tag: str, graphs: dict[str, Graph]) -> dict[str, list[str]]:
+        g = graphs["undirected"]
+        out: dict[str, list[str]] = {}
         out[f"{tag}/comm/mixed-layouts"] = check_mixed_layouts(grid)
         for layers in layer_counts:
             base = ModelConfig(num_layers=layers, hidden=HIDDEN, dropout=0.5, bias=True)
@@ -416,8 +429,9 @@ def run_grid_checks(grids: list[tuple[int, int, int]], layer_counts=(1, 2, 3, 4)
                                                  "double")
         out[f"{tag}/ledger/mixed-learnable"] = check_ledger(
             grid, g, ModelConfig(3, HIDDEN, 0.5, True, "combine,agg,combine", True), "none")
-    rank = torch.distributed.get_rank()
-    return {k: [f"rank {rank}: {m}" for m in v] for k, v in out.items()}
+        return out
+
+    return on_every_grid(grids, checks)
 
 
 # Every model kind and option against its serial reference: 1-4 layers, both product orders.
@@ -489,15 +503,16 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / max(float(b.norm()), 1e-12))
 
 
-def _serial_step(serial) -> tuple:
-    """The serial model's training logits, loss, full gradients and evaluation logits."""
-    serial.train()
-    z = serial(step=3)
-    loss = serial.loss(z)
+def _one_step(model) -> tuple:
+    """A model's (serial or distributed) training logits, loss, gradients (of its shards) and
+    evaluation logits."""
+    model.train()
+    z = model(step=3)
+    loss = model.loss(z)
     loss.backward()
     with torch.no_grad():
-        evaluated = serial.eval()()
-    return z.detach(), loss.detach(), {n: p.grad for n, p in serial.named_shards().items()}, \
+        evaluated = model.eval()()
+    return z.detach(), loss.detach(), {n: p.grad for n, p in model.named_shards().items()}, \
         evaluated
 
 
@@ -509,24 +524,19 @@ def check_wire_step(grid: Grid, g: Graph, cfg: ModelConfig,
     model's own change with its weights rounded to bf16), float32 and finite."""
     dist_model, serial, shard = build(grid, g, cfg, "double",
                                       engine or EngineConfig(comm_dtype="bf16"))
-    zs, ls, gs, es = _serial_step(serial)
+    zs, ls, gs, es = _one_step(serial)
     rounded = build(grid, g, cfg, "double")[1]
     with torch.no_grad():
         for p in rounded.named_shards().values():
             p.copy_(p.bfloat16().float())
-    zk, lk, gk, ek = _serial_step(rounded)
-    dist_model.train()
-    zd = dist_model(step=3)
-    ld = dist_model.loss(zd)
-    ld.backward()
-    with torch.no_grad():
-        ed = dist_model.eval()()
+    zk, lk, gk, ek = _one_step(rounded)
+    zd, ld, gd, ed = _one_step(dist_model)
     rows = torch.from_numpy(shard.output_ids)
     real = rows >= 0
     c0 = dist_model.class_start
     c1 = min(c0 + zd.shape[1], g.num_classes)
-    names = list(dist_model.named_shards())
-    grads = [dist_model.named_shards()[n].grad for n in names]
+    names = list(gd)
+    grads = [gd[n] for n in names]
     fails = [f"grad {n} is {t.dtype} or not finite" for n, t in zip(names, grads)
              if t.dtype != torch.float32 or not torch.isfinite(t).all()]
 
@@ -536,10 +546,10 @@ def check_wire_step(grid: Grid, g: Graph, cfg: ModelConfig,
     def block(z: torch.Tensor) -> torch.Tensor:
         return z[rows[real]][:, c0:c1]
 
-    pairs = [("loss", ld.detach().reshape(1), ls.reshape(1), lk.reshape(1)),
+    pairs = [("loss", ld.reshape(1), ls.reshape(1), lk.reshape(1)),
              ("gradient", torch.cat([t.reshape(-1) for t in grads]), mine(gs), mine(gk))]
     if c1 > c0:
-        pairs += [("logits", zd.detach()[real][:, : c1 - c0], block(zs), block(zk)),
+        pairs += [("logits", zd[real][:, : c1 - c0], block(zs), block(zk)),
                   ("eval logits", ed[real][:, : c1 - c0], block(es), block(ek))]
     for what, got, want, moved in pairs:
         tol = WIRE_FLOOR + WIRE_KAPPA * _rel(moved, want)
@@ -594,12 +604,8 @@ def check_wire_comm(grid: Grid) -> list[str]:
 
 def run_wire_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
     """`WIRE_CHECKS` for every grid of ``grids`` (all of this world's size)."""
-    torch.manual_seed(0)
-    graphs = {"undirected": toy_graph(), "directed": directed_toy_graph()}
-    out: dict[str, list[str]] = {}
-    for dims in grids:
-        grid = Grid.create(dims)
-        tag = "x".join(map(str, dims))
+    def checks(grid: Grid, tag: str, graphs: dict[str, Graph]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
         out[f"{tag}/comm/bf16-wire"] = check_wire_comm(grid)
         g = graphs["directed"]
         for name, cfg in MODELS.items():
@@ -619,8 +625,9 @@ def run_wire_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
         out[f"{tag}/directed/gcn-batchnorm/ledger-sparse-off"] = check_ledger(
             grid, graphs["directed"], MODELS["gcn-batchnorm"], "double",
             EngineConfig(sparse_comm="off"))
-    rank = torch.distributed.get_rank()
-    return {k: [f"rank {rank}: {m}" for m in v] for k, v in out.items()}
+        return out
+
+    return on_every_grid(grids, checks)
 
 
 # The grids whose training step's operator count is checked against the graph's size
@@ -654,12 +661,8 @@ def check_op_counts(grid: Grid, small: Graph, large: Graph, cfg: ModelConfig) ->
 def run_model_checks(grids: list[tuple[int, int, int]], epochs: int = 20) -> dict[str, list[str]]:
     """`MODEL_CHECKS` for every grid in ``grids`` (all of this world's size); training checks
     run ``epochs`` epochs."""
-    torch.manual_seed(0)
-    graphs = {"undirected": toy_graph(), "directed": directed_toy_graph()}
-    out: dict[str, list[str]] = {}
-    for dims in grids:
-        grid = Grid.create(dims)
-        tag = "x".join(map(str, dims))
+    def checks(grid: Grid, tag: str, graphs: dict[str, Graph]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
         for gname, g in graphs.items():
             out[f"{tag}/{gname}/custom-layers"] = check_custom_layers(grid, g, epochs)
             for name in ("gcnii", "appnp"):  # examples/ against PyG's GCN2Conv and APPNP
@@ -686,7 +689,7 @@ def run_model_checks(grids: list[tuple[int, int, int]], epochs: int = 20) -> dic
                                                                 epochs=min(5, epochs))
             if gname == "directed":
                 out[f"{tag}/{gname}/{name}/ledger"] = check_ledger(grid, mg, cfg, "double")
-        if dims in OPCOUNT_GRIDS:  # graphs 16x apart in nodes
+        if grid.dims in OPCOUNT_GRIDS:  # graphs 16x apart in nodes
             sizes = {"undirected": (toy_graph(), toy_graph(37 * 16)),
                      "directed": (directed_toy_graph(), directed_toy_graph(41 * 16))}
             for gname, (small, large) in sizes.items():
@@ -696,8 +699,9 @@ def run_model_checks(grids: list[tuple[int, int, int]], epochs: int = 20) -> dic
         out[f"{tag}/directed/gin-fixed-eps-decay-first/train"] = check_training(
             grid, graphs["directed"], ModelConfig(2, HIDDEN, 0.5, kind="gin", train_eps=False),
             "single", decay_scope="first", epochs=epochs)
-    rank = torch.distributed.get_rank()
-    return {k: [f"rank {rank}: {m}" for m in v] for k, v in out.items()}
+        return out
+
+    return on_every_grid(grids, checks)
 
 
 def run_all_checks(grids: list[tuple[int, int, int]], model_grids: set[tuple[int, int, int]],
@@ -808,15 +812,13 @@ def check_training_loop(grid: Grid, g: Graph, cfg: ModelConfig, tc: TrainConfig,
 
 def run_loop_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
     """`LOOP_CHECKS` on every grid of ``grids`` (all of this world's size)."""
-    torch.manual_seed(0)
-    graphs = {"undirected": toy_graph(), "directed": directed_toy_graph()}
-    out: dict[str, list[str]] = {}
-    for dims in grids:
-        grid = Grid.create(dims)
+    def checks(grid: Grid, tag: str, graphs: dict[str, Graph]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
         for gname, g in graphs.items():
             mname, cfg = LOOP_MODELS[gname]
             for cname, tc in LOOP_CONFIGS.items():
-                tag = f"{'x'.join(map(str, dims))}/{gname}/{mname}/{cname}"
-                out.update(check_training_loop(grid, g, cfg, tc, tag))
-    rank = torch.distributed.get_rank()
-    return {k: [f"rank {rank}: {m}" for m in v] for k, v in out.items()}
+                out.update(check_training_loop(grid, g, cfg, tc,
+                                               f"{tag}/{gname}/{mname}/{cname}"))
+        return out
+
+    return on_every_grid(grids, checks)

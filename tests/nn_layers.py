@@ -22,68 +22,60 @@ exec(_block.split('if __name__ == "__main__":')[0], globals())  # noqa: S102 (ou
 README_LAYER = "WeightedConv"
 
 
-# ---- layout mistakes: each must fail with a one-line LayoutError on every grid --------------
-class PygStyleCombine(pnn.Layer):
-    """Aggregate, then linear, left at the default order "combine" (the issue's first case)."""
+class OneWeight(pnn.Layer):
+    """A layer with one weight ``w`` (d_in × d_out); most layers below are one, some declare
+    more after it."""
 
     def __init__(self, d_in, d_out):
         super().__init__(d_in, d_out)
         self.weight("w")
 
+
+# ---- layout mistakes: each must fail with a one-line LayoutError on every grid --------------
+class PygStyleCombine(OneWeight):
+    """Aggregate, then linear, left at the default order "combine" (the issue's first case)."""
+
     def forward(self, g, x, step):
         return g.linear(g.aggregate(x), self.w)
 
 
-class SkipWithoutToRows(pnn.Layer):
+class SkipWithoutToRows(OneWeight):
     """order "agg", a skip term x·W_root without g.to_rows (the issue's second case)."""
 
     order = "agg"
 
     def __init__(self, d_in, d_out):
         super().__init__(d_in, d_out)
-        self.weight("w")
         self.weight("w_root")
 
     def forward(self, g, x, step):
         return g.linear(g.aggregate(x), self.w) + g.linear(x, self.w_root)
 
 
-class AddRawSkip(pnn.Layer):
+class AddRawSkip(OneWeight):
     """order "combine", the skip term added in its input rows: Â-rows + nodes."""
-
-    def __init__(self, d_in, d_out):
-        super().__init__(d_in, d_out)
-        self.weight("w")
 
     def forward(self, g, x, step):
         h = g.linear(x, self.w)
         return g.aggregate(h) + h
 
 
-class ParameterDirectly(pnn.Layer):
+class ParameterDirectly(OneWeight):
     """``x @ self.w`` instead of g.linear: right on one rank, a partial product on a grid."""
-
-    def __init__(self, d_in, d_out):
-        super().__init__(d_in, d_out)
-        self.weight("w")
 
     def forward(self, g, x, step):
         return g.aggregate(x @ self.w)
 
 
-class ForgotAggregate(pnn.Layer):
+class ForgotAggregate(OneWeight):
     """order "combine" but never aggregates: returns the input's rows, not Â's."""
-
-    def __init__(self, d_in, d_out):
-        super().__init__(d_in, d_out)
-        self.weight("w")
 
     def forward(self, g, x, step):
         return g.linear(x, self.w)
 
 
 
-class ScalarNotReplicated(pnn.Layer):
+class ScalarNotReplicated(OneWeight):
     """GIN-like (1+ε)·x_i + Σ x_j with ε used without g.replicate: right values on every grid,
     ε's gradient only this rank's part on a grid: refused on every grid, 1x1x1 included."""
 
@@ -91,20 +83,15 @@ class ScalarNotReplicated(pnn.Layer):
 
     def __init__(self, d_in, d_out):
         super().__init__(d_in, d_out)
-        self.weight("w")
         self.scalar("eps")
 
     def forward(self, g, x, step):
         return g.linear(g.aggregate(x) + (1 + self.eps) * g.to_rows(x), self.w)
 
 
-class NormalizeOverCutColumns(pnn.Layer):
+class NormalizeOverCutColumns(OneWeight):
     """F.normalize(out, dim=1) of an output whose columns are cut: each rank would divide by
     its own columns' norm: refused on every grid."""
-
-    def __init__(self, d_in, d_out):
-        super().__init__(d_in, d_out)
-        self.weight("w")
 
     def forward(self, g, x, step):
         return F.normalize(g.aggregate(g.linear(x, self.w)), dim=1)
@@ -120,7 +107,7 @@ MISTAKE_FIX = {"scalar-not-replicated": "g.replicate(self.eps)",
 
 
 # ---- correct layers with the toolkit's scalar and row norm: check_layer PASSes them ----------
-class ScalarsEverywhere(pnn.Layer):
+class ScalarsEverywhere(OneWeight):
     """order "agg": a learnable scalar on every tensor it can meet — the input, Â-rows×in
     (GIN's (1+ε)), the output — and the output's rows normalized (g.normalize_rows)."""
 
@@ -128,7 +115,6 @@ class ScalarsEverywhere(pnn.Layer):
 
     def __init__(self, d_in, d_out):
         super().__init__(d_in, d_out)
-        self.weight("w")
         self.vector("bias")
         for name in ("eps", "t_in", "t_out"):
             self.scalar(name, init="ones")
@@ -140,12 +126,11 @@ class ScalarsEverywhere(pnn.Layer):
         return t_out * g.normalize_rows(out) + out
 
 
-class ScaledCombine(pnn.Layer):
+class ScaledCombine(OneWeight):
     """order "combine": a scalar on g.linear's output and on the output, a row norm of each."""
 
     def __init__(self, d_in, d_out):
         super().__init__(d_in, d_out)
-        self.weight("w")
         self.scalar("a", init="ones")
         self.scalar("b", init="ones")
 
@@ -157,7 +142,7 @@ class ScaledCombine(pnn.Layer):
         return out * b + g.normalize_rows(out)
 
 
-class ScaledDense(pnn.Layer):
+class ScaledDense(OneWeight):
     """order "dense": a scalar on the input and on the output (which is g.linear's), a row
     norm of the output."""
 
@@ -165,7 +150,6 @@ class ScaledDense(pnn.Layer):
 
     def __init__(self, d_in, d_out):
         super().__init__(d_in, d_out)
-        self.weight("w")
         self.vector("bias")
         self.scalar("a", init="ones")
         self.scalar("b", init="ones")
@@ -176,7 +160,7 @@ class ScaledDense(pnn.Layer):
         return out * b / (1 + g.row_norm(out))
 
 
-class HiddenScalar(pnn.Layer):
+class HiddenScalar(OneWeight):
     """A scalar whose layout is stripped (plexus.nn.layouts.plain) before use: the toolkit
     cannot see it; right on one rank, its gradient this rank's part on a grid (check_layer's
     FAIL names the cause and the fix)."""
@@ -185,7 +169,6 @@ class HiddenScalar(pnn.Layer):
 
     def __init__(self, d_in, d_out):
         super().__init__(d_in, d_out)
-        self.weight("w")
         self.scalar("eps")
 
     def forward(self, g, x, step):
@@ -195,25 +178,20 @@ class HiddenScalar(pnn.Layer):
 
 
 # ---- edge values ----------------------------------------------------------------------------
-class EdgeValueGCN(pnn.Layer):
+class EdgeValueGCN(OneWeight):
     """GCNConv through per-edge values: Σ_j Â_ij·(x_j·W) + b with Â's values from the edges."""
 
     def __init__(self, d_in, d_out):
         super().__init__(d_in, d_out)
-        self.weight("w")
         self.vector("bias")
 
     def forward(self, g, x, step):
         return g.add_bias(g.aggregate(g.linear(x, self.w), g.edge_values()), self.bias)
 
 
-class ValuesTimesWeights(pnn.Layer):
+class ValuesTimesWeights(OneWeight):
     """GCN's Â values times the graph's weights, per edge, in g.aggregate_weighted:
     Σ_j (Â_ij·w_ji)·z_j (self loops GCN adds weigh 0)."""
-
-    def __init__(self, d_in, d_out):
-        super().__init__(d_in, d_out)
-        self.weight("w")
 
     def forward(self, g, x, step):
         alpha = g.edge_values() * g.edge_weights()  # per-edge product, both ``edges``

@@ -15,11 +15,12 @@ from plexus.engine.rocauc import mean_rocauc
 from plexus.engine.seeding import initial_parameters, initial_stats, split_name
 from plexus.engine.spmm import BACKENDS, check_backend
 from plexus.engine.timing import Timers
-from plexus.engine.trainer import BestEpoch, EpochStats, Trainer, make_schedule
+from plexus.engine.trainer import (BestEpoch, EpochStats, Trainer, make_schedule,
+                                   needs_validation)
 
 __all__ = [
     "Comm", "staged", "DEFAULT_DTYPE", "LR_SCHEDULES", "OPTIMIZERS", "EngineConfig",
     "TrainConfig", "TrainConfigError", "Grid", "Ledger", "mean_rocauc", "initial_parameters",
     "initial_stats", "split_name", "BACKENDS", "check_backend", "Timers", "BestEpoch",
-    "EpochStats", "Trainer", "make_schedule",
+    "EpochStats", "Trainer", "make_schedule", "needs_validation",
 ]

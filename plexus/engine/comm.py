@@ -263,19 +263,25 @@ class _AllReduce(torch.autograd.Function):
         return grad, None, None
 
 
-class _AllReduceGrad(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, comm: Comm, axis: str):  # noqa: D102
-        ctx.comm, ctx.axis, ctx.tag = comm, axis, comm.tag()
-        return x.view_as(x)
+class GradCollective(torch.autograd.Function):
+    """Identity forward, ``apply(x, comm, over)``; a subclass's backward runs a collective on
+    the gradient over ``ctx.over`` (an axis, a row exchange), recorded under the forward's
+    layer (``ctx.tag``)."""
 
     @staticmethod
+    def forward(ctx, x, comm: Comm, over):  # noqa: D102
+        ctx.comm, ctx.over, ctx.tag = comm, over, comm.tag()
+        return x.view_as(x)
+
+
+class _AllReduceGrad(GradCollective):
+    @staticmethod
     def backward(ctx, grad):  # noqa: D102
-        if ctx.comm.grid.size(ctx.axis) == 1:
+        if ctx.comm.grid.size(ctx.over) == 1:
             return grad, None, None
         grad = grad.clone(memory_format=torch.contiguous_format)
         with ctx.comm.backward_of(ctx.tag):
-            return ctx.comm.raw_all_reduce(grad, ctx.axis), None, None
+            return ctx.comm.raw_all_reduce(grad, ctx.over), None, None
 
 
 class _RowBlocks(torch.autograd.Function):

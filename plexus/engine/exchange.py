@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from plexus_partition.rowsets import by_piece, sent_rows
 
-from .comm import Comm
+from .comm import Comm, GradCollective
 
 
 @dataclass
@@ -152,16 +152,12 @@ class SparseSum(torch.autograd.Function):
         return grad, None, None
 
 
-class GatherGrad(torch.autograd.Function):
+class GatherGrad(GradCollective):
     """Identity forward on a tensor replicated over the axis whose backward sums the gradient
-    over it only where this rank reads it (`sparse_gather`; `Comm.all_reduce_grad` otherwise)."""
-
-    @staticmethod
-    def forward(ctx, x, comm: Comm, ex: RowExchange):  # noqa: D102
-        ctx.comm, ctx.ex, ctx.tag = comm, ex, comm.tag()
-        return x.view_as(x)
+    over it only where this rank reads it (`sparse_gather` over the `RowExchange`;
+    `Comm.all_reduce_grad` otherwise)."""
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         with ctx.comm.backward_of(ctx.tag):  # recorded under the forward's layer
-            return sparse_gather(ctx.comm, grad.contiguous(), ctx.ex), None, None
+            return sparse_gather(ctx.comm, grad.contiguous(), ctx.over), None, None

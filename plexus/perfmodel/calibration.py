@@ -212,23 +212,23 @@ class Calibration:
                                       f"got {value!r}")
             return float(value)
 
+        def table(key: str, like: str) -> Mapping[str, Any]:
+            """``data[key]``, an object of links (absent or null: empty)."""
+            raw = data.get(key, {}) or {}
+            if not isinstance(raw, Mapping):
+                raise CalibrationError(f"{source}: {key} must be an object like "
+                                       f"{{\"{like}\": {{\"alpha\": ...}}}}")
+            return raw
+
         axes = []
-        raw_axes = data.get("axes", {}) or {}
-        if not isinstance(raw_axes, Mapping):
-            raise CalibrationError(f"{source}: axes must be an object like "
-                                   f"{{\"x\": {{\"alpha\": ...}}}}")
-        for axis, link in raw_axes.items():
+        for axis, link in table("axes", "x").items():
             if axis not in AXES or not isinstance(link, Mapping):
                 raise CalibrationError(f"{source}: axes.{axis} must be one of x/y/z with "
                                        "alpha/beta")
             axes.append((axis, num(link, "alpha", base.alpha, f"axes.{axis}."),
                          num(link, "beta", base.beta, f"axes.{axis}.")))
         worlds = []
-        raw_worlds = data.get("worlds", {}) or {}
-        if not isinstance(raw_worlds, Mapping):
-            raise CalibrationError(f"{source}: worlds must be an object like "
-                                  f"{{\"4\": {{\"alpha\": ...}}}}")
-        for size, link in raw_worlds.items():
+        for size, link in table("worlds", "4").items():
             # ASCII digits without a leading zero: "04" beside "4" would be the same world
             if not re.fullmatch(r"[1-9][0-9]{0,5}", str(size)) or int(size) < 2 \
                     or not isinstance(link, Mapping) or not {"alpha", "beta"} <= set(link):

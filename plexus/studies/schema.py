@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 
 class SchemaError(ValueError):
@@ -83,6 +83,11 @@ def _matches_type(value: Any, schema: Any) -> bool:
     return isinstance(value, schema)
 
 
+def _first(checks: Iterable[tuple[Any, Any, str]]) -> str | None:
+    """The first problem among (value, schema, where) checks, in their order (None: none)."""
+    return next(filter(None, (problem(v, s, w) for v, s, w in checks)), None)
+
+
 def problem(value: Any, schema: Any, where: str = "") -> str | None:
     """The first place where ``value`` does not match ``schema`` (None: it matches)."""
     at = where or "the document"
@@ -92,34 +97,22 @@ def problem(value: Any, schema: Any, where: str = "") -> str | None:
             return None
         shallow = [p for s, p in zip(schema, found) if _shallow_ok(value, s)]
         return shallow[0] if shallow else f"{at}: expected {_name(schema)}, got {_got(value)}"
+    if isinstance(schema, (Obj, DictOf)) and not isinstance(value, dict):
+        return f"{at}: expected an object, got {_got(value)}"
     if isinstance(schema, Obj):
-        if not isinstance(value, dict):
-            return f"{at}: expected an object, got {_got(value)}"
         for key, sub in schema.required.items():
             if key not in value:
                 return f"{at}: the field {key!r} is missing"
-        for key, sub in {**schema.required, **schema.optional}.items():
-            if key in value:
-                found = problem(value[key], sub, f"{where}.{key}" if where else key)
-                if found:
-                    return found
-        return None
+        return _first((value[key], sub, f"{where}.{key}" if where else key)
+                      for key, sub in {**schema.required, **schema.optional}.items()
+                      if key in value)
     if isinstance(schema, DictOf):
-        if not isinstance(value, dict):
-            return f"{at}: expected an object, got {_got(value)}"
-        for key, item in value.items():
-            found = problem(item, schema.value, f"{where}.{key}" if where else str(key))
-            if found:
-                return found
-        return None
+        return _first((item, schema.value, f"{where}.{key}" if where else str(key))
+                      for key, item in value.items())
     if isinstance(schema, ListOf):
         if not isinstance(value, list):
             return f"{at}: expected an array, got {_got(value)}"
-        for i, item in enumerate(value):
-            found = problem(item, schema.item, f"{where}[{i}]")
-            if found:
-                return found
-        return None
+        return _first((item, schema.item, f"{where}[{i}]") for i, item in enumerate(value))
     if not _matches_type(value, schema):
         return f"{at}: expected {_name(schema)}, got {_got(value)}"
     return None

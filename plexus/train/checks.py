@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from plexus.api.outputs import OutputsError, check_outputs_target
-from plexus.api.training import TrainConfig
+from plexus.api.training import TrainConfig, needs_validation
 from plexus_datasets.base.atomic import UnsafeTargetError, output_target
 from plexus_partition.model.cli import UsageError
 from plexus_partition.model.model import ModelError, parse_order
@@ -141,10 +141,12 @@ def precheck_dataset(spec: str, root: str | None, seed: int, features: str = "au
     return load_dataset(spec, root, seed=seed, features=features)
 
 
+#: The option behind each of `needs_validation`'s answers (the rule is the trainer's).
+_VALIDATION_FLAGS = {"early stopping (patience)": "--patience",
+                     "the plateau schedule": "--lr-schedule plateau"}
+
+
 def needs_validation_flag(train: TrainConfig) -> str | None:
     """The option of ``train`` that needs the validation metric (None: none)."""
-    if train.patience is not None:
-        return "--patience"
-    if train.lr_schedule == "plateau":
-        return "--lr-schedule plateau"
-    return None
+    reason = needs_validation(train)
+    return None if reason is None else _VALIDATION_FLAGS[reason]

@@ -21,9 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -67,6 +69,57 @@ class Hang(BaseException):
 
 def on_alarm(signum, frame):  # noqa: ARG001
     raise Hang()
+
+
+def fork_json(work: Callable[[], object], failed: Callable[[], object] | None = None,
+              fork: Callable[[], int] = os.fork) -> tuple[int, int]:
+    """Fork a child that writes ``work()``'s result as JSON to a pipe and exits 0; where
+    ``work`` raises, the child writes ``failed()``'s (when given: called inside the ``except``,
+    so it may read the traceback) and exits 1. The parent gets (the child's pid, the pipe's
+    read end: `read_until_eof`). A ``fork`` that raises closes the pipe first."""
+    read, write = os.pipe()
+    try:
+        pid = fork()
+    except BaseException:
+        os.close(read)
+        os.close(write)
+        raise
+    if pid == 0:  # the child: never returns
+        code = 0
+        try:
+            os.close(read)
+            os.write(write, json.dumps(work()).encode())
+        except BaseException:  # noqa: BLE001 - said by failed(), or by the missing result
+            code = 1
+            if failed is not None:
+                os.write(write, json.dumps(failed()).encode())
+        finally:
+            os._exit(code)
+    os.close(write)
+    return pid, read
+
+
+def read_until_eof(read: int, pid: int, limit_s: float | None = None) -> tuple[bytes, bool]:
+    """What child ``pid`` writes to ``read`` until it closes the pipe (``read`` is then
+    closed), and whether it was killed: past ``limit_s`` seconds (None: never) it gets SIGKILL,
+    as a child stuck where its alarm cannot reach it would never close the pipe."""
+    chunks: list[bytes] = []
+    deadline = None if limit_s is None else time.monotonic() + limit_s
+    killed = False
+    try:
+        while True:
+            ready, _, _ = select.select([read], [], [], 0.5)
+            if ready:
+                chunk = os.read(read, 1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            elif deadline is not None and time.monotonic() > deadline and not killed:
+                os.kill(pid, signal.SIGKILL)
+                killed = True
+    finally:
+        os.close(read)
+    return b"".join(chunks), killed
 
 
 def child_main(run: Callable[[Case], tuple[str, str]], cases_file: Path, start: int) -> None:

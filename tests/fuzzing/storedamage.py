@@ -1,7 +1,9 @@
 """The store fuzz's damage (`fuzzing.stores`): a killed partition's work directory, a cache's
 stores and ``graphs/``, an outputs directory damaged as a crash, a careless user or a hostile
 co-user could leave them; a victim folder of the user's beside each case that nothing may
-touch."""
+touch; a store forged as a co-user who knows the format would (`forge_store`,
+`reseal_without_key`) and what a store holds (`store_labels`, `contents`: the oracles). The cache
+fuzz (benchmarks/fuzz_cache.py) and the cache's tests share these."""
 
 from __future__ import annotations
 
@@ -9,9 +11,13 @@ import json
 import os
 import random
 import shutil
+import zipfile
 from pathlib import Path
 
+import numpy as np
+
 from plexus_datasets.base import owned
+from plexus_partition.store import file_sha256
 
 from .mutate import json_edit, mutate_bytes
 
@@ -35,6 +41,57 @@ def intact(d: Path) -> bool:
 
 def files(folder: Path, pattern: str = "*") -> list[Path]:
     return sorted(p for p in folder.rglob(pattern) if p.is_file() and not p.is_symlink())
+
+
+def contents(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` with its bytes (the oracle of "nothing lost")."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and not p.is_symlink()}
+
+
+def store_labels(store: Path) -> list:
+    """Each rank file's labels, in the manifest's order."""
+    manifest = json.loads((store / "manifest.json").read_text())
+    out = []
+    for rank in manifest["ranks"]:
+        with zipfile.ZipFile(store / rank["file"]) as zf:
+            out.append(np.load(zf.open("labels.npy")).tolist())
+    return out
+
+
+def forge_store(store: Path) -> None:
+    """The forgery of issue 46: every rank file's labels and features zeroed, the manifest's
+    sizes and sha256 rewritten to match (all a co-user needs to pass a hash check); a rank file
+    already damaged is left as it is."""
+    manifest = json.loads((store / "manifest.json").read_text())
+    for rank in manifest["ranks"]:
+        path = store / rank["file"]
+        try:
+            with zipfile.ZipFile(path) as zf:
+                members = {n: np.load(zf.open(n)) for n in zf.namelist()}
+        except (zipfile.BadZipFile, ValueError, OSError, EOFError):
+            continue
+        with zipfile.ZipFile(path, "w") as zf:
+            for name, arr in members.items():
+                with zf.open(name, "w") as f:
+                    np.lib.format.write_array(
+                        f, np.zeros_like(arr) if name.startswith(("labels", "features")) else arr)
+        rank["size"], rank["sha256"] = path.stat().st_size, file_sha256(path)
+    (store / "manifest.json").write_text(json.dumps(manifest))
+
+
+def reseal_without_key(store: Path) -> None:
+    """The store's seal listing rewritten to match its files (sizes and sha256), its HMAC not:
+    only this user's key tells. Nothing where there is no seal."""
+    seal_path = store / ".plexus-seal.json"
+    if not seal_path.is_file():  # removed by an earlier plant (or a Plexus that seals nothing)
+        return
+    seal = json.loads(seal_path.read_text())
+    for name, entry in seal["files"].items():
+        if entry[0] is not None and (store / name).is_file():
+            entry[0] = (store / name).stat().st_size
+            entry[1] = file_sha256(store / name) if entry[1] is not None else None
+    seal_path.write_text(json.dumps(seal))
 
 
 def damage_file(path: Path, rng: random.Random) -> str:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import select
 import shutil
 import signal
 import time
@@ -41,7 +40,7 @@ from typing import Any, Callable
 
 from plexus_datasets.base import owned
 
-from .harness import Hang, on_alarm
+from .harness import Hang, fork_json, on_alarm, read_until_eof
 from .storedamage import (damage_cache, damage_outputs, damage_workdir, intact,
                           make_victim)
 
@@ -270,51 +269,22 @@ def run_case(kind: str, index: int, seed: int, bases: Bases, folder: Path,
 
 def _run_case(kind: str, index: int, seed: int, bases: Bases, folder: Path,
               limit_s: int) -> Result:
-    read, write = os.pipe()
-    try:
-        pid = os.fork()
-    except BaseException:
-        os.close(read)
-        os.close(write)
-        raise
-    if pid == 0:  # the child: never returns
-        code = 0
+    def case() -> list:  # in the forked child
+        signal.signal(signal.SIGALRM, on_alarm)
+        signal.alarm(limit_s)
+        rng = random.Random(f"{seed}-{kind}-{index}")
+        d = folder / f"{kind}-{index}"
+        d.mkdir(parents=True)
         try:
-            os.close(read)
-            signal.signal(signal.SIGALRM, on_alarm)
-            signal.alarm(limit_s)
-            rng = random.Random(f"{seed}-{kind}-{index}")
-            d = folder / f"{kind}-{index}"
-            d.mkdir(parents=True)
-            try:
-                how, outcome, detail = RUNNERS[kind](d, bases, rng)
-            except Hang:
-                how, outcome, detail = "?", "hang", f"still running after {limit_s} s"
-            signal.alarm(0)
-            os.write(write, json.dumps([how, outcome, detail]).encode())
-        except BaseException:  # noqa: BLE001 - the harness itself failed: say so
-            os.write(write, json.dumps(["?", "traceback", traceback.format_exc()[-300:]])
-                     .encode())
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(write)
-    deadline = time.monotonic() + limit_s + 30
-    chunks: list[bytes] = []
-    killed = False
-    try:
-        while True:  # read until the child closes the pipe, or kill it past the deadline
-            ready, _, _ = select.select([read], [], [], 0.5)
-            if ready:
-                chunk = os.read(read, 1 << 16)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-            elif time.monotonic() > deadline and not killed:
-                os.kill(pid, signal.SIGKILL)
-                killed = True
-    finally:
-        os.close(read)
+            how, outcome, detail = RUNNERS[kind](d, bases, rng)
+        except Hang:
+            how, outcome, detail = "?", "hang", f"still running after {limit_s} s"
+        signal.alarm(0)
+        return [how, outcome, detail]
+
+    # a harness that itself failed says so
+    pid, read = fork_json(case, lambda: ["?", "traceback", traceback.format_exc()[-300:]])
+    data, killed = read_until_eof(read, pid, limit_s + 30)
     _, status, usage = os.wait4(pid, 0)
     owned.remove_tree(folder / f"{kind}-{index}", quiet=True)
     peak = int(usage.ru_maxrss) * 1024
@@ -323,7 +293,7 @@ def _run_case(kind: str, index: int, seed: int, bases: Bases, folder: Path,
     if os.WIFSIGNALED(status):
         return Result(kind, index, "?", "signal", f"signal {os.WTERMSIG(status)}", peak)
     try:
-        how, outcome, detail = json.loads(b"".join(chunks) or b"null")
+        how, outcome, detail = json.loads(data or b"null")
     except (TypeError, ValueError):
         how, outcome, detail = "?", "signal", f"no result, exit status {status}"
     return Result(kind, index, how, outcome, detail, peak)

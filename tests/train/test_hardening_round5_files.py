@@ -10,16 +10,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from cli_helpers import cache_plan
+from fuzzing.storedamage import contents, forge_store, reseal_without_key, store_labels
 from helpers import NOBODY, as_nobody, assert_one_line
 from plexus_partition.cli import main as partition_main
-from plexus_partition.store import file_sha256
 from plexus.train.cache import Cache, CacheError, cached_options
 from plexus.train.cli import main as train_main
 
@@ -36,17 +34,11 @@ def _build(root: Path, grid: str = "1x1x1", say=None) -> Path:
     return Path(store.path)
 
 
-def _files(folder: Path) -> dict[str, bytes]:
-    """Every file under ``folder`` with its bytes (the oracle of "nothing lost")."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and not p.is_symlink()}
-
-
 def _users_things(folder: Path) -> dict[str, bytes]:
     (folder / "src").mkdir(parents=True)
     (folder / "src" / "model.py").write_text("print('my thesis')\n")
     (folder / "notes.md").write_text("# two years of notes\n")
-    return _files(folder)
+    return contents(folder)
 
 
 @pytest.fixture
@@ -70,7 +62,7 @@ def test_cache_clean_removes_only_sealed_entries_and_keeps_a_users_folder_in_gra
     assert train_main(["--cache", str(root), "--cache-clean"]) == 0
     assert "removed 1 entry" in capsys.readouterr().out
     assert not store.exists()
-    assert _files(root / "graphs" / "thesis") == thesis and _files(root / "my-notes") == mine
+    assert contents(root / "graphs" / "thesis") == thesis and contents(root / "my-notes") == mine
 
 
 def test_a_graphs_link_in_the_cache_is_never_followed(tmp_path, capsys):
@@ -79,7 +71,7 @@ def test_a_graphs_link_in_the_cache_is_never_followed(tmp_path, capsys):
     kept = _users_things(victim / "project")
     os.symlink(victim, root / "graphs", target_is_directory=True)
     assert train_main(["--cache", str(root), "--cache-clean"]) == 0
-    assert _files(victim / "project") == kept
+    assert contents(victim / "project") == kept
 
 
 def _plant_graphs_link(cache: str, victim: str) -> str:
@@ -100,7 +92,7 @@ def test_another_users_cache_with_a_graphs_link_is_refused_and_nothing_is_lost(s
     err = capsys.readouterr().err
     assert_one_line(err)
     assert f"owned by uid {NOBODY}" in err and "Shared machines" in err
-    assert {name: _files(victim / name) for name in kept} == kept
+    assert {name: contents(victim / name) for name in kept} == kept
 
 
 def test_a_cache_others_can_write_is_refused_in_one_line(tmp_path):
@@ -119,45 +111,18 @@ def test_a_cache_others_can_write_is_refused_in_one_line(tmp_path):
 
 
 # ---- forged stores ----------------------------------------------------------------------------
-def _zero_labels_and_features(store: Path) -> None:
-    """The forgery of the issue: every rank file's labels and features zeroed, the manifest's
-    sizes and sha256 rewritten to match (all a co-user needs to pass a hash check)."""
-    manifest = json.loads((store / "manifest.json").read_text())
-    for rank in manifest["ranks"]:
-        path = store / rank["file"]
-        with zipfile.ZipFile(path) as zf:
-            members = {n: np.load(zf.open(n)) for n in zf.namelist()}
-        with zipfile.ZipFile(path, "w") as zf:
-            for name, arr in members.items():
-                if name.startswith(("labels", "features")):
-                    arr = np.zeros_like(arr)
-                with zf.open(name, "w") as f:
-                    np.lib.format.write_array(f, arr)
-        rank["size"], rank["sha256"] = path.stat().st_size, file_sha256(path)
-    (store / "manifest.json").write_text(json.dumps(manifest))
-
-
-def _labels(store: Path) -> list:
-    manifest = json.loads((store / "manifest.json").read_text())
-    out = []
-    for rank in manifest["ranks"]:
-        with zipfile.ZipFile(store / rank["file"]) as zf:
-            out.append(np.load(zf.open("labels.npy")).tolist())
-    return out
-
-
 def test_a_users_own_store_edited_and_rehashed_is_rebuilt_saying_so(tmp_path):
     root = tmp_path / "cache"
     store = _build(root)
-    labels = _labels(store)
+    labels = store_labels(store)
     assert any(any(v > 0 for v in rank) for rank in labels)  # the oracle: real labels
-    _zero_labels_and_features(store)
+    forge_store(store)
     said: list[str] = []
     again = cached_options(cache_plan(TINY, grid="1x1x1"), Cache(root, said.append), None)[1]
     again.hold.release()
     assert again.built and again.path == str(store)
     assert any("building it again" in s for s in said), said
-    assert _labels(store) == labels
+    assert store_labels(store) == labels
 
 
 def test_a_seal_rewritten_without_the_key_is_not_trusted(tmp_path):
@@ -165,26 +130,21 @@ def test_a_seal_rewritten_without_the_key_is_not_trusted(tmp_path):
     needs this user's key, tells."""
     root = tmp_path / "cache"
     store = _build(root)
-    labels = _labels(store)
-    _zero_labels_and_features(store)
-    seal = json.loads((store / ".plexus-seal.json").read_text())
-    for name, entry in seal["files"].items():
-        if entry[0] is not None:
-            entry[0] = (store / name).stat().st_size
-            entry[1] = file_sha256(store / name) if entry[1] is not None else None
-    (store / ".plexus-seal.json").write_text(json.dumps(seal))
+    labels = store_labels(store)
+    forge_store(store)
+    reseal_without_key(store)
     said: list[str] = []
     with pytest.raises(CacheError, match="does not verify") as e:
         _build(root, say=said.append)
     assert_one_line(e)
-    assert _labels(store) != labels  # left as found: not provably ours, so not removed
+    assert store_labels(store) != labels  # left as found: not provably ours, so not removed
 
 
 def _plant_forged_cache(cache: str, real_store: str) -> str:
     os.mkdir(cache, 0o755)
     target = os.path.join(cache, os.path.basename(real_store))
     shutil.copytree(real_store, target)
-    _zero_labels_and_features(Path(target))
+    forge_store(Path(target))
     shutil.copytree(os.path.join(os.path.dirname(real_store), "sources"),
                     os.path.join(cache, "sources"))
     return "planted"
@@ -209,12 +169,12 @@ def test_a_store_not_sealed_by_this_user_is_neither_reused_nor_removed(tmp_path)
     root = tmp_path / "cache"
     store = _build(root)
     (store / ".plexus-seal.json").unlink(missing_ok=True)  # a copy, or an older Plexus
-    _zero_labels_and_features(store)
-    before = _files(store)
+    forge_store(store)
+    before = contents(store)
     with pytest.raises(CacheError, match="not sealed") as e:
         cached_options(cache_plan(TINY, grid="1x1x1"), Cache(root), None)
     assert_one_line(e)
-    assert _files(store) == before
+    assert contents(store) == before
 
 
 @ROOT_ONLY
@@ -238,22 +198,22 @@ def test_force_never_replaces_a_folder_that_merely_holds_a_store_manifest(tmp_pa
     project = tmp_path / "project"
     _users_things(project)
     (project / "manifest.json").write_text(json.dumps({"format": "plexus-shard-store"}))
-    before = _files(project)
+    before = contents(project)
     assert _partition(project, "--force") == 2
     err = capsys.readouterr().err
     assert_one_line(err)
     assert "refusing" in err
-    assert _files(project) == before
+    assert contents(project) == before
 
 
 def test_force_never_wipes_a_store_a_user_added_a_file_to(tmp_path, capsys):
     out = tmp_path / "store"
     assert _partition(out) == 0
     (out / "notes.txt").write_text("which run this was\n")
-    before = _files(out)
+    before = contents(out)
     assert _partition(out, "--force") == 2
     assert "notes.txt" in capsys.readouterr().err
-    assert _files(out) == before
+    assert contents(out) == before
     (out / "notes.txt").unlink()  # the store as written: --force replaces it
     assert _partition(out, "--force") == 0 and (out / "manifest.json").is_file()
 
@@ -311,7 +271,7 @@ def test_removing_a_held_store_fails_under_its_lock(held_store):
     (entry,) = [e for e in cacheuse.entries(root) if e.path == store]
     stale = entry.__class__(**{**entry.__dict__, "in_use": False})  # seen free a moment ago
     assert cacheuse.remove(root, stale) is False
-    assert _files(store) and store.exists()
+    assert contents(store) and store.exists()
 
 
 def test_the_running_store_is_kept_even_when_no_lock_holds_it(tmp_path):

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import enum
 
-from .base import (Add, Flops, MASTER_BYTES, Operator, Param, StageMemory, StageSizes, div,
-                   dropout_work, param_memory)
+from .base import (Add, Flops, MASTER_BYTES, ModelKind, Operator, Param, StageMemory,
+                   StageSizes, div, dropout_work, param_memory)
 
 
 class RootTerm(enum.Enum):
@@ -232,4 +232,17 @@ class RootWeightConv(ConvOperator):
         return OUT + H @ m.param("Wr", p.index)
 
 
-__all__ = ["ConvOperator", "MASTER_BYTES", "RootWeightConv"]
+#: PyG's ``aggr`` for each aggregation a root-weight convolution sums over
+_PYG_AGGR = {"mean": "mean", "sum": "add"}
+
+
+def root_weight_kind(name: str, aggregation: str, pyg_class: str,
+                     description: str) -> ModelKind:
+    """The model kind of one `RootWeightConv` stage per layer, operator ``name``, over
+    ``aggregation`` ("mean" or "sum"): PyG's ``pyg_class`` with the matching ``aggr``."""
+    aggr = _PYG_AGGR[aggregation]
+    return ModelKind(name, (name,), aggregation, pyg_class, ("convs.{l}.",), description,
+                     pyg_kwargs=lambda cfg, layer, d_in, d_out: {"aggr": aggr})
+
+
+__all__ = ["ConvOperator", "MASTER_BYTES", "RootWeightConv", "root_weight_kind"]

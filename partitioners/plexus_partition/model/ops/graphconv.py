@@ -8,8 +8,7 @@ below.
 
 from __future__ import annotations
 
-from .base import ModelKind
-from .conv import RootWeightConv
+from .conv import RootWeightConv, root_weight_kind
 
 
 class GraphConv(RootWeightConv):
@@ -17,6 +16,5 @@ class GraphConv(RootWeightConv):
     w_pyg, wr_pyg, bias_pyg = "lin_rel.weight", "lin_root.weight", "lin_rel.bias"
 
 
-KIND = ModelKind("graphconv", ("graphconv",), "sum", "GraphConv", ("convs.{l}.",),
-                 "GraphConv(aggr='add'): sum over in-neighbours plus a root weight",
-                 pyg_kwargs=lambda cfg, layer, d_in, d_out: {"aggr": "add"})
+KIND = root_weight_kind("graphconv", "sum", "GraphConv",
+                        "GraphConv(aggr='add'): sum over in-neighbours plus a root weight")

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from .base import ModelKind
-from .conv import RootWeightConv
+from .conv import RootWeightConv, root_weight_kind
 
 
 class SAGE(RootWeightConv):
@@ -11,6 +10,5 @@ class SAGE(RootWeightConv):
     w_pyg, wr_pyg, bias_pyg = "lin_l.weight", "lin_r.weight", "lin_l.bias"
 
 
-KIND = ModelKind("sage", ("sage",), "mean", "SAGEConv", ("convs.{l}.",),
-                 "SAGEConv(aggr='mean'): mean over in-neighbours plus a root weight",
-                 pyg_kwargs=lambda cfg, layer, d_in, d_out: {"aggr": "mean"})
+KIND = root_weight_kind("sage", "mean", "SAGEConv",
+                        "SAGEConv(aggr='mean'): mean over in-neighbours plus a root weight")
