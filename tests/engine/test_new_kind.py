@@ -27,9 +27,8 @@ pytestmark = pytest.mark.slow
 # copied and changed to the mean
 EDITS = (("class GraphConv(", "class GraphConvMean("),
          ('name = "graphconv"', 'name = "graphconvmean"'),
-         ('ModelKind("graphconv", ("graphconv",), "sum"',
-          'ModelKind("graphconvmean", ("graphconvmean",), "mean"'),
-         ('{"aggr": "add"}', '{"aggr": "mean"}'))
+         ('root_weight_kind("graphconv", "sum",', 'root_weight_kind("graphconvmean", "mean",'),
+         ("GraphConv(aggr='add'): sum", "GraphConv(aggr='mean'): mean"))
 
 
 def kind_file(template: str) -> str:
