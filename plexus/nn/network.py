@@ -122,7 +122,9 @@ class Network(GridModel):
     model builder (`plexus.engine.model.GridModel`), as the engine's own model is.
 
     ``net(step)`` returns this rank's logits block, ``loss``/``accuracy`` are over the whole
-    graph (the same on every rank); it is a `plexus.engine.trainer.Trainer`'s model too.
+    graph (the same on every rank); it is a `plexus.engine.trainer.Trainer`'s model too. It
+    runs the engine's one forward loop (`plexus.engine.model.GridModel.forward`): its layers
+    are that loop's stages (`_compute`, `_keep`), with ``engine.recompute``'s segments too.
     """
 
     def __init__(self, graph: Graph, grid: Grid, layers: Sequence[Layer], *, seed: int = 0,
@@ -131,8 +133,8 @@ class Network(GridModel):
         super().__init__()
         engine = engine or EngineConfig()
         check_seed(seed)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or \
-                not 0.0 <= dropout < 1.0:  # 1.0 would scale the kept (none) by 1 / 0
+        if (isinstance(dropout, bool) or not isinstance(dropout, (int, float))
+                or not 0.0 <= dropout < 1.0):  # 1.0 would scale the kept (none) by 1 / 0
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r:.60}")
         self.layers = nn.ModuleList(layers)
         widths = [graph.num_features] + [layer.out_features for layer in layers]
