@@ -73,6 +73,11 @@ class GridModel(ClassifierHead, nn.Module):
         self.masks = {k: torch.from_numpy(m).to(device) for k, m in shard.masks.items()}
         self.counts = dict(shard.mask_counts)
         self.graph_name = shard.name
+        # the forward loop's policy (`forward`), set by the subclass where it differs
+        self.recompute = engine.recompute
+        self.activations: list[str | None] = ["relu"] * len(self.plans)  # none after the last
+        self.fresh_outputs = False  # a stage's output is its own: a ReLU may overwrite it
+        self.norm_stages: list[Stage3D] = []  # every BatchNorm's (a recomputation freezes them)
 
     def _initial_shards(self, decls: Sequence[tuple[str, LayerPlan, Param]]
                         ) -> dict[str, torch.Tensor]:
@@ -102,7 +107,72 @@ class GridModel(ClassifierHead, nn.Module):
             stats={x.kind: shards[name(x.kind)] for x in decls if x.buffer}))
         for x in decls:
             self._hold(name(x.kind), norm if x.buffer else norm.params, x.kind)
+        self.norm_stages.append(norm)
         return norm
+
+    # ---- the one forward loop: the engine's kinds and users' layers, stage by stage --------
+    def forward(self, step: int | None = None) -> torch.Tensor:
+        """Logits block (rows cut by the last stage's out_rows, classes by its out_cols), in
+        float32: the loss and the accuracy never see the compute precision's rounding of their
+        own arithmetic. Dropout is applied when training, with masks keyed by ``step``; without
+        one, every training call takes the next step of an internal counter
+        (`plexus.engine.seeding.StepCounter`), so no two calls reuse a mask by accident.
+
+        Every model on the grid runs this loop (PyG's ``BasicGNN`` shape): per stage its own
+        computation with its input's dropout (`_compute`: a built-in kind's `Stage3D`, or a
+        user's layer through its `plexus.nn.LayerGraph`), its BatchNorm, its activation (none
+        after the last stage), then the earlier outputs that later stages read (`_keep`).
+
+        With ``recompute`` (and autograd on), each stage with its BatchNorm and ReLU is one
+        checkpointed segment: backward keeps only the segment's inputs and runs the segment
+        again to get what it saved. The re-run issues the segment's collectives again, in the
+        same order on every rank, and draws the same dropout masks (a hash of the step and
+        global ids, no generator state); BatchNorm does not update its running statistics a
+        second time (`_frozen_stats`).
+        """
+        step = self.steps(step, self.training)
+        H = self.features.to(self.dtype)  # a learnable float32 parameter: cast at use
+        kept: dict[int, torch.Tensor] = {}
+        segments = self.recompute and torch.is_grad_enabled()
+        for s in range(len(self.plans)):
+            if segments:
+                H, kept = checkpoint(self._stage, s, H, kept, step, use_reentrant=False,
+                                     preserve_rng_state=False,  # dropout draws no random numbers
+                                     context_fn=lambda: (nullcontext(), self._frozen_stats()))
+            else:
+                H, kept = self._stage(s, H, kept, step)
+        return H.float()
+
+    def _stage(self, s: int, H: torch.Tensor, kept: dict[int, torch.Tensor],
+               step: int | None) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """Stage ``s`` with its BatchNorm and activation, and what it hands on (collectives
+        recorded as the stage's)."""
+        p = self.plans[s]
+        with self.comm.at(p.index, "forward" if self.training else "eval"):
+            H = self._compute(s, H, kept, step)
+            if p.norm:
+                H = self.norms[str(p.index)](H)
+            if s < len(self.plans) - 1 and self.activations[s] == "relu":
+                H = relu(H, inplace=self.fresh_outputs)  # fresh: H's only use saves a copy
+            return H, self._keep(s, H, kept)
+
+    def _compute(self, s: int, H: torch.Tensor, kept: dict[int, torch.Tensor],
+                 step: int | None) -> torch.Tensor:
+        """Stage ``s``'s own computation on the previous stage's output ``H``, dropout of its
+        input included (``kept``: the earlier outputs it reads, in its input's layout)."""
+        raise NotImplementedError
+
+    def _keep(self, s: int, H: torch.Tensor, kept: dict[int, torch.Tensor]
+              ) -> dict[int, torch.Tensor]:
+        """The earlier outputs later stages read, after stage ``s`` (output ``H``) ran: none."""
+        return kept
+
+    def _frozen_stats(self) -> ExitStack:
+        """Every BatchNorm's running statistics kept as they are (a recomputation's pass)."""
+        stack = ExitStack()
+        for norm in self.norm_stages:
+            stack.enter_context(norm.frozen_stats())
+        return stack
 
     def named_shards(self) -> dict[str, nn.Parameter]:
         """Trainable shards by grid-independent name."""
@@ -168,7 +238,8 @@ class DistributedModel(GridModel):
                              f"{cfg.kind} model needs {cfg.aggregation}")
         self._start(comm, shard, plans, cfg.widths(shard.num_features, shard.num_classes),
                     seed, engine)
-        self.cfg, self.recompute = cfg, engine.recompute
+        self.cfg, self.fresh_outputs = cfg, True  # a stage's output: its bias added in place
+        self.activations = ["relu" if cfg.activates(p) else None for p in self.plans]
         self.input_ids = [torch.from_numpy(ids).to(device) for ids in shard.input_ids]
         graph = GraphBlocks(shard, self.plans, shape, coords, device, self.dtype, engine)
         tuner = GemmTuner(enabled=engine.tune_gemms)
@@ -213,49 +284,11 @@ class DistributedModel(GridModel):
         `plexus_partition.model.schedule.exact_rows` prices them)."""
         return {k: v for layer in self.layers for k, v in layer.g.exchange_counts().items()}
 
-    def forward(self, step: int | None = None) -> torch.Tensor:
-        """Logits block (rows cut by the last stage's out_rows, classes by its out_cols), in
-        float32: the loss and the accuracy never see the compute precision's rounding of their
-        own arithmetic. Dropout is applied when training, with masks keyed by ``step``; without
-        one, every training call takes the next step of an internal counter
-        (`plexus.engine.seeding.StepCounter`), so no two calls reuse a mask by accident.
-
-        With ``recompute`` (and autograd on), each stage with its BatchNorm and ReLU is one
-        checkpointed segment: backward keeps only the segment's input and runs the segment
-        again to get what it saved. The re-run issues the segment's collectives again, in the
-        same order on every rank, and draws the same dropout masks (a hash of the step and
-        global ids, no generator state); BatchNorm does not update its running statistics a
-        second time (`_frozen_stats`).
-        """
-        step = self.steps(step, self.training)
-        H = self.features.to(self.dtype)  # a learnable float32 parameter: cast at use
-        segments = self.recompute and torch.is_grad_enabled()
-        for p, layer in zip(self.plans, self.layers):
-            if segments:
-                H = checkpoint(self._stage, p, layer, H, step, use_reentrant=False,
-                               preserve_rng_state=False,  # dropout draws no random numbers
-                               context_fn=lambda: (nullcontext(), self._frozen_stats()))
-            else:
-                H = self._stage(p, layer, H, step)
-        return H.float()
-
-    def _stage(self, p: LayerPlan, layer: nn.Module, H: torch.Tensor,
-               step: int | None) -> torch.Tensor:
-        """One stage, its BatchNorm and its ReLU (collectives recorded as the stage's)."""
-        with self.comm.at(p.index, "forward" if self.training else "eval"):
-            H = layer(H, step)
-            if p.norm:
-                H = self.norms[str(p.index)](H)
-        if self.cfg.activates(p):
-            H = relu(H, inplace=True)  # H's only use; saves a copy per stage
-        return H
-
-    def _frozen_stats(self) -> ExitStack:
-        """Every BatchNorm's running statistics kept as they are (a recomputation's pass)."""
-        stack = ExitStack()
-        for norm in self.norms.values():
-            stack.enter_context(norm.frozen_stats())
-        return stack
+    def _compute(self, s: int, H: torch.Tensor, kept: dict[int, torch.Tensor],
+                 step: int | None) -> torch.Tensor:
+        """Stage ``s``'s `Stage3D` (its input's dropout inside its kind's code: fused into
+        the SpMM where it aggregates first)."""
+        return self.layers[s](H, step)
 
     def named_shards(self) -> dict[str, nn.Parameter]:
         """Trainable shards by grid-independent name, the learnable input features last."""

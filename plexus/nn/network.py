@@ -21,7 +21,6 @@ from plexus.engine.graph3d import StageGraph
 from plexus.engine.grid import Grid
 from plexus.engine.model import GridModel
 from plexus.engine.stage import Stage3D
-from plexus.engine.primitives import relu
 from plexus_partition.model.model import check_seed
 from plexus.engine.masks import dropout, edge_keep
 from plexus_partition import shard_graph
@@ -123,7 +122,9 @@ class Network(GridModel):
     model builder (`plexus.engine.model.GridModel`), as the engine's own model is.
 
     ``net(step)`` returns this rank's logits block, ``loss``/``accuracy`` are over the whole
-    graph (the same on every rank); it is a `plexus.engine.trainer.Trainer`'s model too.
+    graph (the same on every rank); it is a `plexus.engine.trainer.Trainer`'s model too. It
+    runs the engine's one forward loop (`plexus.engine.model.GridModel.forward`): its layers
+    are that loop's stages (`_compute`, `_keep`), with ``engine.recompute``'s segments too.
     """
 
     def __init__(self, graph: Graph, grid: Grid, layers: Sequence[Layer], *, seed: int = 0,
@@ -132,8 +133,8 @@ class Network(GridModel):
         super().__init__()
         engine = engine or EngineConfig()
         check_seed(seed)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or \
-                not 0.0 <= dropout < 1.0:  # 1.0 would scale the kept (none) by 1 / 0
+        if (isinstance(dropout, bool) or not isinstance(dropout, (int, float))
+                or not 0.0 <= dropout < 1.0):  # 1.0 would scale the kept (none) by 1 / 0
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r:.60}")
         self.layers = nn.ModuleList(layers)
         widths = [graph.num_features] + [layer.out_features for layer in layers]
@@ -157,6 +158,7 @@ class Network(GridModel):
         shard = shard_graph(graph, shape, coords, len(layers), [p.order for p in plans],
                             perm, seed=seed, aggregation=aggregation)
         self._start(Comm(grid), shard, plans, widths, seed, engine)
+        self.activations = [layer.activation for layer in layers]  # none after the last
         blocks = GraphBlocks(shard, [], shape, coords, device, self.dtype, engine)
         ids = [torch.from_numpy(i).to(device) for i in shard.input_ids]
         wp, tuner = self.pad.widths_padded, GemmTuner()
@@ -197,39 +199,39 @@ class Network(GridModel):
     def parameter_layer(self, name: str) -> int | None:
         return int(name.split(".")[0])
 
-    # ---- running it -------------------------------------------------------------------------
-    def forward(self, step: int | None = None) -> torch.Tensor:
-        """This rank's logits block (float32); dropout when training, keyed by ``step`` (or
-        the next of an internal count)."""
-        step = self.steps(step, self.training)
-        H = self.features
-        last = len(self.layers) - 1
-        carried: dict[int, torch.Tensor] = {}  # earlier outputs in this layer's input layout
-        for l, (g, layer) in enumerate(zip(self.graphs, self.layers)):
-            g.stage.training = self.training
-            g.outputs = {k: g.receive(c) for k, c in carried.items()}
-            x = g.dropout(g.receive(H), g.stage.stage_rate(), step)
-            object.__setattr__(layer, "_plexus_kinds",
-                               {name: kind for name, kind, _ in layer.declared})
-            try:
-                H = layer(g, x, step)
-            except LayoutError as e:  # a torch operation's check does not know the layer
-                if str(e).startswith(g.name):
-                    raise
-                raise LayoutError(f"{g.name}: {e}") from None
-            finally:
-                object.__setattr__(layer, "_plexus_kinds", None)
-            want = output_layout(layer.order)
-            if layout_of(H) != want:
-                raise LayoutError(_wrong_output(g.name, layer.order, layout_of(H), want))
-            H = plain(H)
-            if l < last and layer.activation == "relu":
-                H = relu(H)
-            carried = {k: plain(g.carry(c)) for k, c in g.outputs.items()
-                       if self.carry_until[k] > l}
-            if self.carry_until.get(l, -1) > l:
-                carried[l] = H
-        return H.float()
+    # ---- its stages in the one forward loop (`plexus.engine.model.GridModel.forward`) --------
+    def _compute(self, s: int, H: torch.Tensor, kept: dict[int, torch.Tensor],
+                 step: int | None) -> torch.Tensor:
+        """Layer ``s`` on its dropped input, with the earlier outputs it reads (``kept``)
+        moved to its input's layout; its output's layout checked."""
+        g, layer = self.graphs[s], self.layers[s]
+        g.stage.training = self.training
+        g.outputs = {k: g.receive(c) for k, c in kept.items()}
+        x = g.dropout(g.receive(H), g.stage.stage_rate(), step)
+        object.__setattr__(layer, "_plexus_kinds",
+                           {name: kind for name, kind, _ in layer.declared})
+        try:
+            H = layer(g, x, step)
+        except LayoutError as e:  # a torch operation's check does not know the layer
+            if str(e).startswith(g.name):
+                raise
+            raise LayoutError(f"{g.name}: {e}") from None
+        finally:
+            object.__setattr__(layer, "_plexus_kinds", None)
+        want = output_layout(layer.order)
+        if layout_of(H) != want:
+            raise LayoutError(_wrong_output(g.name, layer.order, layout_of(H), want))
+        return plain(H)
+
+    def _keep(self, s: int, H: torch.Tensor, kept: dict[int, torch.Tensor]
+              ) -> dict[int, torch.Tensor]:
+        """The earlier outputs later layers read, carried to the next layer's input layout,
+        and layer ``s``'s own (``H``, after its activation) if a later layer reads it."""
+        g = self.graphs[s]
+        kept = {k: plain(g.carry(c)) for k, c in g.outputs.items() if self.carry_until[k] > s}
+        if self.carry_until.get(s, -1) > s:
+            kept[s] = H
+        return kept
 
 
 def _rate(layer: Layer, index: int, dropout: float, input_dropout: bool) -> float:
