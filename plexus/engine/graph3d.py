@@ -33,43 +33,37 @@ from typing import Mapping
 
 import torch
 
-from plexus_partition.model.layout import LayerPlan, block
+from plexus_partition.model.layout import block
 from plexus_partition.model.ops.conv import RootTerm
 
-from .blocks import GraphBlocks
-from .comm import Comm
 from .exchange import GatherGrad, RowExchange
 from .edges import (EdgeBlock, attention_softmax, edge_softmax, head_matrix, head_ranges,
                     sddmm, weighted_aggregate)
-from .gemm import GemmTuner
 from .primitives import aggregate, gemm
+from .stagespec import StageContext, StageSpec
 from .masks import dropout as masked_dropout
 
 
 class StageGraph:
-    """The graph operations of stage ``plan`` on this rank (see the module docstring for the
-    layouts). ``d_in``/``d_out`` are the stage's padded input and output widths, ``real`` the
-    real ones. A built-in stage (`plexus.engine.stage.Stage3D`) also gives its parameter shards
-    (``params``, read with `param`), its dropout rate (``rate``), the model's config
-    (``model``, for a kind's options), the engine's (``engine``: chunks, overlap), the original
-    ids of its output rows (``output_ids``, -1: padding) and the graph's node count; it sets
-    ``training`` and ``stats`` before each forward, ``consume_input`` and ``update_stats`` when
-    they change."""
+    """The graph operations of one stage on this rank (see the module docstring for the
+    layouts), built from the model's `StageContext` (``ctx``: communicator, blocks, seed,
+    precision, tuner, model and engine configs, node count) and the stage's `StageSpec`
+    (``spec``: plan, input ids, padded and real widths, output ids, dropout rate). A built-in
+    stage (`plexus.engine.stage.Stage3D`) also gives its parameter shards (``params``, read with
+    `param`); it sets ``training`` and ``stats`` before each forward, ``consume_input`` and
+    ``update_stats`` when they change."""
 
-    def __init__(self, plan: LayerPlan, comm: Comm, graph: GraphBlocks, input_ids: torch.Tensor,
-                 d_in: int, d_out: int, seed: int = 0, dtype: torch.dtype = torch.float32,
-                 tuner: GemmTuner | None = None, *,
-                 params: Mapping[str, torch.Tensor] | None = None, rate: float = 0.0,
-                 real: tuple[int, int] | None = None, model=None, engine=None,
-                 output_ids: torch.Tensor | None = None, num_nodes: int = 0) -> None:
-        self.plan, self.comm, self.graph, self.dtype = plan, comm, graph, dtype
-        self.input_ids, self.seed = input_ids, seed
+    def __init__(self, ctx: StageContext, spec: StageSpec,
+                 params: Mapping[str, torch.Tensor] | None = None) -> None:
+        plan, comm, d_in, d_out = spec.plan, ctx.comm, spec.d_in, spec.d_out
+        self.plan, self.comm, self.graph, self.dtype = plan, comm, ctx.graph, ctx.dtype
+        self.input_ids, self.seed = spec.input_ids, ctx.seed
         self.d_in, self.d_out = d_in, d_out
-        self.real = real or (d_in, d_out)
-        self.tuner = tuner or GemmTuner()
+        self.real = spec.real or (d_in, d_out)
+        self.tuner = ctx.tuner
         self.params = params if params is not None else {}
-        self.rate, self.model, self.engine = rate, model, engine
-        self.output_ids, self.num_nodes = output_ids, num_nodes
+        self.rate, self.model, self.engine = spec.rate, ctx.model, ctx.engine
+        self.output_ids, self.num_nodes = spec.output_ids, ctx.num_nodes
         self.training = True
         # Set by a model that gathered its fixed input features once at set-up and keeps them
         # (stage 0): H arrives gathered over depth already

@@ -22,7 +22,8 @@ from .comm import Comm, all_reduce_staged, global_norm
 from .config import EngineConfig, ModelConfig
 from .gemm import GemmTuner
 from .loss import ClassifierHead
-from .stage import ShardMap, Stage3D, StageInputs
+from .stage import ShardMap, Stage3D
+from .stagespec import StageContext, StageSpec
 from .primitives import relu
 from .seeding import StepCounter, initial_values, parameter_layer, stage_params
 
@@ -92,19 +93,18 @@ class GridModel(ClassifierHead, nn.Module):
         """Where the live tensor of parameter or statistic ``name`` is."""
         self.held[name] = (module, attribute)
 
-    def _norm_stage(self, p: LayerPlan, graph: GraphBlocks, name: Callable[[str], str],
+    def _norm_stage(self, p: LayerPlan, ctx: StageContext, name: Callable[[str], str],
                     shards: dict[str, torch.Tensor]) -> Stage3D:
-        """Stage ``p``'s BatchNorm (`plexus_partition.model.ops.batchnorm`, run by a `Stage3D`) from its
-        parameters' and statistics' ``shards``, each kind's under ``name(kind)``."""
+        """Stage ``p``'s BatchNorm (`plexus_partition.model.ops.batchnorm`, run by a `Stage3D`
+        in the model's ``ctx``) from its parameters' and statistics' ``shards``, each kind's
+        under ``name(kind)``."""
         d = self.widths[p.index + 1]
         decls = OPERATORS[NORM_OP].params(p, d, d)
         wp, device = self.pad.widths_padded[p.index + 1], self.comm.grid.device
         ids = torch.from_numpy(self.out_ids[p.index]).to(device)
-        norm = Stage3D(StageInputs(
-            replace(p, op=NORM_OP), self.comm,
-            {x.kind: shards[name(x.kind)] for x in decls if not x.buffer}, wp, wp, (d, d),
-            ids, ids, dtype=self.dtype, graph=graph, num_nodes=self.num_nodes,
-            stats={x.kind: shards[name(x.kind)] for x in decls if x.buffer}))
+        norm = Stage3D(ctx, StageSpec(replace(p, op=NORM_OP), ids, wp, wp, (d, d), ids),
+                       {x.kind: shards[name(x.kind)] for x in decls if not x.buffer},
+                       {x.kind: shards[name(x.kind)] for x in decls if x.buffer})
         for x in decls:
             self._hold(name(x.kind), norm if x.buffer else norm.params, x.kind)
         self.norm_stages.append(norm)
@@ -246,19 +246,18 @@ class DistributedModel(GridModel):
         shards = self._initial_shards([(x.name(p.index), p, x)
                                        for p, x in stage_params(self.plans, self.widths)])
         wp, stages, norms = self.pad.widths_padded, [], {}
+        ctx = StageContext(comm, graph, seed, self.dtype, tuner, cfg, engine, self.num_nodes)
         for p in self.plans:
             names = {x.kind: x.name(p.index) for x in OPERATORS[p.op].params(p, 1, 1)}
-            inputs = StageInputs(
-                p, comm, {kind: shards[name] for kind, name in names.items()},
-                wp[p.index], wp[p.index + 1], (self.widths[p.index], self.widths[p.index + 1]),
-                self.input_ids[p.index], torch.from_numpy(self.out_ids[p.index]).to(device),
-                cfg.dropout if cfg.drops_input(p) else 0.0, seed, tuner, self.dtype, engine,
-                graph, cfg)
-            stages.append(Stage3D(inputs))
+            spec = StageSpec(p, self.input_ids[p.index], wp[p.index], wp[p.index + 1],
+                             (self.widths[p.index], self.widths[p.index + 1]),
+                             torch.from_numpy(self.out_ids[p.index]).to(device),
+                             cfg.dropout if cfg.drops_input(p) else 0.0)
+            stages.append(Stage3D(ctx, spec, {kind: shards[name] for kind, name in names.items()}))
             for kind, name in names.items():
                 self._hold(name, stages[-1].params, kind)
             if p.norm:
-                norms[str(p.index)] = self._norm_stage(p, graph, f"{{}}{p.index}".format, shards)
+                norms[str(p.index)] = self._norm_stage(p, ctx, f"{{}}{p.index}".format, shards)
         self.layers, self.norms = nn.ModuleList(stages), nn.ModuleDict(norms)
         # forward hands each a fresh ReLU output it never reuses; under recompute that output
         # is the next segment's saved input, which the recomputation reads again

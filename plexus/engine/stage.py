@@ -20,7 +20,6 @@ come back into the float32 parameters through the cast. With float32 the casts a
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
@@ -29,9 +28,9 @@ from torch import nn
 from plexus_partition.model.layout import LayerPlan, block
 from plexus_partition.model.ops import OPERATORS, Param
 
-from .comm import Comm, all_reduce_staged
-from .gemm import GemmTuner
+from .comm import all_reduce_staged
 from .graph3d import StageGraph
+from .stagespec import StageContext, StageSpec
 
 
 def serial_of(op: str) -> Callable:
@@ -160,32 +159,6 @@ class ShardMap:
         return placement(decl, p, self.grid.shape, self.grid.coords, d_in, d_out)[1]
 
 
-@dataclass
-class StageInputs:
-    """What a stage is built from: its plan, the communicator, its parameter shards by kind
-    ("W", "b", ...), the original ids of its input and output rows (-1: padding), dropout, seed,
-    GEMM tuner, compute precision, the engine config, its graph blocks, its running statistics'
-    shards by kind and the graph's node count."""
-
-    plan: LayerPlan
-    comm: Comm
-    shards: dict[str, torch.Tensor]
-    d_in: int  # the padded input and output widths
-    d_out: int
-    real: tuple[int, int]  # the real ones
-    input_ids: torch.Tensor
-    output_ids: torch.Tensor
-    dropout: float = 0.0
-    seed: int = 0
-    tuner: GemmTuner = field(default_factory=GemmTuner)
-    dtype: torch.dtype = torch.float32
-    engine: Any = None  # plexus.engine.config.EngineConfig
-    graph: Any = None  # plexus.engine.blocks.GraphBlocks
-    model: Any = None  # plexus_partition.model.model.ModelConfig
-    stats: dict[str, torch.Tensor] = field(default_factory=dict)  # running statistics by kind
-    num_nodes: int = 0
-
-
 class Stage3D(nn.Module):
     """One stage on the grid: its parameter shards (``params``, by kind), its running
     statistics (buffers by kind: BatchNorm's) and the stage toolkit ``g``
@@ -200,19 +173,19 @@ class Stage3D(nn.Module):
     model. ``dtype`` is the compute precision of H, OUT and the messages.
     """
 
-    def __init__(self, inputs: StageInputs) -> None:
+    def __init__(self, ctx: StageContext, spec: StageSpec, shards: Mapping[str, torch.Tensor],
+                 stats: Mapping[str, torch.Tensor] | None = None) -> None:
+        """``ctx``: the model's `StageContext`; ``spec``: this stage's `StageSpec`; ``shards``:
+        its parameter shards by kind ("W", "b", ...); ``stats``: its running statistics'
+        shards by kind (BatchNorm's)."""
         super().__init__()
-        self.plan, self.comm, self.dtype = inputs.plan, inputs.comm, inputs.dtype
+        self.plan, self.comm, self.dtype = spec.plan, ctx.comm, ctx.dtype
         self.operator = OPERATORS[self.plan.op]
-        self.params = nn.ParameterDict({k: nn.Parameter(v) for k, v in inputs.shards.items()})
-        for kind, value in inputs.stats.items():
+        self.params = nn.ParameterDict({k: nn.Parameter(v) for k, v in shards.items()})
+        for kind, value in (stats or {}).items():
             self.register_buffer(kind, value)
-        self.g = StageGraph(self.plan, self.comm, inputs.graph, inputs.input_ids, inputs.d_in,
-                            inputs.d_out, inputs.seed, self.dtype, inputs.tuner,
-                            params=self.params, rate=inputs.dropout, real=inputs.real,
-                            model=inputs.model, engine=inputs.engine,
-                            output_ids=inputs.output_ids, num_nodes=inputs.num_nodes)
-        self.stat_kinds = tuple(inputs.stats)
+        self.g = StageGraph(ctx, spec, params=self.params)
+        self.stat_kinds = tuple(stats or {})
 
     def param(self, kind: str) -> torch.Tensor | None:
         """The shard of parameter ``kind`` ("W", "b", ...), None if the stage has none."""

@@ -21,6 +21,7 @@ from plexus.engine.graph3d import StageGraph
 from plexus.engine.grid import Grid
 from plexus.engine.model import GridModel
 from plexus.engine.stage import Stage3D
+from plexus.engine.stagespec import StageContext, StageSpec
 from plexus_partition.model.model import check_seed
 from plexus.engine.masks import dropout, edge_keep
 from plexus_partition import shard_graph
@@ -166,10 +167,12 @@ class Network(GridModel):
             return incoming(graph.adj[ids][:, ids], graph.directed, graph.weighted)
 
         # each layer's input dropout as a built-in stage's: its rate in its stage toolkit
-        self.graphs = [LayerGraph(StageGraph(p, self.comm, blocks, ids[p.index], wp[p.index],
-                                             wp[p.index + 1], seed, self.dtype, tuner,
-                                             rate=_rate(layer, p.index, dropout,
-                                                        input_dropout)),
+        # users' layers read no kind's options and no engine settings: none in their context
+        ctx = StageContext(self.comm, blocks, seed, self.dtype, tuner, num_nodes=self.num_nodes)
+        self.graphs = [LayerGraph(StageGraph(ctx, StageSpec(p, ids[p.index], wp[p.index],
+                                                            wp[p.index + 1],
+                                                            rate=_rate(layer, p.index, dropout,
+                                                                       input_dropout))),
                                   _describe(p.index, layer), weights)
                        for p, layer in zip(self.plans, layers)]
         decls = []  # every layer's declarations, then its BatchNorms', in layer order
@@ -190,7 +193,7 @@ class Network(GridModel):
                 layer.register_parameter(name, nn.Parameter(shards[f"{p.index}.{name}"]))
                 self._hold(f"{p.index}.{name}", layer, name)
             for bn in _batchnorms(layer):
-                bn.norm = self._norm_stage(p, blocks, f"{p.index}.bn.{{}}".format, shards)
+                bn.norm = self._norm_stage(p, ctx, f"{p.index}.bn.{{}}".format, shards)
         self.register_buffer("features", torch.from_numpy(shard.features).to(device,
                                                                               self.dtype),
                              persistent=False)
