@@ -24,8 +24,9 @@ Variants:
 Timing: ``--warmup`` untimed epochs, then ``--epochs`` timed ones per round, the median over all
 rounds reported. The machine is shared, so the epochs of the in-process variants are interleaved
 round-robin, the Plexus variants' likewise inside their 1-rank world, and ``--rounds`` > 1 (default
-2) alternates the two groups: a busy minute does not hit one variant only. The Plexus rows also show the engine's timers (SpMM, GEMM, the rest), and ``--profile``
-adds torch.profiler tables of one epoch of PyG adj_t and of Plexus.
+2) alternates the two groups: a busy minute does not hit one variant only. The Plexus rows also show
+the engine's timers (SpMM, GEMM, the rest), and ``--profile`` adds torch.profiler tables of one
+epoch of PyG adj_t and of Plexus.
 
 Output: the printed table (also ``baseline.txt``) and ``baseline.json`` under ``--out``.
 """

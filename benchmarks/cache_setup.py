@@ -15,9 +15,9 @@ launching process's peak, the partitioning child's own peak, every rank's peak R
 included), its training peak and set-up peak, the largest ratio of a rank's whole-run peak to its
 training peak, and the memory model's training and set-up peaks per rank
 (`plexus.perfmodel.setup`), for each rank's own coordinates (a rank on the grid's diagonal may
-hold a block that is its own transpose's) and for the rank that holds the most. Targets (issue 22): every rank's peak <= 1.15x its training peak, the
-launching process <= 3 GiB, the second run reusing the store with a set-up of a few seconds, and
-every rank's peak within 10% of the model.
+hold a block that is its own transpose's) and for the rank that holds the most. Targets (issue 22):
+every rank's peak <= 1.15x its training peak, the launching process <= 3 GiB, the second run reusing
+the store with a set-up of a few seconds, and every rank's peak within 10% of the model.
 """
 
 from __future__ import annotations

@@ -6,13 +6,13 @@
 Writes seeded mutations of small valid inputs (npz, Matrix Market, edge list, Planetoid files,
 an OGB directory with its caches, a shard store; see ``tests/fuzzing/inputs.py``) plus
 single-bit flips of the real Cora files, loads each in a child process as the command lines
-do; damaged calls of the Python API (kind ``api``: ``tests/fuzzing/api.py``); damaged study folders run
-through plexus-sweep and plexus-report (kinds ``sweep`` and ``report``:
+do; damaged calls of the Python API (kind ``api``: ``tests/fuzzing/api.py``); damaged study folders
+run through plexus-sweep and plexus-report (kinds ``sweep`` and ``report``:
 ``tests/fuzzing/studies.py``). Prints a table of outcomes. Acceptable: ``ok`` and ``error`` (one
-typed line, exit 2 in the CLIs); ``traceback``, ``signal``, ``payload`` (a pickle ran code, or
-a tool wrote outside its folder) and ``hang`` (a case ran past the alarm) are bugs, listed one
-per line with their case. Writes ``fuzz_inputs.txt`` and ``fuzz_inputs.json`` under ``--out``.
-Exit status 1 if any case was not acceptable.
+typed line, exit 2 in the CLIs); ``traceback``, ``signal``, ``payload`` (a pickle ran code, or a
+tool wrote outside its folder) and ``hang`` (a case ran past the alarm) are bugs, listed one per
+line with their case. Writes ``fuzz_inputs.txt`` and ``fuzz_inputs.json`` under ``--out``. Exit
+status 1 if any case was not acceptable.
 """
 
 from __future__ import annotations

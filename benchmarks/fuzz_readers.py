@@ -9,8 +9,8 @@ file holds, FIFOs and devices in place of files, JSON nested thousands deep, dec
 widths of 2^20 and 2^40, "device": "meta", GINConv nested 3,000 deep, and an export whose
 deflated tensor inflates to 1 GiB. Each case runs in a child forked for it
 (``run_cases_forked`` of ``tests/fuzzing/harness.py``), its peak RSS read with ``os.wait4``
-(the inherited interpreter with torch included). Acceptable: ``ok`` and ``error`` (one typed line), and a
-peak at most 1 GiB. Writes ``fuzz_readers.txt`` under ``--out``; exit status 1 on anything
+(the inherited interpreter with torch included). Acceptable: ``ok`` and ``error`` (one typed line),
+and a peak at most 1 GiB. Writes ``fuzz_readers.txt`` under ``--out``; exit status 1 on anything
 else.
 """
 

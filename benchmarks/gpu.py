@@ -1,7 +1,8 @@
 """One GPU: Plexus 1x1x1 against PyG on the same graph in one process, fp32 and bf16, dropout on.
 
-    python benchmarks/gpu.py              # on a CUDA machine: R-MAT 21 (GCN), 18 (GAT), 20 (launches)
-    python benchmarks/gpu.py --smoke      # tiny graphs, seconds, on any device (the tests run it)
+    python benchmarks/gpu.py              # on a CUDA machine: R-MAT 21 (GCN), 18 (GAT), 20
+    (launches) python benchmarks/gpu.py --smoke      # tiny graphs, seconds, on any device (the
+    tests run it)
 
 Cases (Plexus on a 1-rank grid, the same engine a cluster runs; PyG's layers as its users write
 them):

@@ -2,7 +2,8 @@
 ``off`` on an R-MAT graph at 8x1x1 and 1x8x1, the ledger's against the schedule's (priced with
 the run's own exchange rows), and the saving's factor against the model's.
 
-Run: ``python benchmarks/sparse_exchange.py [--spec rmat:...] [--out benchmarks/out/sparse_exchange.txt]``
+Run: ``python benchmarks/sparse_exchange.py [--spec rmat:...] [--out
+benchmarks/out/sparse_exchange.txt]``
 
 Each run is one ``plexus-train --log-json`` process (3 epochs, no evaluation but the final one);
 its summary holds the busiest rank's ledger bytes per axis (``comm_bytes_max_rank``) and the

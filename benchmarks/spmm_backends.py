@@ -3,8 +3,8 @@
 Run: ``python benchmarks/spmm_backends.py [--scales 17,18] [--widths 16,64,128] [--threads 1,2]``
      ``python benchmarks/spmm_backends.py --smoke`` (tiny graph, seconds; for the tests)
 
-Backends, all through `plexus.engine.spmm.SparseBlock` (``mm`` = Â @ X, ``tmm`` = Âᵀ @ X), i.e. exactly
-what the engine runs:
+Backends, all through `plexus.engine.spmm.SparseBlock` (``mm`` = Â @ X, ``tmm`` = Âᵀ @ X), i.e.
+exactly what the engine runs:
 - ``torch``: torch CSR tensors and ``torch.sparse.mm``; Âᵀ is stored as a second CSR.
 - ``scipy``: scipy CSR; Âᵀ is a CSC view of the same arrays (no copy). scipy's sparse products
   are single-threaded, whatever ``--threads`` says.

@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from collections import Counter
 from typing import Callable
 
-from plexus_partition.model.schedule import (SparseExchange, epoch_collectives, exact_rows, ring_volume,
-                                  setup_collectives, volume_per_axis)
+from plexus_partition.model.schedule import (SparseExchange, epoch_collectives, exact_rows,
+                                             ring_volume, setup_collectives, volume_per_axis)
 from plexus.engine.comm import Comm
 from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
 from plexus_datasets.graph import Graph
@@ -177,10 +177,10 @@ def model_exchange(model, engine: EngineConfig) -> SparseExchange | None:
 def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
                  engine: EngineConfig | None = None) -> list[str]:
     """The ledger's elements and bytes per axis for one training step equal the schedule's
-    volumes (`plexus_partition.model.schedule`, which the performance model prices too), and so do its
-    collectives one by one (layer, phase, operation, axis, size, bytes per element; the
-    set-up's apart): under a lower precision (compute or wire), the collectives declared
-    float32 (statistics, the loss) must move 4 bytes per element and the rest the payload's."""
+    volumes (`plexus_partition.model.schedule`, which the performance model prices too), and so do
+    its collectives one by one (layer, phase, operation, axis, size, bytes per element; the set-up's
+    apart): under a lower precision (compute or wire), the collectives declared float32 (statistics,
+    the loss) must move 4 bytes per element and the rest the payload's."""
     engine = engine or EngineConfig()
     model, _, _ = build(grid, g, cfg, perm, engine)
     kept = model.kept_input

@@ -16,8 +16,8 @@ holding more than one chunk of it or one bucket of M:
    written to disk, and the bucket's files removed.
 
 Raw degrees cannot be counted in pass 1: repeated edges and the second direction of undirected
-edges would be counted twice, so every degree comes from the pieces (`plexus_datasets.degrees`). A graph
-stored already in CSR form (``edges="csr"``) is cut into pieces directly (`csr_pieces`).
+edges would be counted twice, so every degree comes from the pieces (`plexus_datasets.degrees`). A
+graph stored already in CSR form (``edges="csr"``) is cut into pieces directly (`csr_pieces`).
 
 Memory: node-sized arrays only in the serial steps (the histogram is at most `HIST_BINS` bins),
 one chunk of edges (about 60 bytes per edge) in passes 1-2, one bucket (about 40 bytes per entry)

@@ -91,8 +91,8 @@ class Graph:
         each edge: both are stored. Edge weights collapse to 1 unless ``weighted`` (then
         ``adj``'s values are the weights, positive; an undirected graph's edge stored in both
         directions gets the mean of its two values). Self loops are dropped (the GCN
-        normalization adds one per node, of weight 1). Every input is checked as the file loaders check
-        theirs (`plexus_datasets.inputs`): a bad one raises `DatasetError` (one line).
+        normalization adds one per node, of weight 1). Every input is checked as the file loaders
+        check theirs (`plexus_datasets.inputs`): a bad one raises `DatasetError` (one line).
         """
         if not isinstance(name, str):
             raise DatasetError(f"name must be a string, got {type(name).__name__}")

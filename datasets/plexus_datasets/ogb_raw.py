@@ -100,8 +100,8 @@ class _BoundedLines(io.RawIOBase):
 
 def check_csv_lines(path: Path, max_lines: int | None = None) -> None:
     """Read the csv.gz ``path`` through once, refusing a line past `MAX_CSV_LINE` bytes, lines
-    of different lengths (ragged) and more than ``max_lines`` lines (for readers that hand the whole file to pandas, as ogb
-    does: a few kB of gzip can hold millions of lines)."""
+    of different lengths (ragged) and more than ``max_lines`` lines (for readers that hand the whole
+    file to pandas, as ogb does: a few kB of gzip can hold millions of lines)."""
     lines, width, carry = 0, None, 0  # carry: commas of the line still open
     try:
         with open_regular(path) as raw, gzip.open(raw, "rb") as gz:

@@ -138,12 +138,12 @@ def read_dataset(spec: str, root: str | None = None, seed: int = 0,
 
     Specs: ``cora`` (shipped with the package), ``citeseer``, ``pubmed`` (``ind.<name>.*`` under
     ``root``), ``planetoid:DIR_OR_NAME``, ``ogbn-arxiv``, ``ogbn-products``, ``ogbn-papers100M``,
-    ``ogbn-proteins`` (OGB layout under ``root``, never downloaded), ``npz:PATH`` (gnn-benchmark), ``mtx:PATH``
-    (Matrix Market), ``edgelist:PATH`` (SNAP), ``graph:DIR`` (a graph directory,
-    `plexus_datasets.diskgraph`), ``rmat:scale=S,edge_factor=E,features=F,classes=C,seed=K``
-    (all keys optional). ``seed`` drives synthetic graphs and the stand-in features,
-    labels and splits of formats that lack them; official splits are never reseeded.
-    Raises `DatasetError` (one line) for an unknown spec or bad input.
+    ``ogbn-proteins`` (OGB layout under ``root``, never downloaded), ``npz:PATH`` (gnn-benchmark),
+    ``mtx:PATH`` (Matrix Market), ``edgelist:PATH`` (SNAP), ``graph:DIR`` (a graph directory,
+    `plexus_datasets.diskgraph`), ``rmat:scale=S,edge_factor=E,features=F,classes=C,seed=K`` (all
+    keys optional). ``seed`` drives synthetic graphs and the stand-in features, labels and splits of
+    formats that lack them; official splits are never reseeded. Raises `DatasetError` (one line) for
+    an unknown spec or bad input.
     """
     spec = spec.strip()
     kind, colon, rest = spec.partition(":")

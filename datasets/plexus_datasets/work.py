@@ -1,6 +1,6 @@
 """The datasets' out-of-core work (conversions, and the partitioner built on them): the generic
-runner of resumable phases, `plexus_datasets.base.tasks`, whose damaged work directory (an edited marker,
-a changed file) is a `DatasetError` like any other bad input of a dataset."""
+runner of resumable phases, `plexus_datasets.base.tasks`, whose damaged work directory (an edited
+marker, a changed file) is a `DatasetError` like any other bad input of a dataset."""
 
 from __future__ import annotations
 

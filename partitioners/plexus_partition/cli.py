@@ -34,7 +34,8 @@ from plexus_partition.model.cli import ArgumentParser, UsageError, report_error
 from plexus_partition.model.grid import GridShape
 from plexus_partition.model.layout import (DEFAULT_PERMUTATION, STAGE_ORDERS, grid_misfit,
                                  layer_plans)
-from plexus_partition.model.model import AUTO_ORDER, MAX_LAYERS, ModelConfig, ModelError, parse_order
+from plexus_partition.model.model import (AUTO_ORDER, MAX_LAYERS, ModelConfig, ModelError,
+                                          parse_order)
 from plexus_partition.model.modelopts import DEFAULT_HIDDEN, DEFAULT_KIND, DEFAULT_LAYERS
 from plexus_partition.model.ops import KINDS
 from plexus_datasets.canonical import BUCKET_ENTRIES, CHUNK_EDGES

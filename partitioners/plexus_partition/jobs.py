@@ -5,8 +5,8 @@
   signal, the OOM killer) ends the run with an error, and workers die with the launching process
   (``kill -9`` included) rather than write on behind a rerun.
 - `GroupRunner`: the same command under torchrun or srun: every process is one rank (from the
-  variables the launcher sets, `plexus_partition.launch.env`) and takes the tasks whose index is its rank
-  modulo the world size, on a filesystem all ranks share; a barrier of a gloo process group
+  variables the launcher sets, `plexus_partition.launch.env`) and takes the tasks whose index is its
+  rank modulo the world size, on a filesystem all ranks share; a barrier of a gloo process group
   closes each phase, and steps that run once (the permutation, the manifest) run on rank 0.
 
 Both read every task's result from the marker its process wrote (`plexus_datasets.work`), so a
@@ -79,8 +79,8 @@ class PoolRunner(Runner):
 
 class GroupRunner(Runner):
     """Tasks of each phase shared among the ranks of a torchrun/srun job (``env``: this
-    process's `plexus_partition.launch.env.JobEnv`); ``timeout_s`` bounds how long a rank waits for the
-    others at the end of a phase."""
+    process's `plexus_partition.launch.env.JobEnv`); ``timeout_s`` bounds how long a rank waits for
+    the others at the end of a phase."""
 
     def __init__(self, work: str | os.PathLike, env: Any, timeout_s: float,
                  progress: bool | None = None) -> None:

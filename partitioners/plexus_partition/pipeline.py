@@ -45,10 +45,10 @@ GROUP_TIMEOUT_S = 6 * 3600.0
 
 def auto_stage_orders(num_stages: int, hidden: int, num_features: int, num_classes: int,
                       model: str = "gcn") -> list[str]:
-    """"auto" for ``num_stages`` stages of the ``model`` kind (`plexus_partition.model.ops.KINDS`, which
-    declares its stages per layer) with ``hidden`` wide hidden layers, as plexus-train resolves
-    its default (`plexus_partition.model.model.ModelConfig.orders`); a kind of several stages per layer
-    (GIN: agg, dense) needs a multiple of them."""
+    """"auto" for ``num_stages`` stages of the ``model`` kind (`plexus_partition.model.ops.KINDS`,
+    which declares its stages per layer) with ``hidden`` wide hidden layers, as plexus-train
+    resolves its default (`plexus_partition.model.model.ModelConfig.orders`); a kind of several
+    stages per layer (GIN: agg, dense) needs a multiple of them."""
     per_layer = len(KINDS[model].stage_ops)
     if num_stages % per_layer:
         raise ValueError(f"{num_stages} stages do not make whole {model} layers "
@@ -371,9 +371,9 @@ def _fingerprint(spec: str, root: str | None) -> list[list]:
 
 
 def _store_lock(out: Path, keep_existing: bool) -> FileLock:
-    """The lock of the store ``out`` (`plexus_datasets.base.lockfile`), held until its manifest is in
-    place; refuses when another partitioner holds it, or, with ``keep_existing``, when a store
-    is there once it is held."""
+    """The lock of the store ``out`` (`plexus_datasets.base.lockfile`), held until its manifest is
+    in place; refuses when another partitioner holds it, or, with ``keep_existing``, when a store is
+    there once it is held."""
     path = out.parent / f".{out.name}.lock"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,9 @@
 """Load-balance statistics: non-zeros of Â in every block each layer multiplies by.
 
 A layer's blocks are the |a_rows| × |a_cols| grid of contiguous blocks of Â_k (k = the layer's
-adjacency, see `plexus_partition.model.layout.LayerPlan`). Counting is one chunked pass over Â's rows with
-``np.bincount`` over block ids, so it handles graphs with hundreds of millions of non-zeros.
+adjacency, see `plexus_partition.model.layout.LayerPlan`). Counting is one chunked pass over Â's
+rows with ``np.bincount`` over block ids, so it handles graphs with hundreds of millions of
+non-zeros.
 """
 
 from __future__ import annotations

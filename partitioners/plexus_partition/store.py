@@ -94,10 +94,9 @@ def is_store(path: str | os.PathLike) -> bool:
 
 def is_own_store(path: str | os.PathLike, exact: bool = True) -> bool:
     """Whether ``path`` is a shard store this user's Plexus wrote, exactly as written: its
-    seal (`plexus_datasets.base.owned`, under this user's key) lists every file there, the manifest by
-    sha256. A folder that merely holds a store-format manifest (or a store with a file added)
-    is not. Not ``exact``: its files may have been damaged since (it may be replaced, never
-    reused)."""
+    seal (`plexus_datasets.base.owned`, under this user's key) lists every file there, the manifest
+    by sha256. A folder that merely holds a store-format manifest (or a store with a file added) is
+    not. Not ``exact``: its files may have been damaged since (it may be replaced, never reused)."""
     return owned.is_sealed(path, FORMAT, exact=exact)
 
 

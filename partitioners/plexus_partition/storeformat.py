@@ -22,7 +22,7 @@ def rank_file_name(coords: dict[str, int]) -> str:
 
 
 def gnn_layers(num_stages: int, model: str) -> int | None:
-    """How many GNN layers of the kind ``model`` (`plexus_partition.model.ops.KINDS`, which declares its
-    stages per layer) ``num_stages`` stages make (None: not a whole number of them)."""
+    """How many GNN layers of the kind ``model`` (`plexus_partition.model.ops.KINDS`, which declares
+    its stages per layer) ``num_stages`` stages make (None: not a whole number of them)."""
     per = len(KINDS[model].stage_ops)
     return num_stages // per if num_stages % per == 0 else None

@@ -76,16 +76,16 @@ def store_aggregation(manifest: dict) -> str:
 
 
 def store_model(manifest: dict) -> str | None:
-    """The model kind a store was cut for (`plexus_partition.model.ops.KINDS`), None where it records none
-    (a store of Â and orders only: `plexus.train.cache`'s, and those written before kinds were
-    recorded)."""
+    """The model kind a store was cut for (`plexus_partition.model.ops.KINDS`), None where it
+    records none (a store of Â and orders only: `plexus.train.cache`'s, and those written before
+    kinds were recorded)."""
     model = manifest.get("model")
     return None if model is None else str(model)
 
 
 def store_aggregation_of(model: str | None, aggregation: str | None) -> str:
-    """The Â a store is cut for: the ``model`` kind's (declared in `plexus_partition.model.ops`), else
-    ``aggregation``, else GCN's; `ShardStoreError` when both are given and disagree."""
+    """The Â a store is cut for: the ``model`` kind's (declared in `plexus_partition.model.ops`),
+    else ``aggregation``, else GCN's; `ShardStoreError` when both are given and disagree."""
     if model is not None and model in KINDS:
         wanted = KINDS[model].aggregation
         if aggregation is not None and aggregation != wanted:

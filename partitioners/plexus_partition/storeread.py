@@ -118,9 +118,9 @@ def read_shard(store_dir: str | os.PathLike, rank: int | Mapping[str, int], *,
     ``plexus-partition``): ``read_shard(store_dir, rank)``.
 
     ``rank`` is the global rank number, whose coordinates come from the manifest's grid by the
-    grid's rank order (`plexus_partition.model.grid.GridShape.coords`), or the coordinates themselves
-    (``{"x": 1, "y": 0, "z": 1}``). Everything else the store was cut for (grid, layer count,
-    orders, permutation and its seed) is read from the manifest; the keyword arguments are
+    grid's rank order (`plexus_partition.model.grid.GridShape.coords`), or the coordinates
+    themselves (``{"x": 1, "y": 0, "z": 1}``). Everything else the store was cut for (grid, layer
+    count, orders, permutation and its seed) is read from the manifest; the keyword arguments are
     checks: when given, ``shape``, ``num_stages``, ``orders`` ("agg", "combine" or "dense" per
     stage, or one for all), ``perm`` and ``seed`` must be what the store was cut for.
 

@@ -129,7 +129,8 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
 
 def check_store_kind(model: str | None, aggregation: str, num_stages: int) -> None:
     """`PartitionError` unless ``aggregation`` is one of `AGGREGATIONS` and, with a ``model``
-    kind recorded, that kind's (`plexus_partition.model.ops.KINDS`) with whole layers of its stages."""
+    kind recorded, that kind's (`plexus_partition.model.ops.KINDS`) with whole layers of its
+    stages."""
     if aggregation not in AGGREGATIONS:
         raise PartitionError(f"unknown aggregation {aggregation!r}; use one of "
                              f"{', '.join(AGGREGATIONS)}")

@@ -6,9 +6,9 @@ The PyG model is a ``torch.nn.Module`` with a ``ModuleList`` ``convs`` of the ki
 the MLP) and, with BatchNorm, a ``ModuleList`` ``bns`` of BatchNorm1d, applied as conv → (+
 input, residual) → bn → ReLU for every layer but the last (`plexus.engine.pygmodel.PygModel`
 builds it; `load_pyg` returns it loaded). The names come from the operators' declarations
-(`plexus_partition.model.ops`): each parameter's name under its PyG module, the module's prefix per stage
-of a layer from the model kind (``convs.{l}.``, GIN's second stage
-``convs.{l}.nn.2.``), BatchNorm's under ``bns.{l}.``; `pyg_names` lists them.
+(`plexus_partition.model.ops`): each parameter's name under its PyG module, the module's prefix per
+stage of a layer from the model kind (``convs.{l}.``, GIN's second stage ``convs.{l}.nn.2.``),
+BatchNorm's under ``bns.{l}.``; `pyg_names` lists them.
 
 The file (``torch.save``; loads with ``torch.load(weights_only=True)``) holds: ``format``,
 ``kind``, ``state_dict`` (PyG names), ``config`` (the `ModelConfig` as a dict), ``pyg`` (the PyG
@@ -54,7 +54,8 @@ def _to_pyg(decl: Param, tensor: torch.Tensor) -> torch.Tensor:
 def _declared(config: ModelConfig, num_features: int, num_classes: int, extras: bool = False
               ) -> list[tuple[str, str, Param]]:
     """(engine name, PyG name, declaration) of every parameter and statistic; with ``extras``
-    what PyG's modules hold and Plexus does not (`plexus_partition.model.ops.Operator.pyg_extras`)."""
+    what PyG's modules hold and Plexus does not
+    (`plexus_partition.model.ops.Operator.pyg_extras`)."""
     kind = KINDS[config.kind]
     widths = config.widths(num_features, num_classes)
     out = []

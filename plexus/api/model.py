@@ -55,9 +55,9 @@ class GraphModel(nn.Module):
     ``model(step)`` returns this rank's block of the logits (dropout masks keyed by ``step`` when
     training); ``loss(logits, mask)`` is the masked mean cross-entropy over the whole graph (the
     same value on every rank; for a multi-label graph the binary cross-entropy over the labelled
-    (node, task) entries); ``metrics`` its accuracy or ROC-AUC; ``node_ids`` is the original node id of every local logits row
-    (-1: padding), ``labels`` their labels. `plexus.api.results` gathers logits, predictions and
-    embeddings on rank 0; `plexus.api.export` the unsharded weights.
+    (node, task) entries); ``metrics`` its accuracy or ROC-AUC; ``node_ids`` is the original node id
+    of every local logits row (-1: padding), ``labels`` their labels. `plexus.api.results` gathers
+    logits, predictions and embeddings on rank 0; `plexus.api.export` the unsharded weights.
     """
 
     def __init__(self, net: DistributedModel, shard: RankShard) -> None:
@@ -215,14 +215,13 @@ def distributed_model(graph: Graph, grid: Grid, model: ModelConfig | str | None 
     """This rank's part of a GNN on ``graph`` over ``grid`` (call it on every rank).
 
     ``model`` is a `ModelConfig`, or the model kind by the name ``plexus-train --model`` takes
-    (a name of the registry `plexus_partition.model.ops.KINDS`; default "gcn") with the other fields as
-    keywords (``num_layers=2, hidden=16, dropout=0.5, heads=4, ...``). ``seed`` fixes the
-    weights and dropout masks (the same on every grid), ``perm`` the load-balancing node
-    permutation (results do not depend on it). A keyword that is no model option is a
-    TypeError, a value the model refuses a `plexus_partition.model.model.ModelError` (a ValueError), each
-    naming what to use.
-    With ``memory_check`` (the default), a model the performance model predicts not to fit
-    this rank's memory is refused before anything of it is built, as plexus-train refuses it
+    (a name of the registry `plexus_partition.model.ops.KINDS`; default "gcn") with the other fields
+    as keywords (``num_layers=2, hidden=16, dropout=0.5, heads=4, ...``). ``seed`` fixes the weights
+    and dropout masks (the same on every grid), ``perm`` the load-balancing node permutation
+    (results do not depend on it). A keyword that is no model option is a TypeError, a value the
+    model refuses a `plexus_partition.model.model.ModelError` (a ValueError), each naming what to
+    use. With ``memory_check`` (the default), a model the performance model predicts not to fit this
+    rank's memory is refused before anything of it is built, as plexus-train refuses it
     (`plexus.api.memcheck.MemoryCheckError`, a ValueError).
     """
     check_seed(seed)

@@ -138,7 +138,8 @@ class Comm:
     def raw_all_reduce(self, x: torch.Tensor, axis: str, op: str = "sum",
                        async_op: bool = False):
         """In-place all-reduce of ``x`` over ``axis`` with ``op`` in {"sum", "max", "min"}.
-        Returns ``x``, or with ``async_op`` a work handle to pass to `wait` (None: nothing to do)."""
+        Returns ``x``, or with ``async_op`` a work handle to pass to `wait` (None: nothing to
+        do)."""
         p = self.grid.size(axis)
         if p == 1:
             return None if async_op else x

@@ -1,11 +1,11 @@
 """One stage's view of the graph on the grid: the differentiable operations a layer is written
 with, the 3D layouts handled: the one stage toolkit. Every built-in kind's torch code
-(``stage`` in `plexus_partition.model.ops`) is written with it, and so are users' layers (`plexus.nn`,
-which wraps it to check layouts).
+(``stage`` in `plexus_partition.model.ops`) is written with it, and so are users' layers
+(`plexus.nn`, which wraps it to check layouts).
 
-A stage has roles (o, i, d) for its outer, inner and depth axes (`plexus_partition.model.layout.LayerPlan`)
-and three layouts, named by the axis cutting the rows, the axis cutting the columns and the
-axis the block is replicated over:
+A stage has roles (o, i, d) for its outer, inner and depth axes
+(`plexus_partition.model.layout.LayerPlan`) and three layouts, named by the axis cutting the rows,
+the axis cutting the columns and the axis the block is replicated over:
 
 - the input H: rows by o, columns by i, replicated over d;
 - a combine-first stage: ``linear(H)`` gives rows by o, columns by d, replicated over i;
@@ -233,7 +233,8 @@ class StageGraph:
                   head_width: int) -> torch.Tensor:
         """Per node and head, Σ_c X[:, c]·a[c, k] over the head's columns, for each column k of
         ``a`` (this rank's rows of k vectors, or a list of the k vectors; X rows by o, columns cut
-        by the output's column axis, heads of ``head_width``): (nodes, k·heads) float32, complete."""
+        by the output's column axis, heads of ``head_width``): (nodes, k·heads) float32,
+        complete."""
         P = self._head_matrix(X, heads, head_width)
         if isinstance(a, (list, tuple)):  # k vectors: their columns side by side
             a = torch.stack(a, 1)
@@ -325,11 +326,11 @@ class StageGraph:
         """The stage's graph convolution H' = Â·dropout(H)·W (+ root term) in its order, with the
         stage's dropout (`stage_rate`) and weight "W": aggregate first AR([Â;S]·H) over o, then
         [AGG | S·H]·[W; Wr] (or (AGG + (1+ε)·S·H)·W), AR(OUT) over i; combine first H·[W | Wr],
-        AR(Z) over i, then AR([Â | S]·[Z; Zr]) over o (`plexus_partition.model.ops.conv` declares it).
-        ``root`` (the declaration's `ConvOperator.root`, a `RootTerm`): none; a learned root
+        AR(Z) over i, then AR([Â | S]·[Z; Zr]) over o (`plexus_partition.model.ops.conv` declares
+        it). ``root`` (the declaration's `ConvOperator.root`, a `RootTerm`): none; a learned root
         weight (H·Wr, ``Wr`` the shard); a residual (H: the identity as Wr); scaled ((1+ε)·H,
-        ``eps`` the shard or None for ε = 0). A root term multiplies the stage's own stacked block [Â; S] or [Â | S], so one
-        SpMM and one all-reduce serve both."""
+        ``eps`` the shard or None for ε = 0). A root term multiplies the stage's own stacked block
+        [Â; S] or [Â | S], so one SpMM and one all-reduce serve both."""
         drop = self.dropout_args(self.stage_rate(), step)
         if self.plan.order == "agg":  # dropout inside the SpMM's autograd function
             return self._aggregate_first(H, root, Wr, eps,
@@ -365,7 +366,8 @@ class StageGraph:
 
     def exchange_counts(self) -> dict[tuple[int, str], tuple[int, int]]:
         """{(stage, "sum"/"gather"): (rows this rank sends, the most any rank of the axis
-        sends)} of the exchanges built (`plexus_partition.model.schedule.exact_rows` prices them)."""
+        sends)} of the exchanges built (`plexus_partition.model.schedule.exact_rows` prices
+        them)."""
         ex = self.exchange
         if ex is None:
             return {}

@@ -2,8 +2,9 @@
 collective as the schedule declares it (layer, phase, operation, axis, full size, bytes per
 element).
 
-Volumes are those of ring algorithms, per rank (`plexus_partition.model.schedule.ring_volume`, the formula
-the performance model uses too). Collectives over an axis of size 1 are skipped and move nothing.
+Volumes are those of ring algorithms, per rank (`plexus_partition.model.schedule.ring_volume`, the
+formula the performance model uses too). Collectives over an axis of size 1 are skipped and move
+nothing.
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
 """The one 3D stage every built-in kind runs as (`Stage3D`): its parameter shards (cut as
-`plexus_partition.model.ops` declares them) and the stage toolkit its kind's torch code is written with,
-BatchNorm's too; a kind's serial reference as the engine calls it (`serial_of`); and where each
-declared parameter's shard sits in the full tensor (`placement`, `ShardMap`), which the models
-use to convert between shards and grid-independent tensors. A kind's torch code and serial
-reference live in its one file in `plexus_partition.model.ops`; the engine runs every kind through
-`Stage3D` and `serial_of`.
+`plexus_partition.model.ops` declares them) and the stage toolkit its kind's torch code is written
+with, BatchNorm's too; a kind's serial reference as the engine calls it (`serial_of`); and where
+each declared parameter's shard sits in the full tensor (`placement`, `ShardMap`), which the models
+use to convert between shards and grid-independent tensors. A kind's torch code and serial reference
+live in its one file in `plexus_partition.model.ops`; the engine runs every kind through `Stage3D`
+and `serial_of`.
 
 Symbols follow docs/design.md: Â (this rank's block of the adjacency), H (input block),
 W (weight block, stored cut over one more axis and gathered before use), OUT. Each collective is
 one line naming its axis; its backward counterpart is in the comment. The same collectives, with
-their sizes, are declared in `plexus_partition.model.ops` (the schedule, the performance model and the
-ledger test read them; the ledger test checks that the engine issues exactly them).
+their sizes, are declared in `plexus_partition.model.ops` (the schedule, the performance model and
+the ledger test read them; the ledger test checks that the engine issues exactly them).
 
 Parameters are float32 (the master weights); a stage casts them to its compute precision
 ``dtype`` at use, before their collective, so they travel in that precision and their gradients

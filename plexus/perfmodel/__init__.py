@@ -1,9 +1,9 @@
 """The performance model: what one epoch of 3D-parallel training costs per rank on every grid.
 
 `spec` (the problem: graph sizes, model, how a run holds it), `model` (communication volume from
-`plexus_partition.model.schedule`, compute and time, grid and order ranking), `memory` (bytes per rank at
-the step's peak), `calibration` (the machine rates it prices time with, and measuring them on
-CPUs), `gpucal` (measuring a GPU and its cluster's links), `placement` (which link each grid axis
+`plexus_partition.model.schedule`, compute and time, grid and order ranking), `memory` (bytes per
+rank at the step's peak), `calibration` (the machine rates it prices time with, and measuring them
+on CPUs), `gpucal` (measuring a GPU and its cluster's links), `placement` (which link each grid axis
 crosses on a cluster), `profiles` (built-in GPU nodes; what prices a prediction), `cli`
 (``plexus-model`` and ``plexus-bench``). Pure arithmetic apart from calibration: it answers
 instantly for billion-edge graphs.

@@ -105,12 +105,12 @@ def measure_gemm(shapes: Sequence[tuple[int, int, int]] = ((32_768, 128, 128), (
 def measure_elementwise(rows: int = 8192, cols: int = 128, reps: int = 5
                         ) -> list[dict[str, Any]]:
     """Time the elementwise chain the model counts as `DROPOUT_PASSES` per element of a
-    ``rows`` × ``cols`` float32 activation (`plexus_partition.model.ops.base`): the row and column hashes'
-    xor, two int32 rounds of a multiply and a half-word xor over half the columns, then a
-    comparison of the int16 halves, a select and a scale over every element (the engine's
-    dropout mask on CPUs, `plexus.engine.masks.masked`, has this shape). Returns one record with
-    elements, passes, seconds and rate (element passes per second), what ReLU, bias and the
-    loss are priced at too: memory-bound passes, far slower than flops."""
+    ``rows`` × ``cols`` float32 activation (`plexus_partition.model.ops.base`): the row and column
+    hashes' xor, two int32 rounds of a multiply and a half-word xor over half the columns, then a
+    comparison of the int16 halves, a select and a scale over every element (the engine's dropout
+    mask on CPUs, `plexus.engine.masks.masked`, has this shape). Returns one record with elements,
+    passes, seconds and rate (element passes per second), what ReLU, bias and the loss are priced at
+    too: memory-bound passes, far slower than flops."""
     import torch
 
     x = torch.randn(rows, cols)

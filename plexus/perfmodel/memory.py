@@ -201,10 +201,10 @@ def _training_peak(spec: ModelSpec, sizes: Sequence[StageSizes], out_rows: float
                    ) -> tuple[float, float, float, float, float]:
     """(operators' resident bytes, weights, optimizer state, saved, transient) at the step's
     peak. Each stage's operator declares what it keeps for backward and what its forward and
-    backward hold at once (`plexus_partition.model.ops.base.StageMemory`); a ReLU keeps a one-byte mask.
-    The peak is the largest of every stage's forward and backward moments over what earlier
-    stages keep. With ``recompute`` a stage keeps only its input, and its backward first runs
-    its forward again (rebuilding what it keeps)."""
+    backward hold at once (`plexus_partition.model.ops.base.StageMemory`); a ReLU keeps a one-byte
+    mask. The peak is the largest of every stage's forward and backward moments over what earlier
+    stages keep. With ``recompute`` a stage keeps only its input, and its backward first runs its
+    forward again (rebuilding what it keeps)."""
     fb = spec.dtype_bytes
     cast = fb != MASTER_BYTES
     resident = weights = optimizer = 0.0

@@ -2,12 +2,12 @@
 the ranking of grids and orders by them (the inputs are `plexus.perfmodel.spec`'s, the memory
 model `plexus.perfmodel.memory`'s; `epoch_memory` here resolves the orders for it).
 
-Everything here follows docs/design.md and reads the declarations of `plexus_partition.model.ops`: the
-model's plans (`plexus_partition.model.model.ModelConfig.plans`, the one resolved plan the engine builds
-from too), the padded sizes of `plexus_partition.model.layout.padding`, the collectives of
-`plexus_partition.model.schedule` (which the engine's ledger is tested against), and each operator's flops
-and memory terms. The model is pure arithmetic (no torch), so ``plexus-model`` answers instantly
-even for billion-edge graphs.
+Everything here follows docs/design.md and reads the declarations of `plexus_partition.model.ops`:
+the model's plans (`plexus_partition.model.model.ModelConfig.plans`, the one resolved plan the
+engine builds from too), the padded sizes of `plexus_partition.model.layout.padding`, the
+collectives of `plexus_partition.model.schedule` (which the engine's ledger is tested against), and
+each operator's flops and memory terms. The model is pure arithmetic (no torch), so ``plexus-model``
+answers instantly even for billion-edge graphs.
 
 Time is an α-β model per axis plus compute at calibrated flop rates, summed without overlap:
 a collective costs steps·α + bytes_moved·β, sparse work (SpMM, SDDMM, per-edge) runs at the
@@ -127,7 +127,8 @@ def collectives(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     Collectives over axes of size 1 are left out: they move nothing and cost nothing.
     ``evaluate`` appends what the trainer's evaluation after the step issues (phase "eval").
     ``exchange``: the sparse exchanges with one rank's exact row counts (from its shard:
-    `plexus_partition.model.schedule.exact_rows`); default, the spec's estimate from the mean degree.
+    `plexus_partition.model.schedule.exact_rows`); default, the spec's estimate from the mean
+    degree.
     """
     shape = normalize_grid(grid)
     return spec_collectives(spec, shape, _resolve_orders(spec, shape, orders), evaluate,
@@ -163,7 +164,8 @@ def epoch_volume(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
 class Compute:
     """Flops per rank of one epoch, assuming the non-zeros spread evenly over the Â blocks, and
     the element passes of its memory-bound elementwise work (dropout, ReLU, bias, the loss:
-    `plexus_partition.model.ops.base.elementwise_passes`), which run at the calibrated elementwise rate."""
+    `plexus_partition.model.ops.base.elementwise_passes`), which run at the calibrated elementwise
+    rate."""
 
     spmm_flops: float
     gemm_flops: float
@@ -177,8 +179,9 @@ class Compute:
 def epoch_compute(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
                   orders: Sequence[str] | None = None) -> Compute:
     """Sparse (SpMM, SDDMM, per-edge) and GEMM flops one rank runs per epoch: each stage's
-    operator declares its own (`plexus_partition.model.ops`, ``flops``); and the element passes of the
-    elementwise work around the stages (`plexus_partition.model.ops.base.elementwise_passes`)."""
+    operator declares its own (`plexus_partition.model.ops`, ``flops``); and the element passes of
+    the elementwise work around the stages
+    (`plexus_partition.model.ops.base.elementwise_passes`)."""
     s = normalize_grid(grid)
     spmm = gemm = elementwise = 0.0
     for z in spec_sizes(spec, s, _resolve_orders(spec, s, orders)):

@@ -1,12 +1,13 @@
 """Where a grid's ranks sit on a GPU cluster, and so which link each axis's collectives cross.
 
 Launchers number ranks node by node (torchrun and srun fill a node's GPUs with consecutive
-ranks), and a grid numbers them rank = (x·Y + y)·Z + z (`plexus_partition.model.grid.GridShape.coords`),
-so z is the fastest-varying axis. The ranks of one collective along an axis with stride s (z: 1,
-y: Z, x: Y·Z) and size p are b, b + s, ..., b + (p-1)·s; every such group lies inside one node
-exactly when the job fits in one node or s·p divides the GPUs per node (aligned blocks of s·p
-consecutive ranks); otherwise some group crosses the network, and as a ring runs at the pace of
-its slowest link, the axis is priced with the "inter" link class.
+ranks), and a grid numbers them rank = (x·Y + y)·Z + z
+(`plexus_partition.model.grid.GridShape.coords`), so z is the fastest-varying axis. The ranks of one
+collective along an axis with stride s (z: 1, y: Z, x: Y·Z) and size p are b, b + s, ..., b +
+(p-1)·s; every such group lies inside one node exactly when the job fits in one node or s·p divides
+the GPUs per node (aligned blocks of s·p consecutive ranks); otherwise some group crosses the
+network, and as a ring runs at the pace of its slowest link, the axis is priced with the "inter"
+link class.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from plexus_partition.model.layout import DEFAULT_PERMUTATION, LayerPlan, Paddin
 from plexus_partition.model.model import ModelConfig
 from plexus_partition.model.ops import NORM_OP, OPERATORS
 from plexus_partition.model.ops.base import StageSizes, stage_sizes
-from plexus_partition.model.schedule import (SPARSE_MODES, Collective, SparseExchange, epoch_collectives,
-                                  estimated_rows)
+from plexus_partition.model.schedule import (SPARSE_MODES, Collective, SparseExchange,
+                                             epoch_collectives, estimated_rows)
 
 BEST_ORDER = "best"  # ModelSpec.best_orders: the orders choose_orders predicts fastest, per grid
 
@@ -23,8 +23,8 @@ Grid3 = tuple[int, int, int]
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """The problem: graph sizes, the model (a `plexus_partition.model.model.ModelConfig`, the same value
-    the engine is built from) and how a run holds it.
+    """The problem: graph sizes, the model (a `plexus_partition.model.model.ModelConfig`, the same
+    value the engine is built from) and how a run holds it.
 
     ``nnz`` is the number of non-zeros of the normalized Â (self loops included).
     ``best_orders``: price each grid with the per-layer orders `choose_orders` predicts fastest
@@ -159,8 +159,8 @@ def spec_collectives(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence
                      evaluate: bool = False, exchange: SparseExchange | None = None
                      ) -> list[Collective]:
     """Every collective of one epoch of the spec on ``shape`` with ``orders``
-    (`plexus_partition.model.schedule.epoch_collectives` with the spec's payload precision, kept input
-    and sparse exchanges: ``exchange``, else the estimate from the mean degree)."""
+    (`plexus_partition.model.schedule.epoch_collectives` with the spec's payload precision, kept
+    input and sparse exchanges: ``exchange``, else the estimate from the mean degree)."""
     plans, pad = spec_layout(spec, shape, orders)
     return epoch_collectives(plans, shape, pad,
                              learnable_features=spec.model.learnable_features, evaluate=evaluate,
@@ -171,7 +171,8 @@ def spec_collectives(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence
 
 def spec_sizes(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str],
                index_bytes: int = 4) -> list[StageSizes]:
-    """Every stage's sizes (`plexus_partition.model.ops.base.StageSizes`) of the spec on ``shape``."""
+    """Every stage's sizes (`plexus_partition.model.ops.base.StageSizes`) of the spec on
+    ``shape``."""
     plans, pad = spec_layout(spec, shape, orders)
     return stage_sizes(plans, shape, pad, OPERATORS, [spec.model.drops_input(p) for p in plans],
                        nnz=float(spec.nnz), learnable_features=spec.model.learnable_features,

@@ -54,7 +54,8 @@ def run_world(world: int, fn, *args, timeout: float = 900, threads: int = 1,
     any rank raises; a rank silent for ``timeout`` seconds fails the call. ``env``: variables
     set in each rank before it does anything else. ``backend`` "nccl" gives rank r the GPU
     ``cuda:r`` (one per rank; the caller checks there are enough); ``cuda`` with "gloo": the
-    ranks share the GPUs, as few per GPU as cover them (`plexus_partition.launch.env.ranks_per_gpu`)."""
+    ranks share the GPUs, as few per GPU as cover them
+    (`plexus_partition.launch.env.ranks_per_gpu`)."""
     per_gpu = 1 if backend == "nccl" else (ranks_per_gpu(world) if cuda else 0)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()

@@ -11,8 +11,8 @@ from typing import Sequence
 
 from plexus_partition.model.cli import ArgumentParser, UsageError, report_error
 from plexus_partition.model.layout import DEFAULT_PERMUTATION
-from plexus_partition.model.modelopts import (DEFAULT_DROPOUT, DEFAULT_HIDDEN, DEFAULT_LAYERS, DEFAULT_ORDER,
-                                    add_comm_options, check_model_options)
+from plexus_partition.model.modelopts import (DEFAULT_DROPOUT, DEFAULT_HIDDEN, DEFAULT_LAYERS,
+                                              DEFAULT_ORDER, add_comm_options, check_model_options)
 
 from .folder import ResultsFolder
 from .launchers import LAUNCHERS, SlurmOptions

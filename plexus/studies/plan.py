@@ -15,7 +15,8 @@ from typing import Any, Callable, Sequence
 from plexus_partition.model.grid import GridError, GridShape
 from plexus_partition.model.grid import parse_world_sizes as grid_world_sizes
 from plexus_partition.model.layout import DEFAULT_PERMUTATION
-from plexus_partition.model.modelopts import DEFAULT_DROPOUT, DEFAULT_HIDDEN, DEFAULT_LAYERS, DEFAULT_ORDER
+from plexus_partition.model.modelopts import (DEFAULT_DROPOUT, DEFAULT_HIDDEN, DEFAULT_LAYERS,
+                                              DEFAULT_ORDER)
 
 Sizes = tuple[int, int, int, int]  # nodes, nnz of Â, features, classes
 GRID_WORDS = ("all", "auto")

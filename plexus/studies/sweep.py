@@ -167,8 +167,8 @@ def measure_calibration(folder: ResultsFolder, plans: Sequence[PlannedRun],
     """Measure this machine's rates into RESULTS/calibration.json unless it is there, or copy
     the calibration $PLEXUS_CALIBRATION names (a cluster's, measured with plexus-bench calibrate)
     there (measuring takes seconds:
-    `plexus.perfmodel.measure.calibrate` in its quick form, ``threads`` per rank as the runs use, and
-    the collectives on a local world of each multi-rank size the sweep runs, up to
+    `plexus.perfmodel.measure.calibrate` in its quick form, ``threads`` per rank as the runs use,
+    and the collectives on a local world of each multi-rank size the sweep runs, up to
     `CALIBRATION_MAX_WORLD` ranks, as its runs' ranks share this host)."""
     from plexus.perfmodel.calibration import (CALIBRATION_ENV,  # noqa: PLC0415
                                               find_calibration, load_calibration)

@@ -2,9 +2,8 @@
 residual connections) and a copy of a serial Plexus model's weights into them: the reference
 that tests and the accuracy benchmark compare with. The stacks are PyG's public modules built by
 the engine's one builder (`plexus.engine.pygmodel`, which `plexus.load_pyg` uses too); the
-weights are copied under the PyG names the declarations give (`plexus_partition.model.ops`), so a new kind
-needs nothing here.
-Needs ``torch_geometric`` (the test extra).
+weights are copied under the PyG names the declarations give (`plexus_partition.model.ops`), so a
+new kind needs nothing here. Needs ``torch_geometric`` (the test extra).
 """
 
 from __future__ import annotations

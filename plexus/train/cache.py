@@ -11,7 +11,8 @@ number of stages and each stage's order, permutation kind and seed, aggregation)
 cache directory::
 
     <name>-<key>/            a shard store (`plexus_partition.store`), written atomically and
-                             sealed (`plexus_datasets.base.owned`: this user's key, exactly its files)
+                             sealed (`plexus_datasets.base.owned`: this user's key, exactly its
+                             files)
     sources/<source>.json    what a source's graph is (name, sizes, content hash), so a later run
                              knows the stage orders and the memory it needs without loading it
     locks/<source>.lock      held (flock) while a store of that source is built
@@ -25,9 +26,9 @@ that of a launcher. A run holds its store against eviction while it runs; with a
 once a run has its own (`plexus.train.cacheuse`); a run rebuilds what it needs.
 
 The cache is trusted only when it is this user's and nobody else can write it
-(`Cache.check_trusted`, README "Shared machines"); a store is reused only with this user's seal and exactly the files
-sealed, rebuilt when it is this user's but changed since, and otherwise refused in one line and
-left where it is.
+(`Cache.check_trusted`, README "Shared machines"); a store is reused only with this user's seal and
+exactly the files sealed, rebuilt when it is this user's but changed since, and otherwise refused in
+one line and left where it is.
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ out of the way before deleting it, under that lock, so a run never sees half a s
 that waited for the lock finds the store gone and builds it again. Converted graphs
 (``graphs/``) are evicted the same way, under their source's build lock. Lock files stay (a
 lock file removed while another process waits on it would let two holders in). Only what this
-user's Plexus sealed (`plexus_datasets.base.owned`: this uid, its key, exactly its files) is an entry:
-a folder of the user's own in the cache or in ``graphs/``, a link, or anything planted is never
-listed, evicted or followed, and the removal itself goes through `plexus_datasets.base.owned`.
+user's Plexus sealed (`plexus_datasets.base.owned`: this uid, its key, exactly its files) is an
+entry: a folder of the user's own in the cache or in ``graphs/``, a link, or anything planted is
+never listed, evicted or followed, and the removal itself goes through `plexus_datasets.base.owned`.
 """
 
 from __future__ import annotations

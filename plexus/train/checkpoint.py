@@ -77,9 +77,9 @@ DirectoryLock = FileLock
 
 
 def lock_directory(directory: str | os.PathLike) -> DirectoryLock:
-    """Lock ``directory`` for this run's checkpoints (`plexus_datasets.base.lockfile`: no link followed,
-    nothing truncated, only a regular file of one link written). Raises `CheckpointError` when
-    another live run holds it (its saves would delete this run's temporary files, and the other
+    """Lock ``directory`` for this run's checkpoints (`plexus_datasets.base.lockfile`: no link
+    followed, nothing truncated, only a regular file of one link written). Raises `CheckpointError`
+    when another live run holds it (its saves would delete this run's temporary files, and the other
     way round) or the lock file is not one."""
     try:
         return acquire(Path(directory) / LOCK_NAME)

@@ -97,8 +97,8 @@ def check_launch_outputs(plan: RunPlan) -> None:
 
 
 def check_order(order: str, num_layers: int) -> None:
-    """--order is agg, combine, auto or one of those two per layer (`plexus_partition.model.model.parse_order`,
-    the one parser)."""
+    """--order is agg, combine, auto or one of those two per layer
+    (`plexus_partition.model.model.parse_order`, the one parser)."""
     try:
         parse_order(order, num_layers)
     except ModelError as e:

@@ -1,9 +1,9 @@
 """A checkpoint's training-loop state checked like the command line's options, field by field:
 the epoch, every learning rate, the schedule's state, the optimizer's step counts, the best epoch
 and where early stopping ended the run — typed, finite, within the one table of bounds
-(`plexus_partition.model.bounds`) and consistent with the run that resumes it. A resumed run trusts these
-values (``lrs = [-5]`` would resume as gradient ascent, ``stopped = 3`` would train nothing), so
-any that no run of these options could have written is refused in one line.
+(`plexus_partition.model.bounds`) and consistent with the run that resumes it. A resumed run trusts
+these values (``lrs = [-5]`` would resume as gradient ascent, ``stopped = 3`` would train nothing),
+so any that no run of these options could have written is refused in one line.
 """
 
 from __future__ import annotations

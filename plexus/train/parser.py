@@ -1,6 +1,6 @@
 """``plexus-train``'s options: the flags, their help and defaults (the training loop's from
-`TrainConfig`, the engine's from `EngineConfig` and `plexus_partition.model.modelopts`), and which of them a
-command line gave (a recipe does not override those)."""
+`TrainConfig`, the engine's from `EngineConfig` and `plexus_partition.model.modelopts`), and which
+of them a command line gave (a recipe does not override those)."""
 
 from __future__ import annotations
 

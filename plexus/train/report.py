@@ -61,8 +61,8 @@ def reduce_ledger(ledger: Ledger,
 def declared_max_rank(run: Run, epochs: int, evaluations: int) -> dict[str, float] | None:
     """Bytes per axis the schedule declares for this rank's run (``epochs`` training steps,
     ``evaluations`` evaluation passes), priced with the rows its sparse exchanges send
-    (`plexus_partition.model.schedule.exact_rows`), the largest over the ranks (collective): what the
-    busiest rank's ledger must show. None for a model that does not report its exchanges."""
+    (`plexus_partition.model.schedule.exact_rows`), the largest over the ranks (collective): what
+    the busiest rank's ledger must show. None for a model that does not report its exchanges."""
     model = getattr(run.model, "net", run.model)  # the API's model wraps the engine's
     counts = getattr(model, "exchange_counts", None)
     if counts is None:

@@ -7,10 +7,11 @@ lines. ``--quiet`` keeps just the summary.
 The JSON log (``--log-json FILE``) has one object per line: one per epoch, then a final object with
 ``"summary": true``. The summary's ``"memory"`` holds every rank's measured peaks, in rank order:
 ``peak_rss_bytes`` (the whole process), ``train_peak_rss_bytes`` (from the end of set-up on),
-``setup_peak_rss_bytes`` (up to the end of set-up), ``tracked_peak_bytes`` (tensor storages, CPU runs), ``cuda_peak_bytes`` (a list, or null off CUDA),
-and ``predicted_bytes`` and ``predicted_setup_bytes``, the performance model's training and set-up
-peaks per rank. It is written to ``FILE.tmp`` as the run goes and renamed to FILE only when
-complete, so FILE never holds a partial log.
+``setup_peak_rss_bytes`` (up to the end of set-up), ``tracked_peak_bytes`` (tensor storages, CPU
+runs), ``cuda_peak_bytes`` (a list, or null off CUDA), and ``predicted_bytes`` and
+``predicted_setup_bytes``, the performance model's training and set-up peaks per rank. It is written
+to ``FILE.tmp`` as the run goes and renamed to FILE only when complete, so FILE never holds a
+partial log.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The one table of bounds (`plexus_partition.model.bounds`): every numeric option of every tool is in it,
-every tool refuses a number past it in one line before anything starts, and the launchers'
-variables are read through it (issue 46 item 3). The limits are written here by hand, not read
-from the table."""
+"""The one table of bounds (`plexus_partition.model.bounds`): every numeric option of every tool is
+in it, every tool refuses a number past it in one line before anything starts, and the launchers'
+variables are read through it (issue 46 item 3). The limits are written here by hand, not read from
+the table."""
 
 from __future__ import annotations
 

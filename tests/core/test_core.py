@@ -134,9 +134,9 @@ def test_write_behind_syncs_and_drops_what_it_wrote_step_by_step(tmp_path, monke
 
 # ---- a kind's options: declared in its file, made into ModelConfig fields, plans and flags ----
 def test_kind_options_become_fields_plan_options_and_flags():
-    """Each kind's ``Options`` (its file in plexus_partition.model.ops) is where its options live: they are
-    `ModelConfig` fields with the declared defaults, flags with the declared help, metavar and
-    checks, and what a stage needs of them rides on its plan's ``options`` (LayerPlan has no
+    """Each kind's ``Options`` (its file in plexus_partition.model.ops) is where its options live:
+    they are `ModelConfig` fields with the declared defaults, flags with the declared help, metavar
+    and checks, and what a stage needs of them rides on its plan's ``options`` (LayerPlan has no
     field of any kind's)."""
     import argparse
     import dataclasses
@@ -189,8 +189,8 @@ def test_kind_options_become_fields_plan_options_and_flags():
 
 def test_every_kind_is_one_file_without_torch():
     """Each operator's declaration, torch code (``stage``, on the stage toolkit) and serial
-    reference are its one module in plexus_partition.model.ops (the engine has no module per kind), and
-    importing every declaration loads no torch (the performance model reads them)."""
+    reference are its one module in plexus_partition.model.ops (the engine has no module per kind),
+    and importing every declaration loads no torch (the performance model reads them)."""
     import subprocess
     import sys
 

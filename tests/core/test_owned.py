@@ -1,7 +1,7 @@
-"""`plexus_datasets.base.owned`, the one owner of deletions: it acts only on what it can prove is this
-user's Plexus's (a folder of this uid with nothing foreign or linked inside; for an output, its
-seal under this user's key with exactly the files sealed), never through a link another user
-could have planted."""
+"""`plexus_datasets.base.owned`, the one owner of deletions: it acts only on what it can prove is
+this user's Plexus's (a folder of this uid with nothing foreign or linked inside; for an output, its
+seal under this user's key with exactly the files sealed), never through a link another user could
+have planted."""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ are fuzzed the same way (`fuzzing.studies`).
 
 The bounded, seeded run here loads the cases in a child process as the command lines do
 (`fuzzing.inputs`, in ``tests/fuzzing/``); a few command-line runs check the same from the
-outside (exit status 2, exactly one ``error:`` line). ``benchmarks/fuzz_inputs.py`` runs a larger set.
+outside (exit status 2, exactly one ``error:`` line). ``benchmarks/fuzz_inputs.py`` runs a larger
+set.
 """
 
 from __future__ import annotations

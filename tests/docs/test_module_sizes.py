@@ -1,6 +1,7 @@
-"""No product module (the three projects' modules) over 450 lines without a stated reason: a module that big
-either holds more than one job (split it by job) or says, in its module docstring, on a line
-starting ``Kept over 450 lines:``, why it is kept whole (issue 47: small modules with one job)."""
+"""No product module (the three projects' modules) over 450 lines without a stated reason: a module
+that big either holds more than one job (split it by job) or says, in its module docstring, on a
+line starting ``Kept over 450 lines:``, why it is kept whole (issue 47: small modules with one
+job)."""
 
 from __future__ import annotations
 

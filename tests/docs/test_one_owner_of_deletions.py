@@ -1,7 +1,8 @@
-"""Every remove, replace and rename-over of the product goes through `plexus_datasets.base.owned`, the one
-module that proves what it acts on is this user's Plexus's (issue 46, item 1): no other module
-of the three projects calls ``shutil.rmtree``, ``os.remove``/``unlink``/``replace``/``rename``/``rmdir``,
-or a path's ``unlink``/``rmdir``/``rename``/``replace``, by any name."""
+"""Every remove, replace and rename-over of the product goes through `plexus_datasets.base.owned`,
+the one module that proves what it acts on is this user's Plexus's (issue 46, item 1): no other
+module of the three projects calls ``shutil.rmtree``,
+``os.remove``/``unlink``/``replace``/``rename``/``rmdir``, or a path's
+``unlink``/``rmdir``/``rename``/``replace``, by any name."""
 
 from __future__ import annotations
 

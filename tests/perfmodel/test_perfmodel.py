@@ -658,7 +658,8 @@ def test_the_step_timer_runs_the_engines_step():
 
 def test_one_world_size_parser():
     """plexus-sweep's --world-sizes and plexus-bench calibrate's --world-size read sizes with
-    one parser (plexus_partition.model.grid): order kept, repeats and empty items dropped, bounds named."""
+    one parser (plexus_partition.model.grid): order kept, repeats and empty items dropped, bounds
+    named."""
     from plexus_partition.model.grid import GridError, parse_world_sizes
     from plexus.perfmodel.benchcli import _world_sizes
     from plexus.studies.plan import PlanError

@@ -1,5 +1,5 @@
-"""plexus_partition.launch.hostmem: huge pages cut the page faults of an epoch's large tensors; the local world
-hands the setting to its ranks."""
+"""plexus_partition.launch.hostmem: huge pages cut the page faults of an epoch's large tensors; the
+local world hands the setting to its ranks."""
 
 from __future__ import annotations
 

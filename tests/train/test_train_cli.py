@@ -21,7 +21,8 @@ from cli_helpers import losses, read_log, train
 from helpers import assert_one_line
 from plexus.train import checkpoint as ckpt
 from plexus.engine.config import ModelConfig, TrainConfig
-from plexus_partition.launch.env import LaunchError, detect_environment, slurm_tasks_on_node, threads_per_worker
+from plexus_partition.launch.env import (LaunchError, detect_environment, slurm_tasks_on_node,
+                                         threads_per_worker)
 from plexus.train.runlog import JsonLog
 from plexus.train import main
 

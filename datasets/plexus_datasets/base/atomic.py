@@ -187,12 +187,11 @@ def replace_directory(new: str | os.PathLike, target: str | os.PathLike,
     it (it returns the directory to replace and raises, one line, when it may not be: e.g.
     `output_directory`); a previous output there is moved aside first and then removed, so
     ``target`` is always either the old output or the new one, never a mixture. With ``seal``
-    (a format of `plexus_datasets.base.owned`), ``new`` is sealed as that format first (``describes``:
-    its describing files, sealed by sha256) and a previous
-    output is replaced only when it carries this user's seal of it and nothing else (its files
-    changed or gone: damage, replaced too); an
-    empty directory of this user's is replaced too. A failed move puts the old one back;
-    ``new`` on another file system is copied beside ``target`` first. Everything goes through
+    (a format of `plexus_datasets.base.owned`), ``new`` is sealed as that format first
+    (``describes``: its describing files, sealed by sha256) and a previous output is replaced only
+    when it carries this user's seal of it and nothing else (its files changed or gone: damage,
+    replaced too); an empty directory of this user's is replaced too. A failed move puts the old one
+    back; ``new`` on another file system is copied beside ``target`` first. Everything goes through
     `plexus_datasets.base.owned`: nothing is removed or replaced by name."""
     final = Path(check(Path(target)))
     if seal is not None:

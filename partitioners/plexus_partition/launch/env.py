@@ -167,8 +167,8 @@ def threads_per_worker(local_workers: int, cores: int | None = None,
                        requested: int | None = None,
                        environ: Mapping[str, str] | None = None) -> int:
     """Torch threads for each of ``local_workers`` processes sharing this node's cores: what the
-    user asked for (``requested``, e.g. ``--threads``; within `plexus_partition.model.bounds`'s table),
-    else ``OMP_NUM_THREADS``, else an even share of the cores (at least one)."""
+    user asked for (``requested``, e.g. ``--threads``; within `plexus_partition.model.bounds`'s
+    table), else ``OMP_NUM_THREADS``, else an even share of the cores (at least one)."""
     if requested is not None:
         try:
             return check_bound("threads", requested, "threads per rank")

@@ -1,13 +1,13 @@
 """The one table of bounds of every number a user gives: each tool's numeric options (by their
 argparse destination, the same meaning in every tool) and the launchers' environment variables.
 
-`plexus_partition.model.cli.ArgumentParser` checks every parsed option against `BOUNDS` before a tool does
-anything else, `plexus_partition.launch.env` reads the launchers' variables through `env_int`, and the
-API (`plexus_partition.launch.env.threads_per_worker`, `plexus.engine.config.EngineConfig`) checks its
-arguments with `check_bound`; a test keeps every numeric option of every tool in the table. The
-limits are those past which a value can only be a typing mistake or breaks a library below us
-(torch segfaults creating 100000 threads; ``timedelta`` overflows past ~1e14 s; a port is 16
-bits), not policy: a run that is merely unusual stays allowed.
+`plexus_partition.model.cli.ArgumentParser` checks every parsed option against `BOUNDS` before a
+tool does anything else, `plexus_partition.launch.env` reads the launchers' variables through
+`env_int`, and the API (`plexus_partition.launch.env.threads_per_worker`,
+`plexus.engine.config.EngineConfig`) checks its arguments with `check_bound`; a test keeps every
+numeric option of every tool in the table. The limits are those past which a value can only be a
+typing mistake or breaks a library below us (torch segfaults creating 100000 threads; ``timedelta``
+overflows past ~1e14 s; a port is 16 bits), not policy: a run that is merely unusual stays allowed.
 """
 
 from __future__ import annotations

@@ -42,11 +42,11 @@ class LayerPlan:
     the column order of Â_adj. Every matrix is described by the axis cutting its rows and its
     columns.
 
-    The rest is the model's, filled in by `plexus_partition.model.model.ModelConfig.plans` (a plan from
-    `layer_plans` alone describes the layout only): ``op`` names the stage's operator
+    The rest is the model's, filled in by `plexus_partition.model.model.ModelConfig.plans` (a plan
+    from `layer_plans` alone describes the layout only): ``op`` names the stage's operator
     (`plexus_partition.model.ops.OPERATORS`), ``layer`` the GNN layer it belongs to, ``norm`` says a
-    BatchNorm follows it, ``bias`` that it adds one, ``options`` what its kind declares per
-    stage (`plexus_partition.model.ops.base.ModelKind.stage_options`: a GCN stage's residual, a GIN
+    BatchNorm follows it, ``bias`` that it adds one, ``options`` what its kind declares per stage
+    (`plexus_partition.model.ops.base.ModelKind.stage_options`: a GCN stage's residual, a GIN
     stage's trained ε, a GAT stage's heads and whether they are concatenated; None: nothing).
     """
 

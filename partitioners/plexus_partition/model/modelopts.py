@@ -1,10 +1,10 @@
 """The model's command-line options, shared by every tool that describes a model.
 
 ``plexus-train`` and ``plexus-model`` take the same model options with the same defaults (those
-of `plexus_partition.model.model.ModelConfig`, Kipf & Welling's GCN), so a grid ranked by ``plexus-model``
-is the one ``plexus-train`` would run with the same flags. `model_config` is the one place that
-turns them into a `ModelConfig`; its errors name the flag. Plain argparse: `plexus.core` imports
-nothing of the project beyond itself.
+of `plexus_partition.model.model.ModelConfig`, Kipf & Welling's GCN), so a grid ranked by
+``plexus-model`` is the one ``plexus-train`` would run with the same flags. `model_config` is the
+one place that turns them into a `ModelConfig`; its errors name the flag. Plain argparse:
+`plexus.core` imports nothing of the project beyond itself.
 """
 
 from __future__ import annotations
@@ -85,7 +85,8 @@ def add_model_options(parser: argparse.ArgumentParser,
 
 
 def kind_options() -> list[dataclasses.Field]:
-    """Every kind's option fields (`plexus_partition.model.ops.base.option`), in the kinds' order."""
+    """Every kind's option fields (`plexus_partition.model.ops.base.option`), in the kinds'
+    order."""
     return list(KIND_OPTIONS.values())
 
 

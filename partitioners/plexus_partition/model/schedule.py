@@ -3,8 +3,8 @@
 The engine's stages issue these collectives (`plexus.engine.stage`), the performance model prices
 them (`plexus.perfmodel`), and the tests compare the engine's ledger with them; all three read
 this list, so the schedule is written down once. Each operator declares its own collectives
-with their sizes (`plexus_partition.model.ops`: conv for GCN/SAGE/GIN, dense, gat, batchnorm); this module
-adds what every stage shares and puts them in program order. Sizes are the padded ones of
+with their sizes (`plexus_partition.model.ops`: conv for GCN/SAGE/GIN, dense, gat, batchnorm); this
+module adds what every stage shares and puts them in program order. Sizes are the padded ones of
 `plexus_partition.model.layout.padding`; see docs/design.md for the layouts they come from.
 
 With (o, i, d) a stage's (outer, inner, depth) axes, D its padded input width and N the padded

@@ -327,11 +327,12 @@ class Operator:
 
 def option(default: Any, help: str, *, metavar: str | None = None, check: str = "",
            negatable: bool = False) -> Any:
-    """A field of a kind's options dataclass (`ModelKind.options`): `plexus_partition.model.model.ModelConfig`
-    takes it as a keyword and `plexus_partition.model.modelopts` makes its flag from it (``--name-with-
-    dashes``; ``help`` with ``{default}`` filled in; ``metavar``). ``check``: "count" (an integer
-    >= 1), "rate" (in [0, 1)), "finite" (a finite number); a bool is a switch (``negatable``:
-    ``--x/--no-x``, else ``--x`` turns it on)."""
+    """A field of a kind's options dataclass (`ModelKind.options`):
+    `plexus_partition.model.model.ModelConfig` takes it as a keyword and
+    `plexus_partition.model.modelopts` makes its flag from it (``--name-with- dashes``; ``help``
+    with ``{default}`` filled in; ``metavar``). ``check``: "count" (an integer >= 1), "rate" (in [0,
+    1)), "finite" (a finite number); a bool is a switch (``negatable``: ``--x/--no-x``, else ``--x``
+    turns it on)."""
     return field(default=default, metadata={"help": help, "metavar": metavar, "check": check,
                                             "negatable": negatable})
 
