@@ -22,7 +22,7 @@ from plexus.engine.grid import Grid
 from plexus.engine.model import GridModel
 from plexus.engine.stage import Stage3D
 from plexus.engine.stagespec import StageContext, StageSpec
-from plexus_partition.model.model import check_seed
+from plexus_partition.model.model import check_seed, input_dropout_rate
 from plexus.engine.masks import dropout, edge_keep
 from plexus_partition import shard_graph
 
@@ -241,7 +241,7 @@ def _rate(layer: Layer, index: int, dropout: float, input_dropout: bool) -> floa
     """The rate of layer ``index``'s input dropout: its own, or the network's."""
     if layer.input_dropout is not None:
         return layer.input_dropout
-    return dropout if index or input_dropout else 0.0
+    return input_dropout_rate(dropout, input_dropout, index)
 
 
 def _check_layer_options(l: int, layer: Layer) -> None:

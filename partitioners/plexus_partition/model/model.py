@@ -95,6 +95,13 @@ def parse_order(order: str | Sequence[str], num_layers: int,
     return tuple(parts)
 
 
+def input_dropout_rate(dropout: float, input_dropout: bool, layer: int) -> float:
+    """The rate of dropout on GNN layer ``layer``'s input: ``dropout``, on layer 0 (the input
+    features) only with ``input_dropout``. The one rule of built-in models
+    (`ModelConfig.drops_input`) and of users' networks (`plexus.nn.Network`)."""
+    return dropout if layer > 0 or input_dropout else 0.0
+
+
 def auto_orders(layer_widths: Sequence[int]) -> tuple[str, ...]:
     """"auto": combine first on the layers whose output is narrower than their input."""
     return tuple("combine" if layer_widths[l + 1] < layer_widths[l] else "agg"
@@ -329,10 +336,10 @@ class ModelConfig:
         return out
 
     def drops_input(self, plan: LayerPlan) -> bool:
-        """Whether dropout hits this stage's input: the first stage of a layer, and of layer 0
-        only with ``input_dropout``."""
+        """Whether dropout hits this stage's input: the first stage of a layer, at
+        `input_dropout_rate`."""
         first = plan.index % self.stages_per_layer == 0
-        return self.dropout > 0 and first and (plan.layer > 0 or self.input_dropout)
+        return first and input_dropout_rate(self.dropout, self.input_dropout, plan.layer) > 0
 
     def activates(self, plan: LayerPlan) -> bool:
         """Whether a ReLU follows the stage (every stage but the model's last)."""
