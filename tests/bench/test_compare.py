@@ -35,9 +35,10 @@ def worktrees() -> str:
 
 @pytest.mark.slow
 def test_compare_against_head_itself_reports_no_regression(tmp_path: Path) -> None:
-    # a tolerance for the shared machine's noise in a tiny run's seconds: the planted test
-    # below shows a real slowdown still stands out
-    proc, doc = compare(tmp_path, "--tolerance", "0.25")
+    # a tolerance for the shared machine's noise in a tiny run's seconds (a 25 ms epoch came
+    # out 1.4x in three rounds of one tree against itself): the planted test below shows a
+    # real slowdown still stands out
+    proc, doc = compare(tmp_path, "--tolerance", "1.0")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "no regression" in proc.stdout
     runs = doc["runs"]
