@@ -31,9 +31,14 @@ MOVED: dict[str, str] = {
 }
 
 
+#: the old names, longest first (the longest matching prefix wins); sorted once, not on every
+#: import the finder is asked about
+_PREFIXES = sorted(MOVED, key=len, reverse=True)
+
+
 def new_name(old: str) -> str | None:
     """The module's name today, or None where ``old`` did not move."""
-    for prefix in sorted(MOVED, key=len, reverse=True):
+    for prefix in _PREFIXES:
         if old == prefix or old.startswith(prefix + "."):
             return MOVED[prefix] + old[len(prefix):]
     return None
