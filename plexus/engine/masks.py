@@ -23,7 +23,7 @@ import sys
 import torch
 
 from plexus.core.maskhash import GOLDEN, KEY0, M32, MUL
-from plexus_partition.model.ops.base import EDGE_MASK_TEMP_BYTES, MASK_TEMP_BYTES
+from plexus_partition.model.ops.base import MASK_TEMP_BYTES, edge_mask_temp_bytes
 
 from . import kernels
 from .pieces import spans
@@ -150,13 +150,13 @@ def edge_mask(seed: int, step: int, layer: int, heads: int, row_ids: torch.Tenso
     """`edge_keep` of the edges ``col_ids[col[e]] -> row_ids[row[e]]`` of a block (local row and
     column of every edge; the original ids of the block's rows and columns): one fused kernel on
     CUDA with Triton, else the reference in edge pieces only where its temporaries
-    (`EDGE_MASK_TEMP_BYTES` per edge and per edge and head) would exceed ``budget`` bytes."""
+    (`edge_mask_temp_bytes` per edge) would exceed ``budget`` bytes."""
     out = torch.empty(row.shape[0], heads, dtype=torch.bool, device=row.device)
     if kernels.fused(out):
         k_dst, k_src, base = edge_keys(seed, step, layer)
         return kernels.edge_dropout(out, row_ids, col_ids, row, col, k_dst, k_src, base,
                                     threshold24(p))
-    for a, b in spans(row.shape[0], EDGE_MASK_TEMP_BYTES * (1 + heads), budget):
+    for a, b in spans(row.shape[0], edge_mask_temp_bytes(heads) + heads, budget):
         out[a:b] = _edge_keep_words(seed, step, layer, heads,
                                     row_ids.index_select(0, row[a:b]),
                                     col_ids.index_select(0, col[a:b]), p)

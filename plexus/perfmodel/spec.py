@@ -62,6 +62,9 @@ class ModelSpec:
     keep_input: bool = True  # fixed input features gathered once and kept (no AG(H) per step)
     agg_chunks: int = 1  # the aggregation's row pieces (`--agg-chunks`)
     overlap: bool = False  # each piece's sum overlaps the next piece's SpMM (`--overlap`)
+    # False: tensors only, as the tensor tracker counts them (`plexus.runtime.memstats`): the
+    # host memory a CPU allocator keeps beyond live tensors left out
+    allocator_slack: bool = True
 
     def __post_init__(self) -> None:
         for key in ("num_nodes", "nnz", "num_features", "num_classes", "dtype_bytes",
@@ -177,7 +180,7 @@ def spec_sizes(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str],
     return stage_sizes(plans, shape, pad, OPERATORS, [spec.model.drops_input(p) for p in plans],
                        nnz=float(spec.nnz), learnable_features=spec.model.learnable_features,
                        dtype_bytes=spec.dtype_bytes, index_bytes=index_bytes,
-                       device=spec.device,
+                       device=spec.device, allocator_slack=spec.allocator_slack,
                        kept_input=spec.kept_input)
 
 

@@ -95,6 +95,7 @@ class StageSizes:
     last: bool = False
     device: str = "cpu"  # "cuda": the step's masks are fused kernels, no host allocator slack
     kept_input: bool = False  # stage 0's fixed input gathered once and kept (resident)
+    allocator_slack: bool = True  # False: tensors only (a CPU allocator's slack left out)
 
     @property
     def caller_input(self) -> int:
@@ -182,9 +183,20 @@ MASTER_BYTES = 4  # parameters, their gradients and Adam's moments are float32 i
 #: 32-bit hash word per column pair, the boolean mask (`plexus.engine.masks.masked`). On CUDA
 #: one fused kernel draws it in registers: none.
 MASK_TEMP_BYTES = 3
-#: ... per edge and per edge and head of an attention-dropout mask on the torch path: int64
-#: hashes (`plexus.engine.masks.edge_mask`).
-EDGE_MASK_TEMP_BYTES = 24
+#: ... of an attention-dropout mask drawn on the torch path (`plexus.engine.masks.edge_mask`):
+#: per edge, its int64 passes (the gathered ids, the hash, fmix's temporaries); then, once those
+#: are freed, a constant part and the int32 words per edge and head. Measured with the tensor
+#: tracker on 200,000 edges, the boolean mask's byte per head apart: 64, 64, 70, 80, 100 and
+#: 120 B per edge at 1, 3, 6, 8, 12 and 16 heads.
+EDGE_MASK_EDGE_BYTES, EDGE_MASK_BASE_BYTES, EDGE_MASK_HEAD_BYTES = 64, 40, 5
+
+
+def edge_mask_temp_bytes(heads: int) -> int:
+    """Bytes per edge of the temporaries an attention-dropout mask of ``heads`` heads takes
+    while it is drawn on the torch path (CPUs): the larger of its two phases."""
+    return max(EDGE_MASK_EDGE_BYTES, EDGE_MASK_BASE_BYTES + EDGE_MASK_HEAD_BYTES * heads)
+
+
 #: ... per edge and head of a float32 pass over a block's edges (gathered node statistics, the
 #: scores before LeakyReLU, a comparison's mask: `plexus.engine.edges`).
 EDGE_PASS_BYTES = 12

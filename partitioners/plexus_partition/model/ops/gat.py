@@ -27,8 +27,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import (EDGE_MASK_TEMP_BYTES, EDGE_PASS_BYTES, Add, Flops, ModelKind, Operator, Param,
-                   StageMemory, StageSizes, div, dropout_work, option, param_memory, stage_option)
+from .base import (EDGE_PASS_BYTES, Add, Flops, ModelKind, Operator, Param,
+                   StageMemory, StageSizes, div, dropout_work, edge_mask_temp_bytes, option,
+                   param_memory, stage_option)
 
 
 @dataclass(frozen=True)
@@ -48,10 +49,11 @@ class Options:
 
 @dataclass(frozen=True)
 class StageOptions:
-    """A GAT stage's: its heads, concatenated (else averaged)."""
+    """A GAT stage's: its heads, concatenated (else averaged), and its attention dropout."""
 
     heads: int = 1
     concat: bool = True
+    attn_dropout: float = 0.0
 
 
 def heads_of(cfg, layer: int) -> int:
@@ -61,7 +63,8 @@ def heads_of(cfg, layer: int) -> int:
 
 def _stage_options(cfg, layer: int, pos: int, d_in: int, d_out: int) -> StageOptions:
     heads = heads_of(cfg, layer)
-    return StageOptions(heads, layer < cfg.num_layers - 1 or heads == 1)
+    return StageOptions(heads, layer < cfg.num_layers - 1 or heads == 1,
+                        cfg.options.attn_dropout)
 
 STAT_BYTES = 4
 #: host memory glibc keeps beyond live tensors while the per-edge passes run (freed per-edge
@@ -211,28 +214,31 @@ class GAT(Operator):
         vectors = 2 * width + (z.D2 / z.size(p.out_cols) if p.bias else 0.0)
         weights, optimizer = param_memory(z, w_blk / flat, gathered, vectors)
         edges = E * H
-        # kept: the dropped H (dW), Z (scores, SDDMM), W (dH), α and the dropout mask per edge
+        drops_edges = stage_option(p, "attn_dropout", 0.0) > 0
+        mask = edges if drops_edges else 0.0  # the attention-dropout mask: a byte per edge, head
+        # kept: the dropped H (dW), Z (scores, SDDMM), W (dH), α and the dropout mask
         kept_b = ((drop if drop else h_in) + zz + (gathered if z.needs_dh else 0.0)) * fb
-        kept_b += edges * (STAT_BYTES + 1)
+        kept_b += edges * STAT_BYTES + mask
         z_all = zz * (2 if i > 1 else 1)
         mean_sum = 0.0 if self.concat(p) else n / i * z.D2
         # the temporaries of a pass over all the edges; on CPUs the host memory the allocator
         # holds beyond live tensors, and the attention-dropout hash's int64 words
         cpu = z.device != "cuda"
-        slack = edges * EDGE_PASS_BYTES + (EDGE_SLACK * edges * STAT_BYTES if cpu else 0.0)
-        hashing = E * (1 + H) * EDGE_MASK_TEMP_BYTES if cpu else 0.0
+        host = EDGE_SLACK * edges * STAT_BYTES if cpu and z.allocator_slack else 0.0
+        slack = edges * EDGE_PASS_BYTES + host
+        hashing = E * edge_mask_temp_bytes(H) if cpu and drops_edges else 0.0
         # forward: Z with its all-reduced copy, then the per-edge scores and α; then the output
-        # (and the averaged heads' sum) beside Z; the attention-dropout mask being drawn
+        # (and the averaged heads' sum) beside Z, the attention-dropout mask drawn (the
+        # softmax's passes are over by then) or the products' passes over the edges
         forward = [(caller + drop + z_all) * fb + 2 * edges * STAT_BYTES + dropout_work(z)
                    + slack,
-                   (caller + drop + zz + out_local + mean_sum) * fb + edges * (STAT_BYTES + 1)
-                   + hashing + slack]
+                   (caller + drop + zz + out_local + mean_sum) * fb + edges * STAT_BYTES + mask
+                   + max(hashing, edges * EDGE_PASS_BYTES) + host]
         # backward: dOUT, dZ (its products per head, each with one head's dropped α as values
         # and their transpose's copy) and dα, the sampled product reading float32 copies of
         # dOUT and Z in a lower precision; then, dOUT freed, the softmax's and LeakyReLU's
         # passes over the edges beside dZ and dα
         upcast = (out_local + zz) * STAT_BYTES if fb != STAT_BYTES else 0.0
-        host = EDGE_SLACK * edges * STAT_BYTES if cpu else 0.0
         backward = [(kept_b, (out_local + zz) * fb + edges * STAT_BYTES + 2 * E * STAT_BYTES
                      + upcast + host),
                     (kept_b, zz * fb + edges * STAT_BYTES + slack)]
