@@ -59,10 +59,10 @@ ACTIONS = ("run", "clean", "evict", "clean_and_run")
 def _plan(grid: str = "1x1x1") -> Any:
     from plexus_partition.model.grid import GridShape
     from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
-    from plexus.train.plan import RunPlan
+    from plexus.train.plan import RunRequest
 
-    return RunPlan(grid=GridShape.parse(grid), dataset=SPEC, root=None, model=ModelConfig(),
-                   train=TrainConfig(epochs=1, seed=0), engine=EngineConfig())
+    return RunRequest(grid=GridShape.parse(grid), dataset=SPEC, root=None, model=ModelConfig(),
+                      train=TrainConfig(epochs=1, seed=0), engine=EngineConfig())
 
 
 def _run(cache: Path) -> Any:

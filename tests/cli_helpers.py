@@ -113,10 +113,10 @@ def cache_plan(dataset: str = "cora", grid: str = "2x1x1", **changes):
     """A one-epoch run's plan for the shard-store cache's tests (the cache keys a store by it)."""
     from plexus_partition.model.grid import GridShape
     from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
-    from plexus.train.plan import RunPlan
+    from plexus.train.plan import RunRequest
 
     model = changes.pop("model", ModelConfig())
     seed = changes.pop("seed", 0)
     engine = changes.pop("engine", EngineConfig())
-    return RunPlan(grid=GridShape.parse(grid), dataset=dataset, root=None, model=model,
-                   train=TrainConfig(epochs=1, seed=seed), engine=engine, **changes)
+    return RunRequest(grid=GridShape.parse(grid), dataset=dataset, root=None, model=model,
+                      train=TrainConfig(epochs=1, seed=seed), engine=engine, **changes)

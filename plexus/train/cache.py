@@ -37,7 +37,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from plexus_datasets.base import owned
 from plexus_partition.model.grid import GridShape
@@ -58,7 +58,10 @@ from .cachedir import CACHE_ENV, Cache, CachedStore, default_cache_dir  # noqa: 
 from .cachekeys import Partition, Sizes, Source, key_digest, store_name  # noqa: F401
 from .cacheuse import evict, hold_store
 from .errors import CacheError
-from .plan import RunPlan, auto_grid, precheck_partition
+from .plan import RunRequest, auto_grid, precheck_partition
+
+#: a request, or a run already resolved (the cache keeps its kind: `cached_options`)
+Plan = TypeVar("Plan", bound=RunRequest)
 
 
 # ---- building ----------------------------------------------------------------------------
@@ -244,11 +247,17 @@ def keep_under_cap(cache: Cache, store: CachedStore, max_bytes: int | None) -> N
                   f"({format_bytes(freed)}) that no run holds")
 
 
-def cached_options(plan: RunPlan, cache: Cache, world: int | None,
+def cached_options(plan: Plan, cache: Cache, world: int | None,
                    graph: Graph | None = None, force: bool = False
-                   ) -> tuple[RunPlan, CachedStore]:
+                   ) -> tuple[Plan, CachedStore]:
     """``plan`` reading its shards from the cache's store for its dataset (found or built;
-    ``force``: build even where the partitioning is predicted not to fit in memory)."""
+    ``force``: build even where the partitioning is predicted not to fit in memory).
+
+    A `ResolvedRun` stays one: the store is cut on its grid from the graph it was resolved
+    for, so its grid and sizes hold; only where its shards come from changes (``shards``, and
+    ``cache`` saying how the store was come by). A `RunRequest` (--grid auto under
+    torchrun/srun, a big graph) gets the store's grid and is resolved from the store's
+    manifest."""
     cache.check_trusted()
     source = Source(plan.dataset, plan.root, plan.train.seed, plan.symmetrize, plan.split_seed,
                     plan.features)
@@ -268,8 +277,8 @@ class PeerSetupFailed(RuntimeError):
     """Rank 0 could not provide the store (it reports why; the other ranks only stop)."""
 
 
-def join_cached_store(plan: RunPlan, say: Callable[[str], None]
-                      ) -> tuple[RunPlan, Any]:
+def join_cached_store(plan: RunRequest, say: Callable[[str], None]
+                      ) -> tuple[RunRequest, Any]:
     """Collective, under torchrun or srun once the process group exists: rank 0 finds or builds
     the store (`cached_options`; the cache directory must be one every rank sees), the others
     wait for it, then all read their shards from it. Returns the options and rank 0's hold on
@@ -286,7 +295,7 @@ def join_cached_store(plan: RunPlan, say: Callable[[str], None]
     if dist.get_rank() == 0:
         try:
             new, store = cached_options(plan, Cache(Path(plan.cache_dir), say),  # type: ignore
-                                        dist.get_world_size(), force=not plan.check_memory)
+                                        dist.get_world_size(), force=plan.force)
             say(store.line())
             box[0], hold = new, store.hold
         except Exception as e:  # noqa: BLE001 — the other ranks must hear of it first

@@ -10,15 +10,14 @@ from pathlib import Path
 
 from plexus.core.units import format_bytes
 
-from .cache import cached_options
+from .cache import Plan, cached_options
 from .cachedir import Cache, default_cache_dir
 from .cacheuse import MAX_GB_ENV, StoreUse, cap_bytes, entries, evict
 from .errors import PROG
-from .plan import RunPlan
 from .runlog import console_line
 
 
-def from_cache(plan: RunPlan, force: bool) -> tuple[RunPlan, StoreUse | None]:
+def from_cache(plan: Plan, force: bool) -> tuple[Plan, StoreUse | None]:
     """The launching process finds or builds the store of the run's dataset in the cache (once,
     for all ranks, after every cheap check has passed) and says which in one line; the ranks
     then read their shards from it. Returns the plan and the hold on the store against
@@ -27,7 +26,7 @@ def from_cache(plan: RunPlan, force: bool) -> tuple[RunPlan, StoreUse | None]:
         if not plan.quiet:
             console_line(f"{PROG}: {text}")
 
-    assert plan.grid is not None  # the launching process has resolved --grid auto
+    assert plan.grid is not None  # resolved at launch, or given (a big graph's)
     plan, store = cached_options(plan, Cache(Path(plan.cache_dir), say),  # type: ignore
                                  plan.grid.world_size, force=force)
     say(store.line())

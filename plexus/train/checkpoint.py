@@ -28,7 +28,7 @@ from plexus_partition.model.cli import UsageError
 from plexus_partition.model.model import ModelConfig
 
 from .loopstate import LoopStateError, check_loop_state
-from .plan import RunPlan
+from .plan import RunRequest
 from plexus_datasets.base import owned
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -355,7 +355,7 @@ def extra(payload: dict) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def load_resume(plan: RunPlan, dataset: DatasetInfo | None) -> dict:
+def load_resume(plan: RunRequest, dataset: DatasetInfo | None) -> dict:
     """The checkpoint of ``plan`` to resume from, checked against its model, epochs, seed,
     optimizer and schedule, (when known) the dataset, and for --export-best that it holds the
     best epoch's weights. Raises `CheckpointError` or `UsageError`."""

@@ -18,7 +18,7 @@ from plexus_datasets import DatasetError, Graph, load_dataset
 
 from .checkpoint import CHECKPOINT_NAME, lock_directory
 from .epochlogs import check_targets
-from .plan import RunPlan
+from .plan import RunRequest
 from .writable import check_writable
 
 # Datasets up to this size are loaded once in the launching process to check them before any
@@ -72,7 +72,7 @@ def check_checkpoint_dir(path: str) -> None:
     check_output_file(directory / CHECKPOINT_NAME, "--checkpoint")
 
 
-def check_output_paths(plan: RunPlan) -> None:
+def check_output_paths(plan: RunRequest) -> None:
     """Raise `UsageError` unless rank 0 can write the run's JSON log (the file itself is opened
     by rank 0; an existing one stays until the end), checkpoint directory, outputs directory and
     weights export."""
@@ -86,7 +86,7 @@ def check_output_paths(plan: RunPlan) -> None:
         check_output_file(plan.export, "--export")
 
 
-def check_launch_outputs(plan: RunPlan) -> None:
+def check_launch_outputs(plan: RunRequest) -> None:
     """Every output of the run checked by the launching process before any worker starts: rank
     0's paths, the checkpoint directory not held by another run (rank 0 locks it for the run),
     the CSV and TensorBoard targets."""

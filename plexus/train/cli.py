@@ -8,8 +8,9 @@
 Outside a launcher it starts X·Y·Z local workers itself (`plexus.train.entry.run_local`); under
 torchrun or srun every process is one rank of the job it is in (`plexus.train.entry.run_rank`).
 This module is the command line: the checks of the options (`plexus.train.parser` defines
-them) and turning them into the run's one plan (`RunPlan`, `build_plan`; what they say of the
-problem, a ``--shards`` store's manifest included, is `plexus.train.problem`). Bad input ends with
+them) and turning them into the run's request (`RunRequest`, `build_plan`; what they say of the
+problem, a ``--shards`` store's manifest included, is `plexus.train.problem`), which the
+launching process resolves once (`plexus.train.resolve`). Bad input ends with
 one line ``plexus-train: error: ...`` on stderr and exit status 2, before any worker starts
 where it can be checked up front.
 """
@@ -33,29 +34,24 @@ from plexus_partition.model.bounds import BoundError, check_options
 from plexus_partition.model.layout import DEFAULT_PERMUTATION
 from plexus.core.timing import command_start_time
 from plexus_partition.model.modelopts import check_model_options, comm_dtype_bytes, model_config
-from plexus_datasets import Graph, load_dataset
-from plexus_datasets.trainable import check_trainable, graph_counts
 from plexus.perfmodel import (CALIBRATION_ENV, Calibration, CalibrationError, find_calibration,
                               resolve_calibration)
-from plexus_partition.store import graph_hash
 from plexus.runtime.child import ChildDied
-from plexus_partition.launch.env import (JobEnv, LaunchError, check_local_devices, default_device,
-                                detect_environment, env_threads, local_world_size)
+from plexus_partition.launch.env import (JobEnv, LaunchError, default_device, detect_environment,
+                                         env_threads, local_world_size)
 
 from . import checkpoint as ckpt
 from .cachedir import default_cache_dir
 from .cachecli import cache_cap, cache_command, from_cache
 from .cacheuse import StoreUse
-from .checkpoint import load_resume
-from .checks import check_launch_outputs, needs_validation_flag, precheck_dataset
 from .entry import reserve_standard_fds, run_local, run_rank
 from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .faults import Fault
 from .outputs import check_claims, dataset_files, run_claims
 from .parser import build_parser, explicit_options
 from .problem import problem_shape
-from .plan import (CHECKPOINT_EVERY, GraphSizes, RunPlan, check_grid_fits, check_launch_memory,
-                   choose_run_grid)
+from .plan import CHECKPOINT_EVERY, RunRequest
+from .resolve import resolve
 from .runlog import console_line
 
 
@@ -141,7 +137,7 @@ def apply_recipe(args: argparse.Namespace, explicit: set[str]) -> dict:
 
 
 
-# ---- options -> RunPlan ---------------------------------------------------------------------
+# ---- options -> RunRequest --------------------------------------------------------------------
 
 
 def _check_world(grid: GridShape | None, args: argparse.Namespace, env: JobEnv | None
@@ -190,13 +186,15 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     return engine
 
 
-def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunPlan:
-    """Validate the parsed options and resolve them into the run's one `RunPlan`.
+def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunRequest:
+    """Validate the parsed options into the run's `RunRequest`; the launching process of a
+    local run (``env`` None) also resolves it (`plexus.train.resolve.resolve`: the graph's
+    sizes, the grid, the grid-fit, memory, checkpoint and output checks) before any worker
+    starts, and returns the `ResolvedRun` (the request itself where the ranks must resolve it:
+    a big graph it does not load).
 
-    Under a launcher (``env`` set) every rank runs this, so it stays cheap there; the launching
-    process of a local run (``env`` None) also reads the graph's sizes, chooses the grid, checks
-    that it fits, the memory, the checkpoint to resume from and the output paths before any
-    worker starts (`_check_before_launch`), so its workers only check their shards.
+    Under a launcher (``env`` set) every rank runs this, so it stays cheap there: it returns
+    the request, which each rank resolves once it has joined the job (`plexus.train.entry`).
     """
     recipe_fields = apply_recipe(args, getattr(args, "explicit", set())) if args.recipe else {}
     train = check_numbers(args)
@@ -218,14 +216,14 @@ def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunPlan:
     if args.save_embeddings and model.num_layers < 2:
         raise UsageError("--save-embeddings needs a hidden layer (--layers 2 or more)")
     cache_dir = None if args.no_cache or args.shards else Path(args.cache or default_cache_dir())
-    plan = RunPlan(
+    request = RunRequest(
         grid=shape.grid, dataset=shape.dataset, root=args.root, model=model, train=train,
         engine=engine, perm=shape.perm or args.perm or DEFAULT_PERMUTATION, shards=args.shards,
         checkpoint=args.checkpoint,
         checkpoint_every=args.checkpoint_every or CHECKPOINT_EVERY, resume=resume,
         log_json=args.log_json, quiet=args.quiet, heartbeat_s=args.heartbeat,
         timeout_s=args.timeout,
-        check_memory=not args.force,
+        force=args.force,
         fault=Fault.parse(args.inject_fault) if args.inject_fault else None,
         save_predictions=args.save_predictions, save_embeddings=args.save_embeddings,
         export=args.export, export_best=args.export_best, symmetrize=args.symmetrize,
@@ -235,77 +233,9 @@ def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunPlan:
         device=args.device, calibration=calibration.path, threads=args.threads,
         cache_max_bytes=cache_cap(args))
     if env is None:
-        plan = _check_before_launch(plan, world, world_note, calibration.calibration,
-                                    args.force)
-    return plan
-
-
-def _check_before_launch(plan: RunPlan, world: int | None, world_note: str,
-                         calibration: Calibration, force: bool) -> RunPlan:
-    """The launching process of a local run: the graph's sizes (where cheap to learn), the grid
-    of --grid auto, the grid-fit and memory checks, the checkpoint to resume from and every
-    output path, once before any worker starts; returns the plan with what it resolved."""
-    graph = None if plan.shards else _small_graph(plan, need=plan.grid is None)
-    sizes = (GraphSizes.of_graph(graph, plan.model) if graph is not None
-             else None if plan.shards else GraphSizes.of_spec(plan.dataset, plan.data_seed))
-    grid = plan.grid
-    if sizes is not None:  # otherwise every worker checks once it has its shard
-        if grid is None:  # the performance model needs the graph's sizes
-            calibration, said = auto_rates(plan, world, calibration)  # type: ignore[arg-type]
-            grid, why = choose_run_grid(plan, sizes, world, calibration,  # type: ignore
-                                        world, world_note, said)
-            if not plan.quiet:
-                console_line(f"{PROG}: {why}")
-        check_grid_fits(grid, plan.model, sizes)
-        if not force:
-            check_launch_memory(plan, grid, sizes)
-    assert grid is not None  # a store's, given, or chosen from the sizes above
-    check_local_devices(grid.world_size, plan.device)
-    plan = dataclasses.replace(plan, grid=grid, sizes=sizes, outputs_checked=True,
-                               check_memory=plan.check_memory and sizes is None)
-    if plan.resume:  # the dataset is checked here when it was loaded, else by the workers
-        load_resume(plan, None if graph is None else ckpt.DatasetInfo(
-            graph.name, graph.num_nodes, graph.num_features, graph.num_classes,
-            graph_hash(graph)))
-    check_launch_outputs(plan)
-    return plan
-
-
-def _small_graph(plan: RunPlan, need: bool) -> Graph | None:
-    """The run's graph, loaded here when it is small (`precheck_dataset`: any problem in it shows
-    before a worker starts) or when ``need`` (--grid auto prices it); None otherwise."""
-    graph = precheck_dataset(plan.dataset, plan.root, plan.data_seed, plan.features)
-    if graph is None and need:
-        graph = load_dataset(plan.dataset, plan.root, seed=plan.data_seed,
-                             features=plan.features)
-    if graph is not None and plan.symmetrize:
-        graph = graph.to_undirected()
-    if graph is not None:
-        check_trainable(graph.name, graph_counts(graph), graph.num_classes, graph.multilabel,
-                        needs_validation_flag(plan.train))
-    return graph
-
-
-def auto_rates(plan: RunPlan, world: int, calibration: Calibration
-               ) -> tuple[Calibration, str | None]:
-    """The rates --grid auto prices with, and how its line names them: on CPUs with no
-    calibration given, this machine's, measured once and kept (`plexus.perfmodel.machine`);
-    otherwise ``calibration`` (None: named by it). One rank has one grid: nothing to measure."""
-    from plexus.perfmodel.machine import machine_cache_dir, machine_rates  # noqa: PLC0415
-
-    folder = machine_cache_dir()
-    if calibration.calibrated or calibration.profile or world <= 1 or folder is None \
-            or default_device(plan.device).type != "cpu":
-        return calibration, None
-    def say(text: str) -> None:
-        if not plan.quiet:
-            console_line(f"{PROG}: --grid auto: {text}; --calibration FILE gives them")
-
-    try:
-        rates = machine_rates(world, folder, say=say)
-    except CalibrationError as e:
-        raise UsageError(str(e)) from None
-    return rates.calibration, rates.said
+        return resolve(request, world, world_note=world_note,
+                       calibration=calibration.calibration).run or request
+    return request
 
 
 @dataclass(frozen=True)

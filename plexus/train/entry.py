@@ -24,8 +24,9 @@ from plexus.runtime.local import (PEER_ERROR_GRACE_S, LocalJobFailed, free_port,
 
 from .cache import join_cached_store
 from .errors import PROG, OutputFailed, RunStopped, error_line
-from .plan import RunPlan
+from .plan import ResolvedRun, RunRequest
 from .prepare import LocalSetup, agree_on_failure, load_local
+from .resolve import resolve
 from .report import finish
 from .runlog import console_line
 from .session import build_run
@@ -46,8 +47,12 @@ def reserve_standard_fds() -> None:
                 os.close(null)
 
 
-def run_rank(plan: RunPlan, env: JobEnv, *, join_failure_ends_job: bool = False) -> int:
+def run_rank(plan: RunRequest, env: JobEnv, *, join_failure_ends_job: bool = False) -> int:
     """Everything one rank does, from joining the job to the summary; returns the exit status.
+
+    ``plan``: the `ResolvedRun` the launching process resolved, or the `RunRequest` every rank
+    resolves alike once it has joined (under torchrun/srun; a big graph the launching process
+    did not load).
 
     ``join_failure_ends_job``: a rank that cannot join the job ends its process with status 2
     instead of returning it (`local_worker`: the local launcher waits for every worker's
@@ -71,14 +76,21 @@ def run_rank(plan: RunPlan, env: JobEnv, *, join_failure_ends_job: bool = False)
     setup = None
     hold = None  # rank 0's hold on the cached store against eviction, for the whole run
     try:
-        if plan.uses_cache(dist.get_world_size()):
-            # launched by torchrun/srun: rank 0 provides the store (no launcher of ours did)
-            plan, hold = join_cached_store(plan, lambda text: None if plan.quiet else
-                                           console_line(f"{PROG}: {text}"))
+        graph = resolved = None
+        if not isinstance(plan, ResolvedRun):
+            if plan.uses_cache(dist.get_world_size()):
+                # launched by torchrun/srun: rank 0 provides the store (no launcher of ours did)
+                plan, hold = join_cached_store(plan, lambda text: None if plan.quiet else
+                                               console_line(f"{PROG}: {text}"))
+            resolved = resolve(plan, dist.get_world_size(), rank=dist.get_rank(),
+                               ranks_per_host=env.local_world_size)
+            assert resolved.run is not None  # a rank always resolves its run
+            plan, graph = resolved.run, resolved.graph
         setup = load_local(plan, dist.get_rank(), dist.get_world_size(), device,
-                           env.local_world_size)
+                           env.local_world_size, graph)
     except Exception as e:  # noqa: BLE001 — every rank must learn of it, see agree_on_failure
         error = e
+    graph = resolved = None  # the shard is cut: the whole graph may go
     # where this rank's set-up went, for the summary: the process group, its shard (the store
     # opened and read, or the graph cut), then the model (`_train`)
     phases = {"process_group_s": joined - started, "load_s": time.perf_counter() - joined}
@@ -91,7 +103,7 @@ def run_rank(plan: RunPlan, env: JobEnv, *, join_failure_ends_job: bool = False)
             hold.release()
 
 
-def _train(plan: RunPlan, setup: LocalSetup | None, error: BaseException | None,
+def _train(plan: RunRequest, setup: LocalSetup | None, error: BaseException | None,
            device: torch.device, started: float, startup_s: float,
            phases: dict[str, float]) -> int:
     """Agree on set-up failures, then train (the second half of `run_rank`, which began at
@@ -104,7 +116,7 @@ def _train(plan: RunPlan, setup: LocalSetup | None, error: BaseException | None,
             getattr(sink, "discard", sink.close)()  # the run never started
         dist.destroy_process_group()
         return code
-    assert setup is not None
+    assert setup is not None and isinstance(plan, ResolvedRun)
     built = time.perf_counter()
     run = build_run(plan, setup, device)
     try:
@@ -133,7 +145,7 @@ def _train(plan: RunPlan, setup: LocalSetup | None, error: BaseException | None,
     return 0
 
 
-def local_worker(plan: RunPlan) -> int:
+def local_worker(plan: RunRequest) -> int:
     """Entry point of a worker started by `launch_local` (torchrun-style environment; it has
     already tied its life to the launcher's)."""
     env = detect_environment()
@@ -142,8 +154,9 @@ def local_worker(plan: RunPlan) -> int:
     return run_rank(plan, env, join_failure_ends_job=True)
 
 
-def run_local(plan: RunPlan) -> int:
-    """Start X·Y·Z local workers and wait for them; the job's exit status."""
+def run_local(plan: RunRequest) -> int:
+    """Start X·Y·Z local workers and wait for them; the job's exit status. ``plan``: resolved,
+    or the request every worker resolves (its grid given)."""
     assert plan.grid is not None
     nprocs = plan.grid.world_size
     if nprocs == 1:
@@ -185,7 +198,7 @@ def run_local(plan: RunPlan) -> int:
     return max((int(c or 0) for c in codes), default=0)
 
 
-def run_single(plan: RunPlan) -> int:
+def run_single(plan: RunRequest) -> int:
     """A one-rank job runs in this process: a worker process would only add start-up time."""
     env = JobEnv("single", 0, 1, 0, 1, "127.0.0.1", free_port())
     try:

@@ -1,17 +1,19 @@
-"""The plan of one ``plexus-train`` run: what it is asked to do, resolved and checked once
-(`plexus.train.cli.build_plan`), and how it is priced from the graph's sizes: the grid of
-``--grid auto``, whether a grid fits the graph, the memory a rank will need.
+"""The plan of one ``plexus-train`` run: what it is asked to do (`RunRequest`, validated from
+the flags by `plexus.train.cli.build_plan`), the same resolved (`ResolvedRun`: a concrete grid
+and the graph's sizes, by `plexus.train.resolve.resolve`), and how a run is priced from the
+graph's sizes: the grid of ``--grid auto``, whether a grid fits the graph, the memory a rank
+will need.
 
-The launching process builds the plan and hands it to its workers, which only check it against
-their shards; under torchrun or srun (no launcher of ours) every rank builds it with the same
-function, and what needs the graph (the grid of ``--grid auto``, the grid-fit check) is then done
-by each rank once it has its shard.
+The launching process resolves the request once and hands the `ResolvedRun` to its workers,
+which only read their shards and check them against it; under torchrun or srun (no launcher of
+ours) every rank resolves the same request with the same deterministic function.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Mapping
+import warnings
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
 
 import torch
 
@@ -71,6 +73,14 @@ class GraphSizes:
                    int(p["classes"]))
 
     @classmethod
+    def of_manifest(cls, manifest: Mapping[str, Any]) -> GraphSizes:
+        """A shard store's graph, as its manifest tells it (which records neither the task kind
+        nor whether Â = Âᵀ: each rank prices its memory from its shard's, `of_shard`)."""
+        return cls(int(manifest["num_nodes"]), int(manifest["nnz"]),
+                   int(manifest["num_features"]), int(manifest["num_classes"]),
+                   name=str(manifest.get("dataset", "")))
+
+    @classmethod
     def of_shard(cls, shard: RankShard, nnz: int) -> GraphSizes:
         """The whole graph's, as a rank's shard (and ``nnz``, the graph's) tells them."""
         return cls(shard.num_nodes, nnz, shard.num_features, shard.num_classes,
@@ -78,10 +88,11 @@ class GraphSizes:
 
 
 @dataclass(frozen=True)
-class RunPlan:
-    """Everything a rank needs to know about the run, resolved and checked once."""
+class RunRequest:
+    """What the user asked of the run, validated from the flags (`plexus.train.cli.build_plan`);
+    `plexus.train.resolve.resolve` turns it into the `ResolvedRun` the ranks train."""
 
-    grid: GridShape | None  # None: "auto", chosen by plexus.perfmodel
+    grid: GridShape | None  # None: "auto", chosen by plexus.perfmodel when resolved
     dataset: str
     root: str | None
     model: ModelConfig
@@ -91,7 +102,9 @@ class RunPlan:
     shards: str | None = None
     cache_dir: str | None = None  # the shard-store cache of --dataset runs (None: --no-cache)
     cache_explicit: bool = False  # --cache was given (a 1x1x1 run uses the cache only then)
-    cache: dict | None = None  # how the launcher came by the store (`plexus.train.cache`)
+    # how the cache came by the store that ``shards`` now names (`plexus.train.cache`): the
+    # cache turns a --dataset run into one reading its store; None: not from the cache
+    cache: dict | None = None
     cache_max_bytes: int | None = None  # the cache's size cap (None: none); LRU eviction
     checkpoint: str | None = None
     checkpoint_every: int = CHECKPOINT_EVERY
@@ -107,11 +120,7 @@ class RunPlan:
     threads: int | None = None  # torch threads per rank (--threads); None: OMP_NUM_THREADS/share
     calibration: str | None = None  # the rates --grid auto prices with (None: built-in)
     timeout_s: float = DEFAULT_TIMEOUT_S
-    check_memory: bool = True  # False: --force, or the launching process already checked
-    # the graph's sizes where the launching process read them (it then chose the grid and
-    # checked that it fits); None: each rank learns them from its shard and checks there
-    sizes: GraphSizes | None = None
-    outputs_checked: bool = False  # the launching process checked every output path
+    force: bool = False  # --force: no memory check refuses the run
     fault: Fault | None = None  # --inject-fault (tests of failure handling)
     # results out (plexus.train.results) and OGB fidelity
     save_predictions: str | None = None  # a directory: pred.npy, logits.npy (+ embeddings.npy)
@@ -162,7 +171,39 @@ class RunPlan:
                          keep_input=self.engine.keep_input != "off")
 
 
-def choose_run_grid(plan: RunPlan, sizes: GraphSizes, world: int,
+@dataclass(frozen=True, kw_only=True)
+class ResolvedRun(RunRequest):
+    """A `RunRequest` resolved (`plexus.train.resolve.resolve`): the grid it runs on and the
+    graph's sizes, both known; what every rank trains. Ranks read their shards and check them
+    against it; they choose nothing."""
+
+    grid: GridShape
+    # the graph's as resolve learned them: loaded, an R-MAT spec's (nnz its upper bound) or a
+    # store's manifest
+    sizes: GraphSizes
+    # each rank checks that training fits its memory once it holds its shard (not --force):
+    # where the run was resolved without pricing the graph's own sizes before any worker
+    # started (under torchrun/srun, a store's graph, a big graph the launcher did not load)
+    rank_checks_memory: bool
+
+    @classmethod
+    def of(cls, request: RunRequest, grid: GridShape, sizes: GraphSizes,
+           rank_checks_memory: bool) -> ResolvedRun:
+        """``request`` resolved to ``grid`` and ``sizes``."""
+        asked = {f.name: getattr(request, f.name) for f in fields(RunRequest)}
+        return cls(**{**asked, "grid": grid}, sizes=sizes, rank_checks_memory=rank_checks_memory)
+
+
+def __getattr__(name: str) -> Any:
+    """``RunPlan``: the old name of `RunRequest` (deprecated; one release)."""
+    if name == "RunPlan":
+        warnings.warn("plexus.train.plan.RunPlan is now RunRequest (resolved: ResolvedRun)",
+                      DeprecationWarning, stacklevel=2)
+        return RunRequest
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def choose_run_grid(plan: RunRequest, sizes: GraphSizes, world: int,
                     calibration: Calibration | None, ranks_per_host: int | None,
                     ranks_note: str = "", rates_said: str | None = None
                     ) -> tuple[GridShape, str]:
@@ -184,7 +225,7 @@ def auto_grid_choice(world_size: int, spec: ModelSpec, ranks_note: str = "",
                      rates_said: str | None = None) -> tuple[GridShape, str]:
     """`auto_grid`'s grid and one line saying why: its predicted epoch time and training peak
     per rank, the runner-up's, and what priced them (``--grid auto`` prints it, so the choice
-    is never silent). ``spec``: the run as its summary prices it (`RunPlan.spec`), so the peak
+    is never silent). ``spec``: the run as its summary prices it (`RunRequest.spec`), so the peak
     printed is the one the summary predicts. ``ranks_note`` follows the rank count (where it
     came from, when nobody gave it). ``calibration``: the machine's rates
     (`plexus.perfmodel.resolve_calibration`; None: the built-in GPU rates, said as
@@ -254,7 +295,7 @@ def check_grid_fits(grid: GridShape, model: ModelConfig, sizes: GraphSizes) -> N
         raise UsageError(problem)
 
 
-def check_launch_memory(plan: RunPlan, grid: GridShape, sizes: GraphSizes) -> None:
+def check_launch_memory(plan: RunRequest, grid: GridShape, sizes: GraphSizes) -> None:
     """Before any worker starts: the predicted peak per rank of the run (set-up included, as
     the ranks will hold it), fits what the local ranks will have."""
     where = default_device(plan.device)
@@ -267,18 +308,19 @@ def check_launch_memory(plan: RunPlan, grid: GridShape, sizes: GraphSizes) -> No
         check_memory(peaks.run, available_memory(where, grid.world_size), grid)
 
 
-def rank_peaks(plan: RunPlan, grid: GridShape, shard: RankShard, nnz: int,
-               device: torch.device, local_ranks: int,
-               coords: Mapping[str, int]) -> tuple[Predicted, Predicted]:
+def rank_peaks(plan: ResolvedRun, shard: RankShard, nnz: int, device: torch.device,
+               local_ranks: int, coords: Mapping[str, int]) -> tuple[Predicted, Predicted]:
     """The performance model's peaks of the run (the rank that holds the most) and of the rank
-    at ``coords`` (for the report); unless the launching process checked the memory already,
-    `MemoryCheckError` when what training needs does not fit this rank."""
+    at ``coords`` (for the report); where the plan says the ranks check memory
+    (`ResolvedRun.rank_checks_memory`), `MemoryCheckError` when what training needs does not
+    fit this rank."""
+    grid = plan.grid
     # the task kind and whether a block's transpose is another block: as the engine builds them
     spec = plan.spec(GraphSizes.of_shard(shard, nnz), plan.reads_store(grid.world_size),
                      device=device.type)
     peaks = predicted_peaks(spec, grid)
     own = predicted_peaks(spec, grid, coords=coords)
-    if plan.check_memory:  # set-up is behind this rank now: what training needs
+    if plan.rank_checks_memory:  # set-up is behind this rank now: what training needs
         predicted = peaks.training
         if device.type == "cpu":  # the shard already sits in host memory: count the rest
             predicted -= shard_bytes(shard)

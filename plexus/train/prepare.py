@@ -1,7 +1,8 @@
 """Phase 1 of a rank's set-up: everything local, with no communication, then an agreement.
 
-A rank loads the dataset and cuts its shard (or reads its file from a shard store) and reads the
-checkpoint to resume from. Then every rank learns whether any rank failed (`agree_on_failure`),
+A rank loads the dataset and cuts its shard (or reads its file from a shard store), checks it
+against the resolved run (`plexus.train.plan.ResolvedRun`: the grid and the graph's sizes are
+the plan's, never chosen here) and reads the checkpoint to resume from. Then every rank learns whether any rank failed (`agree_on_failure`),
 so a bad input on one rank ends the whole job cleanly (one error line, exit status 2) instead of
 leaving the others waiting in a collective.
 """
@@ -18,20 +19,19 @@ import torch.distributed as dist
 
 from plexus_datasets.base.atomic import UnsafeTargetError
 from plexus_partition.model.grid import GridShape
-from plexus_datasets import load_dataset
+from plexus_datasets import Graph, gcn_nnz, load_dataset
 from plexus_datasets.trainable import check_trainable
 from plexus.api import cut_shard
 from plexus_partition import RankShard, read_manifest, read_shard
 from plexus_partition.store import graph_hash
-from plexus.perfmodel import load_calibration
 
 from . import checkpoint as ckpt
 from .cache import PeerSetupFailed
 from .checkpoint import load_resume
-from .checks import check_output_paths, needs_validation_flag
+from .checks import needs_validation_flag
 from .epochlogs import EpochSink, open_sinks
 from .errors import PROG, USER_ERRORS, OutputFailed, UsageError, error_line
-from .plan import GraphSizes, RunPlan, check_grid_fits, choose_run_grid, rank_peaks
+from .plan import ResolvedRun, rank_peaks
 from .runlog import JsonLog
 
 
@@ -72,15 +72,18 @@ def open_json_log(path: str, resume: int | None = None) -> JsonLog:
                          f"({getattr(e, 'strerror', None) or e})") from None
 
 
-def load_local(plan: RunPlan, rank: int, world: int, device: torch.device,
-               local_ranks: int) -> LocalSetup:
-    """This rank's shard (and checkpoint), with no communication, checked against the plan.
-    Raises `USER_ERRORS`."""
-    grid, shard, nnz, sha256 = load_shard(plan, rank, world, local_ranks)
+def load_local(plan: ResolvedRun, rank: int, world: int, device: torch.device,
+               local_ranks: int, graph: Graph | None = None) -> LocalSetup:
+    """This rank's shard (and checkpoint), with no communication, checked against the plan
+    (``graph``: the whole graph where resolving the run loaded it on this rank). Raises
+    `USER_ERRORS`."""
+    plan.grid.check_world(world)
+    shard, nnz, sha256 = load_shard(plan, rank, graph)
+    check_shard(plan, shard)
     # a store or a big graph was not seen by the launching process: the same check on each rank
     check_trainable(shard.name, shard.mask_counts, shard.num_classes, shard.labels.ndim == 2,
                     needs_validation_flag(plan.train))
-    peaks, own = rank_peaks(plan, grid, shard, nnz, device, local_ranks, grid.coords(rank))
+    peaks, own = rank_peaks(plan, shard, nnz, device, local_ranks, plan.grid.coords(rank))
     info = ckpt.DatasetInfo(shard.name, shard.num_nodes, shard.num_features, shard.num_classes,
                             sha256)
     resume_from = load_resume(plan, info) if plan.resume else None
@@ -88,52 +91,53 @@ def load_local(plan: RunPlan, rank: int, world: int, device: torch.device,
     sinks: list[EpochSink] = []
     if rank == 0:  # rank 0 writes the outputs
         json_log, sinks, lock = open_outputs(plan, resume_from)
-    return LocalSetup(grid, shard, info, resume_from, json_log, sinks, lock, peaks.training,
-                      peaks.setup, own.training, own.setup, local_ranks)
+    return LocalSetup(plan.grid, shard, info, resume_from, json_log, sinks, lock,
+                      peaks.training, peaks.setup, own.training, own.setup, local_ranks)
 
 
-def load_shard(plan: RunPlan, rank: int, world: int, local_ranks: int
-               ) -> tuple[GridShape, RankShard, int, str]:
-    """This rank's grid, shard, the graph's nnz of Â and content hash ('' where no checkpoint
-    needs it): read from the plan's store, or cut from the whole graph loaded here (under a
-    launcher with --grid auto every rank then chooses the same grid from it)."""
-    model = plan.model
+def load_shard(plan: ResolvedRun, rank: int, graph: Graph | None = None
+               ) -> tuple[RankShard, int, str]:
+    """This rank's shard on the plan's grid, the graph's nnz of Â and content hash ('' where no
+    checkpoint needs it): read from the plan's store, or cut from the whole graph (``graph``,
+    else loaded here)."""
+    model, grid = plan.model, plan.grid
     if plan.shards:
         manifest = read_manifest(plan.shards)
-        grid = plan.grid or GridShape.of(manifest["grid"])
-        grid.check_world(world)
-        orders = model.orders(int(manifest["num_features"]), int(manifest["num_classes"]))
+        orders = model.orders(plan.sizes.num_features, plan.sizes.num_classes)
         # A cached store was found complete by the launcher (manifest, every file's size) and
         # every member's CRC-32 is checked as it is read: its sha256 pass, a second full read
         # of the file on every rank, is for stores brought from elsewhere (--shards).
         shard = read_shard(plan.shards, rank, shape=grid, num_stages=model.num_stages,
                            orders=orders, perm=plan.perm, verify=plan.cache is None)
-        return grid, shard, int(manifest["nnz"]), str(manifest["graph_sha256"])
-    graph = load_dataset(plan.dataset, plan.root, seed=plan.data_seed, features=plan.features)
-    if plan.symmetrize:
-        graph = graph.to_undirected()
-    sizes = GraphSizes.of_graph(graph, model)
-    grid = plan.grid
-    if grid is None:  # --grid auto under a launcher: every rank computes the same choice
-        grid, why = choose_run_grid(plan, sizes, world, load_calibration(plan.calibration),
-                                    local_ranks)
-        if rank == 0 and not plan.quiet:
-            print(f"{PROG}: {why}", flush=True)
-    grid.check_world(world)
-    if plan.sizes is None:  # the launching process did not check it
-        check_grid_fits(grid, model, sizes)
+        return shard, int(manifest["nnz"]), str(manifest["graph_sha256"])
+    if graph is None:
+        graph = load_dataset(plan.dataset, plan.root, seed=plan.data_seed,
+                             features=plan.features)
+        if plan.symmetrize:
+            graph = graph.to_undirected()
     # the content hash identifies the graph in checkpoints; hashing a big graph takes time
     sha256 = graph_hash(graph) if plan.checkpoint else ""
     shard = cut_shard(graph, grid, grid.coords(rank), model, plan.perm, plan.train.seed)
-    return grid, shard, sizes.nnz, sha256
+    return shard, gcn_nnz(graph), sha256
 
 
-def open_outputs(plan: RunPlan, resume_from: dict | None
+def check_shard(plan: ResolvedRun, shard: RankShard) -> None:
+    """Raise `UsageError` unless ``shard`` is of the graph ``plan`` was resolved for (a store
+    or a dataset changed on disk since, or another seed's graph)."""
+    sizes = plan.sizes
+    held = (shard.num_nodes, shard.num_features, shard.num_classes)
+    if held != (sizes.num_nodes, sizes.num_features, sizes.num_classes):
+        where = plan.shards or plan.dataset
+        raise UsageError(f"{where}: this rank's shard is of a graph of {held[0]} nodes, "
+                         f"{held[1]} features and {held[2]} classes, but the run was resolved "
+                         f"for {sizes.num_nodes}, {sizes.num_features} and "
+                         f"{sizes.num_classes}; it changed since: run again")
+
+
+def open_outputs(plan: ResolvedRun, resume_from: dict | None
                  ) -> tuple[JsonLog | None, list[EpochSink], ckpt.DirectoryLock | None]:
-    """Rank 0's outputs, checked (unless the launching process did) and opened before anything
-    runs: the JSON log, the CSV and TensorBoard sinks, and the checkpoint directory's lock."""
-    if not plan.outputs_checked:
-        check_output_paths(plan)
+    """Rank 0's outputs (checked when the run was resolved), opened before anything runs: the
+    JSON log, the CSV and TensorBoard sinks, and the checkpoint directory's lock."""
     resumed = ckpt.saved_epoch(resume_from) if resume_from is not None else None
     json_log = open_json_log(plan.log_json, resumed) if plan.log_json else None
     try:

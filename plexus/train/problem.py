@@ -75,8 +75,7 @@ def from_store(args: argparse.Namespace, shape: ProblemShape) -> ProblemShape:
                                     for o in manifest["orders"][::per])
     check_order(order, layers)
     store_model = model_config(args, num_layers=layers, order=order)
-    sizes = GraphSizes(int(manifest["num_nodes"]), int(manifest["nnz"]),
-                       int(manifest["num_features"]), int(manifest["num_classes"]))
+    sizes = GraphSizes.of_manifest(manifest)
     resolved = ",".join(store_model.orders(sizes.num_features, sizes.num_classes))
     if resolved != store_orders and shape.order is None:  # stages of another kind's layers
         raise UsageError(f"{args.shards} was cut for the stages {store_orders}, which are not "

@@ -21,7 +21,7 @@ from plexus.runtime.memstats import cuda_peak_bytes, peak_rss_bytes
 from .provenance import gather_provenance
 from .results import end_of_run
 from .runlog import BestRecord
-from .plan import RunPlan
+from .plan import RunRequest
 from .walltime import WallTime
 from .session import Run
 from .traffic import collective_account, declared_names, setup_declared, step_declared
@@ -120,7 +120,7 @@ def gather_memory(run: Run, train_rss: int | None = None) -> dict:
             "predicted_setup_bytes_per_rank": [float(b) for b in column(6)]}
 
 
-def startup_origin(plan: RunPlan) -> str:
+def startup_origin(plan: RunRequest) -> str:
     """Where the summary's start-up counts from, in words (the set-up script's time named and
     left out)."""
     if plan.launched_at is None:

@@ -20,7 +20,7 @@ from plexus.api.results import NodeBlock, output_blocks
 from plexus_datasets.base.atomic import UnsafeTargetError
 
 from .errors import output_failure
-from .plan import RunPlan
+from .plan import RunRequest
 
 
 class BestWeights:
@@ -57,7 +57,7 @@ class BestWeights:
                 self.shards[name] = current
 
 
-def needs_best_weights(plan: RunPlan, dataset_name: str) -> bool:
+def needs_best_weights(plan: RunRequest, dataset_name: str) -> bool:
     """Whether the run keeps the best-validation weights: for --export-best, and for the OGB
     evaluator's metric at the best epoch."""
     return plan.export_best or is_ogb(dataset_name)
@@ -135,7 +135,7 @@ def _predictions(model: GraphModel) -> NodeBlock:
     return output_blocks(model, logits=False, predictions=True)["pred"]
 
 
-def end_of_run(plan: RunPlan, model: GraphModel, dataset_name: str, epoch: int,
+def end_of_run(plan: RunRequest, model: GraphModel, dataset_name: str, epoch: int,
                best_epoch: int | None, best: BestWeights | None) -> dict:
     """Collective: the run's results through the API, for the final epoch ``epoch`` and the
     best-validation epoch ``best_epoch`` (whose weights ``best`` holds unless it is the final

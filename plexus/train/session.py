@@ -22,7 +22,7 @@ from plexus.runtime.memstats import (TensorTracker, peak_rss_bytes, reset_peak_r
 
 from . import checkpoint as ckpt
 from .errors import PROG, OutputFailed, TrainingDiverged, output_failure
-from .plan import RunPlan
+from .plan import ResolvedRun
 from .prepare import LocalSetup
 from .results import BestWeights, needs_best_weights
 from .runlog import BestRecord, RunLog, plural
@@ -32,7 +32,7 @@ from .runlog import BestRecord, RunLog, plural
 class Run:
     """One rank's training run after set-up."""
 
-    plan: RunPlan
+    plan: ResolvedRun
     grid: Grid
     comm: Comm
     model: GraphModel
@@ -165,7 +165,7 @@ class Run:
             self.plan.fault.maybe_fire(self.grid.rank, stats.epoch)
 
 
-def data_note(plan: RunPlan) -> str:
+def data_note(plan: ResolvedRun) -> str:
     """What the first line says of the data a --dataset run made: its features' scaling
     (--features, resolved for the format) and a --split-seed apart from --seed ('' for --shards:
     the store holds what its partitioner read)."""
@@ -197,7 +197,7 @@ def crowding_note(local_ranks: int, cores: int) -> str | None:
             "ranks here for timings")
 
 
-def communication_lines(plan: RunPlan, model: GraphModel, grid: Grid) -> list[str]:
+def communication_lines(plan: ResolvedRun, model: GraphModel, grid: Grid) -> list[str]:
     """What the run's first lines say of its traffic: whether layer 0's input features are
     gathered once and kept or in every forward (and why), and the messages' precision."""
     lines = []
@@ -225,7 +225,7 @@ def communication_lines(plan: RunPlan, model: GraphModel, grid: Grid) -> list[st
     return lines
 
 
-def build_run(plan: RunPlan, setup: LocalSetup, device: torch.device) -> Run:
+def build_run(plan: ResolvedRun, setup: LocalSetup, device: torch.device) -> Run:
     """Collective set-up: grid, model, trainer, restored checkpoint, rank 0's reporter."""
     grid = Grid.create(setup.grid, device, plan.timeout_s)
     model = model_from_shard(grid, setup.shard, plan.model, plan.train.seed, plan.engine)

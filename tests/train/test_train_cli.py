@@ -432,31 +432,31 @@ def test_no_grid_is_grid_auto_over_the_local_cores(capsys, monkeypatch):
 
 def test_the_launcher_resolves_the_plan_once_and_a_launched_rank_the_same_way(tmp_path):
     """The launching process of a local run resolves the run's one plan before any worker
-    starts: the grid of --grid auto, the graph's sizes, the memory and output checks (which its
-    workers then skip); a rank of torchrun/srun builds it with the same function and leaves
-    what needs the graph to its shard. Defaults come from the configurations themselves."""
-    from dataclasses import replace
+    starts: the grid of --grid auto, the graph's sizes, the memory and output checks; a rank of
+    torchrun/srun gets the same request from the same function and resolves it once it has
+    joined (`plexus.train.resolve`). Defaults come from the configurations themselves."""
+    from dataclasses import fields
 
     from plexus_partition.model.layout import DEFAULT_PERMUTATION
-    from plexus_datasets import load_dataset
     from plexus_partition.launch.env import JobEnv
     from plexus.train.cli import build_plan, build_parser
-    from plexus.train.plan import CHECKPOINT_EVERY, GraphSizes
+    from plexus.train.plan import CHECKPOINT_EVERY, ResolvedRun, RunRequest
 
     argv = ["--grid", "auto", "--world-size", "2", "--quiet", "--log-json",
             str(tmp_path / "log.json")]
     launcher = build_plan(build_parser().parse_args(argv), None)
-    assert launcher.grid is not None and launcher.grid.world_size == 2
-    assert launcher.sizes == GraphSizes.of_graph(load_dataset("cora"), launcher.model)
-    assert launcher.outputs_checked and not launcher.check_memory
+    assert isinstance(launcher, ResolvedRun) and launcher.grid.world_size == 2
+    # Cora: 2708 nodes, 10556 directed edges plus a self loop each in Â, 1433 features, 7 classes
+    s = launcher.sizes
+    assert (s.num_nodes, s.nnz, s.num_features, s.num_classes) == (2708, 10556 + 2708, 1433, 7)
+    assert not launcher.rank_checks_memory  # the launching process priced it from the graph
     assert (launcher.perm, launcher.checkpoint_every, launcher.train) == (
         DEFAULT_PERMUTATION, CHECKPOINT_EVERY, TrainConfig())
     env = JobEnv("torchrun", 0, 2, 0, 2, "127.0.0.1", 29500)
     rank = build_plan(build_parser().parse_args(argv), env)
-    assert rank.grid is None and rank.sizes is None
-    assert rank.check_memory and not rank.outputs_checked
-    assert replace(rank, grid=launcher.grid, sizes=launcher.sizes, outputs_checked=True,
-                   check_memory=False) == launcher
+    assert type(rank) is RunRequest and rank.grid is None  # resolved once the rank joined
+    assert all(getattr(rank, f.name) == getattr(launcher, f.name)
+               for f in fields(RunRequest) if f.name != "grid")
 
 
 @pytest.mark.slow

@@ -1,0 +1,161 @@
+"""A run's request resolved once (`plexus.train.resolve.resolve`): the launching process's
+`ResolvedRun` and every torchrun/srun rank's have a concrete grid and the graph's sizes, all ranks
+resolve alike, and a rank given a resolved run only reads and checks its shard.
+
+The expectations are independent of the resolver: Cora's sizes known by hand, the grid given on
+the command line or the one the store was cut for."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from plexus_datasets import load_dataset
+from plexus_partition.launch.env import JobEnv
+from plexus_partition.model.grid import GridShape
+from plexus.train.cli import build_parser, build_plan
+from plexus.train.errors import UsageError
+from plexus.train.plan import ResolvedRun, RunRequest
+from plexus.train.resolve import resolve
+
+# Cora: 2708 nodes; Â holds its 10556 directed edges and a self loop per node; 1433 features,
+# 7 classes, undirected (Â = Âᵀ under the GCN aggregation), single-label
+CORA = (2708, 10556 + 2708, 1433, 7, False, True)
+STORE_GRID = "1x2x2"  # the store's: four ranks
+
+
+def cora_sizes(run: ResolvedRun) -> tuple:
+    s = run.sizes
+    return s.num_nodes, s.nnz, s.num_features, s.num_classes, s.multilabel, s.symmetric
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    """Cora cut for `STORE_GRID` by plexus-partition."""
+    from plexus_partition.cli import main as partition
+
+    out = tmp_path_factory.mktemp("resolve") / "store"
+    assert partition(["--dataset", "cora", "--grid", STORE_GRID, "--out", str(out)]) == 0
+    return out
+
+
+def torchrun(rank: int, world: int = 4) -> JobEnv:
+    """The job environment torchrun gives rank ``rank`` of ``world`` on one host."""
+    return JobEnv("torchrun", rank, world, rank, world, "127.0.0.1", 29500)
+
+
+def plan(argv: list[str], env: JobEnv | None):
+    return build_plan(build_parser().parse_args([*argv, "--quiet"]), env)
+
+
+# ---- (a) no holes: the launcher's and a rank's resolved runs --------------------------------
+@pytest.mark.parametrize("argv, grid", [
+    (["--grid", "auto", "--world-size", "2"], None),  # chosen: any grid of 2 ranks
+    (["--dataset", "cora", "--grid", "2x1x1"], "2x1x1"),
+    (["--shards", "STORE"], STORE_GRID),
+])
+def test_the_launcher_resolves_a_grid_and_the_graphs_sizes(argv, grid, store):
+    run = plan([str(store) if a == "STORE" else a for a in argv], None)
+    assert isinstance(run, ResolvedRun)
+    assert isinstance(run.grid, GridShape) and run.grid.world_size == (
+        2 if grid is None else GridShape.parse(grid).world_size)
+    if grid is not None:
+        assert run.grid == GridShape.parse(grid)
+    if argv[0] == "--shards":  # a manifest records neither the task kind nor Â's symmetry:
+        assert cora_sizes(run)[:4] == CORA[:4] and run.rank_checks_memory  # the ranks price it
+    else:
+        assert cora_sizes(run) == CORA and not run.rank_checks_memory  # priced at launch
+
+
+@pytest.mark.parametrize("argv", [["--grid", "auto"], ["--dataset", "cora", "--grid", "2x2x1"],
+                                  ["--shards", "STORE"]])
+def test_every_rank_resolves_the_same_run_with_no_holes(argv, store):
+    """Under torchrun each of the 4 ranks builds the request (unresolved: it has not joined
+    yet) and resolves it: the same run on every rank, on 4 ranks, with Cora's sizes."""
+    argv = [str(store) if a == "STORE" else a for a in argv]
+    runs = []
+    for rank in range(4):
+        request = plan(argv, torchrun(rank))
+        assert type(request) is RunRequest
+        resolution = resolve(request, 4, rank=rank, ranks_per_host=4)
+        assert resolution.run is not None
+        # a rank that loaded the graph to learn its sizes hands it on to cut its shard
+        assert (resolution.graph is None) == bool(request.shards)
+        if resolution.graph is not None:
+            assert resolution.graph.num_nodes == CORA[0]
+        runs.append(resolution.run)
+    assert all(run == runs[0] for run in runs[1:])
+    run = runs[0]
+    assert run.grid.world_size == 4 and run.rank_checks_memory  # no launcher priced it
+    assert cora_sizes(run)[:4] == CORA[:4]
+    if argv[0] == "--shards":
+        assert run.grid == GridShape.parse(STORE_GRID)
+    elif argv[1] != "auto":
+        assert run.grid == GridShape.parse(argv[3])
+
+
+def test_a_big_graph_is_resolved_by_every_worker_not_loaded_by_the_launcher(tmp_path,
+                                                                             monkeypatch):
+    """A graph too big to load in the launching process (here: any file) whose sizes its spec
+    does not tell: the launcher checks what it can and hands its workers the request, and each
+    worker resolves it from the graph it loads anyway."""
+    import plexus.train.checks as checks
+
+    g = load_dataset("cora")
+    a = sp.csr_matrix(g.adj)
+    np.savez(tmp_path / "g.npz", adj_data=a.data, adj_indices=a.indices, adj_indptr=a.indptr,
+             adj_shape=np.array(a.shape), attr_matrix=g.features, labels=g.labels,
+             train_mask=g.train_mask, val_mask=g.val_mask, test_mask=g.test_mask)
+    monkeypatch.setattr(checks, "PRECHECK_MAX_BYTES", 0)
+    argv = ["--dataset", f"npz:{tmp_path / 'g.npz'}", "--grid", "2x1x1", "--no-cache"]
+    request = plan(argv, None)
+    assert type(request) is RunRequest and request.grid == GridShape.parse("2x1x1")
+    runs = [resolve(request, 2, rank=rank, ranks_per_host=2).run for rank in range(2)]
+    assert runs[0] == runs[1] and runs[0] is not None
+    assert runs[0].grid == GridShape.parse("2x1x1") and cora_sizes(runs[0]) == CORA
+
+
+# ---- (c) a rank given a resolved run reads and checks its shard, and chooses nothing --------
+def test_a_rank_given_a_resolved_run_never_chooses_a_grid(monkeypatch):
+    import plexus.train.plan as plan_module
+    import plexus.train.resolve as resolve_module
+    from plexus.train.prepare import load_local
+
+    run = plan(["--grid", "auto", "--world-size", "2"], None)
+    assert isinstance(run, ResolvedRun)
+
+    def chooser(*args, **kwargs):
+        raise AssertionError("a rank given a resolved run chose a grid")
+
+    for module, name in ((plan_module, "choose_run_grid"), (plan_module, "auto_grid_choice"),
+                         (plan_module, "choose_grid"), (plan_module, "rank_configs"),
+                         (resolve_module, "choose_run_grid")):
+        monkeypatch.setattr(module, name, chooser)
+    for rank in range(2):
+        setup = load_local(run, rank, 2, torch.device("cpu"), 2)
+        setup.release()
+        assert setup.grid == run.grid and setup.shard.num_nodes == CORA[0]
+        assert dict(setup.shard.coords) == run.grid.coords(rank)
+    with pytest.raises(Exception, match="3"):  # the job's size must be the grid's
+        load_local(run, 0, 3, torch.device("cpu"), 3)
+
+
+def test_a_rank_refuses_a_shard_of_another_graph_than_it_was_resolved_for():
+    from plexus.train.prepare import load_local
+
+    run = plan(["--dataset", "cora", "--grid", "1x1x1"], None)
+    other = replace(run, sizes=replace(run.sizes, num_nodes=CORA[0] + 1))
+    with pytest.raises(UsageError, match="2708 nodes.*resolved for 2709"):
+        load_local(other, 0, 1, torch.device("cpu"), 1)
+
+
+def test_the_old_name_of_the_request_still_imports_with_a_warning():
+    import plexus.train.plan as plan_module
+
+    with pytest.warns(DeprecationWarning, match="RunRequest"):
+        assert plan_module.RunPlan is RunRequest
