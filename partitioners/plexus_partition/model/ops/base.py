@@ -293,9 +293,18 @@ class Operator:
     def bias_param(self, plan: LayerPlan, d_out: int) -> list[Param]:
         return [Param("b", (d_out,), "vector", "zeros", pyg=self.bias_pyg)] if plan.bias else []
 
+    @property
+    def declares(self) -> bool:
+        """Whether the operator writes its collectives by hand (`forward`, `backward`); one
+        that does not has them recorded from a dry run of its torch code
+        (`plexus_partition.model.schedule.Recorder`, the engine's
+        `plexus.engine.dryrun.StageRecorder`)."""
+        return type(self).forward is not Operator.forward
+
     def forward(self, add: Add, z: StageSizes, phase: str) -> None:
         """Add the collectives of the stage's forward (``phase`` "forward" or "eval") in program
-        order, besides the stage framework's own (AG(H) on stage 0)."""
+        order, besides the stage framework's own (AG(H) on stage 0). Optional: without it (and
+        `backward`) a dry run of `stage` records them."""
         raise NotImplementedError
 
     def backward(self, add: Add, z: StageSizes) -> None:

@@ -13,7 +13,7 @@ stage class (`plexus.engine.ops.Stage3D`), the running statistics its buffers.
 
 from __future__ import annotations
 
-from .base import (Add, Flops, MASTER_BYTES, Operator, Param, StageMemory, StageSizes, div,
+from .base import (Flops, MASTER_BYTES, Operator, Param, StageMemory, StageSizes,
                    param_memory)
 
 STAT_BYTES = 4  # float32 statistics in every compute precision
@@ -70,20 +70,6 @@ class BatchNorm(Operator):
         s = p.index
         return batch_norm(OUT, m.stat("mean", s), m.stat("var", s), m.param("gamma", s),
                           m.param("beta", s), m.training, MOMENTUM, EPS)
-
-    def forward(self, add: Add, z: StageSizes, phase: str) -> None:
-        if phase != "forward":  # evaluation normalizes with the running statistics
-            return
-        p = z.plan
-        for what in ("AR(Σx)", "AR(Σx²)"):
-            add(what, phase, "all_reduce", p.out_rows, div(z.D2, z.size(p.out_cols)),
-                STAT_BYTES)
-
-    def backward(self, add: Add, z: StageSizes) -> None:
-        p = z.plan
-        for what in ("AR(dγ)", "AR(dβ)", "AR(dΣx)", "AR(dΣx²)"):
-            add(what, "backward", "all_reduce", p.out_rows, div(z.D2, z.size(p.out_cols)),
-                STAT_BYTES)
 
     def flops(self, z: StageSizes) -> Flops:
         return Flops()  # elementwise: a few passes over the output, not priced

@@ -1,0 +1,345 @@
+"""A stage's collectives recorded from a dry run of its torch code, at any size.
+
+The schedule (`plexus_partition.model.schedule`) lists what every stage sends; an operator
+may declare its collectives by hand (`Operator.forward`/`backward`), or leave them to this
+module, which runs the operator's own torch code (``stage``, forward and backward) in this one
+process for one simulated rank, with a `DryComm` whose collectives do not communicate but keep
+their shapes (an all-reduce returns its input, an all-gather repeats it p times, a
+reduce-scatter keeps the first 1/p of the rows) and record every call in a `Ledger`, as the
+real `Comm` does. Only the stage's own part is run: not the framework's receive (AG(H), AR(dH)),
+bias (AR(db)) or BatchNorm, which the schedule adds itself.
+
+Sizes at scale without running at scale: each collective's size is a monomial in the stage's
+padded sizes n, D, D2 times a constant of the grid's axis sizes and the stage's options
+(every size a product of blocks of them). The stage runs at a small base probe, once with each
+of n, D, D2 doubled (padding multiples kept), which reads each size's exponent, and once with
+all three tripled, which checks the fit; `StageRecorder` caches the fit per (operator, order,
+options, axis sizes of the roles, first stage or not, flags, precisions), the axes named by
+their roles (outer, inner, depth), so a grid's stages share fits. A size that is not one
+monomial (a data-dependent exchange) cannot be recorded: `RecordingError` says so.
+
+What a recording cannot know: a collective's name is its operation and the role of its axis
+("AR(outer)", "AR-MAX(outer)"), not what it carries; a recorded all-reduce is never priced as a
+sparse exchange nor cut into the aggregation's row chunks (an operator whose sums may travel
+so, the graph convolutions, declares its collectives with ``rows`` and ``sparse``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from plexus_partition.model.grid import GridShape
+from plexus_partition.model.layout import LayerPlan, block
+from plexus_partition.model.model import ModelConfig
+from plexus_partition.model.ops import KINDS, OPERATORS
+from plexus_partition.model.ops.base import StageSizes
+from plexus_partition.plan import block_key
+
+from .blocks import GraphBlocks
+from .comm import Comm
+from .config import EngineConfig
+from .graph3d import StageGraph
+from .ledger import Ledger
+from .stage import shard_of_full
+from .stagespec import StageContext, StageSpec
+from .timing import Timers
+
+#: the roles' axes on the probe grid: a recorded axis is a role of the stage, mapped back to
+#: the plan's own axes
+ROLE_AXES = {"outer": "x", "inner": "y", "depth": "z"}
+SIZES = ("n", "D", "D2")
+_DTYPES = {2: torch.bfloat16, 4: torch.float32}
+
+
+class RecordingError(ValueError):
+    """A stage's collectives cannot be recorded: its sizes are no monomial of n, D, D2, or
+    differ in number or kind between probes."""
+
+
+@dataclass
+class DryGrid:
+    """A grid stand-in for one simulated rank: axis sizes and this rank's coordinates, no
+    process group."""
+
+    shape: GridShape
+    coords: dict[str, int]
+    device: torch.device = torch.device("cpu")
+
+    def size(self, axis: str) -> int:
+        return self.shape[axis]
+
+
+class DryComm(Comm):
+    """A `Comm` whose raw collectives keep shapes but move nothing, and record each call in
+    the ledger (as `Comm.record` does) with whether it was issued exactly (a statistic)."""
+
+    def __init__(self, grid: DryGrid, wire: torch.dtype | None = None) -> None:
+        super().__init__(grid, Ledger(), Timers(grid.device, enabled=False), budget=2 ** 40,
+                         wire=wire)
+        self.calls: list[tuple[str, str, str, int, int, bool, str]] = []
+        self._reduce = "sum"
+
+    def record(self, axis, op, numel, p, itemsize):  # noqa: D102
+        super().record(axis, op, numel, p, itemsize)
+        self.calls.append((self._phase, op, axis, int(numel), int(itemsize), self._exact,
+                           self._reduce))
+
+    def _itemsize(self, x: torch.Tensor, op: str = "sum") -> int:
+        wire = self.wire_of(x) if op == "sum" else None
+        return wire.itemsize if wire is not None else x.element_size()
+
+    def raw_all_reduce(self, x, axis, op="sum", async_op=False):  # noqa: D102
+        p = self.grid.size(axis)
+        if p > 1:
+            self._reduce = op
+            self.record(axis, "all_reduce", x.numel(), p, self._itemsize(x, op))
+            self._reduce = "sum"
+        return None if async_op else x
+
+    def wait(self, work, axis):  # noqa: D102
+        return None
+
+    def raw_all_gather(self, x, axis):  # noqa: D102
+        p = self.grid.size(axis)
+        if p == 1:
+            return x
+        out = x.repeat((p,) + (1,) * (x.dim() - 1))
+        self.record(axis, "all_gather", out.numel(), p, self._itemsize(x))
+        return out
+
+    def raw_reduce_scatter(self, x, axis):  # noqa: D102
+        p = self.grid.size(axis)
+        if p == 1:
+            return x
+        self.record(axis, "reduce_scatter", x.numel(), p, self._itemsize(x))
+        return x[: x.shape[0] // p].clone()
+
+
+@dataclass
+class _ProbeShard:
+    """The parts of a `plexus_partition.plan.RankShard` a stage's blocks read."""
+
+    blocks: dict
+    input_ids: list
+    output_ids: np.ndarray
+    nodes_padded: int
+    perm: str = "none"
+    meta: dict = dataclasses.field(default_factory=lambda: {"symmetric": False})
+
+    def touched_rows(self, layer: int) -> np.ndarray:  # sparse exchanges are off
+        return np.arange(self.blocks[next(iter(self.blocks))].shape[0])
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One collective of a stage as recorded: ``size`` = ``coef``·n^e_n·D^e_D·D2^e_D2 elements;
+    ``role`` the stage role of its axis; ``itemsize`` its own (a statistic sent exactly) or None
+    (the run's payload)."""
+
+    phase: str  # "forward" (training, or "eval" in an evaluation pass) or "backward"
+    op: str
+    role: str
+    coef: float
+    exponents: tuple[int, int, int]
+    itemsize: int | None
+    reduce: str = "sum"  # an all-reduce's operation: "sum", "max" or "min"
+
+    @property
+    def name(self) -> str:
+        """What the schedule calls it: the operation and the role of its axis, e.g.
+        "AR(outer)", "AR-MAX(outer)", "AG(depth)"."""
+        short = {"all_reduce": "AR", "all_gather": "AG", "reduce_scatter": "RS"}[self.op]
+        if self.reduce != "sum":
+            short += "-" + self.reduce.upper()
+        return f"{short}({self.role})"
+
+    def size(self, n: int, D: int, D2: int) -> int:
+        return int(round(self.coef * n ** self.exponents[0] * D ** self.exponents[1]
+                         * D2 ** self.exponents[2]))
+
+
+def _operator_config(op: str) -> ModelConfig:
+    """A model config whose kind runs operator ``op`` (its options at their defaults; what a
+    stage reads per stage is in its plan)."""
+    for kind in KINDS.values():
+        if op in kind.stage_ops:
+            return ModelConfig(2, 8, 0.0, kind=kind.name)
+    return ModelConfig(2, 8, 0.0)
+
+
+def _probe_plan(plan: LayerPlan, first: bool) -> LayerPlan:
+    return dataclasses.replace(plan, index=0 if first else 1, layer=0 if first else 1,
+                               adj=1, outer="x", inner="y", depth="z", norm=False)
+
+
+def run_stage(plan: LayerPlan, dims: tuple[int, int, int], n: int, D: int, D2: int, *,
+              first: bool, training: bool, learnable_features: bool = False,
+              dtype: torch.dtype = torch.float32, wire: torch.dtype | None = None,
+              seed: int = 0) -> list[tuple[str, str, str, int, int, bool, str]]:
+    """Run one stage's torch code (forward, and backward when ``training``) once for rank 0 of
+    a grid whose outer, inner and depth axes have ``dims`` ranks, with padded sizes ``n``,
+    ``D``, ``D2``; return what its `DryComm` recorded in program order: (phase, op, axis,
+    size, item size, exact, an all-reduce's operation)."""
+    p = _probe_plan(plan, first)
+    shape = GridShape.of(dims)
+    grid = DryGrid(shape, {"x": 0, "y": 0, "z": 0})
+    comm = DryComm(grid, wire)
+    operator = OPERATORS[p.op]
+    gen = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    o, i, d = dims
+    rows_a, cols_a = n // shape[p.a_rows], n // shape[p.a_cols]
+    blocks = {}
+    if operator.graph and not p.dense:
+        # a few non-zeros per row (values do not matter, only shapes do)
+        r = np.repeat(np.arange(rows_a), 2)
+        c = (r * 7 + np.tile([0, 1], rows_a)) % cols_a
+        m = sp.csr_matrix((rng.random(len(r), dtype=np.float32), (r, c)),
+                          shape=(rows_a, cols_a))
+        m.sum_duplicates()
+        blocks[block_key(p)] = m
+    in_ids = np.arange(n)[block(n, shape[p.in_rows], 0)]
+    out_ids = np.arange(n)[block(n, shape[p.out_rows], 0)]
+    ids = [in_ids, out_ids] if first else [None, in_ids, out_ids]
+    shard = _ProbeShard(blocks, ids, out_ids, n)
+    engine = EngineConfig(sparse_comm="off")
+    graph = GraphBlocks(shard, [p], shape, grid.coords, grid.device, dtype, engine)
+    cfg = _operator_config(p.op)
+    ctx = StageContext(comm, graph, seed, dtype, model=cfg, engine=engine, num_nodes=n)
+    spec = StageSpec(p, torch.from_numpy(in_ids), D, D2, output_ids=torch.from_numpy(out_ids))
+    shards = {}
+    for decl in operator.params(p, D, D2):
+        full = torch.rand(decl.shape if decl.layout == "scalar" else
+                          {"weight": (D, operator.inner_width(p, D2)),
+                           "inner": (operator.inner_width(p, D2),),
+                           "vector": (D2,)}[decl.layout], generator=gen)
+        shards[decl.kind] = shard_of_full(decl, p, grid, full, D, D2)
+    params = {k: torch.nn.Parameter(v) for k, v in shards.items() if not _is_buffer(operator,
+                                                                                     p, k)}
+    g = StageGraph(ctx, spec, params=params)
+    g.training = training
+    g.stats = {k: v for k, v in shards.items() if k not in params}
+    if operator.follows:  # runs on a stage's output: rows by the output's rows, cols by its cols
+        H = torch.rand(n // shape[p.out_rows], D2 // shape[p.out_cols], generator=gen)
+    else:
+        H = torch.rand(n // o, D // i, generator=gen)
+    needs_dh = operator.follows or not first or learnable_features  # BatchNorm: a stage's output
+    H = H.to(dtype).requires_grad_(training and needs_dh)
+    with comm.at(p.layer, "forward" if training else "eval"), \
+            torch.enable_grad() if training else torch.no_grad(), \
+            comm.exact(operator.statistics):
+        OUT = operator.stage(g, H, 0)
+    if training:
+        with comm.at(p.layer, "backward"):
+            OUT.float().mul(torch.rand(OUT.shape, generator=gen)).sum().backward()
+    return comm.calls
+
+
+def _is_buffer(operator, plan: LayerPlan, kind: str) -> bool:
+    return any(d.kind == kind and d.buffer for d in operator.params(plan, 8, 8))
+
+
+_REVERSE = {v: k for k, v in ROLE_AXES.items()}
+
+
+def _probe_sizes(plan: LayerPlan, dims: tuple[int, int, int]) -> tuple[int, int, int]:
+    """A small base probe (n, D, D2) every cut of the stage divides, with room for heads."""
+    world = dims[0] * dims[1] * dims[2]
+    heads = getattr(plan.options, "heads", 1) or 1
+    unit = math.lcm(world, heads)
+    return 4 * world, 2 * unit, 3 * unit
+
+
+def fit_stage(plan: LayerPlan, dims: tuple[int, int, int], *, first: bool, training: bool,
+              learnable_features: bool = False, dtype: torch.dtype = torch.float32,
+              wire: torch.dtype | None = None) -> list[Recorded]:
+    """The stage's collectives as monomials of (n, D, D2), read from dry runs at a base probe
+    and with each size doubled, checked at a probe with every size tripled
+    (`RecordingError` if a size is no monomial or the probes disagree on what is issued)."""
+    base = _probe_sizes(plan, dims)
+    kw = dict(first=first, training=training, learnable_features=learnable_features,
+              dtype=dtype, wire=wire)
+    runs = [run_stage(plan, dims, *base, **kw)]
+    for k in range(3):
+        probe = list(base)
+        probe[k] *= 2
+        runs.append(run_stage(plan, dims, *probe, **kw))
+    check = tuple(3 * s for s in base)
+    runs.append(run_stage(plan, dims, *check, **kw))
+    shapes = {tuple((c[0], c[1], c[2], c[4], c[5], c[6]) for c in r) for r in runs}
+    if len(shapes) != 1:
+        raise RecordingError(f"operator {plan.op!r}: its collectives differ between probe sizes")
+    out = []
+    for j, call in enumerate(runs[0]):
+        phase, op, axis, size, itemsize, exact, reduce = call
+        exps = []
+        for k in range(3):
+            ratio = runs[k + 1][j][3] / size
+            e = round(math.log2(ratio))
+            if e < 0 or abs(ratio - 2 ** e) > 1e-9 * ratio:
+                raise RecordingError(f"operator {plan.op!r}: a {op} over its "
+                                     f"{_REVERSE[axis]} axis is no monomial of {SIZES}")
+            exps.append(e)
+        coef = size / math.prod(b ** e for b, e in zip(base, exps))
+        rec = Recorded("backward" if phase == "backward" else "forward", op, _REVERSE[axis],
+                       coef, tuple(exps), itemsize if exact else None, reduce)
+        if rec.size(*check) != runs[-1][j][3]:
+            raise RecordingError(f"operator {plan.op!r}: a {op} over its {rec.role} axis is no "
+                                 f"monomial of {SIZES} (the check probe disagrees)")
+        out.append(rec)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_fit(plan: LayerPlan, dims: tuple[int, int, int], first: bool, training: bool,
+                learnable_features: bool, dtype: torch.dtype, wire: torch.dtype | None
+                ) -> tuple[Recorded, ...]:
+    """`fit_stage` memoized (a fit depends on nothing else: the plan is normalized to its
+    roles, so every grid and stage of one kind shares it)."""
+    return tuple(fit_stage(plan, dims, first=first, training=training,
+                           learnable_features=learnable_features, dtype=dtype, wire=wire))
+
+
+class StageRecorder:
+    """The schedule's recorder of an operator's collectives
+    (`plexus_partition.model.schedule.Recorder`): dry-run fits, cached per stage kind and grid
+    roles for the life of the process. ``dtype_bytes``: the compute precision's;
+    ``wire_bytes``: the wire's under a float32 compute (None: payloads sent as computed; a
+    payload's item size is the schedule's to fill in either way)."""
+
+    def __init__(self, dtype_bytes: int = 4, wire_bytes: int | None = None) -> None:
+        self.dtype = _DTYPES[dtype_bytes]
+        self.wire = None if wire_bytes in (None, dtype_bytes) else _DTYPES[wire_bytes]
+
+    def fits(self, op: str, z: StageSizes, training: bool) -> tuple[Recorded, ...]:
+        """The fits of operator ``op`` at stage ``z`` on its grid (training: forward and
+        backward; else the evaluation's forward)."""
+        first = z.plan.index == 0
+        plan = _probe_plan(dataclasses.replace(z.plan, op=op), first)
+        return _cached_fit(plan, (z.o, z.i, z.d), first, training,
+                           first and z.learnable_features, self.dtype, self.wire)
+
+    def __call__(self, op: str, z: StageSizes, phase: str) -> list[tuple]:
+        """Operator ``op``'s collectives of ``phase`` ("forward", "eval" or "backward") at
+        stage sizes ``z`` (its own or, BatchNorm, those of the stage it follows), in program
+        order, as ``(name, phase, op, axis, size, itemsize)`` (the
+        schedule's ``add`` arguments)."""
+        training = phase != "eval"
+        want = "backward" if phase == "backward" else "forward"
+        p, out = z.plan, []
+        for r in self.fits(op, z, training):
+            if r.phase != want:
+                continue
+            out.append((r.name, phase, r.op, getattr(p, r.role), r.size(z.n, z.D, z.D2),
+                        r.itemsize))
+        return out
+
+
+__all__ = ["DryComm", "DryGrid", "Recorded", "RecordingError", "StageRecorder", "fit_stage",
+           "run_stage"]

@@ -1,0 +1,164 @@
+"""A kind's collectives recorded from a dry run of its torch code (`plexus.engine.dryrun`)
+against the independent oracle of hand-written declarations: the convolutions' own (still in
+`plexus_partition.model.ops.conv`, which needs them for sparse exchanges) and those moved out
+of the product into `tests/declared_collectives.py` (GAT, dense, BatchNorm), on several grids
+and orders, both stage positions, learnable features, averaged and concatenated heads and the
+wire and compute precisions. The multi-rank ledger tests (`tests/engine_checks.py`,
+``check_ledger``) check the recorded schedule against what real runs send."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import pytest
+import torch
+
+from declared_collectives import DECLARED
+from plexus.engine.dryrun import (DryComm, DryGrid, RecordingError, StageRecorder, fit_stage,
+                                  run_stage)
+from plexus_partition.model.grid import GridShape
+from plexus_partition.model.layout import padding
+from plexus_partition.model.model import ModelConfig
+from plexus_partition.model.ops import OPERATORS, Operator
+from plexus_partition.model.ops.base import stage_sizes
+from plexus_partition.model.schedule import UndeclaredError, epoch_collectives
+
+FEATURES, CLASSES, NODES = 20, 5, 50
+
+
+def declared(op: str, z, phase: str) -> Counter:
+    """The oracle: (phase, op, axis, size, itemsize) of every declared collective over an axis
+    of more than one rank."""
+    out = Counter()
+
+    def add(name, ph, kind, axis, size, itemsize=None, rows=None, sparse=None):
+        if z.shape[axis] > 1:
+            out[ph, kind, axis, size, itemsize] += 1
+    if op in DECLARED:
+        DECLARED[op](add, z, phase)
+    elif phase == "backward":
+        OPERATORS[op].backward(add, z)
+    else:
+        OPERATORS[op].forward(add, z, phase)
+    return out
+
+
+def recorded(rec: StageRecorder, op: str, z, phase: str) -> Counter:
+    return Counter((ph, kind, axis, size, itemsize)
+                   for _name, ph, kind, axis, size, itemsize in rec(op, z, phase))
+
+
+def stages(kind: str, grid, order: str, learnable: bool, **options):
+    cfg = ModelConfig(3, 16, 0.0, kind=kind, order=order, norm="batch", **options)
+    plans = cfg.plans(FEATURES, CLASSES)
+    shape = GridShape.of(grid)
+    pad = padding(shape, plans, NODES, cfg.widths(FEATURES, CLASSES))
+    for z in stage_sizes(plans, shape, pad, OPERATORS, learnable_features=learnable):
+        yield z.plan.op, z
+        if z.plan.norm:
+            yield "batchnorm", z
+
+
+KINDS = [("gcn", {}), ("gcn", {"residual": True}), ("sage", {}), ("gin", {"train_eps": True}),
+         ("mlp", {}), ("gat", {"heads": 2, "out_heads": 3}), ("graphconv", {})]
+
+
+def test_recorded_equals_declared_for_every_kind():
+    """Every operator of the registry, on an even and an uneven grid, aggregate and combine
+    first, stage 0 with fixed and learnable features: training forward, evaluation forward
+    and backward each record what is declared (GAT: hidden layers' heads concatenated, the
+    last's averaged)."""
+    rec, seen, fails = StageRecorder(), set(), []
+    for (grid, order, learnable, kinds) in (((2, 2, 2), "agg", False, KINDS),
+                                            ((3, 1, 2), "combine", True, KINDS[1::2])):
+        for kind, options in kinds:
+            for op, z in stages(kind, grid, order, learnable, **options):
+                seen.add(op)
+                for phase in ("forward", "eval", "backward"):
+                    want, got = declared(op, z, phase), recorded(rec, op, z, phase)
+                    if want != got:
+                        fails.append(f"{kind} {grid} {order} stage {z.plan.index} {op} "
+                                     f"{phase}: declared {dict(want)} recorded {dict(got)}")
+    assert not fails, "\n".join(fails[:5])
+    assert seen == set(OPERATORS)
+
+
+@pytest.mark.parametrize("dtype_bytes,wire_bytes", [(2, None), (4, 2)])
+def test_statistics_stay_float32_and_payloads_follow_the_run(dtype_bytes, wire_bytes):
+    """Under a bf16 compute or a bf16 wire the dry run's ledger records 2 bytes for every
+    payload and 4 for the statistics sent exactly (GAT's scores and softmax, BatchNorm's sums),
+    and the recorder hands the schedule exactly the declared item sizes (None: the payload)."""
+    dtype = torch.bfloat16 if dtype_bytes == 2 else torch.float32
+    wire = torch.bfloat16 if wire_bytes == 2 else None
+    rec = StageRecorder(dtype_bytes, wire_bytes)
+    for kind, options in (("gat", {"heads": 2, "out_heads": 2}), ("gcn", {})):
+        for op, z in stages(kind, (2, 2, 2), "agg", False, **options):
+            for phase in ("forward", "backward"):
+                assert recorded(rec, op, z, phase) == declared(op, z, phase), (kind, op, phase)
+            first = z.plan.index == 0
+            plan = dataclasses.replace(z.plan, op=op)
+            calls = run_stage(plan, (z.o, z.i, z.d), z.n, z.D, z.D2, first=first,
+                              training=True, dtype=dtype, wire=wire)
+            assert calls and {(c[4], c[5]) for c in calls} <= {(2, False), (4, True)}
+            if op in ("gat", "batchnorm"):
+                assert any(c[5] for c in calls)
+
+
+def test_dry_comm_keeps_shapes_and_records_like_comm():
+    """All-reduce: the input itself; all-gather: p copies of the rows; reduce-scatter: the
+    first 1/p of them; the ledger keys them as the real `Comm` does (full size, layer, phase);
+    nothing over an axis of one rank."""
+    comm = DryComm(DryGrid(GridShape.of((2, 1, 3)), {"x": 1, "y": 0, "z": 2}))
+    x = torch.arange(12.0).reshape(6, 2)
+    with comm.at(3, "forward"):
+        assert comm.raw_all_reduce(x, "x") is x
+        assert torch.equal(comm.raw_all_gather(x, "z"), torch.cat([x, x, x]))
+        assert torch.equal(comm.raw_reduce_scatter(x, "z"), x[:2])
+        assert comm.raw_all_gather(x, "y") is x
+    assert dict(comm.ledger.collectives) == {(3, "forward", "all_reduce", "x", 12, 4): 1,
+                                             (3, "forward", "all_gather", "z", 36, 4): 1,
+                                             (3, "forward", "reduce_scatter", "z", 12, 4): 1}
+
+
+def test_a_kind_without_declarations_gets_its_schedule_recorded():
+    """GAT, dense and BatchNorm declare nothing: without a recorder the schedule says so; with
+    one, the whole epoch (training, loss, evaluation) equals the schedule built from the
+    moved declarations."""
+    cfg = ModelConfig(2, 8, 0.0, kind="gat", norm="batch", heads=2)
+    plans = cfg.plans(FEATURES, CLASSES)
+    shape = GridShape.of((2, 2, 2))
+    pad = padding(shape, plans, NODES, cfg.widths(FEATURES, CLASSES))
+    assert not OPERATORS["gat"].declares and OPERATORS["gcn"].declares
+    with pytest.raises(UndeclaredError, match="'gat' declares no collectives"):
+        epoch_collectives(plans, shape, pad)
+
+    def oracle(op, z, phase):
+        out = []
+        DECLARED[op](lambda *a, **k: out.append(a), z, phase)
+        return out
+    got = epoch_collectives(plans, shape, pad, evaluate=True, recorder=StageRecorder())
+    want = epoch_collectives(plans, shape, pad, evaluate=True, recorder=oracle)
+    assert Counter(c.key(4) for c in got) == Counter(c.key(4) for c in want)
+    assert len(got) > 20
+
+
+class _Uneven(Operator):
+    """A stage that all-reduces n·D/(|o||i|) + D/|i| elements: no monomial of n, D, D2."""
+
+    name = "uneven"
+    graph = False
+
+    def params(self, plan, d_in, d_out):
+        return []
+
+    def stage(self, g, H, step):
+        return g.comm.all_reduce(torch.cat([H.flatten(), H[0]]), g.plan.inner)[:1, None]
+
+
+def test_a_size_that_is_no_monomial_is_refused(monkeypatch):
+    monkeypatch.setitem(OPERATORS, "uneven", _Uneven())
+    plan = dataclasses.replace(next(stages("mlp", (1, 2, 1), "agg", False))[1].plan,
+                               op="uneven")
+    with pytest.raises(RecordingError, match="no monomial"):
+        fit_stage(plan, (1, 2, 1), first=False, training=False)
