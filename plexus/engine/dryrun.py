@@ -11,9 +11,9 @@ bias (AR(db)) or BatchNorm, which the schedule adds itself.
 
 Sizes at scale without running at scale: each collective's size is a monomial in the stage's
 padded sizes n, D, D2 times a constant of the grid's axis sizes and the stage's options
-(every size a product of blocks of them). The stage runs at a small base probe, once with each
-of n, D, D2 doubled (padding multiples kept), which reads each size's exponent, and once with
-all three tripled, which checks the fit; `StageRecorder` caches the fit per (operator, order,
+(every size a product of blocks of them). The stage runs at a small base probe, once with n, D,
+D2 times 2, 3, 5 (padding multiples kept), whose size ratios factor into each size's exponent,
+and once more at other multiples, which checks the fit; `StageRecorder` caches the fit per (operator, order,
 options, axis sizes of the roles, first stage or not, flags, precisions), the axes named by
 their roles (outer, inner, depth), so a grid's stages share fits. A size that is not one
 monomial (a data-dependent exchange) cannot be recorded: `RecordingError` says so.
@@ -29,7 +29,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -260,40 +262,71 @@ def fit_stage(plan: LayerPlan, dims: tuple[int, int, int], *, first: bool, train
               learnable_features: bool = False, dtype: torch.dtype = torch.float32,
               wire: torch.dtype | None = None) -> list[Recorded]:
     """The stage's collectives as monomials of (n, D, D2), read from dry runs at a base probe
-    and with each size doubled, checked at a probe with every size tripled
+    and at one with the sizes times `PRIMES`, checked at one with them times `CHECK`
     (`RecordingError` if a size is no monomial or the probes disagree on what is issued)."""
+    with _one_thread():
+        return _fit(plan, dims, first, training, learnable_features, dtype, wire)
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """Within: torch computes on one thread. The probes are tiny; more threads only wait on
+    each other (seconds per fit on a busy machine, against tens of milliseconds)."""
+    saved = torch.get_num_threads()
+    if saved != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if saved != 1:
+            torch.set_num_threads(saved)
+
+
+def _fit(plan: LayerPlan, dims: tuple[int, int, int], first: bool, training: bool,
+         learnable_features: bool, dtype: torch.dtype, wire: torch.dtype | None
+         ) -> list[Recorded]:
     base = _probe_sizes(plan, dims)
     kw = dict(first=first, training=training, learnable_features=learnable_features,
               dtype=dtype, wire=wire)
-    runs = [run_stage(plan, dims, *base, **kw)]
-    for k in range(3):
-        probe = list(base)
-        probe[k] *= 2
-        runs.append(run_stage(plan, dims, *probe, **kw))
-    check = tuple(3 * s for s in base)
-    runs.append(run_stage(plan, dims, *check, **kw))
+    scaled = tuple(s * f for s, f in zip(base, PRIMES))  # n·2, D·3, D2·5: one probe reads all
+    check = tuple(s * f for s, f in zip(base, CHECK))    # exponents; another checks them
+    runs = [run_stage(plan, dims, *sizes, **kw) for sizes in (base, scaled, check)]
     shapes = {tuple((c[0], c[1], c[2], c[4], c[5], c[6]) for c in r) for r in runs}
     if len(shapes) != 1:
         raise RecordingError(f"operator {plan.op!r}: its collectives differ between probe sizes")
     out = []
-    for j, call in enumerate(runs[0]):
-        phase, op, axis, size, itemsize, exact, reduce = call
-        exps = []
-        for k in range(3):
-            ratio = runs[k + 1][j][3] / size
-            e = round(math.log2(ratio))
-            if e < 0 or abs(ratio - 2 ** e) > 1e-9 * ratio:
-                raise RecordingError(f"operator {plan.op!r}: a {op} over its "
-                                     f"{_REVERSE[axis]} axis is no monomial of {SIZES}")
-            exps.append(e)
+    for j, (phase, op, axis, size, itemsize, exact, reduce) in enumerate(runs[0]):
+        what = f"operator {plan.op!r}: a {op} over its {_REVERSE[axis]} axis is no monomial " \
+               f"of {SIZES}"
+        exps = _exponents(runs[1][j][3], size)
+        if exps is None:
+            raise RecordingError(what)
         coef = size / math.prod(b ** e for b, e in zip(base, exps))
         rec = Recorded("backward" if phase == "backward" else "forward", op, _REVERSE[axis],
-                       coef, tuple(exps), itemsize if exact else None, reduce)
-        if rec.size(*check) != runs[-1][j][3]:
-            raise RecordingError(f"operator {plan.op!r}: a {op} over its {rec.role} axis is no "
-                                 f"monomial of {SIZES} (the check probe disagrees)")
+                       coef, exps, itemsize if exact else None, reduce)
+        if rec.size(*check) != runs[2][j][3]:
+            raise RecordingError(what + " (the check probe disagrees)")
         out.append(rec)
     return out
+
+
+#: the factors of n, D, D2 in the probe that reads the exponents (distinct primes, so the
+#: size's ratio to the base's factors into them uniquely) and in the probe that checks them
+PRIMES, CHECK = (2, 3, 5), (3, 2, 2)
+
+
+def _exponents(scaled: int, base: int) -> tuple[int, int, int] | None:
+    """The exponents (e_n, e_D, e_D2) with scaled = base·2^e_n·3^e_D·5^e_D2, None where there
+    are none (the size is no monomial of the three)."""
+    if base <= 0 or scaled % base:
+        return None
+    ratio, exps = scaled // base, []
+    for prime in PRIMES:
+        e = 0
+        while ratio % prime == 0:
+            ratio, e = ratio // prime, e + 1
+        exps.append(e)
+    return tuple(exps) if ratio == 1 else None
 
 
 @functools.lru_cache(maxsize=None)

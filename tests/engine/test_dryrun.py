@@ -65,14 +65,14 @@ KINDS = [("gcn", {}), ("gcn", {"residual": True}), ("sage", {}), ("gin", {"train
 
 
 def test_recorded_equals_declared_for_every_kind():
-    """Every operator of the registry, on an even and an uneven grid, aggregate and combine
-    first, stage 0 with fixed and learnable features: training forward, evaluation forward
+    """Every operator of the registry, on four grids (an axis of one rank on three), aggregate
+    and combine first, stage 0 with fixed and learnable features: training forward, evaluation forward
     and backward each record what is declared (GAT: hidden layers' heads concatenated, the
     last's averaged)."""
     rec, seen, fails = StageRecorder(), set(), []
-    for (grid, order, learnable, kinds) in (((2, 2, 2), "agg", False, KINDS),
-                                            ((3, 1, 2), "combine", True, KINDS[1::2])):
-        for kind, options in kinds:
+    for (grid, order, learnable) in (((2, 2, 2), "agg", False), ((3, 1, 2), "combine", True),
+                                     ((1, 4, 2), "agg", True), ((2, 3, 1), "combine", False)):
+        for kind, options in KINDS:
             for op, z in stages(kind, grid, order, learnable, **options):
                 seen.add(op)
                 for phase in ("forward", "eval", "backward"):
