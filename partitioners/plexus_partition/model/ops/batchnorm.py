@@ -7,7 +7,8 @@ every rank normalizes with the statistics of all N nodes; their gradients are al
 r again in backward. γ, β and the running statistics (momentum 0.1, unbiased variance) are cut
 like a bias. Statistics and normalization are float32 whatever the compute precision (a
 bfloat16 variance of a sum over all nodes loses most of its digits): the all-reduces carry 4
-bytes per element (declared here, so the ledger test pins it). The torch code runs in the one
+bytes per element (the stage issues them exactly, `Operator.statistics`; the dry run records
+them so and the ledger test pins it). The torch code runs in the one
 stage class (`plexus.engine.ops.Stage3D`), the running statistics its buffers.
 """
 
