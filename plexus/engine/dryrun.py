@@ -32,6 +32,7 @@ import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
+
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -176,8 +177,10 @@ def _operator_config(op: str) -> ModelConfig:
 
 
 def _probe_plan(plan: LayerPlan, first: bool) -> LayerPlan:
+    """``plan`` as the probe runs it: its roles on the probe grid's axes (`ROLE_AXES`), stage
+    0 or 1, no BatchNorm after it (the schedule adds BatchNorm's own)."""
     return dataclasses.replace(plan, index=0 if first else 1, layer=0 if first else 1,
-                               adj=1, outer="x", inner="y", depth="z", norm=False)
+                               adj=1, norm=False, **ROLE_AXES)
 
 
 def run_stage(plan: LayerPlan, dims: tuple[int, int, int], n: int, D: int, D2: int, *,
@@ -195,7 +198,7 @@ def run_stage(plan: LayerPlan, dims: tuple[int, int, int], n: int, D: int, D2: i
     operator = OPERATORS[p.op]
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
-    o, i, d = dims
+    o, i, _ = dims
     rows_a, cols_a = n // shape[p.a_rows], n // shape[p.a_cols]
     blocks = {}
     if operator.graph and not p.dense:
@@ -251,10 +254,13 @@ _REVERSE = {v: k for k, v in ROLE_AXES.items()}
 
 
 def _probe_sizes(plan: LayerPlan, dims: tuple[int, int, int]) -> tuple[int, int, int]:
-    """A small base probe (n, D, D2) every cut of the stage divides, with room for heads."""
+    """A small base probe (n, D, D2) that every cut of the stage divides, and every count its
+    per-stage options hold (a GAT stage's heads split its width)."""
     world = dims[0] * dims[1] * dims[2]
-    heads = getattr(plan.options, "heads", 1) or 1
-    unit = math.lcm(world, heads)
+    counts = [v for v in (dataclasses.astuple(plan.options)
+                          if dataclasses.is_dataclass(plan.options) else ())
+              if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    unit = math.lcm(world, *counts)
     return 4 * world, 2 * unit, 3 * unit
 
 
