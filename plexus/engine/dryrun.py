@@ -31,7 +31,7 @@ import functools
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -45,7 +45,7 @@ from plexus_partition.model.ops.base import StageSizes
 from plexus_partition.plan import block_key
 
 from .blocks import GraphBlocks
-from .comm import Comm
+from .comm import Comm, Label
 from .config import EngineConfig
 from .graph3d import StageGraph
 from .ledger import Ledger
@@ -78,6 +78,23 @@ class DryGrid:
         return self.shape[axis]
 
 
+class Call(NamedTuple):
+    """One collective a dry run recorded: what the ledger keys (phase, op, axis, size, item
+    size), whether it was sent exactly, an all-reduce's operation, and its `Label`'s name,
+    sparse exchange and (where it says so) the tensor's rows."""
+
+    phase: str
+    op: str
+    axis: str
+    size: int
+    itemsize: int
+    exact: bool
+    reduce: str
+    name: str
+    sparse: str | None
+    rows: int | None
+
+
 class DryComm(Comm):
     """A `Comm` whose raw collectives keep shapes but move nothing, and record each call in
     the ledger (as `Comm.record` does) with whether it was issued exactly (a statistic)."""
@@ -85,13 +102,16 @@ class DryComm(Comm):
     def __init__(self, grid: DryGrid, wire: torch.dtype | None = None) -> None:
         super().__init__(grid, Ledger(), Timers(grid.device, enabled=False), budget=2 ** 40,
                          wire=wire)
-        self.calls: list[tuple[str, str, str, int, int, bool, str]] = []
-        self._reduce = "sum"
+        self.calls: list[Call] = []
+        self._reduce, self._rows = "sum", 0
 
     def record(self, axis, op, numel, p, itemsize):  # noqa: D102
         super().record(axis, op, numel, p, itemsize)
-        self.calls.append((self._phase, op, axis, int(numel), int(itemsize), self._exact,
-                           self._reduce))
+        label = self._label or Label()
+        back = self._phase == "backward"
+        self.calls.append(Call(self._phase, op, axis, int(numel), int(itemsize), self._exact,
+                               self._reduce, label.backward if back else label.forward,
+                               label.sparse, self._rows if label.rows else None))
 
     def _itemsize(self, x: torch.Tensor, op: str = "sum") -> int:
         wire = self.wire_of(x) if op == "sum" else None
@@ -100,7 +120,7 @@ class DryComm(Comm):
     def raw_all_reduce(self, x, axis, op="sum", async_op=False):  # noqa: D102
         p = self.grid.size(axis)
         if p > 1:
-            self._reduce = op
+            self._reduce, self._rows = op, x.shape[0]
             self.record(axis, "all_reduce", x.numel(), p, self._itemsize(x, op))
             self._reduce = "sum"
         return None if async_op else x
@@ -113,6 +133,7 @@ class DryComm(Comm):
         if p == 1:
             return x
         out = x.repeat((p,) + (1,) * (x.dim() - 1))
+        self._rows = out.shape[0]
         self.record(axis, "all_gather", out.numel(), p, self._itemsize(x))
         return out
 
@@ -120,6 +141,7 @@ class DryComm(Comm):
         p = self.grid.size(axis)
         if p == 1:
             return x
+        self._rows = x.shape[0]
         self.record(axis, "reduce_scatter", x.numel(), p, self._itemsize(x))
         return x[: x.shape[0] // p].clone()
 
@@ -141,9 +163,11 @@ class _ProbeShard:
 
 @dataclass(frozen=True)
 class Recorded:
-    """One collective of a stage as recorded: ``size`` = ``coef``·n^e_n·D^e_D·D2^e_D2 elements;
-    ``role`` the stage role of its axis; ``itemsize`` its own (a statistic sent exactly) or None
-    (the run's payload)."""
+    """One collective of a stage as recorded: ``size`` = ``coef``·n^e_n·D^e_D·D2^e_D2 elements
+    (``exponents``); ``role`` the stage role of its axis; ``itemsize`` its own (a statistic
+    sent exactly) or None (the run's payload); ``label`` the name the torch code gives it
+    (`plexus.engine.comm.Comm.labelled`), ``sparse`` and ``rows`` (a monomial like the size,
+    as (coef, exponents)) where it sums a sparse product."""
 
     phase: str  # "forward" (training, or "eval" in an evaluation pass) or "backward"
     op: str
@@ -152,19 +176,31 @@ class Recorded:
     exponents: tuple[int, int, int]
     itemsize: int | None
     reduce: str = "sum"  # an all-reduce's operation: "sum", "max" or "min"
+    label: str = ""
+    sparse: str | None = None
+    rows: tuple[float, tuple[int, int, int]] | None = None
 
     @property
     def name(self) -> str:
-        """What the schedule calls it: the operation and the role of its axis, e.g.
-        "AR(outer)", "AR-MAX(outer)", "AG(depth)"."""
+        """What the schedule calls it: its label, else the operation and the role of its
+        axis, e.g. "AR(outer)", "AR-MAX(outer)", "AG(depth)"."""
+        if self.label:
+            return self.label
         short = {"all_reduce": "AR", "all_gather": "AG", "reduce_scatter": "RS"}[self.op]
         if self.reduce != "sum":
             short += "-" + self.reduce.upper()
         return f"{short}({self.role})"
 
     def size(self, n: int, D: int, D2: int) -> int:
-        return int(round(self.coef * n ** self.exponents[0] * D ** self.exponents[1]
-                         * D2 ** self.exponents[2]))
+        return _monomial(self.coef, self.exponents, (n, D, D2))
+
+    def row_count(self, n: int, D: int, D2: int) -> int | None:
+        return None if self.rows is None else _monomial(*self.rows, (n, D, D2))
+
+
+def _monomial(coef: float, exponents: tuple[int, int, int], sizes: tuple[int, int, int]
+              ) -> int:
+    return int(round(coef * math.prod(s ** e for s, e in zip(sizes, exponents))))
 
 
 def _operator_config(op: str) -> ModelConfig:
@@ -186,11 +222,10 @@ def _probe_plan(plan: LayerPlan, first: bool) -> LayerPlan:
 def run_stage(plan: LayerPlan, dims: tuple[int, int, int], n: int, D: int, D2: int, *,
               first: bool, training: bool, learnable_features: bool = False,
               dtype: torch.dtype = torch.float32, wire: torch.dtype | None = None,
-              seed: int = 0) -> list[tuple[str, str, str, int, int, bool, str]]:
+              seed: int = 0) -> list[Call]:
     """Run one stage's torch code (forward, and backward when ``training``) once for rank 0 of
     a grid whose outer, inner and depth axes have ``dims`` ranks, with padded sizes ``n``,
-    ``D``, ``D2``; return what its `DryComm` recorded in program order: (phase, op, axis,
-    size, item size, exact, an all-reduce's operation)."""
+    ``D``, ``D2``; return what its `DryComm` recorded, in program order."""
     p = _probe_plan(plan, first)
     shape = GridShape.of(dims)
     grid = DryGrid(shape, {"x": 0, "y": 0, "z": 0})
@@ -297,23 +332,32 @@ def _fit(plan: LayerPlan, dims: tuple[int, int, int], first: bool, training: boo
     scaled = tuple(s * f for s, f in zip(base, PRIMES))  # n·2, D·3, D2·5: one probe reads all
     check = tuple(s * f for s, f in zip(base, CHECK))    # exponents; another checks them
     runs = [run_stage(plan, dims, *sizes, **kw) for sizes in (base, scaled, check)]
-    shapes = {tuple((c[0], c[1], c[2], c[4], c[5], c[6]) for c in r) for r in runs}
+    shapes = {tuple(c._replace(size=0, rows=None) for c in r) for r in runs}
     if len(shapes) != 1:
         raise RecordingError(f"operator {plan.op!r}: its collectives differ between probe sizes")
     out = []
-    for j, (phase, op, axis, size, itemsize, exact, reduce) in enumerate(runs[0]):
-        what = f"operator {plan.op!r}: a {op} over its {_REVERSE[axis]} axis is no monomial " \
-               f"of {SIZES}"
-        exps = _exponents(runs[1][j][3], size)
-        if exps is None:
-            raise RecordingError(what)
-        coef = size / math.prod(b ** e for b, e in zip(base, exps))
-        rec = Recorded("backward" if phase == "backward" else "forward", op, _REVERSE[axis],
-                       coef, exps, itemsize if exact else None, reduce)
-        if rec.size(*check) != runs[2][j][3]:
+    for j, c in enumerate(runs[0]):
+        what = f"operator {plan.op!r}: a {c.op} over its {_REVERSE[c.axis]} axis is no " \
+               f"monomial of {SIZES}"
+        size = _fit_monomial(base, c.size, runs[1][j].size, what)
+        rows = None if c.rows is None else _fit_monomial(base, c.rows, runs[1][j].rows, what)
+        rec = Recorded("backward" if c.phase == "backward" else "forward", c.op,
+                       _REVERSE[c.axis], *size, c.itemsize if c.exact else None, c.reduce,
+                       c.name, c.sparse, rows)
+        if rec.size(*check) != runs[2][j].size or rec.row_count(*check) != runs[2][j].rows:
             raise RecordingError(what + " (the check probe disagrees)")
         out.append(rec)
     return out
+
+
+def _fit_monomial(base: tuple[int, int, int], at_base: int, scaled: int, what: str
+                  ) -> tuple[float, tuple[int, int, int]]:
+    """(coef, exponents) of the monomial that is ``at_base`` at ``base`` and ``scaled`` at
+    ``base`` times `PRIMES`."""
+    exps = _exponents(scaled, at_base)
+    if exps is None:
+        raise RecordingError(what)
+    return at_base / math.prod(b ** e for b, e in zip(base, exps)), exps
 
 
 #: the factors of n, D, D2 in the probe that reads the exponents (distinct primes, so the
@@ -367,8 +411,8 @@ class StageRecorder:
     def __call__(self, op: str, z: StageSizes, phase: str) -> list[tuple]:
         """Operator ``op``'s collectives of ``phase`` ("forward", "eval" or "backward") at
         stage sizes ``z`` (its own or, BatchNorm, those of the stage it follows), in program
-        order, as ``(name, phase, op, axis, size, itemsize)`` (the
-        schedule's ``add`` arguments)."""
+        order, as ``(name, phase, op, axis, size, itemsize, rows, sparse)`` (the schedule's
+        ``add`` arguments)."""
         training = phase != "eval"
         want = "backward" if phase == "backward" else "forward"
         p, out = z.plan, []
@@ -376,7 +420,7 @@ class StageRecorder:
             if r.phase != want:
                 continue
             out.append((r.name, phase, r.op, getattr(p, r.role), r.size(z.n, z.D, z.D2),
-                        r.itemsize))
+                        r.itemsize, r.row_count(z.n, z.D, z.D2), r.sparse))
         return out
 
 

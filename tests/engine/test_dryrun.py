@@ -1,9 +1,8 @@
-"""A kind's collectives recorded from a dry run of its torch code (`plexus.engine.dryrun`)
-against the independent oracle of hand-written declarations: the convolutions' own (still in
-`plexus_partition.model.ops.conv`, which needs them for sparse exchanges) and those moved out
-of the product into `tests/declared_collectives.py` (GAT, dense, BatchNorm), on several grids
-and orders, both stage positions, learnable features, averaged and concatenated heads and the
-wire and compute precisions. The multi-rank ledger tests (`tests/engine_checks.py`,
+"""Every kind's collectives recorded from a dry run of its torch code (`plexus.engine.dryrun`)
+against the independent oracle of the hand-written declarations moved out of the product into
+`tests/declared_collectives.py` (names, sizes, item sizes, the aggregation's rows and sparse
+exchanges), on several grids and orders, both stage positions, learnable features, averaged and
+concatenated heads and the wire and compute precisions. The multi-rank ledger tests (`tests/engine_checks.py`,
 ``check_ledger``) check the recorded schedule against what real runs send."""
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from collections import Counter
 import pytest
 import torch
 
-from declared_collectives import DECLARED
+from declared_collectives import declaration
 from plexus.engine.dryrun import (DryComm, DryGrid, RecordingError, StageRecorder, fit_stage,
                                   run_stage)
 from plexus_partition.model.grid import GridShape
@@ -22,31 +21,30 @@ from plexus_partition.model.layout import padding
 from plexus_partition.model.model import ModelConfig
 from plexus_partition.model.ops import OPERATORS, Operator
 from plexus_partition.model.ops.base import stage_sizes
-from plexus_partition.model.schedule import UndeclaredError, epoch_collectives
+from plexus_partition.model.schedule import (SparseExchange, UndeclaredError,
+                                             epoch_collectives, estimated_rows)
 
 FEATURES, CLASSES, NODES = 20, 5, 50
 
 
 def declared(op: str, z, phase: str) -> Counter:
-    """The oracle: (phase, op, axis, size, itemsize) of every declared collective over an axis
-    of more than one rank."""
+    """The oracle: (name, phase, op, axis, size, itemsize, rows, sparse) of every declared
+    collective over an axis of more than one rank (rows: a forward's only, where the engine
+    cuts the aggregation into row pieces; the schedule keeps no backward's)."""
     out = Counter()
 
     def add(name, ph, kind, axis, size, itemsize=None, rows=None, sparse=None):
         if z.shape[axis] > 1:
-            out[ph, kind, axis, size, itemsize] += 1
-    if op in DECLARED:
-        DECLARED[op](add, z, phase)
-    elif phase == "backward":
-        OPERATORS[op].backward(add, z)
-    else:
-        OPERATORS[op].forward(add, z, phase)
+            out[name, ph, kind, axis, size, itemsize, rows if ph != "backward" else None,
+                sparse] += 1
+    declaration(op)(add, z, phase)
     return out
 
 
 def recorded(rec: StageRecorder, op: str, z, phase: str) -> Counter:
-    return Counter((ph, kind, axis, size, itemsize)
-                   for _name, ph, kind, axis, size, itemsize in rec(op, z, phase))
+    return Counter((name, ph, kind, axis, size, itemsize, rows if ph != "backward" else None,
+                    sparse)
+                   for name, ph, kind, axis, size, itemsize, rows, sparse in rec(op, z, phase))
 
 
 def stages(kind: str, grid, order: str, learnable: bool, **options):
@@ -100,9 +98,9 @@ def test_statistics_stay_float32_and_payloads_follow_the_run(dtype_bytes, wire_b
             plan = dataclasses.replace(z.plan, op=op)
             calls = run_stage(plan, (z.o, z.i, z.d), z.n, z.D, z.D2, first=first,
                               training=True, dtype=dtype, wire=wire)
-            assert calls and {(c[4], c[5]) for c in calls} <= {(2, False), (4, True)}
+            assert calls and {(c.itemsize, c.exact) for c in calls} <= {(2, False), (4, True)}
             if op in ("gat", "batchnorm"):
-                assert any(c[5] for c in calls)
+                assert any(c.exact for c in calls)
 
 
 def test_dry_comm_keeps_shapes_and_records_like_comm():
@@ -121,26 +119,37 @@ def test_dry_comm_keeps_shapes_and_records_like_comm():
                                              (3, "forward", "reduce_scatter", "z", 12, 4): 1}
 
 
-def test_a_kind_without_declarations_gets_its_schedule_recorded():
-    """GAT, dense and BatchNorm declare nothing: without a recorder the schedule says so; with
-    one, the whole epoch (training, loss, evaluation) equals the schedule built from the
-    moved declarations."""
-    cfg = ModelConfig(2, 8, 0.0, kind="gat", norm="batch", heads=2)
+def _oracle(op, z, phase):
+    out = []
+
+    def add(name, ph, kind, axis, size, itemsize=None, rows=None, sparse=None):
+        out.append((name, ph, kind, axis, size, itemsize, rows, sparse))
+    declaration(op)(add, z, phase)
+    return out
+
+
+@pytest.mark.parametrize("kind,options", [("gat", {"heads": 2}), ("gcn", {}),
+                                          ("sage", {"order": "combine"}),
+                                          ("gin", {"train_eps": True})])
+def test_the_schedule_is_recorded(kind, options):
+    """No built-in kind declares its collectives: without a recorder the schedule says so;
+    with one, the whole epoch (training, loss, evaluation) equals the schedule built from the
+    moved declarations collective by collective: names, item sizes, the aggregation's rows
+    and its sums sent as sparse exchanges (SRS + AG, RS + SAG) where the estimate says so."""
+    cfg = ModelConfig(3, 8, 0.0, kind=kind, norm="batch", **options)
     plans = cfg.plans(FEATURES, CLASSES)
     shape = GridShape.of((2, 2, 2))
     pad = padding(shape, plans, NODES, cfg.widths(FEATURES, CLASSES))
-    assert not OPERATORS["gat"].declares and OPERATORS["gcn"].declares
-    with pytest.raises(UndeclaredError, match="'gat' declares no collectives"):
+    assert not any(op.declares for op in OPERATORS.values())
+    with pytest.raises(UndeclaredError, match=f"'{plans[0].op}' declares no collectives"):
         epoch_collectives(plans, shape, pad)
-
-    def oracle(op, z, phase):
-        out = []
-        DECLARED[op](lambda *a, **k: out.append(a), z, phase)
-        return out
-    got = epoch_collectives(plans, shape, pad, evaluate=True, recorder=StageRecorder())
-    want = epoch_collectives(plans, shape, pad, evaluate=True, recorder=oracle)
-    assert Counter(c.key(4) for c in got) == Counter(c.key(4) for c in want)
-    assert len(got) > 20
+    exchange = SparseExchange("on", estimated_rows(1.5))
+    got = epoch_collectives(plans, shape, pad, evaluate=True, exchange=exchange,
+                            recorder=StageRecorder())
+    want = epoch_collectives(plans, shape, pad, evaluate=True, exchange=exchange,
+                             recorder=_oracle)
+    assert Counter(got) == Counter(want) and len(got) > 20
+    assert any(c.name.startswith("SRS") for c in got) is (kind == "gcn")  # no root term
 
 
 class _Uneven(Operator):

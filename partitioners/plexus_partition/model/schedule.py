@@ -239,8 +239,9 @@ class _Schedule:
             if sparse is not None and self.exchange is not None and layer is not None:
                 sent = self.exchange.rows(layer, sparse, axis, rows, p)
             if sent is None:
+                # rows: the forward's aggregation, cut into the engine's row pieces
                 self.out.append(Collective(name, layer, phase, op, axis, p, size, itemsize,
-                                           rows if sparse != "gather" else None))
+                                           rows if phase != "backward" else None))
                 return
             what, moved = name[name.index("("):], int(round(sent * div(size, rows)))
             pair = [Collective("SRS" + what, layer, phase, "all_to_all", axis, p, moved,

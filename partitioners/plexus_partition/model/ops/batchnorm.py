@@ -47,21 +47,24 @@ class BatchNorm(Operator):
         if g.training:
             real = g.cached("real", lambda: (g.output_ids >= 0).unsqueeze(1))
 
-            def column_sum(v):
-                total = c.all_reduce((v * real).sum(0), r)    # AR(Σx) over r
-                return c.all_reduce_grad(total, r)            # bwd: AR(dΣx) over r
+            def column_sum(v, name: str):
+                with c.labelled(f"AR(Σ{name})", f"AR(dΣ{name})"):
+                    total = c.all_reduce((v * real).sum(0), r)  # AR(Σx) over r
+                    return c.all_reduce_grad(total, r)        # bwd: AR(dΣx) over r
 
-            mean = column_sum(x) / n
+            mean = column_sum(x, "x") / n
             xc = x - mean
-            var = column_sum(xc * xc) / n
+            var = column_sum(xc * xc, "x²") / n
             if g.update_stats:  # buffers: in-place updates of detached values, no graph
                 g.stats["mean"].mul_(1 - MOMENTUM).add_(MOMENTUM * mean.detach())
                 unbiased = var.detach() * (n / max(n - 1, 1))
                 g.stats["var"].mul_(1 - MOMENTUM).add_(MOMENTUM * unbiased)
         else:
             xc, var = x - g.stats["mean"], g.stats["var"]
-        gamma = c.all_reduce_grad(g.param("gamma"), r)        # bwd: AR(dγ) over r
-        beta = c.all_reduce_grad(g.param("beta"), r)          # bwd: AR(dβ) over r
+        with c.labelled(backward="AR(dγ)"):
+            gamma = c.all_reduce_grad(g.param("gamma"), r)    # bwd: AR(dγ) over r
+        with c.labelled(backward="AR(dβ)"):
+            beta = c.all_reduce_grad(g.param("beta"), r)      # bwd: AR(dβ) over r
         return (xc * (var + EPS).rsqrt() * gamma + beta).to(dtype)
 
     def serial(self, m, p, OUT, step=None):

@@ -116,7 +116,8 @@ class GAT(Operator):
         Z = g.linear(H, g.param("W"))                 # AG(W) over o, AR(Z) over i; bwd: AR(dZ)
         with g.comm.exact():  # float32 scores and statistics whatever the wire precision
             s = g.head_sums(Z, [g.param("att_src"), g.param("att_dst")], heads, width)  # AR(s)
-            s_src, s_dst = s[:, :heads], g.to_rows(s[:, heads:])  # AR(S·s) over o: Â's rows
+            with g.comm.labelled("AR(s→rows)"):
+                s_src, s_dst = s[:, :heads], g.to_rows(s[:, heads:])  # AR(S·s) over o: Â's rows
             alpha = g.attention(s_dst, s_src, cfg.options.negative_slope)  # AR-MAX, AR-SUM over o
         drop = cfg.options.attn_dropout if g.training else 0.0
         if self.concat(p):                            # AR(OUT) over o
