@@ -13,15 +13,16 @@ Sizes at scale without running at scale: each collective's size is a monomial in
 padded sizes n, D, D2 times a constant of the grid's axis sizes and the stage's options
 (every size a product of blocks of them). The stage runs at a small base probe, once with n, D,
 D2 times 2, 3, 5 (padding multiples kept), whose size ratios factor into each size's exponent,
-and once more at other multiples, which checks the fit; `StageRecorder` caches the fit per (operator, order,
-options, axis sizes of the roles, first stage or not, flags, precisions), the axes named by
-their roles (outer, inner, depth), so a grid's stages share fits. A size that is not one
-monomial (a data-dependent exchange) cannot be recorded: `RecordingError` says so.
+and once more at other multiples, which checks the fit; `StageRecorder` caches the fit per
+(operator, order, options, axis sizes of the roles, first stage or not, flags, precisions),
+the axes named by their roles (outer, inner, depth), so a grid's stages share fits. A size
+that is not one monomial (a data-dependent exchange) cannot be recorded: `RecordingError`.
 
-What a recording cannot know: a collective's name is its operation and the role of its axis
-("AR(outer)", "AR-MAX(outer)"), not what it carries; a recorded all-reduce is never priced as a
-sparse exchange nor cut into the aggregation's row chunks (an operator whose sums may travel
-so, the graph convolutions, declares its collectives with ``rows`` and ``sparse``).
+What the torch code names (`plexus.engine.comm.Comm.labelled`, on the stage toolkit's lines)
+the recording keeps: each collective's name in the forward and in the backward, and for the
+aggregation's sums their rows (cut into the engine's row pieces) and whether they may travel
+as a sparse exchange. An unnamed collective is called by its operation and the role of its
+axis ("AR(outer)", "AR-MAX(outer)").
 """
 
 from __future__ import annotations

@@ -173,22 +173,19 @@ class StageGraph:
             W = identity * self.cached("I", self._identity_weight)
         else:
             with c.labelled("AG(W)", "RS(dW)"):
-                W = c.all_gather(W.to(self.dtype), p.w_flat)  # AG(W) over W's flat axis; bwd: RS(dW)
+                W = c.all_gather(W.to(self.dtype), p.w_flat)  # AG(W) over W's flat axis
             if identity:
                 W = W + identity * self.cached("I", self._identity_weight)
-        Y = self._gemm(X, W)
-        if p.order != "combine":
-            with c.labelled("AR(OUT)"):
-                return c.all_reduce(Y, p.inner)               # AR over i (X's columns)
-        with c.labelled("AR(Z)"):
+        Y, combine = self._gemm(X, W), p.order == "combine"
+        with c.labelled("AR(Z)" if combine else "AR(OUT)"):
             Y = c.all_reduce(Y, p.inner)                      # AR over i (X's columns)
-        with c.labelled(backward="AR(dZ)"):
-            return self.replicate(Y, p.inner)                 # bwd: AR over i
+        return self.replicate(Y, p.inner, "AR(dZ)") if combine else Y  # bwd: AR over i
 
-    def replicate(self, X: torch.Tensor, axis: str) -> torch.Tensor:
+    def replicate(self, X: torch.Tensor, axis: str, name: str = "") -> torch.Tensor:
         """Mark X, replicated over ``axis``, as used differently by the ranks of the axis: its
-        gradient is summed over it."""
-        return self.comm.all_reduce_grad(X, axis)             # bwd: AR over axis
+        gradient is summed over it (that all-reduce called ``name``, `Comm.labelled`)."""
+        with self.comm.labelled(backward=name):
+            return self.comm.all_reduce_grad(X, axis)         # bwd: AR over axis
 
     def aggregate(self, X: torch.Tensor, values: torch.Tensor | None = None) -> torch.Tensor:
         """Â·X, X in the rows-by-o layout (the input, or a combine-first stage's linear output):
@@ -246,14 +243,12 @@ class StageGraph:
             a = torch.stack(a, 1)
         a = a if a.dim() == 2 else a[:, None]
         p = self.plan
-        c = self.comm
-        with c.labelled(backward="AR(da)"):
-            a = self.replicate(self.replicate(a, p.outer), p.inner)  # bwd: AR(da) over o and i
+        a = self.replicate(self.replicate(a, p.outer, "AR(da)"), p.inner, "AR(da)")  # o, i
         A = torch.cat([P * a[:, k:k + 1].to(X.dtype) for k in range(a.shape[1])], 1)
         s = (X @ A).float()
-        with c.labelled("AR(s)", "AR(ds)"):
-            s = c.all_reduce(s, self.plan.out_cols)           # AR(s) over the columns' cut
-            return self.replicate(s, self.plan.out_cols)      # bwd: AR(ds) over it
+        with self.comm.labelled("AR(s)"):
+            s = self.comm.all_reduce(s, self.plan.out_cols)   # AR(s) over the columns' cut
+        return self.replicate(s, self.plan.out_cols, "AR(ds)")  # bwd: AR(ds) over it
 
     # ---- per-edge tensors ---------------------------------------------------------------------
     def edge_values(self) -> torch.Tensor:
@@ -265,8 +260,7 @@ class StageGraph:
                   negative_slope: float = 0.2) -> torch.Tensor:
         """GAT's α: the softmax over each row's in-edges of LeakyReLU(s_dst[i] + s_src[j]), with
         s_dst in Â's row layout and s_src in the rows-by-o layout (node × head, float32)."""
-        with self.comm.labelled(backward="AR(ds→rows)"):
-            s_dst = self.replicate(s_dst, self.plan.a_cols)   # bwd: AR(ds_dst) over o
+        s_dst = self.replicate(s_dst, self.plan.a_cols, "AR(ds→rows)")  # bwd: AR over o
         with self.comm.labelled(backward="AR(Σα·dα)"):
             return attention_softmax(s_dst, s_src, self.edges, self.comm, self.plan.a_cols,
                                      negative_slope)          # AR-MAX, AR-SUM over o
@@ -406,10 +400,8 @@ class StageGraph:
         return eye[rows, cols].clone().to(self.comm.grid.device, self.dtype)
 
     def _one_plus_eps(self, eps: torch.Tensor | None) -> torch.Tensor | float:
-        if eps is None:
-            return 1.0
-        with self.comm.labelled(backward="AR(dε)"):
-            return 1 + self.scalar(eps)                       # bwd: AR(dε) over each axis
+        with self.comm.labelled(backward="AR(dε)"):  # bwd: AR(dε) over each axis
+            return 1.0 if eps is None else 1 + self.scalar(eps)
 
     def _aggregate_first(self, H: torch.Tensor, root: RootTerm, Wr, eps, drop: tuple | None
                          ) -> torch.Tensor:

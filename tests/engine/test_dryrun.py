@@ -2,8 +2,9 @@
 against the independent oracle of the hand-written declarations moved out of the product into
 `tests/declared_collectives.py` (names, sizes, item sizes, the aggregation's rows and sparse
 exchanges), on several grids and orders, both stage positions, learnable features, averaged and
-concatenated heads and the wire and compute precisions. The multi-rank ledger tests (`tests/engine_checks.py`,
-``check_ledger``) check the recorded schedule against what real runs send."""
+concatenated heads and the wire and compute precisions. The multi-rank ledger tests
+(`tests/engine_checks.py`, ``check_ledger``) check the recorded schedule against what real runs
+send."""
 
 from __future__ import annotations
 
@@ -64,8 +65,8 @@ KINDS = [("gcn", {}), ("gcn", {"residual": True}), ("sage", {}), ("gin", {"train
 
 def test_recorded_equals_declared_for_every_kind():
     """Every operator of the registry, on four grids (an axis of one rank on three), aggregate
-    and combine first, stage 0 with fixed and learnable features: training forward, evaluation forward
-    and backward each record what is declared (GAT: hidden layers' heads concatenated, the
+    and combine first, stage 0 with fixed and learnable features: training forward,
+    evaluation forward and backward each record what is declared (GAT: hidden layers' heads concatenated, the
     last's averaged)."""
     rec, seen, fails = StageRecorder(), set(), []
     for (grid, order, learnable) in (((2, 2, 2), "agg", False), ((3, 1, 2), "combine", True),
