@@ -11,8 +11,8 @@ three share), ``plexus_datasets`` (one `Graph`, its loaders). The partitioner pr
 ``plexus_partition.launch`` (launcher detection, the process group), ``plexus_partition``
 (permutations, the 3D cut, the shard store, ``plexus-partition``). This engine:
 ``plexus.core`` (small helpers), ``plexus.runtime`` (local worlds), ``plexus.engine`` (the 3D
-engine), ``plexus.perfmodel`` (from sizes alone; the collectives of a kind that declares none
-from the engine's dry run), ``plexus.nn`` (users' own layers),
+engine), ``plexus.perfmodel`` (from sizes alone; a kind's collectives from the engine's dry
+run), ``plexus.nn`` (users' own layers),
 ``plexus.api`` (the Python API: launch or join a grid, a distributed model from a `Graph`,
 results and weights out), ``plexus.testing`` (local worlds for tests and benchmarks),
 ``plexus.train`` (the ``plexus-train`` application, on the API), ``plexus.bench``

@@ -2,11 +2,11 @@
 
 The engine's stages issue these collectives (`plexus.engine.stage`), the performance model prices
 them (`plexus.perfmodel`), and the tests compare the engine's ledger with them; all three read
-this list, so the schedule is written down once. An operator declares its own collectives with
-their sizes (`plexus_partition.model.ops.conv` for GCN/SAGE/GIN/GraphConv), or declares none and
-they are recorded from a dry run of its torch code (dense, gat, batchnorm: `Recorder`, which the
-engine injects, `plexus.engine.dryrun`); this module adds what every stage shares and puts them
-in program order. Sizes are the padded ones of
+this list, so the schedule is written down once. An operator's own collectives are recorded
+from a dry run of its torch code (`Recorder`, which the engine injects:
+`plexus.engine.dryrun`), or read from its declaration where it writes one
+(`plexus_partition.model.ops.base.Operator.declares`); this module adds what every stage shares
+and puts them in program order. Sizes are the padded ones of
 `plexus_partition.model.layout.padding`; see docs/design.md for the layouts they come from.
 
 With (o, i, d) a stage's (outer, inner, depth) axes, D its padded input width and N the padded

@@ -3,10 +3,11 @@
 An operator is one kind of stage (a graph convolution, a dense layer, GAT) or what follows one
 (BatchNorm). Its declaration is the single description of the stage that the engine, the
 collective schedule, the performance model, the memory check, the exporter and the ledger test
-read: its parameters (`Param`), the collectives it issues with their sizes (`forward`,
-`backward`), its flops (`flops`) and what it holds in memory (`memory`); its torch code
-(``stage``, on the stage toolkit) and serial reference (``serial``) beside it, no torch imported
-at module level.
+read: its parameters (`Param`), its flops (`flops`) and what it holds in memory (`memory`);
+its torch code (``stage``, on the stage toolkit) and serial reference (``serial``) beside it, no
+torch imported at module level. The collectives the torch code issues, with their sizes, are
+recorded from a dry run of it (`plexus.engine.dryrun`), unless the operator declares them
+(`forward`, `backward`).
 """
 
 from __future__ import annotations
@@ -246,8 +247,8 @@ class Operator:
     graph = True  # multiplies by a block of Â (the partitioner cuts one for it)
     has_bias = True  # a bias b (when the plan has one) added by the stage framework
     follows = False  # runs on a stage's output in its layout (BatchNorm): no receive
-    statistics = False  # every collective is a float32 statistic (BatchNorm's), declared with
-    # its item size and sent exactly whatever the wire precision (`EngineConfig.comm_dtype`)
+    statistics = False  # every collective is a float32 statistic (BatchNorm's), sent exactly
+    # whatever the wire precision (`EngineConfig.comm_dtype`)
 
     def stage_order(self, conv_order: str) -> str:
         """The stage's order given its GNN layer's convolution order."""
@@ -296,8 +297,8 @@ class Operator:
     @property
     def declares(self) -> bool:
         """Whether the operator writes its collectives by hand (`forward`, `backward`); one
-        that does not has them recorded from a dry run of its torch code
-        (`plexus_partition.model.schedule.Recorder`, the engine's
+        that does not (no built-in kind does) has them recorded from a dry run of its torch
+        code (`plexus_partition.model.schedule.Recorder`, the engine's
         `plexus.engine.dryrun.StageRecorder`)."""
         return type(self).forward is not Operator.forward
 
@@ -323,8 +324,8 @@ class Operator:
         """The stage on the grid, written with the stage toolkit ``g``
         (`plexus.engine.graph3d.StageGraph`: ``g.linear``, ``g.aggregate``, ``g.conv``,
         ``g.dropout``, the edge operations; the parameter shards ``g.param(kind)``): H received
-        (rows by o, columns by i), its output before the bias (the engine adds it). Every
-        collective it issues is the one `forward`/`backward` declare."""
+        (rows by o, columns by i), its output before the bias (the engine adds it). What it
+        issues is the schedule (a dry run records it; the toolkit names each collective)."""
         raise NotImplementedError
 
     def serial(self, m: SerialModel, p: LayerPlan, H: Tensor, step: int | None) -> Tensor:
