@@ -32,6 +32,7 @@ import functools
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Iterator, NamedTuple
 
 import numpy as np
@@ -57,7 +58,6 @@ from .timing import Timers
 #: the roles' axes on the probe grid: a recorded axis is a role of the stage, mapped back to
 #: the plan's own axes
 ROLE_AXES = {"outer": "x", "inner": "y", "depth": "z"}
-SIZES = ("n", "D", "D2")
 _DTYPES = {2: torch.bfloat16, 4: torch.float32}
 
 
@@ -162,24 +162,28 @@ class _ProbeShard:
         return np.arange(self.blocks[next(iter(self.blocks))].shape[0])
 
 
+#: a fit's variables: the stage's padded sizes, then its roles' axis sizes
+VARIABLES = ("n", "D", "D2", "|outer|", "|inner|", "|depth|")
+Monomial = tuple[Fraction, tuple[int, ...]]  # (coef, one exponent per variable)
+
+
 @dataclass(frozen=True)
 class Recorded:
-    """One collective of a stage as recorded: ``size`` = ``coef``·n^e_n·D^e_D·D2^e_D2 elements
-    (``exponents``); ``role`` the stage role of its axis; ``itemsize`` its own (a statistic
-    sent exactly) or None (the run's payload); ``label`` the name the torch code gives it
-    (`plexus.engine.comm.Comm.labelled`), ``sparse`` and ``rows`` (a monomial like the size,
-    as (coef, exponents)) where it sums a sparse product."""
+    """One collective of a stage as recorded: ``size`` its elements, a `Monomial` of the
+    `VARIABLES`; ``role`` the stage role of its axis; ``itemsize`` its own (a statistic sent
+    exactly) or None (the run's payload); ``label`` the name the torch code gives it
+    (`plexus.engine.comm.Comm.labelled`), ``sparse`` and ``rows`` (a `Monomial` too) where it
+    sums a sparse product."""
 
     phase: str  # "forward" (training, or "eval" in an evaluation pass) or "backward"
     op: str
     role: str
-    coef: float
-    exponents: tuple[int, int, int]
+    size: Monomial
     itemsize: int | None
     reduce: str = "sum"  # an all-reduce's operation: "sum", "max" or "min"
     label: str = ""
     sparse: str | None = None
-    rows: tuple[float, tuple[int, int, int]] | None = None
+    rows: Monomial | None = None
 
     @property
     def name(self) -> str:
@@ -192,16 +196,21 @@ class Recorded:
             short += "-" + self.reduce.upper()
         return f"{short}({self.role})"
 
-    def size(self, n: int, D: int, D2: int) -> int:
-        return _monomial(self.coef, self.exponents, (n, D, D2))
+    def numel(self, values: tuple[int, ...]) -> int:
+        """Its size at ``values`` (one per `VARIABLES`)."""
+        return _evaluate(self.size, values)
 
-    def row_count(self, n: int, D: int, D2: int) -> int | None:
-        return None if self.rows is None else _monomial(*self.rows, (n, D, D2))
+    def row_count(self, values: tuple[int, ...]) -> int | None:
+        return None if self.rows is None else _evaluate(self.rows, values)
 
 
-def _monomial(coef: float, exponents: tuple[int, int, int], sizes: tuple[int, int, int]
-              ) -> int:
-    return int(round(coef * math.prod(s ** e for s, e in zip(sizes, exponents))))
+def _evaluate(m: Monomial, values: tuple[int, ...]) -> int:
+    coef, exps = m
+    out = coef * math.prod(Fraction(v) ** e for v, e in zip(values, exps))
+    if out.denominator != 1:
+        raise RecordingError(f"a recorded size is not whole at {dict(zip(VARIABLES, values))}:"
+                             f" these sizes are not padded as the stage cuts them")
+    return int(out)
 
 
 def _operator_config(op: str) -> ModelConfig:
@@ -289,25 +298,31 @@ def _is_buffer(operator, plan: LayerPlan, kind: str) -> bool:
 _REVERSE = {v: k for k, v in ROLE_AXES.items()}
 
 
-def _probe_sizes(plan: LayerPlan, dims: tuple[int, int, int]) -> tuple[int, int, int]:
-    """A small base probe (n, D, D2) that every cut of the stage divides, and every count its
-    per-stage options hold (a GAT stage's heads split its width)."""
-    world = dims[0] * dims[1] * dims[2]
+def _probe_sizes(plan: LayerPlan, dims: tuple[int, int, int],
+                 times: tuple[int, int, int] = (1, 1, 1)) -> tuple[int, int, int]:
+    """Small probe sizes (n, D, D2) on ``dims`` that every cut of the stage divides, and every
+    count its per-stage options hold (a GAT stage's heads split its width), each ``times``
+    a base."""
     counts = [v for v in (dataclasses.astuple(plan.options)
                           if dataclasses.is_dataclass(plan.options) else ())
               if isinstance(v, int) and not isinstance(v, bool) and v > 0]
-    unit = math.lcm(world, *counts)
-    return 4 * world, 2 * unit, 3 * unit
+    axes = math.lcm(*dims)  # D is cut by the inner axis, then by W's flat axis
+    base = (4 * axes, 2 * dims[1] * axes, 3 * math.lcm(axes, *counts))
+    return tuple(b * t for b, t in zip(base, times))
 
 
 def fit_stage(plan: LayerPlan, dims: tuple[int, int, int], *, first: bool, training: bool,
               learnable_features: bool = False, dtype: torch.dtype = torch.float32,
               wire: torch.dtype | None = None) -> list[Recorded]:
-    """The stage's collectives as monomials of (n, D, D2), read from dry runs at a base probe
-    and at one with the sizes times `PRIMES`, checked at one with them times `CHECK`
-    (`RecordingError` if a size is no monomial or the probes disagree on what is issued)."""
+    """The stage's collectives on a grid whose roles have ``dims`` ranks (only which axes have
+    more than one matters: the fit holds for every grid where the same do), as monomials of
+    the `VARIABLES`, from three dry runs: a base probe (each such axis of 2 ranks), one with
+    n, D, D2 times `PRIMES` (their exponents), one with those axes times `PRIMES` too (theirs);
+    checked at a fourth (`RecordingError` if a size is no monomial or the probes disagree on
+    what is issued)."""
     with _one_thread():
-        return _fit(plan, dims, first, training, learnable_features, dtype, wire)
+        return _fit(plan, tuple(d > 1 for d in dims), first, training, learnable_features,
+                    dtype, wire)
 
 
 @contextmanager
@@ -324,70 +339,78 @@ def _one_thread() -> Iterator[None]:
             torch.set_num_threads(saved)
 
 
-def _fit(plan: LayerPlan, dims: tuple[int, int, int], first: bool, training: bool,
-         learnable_features: bool, dtype: torch.dtype, wire: torch.dtype | None
-         ) -> list[Recorded]:
-    base = _probe_sizes(plan, dims)
-    kw = dict(first=first, training=training, learnable_features=learnable_features,
-              dtype=dtype, wire=wire)
-    scaled = tuple(s * f for s, f in zip(base, PRIMES))  # n·2, D·3, D2·5: one probe reads all
-    check = tuple(s * f for s, f in zip(base, CHECK))    # exponents; another checks them
-    runs = [run_stage(plan, dims, *sizes, **kw) for sizes in (base, scaled, check)]
-    shapes = {tuple(c._replace(size=0, rows=None) for c in r) for r in runs}
-    if len(shapes) != 1:
-        raise RecordingError(f"operator {plan.op!r}: its collectives differ between probe sizes")
-    out = []
-    for j, c in enumerate(runs[0]):
-        what = f"operator {plan.op!r}: a {c.op} over its {_REVERSE[c.axis]} axis is no " \
-               f"monomial of {SIZES}"
-        size = _fit_monomial(base, c.size, runs[1][j].size, what)
-        rows = None if c.rows is None else _fit_monomial(base, c.rows, runs[1][j].rows, what)
-        rec = Recorded("backward" if c.phase == "backward" else "forward", c.op,
-                       _REVERSE[c.axis], *size, c.itemsize if c.exact else None, c.reduce,
-                       c.name, c.sparse, rows)
-        if rec.size(*check) != runs[2][j].size or rec.row_count(*check) != runs[2][j].rows:
-            raise RecordingError(what + " (the check probe disagrees)")
-        out.append(rec)
-    return out
-
-
-def _fit_monomial(base: tuple[int, int, int], at_base: int, scaled: int, what: str
-                  ) -> tuple[float, tuple[int, int, int]]:
-    """(coef, exponents) of the monomial that is ``at_base`` at ``base`` and ``scaled`` at
-    ``base`` times `PRIMES`."""
-    exps = _exponents(scaled, at_base)
-    if exps is None:
-        raise RecordingError(what)
-    return at_base / math.prod(b ** e for b, e in zip(base, exps)), exps
-
-
-#: the factors of n, D, D2 in the probe that reads the exponents (distinct primes, so the
-#: size's ratio to the base's factors into them uniquely) and in the probe that checks them
+#: the factors of the variables in the probes that read their exponents (distinct primes, so a
+#: size's ratio to the base's factors into them uniquely), and in the probe that checks them
 PRIMES, CHECK = (2, 3, 5), (3, 2, 2)
 
 
-def _exponents(scaled: int, base: int) -> tuple[int, int, int] | None:
-    """The exponents (e_n, e_D, e_D2) with scaled = base·2^e_n·3^e_D·5^e_D2, None where there
-    are none (the size is no monomial of the three)."""
-    if base <= 0 or scaled % base:
-        return None
-    ratio, exps = scaled // base, []
+def _fit(plan: LayerPlan, active: tuple[bool, ...], first: bool, training: bool,
+         learnable_features: bool, dtype: torch.dtype, wire: torch.dtype | None
+         ) -> list[Recorded]:
+    def scaled(factors):  # the active axes times ``factors``
+        return tuple(2 * f if a else 1 for a, f in zip(active, factors))
+    base = scaled((1, 1, 1))
+    probes = [(base, _probe_sizes(plan, base)), (base, _probe_sizes(plan, base, PRIMES))]
+    probes.append((scaled(PRIMES), _probe_sizes(plan, scaled(PRIMES))))
+    probes.append((scaled(CHECK), _probe_sizes(plan, scaled(CHECK), CHECK)))
+    kw = dict(first=first, training=training, learnable_features=learnable_features,
+              dtype=dtype, wire=wire)
+    runs = [run_stage(plan, dims, *sizes, **kw) for dims, sizes in probes]
+    shapes = {tuple(c._replace(size=0, rows=None) for c in r) for r in runs}
+    if len(shapes) != 1:
+        raise RecordingError(f"operator {plan.op!r}: its collectives differ between probe sizes")
+    at = [sizes + dims for dims, sizes in probes]  # each probe's values of the VARIABLES
+    out = []
+    for j, c in enumerate(runs[0]):
+        what = f"operator {plan.op!r}: a {c.op} over its {_REVERSE[c.axis]} axis is no " \
+               f"monomial of {VARIABLES}"
+        size = _fit_monomial(at, [r[j].size for r in runs], what)
+        rows = None if c.rows is None else _fit_monomial(at, [r[j].rows for r in runs], what)
+        out.append(Recorded("backward" if c.phase == "backward" else "forward", c.op,
+                            _REVERSE[c.axis], size, c.itemsize if c.exact else None, c.reduce,
+                            c.name, c.sparse, rows))
+    return out
+
+
+def _fit_monomial(at: list[tuple[int, ...]], got: list[int], what: str) -> Monomial:
+    """The monomial of the `VARIABLES` that is ``got[k]`` at ``at[k]`` for the base, the
+    sizes', the axes' and the check probe."""
+    sizes = _exponents(Fraction(got[1], got[0]), what)
+    axes_part = Fraction(got[2], got[0]) / math.prod(
+        Fraction(a, b) ** e for a, b, e in zip(at[2][:3], at[0][:3], sizes))
+    axes = _exponents(axes_part, what)
+    exps = sizes + axes
+    coef = Fraction(got[0]) / math.prod(Fraction(v) ** e for v, e in zip(at[0], exps))
+    if _evaluate((coef, exps), at[3]) != got[3]:
+        raise RecordingError(what + " (the check probe disagrees)")
+    return coef, exps
+
+
+def _exponents(ratio: Fraction, what: str) -> tuple[int, int, int]:
+    """The exponents (e_2, e_3, e_5) with ratio = 2^e_2·3^e_3·5^e_5 (`PRIMES`)."""
+    exps = []
+    num, den = ratio.numerator, ratio.denominator
     for prime in PRIMES:
         e = 0
-        while ratio % prime == 0:
-            ratio, e = ratio // prime, e + 1
+        while num % prime == 0:
+            num, e = num // prime, e + 1
+        while den % prime == 0:
+            den, e = den // prime, e - 1
         exps.append(e)
-    return tuple(exps) if ratio == 1 else None
+    if num != 1 or den != 1:
+        raise RecordingError(what)
+    return tuple(exps)
 
 
 @functools.lru_cache(maxsize=None)
-def _cached_fit(plan: LayerPlan, dims: tuple[int, int, int], first: bool, training: bool,
+def _cached_fit(plan: LayerPlan, active: tuple[bool, ...], first: bool, training: bool,
                 learnable_features: bool, dtype: torch.dtype, wire: torch.dtype | None
                 ) -> tuple[Recorded, ...]:
     """`fit_stage` memoized (a fit depends on nothing else: the plan is normalized to its
-    roles, so every grid and stage of one kind shares it)."""
-    return tuple(fit_stage(plan, dims, first=first, training=training,
-                           learnable_features=learnable_features, dtype=dtype, wire=wire))
+    roles, so every grid and stage of one kind with the same axes of more than one rank shares
+    it)."""
+    with _one_thread():
+        return tuple(_fit(plan, active, first, training, learnable_features, dtype, wire))
 
 
 class StageRecorder:
@@ -406,7 +429,7 @@ class StageRecorder:
         backward; else the evaluation's forward)."""
         first = z.plan.index == 0
         plan = _probe_plan(dataclasses.replace(z.plan, op=op), first)
-        return _cached_fit(plan, (z.o, z.i, z.d), first, training,
+        return _cached_fit(plan, (z.o > 1, z.i > 1, z.d > 1), first, training,
                            first and z.learnable_features, self.dtype, self.wire)
 
     def __call__(self, op: str, z: StageSizes, phase: str) -> list[tuple]:
@@ -416,12 +439,12 @@ class StageRecorder:
         ``add`` arguments)."""
         training = phase != "eval"
         want = "backward" if phase == "backward" else "forward"
-        p, out = z.plan, []
+        p, out, values = z.plan, [], (z.n, z.D, z.D2, z.o, z.i, z.d)
         for r in self.fits(op, z, training):
             if r.phase != want:
                 continue
-            out.append((r.name, phase, r.op, getattr(p, r.role), r.size(z.n, z.D, z.D2),
-                        r.itemsize, r.row_count(z.n, z.D, z.D2), r.sparse))
+            out.append((r.name, phase, r.op, getattr(p, r.role), r.numel(values), r.itemsize,
+                        r.row_count(values), r.sparse))
         return out
 
 
