@@ -1,8 +1,7 @@
 """A stage's collectives recorded from a dry run of its torch code, at any size.
 
-The schedule (`plexus_partition.model.schedule`) lists what every stage sends; an operator
-may declare its collectives by hand (`Operator.forward`/`backward`), or leave them to this
-module, which runs the operator's own torch code (``stage``, forward and backward) in this one
+The schedule (`plexus_partition.model.schedule`) lists what every stage sends; no built-in
+operator declares its collectives by hand (`Operator.forward`/`backward`): this module runs the operator's own torch code (``stage``, forward and backward) in this one
 process for one simulated rank, with a `DryComm` whose collectives do not communicate but keep
 their shapes (an all-reduce returns its input, an all-gather repeats it p times, a
 reduce-scatter keeps the first 1/p of the rows) and record every call in a `Ledger`, as the
@@ -10,13 +9,15 @@ real `Comm` does. Only the stage's own part is run: not the framework's receive 
 bias (AR(db)) or BatchNorm, which the schedule adds itself.
 
 Sizes at scale without running at scale: each collective's size is a monomial in the stage's
-padded sizes n, D, D2 times a constant of the grid's axis sizes and the stage's options
-(every size a product of blocks of them). The stage runs at a small base probe, once with n, D,
-D2 times 2, 3, 5 (padding multiples kept), whose size ratios factor into each size's exponent,
-and once more at other multiples, which checks the fit; `StageRecorder` caches the fit per
-(operator, order, options, axis sizes of the roles, first stage or not, flags, precisions),
-the axes named by their roles (outer, inner, depth), so a grid's stages share fits. A size
-that is not one monomial (a data-dependent exchange) cannot be recorded: `RecordingError`.
+padded sizes n, D, D2 and its roles' axis sizes |outer|, |inner|, |depth| (every size a
+product of blocks of them; `VARIABLES`), times a constant of its options. The stage runs at a
+small base probe (each axis of more than one rank at 2), once with n, D, D2 times 2, 3, 5
+(padding multiples kept), whose size ratios factor into their exponents, once with those axes
+times 2, 3, 5 (theirs), and once at other multiples, which checks the fit. `StageRecorder`
+caches it per (operator, order, options, which roles' axes have more than one rank, first
+stage or not, learnable features, precisions): a fit holds on every grid, so no probe grows
+with the grid and a ranking of every grid of 2^20 ranks fits a few times. A size that is not
+one monomial (a data-dependent exchange) cannot be recorded: `RecordingError`.
 
 What the torch code names (`plexus.engine.comm.Comm.labelled`, on the stage toolkit's lines)
 the recording keeps: each collective's name in the forward and in the backward, and for the
