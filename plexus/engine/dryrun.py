@@ -52,7 +52,7 @@ from .comm import Comm, Label
 from .config import EngineConfig
 from .graph3d import StageGraph
 from .ledger import Ledger
-from .stage import shard_of_full
+from .stage import padded_shape, shard_of_full
 from .stagespec import StageContext, StageSpec
 from .timing import Timers
 
@@ -264,18 +264,16 @@ def run_stage(plan: LayerPlan, dims: tuple[int, int, int], n: int, D: int, D2: i
     cfg = _operator_config(p.op)
     ctx = StageContext(comm, graph, seed, dtype, model=cfg, engine=engine, num_nodes=n)
     spec = StageSpec(p, torch.from_numpy(in_ids), D, D2, output_ids=torch.from_numpy(out_ids))
-    shards = {}
+    params, buffers = {}, {}  # the parameters' shards; running statistics (BatchNorm's)
     for decl in operator.params(p, D, D2):
-        full = torch.rand(decl.shape if decl.layout == "scalar" else
-                          {"weight": (D, operator.inner_width(p, D2)),
-                           "inner": (operator.inner_width(p, D2),),
-                           "vector": (D2,)}[decl.layout], generator=gen)
-        shards[decl.kind] = shard_of_full(decl, p, grid, full, D, D2)
-    params = {k: torch.nn.Parameter(v) for k, v in shards.items() if not _is_buffer(operator,
-                                                                                     p, k)}
+        full = torch.rand(padded_shape(decl, p, D, D2), generator=gen)
+        shard = shard_of_full(decl, p, grid, full, D, D2)
+        if decl.buffer:
+            buffers[decl.kind] = shard
+        else:
+            params[decl.kind] = torch.nn.Parameter(shard)
     g = StageGraph(ctx, spec, params=params)
-    g.training = training
-    g.stats = {k: v for k, v in shards.items() if k not in params}
+    g.training, g.stats = training, buffers
     if operator.follows:  # runs on a stage's output: rows by the output's rows, cols by its cols
         H = torch.rand(n // shape[p.out_rows], D2 // shape[p.out_cols], generator=gen)
     else:
@@ -290,10 +288,6 @@ def run_stage(plan: LayerPlan, dims: tuple[int, int, int], n: int, D: int, D2: i
         with comm.at(p.layer, "backward"):
             OUT.float().mul(torch.rand(OUT.shape, generator=gen)).sum().backward()
     return comm.calls
-
-
-def _is_buffer(operator, plan: LayerPlan, kind: str) -> bool:
-    return any(d.kind == kind and d.buffer for d in operator.params(plan, 8, 8))
 
 
 _REVERSE = {v: k for k, v in ROLE_AXES.items()}
