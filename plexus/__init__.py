@@ -10,8 +10,9 @@ three share), ``plexus_datasets`` (one `Graph`, its loaders). The partitioner pr
 ``plexus_partition.model`` (the model as values: grid, layouts, the kinds, the schedule),
 ``plexus_partition.launch`` (launcher detection, the process group), ``plexus_partition``
 (permutations, the 3D cut, the shard store, ``plexus-partition``). This engine:
-``plexus.core`` (small helpers), ``plexus.runtime`` (local worlds), ``plexus.perfmodel`` (from
-sizes alone), ``plexus.engine`` (the 3D engine), ``plexus.nn`` (users' own layers),
+``plexus.core`` (small helpers), ``plexus.runtime`` (local worlds), ``plexus.engine`` (the 3D
+engine), ``plexus.perfmodel`` (from sizes alone; a kind's collectives from the engine's dry
+run), ``plexus.nn`` (users' own layers),
 ``plexus.api`` (the Python API: launch or join a grid, a distributed model from a `Graph`,
 results and weights out), ``plexus.testing`` (local worlds for tests and benchmarks),
 ``plexus.train`` (the ``plexus-train`` application, on the API), ``plexus.bench``

@@ -19,6 +19,7 @@ from plexus_partition.model.schedule import (SparseExchange, epoch_collectives, 
                                              ring_volume, setup_collectives, volume_per_axis)
 from plexus.engine.comm import Comm
 from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
+from plexus.engine.dryrun import StageRecorder
 from plexus_datasets.graph import Graph
 from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedModel
@@ -194,7 +195,8 @@ def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
     schedule = epoch_collectives(model.plans, grid.shape, model.pad,
                                  learnable_features=cfg.learnable_features,
                                  multilabel=g.multilabel, kept_input=kept,
-                                 exchange=model_exchange(model, engine))
+                                 exchange=model_exchange(model, engine),
+                                 recorder=StageRecorder(engine.dtype_bytes))
     fails += _per_collective("epoch", model.comm.ledger.collectives, schedule,
                              engine.comm_bytes)
     want = volume_per_axis(schedule)

@@ -37,12 +37,28 @@ _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_sc
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
+class Label(NamedTuple):
+    """What the collective issued within `Comm.labelled` is, read by a dry run's recording
+    (`plexus.engine.dryrun`; a real run only carries it): its name in the forward
+    (``forward``) and in the backward of what the forward issued (``backward``); ``rows``: it
+    sums a sparse product (or its gradient) whose rows the engine may cut into pieces
+    (`plexus.engine.config.EngineConfig.agg_chunks`), and ``sparse`` "sum" (partials zero
+    outside the rows the block touches) or "gather" (the gradient read there only): the
+    schedule may send it as a sparse exchange of those rows."""
+
+    forward: str = ""
+    backward: str = ""
+    sparse: str | None = None
+    rows: bool = False
+
+
 class Tag(NamedTuple):
-    """Where a collective comes from: the GNN layer (None: the loss or the metric) and whether
-    it is a statistic sent exactly (float32, never in the wire precision)."""
+    """Where a collective comes from: the GNN layer (None: the loss or the metric), whether
+    it is a statistic sent exactly (float32, never in the wire precision) and its `Label`."""
 
     layer: int | None
     exact: bool
+    label: Label | None = None
 
 
 def staged(device: torch.device) -> bool:
@@ -87,6 +103,7 @@ class Comm:
         self._layer: int | None = None
         self._phase = "forward"
         self._exact = False
+        self._label: Label | None = None
         self.ledger = ledger or Ledger()
         self.timers = timers or Timers(grid.device, enabled=False)
         self.budget = piece_budget(grid.device) if budget is None else budget
@@ -114,15 +131,32 @@ class Comm:
         finally:
             self._exact = saved
 
+    @contextmanager
+    def labelled(self, forward: str = "", backward: str = "", sparse: str | None = None,
+                 rows: bool = False) -> Iterator[None]:
+        """Within: the collective issued (forward) and the one its backward issues are named
+        ``forward`` and ``backward``, with ``sparse`` and ``rows`` as `Label` says (for a dry
+        run's recording; nothing else reads them)."""
+        saved, self._label = self._label, Label(forward, backward, sparse, rows)
+        try:
+            yield
+        finally:
+            self._label = saved
+
     def tag(self) -> Tag:
-        """The layer and exactness now: what an autograd function keeps for its backward."""
-        return Tag(self._layer, self._exact)
+        """The layer, exactness and label now: what an autograd function keeps for its
+        backward."""
+        return Tag(self._layer, self._exact, self._label)
 
     @contextmanager
     def backward_of(self, tag: Tag) -> Iterator[None]:
         """Within: the backward of a forward issued under ``tag``."""
-        with self.at(tag.layer, "backward"), self.exact(tag.exact):
-            yield
+        saved, self._label = self._label, tag.label
+        try:
+            with self.at(tag.layer, "backward"), self.exact(tag.exact):
+                yield
+        finally:
+            self._label = saved
 
     def wire_of(self, x: torch.Tensor) -> torch.dtype | None:
         """The low precision ``x`` travels in (None: as it is)."""

@@ -172,12 +172,12 @@ def _softmax(block: EdgeBlock, heads: int, comm: Comm, axis: str, edge_scores) -
     maximum and sum all-reduced over ``axis`` (the axis that cuts a row's columns)."""
     alpha = _per_edge(block, heads, edge_scores)
     m = _row_sums(block, alpha, "max")
-    with comm.exact():  # statistics: float32 whatever the wire precision
+    with comm.exact(), comm.labelled("AR-MAX(e)"):  # statistics: float32 whatever the wire
         comm.raw_all_reduce(m, axis, "max")                   # AR-MAX(e) over the row's cut
     for a, b in block.spans(heads):
         alpha[a:b].sub_(_gather(m, block.row[a:b])).exp_()
     total = _row_sums(block, alpha)
-    with comm.exact():
+    with comm.exact(), comm.labelled("AR-SUM(e)"):
         comm.raw_all_reduce(total, axis)                      # AR-SUM(e) over the row's cut
     for a, b in block.spans(heads):
         alpha[a:b].div_(_gather(total, block.row[a:b]))

@@ -172,17 +172,20 @@ class StageGraph:
         if W is None:
             W = identity * self.cached("I", self._identity_weight)
         else:
-            W = c.all_gather(W.to(self.dtype), p.w_flat)      # AG(W) over W's flat axis; bwd: RS(dW)
+            with c.labelled("AG(W)", "RS(dW)"):
+                W = c.all_gather(W.to(self.dtype), p.w_flat)  # AG(W) over W's flat axis
             if identity:
                 W = W + identity * self.cached("I", self._identity_weight)
-        Y = self._gemm(X, W)
-        Y = c.all_reduce(Y, p.inner)                          # AR over i (X's columns)
-        return self.replicate(Y, p.inner) if p.order == "combine" else Y  # bwd: AR over i
+        Y, combine = self._gemm(X, W), p.order == "combine"
+        with c.labelled("AR(Z)" if combine else "AR(OUT)"):
+            Y = c.all_reduce(Y, p.inner)                      # AR over i (X's columns)
+        return self.replicate(Y, p.inner, "AR(dZ)") if combine else Y  # bwd: AR over i
 
-    def replicate(self, X: torch.Tensor, axis: str) -> torch.Tensor:
+    def replicate(self, X: torch.Tensor, axis: str, name: str = "") -> torch.Tensor:
         """Mark X, replicated over ``axis``, as used differently by the ranks of the axis: its
-        gradient is summed over it."""
-        return self.comm.all_reduce_grad(X, axis)             # bwd: AR over axis
+        gradient is summed over it (that all-reduce called ``name``, `Comm.labelled`)."""
+        with self.comm.labelled(backward=name):
+            return self.comm.all_reduce_grad(X, axis)         # bwd: AR over axis
 
     def aggregate(self, X: torch.Tensor, values: torch.Tensor | None = None) -> torch.Tensor:
         """Â·X, X in the rows-by-o layout (the input, or a combine-first stage's linear output):
@@ -240,11 +243,12 @@ class StageGraph:
             a = torch.stack(a, 1)
         a = a if a.dim() == 2 else a[:, None]
         p = self.plan
-        a = self.replicate(self.replicate(a, p.outer), p.inner)  # bwd: AR(da) over o and i
+        a = self.replicate(self.replicate(a, p.outer, "AR(da)"), p.inner, "AR(da)")  # o, i
         A = torch.cat([P * a[:, k:k + 1].to(X.dtype) for k in range(a.shape[1])], 1)
         s = (X @ A).float()
-        s = self.comm.all_reduce(s, self.plan.out_cols)       # AR(s) over the columns' cut
-        return self.replicate(s, self.plan.out_cols)          # bwd: AR(ds) over it
+        with self.comm.labelled("AR(s)"):
+            s = self.comm.all_reduce(s, self.plan.out_cols)   # AR(s) over the columns' cut
+        return self.replicate(s, self.plan.out_cols, "AR(ds)")  # bwd: AR(ds) over it
 
     # ---- per-edge tensors ---------------------------------------------------------------------
     def edge_values(self) -> torch.Tensor:
@@ -256,9 +260,10 @@ class StageGraph:
                   negative_slope: float = 0.2) -> torch.Tensor:
         """GAT's α: the softmax over each row's in-edges of LeakyReLU(s_dst[i] + s_src[j]), with
         s_dst in Â's row layout and s_src in the rows-by-o layout (node × head, float32)."""
-        s_dst = self.replicate(s_dst, self.plan.a_cols)       # bwd: AR(ds_dst) over o
-        return attention_softmax(s_dst, s_src, self.edges, self.comm, self.plan.a_cols,
-                                 negative_slope)              # AR-MAX, AR-SUM over o
+        s_dst = self.replicate(s_dst, self.plan.a_cols, "AR(ds→rows)")  # bwd: AR over o
+        with self.comm.labelled(backward="AR(Σα·dα)"):
+            return attention_softmax(s_dst, s_src, self.edges, self.comm, self.plan.a_cols,
+                                     negative_slope)          # AR-MAX, AR-SUM over o
 
     def sddmm(self, Q: torch.Tensor, K: torch.Tensor, heads: int,
               head_width: int) -> torch.Tensor:
@@ -282,9 +287,10 @@ class StageGraph:
         head, destination, source)."""
         _, _, ranges = self._ranges(Z, heads, head_width)
         drop = (self.seed, step, self.plan.layer, dropout) if dropout > 0 else None
-        return weighted_aggregate(alpha, Z, self.edges, self.comm,
-                                  self.plan.a_cols if reduce else None, ranges,
-                                  drop)                       # AR(OUT) over o
+        with self.comm.labelled("AR(OUT)"):
+            return weighted_aggregate(alpha, Z, self.edges, self.comm,
+                                      self.plan.a_cols if reduce else None, ranges,
+                                      drop)                   # AR(OUT) over o
 
     def average_heads(self, part: torch.Tensor, heads: int, head_width: int) -> torch.Tensor:
         """The mean over ``heads`` heads of ``head_width`` columns each of this rank's partial
@@ -296,8 +302,10 @@ class StageGraph:
                               lambda: self._head_columns(part.shape[1], head_width))
         mean = torch.zeros(part.shape[0], head_width, dtype=part.dtype,
                            device=part.device).index_add(1, out_col, part)
-        mean = c.reduce_scatter(mean.mul_(1.0 / heads).T, p.depth).T  # RS(OUT) over d; bwd: AG
-        return c.all_reduce(mean, p.outer)                    # AR(OUT) over o
+        with c.labelled("RS(OUT)", "AG(dOUT)"):
+            mean = c.reduce_scatter(mean.mul_(1.0 / heads).T, p.depth).T  # RS(OUT) over d; bwd: AG
+        with c.labelled("AR(OUT)"):
+            return c.all_reduce(mean, p.outer)                # AR(OUT) over o
 
     def _head_columns(self, local: int, head_width: int) -> torch.Tensor:
         """The output column of each of this rank's ``local`` columns of the heads."""
@@ -380,7 +388,8 @@ class StageGraph:
         """Wr gathered over W's flat axis (a learned root weight), or the identity's block (a
         residual: H·I, a constant, gathered already)."""
         if root.learned:
-            return self.comm.all_gather(Wr.to(self.dtype), axis)  # AG(Wr); bwd: RS(dWr)
+            with self.comm.labelled("AG(Wr)", "RS(dWr)"):
+                return self.comm.all_gather(Wr.to(self.dtype), axis)  # AG(Wr); bwd: RS(dWr)
         return self.cached("I", self._identity_weight)
 
     def _identity_weight(self) -> torch.Tensor:
@@ -391,41 +400,51 @@ class StageGraph:
         return eye[rows, cols].clone().to(self.comm.grid.device, self.dtype)
 
     def _one_plus_eps(self, eps: torch.Tensor | None) -> torch.Tensor | float:
-        return 1.0 if eps is None else 1 + self.scalar(eps)  # bwd: AR(dε) over each axis
+        with self.comm.labelled(backward="AR(dε)"):  # bwd: AR(dε) over each axis
+            return 1.0 if eps is None else 1 + self.scalar(eps)
 
     def _aggregate_first(self, H: torch.Tensor, root: RootTerm, Wr, eps, drop: tuple | None
                          ) -> torch.Tensor:
         o, i, d, c = self.plan.outer, self.plan.inner, self.plan.depth, self.comm
         a, chunks = self._conv_block(root)
         summed, gathered = self._exchanges(root)
-        X = aggregate(H, a, c, o, chunks, self.engine.overlap, drop, summed)  # AR([Â;S]·H) over
-        #                                                 o, or SRS + AG(AGG) (sparse exchange)
-        X = (c.all_reduce_grad(X, o) if gathered is None      # bwd: AR(d[AGG;R]) over o, or
-             else GatherGrad.apply(X, c, gathered))           # RS + SAG(dAGG) (sparse)
-        W = c.all_gather(self.params["W"].to(self.dtype), d)  # AG(W) over d; bwd: RS(dW) over d
+        sparse = None if root.stacked else "sum"  # a stacked block's S rows are not exchanged
+        with c.labelled("AR(AGG)", sparse=sparse, rows=True):
+            X = aggregate(H, a, c, o, chunks, self.engine.overlap, drop, summed)  # AR([Â;S]·H)
+            #                                        over o, or SRS + AG(AGG) (sparse exchange)
+        with c.labelled(backward="AR(dAGG)", sparse=sparse and "gather", rows=True):
+            X = (c.all_reduce_grad(X, o) if gathered is None  # bwd: AR(d[AGG;R]) over o, or
+                 else GatherGrad.apply(X, c, gathered))       # RS + SAG(dAGG) (sparse)
+        with c.labelled("AG(W)", "RS(dW)"):
+            W = c.all_gather(self.params["W"].to(self.dtype), d)  # AG(W) over d; bwd: RS(dW)
         if root.stacked:
             AGG, R = X.chunk(2)                               # Â·H and S·H = H in OUT's rows
             if root.scaled:
                 X = AGG + self._one_plus_eps(eps) * R
             else:                                             # [AGG | R]·[W; Wr]
                 X, W = torch.cat([AGG, R], 1), torch.cat([W, self._root_weight(root, Wr, d)], 0)
-        return c.all_reduce(self._gemm(X, W), i)              # AR(OUT) over i
+        with c.labelled("AR(OUT)"):
+            return c.all_reduce(self._gemm(X, W), i)          # AR(OUT) over i
 
     def _combine_first(self, H: torch.Tensor, root: RootTerm, Wr, eps) -> torch.Tensor:
         o, i, c = self.plan.outer, self.plan.inner, self.comm
-        W = c.all_gather(self.params["W"].to(self.dtype), o)  # AG(W) over o; bwd: RS(dW) over o
+        with c.labelled("AG(W)", "RS(dW)"):
+            W = c.all_gather(self.params["W"].to(self.dtype), o)  # AG(W) over o; bwd: RS(dW)
         if root.wide:                                         # H·[W | Wr]
             W = torch.cat([W, self._root_weight(root, Wr, o)], 1)
-        Z = c.all_reduce(self._gemm(H, W), i)                 # AR(Z) over i
-        Z = c.all_reduce_grad(Z, i)                           # bwd: AR(dZ) over i
+        with c.labelled("AR(Z)"):
+            Z = c.all_reduce(self._gemm(H, W), i)             # AR(Z) over i
+        with c.labelled(backward="AR(dZ)"):
+            Z = c.all_reduce_grad(Z, i)                       # bwd: AR(dZ) over i
         if root.wide:
             Z = torch.cat(Z.chunk(2, 1), 0)                   # [H·W; H·Wr]
         elif root.scaled:
             Z = torch.cat([Z, self._one_plus_eps(eps) * Z], 0)  # [Z; (1+ε)·Z]
         a, chunks = self._conv_block(root)
         summed, _ = self._exchanges(root)
-        return aggregate(Z, a, c, o, chunks, self.engine.overlap, None,  # AR([Â | S]·Z) over o,
-                         summed)                          # or SRS + AG(OUT) (sparse exchange)
+        with c.labelled("AR(OUT)", sparse=None if root.stacked else "sum", rows=True):
+            return aggregate(Z, a, c, o, chunks, self.engine.overlap, None,  # AR([Â | S]·Z)
+                             summed)                  # over o, or SRS + AG(OUT) (sparse exchange)
 
     def _gemm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return gemm(a, b, self.comm, self.tuner, f"layer{self.plan.index}")

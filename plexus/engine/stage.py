@@ -9,8 +9,9 @@ and `serial_of`.
 Symbols follow docs/design.md: Â (this rank's block of the adjacency), H (input block),
 W (weight block, stored cut over one more axis and gathered before use), OUT. Each collective is
 one line naming its axis; its backward counterpart is in the comment. The same collectives, with
-their sizes, are declared in `plexus_partition.model.ops` (the schedule, the performance model and
-the ledger test read them; the ledger test checks that the engine issues exactly them).
+their sizes, are recorded from a dry run of the kind's torch code (`plexus.engine.dryrun`; the
+toolkit names each, `Comm.labelled`); the schedule, the performance model and the ledger test
+read them, and the ledger test checks that the engine issues exactly them.
 
 Parameters are float32 (the master weights); a stage casts them to its compute precision
 ``dtype`` at use, before their collective, so they travel in that precision and their gradients

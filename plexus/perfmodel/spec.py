@@ -169,7 +169,25 @@ def spec_collectives(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence
                              learnable_features=spec.model.learnable_features, evaluate=evaluate,
                              multilabel=spec.multilabel, kept_input=spec.kept_input,
                              payload_itemsize=spec.comm_itemsize,
-                             exchange=exchange or spec.exchange())
+                             exchange=exchange or spec.exchange(),
+                             recorder=DryRunRecorder(spec.dtype_bytes))
+
+
+class DryRunRecorder:
+    """The schedule's recorder (`plexus_partition.model.schedule.Recorder`) of the operators
+    that declare no collectives: a dry run of their torch code
+    (`plexus.engine.dryrun.StageRecorder`, compute precision of ``dtype_bytes``), the engine
+    imported only when such an operator is priced."""
+
+    def __init__(self, dtype_bytes: int = 4) -> None:
+        self.dtype_bytes = dtype_bytes
+        self._recorder = None
+
+    def __call__(self, op: str, z: StageSizes, phase: str) -> Sequence[tuple]:
+        if self._recorder is None:
+            from plexus.engine.dryrun import StageRecorder
+            self._recorder = StageRecorder(self.dtype_bytes)
+        return self._recorder(op, z, phase)
 
 
 def spec_sizes(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[str],

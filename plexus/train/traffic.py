@@ -9,6 +9,7 @@ from typing import Mapping
 from plexus_partition.model.schedule import (SETUP, Collective, SparseExchange, epoch_collectives,
                                   exact_rows, ring_volume, setup_collectives)
 from plexus.core.units import format_bytes
+from plexus.perfmodel.spec import DryRunRecorder
 
 #: The phases of a training step (an evaluation's are "eval", the set-up's `SETUP`).
 STEP_PHASES = ("forward", "loss", "backward")
@@ -34,7 +35,8 @@ def step_declared(net, shape: Mapping[str, int], engine, evaluate: bool) -> list
     return epoch_collectives(
         net.plans, shape, net.pad, learnable_features=net.cfg.learnable_features,
         evaluate=evaluate, multilabel=net.multilabel, kept_input=net.kept_input,
-        payload_itemsize=engine.comm_bytes, exchange=run_exchange(net, engine))
+        payload_itemsize=engine.comm_bytes, exchange=run_exchange(net, engine),
+        recorder=DryRunRecorder(engine.dtype_bytes))
 
 
 def declared_names(net, shape: Mapping[str, int], engine) -> dict[tuple, str]:

@@ -12,6 +12,9 @@ from plexus_partition.model.layout import layer_plans, padding
 from plexus_partition.model.schedule import (Collective, epoch_collectives, ring_steps, ring_volume,
                                   setup_collectives, volume_per_axis)
 from plexus_datasets.base.writebehind import WriteBehind
+from plexus.engine.dryrun import StageRecorder
+
+RECORD = StageRecorder()  # every kind's collectives, from a dry run of its torch code
 
 
 def test_grid_parse_format_and_forms():
@@ -68,9 +71,9 @@ def test_schedule_leaves_out_size_one_axes_and_eval_is_extra():
     plans = layer_plans(2, "agg")
     shape = GridShape(2, 1, 1)
     pad = padding(shape, plans, 10, [4, 3, 2])
-    train = epoch_collectives(plans, shape, pad)
+    train = epoch_collectives(plans, shape, pad, recorder=RECORD)
     assert {c.axis for c in train} == {"x"}
-    full = epoch_collectives(plans, shape, pad, evaluate=True)
+    full = epoch_collectives(plans, shape, pad, recorder=RECORD, evaluate=True)
     assert full[:len(train)] == train and {c.phase for c in full[len(train):]} == {"eval"}
     assert volume_per_axis(full, phases=("forward", "loss", "backward")) == \
         volume_per_axis(train)
@@ -84,8 +87,8 @@ def test_kept_input_gathers_the_features_once_at_set_up():
     depth = plans[0].depth
     shape = GridShape(**{a: (2 if a == depth else 1) for a in "xyz"})
     pad = padding(shape, plans, 10, [4, 3, 2])
-    every = epoch_collectives(plans, shape, pad, evaluate=True)
-    kept = epoch_collectives(plans, shape, pad, evaluate=True, kept_input=True)
+    every = epoch_collectives(plans, shape, pad, recorder=RECORD, evaluate=True)
+    kept = epoch_collectives(plans, shape, pad, recorder=RECORD, evaluate=True, kept_input=True)
     gathers = [c for c in every if c.name == "AG(H)"]
     assert [(c.layer, c.phase, c.axis, c.size) for c in gathers] == \
         [(0, "forward", depth, 40), (0, "eval", depth, 40)]
@@ -95,7 +98,8 @@ def test_kept_input_gathers_the_features_once_at_set_up():
     assert setup_collectives(plans, shape, pad) == []
     assert setup_collectives(plans, shape, pad, kept_input=True)[0].elements == 20
     with pytest.raises(ValueError, match="learnable"):
-        epoch_collectives(plans, shape, pad, learnable_features=True, kept_input=True)
+        epoch_collectives(plans, shape, pad, recorder=RECORD, learnable_features=True,
+                          kept_input=True)
 
 
 def test_payload_itemsize_fills_the_undeclared_sizes_only():
@@ -104,8 +108,8 @@ def test_payload_itemsize_fills_the_undeclared_sizes_only():
     plans = layer_plans(2, "agg")
     shape = GridShape(2, 2, 2)
     pad = padding(shape, plans, 10, [4, 3, 2])
-    plain = epoch_collectives(plans, shape, pad)
-    wire = epoch_collectives(plans, shape, pad, payload_itemsize=2)
+    plain = epoch_collectives(plans, shape, pad, recorder=RECORD)
+    wire = epoch_collectives(plans, shape, pad, recorder=RECORD, payload_itemsize=2)
     assert [c.itemsize for c in wire] == [4 if c.phase == "loss" else 2 for c in plain]
     assert [c.itemsize for c in plain if c.phase == "loss"] == [4, 4, 4]
     assert all(c.itemsize is None for c in plain if c.phase != "loss")

@@ -2,9 +2,11 @@
 
 The engine's stages issue these collectives (`plexus.engine.stage`), the performance model prices
 them (`plexus.perfmodel`), and the tests compare the engine's ledger with them; all three read
-this list, so the schedule is written down once. Each operator declares its own collectives
-with their sizes (`plexus_partition.model.ops`: conv for GCN/SAGE/GIN, dense, gat, batchnorm); this
-module adds what every stage shares and puts them in program order. Sizes are the padded ones of
+this list, so the schedule is written down once. An operator's own collectives are recorded
+from a dry run of its torch code (`Recorder`, which the engine injects:
+`plexus.engine.dryrun`), or read from its declaration where it writes one
+(`plexus_partition.model.ops.base.Operator.declares`); this module adds what every stage shares
+and puts them in program order. Sizes are the padded ones of
 `plexus_partition.model.layout.padding`; see docs/design.md for the layouts they come from.
 
 With (o, i, d) a stage's (outer, inner, depth) axes, D its padded input width and N the padded
@@ -184,13 +186,41 @@ def exact_rows(counts: Mapping[tuple[int, str], tuple[float, float]]) -> SentRow
     return sent
 
 
+#: (operator, stage sizes, phase) -> the operator's collectives of that phase in program order,
+#: as
+#: ``add``'s arguments (name, phase, op, axis, size, itemsize or None for a payload): what a
+#: dry run of the operator's torch code records (`plexus.engine.dryrun.StageRecorder`; this
+#: project has no torch, so the engine injects it)
+Recorder = Callable[[str, StageSizes, str], Sequence[tuple]]
+
+
+class UndeclaredError(ValueError):
+    """An operator declares no collectives and the schedule was given no recorder."""
+
+
 class _Schedule:
     """Accumulates the collectives of one epoch, leaving out those over axes of size 1."""
 
     def __init__(self, shape: Mapping[str, int], payload: int | None = None,
-                 exchange: SparseExchange | None = None) -> None:
+                 exchange: SparseExchange | None = None,
+                 recorder: Recorder | None = None) -> None:
         self.s, self.payload, self.exchange = shape, payload, exchange
+        self.recorder = recorder
         self.out: list[Collective] = []
+
+    def operator(self, name: str, add, z: StageSizes, phase: str) -> None:
+        """Add operator ``name``'s collectives of ``phase`` ("forward", "eval", "backward"):
+        its declarations where it writes them (`Operator.declares`), else the recorder's."""
+        op = OPERATORS[name]
+        if op.declares:
+            op.backward(add, z) if phase == "backward" else op.forward(add, z, phase)
+            return
+        if self.recorder is None:
+            raise UndeclaredError(
+                f"operator {name!r} declares no collectives and no recorder was given: pass "
+                f"one (plexus.engine.dryrun.StageRecorder) to read them from its torch code")
+        for args in self.recorder(name, z, phase):
+            add(*args)
 
     def adder(self, layer: int | None):
         """``add(name, phase, op, axis, size, itemsize=None, rows=None, sparse=None)`` for a
@@ -209,8 +239,9 @@ class _Schedule:
             if sparse is not None and self.exchange is not None and layer is not None:
                 sent = self.exchange.rows(layer, sparse, axis, rows, p)
             if sent is None:
+                # rows: the forward's aggregation, cut into the engine's row pieces
                 self.out.append(Collective(name, layer, phase, op, axis, p, size, itemsize,
-                                           rows if sparse != "gather" else None))
+                                           rows if phase != "backward" else None))
                 return
             what, moved = name[name.index("("):], int(round(sent * div(size, rows)))
             pair = [Collective("SRS" + what, layer, phase, "all_to_all", axis, p, moved,
@@ -228,17 +259,17 @@ class _Schedule:
         p, add = z.plan, self.adder(z.plan.index)
         if p.index == 0 and not kept_input:
             add("AG(H)", phase, "all_gather", p.depth, div(z.n * z.D, z.o * z.i))
-        OPERATORS[p.op].forward(add, z, phase)
+        self.operator(p.op, add, z, phase)
         if p.norm:
-            OPERATORS[NORM_OP].forward(add, z, phase)
+            self.operator(NORM_OP, add, z, phase)
 
     def backward(self, z: StageSizes) -> None:
         p, add = z.plan, self.adder(z.plan.index)
         if p.norm:
-            OPERATORS[NORM_OP].backward(add, z)
+            self.operator(NORM_OP, add, z, "backward")
         if p.bias:
             add("AR(db)", "backward", "all_reduce", p.out_rows, div(z.D2, z.size(p.out_cols)))
-        OPERATORS[p.op].backward(add, z)
+        self.operator(p.op, add, z, "backward")
         if p.index > 0:
             add("AR(dH)", "backward", "all_reduce", p.depth, z.h_in)
         elif z.learnable_features:
@@ -281,7 +312,8 @@ def epoch_collectives(plans: Sequence[LayerPlan], shape: Mapping[str, int], pad:
                       learnable_features: bool = False, evaluate: bool = False,
                       multilabel: bool = False, kept_input: bool = False,
                       payload_itemsize: int | None = None,
-                      exchange: SparseExchange | None = None) -> list[Collective]:
+                      exchange: SparseExchange | None = None,
+                      recorder: Recorder | None = None) -> list[Collective]:
     """Every collective one rank issues in one training step, in program order: the forward,
     the loss, the backward (last stage first). ``plans`` are a model's
     (`plexus_partition.model.model.ModelConfig.plans`: each names its operator, bias and BatchNorm).
@@ -291,11 +323,13 @@ def epoch_collectives(plans: Sequence[LayerPlan], shape: Mapping[str, int], pad:
     ``kept_input``: the fixed input features were gathered at set-up (`setup_collectives`):
     no AG(H) in a forward. ``payload_itemsize``: the item size of every collective declared
     without one (None: left None, the run's float size for `volume_per_axis`).
-    ``exchange``: which sums of a sparse product travel as sparse exchanges."""
+    ``exchange``: which sums of a sparse product travel as sparse exchanges. ``recorder``:
+    the collectives of an operator that declares none, read from its torch code by a dry run
+    (`Recorder`; the engine's `plexus.engine.dryrun.StageRecorder`)."""
     if kept_input and learnable_features:
         raise ValueError("learnable input features change every step: they cannot be kept")
     sizes = stage_sizes(plans, shape, pad, OPERATORS, learnable_features=learnable_features)
-    sched = _Schedule(shape, payload_itemsize, exchange)
+    sched = _Schedule(shape, payload_itemsize, exchange, recorder)
     for z in sizes:
         sched.forward(z, "forward", kept_input)
     sched.loss(plans[-1], pad.nodes_padded, multilabel)

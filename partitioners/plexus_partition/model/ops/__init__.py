@@ -1,7 +1,8 @@
 """Every operator and model kind, declared once (no torch).
 
 An operator (`base.Operator`) declares a stage kind: its parameters with their shapes, init and
-PyG names, the collectives it issues with their sizes, its flops and its memory, and holds its
+PyG names, its flops and its memory (the collectives it issues are recorded from a dry run of
+its torch code, `plexus.engine.dryrun`), and holds its
 torch code written on the stage toolkit (``stage``) and its serial reference (``serial``),
 neither importing torch here. A model kind (`base.ModelKind`) says how one GNN layer expands
 into stages. Adding a kind: one module here, listed in `MODULES`, and its tests

@@ -3,10 +3,11 @@
 An operator is one kind of stage (a graph convolution, a dense layer, GAT) or what follows one
 (BatchNorm). Its declaration is the single description of the stage that the engine, the
 collective schedule, the performance model, the memory check, the exporter and the ledger test
-read: its parameters (`Param`), the collectives it issues with their sizes (`forward`,
-`backward`), its flops (`flops`) and what it holds in memory (`memory`); its torch code
-(``stage``, on the stage toolkit) and serial reference (``serial``) beside it, no torch imported
-at module level.
+read: its parameters (`Param`), its flops (`flops`) and what it holds in memory (`memory`);
+its torch code (``stage``, on the stage toolkit) and serial reference (``serial``) beside it, no
+torch imported at module level. The collectives the torch code issues, with their sizes, are
+recorded from a dry run of it (`plexus.engine.dryrun`), unless the operator declares them
+(`forward`, `backward`).
 """
 
 from __future__ import annotations
@@ -258,8 +259,8 @@ class Operator:
     graph = True  # multiplies by a block of Â (the partitioner cuts one for it)
     has_bias = True  # a bias b (when the plan has one) added by the stage framework
     follows = False  # runs on a stage's output in its layout (BatchNorm): no receive
-    statistics = False  # every collective is a float32 statistic (BatchNorm's), declared with
-    # its item size and sent exactly whatever the wire precision (`EngineConfig.comm_dtype`)
+    statistics = False  # every collective is a float32 statistic (BatchNorm's), sent exactly
+    # whatever the wire precision (`EngineConfig.comm_dtype`)
 
     def stage_order(self, conv_order: str) -> str:
         """The stage's order given its GNN layer's convolution order."""
@@ -305,9 +306,18 @@ class Operator:
     def bias_param(self, plan: LayerPlan, d_out: int) -> list[Param]:
         return [Param("b", (d_out,), "vector", "zeros", pyg=self.bias_pyg)] if plan.bias else []
 
+    @property
+    def declares(self) -> bool:
+        """Whether the operator writes its collectives by hand (`forward`, `backward`); one
+        that does not (no built-in kind does) has them recorded from a dry run of its torch
+        code (`plexus_partition.model.schedule.Recorder`, the engine's
+        `plexus.engine.dryrun.StageRecorder`)."""
+        return type(self).forward is not Operator.forward
+
     def forward(self, add: Add, z: StageSizes, phase: str) -> None:
         """Add the collectives of the stage's forward (``phase`` "forward" or "eval") in program
-        order, besides the stage framework's own (AG(H) on stage 0)."""
+        order, besides the stage framework's own (AG(H) on stage 0). Optional: without it (and
+        `backward`) a dry run of `stage` records them."""
         raise NotImplementedError
 
     def backward(self, add: Add, z: StageSizes) -> None:
@@ -326,8 +336,8 @@ class Operator:
         """The stage on the grid, written with the stage toolkit ``g``
         (`plexus.engine.graph3d.StageGraph`: ``g.linear``, ``g.aggregate``, ``g.conv``,
         ``g.dropout``, the edge operations; the parameter shards ``g.param(kind)``): H received
-        (rows by o, columns by i), its output before the bias (the engine adds it). Every
-        collective it issues is the one `forward`/`backward` declare."""
+        (rows by o, columns by i), its output before the bias (the engine adds it). What it
+        issues is the schedule (a dry run records it; the toolkit names each collective)."""
         raise NotImplementedError
 
     def serial(self, m: SerialModel, p: LayerPlan, H: Tensor, step: int | None) -> Tensor:

@@ -7,13 +7,14 @@ every rank normalizes with the statistics of all N nodes; their gradients are al
 r again in backward. γ, β and the running statistics (momentum 0.1, unbiased variance) are cut
 like a bias. Statistics and normalization are float32 whatever the compute precision (a
 bfloat16 variance of a sum over all nodes loses most of its digits): the all-reduces carry 4
-bytes per element (declared here, so the ledger test pins it). The torch code runs in the one
+bytes per element (the stage issues them exactly, `Operator.statistics`; the dry run records
+them so and the ledger test pins it). The torch code runs in the one
 stage class (`plexus.engine.ops.Stage3D`), the running statistics its buffers.
 """
 
 from __future__ import annotations
 
-from .base import (Add, Flops, MASTER_BYTES, Operator, Param, StageMemory, StageSizes, div,
+from .base import (Flops, MASTER_BYTES, Operator, Param, StageMemory, StageSizes,
                    param_memory)
 
 STAT_BYTES = 4  # float32 statistics in every compute precision
@@ -46,21 +47,24 @@ class BatchNorm(Operator):
         if g.training:
             real = g.cached("real", lambda: (g.output_ids >= 0).unsqueeze(1))
 
-            def column_sum(v):
-                total = c.all_reduce((v * real).sum(0), r)    # AR(Σx) over r
-                return c.all_reduce_grad(total, r)            # bwd: AR(dΣx) over r
+            def column_sum(v, name: str):
+                with c.labelled(f"AR(Σ{name})", f"AR(dΣ{name})"):
+                    total = c.all_reduce((v * real).sum(0), r)  # AR(Σx) over r
+                    return c.all_reduce_grad(total, r)        # bwd: AR(dΣx) over r
 
-            mean = column_sum(x) / n
+            mean = column_sum(x, "x") / n
             xc = x - mean
-            var = column_sum(xc * xc) / n
+            var = column_sum(xc * xc, "x²") / n
             if g.update_stats:  # buffers: in-place updates of detached values, no graph
                 g.stats["mean"].mul_(1 - MOMENTUM).add_(MOMENTUM * mean.detach())
                 unbiased = var.detach() * (n / max(n - 1, 1))
                 g.stats["var"].mul_(1 - MOMENTUM).add_(MOMENTUM * unbiased)
         else:
             xc, var = x - g.stats["mean"], g.stats["var"]
-        gamma = c.all_reduce_grad(g.param("gamma"), r)        # bwd: AR(dγ) over r
-        beta = c.all_reduce_grad(g.param("beta"), r)          # bwd: AR(dβ) over r
+        with c.labelled(backward="AR(dγ)"):
+            gamma = c.all_reduce_grad(g.param("gamma"), r)    # bwd: AR(dγ) over r
+        with c.labelled(backward="AR(dβ)"):
+            beta = c.all_reduce_grad(g.param("beta"), r)      # bwd: AR(dβ) over r
         return (xc * (var + EPS).rsqrt() * gamma + beta).to(dtype)
 
     def serial(self, m, p, OUT, step=None):
@@ -70,20 +74,6 @@ class BatchNorm(Operator):
         s = p.index
         return batch_norm(OUT, m.stat("mean", s), m.stat("var", s), m.param("gamma", s),
                           m.param("beta", s), m.training, MOMENTUM, EPS)
-
-    def forward(self, add: Add, z: StageSizes, phase: str) -> None:
-        if phase != "forward":  # evaluation normalizes with the running statistics
-            return
-        p = z.plan
-        for what in ("AR(Σx)", "AR(Σx²)"):
-            add(what, phase, "all_reduce", p.out_rows, div(z.D2, z.size(p.out_cols)),
-                STAT_BYTES)
-
-    def backward(self, add: Add, z: StageSizes) -> None:
-        p = z.plan
-        for what in ("AR(dγ)", "AR(dβ)", "AR(dΣx)", "AR(dΣx²)"):
-            add(what, "backward", "all_reduce", p.out_rows, div(z.D2, z.size(p.out_cols)),
-                STAT_BYTES)
 
     def flops(self, z: StageSizes) -> Flops:
         return Flops()  # elementwise: a few passes over the output, not priced

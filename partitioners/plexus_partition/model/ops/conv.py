@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import enum
 
-from .base import (Add, Flops, MASTER_BYTES, ModelKind, Operator, Param, StageMemory,
-                   StageSizes, div, dropout_work, param_memory)
+from .base import (Flops, MASTER_BYTES, ModelKind, Operator, Param, StageMemory,
+                   StageSizes, dropout_work, param_memory)
 
 
 class RootTerm(enum.Enum):
@@ -73,50 +73,6 @@ class ConvOperator(Operator):
         """Without a root term the stage multiplies by the shard's block (and its transpose);
         with one, by its own stacked copy [Â; S] or [Â | S] and that copy's transpose."""
         return not self.root(plan).stacked
-
-    # ---- collectives ------------------------------------------------------------------------
-    def forward(self, add: Add, z: StageSizes, phase: str) -> None:
-        p, n, D, D2 = z.plan, z.n, z.D, z.D2
-        o, i, d = p.outer, p.inner, p.depth
-        # the sum of a plain block's products may travel as a sparse exchange; a stacked
-        # block's S rows are another row set, not exchanged sparsely (yet)
-        rows = (self.stacked(p) if p.order == "agg" else 1) * div(n, z.size(p.a_rows))
-        sparse = None if self.root(p).stacked else "sum"
-        if p.order == "agg":
-            add("AR(AGG)", phase, "all_reduce", o, self.stacked(p) * div(n * D, z.d * z.i),
-                rows=rows, sparse=sparse)
-            add("AG(W)", phase, "all_gather", d, div(D * D2, z.i * z.o))
-            if self.gathers_wr(p):
-                add("AG(Wr)", phase, "all_gather", d, div(D * D2, z.i * z.o))
-            add("AR(OUT)", phase, "all_reduce", i, div(n * D2, z.d * z.o))
-        else:
-            add("AG(W)", phase, "all_gather", o, div(D * D2, z.i * z.d))
-            if self.gathers_wr(p):
-                add("AG(Wr)", phase, "all_gather", o, div(D * D2, z.i * z.d))
-            add("AR(Z)", phase, "all_reduce", i, self.wide(p) * div(n * D2, z.o * z.d))
-            add("AR(OUT)", phase, "all_reduce", o, div(n * D2, z.i * z.d), rows=rows,
-                sparse=sparse)
-
-    def backward(self, add: Add, z: StageSizes) -> None:
-        p, n, D, D2 = z.plan, z.n, z.D, z.D2
-        o, i, d = p.outer, p.inner, p.depth
-        if self.learns_eps(p):
-            for axis in ("x", "y", "z"):  # ε is replicated on every rank
-                add("AR(dε)", "backward", "all_reduce", axis, 1)
-        weights = ("W", "Wr") if self.gathers_wr(p) else ("W",)
-        if p.order == "agg":
-            for w in weights:
-                add(f"RS(d{w})", "backward", "reduce_scatter", d, div(D * D2, z.i * z.o))
-            if z.needs_dh:  # dAGG only feeds dH; autograd skips both for fixed input features
-                # Âᵀ·dAGG reads only the rows the block touches: a sparse gather may carry it
-                add("AR(dAGG)", "backward", "all_reduce", o,
-                    self.stacked(p) * div(n * D, z.d * z.i),
-                    rows=div(n, z.size(p.a_rows)),
-                    sparse=None if self.root(p).stacked else "gather")
-        else:
-            add("AR(dZ)", "backward", "all_reduce", i, self.wide(p) * div(n * D2, z.o * z.d))
-            for w in weights:
-                add(f"RS(d{w})", "backward", "reduce_scatter", o, div(D * D2, z.i * z.d))
 
     # ---- compute ----------------------------------------------------------------------------
     def flops(self, z: StageSizes) -> Flops:

@@ -7,7 +7,7 @@ rows-by-o, columns-by-d, replicated over i: the rows never move.
 
 from __future__ import annotations
 
-from .base import (Add, Flops, ModelKind, Operator, Param, StageMemory, StageSizes, div,
+from .base import (Flops, ModelKind, Operator, Param, StageMemory, StageSizes,
                    dropout_work, param_memory)
 
 
@@ -30,14 +30,6 @@ class Dense(Operator):
     def serial(self, m, p, H, step):
         """H·W."""
         return H @ m.param("W", p.index)
-
-    def forward(self, add: Add, z: StageSizes, phase: str) -> None:
-        p = z.plan
-        add("AG(W)", phase, "all_gather", p.outer, div(z.D * z.D2, z.i * z.d))
-        add("AR(OUT)", phase, "all_reduce", p.inner, div(z.n * z.D2, z.o * z.d))
-
-    def backward(self, add: Add, z: StageSizes) -> None:
-        add("RS(dW)", "backward", "reduce_scatter", z.plan.outer, div(z.D * z.D2, z.i * z.d))
 
     def flops(self, z: StageSizes) -> Flops:
         mm_one = 2.0 * (z.n / z.o) * (z.D / z.i) * (z.D2 / z.d)

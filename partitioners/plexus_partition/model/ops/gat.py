@@ -27,9 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import (EDGE_PASS_BYTES, Add, Flops, ModelKind, Operator, Param,
-                   StageMemory, StageSizes, div, dropout_work, edge_mask_temp_bytes, option,
-                   param_memory, stage_option)
+from .base import (EDGE_PASS_BYTES, Flops, ModelKind, Operator, Param, StageMemory, StageSizes,
+                   dropout_work, edge_mask_temp_bytes, option, param_memory, stage_option)
 
 
 @dataclass(frozen=True)
@@ -119,7 +118,8 @@ class GAT(Operator):
         Z = g.linear(H, g.param("W"))                 # AG(W) over o, AR(Z) over i; bwd: AR(dZ)
         with g.comm.exact():  # float32 scores and statistics whatever the wire precision
             s = g.head_sums(Z, [g.param("att_src"), g.param("att_dst")], heads, width)  # AR(s)
-            s_src, s_dst = s[:, :heads], g.to_rows(s[:, heads:])  # AR(S·s) over o: Â's rows
+            with g.comm.labelled("AR(s→rows)"):
+                s_src, s_dst = s[:, :heads], g.to_rows(s[:, heads:])  # AR(S·s) over o: Â's rows
             alpha = g.attention(s_dst, s_src, cfg.options.negative_slope)  # AR-MAX, AR-SUM over o
         drop = cfg.options.attn_dropout if g.training else 0.0
         if self.concat(p):                            # AR(OUT) over o
@@ -151,33 +151,6 @@ class GAT(Operator):
             alpha = alpha * m.edge_keep(step or 0, p.layer, heads, dst, src, rate) / (1 - rate)
         out = Zh.new_zeros(n, heads, width).index_add(0, dst, alpha[:, :, None] * Zh[src])
         return out.reshape(n, heads * width) if self.concat(p) else out.mean(1)
-
-    # ---- collectives ------------------------------------------------------------------------
-    def forward(self, add: Add, z: StageSizes, phase: str) -> None:
-        p, n, H = z.plan, z.n, self.heads(z.plan)
-        o, i, d = p.outer, p.inner, p.depth
-        add("AG(W)", phase, "all_gather", o, div(z.D * z.Di, z.i * z.d))
-        add("AR(Z)", phase, "all_reduce", i, div(n * z.Di, z.o * z.d))
-        add("AR(s)", phase, "all_reduce", d, div(n * 2 * H, z.o), STAT_BYTES)
-        add("AR(s→rows)", phase, "all_reduce", o, div(n * H, z.i), STAT_BYTES)
-        add("AR-MAX(e)", phase, "all_reduce", o, div(n * H, z.i), STAT_BYTES)
-        add("AR-SUM(e)", phase, "all_reduce", o, div(n * H, z.i), STAT_BYTES)
-        if not self.concat(p):
-            add("RS(OUT)", phase, "reduce_scatter", d, div(n * z.D2, z.i))
-        add("AR(OUT)", phase, "all_reduce", o, div(n * z.D2, z.i * z.d))
-
-    def backward(self, add: Add, z: StageSizes) -> None:
-        p, n, H = z.plan, z.n, self.heads(z.plan)
-        o, i, d = p.outer, p.inner, p.depth
-        if not self.concat(p):
-            add("AG(dOUT)", "backward", "all_gather", d, div(n * z.D2, z.i))
-        add("AR(Σα·dα)", "backward", "all_reduce", o, div(n * H, z.i), STAT_BYTES)
-        add("AR(ds→rows)", "backward", "all_reduce", o, div(n * H, z.i), STAT_BYTES)
-        add("AR(ds)", "backward", "all_reduce", d, div(n * 2 * H, z.o), STAT_BYTES)
-        for axis in (o, i):  # a is replicated over o and i, its gradient partial over both
-            add("AR(da)", "backward", "all_reduce", axis, div(2 * z.Di, z.d), STAT_BYTES)
-        add("AR(dZ)", "backward", "all_reduce", i, div(n * z.Di, z.o * z.d))
-        add("RS(dW)", "backward", "reduce_scatter", o, div(z.D * z.Di, z.i * z.d))
 
     # ---- compute ----------------------------------------------------------------------------
     def flops(self, z: StageSizes) -> Flops:
