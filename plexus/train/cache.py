@@ -259,8 +259,7 @@ def cached_options(plan: Plan, cache: Cache, world: int | None,
     torchrun/srun, a big graph) gets the store's grid and is resolved from the store's
     manifest."""
     cache.check_trusted()
-    source = Source(plan.dataset, plan.root, plan.train.seed, plan.symmetrize, plan.split_seed,
-                    plan.features)
+    source = Source.of_run(plan)
     request = BuildRequest(source, source.key(), str(cache.root), plan.grid, world, plan.model,
                            plan.perm, check_memory=not force)
     store = obtain_store(cache, request, graph)

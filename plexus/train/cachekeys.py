@@ -9,7 +9,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from plexus_partition.model.grid import GridShape
 from plexus_partition.model.model import ModelConfig
@@ -18,6 +18,9 @@ from plexus_datasets.spec import MAX_SOURCE_FILES, content_key, source_fingerpri
 from plexus_partition.store import FORMAT as STORE_FORMAT, VERSION as STORE_VERSION, graph_hash
 
 from .errors import CacheError
+
+if TYPE_CHECKING:
+    from .plan import RunRequest
 
 
 def key_digest(value: Any) -> str:
@@ -35,6 +38,14 @@ class Source:
     symmetrize: bool
     data_seed: int | None = None  # --split-seed: the dataset's seeded parts (None: seed)
     features: str = "auto"  # --features (plexus_datasets.FEATURE_MODES)
+
+    @classmethod
+    def of_run(cls, run: RunRequest) -> Source:
+        """A run's graph (`plexus.train.plan.RunRequest`): its dataset with the run's seed,
+        --split-seed, --symmetrize and --features, what loads it (``load``, ``small``) and
+        keys its cached stores."""
+        return cls(run.dataset, run.root, run.train.seed, run.symmetrize, run.split_seed,
+                   run.features)
 
     @property
     def dataset_seed(self) -> int:

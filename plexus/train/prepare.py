@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from plexus_datasets.base.atomic import UnsafeTargetError
 from plexus_partition.model.grid import GridShape
-from plexus_datasets import Graph, gcn_nnz, load_dataset
+from plexus_datasets import Graph, gcn_nnz
 from plexus_datasets.trainable import check_trainable
 from plexus.api import cut_shard
 from plexus_partition import RankShard, read_manifest, read_shard
@@ -27,6 +27,7 @@ from plexus_partition.store import graph_hash
 
 from . import checkpoint as ckpt
 from .cache import PeerSetupFailed
+from .cachekeys import Source
 from .checkpoint import load_resume
 from .checks import needs_validation_flag
 from .epochlogs import EpochSink, open_sinks
@@ -111,10 +112,7 @@ def load_shard(plan: ResolvedRun, rank: int, graph: Graph | None = None
                            orders=orders, perm=plan.perm, verify=plan.cache is None)
         return shard, int(manifest["nnz"]), str(manifest["graph_sha256"])
     if graph is None:
-        graph = load_dataset(plan.dataset, plan.root, seed=plan.data_seed,
-                             features=plan.features)
-        if plan.symmetrize:
-            graph = graph.to_undirected()
+        graph = Source.of_run(plan).load()
     # the content hash identifies the graph in checkpoints; hashing a big graph takes time
     sha256 = graph_hash(graph) if plan.checkpoint else ""
     shard = cut_shard(graph, grid, grid.coords(rank), model, plan.perm, plan.train.seed)

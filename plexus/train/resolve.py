@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from plexus_datasets import Graph, load_dataset
+from plexus_datasets import Graph
 from plexus_datasets.trainable import check_trainable, graph_counts
 from plexus_partition import read_manifest
 from plexus_partition.model.grid import GridShape
@@ -25,9 +25,9 @@ from plexus_partition.store import graph_hash
 from plexus.perfmodel import Calibration, CalibrationError, load_calibration
 
 from . import checkpoint as ckpt
+from .cachekeys import Source
 from .checkpoint import load_resume
-from .checks import (check_launch_outputs, check_output_paths, needs_validation_flag,
-                     precheck_dataset)
+from .checks import check_launch_outputs, check_output_paths, needs_validation_flag
 from .errors import PROG, UsageError
 from .plan import (GraphSizes, ResolvedRun, RunRequest, check_grid_fits, check_launch_memory,
                    choose_run_grid)
@@ -105,10 +105,7 @@ def _on_rank(request: RunRequest, world: int | None, rank: int, ranks_per_host: 
         sizes = GraphSizes.of_manifest(manifest)
         grid = request.grid or GridShape.of(manifest["grid"])
     else:
-        graph = load_dataset(request.dataset, request.root, seed=request.data_seed,
-                             features=request.features)
-        if request.symmetrize:
-            graph = graph.to_undirected()
+        graph = Source.of_run(request).load()
         sizes = GraphSizes.of_graph(graph, request.model)
         grid = request.grid
         if grid is None:  # --grid auto: every rank computes the same choice
@@ -128,14 +125,12 @@ def _on_rank(request: RunRequest, world: int | None, rank: int, ranks_per_host: 
 
 
 def _small_graph(request: RunRequest, need: bool) -> Graph | None:
-    """The run's graph, loaded here when it is small (`precheck_dataset`: any problem in it shows
+    """The run's graph, loaded here when it is small (`Source.small`: any problem in it shows
     before a worker starts) or when ``need`` (--grid auto prices it); None otherwise."""
-    graph = precheck_dataset(request.dataset, request.root, request.data_seed, request.features)
+    source = Source.of_run(request)
+    graph = source.small()
     if graph is None and need:
-        graph = load_dataset(request.dataset, request.root, seed=request.data_seed,
-                             features=request.features)
-    if graph is not None and request.symmetrize:
-        graph = graph.to_undirected()
+        graph = source.load()
     if graph is not None:
         check_trainable(graph.name, graph_counts(graph), graph.num_classes, graph.multilabel,
                         needs_validation_flag(request.train))

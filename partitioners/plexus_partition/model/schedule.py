@@ -187,10 +187,9 @@ def exact_rows(counts: Mapping[tuple[int, str], tuple[float, float]]) -> SentRow
 
 
 #: (operator, stage sizes, phase) -> the operator's collectives of that phase in program order,
-#: as
-#: ``add``'s arguments (name, phase, op, axis, size, itemsize or None for a payload): what a
-#: dry run of the operator's torch code records (`plexus.engine.dryrun.StageRecorder`; this
-#: project has no torch, so the engine injects it)
+#: as ``add``'s arguments (name, phase, op, axis, size, itemsize or None for a payload, rows,
+#: sparse): what a dry run of the operator's torch code records
+#: (`plexus.engine.dryrun.StageRecorder`; this project has no torch, so the engine injects it)
 Recorder = Callable[[str, StageSizes, str], Sequence[tuple]]
 
 
