@@ -297,7 +297,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ChildDied as e:  # the partitioning child was killed (the OOM killer, a signal)
         print(error_line(e), file=sys.stderr, flush=True)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # checking the options, resolving the run or cutting its store
+        if env is None or env.rank == 0:
+            print(error_line(f"interrupted (SIGINT) (pid {os.getpid()}) before the run "
+                             "started; nothing was started"), file=sys.stderr, flush=True)
         return 130
     try:
         if env is not None:  # a rank of torchrun/srun: start-up counts from its own start
