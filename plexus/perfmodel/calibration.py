@@ -19,8 +19,15 @@ from plexus_partition.model.grid import AXES
 
 FORMAT_VERSION = 1
 #: Link classes a cluster's collectives are priced with: inside a node (NVLink, PCIe, or
-#: shared memory) and between nodes (the network).
-LINK_CLASSES = ("intra", "inter")
+#: shared memory); across nodes with four or more of the group's ranks on each node
+#: ("strided4"), or two or three ("strided": a ring then crosses each node boundary on that
+#: many NICs at once); across nodes with one rank of the group per node ("inter": each rank's
+#: traffic on its own NIC).
+LINK_CLASSES = ("intra", "strided4", "strided", "inter")
+#: A link class a calibration lacks is priced as the next slower one it has: a ring across
+#: nodes is never faster than its slowest link (the conservative reading of a calibration that
+#: measured fewer classes).
+SLOWER = {"strided4": "strided", "strided": "inter"}
 #: What a prediction priced with the built-in rates says it is.
 UNCALIBRATED = "uncalibrated (GPU defaults)"
 #: The environment variable naming a calibration file every tool uses when none is given.
@@ -31,6 +38,38 @@ PRECISION_RATES = ("spmm_flops", "gemm_flops", "elementwise_rate")
 
 class CalibrationError(ValueError):
     """A calibration file or profile that is invalid, or lacks what a placement needs."""
+
+
+@dataclass(frozen=True)
+class SpmmCost:
+    """A float32 SpMM's time as a memory-bound kernel, measured by sweeping the local width:
+    each of a block's non-zeros costs ``per_nnz`` + ``per_column``·w bytes of traffic at
+    ``bandwidth`` bytes/s for a dense operand w columns wide, plus the narrow-column extra of
+    ``narrow`` ((w, bytes per non-zero), by increasing w): short rows leave warps idle,
+    measured at a few widths, interpolated linearly between them, the first value below the
+    first width, falling to 0 at twice the last (where the measurement shows none left)."""
+
+    bandwidth: float
+    per_nnz: float
+    per_column: float
+    narrow: tuple[tuple[float, float], ...] = ()
+
+    def extra(self, width: float) -> float:
+        """The narrow-column bytes per non-zero at local width ``width``."""
+        points = list(self.narrow)
+        if not points:
+            return 0.0
+        points.append((2 * points[-1][0], 0.0))
+        if width <= points[0][0]:
+            return points[0][1]
+        for (w0, b0), (w1, b1) in zip(points, points[1:]):
+            if width <= w1:
+                return b0 + (b1 - b0) * (width - w0) / (w1 - w0)
+        return 0.0
+
+    def seconds(self, nnz: float, width: float) -> float:
+        """Seconds of one SpMM over ``nnz`` non-zeros with a dense operand ``width`` wide."""
+        return nnz * (self.per_nnz + self.per_column * width + self.extra(width)) / self.bandwidth
 
 
 @dataclass(frozen=True)
@@ -77,6 +116,8 @@ class Calibration:
     groups: tuple[tuple[int, int, float, float], ...] = ()
     stage_overhead: float = 0.0  # CPU seconds per stage per step besides its flops (`overhead`)
     step_overhead: float = 0.0  # CPU seconds per step besides its stages' (loss, optimizer)
+    spmm_cost: SpmmCost | None = None  # a measured float32 SpMM byte model (None: the flop rate)
+    citations: tuple[tuple[str, str], ...] = ()  # (constant, where it was measured): profiles
 
     def core_share(self, ranks_per_host: int | None) -> float:
         """The fraction of its calibrated rates a rank runs at when ``ranks_per_host`` ranks
@@ -114,18 +155,23 @@ class Calibration:
         return self.spmm_flops, self.gemm_flops, self.elementwise_rate
 
     def link_class(self, name: str) -> tuple[float, float]:
-        """(α, β) of the link class ``name`` ("intra": inside a node, "inter": between nodes).
-        A calibration without link classes (a CPU file, the defaults) prices every link with
-        ``alpha``/``beta``; one that has some but not ``name`` raises `CalibrationError`."""
+        """(α, β) of the link class ``name`` (`LINK_CLASSES`: "intra" inside a node,
+        "strided4"/"strided" across nodes with 4+/2-3 of the group's ranks per node, "inter"
+        one per node). A calibration without link classes (a CPU file, the defaults) prices
+        every link with ``alpha``/``beta``; one without a strided class prices it as the next
+        slower class it has (`SLOWER`); one that has some but not ``name`` raises
+        `CalibrationError`."""
         if not self.links:
             return self.alpha, self.beta
         for cls, alpha, beta in self.links:
             if cls == name:
                 return alpha, beta
+        if name in SLOWER:
+            return self.link_class(SLOWER[name])
         have = ", ".join(c for c, _, _ in self.links)
         fix = ("calibrate across nodes (srun ... plexus-bench calibrate --device cuda, "
                "docs/design.md), or place every axis in a node (--gpus-per-node)"
-               if name == "inter" else "calibrate on a node with several GPUs")
+               if name in ("inter", *SLOWER) else "calibrate on a node with several GPUs")
         raise CalibrationError(f"{self.label}: no {name!r} link class (it has {have}); the "
                                f"placement needs it: {fix}")
 
@@ -186,7 +232,14 @@ class Calibration:
                 "device_memory": self.device_memory, "gpus_per_node": self.gpus_per_node,
                 "profile": self.profile, "reference": self.reference,
                 "groups": self._groups_dict(),
-                "stage_overhead": self.stage_overhead, "step_overhead": self.step_overhead}
+                "stage_overhead": self.stage_overhead, "step_overhead": self.step_overhead,
+                **({"spmm_cost": {"bandwidth": self.spmm_cost.bandwidth,
+                                  "per_nnz": self.spmm_cost.per_nnz,
+                                  "per_column": self.spmm_cost.per_column,
+                                  "narrow": {_width_key(w): b
+                                             for w, b in self.spmm_cost.narrow}}}
+                   if self.spmm_cost else {}),
+                **({"citations": dict(self.citations)} if self.citations else {})}
 
     def _groups_dict(self) -> dict[str, dict[str, dict[str, float]]]:
         out: dict[str, dict[str, dict[str, float]]] = {}
@@ -245,6 +298,7 @@ class Calibration:
             counts[key] = max(value, 1) if key == "threads" else value
         extra = _device_fields(data, source, num)
         extra.update(_cpu_fields(data, source, num))
+        extra.update(_measured_fields(data, source, num))
         return cls(spmm_flops=num(data, "spmm_flops", base.spmm_flops, ""),
                    gemm_flops=num(data, "gemm_flops", base.gemm_flops, ""),
                    alpha=num(data, "alpha", base.alpha, ""),
@@ -252,6 +306,46 @@ class Calibration:
                    axes=tuple(sorted(axes)), source=source, worlds=tuple(sorted(worlds)),
                    elementwise_rate=num(data, "elementwise_rate", base.elementwise_rate, ""),
                    **counts, **extra)
+
+
+def _width_key(width: float) -> str:
+    return str(int(width)) if float(width).is_integer() else str(width)
+
+
+def _measured_fields(data: Mapping[str, Any], source: str,
+                     num: Callable[[Mapping[str, Any], str, float, str], float]
+                     ) -> dict[str, Any]:
+    """A measured SpMM byte model (``spmm_cost``: bandwidth, per_nnz, per_column bytes and the
+    narrow-column extras by width) and a profile's ``citations`` ({constant: source}),
+    checked."""
+    out: dict[str, Any] = {}
+    raw = data.get("spmm_cost")
+    if raw is not None:
+        shape = ("an object with bandwidth, per_nnz, per_column and narrow "
+                 "{\"16\": bytes, ...}")
+        if not isinstance(raw, Mapping) or not {"bandwidth", "per_nnz", "per_column"} <= set(raw) \
+                or not set(raw) <= {"bandwidth", "per_nnz", "per_column", "narrow"}:
+            raise CalibrationError(f"{source}: spmm_cost must be {shape}")
+        narrow = raw.get("narrow", {}) or {}
+        if not isinstance(narrow, Mapping):
+            raise CalibrationError(f"{source}: spmm_cost.narrow must be {{width: bytes}}")
+        points = []
+        for width, extra in narrow.items():
+            if not re.fullmatch(r"[1-9][0-9]{0,5}", str(width)):
+                raise CalibrationError(f"{source}: spmm_cost.narrow.{width} must be a width "
+                                       "(digits)")
+            points.append((float(width), num(narrow, width, 0.0, "spmm_cost.narrow.")))
+        out["spmm_cost"] = SpmmCost(num(raw, "bandwidth", 0.0, "spmm_cost."),
+                                    num(raw, "per_nnz", 0.0, "spmm_cost."),
+                                    num(raw, "per_column", 0.0, "spmm_cost."),
+                                    tuple(sorted(points)))
+    cites = data.get("citations", {}) or {}
+    if not isinstance(cites, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in cites.items()):
+        raise CalibrationError(f"{source}: citations must map each constant to its source "
+                               "(non-empty text)")
+    out["citations"] = tuple(sorted(cites.items()))
+    return out
 
 
 def _cpu_fields(data: Mapping[str, Any], source: str,
@@ -408,11 +502,11 @@ def _no_constant(name: str) -> Any:
 
 #: The rates a calibration file holds, and what else plexus-bench calibrate writes in it.
 RATE_KEYS = frozenset({"spmm_flops", "gemm_flops", "elementwise_rate", "alpha", "beta", "axes",
-                       "worlds", "groups", "stage_overhead", "step_overhead"})
+                       "worlds", "groups", "stage_overhead", "step_overhead", "spmm_cost"})
 FILE_KEYS = RATE_KEYS | {"version", "created", "host", "machine", "torch", "threads", "cores",
                          "measurements", "backend", "note", "source", "device", "gpu", "links",
                          "precisions", "device_memory", "gpus_per_node", "nodes", "profile",
-                         "reference"}
+                         "reference", "citations"}
 MAX_CALIBRATION_BYTES = 64 << 20
 
 

@@ -170,10 +170,24 @@ class Compute:
     spmm_flops: float
     gemm_flops: float
     elementwise: float = 0.0
+    passes: tuple[tuple[float, float], ...] = ()  # the sparse products: (nnz, width) each
 
     @property
     def total(self) -> float:
         return self.spmm_flops + self.gemm_flops
+
+    def sparse_seconds(self, calibration: Calibration, spmm_rate: float,
+                       dtype_bytes: int = 4) -> float:
+        """Seconds of the sparse work: with a measured float32 SpMM byte model
+        (`Calibration.spmm_cost`) and float32 compute, each product by its bytes per non-zero
+        at its width and the rest (per-edge work) at ``spmm_rate``; otherwise every sparse
+        flop at ``spmm_rate``."""
+        cost = calibration.spmm_cost
+        if cost is None or dtype_bytes != 4:
+            return self.spmm_flops / spmm_rate
+        products = sum(2.0 * nnz * w for nnz, w in self.passes)
+        return (sum(cost.seconds(nnz, w) for nnz, w in self.passes)
+                + max(0.0, self.spmm_flops - products) / spmm_rate)
 
 
 def epoch_compute(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
@@ -184,12 +198,14 @@ def epoch_compute(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     (`plexus_partition.model.ops.base.elementwise_passes`)."""
     s = normalize_grid(grid)
     spmm = gemm = elementwise = 0.0
+    passes: list[tuple[float, float]] = []
     for z in spec_sizes(spec, s, _resolve_orders(spec, s, orders)):
         for op in stage_operators(z.plan):
             f = op.flops(z)
             spmm, gemm = spmm + f.spmm, gemm + f.gemm
+            passes.extend(f.passes)
         elementwise += elementwise_passes(z, spec.model.activates(z.plan))
-    return Compute(spmm, gemm, elementwise)
+    return Compute(spmm, gemm, elementwise, tuple(passes))
 
 
 def epoch_memory(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
@@ -339,7 +355,8 @@ def predict(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
                                         spmm_rate * share, s)
     comm_s = sum(per_axis.values())
     overhead_s = cal.overhead(len(spec.plans(orders))) / share
-    compute_s = (comp.spmm_flops / spmm_rate + comp.gemm_flops / gemm_rate
+    compute_s = (comp.sparse_seconds(cal, spmm_rate, spec.dtype_bytes)
+                 + comp.gemm_flops / gemm_rate
                  + comp.elementwise / elementwise_rate) / share + overhead_s
     return Prediction((s["x"], s["y"], s["z"]), tuple(orders), comm_s + compute_s, comm_s,
                       compute_s, vol, comp, mem, per_axis, links=links, overhead_s=overhead_s)

@@ -36,10 +36,14 @@ def load_profile(name: str) -> Calibration:
 
 
 def profile_for_node(gpus_per_node: int) -> str | None:
-    """The one built-in profile with ``gpus_per_node`` GPUs per node, else None (none, or
-    several: then the user picks)."""
-    matches = [n for n in profile_names() if load_profile(n).gpus_per_node == gpus_per_node]
-    return matches[0] if len(matches) == 1 else None
+    """The one built-in profile with ``gpus_per_node`` GPUs per node, preferring the one whose
+    constants cite measurements over published peaks (``perlmutter-a100`` over
+    ``perlmutter-a100-peak``); None where there is none, or several alike: the user picks."""
+    found = [load_profile(n) for n in profile_names()]
+    matches = [p for p in found if p.gpus_per_node == gpus_per_node]
+    measured = [p for p in matches if p.citations]
+    pick = measured if measured else matches
+    return pick[0].profile if len(pick) == 1 else None
 
 
 def resolve_calibration(path: str | None = None, profile: str | None = None,

@@ -49,8 +49,13 @@ def test_axis_links_match_where_the_ranks_sit():
                 for r in range(world):
                     c = grid.coords(r)
                     groups.setdefault(tuple(v for a, v in c.items() if a != axis), []).append(r)
-                inside = all(len({r // per_node for r in g}) == 1 for g in groups.values())
-                assert links[axis] == ("intra" if inside else "inter"), (grid, per_node, axis)
+                nodes = [[r // per_node for r in g] for g in groups.values()]
+                inside = all(len(set(n)) == 1 for n in nodes)
+                # "strided4" / "strided": every node of every group holds 4+ / 2+ of its ranks
+                least = min(min(n.count(v) for v in set(n)) for n in nodes)
+                want = ("intra" if inside else "strided4" if least >= 4 else
+                        "strided" if least >= 2 else "inter")
+                assert links[axis] == want, (grid, per_node, axis)
 
 
 def test_two_node_placement_priced_by_hand():
@@ -87,7 +92,7 @@ def test_profiles_name_their_source_and_round_trip(tmp_path):
     for name in profile_names():
         prof = load_profile(name)
         assert prof.profile == name and prof.reference and name in prof.label
-        assert not prof.calibrated and {c for c, _, _ in prof.links} == {"intra", "inter"}
+        assert not prof.calibrated and {"intra", "inter"} <= {c for c, _, _ in prof.links}
         path = write_calibration(prof.to_dict(), tmp_path / f"{name}.json")
         back = load_calibration(path)
         for field in ("spmm_flops", "gemm_flops", "elementwise_rate", "links", "precisions",

@@ -151,10 +151,21 @@ Add = Callable[..., None]  # schedule.add(name, phase, op, axis, size, itemsize=
 @dataclass(frozen=True)
 class Flops:
     """Flops one rank runs for a stage per training step: sparse (SpMM, SDDMM, per-edge work)
-    and dense (GEMM)."""
+    and dense (GEMM). ``passes``: the sparse products among them, each (non-zeros of the
+    block, width of the dense operand), 2·nnz·width flops apiece, for a machine that prices a
+    product by its bytes per non-zero rather than by flops (the rest of ``spmm``, per-edge
+    work, stays at the flop rate)."""
 
     spmm: float = 0.0
     gemm: float = 0.0
+    passes: tuple[tuple[float, float], ...] = ()
+
+    @classmethod
+    def products(cls, passes: list[tuple[float, float]], gemm: float = 0.0,
+                 other: float = 0.0) -> "Flops":
+        """The flops of sparse products ``passes`` ((nnz, width) each), ``other`` sparse
+        flops besides them and ``gemm`` dense ones."""
+        return cls(sum(2.0 * nnz * w for nnz, w in passes) + other, gemm, tuple(passes))
 
 
 @dataclass

@@ -85,12 +85,13 @@ class ConvOperator(Operator):
         nnz = z.nnz_block + s_nnz
         k = self.wide(p)
         if p.order == "agg":
-            sp_one = 2.0 * nnz * D / z.i  # [Â; S](d×o) · H(o×i)
+            sp_one = (nnz, D / z.i)  # [Â; S](d×o) · H(o×i)
             mm_one = 2.0 * (n / z.d) * (k * D / z.i) * (D2 / z.o)  # AGG(d×i) · W(i×o)
-            return Flops(sp_one * (2 if z.needs_dh else 1), mm_one * (3 if z.needs_dh else 2))
-        sp_one = 2.0 * nnz * D2 / z.d  # [Â | S](i×o) · Z(o×d)
+            return Flops.products([sp_one] * (2 if z.needs_dh else 1),
+                                  mm_one * (3 if z.needs_dh else 2))
+        sp_one = (nnz, D2 / z.d)  # [Â | S](i×o) · Z(o×d)
         mm_one = 2.0 * (n / z.o) * (D / z.i) * (k * D2 / z.d)  # H(o×i) · W(i×d)
-        return Flops(sp_one * 2, mm_one * (3 if z.needs_dh else 2))
+        return Flops.products([sp_one] * 2, mm_one * (3 if z.needs_dh else 2))
 
     # ---- memory -----------------------------------------------------------------------------
     def memory(self, z: StageSizes) -> StageMemory:

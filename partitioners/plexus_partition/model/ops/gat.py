@@ -162,9 +162,8 @@ class GAT(Operator):
         nnz = z.nnz_block
         gemm = 2.0 * (n / z.o) * (z.D / z.i) * width * (3 if z.needs_dh else 2)
         gemm += 2.0 * (n / z.o) * width * 2 * H * 3
-        sparse = 3 * 2.0 * nnz * width + EDGE_FLOPS * nnz * H
-        sparse += 2 * 2.0 * (n / (z.i * z.o)) * H
-        return Flops(sparse, gemm)
+        other = EDGE_FLOPS * nnz * H + 2 * 2.0 * (n / (z.i * z.o)) * H
+        return Flops.products([(nnz, width)] * 3, gemm, other)
 
     # ---- memory -----------------------------------------------------------------------------
     def memory(self, z: StageSizes) -> StageMemory:

@@ -1,0 +1,64 @@
+"""The Plexus paper's measured strong-scaling curve, and ``plexus-model`` priced at its points.
+
+The figures are arXiv 2505.04083 v2, Fig. 10 (read off the figure's vector data): every run a
+3-layer GCN, hidden 128, on Perlmutter (4 A100 and 4 Slingshot NICs per node). They validate
+the ``perlmutter-a100`` profile: nothing in the profile is fitted to them
+(`plexus/perfmodel/node_profiles/perlmutter-a100.json` cites where each constant was measured).
+Used by ``paper_validation.py`` and ``comm_tables.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+
+from plexus.perfmodel.cli import model_main
+
+#: {dataset: {GPUs: measured epoch in ms}}, Fig. 10.
+MEASURED_MS = {
+    "ogbn-papers100M": {64: 2783, 128: 1894, 256: 1357, 512: 932, 1024: 640, 2048: 536},
+    "ogbn-products": {4: 155, 8: 137, 16: 112.5, 32: 95.4, 64: 70.5, 128: 48.1, 256: 41.1,
+                      512: 25.3},
+}
+#: The paper's model: what every row here is priced at.
+MODEL = ["--layers", "3", "--hidden", "128"]
+#: The paper's algorithm on top of that: learnable input features (its AG(H) of layer 0 and
+#: RS(dH) back), aggregate first, no bias, no dropout, every sum an all-reduce, fp32 payloads.
+PAPER_MODE = ["--learnable-features", "--order", "agg", "--no-bias", "--dropout", "0",
+              "--no-input-dropout", "--sparse-comm", "off", "--gather-input"]
+PROFILE = "perlmutter-a100"
+GPUS_PER_NODE = 4
+
+
+def priced(dataset: str, gpus: list[int], extra: list[str], profile: str = PROFILE) -> dict:
+    """{GPUs: the fastest grid's JSON row} of ``plexus-model --dataset DATASET --gpus ...
+    --gpus-per-node 4 --profile PROFILE`` with the paper's model and ``extra`` options (the
+    calibration variable ignored: the profile as shipped)."""
+    out = io.StringIO()
+    saved = os.environ.pop("PLEXUS_CALIBRATION", None)
+    try:
+        with contextlib.redirect_stdout(out):
+            status = model_main(["--dataset", dataset, "--gpus", ",".join(map(str, gpus)),
+                                 "--gpus-per-node", str(GPUS_PER_NODE), "--profile", profile,
+                                 "--json", "--top", "1", *MODEL, *extra])
+    finally:
+        if saved is not None:
+            os.environ["PLEXUS_CALIBRATION"] = saved
+    if status != 0:
+        raise RuntimeError(f"plexus-model failed for {dataset} {' '.join(extra)}")
+    doc = json.loads(out.getvalue())
+    return {w["world_size"]: w["configs"][0] for w in doc["worlds"]}
+
+
+def link_bytes(cfg: dict) -> dict[str, float]:
+    """Bytes one rank moves per epoch per link class, from a JSON row's per-axis bytes and the
+    link class each axis crosses."""
+    out: dict[str, float] = {}
+    for axis, ops in cfg["comm"]["bytes"].items():
+        moved = sum(ops.values())
+        if moved:
+            link = cfg["links"].get(axis, "intra")
+            out[link] = out.get(link, 0.0) + moved
+    return out
