@@ -17,16 +17,16 @@ from typing import Any, Callable, Mapping
 from plexus_datasets.base.atomic import atomic_file
 from plexus_partition.model.grid import AXES
 
+from .errors import CalibrationError
+from .spmmcost import SpmmCost
+
 FORMAT_VERSION = 1
-#: Link classes a cluster's collectives are priced with: inside a node (NVLink, PCIe, or
-#: shared memory); across nodes with four or more of the group's ranks on each node
-#: ("strided4"), or two or three ("strided": a ring then crosses each node boundary on that
-#: many NICs at once); across nodes with one rank of the group per node ("inter": each rank's
-#: traffic on its own NIC).
+#: Link classes a cluster's collectives are priced with: inside a node (NVLink, PCIe, shared
+#: memory); across nodes with 4+ ("strided4") or 2-3 ("strided") of the group's ranks on each
+#: node, a ring crossing each node boundary on that many NICs; one rank per node ("inter").
 LINK_CLASSES = ("intra", "strided4", "strided", "inter")
-#: A link class a calibration lacks is priced as the next slower one it has: a ring across
-#: nodes is never faster than its slowest link (the conservative reading of a calibration that
-#: measured fewer classes).
+#: A class a calibration lacks is priced as the next slower one (a ring is never faster than
+#: its slowest link: the conservative reading of a calibration that measured fewer classes).
 SLOWER = {"strided4": "strided", "strided": "inter"}
 #: What a prediction priced with the built-in rates says it is.
 UNCALIBRATED = "uncalibrated (GPU defaults)"
@@ -34,42 +34,6 @@ UNCALIBRATED = "uncalibrated (GPU defaults)"
 CALIBRATION_ENV = "PLEXUS_CALIBRATION"
 #: A precision's own rates (`Calibration.rates`).
 PRECISION_RATES = ("spmm_flops", "gemm_flops", "elementwise_rate")
-
-
-class CalibrationError(ValueError):
-    """A calibration file or profile that is invalid, or lacks what a placement needs."""
-
-
-@dataclass(frozen=True)
-class SpmmCost:
-    """A float32 SpMM's time as a memory-bound kernel, measured by sweeping the local width:
-    each of a block's non-zeros costs ``per_nnz`` + ``per_column``·w bytes of traffic at
-    ``bandwidth`` bytes/s for a dense operand w columns wide, plus the narrow-column extra of
-    ``narrow`` ((w, bytes per non-zero), by increasing w): short rows leave warps idle,
-    measured at a few widths, interpolated linearly between them, the first value below the
-    first width, falling to 0 at twice the last (where the measurement shows none left)."""
-
-    bandwidth: float
-    per_nnz: float
-    per_column: float
-    narrow: tuple[tuple[float, float], ...] = ()
-
-    def extra(self, width: float) -> float:
-        """The narrow-column bytes per non-zero at local width ``width``."""
-        points = list(self.narrow)
-        if not points:
-            return 0.0
-        points.append((2 * points[-1][0], 0.0))
-        if width <= points[0][0]:
-            return points[0][1]
-        for (w0, b0), (w1, b1) in zip(points, points[1:]):
-            if width <= w1:
-                return b0 + (b1 - b0) * (width - w0) / (w1 - w0)
-        return 0.0
-
-    def seconds(self, nnz: float, width: float) -> float:
-        """Seconds of one SpMM over ``nnz`` non-zeros with a dense operand ``width`` wide."""
-        return nnz * (self.per_nnz + self.per_column * width + self.extra(width)) / self.bandwidth
 
 
 @dataclass(frozen=True)
@@ -233,12 +197,7 @@ class Calibration:
                 "profile": self.profile, "reference": self.reference,
                 "groups": self._groups_dict(),
                 "stage_overhead": self.stage_overhead, "step_overhead": self.step_overhead,
-                **({"spmm_cost": {"bandwidth": self.spmm_cost.bandwidth,
-                                  "per_nnz": self.spmm_cost.per_nnz,
-                                  "per_column": self.spmm_cost.per_column,
-                                  "narrow": {_width_key(w): b
-                                             for w, b in self.spmm_cost.narrow}}}
-                   if self.spmm_cost else {}),
+                **({"spmm_cost": self.spmm_cost.to_dict()} if self.spmm_cost else {}),
                 **({"citations": dict(self.citations)} if self.citations else {})}
 
     def _groups_dict(self) -> dict[str, dict[str, dict[str, float]]]:
@@ -298,7 +257,7 @@ class Calibration:
             counts[key] = max(value, 1) if key == "threads" else value
         extra = _device_fields(data, source, num)
         extra.update(_cpu_fields(data, source, num))
-        extra.update(_measured_fields(data, source, num))
+        extra.update(_measured_fields(data, source))
         return cls(spmm_flops=num(data, "spmm_flops", base.spmm_flops, ""),
                    gemm_flops=num(data, "gemm_flops", base.gemm_flops, ""),
                    alpha=num(data, "alpha", base.alpha, ""),
@@ -308,44 +267,17 @@ class Calibration:
                    **counts, **extra)
 
 
-def _width_key(width: float) -> str:
-    return str(int(width)) if float(width).is_integer() else str(width)
-
-
-def _measured_fields(data: Mapping[str, Any], source: str,
-                     num: Callable[[Mapping[str, Any], str, float, str], float]
-                     ) -> dict[str, Any]:
-    """A measured SpMM byte model (``spmm_cost``: bandwidth, per_nnz, per_column bytes and the
-    narrow-column extras by width) and a profile's ``citations`` ({constant: source}),
-    checked."""
-    out: dict[str, Any] = {}
-    raw = data.get("spmm_cost")
-    if raw is not None:
-        shape = ("an object with bandwidth, per_nnz, per_column and narrow "
-                 "{\"16\": bytes, ...}")
-        if not isinstance(raw, Mapping) or not {"bandwidth", "per_nnz", "per_column"} <= set(raw) \
-                or not set(raw) <= {"bandwidth", "per_nnz", "per_column", "narrow"}:
-            raise CalibrationError(f"{source}: spmm_cost must be {shape}")
-        narrow = raw.get("narrow", {}) or {}
-        if not isinstance(narrow, Mapping):
-            raise CalibrationError(f"{source}: spmm_cost.narrow must be {{width: bytes}}")
-        points = []
-        for width, extra in narrow.items():
-            if not re.fullmatch(r"[1-9][0-9]{0,5}", str(width)):
-                raise CalibrationError(f"{source}: spmm_cost.narrow.{width} must be a width "
-                                       "(digits)")
-            points.append((float(width), num(narrow, width, 0.0, "spmm_cost.narrow.")))
-        out["spmm_cost"] = SpmmCost(num(raw, "bandwidth", 0.0, "spmm_cost."),
-                                    num(raw, "per_nnz", 0.0, "spmm_cost."),
-                                    num(raw, "per_column", 0.0, "spmm_cost."),
-                                    tuple(sorted(points)))
+def _measured_fields(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """A measured SpMM byte model (``spmm_cost``, `SpmmCost.from_dict`) and a profile's
+    ``citations`` ({constant: where it was measured}), checked."""
     cites = data.get("citations", {}) or {}
     if not isinstance(cites, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in cites.items()):
         raise CalibrationError(f"{source}: citations must map each constant to its source "
                                "(non-empty text)")
-    out["citations"] = tuple(sorted(cites.items()))
-    return out
+    raw = data.get("spmm_cost")
+    return {"spmm_cost": None if raw is None else SpmmCost.from_dict(raw, source),
+            "citations": tuple(sorted(cites.items()))}
 
 
 def _cpu_fields(data: Mapping[str, Any], source: str,
