@@ -64,6 +64,11 @@ def _model_parser() -> ArgumentParser:
     p.add_argument("--gpus-per-node", type=int, metavar="R",
                    help="GPUs per node: each grid axis's collectives are priced with the link "
                         "they cross (intra-node or inter-node, from the calibration or profile)")
+    p.add_argument("--placement", choices=("launcher", "best"), default="launcher",
+                   help="with --gpus-per-node, which block of the grid a node holds: launcher "
+                        "(the default: ranks node by node with z fastest, as plexus-train runs "
+                        "today) or best (the model prices every block and keeps the fastest; "
+                        "the engine does not follow it yet)")
     p.add_argument("--dataset", metavar="SPEC",
                    help="dataset spec for plexus_datasets.load_dataset (sizes are read from it; "
                         "OGB names without --root: their published sizes, no data needed)")
@@ -265,7 +270,7 @@ def _rank(args: argparse.Namespace, sizes: _Sizes, recipe_fields: dict[str, Any]
     gpus = args.gpus is not None or args.gpus_per_node is not None or (
         cal.device == "cuda" and cal.source != "defaults")
     per_node = args.gpus_per_node or (cal.gpus_per_node if gpus and cal.links else None)
-    placement = Placement(per_node) if per_node else None
+    placement = Placement(per_node, arrange=args.placement == "best") if per_node else None
     best = args.order == BEST_ORDER
     model = model_config(args, **recipe_fields, **({"order": "agg"} if best else {}))
     if args.agg_chunks < 1:

@@ -237,6 +237,7 @@ class Prediction:
     fits: bool = True  # within the memory limit given to rank_configs
     links: dict[str, str] = field(default_factory=dict)  # axis -> link class, when placed
     overhead_s: float = 0.0  # the step's fixed work, part of compute_s (`Calibration.overhead`)
+    node: tuple[int, int, int] | None = None  # ranks of x, y, z per node, when placed
 
     @property
     def comm_fraction(self) -> float:
@@ -248,6 +249,7 @@ class Prediction:
                 "comm_s": self.comm_s, "compute_s": self.compute_s,
                 "overhead_s": self.overhead_s,
                 "comm_s_per_axis": self.comm_s_per_axis, "links": self.links,
+                "node": list(self.node) if self.node else None,
                 "comm_elements": self.volume.total_elements, "comm_bytes": self.volume.total_bytes,
                 "comm": self.volume.to_dict(), "spmm_flops": self.compute.spmm_flops,
                 "gemm_flops": self.compute.gemm_flops,
@@ -338,9 +340,14 @@ def predict(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     collectives are priced with the (α, β) measured on a local world of that many ranks when
     the calibration has one (`Calibration.link`). With a ``placement`` on a GPU cluster each
     axis's collectives take the (α, β) of the link class they cross (`Placement.axis_links`).
-    The rates are the calibration's at the spec's precision (`Calibration.rates`)."""
+    The rates are the calibration's at the spec's precision (`Calibration.rates`). A
+    placement that may ``arrange`` the grid's axes on nodes is priced at each block of the grid
+    a node can hold (`Placement.arrangements`), the fastest kept (ties: the launcher's)."""
     cal = calibration or Calibration()
     s = normalize_grid(grid)
+    if placement is not None and placement.arrange:
+        return min((predict(spec, grid, cal, orders, ranks_per_host, p)
+                    for p in placement.arrangements(s)), key=lambda p: p.time_s)
     orders = _resolve_orders(spec, s, orders, cal, ranks_per_host, placement)
     vol = epoch_volume(spec, s, orders)
     comp = epoch_compute(spec, s, orders)
@@ -359,7 +366,8 @@ def predict(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
                  + comp.gemm_flops / gemm_rate
                  + comp.elementwise / elementwise_rate) / share + overhead_s
     return Prediction((s["x"], s["y"], s["z"]), tuple(orders), comm_s + compute_s, comm_s,
-                      compute_s, vol, comp, mem, per_axis, links=links, overhead_s=overhead_s)
+                      compute_s, vol, comp, mem, per_axis, links=links, overhead_s=overhead_s,
+                      node=placement.block(s) if placement else None)
 
 
 def factorizations(world_size: int) -> list[Grid3]:

@@ -123,7 +123,8 @@ def _axis_shares(p: Prediction) -> str:
         if seconds > 0:
             link = f" {p.links[axis]}" if p.links else ""
             parts.append(f"{axis} {100 * seconds / p.time_s:.0f}%{link}")
-    return " ".join(parts) or "-"
+    return (" ".join(parts) or "-") + (f" (node {'x'.join(map(str, p.node))})"
+                                       if p.node else "")
 
 
 def shown_prediction(preds: list[Prediction], only: GridShape | None) -> Prediction:

@@ -14,6 +14,8 @@ with s >= G (or an irregular split) its ranks are on separate nodes, one NIC eac
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -24,44 +26,83 @@ from .calibration import Calibration
 
 @dataclass(frozen=True)
 class Placement:
-    """Ranks on nodes of ``gpus_per_node`` GPUs, one rank per GPU, numbered node by node."""
+    """Ranks on nodes of ``gpus_per_node`` GPUs, one rank per GPU, numbered node by node.
+
+    ``node``: how many ranks of each axis (x, y, z) a node holds (their product the GPUs per
+    node), a block of the grid; None, the launcher's numbering with z fastest (a node holds
+    consecutive ranks: as much of z as fits, then of y, then of x). ``arrange``: the model
+    prices every such block (`arrangements`) and keeps the fastest (`predict`)."""
 
     gpus_per_node: int
+    node: tuple[int, int, int] | None = None
+    arrange: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.gpus_per_node, bool) or not isinstance(self.gpus_per_node, int) \
                 or self.gpus_per_node < 1:
             raise ValueError(f"GPUs per node must be a whole number >= 1, got "
                              f"{self.gpus_per_node!r}")
+        if self.node is not None and (len(self.node) != 3 or math.prod(self.node)
+                                      != self.gpus_per_node or min(self.node) < 1):
+            raise ValueError(f"a node's block of the grid must be 3 whole numbers whose "
+                             f"product is {self.gpus_per_node}, got {self.node!r}")
 
     def nodes(self, world_size: int) -> int:
         """Nodes a job of ``world_size`` ranks takes."""
         return -(-world_size // self.gpus_per_node)
+
+    def block(self, shape: Mapping[str, int]) -> tuple[int, int, int] | None:
+        """(x, y, z) ranks per node on grid ``shape``: ``node`` where it tiles the grid, else
+        the launcher's (z first); None where neither tiles it (an irregular split)."""
+        if self.node is not None:
+            return self.node if all(shape[a] % k == 0 for a, k in zip(AXES, self.node)) \
+                else None
+        left, out = self.gpus_per_node, {}
+        for axis in ("z", "y", "x"):
+            p = shape[axis]
+            if left % p == 0:
+                out[axis], left = p, left // p
+            elif p % left == 0:
+                out[axis], left = left, 1
+            else:
+                return None
+        return (out["x"], out["y"], out["z"]) if left == 1 else None
+
+    def arrangements(self, shape: Mapping[str, int]) -> list["Placement"]:
+        """This placement with each block of ``gpus_per_node`` ranks that tiles grid
+        ``shape`` (the launcher's first), for the model to choose from; only itself on one
+        node or where no block tiles the grid."""
+        g, world = self.gpus_per_node, shape["x"] * shape["y"] * shape["z"]
+        mine = Placement(g, self.node)
+        if world <= g or world % g:
+            return [mine]
+        blocks = [b for b in itertools.product(*(_divisors(shape[a]) for a in AXES))
+                  if math.prod(b) == g]
+        first = mine.block(shape)
+        return [mine] + [Placement(g, b) for b in blocks if b != first]
 
     def axis_split(self, shape: Mapping[str, int]) -> dict[str, tuple[int, int]]:
         """{axis: (k, m)}: each group of the axis on grid ``shape`` is k ranks on each of m
         nodes (k·m = the axis's size; (p, 1) inside one node, (1, p) one rank per node or an
         irregular split)."""
         world = shape["x"] * shape["y"] * shape["z"]
-        stride = {"z": 1, "y": shape["z"], "x": shape["y"] * shape["z"]}
-        g = self.gpus_per_node
-        out = {}
-        for axis in AXES:
-            p, s = shape[axis], stride[axis]
-            if p == 1 or world <= g or g % (s * p) == 0:
-                out[axis] = (p, 1)
-            elif s < g and g % s == 0 and (s * p) % g == 0:
-                out[axis] = (g // s, p * s // g)
-            else:
-                out[axis] = (1, p)
-        return out
+        if world <= self.gpus_per_node:
+            return {axis: (shape[axis], 1) for axis in AXES}
+        block = self.block(shape)
+        if block is None:  # an irregular split: priced as one rank per node (the slowest)
+            return {axis: (1, shape[axis]) if shape[axis] > 1 else (1, 1) for axis in AXES}
+        return {axis: (k, shape[axis] // k) for axis, k in zip(AXES, block)}
 
     def axis_links(self, shape: Mapping[str, int]) -> dict[str, str]:
-        """{axis: "intra", "strided4", "strided" or "inter"}: the link class each axis's collectives cross
-        on grid ``shape`` ({"x": X, "y": Y, "z": Z}); an axis of size 1 moves nothing
-        ("intra")."""
+        """{axis: "intra", "strided4", "strided" or "inter"}: the link class each axis's
+        collectives cross on grid ``shape`` ({"x": X, "y": Y, "z": Z}); an axis of size 1
+        moves nothing ("intra")."""
         return {axis: "intra" if m == 1 else "strided4" if k >= 4 else "strided" if k > 1
                 else "inter" for axis, (k, m) in self.axis_split(shape).items()}
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def pricing(calibration: Calibration, ranks_per_host: int | None

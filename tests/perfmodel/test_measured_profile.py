@@ -140,3 +140,47 @@ def test_paper_mode_is_within_the_acceptance_of_every_measured_point(tmp_path):
         assert sorted(rows) == sorted(measured)
         for gpus, ms in rows.items():
             assert abs(ms / measured[gpus] - 1) <= limit, (gpus, ms, measured[gpus])
+
+
+# ---- which block of the grid a node holds ----------------------------------------------------
+def test_a_node_block_sets_each_axis_link_by_hand():
+    from plexus.perfmodel import Placement
+    shape = {"x": 4, "y": 4, "z": 4}
+    # the launcher's numbering (z fastest): a node holds 4 consecutive z ranks
+    assert Placement(4).block(shape) == (1, 1, 4)
+    assert Placement(4).axis_links(shape) == {"x": "inter", "y": "inter", "z": "intra"}
+    # a node holding 2 of x and 2 of y: both cross nodes on 2 NICs, z one rank per node
+    two = Placement(4, node=(2, 2, 1))
+    assert two.axis_split(shape) == {"x": (2, 2), "y": (2, 2), "z": (1, 4)}
+    assert two.axis_links(shape) == {"x": "strided", "y": "strided", "z": "inter"}
+    blocks = [p.node for p in Placement(4, arrange=True).arrangements(shape)]
+    assert blocks[0] is None and sorted(blocks[1:]) == [(1, 2, 2), (1, 4, 1), (2, 1, 2),
+                                                        (2, 2, 1), (4, 1, 1)]
+    # a block that does not tile the grid falls back to the slowest reading
+    assert Placement(4, node=(4, 1, 1)).axis_links({"x": 2, "y": 4, "z": 4})["y"] == "inter"
+    with pytest.raises(ValueError):
+        Placement(4, node=(2, 2, 2))
+
+
+def test_the_model_keeps_the_fastest_block_and_prices_it_by_hand():
+    from plexus.perfmodel import Placement, collectives
+    spec = ModelSpec.of(8192, 80_000, 64, 8, num_layers=3, hidden=64, order="agg")
+    links = {"intra": {"alpha": 1e-6, "beta": 1e-11}, "strided": {"alpha": 1e-6, "beta": 3e-11},
+             "inter": {"alpha": 1e-6, "beta": 7e-11}}
+    cal = Calibration.from_dict({"spmm_flops": 1e12, "gemm_flops": 2e13, "device": "cuda",
+                                 "gpus_per_node": 4, "links": links})
+    pair = {c: (v["alpha"], v["beta"]) for c, v in links.items()}
+    by_node = {}
+    for node in [None, (1, 2, 2), (2, 1, 2), (2, 2, 1), (1, 1, 4), (1, 4, 1), (4, 1, 1)]:
+        p = predict(spec, (4, 4, 4), cal, placement=Placement(4, node=node))
+        # by hand: x, y, z's links from the block, each collective steps*alpha + bytes*beta
+        k = dict(zip("xyz", node or (1, 1, 4)))
+        cls = {a: "intra" if k[a] == 4 else "strided" if k[a] == 2 else "inter" for a in "xyz"}
+        want = sum(c.steps * pair[cls[c.axis]][0] + c.elements * (c.itemsize or 4)
+                   * pair[cls[c.axis]][1] for c in collectives(spec, (4, 4, 4), p.orders))
+        assert p.comm_s == pytest.approx(want, rel=1e-9), node
+        by_node[node] = p.time_s
+    best = predict(spec, (4, 4, 4), cal, placement=Placement(4, arrange=True))
+    assert best.time_s == pytest.approx(min(by_node.values()))
+    assert by_node[best.node] == pytest.approx(best.time_s)
+    assert by_node[(1, 1, 4)] == by_node[None]  # the launcher's block, named or not
