@@ -1,26 +1,25 @@
-"""plexus-model's plan at scale, before and after issue 45: ogbn-papers100M and ogbn-products at
-64-2,048 GPUs (4 per node, the perlmutter-a100 profile as shipped), the fastest grid per GPU
-count with its epoch, communication share per axis and link class and bytes per rank.
+"""plexus-model's plan at the Plexus paper's scale and model: ogbn-papers100M at 64-2,048 GPUs and
+ogbn-products at 4-512 (4 GPUs per node, the measured perlmutter-a100 profile), a 3-layer GCN of
+hidden 128 (the paper's), the fastest grid per GPU count beside the paper's measured epoch.
 
 Run: ``python benchmarks/comm_tables.py [--out benchmarks/out/comm_tables.txt]``
 
-Each row is one ``plexus-model --dataset D --gpus 64,...,2048 --gpus-per-node 4 --json`` call
-(published sizes, no data read; the model's default GCN, 2 layers, hidden 16, --order auto):
+Each row is one ``plexus-model --dataset D --gpus ... --gpus-per-node 4 --layers 3 --hidden 128
+--json`` call (published sizes, no data read; `benchmarks.paper`):
 
-- ``before fp32``: today's main: ``--sparse-comm off --gather-input`` (layer 0's features
-  gathered every step, every sum an all-reduce, fp32 payloads);
-- ``before --dtype bf16``: main's only way to send bf16, which also computes in bf16;
-- ``after fp32``: the defaults now (the gathered input kept where memory allows, sparse
-  exchanges where priced cheaper, rows estimated from the mean degree);
-- ``after --comm-dtype bf16``: the same with bf16 activation and gradient payloads.
+- ``paper algorithm``: the paper's (`benchmarks.paper.PAPER_MODE`: learnable input features,
+  aggregate first, no bias or dropout, every sum an all-reduce, fp32 payloads);
+- ``ours fp32``: our defaults (fixed input gathered once and kept where memory allows, order per
+  layer, sparse exchanges where priced cheaper);
+- ``ours fp32, best placement``: the same with ``--placement best`` (the node's block of the grid
+  chosen by the model; the engine does not follow it yet: a model figure only);
+- ``ours bf16 (upper bound)``: ``--comm-dtype bf16`` payloads; no measured full-graph bf16 epoch
+  exists to check it against.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import json
 import os
 import sys
 import time
@@ -29,34 +28,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import write_lines  # noqa: E402
+from benchmarks.paper import (MEASURED_MS, PAPER_MODE, link_bytes,  # noqa: E402
+                              measured_commit, priced)
 
-from plexus.perfmodel.cli import model_main  # noqa: E402
-
-GPUS = "64,128,256,512,1024,2048"
-DATASETS = ("ogbn-papers100M", "ogbn-products")
 VARIANTS = {
-    "before fp32": ["--sparse-comm", "off", "--gather-input"],
-    "before --dtype bf16": ["--sparse-comm", "off", "--gather-input", "--dtype", "bf16"],
-    "after fp32": [],
-    "after --comm-dtype bf16": ["--comm-dtype", "bf16"],
+    "paper algorithm": PAPER_MODE,
+    "ours fp32": [],
+    "ours fp32, best placement": ["--placement", "best"],
+    "ours bf16 (upper bound)": ["--comm-dtype", "bf16"],
 }
-
-
-def run(dataset: str, extra: list[str]) -> dict:
-    """plexus-model's JSON for one dataset and variant (the calibration env var ignored: the
-    profile as shipped)."""
-    out = io.StringIO()
-    saved = os.environ.pop("PLEXUS_CALIBRATION", None)
-    try:
-        with contextlib.redirect_stdout(out):
-            status = model_main(["--dataset", dataset, "--gpus", GPUS, "--gpus-per-node", "4",
-                                 "--profile", "perlmutter-a100", "--json", "--top", "1",
-                                 *extra])
-    finally:
-        if saved is not None:
-            os.environ["PLEXUS_CALIBRATION"] = saved
-    assert status == 0, f"plexus-model failed for {dataset} {extra}"
-    return json.loads(out.getvalue())
 
 
 def shares(cfg: dict) -> str:
@@ -68,18 +48,27 @@ def shares(cfg: dict) -> str:
 
 
 def table(dataset: str) -> list[str]:
-    lines = [f"{dataset}: fastest grid per GPU count (4 GPUs per node, profile perlmutter-a100)",
-             f"{'GPUs':>5}  {'variant':<24} {'grid':<9} {'epoch':>9} {'comm%':>6} "
-             f"{'comm share per axis, link':<34} {'bytes/rank':>10} {'memory/rank':>11}"]
-    docs = {name: run(dataset, extra) for name, extra in VARIANTS.items()}
-    for k, world in enumerate(docs["before fp32"]["worlds"]):
-        for name, doc in docs.items():
-            cfg = doc["worlds"][k]["configs"][0]
-            grid = "x".join(map(str, cfg["grid"]))
+    measured = MEASURED_MS[dataset]
+    gpus = sorted(measured)
+    lines = [f"{dataset}, model: 3-layer GCN, hidden 128 (the paper's); fastest grid per GPU "
+             "count, 4 GPUs per node, profile perlmutter-a100; measured: the paper's Fig. 10",
+             f"{'GPUs':>5} {'measured':>9}  {'variant':<27} {'grid':<9} {'node':<6} "
+             f"{'epoch':>9} {'x':>5} {'comm%':>6} {'comm share per axis, link':<40} "
+             f"{'GiB/rank':>8} {'inter+strided':>13} {'memory':>8}"]
+    docs = {name: priced(dataset, gpus, extra) for name, extra in VARIANTS.items()}
+    for g in gpus:
+        for name, rows in docs.items():
+            cfg = rows[g]
+            ms = cfg["time_s"] * 1e3
+            node = "x".join(map(str, cfg["node"])) if cfg.get("node") else "-"
+            by_link = link_bytes(cfg)
+            across = sum(v for k, v in by_link.items() if k != "intra")
             lines.append(
-                f"{world['world_size']:>5}  {name:<24} {grid:<9} {cfg['time_s'] * 1e3:>7.1f}ms "
-                f"{100 * cfg['comm_s'] / cfg['time_s']:>5.1f}% {shares(cfg):<34} "
-                f"{cfg['comm_bytes'] / 2**30:>7.2f}GiB {cfg['memory_bytes'] / 2**30:>8.2f}GiB")
+                f"{g:>5} {measured[g]:>9}  {name:<27} {'x'.join(map(str, cfg['grid'])):<9} "
+                f"{node:<6} {ms:>7.1f}ms {ms / measured[g]:>5.2f} "
+                f"{100 * cfg['comm_s'] / cfg['time_s']:>5.1f}% {shares(cfg):<40} "
+                f"{cfg['comm_bytes'] / 2**30:>8.2f} {across / 2**30:>13.2f} "
+                f"{cfg['memory_bytes'] / 2**30:>6.2f}Gi")
         lines.append("")
     return lines
 
@@ -90,10 +79,13 @@ def main() -> int:
     args = p.parse_args()
     start = time.time()
     lines = [f"# benchmarks/comm_tables.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
-             f", load {os.getloadavg()[0]:.1f} (the model is arithmetic: load does not matter)",
-             "# variants: " + "; ".join(f"{k}: plexus-model {' '.join(v) or '(defaults)'}"
-                                      for k, v in VARIANTS.items()), ""]
-    for dataset in DATASETS:
+             f", commit {measured_commit()}, load {os.getloadavg()[0]:.1f} (the model is "
+             "arithmetic: load does not matter)",
+             "# variants: " + "; ".join(f"{k}: {' '.join(v) or '(defaults)'}"
+                                      for k, v in VARIANTS.items()),
+             "# x = our epoch / the paper's measured; GiB/rank: bytes one rank sends per epoch "
+             "(inter+strided: of them, across nodes)", ""]
+    for dataset in MEASURED_MS:
         lines += table(dataset)
     write_lines(lines, args.out, start)
     return 0

@@ -13,6 +13,8 @@ import contextlib
 import io
 import json
 import os
+import subprocess
+from pathlib import Path
 
 from plexus.perfmodel.cli import model_main
 
@@ -62,3 +64,19 @@ def link_bytes(cfg: dict) -> dict[str, float]:
             link = cfg["links"].get(axis, "intra")
             out[link] = out.get(link, 0.0) + moved
     return out
+
+
+def measured_commit() -> str:
+    """The commit the figures are computed at (``+changes`` when tracked files differ from it):
+    what a results file's header names."""
+    repo = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
+                                  timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
