@@ -79,4 +79,6 @@ def measured_commit() -> str:
             return ""
 
     head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                  ":!benchmarks/results")  # the results being written are not the code
+    return head + ("+changes" if changed else "")
