@@ -184,3 +184,19 @@ def test_the_model_keeps_the_fastest_block_and_prices_it_by_hand():
     assert best.time_s == pytest.approx(min(by_node.values()))
     assert by_node[best.node] == pytest.approx(best.time_s)
     assert by_node[(1, 1, 4)] == by_node[None]  # the launcher's block, named or not
+
+
+def test_plexus_model_says_the_node_block_it_priced(capsys):
+    from plexus.perfmodel.cli import model_main
+    base = ["--dataset", "ogbn-products", "--gpus", "64", "--gpus-per-node", "4", "--layers",
+            "3", "--hidden", "128", "--top", "1", "--json"]
+    assert model_main(base) == 0
+    launcher = json.loads(capsys.readouterr().out)["worlds"][0]["configs"][0]
+    assert model_main(base + ["--placement", "best"]) == 0
+    best = json.loads(capsys.readouterr().out)["worlds"][0]["configs"][0]
+    x, y, z = launcher["grid"]
+    # the launcher's block by hand: as much of z as fits in 4, then of y, then of x
+    want = (1, 1, 4) if z >= 4 else (1, 4 // z, z) if y * z >= 4 else (4 // (y * z), y, z)
+    assert tuple(launcher["node"]) == want
+    assert len(best["node"]) == 3 and best["node"][0] * best["node"][1] * best["node"][2] == 4
+    assert best["time_s"] <= launcher["time_s"]
