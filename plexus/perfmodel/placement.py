@@ -7,7 +7,8 @@ collective along an axis with stride s (z: 1, y: Z, x: Y·Z) and size p are b, b
 (p-1)·s; every such group lies inside one node exactly when the job fits in one node or s·p divides
 the GPUs per node (aligned blocks of s·p consecutive ranks); otherwise some group crosses the
 network, and as a ring runs at the pace of its slowest link, the axis is priced with the "inter"
-link class.
+link class. The rule, with how a collective splits into a node's and the network's parts, is
+`plexus_partition.model.topology`'s (the engine builds its groups and counts its ledger by it).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from plexus_partition.model.grid import AXES
+from plexus_partition.model.topology import axis_links
 
 from .calibration import Calibration
 
@@ -38,17 +39,9 @@ class Placement:
 
     def axis_links(self, shape: Mapping[str, int]) -> dict[str, str]:
         """{axis: "intra" or "inter"}: the link class each axis's collectives cross on grid
-        ``shape`` ({"x": X, "y": Y, "z": Z}); an axis of size 1 moves nothing ("intra")."""
-        world = shape["x"] * shape["y"] * shape["z"]
-        stride = {"z": 1, "y": shape["z"], "x": shape["y"] * shape["z"]}
-        out = {}
-        for axis in AXES:
-            span = stride[axis] * shape[axis]
-            inside = (shape[axis] == 1 or world <= self.gpus_per_node
-                      or self.gpus_per_node % span == 0)
-            out[axis] = "intra" if inside else "inter"
-        return out
-
+        ``shape`` ({"x": X, "y": Y, "z": Z}); an axis of size 1 moves nothing ("intra"). The
+        rule is `plexus_partition.model.topology.axis_links`, the engine's."""
+        return axis_links(shape, self.gpus_per_node)
 
 def pricing(calibration: Calibration, ranks_per_host: int | None
             ) -> tuple[int | None, Placement | None]:
