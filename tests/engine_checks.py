@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from collections import Counter
+from dataclasses import replace
 from typing import Callable
 
 from plexus_partition.model.schedule import (SparseExchange, epoch_collectives, exact_rows,
@@ -638,18 +639,20 @@ OPCOUNT_CHECKS = [f"{graph}/{name}/ops-per-step" for graph in ("undirected", "di
                   for name in MODELS]
 
 
-def check_op_counts(grid: Grid, small: Graph, large: Graph, cfg: ModelConfig) -> list[str]:
+def check_op_counts(grid: Grid, small: Graph, large: Graph, cfg: ModelConfig,
+                    engine: EngineConfig | None = None) -> list[str]:
     """The operators one training step dispatches (dropout and attention dropout on, after a
     first step that creates the optimizer's state) are the same on ``small`` and ``large``: no
     pass of the step runs in a Python loop whose trip count grows with the graph (each operator
     is a kernel launch on a GPU). Sparse exchanges on and off apart: "auto" picks one of the
     two per layer from the graph's row sets, so graphs of different sizes may take different
-    (each fixed-size) paths."""
+    (each fixed-size) paths. ``engine``: the other settings (default `EngineConfig()`)."""
     fails = []
     for mode in ("on", "off"):
         counts = []
         for g in (small, large):
-            model, _, _ = build(grid, g, cfg, "double", EngineConfig(sparse_comm=mode))
+            model, _, _ = build(grid, g, cfg, "double",
+                                replace(engine or EngineConfig(), sparse_comm=mode))
             trainer = Trainer(model, TrainConfig(epochs=3, eval_every=0))
             trainer.train_step()
             counts.append(count_ops(trainer.train_step))

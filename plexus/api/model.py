@@ -3,6 +3,7 @@ with what a user's own training loop needs (the original id of every local row, 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -181,9 +182,27 @@ class GraphModel(nn.Module):
 
 def model_from_shard(grid: Grid, shard: RankShard, model: ModelConfig, seed: int = 0,
                      engine: EngineConfig | None = None) -> GraphModel:
-    """The `GraphModel` of this rank from its ``shard`` (collective: builds the engine's model)."""
+    """The `GraphModel` of this rank from its ``shard`` (collective: builds the engine's model;
+    its ranks on the launcher's nodes unless ``engine`` places them, `placed`)."""
     check_seed(seed)
-    return GraphModel(build_model(grid, shard, model, seed, engine), shard)
+    return GraphModel(build_model(grid, shard, model, seed, placed(engine, grid.world_size)),
+                      shard)
+
+
+def placed(engine: EngineConfig | None, world_size: int) -> EngineConfig:
+    """``engine`` (default `EngineConfig()`) with the nodes of the launcher this job runs under
+    (torchrun's LOCAL_WORLD_SIZE, srun's tasks per node) as its ``gpus_per_node`` when it gives
+    none and the job spans more than one node; as it is otherwise (one node)."""
+    engine = engine or EngineConfig()
+    if engine.gpus_per_node is not None:
+        return engine
+    try:
+        job = detect_environment()
+    except LaunchError:
+        return engine
+    if job is None or job.world_size != world_size or job.local_world_size >= world_size:
+        return engine
+    return replace(engine, gpus_per_node=job.local_world_size)
 
 
 def _local_ranks() -> int:

@@ -14,6 +14,12 @@ precision: an all-reduce is an all-to-all of the low-precision blocks, each rank
 in float32 in rank order, then an all-gather of the rounded sums (the ring's volume, two
 roundings per element, the same result on every replica); a reduce-scatter is the first half.
 
+Placement (`Comm.place`): with ranks on nodes (`EngineConfig.gpus_per_node`), the sums and
+gathers over an axis whose groups span several nodes with several ranks on each run in two
+levels where `plexus_partition.model.topology.choose_form` says so (`EngineConfig.collectives`;
+`plexus.engine.twolevel`), and the ledger counts every collective's bytes per link class, each
+part on its own ("intra": a group inside one node, "inter": across nodes).
+
 Every collective is recorded in the ledger under the layer and phase the model is in (`at`);
 a backward records under the layer of the forward that created it (`tag`, `backward_of`).
 """
@@ -26,15 +32,16 @@ from typing import Iterator, NamedTuple
 import torch
 import torch.distributed as dist
 
+from plexus_partition.model.grid import AXES
+from plexus_partition.model.topology import (axis_span, check_gpus_per_node, choose_form,
+                                             group_link, group_ranks, parts)
+
 from .grid import Grid
 from .ledger import Ledger
 from .pieces import piece_budget
 from .timing import Timers
-
-
-# torch >= 2.13 renames the single-tensor collectives; keep both spellings working.
-_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from .twolevel import (Levels, all_gather_single as _all_gather, into, low_scatter, low_sum,
+                       reduce_in_place, reduce_scatter_single as _reduce_scatter)
 
 
 class Label(NamedTuple):
@@ -71,12 +78,7 @@ def staged(device: torch.device) -> bool:
 def all_reduce_staged(x: torch.Tensor, op=dist.ReduceOp.SUM, group=None) -> torch.Tensor:
     """In-place all-reduce of ``x`` (the default group, or ``group``), through host memory when
     `staged` says so; returns ``x``."""
-    if not staged(x.device):
-        dist.all_reduce(x, op=op, group=group)
-        return x
-    host = x.cpu()
-    dist.all_reduce(host, op=op, group=group)
-    return x.copy_(host)
+    return reduce_in_place(x, group, staged(x.device), op)
 
 
 def global_norm(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
@@ -109,6 +111,32 @@ class Comm:
         self.budget = piece_budget(grid.device) if budget is None else budget
         # several ranks sharing one GPU talk gloo, which reduces host memory: stage through it
         self.staged = staged(grid.device)
+        self.collectives, self.gpus_per_node = "flat", None
+        self.spans = {a: axis_span(grid.shape, a, None) for a in AXES}
+        self.links = dict.fromkeys(AXES, "intra")
+        self.levels: dict[str, Levels] = {}
+
+    def place(self, collectives: str = "auto", gpus_per_node: int | None = None) -> None:
+        """Ranks on nodes of ``gpus_per_node`` (None: one node), collectives in the form
+        ``collectives`` (`plexus_partition.model.topology.COLLECTIVES`) picks. Collective: the
+        sub-groups of every axis that may run in two levels are made here (`Grid.levels`), on
+        every rank alike."""
+        choose_form(collectives, self.spans["x"], "all_reduce")  # a known mode, or ValueError
+        self.collectives = collectives
+        self.gpus_per_node = k = check_gpus_per_node(gpus_per_node)
+        self.spans = {a: axis_span(self.grid.shape, a, k) for a in AXES}
+        self.links = {a: group_link(group_ranks(self.grid.shape, a, self.grid.rank), k)
+                      for a in AXES}
+        self.levels = {a: self.grid.levels(a, span.per_node, self.staged)
+                       for a, span in self.spans.items()
+                       if collectives != "flat" and span.split}
+
+    def _two_level(self, axis: str, op: str) -> Levels | None:
+        """The sub-groups ``op`` over ``axis`` runs on in two levels, or None: flat."""
+        levels = self.levels.get(axis)
+        if levels is None or choose_form(self.collectives, self.spans[axis], op) == "flat":
+            return None
+        return levels
 
     # ---- where collectives come from (the ledger's keys) and their precision ---------------
     @contextmanager
@@ -163,10 +191,12 @@ class Comm:
         return self.wire if (self.wire is not None and not self._exact
                              and x.dtype == torch.float32) else None
 
-    def record(self, axis: str, op: str, numel: int, p: int, itemsize: int) -> None:
+    def record(self, axis: str, op: str, numel: int, p: int, itemsize: int,
+               form: str = "flat") -> None:
         """Record a collective this rank issues (``numel`` as the ledger counts it) under the
-        layer and phase now (`at`)."""
-        self.ledger.record(axis, op, numel, p, itemsize, self._layer, self._phase)
+        layer and phase now (`at`), run in ``form`` (its parts on their link classes)."""
+        pieces = parts(op, form, numel, self.spans[axis], self.links[axis])
+        self.ledger.record(axis, op, numel, p, itemsize, self._layer, self._phase, pieces)
 
     # ---- raw (non-differentiable) collectives -------------------------------------------
     def raw_all_reduce(self, x: torch.Tensor, axis: str, op: str = "sum",
@@ -185,14 +215,21 @@ class Comm:
                 raise ValueError("an asynchronous all-reduce needs a contiguous tensor")
             return x.copy_(self.raw_all_reduce(x.contiguous(), axis, op))
         wire = self.wire_of(x) if op == "sum" else None
+        reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
+                     "min": dist.ReduceOp.MIN}[op]
+        levels = self._two_level(axis, "all_reduce")
+        if levels is not None:  # three collectives in a row: synchronously
+            self.record(axis, "all_reduce", x.numel(), p,
+                        x.element_size() if wire is None else wire.itemsize, "hierarchical")
+            with self.timers(f"all_reduce:{axis}"):
+                levels.all_reduce(x, wire, reduce_op)
+            return None if async_op else x
         if wire is not None:  # two-shot, float32 sums: nothing to overlap with
             self.record(axis, "all_reduce", x.numel(), p, wire.itemsize)
             with self.timers(f"all_reduce:{axis}"):
                 self._low_all_reduce(x, axis, p, wire)
             return None if async_op else x
         self.record(axis, "all_reduce", x.numel(), p, x.element_size())
-        reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
-                     "min": dist.ReduceOp.MIN}[op]
         if self.staged:  # through host memory, synchronously (nothing to overlap with)
             with self.timers(f"all_reduce:{axis}"):
                 all_reduce_staged(x, reduce_op, self.grid.group(axis))
@@ -216,10 +253,15 @@ class Comm:
             return x
         x, wire = x.contiguous(), self.wire_of(x)
         send = x if wire is None else x.to(wire)
-        out = send.new_empty((p * x.shape[0],) + tuple(x.shape[1:]))
-        self.record(axis, "all_gather", out.numel(), p, send.element_size())
+        levels = self._two_level(axis, "all_gather")
+        self.record(axis, "all_gather", p * x.numel(), p, send.element_size(),
+                    "flat" if levels is None else "hierarchical")
         with self.timers(f"all_gather:{axis}"):
-            out = self._into(out, send, _all_gather, axis)
+            if levels is not None:
+                out = levels.all_gather(send)
+            else:
+                out = send.new_empty((p * x.shape[0],) + tuple(x.shape[1:]))
+                out = self._into(out, send, _all_gather, axis)
         return out if wire is None else out.to(x.dtype)
 
     def raw_reduce_scatter(self, x: torch.Tensor, axis: str) -> torch.Tensor:
@@ -228,15 +270,16 @@ class Comm:
         if p == 1:
             return x
         x, wire = x.contiguous(), self.wire_of(x)
-        if wire is not None:  # the blocks in the low precision, summed in float32
-            self.record(axis, "reduce_scatter", x.numel(), p, wire.itemsize)
-            with self.timers(f"reduce_scatter:{axis}"):
-                send = x.to(wire)
-                got = self._into(torch.empty_like(send), send, dist.all_to_all_single, axis)
-                return got.view((p, x.shape[0] // p) + tuple(x.shape[1:])).to(x.dtype).sum(0)
-        out = x.new_empty((x.shape[0] // p,) + tuple(x.shape[1:]))
-        self.record(axis, "reduce_scatter", x.numel(), p, x.element_size())
+        levels = self._two_level(axis, "reduce_scatter")
+        self.record(axis, "reduce_scatter", x.numel(), p,
+                    x.element_size() if wire is None else wire.itemsize,
+                    "flat" if levels is None else "hierarchical")
         with self.timers(f"reduce_scatter:{axis}"):
+            if levels is not None:
+                return levels.reduce_scatter(x, wire)
+            if wire is not None:  # the blocks in the low precision, summed in float32
+                return low_scatter(x, self.grid.group(axis), p, wire, self.staged)
+            out = x.new_empty((x.shape[0] // p,) + tuple(x.shape[1:]))
             return self._into(out, x, _reduce_scatter, axis)
 
     def _low_all_reduce(self, x: torch.Tensor, axis: str, p: int, wire: torch.dtype) -> None:
@@ -245,24 +288,12 @@ class Comm:
         (all-to-all), this rank's block summed in x's precision in rank order, the rounded sums
         all-gathered: every replica gets the same values."""
         flat = x.view(-1)
-        n = flat.numel()
-        m = -(-n // p)
-        send = torch.zeros(p * m, dtype=wire, device=x.device)
-        send[:n].copy_(flat)
-        got = self._into(torch.empty_like(send), send, dist.all_to_all_single, axis)
-        mine = got.view(p, m).to(x.dtype).sum(0).to(wire)
-        out = self._into(torch.empty_like(send), mine, _all_gather, axis)
-        flat.copy_(out[:n])
+        flat.copy_(low_sum(flat, self.grid.group(axis), p, wire, self.staged))
 
     def _into(self, out: torch.Tensor, x: torch.Tensor, collective, axis: str) -> torch.Tensor:
         """``collective(out, x)`` over ``axis``'s group (a single-tensor all-gather or
         reduce-scatter), through host memory where `staged`; returns ``out``."""
-        if not self.staged:
-            collective(out, x, group=self.grid.group(axis))
-            return out
-        host = out.cpu()
-        collective(host, x.cpu(), group=self.grid.group(axis))
-        return out.copy_(host)
+        return into(out, x, collective, self.grid.group(axis), self.staged)
 
     # ---- differentiable ------------------------------------------------------------------
     def all_reduce(self, x: torch.Tensor, axis: str) -> torch.Tensor:

@@ -12,6 +12,7 @@ from plexus_partition.model.bounds import check_bound
 from plexus_partition.model.model import DEFAULT_DTYPE, DTYPE_BYTES, DTYPES, ModelConfig, ModelError
 from plexus_partition.model.ops import KINDS, NORMS
 from plexus_partition.model.schedule import SPARSE_MODES
+from plexus_partition.model.topology import COLLECTIVES, check_gpus_per_node
 
 # the model's configuration is a plain value of plexus.core (the performance model reads it too)
 MODEL_KINDS = tuple(KINDS)
@@ -109,6 +110,16 @@ class EngineConfig:
     all-gathered over the first stage's depth axis once at set-up and kept, instead of in
     every forward ("on"; "off": every forward; "auto": on when the features do not learn and
     the gathered block fits `plexus.engine.pieces`' budget); the same results either way.
+
+    ``gpus_per_node``: ranks sit on nodes of that many, numbered node by node (rank r on node
+    r // K; None: one node, every link "intra"; `plexus.api` takes a launcher's
+    LOCAL_WORLD_SIZE for it); on a CPU world a virtual placement, which makes the ledger's
+    bytes per link class measurable. ``collectives``: "flat" rings over every axis's group;
+    "hierarchical" runs the sums and gathers of an axis whose groups have k > 1 ranks on each
+    of m > 1 nodes in two levels (within the node, then across the nodes on 1/k of the data,
+    `plexus.engine.twolevel`), "auto" where `plexus_partition.model.topology.choose_form`
+    says so. Two levels sum in another order: results agree to rounding, not bit for bit
+    (gathers are exact).
     """
 
     spmm_backend: str = "torch"  # "torch" (CSR), "scipy" (CPU only), "torch-sparse" when installed
@@ -126,6 +137,8 @@ class EngineConfig:
     recompute: bool = False  # recompute each stage's activations in backward
     comm_dtype: str = DEFAULT_DTYPE  # the wire precision of activations and gradients
     keep_input: str = "auto"  # one of KEEP_INPUT: layer 0's gathered input kept from set-up
+    collectives: str = "auto"  # one of plexus_partition.model.topology.COLLECTIVES
+    gpus_per_node: int | None = None  # ranks per (virtual) node; None: one node
 
     def __post_init__(self) -> None:
         check_bound("agg_chunks", self.agg_chunks)  # the one table's bound (a BoundError)
@@ -141,6 +154,10 @@ class EngineConfig:
         if self.dtype != DEFAULT_DTYPE and self.comm_dtype not in (DEFAULT_DTYPE, self.dtype):
             raise ValueError(f"communication dtype {self.comm_dtype} needs the compute dtype "
                              f"fp32 (a {self.dtype} run's messages are {self.dtype} already)")
+        check_gpus_per_node(self.gpus_per_node)  # the one table's bound (a BoundError)
+        if self.collectives not in COLLECTIVES:
+            raise ValueError(f"unknown collectives {self.collectives!r}; use one of "
+                             f"{', '.join(COLLECTIVES)}")
         if self.keep_input not in KEEP_INPUT:
             raise ValueError(f"unknown keep_input {self.keep_input!r}; use one of "
                              f"{', '.join(KEEP_INPUT)}")

@@ -107,8 +107,8 @@ class DryComm(Comm):
         self.calls: list[Call] = []
         self._reduce, self._rows = "sum", 0
 
-    def record(self, axis, op, numel, p, itemsize):  # noqa: D102
-        super().record(axis, op, numel, p, itemsize)
+    def record(self, axis, op, numel, p, itemsize, form="flat"):  # noqa: D102
+        super().record(axis, op, numel, p, itemsize, form)
         label = self._label or Label()
         back = self._phase == "backward"
         self.calls.append(Call(self._phase, op, axis, int(numel), int(itemsize), self._exact,

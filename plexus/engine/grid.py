@@ -8,7 +8,7 @@ heaviest traffic there (layer 0's depth axis, z, carries the all-gathers of H an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Mapping
 
@@ -17,15 +17,21 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from plexus_partition.model.grid import AXES, GridShape
+from plexus_partition.model.topology import subgroups
+
+from .twolevel import Levels
 
 
 @dataclass
 class Grid:
-    """This rank's place in the grid and the process group of each axis."""
+    """This rank's place in the grid and the process group of each axis (and, once asked
+    for, the sub-groups of a split axis's two-level collectives, `levels`)."""
 
     mesh: DeviceMesh
     device: torch.device
     shape: GridShape
+    timeout_s: float | None = None  # how long a collective of a group made here may wait
+    _levels: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def create(cls, shape: GridShape | str | Mapping[str, int] | tuple[int, int, int],
@@ -45,7 +51,7 @@ class Grid:
             override = {axis: (dist.get_backend(), options) for axis in AXES}
         mesh = init_device_mesh(device.type, shape.dims, mesh_dim_names=AXES,
                                 backend_override=override)
-        return cls(mesh, device, shape)
+        return cls(mesh, device, shape, timeout_s)
 
     @property
     def dims(self) -> tuple[int, int, int]:
@@ -67,6 +73,20 @@ class Grid:
     def group(self, axis: str) -> dist.ProcessGroup:
         """The process group of the ranks that differ from this one only along ``axis``."""
         return self.mesh.get_group(axis)
+
+    def levels(self, axis: str, per_node: int, staged: bool = False) -> Levels:
+        """This rank's sub-groups of ``axis`` split into nodes of ``per_node`` of its ranks
+        (`plexus_partition.model.topology.subgroups`). The first call for an axis is a
+        collective of the whole world: every rank makes it, axis by axis in the same order
+        (`plexus.engine.comm.Comm.place` does, at set-up); the groups are kept on the grid."""
+        if (axis, per_node) not in self._levels:
+            intra, inter = subgroups(self.shape, axis, per_node)
+            timeout = None if self.timeout_s is None else timedelta(seconds=self.timeout_s)
+            mine = [dist.new_subgroups_by_enumeration(lists, timeout=timeout)[0]
+                    for lists in (intra, inter)]
+            self._levels[axis, per_node] = (*mine, len(inter[0]))
+        node, network, m = self._levels[axis, per_node]
+        return Levels(node, network, per_node, m, staged)
 
     def size(self, axis: str) -> int:
         return self.shape[axis]

@@ -2,14 +2,14 @@
 
 Launchers number ranks node by node (torchrun and srun fill a node's GPUs with consecutive
 ranks), and a grid numbers them rank = (x·Y + y)·Z + z
-(`plexus_partition.model.grid.GridShape.coords`), so z is the fastest-varying axis. The ranks of one
-collective along an axis with stride s (z: 1, y: Z, x: Y·Z) and size p are b, b + s, ..., b +
-(p-1)·s. Every such group lies inside one node exactly when the job fits in one node or s·p divides
-the GPUs per node G (aligned blocks of s·p consecutive ranks): link class "intra". Otherwise the
-group crosses the network: with s dividing G and G dividing s·p, each of its p·s/G nodes holds
-k = G/s of its ranks, and a ring crosses each node boundary on k NICs at once ("strided4" for
-k >= 4, "strided" for 2 or 3);
-with s >= G (or an irregular split) its ranks are on separate nodes, one NIC each ("inter").
+(`plexus_partition.model.grid.GridShape.coords`), so a node holds a block of the grid: as much of
+z as fits, then of y, then of x. A group of an axis of size p with k of its ranks on each of its
+m = p/k nodes is priced with link class "intra" when m = 1; across nodes, a ring crosses each
+node boundary on k NICs at once: "strided4" for k >= 4, "strided" for 2 or 3, "inter" for one
+rank per node (each on its own NIC; an irregular split is priced so, the slowest reading). The
+rule of where ranks sit, and how a collective splits into a node's and the network's parts, is
+`plexus_partition.model.topology`'s (the engine builds its groups and counts its ledger by it);
+this module adds the model's link classes and the blocks it may choose from.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from plexus_partition.model.grid import AXES
+from plexus_partition.model.topology import axis_span, node_block
 
 from .calibration import Calibration
 
@@ -52,21 +53,10 @@ class Placement:
         return -(-world_size // self.gpus_per_node)
 
     def block(self, shape: Mapping[str, int]) -> tuple[int, int, int] | None:
-        """(x, y, z) ranks per node on grid ``shape``: ``node`` where it tiles the grid, else
-        the launcher's (z first); None where neither tiles it (an irregular split)."""
-        if self.node is not None:
-            return self.node if all(shape[a] % k == 0 for a, k in zip(AXES, self.node)) \
-                else None
-        left, out = self.gpus_per_node, {}
-        for axis in ("z", "y", "x"):
-            p = shape[axis]
-            if left % p == 0:
-                out[axis], left = p, left // p
-            elif p % left == 0:
-                out[axis], left = left, 1
-            else:
-                return None
-        return (out["x"], out["y"], out["z"]) if left == 1 else None
+        """(x, y, z) ranks per node on grid ``shape``
+        (`plexus_partition.model.topology.node_block`: ``node`` where it tiles the grid, else
+        the launcher's, z first; None where neither does)."""
+        return node_block(shape, self.gpus_per_node, self.node)
 
     def arrangements(self, shape: Mapping[str, int]) -> list["Placement"]:
         """This placement with each block of ``gpus_per_node`` ranks that tiles grid
@@ -83,15 +73,14 @@ class Placement:
 
     def axis_split(self, shape: Mapping[str, int]) -> dict[str, tuple[int, int]]:
         """{axis: (k, m)}: each group of the axis on grid ``shape`` is k ranks on each of m
-        nodes (k·m = the axis's size; (p, 1) inside one node, (1, p) one rank per node or an
-        irregular split)."""
-        world = shape["x"] * shape["y"] * shape["z"]
-        if world <= self.gpus_per_node:
-            return {axis: (shape[axis], 1) for axis in AXES}
-        block = self.block(shape)
-        if block is None:  # an irregular split: priced as one rank per node (the slowest)
-            return {axis: (1, shape[axis]) if shape[axis] > 1 else (1, 1) for axis in AXES}
-        return {axis: (k, shape[axis] // k) for axis, k in zip(AXES, block)}
+        nodes (k·m = the axis's size; (p, 1) inside one node; (1, p) one rank per node, and
+        so is an irregular split priced: the slowest reading). The rule is the engine's,
+        `plexus_partition.model.topology.axis_span`."""
+        out = {}
+        for axis in AXES:
+            span = axis_span(shape, axis, self.gpus_per_node, self.node)
+            out[axis] = (span.per_node, span.nodes) if span.per_node else (1, span.size)
+        return out
 
     def axis_links(self, shape: Mapping[str, int]) -> dict[str, str]:
         """{axis: "intra", "strided4", "strided" or "inter"}: the link class each axis's

@@ -172,6 +172,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                           overlap=args.overlap, sparse_comm=args.sparse_comm,
                           tune_gemms=args.tune_gemms, timers=args.timers,
                           huge_pages=args.huge_pages, dtype=args.dtype, recompute=args.recompute,
+                          collectives=args.collectives, gpus_per_node=args.gpus_per_node,
                           **_comm_options(args))
     try:
         device = default_device(args.device)

@@ -11,6 +11,7 @@ from plexus.api.recipes import RECIPES
 from plexus.api.training import BACKENDS, LR_SCHEDULES, OPTIMIZERS, TrainConfig
 from plexus_partition.model.cli import ArgumentParser
 from plexus_partition.model.layout import DEFAULT_PERMUTATION
+from plexus_partition.model.topology import COLLECTIVES
 from plexus_partition.model.modelopts import (ModelOptionsText, add_comm_options, add_model_options,
                                    add_precision_options)
 from plexus_datasets.spec import FEATURE_MODES
@@ -236,6 +237,17 @@ def _engine_options(eng: argparse._ArgumentGroup) -> None:
                      help="do not time kernels and collectives (no timing breakdown)")
     add_precision_options(eng)
     add_comm_options(eng)
+    eng.add_argument("--gpus-per-node", type=int, metavar="K",
+                     help="ranks sit on nodes of K, numbered node by node (rank r on node "
+                          "r // K): the ledger counts bytes inside a node (intra) and across "
+                          "nodes (inter), and --collectives may split an axis by node; on CPU "
+                          "ranks a virtual placement (default: the launcher's LOCAL_WORLD_SIZE "
+                          "under torchrun/srun, else one node)")
+    eng.add_argument("--collectives", choices=COLLECTIVES, default="auto",
+                     help="flat: every collective a ring over its axis; hierarchical: the "
+                          "sums and gathers of an axis with several ranks on each of several "
+                          "nodes in two levels (within the node, then across the nodes on 1/k "
+                          "of the data); auto (default): hierarchical where an axis splits so")
     eng.add_argument("--keep-input", choices=("auto", "on", "off"), default="auto",
                      help="layer 0's fixed input features gathered once at set-up and kept "
                           "(on), or gathered in every forward (off); auto: kept when they do "

@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from plexus_partition.model.grid import AXES
 from plexus_partition.model.schedule import SETUP, volume_per_axis
+from plexus_partition.model.topology import LINKS
 from plexus.core.units import format_seconds
 from plexus.api.training import EpochStats, Ledger, Timers, staged
 from plexus.runtime.memstats import cuda_peak_bytes, peak_rss_bytes
@@ -47,15 +48,17 @@ def reduce_timers(timers: Timers | Mapping[str, float],
             for n, a, b in zip(union, mx.tolist(), total.tolist())}
 
 
-def reduce_ledger(ledger: Ledger,
-                  device: torch.device) -> tuple[dict[str, float], dict[str, float]]:
-    """Bytes moved per axis: summed over all ranks, and the largest single rank (collective)."""
-    per_axis = ledger.per_axis("bytes")
-    values = torch.tensor([per_axis[a] for a in AXES], dtype=torch.float64, device=device)
+def reduce_ledger(ledger: Ledger, device: torch.device, per: str = "axis"
+                  ) -> tuple[dict[str, float], dict[str, float]]:
+    """Bytes moved per axis (``per`` "axis") or per link class ("link": intra, inter): summed
+    over all ranks, and the largest single rank (collective)."""
+    mine = ledger.per_axis("bytes") if per == "axis" else ledger.per_link()
+    names = AXES if per == "axis" else LINKS
+    values = torch.tensor([mine[a] for a in names], dtype=torch.float64, device=device)
     mx, total = values.clone(), values.clone()
     dist.all_reduce(mx, op=dist.ReduceOp.MAX)
     dist.all_reduce(total, op=dist.ReduceOp.SUM)
-    return dict(zip(AXES, total.tolist())), dict(zip(AXES, mx.tolist()))
+    return dict(zip(names, total.tolist())), dict(zip(names, mx.tolist()))
 
 
 def declared_max_rank(run: Run, epochs: int, evaluations: int) -> dict[str, float] | None:
@@ -157,6 +160,7 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
     timers = reduce_timers(run.comm.timers, run.grid.device)
     timers_timed = reduce_timers(timed, run.grid.device) if timed is not None else None
     comm_total, comm_max = reduce_ledger(run.comm.ledger, run.grid.device)
+    link_total, link_max = reduce_ledger(run.comm.ledger, run.grid.device, "link")
     evaluations = sum(s.test_acc is not None for s in history) + (final_eval_s > 0)
     declared = declared_max_rank(run, len(history), evaluations)
     # training's peak, before the end of the run's own work: OGB's evaluator (its import: pandas,
@@ -190,6 +194,10 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         "startup_from": startup_origin(run.plan),
         "setup_script_s": run.plan.setup_script_s or None,
         "comm_bytes": comm_total, "comm_bytes_max_rank": comm_max,
+        # the same bytes per link class: inside a node, across nodes (--gpus-per-node)
+        "comm_bytes_per_link": link_total, "comm_bytes_per_link_max_rank": link_max,
+        "gpus_per_node": run.comm.gpus_per_node, "collectives": run.plan.engine.collectives,
+        "hierarchical_axes": sorted(run.comm.levels),
         # the schedule's bytes for the busiest rank, priced with its sparse exchanges' rows
         "comm_bytes_declared_max_rank": declared,
         "sparse_comm": run.plan.engine.sparse_comm,

@@ -362,6 +362,11 @@ def format_summary(s: dict) -> str:
                  for a in ("x", "y", "z")]
         lines.append("  communication, all ranks: " + ", ".join(parts)
                      + f"; total {format_bytes(sum(comm.values()))}")
+        links = s.get("comm_bytes_per_link")
+        if links and s.get("gpus_per_node"):
+            lines.append(f"  per link class ({s['gpus_per_node']} ranks per node): inside a node "
+                         f"{format_bytes(links.get('intra', 0.0))}, across nodes "
+                         f"{format_bytes(links.get('inter', 0.0))}")
     if s.get("comm_collectives"):
         lines.extend(format_account(s["comm_collectives"]))
     return "\n".join(lines)

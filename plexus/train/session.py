@@ -218,6 +218,15 @@ def communication_lines(plan: ResolvedRun, model: GraphModel, grid: Grid) -> lis
             lines.append(f"layer 0's input features gathered over {depth} in every forward: "
                          "kept, they would exceed a pass's memory budget (--keep-input on "
                          "keeps them anyway)")
+    comm = model.net.comm
+    if comm.gpus_per_node is not None:
+        where = {a: ("in two levels" if a in comm.levels else
+                     "inside a node" if comm.spans[a].link == "intra" else "across nodes")
+                 for a in ("x", "y", "z") if grid.shape[a] > 1}
+        origin = "--gpus-per-node" if plan.engine.gpus_per_node else "the launcher's nodes"
+        lines.append(f"ranks on nodes of {comm.gpus_per_node} ({origin}), --collectives "
+                     f"{plan.engine.collectives}: "
+                     + ", ".join(f"{a} {w}" for a, w in where.items()))
     if plan.engine.wire_dtype() is not None:
         lines.append(f"activation, gradient and gathered-weight messages in "
                      f"{plan.engine.comm_dtype} (--comm-dtype), summed in fp32; statistics "
