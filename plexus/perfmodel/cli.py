@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 from plexus_partition.model.cli import ArgumentParser, UsageError, given_options, report_error
 from plexus_partition.model.grid import MAX_WORLD_SIZE, GridShape
 from plexus_partition.model.model import DTYPE_BYTES
+from plexus_partition.model.topology import COLLECTIVES
 from plexus_partition.model.modelopts import (ModelOptionsText, add_comm_options, add_model_options,
                                    add_precision_options, check_model_options, comm_dtype_bytes,
                                    model_config)
@@ -89,6 +90,11 @@ def _model_parser() -> ArgumentParser:
     eng.add_argument("--gather-input", action="store_true",
                      help="gather layer 0's fixed features every step instead of once (the "
                           "default keeps the gathered block where memory allows)")
+    eng.add_argument("--collectives", choices=COLLECTIVES, default="auto",
+                     help="with --gpus-per-node, each collective over an axis split across "
+                          "nodes as a flat ring or in two levels (within the node, then across "
+                          "on 1/k of the data): auto (the default) prices both with the link "
+                          "classes and takes the faster, as plexus-train's")
     eng.add_argument("--agg-chunks", type=int, default=1, metavar="K",
                      help="the aggregation's row pieces, as plexus-train's (default 1)")
     eng.add_argument("--overlap", action="store_true",
@@ -281,7 +287,8 @@ def _rank(args: argparse.Namespace, sizes: _Sizes, recipe_fields: dict[str, Any]
                      device="cuda" if gpus else "cpu",
                      comm_dtype_bytes=comm_dtype_bytes(args),
                      sparse_comm=args.sparse_comm, keep_input=not args.gather_input,
-                     agg_chunks=args.agg_chunks, overlap=args.overlap)
+                     agg_chunks=args.agg_chunks, overlap=args.overlap,
+                     collectives=args.collectives)
     limit, limit_name = None, "memory limit"
     if args.memory_limit is not None:
         limit = args.memory_limit * 2**30

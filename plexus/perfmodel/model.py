@@ -31,8 +31,10 @@ from plexus_partition.model.layout import ORDERS
 from plexus_partition.model.model import parse_order
 from plexus_partition.model.ops.base import elementwise_passes
 from plexus_partition.model.schedule import OPS, Collective, SparseExchange, setup_collectives
+from plexus_partition.model.topology import AxisSpan
 
 from .calibration import Calibration
+from .forms import collective_parts, epoch_link_bytes, parts_seconds
 from .memory import Memory, rank_memory
 from .placement import Placement
 from .spec import BEST_ORDER, Grid3, ModelSpec, normalize_grid, spec_collectives, spec_layout, \
@@ -47,9 +49,6 @@ __all__ = ["BEST_ORDER", "Grid3", "ModelSpec", "normalize_grid", "Memory", "Comm
 _EXHAUSTIVE_ORDER_LAYERS = 12
 
 
-# ---------------------------------------------------------------------------------------------
-# Inputs
-# ---------------------------------------------------------------------------------------------
 # ---------------------------------------------------------------------------------------------
 # Communication
 # ---------------------------------------------------------------------------------------------
@@ -238,6 +237,7 @@ class Prediction:
     links: dict[str, str] = field(default_factory=dict)  # axis -> link class, when placed
     overhead_s: float = 0.0  # the step's fixed work, part of compute_s (`Calibration.overhead`)
     node: tuple[int, int, int] | None = None  # ranks of x, y, z per node, when placed
+    link_bytes: dict[str, float] = field(default_factory=dict)  # sent per link class, placed
 
     @property
     def comm_fraction(self) -> float:
@@ -249,7 +249,7 @@ class Prediction:
                 "comm_s": self.comm_s, "compute_s": self.compute_s,
                 "overhead_s": self.overhead_s,
                 "comm_s_per_axis": self.comm_s_per_axis, "links": self.links,
-                "node": list(self.node) if self.node else None,
+                "node": list(self.node) if self.node else None, "link_bytes": self.link_bytes,
                 "comm_elements": self.volume.total_elements, "comm_bytes": self.volume.total_bytes,
                 "comm": self.volume.to_dict(), "spmm_flops": self.compute.spmm_flops,
                 "gemm_flops": self.compute.gemm_flops,
@@ -258,13 +258,18 @@ class Prediction:
 
 
 def collective_time(c: Collective, calibration: Calibration, dtype_bytes: int = 4,
-                    ranks_per_host: int | None = None, link_class: str | None = None) -> float:
+                    ranks_per_host: int | None = None, link_class: str | None = None,
+                    span: AxisSpan | None = None, collectives: str = "flat") -> float:
     """Time of one collective. Among ``ranks_per_host`` local ranks sharing a calibrated
     host's cores, with neither an axis override nor a cluster's ``link_class``: the latency
     per call plus bytes moved per rank·β measured for groups of its size in such a world
     (`Calibration.group_link`). Otherwise the α-β ring: steps·α + bytes moved per rank·β, with
     the (α, β) of its axis, of its ``link_class`` on a cluster, or of a world of
-    ``ranks_per_host`` local ranks (`Calibration.link`)."""
+    ``ranks_per_host`` local ranks (`Calibration.link`). On a cluster, given the axis's
+    ``span``, in the form ``collectives`` picks (`plexus.perfmodel.forms`)."""
+    if span is not None and link_class is not None and span.split:
+        pieces = collective_parts(c, collectives, calibration, link_class, span, dtype_bytes)
+        return parts_seconds(pieces, calibration, link_class, c.itemsize or dtype_bytes)
     moved = c.elements * (c.itemsize or dtype_bytes)
     if link_class is None and not any(a == c.axis for a, _, _ in calibration.axes):
         measured = calibration.group_link(ranks_per_host, c.group)
@@ -286,14 +291,15 @@ def pieces(c: Collective, spec: ModelSpec) -> int:
 
 def priced_time(c: Collective, spec: ModelSpec, calibration: Calibration,
                 ranks_per_host: int | None, link_class: str | None, spmm_rate: float,
-                shape: Mapping[str, int]) -> float:
+                shape: Mapping[str, int], span: AxisSpan | None = None) -> float:
     """The time one collective adds to the epoch: `collective_time`; for an aggregation's sum
     cut into k pieces, k calls' latency, less, with ``overlap``, what the pipeline hides: piece
     j's all-reduce runs while piece j+1's SpMM computes, so of k pieces of SpMM time s and
     all-reduce time r each, (k-1)·min(s, r) is hidden. The SpMM's flops are 2·nnz_blk·width
     (nnz_blk = nnz/(|rows|·|cols|) spread evenly, width = size/rows), at ``spmm_rate``."""
     k = pieces(c, spec)
-    whole = collective_time(c, calibration, spec.dtype_bytes, ranks_per_host, link_class)
+    whole = collective_time(c, calibration, spec.dtype_bytes, ranks_per_host, link_class, span,
+                            spec.collectives)
     if k == 1:
         return whole
     alone = collective_time(replace(c, size=0), calibration, spec.dtype_bytes, ranks_per_host,
@@ -353,13 +359,14 @@ def predict(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     comp = epoch_compute(spec, s, orders)
     mem = epoch_memory(spec, s, orders)
     links = placement.axis_links(s) if placement else {}
+    spans = placement.spans(s) if placement else {}
     spmm_rate, gemm_rate, elementwise_rate = cal.rates(spec.dtype_bytes)
     # everything the rank runs on its cores, its fixed work too, at its share of them
     share = cal.core_share(ranks_per_host)
     per_axis = {a: 0.0 for a in AXES}
     for c in vol.collectives:
         per_axis[c.axis] += priced_time(c, spec, cal, ranks_per_host, links.get(c.axis),
-                                        spmm_rate * share, s)
+                                        spmm_rate * share, s, spans.get(c.axis))
     comm_s = sum(per_axis.values())
     overhead_s = cal.overhead(len(spec.plans(orders))) / share
     compute_s = (comp.sparse_seconds(cal, spmm_rate, spec.dtype_bytes)
@@ -367,7 +374,8 @@ def predict(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
                  + comp.elementwise / elementwise_rate) / share + overhead_s
     return Prediction((s["x"], s["y"], s["z"]), tuple(orders), comm_s + compute_s, comm_s,
                       compute_s, vol, comp, mem, per_axis, links=links, overhead_s=overhead_s,
-                      node=placement.block(s) if placement else None)
+                      node=placement.block(s) if placement else None,
+                      link_bytes=epoch_link_bytes(vol.collectives, spec, cal, links, spans))
 
 
 def factorizations(world_size: int) -> list[Grid3]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from plexus_partition.model.grid import AXES
-from plexus_partition.model.topology import axis_span, node_block
+from plexus_partition.model.topology import AxisSpan, axis_span, node_block
 
 from .calibration import Calibration
 
@@ -71,16 +71,18 @@ class Placement:
         first = mine.block(shape)
         return [mine] + [Placement(g, b) for b in blocks if b != first]
 
+    def spans(self, shape: Mapping[str, int]) -> dict[str, AxisSpan]:
+        """{axis: how its groups sit on nodes} on grid ``shape``
+        (`plexus_partition.model.topology.axis_span`)."""
+        return {axis: axis_span(shape, axis, self.gpus_per_node, self.node) for axis in AXES}
+
     def axis_split(self, shape: Mapping[str, int]) -> dict[str, tuple[int, int]]:
         """{axis: (k, m)}: each group of the axis on grid ``shape`` is k ranks on each of m
         nodes (k·m = the axis's size; (p, 1) inside one node; (1, p) one rank per node, and
         so is an irregular split priced: the slowest reading). The rule is the engine's,
         `plexus_partition.model.topology.axis_span`."""
-        out = {}
-        for axis in AXES:
-            span = axis_span(shape, axis, self.gpus_per_node, self.node)
-            out[axis] = (span.per_node, span.nodes) if span.per_node else (1, span.size)
-        return out
+        return {axis: (span.per_node, span.nodes) if span.per_node else (1, span.size)
+                for axis, span in self.spans(shape).items()}
 
     def axis_links(self, shape: Mapping[str, int]) -> dict[str, str]:
         """{axis: "intra", "strided4", "strided" or "inter"}: the link class each axis's

@@ -15,6 +15,7 @@ from plexus_partition.model.ops import NORM_OP, OPERATORS
 from plexus_partition.model.ops.base import StageSizes, stage_sizes
 from plexus_partition.model.schedule import (SPARSE_MODES, Collective, SparseExchange,
                                              epoch_collectives, estimated_rows)
+from plexus_partition.model.topology import COLLECTIVES
 
 BEST_ORDER = "best"  # ModelSpec.best_orders: the orders choose_orders predicts fastest, per grid
 
@@ -62,6 +63,7 @@ class ModelSpec:
     keep_input: bool = True  # fixed input features gathered once and kept (no AG(H) per step)
     agg_chunks: int = 1  # the aggregation's row pieces (`--agg-chunks`)
     overlap: bool = False  # each piece's sum overlaps the next piece's SpMM (`--overlap`)
+    collectives: str = "auto"  # on a cluster, the form of each collective (`--collectives`)
     # False: tensors only, as the tensor tracker counts them (`plexus.runtime.memstats`): the
     # host memory a CPU allocator keeps beyond live tensors left out
     allocator_slack: bool = True
@@ -90,6 +92,9 @@ class ModelSpec:
         if self.sparse_comm not in SPARSE_MODES:
             raise ValueError(f"sparse_comm must be one of {', '.join(SPARSE_MODES)}, got "
                              f"{self.sparse_comm!r}")
+        if self.collectives not in COLLECTIVES:
+            raise ValueError(f"collectives must be one of {', '.join(COLLECTIVES)}, got "
+                             f"{self.collectives!r}")
         if isinstance(self.agg_chunks, bool) or not isinstance(self.agg_chunks, int) \
                 or self.agg_chunks < 1:
             raise ValueError(f"agg_chunks must be a whole number >= 1, got {self.agg_chunks!r}")

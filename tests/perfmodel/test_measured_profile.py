@@ -164,7 +164,8 @@ def test_a_node_block_sets_each_axis_link_by_hand():
 
 def test_the_model_keeps_the_fastest_block_and_prices_it_by_hand():
     from plexus.perfmodel import Placement, collectives
-    spec = ModelSpec.of(8192, 80_000, 64, 8, num_layers=3, hidden=64, order="agg")
+    spec = ModelSpec.of(8192, 80_000, 64, 8, num_layers=3, hidden=64, order="agg",
+                        collectives="flat")
     links = {"intra": {"alpha": 1e-6, "beta": 1e-11}, "strided": {"alpha": 1e-6, "beta": 3e-11},
              "inter": {"alpha": 1e-6, "beta": 7e-11}}
     cal = Calibration.from_dict({"spmm_flops": 1e12, "gemm_flops": 2e13, "device": "cuda",
@@ -200,3 +201,37 @@ def test_plexus_model_says_the_node_block_it_priced(capsys):
     assert tuple(launcher["node"]) == want
     assert len(best["node"]) == 3 and best["node"][0] * best["node"][1] * best["node"][2] == 4
     assert best["time_s"] <= launcher["time_s"]
+
+
+def test_a_two_level_all_reduce_is_priced_part_by_part_by_hand():
+    from plexus_partition.model.schedule import Collective
+    from plexus_partition.model.topology import AxisSpan
+    from plexus.perfmodel.model import collective_time
+    ai, bi, ae, be, a2, b2 = 1e-6, 1e-11, 5e-6, 7e-11, 2e-6, 2.5e-11
+    cal = Calibration.from_dict({"spmm_flops": 1e12, "gemm_flops": 2e13, "device": "cuda",
+                                 "gpus_per_node": 4, "links": {
+                                     "intra": {"alpha": ai, "beta": bi},
+                                     "strided": {"alpha": a2, "beta": b2},
+                                     "inter": {"alpha": ae, "beta": be}}})
+    span = AxisSpan(4, 2, 2, "inter")  # 2 ranks on each of 2 nodes
+    c = Collective("AR(AGG)", 0, "forward", "all_reduce", "z", 4, 1001)
+    flat = 2 * 3 * a2 + 2 * 3 / 4 * 1001 * 4 * b2
+    # reduce-scatter of 1002 (padded to k = 2) in the node, all-reduce of 501 across the 2
+    # nodes, all-gather of 1002 in the node
+    two = (ai + 1002 / 2 * 4 * bi) + (2 * ae + 501 * 4 * be) + (ai + 1002 / 2 * 4 * bi)
+    assert collective_time(c, cal, link_class="strided", span=span,
+                           collectives="flat") == pytest.approx(flat)
+    assert collective_time(c, cal, link_class="strided", span=span,
+                           collectives="hierarchical") == pytest.approx(two)
+    assert collective_time(c, cal, link_class="strided", span=span,
+                           collectives="auto") == pytest.approx(min(flat, two))
+    # the measured Perlmutter profile: NCCL's flat ring across nodes already uses the node's
+    # NICs (strided4 63 GB/s), so auto keeps it flat for a big all-reduce; the line-rate
+    # profile (no strided class: priced as inter) makes two levels faster
+    big = Collective("AR(AGG)", 0, "forward", "all_reduce", "z", 8, 10**8)
+    span8 = AxisSpan(8, 4, 2, "inter")
+    for name, want in (("perlmutter-a100", "flat"), ("perlmutter-a100-peak", "hierarchical")):
+        prof = load_profile(name)
+        times = {f: collective_time(big, prof, link_class="strided4", span=span8, collectives=f)
+                 for f in ("flat", "hierarchical")}
+        assert min(times, key=times.get) == want, (name, times)

@@ -39,7 +39,7 @@ from typing import Iterator, Mapping, NamedTuple
 
 from .bounds import check_bound
 from .grid import AXES
-from .schedule import ring_volume
+from .schedule import ring_steps, ring_volume
 
 #: The link classes a collective's bytes are counted in.
 LINKS = ("intra", "inter")
@@ -178,17 +178,38 @@ def subgroups(shape: Mapping[str, int], axis: str, per_node: int
     return intra, inter
 
 
-def choose_form(collectives: str, span: AxisSpan, op: str) -> str:
-    """"hierarchical" or "flat": the form collective ``op`` over an axis of ``span`` runs in
-    under the mode ``collectives`` (one of `COLLECTIVES`). "flat" never splits; "hierarchical"
-    and "auto" split every sum and gather of a split axis (the network then carries 1/k of the
-    flat bytes for the same total; anything else falls back to flat)."""
+def choose_form(collectives: str, span: AxisSpan, op: str, numel: float = 0.0,
+                itemsize: float = 4.0, rates: Mapping[str, tuple[float, float]] | None = None,
+                flat_link: str | None = None) -> str:
+    """"hierarchical" or "flat": the form collective ``op`` of full size ``numel`` over an
+    axis of ``span`` runs in under the mode ``collectives`` (one of `COLLECTIVES`). "flat"
+    never splits; "hierarchical" splits every sum and gather of a split axis. "auto" does too
+    where no link rates are known (a virtual placement: the network then carries 1/k of the
+    flat bytes for the same total); with ``rates`` ({link class: (α, β)}, the flat form on
+    ``flat_link``, default the axis's) it picks the form the α-β ring prices faster
+    (`form_seconds`; ties: flat). Anything else stays flat."""
     if collectives not in COLLECTIVES:
         raise ValueError(f"unknown collectives {collectives!r}; use one of "
                          f"{', '.join(COLLECTIVES)}")
     if collectives == "flat" or not span.split or op not in HIERARCHICAL_OPS:
         return "flat"
+    if collectives == "auto" and rates is not None:
+        flat = form_seconds(parts(op, "flat", numel, span, flat_link), itemsize, rates)
+        two = form_seconds(parts(op, "hierarchical", numel, span), itemsize, rates)
+        return "hierarchical" if two < flat else "flat"
     return "hierarchical"
+
+
+def form_seconds(pieces: tuple[Part, ...], itemsize: float,
+                 rates: Mapping[str, tuple[float, float]]) -> float:
+    """The α-β time of ``pieces`` (`parts`): each part's ring steps × α plus the bytes one rank
+    sends × β of its link class in ``rates``."""
+    total = 0.0
+    for part in pieces:
+        alpha, beta = rates[part.link]
+        total += ring_steps(part.op, part.p) * alpha \
+            + ring_volume(part.op, part.numel, part.p) * itemsize * beta
+    return total
 
 
 def parts(op: str, form: str, numel: float, span: AxisSpan, link: str | None = None
