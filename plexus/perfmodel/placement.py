@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from plexus_partition.model.grid import AXES
-from plexus_partition.model.topology import AxisSpan, axis_span, node_block
+from plexus_partition.model.topology import AxisSpan, axis_span, node_block, ring_class
 
 from .calibration import Calibration
 
@@ -88,8 +88,7 @@ class Placement:
         """{axis: "intra", "strided4", "strided" or "inter"}: the link class each axis's
         collectives cross on grid ``shape`` ({"x": X, "y": Y, "z": Z}); an axis of size 1
         moves nothing ("intra")."""
-        return {axis: "intra" if m == 1 else "strided4" if k >= 4 else "strided" if k > 1
-                else "inter" for axis, (k, m) in self.axis_split(shape).items()}
+        return {axis: ring_class(span) for axis, span in self.spans(shape).items()}
 
 
 def _divisors(n: int) -> list[int]:

@@ -136,6 +136,17 @@ def axis_span(shape: Mapping[str, int], axis: str, gpus_per_node: int | None,
     return AxisSpan(p, 0, 0, "inter")  # groups differ in how they sit: no split
 
 
+def ring_class(span: AxisSpan) -> str:
+    """The link class a flat ring over an axis of ``span`` is priced with: "intra" inside a
+    node; across nodes "strided4" / "strided" with 4+ / 2-3 of the group's ranks on each node
+    (the ring crosses each node boundary on that many NICs at once), "inter" with one (each
+    rank on its own NIC; an irregular split is read so, the slowest)."""
+    if span.nodes == 1 and span.link == "intra":
+        return "intra"
+    k = span.per_node
+    return "strided4" if k >= 4 else "strided" if k >= 2 else "inter"
+
+
 def axis_links(shape: Mapping[str, int], gpus_per_node: int | None) -> dict[str, str]:
     """{axis: "intra" or "inter"}: the link class of each axis's collectives (an axis of size
     1 moves nothing: "intra")."""
