@@ -25,6 +25,7 @@ from plexus_datasets.graph import Graph
 from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedModel
 from plexus.engine.rocauc import serial_rocauc
+from plexus.engine.spmm import available_backends
 from plexus.engine.trainer import Trainer
 from plexus.testing.exactness import build_pair as build
 from plexus.testing.exactness import close as _close
@@ -424,6 +425,10 @@ def run_grid_checks(grids: list[tuple[int, int, int]], layer_counts=(1, 2, 3, 4)
             grid, g, ModelConfig(3, HIDDEN, 0.5, True, "agg,combine,agg"), "double",
             engine=EngineConfig(spmm_backend="scipy", agg_chunks=3, overlap=True),
             epochs=epochs)
+        if "torch-sparse" in available_backends():  # ./run installs it where its wheel is
+            out[f"{tag}/engine/torch-sparse"] = check_training(
+                grid, g, ModelConfig(2, HIDDEN, 0.5, True, "agg,combine"), "double",
+                engine=EngineConfig(spmm_backend="torch-sparse"), epochs=epochs)
         out[f"{tag}/engine/tuned-gemms-chunked"] = check_training(
             grid, g, ModelConfig(2, HIDDEN, 0.5, True, "agg", True), "single",
             engine=EngineConfig(agg_chunks=2, tune_gemms=True), epochs=epochs)

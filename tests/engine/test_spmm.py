@@ -25,3 +25,21 @@ def test_block_products_equal_dense(backend, width):
     torch.testing.assert_close(blk.mm(x).double(), dense @ x.double(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(blk.tmm(y).double(), dense.T @ y.double(), rtol=1e-5, atol=1e-5)
     assert blk.mm(x).is_contiguous() and blk.mm(x).dtype == torch.float32
+
+
+def test_the_shipped_torch_sparse_wheel_is_installed_and_used():
+    # ./run installs ../shared/wheels' torch-sparse into an environment of the torch and Python
+    # it was built for; there the backend must load (and every test above runs it too)
+    import sys
+    from pathlib import Path
+    wheels = list((Path(__file__).resolve().parents[2].parent / "shared" / "wheels")
+                  .glob("torch_sparse-*-cp311-*.whl"))
+    if not wheels or sys.version_info[:2] != (3, 11) or not torch.__version__.startswith(
+            "2.13.0") or torch.version.cuda:
+        pytest.skip("no torch-sparse wheel for this torch and Python")
+    assert "torch-sparse" in available_backends()
+    a = sp.random(50, 40, density=0.1, random_state=0, format="csr", dtype=np.float32)
+    x = torch.ones(40, 3)
+    out = SparseBlock.build(a, "cpu", "torch-sparse").mm(x)
+    torch.testing.assert_close(out.double(), torch.from_numpy(a.toarray()).double() @
+                               x.double(), rtol=1e-6, atol=1e-6)
