@@ -262,6 +262,9 @@ def hier_checks(dims: tuple[int, int, int], k: int, epochs: int) -> dict[str, li
                                                          epochs, hier)
         out[f"{tag}/{gname}/gat/train"] = check_training(grid, g, HIER_MODELS["gat"], "double",
                                                          epochs, hier)
+    out[f"{tag}/undirected/gcn/train-chunked-overlap"] = check_training(
+        grid, graphs["undirected"], ModelConfig(3, HIDDEN, 0.5, True, "agg,combine,agg"),
+        "double", epochs, replace(hier, agg_chunks=3, overlap=True, sparse_comm="off"))
     g = graphs["directed"]
     for name in ("gcn-learnable", "gat"):
         out[f"{tag}/directed/{name}/ledger"] = check_ledger(grid, g, HIER_MODELS[name], "double",
@@ -296,6 +299,7 @@ def check_names(dims: tuple[int, int, int], k: int) -> list[str]:
              "directed/gcn-learnable/step-bf16", "directed/gat/step-bf16"]
     names += [f"{g}/{n}/step" for g in ("undirected", "directed") for n in HIER_MODELS]
     names += [f"{g}/{n}/train" for g in ("undirected", "directed") for n in ("gcn", "gat")]
+    names += ["undirected/gcn/train-chunked-overlap"]
     names += [f"directed/{n}/{kind}" for n in ("gcn-learnable", "gat")
               for kind in ("ledger", "links-flat", "links-hierarchical")]
     return [f"{'x'.join(map(str, dims))}/K{k}/{n}" for n in names]

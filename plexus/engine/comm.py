@@ -33,8 +33,8 @@ import torch
 import torch.distributed as dist
 
 from plexus_partition.model.grid import AXES
-from plexus_partition.model.topology import (axis_span, check_gpus_per_node, choose_form,
-                                             group_link, group_ranks, parts)
+from plexus_partition.model.topology import (COLLECTIVES, axis_span, check_gpus_per_node,
+                                             choose_form, group_link, group_ranks, parts)
 
 from .grid import Grid
 from .ledger import Ledger
@@ -121,7 +121,9 @@ class Comm:
         ``collectives`` (`plexus_partition.model.topology.COLLECTIVES`) picks. Collective: the
         sub-groups of every axis that may run in two levels are made here (`Grid.levels`), on
         every rank alike."""
-        choose_form(collectives, self.spans["x"], "all_reduce")  # a known mode, or ValueError
+        if collectives not in COLLECTIVES:
+            raise ValueError(f"unknown collectives {collectives!r}; use one of "
+                             f"{', '.join(COLLECTIVES)}")
         self.collectives = collectives
         self.gpus_per_node = k = check_gpus_per_node(gpus_per_node)
         self.spans = {a: axis_span(self.grid.shape, a, k) for a in AXES}
@@ -195,8 +197,9 @@ class Comm:
                form: str = "flat") -> None:
         """Record a collective this rank issues (``numel`` as the ledger counts it) under the
         layer and phase now (`at`), run in ``form`` (its parts on their link classes)."""
-        pieces = parts(op, form, numel, self.spans[axis], self.links[axis])
-        self.ledger.record(axis, op, numel, p, itemsize, self._layer, self._phase, pieces)
+        pieces = None if form == "flat" else parts(op, form, numel, self.spans[axis])
+        self.ledger.record(axis, op, numel, p, itemsize, self._layer, self._phase, pieces,
+                           self.links[axis])
 
     # ---- raw (non-differentiable) collectives -------------------------------------------
     def raw_all_reduce(self, x: torch.Tensor, axis: str, op: str = "sum",

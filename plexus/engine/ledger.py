@@ -38,17 +38,20 @@ class Ledger:
 
     def record(self, axis: str, op: str, numel: int, p: int, itemsize: int,
                layer: int | None = None, phase: str = "",
-               parts: Sequence[Part] | None = None) -> None:
+               parts: Sequence[Part] | None = None, link: str = "intra") -> None:
         """Add one collective on ``numel`` elements (its full size) over ``p`` ranks, sent
         ``itemsize`` bytes per element, issued by ``layer`` (None: the loss or the metric) in
-        ``phase`` (one of `plexus_partition.model.schedule.PHASES`), run as ``parts`` (default:
-        itself, inside one node)."""
+        ``phase`` (one of `plexus_partition.model.schedule.PHASES`), run as ``parts``
+        (`plexus_partition.model.topology.parts`; None: flat, itself on link class ``link``)."""
         moved = ring_volume(op, numel, p)
         self.elements[axis, op] += moved
         self.bytes[axis, op] += moved * itemsize
         self.calls[axis, op] += 1
         self.collectives[layer, phase, op, axis, int(numel), int(itemsize)] += 1
-        for part in parts or (Part("intra", op, numel, p),):
+        if parts is None:
+            self.link_bytes[axis, op, link] += moved * itemsize
+            return
+        for part in parts:
             self.link_bytes[axis, op, part.link] += \
                 ring_volume(part.op, part.numel, part.p) * itemsize
 

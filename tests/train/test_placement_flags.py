@@ -53,3 +53,37 @@ def test_the_launchers_nodes_unless_given(monkeypatch):
     assert placed(EngineConfig(gpus_per_node=2), 8).gpus_per_node == 2  # given: kept
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     assert placed(None, 8).gpus_per_node is None  # the whole job on one node
+
+
+@pytest.mark.slow
+def test_a_run_on_virtual_nodes_counts_bytes_per_link(tmp_path):
+    """4 CPU ranks on 2 virtual nodes: flat on 2x1x2, the bytes inside a node are z's and those
+    across nodes x's; on 1x1x4 in two levels, z runs so (the first lines and the summary say
+    it) and a third of its bytes cross nodes."""
+    from cli_helpers import read_log, train
+
+    tiny = ["--dataset", "rmat:scale=6,edge_factor=4,features=8,classes=3", "--epochs", "2",
+            "--threads", "1", "--gpus-per-node", "2"]
+    log = tmp_path / "flat.json"
+    proc = train(*tiny, "--grid", "2x1x2", "--log-json", str(log))
+    assert proc.returncode == 0, proc.stderr
+    assert "ranks on nodes of 2 (--gpus-per-node), --collectives auto: x across nodes, " \
+           "z inside a node" in proc.stdout
+    summary = read_log(log)[1]
+    assert summary["comm_bytes_per_link"] == {"intra": summary["comm_bytes"]["z"],
+                                              "inter": summary["comm_bytes"]["x"]}
+    assert summary["gpus_per_node"] == 2 and summary["hierarchical_axes"] == []
+    log = tmp_path / "two.json"
+    proc = train(*tiny, "--grid", "1x1x4", "--collectives", "hierarchical", "--sparse-comm",
+                 "off", "--log-json", str(log))  # (an all-to-all stays flat: none here)
+    assert proc.returncode == 0, proc.stderr
+    assert "--collectives hierarchical: z in two levels" in proc.stdout
+    assert "per link class (2 ranks per node): inside a node" in proc.stdout
+    summary = read_log(log)[1]
+    links, z = summary["comm_bytes_per_link"], summary["comm_bytes"]["z"]
+    assert summary["hierarchical_axes"] == ["z"]
+    # 2 nodes x 2 ranks: (m-1)/(p-1) = 1/3 of each collective's bytes cross nodes (padding of
+    # an all-reduce to a multiple of 2 adds a little, inside and across)
+    assert z <= links["intra"] + links["inter"] < 1.01 * z
+    assert 0.3 * z < links["inter"] < 0.34 * z
+    assert summary["comm_bytes_per_link_max_rank"]["inter"] <= links["inter"]
