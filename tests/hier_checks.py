@@ -189,6 +189,30 @@ def check_link_bytes(grid: Grid, k: int, hand: dict) -> list[str]:
     return fails
 
 
+def check_auto_priced(grid: Grid, k: int, hand: dict) -> list[str]:
+    """``auto`` with link rates follows their α-β price as the model does: rates under which the
+    node's links are slow keep `HAND_LINK_BYTES`' sequence flat; rates under which the network
+    is slow and the node fast run it in two levels (bandwidth only: α = 0)."""
+    slow_node = {"intra": (0.0, 1e-6), "strided4": (0.0, 1e-9), "strided": (0.0, 1e-9),
+                 "inter": (0.0, 1e-9)}
+    slow_net = {"intra": (0.0, 1e-12), "strided4": (0.0, 1e-8), "strided": (0.0, 1e-8),
+                "inter": (0.0, 1e-9)}
+    fails = []
+    for rates, want in ((slow_node, "flat"), (slow_net, "hierarchical")):
+        comm = Comm(grid)
+        comm.place("auto", k, rates)
+        for axis in "xyz":
+            p = grid.size(axis)
+            if p > 1:
+                comm.raw_all_reduce(torch.ones(8), axis)
+                comm.raw_all_gather(torch.ones(2), axis)
+                comm.raw_reduce_scatter(torch.ones(2 * p), axis)
+        got = comm.ledger.per_link()
+        if got != {a: float(b) for a, b in hand[want].items()}:
+            fails.append(f"auto priced toward {want}: bytes per link {got} != {hand[want]}")
+    return fails
+
+
 def hand_link_bytes(collectives: dict, spans: dict, two_levels: bool) -> dict[str, float]:
     """The bytes per link class of the ledger's ``collectives`` (key -> calls), by hand: flat,
     each collective's ring volume on its axis's class; in two levels (``two_levels``, an axis
@@ -253,7 +277,8 @@ def hier_checks(dims: tuple[int, int, int], k: int, epochs: int) -> dict[str, li
     hier = EngineConfig(collectives="hierarchical", gpus_per_node=k)
     out = {f"{tag}/comm/forms": check_forms(grid, k, split),
            f"{tag}/comm/bf16-forms": check_wire_forms(grid, k, spans),
-           f"{tag}/comm/link-bytes": check_link_bytes(grid, k, HAND_LINK_BYTES[dims, k])}
+           f"{tag}/comm/link-bytes": check_link_bytes(grid, k, HAND_LINK_BYTES[dims, k]),
+           f"{tag}/comm/auto-priced": check_auto_priced(grid, k, HAND_LINK_BYTES[dims, k])}
     graphs = {"undirected": toy_graph(), "directed": directed_toy_graph()}
     for gname, g in graphs.items():
         for name, cfg in HIER_MODELS.items():
@@ -295,7 +320,8 @@ def run_hier_checks(configs: list[tuple[tuple[int, int, int], int]], epochs: int
 
 def check_names(dims: tuple[int, int, int], k: int) -> list[str]:
     """The names `hier_checks` reports for ``dims`` on nodes of ``k``."""
-    names = ["comm/forms", "comm/bf16-forms", "comm/link-bytes", "directed/gcn/ops-per-step",
+    names = ["comm/forms", "comm/bf16-forms", "comm/link-bytes", "comm/auto-priced",
+             "directed/gcn/ops-per-step",
              "directed/gcn-learnable/step-bf16", "directed/gat/step-bf16"]
     names += [f"{g}/{n}/step" for g in ("undirected", "directed") for n in HIER_MODELS]
     names += [f"{g}/{n}/train" for g in ("undirected", "directed") for n in ("gcn", "gat")]

@@ -27,14 +27,15 @@ a backward records under the layer of the forward that created it (`tag`, `backw
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, NamedTuple
+from typing import Iterator, Mapping, NamedTuple
 
 import torch
 import torch.distributed as dist
 
 from plexus_partition.model.grid import AXES
 from plexus_partition.model.topology import (COLLECTIVES, axis_span, check_gpus_per_node,
-                                             choose_form, group_link, group_ranks, parts)
+                                             choose_form, group_link, group_ranks, parts,
+                                             ring_class)
 
 from .grid import Grid
 from .ledger import Ledger
@@ -111,20 +112,22 @@ class Comm:
         self.budget = piece_budget(grid.device) if budget is None else budget
         # several ranks sharing one GPU talk gloo, which reduces host memory: stage through it
         self.staged = staged(grid.device)
-        self.collectives, self.gpus_per_node = "flat", None
+        self.collectives, self.gpus_per_node, self.rates = "flat", None, None
         self.spans = {a: axis_span(grid.shape, a, None) for a in AXES}
         self.links = dict.fromkeys(AXES, "intra")
         self.levels: dict[str, Levels] = {}
 
-    def place(self, collectives: str = "auto", gpus_per_node: int | None = None) -> None:
+    def place(self, collectives: str = "auto", gpus_per_node: int | None = None,
+              rates: Mapping[str, tuple[float, float]] | None = None) -> None:
         """Ranks on nodes of ``gpus_per_node`` (None: one node), collectives in the form
-        ``collectives`` (`plexus_partition.model.topology.COLLECTIVES`) picks. Collective: the
-        sub-groups of every axis that may run in two levels are made here (`Grid.levels`), on
-        every rank alike."""
+        ``collectives`` (`plexus_partition.model.topology.COLLECTIVES`) picks, "auto" priced
+        with the link classes' ``rates`` ({class: (α, β)}) where given, as the performance
+        model prices it (`topology.choose_form`). Collective: the sub-groups of every axis that
+        may run in two levels are made here (`Grid.levels`), on every rank alike."""
         if collectives not in COLLECTIVES:
             raise ValueError(f"unknown collectives {collectives!r}; use one of "
                              f"{', '.join(COLLECTIVES)}")
-        self.collectives = collectives
+        self.collectives, self.rates = collectives, dict(rates) if rates else None
         self.gpus_per_node = k = check_gpus_per_node(gpus_per_node)
         self.spans = {a: axis_span(self.grid.shape, a, k) for a in AXES}
         self.links = {a: group_link(group_ranks(self.grid.shape, a, self.grid.rank), k)
@@ -133,10 +136,12 @@ class Comm:
                        for a, span in self.spans.items()
                        if collectives != "flat" and span.split}
 
-    def _two_level(self, axis: str, op: str) -> Levels | None:
-        """The sub-groups ``op`` over ``axis`` runs on in two levels, or None: flat."""
-        levels = self.levels.get(axis)
-        if levels is None or choose_form(self.collectives, self.spans[axis], op) == "flat":
+    def _two_level(self, axis: str, op: str, numel: int, itemsize: int) -> Levels | None:
+        """The sub-groups ``op`` of full size ``numel`` over ``axis`` runs on in two levels, or
+        None: flat (arithmetic on sizes: no host synchronisation)."""
+        levels, span = self.levels.get(axis), self.spans[axis]
+        if levels is None or choose_form(self.collectives, span, op, numel, itemsize,
+                                         self.rates, ring_class(span)) == "flat":
             return None
         return levels
 
@@ -220,7 +225,8 @@ class Comm:
         wire = self.wire_of(x) if op == "sum" else None
         reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
                      "min": dist.ReduceOp.MIN}[op]
-        levels = self._two_level(axis, "all_reduce")
+        levels = self._two_level(axis, "all_reduce", x.numel(),
+                                 x.element_size() if wire is None else wire.itemsize)
         if levels is not None:  # three collectives in a row: synchronously
             self.record(axis, "all_reduce", x.numel(), p,
                         x.element_size() if wire is None else wire.itemsize, "hierarchical")
@@ -256,7 +262,7 @@ class Comm:
             return x
         x, wire = x.contiguous(), self.wire_of(x)
         send = x if wire is None else x.to(wire)
-        levels = self._two_level(axis, "all_gather")
+        levels = self._two_level(axis, "all_gather", p * x.numel(), send.element_size())
         self.record(axis, "all_gather", p * x.numel(), p, send.element_size(),
                     "flat" if levels is None else "hierarchical")
         with self.timers(f"all_gather:{axis}"):
@@ -273,7 +279,8 @@ class Comm:
         if p == 1:
             return x
         x, wire = x.contiguous(), self.wire_of(x)
-        levels = self._two_level(axis, "reduce_scatter")
+        levels = self._two_level(axis, "reduce_scatter", x.numel(),
+                                 x.element_size() if wire is None else wire.itemsize)
         self.record(axis, "reduce_scatter", x.numel(), p,
                     x.element_size() if wire is None else wire.itemsize,
                     "flat" if levels is None else "hierarchical")

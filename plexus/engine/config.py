@@ -139,6 +139,9 @@ class EngineConfig:
     keep_input: str = "auto"  # one of KEEP_INPUT: layer 0's gathered input kept from set-up
     collectives: str = "auto"  # one of plexus_partition.model.topology.COLLECTIVES
     gpus_per_node: int | None = None  # ranks per (virtual) node; None: one node
+    # (link class, α, β) of a calibration: "auto" collectives priced with them, as the model
+    # prices them; empty: two levels wherever an axis is split
+    link_rates: tuple[tuple[str, float, float], ...] = ()
 
     def __post_init__(self) -> None:
         check_bound("agg_chunks", self.agg_chunks)  # the one table's bound (a BoundError)
@@ -155,6 +158,12 @@ class EngineConfig:
             raise ValueError(f"communication dtype {self.comm_dtype} needs the compute dtype "
                              f"fp32 (a {self.dtype} run's messages are {self.dtype} already)")
         check_gpus_per_node(self.gpus_per_node)  # the one table's bound (a BoundError)
+        for rate in self.link_rates:
+            if len(rate) != 3 or not isinstance(rate[0], str) or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+                    for v in rate[1:]):
+                raise ValueError(f"link_rates must be (link class, alpha, beta) triples of "
+                                 f"seconds, got {rate!r}")
         if self.collectives not in COLLECTIVES:
             raise ValueError(f"unknown collectives {self.collectives!r}; use one of "
                              f"{', '.join(COLLECTIVES)}")

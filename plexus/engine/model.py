@@ -58,7 +58,8 @@ class GridModel(ClassifierHead, nn.Module):
         shape, coords, device = grid.shape, grid.coords, grid.device
         self.comm, self.seed, self.plans, self.widths = comm, seed, list(plans), list(widths)
         comm.wire = engine.wire_dtype()  # the payload precision of this model's collectives
-        comm.place(engine.collectives, engine.gpus_per_node)  # collective: sub-groups
+        comm.place(engine.collectives, engine.gpus_per_node,  # collective: sub-groups
+                   {c: (a, b) for c, a, b in engine.link_rates})
         self.dtype, self.steps = engine.torch_dtype(), StepCounter()
         self.pad = padding(shape, self.plans, shard.num_nodes, self.widths)
         wp = self.pad.widths_padded

@@ -22,7 +22,7 @@ import dataclasses
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -210,9 +210,10 @@ def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunRequest:
     shape = problem_shape(args)
     if shape.note and not args.quiet and (env is None or env.rank == 0):
         console_line(f"{PROG}: {shape.note}")
-    engine = engine_config(args)
     world, world_note = _check_world(shape.grid, args, env)
     calibration = run_calibration(args.calibration)
+    # "auto" collectives priced with the calibration's link classes, as the model prices them
+    engine = replace(engine_config(args), link_rates=calibration.calibration.links)
     model = model_config(args, num_layers=shape.layers, order=shape.order, **recipe_fields)
     if args.save_embeddings and model.num_layers < 2:
         raise UsageError("--save-embeddings needs a hidden layer (--layers 2 or more)")
