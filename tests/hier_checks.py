@@ -13,7 +13,9 @@ import torch
 import torch.distributed as dist
 
 from engine_checks import (HIDDEN, MODELS, check_ledger, check_op_counts, check_step,
-                           check_training, check_wire_step)
+                           check_training, check_wire_step, model_exchange)
+from plexus_partition.model.schedule import epoch_collectives
+from plexus.engine.dryrun import StageRecorder
 from plexus.engine.comm import Comm
 from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
 from plexus.engine.grid import Grid
@@ -213,6 +215,41 @@ def check_auto_priced(grid: Grid, k: int, hand: dict) -> list[str]:
     return fails
 
 
+def check_model_links(grid: Grid, g, cfg: ModelConfig, engine: EngineConfig) -> list[str]:
+    """One training epoch's bytes per link class in the ledger equal the performance model's
+    for the same schedule on the same placement (`plexus.perfmodel.forms.epoch_link_bytes`,
+    each collective in its form; the model's classes across nodes, strided or not, are the
+    ledger's "inter")."""
+    from plexus.perfmodel import Calibration, Placement  # noqa: PLC0415
+    from plexus.perfmodel.forms import epoch_link_bytes  # noqa: PLC0415
+    from plexus.perfmodel.spec import ModelSpec  # noqa: PLC0415
+
+    model, _, _ = build(grid, g, cfg, "double", engine)
+    trainer = Trainer(model, TrainConfig(epochs=1, eval_every=0))
+    model.comm.ledger.reset()
+    trainer.run_epoch()
+    got = model.comm.ledger.per_link()
+    schedule = epoch_collectives(model.plans, grid.shape, model.pad,
+                                 learnable_features=cfg.learnable_features,
+                                 multilabel=g.multilabel, kept_input=model.kept_input,
+                                 exchange=model_exchange(model, engine),
+                                 recorder=StageRecorder(engine.dtype_bytes))
+    place = Placement(engine.gpus_per_node)
+    cal = Calibration.from_dict({"spmm_flops": 1e12, "gemm_flops": 1e13, "device": "cuda",
+                                 "gpus_per_node": engine.gpus_per_node, "links": {
+                                     "intra": {"alpha": 1e-6, "beta": 1e-11},
+                                     "inter": {"alpha": 1e-5, "beta": 1e-10}}})
+    spec = ModelSpec(g.num_nodes, 1, g.num_features, g.num_classes, cfg,
+                     collectives=engine.collectives)
+    priced = epoch_link_bytes(schedule, spec, cal, place.axis_links(grid.shape),
+                              place.spans(grid.shape))
+    want = {"intra": priced.get("intra", 0.0),
+            "inter": sum(v for c, v in priced.items() if c != "intra")}
+    if any(abs(got[a] - want[a]) > 1e-6 * max(1.0, want[a]) for a in want):
+        return [f"ledger bytes per link {got} != the model's {want}"]
+    return []
+
+
 def hand_link_bytes(collectives: dict, spans: dict, two_levels: bool) -> dict[str, float]:
     """The bytes per link class of the ledger's ``collectives`` (key -> calls), by hand: flat,
     each collective's ring volume on its axis's class; in two levels (``two_levels``, an axis
@@ -268,6 +305,11 @@ HIER_MODELS = {
 }
 
 
+# Every kind, for the ledger's bytes per link class against the model's.
+LINK_MODELS = {**HIER_MODELS, "mlp": MODELS["mlp"], "graphconv": MODELS["graphconv"],
+               "gcn-residual": MODELS["gcn-residual"]}
+
+
 def hier_checks(dims: tuple[int, int, int], k: int, epochs: int) -> dict[str, list[str]]:
     """Every check of grid ``dims`` on nodes of ``k`` ranks."""
     grid = Grid.create(dims)
@@ -297,6 +339,11 @@ def hier_checks(dims: tuple[int, int, int], k: int, epochs: int) -> dict[str, li
         for form in ("flat", "hierarchical"):
             out[f"{tag}/directed/{name}/links-{form}"] = check_step_links(
                 grid, g, HIER_MODELS[name], replace(hier, collectives=form), spans)
+    for gname, g in graphs.items():
+        for name, cfg in LINK_MODELS.items():
+            for form in ("flat", "hierarchical"):
+                out[f"{tag}/{gname}/{name}/model-links-{form}"] = check_model_links(
+                    grid, g, cfg, replace(hier, collectives=form))
     # bf16 payloads in two levels (three roundings of an all-reduce's element, flat two) within
     # the flat path's bound (BatchNorm's models exceed it on 1x4x2 flat already: not here)
     for name in ("gcn-learnable", "gat"):
@@ -328,4 +375,6 @@ def check_names(dims: tuple[int, int, int], k: int) -> list[str]:
     names += ["undirected/gcn/train-chunked-overlap"]
     names += [f"directed/{n}/{kind}" for n in ("gcn-learnable", "gat")
               for kind in ("ledger", "links-flat", "links-hierarchical")]
+    names += [f"{g}/{n}/model-links-{f}" for g in ("undirected", "directed")
+              for n in LINK_MODELS for f in ("flat", "hierarchical")]
     return [f"{'x'.join(map(str, dims))}/K{k}/{n}" for n in names]
