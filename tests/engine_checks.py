@@ -183,11 +183,11 @@ def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
     apart): under a lower precision (compute or wire), the collectives declared float32 (statistics,
     the loss) must move 4 bytes per element and the rest the payload's."""
     engine = engine or EngineConfig()
-    model, _, _ = build(grid, g, cfg, perm, engine)
-    kept = model.kept_input
+    model, _, shard = build(grid, g, cfg, perm, engine)
+    kept, fails = kept_by_options(grid, cfg, engine, model, shard)
     setup = setup_collectives(model.plans, grid.shape, model.pad, kept_input=kept,
                               itemsize=engine.dtype_bytes)
-    fails = _per_collective("set-up", model.comm.ledger.collectives, setup, engine.dtype_bytes)
+    fails += _per_collective("set-up", model.comm.ledger.collectives, setup, engine.dtype_bytes)
     trainer = Trainer(model, TrainConfig(epochs=1, eval_every=0))
     model.comm.ledger.reset()
     trainer.run_epoch()
@@ -206,6 +206,69 @@ def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
     want_bytes = volume_per_axis(schedule, engine.comm_bytes)
     fails += [f"axis {a}: ledger bytes {bytes_[a]} != declared {want_bytes[a]}" for a in "xyz"
               if abs(bytes_[a] - want_bytes[a]) > 1e-6 * max(1.0, want_bytes[a])]
+    return fails
+
+
+def kept_by_options(grid: Grid, cfg: ModelConfig, engine: EngineConfig, model, shard
+                    ) -> tuple[bool, list[str]]:
+    """Whether layer 0's input must be kept from set-up, decided from the options and the grid
+    (never from the model's own flag): "off", learnable features or a depth axis of 1 never,
+    "on" otherwise always; "auto" (the budget decides) what the features the model reads show.
+    Fails where the features the model holds are not the rank's shard (not kept) or its
+    depth axis's gathered block (kept)."""
+    depth = grid.size(model.plans[0].depth)
+    local, held = shard.features.shape[0], tuple(model.features.shape)
+    if engine.keep_input == "off" or cfg.learnable_features or depth == 1:
+        kept = False
+    elif engine.keep_input == "on":
+        kept = True
+    else:
+        kept = held[0] == depth * local
+    want = ((depth if kept else 1) * local,) + tuple(shard.features.shape[1:])
+    fails = [] if held == want else [
+        f"keep_input {engine.keep_input}: layer 0 reads features of shape {held}, want {want} "
+        f"({'gathered over the depth axis' if kept else 'the shard'})"]
+    return kept, fails
+
+
+def check_keep_input_bytes(grid: Grid, g: Graph, cfg: ModelConfig) -> list[str]:
+    """``keep_input`` "on" against "off", from what the ledger moved: on, the set-up gathers
+    layer 0's features once over the first stage's depth axis d (one all-gather of d·n·F
+    elements, n·F this rank's shard, 4 bytes each: exact), off, nothing at set-up; an epoch of
+    one training forward moves exactly (d-1)·n·F more elements over d with the input off, and
+    the same on the other axes. Sizes from the shard's features, by hand. Under bf16 payloads
+    the set-up gather is still exact: 4 bytes, the features bit for bit those of float32's."""
+    fails, moved, setups, held = [], {}, {}, {}
+    depth_axis = None
+    for mode, wire in (("on", "fp32"), ("off", "fp32"), ("on", "bf16")):
+        engine = EngineConfig(keep_input=mode, comm_dtype=wire)
+        model, _, shard = build(grid, g, cfg, "double", engine)
+        depth_axis = model.plans[0].depth
+        setups[mode, wire] = {k: v for k, v in model.comm.ledger.collectives.items() if v}
+        held[mode, wire] = model.features.detach().clone()
+        model.comm.ledger.reset()
+        Trainer(model, TrainConfig(epochs=1, eval_every=0)).run_epoch()
+        moved[mode] = model.comm.ledger.per_axis("elements")
+    d, block = grid.size(depth_axis), int(np.prod(shard.features.shape))
+    want_setup = {(0, "setup", "all_gather", depth_axis, d * block, 4): 1} if d > 1 else {}
+    for wire in ("fp32", "bf16"):
+        if setups["on", wire] != want_setup:
+            fails.append(f"keep_input on, {wire} payloads: set-up collectives "
+                         f"{setups['on', wire]}, want {want_setup}")
+    a, b = held["on", "bf16"], held["on", "fp32"]
+    if torch.equal(b, b.bfloat16().float()):
+        fails.append("the features are bf16 values: a rounded set-up gather would not show")
+    if not torch.equal(a, b):
+        fails.append("keep_input on, bf16 payloads: the kept features differ from float32's")
+    setups["off"] = setups["off", "fp32"]
+    if setups["off"]:
+        fails.append(f"keep_input off: set-up collectives {setups['off']}, want none")
+    for a in "xyz":
+        extra = moved["off"][a] - moved["on"][a]
+        want = (d - 1) * block if a == depth_axis else 0
+        if abs(extra - want) > 1e-9:
+            fails.append(f"axis {a}: keep_input off moves {extra} more elements per epoch than "
+                         f"on, want {want}")
     return fails
 
 
@@ -494,7 +557,7 @@ WIRE_GRIDS = {(1, 3, 1), (2, 2, 2)}  # 3: a buffer not divisible by the axis (pa
 WIRE_CHECKS = [f"directed/{name}/{kind}" for name in MODELS
                for kind in ("step-bf16-wire", "ledger-bf16-wire")] + [
     "undirected/gin-combine-batchnorm/step-bf16-wire", "comm/bf16-wire",
-    "directed/gcn-batchnorm/ledger-keep-input-off",
+    "directed/gcn-batchnorm/ledger-keep-input-off", "directed/gcn-batchnorm/keep-input-bytes",
     # bf16 payloads with sparse exchanges (both travel together), and the exchanges off
     "directed/gcn-batchnorm/step-bf16-sparse-on", "directed/gcn-batchnorm/ledger-bf16-sparse-on",
     "directed/gcn-batchnorm/ledger-sparse-off"]
@@ -619,6 +682,8 @@ def run_wire_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
         out[f"{tag}/directed/gcn-batchnorm/ledger-keep-input-off"] = check_ledger(
             grid, graphs["directed"], MODELS["gcn-batchnorm"], "double",
             EngineConfig(keep_input="off"))
+        out[f"{tag}/directed/gcn-batchnorm/keep-input-bytes"] = check_keep_input_bytes(
+            grid, graphs["directed"], MODELS["gcn-batchnorm"])
         both = EngineConfig(comm_dtype="bf16", sparse_comm="on")
         out[f"{tag}/directed/gcn-batchnorm/step-bf16-sparse-on"] = check_wire_step(
             grid, graphs["directed"], MODELS["gcn-batchnorm"], both)
