@@ -24,6 +24,8 @@ from plexus_datasets.graph import Graph
 from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedModel
 from plexus.engine.rocauc import serial_rocauc
+from plexus_partition.model.layout import pad_to
+from plexus_partition.permutations import make_permutation
 from plexus.engine.trainer import Trainer
 from plexus.testing.exactness import build_pair as build
 from plexus.testing.exactness import close as _close
@@ -167,12 +169,59 @@ def check_training(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
     return fails
 
 
-def model_exchange(model, engine: EngineConfig) -> SparseExchange | None:
-    """The schedule's sparse exchanges with the row counts of ``model``'s stages (after a
-    step has built them)."""
+def graph_exchange_counts(grid: Grid, g: Graph, cfg: ModelConfig, perm: str
+                          ) -> dict[tuple[int, str], tuple[int, int]]:
+    """{(stage, "sum"/"gather"): (rows this rank sends, the most of its axis)} from the graph
+    itself, apart from the partitioner's blocks and `plexus_partition.rowsets`: for every
+    stage with a block of Â whose column axis o has p > 1 ranks, each rank c of o holds Â's
+    rows of this rank's row block (its nodes in the permutation's row order) and the columns
+    of column block c; a row is touched where Â has a non-zero between its node and one of
+    those columns (looked up in Â); the sum sends the touched rows outside rank c's own 1/p of
+    the rows, the gather the others' touched rows inside it."""
+    shape, coords, world = grid.shape, grid.coords, grid.shape.world_size
+    adj = g.normalized(cfg.aggregation).tocsr()
+    order = make_permutation(adj, perm, 11, world)  # build_pair's partition seed
+    npad = pad_to(g.num_nodes, world)
+
+    def ids(nodes: np.ndarray, axis: str, at: int) -> np.ndarray:
+        padded = np.concatenate([nodes, -np.ones(npad - len(nodes), dtype=np.int64)])
+        cut = npad // shape[axis]
+        return padded[at * cut:(at + 1) * cut]
+
+    out = {}
+    for plan in cfg.plans(g.num_features, g.num_classes):
+        o = plan.a_cols
+        p = shape[o]
+        if plan.dense or p == 1:
+            continue
+        rows = ids(order.order(plan.adj), plan.a_rows, coords[plan.a_rows])
+        touched = []
+        for c in range(p):
+            cols = ids(order.order(2 if plan.adj == 1 else 1), o, c)
+            cols = cols[cols >= 0]
+            hit = np.zeros(len(rows), dtype=bool)
+            for i, node in enumerate(rows):
+                if node >= 0:
+                    row = adj.indices[adj.indptr[node]:adj.indptr[node + 1]]
+                    hit[i] = bool(np.isin(row, cols).any())
+            touched.append(hit)
+        piece = len(rows) // p
+        owner = np.arange(len(rows)) // piece
+        summed = [int((t & (owner != c)).sum()) for c, t in enumerate(touched)]
+        gathered = [sum(int((t & (owner == c)).sum()) for q, t in enumerate(touched) if q != c)
+                    for c in range(p)]
+        me = coords[o]
+        out[plan.index, "sum"] = (summed[me], max(summed))
+        out[plan.index, "gather"] = (gathered[me], max(gathered))
+    return out
+
+
+def model_exchange(engine: EngineConfig, counts: dict) -> SparseExchange | None:
+    """The schedule's sparse exchanges under ``engine`` with the row counts ``counts``
+    (`graph_exchange_counts`)."""
     if engine.sparse_comm == "off":
         return None
-    return SparseExchange(engine.sparse_comm, exact_rows(model.exchange_counts()))
+    return SparseExchange(engine.sparse_comm, exact_rows(counts))
 
 
 def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
@@ -192,10 +241,14 @@ def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
     model.comm.ledger.reset()
     trainer.run_epoch()
     got = model.comm.ledger.per_axis("elements")
+    counts = graph_exchange_counts(grid, g, cfg, perm)  # from the graph, not the engine's
+    built = model.exchange_counts()
+    fails += [f"stage {k}: the engine's exchange sends {built[k]} rows (this rank's, the "
+              f"most), the graph says {counts.get(k)}" for k in built if built[k] != counts.get(k)]
     schedule = epoch_collectives(model.plans, grid.shape, model.pad,
                                  learnable_features=cfg.learnable_features,
                                  multilabel=g.multilabel, kept_input=kept,
-                                 exchange=model_exchange(model, engine),
+                                 exchange=model_exchange(engine, counts),
                                  recorder=StageRecorder(engine.dtype_bytes))
     fails += _per_collective("epoch", model.comm.ledger.collectives, schedule,
                              engine.comm_bytes)
