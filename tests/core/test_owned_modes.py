@@ -71,7 +71,7 @@ def test_a_seal_naming_another_uid_is_not_trusted(tmp_path):
     assert "seal of uid" in owned.seal_problem(out, "fmt")
 
 
-# ---- a link on the way ----------------------------------------------------------------------------
+# ---- a link on the way --------------------------------------------------------------------------
 def _through_link(tmp_path: Path, mode: int) -> tuple[Path, Path]:
     real = tmp_path / "real"
     real.mkdir()
@@ -142,7 +142,7 @@ def test_another_uids_file_is_not_moved(tmp_path):
     assert src.read_text() == "theirs" and not (tmp_path / "dst").exists()
 
 
-# ---- the key --------------------------------------------------------------------------------------
+# ---- the key ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("bit", [0o040, 0o020, 0o010, 0o004, 0o002, 0o001])
 def test_the_key_file_open_to_anyone_else_by_one_bit_is_refused(tmp_path, monkeypatch, bit):
     monkeypatch.setenv(owned.CONFIG_ENV, str(tmp_path / "config"))
