@@ -21,11 +21,11 @@ from plexus.engine.comm import Comm
 from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
 from plexus.engine.dryrun import StageRecorder
 from plexus_datasets.graph import Graph
+from plexus_partition.model.layout import pad_to
+from plexus_partition.permutations import make_permutation
 from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedModel
 from plexus.engine.rocauc import serial_rocauc
-from plexus_partition.model.layout import pad_to
-from plexus_partition.permutations import make_permutation
 from plexus.engine.trainer import Trainer
 from plexus.testing.exactness import build_pair as build
 from plexus.testing.exactness import close as _close
