@@ -5,9 +5,9 @@ numerics (`plexus.engine.comm`, `plexus.engine.exchange`) without starting a wor
 thread, each rank with its own `Comm` over a fake grid; the collectives those modules issue
 (all-to-all, all-gather, reduce-scatter, all-reduce, the all-gather of objects) meet at a
 barrier and move the exact bits each rank passed (the fake sums only in the float32 path, in
-rank order). It replaces the names those modules call through (``dist`` in both,
-``_all_gather``/``_reduce_scatter`` in comm) for the duration of the call: the seam a test of
-wire numerics needs.
+rank order). It replaces the names those modules call through (their ``dist`` and the names
+bound to torch's single-tensor gathers and reduce-scatters, `MODULES`) for the duration of the
+call: the seam a test of wire numerics needs.
 
 The reference rounding is written here independently of torch: bf16 by round-to-nearest-even
 on the float32 bit pattern, fp16 by numpy's float16 cast.
@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from plexus.engine.comm import Comm
+from plexus_partition.model.grid import GridShape
 
 TIMEOUT_S = 30.0
 
@@ -91,8 +92,10 @@ class _Grid:
         self._group = _Group(axis, rank)
         self.p = axis.p
         self.device = torch.device("cpu")
-        self.coords = {"x": rank, "y": 0, "z": 0}
-        self.shape = SimpleNamespace(x=self.p, y=1, z=1)
+        self.shape = GridShape.of((self.p, 1, 1))
+        self.rank = rank
+        self.coords = dict(self.shape.coords(rank))
+        assert self.coords == {"x": rank, "y": 0, "z": 0}, self.coords
 
     def size(self, axis: str) -> int:
         return self.p if axis == "x" else 1
@@ -153,22 +156,42 @@ FAKE_DIST = SimpleNamespace(all_to_all_single=_all_to_all_single, all_reduce=_al
                             is_initialized=lambda: False, get_backend=lambda: "fake")
 
 
+#: the modules whose collectives the fake replaces (those present: the wire's helpers may
+#: move between them)
+MODULES = ("plexus.engine.comm", "plexus.engine.exchange", "plexus.engine.twolevel")
+_REAL = {}
+for _name, _fake in (("all_gather_into_tensor", _all_gather_into),
+                     ("all_gather_single", _all_gather_into),
+                     ("reduce_scatter_tensor", _reduce_scatter_into),
+                     ("reduce_scatter_single", _reduce_scatter_into)):
+    if getattr(dist, _name, None) is not None:
+        _REAL[getattr(dist, _name)] = _fake
+
+
 @contextmanager
 def _patched():
-    import plexus.engine.comm as comm_mod
-    import plexus.engine.exchange as exchange_mod
+    """Within: every module of `MODULES` calls the fake: its ``dist`` and every name bound to
+    one of torch's single-tensor gathers or reduce-scatters."""
+    import importlib
 
-    saved = [(comm_mod, "dist", comm_mod.dist), (exchange_mod, "dist", exchange_mod.dist),
-             (comm_mod, "_all_gather", comm_mod._all_gather),
-             (comm_mod, "_reduce_scatter", comm_mod._reduce_scatter)]
-    comm_mod.dist = exchange_mod.dist = FAKE_DIST
-    comm_mod._all_gather = _all_gather_into
-    comm_mod._reduce_scatter = _reduce_scatter_into
+    saved = []
+    for name in MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        for attr, value in list(vars(module).items()):
+            if value is dist:
+                saved.append((module, attr, value))
+                setattr(module, attr, FAKE_DIST)
+            elif callable(value) and value in _REAL:
+                saved.append((module, attr, value))
+                setattr(module, attr, _REAL[value])
     try:
         yield
     finally:
-        for module, name, value in saved:
-            setattr(module, name, value)
+        for module, attr, value in saved:
+            setattr(module, attr, value)
 
 
 def run_axis(p: int, body: Callable[[Comm, int], object], wire: torch.dtype | None) -> list:
