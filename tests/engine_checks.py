@@ -22,6 +22,8 @@ from plexus.engine.comm import Comm
 from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
 from plexus.engine.dryrun import StageRecorder
 from plexus_datasets.graph import Graph
+from plexus_partition.model.layout import pad_to
+from plexus_partition.permutations import make_permutation
 from plexus.engine.grid import Grid
 from plexus.engine.model import DistributedModel
 from plexus.engine.rocauc import serial_rocauc
@@ -169,12 +171,59 @@ def check_training(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
     return fails
 
 
-def model_exchange(model, engine: EngineConfig) -> SparseExchange | None:
-    """The schedule's sparse exchanges with the row counts of ``model``'s stages (after a
-    step has built them)."""
+def graph_exchange_counts(grid: Grid, g: Graph, cfg: ModelConfig, perm: str
+                          ) -> dict[tuple[int, str], tuple[int, int]]:
+    """{(stage, "sum"/"gather"): (rows this rank sends, the most of its axis)} from the graph
+    itself, apart from the partitioner's blocks and `plexus_partition.rowsets`: for every
+    stage with a block of Â whose column axis o has p > 1 ranks, each rank c of o holds Â's
+    rows of this rank's row block (its nodes in the permutation's row order) and the columns
+    of column block c; a row is touched where Â has a non-zero between its node and one of
+    those columns (looked up in Â); the sum sends the touched rows outside rank c's own 1/p of
+    the rows, the gather the others' touched rows inside it."""
+    shape, coords, world = grid.shape, grid.coords, grid.shape.world_size
+    adj = g.normalized(cfg.aggregation).tocsr()
+    order = make_permutation(adj, perm, 11, world)  # build_pair's partition seed
+    npad = pad_to(g.num_nodes, world)
+
+    def ids(nodes: np.ndarray, axis: str, at: int) -> np.ndarray:
+        padded = np.concatenate([nodes, -np.ones(npad - len(nodes), dtype=np.int64)])
+        cut = npad // shape[axis]
+        return padded[at * cut:(at + 1) * cut]
+
+    out = {}
+    for plan in cfg.plans(g.num_features, g.num_classes):
+        o = plan.a_cols
+        p = shape[o]
+        if plan.dense or p == 1:
+            continue
+        rows = ids(order.order(plan.adj), plan.a_rows, coords[plan.a_rows])
+        touched = []
+        for c in range(p):
+            cols = ids(order.order(2 if plan.adj == 1 else 1), o, c)
+            cols = cols[cols >= 0]
+            hit = np.zeros(len(rows), dtype=bool)
+            for i, node in enumerate(rows):
+                if node >= 0:
+                    row = adj.indices[adj.indptr[node]:adj.indptr[node + 1]]
+                    hit[i] = bool(np.isin(row, cols).any())
+            touched.append(hit)
+        piece = len(rows) // p
+        owner = np.arange(len(rows)) // piece
+        summed = [int((t & (owner != c)).sum()) for c, t in enumerate(touched)]
+        gathered = [sum(int((t & (owner == c)).sum()) for q, t in enumerate(touched) if q != c)
+                    for c in range(p)]
+        me = coords[o]
+        out[plan.index, "sum"] = (summed[me], max(summed))
+        out[plan.index, "gather"] = (gathered[me], max(gathered))
+    return out
+
+
+def model_exchange(engine: EngineConfig, counts: dict) -> SparseExchange | None:
+    """The schedule's sparse exchanges under ``engine`` with the row counts ``counts``
+    (`graph_exchange_counts`)."""
     if engine.sparse_comm == "off":
         return None
-    return SparseExchange(engine.sparse_comm, exact_rows(model.exchange_counts()))
+    return SparseExchange(engine.sparse_comm, exact_rows(counts))
 
 
 def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
@@ -185,19 +234,23 @@ def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
     apart): under a lower precision (compute or wire), the collectives declared float32 (statistics,
     the loss) must move 4 bytes per element and the rest the payload's."""
     engine = engine or EngineConfig()
-    model, _, _ = build(grid, g, cfg, perm, engine)
-    kept = model.kept_input
+    model, _, shard = build(grid, g, cfg, perm, engine)
+    kept, fails = kept_by_options(grid, cfg, engine, model, shard)
     setup = setup_collectives(model.plans, grid.shape, model.pad, kept_input=kept,
                               itemsize=engine.dtype_bytes)
-    fails = _per_collective("set-up", model.comm.ledger.collectives, setup, engine.dtype_bytes)
+    fails += _per_collective("set-up", model.comm.ledger.collectives, setup, engine.dtype_bytes)
     trainer = Trainer(model, TrainConfig(epochs=1, eval_every=0))
     model.comm.ledger.reset()
     trainer.run_epoch()
     got = model.comm.ledger.per_axis("elements")
+    counts = graph_exchange_counts(grid, g, cfg, perm)  # from the graph, not the engine's
+    built = model.exchange_counts()
+    fails += [f"stage {k}: the engine's exchange sends {built[k]} rows (this rank's, the "
+              f"most), the graph says {counts.get(k)}" for k in built if built[k] != counts.get(k)]
     schedule = epoch_collectives(model.plans, grid.shape, model.pad,
                                  learnable_features=cfg.learnable_features,
                                  multilabel=g.multilabel, kept_input=kept,
-                                 exchange=model_exchange(model, engine),
+                                 exchange=model_exchange(engine, counts),
                                  recorder=StageRecorder(engine.dtype_bytes))
     fails += _per_collective("epoch", model.comm.ledger.collectives, schedule,
                              engine.comm_bytes)
@@ -208,6 +261,69 @@ def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
     want_bytes = volume_per_axis(schedule, engine.comm_bytes)
     fails += [f"axis {a}: ledger bytes {bytes_[a]} != declared {want_bytes[a]}" for a in "xyz"
               if abs(bytes_[a] - want_bytes[a]) > 1e-6 * max(1.0, want_bytes[a])]
+    return fails
+
+
+def kept_by_options(grid: Grid, cfg: ModelConfig, engine: EngineConfig, model, shard
+                    ) -> tuple[bool, list[str]]:
+    """Whether layer 0's input must be kept from set-up, decided from the options and the grid
+    (never from the model's own flag): "off", learnable features or a depth axis of 1 never,
+    "on" otherwise always; "auto" (the budget decides) what the features the model reads show.
+    Fails where the features the model holds are not the rank's shard (not kept) or its
+    depth axis's gathered block (kept)."""
+    depth = grid.size(model.plans[0].depth)
+    local, held = shard.features.shape[0], tuple(model.features.shape)
+    if engine.keep_input == "off" or cfg.learnable_features or depth == 1:
+        kept = False
+    elif engine.keep_input == "on":
+        kept = True
+    else:
+        kept = held[0] == depth * local
+    want = ((depth if kept else 1) * local,) + tuple(shard.features.shape[1:])
+    fails = [] if held == want else [
+        f"keep_input {engine.keep_input}: layer 0 reads features of shape {held}, want {want} "
+        f"({'gathered over the depth axis' if kept else 'the shard'})"]
+    return kept, fails
+
+
+def check_keep_input_bytes(grid: Grid, g: Graph, cfg: ModelConfig) -> list[str]:
+    """``keep_input`` "on" against "off", from what the ledger moved: on, the set-up gathers
+    layer 0's features once over the first stage's depth axis d (one all-gather of d·n·F
+    elements, n·F this rank's shard, 4 bytes each: exact), off, nothing at set-up; an epoch of
+    one training forward moves exactly (d-1)·n·F more elements over d with the input off, and
+    the same on the other axes. Sizes from the shard's features, by hand. Under bf16 payloads
+    the set-up gather is still exact: 4 bytes, the features bit for bit those of float32's."""
+    fails, moved, setups, held = [], {}, {}, {}
+    depth_axis = None
+    for mode, wire in (("on", "fp32"), ("off", "fp32"), ("on", "bf16")):
+        engine = EngineConfig(keep_input=mode, comm_dtype=wire)
+        model, _, shard = build(grid, g, cfg, "double", engine)
+        depth_axis = model.plans[0].depth
+        setups[mode, wire] = {k: v for k, v in model.comm.ledger.collectives.items() if v}
+        held[mode, wire] = model.features.detach().clone()
+        model.comm.ledger.reset()
+        Trainer(model, TrainConfig(epochs=1, eval_every=0)).run_epoch()
+        moved[mode] = model.comm.ledger.per_axis("elements")
+    d, block = grid.size(depth_axis), int(np.prod(shard.features.shape))
+    want_setup = {(0, "setup", "all_gather", depth_axis, d * block, 4): 1} if d > 1 else {}
+    for wire in ("fp32", "bf16"):
+        if setups["on", wire] != want_setup:
+            fails.append(f"keep_input on, {wire} payloads: set-up collectives "
+                         f"{setups['on', wire]}, want {want_setup}")
+    a, b = held["on", "bf16"], held["on", "fp32"]
+    if torch.equal(b, b.bfloat16().float()):
+        fails.append("the features are bf16 values: a rounded set-up gather would not show")
+    if not torch.equal(a, b):
+        fails.append("keep_input on, bf16 payloads: the kept features differ from float32's")
+    setups["off"] = setups["off", "fp32"]
+    if setups["off"]:
+        fails.append(f"keep_input off: set-up collectives {setups['off']}, want none")
+    for a in "xyz":
+        extra = moved["off"][a] - moved["on"][a]
+        want = (d - 1) * block if a == depth_axis else 0
+        if abs(extra - want) > 1e-9:
+            fails.append(f"axis {a}: keep_input off moves {extra} more elements per epoch than "
+                         f"on, want {want}")
     return fails
 
 
@@ -500,7 +616,7 @@ WIRE_GRIDS = {(1, 3, 1), (2, 2, 2)}  # 3: a buffer not divisible by the axis (pa
 WIRE_CHECKS = [f"directed/{name}/{kind}" for name in MODELS
                for kind in ("step-bf16-wire", "ledger-bf16-wire")] + [
     "undirected/gin-combine-batchnorm/step-bf16-wire", "comm/bf16-wire",
-    "directed/gcn-batchnorm/ledger-keep-input-off",
+    "directed/gcn-batchnorm/ledger-keep-input-off", "directed/gcn-batchnorm/keep-input-bytes",
     # bf16 payloads with sparse exchanges (both travel together), and the exchanges off
     "directed/gcn-batchnorm/step-bf16-sparse-on", "directed/gcn-batchnorm/ledger-bf16-sparse-on",
     "directed/gcn-batchnorm/ledger-sparse-off"]
@@ -625,6 +741,8 @@ def run_wire_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
         out[f"{tag}/directed/gcn-batchnorm/ledger-keep-input-off"] = check_ledger(
             grid, graphs["directed"], MODELS["gcn-batchnorm"], "double",
             EngineConfig(keep_input="off"))
+        out[f"{tag}/directed/gcn-batchnorm/keep-input-bytes"] = check_keep_input_bytes(
+            grid, graphs["directed"], MODELS["gcn-batchnorm"])
         both = EngineConfig(comm_dtype="bf16", sparse_comm="on")
         out[f"{tag}/directed/gcn-batchnorm/step-bf16-sparse-on"] = check_wire_step(
             grid, graphs["directed"], MODELS["gcn-batchnorm"], both)

@@ -4,6 +4,7 @@ each by its name), and a fast subset (`-m "not slow"`) that never starts a share
 from __future__ import annotations
 
 import ast
+import re
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -79,3 +80,83 @@ def test_the_slow_marker_is_registered_and_the_fast_subset_documented():
     assert "-m" not in options.get("addopts", ""), "the whole suite must run everything"
     for doc in ("README.md", "ARCHITECTURE.md"):
         assert FAST in (REPO / doc).read_text(encoding="utf-8"), doc
+
+
+# ---- the slow rule: a fast test starts no multi-rank world -----------------------------------
+_GRID = re.compile(r"""grid\s*=\s*['"](\d+)x(\d+)x(\d+)['"]""")
+_RUN_WORLD = re.compile(r"run_world\(\s*(\w+)")
+
+
+def _ranks(dims: tuple[str, str, str]) -> int:
+    return int(dims[0]) * int(dims[1]) * int(dims[2])
+
+
+def _world_starts(test: ast.FunctionDef) -> list[str]:
+    """The multi-rank worlds a test function starts, as far as its own code shows: a
+    ``run_world(n, ...)`` (n > 1 or not a literal), a ``launch(..., grid=...)`` of more than one
+    rank (or a grid not written out), and the same calls inside a script the test writes and
+    runs (a string holding ``launch(`` or ``run_world(``)."""
+    found = []
+    for node in ast.walk(test):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if name == "run_world":
+                n = node.args[0] if node.args else None
+                if not (isinstance(n, ast.Constant) and isinstance(n.value, int) and n.value <= 1):
+                    found.append(ast.unparse(node)[:70])
+            elif name == "launch" and ast.unparse(f) in ("plexus.launch", "launch"):
+                grid = next((k.value for k in node.keywords if k.arg == "grid"), None)
+                text = grid.value if isinstance(grid, ast.Constant) else None
+                dims = re.fullmatch(r"(\d+)x(\d+)x(\d+)", text) if isinstance(text, str) else None
+                if dims is None or _ranks(dims.groups()) > 1:
+                    found.append(ast.unparse(node)[:70])
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            s = node.value
+            if "launch(" in s and any(_ranks(g) > 1 for g in _GRID.findall(s)):
+                found.append(f"a script: {s[:60]!r}")
+            for n in _RUN_WORLD.findall(s):
+                if not (n.isdigit() and int(n) <= 1):
+                    found.append(f"a script: {s[:60]!r}")
+    return found
+
+
+def test_no_fast_test_starts_a_multi_rank_world():
+    """A test that starts a world of several ranks (`plexus.runtime.world.run_world`,
+    `plexus.launch`, directly or in a script it runs) is `@pytest.mark.slow` (or its module is):
+    the fast subset starts none."""
+    bad = []
+    for path in suite_files():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if _slow_module(tree):
+            continue
+        for n in tree.body:
+            if isinstance(n, ast.FunctionDef) and n.name.startswith("test_") and not any(
+                    _is_slow(d) for d in n.decorator_list):
+                bad += [f"{path.relative_to(TESTS)}::{n.name}: {w}" for w in _world_starts(n)]
+    assert not bad, "fast tests that start a multi-rank world (mark them slow):\n" + \
+        "\n".join(bad)
+
+
+# (the rule reads test functions' own code: these samples live outside any)
+STARTS_A_WORLD = ("def test_a():\n    run_world(2, fn)\n",
+                  "def test_a():\n    run_world(world, fn)\n",
+                  "def test_a():\n    plexus.launch(fn, g, grid='2x1x1')\n",
+                  "def test_a():\n    plexus.launch(fn, g, grid=dims)\n",
+                  "def test_a():\n    launch(fn, g)\n",
+                  "def test_a(p):\n    p.write_text(\"plexus.launch(fn, grid='1x2x2')\")\n",
+                  "def test_a(p):\n    p.write_text('run_world(4, fn)')\n")
+STARTS_NONE = ("def test_a():\n    run_world(1, fn)\n",
+               "def test_a():\n    plexus.launch(fn, g, grid='1x1x1')\n",
+               "def test_a(p):\n    p.write_text(\"plexus.launch(fn, grid='1x1x1')\")\n",
+               "def test_a():\n    train('--grid', '2x2x2', '--dataset', 'nope')\n")
+
+
+def test_the_world_rule_sees_each_way_a_test_starts_one():
+    def starts(source: str) -> bool:
+        return bool(_world_starts(ast.parse(source).body[0]))
+
+    for source in STARTS_A_WORLD:
+        assert starts(source), source
+    for source in STARTS_NONE:
+        assert not starts(source), source

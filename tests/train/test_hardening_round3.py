@@ -673,6 +673,7 @@ def test_sigint_to_the_launcher_while_it_starts_is_one_line(tmp_path, delay=2.0)
     assert _no_temporary_files_left(tmpdir)
 
 
+@pytest.mark.slow  # a script that starts a world of 2 ranks
 def test_launch_in_a_script_without_a_main_guard_is_one_line(tmp_path):
     script = tmp_path / "noguard.py"
     script.write_text("import plexus\n\ndef fn(grid):\n    return grid.rank\n\n"

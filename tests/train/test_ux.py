@@ -232,6 +232,7 @@ def _losses(path) -> list[float]:
             if not r.get("summary")]
 
 
+@pytest.mark.slow  # plexus-train end to end, three runs
 def test_resume_auto_starts_fresh_then_resumes(tmp_path, capsys):
     from plexus.train import main
 
