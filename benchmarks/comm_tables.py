@@ -20,7 +20,6 @@ Each row is one ``plexus-model --dataset D --gpus ... --gpus-per-node 4 --layers
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -28,8 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import write_lines  # noqa: E402
-from benchmarks.paper import (MEASURED_MS, PAPER_MODE, link_bytes,  # noqa: E402
-                              measured_commit, priced)
+from benchmarks.paper import (MEASURED_MS, PAPER_MODE, header, link_bytes,  # noqa: E402
+                              priced)
 
 VARIANTS = {
     "paper algorithm": PAPER_MODE,
@@ -78,13 +77,10 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=Path("benchmarks/out/comm_tables.txt"))
     args = p.parse_args()
     start = time.time()
-    lines = [f"# benchmarks/comm_tables.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
-             f", commit {measured_commit()}, load {os.getloadavg()[0]:.1f} (the model is "
-             "arithmetic: load does not matter)",
-             "# variants: " + "; ".join(f"{k}: {' '.join(v) or '(defaults)'}"
-                                      for k, v in VARIANTS.items()),
-             "# x = our epoch / the paper's measured; GiB/rank: bytes one rank sends per epoch "
-             "(inter+strided: of them, across nodes)", ""]
+    lines = header("comm_tables.py", "variants: " + "; ".join(
+        f"{k}: {' '.join(v) or '(defaults)'}" for k, v in VARIANTS.items()),
+        "x = our epoch / the paper's measured; GiB/rank: bytes one rank sends per epoch "
+        "(inter+strided: of them, across nodes)")
     for dataset in MEASURED_MS:
         lines += table(dataset)
     write_lines(lines, args.out, start)

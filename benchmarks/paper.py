@@ -78,3 +78,13 @@ def measured_commit() -> str:
     changed = git("status", "--porcelain", "--untracked-files=no", "--", ".",
                   ":!benchmarks/results")  # the results being written are not the code
     return head + ("+changes" if changed else "")
+
+
+def header(script: str, *notes: str) -> list[str]:
+    """A results file's first lines: the script, the time, the commit and the load (the model is
+    arithmetic: load does not change it), then ``notes`` as comment lines and a blank one."""
+    import time  # noqa: PLC0415
+
+    return [f"# benchmarks/{script}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+            f"commit {measured_commit()}, load {os.getloadavg()[0]:.1f} (the model is "
+            "arithmetic: load does not matter)", *(f"# {n}" for n in notes), ""]

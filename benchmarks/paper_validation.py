@@ -23,7 +23,6 @@ With the grid, bytes per rank per link class (intra: NVLink; strided4 / strided:
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -31,8 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import write_lines  # noqa: E402
-from benchmarks.paper import (MEASURED_MS, PAPER_MODE, link_bytes,  # noqa: E402
-                              measured_commit, priced)
+from benchmarks.paper import (MEASURED_MS, PAPER_MODE, header, link_bytes,  # noqa: E402
+                              priced)
 
 MODES = {"paper": (PAPER_MODE, "perlmutter-a100"),
          "ours fp32": ([], "perlmutter-a100"),
@@ -82,11 +81,8 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=Path("benchmarks/out/paper_validation.txt"))
     args = p.parse_args()
     start = time.time()
-    lines = [f"# benchmarks/paper_validation.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
-             f", commit {measured_commit()}, load {os.getloadavg()[0]:.1f} (the model is "
-             "arithmetic: load does not matter)",
-             "# measured: arXiv 2505.04083 v2 Fig. 10; profile: perlmutter-a100 (constants cited "
-             "in its file, none fitted to Fig. 10)", ""]
+    lines = header("paper_validation.py", "measured: arXiv 2505.04083 v2 Fig. 10; profile: "
+                   "perlmutter-a100 (constants cited in its file, none fitted to Fig. 10)")
     outside: list[str] = []
     for dataset in MEASURED_MS:
         rows, out = table(dataset)

@@ -169,6 +169,18 @@ def check_wire_forms(grid: Grid, per_node: int, spans: dict) -> list[str]:
     return fails
 
 
+def _hand_sequence(comm: Comm, grid: Grid) -> dict[str, float]:
+    """`HAND_LINK_BYTES`' sequence on ``comm`` (per axis of more than one rank: an all-reduce
+    of 8, an all-gather of 2 each, a reduce-scatter of 2 per rank); its bytes per link class."""
+    for axis in "xyz":
+        p = grid.size(axis)
+        if p > 1:
+            comm.raw_all_reduce(torch.ones(8), axis)
+            comm.raw_all_gather(torch.ones(2), axis)
+            comm.raw_reduce_scatter(torch.ones(2 * p), axis)
+    return comm.ledger.per_link()
+
+
 def check_link_bytes(grid: Grid, k: int, hand: dict) -> list[str]:
     """`HAND_LINK_BYTES`' sequence in each form: the bytes per link class it lists; the
     collectives' own (axis, op) totals the same in both forms."""
@@ -176,13 +188,7 @@ def check_link_bytes(grid: Grid, k: int, hand: dict) -> list[str]:
     for form in ("flat", "hierarchical"):
         comm = Comm(grid)
         comm.place(form, k)
-        for axis in "xyz":
-            p = grid.size(axis)
-            if p > 1:
-                comm.raw_all_reduce(torch.ones(8), axis)
-                comm.raw_all_gather(torch.ones(2), axis)
-                comm.raw_reduce_scatter(torch.ones(2 * p), axis)
-        got = comm.ledger.per_link()
+        got = _hand_sequence(comm, grid)
         if got != {a: float(b) for a, b in hand[form].items()}:
             fails.append(f"{form}: bytes per link {got} != by hand {hand[form]}")
         totals.append(dict(comm.ledger.bytes))
@@ -203,13 +209,7 @@ def check_auto_priced(grid: Grid, k: int, hand: dict) -> list[str]:
     for rates, want in ((slow_node, "flat"), (slow_net, "hierarchical")):
         comm = Comm(grid)
         comm.place("auto", k, rates)
-        for axis in "xyz":
-            p = grid.size(axis)
-            if p > 1:
-                comm.raw_all_reduce(torch.ones(8), axis)
-                comm.raw_all_gather(torch.ones(2), axis)
-                comm.raw_reduce_scatter(torch.ones(2 * p), axis)
-        got = comm.ledger.per_link()
+        got = _hand_sequence(comm, grid)
         if got != {a: float(b) for a, b in hand[want].items()}:
             fails.append(f"auto priced toward {want}: bytes per link {got} != {hand[want]}")
     return fails
