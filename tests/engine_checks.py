@@ -207,15 +207,21 @@ def graph_exchange_counts(grid: Grid, g: Graph, cfg: ModelConfig, perm: str
                     row = adj.indices[adj.indptr[node]:adj.indptr[node + 1]]
                     hit[i] = bool(np.isin(row, cols).any())
             touched.append(hit)
-        piece = len(rows) // p
-        owner = np.arange(len(rows)) // piece
-        summed = [int((t & (owner != c)).sum()) for c, t in enumerate(touched)]
-        gathered = [sum(int((t & (owner == c)).sum()) for q, t in enumerate(touched) if q != c)
-                    for c in range(p)]
-        me = coords[o]
-        out[plan.index, "sum"] = (summed[me], max(summed))
-        out[plan.index, "gather"] = (gathered[me], max(gathered))
+        out[plan.index, "sum"], out[plan.index, "gather"] = exchange_counts(touched, coords[o])
     return out
+
+
+def exchange_counts(touched: list, me: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((rows rank ``me`` sends in the sum's exchange, the most any rank sends), the same for
+    the gather's), from ``touched[c]``: which of the block's rows rank c's block touches (rows
+    cut into equal pieces, piece c owned by rank c): a rank sends the touched rows others own
+    and receives, for its own piece, the rows the others touch."""
+    p = len(touched)
+    owner = np.arange(len(touched[0])) // (len(touched[0]) // p)
+    summed = [int((t & (owner != c)).sum()) for c, t in enumerate(touched)]
+    gathered = [sum(int((t & (owner == c)).sum()) for q, t in enumerate(touched) if q != c)
+                for c in range(p)]
+    return (summed[me], max(summed)), (gathered[me], max(gathered))
 
 
 def model_exchange(engine: EngineConfig, counts: dict) -> SparseExchange | None:

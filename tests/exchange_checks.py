@@ -10,7 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from engine_checks import check_step, check_training
+from engine_checks import check_step, check_training, exchange_counts
 from plexus_partition.model.schedule import SparseExchange, exact_rows
 from plexus_datasets.graph import Graph
 from plexus_datasets.rmat import rmat_graph
@@ -62,14 +62,7 @@ def oracle_counts(g: Graph, cfg: ModelConfig, grid: Grid) -> dict[tuple[int, str
             blk = shard_graph(g, shape, at, cfg.num_stages, orders, "double", seed=SEED,
                               adj_hat=adj_hat).adj_block(plan.index)
             touched.append(np.asarray(blk.getnnz(axis=1) > 0))
-        piece = len(touched[0]) // p
-        owner = np.arange(len(touched[0])) // piece
-        summed = [int((t & (owner != c)).sum()) for c, t in enumerate(touched)]
-        gathered = [sum(int((t & (owner == c)).sum()) for q, t in enumerate(touched) if q != c)
-                    for c in range(p)]
-        me = coords[o]
-        out[plan.index, "sum"] = (summed[me], max(summed))
-        out[plan.index, "gather"] = (gathered[me], max(gathered))
+        out[plan.index, "sum"], out[plan.index, "gather"] = exchange_counts(touched, coords[o])
     return out
 
 

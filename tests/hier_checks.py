@@ -13,7 +13,8 @@ import torch
 import torch.distributed as dist
 
 from engine_checks import (HIDDEN, MODELS, check_ledger, check_op_counts, check_step,
-                           check_training, check_wire_step, model_exchange)
+                           check_training, check_wire_step, graph_exchange_counts,
+                           model_exchange)
 from plexus_partition.model.schedule import epoch_collectives
 from plexus.engine.dryrun import StageRecorder
 from plexus.engine.comm import Comm
@@ -232,7 +233,8 @@ def check_model_links(grid: Grid, g, cfg: ModelConfig, engine: EngineConfig) -> 
     schedule = epoch_collectives(model.plans, grid.shape, model.pad,
                                  learnable_features=cfg.learnable_features,
                                  multilabel=g.multilabel, kept_input=model.kept_input,
-                                 exchange=model_exchange(model, engine),
+                                 exchange=model_exchange(engine, graph_exchange_counts(
+                                     grid, g, cfg, "double")),
                                  recorder=StageRecorder(engine.dtype_bytes))
     place = Placement(engine.gpus_per_node)
     cal = Calibration.from_dict({"spmm_flops": 1e12, "gemm_flops": 1e13, "device": "cuda",
