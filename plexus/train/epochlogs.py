@@ -237,6 +237,10 @@ def check_targets(log_csv: str | None, tensorboard: str | None) -> None:
             raise UsageError(f"--log-csv {log_csv}: is a directory; give a file name")
         if target.exists() and not target.is_file():  # a FIFO or device: open() could block
             raise UsageError(f"--log-csv {log_csv}: not a regular file; give a file name")
+        try:
+            target = output_target(target)  # the gate: no link, file or folder of another user
+        except UnsafeTargetError as e:
+            raise UsageError(f"--log-csv {e}") from None
         check_writable(target.parent, "--log-csv")
     if tensorboard and tensorboard_available():  # else nothing is written there
         target = Path(tensorboard).expanduser()
