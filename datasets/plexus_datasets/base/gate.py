@@ -116,10 +116,10 @@ def write_target(path: str | os.PathLike, *, directory: bool = False) -> Path:
             return Path(rest)
         last = not todo
         if est.st_uid != _me() and (last or est.st_uid != 0):
+            kind = "folder" if stat.S_ISDIR(est.st_mode) or not last else "file"
             raise UnsafeTargetError(f"{given}: {subject} is owned by uid {est.st_uid}, not "
-                                    f"{_me()}; refusing to write another user's "
-                                    f"{'file' if last and not stat.S_ISDIR(est.st_mode) else 'folder'}"
-                                    " (give a path of your own)")
+                                    f"{_me()}; refusing to write another user's {kind} (give "
+                                    "a path of your own)")
         if not last and not stat.S_ISDIR(est.st_mode):
             raise UnsafeTargetError(f"{given}: cannot write there ({entry} is not a directory)")
         done.append(name)
