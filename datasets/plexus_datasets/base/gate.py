@@ -8,8 +8,8 @@ calls, nothing opened), `write_target` refuses
 * a symlink at any component that only root or this user could have made: a link owned by
   another uid, or one in a folder others can write (a link in a shared ``/tmp`` is never
   followed, whoever made it);
-* an entry in a folder others can write (group or others' write bit, or a folder owned by
-  another user, who may swap what is in it), unless that folder is sticky (``/tmp``) and the
+* an entry in a folder others can write (others' write bit, the group's unless it is this
+  user's private group, or a folder owned by another user, who may swap what is in it), unless that folder is sticky (``/tmp``) and the
   entry is this user's own (or absent, to be made by this user: a sticky folder lets nobody
   else rename or remove it);
 * a target, or a directory on the way, owned by another uid (root's directories on the way
@@ -23,13 +23,12 @@ Every refusal is `UnsafeTargetError`: one line naming the path, the component an
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 from pathlib import Path
 
 _MAX_LINKS = 40
-#: Write bits of the group and of others: who besides the owner may change a folder's entries
-OTHERS_WRITE = 0o022
 
 
 class UnsafeTargetError(ValueError):
@@ -41,9 +40,28 @@ def _me() -> int:
     return os.geteuid()
 
 
+@functools.lru_cache(maxsize=8)
+def _private_group(gid: int) -> bool:
+    """Whether ``gid`` is this user's own group and nobody else's (a user private group, as
+    ``useradd`` makes on Red Hat-like systems, whose umask 002 makes folders 775)."""
+    try:
+        import grp  # noqa: PLC0415
+        import pwd  # noqa: PLC0415
+
+        me = pwd.getpwuid(_me())
+        group = grp.getgrgid(gid)
+    except (ImportError, KeyError, OSError):
+        return False
+    return gid == me.pw_gid and group.gr_name == me.pw_name and set(group.gr_mem) <= {me.pw_name}
+
+
 def _others_can_write(st: os.stat_result) -> bool:
-    """Whether somebody besides root and this user may change the entries of folder ``st``."""
-    return bool(st.st_mode & OTHERS_WRITE) or st.st_uid not in (0, _me())
+    """Whether somebody besides root and this user may change the entries of folder ``st``:
+    others' write bit, the group's (unless it is this user's private group), or another
+    owner."""
+    if st.st_mode & stat.S_IWOTH or st.st_uid not in (0, _me()):
+        return True
+    return bool(st.st_mode & stat.S_IWGRP) and not _private_group(st.st_gid)
 
 
 def _folder_refusal(folder: str, fst: os.stat_result, entry: str,
@@ -125,7 +143,7 @@ def write_target(path: str | os.PathLike, *, directory: bool = False) -> Path:
         done.append(name)
         fst = est
     final = "/" + "/".join(done)
-    if directory and stat.S_ISDIR(fst.st_mode) and fst.st_mode & OTHERS_WRITE \
+    if directory and stat.S_ISDIR(fst.st_mode) and _others_can_write(fst) \
             and not fst.st_mode & stat.S_ISVTX:
         raise UnsafeTargetError(f"{given}: a folder others can write (mode "
                                 f"{stat.S_IMODE(fst.st_mode):o}); refusing to write in it "
