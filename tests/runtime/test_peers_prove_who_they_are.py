@@ -158,6 +158,8 @@ def _rank(rank: int, port: int, *args: str, secret: str = "s") -> subprocess.Pop
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["options", "secret"])
 def test_a_rank_started_with_other_options_or_another_secret_is_refused_before_training(case):
+    """N4 as found, with the co-user's rank 0 as a process of this user holding another secret
+    (a child of uid 65534 cannot run this checkout's interpreter here: it lives under /root)."""
     from plexus.runtime.local import free_port
 
     port = free_port()
