@@ -7,10 +7,11 @@ for writing (``open`` with a write mode, ``os.open`` with write flags, ``Path.wr
 ``shutil.copy*``, ...) outside them, as `test_one_owner_of_deletions` does for deletions.
 
 The call sites not yet moved behind the gate are listed in `NOT_YET` by module and count (the
-list the issue asked for: 66 sites in 27 modules on main at 1c5befa, the same here): a new one
-anywhere fails, and so does a module whose count fell without the list shrinking with it.
-A write into a file object the gate opened (``with atomic_file(p) as f: torch.save(x, f)``)
-is not a site.
+list the issue asked for: 63 sites in 26 modules on main at 1c5befa; 59 in 24 here, the output
+checks' and the train logs' moved behind it): a new one anywhere fails, and so does a module
+whose count fell without the list shrinking with it.
+A write into a file object the gate opened (``with atomic_file(p) as f: torch.save(x, f)``),
+or into ``os.devnull``, is not a site.
 """
 
 from __future__ import annotations
@@ -52,8 +53,7 @@ NOT_YET = {
     "plexus/api/outputs.py": 3, "plexus/perfmodel/machine.py": 1, "plexus/runtime/local.py": 2,
     "plexus/runtime/memstats.py": 1, "plexus/runtime/progress.py": 1,
     "plexus/studies/folder.py": 4, "plexus/testing/gridrun.py": 1, "plexus/train/cachedir.py": 2,
-    "plexus/train/cacheuse.py": 5, "plexus/train/entry.py": 1, "plexus/train/epochlogs.py": 2,
-    "plexus/train/runlog.py": 3, "plexus/train/writable.py": 2,
+    "plexus/train/cacheuse.py": 5, "plexus/train/epochlogs.py": 1,
 }
 
 
@@ -97,6 +97,12 @@ def _gated_files(tree: ast.AST) -> set[str]:
     return out
 
 
+def _devnull(call: ast.Call) -> bool:
+    """Whether the call opens ``os.devnull`` (a sink, no file of anyone's)."""
+    first = call.args[0] if call.args else None
+    return isinstance(first, ast.Attribute) and first.attr == "devnull"
+
+
 def write_calls(source: str) -> list[tuple[int, str]]:
     """(line, what) of every call in ``source`` that opens, makes or copies for writing."""
     tree = ast.parse(source)
@@ -116,7 +122,7 @@ def write_calls(source: str) -> list[tuple[int, str]]:
                       if a.name == "SummaryWriter"]
     gated = _gated_files(tree)
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
+        if not isinstance(node, ast.Call) or _devnull(node):
             continue
         func = node.func
         if isinstance(func, ast.Name):
@@ -188,6 +194,7 @@ def test_every_spelling_of_a_write_is_caught(snippet):
     "p.read_text()", "import os\nos.path.join(a, b)",
     "import torch\nwith atomic_file(p) as f:\n    torch.save(obj, f)",
     "import numpy as np\nnp.load(p)", "write_target(p, directory=True)",
+    "import os\nos.open(os.devnull, os.O_WRONLY)", "open(os.devnull, 'w')",
 ])
 def test_what_is_not_a_write_passes(snippet):
     assert not write_calls(snippet), snippet

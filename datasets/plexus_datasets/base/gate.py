@@ -149,3 +149,30 @@ def write_target(path: str | os.PathLike, *, directory: bool = False) -> Path:
                                 f"{stat.S_IMODE(fst.st_mode):o}); refusing to write in it "
                                 f"(chmod go-w {final}, or use a folder only you can write)")
     return Path(final)
+
+
+def make_folder(path: str | os.PathLike) -> Path:
+    """The folder `write_target` allows for ``path`` (``directory=True``), made with its
+    parents where missing (mode 0777 less the umask, as ``mkdir -p``); raises
+    `UnsafeTargetError` before anything is made, `OSError` when it cannot be made."""
+    target = write_target(path, directory=True)
+    target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+def probe_folder(path: str | os.PathLike) -> Path:
+    """`make_folder`, then create and remove a file in it: raises `OSError` (a read-only
+    folder, no permission, a full inode table) where the run could not write its outputs."""
+    import tempfile  # noqa: PLC0415
+
+    target = make_folder(path)
+    with tempfile.TemporaryFile(dir=target):
+        pass
+    return target
+
+
+def open_file(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` of ``path`` for writing once `write_target` allows it, never following a
+    link at its last component (``O_NOFOLLOW``); the caller closes the descriptor."""
+    write_target(path)
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
