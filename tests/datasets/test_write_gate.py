@@ -70,3 +70,15 @@ def test_a_group_writable_folder_is_trusted_only_for_the_users_private_group(tmp
         write_target(folder, directory=True)
     os.chown(folder, 0, 0)  # root's own group, nobody else in it: a umask-002 folder
     assert write_target(folder / "out.json") == folder / "out.json"
+
+
+@ROOT_ONLY
+def test_a_sticky_folder_of_another_user_protects_nothing(tmp_path):
+    """The owner of a sticky folder may remove or rename any entry in it."""
+    folder = tmp_path / "bobs-scratch"
+    folder.mkdir()
+    folder.chmod(0o1777)
+    os.chown(folder, NOBODY, NOBODY)
+    with pytest.raises(UnsafeTargetError, match=f"owned by uid {NOBODY}.*another user's") as e:
+        write_target(folder / "out.json")
+    assert_one_line(e)

@@ -9,9 +9,10 @@ calls, nothing opened), `write_target` refuses
   another uid, or one in a folder others can write (a link in a shared ``/tmp`` is never
   followed, whoever made it);
 * an entry in a folder others can write (others' write bit, the group's unless it is this
-  user's private group, or a folder owned by another user, who may swap what is in it), unless that folder is sticky (``/tmp``) and the
-  entry is this user's own (or absent, to be made by this user: a sticky folder lets nobody
-  else rename or remove it);
+  user's private group, or a folder owned by another user, who may swap what is in it),
+  unless that folder is sticky and root's or this user's (``/tmp``) and the entry is this
+  user's own (or absent, to be made by this user: such a folder lets nobody else rename or
+  remove it);
 * a target, or a directory on the way, owned by another uid (root's directories on the way
   are trusted: ``/``, ``/home``);
 * for a directory output (``directory=True``), a directory others can write and that is not
@@ -71,14 +72,16 @@ def _folder_refusal(folder: str, fst: os.stat_result, entry: str,
     if not _others_can_write(fst):
         return None
     mode = stat.S_IMODE(fst.st_mode)
-    if fst.st_mode & stat.S_ISVTX and (est is None or est.st_uid in (0, _me())):
+    sticky = bool(fst.st_mode & stat.S_ISVTX) and fst.st_uid in (0, _me())  # its owner may
+    if sticky and (est is None or est.st_uid in (0, _me())):  # remove any entry: not theirs
         return None
     who = (f"owned by uid {fst.st_uid}" if fst.st_uid not in (0, _me())
            else f"writable by others (mode {mode:o})")
-    if fst.st_mode & stat.S_ISVTX:
+    if sticky:
         assert est is not None
         return f"{entry} is owned by uid {est.st_uid}, in the shared folder {folder} ({who})"
-    return f"{folder} is {who}, not sticky: another user could swap {entry}"
+    plain = "" if fst.st_mode & stat.S_ISVTX else ", not sticky"
+    return f"{folder} is {who}{plain}: another user could swap {entry}"
 
 
 def write_target(path: str | os.PathLike, *, directory: bool = False) -> Path:
