@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -68,3 +71,15 @@ def as_nobody(fn, *args):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, out
     return json.loads(out)
+
+
+@contextlib.contextmanager
+def sticky_folder(prefix: str):
+    """A folder everyone may create in, as /tmp (mode 1777), removed afterwards (the test's own
+    scratch: root may remove what the second user made in it)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    folder.chmod(0o1777)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

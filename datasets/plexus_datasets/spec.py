@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Iterator
 
 from .edgelist import load_edgelist
 from .errors import DatasetError
@@ -82,20 +83,43 @@ def source_fingerprint(paths: list[Path], limit: int = MAX_SOURCE_FILES) -> list
     found: list[list] = []
     for path in paths:
         path = path.resolve()
-        if path.is_dir():
-            files = (p for p in path.rglob("*") if p.is_file())
-        elif path.exists():
-            files = iter([path])
-        else:
-            parent = path.parent
-            files = (p for p in (parent.iterdir() if parent.is_dir() else ())
-                     if p.name.startswith(path.name) and p.is_file())
-        for f in files:
+        for f in _files_under(path):
             if len(found) >= limit:
                 raise DatasetError(f"{path}: more than {limit} files to watch for changes")
             st = f.stat()
             found.append([str(f), st.st_size, st.st_mtime_ns])
     return sorted(found)
+
+
+def _files_under(path: Path) -> Iterator[Path]:
+    """The files `spec_paths`' ``path`` stands for: itself, everything under a directory, or
+    the files beside it that start with its name (a path that does not exist)."""
+    if path.is_dir():
+        yield from (p for p in path.rglob("*") if p.is_file())
+    elif path.exists():
+        yield path
+    else:
+        parent = path.parent
+        yield from (p for p in (parent.iterdir() if parent.is_dir() else ())
+                    if p.name.startswith(path.name) and p.is_file())
+
+
+def spec_files(spec: str, root: str | None = None, limit: int = MAX_SOURCE_FILES) -> list[Path]:
+    """Every existing file the graph ``spec`` names is read from (`spec_paths`, directories and
+    prefixes expanded; at most ``limit``): the inputs no output of a run may overwrite, whatever
+    the format. Empty for a spec that names no files or cannot be resolved (its loader says
+    why)."""
+    try:
+        paths = spec_paths(spec, root)
+    except DatasetError:
+        return []
+    found: list[Path] = []
+    for path in paths:
+        for f in _files_under(path):
+            if len(found) >= limit:
+                return found
+            found.append(f)
+    return found
 
 
 #: How node features are scaled (``--features``): "auto", the format's published convention

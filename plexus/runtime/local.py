@@ -1,6 +1,7 @@
 """Start a job's workers on this machine with torch's elastic launcher, and name why one failed.
 
-`launch_local` runs X·Y·Z worker processes (a static rendezvous on 127.0.0.1, a free port); when a
+`launch_local` runs X·Y·Z worker processes (a static rendezvous listening on 127.0.0.1 only, a
+free port, a secret of the job's own handed to its workers); when a
 worker raises or dies, the agent stops the others and `LocalJobFailed` names the root cause
 first (a killed worker before its peers' broken connections).
 """
@@ -25,6 +26,8 @@ from typing import Any, Callable, Iterator
 
 from plexus_partition.launch.env import use_cuda
 from plexus_partition.launch.lifeline import Lifeline
+from plexus_partition.launch.peers import SECRET_ENV, new_secret
+from .loopback import BACKEND as LOOPBACK, loopback_listener, register as register_loopback
 from .progress import PROGRESS_DIR_ENV, read_progress
 from plexus_datasets.base import owned
 
@@ -128,8 +131,8 @@ class WorkerStartError(RuntimeError):
     """A forked worker's peers were not all started in time (the launcher stalled or died)."""
 
 
-def _worker(lifeline: Lifeline, progress_dir: str, forked: Any, entrypoint: Callable[..., Any],
-            *args: Any) -> Any:
+def _worker(lifeline: Lifeline, progress_dir: str, forked: Any, secret: str,
+            entrypoint: Callable[..., Any], *args: Any) -> Any:
     """What a local worker runs: first tie its life to the launcher's, then the entry point.
 
     SIGINT ends a worker at once, by the signal: the launcher then names it ("worker rank 1
@@ -140,7 +143,11 @@ def _worker(lifeline: Lifeline, progress_dir: str, forked: Any, entrypoint: Call
     any of them joins the job. A worker joining connects to the agent's store, whose thread
     then takes glibc's resolver lock (getnameinfo); a worker forked at that moment inherited
     the lock taken and blocked on it forever (1 start of 40 of a 2x2x2 job hung). No worker
-    connects until the last one is forked."""
+    connects until the last one is forked.
+
+    ``secret``: the job's secret, which the launcher made (`plexus_partition.launch.peers`): a
+    worker proves it before any tensor moves (handed over with the arguments, never on a
+    command line or in the launcher's environment)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         if callable(signal.getsignal(sig)):  # the agent's handler, inherited by a fork
@@ -153,6 +160,7 @@ def _worker(lifeline: Lifeline, progress_dir: str, forked: Any, entrypoint: Call
             raise WorkerStartError(f"the launcher did not start every worker within "
                                    f"{FORKED_PEERS_TIMEOUT_S:g} s") from None
     os.environ[PROGRESS_DIR_ENV] = progress_dir
+    os.environ[SECRET_ENV] = secret  # the job's own secret, proved to rank 0 (`peers`)
     return entrypoint(*args)
 
 
@@ -194,28 +202,30 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any,
     os.mkdir(progress_dir)
     lifeline = Lifeline(os.getpid(), (log_dir, mp_dir))
     forked = mp.get_context("fork").Barrier(nprocs) if start_method == "fork" else None
+    register_loopback()
     try:
-        config = LaunchConfig(
-            min_nodes=1, max_nodes=1, nproc_per_node=nprocs,
-            run_id=f"plexus-{uuid.uuid4().hex[:12]}",
-            # one node: the static rendezvous (a TCP store, no more); the dynamic one records
-            # events with inspect.stack(), seconds of a small job's start
-            rdzv_backend="static", rdzv_configs={"rank": 0},
-            rdzv_endpoint=f"127.0.0.1:{free_port()}",
-            local_addr="127.0.0.1",
-            max_restarts=0,  # a failed worker fails the job: training is not elastic
-            monitor_interval=0.1,
-            start_method=start_method,
-            # Workers inherit our stdout/stderr (rank 0's progress bar sees the terminal); the
-            # directory only holds the agent's error files and disappears with the job.
-            logs_specs=DefaultLogsSpecs(log_dir=log_dir))
-        try:
-            with _temporary_files_in(log_dir):
-                results = elastic_launch(config, _worker)(lifeline, progress_dir, forked,
-                                                          entrypoint,
-                                                          *args)
-        except ChildFailedError as e:
-            raise LocalJobFailed(_failures(e), read_progress(progress_dir)) from None
+        with loopback_listener() as (port, listen_fd):
+            config = LaunchConfig(
+                min_nodes=1, max_nodes=1, nproc_per_node=nprocs,
+                run_id=f"plexus-{uuid.uuid4().hex[:12]}",
+                # one node: the static rendezvous (a TCP store, no more; the dynamic one records
+                # events with inspect.stack(), seconds of a small job's start), its store on
+                # 127.0.0.1 only (`plexus.runtime.loopback`)
+                rdzv_backend=LOOPBACK, rdzv_configs={"rank": 0, "listen_fd": listen_fd},
+                rdzv_endpoint=f"127.0.0.1:{port}",
+                local_addr="127.0.0.1",
+                max_restarts=0,  # a failed worker fails the job: training is not elastic
+                monitor_interval=0.1,
+                start_method=start_method,
+                # Workers inherit our stdout/stderr (rank 0's progress bar sees the terminal); the
+                # directory only holds the agent's error files and disappears with the job.
+                logs_specs=DefaultLogsSpecs(log_dir=log_dir))
+            try:
+                with _temporary_files_in(log_dir):
+                    results = elastic_launch(config, _worker)(lifeline, progress_dir, forked,
+                                                              new_secret(), entrypoint, *args)
+            except ChildFailedError as e:
+                raise LocalJobFailed(_failures(e), read_progress(progress_dir)) from None
     finally:
         owned.remove_tree(log_dir, quiet=True)
     return [results[r] for r in range(nprocs)]

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from plexus_datasets.base.atomic import atomic_file
+from plexus_datasets.base.gate import UnsafeTargetError, write_target
 from plexus_datasets.base.lockfile import FileLock, LockBusy, LockError, acquire
 from plexus.api.training import TrainConfig, initial_parameters, initial_stats, split_name
 from plexus_partition.model.cli import UsageError
@@ -110,9 +111,14 @@ def save_checkpoint(directory: str | os.PathLike, payload: dict) -> Path:
 
 
 def load_checkpoint(directory: str | os.PathLike) -> dict:
-    """Read DIR/checkpoint.pt (tensors on the CPU). Raises `CheckpointError` if it is missing or
-    unreadable."""
+    """Read DIR/checkpoint.pt (tensors on the CPU). Raises `CheckpointError` if it is missing,
+    unreadable, or another user could have put it there (their file, their folder, a link of
+    theirs on the way: `plexus_datasets.base.gate`, checked before it is opened)."""
     path = checkpoint_path(directory)
+    try:  # the gate, before a byte is read: no checkpoint of another user, nor through their link
+        write_target(path)
+    except UnsafeTargetError as e:
+        raise CheckpointError(f"--resume {e}") from None
     if not path.is_file():
         raise CheckpointError(f"--resume: no checkpoint at {path}")
     try:

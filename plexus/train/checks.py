@@ -11,10 +11,13 @@ from pathlib import Path
 
 from plexus.api.outputs import OutputsError, check_outputs_target
 from plexus.api.training import TrainConfig, needs_validation
+from plexus_datasets.base import owned
 from plexus_datasets.base.atomic import UnsafeTargetError, output_target
+from plexus_datasets.base.gate import write_target
 from plexus_partition.model.cli import UsageError
 from plexus_partition.model.model import ModelError, parse_order
-from plexus_datasets import DatasetError, Graph, load_dataset
+from plexus_datasets import DatasetError, Graph, load_dataset, spec_paths
+from plexus_datasets.spec import spec_files
 
 from .checkpoint import CHECKPOINT_NAME, lock_directory
 from .epochlogs import check_targets
@@ -84,6 +87,18 @@ def check_output_paths(plan: RunRequest) -> None:
         check_outputs_dir(plan.save_predictions, "--save-predictions")
     if plan.export:
         check_output_file(plan.export, "--export")
+    check_key_folder()
+
+
+def check_key_folder() -> None:
+    """Raise `UsageError` unless the folder of this user's Plexus key (`owned.config_dir`:
+    ``$PLEXUS_CONFIG_DIR``, else the XDG config folder), where the seals' key is made on first
+    use, is one no other user could have chosen (`plexus_datasets.base.gate`)."""
+    try:
+        write_target(owned.config_dir(), directory=True)
+    except UnsafeTargetError as e:
+        raise UsageError(f"the folder of this user's Plexus key ${owned.CONFIG_ENV}: {e} (set "
+                         f"${owned.CONFIG_ENV} to a private folder of yours)") from None
 
 
 def check_launch_outputs(plan: RunRequest) -> None:
@@ -124,14 +139,10 @@ def precheck_dataset(spec: str, root: str | None, seed: int, features: str = "au
 
         check_files(spec.strip(), root)  # the loader's own offline check: file existence only
         return None
-    if colon and scheme in ("npz", "mtx", "edgelist", "planetoid") and rest.strip():
-        path = Path(rest.strip()).expanduser()
-        if not path.exists() and root is not None and not path.is_absolute():
-            path = Path(root).expanduser() / path
-        if path.is_file() and path.stat().st_size > PRECHECK_MAX_BYTES:
+    if colon and rest.strip():  # the files the spec itself says it reads, whatever the format
+        spec_paths(spec, root)  # a malformed spec: its one line (a missing file: the loader's)
+        if sum(f.stat().st_size for f in spec_files(spec, root)) > PRECHECK_MAX_BYTES:
             return None
-        if not path.exists() and scheme != "planetoid":
-            raise DatasetError(f"{spec}: {path} not found")
     if scheme == "rmat":
         from plexus_datasets import parse_rmat_params  # noqa: PLC0415
 

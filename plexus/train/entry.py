@@ -24,6 +24,7 @@ from plexus.runtime.local import (PEER_ERROR_GRACE_S, LocalJobFailed, free_port,
 
 from .cache import join_cached_store
 from .errors import PROG, OutputFailed, RunStopped, error_line
+from .peercheck import check_peers
 from .plan import ResolvedRun, RunRequest
 from .prepare import LocalSetup, agree_on_failure, load_local
 from .resolve import resolve
@@ -66,6 +67,7 @@ def run_rank(plan: RunRequest, env: JobEnv, *, join_failure_ends_job: bool = Fal
     try:
         device = init_process_group(env, plan.timeout_s, device=plan.device,
                                     threads=plan.threads)
+        check_peers(plan, env)  # the job's secret and this run, proved before a tensor moves
         joined = time.perf_counter()
     except LaunchError as e:  # e.g. a local rank without a GPU: the same on every such rank
         print(error_line(f"rank {env.rank}: {e}"), file=sys.stderr, flush=True)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Protocol
 
 from plexus_datasets.base.atomic import UnsafeTargetError, atomic_file, describe_mode, output_target
+from plexus_datasets.base.gate import open_file
 from plexus.api.training import EpochStats
 
 from .errors import OutputFailed, UsageError, output_failure
@@ -48,8 +49,8 @@ class LineFile:
 
     def __init__(self, path: Path, what: str, append: bool = False) -> None:
         self.path, self.what = path, what
-        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        fd = os.open(path, flags | (os.O_APPEND if append else os.O_TRUNC), 0o644)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK
+        fd = open_file(path, flags | (os.O_APPEND if append else os.O_TRUNC), 0o644)
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             os.close(fd)
@@ -237,6 +238,10 @@ def check_targets(log_csv: str | None, tensorboard: str | None) -> None:
             raise UsageError(f"--log-csv {log_csv}: is a directory; give a file name")
         if target.exists() and not target.is_file():  # a FIFO or device: open() could block
             raise UsageError(f"--log-csv {log_csv}: not a regular file; give a file name")
+        try:
+            target = output_target(target)  # the gate: no link, file or folder of another user
+        except UnsafeTargetError as e:
+            raise UsageError(f"--log-csv {e}") from None
         check_writable(target.parent, "--log-csv")
     if tensorboard and tensorboard_available():  # else nothing is written there
         target = Path(tensorboard).expanduser()

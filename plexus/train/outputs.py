@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from plexus.api.outputs import FILES as OUTPUT_FILES, MARKER as OUTPUTS_MARKER
+from plexus_datasets.spec import spec_files
 from plexus_partition.model.cli import UsageError
 
 from .checkpoint import CHECKPOINT_NAME, LOCK_NAME
@@ -146,28 +147,16 @@ TENSORBOARD_PATTERNS = ("events.out.tfevents.*",)
 
 def dataset_files(spec: str | None, root: str | None, shards: str | None) -> list[Path]:
     """The existing files a dataset spec or a shard store reads (those an output could
-    overwrite): the file of npz:/mtx:/edgelist:, the ind.NAME.* files of planetoid:, the files
-    of a store directory."""
+    overwrite): for a spec, every file of `plexus_datasets.spec.spec_files` (the spec's own
+    list, so every format is covered the day it is added: the file of npz:/mtx:/edgelist:, a
+    graph: directory's arrays, the ind.NAME.* files of planetoid:, an OGB dataset's folder);
+    for a store, the files of its directory."""
     found: list[Path] = []
     if shards:
         store = Path(shards).expanduser()
         found += [p for p in store.iterdir() if p.is_file()] if store.is_dir() else []
-    if not spec:
-        return found
-    kind, colon, rest = spec.strip().partition(":")
-    kind, rest = kind.strip().lower(), rest.strip()
-    if not colon or not rest or kind not in ("npz", "mtx", "edgelist", "planetoid"):
-        return found
-    path = Path(rest).expanduser()
-    if not path.exists() and not path.is_absolute() and root is not None:
-        path = Path(root).expanduser() / path
-    if kind == "planetoid":
-        folder, prefix = (path, None) if path.is_dir() else (path.parent, path.name)
-        if folder.is_dir():
-            found += [p for p in folder.iterdir() if p.is_file() and (
-                prefix is None or p.name.startswith(prefix + "."))]
-    elif path.is_file():
-        found.append(path)
+    if spec:
+        found += spec_files(spec, root, limit=4096)  # compared pairwise: bounded
     return found
 
 

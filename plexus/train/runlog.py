@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any, Mapping, Sequence
 
 from plexus_datasets.base.atomic import UnsafeTargetError, output_target, replace_into
+from plexus_datasets.base.gate import make_folder
 from plexus.api.training import BestEpoch, EpochStats
 from plexus.core.units import format_bytes, format_seconds
 
@@ -100,7 +101,7 @@ class JsonLog:
         self.tmp = self.path.with_name(self.path.name + ".tmp")
         if output_target(self.tmp) != self.tmp:
             raise UnsafeTargetError(f"{self.tmp}: is a symlink; refusing to write through it")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(self.path.parent)
         kept = kept_json_records([self.tmp, self.path], resume) if resume else []
         self._f: LineFile | None = LineFile(self.tmp, "the JSON log")
         if kept:

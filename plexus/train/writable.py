@@ -3,17 +3,19 @@ module of the checks: the epoch logs' own targets are checked with it too)."""
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
+from plexus_datasets.base.gate import UnsafeTargetError, probe_folder
 from plexus_partition.model.cli import UsageError
 
 
-def check_writable(path: Path, what: str) -> None:
-    """Raise `UsageError` unless files can be created in directory ``path`` (made if missing)."""
+def check_writable(path: Path, what: str) -> Path:
+    """Raise `UsageError` unless files can be created in directory ``path`` (made if missing)
+    and no other user could have chosen it (`plexus_datasets.base.gate`: checked before
+    anything is made or written there); returns the directory written."""
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
+        return probe_folder(path)
+    except UnsafeTargetError as e:
+        raise UsageError(f"{what} {e}") from None
     except OSError as e:
         raise UsageError(f"{what} {path}: cannot write there ({e.strerror or e})") from None

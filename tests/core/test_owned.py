@@ -136,3 +136,31 @@ def test_the_key_is_private_and_refused_otherwise(tmp_path, monkeypatch):
     (tmp_path / "config").chmod(0o777)
     with pytest.raises(owned.NotOursError, match="nobody else can write"):
         owned.user_key()
+
+
+# ---- the owner's surviving mutants (issue 56, item 6) -----------------------------------------
+@pytest.mark.parametrize("mode", [0o770, 0o720, 0o707, 0o702], ids=oct)
+def test_a_sealed_folder_writable_by_its_group_or_others_is_not_trusted(tmp_path, mode):
+    out = _tree(tmp_path / "out")
+    owned.write_seal(out, "fmt")
+    assert owned.seal_problem(out, "fmt") is None
+    out.chmod(mode)  # a group member (or anyone) may swap its files: no proof any more
+    assert "writable by group or others" in owned.seal_problem(out, "fmt")
+    assert not owned.is_sealed(out, "fmt", exact=False)
+    with pytest.raises(owned.NotOursError, match="writable by group or others"):
+        owned.remove_tree(out, seal="fmt")
+    assert (out / "a.txt").read_text() == "a"
+    out.chmod(0o750)  # read by the group, written by nobody else: trusted again
+    assert owned.seal_problem(out, "fmt") is None
+
+
+@ROOT_ONLY
+def test_a_seal_file_owned_by_another_user_is_not_trusted(tmp_path):
+    out = _tree(tmp_path / "out")
+    owned.write_seal(out, "fmt")  # a seal that verifies under this user's key ...
+    os.lchown(out / owned.SEAL, NOBODY, NOBODY)  # ... but another user's file: they may edit it
+    why = owned.seal_problem(out, "fmt")
+    assert why is not None and "not this user's small regular file" in why, why
+    with pytest.raises(owned.NotOursError):
+        owned.remove_tree(out, seal="fmt")
+    assert (out / "sub" / "b.bin").read_bytes() == b"bb"

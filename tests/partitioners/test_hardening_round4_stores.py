@@ -574,8 +574,8 @@ def test_a_second_user_cannot_make_a_partition_or_a_run_touch_anything_else(tmp_
                               "arrays": {"pred": {"file": "pred.npy", "dtype": "<i8",
                                                   "shape": [5]}}})
         assert as_nobody(_plant_outputs, str(res), str(victim / "keep"), genuine) == "planted"
-        with pytest.raises(OutputsError, match="refusing to replace it"):
-            check_outputs_target(res)
+        with pytest.raises(OutputsError, match=f"owned by uid {NOBODY}.*refusing to"):
+            check_outputs_target(res)  # their folder in a shared one: the gate's refusal
         assert (victim / "keep").read_text() == "root's"
     finally:
         shutil.rmtree(shared, ignore_errors=True)

@@ -9,14 +9,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from cli_helpers import cache_plan
 from fuzzing.storedamage import contents, forge_store, reseal_without_key, store_labels
-from helpers import NOBODY, as_nobody, assert_one_line
+from helpers import NOBODY, as_nobody, assert_one_line, sticky_folder
 from plexus_partition.cli import main as partition_main
 from plexus.train.cache import Cache, CacheError, cached_options
 from plexus.train.cli import main as train_main
@@ -42,14 +41,10 @@ def _users_things(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture
-def shared(tmp_path):
-    """A folder everyone may create in, as /tmp (sticky), with the test's root-owned files."""
-    folder = Path(tempfile.mkdtemp(prefix="plexus-round5-", dir="/tmp"))
-    folder.chmod(0o1777)
-    try:
+def shared():
+    """A folder everyone may create in, as /tmp (sticky)."""
+    with sticky_folder("plexus-round5-") as folder:
         yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)  # the test's own scratch (root may)
 
 
 # ---- the cache: clean and eviction ----------------------------------------------------------

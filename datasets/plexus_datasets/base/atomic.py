@@ -5,7 +5,9 @@ one).
 An output path may only name a regular file or nothing: a rename over ``/dev/full``, a FIFO, a
 socket or a directory (or a symlink to one, such as ``/proc/self/fd/1``) would replace a node the
 user never meant to lose, so `output_target` refuses them. A symlink to a regular file is
-followed: the file it points to is replaced, the link stays.
+followed (the file it points to is replaced, the link stays) only when no other user could have
+made it, and nothing is written where another user could have chosen the target
+(`plexus_datasets.base.gate`, the one gate of every write).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
 from . import owned
+from .gate import UnsafeTargetError, write_target
 from .values import ErrorType
 
 
@@ -38,10 +41,6 @@ def fsync_dir(directory: str | os.PathLike) -> None:
         os.close(fd)
 
 
-class UnsafeTargetError(ValueError):
-    """An output path names something that is not a regular file (a one-line message)."""
-
-
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
           (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symlink"))
@@ -57,15 +56,19 @@ def describe_mode(mode: int) -> str:
 def output_target(path: str | os.PathLike) -> Path:
     """The file that writing ``path`` replaces: ``path`` itself, or the regular file a symlink
     points to. Raises `UnsafeTargetError` when that is anything but a regular file or nothing
-    (a directory, a device, a FIFO, a socket, a dangling link)."""
+    (a directory, a device, a FIFO, a socket, a dangling link), or when another user could have
+    chosen it (`plexus_datasets.base.gate.write_target`: a link they could have made, their
+    file, a folder they can write)."""
     path = Path(path)
     try:
         link = os.lstat(path)
     except FileNotFoundError:
+        write_target(path)  # the folders on the way
         return path
     except OSError as e:  # e.g. a parent that is a file
         raise UnsafeTargetError(f"{path}: cannot write there ({e.strerror or e})") from None
     if stat.S_ISREG(link.st_mode):
+        write_target(path)
         return path
     try:
         mode = os.stat(path).st_mode  # follows links, /proc/self/fd/N included
@@ -73,7 +76,7 @@ def output_target(path: str | os.PathLike) -> Path:
         raise UnsafeTargetError(f"{path}: a symlink to nothing; refusing to write through "
                                 "it") from None
     if stat.S_ISLNK(link.st_mode) and stat.S_ISREG(mode):
-        return Path(os.path.realpath(path))
+        return write_target(path)
     where = "a symlink to " if stat.S_ISLNK(link.st_mode) else ""
     raise UnsafeTargetError(f"{path}: is {where}{describe_mode(mode)}, not a regular file; refusing to "
                             "replace it (give a file name)")
@@ -160,6 +163,7 @@ def output_directory(path: str | os.PathLike, recognise: Callable[[Path], bool])
         entries = os.listdir(path)
     except OSError as e:
         raise UnsafeTargetError(f"{path}: cannot read it ({e.strerror or e})") from None
+    write_target(path, directory=True)  # the gate: no link, folder or owner another user chose
     if entries and not recognise(path):
         raise UnsafeTargetError(f"{path}: a directory that holds other files (not one this "
                                 "output wrote); refusing to replace it (give a new directory "

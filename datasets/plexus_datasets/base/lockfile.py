@@ -18,6 +18,7 @@ from pathlib import Path
 
 from . import owned
 from .atomic import describe_mode
+from .gate import UnsafeTargetError, write_target
 
 
 class LockError(ValueError):
@@ -71,8 +72,13 @@ def _refuse_unless_regular(path: Path, st: os.stat_result) -> None:
 def acquire(path: str | os.PathLike) -> FileLock:
     """Take the exclusive lock at ``path`` (created if missing) and write this process's pid
     into it. Raises `LockBusy` when a live process holds it, `LockError` when ``path`` is not a
-    regular file of one link or cannot be opened, created or locked."""
+    regular file of one link, cannot be opened, created or locked, or another user could have
+    chosen it (`plexus_datasets.base.gate`)."""
     path = Path(path)
+    try:
+        write_target(path)  # no lock written through a link, into a file or folder of another user
+    except UnsafeTargetError as e:
+        raise LockError(str(e)) from None
     try:
         _refuse_unless_regular(path, os.lstat(path))  # never open a FIFO or a device at all
     except FileNotFoundError:

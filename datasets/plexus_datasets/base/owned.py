@@ -36,6 +36,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from .gate import UnsafeTargetError, write_target
+
 #: The directory of the per-user secret (else ``$XDG_CONFIG_HOME/plexus``, ``~/.config/plexus``)
 CONFIG_ENV = "PLEXUS_CONFIG_DIR"
 KEY_FILE = "secret.key"
@@ -61,8 +63,13 @@ def config_dir() -> Path:
 def user_key() -> bytes:
     """This user's secret (32 random bytes in a 0600 file of theirs, created on first use).
     Raises `NotOursError` when the file or its folder is another user's, a link, or readable
-    or writable by anyone else."""
-    folder = config_dir()
+    or writable by anyone else, or reached through a link another user could have made
+    (`plexus_datasets.base.gate`)."""
+    try:  # the gate first: no key made through a link, or in a folder, another user chose
+        folder = write_target(config_dir(), directory=True)
+    except UnsafeTargetError as e:
+        raise NotOursError(f"{e}; this user's Plexus key must be in a folder nobody else can "
+                           f"write: set ${CONFIG_ENV} to a private folder") from None
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = folder / KEY_FILE
     if not os.path.lexists(path):

@@ -1,0 +1,181 @@
+"""The one gate of every path the tools write: where a write to a path lands, refused before
+anything is written when another user of the machine could have chosen it.
+
+Another user is an adversary and a name is not proof (`plexus_datasets.base.owned`'s rule, for
+writes). Walking the path one component at a time from ``/`` (an ``lstat`` each: a few system
+calls, nothing opened), `write_target` refuses
+
+* a symlink at any component that only root or this user could have made: a link owned by
+  another uid, or one in a folder others can write (a link in a shared ``/tmp`` is never
+  followed, whoever made it);
+* an entry in a folder others can write (others' write bit, the group's unless it is this
+  user's private group, or a folder owned by another user, who may swap what is in it),
+  unless that folder is sticky and root's or this user's (``/tmp``) and the entry is this
+  user's own (or absent, to be made by this user: such a folder lets nobody else rename or
+  remove it);
+* a target, or a directory on the way, owned by another uid (root's directories on the way
+  are trusted: ``/``, ``/home``);
+* for a directory output (``directory=True``), a directory others can write and that is not
+  sticky: anything written inside it could be swapped by them.
+
+Every refusal is `UnsafeTargetError`: one line naming the path, the component and the fix.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import stat
+from pathlib import Path
+
+_MAX_LINKS = 40
+
+
+class UnsafeTargetError(ValueError):
+    """An output path another user could have chosen, or that names something that is not a
+    regular file (a one-line message)."""
+
+
+def _me() -> int:
+    return os.geteuid()
+
+
+@functools.lru_cache(maxsize=8)
+def _private_group(gid: int) -> bool:
+    """Whether ``gid`` is this user's own group and nobody else's (a user private group, as
+    ``useradd`` makes on Red Hat-like systems, whose umask 002 makes folders 775)."""
+    try:
+        import grp  # noqa: PLC0415
+        import pwd  # noqa: PLC0415
+
+        me = pwd.getpwuid(_me())
+        group = grp.getgrgid(gid)
+    except (ImportError, KeyError, OSError):
+        return False
+    return gid == me.pw_gid and group.gr_name == me.pw_name and set(group.gr_mem) <= {me.pw_name}
+
+
+def _others_can_write(st: os.stat_result) -> bool:
+    """Whether somebody besides root and this user may change the entries of folder ``st``:
+    others' write bit, the group's (unless it is this user's private group), or another
+    owner."""
+    if st.st_mode & stat.S_IWOTH or st.st_uid not in (0, _me()):
+        return True
+    return bool(st.st_mode & stat.S_IWGRP) and not _private_group(st.st_gid)
+
+
+def _folder_refusal(folder: str, fst: os.stat_result, entry: str,
+                    est: os.stat_result | None) -> str | None:
+    """Why the entry ``entry`` (lstat ``est``; None: absent, to be made) of ``folder`` is not
+    safe to use (None: it is)."""
+    if not _others_can_write(fst):
+        return None
+    mode = stat.S_IMODE(fst.st_mode)
+    sticky = bool(fst.st_mode & stat.S_ISVTX) and fst.st_uid in (0, _me())  # its owner may
+    if sticky and (est is None or est.st_uid in (0, _me())):  # remove any entry: not theirs
+        return None
+    who = (f"owned by uid {fst.st_uid}" if fst.st_uid not in (0, _me())
+           else f"writable by others (mode {mode:o})")
+    if sticky:
+        assert est is not None
+        return f"{entry} is owned by uid {est.st_uid}, in the shared folder {folder} ({who})"
+    plain = "" if fst.st_mode & stat.S_ISVTX else ", not sticky"
+    return f"{folder} is {who}{plain}: another user could swap {entry}"
+
+
+def write_target(path: str | os.PathLike, *, directory: bool = False) -> Path:
+    """The absolute path a write to ``path`` lands on, every link on the way followed once it
+    is proven safe. Raises `UnsafeTargetError` (nothing written) when another user could have
+    chosen it (the module's rules), or when a component on the way is not a directory."""
+    given = os.fspath(Path(path).expanduser())
+    todo = [c for c in os.path.abspath(given).split("/") if c]
+    done: list[str] = []
+    links = 0
+    fst = os.lstat("/")
+    while todo:
+        name = todo.pop(0)
+        if name == ".":
+            continue
+        if name == "..":
+            if done:
+                done.pop()
+            fst = os.lstat("/" + "/".join(done))
+            continue
+        folder = "/" + "/".join(done)
+        entry = os.path.join(folder, name)
+        subject = "it" if entry == os.path.abspath(given) else entry
+        try:
+            est: os.stat_result | None = os.lstat(entry)
+        except FileNotFoundError:
+            est = None
+        except OSError as e:
+            why = "a component on the way is not a directory" if e.errno == errno.ENOTDIR \
+                else (e.strerror or str(e))
+            raise UnsafeTargetError(f"{given}: cannot write there ({why})") from None
+        if est is not None and stat.S_ISLNK(est.st_mode):
+            if est.st_uid not in (0, _me()) or _others_can_write(fst):
+                how = (f"owned by uid {est.st_uid}" if est.st_uid not in (0, _me())
+                       else f"in {folder}, which others can write")
+                raise UnsafeTargetError(f"{given}: {subject} is a symlink another user could "
+                                        f"have made ({how}); refusing to write through it "
+                                        "(give the real path)")
+            links += 1
+            if links > _MAX_LINKS:
+                raise UnsafeTargetError(f"{given}: too many levels of symbolic links")
+            target = os.readlink(entry)
+            if target.startswith("/"):
+                done, fst = [], os.lstat("/")
+            todo = [c for c in target.split("/") if c] + todo
+            continue
+        why = _folder_refusal(folder, fst, subject, est)
+        if why is not None:
+            raise UnsafeTargetError(f"{given}: {why}; refusing to write there (use a folder "
+                                    "only you can write, e.g. under your home)")
+        if est is None:  # the rest is made by this user's write
+            rest = os.path.normpath(os.path.join(entry, *todo)) if todo else entry
+            return Path(rest)
+        last = not todo
+        if est.st_uid != _me() and (last or est.st_uid != 0):
+            kind = "folder" if stat.S_ISDIR(est.st_mode) or not last else "file"
+            raise UnsafeTargetError(f"{given}: {subject} is owned by uid {est.st_uid}, not "
+                                    f"{_me()}; refusing to write another user's {kind} (give "
+                                    "a path of your own)")
+        if not last and not stat.S_ISDIR(est.st_mode):
+            raise UnsafeTargetError(f"{given}: cannot write there ({entry} is not a directory)")
+        done.append(name)
+        fst = est
+    final = "/" + "/".join(done)
+    if directory and stat.S_ISDIR(fst.st_mode) and _others_can_write(fst) \
+            and not fst.st_mode & stat.S_ISVTX:
+        raise UnsafeTargetError(f"{given}: a folder others can write (mode "
+                                f"{stat.S_IMODE(fst.st_mode):o}); refusing to write in it "
+                                f"(chmod go-w {final}, or use a folder only you can write)")
+    return Path(final)
+
+
+def make_folder(path: str | os.PathLike) -> Path:
+    """The folder `write_target` allows for ``path`` (``directory=True``), made with its
+    parents where missing (mode 0777 less the umask, as ``mkdir -p``); raises
+    `UnsafeTargetError` before anything is made, `OSError` when it cannot be made."""
+    target = write_target(path, directory=True)
+    target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+def probe_folder(path: str | os.PathLike) -> Path:
+    """`make_folder`, then create and remove a file in it: raises `OSError` (a read-only
+    folder, no permission, a full inode table) where the run could not write its outputs."""
+    import tempfile  # noqa: PLC0415
+
+    target = make_folder(path)
+    with tempfile.TemporaryFile(dir=target):
+        pass
+    return target
+
+
+def open_file(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` of ``path`` for writing once `write_target` allows it, never following a
+    link at its last component (``O_NOFOLLOW``); the caller closes the descriptor."""
+    write_target(path)
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)

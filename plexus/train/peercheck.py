@@ -1,0 +1,53 @@
+"""Every rank of a ``plexus-train`` job proves the job's secret and its run to rank 0 before any
+tensor moves (`plexus_partition.launch.peers`): the run's options as a flat name -> value map
+(the request's fields, the dataset spec and its seed, the grid, Plexus's version), nothing a
+rank may hold alone (its start time, its console)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from plexus_partition.launch.env import JobEnv, LaunchError
+from plexus_partition.launch.peers import job_secret, prove_peers
+
+from .plan import RunRequest
+
+#: Fields of a request a rank may hold alone: when it started, how it talks to its console, its
+#: threads, and what the cache made of the run (rank 0's, handed on after this check)
+_PER_RANK = frozenset({"launched_at", "setup_script_s", "quiet", "heartbeat_s", "threads",
+                       "cache"})
+
+
+def _flat(value: Any, name: str, out: dict[str, str]) -> None:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            _flat(getattr(value, f.name), f"{name}.{f.name}" if name else f.name, out)
+    else:
+        out[name] = repr(value)
+
+
+def run_options(plan: RunRequest) -> dict[str, str]:
+    """The options of ``plan`` every rank of one job must share, flat (``train.lr``: "0.01")."""
+    from plexus import __version__  # noqa: PLC0415
+
+    out: dict[str, str] = {"plexus": __version__}
+    for f in dataclasses.fields(RunRequest):
+        if f.name not in _PER_RANK:
+            _flat(getattr(plan, f.name), f.name, out)
+    return out
+
+
+def check_peers(plan: RunRequest, env: JobEnv) -> None:
+    """Prove this rank's secret and run to rank 0 of the job it joined (and, on rank 0, check
+    every rank's): `PeerRefused` (one line) on a mismatch, before any tensor moves."""
+    import torch.distributed as dist  # noqa: PLC0415
+
+    where = f"the job at {env.master_addr}:{env.master_port}"
+    store = dist.distributed_c10d._get_default_store()
+    try:
+        prove_peers(store, dist.get_rank(), dist.get_world_size(), run_options(plan),
+                    job_secret(), where)
+    except dist.DistError as e:  # a peer that never answered within the store's timeout
+        raise LaunchError(f"{where}: the ranks did not all prove who they are "
+                          f"({type(e).__name__}: {' '.join(str(e).split())[:160]})") from None

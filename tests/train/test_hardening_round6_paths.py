@@ -1,0 +1,204 @@
+"""Hardening, round 6 (issue 56, N1-N3 and the input claims): no path trusted by its name. Every
+output goes through the one gate (`plexus_datasets.base.gate`): nothing is written through a
+link a co-user planted, into a co-user's file or folder, or over the run's own input. The
+two-user cases run a forked child as uid 65534 (`helpers.as_nobody`), the victim's files are
+compared byte for byte before and after."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fuzzing.storedamage import contents
+from helpers import NOBODY, as_nobody, assert_one_line, sticky_folder
+from plexus.train.cli import main as train_main
+
+TINY = "rmat:scale=6,edge_factor=4,features=8,classes=3"
+RUN = ["--dataset", TINY, "--grid", "1x1x1", "--epochs", "1", "--quiet", "--no-cache"]
+ROOT_ONLY = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                               reason="needs root to act as a second user")
+
+
+@pytest.fixture
+def shared():
+    """A folder everyone may create in, as /tmp (sticky)."""
+    with sticky_folder("plexus-round6-") as folder:
+        yield folder
+
+
+@pytest.fixture
+def victim(shared):
+    """The user's private folder with a file and a folder they care about."""
+    folder = shared / "victim"
+    folder.mkdir(mode=0o700)
+    (folder / "thesis.tex").write_text("\\chapter{Two years}\n")
+    (folder / "project").mkdir()
+    (folder / "project" / "notes.md").write_text("# notes\n")
+    return folder
+
+
+def _plant_link(link: str, to: str) -> str:
+    os.symlink(to, link)
+    return "planted"
+
+
+def _refused(argv: list[str], capsys, *needles: str) -> str:
+    assert train_main(argv) == 2
+    return assert_one_line(capsys.readouterr().err, *needles, prog="plexus-train")
+
+
+# ---- N1: file outputs through a co-user's link ------------------------------------------------
+@ROOT_ONLY
+@pytest.mark.parametrize("flag", ["--log-json", "--log-csv", "--export"])
+def test_a_file_output_through_a_co_users_link_is_refused_and_the_target_kept(flag, shared,
+                                                                              victim, capsys):
+    kept = contents(victim)
+    link = shared / "real.out"
+    assert as_nobody(_plant_link, str(link), str(victim / "thesis.tex")) == "planted"
+    _refused([*RUN, flag, str(link)], capsys, flag, "a symlink")
+    assert contents(victim) == kept and os.path.islink(link)
+
+
+def _plant_file(path: str) -> str:
+    with open(path, "w") as f:
+        f.write("theirs\n")
+    os.chmod(path, 0o666)
+    return "planted"
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize("flag", ["--log-json", "--log-csv", "--export"])
+def test_a_file_output_on_a_co_users_file_is_refused(flag, shared, capsys):
+    theirs = shared / "theirs.out"
+    assert as_nobody(_plant_file, str(theirs)) == "planted"
+    _refused([*RUN, flag, str(theirs)], capsys, flag, f"owned by uid {NOBODY}")
+    assert theirs.read_text() == "theirs\n" and theirs.stat().st_uid == NOBODY
+
+
+@pytest.mark.parametrize("flag", ["--log-json", "--log-csv", "--export", "--checkpoint",
+                                  "--tensorboard"])
+def test_an_output_in_a_folder_others_can_write_is_refused(flag, tmp_path, capsys):
+    open_folder = tmp_path / "open"
+    open_folder.mkdir()
+    open_folder.chmod(0o777)  # not sticky: anyone may swap what is in it
+    _refused([*RUN, flag, str(open_folder / "out")], capsys, flag, "not sticky")
+    assert os.listdir(open_folder) == []
+
+
+def test_a_users_own_link_in_a_private_folder_is_still_followed(tmp_path):
+    real = tmp_path / "logs" / "run.json"
+    real.parent.mkdir()
+    real.write_text("an older log\n")
+    (tmp_path / "run.json").symlink_to(real)
+    assert train_main([*RUN, "--log-json", str(tmp_path / "run.json")]) == 0
+    assert (tmp_path / "run.json").is_symlink() and real.read_text().startswith("{")
+
+
+@ROOT_ONLY
+def test_calibrate_out_through_a_co_users_link_is_refused_before_timing(shared, victim,
+                                                                        monkeypatch, capsys):
+    from plexus.bench.cli import bench_main
+    from plexus.perfmodel import benchcli
+
+    def never(*args, **kwargs):
+        raise AssertionError("measured, though the output was refused")
+
+    monkeypatch.setattr(benchcli, "calibrate", never)
+    kept = contents(victim)
+    link = shared / "cal.json"
+    assert as_nobody(_plant_link, str(link), str(victim / "thesis.tex")) == "planted"
+    assert bench_main(["calibrate", "--world-size", "1", "--quick", "--out", str(link)]) == 2
+    assert_one_line(capsys.readouterr().err, "a symlink", prog="plexus-bench")
+    assert contents(victim) == kept
+
+
+# ---- N3: folders through a co-user's link: nothing written in the link's target --------------
+@ROOT_ONLY
+@pytest.mark.parametrize("flag", ["--checkpoint", "--tensorboard", "--save-predictions"])
+def test_an_output_folder_through_a_co_users_link_writes_nothing_there(flag, shared, victim,
+                                                                       capsys):
+    kept = contents(victim)
+    link = shared / "ckA"
+    assert as_nobody(_plant_link, str(link), str(victim / "project")) == "planted"
+    _refused([*RUN, flag, str(link)], capsys, flag, "a symlink")
+    assert contents(victim) == kept  # no lock, no temporary file, no events file
+
+
+@ROOT_ONLY
+def test_the_key_folder_through_a_co_users_link_is_refused_and_nothing_made_there(
+        shared, victim, monkeypatch, capsys):
+    from plexus_datasets.base import owned
+
+    kept = contents(victim)
+    link = shared / "config"
+    assert as_nobody(_plant_link, str(link), str(victim / "project")) == "planted"
+    monkeypatch.setenv(owned.CONFIG_ENV, str(link))
+    with pytest.raises(owned.NotOursError, match="a symlink another user could have made") as e:
+        owned.user_key()
+    assert_one_line(e)
+    _refused([*RUN, "--log-json", str(victim / "run.json")], capsys, owned.CONFIG_ENV,
+             "a symlink")
+    assert contents(victim) == kept  # no key, no hard-linked copy
+
+
+# ---- N2: a co-user's checkpoint or checkpoint folder ------------------------------------------
+def _chown_tree(path: Path, uid: int) -> None:
+    for p in [path, *path.rglob("*")]:
+        os.lchown(p, uid, uid)
+
+
+@ROOT_ONLY
+def test_a_co_users_checkpoint_is_refused_on_resume_before_it_is_loaded(shared, capsys,
+                                                                        monkeypatch):
+    from plexus.train import checkpoint as ckpt
+
+    ck = shared / "ckA"
+    assert train_main([*RUN, "--checkpoint", str(ck)]) == 0
+    ck.chmod(0o777)
+    _chown_tree(ck, NOBODY)  # their folder, their (weights-zeroed) checkpoint
+    before = contents(ck)
+    loaded = []
+    monkeypatch.setattr(ckpt.torch, "load", lambda *a, **k: loaded.append(a) or {})
+    _refused([*RUN, "--epochs", "3", "--checkpoint", str(ck), "--resume"], capsys,
+             "--resume", f"owned by uid {NOBODY}")
+    assert loaded == [] and contents(ck) == before
+
+
+def _their_open_folder(path: str) -> str:
+    os.mkdir(path)
+    os.chmod(path, 0o777)
+    return "planted"
+
+
+@ROOT_ONLY
+def test_a_co_users_empty_folder_is_not_used_as_a_checkpoint_folder(shared, capsys):
+    ck = shared / "ckB"
+    assert as_nobody(_their_open_folder, str(ck)) == "planted"
+    _refused([*RUN, "--checkpoint", str(ck)], capsys, "--checkpoint", f"uid {NOBODY}")
+    assert os.listdir(ck) == []
+
+
+# ---- an output over the run's own input ---------------------------------------------------------
+@pytest.fixture
+def graph_dir(tmp_path) -> Path:
+    from plexus_datasets import load_dataset
+    from plexus_datasets.diskwrite import write_graph
+
+    out = tmp_path / "G"
+    write_graph(load_dataset(TINY), out)
+    return out
+
+
+@pytest.mark.parametrize("flag, name", [("--export", "indices.npy"),
+                                        ("--log-json", "indptr.npy"),
+                                        ("--log-csv", "header.json")])
+def test_an_output_over_a_graph_directorys_file_is_refused(graph_dir, flag, name, capsys):
+    if not (graph_dir / name).exists():
+        name = sorted(p.name for p in graph_dir.iterdir() if p.is_file())[0]
+    kept = contents(graph_dir)
+    argv = ["--dataset", f"graph:{graph_dir}", "--grid", "1x1x1", "--epochs", "1", "--quiet",
+            "--no-cache", flag, str(graph_dir / name)]
+    _refused(argv, capsys, "would overwrite the input")
+    assert contents(graph_dir) == kept
