@@ -15,7 +15,7 @@ from plexus_partition.model.modelopts import (DEFAULT_DROPOUT, DEFAULT_HIDDEN, D
                                               DEFAULT_ORDER, add_comm_options, check_model_options)
 
 from .folder import ResultsFolder
-from .launchers import LAUNCHERS, SlurmOptions
+from .launchers import LAUNCHERS, SlurmOptions, interpreter
 from .plan import (
     ModelOptions,
     PlanError,
@@ -87,7 +87,9 @@ def sweep_parser() -> argparse.ArgumentParser:
                         "under torchrun on this machine; slurm: write batch scripts into "
                         "OUT/slurm/ and OUT/slurm/submit.sh (default local)")
     r.add_argument("--python", default=sys.executable,
-                   help="the Python with plexus installed (default: this one)")
+                   help="the Python with plexus installed (default: this one); runs start it "
+                        "with -P (Python 3.11+): a folder named plexus where they start never "
+                        "shadows the installed package")
     r.add_argument("--run-timeout", type=float, metavar="SECONDS",
                    help="stop a local run after this long (default: no limit)")
     r.add_argument("--no-calibrate", dest="calibrate", action="store_false",
@@ -156,10 +158,11 @@ def sweep_main(argv: Sequence[str] | None = None) -> int:
         a = sweep_parser().parse_args(argv)
         request = build_request(a)
         plans = plan_runs(request, model_auto_grid(request))
-        slurm = SlurmOptions(python=a.python, workdir=a.workdir, tasks_per_node=a.tasks_per_node,
+        python = interpreter(a.python)
+        slurm = SlurmOptions(python=a.python, python_flags=python[1:], workdir=a.workdir, tasks_per_node=a.tasks_per_node,
                              gpus_per_node=a.gpus_per_node, time=a.time, partition=a.partition,
                              account=a.account, sbatch=tuple(a.sbatch), setup=tuple(a.setup))
-        result = run_sweep(request, plans, a.out, a.launcher, python=a.python, slurm=slurm,
+        result = run_sweep(request, plans, a.out, a.launcher, python=python, slurm=slurm,
                            array=a.array, argv=argv, timeout_s=a.run_timeout,
                            calibrate=a.calibrate)
     except (UsageError, PlanError, SweepError, ValueError, OSError) as e:
