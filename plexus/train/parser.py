@@ -179,6 +179,10 @@ def _output_options(out: argparse._ArgumentGroup) -> None:
     out.add_argument("--quiet", action="store_true",
                      help="print only the summary, and a heartbeat line (epoch, rate, ETA) "
                           "every --heartbeat seconds")
+    out.add_argument("--verbose", action="store_true",
+                     help="the summary in full: the time per rank of every timer, the bytes per "
+                          "axis and of each collective (the --log-json summary always has "
+                          "them)")
     out.add_argument("--heartbeat", type=float, default=DEFAULT_HEARTBEAT_S, metavar="SECONDS",
                      help="with --quiet: the least time between heartbeat lines, each at the "
                           "first epoch's end after it (default %(default)g; 0: none)")

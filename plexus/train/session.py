@@ -25,7 +25,7 @@ from .errors import PROG, OutputFailed, TrainingDiverged, output_failure
 from .plan import ResolvedRun
 from .prepare import LocalSetup
 from .results import BestWeights, needs_best_weights
-from .runlog import BestRecord, RunLog, plural
+from .runlog import BestRecord, RunLog, plural, precisions
 
 
 @dataclass
@@ -247,14 +247,15 @@ def build_run(plan: ResolvedRun, setup: LocalSetup, device: torch.device) -> Run
     log = None
     if grid.rank == 0:
         log = RunLog(plan.train.epochs, trainer.epoch, plan.quiet, setup.json_log,
-                     sinks=setup.sinks, heartbeat_s=plan.heartbeat_s)
+                     sinks=setup.sinks, heartbeat_s=plan.heartbeat_s, verbose=plan.verbose)
         log.message(f"{PROG}: {setup.dataset.describe()} on grid {grid} "
                     f"({plural(grid.world_size, 'rank')}, {device.type}, "
                     f"{plural(torch.get_num_threads(), 'thread')} per rank, "
                     f"{threads_origin(plan.threads)}), "
                     f"{plural(plan.model.num_layers, 'layer')}, orders "
                     f"{','.join(setup.shard.orders)}, permutation {setup.shard.perm}"
-                    f"{data_note(plan)}")
+                    f"{data_note(plan)}, "
+                    f"{precisions(plan.engine.dtype, plan.engine.comm_dtype)}")
         if device.type == "cpu":
             crowded = crowding_note(setup.local_ranks, available_cores())
             if crowded:
