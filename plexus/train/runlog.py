@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any, Mapping, Sequence
 
 from plexus_datasets.base.atomic import UnsafeTargetError, output_target, replace_into
+from plexus_partition.model.model import DEFAULT_ACTIVATION
 from plexus.api.training import DEFAULT_DTYPE, BestEpoch, EpochStats
 from plexus.core.units import format_bytes, format_seconds
 
@@ -314,7 +315,9 @@ def format_summary(s: dict, verbose: bool = False) -> str:
     m = s.get("model", {})
     what = m.get("kind", "gcn") + (f" {m['layers']}x{m['hidden']}" if "layers" in m else "") \
         + (" +BatchNorm" if m.get("norm") == "batch" else "") \
-        + (" +residual" if m.get("residual") else "")
+        + (" +residual" if m.get("residual") else "") \
+        + (f" +{act}" if (act := m.get("config", {}).get("activation", DEFAULT_ACTIVATION))
+           != DEFAULT_ACTIVATION else "")
     precision = (f", {precisions(s.get('dtype', DEFAULT_DTYPE), s['comm_dtype'])}"
                  if "comm_dtype" in s else "")
     lines = [f"summary: {what} on {s['dataset']}, grid {s['grid']} "

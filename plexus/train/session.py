@@ -15,6 +15,7 @@ from plexus.core.units import format_bytes
 from plexus.api.training import DEFAULT_DTYPE, Comm, EpochStats, Grid, Trainer
 from plexus_datasets.spec import feature_mode
 from plexus_partition import RankShard
+from plexus_partition.model.model import DEFAULT_ACTIVATION, ModelConfig
 from plexus_partition.launch.env import THREADS_ENV, available_cores, env_threads
 from plexus.runtime.progress import start_beacon
 from plexus.runtime.memstats import (TensorTracker, peak_rss_bytes, reset_peak_rss,
@@ -197,6 +198,11 @@ def crowding_note(local_ranks: int, cores: int) -> str | None:
             "ranks here for timings")
 
 
+def activation_note(model: ModelConfig) -> str:
+    """The first line's word on the activation, where it is not the default ReLU."""
+    return "" if model.activation == DEFAULT_ACTIVATION else f" ({model.activation} between)"
+
+
 def communication_lines(plan: ResolvedRun, model: GraphModel, grid: Grid) -> list[str]:
     """What the run's first lines say of its traffic: whether layer 0's input features are
     gathered once and kept or in every forward (and why), and the messages' precision."""
@@ -252,7 +258,7 @@ def build_run(plan: ResolvedRun, setup: LocalSetup, device: torch.device) -> Run
                     f"({plural(grid.world_size, 'rank')}, {device.type}, "
                     f"{plural(torch.get_num_threads(), 'thread')} per rank, "
                     f"{threads_origin(plan.threads)}), "
-                    f"{plural(plan.model.num_layers, 'layer')}, orders "
+                    f"{plural(plan.model.num_layers, 'layer')}{activation_note(plan.model)}, orders "
                     f"{','.join(setup.shard.orders)}, permutation {setup.shard.perm}"
                     f"{data_note(plan)}, "
                     f"{precisions(plan.engine.dtype, plan.engine.comm_dtype)}")

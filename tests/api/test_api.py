@@ -590,6 +590,12 @@ EXPORT_KINDS = {
     "mlp": dict(model="mlp"),
     "graphconv-batchnorm": dict(model="graphconv", norm="batch"),
     "mlp-batchnorm": dict(model="mlp", num_layers=3, norm="batch", bias=False),
+    # the activations: the file names each, and its PyG model applies the same
+    "gat-elu": dict(model="gat", heads=2, hidden=4, activation="elu"),
+    "gin-gelu": dict(model="gin", activation="gelu"),
+    "sage-leaky_relu-batchnorm": dict(model="sage", norm="batch", activation="leaky_relu"),
+    "gcn-tanh": dict(num_layers=3, activation="tanh"),
+    "gcn-none": dict(activation="none"),
 }
 
 
@@ -632,6 +638,7 @@ def test_load_pyg_rebuilds_every_kind_and_the_readme_snippet_runs(name, tmp_path
     torch.testing.assert_close(got, want, atol=1.5e-5, rtol=1e-5)
     spec = torch.load(tmp_path / "gcn.pt", weights_only=True)["pyg"]
     assert spec["norm"] == options.get("norm", "none")
+    assert spec["activation"] == options.get("activation", "relu")
     norms = [layer["norm"] for layer in spec["layers"]]
     if options.get("norm") == "batch":
         assert [n["num_features"] for n in norms[:-1]] == spec["widths"][1:-1]

@@ -277,6 +277,9 @@ def test_incompatible_checkpoint_is_refused(tmp_path, capsys):
     assert main(["--grid", "1x1x1", "--checkpoint", str(tmp_path / "wide"), "--resume"]) == 2
     err = capsys.readouterr().err
     assert_one_line(err, "incompatible model: hidden 32 (now 16)")
+    save(tmp_path / "elu", ModelConfig(activation="elu"), cora)  # the same parameters
+    assert main(["--grid", "1x1x1", "--checkpoint", str(tmp_path / "elu"), "--resume"]) == 2
+    assert_one_line(capsys.readouterr().err, "incompatible model: activation 'elu' (now 'relu')")
     save(tmp_path / "other", ModelConfig(), ckpt.DatasetInfo("citeseer", 3327, 3703, 6))
     assert main(["--grid", "1x1x1", "--checkpoint", str(tmp_path / "other"), "--resume"]) == 2
     assert "was trained on citeseer" in capsys.readouterr().err
