@@ -11,6 +11,7 @@ from plexus.api.recipes import RECIPES
 from plexus.api.training import BACKENDS, LR_SCHEDULES, OPTIMIZERS, TrainConfig
 from plexus_partition.model.cli import ArgumentParser
 from plexus_partition.model.layout import DEFAULT_PERMUTATION
+from plexus_partition.model.ops import KINDS
 from plexus_partition.model.modelopts import (ModelOptionsText, add_comm_options, add_model_options,
                                    add_precision_options)
 from plexus_datasets.spec import FEATURE_MODES
@@ -27,7 +28,8 @@ from .plan import CHECKPOINT_EVERY
 
 def build_parser() -> argparse.ArgumentParser:
     """All plexus-train options."""
-    p = ArgumentParser(prog=PROG, description="Train a GNN (GCN, GraphSAGE, GIN) with 3D tensor "
+    kinds = ", ".join(f"{name}: {k.pyg_class}" for name, k in KINDS.items())
+    p = ArgumentParser(prog=PROG, description=f"Train a GNN (--model {kinds}) with 3D tensor "
                        "parallelism (Plexus). "
                        "Outside a launcher it starts X·Y·Z local workers; under torchrun or srun "
                        "it joins the job.")

@@ -59,3 +59,17 @@ def test_a_bf16_run_says_so_first_and_last(tmp_path, capsys):
     assert out[0].endswith(", precision bf16 (--dtype)"), out[0]
     assert summary_block(out)[0].endswith(", precision bf16 (--dtype)")
     assert json.loads(log.read_text().splitlines()[-1])["dtype"] == "bf16"
+
+
+def test_help_names_every_kind(capsys):
+    """--help's first line lists every layer kind --model takes, not three of them."""
+    import pytest
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    described = text[text.index("Train a GNN"):text.index("with 3D tensor")]
+    for kind, layer in (("gcn", "GCNConv"), ("sage", "SAGEConv"), ("gin", "GINConv"),
+                        ("mlp", "Linear"), ("gat", "GATConv"), ("graphconv", "GraphConv")):
+        assert f"{kind}: {layer}" in described, described
+
