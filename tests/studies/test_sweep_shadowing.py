@@ -44,6 +44,9 @@ def test_another_interpreter_is_asked_whether_it_has_minus_p(tmp_path):
     new.write_text(f'#!/bin/bash\nexec {sys.executable} "$@"\n')
     new.chmod(0o755)
     assert interpreter(str(new)) == (str(new), "-P")
+    # a batch script's interpreter that is not on this machine: taken to be as new as this one
+    assert interpreter(str(tmp_path / "cluster" / "python3")) == (
+        str(tmp_path / "cluster" / "python3"), "-P")
 
 
 @pytest.mark.slow
