@@ -11,6 +11,7 @@ from typing import Sequence
 
 from plexus_partition.model.cli import ArgumentParser, UsageError, report_error
 from plexus_partition.model.layout import DEFAULT_PERMUTATION
+from plexus_partition.model.model import ACTIVATIONS, DEFAULT_ACTIVATION
 from plexus_partition.model.modelopts import (DEFAULT_DROPOUT, DEFAULT_HIDDEN, DEFAULT_LAYERS,
                                               DEFAULT_ORDER, add_comm_options, check_model_options)
 
@@ -68,6 +69,8 @@ def sweep_parser() -> argparse.ArgumentParser:
                         "paper's)")
     m.add_argument("--perm", default=DEFAULT_PERMUTATION,
                    help=f"node permutation (default {DEFAULT_PERMUTATION})")
+    m.add_argument("--activation", choices=ACTIVATIONS, default=DEFAULT_ACTIVATION,
+                   help=f"between the layers, as plexus-train's (default {DEFAULT_ACTIVATION})")
     m.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     m.add_argument("--spmm", default="torch", help="SpMM backend (default torch)")
     m.add_argument("--eval-every", type=int, default=0,
@@ -144,7 +147,8 @@ def build_request(a: argparse.Namespace) -> SweepRequest:
     model = ModelOptions(layers=a.layers, hidden=a.hidden, dropout=a.dropout, order=a.order,
                          perm=a.perm, seed=a.seed, spmm=a.spmm, eval_every=a.eval_every,
                          threads=a.threads, extra=tuple(a.train_arg),
-                         comm_dtype=a.comm_dtype, sparse_comm=a.sparse_comm)
+                         comm_dtype=a.comm_dtype, sparse_comm=a.sparse_comm,
+                         activation=a.activation)
     return SweepRequest(dataset=a.dataset, world_sizes=worlds, grids=a.grids, epochs=a.epochs,
                         repeats=a.repeats, weak=a.weak, weak_datasets=tuple(a.weak_dataset),
                         root=a.root, model=model)

@@ -429,17 +429,19 @@ def test_report_warns_of_threads_and_superlinear_speedups_and_states_one_set_of_
 
 
 def test_sweep_passes_its_comm_options_to_every_run():
-    """plexus-sweep --comm-dtype/--sparse-comm reach each plexus-train command, and the resume
-    check keeps folders written before the options (their defaults left out)."""
+    """plexus-sweep --comm-dtype/--sparse-comm/--activation reach each plexus-train command, and
+    the resume check keeps folders written before the options (their defaults left out)."""
     from plexus.studies.cli import build_request, sweep_parser
 
     a = sweep_parser().parse_args(["--dataset", "cora", "--out", "o", "--comm-dtype", "bf16",
-                                   "--sparse-comm", "off"])
+                                   "--sparse-comm", "off", "--activation", "elu"])
     request = build_request(a)
     args = request.model.train_args()
     assert args[args.index("--comm-dtype") + 1] == "bf16"
     assert args[args.index("--sparse-comm") + 1] == "off"
+    assert args[args.index("--activation") + 1] == "elu"
     assert request.common()["model"]["comm_dtype"] == "bf16"
+    assert request.common()["model"]["activation"] == "elu"
     default = build_request(sweep_parser().parse_args(["--dataset", "cora", "--out", "o"]))
-    assert "comm_dtype" not in default.common()["model"]
-    assert "sparse_comm" not in default.common()["model"]
+    for key in ("comm_dtype", "sparse_comm", "activation"):
+        assert key not in default.common()["model"]
