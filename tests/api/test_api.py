@@ -550,11 +550,14 @@ def test_symmetrize_trains_on_the_undirected_graph(tmp_path, monkeypatch):
                                    ("--model", "gin", "--norm", "batch", "--layers", "3"),
                                    ("--residual", "--norm", "batch", "--layers", "3"),
                                    ("--model", "gat", "--heads", "2", "--out-heads", "3",
-                                    "--norm", "batch", "--hidden", "5", "--attn-dropout", "0.2")],
+                                    "--norm", "batch", "--hidden", "5", "--attn-dropout", "0.2"),
+                                   ("--model", "gat", "--heads", "2", "--hidden", "4",
+                                    "--activation", "elu")],
                          ids=["sage-batchnorm", "gin-batchnorm", "gcn-residual-batchnorm",
-                              "gat-batchnorm"])
+                              "gat-batchnorm", "gat-elu"])
 def test_every_model_kind_exports_to_its_pyg_stack(model, tmp_path):
-    """--export of SAGE, GIN, GAT and GCN with BatchNorm and residual connections from two ranks:
+    """--export of SAGE, GIN, GAT and GCN with BatchNorm and residual connections, and GAT with
+    --activation elu (the GAT paper's), from two ranks:
     `plexus.load_pyg` rebuilds PyG's stack of SAGEConv / GINConv / GATConv / GCNConv and
     BatchNorm1d (weights loaded strictly), whose logits and last hidden output equal the saved
     ones."""
