@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from plexus.studies.launchers import interpreter
+
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 EMBEDDED = REPO / "plexus" / "datasets" / "data" / "planetoid"
@@ -190,7 +192,8 @@ def main() -> int:
             rows["1x1x1"].append(plexus_run("1x1x1", cache, tmp))
             rows["2x2x2"].append(plexus_run("2x2x2", cache, tmp))
             rows["pyg"].append(timed([sys.executable, str(script), str(pyg_root)])[0])
-            rows["imports"].append(timed([sys.executable, "-c", "import plexus.train.cli"])[0])
+            rows["imports"].append(timed([*interpreter(sys.executable), "-c",
+                                          "import plexus.train.cli"])[0])
             rows["run"].append(timed([str(checkout / "run"), "true"], cwd=checkout)[0])
             rows["bare"].append(timed(["true"])[0])
             if args.before:

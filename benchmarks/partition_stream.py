@@ -33,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import OUT_DIR, loadavg, median, write_json, write_text  # noqa: E402
+from plexus.studies.launchers import interpreter  # noqa: E402
 
 SPEC = "rmat:scale={scale},edge_factor=16,features=32,classes=16"
 GIB = 2**30
@@ -42,7 +43,7 @@ DISK_PER_NNZ = 100
 
 def run_once(scale: int, jobs: int, work: Path, extra: list[str]) -> dict:
     out = work / f"store-s{scale}-j{jobs}"
-    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "plexus_partition.cli",
+    cmd = ["/usr/bin/time", "-v", *interpreter(sys.executable), "-m", "plexus_partition.cli",
            "--dataset", SPEC.format(scale=scale), "--grid", "2x2x2", "--layers", "3",
            "--orders", "agg",  # the snapshot's order (the default is now auto)
            "--out", str(out), "--verbose", "--jobs", str(jobs), *extra]

@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.common import write_lines  # noqa: E402
+from plexus.studies.launchers import interpreter  # noqa: E402
 
 SPEC = "rmat:scale=13,edge_factor=8,features=64,classes=8"
 GRIDS = ("8x1x1", "1x8x1")
@@ -36,8 +37,8 @@ MODEL = ["--layers", "3", "--hidden", "32", "--order", "combine,agg,agg"]
 def run(spec: str, grid: str, mode: str, epochs: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "log.json"
-        cmd = [sys.executable, "-m", "plexus.train", "--dataset", spec, "--grid", grid,
-               "--epochs", str(epochs), "--eval-every", "0", "--sparse-comm", mode,
+        cmd = [*interpreter(sys.executable), "-m", "plexus.train", "--dataset", spec, "--grid",
+               grid, "--epochs", str(epochs), "--eval-every", "0", "--sparse-comm", mode,
                "--log-json", str(log), "--no-cache", *MODEL]
         env = dict(os.environ, PYTHONPATH=str(REPO))
         subprocess.run(cmd, check=True, env=env, cwd=tmp, stdout=subprocess.DEVNULL)

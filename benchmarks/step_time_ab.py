@@ -24,14 +24,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+from plexus.studies.launchers import interpreter
+
 
 def one_run(tree: Path, args: argparse.Namespace, extra: list[str], cache: Path) -> list[float]:
     """The training steps' times (s) of one run from ``tree``, the first left out."""
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "log.json"
-        cmd = [sys.executable, "-m", "plexus.train", "--grid", args.grid, "--dataset",
-               args.dataset, "--epochs", str(args.epochs), "--eval-every", "0", "--quiet",
-               "--cache", str(cache), "--log-json", str(log), *extra]
+        cmd = [*interpreter(sys.executable), "-m", "plexus.train", "--grid", args.grid,
+               "--dataset", args.dataset, "--epochs", str(args.epochs), "--eval-every", "0",
+               "--quiet", "--cache", str(cache), "--log-json", str(log), *extra]
         # a tree of the three projects: its datasets and partitioner projects too
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             str(p) for p in (tree, tree / "datasets", tree / "partitioners") if p.is_dir())}

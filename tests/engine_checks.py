@@ -458,6 +458,13 @@ def check_pyg_example(grid: Grid, g: Graph, name: str) -> list[str]:
     opts = PYG_GCNII if name == "gcnii" else PYG_APPNP
     net = ex.build(g, grid, hidden=HIDDEN, dropout=0.0, seed=5, **opts)
     forward, pairs = _pyg_stack(name, g, net.full_parameters())
+    return _against_pyg(net, g, forward, pairs)
+
+
+def _against_pyg(net, g: Graph, forward, pairs: dict) -> list[str]:
+    """A `plexus.nn.Network` against PyG's ``forward(x, edge_index)`` with the same parameters
+    (``pairs``: {plexus name: (the PyG tensor, whether it is transposed)}): logits, loss and
+    every gradient of a training step (no dropout), then the evaluation logits."""
     coo = g.adj.tocoo()  # adj[i, j] != 0: an edge i -> j, PyG's (source, target)
     edge_index = torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
     x = torch.from_numpy(g.features)
@@ -953,6 +960,75 @@ def run_loop_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
             for cname, tc in LOOP_CONFIGS.items():
                 out.update(check_training_loop(grid, g, cfg, tc,
                                                f"{tag}/{gname}/{mname}/{cname}"))
+        return out
+
+    return on_every_grid(grids, checks)
+
+
+# ---- activations (ModelConfig.activation, plexus.nn's Layer.activation) ---------------------
+# tests/engine/test_activations.py: each activation after BatchNorm, inside GIN's MLP, between
+# GAT's heads, before an aggregation that drops its input (never overwritten: only ReLU's output
+# is the next stage's to consume) and under recompute, against the serial model (itself PyG's:
+# tests/engine/test_pyg_reference.py); users' layers against PyG's GraphConv with PyG's own
+# activation module of the name.
+ACTIVATION_MODELS = {
+    "gcn-elu-batchnorm": (ModelConfig(3, HIDDEN, 0.5, norm="batch", activation="elu"), None),
+    "sage-leaky_relu-combine": (ModelConfig(2, HIDDEN, 0.5, kind="sage", order="combine",
+                                            activation="leaky_relu"), None),
+    "gin-gelu": (ModelConfig(2, HIDDEN, 0.5, kind="gin", activation="gelu"), None),
+    "gat-elu": (ModelConfig(2, 3, 0.5, kind="gat", heads=2, activation="elu"), None),
+    "graphconv-tanh": (ModelConfig(3, HIDDEN, 0.5, kind="graphconv", order="agg,combine,agg",
+                                   activation="tanh"), None),
+    "gcn-none-agg": (ModelConfig(3, HIDDEN, 0.5, order="agg", activation="none"), None),
+    "gcn-tanh-recompute": (ModelConfig(3, HIDDEN, 0.5, norm="batch", order="agg",
+                                       activation="tanh"), EngineConfig(recompute=True)),
+}
+ACTIVATIONS = ("relu", "elu", "leaky_relu", "gelu", "tanh", "none")
+ACTIVATION_CHECKS = [f"{name}/{kind}" for name in ACTIVATION_MODELS
+                     for kind in ("step", "train")] + [
+    f"layers-{act}-pyg" for act in ACTIVATIONS]
+
+
+def check_layer_activation(grid: Grid, g: Graph, activation: str) -> list[str]:
+    """Two layers of examples/custom_layer.py's GraphConvLike with ``activation`` between them
+    (a `plexus.nn.Network`, sum aggregation, no dropout) against PyG's two GraphConv layers
+    with PyG's activation module of that name (``activation_resolver``; "none": none) and the
+    same parameters: logits, loss, every gradient, then the evaluation logits."""
+    import plexus.nn as pnn
+    from torch_geometric.nn import GraphConv
+    from torch_geometric.nn.resolver import activation_resolver
+
+    ex = _example("custom_layer")
+    layers = [ex.GraphConvLike(g.num_features, HIDDEN), ex.GraphConvLike(HIDDEN, g.num_classes)]
+    layers[0].activation = activation
+    net = pnn.Network(g, grid, layers, seed=5, aggregation="sum")
+    full = net.full_parameters()
+    convs = [GraphConv(g.num_features, HIDDEN), GraphConv(HIDDEN, g.num_classes)]
+    with torch.no_grad():
+        for l, conv in enumerate(convs):
+            conv.lin_rel.weight.copy_(full[f"{l}.w_rel"].T)
+            conv.lin_rel.bias.copy_(full[f"{l}.bias"])
+            conv.lin_root.weight.copy_(full[f"{l}.w_root"].T)
+    act = torch.nn.Identity() if activation == "none" else activation_resolver(activation)
+    pairs = {f"{l}.{name}": (t, t.dim() == 2) for l, conv in enumerate(convs)
+             for name, t in (("w_rel", conv.lin_rel.weight), ("bias", conv.lin_rel.bias),
+                             ("w_root", conv.lin_root.weight))}
+    return _against_pyg(net, g, lambda x, edge_index: convs[1](act(convs[0](x, edge_index)),
+                                                               edge_index), pairs)
+
+
+def run_activation_checks(grids: list[tuple[int, int, int]], epochs: int = 5
+                          ) -> dict[str, list[str]]:
+    """`ACTIVATION_CHECKS` on every grid of ``grids`` (all of this world's size), on the
+    directed toy graph; training checks run ``epochs`` epochs."""
+    def checks(grid: Grid, tag: str, graphs: dict[str, Graph]) -> dict[str, list[str]]:
+        g, out = graphs["directed"], {}
+        for name, (cfg, engine) in ACTIVATION_MODELS.items():
+            out[f"{tag}/{name}/step"] = check_step(grid, g, cfg, "double", engine)
+            out[f"{tag}/{name}/train"] = check_training(grid, g, cfg, "double", epochs=epochs,
+                                                        engine=engine)
+        for act in ACTIVATIONS:
+            out[f"{tag}/layers-{act}-pyg"] = check_layer_activation(grid, g, act)
         return out
 
     return on_every_grid(grids, checks)

@@ -229,7 +229,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     if args.verbose:
         for t in timings:
             print(f"{PROG}: phase {t.phase}: {t.seconds:.1f}s, {t.tasks_run}/{t.tasks} tasks"
-                  + (f", {t.amount / 1e6:.1f}M {t.unit}s ({t.rate / 1e6:.2f}M/s)"
+                  + (f", {t.amount / 1e6:.1f}M {t.unit}s ({_count(t.rate)}/s)"
                      if t.amount and t.unit in ("edge", "node") else "")
                   + f", peak RSS {t.peak_rss / 2**20:.0f} MiB")
     total = sum(r["size"] for r in manifest["ranks"])
@@ -237,9 +237,17 @@ def run(argv: Sequence[str] | None = None) -> int:
     print(f"{PROG}: wrote {len(manifest['ranks'])} shards of {manifest['dataset']} "
           f"(N={manifest['num_nodes']}, nnz={manifest['nnz']}) for grid {shape}, "
           f"{_layers_text(model)}, perm {args.perm}: {total / 2**20:.1f} MiB in {args.out} "
-          f"({seconds:.1f}s, {manifest['nnz'] / max(seconds, 1e-9) / procs / 1e6:.2f}M "
+          f"({seconds:.1f}s, {_count(manifest['nnz'] / max(seconds, 1e-9) / procs)} "
           f"non-zeros/s per process, {procs} process{'es' if procs > 1 else ''})")
     return 0
+
+
+def _count(value: float) -> str:
+    """A count in the unit that shows it: 2.35M, 48.2k, 310 (a small graph's rate is no
+    0.00M)."""
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    return f"{value / 1e3:.1f}k" if value >= 1e3 else f"{value:.0f}"
 
 
 def _layers_text(model: ModelConfig) -> str:

@@ -2,9 +2,10 @@
 model loads them for inference without Plexus.
 
 The PyG model is a ``torch.nn.Module`` with a ``ModuleList`` ``convs`` of the kind's layer
-(GCNConv, SAGEConv, GINConv with ``Sequential(Linear, ReLU, Linear)``, GATConv, or Linear for
-the MLP) and, with BatchNorm, a ``ModuleList`` ``bns`` of BatchNorm1d, applied as conv → (+
-input, residual) → bn → ReLU for every layer but the last (`plexus.engine.pygmodel.PygModel`
+(GCNConv, SAGEConv, GINConv with ``Sequential(Linear, activation, Linear)``, GATConv, or Linear
+for the MLP) and, with BatchNorm, a ``ModuleList`` ``bns`` of BatchNorm1d, applied as conv → (+
+input, residual) → bn → the model's activation (ReLU, ELU, ...: torch's module of the name, as
+PyG's ``act=``) for every layer but the last (`plexus.engine.pygmodel.PygModel`
 builds it; `load_pyg` returns it loaded). The names come from the operators' declarations
 (`plexus_partition.model.ops`): each parameter's name under its PyG module, the module's prefix per
 stage of a layer from the model kind (``convs.{l}.``, GIN's second stage ``convs.{l}.nn.2.``),
@@ -13,9 +14,9 @@ BatchNorm's under ``bns.{l}.``; `pyg_names` lists them.
 The file (``torch.save``; loads with ``torch.load(weights_only=True)``) holds: ``format``,
 ``kind``, ``state_dict`` (PyG names), ``config`` (the `ModelConfig` as a dict), ``pyg`` (the PyG
 model described module by module, `plexus.engine.pygmodel.pyg_spec`: per layer its conv with
-every constructor argument, GIN's inner MLP as its Linear and ReLU modules, the BatchNorm1d
-with its width, eps and momentum, and whether it is residual; dropout; a summary of the
-widths), and ``features`` when they were trained.
+every constructor argument, GIN's inner MLP as its Linear and activation modules, the
+BatchNorm1d with its width, eps and momentum, and whether it is residual; the activation;
+dropout; a summary of the widths), and ``features`` when they were trained.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from .gemm import GemmTuner
 from .loss import ClassifierHead
 from .stage import ShardMap, Stage3D
 from .stagespec import StageContext, StageSpec
-from .primitives import relu
+from .primitives import activate
 from .seeding import StepCounter, initial_values, parameter_layer, stage_params
 
 
@@ -78,7 +78,9 @@ class GridModel(ClassifierHead, nn.Module):
         self.graph_name = shard.name
         # the forward loop's policy (`forward`), set by the subclass where it differs
         self.recompute = engine.recompute
-        self.activations: list[str | None] = ["relu"] * len(self.plans)  # none after the last
+        # each stage's activation (`plexus_partition.model.ops.ACTIVATIONS`; None: none, as
+        # after the last)
+        self.activations: list[str | None] = ["relu"] * len(self.plans)
         self.fresh_outputs = False  # a stage's output is its own: a ReLU may overwrite it
         self.norm_stages: list[Stage3D] = []  # every BatchNorm's (a recomputation freezes them)
 
@@ -125,7 +127,7 @@ class GridModel(ClassifierHead, nn.Module):
         user's layer through its `plexus.nn.LayerGraph`), its BatchNorm, its activation (none
         after the last stage), then the earlier outputs that later stages read (`_keep`).
 
-        With ``recompute`` (and autograd on), each stage with its BatchNorm and ReLU is one
+        With ``recompute`` (and autograd on), each stage with its BatchNorm and activation is one
         checkpointed segment: backward keeps only the segment's inputs and runs the segment
         again to get what it saved. The re-run issues the segment's collectives again, in the
         same order on every rank, and draws the same dropout masks (a hash of the step and
@@ -154,8 +156,10 @@ class GridModel(ClassifierHead, nn.Module):
             H = self._compute(s, H, kept, step)
             if p.norm:
                 H = self.norms[str(p.index)](H)
-            if s < len(self.plans) - 1 and self.activations[s] == "relu":
-                H = relu(H, inplace=self.fresh_outputs)  # fresh: H's only use saves a copy
+            act = self.activations[s]
+            if s < len(self.plans) - 1 and act is not None and act != "none":
+                # fresh: H's only use, a ReLU overwrites it (saves a copy)
+                H = activate(act, H, inplace=self.fresh_outputs)
             return H, self._keep(s, H, kept)
 
     def _compute(self, s: int, H: torch.Tensor, kept: dict[int, torch.Tensor],
@@ -241,7 +245,7 @@ class DistributedModel(GridModel):
         self._start(comm, shard, plans, cfg.widths(shard.num_features, shard.num_classes),
                     seed, engine)
         self.cfg, self.fresh_outputs = cfg, True  # a stage's output: its bias added in place
-        self.activations = ["relu" if cfg.activates(p) else None for p in self.plans]
+        self.activations = [cfg.activation if cfg.activates(p) else None for p in self.plans]
         self.input_ids = [torch.from_numpy(ids).to(device) for ids in shard.input_ids]
         graph = GraphBlocks(shard, self.plans, shape, coords, device, self.dtype, engine)
         tuner = GemmTuner(enabled=engine.tune_gemms)
@@ -261,10 +265,12 @@ class DistributedModel(GridModel):
             if p.norm:
                 norms[str(p.index)] = self._norm_stage(p, ctx, f"{{}}{p.index}".format, shards)
         self.layers, self.norms = nn.ModuleList(stages), nn.ModuleDict(norms)
-        # forward hands each a fresh ReLU output it never reuses; under recompute that output
-        # is the next segment's saved input, which the recomputation reads again
-        for layer in self.layers[1:]:
-            layer.consume_input = not self.recompute
+        # forward hands each a fresh ReLU output it never reuses (the ReLU keeps a mask, not
+        # it); under recompute that output is the next segment's saved input, which the
+        # recomputation reads again. Another activation's output may be what its backward
+        # keeps (tanh's), and "none" hands on the stage's own output: not overwritten.
+        for s, layer in enumerate(self.layers[1:], 1):
+            layer.consume_input = not self.recompute and self.activations[s - 1] == "relu"
         feats = torch.from_numpy(shard.features).to(device)
         self.kept_input = keeps_input(engine.keep_input, cfg.learnable_features,
                                       shape[self.plans[0].depth],

@@ -1,5 +1,6 @@
 """The differentiable building blocks of the 3D stages (`plexus.engine.stage`) and of users' own
-layers (`plexus.nn`): a timed GEMM, a ReLU that saves a one-byte mask, and the aggregation
+layers (`plexus.nn`): a timed GEMM, a ReLU that saves a one-byte mask (and the other
+activations, `activate`), and the aggregation
 AR(Â·X) (SpMM plus the all-reduce over the axis Â's columns are cut by, chunked and overlapped
 as configured). The per-edge blocks of attention are in `plexus.engine.edges`.
 """
@@ -7,6 +8,8 @@ as configured). The per-edge blocks of attention are in `plexus.engine.edges`.
 from __future__ import annotations
 
 import torch
+
+from plexus_partition.model.ops import ACTIVATION_MODULES
 
 from .comm import Comm
 from .exchange import RowExchange, sparse_sum
@@ -65,6 +68,20 @@ def relu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
     if torch.is_grad_enabled() and x.requires_grad:
         return _ReLU.apply(x, inplace)
     return x.clamp_min_(0.0) if inplace else torch.relu(x)
+
+
+def activation_module(name: str) -> torch.nn.Module:
+    """Activation ``name`` (`plexus_partition.model.ops.ACTIVATION_MODULES`: "relu", "elu",
+    "leaky_relu", "gelu", "tanh", "none") as the ``torch.nn`` module of its name, PyG's."""
+    return getattr(torch.nn, ACTIVATION_MODULES[name])()
+
+
+def activate(name: str, x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    """Activation ``name`` of ``x``: ReLU as `relu` (``inplace`` as there), the others out of
+    place, as torch's module of the name (`activation_module`)."""
+    if name == "relu":
+        return relu(x, inplace=inplace)
+    return activation_module(name)(x)
 
 
 class _Aggregate(torch.autograd.Function):

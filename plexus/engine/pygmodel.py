@@ -4,10 +4,10 @@
 `plexus.api.export`): every sub-module as its class and constructor arguments, so every width
 is written down (GIN's inner MLP included) and the file rebuilds its own model. `PygModel`
 builds that description from PyG's public layers (each kind's declared class: GCNConv,
-SAGEConv, GINConv around Sequential(Linear, ReLU, Linear), GATConv, GraphConv; Linear for the
-MLP) in a ``ModuleList`` ``convs``, and
-BatchNorm1d in ``bns``, applied as conv → (+ input: residual) → BatchNorm → ReLU on every layer
-but the last, dropout on each layer's input as `ModelConfig` places it. It is the one builder
+SAGEConv, GINConv around Sequential(Linear, activation, Linear), GATConv, GraphConv; Linear for
+the MLP) in a ``ModuleList`` ``convs``, and
+BatchNorm1d in ``bns``, applied as conv → (+ input: residual) → BatchNorm → activation (the
+config's: ReLU, ELU, ...) on every layer but the last, dropout on each layer's input as `ModelConfig` places it. It is the one builder
 of `plexus.api.load_pyg` and of the reference stacks (`plexus.testing.pyg_reference`).
 Describing needs no PyG; building imports ``torch_geometric`` (the test extra) when called.
 """
@@ -20,14 +20,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plexus_partition.model.model import MAX_LAYERS, ModelConfig
+from plexus_partition.model.model import (ACTIVATION_MODULES, DEFAULT_ACTIVATION, MAX_LAYERS,
+                                          ModelConfig)
 from plexus_partition.model.ops import KINDS, OPERATORS
 from plexus_partition.model.ops.batchnorm import EPS, MOMENTUM
 
-#: The classes a description may name: torch's own modules, and the PyG layers the model kinds
-#: declare (`plexus_partition.model.ops.KINDS`).
-TORCH_CLASSES: dict[str, type[nn.Module]] = {"Linear": nn.Linear, "ReLU": nn.ReLU,
-                                             "BatchNorm1d": nn.BatchNorm1d}
+#: The classes a description may name: torch's own modules (the activations' among them), and
+#: the PyG layers the model kinds declare (`plexus_partition.model.ops.KINDS`).
+TORCH_CLASSES: dict[str, type[nn.Module]] = {
+    "Linear": nn.Linear, "BatchNorm1d": nn.BatchNorm1d,
+    **{name: getattr(nn, name) for name in ACTIVATION_MODULES.values()}}
 PYG_CLASSES = tuple(dict.fromkeys(k.pyg_class for k in KINDS.values()
                                   if k.pyg_class not in TORCH_CLASSES))
 #: The PyG layers that take edge weights (the kinds that declare `takes_edge_weights`)
@@ -83,7 +85,7 @@ def pyg_spec(config: ModelConfig, num_features: int, num_classes: int) -> dict:
             "stage_widths": config.widths(num_features, num_classes), "norm": config.norm,
             "residual": config.residual, "train_eps": config.train_eps,
             "dropout": config.dropout, "input_dropout": config.input_dropout,
-            "activation": "relu", "container": "convs", "norm_container": "bns",
+            "activation": config.activation, "container": "convs", "norm_container": "bns",
             "layers": layers}
 
 
@@ -159,6 +161,11 @@ class PygModel(nn.Module):
         self.dropout = float(spec.get("dropout", 0.0))
         self.input_dropout = bool(spec.get("input_dropout", True))
         self.kind = str(spec.get("class", ""))
+        activation = spec.get("activation", DEFAULT_ACTIVATION)  # older exports: ReLU's
+        if not isinstance(activation, str) or activation not in ACTIVATION_MODULES:
+            raise PygSpecError(f"unknown activation {activation!r:.60}; a description names one "
+                               f"of {', '.join(ACTIVATION_MODULES)}")
+        self.act = TORCH_CLASSES[ACTIVATION_MODULES[activation]]()
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor | None = None,
                 edge_weight: torch.Tensor | None = None) -> torch.Tensor:
@@ -186,6 +193,6 @@ class PygModel(nn.Module):
             if l < last:
                 if self.bns is not None and l < len(self.bns):
                     h = self.bns[l](h)
-                h = F.relu(h)
+                h = self.act(h)
             x = h
         return x

@@ -20,6 +20,7 @@ from .stage import serial_of
 from .loss import TaskMetrics
 from .rocauc import serial_rocauc
 from .masks import dropout, edge_keep
+from .primitives import activation_module
 from .seeding import StepCounter, initial_parameters, initial_stats, parameter_layer
 
 
@@ -33,12 +34,14 @@ def sparse_tensor(adj_hat) -> torch.Tensor:
 
 class SerialModel(TaskMetrics, nn.Module):
     """The model of ``cfg`` on one process, stage by stage: each stage's operator's serial
-    reference (`plexus.engine.stage`, ``serial_of``), its bias, BatchNorm, dropout and ReLU."""
+    reference (`plexus.engine.stage`, ``serial_of``), its bias, BatchNorm, dropout and
+    activation (``cfg.activation``, torch's module of its name)."""
 
     def __init__(self, graph: Graph, cfg: ModelConfig, seed: int, adj_hat=None) -> None:
         super().__init__()
         self.cfg, self.seed = cfg, seed
         self.steps = StepCounter()
+        self.act = activation_module(cfg.activation)
         f, c = graph.num_features, graph.num_classes
         self.num_classes, self.graph_name = c, graph.name  # for the trainer's checks
         self.plans = cfg.plans(f, c)
@@ -97,7 +100,7 @@ class SerialModel(TaskMetrics, nn.Module):
                 H = dropout(H, self.seed, step, p.layer, self.ids, 0, self.cfg.dropout)
             H = self.stage(p, H, step)
             if self.cfg.activates(p):
-                H = F.relu(H)
+                H = self.act(H)
         return H
 
     def loss(self, logits: torch.Tensor, mask: str | torch.Tensor = "train") -> torch.Tensor:

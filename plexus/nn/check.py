@@ -41,6 +41,7 @@ class LayerCheck:
     grads: float = 0.0
     failures: list[str] = field(default_factory=list)
     cause: str = ""  # why it differs and the fix, where the differences say (`diagnose`)
+    compared: bool = True  # False: the layer raised here or on 1x1x1, no differences to show
 
     @property
     def passed(self) -> bool:
@@ -48,12 +49,15 @@ class LayerCheck:
 
     def line(self, layer: str) -> str:
         """``PASS``/``FAIL``, the layer, grid and graph, the largest differences, the first
-        failure."""
-        out = (f"{'PASS' if self.passed else 'FAIL'}  {layer}  {self.grid:<7} {self.graph:<10}  "
-               f"max abs diff vs 1x1x1: logits {self.logits:.1e}, loss {self.loss:.1e}, "
-               f"grads {self.grads:.1e}")
+        failure; where nothing was compared (the layer raised), what it raised instead of
+        differences."""
+        out = f"{'PASS' if self.passed else 'FAIL'}  {layer}  {self.grid:<7} {self.graph:<10}  "
+        more = f" (+{len(self.failures) - 1} more)" if len(self.failures) > 1 else ""
+        if not self.compared:
+            return out + self.failures[0] + more
+        out += (f"max abs diff vs 1x1x1: logits {self.logits:.1e}, loss {self.loss:.1e}, "
+                f"grads {self.grads:.1e}")
         if self.failures:
-            more = f" (+{len(self.failures) - 1} more)" if len(self.failures) > 1 else ""
             cause = f"{self.cause}; " if self.cause else ""
             out += f"  [{cause}{self.failures[0]}{more}]"
         return out
@@ -151,9 +155,13 @@ def compare(records: Sequence[dict]) -> list[LayerCheck]:
         check = LayerCheck(r["grid"], r["graph"])
         base = ref.get(r["graph"])
         if "error" in r:
-            check.failures.append(r["error"])
+            check.compared = False
+            check.failures.append(f"the layer raised {r['error']}")
         elif base is None or "error" in base:
-            check.failures.append("1x1x1 failed: nothing to compare with")
+            check.compared = False
+            check.failures.append("not compared: the layer raised on 1x1x1 (its line says "
+                                  "what)" if base is not None else
+                                  "not compared: 1x1x1 did not run")
         else:
             d = difference(torch.from_numpy(r["logits"]), torch.from_numpy(base["logits"]))
             check.logits = d.max_abs

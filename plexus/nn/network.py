@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from plexus_partition.model.layout import DEFAULT_PERMUTATION, grid_misfit, layer_plans
-from plexus_partition.model.ops import NORM_OP, OPERATORS, Param
+from plexus_partition.model.ops import ACTIVATIONS, NORM_OP, OPERATORS, Param
 from plexus_datasets import Graph
 from plexus_datasets.graph import incoming
 from plexus.engine.blocks import GraphBlocks
@@ -47,7 +47,9 @@ class Layer(nn.Module):
     """
 
     order = "combine"
-    #: what follows the layer in a `Network` (not after the last layer): "relu" or None
+    #: what follows the layer in a `Network` (not after the last layer): "relu", "elu",
+    #: "leaky_relu", "gelu", "tanh" (each as torch's and PyG's module of the name) or None
+    #: ("none")
     activation: str | None = "relu"
     #: the rate of the dropout on this layer's input; None: the `Network`'s
     input_dropout: float | None = None
@@ -114,8 +116,9 @@ class BatchNorm(nn.Module):
 
 
 class Network(GridModel):
-    """A stack of `Layer`s on ``grid`` for ``graph`` (call it on every rank): ReLU between
-    layers, dropout ``dropout`` on every layer's input (``input_dropout``: the first's too),
+    """A stack of `Layer`s on ``grid`` for ``graph`` (call it on every rank): each layer's
+    activation after it (ReLU unless it says another), dropout ``dropout`` on every layer's
+    input (``input_dropout``: the first's too),
     Â normalized by ``aggregation`` ("gcn", "mean" or "sum"; `plexus_datasets.normalize`).
     ``seed`` fixes the initial parameters (drawn at full size, layer by layer, in declaration
     order, by the engine's one rule `plexus.engine.seeding.initial_values`: `full_parameters`
@@ -159,7 +162,9 @@ class Network(GridModel):
         shard = shard_graph(graph, shape, coords, len(layers), [p.order for p in plans],
                             perm, seed=seed, aggregation=aggregation)
         self._start(Comm(grid), shard, plans, widths, seed, engine)
-        self.activations = [layer.activation for layer in layers]  # none after the last
+        # none after the last; "none" is None
+        self.activations = [None if layer.activation in (None, "none") else layer.activation
+                            for layer in layers]
         blocks = GraphBlocks(shard, [], shape, coords, device, self.dtype, engine)
         ids = [torch.from_numpy(i).to(device) for i in shard.input_ids]
         wp, tuner = self.pad.widths_padded, GemmTuner()
@@ -247,9 +252,9 @@ def _rate(layer: Layer, index: int, dropout: float, input_dropout: bool) -> floa
 def _check_layer_options(l: int, layer: Layer) -> None:
     """A layer's activation, input dropout and read outputs, each refused in one line."""
     name = type(layer).__name__
-    if layer.activation not in (None, "relu"):
-        raise ValueError(f"layer {l} ({name}): activation {layer.activation!r}; use "
-                         "\"relu\" or None (apply others inside forward)")
+    if layer.activation is not None and layer.activation not in ACTIVATIONS:
+        raise ValueError(f"layer {l} ({name}): activation {layer.activation!r:.60}; use one of "
+                         f"{', '.join(ACTIVATIONS)} or None (apply others inside forward)")
     rate = layer.input_dropout
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))
                              or not 0.0 <= rate < 1.0):

@@ -11,11 +11,12 @@ from typing import Sequence
 
 from plexus_partition.model.cli import ArgumentParser, UsageError, report_error
 from plexus_partition.model.layout import DEFAULT_PERMUTATION
+from plexus_partition.model.model import ACTIVATIONS, DEFAULT_ACTIVATION
 from plexus_partition.model.modelopts import (DEFAULT_DROPOUT, DEFAULT_HIDDEN, DEFAULT_LAYERS,
                                               DEFAULT_ORDER, add_comm_options, check_model_options)
 
 from .folder import ResultsFolder
-from .launchers import LAUNCHERS, SlurmOptions
+from .launchers import LAUNCHERS, SlurmOptions, interpreter
 from .plan import (
     ModelOptions,
     PlanError,
@@ -68,6 +69,8 @@ def sweep_parser() -> argparse.ArgumentParser:
                         "paper's)")
     m.add_argument("--perm", default=DEFAULT_PERMUTATION,
                    help=f"node permutation (default {DEFAULT_PERMUTATION})")
+    m.add_argument("--activation", choices=ACTIVATIONS, default=DEFAULT_ACTIVATION,
+                   help=f"between the layers, as plexus-train's (default {DEFAULT_ACTIVATION})")
     m.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     m.add_argument("--spmm", default="torch", help="SpMM backend (default torch)")
     m.add_argument("--eval-every", type=int, default=0,
@@ -87,7 +90,9 @@ def sweep_parser() -> argparse.ArgumentParser:
                         "under torchrun on this machine; slurm: write batch scripts into "
                         "OUT/slurm/ and OUT/slurm/submit.sh (default local)")
     r.add_argument("--python", default=sys.executable,
-                   help="the Python with plexus installed (default: this one)")
+                   help="the Python with plexus installed (default: this one); runs start it "
+                        "with -P (Python 3.11+): a folder named plexus where they start never "
+                        "shadows the installed package")
     r.add_argument("--run-timeout", type=float, metavar="SECONDS",
                    help="stop a local run after this long (default: no limit)")
     r.add_argument("--no-calibrate", dest="calibrate", action="store_false",
@@ -142,7 +147,8 @@ def build_request(a: argparse.Namespace) -> SweepRequest:
     model = ModelOptions(layers=a.layers, hidden=a.hidden, dropout=a.dropout, order=a.order,
                          perm=a.perm, seed=a.seed, spmm=a.spmm, eval_every=a.eval_every,
                          threads=a.threads, extra=tuple(a.train_arg),
-                         comm_dtype=a.comm_dtype, sparse_comm=a.sparse_comm)
+                         comm_dtype=a.comm_dtype, sparse_comm=a.sparse_comm,
+                         activation=a.activation)
     return SweepRequest(dataset=a.dataset, world_sizes=worlds, grids=a.grids, epochs=a.epochs,
                         repeats=a.repeats, weak=a.weak, weak_datasets=tuple(a.weak_dataset),
                         root=a.root, model=model)
@@ -156,10 +162,11 @@ def sweep_main(argv: Sequence[str] | None = None) -> int:
         a = sweep_parser().parse_args(argv)
         request = build_request(a)
         plans = plan_runs(request, model_auto_grid(request))
-        slurm = SlurmOptions(python=a.python, workdir=a.workdir, tasks_per_node=a.tasks_per_node,
+        python = interpreter(a.python)
+        slurm = SlurmOptions(python=a.python, python_flags=python[1:], workdir=a.workdir, tasks_per_node=a.tasks_per_node,
                              gpus_per_node=a.gpus_per_node, time=a.time, partition=a.partition,
                              account=a.account, sbatch=tuple(a.sbatch), setup=tuple(a.setup))
-        result = run_sweep(request, plans, a.out, a.launcher, python=a.python, slurm=slurm,
+        result = run_sweep(request, plans, a.out, a.launcher, python=python, slurm=slurm,
                            array=a.array, argv=argv, timeout_s=a.run_timeout,
                            calibrate=a.calibrate)
     except (UsageError, PlanError, SweepError, ValueError, OSError) as e:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -13,16 +15,35 @@ LAUNCHERS = ("local", "torchrun", "slurm")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def local_command(python: str, train_args: Sequence[str]) -> list[str]:
-    """plexus-train in one process that starts the grid's local workers itself."""
-    return [python, "-m", "plexus.train", *train_args]
+def interpreter(python: str) -> tuple[str, ...]:
+    """How a child Python of ours starts: ``python -P`` where the interpreter has it (Python
+    3.11+), so that the directory it is started in is not first on its ``sys.path``: there a
+    folder named ``plexus`` (the parent of a clone of it) would shadow the installed package.
+    This interpreter answers from its own version; another is asked once (``-P -c pass``), and
+    one that cannot run here (a cluster's, for batch scripts) is taken to be as new as this."""
+    if python == sys.executable:
+        return (python, "-P") if sys.version_info >= (3, 11) else (python,)
+    try:
+        ok = subprocess.run([python, "-P", "-c", "pass"], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = sys.version_info >= (3, 11)
+    return (python, "-P") if ok else (python,)
 
 
-def torchrun_command(python: str, nproc: int, train_args: Sequence[str]) -> list[str]:
+def local_command(python: Sequence[str], train_args: Sequence[str]) -> list[str]:
+    """plexus-train in one process that starts the grid's local workers itself; ``python``: the
+    interpreter with its flags (`interpreter`)."""
+    return [*python, "-m", "plexus.train", *train_args]
+
+
+def torchrun_command(python: Sequence[str], nproc: int, train_args: Sequence[str]) -> list[str]:
     """torchrun with ``nproc`` workers on this machine (``--standalone``: its own rendezvous on a
-    free port, so runs never collide), each one rank of plexus-train."""
-    return [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-            str(nproc), "-m", "plexus.train", *train_args]
+    free port, so runs never collide), each one rank of plexus-train. ``--no-python``: torchrun
+    would start each worker as ``sys.executable -u -m ...``, without ``python``'s flags."""
+    return [*python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+            str(nproc), "--no-python", *python, "-u", "-m", "plexus.train", *train_args]
 
 
 @dataclass(frozen=True)
@@ -31,6 +52,7 @@ class SlurmOptions:
 
     python: str
     workdir: str
+    python_flags: tuple[str, ...] = ()  # e.g. ("-P",): `interpreter`
     tasks_per_node: int | None = None  # default: SLURM places the G tasks
     gpus_per_node: int | None = None
     time: str = "01:00:00"
@@ -78,8 +100,8 @@ class SlurmOptions:
 
     def srun(self, ntasks: int, args: str) -> str:
         """The srun line: one task per rank; a rank that fails ends the job (no hang)."""
-        return (f"srun --kill-on-bad-exit=1 --ntasks={ntasks} {shlex.quote(self.python)} "
-                f"-m plexus.train {args}")
+        python = quote_args((self.python, *self.python_flags))
+        return f"srun --kill-on-bad-exit=1 --ntasks={ntasks} {python} -m plexus.train {args}"
 
 
 def quote_args(args: Sequence[str]) -> str:

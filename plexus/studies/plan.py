@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 from plexus_partition.model.grid import GridError, GridShape
 from plexus_partition.model.grid import parse_world_sizes as grid_world_sizes
 from plexus_partition.model.layout import DEFAULT_PERMUTATION
+from plexus_partition.model.model import DEFAULT_ACTIVATION
 from plexus_partition.model.modelopts import (DEFAULT_DROPOUT, DEFAULT_HIDDEN, DEFAULT_LAYERS,
                                               DEFAULT_ORDER)
 
@@ -44,6 +45,7 @@ class ModelOptions:
     extra: tuple[str, ...] = ()  # further plexus-train arguments, passed as they are
     comm_dtype: str = "fp32"  # --comm-dtype: the wire precision of the runs' messages
     sparse_comm: str = "auto"  # --sparse-comm: the aggregation's sums as sparse exchanges
+    activation: str = DEFAULT_ACTIVATION  # --activation: between the layers
 
     def train_args(self) -> list[str]:
         """These options as plexus-train arguments."""
@@ -52,7 +54,7 @@ class ModelOptions:
                 "--seed", str(self.seed), "--spmm", self.spmm,
                 "--eval-every", str(self.eval_every), "--threads", str(self.threads),
                 "--comm-dtype", self.comm_dtype, "--sparse-comm", self.sparse_comm,
-                *self.extra]
+                "--activation", self.activation, *self.extra]
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,8 @@ class SweepRequest:
     def common(self) -> dict[str, Any]:
         """What every run of a results folder must share to be compared (checked on resume)."""
         model = asdict(self.model)
-        for key in ("comm_dtype", "sparse_comm"):  # at their defaults: as folders written
-            if model[key] == getattr(ModelOptions, key):  # before these options record it
+        for key in ("comm_dtype", "sparse_comm", "activation"):  # at their defaults: as folders
+            if model[key] == getattr(ModelOptions, key):  # written before these options record it
                 del model[key]
         return {"epochs": self.epochs, "root": self.root, "model": model}
 

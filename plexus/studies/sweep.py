@@ -30,8 +30,8 @@ from typing import Any, Callable, Sequence
 from plexus_partition.launch.env import available_cores
 
 from .folder import FolderError, ResultsFolder
-from .launchers import (SlurmOptions, local_command, slurm_array_script, slurm_script,
-                        submit_script, torchrun_command)
+from .launchers import (SlurmOptions, interpreter, local_command, slurm_array_script,
+                        slurm_script, submit_script, torchrun_command)
 from .plan import PlannedRun, SweepRequest
 from .schema import MANIFEST as MANIFEST_SCHEMA
 from .schema import SchemaError, check, parse_json
@@ -145,8 +145,9 @@ def flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def command_for(p: PlannedRun, request: SweepRequest, out: Path, launcher: str,
-                python: str) -> list[str]:
-    """The command line of one run under ``launcher`` (local or torchrun)."""
+                python: Sequence[str]) -> list[str]:
+    """The command line of one run under ``launcher`` (local or torchrun); ``python``: the
+    interpreter with its flags (`plexus.studies.launchers.interpreter`)."""
     args = p.train_args(request, str(log_path(out, p.run_id)))
     if launcher == "torchrun":
         return torchrun_command(python, p.world_size, args)
@@ -213,13 +214,15 @@ def run_one(command: list[str], output: Path, timeout_s: float | None,
 
 
 def run_sweep(request: SweepRequest, plans: Sequence[PlannedRun], out: Path, launcher: str,
-              python: str = sys.executable, slurm: SlurmOptions | None = None,
+              python: Sequence[str] | None = None, slurm: SlurmOptions | None = None,
               array: bool = False, argv: Sequence[str] = (), timeout_s: float | None = None,
               say: Callable[[str], None] = print, calibrate: bool = True) -> SweepResult:
     """Run every planned run that has no complete log (local, torchrun), or write the batch
     scripts for them (slurm); the manifest records each run's command and state. The folder is
     locked for the sweep: a second sweep on it is refused (`FolderError`). ``calibrate``: a
-    local or torchrun sweep first measures this machine's rates (`measure_calibration`)."""
+    local or torchrun sweep first measures this machine's rates (`measure_calibration`).
+    ``python``: the runs' interpreter with its flags (default: this one, `interpreter`)."""
+    python = tuple(python) if python is not None else interpreter(sys.executable)
     folder = ResultsFolder(out, create=True)
     lock = folder.lock()
     try:
@@ -230,7 +233,7 @@ def run_sweep(request: SweepRequest, plans: Sequence[PlannedRun], out: Path, lau
 
 
 def _run_sweep(folder: ResultsFolder, request: SweepRequest, plans: Sequence[PlannedRun],
-               out: Path, launcher: str, python: str, slurm: SlurmOptions | None, array: bool,
+               out: Path, launcher: str, python: Sequence[str], slurm: SlurmOptions | None, array: bool,
                argv: Sequence[str], timeout_s: float | None,
                say: Callable[[str], None], calibrate: bool) -> SweepResult:
     doc = merge(read_manifest(folder), request, plans, launcher, argv)  # checks before writing

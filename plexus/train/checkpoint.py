@@ -43,9 +43,10 @@ _MOMENTS = {"adam": {"step", "exp_avg", "exp_avg_sq"}, "adamw": {"step", "exp_av
 # schedule's are only meaningful for these (the epochs, patience and clipping may change)
 _LOOP_KEYS = ("optimizer", "momentum", "lr_schedule", "lr_step", "lr_gamma", "lr_patience",
               "lr_min")
-# Model fields that change the parameter set or shapes: a checkpoint is only usable when they match.
+# Model fields that change the parameter set or shapes, or the function they compute (the
+# activation): a checkpoint is only usable when they match.
 _MODEL_KEYS = ("kind", "num_layers", "hidden", "bias", "learnable_features", "norm", "residual",
-               "train_eps")
+               "train_eps", "activation")
 
 
 class CheckpointError(ValueError):

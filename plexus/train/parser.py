@@ -11,6 +11,7 @@ from plexus.api.recipes import RECIPES
 from plexus.api.training import BACKENDS, LR_SCHEDULES, OPTIMIZERS, TrainConfig
 from plexus_partition.model.cli import ArgumentParser
 from plexus_partition.model.layout import DEFAULT_PERMUTATION
+from plexus_partition.model.ops import KINDS
 from plexus_partition.model.topology import COLLECTIVES
 from plexus_partition.model.modelopts import (ModelOptionsText, add_comm_options, add_model_options,
                                    add_precision_options)
@@ -28,7 +29,8 @@ from .plan import CHECKPOINT_EVERY
 
 def build_parser() -> argparse.ArgumentParser:
     """All plexus-train options."""
-    p = ArgumentParser(prog=PROG, description="Train a GNN (GCN, GraphSAGE, GIN) with 3D tensor "
+    kinds = ", ".join(f"{name}: {k.pyg_class}" for name, k in KINDS.items())
+    p = ArgumentParser(prog=PROG, description=f"Train a GNN (--model {kinds}) with 3D tensor "
                        "parallelism (Plexus). "
                        "Outside a launcher it starts X·Y·Z local workers; under torchrun or srun "
                        "it joins the job.")
@@ -180,6 +182,10 @@ def _output_options(out: argparse._ArgumentGroup) -> None:
     out.add_argument("--quiet", action="store_true",
                      help="print only the summary, and a heartbeat line (epoch, rate, ETA) "
                           "every --heartbeat seconds")
+    out.add_argument("--verbose", action="store_true",
+                     help="the summary in full: the time per rank of every timer, the bytes per "
+                          "axis and of each collective (the --log-json summary always has "
+                          "them)")
     out.add_argument("--heartbeat", type=float, default=DEFAULT_HEARTBEAT_S, metavar="SECONDS",
                      help="with --quiet: the least time between heartbeat lines, each at the "
                           "first epoch's end after it (default %(default)g; 0: none)")

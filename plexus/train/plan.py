@@ -111,6 +111,7 @@ class RunRequest:
     resume: bool = False
     log_json: str | None = None
     quiet: bool = False
+    verbose: bool = False  # --verbose: the summary's timers and bytes per axis and collective
     heartbeat_s: float = 0.0  # --quiet's heartbeat interval (0: none)
     # when the command started (`time.time`): the run's wall time counts start-up from there;
     # None: from the rank's own process start (a rank of torchrun/srun)

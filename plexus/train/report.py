@@ -203,6 +203,7 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         "sparse_comm": run.plan.engine.sparse_comm,
         "comm_ledger": run.comm.ledger.summary(),  # rank 0's collectives by axis and operation
         "kept_input": run.model.net.kept_input,  # layer 0's features gathered once at set-up
+        "dtype": run.plan.engine.dtype,  # the computation's precision
         "comm_dtype": run.plan.engine.comm_dtype,  # activations' and gradients' wire precision
         # ... and one by one, named by the schedule (set-up, training steps, evaluations)
         "comm_collectives": collective_account(

@@ -2,7 +2,9 @@
 
 On a terminal, epochs advance a tqdm progress bar and each epoch's line is printed above it; when
 stdout is not a terminal (a file, a pipe, a batch job's log) there is no bar, only the plain
-lines. ``--quiet`` keeps just the summary.
+lines. ``--quiet`` keeps just the summary. The summary is its first lines (results, wall time,
+memory, bytes in all, the precision) unless ``--verbose``, which adds the timers per rank and the
+bytes per axis and per collective (the JSON log's summary always holds them all).
 
 The JSON log (``--log-json FILE``) has one object per line: one per epoch, then a final object with
 ``"summary": true``. The summary's ``"memory"`` holds every rank's measured peaks, in rank order:
@@ -26,7 +28,8 @@ from typing import IO, Any, Mapping, Sequence
 
 from plexus_datasets.base.atomic import UnsafeTargetError, output_target, replace_into
 from plexus_datasets.base.gate import make_folder
-from plexus.api.training import BestEpoch, EpochStats
+from plexus_partition.model.model import DEFAULT_ACTIVATION
+from plexus.api.training import DEFAULT_DTYPE, BestEpoch, EpochStats
 from plexus.core.units import format_bytes, format_seconds
 
 from .epochlogs import EpochSink, LineFile
@@ -179,8 +182,9 @@ class RunLog:
     def __init__(self, total_epochs: int, start_epoch: int = 0, quiet: bool = False,
                  json_log: JsonLog | None = None, stream: IO[str] | None = None,
                  progress: bool | None = None, sinks: Sequence[EpochSink] = (),
-                 heartbeat_s: float = 0.0) -> None:
+                 heartbeat_s: float = 0.0, verbose: bool = False) -> None:
         self.total = total_epochs
+        self.verbose = verbose  # the summary's tables (`format_summary`)
         self.sinks = list(sinks)  # --log-csv, --tensorboard
         self.quiet = quiet
         self.stream = stream if stream is not None else sys.stdout
@@ -261,7 +265,7 @@ class RunLog:
             if self.bar is not None:
                 self.bar.close()
                 self.bar = None
-            print(format_summary(summary), file=self.stream, flush=True)
+            print(format_summary(summary, self.verbose), file=self.stream, flush=True)
         except CONSOLE_ERRORS:
             self._lose_console()
 
@@ -296,14 +300,29 @@ class RunLog:
             raise failure
 
 
-def format_summary(s: dict) -> str:
-    """The end-of-run report: best-validation epoch, timing breakdown, communication volume."""
+def precisions(dtype: str, comm_dtype: str) -> str:
+    """Every precision in force, for the run's first line and its summary: the computation's
+    (``--dtype``) and the messages' where they differ (``--comm-dtype``)."""
+    if dtype != DEFAULT_DTYPE:
+        return f"precision {dtype} (--dtype)"
+    if comm_dtype != DEFAULT_DTYPE:
+        return f"precision {dtype}, messages {comm_dtype} (--comm-dtype)"
+    return f"precision {dtype}"
+
+
+def format_summary(s: dict, verbose: bool = False) -> str:
+    """The end-of-run report: best-validation epoch, wall time, memory, bytes in all; with
+    ``verbose`` the timers per rank and the bytes per axis and per collective as well."""
     m = s.get("model", {})
     what = m.get("kind", "gcn") + (f" {m['layers']}x{m['hidden']}" if "layers" in m else "") \
         + (" +BatchNorm" if m.get("norm") == "batch" else "") \
-        + (" +residual" if m.get("residual") else "")
+        + (" +residual" if m.get("residual") else "") \
+        + (f" +{act}" if (act := m.get("config", {}).get("activation", DEFAULT_ACTIVATION))
+           != DEFAULT_ACTIVATION else "")
+    precision = (f", {precisions(s.get('dtype', DEFAULT_DTYPE), s['comm_dtype'])}"
+                 if "comm_dtype" in s else "")
     lines = [f"summary: {what} on {s['dataset']}, grid {s['grid']} "
-             f"({plural(s['world_size'], 'rank')}), {plural(s['epochs'], 'epoch')}"]
+             f"({plural(s['world_size'], 'rank')}), {plural(s['epochs'], 'epoch')}{precision}"]
     if s.get("metric") == "rocauc":
         lines.append("  metric: ROC-AUC, the mean over the tasks (multi-label); 'train/val/test' "
                      "below and in the epoch lines are ROC-AUCs")
@@ -343,7 +362,7 @@ def format_summary(s: dict) -> str:
         lines.append(f"  training time: {format_seconds(s['train_time_s'])} for "
                      f"{plural(s['epochs_run'], 'epoch')} ({per_epoch} per epoch, training step "
                      "only)")
-    timers = s.get("timers", {})
+    timers = s.get("timers", {}) if verbose else {}
     if timers:
         lines.append("  time per rank over the run (max / mean over "
                      f"{plural(s['world_size'], 'rank')}):")
@@ -356,20 +375,25 @@ def format_summary(s: dict) -> str:
     if memory:
         lines.extend(format_memory(memory))
     comm = s.get("comm_bytes")
-    if comm is not None:
+    if comm is not None and not verbose:
+        lines.append(f"  communication: {format_bytes(sum(comm.values()))} sent, all ranks")
+    elif comm is not None:
         per_rank = s.get("comm_bytes_max_rank", {})
         parts = [f"{a} {format_bytes(comm[a])}" + (f" (max/rank {format_bytes(per_rank[a])})"
                                                    if a in per_rank else "")
                  for a in ("x", "y", "z")]
         lines.append("  communication, all ranks: " + ", ".join(parts)
                      + f"; total {format_bytes(sum(comm.values()))}")
-        links = s.get("comm_bytes_per_link")
-        if links and s.get("gpus_per_node"):
-            lines.append(f"  per link class ({s['gpus_per_node']} ranks per node): inside a node "
-                         f"{format_bytes(links.get('intra', 0.0))}, across nodes "
-                         f"{format_bytes(links.get('inter', 0.0))}")
-    if s.get("comm_collectives"):
+    links = s.get("comm_bytes_per_link")
+    if comm is not None and links and s.get("gpus_per_node"):
+        lines.append(f"  per link class ({s['gpus_per_node']} ranks per node): inside a node "
+                     f"{format_bytes(links.get('intra', 0.0))}, across nodes "
+                     f"{format_bytes(links.get('inter', 0.0))}")
+    if s.get("comm_collectives") and verbose:
         lines.extend(format_account(s["comm_collectives"]))
+    if not verbose:
+        lines.append("  (--verbose: the time per rank of every timer, the "
+                     "bytes per axis and of each collective; all in --log-json's summary)")
     return "\n".join(lines)
 
 

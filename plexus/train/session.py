@@ -15,6 +15,7 @@ from plexus.core.units import format_bytes
 from plexus.api.training import DEFAULT_DTYPE, Comm, EpochStats, Grid, Trainer
 from plexus_datasets.spec import feature_mode
 from plexus_partition import RankShard
+from plexus_partition.model.model import DEFAULT_ACTIVATION, ModelConfig
 from plexus_partition.launch.env import THREADS_ENV, available_cores, env_threads
 from plexus.runtime.progress import start_beacon
 from plexus.runtime.memstats import (TensorTracker, peak_rss_bytes, reset_peak_rss,
@@ -25,7 +26,7 @@ from .errors import PROG, OutputFailed, TrainingDiverged, output_failure
 from .plan import ResolvedRun
 from .prepare import LocalSetup
 from .results import BestWeights, needs_best_weights
-from .runlog import BestRecord, RunLog, plural
+from .runlog import BestRecord, RunLog, plural, precisions
 
 
 @dataclass
@@ -197,6 +198,11 @@ def crowding_note(local_ranks: int, cores: int) -> str | None:
             "ranks here for timings")
 
 
+def activation_note(model: ModelConfig) -> str:
+    """The first line's word on the activation, where it is not the default ReLU."""
+    return "" if model.activation == DEFAULT_ACTIVATION else f" ({model.activation} between)"
+
+
 def communication_lines(plan: ResolvedRun, model: GraphModel, grid: Grid) -> list[str]:
     """What the run's first lines say of its traffic: whether layer 0's input features are
     gathered once and kept or in every forward (and why), and the messages' precision."""
@@ -256,14 +262,15 @@ def build_run(plan: ResolvedRun, setup: LocalSetup, device: torch.device) -> Run
     log = None
     if grid.rank == 0:
         log = RunLog(plan.train.epochs, trainer.epoch, plan.quiet, setup.json_log,
-                     sinks=setup.sinks, heartbeat_s=plan.heartbeat_s)
+                     sinks=setup.sinks, heartbeat_s=plan.heartbeat_s, verbose=plan.verbose)
         log.message(f"{PROG}: {setup.dataset.describe()} on grid {grid} "
                     f"({plural(grid.world_size, 'rank')}, {device.type}, "
                     f"{plural(torch.get_num_threads(), 'thread')} per rank, "
                     f"{threads_origin(plan.threads)}), "
-                    f"{plural(plan.model.num_layers, 'layer')}, orders "
+                    f"{plural(plan.model.num_layers, 'layer')}{activation_note(plan.model)}, orders "
                     f"{','.join(setup.shard.orders)}, permutation {setup.shard.perm}"
-                    f"{data_note(plan)}")
+                    f"{data_note(plan)}, "
+                    f"{precisions(plan.engine.dtype, plan.engine.comm_dtype)}")
         if device.type == "cpu":
             crowded = crowding_note(setup.local_ranks, available_cores())
             if crowded:

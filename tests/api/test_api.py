@@ -550,11 +550,14 @@ def test_symmetrize_trains_on_the_undirected_graph(tmp_path, monkeypatch):
                                    ("--model", "gin", "--norm", "batch", "--layers", "3"),
                                    ("--residual", "--norm", "batch", "--layers", "3"),
                                    ("--model", "gat", "--heads", "2", "--out-heads", "3",
-                                    "--norm", "batch", "--hidden", "5", "--attn-dropout", "0.2")],
+                                    "--norm", "batch", "--hidden", "5", "--attn-dropout", "0.2"),
+                                   ("--model", "gat", "--heads", "2", "--hidden", "4",
+                                    "--activation", "elu")],
                          ids=["sage-batchnorm", "gin-batchnorm", "gcn-residual-batchnorm",
-                              "gat-batchnorm"])
+                              "gat-batchnorm", "gat-elu"])
 def test_every_model_kind_exports_to_its_pyg_stack(model, tmp_path):
-    """--export of SAGE, GIN, GAT and GCN with BatchNorm and residual connections from two ranks:
+    """--export of SAGE, GIN, GAT and GCN with BatchNorm and residual connections, and GAT with
+    --activation elu (the GAT paper's), from two ranks:
     `plexus.load_pyg` rebuilds PyG's stack of SAGEConv / GINConv / GATConv / GCNConv and
     BatchNorm1d (weights loaded strictly), whose logits and last hidden output equal the saved
     ones."""
@@ -590,6 +593,12 @@ EXPORT_KINDS = {
     "mlp": dict(model="mlp"),
     "graphconv-batchnorm": dict(model="graphconv", norm="batch"),
     "mlp-batchnorm": dict(model="mlp", num_layers=3, norm="batch", bias=False),
+    # the activations: the file names each, and its PyG model applies the same
+    "gat-elu": dict(model="gat", heads=2, hidden=4, activation="elu"),
+    "gin-gelu": dict(model="gin", activation="gelu"),
+    "sage-leaky_relu-batchnorm": dict(model="sage", norm="batch", activation="leaky_relu"),
+    "gcn-tanh": dict(num_layers=3, activation="tanh"),
+    "gcn-none": dict(activation="none"),
 }
 
 
@@ -632,6 +641,7 @@ def test_load_pyg_rebuilds_every_kind_and_the_readme_snippet_runs(name, tmp_path
     torch.testing.assert_close(got, want, atol=1.5e-5, rtol=1e-5)
     spec = torch.load(tmp_path / "gcn.pt", weights_only=True)["pyg"]
     assert spec["norm"] == options.get("norm", "none")
+    assert spec["activation"] == options.get("activation", "relu")
     norms = [layer["norm"] for layer in spec["layers"]]
     if options.get("norm") == "batch":
         assert [n["num_features"] for n in norms[:-1]] == spec["widths"][1:-1]

@@ -1,8 +1,9 @@
 """Each serial reference model equals PyG's layers of the same name with the same weights copied
 in: GCNConv (with BatchNorm1d and residual connections), SAGEConv, GINConv, GATConv (1, 2, 3 and
-4 heads, concatenated and averaged), GraphConv and Linear stacks, on an undirected and a directed
-graph, to 1e-5 on the logits, every gradient, every running statistic and the evaluation-mode
-logits.
+4 heads, concatenated and averaged), GraphConv and Linear stacks, with every activation (ReLU,
+ELU, LeakyReLU, GELU, tanh, none), on an undirected and a directed graph, to 1e-5 on the
+logits, every gradient, every running statistic and the evaluation-mode logits; the stack an
+export rebuilds applies each activation as PyG's own models do (``act=``).
 
 The PyG stacks (`plexus.testing.pyg_reference`) are built from PyG's public modules; the weights
 are copied under the PyG names the operators declare, so a wrong name fails here.
@@ -41,7 +42,16 @@ CONFIGS = {
     "graphconv": ModelConfig(3, HIDDEN, 0.0, kind="graphconv", order="agg,combine,agg"),
     "graphconv-batchnorm-nobias": ModelConfig(2, HIDDEN, 0.0, kind="graphconv", norm="batch",
                                               bias=False),
+    # the activations (ReLU above): after BatchNorm, inside GIN's MLP, between GAT's heads
+    "gcn-elu-batchnorm": ModelConfig(3, HIDDEN, 0.0, norm="batch", activation="elu"),
+    "sage-leaky_relu": ModelConfig(3, HIDDEN, 0.0, kind="sage", activation="leaky_relu"),
+    "gin-gelu": ModelConfig(2, HIDDEN, 0.0, kind="gin", activation="gelu"),
+    "gin-none": ModelConfig(2, HIDDEN, 0.0, kind="gin", activation="none"),
+    "gat-elu": ModelConfig(2, 4, 0.0, kind="gat", heads=2, activation="elu"),
+    "graphconv-tanh": ModelConfig(3, HIDDEN, 0.0, kind="graphconv", activation="tanh"),
+    "mlp-none": ModelConfig(3, HIDDEN, 0.0, kind="mlp", activation="none"),
 }
+ACTIVATIONS = ("relu", "elu", "leaky_relu", "gelu", "tanh", "none")
 
 
 def assert_gradients_equal(serial: SerialModel, pairs: dict[str, torch.Tensor]) -> None:
@@ -153,3 +163,36 @@ def test_weighted_gcn_equals_pyg_gcnconv_with_edge_weight(directed):
     serial.loss(ours).backward()
     F.cross_entropy(theirs[mask], labels[mask]).backward()
     assert_gradients_equal(serial, pairs)
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_each_activation_is_pygs_own(activation):
+    """PyG's own models with ``act=`` the same name (its ``activation_resolver``; "none": no
+    activation) equal the stack an export rebuilds, and so the serial model: GCN and
+    GraphSAGE with BatchNorm, in training mode; GIN's MLP holds the module PyG resolves."""
+    from torch_geometric.nn.models import GCN, GraphSAGE
+    from torch_geometric.nn.resolver import activation_resolver
+
+    g = directed_toy_graph()
+    coo = g.adj.tocoo()
+    edge_index = torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
+    x = torch.from_numpy(g.features)
+    act = None if activation == "none" else activation
+    for kind, pyg_class in (("gcn", GCN), ("sage", GraphSAGE)):
+        cfg = ModelConfig(3, HIDDEN, 0.0, kind=kind, norm="batch", activation=activation)
+        serial = SerialModel(g, cfg, seed=3)
+        stack = PygStack(cfg, g.num_features, g.num_classes)
+        copy_weights(stack, serial)
+        theirs = pyg_class(g.num_features, HIDDEN, 3, g.num_classes, act=act, norm="batch_norm")
+        theirs.convs.load_state_dict(stack.convs.state_dict())
+        for norm, mine in zip(theirs.norms, stack.bns):  # PyG's BatchNorm wraps BatchNorm1d
+            norm.module.load_state_dict(mine.state_dict())
+        theirs.train(), stack.train(), serial.train()
+        want = theirs(x, edge_index)
+        torch.testing.assert_close(stack(x, edge_index), want, rtol=1e-6, atol=1e-6,
+                                   msg=f"{kind}: the export's stack")
+        torch.testing.assert_close(serial(), want, rtol=1e-5, atol=1e-5, msg=f"{kind}: serial")
+    gin = PygStack(ModelConfig(2, HIDDEN, 0.0, kind="gin", activation=activation),
+                   g.num_features, g.num_classes)
+    want = type(activation_resolver(act)) if act else torch.nn.Identity
+    assert all(type(conv.nn[1]) is want for conv in gin.convs), gin.convs

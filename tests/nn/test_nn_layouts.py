@@ -99,6 +99,25 @@ def test_check_layer_names_the_cause_of_differing_values():
     assert diagnose(["", "", ""], {}) == ""
 
 
+def test_a_layer_that_raised_is_said_to_have_raised_not_to_differ_by_zero():
+    """check_layer's and plexus-bench check --layer's line for a layer that raised names what it
+    raised, on its own grid and (not compared) on the grids after a failed 1x1x1."""
+    from plexus.nn.check import compare
+
+    error = "RuntimeError: element 0 of tensors does not require grad"
+    records = [{"grid": "1x1x1", "graph": "undirected", "error": error},
+               {"grid": "2x1x1", "graph": "undirected", "logits": torch.zeros(2, 2).numpy(),
+                "loss": 0.0, "grads": {}}]
+    first, second = compare(records)
+    assert not first.passed and not second.passed
+    line = first.line("APPNPProp")
+    assert line.startswith("FAIL  APPNPProp  1x1x1") and "max abs diff" not in line
+    assert line.endswith(f"the layer raised {error}")
+    assert "max abs diff" not in second.line("APPNPProp")
+    assert second.line("APPNPProp").endswith("not compared: the layer raised on 1x1x1 (its line "
+                                             "says what)")
+
+
 @pytest.mark.slow
 def test_bench_check_layer_prints_a_fail_line_and_exits_1():
     proc = subprocess.run(["plexus-bench", "check", "--layer", "nn_layers:PygStyleCombine",

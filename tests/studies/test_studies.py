@@ -86,7 +86,7 @@ def test_weak_series_runs_under_torchrun(study):
     g2 = next(r for r in weak if r["world_size"] == 2)
     assert g2["dataset"] == weak_dataset(SPEC, 2) and "scale=9" in g2["dataset"]
     assert g2["launcher"] == "torchrun" and g2["state"] == "complete"
-    assert g2["command"][1:5] == ["-m", "torch.distributed.run", "--standalone",
+    assert g2["command"][1:6] == ["-P", "-m", "torch.distributed.run", "--standalone",
                                  "--nproc-per-node"]
     assert study["manifest"]["weak_series"][0]["datasets"] == {"1": SPEC, "2": g2["dataset"]}
 
@@ -178,7 +178,7 @@ def test_slurm_scripts(study, tmp_path):
     srun = [l for l in text.splitlines() if l.startswith("srun ")]
     assert len(srun) == 1
     assert srun[0].startswith(f"srun --kill-on-bad-exit=1 --ntasks=4 {sys.executable} "
-                              "-m plexus.train --grid 2x2x1 ")
+                              "-P -m plexus.train --grid 2x2x1 ")
     assert srun[0].endswith('--log-json "$LOG"') and f"--dataset {SPEC}" in srun[0]
     assert "bash -n" not in text and "sbatch" in (out / "slurm" / "submit.sh").read_text()
 
@@ -194,7 +194,7 @@ def test_slurm_scripts(study, tmp_path):
     done = subprocess.run(["bash", str(scripts[0])], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     args = called.read_text().splitlines()
-    assert args[:4] == ["--kill-on-bad-exit=1", "--ntasks=4", sys.executable, "-m"]
+    assert args[:5] == ["--kill-on-bad-exit=1", "--ntasks=4", sys.executable, "-P", "-m"]
     assert args[args.index("--grid") + 1] == "2x2x1"
     assert args[args.index("--log-json") + 1] == str(log)
     assert args[-1] == "node001:21234"
@@ -429,17 +429,19 @@ def test_report_warns_of_threads_and_superlinear_speedups_and_states_one_set_of_
 
 
 def test_sweep_passes_its_comm_options_to_every_run():
-    """plexus-sweep --comm-dtype/--sparse-comm reach each plexus-train command, and the resume
-    check keeps folders written before the options (their defaults left out)."""
+    """plexus-sweep --comm-dtype/--sparse-comm/--activation reach each plexus-train command, and
+    the resume check keeps folders written before the options (their defaults left out)."""
     from plexus.studies.cli import build_request, sweep_parser
 
     a = sweep_parser().parse_args(["--dataset", "cora", "--out", "o", "--comm-dtype", "bf16",
-                                   "--sparse-comm", "off"])
+                                   "--sparse-comm", "off", "--activation", "elu"])
     request = build_request(a)
     args = request.model.train_args()
     assert args[args.index("--comm-dtype") + 1] == "bf16"
     assert args[args.index("--sparse-comm") + 1] == "off"
+    assert args[args.index("--activation") + 1] == "elu"
     assert request.common()["model"]["comm_dtype"] == "bf16"
+    assert request.common()["model"]["activation"] == "elu"
     default = build_request(sweep_parser().parse_args(["--dataset", "cora", "--out", "o"]))
-    assert "comm_dtype" not in default.common()["model"]
-    assert "sparse_comm" not in default.common()["model"]
+    for key in ("comm_dtype", "sparse_comm", "activation"):
+        assert key not in default.common()["model"]

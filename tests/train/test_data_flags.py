@@ -88,4 +88,4 @@ def test_a_run_says_its_features_and_split_seed_first(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     first = proc.stdout.splitlines()[0]
     assert first.startswith("plexus-train: cora.npz (N=40")  # named by its file
-    assert first.endswith(", features row-normalized, split seed 7")
+    assert first.endswith(", features row-normalized, split seed 7, precision fp32")

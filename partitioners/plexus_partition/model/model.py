@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .layout import ORDERS, LayerPlan, layer_plans
-from .ops import KINDS, NORMS, OPERATORS
+from .ops import (ACTIVATION_MODULES, ACTIVATIONS, DEFAULT_ACTIVATION, KINDS, NORMS,
+                  OPERATORS)
 
 AUTO_ORDER = "auto"  # combine first on the layers that narrow
 
@@ -29,6 +30,15 @@ DEFAULT_DTYPE = "fp32"  # the engine's and the command lines' default
 
 class ModelError(ValueError):
     """A model option that is unknown, out of range or does not apply to the kind (one line)."""
+
+
+
+
+def check_activation(name: object, what: str = "activation") -> str:
+    """``name`` if it is one of `ACTIVATIONS`; `ModelError` naming ``what`` otherwise."""
+    if not isinstance(name, str) or name not in ACTIVATION_MODULES:
+        raise ModelError(f"unknown {what} {name!r:.60}; use one of {', '.join(ACTIVATIONS)}")
+    return name
 
 
 #: The most GNN layers a model may have: deeper plans take minutes to build and price (and no
@@ -110,13 +120,14 @@ def auto_orders(layer_widths: Sequence[int]) -> tuple[str, ...]:
 
 @dataclass(frozen=True, init=False)
 class ModelConfig:
-    """A GNN of ``num_layers`` layers of one ``kind``, ReLU between them, as PyG's layer of the
-    same name (each kind's declaration in `plexus_partition.model.ops` says which):
+    """A GNN of ``num_layers`` layers of one ``kind``, ``activation`` between them (ReLU by
+    default; `ACTIVATIONS`), as PyG's layer of the same name (each kind's declaration in
+    `plexus_partition.model.ops` says which):
 
     - "gcn": H' = Â·H·W + b (GCNConv), optionally + H (``residual``, on layers whose input and
       output widths agree);
     - "sage": H' = mean_{j→i} H_j·W + H_i·Wr + b (SAGEConv, mean aggregation, root weight);
-    - "gin": H' = MLP((1+ε)·H_i + Σ_{j→i} H_j) with MLP = Linear, ReLU, Linear (GINConv,
+    - "gin": H' = MLP((1+ε)·H_i + Σ_{j→i} H_j) with MLP = Linear, activation, Linear (GINConv,
       ε trained with ``train_eps``); each GIN layer is two stages: the convolution with the
       MLP's first map, then a dense stage with its second;
     - "gat": GATConv: per head h, H'_i = Σ_j α^h_ij·(H·W^h)_j with α the softmax over node i's
@@ -127,7 +138,7 @@ class ModelConfig:
     - "mlp": H' = H·W + b (no graph: dense stages only).
 
     ``norm`` "batch" puts a BatchNorm (statistics over all real nodes) after every layer but the
-    last, before its ReLU; the stage before it has no bias (BatchNorm subtracts the mean, so
+    last, before its activation; the stage before it has no bias (BatchNorm subtracts the mean, so
     the bias's gradient is rounding noise, which Adam would turn into steps of size lr; β is the
     bias there, and an export to PyG sets that layer's bias to zero). Dropout hits each layer's
     input; ``input_dropout`` False spares the first layer's (as OGB's examples do). ``order`` is
@@ -157,17 +168,20 @@ class ModelConfig:
     kind: str = "gcn"
     norm: str = "none"
     input_dropout: bool = True
+    activation: str = DEFAULT_ACTIVATION
 
     options: Any = None  # the kind's Options dataclass (None: a kind without options)
 
     def __init__(self, num_layers: int = 2, hidden: int = 16, dropout: float = 0.5,
                  bias: bool = True, order: str = AUTO_ORDER, learnable_features: bool = False,
                  kind: str = "gcn", norm: str = "none", input_dropout: bool = True,
-                 options: Any = None, **flat: Any) -> None:
+                 activation: str = DEFAULT_ACTIVATION, options: Any = None,
+                 **flat: Any) -> None:
         for name, value in (("num_layers", num_layers), ("hidden", hidden),
                             ("dropout", dropout), ("bias", bias), ("order", order),
                             ("learnable_features", learnable_features), ("kind", kind),
-                            ("norm", norm), ("input_dropout", input_dropout)):
+                            ("norm", norm), ("input_dropout", input_dropout),
+                            ("activation", activation)):
             object.__setattr__(self, name, value)
         object.__setattr__(self, "options", self._kind_options(options, flat))
         self.__post_init__()
@@ -219,6 +233,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.norm not in NORMS:
             raise ModelError(f"unknown norm {self.norm!r}; use one of {', '.join(NORMS)}")
+        check_activation(self.activation)
         for f in dataclasses.fields(self):
             if f.name != "options":
                 check_option(f.name, getattr(self, f.name), _CHECKS.get(f.name, ""),
@@ -342,5 +357,6 @@ class ModelConfig:
         return first and input_dropout_rate(self.dropout, self.input_dropout, plan.layer) > 0
 
     def activates(self, plan: LayerPlan) -> bool:
-        """Whether a ReLU follows the stage (every stage but the model's last)."""
-        return plan.index < self.num_stages - 1
+        """Whether an activation follows the stage (every stage but the model's last, unless
+        the activation is "none")."""
+        return plan.index < self.num_stages - 1 and self.activation != "none"

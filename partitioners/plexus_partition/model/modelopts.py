@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass
 
 from .cli import UsageError
-from .model import (DEFAULT_DTYPE, DTYPE_BYTES, DTYPES, KIND_OPTIONS, MAX_LAYERS, ModelConfig,
-                    ModelError)
+from .model import (ACTIVATIONS, DEFAULT_DTYPE, DTYPE_BYTES, DTYPES, KIND_OPTIONS, MAX_LAYERS,
+                    ModelConfig, ModelError)
 from .ops import KINDS, NORMS
 from .schedule import SPARSE_MODES
 
@@ -49,7 +49,8 @@ class ModelOptionsText:
 def add_model_options(parser: argparse.ArgumentParser,
                       text: ModelOptionsText = ModelOptionsText()) -> argparse._ArgumentGroup:
     """Add every model option in a "model" group: ``--model --layers --hidden --dropout
-    --bias/--no-bias --order --learnable-features --norm --input-dropout``, then each kind's
+    --bias/--no-bias --order --learnable-features --norm --input-dropout --activation``, then
+    each kind's
     options, made from its declaration (`add_kind_options`). ``--layers`` and
     ``--order`` default to None (the caller resolves them with `resolve_layers`/`resolve_order`,
     so another source can fill them first). Returns the group."""
@@ -80,6 +81,10 @@ def add_model_options(parser: argparse.ArgumentParser,
                    default=_DEFAULT.input_dropout,
                    help="dropout on the input features too, not only on hidden layers "
                         "(default on, as Kipf & Welling; OGB's examples: off)")
+    g.add_argument("--activation", choices=ACTIVATIONS, default=_DEFAULT.activation,
+                   help=f"after every layer but the last, and inside GIN's MLP, as PyG's act= "
+                        f"(default {_DEFAULT.activation}; leaky_relu: slope 0.01; none: the "
+                        "identity); an export rebuilds it")
     add_kind_options(g)
     return g
 
@@ -199,6 +204,8 @@ def describe_model(model: ModelConfig) -> str:
     parts += [f"order {model.order}", "bias" if model.bias else "no bias"]
     if model.norm != "none":
         parts.append(f"norm {model.norm}")
+    if model.activation != _DEFAULT.activation:
+        parts.append(f"activation {model.activation}")
     if model.learnable_features:
         parts.append("learnable features")
     return ", ".join(parts)

@@ -12,7 +12,8 @@ into stages. Adding a kind: one module here, listed in `MODULES`, and its tests
 from __future__ import annotations
 
 from . import batchnorm, dense, gat, gcn, gin, graphconv, sage
-from .base import NORMS, Flops, ModelKind, Operator, Param, StageMemory, StageSizes, split_name
+from .base import (ACTIVATION_MODULES, ACTIVATIONS, DEFAULT_ACTIVATION, NORMS, Flops,
+                   ModelKind, Operator, Param, StageMemory, StageSizes, split_name)
 
 #: The registry: each module declares its operators (`Operator` subclasses) and its model
 #: kind (``KIND``), in the order --model lists them.
@@ -27,5 +28,6 @@ KINDS: dict[str, ModelKind] = {m.KIND.name: m.KIND for m in MODULES if hasattr(m
 
 NORM_OP = "batchnorm"  # the operator after a stage whose plan has ``norm``
 
-__all__ = ["OPERATORS", "KINDS", "NORMS", "NORM_OP", "Flops", "ModelKind", "Operator", "Param",
+__all__ = ["OPERATORS", "KINDS", "NORMS", "NORM_OP", "ACTIVATION_MODULES", "ACTIVATIONS",
+           "DEFAULT_ACTIVATION", "Flops", "ModelKind", "Operator", "Param",
            "StageMemory", "StageSizes", "split_name"]

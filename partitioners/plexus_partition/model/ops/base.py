@@ -25,6 +25,15 @@ Tensor = StageGraph = SerialModel = Any
 
 NORMS = ("none", "batch")
 
+#: The activations between layers (and inside GIN's MLP), each as the ``torch.nn`` module PyG's
+#: ``activation_resolver`` gives for the name (its defaults: ELU's alpha 1, LeakyReLU's slope
+#: 0.01, GELU's exact form); "none": the identity (``torch.nn.Identity``). One table for the engine, the serial
+#: reference and the export to PyG (`plexus_partition.model.model.ModelConfig.activation`).
+ACTIVATION_MODULES = {"relu": "ReLU", "elu": "ELU", "leaky_relu": "LeakyReLU", "gelu": "GELU",
+                      "tanh": "Tanh", "none": "Identity"}
+ACTIVATIONS = tuple(ACTIVATION_MODULES)
+DEFAULT_ACTIVATION = "relu"
+
 
 @dataclass(frozen=True)
 class Param:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import ModelKind, Param, option, stage_option
+from .base import ACTIVATION_MODULES, ModelKind, Param, option, stage_option
 from .conv import ConvOperator, RootTerm
 
 
@@ -57,6 +57,12 @@ class GIN(ConvOperator):
         return extra
 
 
+def _activation(name: str) -> dict:
+    """The MLP's activation module between its two maps (Identity for "none": the second map
+    stays ``nn.2``)."""
+    return {"class": ACTIVATION_MODULES[name]}
+
+
 def _linear(d_in: int, d_out: int, bias: bool) -> dict:
     return {"class": "Linear", "in_features": d_in, "out_features": d_out, "bias": bias}
 
@@ -64,12 +70,12 @@ def _linear(d_in: int, d_out: int, bias: bool) -> dict:
 # PyG's GINConv takes its MLP, not widths: the MLP is described module by module, hidden wide
 # inside (ModelConfig.widths), so an export records every width of it.
 KIND = ModelKind("gin", ("gin", "dense"), "sum", "GINConv", ("convs.{l}.", "convs.{l}.nn.2."),
-                 "GINConv(Sequential(Linear, ReLU, Linear), train_eps): sum over in-neighbours "
+                 "GINConv(Sequential(Linear, activation, Linear), train_eps): sum over in-neighbours "
                  "plus (1+ε) times the node itself, then the MLP",
                  options=Options,
                  stage_options=lambda cfg, layer, pos, d_in, d_out:
                      StageOptions(cfg.options.train_eps) if pos == 0 else None,
                  pyg_kwargs=lambda cfg, layer, d_in, d_out: {
                      "train_eps": cfg.options.train_eps,
-                     "nn": [_linear(d_in, cfg.hidden, cfg.bias), {"class": "ReLU"},
-                            _linear(cfg.hidden, d_out, cfg.bias)]})
+                     "nn": [_linear(d_in, cfg.hidden, cfg.bias),
+                            _activation(cfg.activation), _linear(cfg.hidden, d_out, cfg.bias)]})
