@@ -319,7 +319,9 @@ def check_loop(payload: dict, train: TrainConfig, where: str = "checkpoint") -> 
 def check_model(payload: dict, model: ModelConfig, where: str = "checkpoint") -> None:
     """Raise `CheckpointError` if the checkpoint's model has other parameters than ``model``."""
     saved = payload.get("model", {})
-    wanted, default = model.as_dict(), ModelConfig().as_dict()  # older checkpoints: the defaults
+    # older checkpoints: the defaults; the flat form names the activation only when not ReLU
+    relu = {"activation": ModelConfig().activation}
+    wanted, default = {**relu, **model.as_dict()}, {**relu, **ModelConfig().as_dict()}
     diffs = [f"{k} {saved.get(k, default[k])!r:.60} (now {wanted[k]!r})" for k in _MODEL_KEYS
              if not _same_value(saved.get(k, default[k]), wanted[k])]
     if diffs:

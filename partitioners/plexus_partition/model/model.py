@@ -224,9 +224,12 @@ class ModelConfig:
     def as_dict(self) -> dict[str, Any]:
         """The flat form logs, checkpoints, exports and stores write: the common options, then
         every kind's option (this kind's values, the others' defaults), as before the options
-        were typed, so that what reads them reads old and new alike."""
+        were typed, so that what reads them reads old and new alike (the activation only when
+        it is not ReLU, which every file before it had)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                if f.name != "options"}
+        if self.activation == DEFAULT_ACTIVATION:  # ReLU's files (and keys) as they were
+            del out["activation"]
         out.update({name: getattr(self, name) for name in KIND_OPTIONS})
         return out
 
