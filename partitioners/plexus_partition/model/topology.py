@@ -46,8 +46,8 @@ LINKS = ("intra", "inter")
 #: `EngineConfig.collectives`' values: "flat" rings over the axis's group, "hierarchical" where
 #: the axis is split (`AxisSpan.split`), "auto" as `choose_form` decides.
 COLLECTIVES = ("auto", "flat", "hierarchical")
-#: The collectives that have a hierarchical form (sums and gathers; an all-to-all, a max or a
-#: min stays flat).
+#: The collectives that have a hierarchical form (all-reduces, their maxima and minima too, and
+#: gathers and reduce-scatters; an all-to-all stays flat).
 HIERARCHICAL_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 
 
