@@ -56,12 +56,6 @@ def priced(dataset: str, gpus: list[int], extra: list[str], profile: str = PROFI
     return {w["world_size"]: w["configs"][0] for w in doc["worlds"]}
 
 
-def link_bytes(cfg: dict) -> dict[str, float]:
-    """Bytes one rank sends per epoch per link class (a JSON row's ``link_bytes``: each
-    collective in the form it runs in)."""
-    return cfg["link_bytes"]
-
-
 def measured_commit() -> str:
     """The commit the figures are computed at (``+changes`` when tracked files differ from it):
     what a results file's header names."""

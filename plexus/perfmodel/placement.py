@@ -76,14 +76,6 @@ class Placement:
         (`plexus_partition.model.topology.axis_span`)."""
         return {axis: axis_span(shape, axis, self.gpus_per_node, self.node) for axis in AXES}
 
-    def axis_split(self, shape: Mapping[str, int]) -> dict[str, tuple[int, int]]:
-        """{axis: (k, m)}: each group of the axis on grid ``shape`` is k ranks on each of m
-        nodes (k·m = the axis's size; (p, 1) inside one node; (1, p) one rank per node, and
-        so is an irregular split priced: the slowest reading). The rule is the engine's,
-        `plexus_partition.model.topology.axis_span`."""
-        return {axis: (span.per_node, span.nodes) if span.per_node else (1, span.size)
-                for axis, span in self.spans(shape).items()}
-
     def axis_links(self, shape: Mapping[str, int]) -> dict[str, str]:
         """{axis: "intra", "strided4", "strided" or "inter"}: the link class each axis's
         collectives cross on grid ``shape`` ({"x": X, "y": Y, "z": Z}); an axis of size 1

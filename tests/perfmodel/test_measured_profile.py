@@ -151,7 +151,8 @@ def test_a_node_block_sets_each_axis_link_by_hand():
     assert Placement(4).axis_links(shape) == {"x": "inter", "y": "inter", "z": "intra"}
     # a node holding 2 of x and 2 of y: both cross nodes on 2 NICs, z one rank per node
     two = Placement(4, node=(2, 2, 1))
-    assert two.axis_split(shape) == {"x": (2, 2), "y": (2, 2), "z": (1, 4)}
+    assert {a: (s.per_node, s.nodes) for a, s in two.spans(shape).items()} == {
+        "x": (2, 2), "y": (2, 2), "z": (1, 4)}
     assert two.axis_links(shape) == {"x": "strided", "y": "strided", "z": "inter"}
     blocks = [p.node for p in Placement(4, arrange=True).arrangements(shape)]
     assert blocks[0] is None and sorted(blocks[1:]) == [(1, 2, 2), (1, 4, 1), (2, 1, 2),
