@@ -319,9 +319,11 @@ def check_loop(payload: dict, train: TrainConfig, where: str = "checkpoint") -> 
 def check_model(payload: dict, model: ModelConfig, where: str = "checkpoint") -> None:
     """Raise `CheckpointError` if the checkpoint's model has other parameters than ``model``."""
     saved = payload.get("model", {})
-    # older checkpoints: the defaults; the flat form names the activation only when not ReLU
-    relu = {"activation": ModelConfig().activation}
-    wanted, default = {**relu, **model.as_dict()}, {**relu, **ModelConfig().as_dict()}
+    # the configs' own values (the flat form leaves out a ReLU activation); a field an older
+    # checkpoint lacks: the default
+    base = ModelConfig()
+    wanted = {k: getattr(model, k) for k in _MODEL_KEYS}
+    default = {k: getattr(base, k) for k in _MODEL_KEYS}
     diffs = [f"{k} {saved.get(k, default[k])!r:.60} (now {wanted[k]!r})" for k in _MODEL_KEYS
              if not _same_value(saved.get(k, default[k]), wanted[k])]
     if diffs:
