@@ -33,10 +33,16 @@ SPANS = {
     ((1, 4, 2), 4): {"y": (4, 2, 2, "inter"), "z": (2, 2, 1, "intra")},  # y: 0,2 | 4,6
     ((1, 1, 8), 4): {"z": (8, 4, 2, "inter")},                      # 2 nodes of 4
     ((2, 1, 4), 2): {"z": (4, 2, 2, "inter"), "x": (2, 1, 2, "inter")},  # x: 0 | 4
+    # placed by blocks (`Grid.create`'s node): a node holds the two x ranks of one (y, z)
+    ((2, 2, 2), 2, (2, 1, 1)): {"x": (2, 2, 1, "intra"), "y": (2, 1, 2, "inter"),
+                                "z": (2, 1, 2, "inter")},
+    # a node holds 2 of y and 2 of z: y inside it, z 2 per node on 2 nodes (split)
+    ((1, 2, 4), 4, (1, 2, 2)): {"y": (2, 2, 1, "intra"), "z": (4, 2, 2, "inter")},
 }
 #: The grids of each world size (4 ranks on 2 nodes, 8 ranks on 4 and on 2 nodes).
 WORLD_CONFIGS = {4: [((1, 1, 4), 2), ((2, 1, 2), 2)],
-                 8: [((1, 1, 8), 2), ((1, 4, 2), 4), ((1, 1, 8), 4), ((2, 1, 4), 2)]}
+                 8: [((1, 1, 8), 2), ((1, 4, 2), 4), ((1, 1, 8), 4), ((2, 1, 4), 2),
+                     ((2, 2, 2), 2, (2, 1, 1)), ((1, 2, 4), 4, (1, 2, 2))]}
 #: The fixed sequence `check_link_bytes` runs on every axis of more than one rank: an
 #: all-reduce of 8 float32 elements, an all-gather of 2 per rank (full size 2p) and a
 #: reduce-scatter of 2p, and the bytes per link class it must send (hand-computed from the
@@ -63,13 +69,19 @@ HAND_LINK_BYTES = {
     # z 4 = 2 x 2 as the first grid, x 2 across nodes: 48 B
     ((2, 1, 4), 2): {"flat": {"intra": 0, "inter": 96 + 48},
                      "hierarchical": {"intra": 64, "inter": 32 + 48}},
+    # x 2 inside the node (48 B), y and z 2 across (48 B each); nothing splits
+    ((2, 2, 2), 2, (2, 1, 1)): {"flat": {"intra": 48, "inter": 96},
+                                "hierarchical": {"intra": 48, "inter": 96}},
+    # y 2 inside the node (48 B); z 4 = 2 nodes x 2 as the first grid
+    ((1, 2, 4), 4, (1, 2, 2)): {"flat": {"intra": 48, "inter": 96},
+                                "hierarchical": {"intra": 48 + 64, "inter": 32}},
 }
 
 
 def _comms(grid: Grid, k: int, wire=None) -> tuple[Comm, Comm]:
     flat, two = Comm(grid, wire=wire), Comm(grid, wire=wire)
-    flat.place("flat", k)
-    two.place("hierarchical", k)
+    flat.place("flat", k, node=grid.node)
+    two.place("hierarchical", k, node=grid.node)
     return flat, two
 
 
@@ -188,7 +200,7 @@ def check_link_bytes(grid: Grid, k: int, hand: dict) -> list[str]:
     fails, totals = [], []
     for form in ("flat", "hierarchical"):
         comm = Comm(grid)
-        comm.place(form, k)
+        comm.place(form, k, node=grid.node)
         got = _hand_sequence(comm, grid)
         if got != {a: float(b) for a, b in hand[form].items()}:
             fails.append(f"{form}: bytes per link {got} != by hand {hand[form]}")
@@ -209,7 +221,7 @@ def check_auto_priced(grid: Grid, k: int, hand: dict) -> list[str]:
     fails = []
     for rates, want in ((slow_node, "flat"), (slow_net, "hierarchical")):
         comm = Comm(grid)
-        comm.place("auto", k, rates)
+        comm.place("auto", k, rates, grid.node)
         got = _hand_sequence(comm, grid)
         if got != {a: float(b) for a, b in hand[want].items()}:
             fails.append(f"auto priced toward {want}: bytes per link {got} != {hand[want]}")
@@ -236,7 +248,7 @@ def check_model_links(grid: Grid, g, cfg: ModelConfig, engine: EngineConfig) -> 
                                  exchange=model_exchange(engine, graph_exchange_counts(
                                      grid, g, cfg, "double")),
                                  recorder=StageRecorder(engine.dtype_bytes))
-    place = Placement(engine.gpus_per_node)
+    place = Placement(engine.gpus_per_node, engine.node_block)
     cal = Calibration.from_dict({"spmm_flops": 1e12, "gemm_flops": 1e13, "device": "cuda",
                                  "gpus_per_node": engine.gpus_per_node, "links": {
                                      "intra": {"alpha": 1e-6, "beta": 1e-11},
@@ -312,17 +324,74 @@ LINK_MODELS = {**HIER_MODELS, "mlp": MODELS["mlp"], "graphconv": MODELS["graphco
                "gcn-residual": MODELS["gcn-residual"]}
 
 
-def hier_checks(dims: tuple[int, int, int], k: int, epochs: int) -> dict[str, list[str]]:
-    """Every check of grid ``dims`` on nodes of ``k`` ranks."""
-    grid = Grid.create(dims)
-    tag = f"{'x'.join(map(str, dims))}/K{k}"
-    spans = {**dict.fromkeys("xyz", (1, 1, 1, "intra")), **SPANS[dims, k]}
+def _key(dims: tuple[int, int, int], k: int, block: tuple[int, int, int] | None) -> tuple:
+    return (dims, k) if block is None else (dims, k, block)
+
+
+def _tag(dims: tuple[int, int, int], k: int, block: tuple[int, int, int] | None) -> str:
+    return f"{'x'.join(map(str, dims))}/K{k}" + ("" if block is None else
+                                                  f"/node{'x'.join(map(str, block))}")
+
+
+def check_placed_ranks(grid: Grid, block: tuple[int, int, int] | None, k: int) -> list[str]:
+    """Where a block placement puts this process, by hand: process r on node r // k, local
+    rank l = r % k; node n holds the n-th block of the grid (z fastest), l the l-th position in
+    it (z fastest); and an all-gather of the grid rank over each axis lists the group's grid
+    ranks in coordinate order."""
+    if block is None:
+        return []
+    n, l = divmod(dist.get_rank(), k)
+    shape = grid.shape
+    per = [shape[a] // b for a, b in zip("xyz", block)]
+    nx, ny, nz = n // (per[1] * per[2]), (n // per[2]) % per[1], n % per[2]
+    lx, ly, lz = l // (block[1] * block[2]), (l // block[2]) % block[1], l % block[2]
+    want = {"x": nx * block[0] + lx, "y": ny * block[1] + ly, "z": nz * block[2] + lz}
+    fails = [] if grid.coords == want else [f"coords {grid.coords} != by hand {want}"]
+    comm = Comm(grid)
+    comm.place("flat", k, node=block)
+    stride = {"x": shape["y"] * shape["z"], "y": shape["z"], "z": 1}
+    for axis in "xyz":
+        if grid.size(axis) > 1:
+            got = comm.raw_all_gather(torch.tensor([float(grid.rank)]), axis).tolist()
+            base = grid.rank - grid.coords[axis] * stride[axis]
+            expect = [float(base + j * stride[axis]) for j in range(grid.size(axis))]
+            fails += [] if got == expect else [f"{axis}: group {got} != {expect}"]
+    return fails
+
+
+def check_placed_outputs(grid: Grid, g, cfg: ModelConfig, engine: EngineConfig) -> list[str]:
+    """Rank 0's gathered logits (`plexus.api.results.gather_rows`, each block received from the
+    process that holds it) equal the serial model's."""
+    from plexus.api.model import GraphModel  # noqa: PLC0415
+    from plexus.api.results import gather_logits  # noqa: PLC0415
+
+    model, serial, shard = build(grid, g, cfg, "double", engine)
+    got = gather_logits(GraphModel(model, shard))
+    if grid.rank != 0:
+        return []
+    serial.eval()
+    with torch.no_grad():
+        want = serial().double().numpy()
+    if got is None or got.shape != want.shape:
+        return [f"gathered logits of shape {None if got is None else got.shape}"]
+    worst = float(abs(got - want).max())
+    return [] if worst <= 1e-5 else [f"gathered logits differ from serial by {worst:.3g}"]
+
+
+def hier_checks(dims: tuple[int, int, int], k: int, epochs: int,
+                block: tuple[int, int, int] | None = None) -> dict[str, list[str]]:
+    """Every check of grid ``dims`` on nodes of ``k`` ranks (each holding the grid block
+    ``block``; None: the launcher's numbering)."""
+    grid = Grid.create(dims, gpus_per_node=k, node=block)
+    key, tag = _key(dims, k, block), _tag(dims, k, block)
+    spans = {**dict.fromkeys("xyz", (1, 1, 1, "intra")), **SPANS[key]}
     split = tuple(sorted(a for a, (_, kk, m, _) in spans.items() if kk > 1 and m > 1))
-    hier = EngineConfig(collectives="hierarchical", gpus_per_node=k)
+    hier = EngineConfig(collectives="hierarchical", gpus_per_node=k, node_block=block)
     out = {f"{tag}/comm/forms": check_forms(grid, k, split),
+           f"{tag}/comm/placed": check_placed_ranks(grid, block, k),
            f"{tag}/comm/bf16-forms": check_wire_forms(grid, k, spans),
-           f"{tag}/comm/link-bytes": check_link_bytes(grid, k, HAND_LINK_BYTES[dims, k]),
-           f"{tag}/comm/auto-priced": check_auto_priced(grid, k, HAND_LINK_BYTES[dims, k])}
+           f"{tag}/comm/link-bytes": check_link_bytes(grid, k, HAND_LINK_BYTES[key]),
+           f"{tag}/comm/auto-priced": check_auto_priced(grid, k, HAND_LINK_BYTES[key])}
     graphs = {"undirected": toy_graph(), "directed": directed_toy_graph()}
     for gname, g in graphs.items():
         for name, cfg in HIER_MODELS.items():
@@ -351,6 +420,8 @@ def hier_checks(dims: tuple[int, int, int], k: int, epochs: int) -> dict[str, li
     for name in ("gcn-learnable", "gat"):
         out[f"{tag}/directed/{name}/step-bf16"] = check_wire_step(
             grid, g, HIER_MODELS[name], replace(hier, comm_dtype="bf16"))
+    out[f"{tag}/directed/gcn/gathered-outputs"] = check_placed_outputs(
+        grid, g, HIER_MODELS["gcn"], hier)
     out[f"{tag}/directed/gcn/ops-per-step"] = check_op_counts(
         grid, g, directed_toy_graph(41 * 16), HIER_MODELS["gcn"], hier)
     rank = dist.get_rank()
@@ -362,15 +433,16 @@ def run_hier_checks(configs: list[tuple[tuple[int, int, int], int]], epochs: int
     """`hier_checks` of every (grid, ranks per node) of ``configs`` (this world's size)."""
     torch.manual_seed(0)
     out: dict[str, list[str]] = {}
-    for dims, k in configs:
-        out.update(hier_checks(dims, k, epochs))
+    for dims, k, *block in configs:
+        out.update(hier_checks(dims, k, epochs, *block))
     return out
 
 
-def check_names(dims: tuple[int, int, int], k: int) -> list[str]:
-    """The names `hier_checks` reports for ``dims`` on nodes of ``k``."""
-    names = ["comm/forms", "comm/bf16-forms", "comm/link-bytes", "comm/auto-priced",
-             "directed/gcn/ops-per-step",
+def check_names(dims: tuple[int, int, int], k: int,
+                block: tuple[int, int, int] | None = None) -> list[str]:
+    """The names `hier_checks` reports for ``dims`` on nodes of ``k`` (holding ``block``)."""
+    names = ["comm/forms", "comm/placed", "comm/bf16-forms", "comm/link-bytes", "comm/auto-priced",
+             "directed/gcn/ops-per-step", "directed/gcn/gathered-outputs",
              "directed/gcn-learnable/step-bf16", "directed/gat/step-bf16"]
     names += [f"{g}/{n}/step" for g in ("undirected", "directed") for n in HIER_MODELS]
     names += [f"{g}/{n}/train" for g in ("undirected", "directed") for n in ("gcn", "gat")]
@@ -379,4 +451,4 @@ def check_names(dims: tuple[int, int, int], k: int) -> list[str]:
               for kind in ("ledger", "links-flat", "links-hierarchical")]
     names += [f"{g}/{n}/model-links-{f}" for g in ("undirected", "directed")
               for n in LINK_MODELS for f in ("flat", "hierarchical")]
-    return [f"{'x'.join(map(str, dims))}/K{k}/{n}" for n in names]
+    return [f"{_tag(dims, k, block)}/{n}" for n in names]

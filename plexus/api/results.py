@@ -170,8 +170,8 @@ def gather_rows(model: GraphModel, blk: NodeBlock) -> np.ndarray | None:
     meta_buf, buf = torch.empty_like(meta), torch.empty_like(local)  # the caller's stay intact
     for src in senders:
         if src != 0:
-            dist.recv(meta_buf, src=src)
-            dist.recv(buf, src=src)
+            dist.recv(meta_buf, src=grid.process_rank(src))
+            dist.recv(buf, src=grid.process_rank(src))
         m, values = (meta, local) if src == 0 else (meta_buf, buf)
         got = NodeBlock(values, m[1:], int(m[0]), blk.width, blk.speaks)
         ids, rows = got.real()

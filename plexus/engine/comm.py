@@ -34,8 +34,8 @@ import torch.distributed as dist
 
 from plexus_partition.model.grid import AXES
 from plexus_partition.model.topology import (COLLECTIVES, axis_span, check_gpus_per_node,
-                                             choose_form, group_link, group_ranks, parts,
-                                             ring_class)
+                                             choose_form, group_link, group_ranks, node_text,
+                                             parts, placed_ranks, ring_class)
 
 from .grid import Grid
 from .ledger import Ledger
@@ -118,8 +118,11 @@ class Comm:
         self.levels: dict[str, Levels] = {}
 
     def place(self, collectives: str = "auto", gpus_per_node: int | None = None,
-              rates: Mapping[str, tuple[float, float]] | None = None) -> None:
-        """Ranks on nodes of ``gpus_per_node`` (None: one node), collectives in the form
+              rates: Mapping[str, tuple[float, float]] | None = None,
+              node: tuple[int, int, int] | None = None) -> None:
+        """Ranks on nodes of ``gpus_per_node`` (None: one node), each holding the grid block
+        ``node`` (None: the launcher's numbering; both None: the grid's own placement; any
+        other than the grid's is refused, ValueError), collectives in the form
         ``collectives`` (`plexus_partition.model.topology.COLLECTIVES`) picks, "auto" priced
         with the link classes' ``rates`` ({class: (α, β)}) where given, as the performance
         model prices it (`topology.choose_form`). Collective: the sub-groups of every axis that
@@ -128,9 +131,17 @@ class Comm:
             raise ValueError(f"unknown collectives {collectives!r}; use one of "
                              f"{', '.join(COLLECTIVES)}")
         self.collectives, self.rates = collectives, dict(rates) if rates else None
+        if gpus_per_node is None and node is None:  # nothing said: where the grid put them
+            gpus_per_node, node = self.grid.gpus_per_node, self.grid.node
         self.gpus_per_node = k = check_gpus_per_node(gpus_per_node)
-        self.spans = {a: axis_span(self.grid.shape, a, k) for a in AXES}
-        self.links = {a: group_link(group_ranks(self.grid.shape, a, self.grid.rank), k)
+        if placed_ranks(self.grid.shape, k, node) != self.grid.ranks:
+            raise ValueError(f"the grid's ranks sit as {self.grid.placement()}, the engine's "
+                             f"as {node_text(k, node)}: create the grid with the engine's "
+                             "gpus_per_node and node_block (Grid.create)")
+        self.spans = {a: axis_span(self.grid.shape, a, k, self.grid.node) for a in AXES}
+        # a group's link class from where its processes sit (grid ranks map onto processes)
+        self.links = {a: group_link([self.grid.process_rank(r) for r in
+                                     group_ranks(self.grid.shape, a, self.grid.rank)], k)
                       for a in AXES}
         self.levels = {a: self.grid.levels(a, span.per_node, self.staged)
                        for a, span in self.spans.items()

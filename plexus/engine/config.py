@@ -118,7 +118,9 @@ class EngineConfig:
     "hierarchical" runs the sums and gathers of an axis whose groups have k > 1 ranks on each
     of m > 1 nodes in two levels (within the node, then across the nodes on 1/k of the data,
     `plexus.engine.twolevel`), "auto" where `plexus_partition.model.topology.choose_form`
-    says so. Two levels sum in another order: results agree to rounding, not bit for bit
+    says so. ``node_block``: each node holds that block of the grid (x, y, z ranks), so an
+    axis's groups sit inside nodes where the block holds the whole axis (the grid must be
+    created with it: `plexus.engine.grid.Grid.create`'s ``node``). Two levels sum in another order: results agree to rounding, not bit for bit
     (gathers are exact).
     """
 
@@ -139,6 +141,9 @@ class EngineConfig:
     keep_input: str = "auto"  # one of KEEP_INPUT: layer 0's gathered input kept from set-up
     collectives: str = "auto"  # one of plexus_partition.model.topology.COLLECTIVES
     gpus_per_node: int | None = None  # ranks per (virtual) node; None: one node
+    #: the block of the grid (x, y, z ranks) each node holds (`Grid.create`'s ``node``; needs
+    #: ``gpus_per_node``, their product); None: the launcher's numbering
+    node_block: tuple[int, int, int] | None = None
     # (link class, α, β) of a calibration: "auto" collectives priced with them, as the model
     # prices them; empty: two levels wherever an axis is split
     link_rates: tuple[tuple[str, float, float], ...] = ()
@@ -158,6 +163,14 @@ class EngineConfig:
             raise ValueError(f"communication dtype {self.comm_dtype} needs the compute dtype "
                              f"fp32 (a {self.dtype} run's messages are {self.dtype} already)")
         check_gpus_per_node(self.gpus_per_node)  # the one table's bound (a BoundError)
+        if self.node_block is not None and (
+                self.gpus_per_node is None or len(self.node_block) != 3
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                           for v in self.node_block)
+                or self.node_block[0] * self.node_block[1] * self.node_block[2]
+                != self.gpus_per_node):
+            raise ValueError(f"node_block must be 3 whole numbers whose product is "
+                             f"gpus_per_node ({self.gpus_per_node}), got {self.node_block!r}")
         for rate in self.link_rates:
             if len(rate) != 3 or not isinstance(rate[0], str) or not all(
                     isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0

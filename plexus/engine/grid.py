@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from plexus_partition.model.grid import AXES, GridShape
-from plexus_partition.model.topology import subgroups
+from plexus_partition.model.topology import node_text, placed_ranks, subgroups
 
 from .twolevel import Levels
 
@@ -31,12 +31,26 @@ class Grid:
     device: torch.device
     shape: GridShape
     timeout_s: float | None = None  # how long a collective of a group made here may wait
+    #: ranks on nodes of ``gpus_per_node``, each node holding the grid block ``node`` (x, y, z
+    #: ranks; None: the launcher's numbering, grid rank = process rank)
+    gpus_per_node: int | None = None
+    node: tuple[int, int, int] | None = None
     _levels: dict = field(default_factory=dict, repr=False, compare=False)
+    _ranks: tuple[int, ...] = field(default=(), repr=False, compare=False)
+    _me: int = field(default=0, repr=False, compare=False)
 
     @classmethod
     def create(cls, shape: GridShape | str | Mapping[str, int] | tuple[int, int, int],
-               device: torch.device | str = "cpu", timeout_s: float | None = None) -> "Grid":
+               device: torch.device | str = "cpu", timeout_s: float | None = None,
+               gpus_per_node: int | None = None, node: tuple[int, int, int] | None = None
+               ) -> "Grid":
         """Build the grid over the current default process group (X·Y·Z must equal its size).
+
+        ``gpus_per_node`` and ``node``: process rank r sits on node r // K and each node holds
+        the block ``node`` of the grid (`plexus_partition.model.topology.placed_ranks`), so
+        that an axis's heaviest traffic stays inside a node; the grid's rank (`rank`, what a
+        shard and every coordinate are cut by) is then this process's position in that map,
+        and process rank 0 is always grid rank 0. None: grid rank = process rank.
 
         ``timeout_s`` is how long a collective of an axis group may wait for a peer (None:
         PyTorch's default, 30 minutes on gloo). The axis groups are new process groups, which do
@@ -49,9 +63,17 @@ class Grid:
         if timeout_s is not None:
             options = _group_options(dist.get_backend(), timedelta(seconds=timeout_s))
             override = {axis: (dist.get_backend(), options) for axis in AXES}
-        mesh = init_device_mesh(device.type, shape.dims, mesh_dim_names=AXES,
-                                backend_override=override)
-        return cls(mesh, device, shape, timeout_s)
+        ranks = placed_ranks(shape, gpus_per_node, node)
+        if node is None or ranks == tuple(range(len(ranks))):
+            mesh = init_device_mesh(device.type, shape.dims, mesh_dim_names=AXES,
+                                    backend_override=override)
+            return cls(mesh, device, shape, timeout_s, gpus_per_node, None)
+        layout = torch.tensor(ranks, dtype=torch.int64).reshape(shape.dims)
+        mesh = DeviceMesh(device.type, layout, mesh_dim_names=AXES,
+                          backend_override=None if override is None else
+                          tuple(override[a] for a in AXES))
+        return cls(mesh, device, shape, timeout_s, gpus_per_node, tuple(node), _ranks=ranks,
+                   _me=ranks.index(dist.get_rank()))
 
     @property
     def dims(self) -> tuple[int, int, int]:
@@ -64,7 +86,22 @@ class Grid:
 
     @property
     def rank(self) -> int:
-        return dist.get_rank()
+        """This process's rank in the grid (its coordinates' (x·Y + y)·Z + z): the process
+        rank, unless the grid places ranks on nodes by blocks (``node``)."""
+        return self._me if self._ranks else dist.get_rank()
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """The process rank at each grid rank."""
+        return self._ranks or tuple(range(self.world_size))
+
+    def placement(self) -> str:
+        """How the ranks sit, in words (`plexus_partition.model.topology.node_text`)."""
+        return node_text(self.gpus_per_node, self.node)
+
+    def process_rank(self, grid_rank: int) -> int:
+        """The process (torch.distributed) rank at grid rank ``grid_rank``."""
+        return self._ranks[grid_rank] if self._ranks else grid_rank
 
     @property
     def world_size(self) -> int:
@@ -80,7 +117,8 @@ class Grid:
         collective of the whole world: every rank makes it, axis by axis in the same order
         (`plexus.engine.comm.Comm.place` does, at set-up); the groups are kept on the grid."""
         if (axis, per_node) not in self._levels:
-            intra, inter = subgroups(self.shape, axis, per_node)
+            intra, inter = ([[self.process_rank(r) for r in ranks] for ranks in lists]
+                            for lists in subgroups(self.shape, axis, per_node))
             timeout = None if self.timeout_s is None else timedelta(seconds=self.timeout_s)
             mine = [dist.new_subgroups_by_enumeration(lists, timeout=timeout)[0]
                     for lists in (intra, inter)]

@@ -59,7 +59,7 @@ class GridModel(ClassifierHead, nn.Module):
         self.comm, self.seed, self.plans, self.widths = comm, seed, list(plans), list(widths)
         comm.wire = engine.wire_dtype()  # the payload precision of this model's collectives
         comm.place(engine.collectives, engine.gpus_per_node,  # collective: sub-groups
-                   {c: (a, b) for c, a, b in engine.link_rates})
+                   {c: (a, b) for c, a, b in engine.link_rates}, engine.node_block)
         self.dtype, self.steps = engine.torch_dtype(), StepCounter()
         self.pad = padding(shape, self.plans, shard.num_nodes, self.widths)
         wp = self.pad.widths_padded

@@ -49,6 +49,7 @@ from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .faults import Fault
 from .outputs import check_claims, dataset_files, run_claims
 from .parser import build_parser, explicit_options
+from .placing import parse_placement
 from .problem import problem_shape
 from .plan import CHECKPOINT_EVERY, RunRequest
 from .resolve import resolve
@@ -234,6 +235,7 @@ def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunRequest:
         log_csv=args.log_csv, tensorboard=args.tensorboard,
         cache_dir=cache_dir and str(cache_dir.expanduser()), cache_explicit=bool(args.cache),
         device=args.device, calibration=calibration.path, threads=args.threads,
+        placement=parse_placement(args.placement),
         cache_max_bytes=cache_cap(args))
     if env is None:
         return resolve(request, world, world_note=world_note,

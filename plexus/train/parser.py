@@ -249,6 +249,11 @@ def _engine_options(eng: argparse._ArgumentGroup) -> None:
                           "nodes (inter), and --collectives may split an axis by node; on CPU "
                           "ranks a virtual placement (default: the launcher's LOCAL_WORLD_SIZE "
                           "under torchrun/srun, else one node)")
+    eng.add_argument("--placement", default="auto", metavar="auto|launcher|XxYxZ",
+                     help="which block of the grid each node holds: XxYxZ ranks of x, y, z "
+                          "(their product --gpus-per-node); launcher: consecutive ranks, z "
+                          "first; auto (default): the block the performance model prices "
+                          "fastest where --calibration has link classes, else the launcher's")
     eng.add_argument("--collectives", choices=COLLECTIVES, default="auto",
                      help="flat: every collective a ring over its axis; hierarchical: the "
                           "sums and gathers of an axis with several ranks on each of several "

@@ -120,6 +120,9 @@ class RunRequest:
     device: str | None = None  # "cpu" or "cuda" (--device); None: CUDA where available
     threads: int | None = None  # torch threads per rank (--threads); None: OMP_NUM_THREADS/share
     calibration: str | None = None  # the rates --grid auto prices with (None: built-in)
+    # --placement: "auto" (the model's fastest node block where the calibration has link
+    # classes), "launcher", or a block "XxYxZ"; resolved into engine.node_block
+    placement: str = "auto"
     timeout_s: float = DEFAULT_TIMEOUT_S
     force: bool = False  # --force: no memory check refuses the run
     fault: Fault | None = None  # --inject-fault (tests of failure handling)

@@ -25,6 +25,7 @@ from plexus.api import cut_shard
 from plexus_partition import RankShard, read_manifest, read_shard
 from plexus_partition.store import graph_hash
 
+from .placing import grid_rank
 from . import checkpoint as ckpt
 from .cache import PeerSetupFailed
 from .cachekeys import Source
@@ -79,6 +80,7 @@ def load_local(plan: ResolvedRun, rank: int, world: int, device: torch.device,
     (``graph``: the whole graph where resolving the run loaded it on this rank). Raises
     `USER_ERRORS`."""
     plan.grid.check_world(world)
+    rank = grid_rank(plan.engine, plan.grid, rank)  # the shard of this process's grid rank
     shard, nnz, sha256 = load_shard(plan, rank, graph)
     check_shard(plan, shard)
     # a store or a big graph was not seen by the launching process: the same check on each rank

@@ -14,7 +14,7 @@ shards from the graph they resolved with (`Resolution.graph`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from plexus_datasets import Graph
 from plexus_datasets.trainable import check_trainable, graph_counts
@@ -29,6 +29,7 @@ from .cachekeys import Source
 from .checkpoint import load_resume
 from .checks import check_launch_outputs, check_output_paths, needs_validation_flag
 from .errors import PROG, UsageError
+from .placing import placed_engine
 from .plan import (GraphSizes, ResolvedRun, RunRequest, check_grid_fits, check_launch_memory,
                    choose_run_grid)
 from .runlog import console_line
@@ -92,6 +93,7 @@ def _at_launch(request: RunRequest, world: int | None, world_note: str,
     check_launch_outputs(request)
     if sizes is None:  # a big graph: every worker learns its sizes as it loads it
         return Resolution(None)
+    request = _placed(request, grid, sizes, world, None, calibration)
     # workers are other processes: the graph is not handed on (each cuts its shard from its own)
     return Resolution(ResolvedRun.of(request, grid, sizes,
                                      rank_checks_memory=not (priced or request.force)))
@@ -118,10 +120,21 @@ def _on_rank(request: RunRequest, world: int | None, rank: int, ranks_per_host: 
         grid.check_world(world)
     if graph is not None:  # a store's grid was checked against its manifest with the options
         check_grid_fits(grid, request.model, sizes)
+    request = _placed(request, grid, sizes, world, ranks_per_host,
+                      calibration or load_calibration(request.calibration))
     run = ResolvedRun.of(request, grid, sizes, rank_checks_memory=not request.force)
     if rank == 0:  # rank 0 writes the outputs
         check_output_paths(run)
     return Resolution(run, graph)
+
+
+def _placed(request: RunRequest, grid: GridShape, sizes: GraphSizes, world: int | None,
+            ranks_per_host: int | None, calibration: Calibration | None) -> RunRequest:
+    """``request`` with its engine placed on nodes as --placement says (`placed_engine`)."""
+    engine = placed_engine(request.placement, request.engine, grid, ranks_per_host,
+                           calibration, lambda: request.spec(sizes, request.reads_store(
+                               world or grid.world_size)))
+    return request if engine is request.engine else replace(request, engine=engine)
 
 
 def _small_graph(request: RunRequest, need: bool) -> Graph | None:

@@ -230,7 +230,9 @@ def communication_lines(plan: ResolvedRun, model: GraphModel, grid: Grid) -> lis
                      "inside a node" if comm.spans[a].link == "intra" else "across nodes")
                  for a in ("x", "y", "z") if grid.shape[a] > 1}
         origin = "--gpus-per-node" if plan.engine.gpus_per_node else "the launcher's nodes"
-        lines.append(f"ranks on nodes of {comm.gpus_per_node} ({origin}), --collectives "
+        block = (f", each a {'x'.join(map(str, grid.node))} block of the grid (--placement "
+                 f"{plan.placement})" if grid.node else "")
+        lines.append(f"ranks on nodes of {comm.gpus_per_node} ({origin}{block}), --collectives "
                      f"{plan.engine.collectives}: "
                      + ", ".join(f"{a} {w}" for a, w in where.items()))
     if plan.engine.wire_dtype() is not None:
@@ -242,7 +244,9 @@ def communication_lines(plan: ResolvedRun, model: GraphModel, grid: Grid) -> lis
 
 def build_run(plan: ResolvedRun, setup: LocalSetup, device: torch.device) -> Run:
     """Collective set-up: grid, model, trainer, restored checkpoint, rank 0's reporter."""
-    grid = Grid.create(setup.grid, device, plan.timeout_s)
+    engine = plan.engine
+    grid = Grid.create(setup.grid, device, plan.timeout_s,
+                       engine.gpus_per_node if engine.node_block else None, engine.node_block)
     model = model_from_shard(grid, setup.shard, plan.model, plan.train.seed, plan.engine)
     if plan.engine.dtype != DEFAULT_DTYPE:
         # the model holds Â's values and the features in its own precision: the shard's float32

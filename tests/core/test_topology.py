@@ -116,3 +116,22 @@ def test_gpus_per_node_is_checked():
     for bad in (0, -1, 2.5, True, "4", 10**6):
         with pytest.raises(BoundError):
             check_gpus_per_node(bad)
+
+
+def test_placed_ranks_by_hand():
+    """Process r on node r // K, local l = r % K; node n takes the n-th block of the grid (z
+    fastest), l the l-th position inside it (z fastest). Written out for 2x2x2."""
+    from plexus_partition.model.topology import placed_ranks
+
+    shape = {"x": 2, "y": 2, "z": 2}
+    # nodes of 2 holding an x pair: node 0 = grid (0,0,0), (1,0,0) = grid ranks 0, 4; node 1
+    # = (0,0,1), (1,0,1) = 1, 5; node 2 = 2, 6; node 3 = 3, 7
+    assert placed_ranks(shape, 2, (2, 1, 1)) == (0, 2, 4, 6, 1, 3, 5, 7)
+    # nodes of 4 holding x and y of one z: node 0 = grid ranks 0, 2, 4, 6; node 1 = 1, 3, 5, 7
+    assert placed_ranks(shape, 4, (2, 2, 1)) == (0, 4, 1, 5, 2, 6, 3, 7)
+    # the launcher's own block, one node, or none: the identity
+    for k, node in ((4, (1, 2, 2)), (2, (1, 1, 2)), (8, (2, 2, 2)), (None, (2, 1, 1)),
+                    (2, None)):
+        assert placed_ranks(shape, k, node) == tuple(range(8))
+    with pytest.raises(ValueError, match="does not tile the grid 2x2x2 on nodes of 4"):
+        placed_ranks(shape, 4, (4, 1, 1))

@@ -32,7 +32,7 @@ def world_results(world: int) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize("world,name", [(w, n) for w, configs in WORLD_CONFIGS.items()
-                                        for dims, k in configs for n in check_names(dims, k)])
+                                        for config in configs for n in check_names(*config)])
 def test_two_level_collectives(world, name):
     results = world_results(world)
     assert name in results, f"check {name} did not run"

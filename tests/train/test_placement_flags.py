@@ -19,6 +19,11 @@ from plexus_partition.model.bounds import BoundError
     (["--gpus-per-node", "2.5"], "argument --gpus-per-node: invalid int value: '2.5'"),
     (["--collectives", "ring"], "argument --collectives: invalid choice: 'ring' (choose from "
                                 "'auto', 'flat', 'hierarchical')"),
+    (["--placement", "2x2"], "--placement '2x2': give auto, launcher, or a node's block of the "
+                             "grid as XxYxZ (ranks of x, y and z on one node, e.g. 1x2x2)"),
+    (["--placement", "0x1x1"], "--placement '0x1x1': give auto, launcher, or a node's block "
+                               "of the grid as XxYxZ (ranks of x, y and z on one node, e.g. "
+                               "1x2x2)"),
 ])
 def test_bad_placement_flags_are_one_line(argv, message, capsys):
     assert train_main(["--grid", "1x1x1", *argv]) == 2
@@ -69,10 +74,24 @@ def test_a_run_on_virtual_nodes_counts_bytes_per_link(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "ranks on nodes of 2 (--gpus-per-node), --collectives auto: x across nodes, " \
            "z inside a node" in proc.stdout
-    summary = read_log(log)[1]
+    flat = read_log(log)
+    summary = flat[1]
     assert summary["comm_bytes_per_link"] == {"intra": summary["comm_bytes"]["z"],
                                               "inter": summary["comm_bytes"]["x"]}
     assert summary["gpus_per_node"] == 2 and summary["hierarchical_axes"] == []
+    # each node holding the two x ranks of one z instead (--placement 2x1x1): x's bytes stay
+    # inside the nodes, z's cross them, and the run is the launcher-numbered one bit for bit
+    # (the same groups in the same coordinate order, each grid rank on another process)
+    log = tmp_path / "placed.json"
+    proc = train(*tiny, "--grid", "2x1x2", "--placement", "2x1x1", "--log-json", str(log))
+    assert proc.returncode == 0, proc.stderr
+    assert "ranks on nodes of 2 (--gpus-per-node, each a 2x1x1 block of the grid " \
+           "(--placement 2x1x1)), --collectives auto: x inside a node, z across nodes" \
+           in proc.stdout
+    placed_log = read_log(log)
+    links = placed_log[1]["comm_bytes_per_link"]
+    assert links == {"intra": summary["comm_bytes"]["x"], "inter": summary["comm_bytes"]["z"]}
+    assert [e["loss"] for e in placed_log[0]] == [e["loss"] for e in flat[0]]
     log = tmp_path / "two.json"
     proc = train(*tiny, "--grid", "1x1x4", "--collectives", "hierarchical", "--sparse-comm",
                  "off", "--log-json", str(log))  # (an all-to-all stays flat: none here)
@@ -87,3 +106,54 @@ def test_a_run_on_virtual_nodes_counts_bytes_per_link(tmp_path):
     assert z <= links["intra"] + links["inter"] < 1.01 * z
     assert 0.3 * z < links["inter"] < 0.34 * z
     assert summary["comm_bytes_per_link_max_rank"]["inter"] <= links["inter"]
+
+
+def test_a_block_is_checked_against_the_nodes_and_the_grid():
+    from plexus.train.placing import parse_placement, placed_engine
+    from plexus_partition.model.cli import UsageError
+    from plexus_partition.model.grid import GridShape
+
+    assert parse_placement(" 1X2x02 ") == "1x2x2" and parse_placement("Auto") == "auto"
+    grid, engine = GridShape.of("2x2x2"), EngineConfig(gpus_per_node=4)
+    placed = placed_engine("2x1x2", engine, grid, None, None)
+    assert (placed.gpus_per_node, placed.node_block) == (4, (2, 1, 2))
+    # the launcher's own block (z, then y) is no placement at all
+    assert placed_engine("1x2x2", engine, grid, None, None).node_block is None
+    assert placed_engine("launcher", engine, grid, None, None) is engine
+    with pytest.raises(UsageError, match="cannot hold that block of grid 2x2x2"):
+        placed_engine("4x1x1", engine, grid, None, None)
+    with pytest.raises(UsageError, match="needs ranks on several nodes"):
+        placed_engine("2x1x1", EngineConfig(), grid, None, None)
+    # under a launcher of 4 ranks a host, its nodes are the placement's
+    assert placed_engine("2x1x2", EngineConfig(), grid, 4, None).node_block == (2, 1, 2)
+    # auto with no link rates: nothing to price, the launcher's numbering
+    assert placed_engine("auto", engine, grid, None, None) is engine
+
+
+def test_auto_takes_the_block_the_model_prices_fastest():
+    """With a network 100x slower than the node, "auto" keeps inside the node the axis that
+    carries the most. A one-layer GCN (aggregating first, no sparse exchange) on 2x1x2 with
+    fixed (kept) features: x carries the
+    aggregation's AR(AGG) of N·F/|z| = 3.2M elements, z only AG(W) and RS(dW) of F·C/|x| = 256
+    (worked out from the table of collectives): the block 2x1x1, not the launcher's 1x1x2."""
+    from plexus.perfmodel import Calibration
+    from plexus.perfmodel.spec import ModelSpec
+    from plexus.train.placing import placed_engine
+    from plexus_partition.model.grid import GridShape
+    from plexus_partition.model.model import ModelConfig
+
+    cal = Calibration.from_dict({"spmm_flops": 1e12, "gemm_flops": 1e13, "device": "cuda",
+                                 "gpus_per_node": 2, "links": {
+                                     "intra": {"alpha": 1e-9, "beta": 1e-12},
+                                     "inter": {"alpha": 1e-9, "beta": 1e-10}}})
+    spec = ModelSpec(100_000, 1_000_000, 64, 8, ModelConfig(1, 64, order="agg"),
+                     sparse_comm="off")
+    engine = EngineConfig(gpus_per_node=2)
+    placed = placed_engine("auto", engine, GridShape.of("2x1x2"), None, cal, lambda: spec)
+    assert placed.node_block == (2, 1, 1)
+    # two layers: layer 1's sums over z (AR(AGG), AR(dAGG): 2·N·F/|x|) outweigh x's
+    # (N·F/|z| + AR(OUT)'s N·C/|z|): the launcher's numbering stays
+    spec2 = ModelSpec(100_000, 1_000_000, 64, 8, ModelConfig(2, 64, order="agg"),
+                      sparse_comm="off")
+    assert placed_engine("auto", engine, GridShape.of("2x1x2"), None, cal,
+                         lambda: spec2) is engine

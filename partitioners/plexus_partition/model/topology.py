@@ -111,6 +111,45 @@ def node_block(shape: Mapping[str, int], gpus_per_node: int,
     return (out["x"], out["y"], out["z"]) if left == 1 else None
 
 
+def placed_ranks(shape: Mapping[str, int], gpus_per_node: int | None,
+                 node: tuple[int, int, int] | None = None) -> tuple[int, ...]:
+    """The process rank at each grid rank (index: the grid's rank (x·Y + y)·Z + z) when process
+    rank r sits on node r // K (K = ``gpus_per_node``) and each node holds the block ``node``
+    of the grid (x, y, z ranks): node n takes the n-th block in the grid's order of blocks (z
+    fastest) and its local rank l the l-th position inside it (z fastest). ``node`` None, one
+    node, or the launcher's own block: the identity (a node holds consecutive grid ranks).
+    Raises ValueError where ``node`` does not tile the grid."""
+    world = shape["x"] * shape["y"] * shape["z"]
+    if node is None or gpus_per_node is None or world <= gpus_per_node:
+        return tuple(range(world))
+    block = node_block(shape, gpus_per_node, node)
+    if block is None:
+        raise ValueError(f"a node's block {'x'.join(map(str, node))} does not tile the grid "
+                         f"{shape['x']}x{shape['y']}x{shape['z']} on nodes of {gpus_per_node}")
+    bx, by, bz = block
+    nodes_y, nodes_z = shape["y"] // by, shape["z"] // bz
+    out = [0] * world
+    for proc in range(world):
+        n, l = divmod(proc, gpus_per_node)
+        nx, rest = divmod(n, nodes_y * nodes_z)
+        ny, nz = divmod(rest, nodes_z)
+        lx, rest = divmod(l, by * bz)
+        ly, lz = divmod(rest, bz)
+        x, y, z = nx * bx + lx, ny * by + ly, nz * bz + lz
+        out[(x * shape["y"] + y) * shape["z"] + z] = proc
+    return tuple(out)
+
+
+def node_text(gpus_per_node: int | None, node: tuple[int, int, int] | None) -> str:
+    """A placement in words: "one node", "nodes of K (the launcher's numbering)" or "nodes of
+    K, each a XxYxZ block of the grid"."""
+    if gpus_per_node is None:
+        return "one node"
+    if node is None:
+        return f"nodes of {gpus_per_node} (the launcher's numbering)"
+    return f"nodes of {gpus_per_node}, each a {'x'.join(map(str, node))} block of the grid"
+
+
 def axis_span(shape: Mapping[str, int], axis: str, gpus_per_node: int | None,
               node: tuple[int, int, int] | None = None) -> AxisSpan:
     """The `AxisSpan` of ``axis`` on grid ``shape`` ({"x": X, "y": Y, "z": Z}) with
