@@ -10,9 +10,11 @@ Each row is one ``plexus-model --dataset D --gpus ... --gpus-per-node 4 --layers
 - ``paper algorithm``: the paper's (`benchmarks.paper.PAPER_MODE`: learnable input features,
   aggregate first, no bias or dropout, every sum an all-reduce, fp32 payloads);
 - ``ours fp32``: our defaults (fixed input gathered once and kept where memory allows, order per
-  layer, sparse exchanges where priced cheaper);
-- ``ours fp32, best placement``: the same with ``--placement best`` (the node's block of the grid
-  chosen by the model; the engine does not follow it yet: a model figure only);
+  layer, sparse exchanges and two-level collectives where priced cheaper, and each node's block
+  of the grid where priced fastest: ``--placement best``, what ``plexus-train --placement auto``
+  runs with the profile as its calibration);
+- ``ours fp32, launcher numbering``: the same with the launcher's consecutive ranks per node
+  (``plexus-train --placement launcher``);
 - ``ours bf16 (upper bound)``: ``--comm-dtype bf16`` payloads; no measured full-graph bf16 epoch
   exists to check it against.
 """
@@ -31,9 +33,9 @@ from benchmarks.paper import MEASURED_MS, PAPER_MODE, header, priced  # noqa: E4
 
 VARIANTS = {
     "paper algorithm": PAPER_MODE,
-    "ours fp32": [],
-    "ours fp32, best placement": ["--placement", "best"],
-    "ours bf16 (upper bound)": ["--comm-dtype", "bf16"],
+    "ours fp32": ["--placement", "best"],
+    "ours fp32, launcher numbering": [],
+    "ours bf16 (upper bound)": ["--placement", "best", "--comm-dtype", "bf16"],
 }
 
 
@@ -50,7 +52,7 @@ def table(dataset: str) -> list[str]:
     gpus = sorted(measured)
     lines = [f"{dataset}, model: 3-layer GCN, hidden 128 (the paper's); fastest grid per GPU "
              "count, 4 GPUs per node, profile perlmutter-a100; measured: the paper's Fig. 10",
-             f"{'GPUs':>5} {'measured':>9}  {'variant':<27} {'grid':<9} {'node':<6} "
+             f"{'GPUs':>5} {'measured':>9}  {'variant':<29} {'grid':<9} {'node':<6} "
              f"{'epoch':>9} {'x':>5} {'comm%':>6} {'comm share per axis, link':<40} "
              f"{'GiB/rank':>8} {'inter+strided':>13} {'memory':>8}"]
     docs = {name: priced(dataset, gpus, extra) for name, extra in VARIANTS.items()}
@@ -62,7 +64,7 @@ def table(dataset: str) -> list[str]:
             by_link = cfg["link_bytes"]  # each collective in the form it runs in
             across = sum(v for k, v in by_link.items() if k != "intra")
             lines.append(
-                f"{g:>5} {measured[g]:>9}  {name:<27} {'x'.join(map(str, cfg['grid'])):<9} "
+                f"{g:>5} {measured[g]:>9}  {name:<29} {'x'.join(map(str, cfg['grid'])):<9} "
                 f"{node:<6} {ms:>7.1f}ms {ms / measured[g]:>5.2f} "
                 f"{100 * cfg['comm_s'] / cfg['time_s']:>5.1f}% {shares(cfg):<40} "
                 f"{cfg['comm_bytes'] / 2**30:>8.2f} {across / 2**30:>13.2f} "
