@@ -244,7 +244,8 @@ def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
     kept, fails = kept_by_options(grid, cfg, engine, model, shard)
     setup = setup_collectives(model.plans, grid.shape, model.pad, kept_input=kept,
                               itemsize=engine.dtype_bytes)
-    fails += _per_collective("set-up", model.comm.ledger.collectives, setup, engine.dtype_bytes)
+    fails += _per_collective("set-up", model.comm.ledger.collectives, setup, engine.dtype_bytes,
+                             model.comm.ledger.names)
     trainer = Trainer(model, TrainConfig(epochs=1, eval_every=0))
     model.comm.ledger.reset()
     trainer.run_epoch()
@@ -259,7 +260,7 @@ def check_ledger(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
                                  exchange=model_exchange(engine, counts),
                                  recorder=StageRecorder(engine.dtype_bytes))
     fails += _per_collective("epoch", model.comm.ledger.collectives, schedule,
-                             engine.comm_bytes)
+                             engine.comm_bytes, model.comm.ledger.names)
     want = volume_per_axis(schedule)
     fails += [f"axis {a}: ledger {got[a]} != formula {want[a]}" for a in "xyz"
               if abs(got[a] - want[a]) > 1e-6 * max(1.0, want[a])]
@@ -333,15 +334,26 @@ def check_keep_input_bytes(grid: Grid, g: Graph, cfg: ModelConfig) -> list[str]:
     return fails
 
 
-def _per_collective(what: str, recorded: dict, declared, itemsize: int) -> list[str]:
+def _per_collective(what: str, recorded: dict, declared, itemsize: int,
+                    names: dict | None = None) -> list[str]:
     """The ledger's collectives (key -> calls) against the schedule's, as multisets of keys
-    (layer, phase, op, axis, size, item size)."""
+    (layer, phase, op, axis, size, item size); with ``names`` (the ledger's, as the engine's
+    code labelled each where it issued it), each key's names those the schedule declares."""
     want = Counter(c.key(itemsize) for c in declared)
     got = Counter({k: v for k, v in recorded.items() if v})
+    fails = []
+    if names is not None:
+        declared_names: dict = {}
+        for c in declared:
+            declared_names.setdefault(c.key(itemsize), set()).add(c.name)
+        fails += [f"{what}: {key} named {names.get(key)!r} by the engine, "
+                  f"{sorted(declared_names[key])} by the schedule" for key in got
+                  if key in declared_names
+                  and set((names.get(key) or "").split("/")) != declared_names[key]]
     if got == want:
-        return []
-    return [f"{what}: recorded but not declared {dict(got - want)}; declared but not recorded "
-            f"{dict(want - got)}"]
+        return fails
+    return fails + [f"{what}: recorded but not declared {dict(got - want)}; declared but not "
+                    f"recorded {dict(want - got)}"]
 
 
 def _example(name: str):

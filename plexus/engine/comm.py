@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from plexus_partition.model.grid import AXES
+from plexus_partition.model.schedule import exchange_names
 from plexus_partition.model.topology import (COLLECTIVES, axis_span, check_gpus_per_node,
                                              choose_form, group_link, group_ranks, node_text,
                                              parts, placed_ranks, ring_class)
@@ -107,6 +108,7 @@ class Comm:
         self._phase = "forward"
         self._exact = False
         self._label: Label | None = None
+        self._exchange: str | None = None  # inside a sparse exchange of this kind
         self.ledger = ledger or Ledger()
         self.timers = timers or Timers(grid.device, enabled=False)
         self.budget = piece_budget(grid.device) if budget is None else budget
@@ -182,12 +184,34 @@ class Comm:
                  rows: bool = False) -> Iterator[None]:
         """Within: the collective issued (forward) and the one its backward issues are named
         ``forward`` and ``backward``, with ``sparse`` and ``rows`` as `Label` says (for a dry
-        run's recording; nothing else reads them)."""
+        run's recording, and the ledger keeps the names: `name`)."""
         saved, self._label = self._label, Label(forward, backward, sparse, rows)
         try:
             yield
         finally:
             self._label = saved
+
+    @contextmanager
+    def exchanging(self, kind: str) -> Iterator[None]:
+        """Within: the collectives carry the labelled all-reduce as a sparse exchange ``kind``
+        ("sum" or "gather"), named as the schedule names them
+        (`plexus_partition.model.schedule.exchange_names`)."""
+        saved, self._exchange = self._exchange, kind
+        try:
+            yield
+        finally:
+            self._exchange = saved
+
+    def name(self, op: str) -> str:
+        """The name of collective ``op`` issued now: the label's forward name, or in a backward
+        its backward name (`labelled`), as a sparse exchange's part within `exchanging`; ""
+        where no code labelled it."""
+        label = self._label
+        base = "" if label is None else (
+            label.backward if self._phase == "backward" else label.forward)
+        if base and self._exchange is not None:
+            return exchange_names(base, self._exchange).get(op, base)
+        return base
 
     def tag(self) -> Tag:
         """The layer, exactness and label now: what an autograd function keeps for its
@@ -215,7 +239,7 @@ class Comm:
         layer and phase now (`at`), run in ``form`` (its parts on their link classes)."""
         pieces = None if form == "flat" else parts(op, form, numel, self.spans[axis])
         self.ledger.record(axis, op, numel, p, itemsize, self._layer, self._phase, pieces,
-                           self.links[axis])
+                           self.links[axis], self.name(op))
 
     # ---- raw (non-differentiable) collectives -------------------------------------------
     def raw_all_reduce(self, x: torch.Tensor, axis: str, op: str = "sum",

@@ -121,18 +121,22 @@ def sparse_sum(comm: Comm, y: torch.Tensor, ex: RowExchange) -> torch.Tensor:
     rows, on every rank (not differentiable: `SparseSum` is). Under a wire precision each
     partial is rounded once for the wire (this rank's own too), summed in ``y``'s precision,
     and the sums rounded for the all-gather: the dense all-reduce's two roundings."""
-    recv = _all_to_all(comm, ex, y.index_select(0, ex.out_rows), ex.in_splits, ex.out_splits)
-    own = _rounded(comm, y[ex.piece]).clone()
-    own.index_add_(0, ex.in_rows, recv)
-    return comm.raw_all_gather(own, ex.axis)
+    with comm.exchanging("sum"):
+        recv = _all_to_all(comm, ex, y.index_select(0, ex.out_rows), ex.in_splits,
+                           ex.out_splits)
+        own = _rounded(comm, y[ex.piece]).clone()
+        own.index_add_(0, ex.in_rows, recv)
+        return comm.raw_all_gather(own, ex.axis)
 
 
 def sparse_gather(comm: Comm, y: torch.Tensor, ex: RowExchange) -> torch.Tensor:
     """The sum over ``ex.axis`` of ``y``, exact on this rank's touched rows and its own piece,
     zero elsewhere (not differentiable: `sum_then_gather`'s backward uses it). Under a wire
     precision the piece is rounded as the others receive it."""
-    own = _rounded(comm, comm.raw_reduce_scatter(y, ex.axis))
-    recv = _all_to_all(comm, ex, own.index_select(0, ex.in_rows), ex.out_splits, ex.in_splits)
+    with comm.exchanging("gather"):
+        own = _rounded(comm, comm.raw_reduce_scatter(y, ex.axis))
+        recv = _all_to_all(comm, ex, own.index_select(0, ex.in_rows), ex.out_splits,
+                           ex.in_splits)
     out = torch.zeros_like(y)
     out[ex.piece] = own
     out.index_copy_(0, ex.out_rows, recv)

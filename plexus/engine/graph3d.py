@@ -98,8 +98,7 @@ class StageGraph:
 
     # ---- where things are -------------------------------------------------------------------
     def col_block(self, width: int, axis: str | None = None) -> slice:
-        """This rank's columns of a width cut by ``axis`` (default: the output's column axis,
-        which also cuts W's columns)."""
+        """This rank's columns of a width cut by ``axis`` (default: the output's, W's too)."""
         axis = axis or self.plan.out_cols
         return block(width, self.comm.grid.shape[axis], self.comm.grid.coords[axis])
 
@@ -133,14 +132,15 @@ class StageGraph:
 
     # ---- node tensors -------------------------------------------------------------------------
     def receive(self, H: torch.Tensor) -> torch.Tensor:
-        """H as the stage uses it: stage 0's stored block gathered over depth (unless the
-        model keeps it gathered: ``input_kept``)."""
+        """H as the stage uses it: stage 0's block gathered over depth (unless ``input_kept``)."""
         d, c = self.plan.depth, self.comm
+        if self.plan.index == 0 and self.input_kept:          # gathered at set-up, fixed
+            return H
         if self.plan.index == 0:
-            if self.input_kept:                               # gathered at set-up, fixed
-                return H
-            return c.all_gather(H, d)                         # AG(H) over d; bwd: RS(dH) over d
-        return c.all_reduce_grad(H, d)                        # bwd: AR(dH) over d
+            with c.labelled("AG(H)", "RS(dH)"):               # over d
+                return c.all_gather(H, d)
+        with c.labelled(backward="AR(dH)"):                   # over d
+            return c.all_reduce_grad(H, d)
 
     def dropout_args(self, rate: float, step: int | None, layer: int | None = None
                      ) -> tuple | None:
@@ -314,10 +314,10 @@ class StageGraph:
 
     def add_bias(self, OUT: torch.Tensor, b: torch.Tensor, inplace: bool = False
                  ) -> torch.Tensor:
-        """OUT + b, b's shard cut like the output's columns (its gradient summed over the
-        output's rows); ``inplace`` (a fresh OUT nobody saved: a built-in stage's) adds into
-        OUT instead of a copy the size of the stage's output."""
-        b = self.comm.all_reduce_grad(b.to(OUT.dtype), self.plan.out_rows)  # bwd: AR(db)
+        """OUT + b, b's shard cut like the output's columns (its gradient summed over the output's
+        rows); ``inplace``: into a fresh OUT nobody saved (a built-in stage's), not a copy."""
+        with self.comm.labelled(backward="AR(db)"):
+            b = self.comm.all_reduce_grad(b.to(OUT.dtype), self.plan.out_rows)
         return OUT.add_(b) if inplace else OUT + b
 
     def scalar(self, x: torch.Tensor) -> torch.Tensor:

@@ -35,19 +35,30 @@ class Ledger:
         self.calls: dict[tuple[str, str], int] = defaultdict(int)
         self.collectives: dict[Key, int] = defaultdict(int)
         self.link_bytes: dict[tuple[str, str, str], float] = defaultdict(float)
+        # each collective's name as the code that issued it labelled it (`Comm.labelled`);
+        # collectives of the same key with different names: joined by "/"
+        self.names: dict[Key, str] = {}
 
     def record(self, axis: str, op: str, numel: int, p: int, itemsize: int,
                layer: int | None = None, phase: str = "",
-               parts: Sequence[Part] | None = None, link: str = "intra") -> None:
+               parts: Sequence[Part] | None = None, link: str = "intra",
+               name: str = "") -> None:
         """Add one collective on ``numel`` elements (its full size) over ``p`` ranks, sent
         ``itemsize`` bytes per element, issued by ``layer`` (None: the loss or the metric) in
         ``phase`` (one of `plexus_partition.model.schedule.PHASES`), run as ``parts``
-        (`plexus_partition.model.topology.parts`; None: flat, itself on link class ``link``)."""
+        (`plexus_partition.model.topology.parts`; None: flat, itself on link class ``link``),
+        named ``name`` where it was issued."""
         moved = ring_volume(op, numel, p)
         self.elements[axis, op] += moved
         self.bytes[axis, op] += moved * itemsize
         self.calls[axis, op] += 1
-        self.collectives[layer, phase, op, axis, int(numel), int(itemsize)] += 1
+        key = (layer, phase, op, axis, int(numel), int(itemsize))
+        self.collectives[key] += 1
+        known = self.names.get(key)
+        if known is None:
+            self.names[key] = name
+        elif name not in known.split("/"):
+            self.names[key] = f"{known}/{name}"
         if parts is None:
             self.link_bytes[axis, op, link] += moved * itemsize
             return
@@ -62,6 +73,7 @@ class Ledger:
         self.calls.clear()
         self.collectives.clear()
         self.link_bytes.clear()
+        self.names.clear()
 
     def per_axis(self, what: str = "bytes") -> dict[str, float]:
         """Totals per axis ("x", "y", "z") of ``what`` ("bytes" or "elements")."""

@@ -205,7 +205,8 @@ class ClassifierHead(TaskMetrics):
         """Mean cross-entropy over the nodes of ``mask`` (multi-label: mean binary cross-entropy
         over their labelled (node, task) entries); the same value on every rank."""
         rows, classes = self._axes()
-        with self.comm.at(None, "loss"), self.comm.exact():  # statistics: float32
+        with self.comm.at(None, "loss"), self.comm.exact(), self.comm.labelled("loss"):
+            # statistics: float32
             if self.multilabel:
                 return binary_cross_entropy(logits, self.labels, self.masks[mask], self.comm,
                                             rows, classes)
@@ -219,7 +220,7 @@ class ClassifierHead(TaskMetrics):
             raise ValueError("per-task metrics are for multi-label tasks; this one is "
                              "single-label (use accuracy)")
         rows, classes = self._axes()
-        with self.comm.at(None, "eval"), self.comm.exact():
+        with self.comm.at(None, "eval"), self.comm.exact(), self.comm.labelled("rocauc"):
             return distributed_rocauc(logits, self.labels, self.masks, self.class_start,
                                       self.num_classes, self.comm, rows, classes,
                                       self.plans[-1].out_replicated,
@@ -231,7 +232,7 @@ class ClassifierHead(TaskMetrics):
             raise ValueError("accuracy is for single-label tasks; a multi-label task's metric "
                              "is the ROC-AUC (metrics)")
         rows, classes = self._axes()
-        with self.comm.at(None, "eval"), self.comm.exact():
+        with self.comm.at(None, "eval"), self.comm.exact(), self.comm.labelled("accuracy"):
             return accuracy(logits, self.labels, self.masks, self.counts, self.class_start,
                             self.num_classes, self.comm, rows, classes)
 
@@ -240,6 +241,6 @@ class ClassifierHead(TaskMetrics):
         logit is positive (probability above 1/2), for this rank's task block."""
         if self.multilabel:
             return (logits > 0).to(torch.int8)
-        with self.comm.at(None, "eval"), self.comm.exact():
+        with self.comm.at(None, "eval"), self.comm.exact(), self.comm.labelled("predict"):
             return predict(logits, self.class_start, self.num_classes, self.comm,
                            self._axes()[1])

@@ -280,8 +280,8 @@ class DistributedModel(GridModel):
         else:  # held in the compute precision: no float32 copy stays alive
             feats = feats.to(self.dtype)
             if self.kept_input:  # gathered once (the features never change), exactly
-                with comm.at(0, SETUP), comm.exact():
-                    feats = comm.raw_all_gather(feats, self.plans[0].depth)  # AG(H) over d
+                with comm.at(0, SETUP), comm.exact(), comm.labelled("AG(H)"):
+                    feats = comm.raw_all_gather(feats, self.plans[0].depth)  # over d
             self.register_buffer("features", feats, persistent=False)
         self.layers[0].g.input_kept = self.kept_input
 

@@ -25,7 +25,7 @@ from .runlog import BestRecord
 from .plan import RunRequest
 from .walltime import WallTime
 from .session import Run
-from .traffic import collective_account, declared_names, setup_declared, step_declared
+from .traffic import collective_account, setup_declared, step_declared
 
 
 def reduce_timers(timers: Timers | Mapping[str, float],
@@ -205,11 +205,9 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         "kept_input": run.model.net.kept_input,  # layer 0's features gathered once at set-up
         "dtype": run.plan.engine.dtype,  # the computation's precision
         "comm_dtype": run.plan.engine.comm_dtype,  # activations' and gradients' wire precision
-        # ... and one by one, named by the schedule (set-up, training steps, evaluations)
+        # ... and one by one, named where issued (set-up, training steps, evaluations)
         "comm_collectives": collective_account(
-            run.comm.ledger.collectives,
-            declared_names(run.model.net, run.grid.shape, run.plan.engine), run.grid.shape,
-            len(history)),
+            run.comm.ledger.collectives, run.comm.ledger.names, run.grid.shape, len(history)),
         "timers": timers,
         # the same timers over epochs 2..N only (with their evaluations, if any), as plexus-report
         # selects epochs

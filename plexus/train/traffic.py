@@ -1,6 +1,7 @@
 """The run's traffic, collective by collective: rank 0's ledger (what the engine measured, keyed
-by layer, phase, operation, axis, size and bytes per element) named by the schedule's
-declarations (`plexus_partition.model.schedule`), for the summary and ``--log-json``."""
+by layer, phase, operation, axis, size and bytes per element, each named where the engine issued
+it: `plexus.engine.ledger.Ledger.names`), for the summary and ``--log-json``; and what the
+schedule declares (`plexus_partition.model.schedule`), which the summary's declared bytes price."""
 
 from __future__ import annotations
 
@@ -39,27 +40,10 @@ def step_declared(net, shape: Mapping[str, int], engine, evaluate: bool) -> list
         recorder=DryRunRecorder(engine.dtype_bytes))
 
 
-def declared_names(net, shape: Mapping[str, int], engine) -> dict[tuple, str]:
-    """The schedule's name of every collective key the model may record (set-up, a training
-    step and an evaluation), and of every (layer, phase, op, axis) where the size alone differs
-    (the ROC-AUC's gathers are sized by the split)."""
-    declared = setup_declared(net, shape, engine) + step_declared(net, shape, engine, True)
-    names: dict[tuple, str] = {}
-    for c in declared:
-        key = c.key(engine.comm_bytes)
-        names.setdefault(key, c.name)
-        loose = key[:4]
-        if names.get(loose, c.name) != c.name:
-            names[loose] = f"{names[loose]}/{c.name}"
-        else:
-            names[loose] = c.name
-    return names
-
-
 def collective_account(recorded: Mapping[tuple, int], names: Mapping[tuple, str],
                        group: Mapping[str, int], steps: int) -> dict:
-    """JSON-ready: every recorded collective (``recorded``: `Ledger.collectives`) with its
-    declared name ("?" where none matches), calls, elements and bytes one rank sends per call
+    """JSON-ready: every recorded collective (``recorded``: `Ledger.collectives`) with its name
+    (``names``: `Ledger.names`, as the code that issued it labelled it), calls, elements and bytes one rank sends per call
     (ring volumes, ``group``: ranks per axis) and in all; ``steps``: the training steps run, so
     that a step's share can be read off."""
     rows = []
@@ -67,7 +51,7 @@ def collective_account(recorded: Mapping[tuple, int], names: Mapping[tuple, str]
         layer, phase, op, axis, size, itemsize = key
         elements = ring_volume(op, size, group[axis])
         rows.append({"layer": layer, "phase": phase,
-                     "name": names.get(key) or names.get(key[:4], "?"), "op": op,
+                     "name": names.get(key) or op, "op": op,
                      "axis": axis, "size": size, "itemsize": itemsize, "calls": calls,
                      "elements_per_call": elements, "bytes_per_call": elements * itemsize,
                      "bytes": elements * itemsize * calls})

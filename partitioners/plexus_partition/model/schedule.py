@@ -165,6 +165,17 @@ class SparseExchange:
         return mine
 
 
+def exchange_names(name: str, sparse: str) -> dict[str, str]:
+    """{operation: name} of the two collectives that carry all-reduce ``name`` (e.g. "AR(AGG)")
+    as a sparse exchange ``sparse``: "sum", SRS(AGG) (all-to-all) then AG(AGG) (all-gather);
+    "gather", RS(..) (reduce-scatter) then SAG(..) (all-to-all). The one rule the schedule
+    declares them by and the engine's ledger names them by."""
+    what = name[name.index("("):] if "(" in name else f"({name})"
+    if sparse == "gather":
+        return {"reduce_scatter": "RS" + what, "all_to_all": "SAG" + what}
+    return {"all_to_all": "SRS" + what, "all_gather": "AG" + what}
+
+
 def estimated_rows(mean_degree: float) -> SentRows:
     """Rows sent per rank estimated without the graph: a row with k non-zeros has at least one
     in a column block of 1/p of the columns with probability 1-(1-1/p)^k; a rank sends the
@@ -242,15 +253,17 @@ class _Schedule:
                 self.out.append(Collective(name, layer, phase, op, axis, p, size, itemsize,
                                            rows if phase != "backward" else None))
                 return
-            what, moved = name[name.index("("):], int(round(sent * div(size, rows)))
-            pair = [Collective("SRS" + what, layer, phase, "all_to_all", axis, p, moved,
-                               itemsize),
-                    Collective("AG" + what, layer, phase, "all_gather", axis, p, size, itemsize)]
+            moved, named = int(round(sent * div(size, rows))), exchange_names(name, sparse)
             if sparse == "gather":
-                pair = [Collective("RS" + what, layer, phase, "reduce_scatter", axis, p, size,
-                                   itemsize),
-                        Collective("SAG" + what, layer, phase, "all_to_all", axis, p, moved,
-                                   itemsize)]
+                pair = [Collective(named["reduce_scatter"], layer, phase, "reduce_scatter",
+                                   axis, p, size, itemsize),
+                        Collective(named["all_to_all"], layer, phase, "all_to_all", axis, p,
+                                   moved, itemsize)]
+            else:
+                pair = [Collective(named["all_to_all"], layer, phase, "all_to_all", axis, p,
+                                   moved, itemsize),
+                        Collective(named["all_gather"], layer, phase, "all_gather", axis, p,
+                                   size, itemsize)]
             self.out.extend(pair)
         return add
 
