@@ -18,7 +18,7 @@ results and weights out), ``plexus.testing`` (local worlds for tests and benchma
 ``plexus.train`` (the ``plexus-train`` application, on the API), ``plexus.bench``
 (``plexus-bench``), ``plexus.studies`` (``plexus-sweep``, ``plexus-report``). The old paths of
 what moved (``plexus.datasets``, ``plexus.partitioners``, ``plexus.core.grid``, ...) still work
-for one release (`plexus.oldpaths`).
+through 0.2.x, removed in 0.3.0 (`plexus.oldpaths`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from .oldpaths import install as _install_old_paths
 
 _install_old_paths()
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # public name -> module that defines it
 _EXPORTS = {

@@ -1,5 +1,5 @@
 """The import paths of modules that moved to the datasets and partitioner projects keep working
-for one release: ``plexus.datasets.graph`` *is* ``plexus_datasets.graph`` (the same module
+through 0.2.x (deprecated in 0.2.0, removed in 0.3.0): ``plexus.datasets.graph`` *is* ``plexus_datasets.graph`` (the same module
 object, so a monkeypatch through either name patches both), with a `DeprecationWarning` naming
 the new path.
 
@@ -68,8 +68,8 @@ class OldPaths(importlib.abc.MetaPathFinder):
         new = new_name(fullname)
         if new is None:
             return None
-        warnings.warn(f"{fullname} moved to {new}: import it by that name (the old one goes in "
-                      "the next release)", DeprecationWarning, stacklevel=2)
+        warnings.warn(f"{fullname} moved to {new}: import it by that name (the old one is "
+                      "removed in 0.3.0)", DeprecationWarning, stacklevel=2)
         return importlib.util.spec_from_loader(fullname, _Alias(new))
 
 

@@ -82,8 +82,8 @@ class RankShard:
 
     @property
     def num_layers(self) -> int:
-        """The old name of `num_stages` (it always counted stages, not GNN layers), for one
-        release."""
+        """The old name of `num_stages` (it always counted stages, not GNN layers): deprecated
+        in 0.2.0, removed in 0.3.0."""
         return self.num_stages
 
     @property

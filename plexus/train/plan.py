@@ -199,9 +199,10 @@ class ResolvedRun(RunRequest):
 
 
 def __getattr__(name: str) -> Any:
-    """``RunPlan``: the old name of `RunRequest` (deprecated; one release)."""
+    """``RunPlan``: the old name of `RunRequest` (deprecated in 0.2.0, removed in 0.3.0)."""
     if name == "RunPlan":
-        warnings.warn("plexus.train.plan.RunPlan is now RunRequest (resolved: ResolvedRun)",
+        warnings.warn("plexus.train.plan.RunPlan is now RunRequest (resolved: ResolvedRun); the "
+                      "old name is removed in 0.3.0",
                       DeprecationWarning, stacklevel=2)
         return RunRequest
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """The import paths of what moved to the datasets and partitioner projects (issue 47) keep
-working for one release: the old name is the new module itself (one object, so a monkeypatch
+working through 0.2.x (removed in 0.3.0): the old name is the new module itself (one object, so a monkeypatch
 through either name is seen through both), a `DeprecationWarning` names the new path, and no
 code of the repository still uses an old name."""
 

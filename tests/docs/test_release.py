@@ -1,0 +1,47 @@
+"""One version for the three projects, named by the changelog, and every compatibility name
+dated to the release that removes it (issue 57 item 6)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import plexus
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECTS = ("pyproject.toml", "datasets/pyproject.toml", "partitioners/pyproject.toml")
+
+
+def test_one_version_for_the_three_projects():
+    versions = {}
+    for name in PROJECTS:
+        project = tomllib.loads((ROOT / name).read_text())["project"]
+        versions[project["name"]] = project["version"]
+        for dep in project.get("dependencies", []):
+            if dep.startswith("plexus-gnn"):  # the other projects pinned to the same release
+                assert dep.endswith(f"=={plexus.__version__}"), (name, dep)
+    assert set(versions.values()) == {plexus.__version__}, versions
+
+
+def test_the_changelog_names_the_release():
+    first = next(line for line in (ROOT / "CHANGELOG.md").read_text().splitlines()
+                 if line.startswith("## "))
+    assert first.startswith(f"## {plexus.__version__} ("), first
+
+
+def test_no_shim_for_an_unnamed_release():
+    """A compatibility name says which release removes it, never "one release"."""
+    vague = re.compile(r"for one release|the next release|one more release", re.I)
+    found = []
+    for folder in ("plexus", "partitioners", "datasets", "docs"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.suffix in (".py", ".md") and ".venv" not in path.parts:
+                for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                    if vague.search(line):
+                        found.append(f"{path.relative_to(ROOT)}:{n}")
+    for name in ("ARCHITECTURE.md", "README.md"):
+        text = (ROOT / name).read_text()
+        found += [f"{name}:{n}" for n, line in enumerate(text.splitlines(), 1)
+                  if vague.search(line)]
+    assert found == []
