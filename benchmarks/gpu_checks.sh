@@ -3,7 +3,8 @@
 # first as the lease may end: install this checkout; the fused masks' bits against the CPU
 # reference; benchmarks/gpu.py; the engine against the serial model on CUDA (world sizes 1 to 8,
 # several ranks sharing the GPU); `plexus-train --device cuda` on 1x1x1 and 2x2x2 (equal to
-# 1e-4); the set-up of R-MAT 20.
+# 1e-4); two-level collectives and a placed grid, 4 ranks on 2 virtual nodes; the set-up of
+# R-MAT 20.
 #   bash benchmarks/gpu_checks.sh [OUT_DIR]      (default: $OUT, else gpu-out)
 #   STEPS="masks gpu-bench" bash benchmarks/gpu_checks.sh   (only the steps named)
 # Everything goes to OUT_DIR/log.txt (and the benchmark's gpu.txt / gpu.json); the tail of the
@@ -25,6 +26,26 @@ loss = [[r["loss"] for r in run if "loss" in r and "epoch" in r] for run in runs
 diff = max(abs(a - b) for a, b in zip(*loss))
 print(f"2x2x2 vs 1x1x1 on one GPU: {len(loss[0])} epochs, max |loss difference| {diff:.2e}",
       "PASS" if diff <= 1e-4 and len(loss[0]) == len(loss[1]) == 30 else "FAIL")
+EOF
+# issue 55 item 7: collectives in two levels and a node's block of the grid, 4 ranks sharing the
+# GPU on 2 virtual nodes: the placed flat run equals the launcher-numbered one bit for bit, the
+# two-level one to rounding
+H=(plexus-train --device cuda --grid 2x1x2 --gpus-per-node 2 --epochs 10 --seed 3 --no-cache)
+step nodes-flat 240 "${H[@]}" --collectives flat --log-json "$OUT/flat.jsonl"
+step nodes-placed 240 "${H[@]}" --collectives flat --placement 2x1x1 --log-json "$OUT/placed.jsonl"
+step nodes-two-level 240 "${H[@]}" --grid 1x1x4 --collectives hierarchical \
+    --log-json "$OUT/two.jsonl"
+step nodes-compare 60 python3 - "$OUT/flat.jsonl" "$OUT/placed.jsonl" "$OUT/two.jsonl" <<'EOF'
+import json, sys
+runs = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
+loss = [[r["loss"] for r in run if "loss" in r and "epoch" in r] for run in runs]
+links = [next(r for r in run if "comm_bytes_per_link" in r)["comm_bytes_per_link"] for run in runs]
+same = loss[0] == loss[1] and len(loss[0]) == 10
+print(f"placed 2x1x1 vs launcher, flat: losses bit-identical {same}; links {links[0]} -> "
+      f"{links[1]}", "PASS" if same else "FAIL")
+gap = max(abs(a - b) for a, b in zip(loss[0], loss[2]))
+print(f"two levels on 1x1x4 vs flat 2x1x2: max |loss difference| {gap:.2e}; links {links[2]}",
+      "PASS" if gap <= 1e-4 else "FAIL")
 EOF
 R20=(plexus-train --device cuda --grid 1x1x1 --epochs 10 --layers 3 --hidden 256 --order agg
      --dataset "rmat:scale=20,edge_factor=16,features=128,classes=16,seed=0" --quiet)
