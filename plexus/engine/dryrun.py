@@ -51,6 +51,7 @@ from .blocks import GraphBlocks
 from .comm import Comm, Label
 from .config import EngineConfig
 from .graph3d import StageGraph
+from .kinds import layer_of
 from .ledger import Ledger
 from .stage import padded_shape, shard_of_full
 from .stagespec import StageContext, StageSpec
@@ -283,7 +284,7 @@ def run_stage(plan: LayerPlan, dims: tuple[int, int, int], n: int, D: int, D2: i
     with comm.at(p.layer, "forward" if training else "eval"), \
             torch.enable_grad() if training else torch.no_grad(), \
             comm.exact(operator.statistics):
-        OUT = operator.stage(g, H, 0)
+        OUT = layer_of(p.op).stage(g, H, 0)
     if training:
         with comm.at(p.layer, "backward"):
             OUT.float().mul(torch.rand(OUT.shape, generator=gen)).sum().backward()

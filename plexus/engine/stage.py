@@ -31,12 +31,13 @@ from plexus_partition.model.ops import OPERATORS, Param
 
 from .comm import all_reduce_staged
 from .graph3d import StageGraph
+from .kinds import layer_of
 from .stagespec import StageContext, StageSpec
 
 
 def serial_of(op: str) -> Callable:
     """Operator ``op``'s serial reference: ``(model, plan, H, step) -> OUT`` before the bias."""
-    return OPERATORS[op].serial
+    return layer_of(op).serial
 
 
 def weight_block(plan: LayerPlan, shape: Mapping[str, int], coords: Mapping[str, int],
@@ -182,6 +183,7 @@ class Stage3D(nn.Module):
         super().__init__()
         self.plan, self.comm, self.dtype = spec.plan, ctx.comm, ctx.dtype
         self.operator = OPERATORS[self.plan.op]
+        self.layer = layer_of(self.plan.op)  # its torch code
         self.params = nn.ParameterDict({k: nn.Parameter(v) for k, v in shards.items()})
         for kind, value in (stats or {}).items():
             self.register_buffer(kind, value)
@@ -219,6 +221,6 @@ class Stage3D(nn.Module):
         g = self.g
         g.training, g.stats = self.training, {k: getattr(self, k) for k in self.stat_kinds}
         with self.comm.exact(self.operator.statistics):
-            OUT = self.operator.stage(g, H if self.operator.follows else g.receive(H), step)
+            OUT = self.layer.stage(g, H if self.operator.follows else g.receive(H), step)
         b = self.param("b")
         return OUT if b is None else g.add_bias(OUT, b, inplace=True)  # a fresh OUT

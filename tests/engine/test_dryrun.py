@@ -17,6 +17,7 @@ import torch
 from declared_collectives import declaration
 from plexus.engine.dryrun import (DryComm, DryGrid, RecordingError, StageRecorder, fit_stage,
                                   run_stage)
+from plexus.engine.kinds import LAYERS, KindLayer
 from plexus_partition.model.grid import GridShape
 from plexus_partition.model.layout import padding
 from plexus_partition.model.model import ModelConfig
@@ -154,7 +155,8 @@ def test_the_schedule_is_recorded(kind, options):
 
 
 class _Uneven(Operator):
-    """A stage that all-reduces n·D/(|o||i|) + D/|i| elements: no monomial of n, D, D2."""
+    """A stage's spec whose layer (`_UnevenLayer`) all-reduces n·D/(|o||i|) + D/|i| elements:
+    no monomial of n, D, D2."""
 
     name = "uneven"
     graph = False
@@ -162,12 +164,17 @@ class _Uneven(Operator):
     def params(self, plan, d_in, d_out):
         return []
 
+
+class _UnevenLayer(KindLayer):
+    name = "uneven"
+
     def stage(self, g, H, step):
         return g.comm.all_reduce(torch.cat([H.flatten(), H[0]]), g.plan.inner)[:1, None]
 
 
 def test_a_size_that_is_no_monomial_is_refused(monkeypatch):
     monkeypatch.setitem(OPERATORS, "uneven", _Uneven())
+    monkeypatch.setitem(LAYERS, "uneven", _UnevenLayer())
     plan = dataclasses.replace(next(stages("mlp", (1, 2, 1), "agg", False))[1].plan,
                                op="uneven")
     with pytest.raises(RecordingError, match="no monomial"):

@@ -18,11 +18,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 from plexus_partition.model.layout import LayerPlan, Padding
 
-#: The torch code's types, named only (plexus.core imports neither torch nor the engine): a
-#: tensor, the stage toolkit `plexus.engine.graph3d.StageGraph`, the serial model
-#: `plexus.engine.serial.SerialModel`
-Tensor = StageGraph = SerialModel = Any
-
 NORMS = ("none", "batch")
 
 #: The activations between layers (and inside GIN's MLP), each as the ``torch.nn`` module PyG's
@@ -349,21 +344,6 @@ class Operator:
         raise NotImplementedError
 
     def memory(self, z: StageSizes) -> StageMemory:
-        raise NotImplementedError
-
-    # ---- the torch code (run by the engine; nothing here imports torch) ----------------------
-    def stage(self, g: StageGraph, H: Tensor, step: int | None) -> Tensor:
-        """The stage on the grid, written with the stage toolkit ``g``
-        (`plexus.engine.graph3d.StageGraph`: ``g.linear``, ``g.aggregate``, ``g.conv``,
-        ``g.dropout``, the edge operations; the parameter shards ``g.param(kind)``): H received
-        (rows by o, columns by i), its output before the bias (the engine adds it). What it
-        issues is the schedule (a dry run records it; the toolkit names each collective)."""
-        raise NotImplementedError
-
-    def serial(self, m: SerialModel, p: LayerPlan, H: Tensor, step: int | None) -> Tensor:
-        """The serial reference of the stage on the whole graph before its bias: ``m`` is the
-        serial model (``m.adj``: Â as a torch sparse matrix, ``m.param(kind, stage)``, ``m.cfg``,
-        ``m.seed``, ``m.training``); tensor methods only (``m.adj @ X``)."""
         raise NotImplementedError
 
 

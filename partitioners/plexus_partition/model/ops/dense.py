@@ -23,14 +23,6 @@ class Dense(Operator):
         return [Param("W", (d_in, d_out), "weight", "glorot", stream=0, pyg="weight",
                       transform="T"), *self.bias_param(plan, d_out)]
 
-    def stage(self, g, H, step):
-        """OUT = dropout(H)·W: AG(W) over o, AR(OUT) over i; the rows never move."""
-        return g.linear(g.dropout(H, g.stage_rate(), step), g.param("W"))
-
-    def serial(self, m, p, H, step):
-        """H·W."""
-        return H @ m.param("W", p.index)
-
     def flops(self, z: StageSizes) -> Flops:
         mm_one = 2.0 * (z.n / z.o) * (z.D / z.i) * (z.D2 / z.d)
         return Flops(0.0, mm_one * (3 if z.needs_dh else 2))
