@@ -11,16 +11,17 @@ collectives of `stage` (`plexus.engine.dryrun`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 
 from plexus_partition.model.layout import LayerPlan
 from plexus_partition.model.ops import OPERATORS, Operator
 
-if TYPE_CHECKING:  # only named: the toolkit and the serial model import the registry
-    from plexus.engine.graph3d import StageGraph
-    from plexus.engine.serial import SerialModel
+#: named only (the stage that builds the toolkit and the serial model import this registry): the
+#: stage toolkit `plexus.engine.graph3d.StageGraph`, the serial model
+#: `plexus.engine.serial.SerialModel`
+StageGraph = SerialModel = Any
 
 
 class KindLayer:
@@ -31,7 +32,7 @@ class KindLayer:
     def __init__(self) -> None:
         self.spec: Operator = OPERATORS[self.name]
 
-    def stage(self, g: "StageGraph", H: torch.Tensor, step: int | None) -> torch.Tensor:
+    def stage(self, g: StageGraph, H: torch.Tensor, step: int | None) -> torch.Tensor:
         """The stage on the grid, written with the stage toolkit ``g``
         (`plexus.engine.graph3d.StageGraph`: ``g.linear``, ``g.aggregate``, ``g.conv``,
         ``g.dropout``, the edge operations; the parameter shards ``g.param(kind)``): H received
@@ -39,7 +40,7 @@ class KindLayer:
         issues is the schedule (a dry run records it; the toolkit names each collective)."""
         raise NotImplementedError
 
-    def serial(self, m: "SerialModel", p: LayerPlan, H: torch.Tensor,
+    def serial(self, m: SerialModel, p: LayerPlan, H: torch.Tensor,
                step: int | None) -> torch.Tensor:
         """The serial reference of the stage on the whole graph before its bias: ``m`` is the
         serial model (``m.adj``: Â as a torch sparse matrix, ``m.param(kind, stage)``, ``m.cfg``,
