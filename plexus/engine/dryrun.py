@@ -1,7 +1,9 @@
 """A stage's collectives recorded from a dry run of its torch code, at any size.
 
 The schedule (`plexus_partition.model.schedule`) lists what every stage sends; no built-in
-operator declares its collectives by hand (`Operator.forward`/`backward`): this module runs the operator's own torch code (``stage``, forward and backward) in this one
+operator declares its collectives by hand (`Operator.forward`/`backward`): this module runs
+the operator's own torch code (its layer's ``stage``, `plexus.engine.kinds`, forward and
+backward) in this one
 process for one simulated rank, with a `DryComm` whose collectives do not communicate but keep
 their shapes (an all-reduce returns its input, an all-gather repeats it p times, a
 reduce-scatter keeps the first 1/p of the rows) and record every call in a `Ledger`, as the

@@ -1,10 +1,10 @@
-"""The one 3D stage every built-in kind runs as (`Stage3D`): its parameter shards (cut as
-`plexus_partition.model.ops` declares them) and the stage toolkit its kind's torch code is written
-with, BatchNorm's too; a kind's serial reference as the engine calls it (`serial_of`); and where
-each declared parameter's shard sits in the full tensor (`placement`, `ShardMap`), which the models
-use to convert between shards and grid-independent tensors. A kind's torch code and serial reference
-live in its one file in `plexus_partition.model.ops`; the engine runs every kind through `Stage3D`
-and `serial_of`.
+"""The one 3D stage every built-in kind runs as (`Stage3D`): its parameter shards (cut as the
+kind's spec in `plexus_partition.model.ops` declares them) and the stage toolkit its kind's torch
+code is written with, BatchNorm's too; a kind's serial reference as the engine calls it
+(`serial_of`); and where each declared parameter's shard sits in the full tensor (`placement`,
+`ShardMap`), which the models use to convert between shards and grid-independent tensors. A
+kind's torch code and serial reference live in its layer file in `plexus.engine.kinds`; the
+engine runs every kind through `Stage3D` and `serial_of`.
 
 Symbols follow docs/design.md: Â (this rank's block of the adjacency), H (input block),
 W (weight block, stored cut over one more axis and gathered before use), OUT. Each collective is
@@ -166,7 +166,7 @@ class Stage3D(nn.Module):
     statistics (buffers by kind: BatchNorm's) and the stage toolkit ``g``
     (`plexus.engine.graph3d.StageGraph`) its operator's torch code runs on. ``forward``
     receives H (not after a stage: BatchNorm), runs the kind's ``stage(g, H, step)``
-    (`plexus_partition.model.ops`) and adds the bias: the built-in kinds are written with the same
+    (its layer, `plexus.engine.kinds`) and adds the bias: the built-in kinds are written with the same
     operations as users' layers.
 
     ``input_ids`` are the original node ids of the rows of H as this stage sees them (after

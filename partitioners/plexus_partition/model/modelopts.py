@@ -2,9 +2,11 @@
 
 ``plexus-train`` and ``plexus-model`` take the same model options with the same defaults (those
 of `plexus_partition.model.model.ModelConfig`, Kipf & Welling's GCN), so a grid ranked by
-``plexus-model`` is the one ``plexus-train`` would run with the same flags. `model_config` is the
-one place that turns them into a `ModelConfig`; its errors name the flag. Plain argparse:
-`plexus.core` imports nothing of the project beyond itself.
+``plexus-model`` is the one ``plexus-train`` would run with the same flags. The engine's own
+options (``--dtype``, ``--recompute``, ``--comm-dtype``, ``--sparse-comm``) are the engine's,
+`plexus.engine.flags`. `model_config` is the one place that turns them into a `ModelConfig`;
+its errors name the flag. Plain argparse: `plexus.core` imports nothing of the project beyond
+itself.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""Every operator and model kind, declared once (no torch).
+"""Every operator and model kind, declared once (no torch): each kind's spec.
 
 An operator (`base.Operator`) declares a stage kind: its parameters with their shapes, init and
 PyG names, its flops and its memory (the collectives it issues are recorded from a dry run of
-its torch code, `plexus.engine.dryrun`), and holds its
-torch code written on the stage toolkit (``stage``) and its serial reference (``serial``),
-neither importing torch here. A model kind (`base.ModelKind`) says how one GNN layer expands
-into stages. Adding a kind: one module here, listed in `MODULES`, and its tests
-(ARCHITECTURE.md, "Where to add").
+its torch code, `plexus.engine.dryrun`). Its torch code, written on the stage toolkit
+(``stage``), and its serial reference (``serial``) are its layer in the engine,
+`plexus.engine.kinds`. A model kind (`base.ModelKind`) says how one GNN layer expands into
+stages. Adding a kind: one module here, listed in `MODULES`, its layer module in
+`plexus.engine.kinds` and its tests (ARCHITECTURE.md, "Where to add").
 """
 
 from __future__ import annotations

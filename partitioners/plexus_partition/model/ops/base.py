@@ -3,11 +3,11 @@
 An operator is one kind of stage (a graph convolution, a dense layer, GAT) or what follows one
 (BatchNorm). Its declaration is the single description of the stage that the engine, the
 collective schedule, the performance model, the memory check, the exporter and the ledger test
-read: its parameters (`Param`), its flops (`flops`) and what it holds in memory (`memory`);
-its torch code (``stage``, on the stage toolkit) and serial reference (``serial``) beside it, no
-torch imported at module level. The collectives the torch code issues, with their sizes, are
-recorded from a dry run of it (`plexus.engine.dryrun`), unless the operator declares them
-(`forward`, `backward`).
+read: its parameters (`Param`), its flops (`flops`) and what it holds in memory (`memory`).
+It is the kind's torch-free spec: its torch code (``stage``, on the stage toolkit) and serial
+reference (``serial``) are its layer in the engine (`plexus.engine.kinds`). The collectives the
+torch code issues, with their sizes, are recorded from a dry run of it (`plexus.engine.dryrun`),
+unless the operator declares them (`forward`, `backward`).
 """
 
 from __future__ import annotations
@@ -324,15 +324,15 @@ class Operator:
     @property
     def declares(self) -> bool:
         """Whether the operator writes its collectives by hand (`forward`, `backward`); one
-        that does not (no built-in kind does) has them recorded from a dry run of its torch
-        code (`plexus_partition.model.schedule.Recorder`, the engine's
+        that does not (no built-in kind does) has them recorded from a dry run of its layer's
+        torch code (`plexus_partition.model.schedule.Recorder`, the engine's
         `plexus.engine.dryrun.StageRecorder`)."""
         return type(self).forward is not Operator.forward
 
     def forward(self, add: Add, z: StageSizes, phase: str) -> None:
         """Add the collectives of the stage's forward (``phase`` "forward" or "eval") in program
         order, besides the stage framework's own (AG(H) on stage 0). Optional: without it (and
-        `backward`) a dry run of `stage` records them."""
+        `backward`) a dry run of its layer's ``stage`` records them."""
         raise NotImplementedError
 
     def backward(self, add: Add, z: StageSizes) -> None:

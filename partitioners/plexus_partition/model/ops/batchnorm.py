@@ -8,8 +8,8 @@ r again in backward. γ, β and the running statistics (momentum 0.1, unbiased v
 like a bias. Statistics and normalization are float32 whatever the compute precision (a
 bfloat16 variance of a sum over all nodes loses most of its digits): the all-reduces carry 4
 bytes per element (the stage issues them exactly, `Operator.statistics`; the dry run records
-them so and the ledger test pins it). The torch code runs in the one
-stage class (`plexus.engine.ops.Stage3D`), the running statistics its buffers.
+them so and the ledger test pins it). The torch code is its layer, `plexus.engine.kinds.batchnorm`,
+run in the one stage class (`plexus.engine.stage.Stage3D`), the running statistics its buffers.
 """
 
 from __future__ import annotations
