@@ -1,7 +1,7 @@
 """A stage's collectives recorded from a dry run of its torch code, at any size.
 
 The schedule (`plexus_partition.model.schedule`) lists what every stage sends; no built-in
-operator declares its collectives by hand (`Operator.forward`/`backward`): this module runs
+operator declares its collectives by hand (`KindSpec.forward`/`backward`): this module runs
 the operator's own torch code (its layer's ``stage``, `plexus.engine.kinds`, forward and
 backward) in this one
 process for one simulated rank, with a `DryComm` whose collectives do not communicate but keep

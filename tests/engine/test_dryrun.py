@@ -21,7 +21,7 @@ from plexus.engine.kinds import LAYERS, KindLayer
 from plexus_partition.model.grid import GridShape
 from plexus_partition.model.layout import padding
 from plexus_partition.model.model import ModelConfig
-from plexus_partition.model.ops import OPERATORS, Operator
+from plexus_partition.model.ops import OPERATORS, KindSpec
 from plexus_partition.model.ops.base import stage_sizes
 from plexus_partition.model.schedule import (SparseExchange, UndeclaredError,
                                              epoch_collectives, estimated_rows)
@@ -154,7 +154,7 @@ def test_the_schedule_is_recorded(kind, options):
     assert any(c.name.startswith("SRS") for c in got) is (kind == "gcn")  # no root term
 
 
-class _Uneven(Operator):
+class _Uneven(KindSpec):
     """A stage's spec whose layer (`_UnevenLayer`) all-reduces n·D/(|o||i|) + D/|i| elements:
     no monomial of n, D, D2."""
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from plexus_partition.model.layout import LayerPlan
-from plexus_partition.model.ops import OPERATORS, Operator
+from plexus_partition.model.ops import OPERATORS, KindSpec
 
 #: named only (the stage that builds the toolkit and the serial model import this registry): the
 #: stage toolkit `plexus.engine.graph3d.StageGraph`, the serial model
@@ -30,7 +30,7 @@ class KindLayer:
     name = ""
 
     def __init__(self) -> None:
-        self.spec: Operator = OPERATORS[self.name]
+        self.spec: KindSpec = OPERATORS[self.name]
 
     def stage(self, g: StageGraph, H: torch.Tensor, step: int | None) -> torch.Tensor:
         """The stage on the grid, written with the stage toolkit ``g``

@@ -38,7 +38,7 @@ class Param:
     W; columns: its inner width), "inner" (one entry per inner column, cut like W's columns),
     "vector" (one per output column, cut like the output's columns) or "scalar" (replicated).
     The inner width is the output width, except for a GAT stage that averages ``heads`` heads:
-    there it is ``heads`` blocks of the output width (`Operator.head_blocks`), each padded like
+    there it is ``heads`` blocks of the output width (`KindSpec.head_blocks`), each padded like
     the output. ``init`` is "glorot" (uniform ±√(6/(rows+cols)), drawn in stage order from
     generator ``stream``: 0 for the weights W, 1 for the rest), "glorot_heads" (the same bound
     from heads and per-head width, as PyG's attention vectors), "linear" (PyG's and torch's
@@ -83,7 +83,7 @@ class StageSizes:
 
     ``o``, ``i``, ``d`` are the sizes of its outer, inner and depth axes, ``n`` the padded node
     count, ``D`` and ``D2`` its padded input and output widths, ``Di`` its padded inner width
-    (`Operator.inner_width`), ``nnz`` the non-zeros of the whole Â (self loops included).
+    (`KindSpec.inner_width`), ``nnz`` the non-zeros of the whole Â (self loops included).
     """
 
     plan: LayerPlan
@@ -267,8 +267,10 @@ def param_memory(z: StageSizes, shard: float, gathered: float, vectors: float = 
     return weights, 2 * own * MASTER_BYTES
 
 
-class Operator:
-    """The declaration of one operator; subclasses fill in what applies."""
+class KindSpec:
+    """The declaration of one operator, torch-free: what cutting and pricing need (its
+    parameters, widths, flops, memory; its torch code is its `plexus.engine.kinds` layer);
+    subclasses fill in what applies."""
 
     name = ""
     graph = True  # multiplies by a block of Â (the partitioner cuts one for it)
@@ -327,7 +329,7 @@ class Operator:
         that does not (no built-in kind does) has them recorded from a dry run of its layer's
         torch code (`plexus_partition.model.schedule.Recorder`, the engine's
         `plexus.engine.dryrun.StageRecorder`)."""
-        return type(self).forward is not Operator.forward
+        return type(self).forward is not KindSpec.forward
 
     def forward(self, add: Add, z: StageSizes, phase: str) -> None:
         """Add the collectives of the stage's forward (``phase`` "forward" or "eval") in program
@@ -411,7 +413,7 @@ def glorot_bound(rows: int, cols: int) -> float:
 
 
 def stage_sizes(plans: Sequence[LayerPlan], shape: Mapping[str, int], pad: Padding,
-                ops: Mapping[str, Operator], drops: Sequence[bool] | None = None,
+                ops: Mapping[str, KindSpec], drops: Sequence[bool] | None = None,
                 **common: Any) -> list[StageSizes]:
     """`StageSizes` of every stage of ``plans`` on ``shape`` (``drops``: whether dropout hits
     each stage's input; ``common``: the other fields, the same for every stage)."""

@@ -7,21 +7,21 @@ every rank normalizes with the statistics of all N nodes; their gradients are al
 r again in backward. γ, β and the running statistics (momentum 0.1, unbiased variance) are cut
 like a bias. Statistics and normalization are float32 whatever the compute precision (a
 bfloat16 variance of a sum over all nodes loses most of its digits): the all-reduces carry 4
-bytes per element (the stage issues them exactly, `Operator.statistics`; the dry run records
+bytes per element (the stage issues them exactly, `KindSpec.statistics`; the dry run records
 them so and the ledger test pins it). The torch code is its layer, `plexus.engine.kinds.batchnorm`,
 run in the one stage class (`plexus.engine.stage.Stage3D`), the running statistics its buffers.
 """
 
 from __future__ import annotations
 
-from .base import (Flops, MASTER_BYTES, Operator, Param, StageMemory, StageSizes,
+from .base import (Flops, KindSpec, MASTER_BYTES, Param, StageMemory, StageSizes,
                    param_memory)
 
 STAT_BYTES = 4  # float32 statistics in every compute precision
 MOMENTUM, EPS = 0.1, 1e-5  # torch.nn.BatchNorm1d's defaults
 
 
-class BatchNorm(Operator):
+class BatchNorm(KindSpec):
     name = "batchnorm"
     graph = False
     has_bias = False

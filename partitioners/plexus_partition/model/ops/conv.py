@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 
-from .base import (Flops, MASTER_BYTES, ModelKind, Operator, Param, StageMemory,
+from .base import (Flops, KindSpec, MASTER_BYTES, ModelKind, Param, StageMemory,
                    StageSizes, dropout_work, param_memory)
 
 
@@ -47,7 +47,7 @@ class RootTerm(enum.Enum):
         return self is RootTerm.SCALED
 
 
-class ConvOperator(Operator):
+class ConvOperator(KindSpec):
     """A graph convolution stage; subclasses say which root term it has."""
 
     def root(self, plan) -> RootTerm:

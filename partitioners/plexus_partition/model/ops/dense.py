@@ -7,11 +7,11 @@ rows-by-o, columns-by-d, replicated over i: the rows never move.
 
 from __future__ import annotations
 
-from .base import (Flops, ModelKind, Operator, Param, StageMemory, StageSizes,
+from .base import (Flops, KindSpec, ModelKind, Param, StageMemory, StageSizes,
                    dropout_work, param_memory)
 
 
-class Dense(Operator):
+class Dense(KindSpec):
     name = "dense"
     graph = False
     bias_pyg = "bias"

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import (EDGE_PASS_BYTES, Flops, ModelKind, Operator, Param, StageMemory, StageSizes,
+from .base import (EDGE_PASS_BYTES, Flops, KindSpec, ModelKind, Param, StageMemory, StageSizes,
                    dropout_work, edge_mask_temp_bytes, option, param_memory, stage_option)
 
 
@@ -75,7 +75,7 @@ EDGE_SLACK = 2.0
 EDGE_FLOPS = 24
 
 
-class GAT(Operator):
+class GAT(KindSpec):
     name = "gat"
 
     def stage_order(self, conv_order: str) -> str:
