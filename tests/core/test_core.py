@@ -214,6 +214,13 @@ def test_every_kind_is_a_spec_without_torch_and_a_layer_in_the_engine():
     assert out.stdout.strip() == "False"
 
 
+def test_a_spec_without_a_layer_is_a_typed_error():
+    from plexus.engine.kinds import MissingLayerError, layer_of
+
+    with pytest.raises(MissingLayerError, match="'nolayer' has a spec .* plexus.engine.kinds"):
+        layer_of("nolayer")
+
+
 def test_the_flat_form_of_logs_and_checkpoints_still_reads():
     """Logs, checkpoints and stores written before the options were typed hold the flat form:
     every kind's option, the other kinds' at their defaults (written out here as 16bafc1's
