@@ -5,8 +5,9 @@ operator declares its collectives by hand (`KindSpec.forward`/`backward`): this 
 the operator's own torch code (its layer's ``stage``, `plexus.engine.kinds`, forward and
 backward) in this one process for one simulated rank, with a `DryComm`
 (`plexus.engine.drycomm`) whose collectives do not communicate but keep their shapes and
-record every call in a `Ledger`, as the real `Comm` does. Only the stage's own part is run: not the framework's receive (AG(H), AR(dH)),
-bias (AR(db)) or BatchNorm, which the schedule adds itself.
+record every call in a `Ledger`, as the real `Comm` does. Only the stage's own part is run: not
+the framework's receive (AG(H), AR(dH)), bias (AR(db)) or BatchNorm, which the schedule adds
+itself.
 
 Sizes at scale without running at scale: each collective's size is a monomial in the stage's
 padded sizes n, D, D2 and its roles' axis sizes |outer|, |inner|, |depth| (every size a
@@ -65,8 +66,8 @@ _DTYPES = {2: torch.bfloat16, 4: torch.float32}
 
 
 class RecordingError(ValueError):
-    """A stage's collectives cannot be recorded: its sizes are no monomial of n, D, D2, or
-    differ in number or kind between probes."""
+    """A stage's collectives cannot be recorded: its sizes are no monomial of n, D, D2, move
+    with the non-zeros of Â's block, or differ in number or kind between probes."""
 
 
 @dataclass

@@ -166,8 +166,8 @@ class Stage3D(nn.Module):
     statistics (buffers by kind: BatchNorm's) and the stage toolkit ``g``
     (`plexus.engine.graph3d.StageGraph`) its operator's torch code runs on. ``forward``
     receives H (not after a stage: BatchNorm), runs the kind's ``stage(g, H, step)``
-    (its layer, `plexus.engine.kinds`) and adds the bias: the built-in kinds are written with the same
-    operations as users' layers.
+    (its layer, `plexus.engine.kinds`) and adds the bias: the built-in kinds are written with
+    the same operations as users' layers.
 
     ``input_ids`` are the original node ids of the rows of H as this stage sees them (after
     stage 0's all-gather; -1 for padding): dropout masks are keyed by them, the seed, the step
