@@ -132,12 +132,16 @@ def resolve(rev: str) -> str:
 
 
 def build(rev: str, tmp: Path) -> Path:
-    """REV checked out under ``tmp`` and installed into ``tmp``/site; that folder."""
+    """REV checked out under ``tmp`` and installed into ``tmp``/site, its datasets and
+    partitioner projects too where it has them (else side A would import the interpreter's,
+    this checkout's, editable ones); that folder."""
     src, site = tmp / "src", tmp / "site"
     git("worktree", "add", "--detach", str(src), rev)
+    projects = [str(p) for p in (src, src / "datasets", src / "partitioners")
+                if (p / "pyproject.toml").is_file()]
     try:
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                        "--no-build-isolation", "--no-index", "--target", str(site), str(src)],
+                        "--no-build-isolation", "--no-index", "--target", str(site), *projects],
                        check=True, capture_output=True, text=True)
     except subprocess.CalledProcessError as e:
         raise CompareError(f"could not install {rev} into a temporary folder: "

@@ -3,7 +3,7 @@
 Run: ``python benchmarks/dryrun_cost.py [--rounds 5]``
 
 Prints, per operator (GAT with 2 heads, dense, BatchNorm, a GCN stage), the milliseconds of
-one fit (four dry runs of its training forward and backward at probe sizes, torch on one
+one fit (five dry runs of its training forward and backward at probe sizes, torch on one
 thread) with every axis of the grid above one rank and with one only (a fit depends on no more
 of the grid), medians over interleaved rounds; then the first
 `plexus.perfmodel.model.rank_configs` of a 2-layer GAT on 16 ranks with the best orders per
@@ -53,7 +53,7 @@ def main() -> None:
         for op in CASES:
             for dims in grids:
                 times.setdefault((op, dims), []).append(fit_ms(op, dims))
-    print("one fit (4 dry runs, forward and backward), ms, median of", args.rounds)
+    print("one fit (5 dry runs, forward and backward), ms, median of", args.rounds)
     for (op, dims), ts in times.items():
         print(f"  {op:<10} {'x'.join(map(str, dims)):<8} {median(ts):7.1f}")
     spec = ModelSpec(num_nodes=100_000, nnz=2_000_000, num_features=128, num_classes=40,

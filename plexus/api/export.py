@@ -56,7 +56,7 @@ def _declared(config: ModelConfig, num_features: int, num_classes: int, extras: 
               ) -> list[tuple[str, str, Param]]:
     """(engine name, PyG name, declaration) of every parameter and statistic; with ``extras``
     what PyG's modules hold and Plexus does not
-    (`plexus_partition.model.ops.Operator.pyg_extras`)."""
+    (`plexus_partition.model.ops.KindSpec.pyg_extras`)."""
     kind = KINDS[config.kind]
     widths = config.widths(num_features, num_classes)
     out = []

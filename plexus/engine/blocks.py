@@ -6,7 +6,7 @@ transpose of a block is the block at the swapped ranges of the other matrix (Â1
 rank holds it anyway, the backward reuses it. A stage with a root term gets its own stacked block
 [Â; S] or [Â | S] (`stacked_block`); GAT gets the block's structure as edges
 (`plexus.engine.edges.EdgeBlock`) and S alone. Which a stage needs, its operator's declaration
-says (`plexus_partition.model.ops.Operator.uses_plain_block`) and its torch code asks for.
+says (`plexus_partition.model.ops.KindSpec.uses_plain_block`) and its torch code asks for.
 """
 
 from __future__ import annotations

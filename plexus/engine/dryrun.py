@@ -1,19 +1,23 @@
 """A stage's collectives recorded from a dry run of its torch code, at any size.
 
 The schedule (`plexus_partition.model.schedule`) lists what every stage sends; no built-in
-operator declares its collectives by hand (`Operator.forward`/`backward`): this module runs the operator's own torch code (``stage``, forward and backward) in this one
-process for one simulated rank, with a `DryComm` whose collectives do not communicate but keep
-their shapes (an all-reduce returns its input, an all-gather repeats it p times, a
-reduce-scatter keeps the first 1/p of the rows) and record every call in a `Ledger`, as the
-real `Comm` does. Only the stage's own part is run: not the framework's receive (AG(H), AR(dH)),
-bias (AR(db)) or BatchNorm, which the schedule adds itself.
+operator declares its collectives by hand (`KindSpec.forward`/`backward`): this module runs
+the operator's own torch code (its layer's ``stage``, `plexus.engine.kinds`, forward and
+backward) in this one process for one simulated rank, with a `DryComm`
+(`plexus.engine.drycomm`) whose collectives do not communicate but keep their shapes and
+record every call in a `Ledger`, as the real `Comm` does. Only the stage's own part is run: not
+the framework's receive (AG(H), AR(dH)), bias (AR(db)) or BatchNorm, which the schedule adds
+itself.
 
 Sizes at scale without running at scale: each collective's size is a monomial in the stage's
 padded sizes n, D, D2 and its roles' axis sizes |outer|, |inner|, |depth| (every size a
 product of blocks of them; `VARIABLES`), times a constant of its options. The stage runs at a
 small base probe (each axis of more than one rank at 2), once with n, D, D2 times 2, 3, 5
 (padding multiples kept), whose size ratios factor into their exponents, once with those axes
-times 2, 3, 5 (theirs), and once at other multiples, which checks the fit. `StageRecorder`
+times 2, 3, 5 (theirs), and once at other multiples, which checks the fit; every probe's block
+of Â has 2 non-zeros per row, and the base probe runs once more with 3, which checks that no size
+moves with the graph's degree (a per-edge collective: the fit has no variable for it, so
+`RecordingError` rather than a size priced as if every node had two edges). `StageRecorder`
 caches it per (operator, order, options, which roles' axes have more than one rank, first
 stage or not, learnable features, precisions): a fit holds on every grid, so no probe grows
 with the grid and a ranking of every grid of 2^20 ranks fits a few times. A size that is not
@@ -34,7 +38,7 @@ import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Iterator, NamedTuple
+from typing import Iterator
 
 import numpy as np
 import scipy.sparse as sp
@@ -48,13 +52,12 @@ from plexus_partition.model.ops.base import StageSizes
 from plexus_partition.plan import block_key
 
 from .blocks import GraphBlocks
-from .comm import Comm, Label
 from .config import EngineConfig
+from .drycomm import Call, DryComm, DryGrid
 from .graph3d import StageGraph
-from .ledger import Ledger
+from .kinds import layer_of
 from .stage import padded_shape, shard_of_full
 from .stagespec import StageContext, StageSpec
-from .timing import Timers
 
 #: the roles' axes on the probe grid: a recorded axis is a role of the stage, mapped back to
 #: the plan's own axes
@@ -63,89 +66,8 @@ _DTYPES = {2: torch.bfloat16, 4: torch.float32}
 
 
 class RecordingError(ValueError):
-    """A stage's collectives cannot be recorded: its sizes are no monomial of n, D, D2, or
-    differ in number or kind between probes."""
-
-
-@dataclass
-class DryGrid:
-    """A grid stand-in for one simulated rank: axis sizes and this rank's coordinates, no
-    process group."""
-
-    shape: GridShape
-    coords: dict[str, int]
-    device: torch.device = torch.device("cpu")
-
-    def size(self, axis: str) -> int:
-        return self.shape[axis]
-
-
-class Call(NamedTuple):
-    """One collective a dry run recorded: what the ledger keys (phase, op, axis, size, item
-    size), whether it was sent exactly, an all-reduce's operation, and its `Label`'s name,
-    sparse exchange and (where it says so) the tensor's rows."""
-
-    phase: str
-    op: str
-    axis: str
-    size: int
-    itemsize: int
-    exact: bool
-    reduce: str
-    name: str
-    sparse: str | None
-    rows: int | None
-
-
-class DryComm(Comm):
-    """A `Comm` whose raw collectives keep shapes but move nothing, and record each call in
-    the ledger (as `Comm.record` does) with whether it was issued exactly (a statistic)."""
-
-    def __init__(self, grid: DryGrid, wire: torch.dtype | None = None) -> None:
-        super().__init__(grid, Ledger(), Timers(grid.device, enabled=False), budget=2 ** 40,
-                         wire=wire)
-        self.calls: list[Call] = []
-        self._reduce, self._rows = "sum", 0
-
-    def record(self, axis, op, numel, p, itemsize, form="flat"):  # noqa: D102
-        super().record(axis, op, numel, p, itemsize, form)
-        label = self._label or Label()
-        back = self._phase == "backward"
-        self.calls.append(Call(self._phase, op, axis, int(numel), int(itemsize), self._exact,
-                               self._reduce, label.backward if back else label.forward,
-                               label.sparse, self._rows if label.rows else None))
-
-    def _itemsize(self, x: torch.Tensor, op: str = "sum") -> int:
-        wire = self.wire_of(x) if op == "sum" else None
-        return wire.itemsize if wire is not None else x.element_size()
-
-    def raw_all_reduce(self, x, axis, op="sum", async_op=False):  # noqa: D102
-        p = self.grid.size(axis)
-        if p > 1:
-            self._reduce, self._rows = op, x.shape[0]
-            self.record(axis, "all_reduce", x.numel(), p, self._itemsize(x, op))
-            self._reduce = "sum"
-        return None if async_op else x
-
-    def wait(self, work, axis):  # noqa: D102
-        return None
-
-    def raw_all_gather(self, x, axis):  # noqa: D102
-        p = self.grid.size(axis)
-        if p == 1:
-            return x
-        out = x.repeat((p,) + (1,) * (x.dim() - 1))
-        self._rows = out.shape[0]
-        self.record(axis, "all_gather", out.numel(), p, self._itemsize(x))
-        return out
-
-    def raw_reduce_scatter(self, x, axis):  # noqa: D102
-        p = self.grid.size(axis)
-        if p == 1:
-            return x
-        self._rows = x.shape[0]
-        self.record(axis, "reduce_scatter", x.numel(), p, self._itemsize(x))
-        return x[: x.shape[0] // p].clone()
+    """A stage's collectives cannot be recorded: its sizes are no monomial of n, D, D2, move
+    with the non-zeros of Â's block, or differ in number or kind between probes."""
 
 
 @dataclass
@@ -233,10 +155,11 @@ def _probe_plan(plan: LayerPlan, first: bool) -> LayerPlan:
 def run_stage(plan: LayerPlan, dims: tuple[int, int, int], n: int, D: int, D2: int, *,
               first: bool, training: bool, learnable_features: bool = False,
               dtype: torch.dtype = torch.float32, wire: torch.dtype | None = None,
-              seed: int = 0) -> list[Call]:
+              seed: int = 0, degree: int = 2) -> list[Call]:
     """Run one stage's torch code (forward, and backward when ``training``) once for rank 0 of
     a grid whose outer, inner and depth axes have ``dims`` ranks, with padded sizes ``n``,
-    ``D``, ``D2``; return what its `DryComm` recorded, in program order."""
+    ``D``, ``D2`` and ``degree`` non-zeros in each row of Â's block; return what its `DryComm`
+    recorded, in program order."""
     p = _probe_plan(plan, first)
     shape = GridShape.of(dims)
     grid = DryGrid(shape, {"x": 0, "y": 0, "z": 0})
@@ -248,9 +171,9 @@ def run_stage(plan: LayerPlan, dims: tuple[int, int, int], n: int, D: int, D2: i
     rows_a, cols_a = n // shape[p.a_rows], n // shape[p.a_cols]
     blocks = {}
     if operator.graph and not p.dense:
-        # a few non-zeros per row (values do not matter, only shapes do)
-        r = np.repeat(np.arange(rows_a), 2)
-        c = (r * 7 + np.tile([0, 1], rows_a)) % cols_a
+        # ``degree`` non-zeros per row (values do not matter, only shapes do)
+        r = np.repeat(np.arange(rows_a), degree)
+        c = (r * 7 + np.tile(np.arange(degree), rows_a)) % cols_a
         m = sp.csr_matrix((rng.random(len(r), dtype=np.float32), (r, c)),
                           shape=(rows_a, cols_a))
         m.sum_duplicates()
@@ -283,7 +206,7 @@ def run_stage(plan: LayerPlan, dims: tuple[int, int, int], n: int, D: int, D2: i
     with comm.at(p.layer, "forward" if training else "eval"), \
             torch.enable_grad() if training else torch.no_grad(), \
             comm.exact(operator.statistics):
-        OUT = operator.stage(g, H, 0)
+        OUT = layer_of(p.op).stage(g, H, 0)
     if training:
         with comm.at(p.layer, "backward"):
             OUT.float().mul(torch.rand(OUT.shape, generator=gen)).sum().backward()
@@ -335,8 +258,11 @@ def _one_thread() -> Iterator[None]:
 
 
 #: the factors of the variables in the probes that read their exponents (distinct primes, so a
-#: size's ratio to the base's factors into them uniquely), and in the probe that checks them
+#: size's ratio to the base's factors into them uniquely), and in the probe that checks them;
+#: the non-zeros per row of Â's block in every probe, and in the one that checks no size moves
+#: with them (a per-edge collective: the fit has no variable for the graph's degree)
 PRIMES, CHECK = (2, 3, 5), (3, 2, 2)
+DEGREE, CHECK_DEGREE = 2, 3
 
 
 def _fit(plan: LayerPlan, active: tuple[bool, ...], first: bool, training: bool,
@@ -350,10 +276,18 @@ def _fit(plan: LayerPlan, active: tuple[bool, ...], first: bool, training: bool,
     probes.append((scaled(CHECK), _probe_sizes(plan, scaled(CHECK), CHECK)))
     kw = dict(first=first, training=training, learnable_features=learnable_features,
               dtype=dtype, wire=wire)
-    runs = [run_stage(plan, dims, *sizes, **kw) for dims, sizes in probes]
-    shapes = {tuple(c._replace(size=0, rows=None) for c in r) for r in runs}
+    runs = [run_stage(plan, dims, *sizes, degree=DEGREE, **kw) for dims, sizes in probes]
+    denser = run_stage(plan, probes[0][0], *probes[0][1], degree=CHECK_DEGREE, **kw)
+    shapes = {tuple(c._replace(size=0, rows=None) for c in r) for r in [*runs, denser]}
     if len(shapes) != 1:
         raise RecordingError(f"operator {plan.op!r}: its collectives differ between probe sizes")
+    for c, d in zip(runs[0], denser):
+        if (c.size, c.rows) != (d.size, d.rows):
+            raise RecordingError(
+                f"operator {plan.op!r}: a {c.op} over its {_REVERSE[c.axis]} axis moves with the "
+                f"non-zeros of Â's block ({c.size} elements at {DEGREE} per row, {d.size} at "
+                f"{CHECK_DEGREE}): a per-edge collective, which the fit in {VARIABLES} cannot "
+                "price")
     at = [sizes + dims for dims, sizes in probes]  # each probe's values of the VARIABLES
     out = []
     for j, c in enumerate(runs[0]):

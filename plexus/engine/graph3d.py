@@ -1,6 +1,6 @@
 """One stage's view of the graph on the grid: the differentiable operations a layer is written
 with, the 3D layouts handled: the one stage toolkit. Every built-in kind's torch code
-(``stage`` in `plexus_partition.model.ops`) is written with it, and so are users' layers
+(``stage`` in `plexus.engine.kinds`) is written with it, and so are users' layers
 (`plexus.nn`, which wraps it to check layouts).
 
 A stage has roles (o, i, d) for its outer, inner and depth axes

@@ -1,10 +1,10 @@
-"""The one 3D stage every built-in kind runs as (`Stage3D`): its parameter shards (cut as
-`plexus_partition.model.ops` declares them) and the stage toolkit its kind's torch code is written
-with, BatchNorm's too; a kind's serial reference as the engine calls it (`serial_of`); and where
-each declared parameter's shard sits in the full tensor (`placement`, `ShardMap`), which the models
-use to convert between shards and grid-independent tensors. A kind's torch code and serial reference
-live in its one file in `plexus_partition.model.ops`; the engine runs every kind through `Stage3D`
-and `serial_of`.
+"""The one 3D stage every built-in kind runs as (`Stage3D`): its parameter shards (cut as the
+kind's spec in `plexus_partition.model.ops` declares them) and the stage toolkit its kind's torch
+code is written with, BatchNorm's too; a kind's serial reference as the engine calls it
+(`serial_of`); and where each declared parameter's shard sits in the full tensor (`placement`,
+`ShardMap`), which the models use to convert between shards and grid-independent tensors. A
+kind's torch code and serial reference live in its layer file in `plexus.engine.kinds`; the
+engine runs every kind through `Stage3D` and `serial_of`.
 
 Symbols follow docs/design.md: Â (this rank's block of the adjacency), H (input block),
 W (weight block, stored cut over one more axis and gathered before use), OUT. Each collective is
@@ -31,12 +31,13 @@ from plexus_partition.model.ops import OPERATORS, Param
 
 from .comm import all_reduce_staged
 from .graph3d import StageGraph
+from .kinds import layer_of
 from .stagespec import StageContext, StageSpec
 
 
 def serial_of(op: str) -> Callable:
     """Operator ``op``'s serial reference: ``(model, plan, H, step) -> OUT`` before the bias."""
-    return OPERATORS[op].serial
+    return layer_of(op).serial
 
 
 def weight_block(plan: LayerPlan, shape: Mapping[str, int], coords: Mapping[str, int],
@@ -165,8 +166,8 @@ class Stage3D(nn.Module):
     statistics (buffers by kind: BatchNorm's) and the stage toolkit ``g``
     (`plexus.engine.graph3d.StageGraph`) its operator's torch code runs on. ``forward``
     receives H (not after a stage: BatchNorm), runs the kind's ``stage(g, H, step)``
-    (`plexus_partition.model.ops`) and adds the bias: the built-in kinds are written with the same
-    operations as users' layers.
+    (its layer, `plexus.engine.kinds`) and adds the bias: the built-in kinds are written with
+    the same operations as users' layers.
 
     ``input_ids`` are the original node ids of the rows of H as this stage sees them (after
     stage 0's all-gather; -1 for padding): dropout masks are keyed by them, the seed, the step
@@ -182,6 +183,7 @@ class Stage3D(nn.Module):
         super().__init__()
         self.plan, self.comm, self.dtype = spec.plan, ctx.comm, ctx.dtype
         self.operator = OPERATORS[self.plan.op]
+        self.layer = layer_of(self.plan.op)  # its torch code
         self.params = nn.ParameterDict({k: nn.Parameter(v) for k, v in shards.items()})
         for kind, value in (stats or {}).items():
             self.register_buffer(kind, value)
@@ -219,6 +221,6 @@ class Stage3D(nn.Module):
         g = self.g
         g.training, g.stats = self.training, {k: getattr(self, k) for k in self.stat_kinds}
         with self.comm.exact(self.operator.statistics):
-            OUT = self.operator.stage(g, H if self.operator.follows else g.receive(H), step)
+            OUT = self.layer.stage(g, H if self.operator.follows else g.receive(H), step)
         b = self.param("b")
         return OUT if b is None else g.add_bias(OUT, b, inplace=True)  # a fresh OUT

@@ -24,9 +24,9 @@ from plexus_partition.model.cli import ArgumentParser, UsageError, given_options
 from plexus_partition.model.grid import MAX_WORLD_SIZE, GridShape
 from plexus_partition.model.model import DTYPE_BYTES
 from plexus_partition.model.topology import COLLECTIVES
-from plexus_partition.model.modelopts import (ModelOptionsText, add_comm_options, add_model_options,
-                                   add_precision_options, check_model_options, comm_dtype_bytes,
-                                   model_config)
+from plexus_partition.model.modelopts import (ModelOptionsText, add_model_options,
+                                              check_model_options, model_config)
+from plexus.engine.flags import add_comm_options, add_precision_options, comm_dtype_bytes
 from plexus.core.units import format_bytes
 from plexus_datasets.convert import streamed_spec
 from plexus_datasets.graph import MAX_NODES

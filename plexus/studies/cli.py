@@ -13,7 +13,8 @@ from plexus_partition.model.cli import ArgumentParser, UsageError, report_error
 from plexus_partition.model.layout import DEFAULT_PERMUTATION
 from plexus_partition.model.model import ACTIVATIONS, DEFAULT_ACTIVATION
 from plexus_partition.model.modelopts import (DEFAULT_DROPOUT, DEFAULT_HIDDEN, DEFAULT_LAYERS,
-                                              DEFAULT_ORDER, add_comm_options, check_model_options)
+                                              DEFAULT_ORDER, check_model_options)
+from plexus.engine.flags import add_comm_options
 
 from .folder import ResultsFolder
 from .launchers import LAUNCHERS, SlurmOptions, interpreter

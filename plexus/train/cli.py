@@ -33,7 +33,8 @@ from plexus_partition.model.grid import GridShape
 from plexus_partition.model.bounds import BoundError, check_options
 from plexus_partition.model.layout import DEFAULT_PERMUTATION
 from plexus.core.timing import command_start_time
-from plexus_partition.model.modelopts import check_model_options, comm_dtype_bytes, model_config
+from plexus_partition.model.modelopts import check_model_options, model_config
+from plexus.engine.flags import comm_dtype_bytes
 from plexus.perfmodel import (CALIBRATION_ENV, Calibration, CalibrationError, find_calibration,
                               resolve_calibration)
 from plexus.runtime.child import ChildDied

@@ -1,6 +1,7 @@
 """``plexus-train``'s options: the flags, their help and defaults (the training loop's from
-`TrainConfig`, the engine's from `EngineConfig` and `plexus_partition.model.modelopts`), and which
-of them a command line gave (a recipe does not override those)."""
+`TrainConfig`, the engine's from `EngineConfig` and `plexus.engine.flags`, the model's from
+`plexus_partition.model.modelopts`), and which of them a command line gave (a recipe does not
+override those)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from plexus_partition.model.cli import ArgumentParser
 from plexus_partition.model.layout import DEFAULT_PERMUTATION
 from plexus_partition.model.ops import KINDS
 from plexus_partition.model.topology import COLLECTIVES
-from plexus_partition.model.modelopts import (ModelOptionsText, add_comm_options, add_model_options,
-                                   add_precision_options)
+from plexus_partition.model.modelopts import ModelOptionsText, add_model_options
+from plexus.engine.flags import add_comm_options, add_precision_options
 from plexus_datasets.spec import FEATURE_MODES
 from plexus_partition import PERMUTATIONS
 from plexus_partition.launch.group import DEFAULT_TIMEOUT_S

@@ -191,25 +191,34 @@ def test_kind_options_become_fields_plan_options_and_flags():
             modelopts.model_config(args)
 
 
-def test_every_kind_is_one_file_without_torch():
-    """Each operator's declaration, torch code (``stage``, on the stage toolkit) and serial
-    reference are its one module in plexus_partition.model.ops (the engine has no module per kind),
-    and importing every declaration loads no torch (the performance model reads them)."""
+def test_every_kind_is_a_spec_without_torch_and_a_layer_in_the_engine():
+    """Each operator's torch-free spec is its module in plexus_partition.model.ops and its torch
+    code (``stage``, on the stage toolkit, and the serial reference) its layer module in
+    plexus.engine.kinds, one layer per spec; importing every spec loads no torch (the
+    performance model reads them)."""
     import subprocess
     import sys
 
-    from helpers import REPO
+    from plexus.engine.kinds import LAYERS, KindLayer
     from plexus_partition.model.ops import NORM_OP, OPERATORS
-    from plexus_partition.model.ops.base import Operator
 
-    assert NORM_OP in OPERATORS  # BatchNorm's torch code in its one file too
-    for name, op in OPERATORS.items():
-        assert type(op).stage is not Operator.stage and type(op).serial is not Operator.serial
-        assert not list((REPO / "plexus" / "engine").rglob(f"{name}.py")), name
+    assert NORM_OP in OPERATORS and set(LAYERS) == set(OPERATORS)  # BatchNorm's too
+    for name, layer in LAYERS.items():
+        assert type(layer).stage is not KindLayer.stage, name
+        assert type(layer).serial is not KindLayer.serial, name
+        assert layer.spec is OPERATORS[name]
+        assert not hasattr(OPERATORS[name], "stage") and not hasattr(OPERATORS[name], "serial")
     code = "import sys, plexus_partition.model.model, plexus_partition.model.modelopts; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_spec_without_a_layer_is_a_typed_error():
+    from plexus.engine.kinds import MissingLayerError, layer_of
+
+    with pytest.raises(MissingLayerError, match="'nolayer' has a spec .* plexus.engine.kinds"):
+        layer_of("nolayer")
 
 
 def test_the_flat_form_of_logs_and_checkpoints_still_reads():

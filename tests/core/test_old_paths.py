@@ -104,3 +104,13 @@ def test_no_code_of_the_repository_imports_an_old_name():
 def test_the_check_of_old_names_can_fail():
     assert _uses_old_name("plexus.core.grid") and _uses_old_name("plexus.datasets.graph")
     assert not _uses_old_name("plexus.core.units") and not _uses_old_name("plexus_datasets")
+
+
+def test_the_specs_old_class_name_still_imports_with_a_warning():
+    """``Operator`` is ``KindSpec`` since a kind's torch code moved to the engine (issue 57)."""
+    from plexus_partition.model.ops import KindSpec
+    from plexus_partition.model.ops.gcn import GCN
+
+    with pytest.warns(DeprecationWarning, match="Operator is KindSpec"):
+        from plexus_partition.model.ops import Operator
+    assert Operator is KindSpec and issubclass(GCN, Operator)

@@ -9,18 +9,21 @@ send."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 
 import pytest
 import torch
 
 from declared_collectives import declaration
-from plexus.engine.dryrun import (DryComm, DryGrid, RecordingError, StageRecorder, fit_stage,
+from plexus.engine.drycomm import DryComm, DryGrid
+from plexus.engine.dryrun import (RecordingError, StageRecorder, fit_stage,
                                   run_stage)
+from plexus.engine.kinds import LAYERS, KindLayer
 from plexus_partition.model.grid import GridShape
 from plexus_partition.model.layout import padding
 from plexus_partition.model.model import ModelConfig
-from plexus_partition.model.ops import OPERATORS, Operator
+from plexus_partition.model.ops import OPERATORS, KindSpec
 from plexus_partition.model.ops.base import stage_sizes
 from plexus_partition.model.schedule import (SparseExchange, UndeclaredError,
                                              epoch_collectives, estimated_rows)
@@ -153,8 +156,9 @@ def test_the_schedule_is_recorded(kind, options):
     assert any(c.name.startswith("SRS") for c in got) is (kind == "gcn")  # no root term
 
 
-class _Uneven(Operator):
-    """A stage that all-reduces n·D/(|o||i|) + D/|i| elements: no monomial of n, D, D2."""
+class _Uneven(KindSpec):
+    """A stage's spec whose layer (`_UnevenLayer`) all-reduces n·D/(|o||i|) + D/|i| elements:
+    no monomial of n, D, D2."""
 
     name = "uneven"
     graph = False
@@ -162,13 +166,74 @@ class _Uneven(Operator):
     def params(self, plan, d_in, d_out):
         return []
 
+
+class _UnevenLayer(KindLayer):
+    name = "uneven"
+
     def stage(self, g, H, step):
         return g.comm.all_reduce(torch.cat([H.flatten(), H[0]]), g.plan.inner)[:1, None]
 
 
 def test_a_size_that_is_no_monomial_is_refused(monkeypatch):
     monkeypatch.setitem(OPERATORS, "uneven", _Uneven())
+    monkeypatch.setitem(LAYERS, "uneven", _UnevenLayer())
     plan = dataclasses.replace(next(stages("mlp", (1, 2, 1), "agg", False))[1].plan,
                                op="uneven")
     with pytest.raises(RecordingError, match="no monomial"):
         fit_stage(plan, (1, 2, 1), first=False, training=False)
+
+
+class _Probe(KindSpec):
+    """A parameterless stage's spec (a graph stage: Â's block is built for it); its layer is
+    `_ProbeLayer`."""
+
+    name = "probe"
+
+    def params(self, plan, d_in, d_out):
+        return []
+
+
+class _ProbeLayer(KindLayer):
+    """All-reduces what ``sent(g, H)`` gives over the stage's outer axis."""
+
+    name = "probe"
+
+    def __init__(self, sent) -> None:
+        super().__init__()
+        self.sent = sent
+
+    def stage(self, g, H, step):
+        g.comm.all_reduce(self.sent(g, H), g.plan.outer)
+        return H
+
+
+def _fit_probe(monkeypatch, sent, kind: str, dims):
+    monkeypatch.setitem(OPERATORS, "probe", _Probe())
+    monkeypatch.setitem(LAYERS, "probe", _ProbeLayer(sent))
+    plan = dataclasses.replace(next(stages(kind, dims, "combine", False))[1].plan, op="probe")
+    return fit_stage(plan, dims, first=False, training=False)
+
+
+def test_a_size_that_moves_with_the_graphs_degree_is_refused(monkeypatch):
+    """A per-edge all-reduce (GATv2's kind of collective) has no variable in the fit: the probe
+    of 3 non-zeros per row, beside the others' 2, finds it (issue 57: it was fitted as if every
+    node had two edges, 8x under-priced on ogbn-papers100M)."""
+    with pytest.raises(RecordingError, match="moves with the non-zeros") as refused:
+        _fit_probe(monkeypatch, lambda g, H: g.edge_values().float().clone(), "gat", (2, 2, 2))
+    two, three = map(int, re.search(r"\((\d+) elements at 2 per row, (\d+) at 3",
+                                    str(refused.value)).groups())
+    assert three * 2 == two * 3  # the block's edges: rows × degree
+    # the same stage sending a node-sized tensor fits: one monomial, n/(|o|) rows of H
+    fit = _fit_probe(monkeypatch, lambda g, H: H.clone(), "gat", (2, 2, 2))
+    assert len(fit) == 1 and fit[0].op == "all_reduce"
+
+
+def test_a_size_only_the_check_probe_sees_is_refused(monkeypatch):
+    """n·D/|o| elements, and one more where H's rows are a multiple of 3: at the base probe,
+    the sizes' and the axes' (H's rows 4, 8 and 4 on an outer axis of 2, 2 and 4 ranks) it
+    is one monomial; only the check probe (6 ranks, 12 rows) disagrees. Without that probe
+    the fit would take the wrong size."""
+    def sent(g, H):
+        return torch.cat([H.flatten(), H[0, :1]]) if H.shape[0] % 3 == 0 else H.flatten()
+    with pytest.raises(RecordingError, match="the check probe disagrees"):
+        _fit_probe(monkeypatch, sent, "mlp", (2, 1, 1))

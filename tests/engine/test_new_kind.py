@@ -1,7 +1,8 @@
-"""A new layer kind needs its own file and one line in the registry, nothing else of Plexus
-(issue 47: "a new-kind commit touches its file, the registry and tests only"). The test makes
-such a commit in a copy of the partitioner project — PyG's GraphConv with ``aggr="mean"`` as a
-kind of its own, ``graphconvmean`` — and, with the engine and the datasets project of this
+"""A new layer kind needs its spec file, its layer file and their registry lines, nothing else
+of Plexus (issue 47: "a new-kind commit touches its file, the registry and tests only"; issue 57:
+the spec torch-free in the partitioner project, the torch code in the engine). The test makes
+such a commit in a copy of the partitioner project and of the engine — PyG's GraphConv with
+``aggr="mean"`` as a kind of its own, ``graphconvmean`` — and, with the datasets project of this
 checkout unchanged, checks that the whole stack takes it from the declaration: the serial
 model equals PyG's layer (logits and gradients, undirected and directed), ``plexus-train
 --model graphconvmean`` trains with the same losses on 1x1x1 and 2x1x2 and the bytes its
@@ -23,19 +24,33 @@ from helpers import REPO
 
 pytestmark = pytest.mark.slow
 
-# the new kind's file as a developer writes it: the closest kind's (GraphConv, aggr "add"),
-# copied and changed to the mean
-EDITS = (("class GraphConv(", "class GraphConvMean("),
-         ('name = "graphconv"', 'name = "graphconvmean"'),
-         ('root_weight_kind("graphconv", "sum",', 'root_weight_kind("graphconvmean", "mean",'),
-         ("GraphConv(aggr='add'): sum", "GraphConv(aggr='mean'): mean"))
+# the new kind's files as a developer writes them: the closest kind's (GraphConv, aggr "add"),
+# copied and changed to the mean: its spec, then its layer
+SPEC_EDITS = (("class GraphConv(", "class GraphConvMean("),
+              ('name = "graphconv"', 'name = "graphconvmean"'),
+              ('root_weight_kind("graphconv", "sum",', 'root_weight_kind("graphconvmean", "mean",'),
+              ("GraphConv(aggr='add'): sum", "GraphConv(aggr='mean'): mean"))
+LAYER_EDITS = (("class GraphConv(", "class GraphConvMean("),
+               ('name = "graphconv"', 'name = "graphconvmean"'))
 
 
-def kind_file(template: str) -> str:
-    for old, new in EDITS:
+def kind_file(template: str, edits: tuple[tuple[str, str], ...]) -> str:
+    for old, new in edits:
         assert template.count(old) == 1, old
         template = template.replace(old, new)
     return template
+
+
+def add_to_registry(folder, template: str, edits) -> None:
+    """Write ``graphconvmean.py`` beside ``graphconv.py`` in ``folder`` and list it in the
+    folder's registry (``__init__.py``): two changed lines, the import and ``MODULES``."""
+    (folder / "graphconvmean.py").write_text(kind_file((folder / template).read_text(), edits))
+    registry = (folder / "__init__.py").read_text()
+    edited = registry.replace("graphconv, sage\n", "graphconv, graphconvmean, sage\n", 1)
+    edited = edited.replace("graphconv, batchnorm)", "graphconv, graphconvmean, batchnorm)", 1)
+    changed = [(a, b) for a, b in zip(registry.splitlines(), edited.splitlines()) if a != b]
+    assert len(changed) == 2 and len(edited.splitlines()) == len(registry.splitlines())
+    (folder / "__init__.py").write_text(edited)
 
 
 # serial model vs PyG's GraphConv(aggr="mean") stack with the same weights
@@ -68,23 +83,18 @@ SPEC = "rmat:scale=7,features=12,classes=4"
 
 
 def test_a_new_kind_needs_its_file_and_one_registry_line(tmp_path):
-    part = tmp_path / "partitioners"
-    shutil.copytree(REPO / "partitioners", part,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
-    ops = part / "plexus_partition" / "model" / "ops"
-    (ops / "graphconvmean.py").write_text(kind_file((ops / "graphconv.py").read_text()))
-    registry = (ops / "__init__.py").read_text()
-    edited = registry.replace("graphconv, sage\n", "graphconv, graphconvmean, sage\n", 1)
-    edited = edited.replace("graphconv, batchnorm)", "graphconv, graphconvmean, batchnorm)", 1)
-    # the commit: one new file, two changed lines of the registry
-    changed = [(a, b) for a, b in zip(registry.splitlines(), edited.splitlines()) if a != b]
-    assert len(changed) == 2 and len(edited.splitlines()) == len(registry.splitlines())
-    (ops / "__init__.py").write_text(edited)
+    part, engine = tmp_path / "partitioners", tmp_path / "engine"
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    shutil.copytree(REPO / "partitioners", part, ignore=skip)
+    shutil.copytree(REPO / "plexus", engine / "plexus", ignore=skip)
+    # the commit: two new files (the spec, the layer), two changed lines of each registry
+    add_to_registry(part / "plexus_partition" / "model" / "ops", "graphconv.py", SPEC_EDITS)
+    add_to_registry(engine / "plexus" / "engine" / "kinds", "graphconv.py", LAYER_EDITS)
 
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
                                                              "OMP_NUM_THREADS")}
-    # the copy's partitioner first: this checkout's engine, datasets and tests after it
-    env["PYTHONPATH"] = os.pathsep.join(map(str, (part, REPO / "tests", REPO,
+    # the copies first: this checkout's datasets and tests after them
+    env["PYTHONPATH"] = os.pathsep.join(map(str, (part, engine, REPO / "tests", REPO,
                                                   REPO / "datasets")))
 
     def run(*args: str) -> subprocess.CompletedProcess:

@@ -5,7 +5,7 @@ them (`plexus.perfmodel`), and the tests compare the engine's ledger with them; 
 this list, so the schedule is written down once. An operator's own collectives are recorded
 from a dry run of its torch code (`Recorder`, which the engine injects:
 `plexus.engine.dryrun`), or read from its declaration where it writes one
-(`plexus_partition.model.ops.base.Operator.declares`); this module adds what every stage shares
+(`plexus_partition.model.ops.base.KindSpec.declares`); this module adds what every stage shares
 and puts them in program order. Sizes are the padded ones of
 `plexus_partition.model.layout.padding`; see docs/design.md for the layouts they come from.
 
@@ -220,7 +220,7 @@ class _Schedule:
 
     def operator(self, name: str, add, z: StageSizes, phase: str) -> None:
         """Add operator ``name``'s collectives of ``phase`` ("forward", "eval", "backward"):
-        its declarations where it writes them (`Operator.declares`), else the recorder's."""
+        its declarations where it writes them (`KindSpec.declares`), else the recorder's."""
         op = OPERATORS[name]
         if op.declares:
             op.backward(add, z) if phase == "backward" else op.forward(add, z, phase)

@@ -3,11 +3,11 @@
 An operator is one kind of stage (a graph convolution, a dense layer, GAT) or what follows one
 (BatchNorm). Its declaration is the single description of the stage that the engine, the
 collective schedule, the performance model, the memory check, the exporter and the ledger test
-read: its parameters (`Param`), its flops (`flops`) and what it holds in memory (`memory`);
-its torch code (``stage``, on the stage toolkit) and serial reference (``serial``) beside it, no
-torch imported at module level. The collectives the torch code issues, with their sizes, are
-recorded from a dry run of it (`plexus.engine.dryrun`), unless the operator declares them
-(`forward`, `backward`).
+read: its parameters (`Param`), its flops (`flops`) and what it holds in memory (`memory`).
+It is the kind's torch-free spec: its torch code (``stage``, on the stage toolkit) and serial
+reference (``serial``) are its layer in the engine (`plexus.engine.kinds`). The collectives the
+torch code issues, with their sizes, are recorded from a dry run of it (`plexus.engine.dryrun`),
+unless the operator declares them (`forward`, `backward`).
 """
 
 from __future__ import annotations
@@ -17,11 +17,6 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Sequence
 
 from plexus_partition.model.layout import LayerPlan, Padding
-
-#: The torch code's types, named only (plexus.core imports neither torch nor the engine): a
-#: tensor, the stage toolkit `plexus.engine.graph3d.StageGraph`, the serial model
-#: `plexus.engine.serial.SerialModel`
-Tensor = StageGraph = SerialModel = Any
 
 NORMS = ("none", "batch")
 
@@ -43,7 +38,7 @@ class Param:
     W; columns: its inner width), "inner" (one entry per inner column, cut like W's columns),
     "vector" (one per output column, cut like the output's columns) or "scalar" (replicated).
     The inner width is the output width, except for a GAT stage that averages ``heads`` heads:
-    there it is ``heads`` blocks of the output width (`Operator.head_blocks`), each padded like
+    there it is ``heads`` blocks of the output width (`KindSpec.head_blocks`), each padded like
     the output. ``init`` is "glorot" (uniform ±√(6/(rows+cols)), drawn in stage order from
     generator ``stream``: 0 for the weights W, 1 for the rest), "glorot_heads" (the same bound
     from heads and per-head width, as PyG's attention vectors), "linear" (PyG's and torch's
@@ -88,7 +83,7 @@ class StageSizes:
 
     ``o``, ``i``, ``d`` are the sizes of its outer, inner and depth axes, ``n`` the padded node
     count, ``D`` and ``D2`` its padded input and output widths, ``Di`` its padded inner width
-    (`Operator.inner_width`), ``nnz`` the non-zeros of the whole Â (self loops included).
+    (`KindSpec.inner_width`), ``nnz`` the non-zeros of the whole Â (self loops included).
     """
 
     plan: LayerPlan
@@ -272,8 +267,10 @@ def param_memory(z: StageSizes, shard: float, gathered: float, vectors: float = 
     return weights, 2 * own * MASTER_BYTES
 
 
-class Operator:
-    """The declaration of one operator; subclasses fill in what applies."""
+class KindSpec:
+    """The declaration of one operator, torch-free: what cutting and pricing need (its
+    parameters, widths, flops, memory; its torch code is its `plexus.engine.kinds` layer);
+    subclasses fill in what applies."""
 
     name = ""
     graph = True  # multiplies by a block of Â (the partitioner cuts one for it)
@@ -329,15 +326,15 @@ class Operator:
     @property
     def declares(self) -> bool:
         """Whether the operator writes its collectives by hand (`forward`, `backward`); one
-        that does not (no built-in kind does) has them recorded from a dry run of its torch
-        code (`plexus_partition.model.schedule.Recorder`, the engine's
+        that does not (no built-in kind does) has them recorded from a dry run of its layer's
+        torch code (`plexus_partition.model.schedule.Recorder`, the engine's
         `plexus.engine.dryrun.StageRecorder`)."""
-        return type(self).forward is not Operator.forward
+        return type(self).forward is not KindSpec.forward
 
     def forward(self, add: Add, z: StageSizes, phase: str) -> None:
         """Add the collectives of the stage's forward (``phase`` "forward" or "eval") in program
         order, besides the stage framework's own (AG(H) on stage 0). Optional: without it (and
-        `backward`) a dry run of `stage` records them."""
+        `backward`) a dry run of its layer's ``stage`` records them."""
         raise NotImplementedError
 
     def backward(self, add: Add, z: StageSizes) -> None:
@@ -349,21 +346,6 @@ class Operator:
         raise NotImplementedError
 
     def memory(self, z: StageSizes) -> StageMemory:
-        raise NotImplementedError
-
-    # ---- the torch code (run by the engine; nothing here imports torch) ----------------------
-    def stage(self, g: StageGraph, H: Tensor, step: int | None) -> Tensor:
-        """The stage on the grid, written with the stage toolkit ``g``
-        (`plexus.engine.graph3d.StageGraph`: ``g.linear``, ``g.aggregate``, ``g.conv``,
-        ``g.dropout``, the edge operations; the parameter shards ``g.param(kind)``): H received
-        (rows by o, columns by i), its output before the bias (the engine adds it). What it
-        issues is the schedule (a dry run records it; the toolkit names each collective)."""
-        raise NotImplementedError
-
-    def serial(self, m: SerialModel, p: LayerPlan, H: Tensor, step: int | None) -> Tensor:
-        """The serial reference of the stage on the whole graph before its bias: ``m`` is the
-        serial model (``m.adj``: Â as a torch sparse matrix, ``m.param(kind, stage)``, ``m.cfg``,
-        ``m.seed``, ``m.training``); tensor methods only (``m.adj @ X``)."""
         raise NotImplementedError
 
 
@@ -431,7 +413,7 @@ def glorot_bound(rows: int, cols: int) -> float:
 
 
 def stage_sizes(plans: Sequence[LayerPlan], shape: Mapping[str, int], pad: Padding,
-                ops: Mapping[str, Operator], drops: Sequence[bool] | None = None,
+                ops: Mapping[str, KindSpec], drops: Sequence[bool] | None = None,
                 **common: Any) -> list[StageSizes]:
     """`StageSizes` of every stage of ``plans`` on ``shape`` (``drops``: whether dropout hits
     each stage's input; ``common``: the other fields, the same for every stage)."""

@@ -7,21 +7,21 @@ every rank normalizes with the statistics of all N nodes; their gradients are al
 r again in backward. γ, β and the running statistics (momentum 0.1, unbiased variance) are cut
 like a bias. Statistics and normalization are float32 whatever the compute precision (a
 bfloat16 variance of a sum over all nodes loses most of its digits): the all-reduces carry 4
-bytes per element (the stage issues them exactly, `Operator.statistics`; the dry run records
-them so and the ledger test pins it). The torch code runs in the one
-stage class (`plexus.engine.ops.Stage3D`), the running statistics its buffers.
+bytes per element (the stage issues them exactly, `KindSpec.statistics`; the dry run records
+them so and the ledger test pins it). The torch code is its layer, `plexus.engine.kinds.batchnorm`,
+run in the one stage class (`plexus.engine.stage.Stage3D`), the running statistics its buffers.
 """
 
 from __future__ import annotations
 
-from .base import (Flops, MASTER_BYTES, Operator, Param, StageMemory, StageSizes,
+from .base import (Flops, KindSpec, MASTER_BYTES, Param, StageMemory, StageSizes,
                    param_memory)
 
 STAT_BYTES = 4  # float32 statistics in every compute precision
 MOMENTUM, EPS = 0.1, 1e-5  # torch.nn.BatchNorm1d's defaults
 
 
-class BatchNorm(Operator):
+class BatchNorm(KindSpec):
     name = "batchnorm"
     graph = False
     has_bias = False
@@ -36,44 +36,6 @@ class BatchNorm(Operator):
 
     def pyg_extras(self, plan, d_in, d_out, model_bias):
         return []  # num_batches_tracked: the exporter writes the epoch count
-
-    def stage(self, g, x, step):
-        """y = (x − mean) / sqrt(var + eps) · γ + β over the real rows (float32, cast back);
-        training: the batch statistics, AR(Σx) and AR(Σx²) over r, and (unless ``g.update_stats``
-        is off: a recomputed pass) the running ones updated as BatchNorm1d (unbiased variance);
-        evaluation: the running statistics."""
-        dtype, x = x.dtype, x.float()  # float32 statistics (a no-op on float32)
-        r, c, n = g.plan.out_rows, g.comm, g.num_nodes
-        if g.training:
-            real = g.cached("real", lambda: (g.output_ids >= 0).unsqueeze(1))
-
-            def column_sum(v, name: str):
-                with c.labelled(f"AR(Σ{name})", f"AR(dΣ{name})"):
-                    total = c.all_reduce((v * real).sum(0), r)  # AR(Σx) over r
-                    return c.all_reduce_grad(total, r)        # bwd: AR(dΣx) over r
-
-            mean = column_sum(x, "x") / n
-            xc = x - mean
-            var = column_sum(xc * xc, "x²") / n
-            if g.update_stats:  # buffers: in-place updates of detached values, no graph
-                g.stats["mean"].mul_(1 - MOMENTUM).add_(MOMENTUM * mean.detach())
-                unbiased = var.detach() * (n / max(n - 1, 1))
-                g.stats["var"].mul_(1 - MOMENTUM).add_(MOMENTUM * unbiased)
-        else:
-            xc, var = x - g.stats["mean"], g.stats["var"]
-        with c.labelled(backward="AR(dγ)"):
-            gamma = c.all_reduce_grad(g.param("gamma"), r)    # bwd: AR(dγ) over r
-        with c.labelled(backward="AR(dβ)"):
-            beta = c.all_reduce_grad(g.param("beta"), r)      # bwd: AR(dβ) over r
-        return (xc * (var + EPS).rsqrt() * gamma + beta).to(dtype)
-
-    def serial(self, m, p, OUT, step=None):
-        """``torch.nn.functional.batch_norm`` with the model's running statistics (updated when
-        training), momentum 0.1, eps 1e-5."""
-        from torch.nn.functional import batch_norm
-        s = p.index
-        return batch_norm(OUT, m.stat("mean", s), m.stat("var", s), m.param("gamma", s),
-                          m.param("beta", s), m.training, MOMENTUM, EPS)
 
     def flops(self, z: StageSizes) -> Flops:
         return Flops()  # elementwise: a few passes over the output, not priced

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 
-from .base import (Flops, MASTER_BYTES, ModelKind, Operator, Param, StageMemory,
+from .base import (Flops, KindSpec, MASTER_BYTES, ModelKind, Param, StageMemory,
                    StageSizes, dropout_work, param_memory)
 
 
@@ -47,7 +47,7 @@ class RootTerm(enum.Enum):
         return self is RootTerm.SCALED
 
 
-class ConvOperator(Operator):
+class ConvOperator(KindSpec):
     """A graph convolution stage; subclasses say which root term it has."""
 
     def root(self, plan) -> RootTerm:
@@ -64,10 +64,6 @@ class ConvOperator(Operator):
 
     def gathers_wr(self, plan) -> bool:
         return self.root(plan).learned
-
-    def stage(self, g, H, step):
-        """The toolkit's graph convolution with this operator's root term (``g.conv``)."""
-        return g.conv(H, step, self.root(g.plan), Wr=g.param("Wr"), eps=g.param("eps"))
 
     def uses_plain_block(self, plan) -> bool:
         """Without a root term the stage multiplies by the shard's block (and its transpose);
@@ -181,12 +177,6 @@ class RootWeightConv(ConvOperator):
                 Param("Wr", (d_in, d_out), "weight", "linear", stream=1, pyg=self.wr_pyg,
                       transform="T"),
                 *(bias if plan.bias else [])]
-
-    def serial(self, m, p, H, step):
-        """(M·H)·W + H·Wr, in the configured order (for like rounding)."""
-        W = m.param("W", p.index)
-        OUT = (m.adj @ H) @ W if p.order == "agg" else m.adj @ (H @ W)
-        return OUT + H @ m.param("Wr", p.index)
 
 
 #: PyG's ``aggr`` for each aggregation a root-weight convolution sums over

@@ -7,11 +7,11 @@ rows-by-o, columns-by-d, replicated over i: the rows never move.
 
 from __future__ import annotations
 
-from .base import (Flops, ModelKind, Operator, Param, StageMemory, StageSizes,
+from .base import (Flops, KindSpec, ModelKind, Param, StageMemory, StageSizes,
                    dropout_work, param_memory)
 
 
-class Dense(Operator):
+class Dense(KindSpec):
     name = "dense"
     graph = False
     bias_pyg = "bias"
@@ -22,14 +22,6 @@ class Dense(Operator):
     def params(self, plan, d_in, d_out):
         return [Param("W", (d_in, d_out), "weight", "glorot", stream=0, pyg="weight",
                       transform="T"), *self.bias_param(plan, d_out)]
-
-    def stage(self, g, H, step):
-        """OUT = dropout(H)·W: AG(W) over o, AR(OUT) over i; the rows never move."""
-        return g.linear(g.dropout(H, g.stage_rate(), step), g.param("W"))
-
-    def serial(self, m, p, H, step):
-        """H·W."""
-        return H @ m.param("W", p.index)
 
     def flops(self, z: StageSizes) -> Flops:
         mm_one = 2.0 * (z.n / z.o) * (z.D / z.i) * (z.D2 / z.d)

@@ -37,12 +37,6 @@ class GCN(ConvOperator):
         return [Param("W", (d_in, d_out), "weight", "glorot", stream=0, pyg="lin.weight",
                       transform="T"), *self.bias_param(plan, d_out)]
 
-    def serial(self, m, p, H, step):
-        """Â·H·W (+ H) in the configured order (for like rounding)."""
-        W = m.param("W", p.index)
-        OUT = (m.adj @ H) @ W if p.order == "agg" else m.adj @ (H @ W)
-        return OUT + H if self.adds_input(p) else OUT
-
 
 KIND = ModelKind("gcn", ("gcn",), "gcn", "GCNConv", ("convs.{l}.",),
                  "GCNConv: symmetric-normalized sum over in-neighbours and the node itself",

@@ -43,13 +43,6 @@ class GIN(ConvOperator):
             out.append(Param("eps", (1,), "scalar", "zeros", pyg="eps"))
         return out
 
-    def serial(self, m, p, H, step):
-        """(M·X + (1+ε)·X) with X = H (aggregate first, then ·W) or X = H·W (combine first)."""
-        W, eps = m.param("W", p.index), m.param("eps", p.index)
-        X = H if p.order == "agg" else H @ W
-        AGG = m.adj @ X + (1 + (eps if eps is not None else 0.0)) * X
-        return AGG @ W if p.order == "agg" else AGG
-
     def pyg_extras(self, plan, d_in, d_out, model_bias):
         extra = super().pyg_extras(plan, d_in, d_out, model_bias)
         if not self.learns_eps(plan):  # PyG's GINConv holds ε as a buffer: fixed at 0

@@ -1,9 +1,9 @@
 """GraphConv (PyG's GraphConv, Morris et al., aggr "add"): H'_i = W1·H_i + W2·Σ_{j→i} H_j + b.
 
-The whole kind in one file: a convolution with a root weight over the sum aggregation (M, no
-self loops: "sum"), so its collectives, flops, memory, torch code (the toolkit's ``g.conv``) and
-serial reference are `RootWeightConv`'s, as SAGE's over the mean; its PyG names and layer are
-below.
+The kind's spec: a convolution with a root weight over the sum aggregation (M, no self loops:
+"sum"), so its collectives, flops and memory are `RootWeightConv`'s, as SAGE's over the mean (its
+torch code, the toolkit's ``g.conv``, and serial reference: `plexus.engine.kinds.graphconv`);
+its PyG names and layer are below.
 """
 
 from __future__ import annotations
