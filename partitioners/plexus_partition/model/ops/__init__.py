@@ -34,12 +34,13 @@ __all__ = ["OPERATORS", "KINDS", "NORMS", "NORM_OP", "ACTIVATION_MODULES", "ACTI
 
 
 def __getattr__(name: str) -> object:
-    """``Operator``, the spec's old name, with a `DeprecationWarning` (it goes in the next
-    release)."""
+    """``Operator``, the spec's old name, with a `DeprecationWarning` (deprecated in 0.2.0,
+    removed in 0.3.0)."""
     if name == "Operator":
         import warnings
         warnings.warn("plexus_partition.model.ops.Operator is KindSpec now (the torch code is "
-                      "plexus.engine.kinds'): import it by that name", DeprecationWarning,
+                      "plexus.engine.kinds'): import it by that name (removed in 0.3.0)",
+                      DeprecationWarning,
                       stacklevel=2)
         return KindSpec
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
