@@ -1,5 +1,5 @@
-"""Layers for tests/nn/test_nn_layouts.py, importable by the ranks of a local world: the README's
-example layer (read from README.md's python block, so the test checks what the README shows),
+"""Layers for tests/nn/test_nn_layouts.py, importable by the ranks of a local world: the docs'
+example layer (read from docs/python-api.md's python block, so the test checks what the page shows),
 layers with layout mistakes, a layer right on 1x1x1 and wrong on a grid, layers on edge values;
 and `rank_checks`, the whole test file's work inside one world."""
 
@@ -15,10 +15,10 @@ import plexus.nn as pnn
 from plexus_datasets.graph import incoming
 from plexus.nn.check import layer_records
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "python-api.md"
 _block = next(b for b in re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"),
                                     re.S) if "pnn.Layer" in b)
-exec(_block.split('if __name__ == "__main__":')[0], globals())  # noqa: S102 (our README)
+exec(_block.split('if __name__ == "__main__":')[0], globals())  # noqa: S102 (our docs)
 README_LAYER = "WeightedConv"
 
 

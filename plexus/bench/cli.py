@@ -28,9 +28,9 @@ def _check_command() -> Any:
 def bench_parser() -> Any:
     """The whole ``plexus-bench`` parser (``calibrate`` and ``check``), as ``--help`` prints
     it (docs/options.py generates the options reference from it)."""
-    from plexus.perfmodel.benchcli import _bench_parser
+    from plexus.perfmodel.benchcli import bench_parser as perfmodel_parser
 
-    return _bench_parser([_check_command()])
+    return perfmodel_parser([_check_command()])
 
 
 def bench_main(argv: Sequence[str] | None = None) -> int:
