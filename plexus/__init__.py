@@ -69,6 +69,8 @@ _EXPORTS = {
     "full_weights": "plexus.api",
     "load_pyg": "plexus.api",
     "ExportError": "plexus.api",
+    "infer": "plexus.api",
+    "InferenceError": "plexus.api",
     "RECIPES": "plexus.api",
     "run_script": "plexus.api",
     "ogb_evaluate": "plexus.api",
@@ -95,7 +97,7 @@ if TYPE_CHECKING:  # noqa: F401 — for type checkers and IDEs: the same names, 
     from plexus.api import (RECIPES, ExportError, GatherTooLargeError, GraphModel,
                             distributed_model, full_weights, gather_embeddings, gather_logits,
                             gather_outputs, gather_predictions, init, launch, load_outputs,
-                            load_pyg, save_outputs,
+                            load_pyg, save_outputs, infer, InferenceError,
                             ogb_evaluate, run_script, save_weights)
     from plexus_partition.model.cli import UsageError
     from plexus_partition.model.grid import GridShape

@@ -52,8 +52,8 @@ def _to_pyg(decl: Param, tensor: torch.Tensor) -> torch.Tensor:
     return t.contiguous()
 
 
-def _declared(config: ModelConfig, num_features: int, num_classes: int, extras: bool = False
-              ) -> list[tuple[str, str, Param]]:
+def declared_tensors(config: ModelConfig, num_features: int, num_classes: int,
+                     extras: bool = False) -> list[tuple[str, str, Param]]:
     """(engine name, PyG name, declaration) of every parameter and statistic; with ``extras``
     what PyG's modules hold and Plexus does not
     (`plexus_partition.model.ops.Operator.pyg_extras`)."""
@@ -75,7 +75,7 @@ def _declared(config: ModelConfig, num_features: int, num_classes: int, extras: 
 def pyg_names(config: ModelConfig, num_features: int, num_classes: int) -> dict[str, str]:
     """Engine name ("W0", "att_src1", "mean0", ...) -> PyG name of every parameter and running
     statistic of the model."""
-    return {name: pyg for name, pyg, _ in _declared(config, num_features, num_classes)}
+    return {name: pyg for name, pyg, _ in declared_tensors(config, num_features, num_classes)}
 
 
 def pyg_state_dict(full: dict[str, torch.Tensor], config: ModelConfig, num_features: int,
@@ -87,7 +87,7 @@ def pyg_state_dict(full: dict[str, torch.Tensor], config: ModelConfig, num_featu
     ``num_batches_tracked`` (``epochs``). Raises ValueError for a tensor the declarations do not
     name."""
     declared = {name: (pyg, decl) for name, pyg, decl in
-                _declared(config, num_features, num_classes)}
+                declared_tensors(config, num_features, num_classes)}
     out = {}
     for name, tensor in full.items():
         if name == "features":
@@ -97,7 +97,7 @@ def pyg_state_dict(full: dict[str, torch.Tensor], config: ModelConfig, num_featu
                              "its operator's declaration (plexus_partition.model.ops) must list it")
         pyg, decl = declared[name]
         out[pyg] = _to_pyg(decl, tensor)
-    for _, pyg, decl in _declared(config, num_features, num_classes, extras=True):
+    for _, pyg, decl in declared_tensors(config, num_features, num_classes, extras=True):
         out.setdefault(pyg, torch.zeros(decl.shape) if decl.init == "zeros"
                        else torch.ones(decl.shape))
     for p in config.plans(num_features, num_classes):
