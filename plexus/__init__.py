@@ -51,7 +51,8 @@ _EXPORTS = {
     "Trainer": "plexus.engine.trainer",
     "build_model": "plexus.engine.build",
     "ModelSpec": "plexus.perfmodel",
-    "predict": "plexus.perfmodel",
+    "estimate": "plexus.perfmodel",
+    "predict": "plexus.perfmodel",  # deprecated: estimate (DeprecationWarning when called)
     "choose_grid": "plexus.perfmodel",
     # the Python API (plexus.api): your own training loop on the grid
     "launch": "plexus.api",
@@ -110,4 +111,4 @@ if TYPE_CHECKING:  # noqa: F401 — for type checkers and IDEs: the same names, 
     from plexus.engine.serial import SerialModel
     from plexus.engine.trainer import Trainer
     from plexus_partition import RankShard, make_permutation, shard_graph
-    from plexus.perfmodel import ModelSpec, choose_grid, predict
+    from plexus.perfmodel import ModelSpec, choose_grid, estimate, predict

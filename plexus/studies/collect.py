@@ -116,7 +116,7 @@ def model_spec(summary: dict[str, Any]) -> Any | None:
 def predictions(summary: dict[str, Any], epochs: list[dict[str, Any]],
                 calibration: Any) -> dict[str, Any]:
     """The model's time, memory and bytes for the logged run (empty without graph sizes)."""
-    from plexus.perfmodel import epoch_volume, predict, setup_volume  # noqa: PLC0415
+    from plexus.perfmodel import epoch_volume, estimate, setup_volume  # noqa: PLC0415
 
     spec = model_spec(summary)
     if spec is None:
@@ -124,7 +124,7 @@ def predictions(summary: dict[str, Any], epochs: list[dict[str, Any]],
     grid = GridShape.parse(summary["grid"]).dims
     # ranks that shared a host's cores (on a calibrated CPU machine each runs at its share)
     per_host = (summary.get("environment") or {}).get("ranks_per_host") or {}
-    p = predict(spec, grid, calibration,
+    p = estimate(spec, grid, calibration,
                 ranks_per_host=max(per_host.values()) if per_host else None)
     train = epoch_volume(spec, grid).per_axis("bytes")
     with_eval = epoch_volume(spec, grid, evaluate=True).per_axis("bytes")

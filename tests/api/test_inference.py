@@ -124,3 +124,14 @@ def test_to_pyg_is_from_pygs_inverse():
     np.testing.assert_array_equal(back.labels, cora.labels)
     for split in ("train_mask", "val_mask", "test_mask"):
         np.testing.assert_array_equal(getattr(back, split), getattr(cora, split))
+
+
+def test_the_performance_models_predict_is_now_estimate():
+    """`plexus.predict` was the performance model's epoch time, a trap for anyone looking for
+    model inference (issue 59): it is `plexus.estimate`; the old name warns, for one release."""
+    from plexus.perfmodel import ModelSpec
+
+    spec = ModelSpec(2708, 13264, 1433, 7)
+    with pytest.warns(DeprecationWarning, match="renamed estimate"):
+        old = plexus.predict(spec, (2, 1, 2))
+    assert old == plexus.estimate(spec, (2, 1, 2)) and old.time_s > 0
