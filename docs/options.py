@@ -27,6 +27,7 @@ TOOLS = (
     ("plexus-bench", "plexus.bench.cli:bench_parser"),
     ("plexus-sweep", "plexus.studies.cli:sweep_parser"),
     ("plexus-report", "plexus.studies.cli:report_parser"),
+    ("plexus-predict", "plexus.train.predict:predict_parser"),
 )
 
 HEADER = """# Options of the command-line tools
