@@ -59,9 +59,9 @@ def rows(parser: argparse.ArgumentParser) -> list[tuple[str, str, str]]:
     formatter = parser._get_formatter()  # noqa: SLF001 - the formatter --help itself uses
     out = []
     actions = [a for group in parser._action_groups for a in group._group_actions]  # noqa: SLF001
+    skipped = (argparse._HelpAction, argparse._SubParsersAction)  # noqa: SLF001
     for action in actions:
-        if action.help == argparse.SUPPRESS or isinstance(action, (argparse._HelpAction,  # noqa: SLF001
-                                                                   argparse._SubParsersAction)):  # noqa: SLF001
+        if action.help == argparse.SUPPRESS or isinstance(action, skipped):
             continue
         invocation = formatter._format_action_invocation(action)  # noqa: SLF001
         text = formatter._expand_help(action) if action.help else ""  # noqa: SLF001

@@ -224,6 +224,8 @@ def run_row(rid: str, epochs: list[dict[str, Any]], summary: dict[str, Any],
     row.update({"host": env.get("host"), "hosts": env.get("hosts"), "device": env.get("device"),
                 "gpu": env.get("gpu"), "torch": env.get("torch"),
                 "threads_per_rank": env.get("threads_per_rank"),
+                "cpus_on_host": env.get("cpus_on_host"),
+                "oversubscribed": oversubscribed(env),
                 "slurm_job_id": env.get("slurm_job_id")})
     return row
 
@@ -299,3 +301,16 @@ def columns(rows: Iterable[dict[str, Any]]) -> list[str]:
     rest = [k for k in keys if not k.startswith("t_")]
     at = rest.index("compute_mean_s") if "compute_mean_s" in rest else len(rest)
     return rest[:at] + timers + rest[at:]
+
+
+def oversubscribed(env: dict[str, Any]) -> bool | None:
+    """Whether a CPU run's busiest host ran more threads (its ranks times the threads per rank)
+    than it has cores: its epochs time the sharing, not the grid. None where the log does not
+    say (a GPU run is never)."""
+    if env.get("device") not in (None, "cpu"):
+        return False
+    per_host, threads, cpus = (env.get("ranks_per_host") or {}, env.get("threads_per_rank"),
+                               env.get("cpus_on_host"))
+    if not per_host or not isinstance(threads, int) or not isinstance(cpus, int):
+        return None
+    return max(per_host.values()) * threads > cpus
