@@ -289,3 +289,34 @@ def rank_checks(grids) -> dict:
                                  ("scalars-combine", "ScaledCombine"),
                                  ("scalars-dense", "ScaledDense"))}
     return {"checks": out, "records": records}
+
+
+class Propagate(pnn.Layer):
+    """APPNP's propagation without parameters: 3 hops z ← 0.9·Â·z + 0.1·x (PyG's ``APPNP(K=3,
+    alpha=0.1)``), the width kept; `check_layer` checks it by outputs and input gradients."""
+
+    order = "agg"
+    activation = None
+
+    def __init__(self, in_features, out_features):
+        super().__init__(in_features, out_features)
+        if in_features != out_features:
+            raise ValueError("a propagation keeps its width")
+
+    def forward(self, g, x, step):
+        h = 0.1 * g.to_rows(x)
+        z = x
+        for k in range(3):
+            rows = 0.9 * g.aggregate(z) + h
+            if k < 2:
+                z = g.to_nodes(rows)
+        return g.linear(rows, None, identity=1.0)
+
+
+class TwoHopsWithoutToNodes(Propagate):
+    """Two hops without `g.to_nodes` between them: the second `g.aggregate` gets Â·Z's rows,
+    not the input's, which every grid refuses (1x1x1 included)."""
+
+    def forward(self, g, x, step):
+        rows = g.aggregate(g.aggregate(x))
+        return g.linear(rows, None, identity=1.0)
