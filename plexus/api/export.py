@@ -156,18 +156,10 @@ class ExportError(ValueError):
     describes (a one-line message naming the file)."""
 
 
-def load_pyg(path: str | os.PathLike) -> torch.nn.Module:
-    """The PyG model an export (``save_weights``, ``plexus-train --export``) describes, with its
-    weights loaded strictly, in eval mode, on the CPU: ``model(x, edge_index)`` returns the
-    logits Plexus computes (x: N × features, edge_index: 2 × E, source then target, as PyG's;
-    a model trained with learnable features takes the file's ``features`` as x).
-
-    The model is built from the file's own description of every module (``pyg``: the kind's
-    PyG layer with its widths and options, GIN's inner MLP, BatchNorm1d, residual connections;
-    `plexus.engine.pygmodel`); a file written before that description existed is rebuilt from
-    its ``config``. Needs ``torch_geometric``. Raises `ExportError` (one line) for a file that
-    cannot be read or does not fit its description, ``ImportError`` without torch_geometric.
-    """
+def read_payload(path: str | os.PathLike) -> tuple[Path, dict]:
+    """(the file, its payload) of an export (``save_weights``, ``plexus-train --export``), read
+    on the CPU with ``weights_only``; raises `ExportError` (one line) for a file that is
+    missing, unreadable or not an export."""
     target = Path(path).expanduser()
     try:
         with open_regular(target, ExportError) as f:  # a FIFO would block torch.load
@@ -185,6 +177,22 @@ def load_pyg(path: str | os.PathLike) -> torch.nn.Module:
             "plexus-weights/") or not isinstance(payload.get("state_dict"), dict):
         raise ExportError(f"{target}: not a Plexus weights export (no format "
                           f"{FORMAT!r} and state_dict)")
+    return target, payload
+
+
+def load_pyg(path: str | os.PathLike) -> torch.nn.Module:
+    """The PyG model an export (``save_weights``, ``plexus-train --export``) describes, with its
+    weights loaded strictly, in eval mode, on the CPU: ``model(x, edge_index)`` returns the
+    logits Plexus computes (x: N × features, edge_index: 2 × E, source then target, as PyG's;
+    a model trained with learnable features takes the file's ``features`` as x).
+
+    The model is built from the file's own description of every module (``pyg``: the kind's
+    PyG layer with its widths and options, GIN's inner MLP, BatchNorm1d, residual connections;
+    `plexus.engine.pygmodel`); a file written before that description existed is rebuilt from
+    its ``config``. Needs ``torch_geometric``. Raises `ExportError` (one line) for a file that
+    cannot be read or does not fit its description, ``ImportError`` without torch_geometric.
+    """
+    target, payload = read_payload(path)
     try:
         spec = payload.get("pyg")
         layers = spec.get("layers") if isinstance(spec, dict) else None

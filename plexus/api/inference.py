@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from plexus_datasets import Graph
-from plexus_datasets.files import open_regular
 from plexus_partition.model.model import ModelConfig
 from plexus.engine.config import EngineConfig
 
-from .export import ExportError, check_archive, declared_tensors
+from .export import ExportError, declared_tensors, read_payload
 from .model import GraphModel, distributed_model
 from .outputs import save_outputs
 from .results import gather_logits
@@ -50,21 +48,7 @@ class Weights:
 def read_export(path: str | os.PathLike) -> Weights:
     """The `Weights` of an export file (``plexus-weights/`` format). Raises `ExportError` for a
     file that is not one or whose tensors do not fit the model it describes."""
-    target = Path(path).expanduser()
-    try:
-        with open_regular(target, ExportError) as f:
-            check_archive(f, target)
-            payload = torch.load(f, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise ExportError(f"{target}: no such file; write one with plexus.save_weights or "
-                          "plexus-train --export") from None
-    except ExportError:
-        raise
-    except Exception as e:  # noqa: BLE001 - torch.load raises many kinds for a bad file
-        raise ExportError(f"{target}: not a readable weights file ({type(e).__name__})") from None
-    if not isinstance(payload, dict) or not str(payload.get("format", "")).startswith(
-            "plexus-weights/") or not isinstance(payload.get("state_dict"), dict):
-        raise ExportError(f"{target}: not a Plexus weights export")
+    target, payload = read_payload(path)
     try:
         config = ModelConfig(**payload["config"])
         spec = payload["pyg"]
