@@ -165,9 +165,13 @@ def test_reductions_and_reshapes_over_cut_dimensions_are_refused():
     from plexus.nn.layouts import EDGES, ROWS_OUT
 
     out = _laid(ROWS_OUT, 5, 4)
-    for op in (lambda t: F.normalize(t, dim=1), lambda t: t.sum(1), lambda t: t.norm(dim=1),
-               lambda t: torch.softmax(t, 1), lambda t: t.mean()):
-        with pytest.raises(pnn.LayoutError, match=r"g\.normalize_rows"):
+    # each reduction gets the fix of what it computes (issue 59: not the 2-norm advice for all)
+    for op, fix in ((lambda t: F.normalize(t, dim=1), r"g\.normalize_rows"),
+                    (lambda t: t.norm(dim=1), r"g\.normalize_rows"),
+                    (lambda t: t.sum(1), "no plain reduction over a node's features"),
+                    (lambda t: t.mean(), "no plain reduction over a node's features"),
+                    (lambda t: torch.softmax(t, 1), "the loss takes the softmax")):
+        with pytest.raises(pnn.LayoutError, match=fix):
             op(out)
     for op in (lambda t: t[:, :2], lambda t: t.reshape(-1), lambda t: torch.cat([t, t], 1)):
         with pytest.raises(pnn.LayoutError, match="slicing, reshaping or joining"):
