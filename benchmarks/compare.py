@@ -400,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     counts_orphans = adopt_orphans()  # before the first run: its fork server's ranks count
     lines = [f"compare: {command}",
              f"A = {args.rev} ({commit[:10]}), installed into a temporary folder; "
-             f"B = the tree {tree} ({head_b})",
+             f"B = {'this checkout' if tree == REPO else 'the tree ' + tree.name} ({head_b})",
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}, host "
              f"{os.uname().nodename}, {os.cpu_count()} cpus, load before "
              f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}; mode {mode}, {rounds} rounds "

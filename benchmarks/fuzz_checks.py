@@ -48,7 +48,7 @@ VALUES = ["0", "-1", "1", "2", "3", "7", "64", "1024", "1025", "65535", "65536",
 def _tools():
     from plexus.bench.check import add_arguments
     from plexus_partition.cli import build_parser as partition_parser
-    from plexus.perfmodel.benchcli import BenchCommand, _bench_parser
+    from plexus.perfmodel.benchcli import BenchCommand, bench_parser
     from plexus.perfmodel.cli import _model_parser
     from plexus.studies.cli import sweep_parser
     from plexus.train.parser import build_parser
@@ -59,7 +59,7 @@ def _tools():
                                                     "--layers", "2", "--stats-only"]),
             "plexus-model": (_model_parser, ["--world-size", "4", "--nodes", "1000", "--nnz",
                                              "9000", "--features", "16", "--classes", "4"]),
-            "plexus-bench": (lambda: _bench_parser([check]), ["check"]),
+            "plexus-bench": (lambda: bench_parser([check]), ["check"]),
             "plexus-sweep": (sweep_parser, ["--dataset", "cora", "--out", "/nonexistent/out"])}
 
 

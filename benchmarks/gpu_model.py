@@ -10,7 +10,7 @@ Cases: GCN (3 layers of 256), SAGE (3 layers of 256, mean aggregation) and GAT (
 (default 17, 19, 21: edge factor 16, 128 features, 16 classes), in fp32 and bf16, each on a
 1x1x1 grid of this process (the engine a cluster runs). Measured: the median of ``--epochs``
 training epochs after ``--warmup`` (each synchronised: the loss read on the host).
-Predicted: `plexus.perfmodel.predict` for the same spec on 1x1x1 with the calibration (no
+Predicted: `plexus.perfmodel.estimate` for the same spec on 1x1x1 with the calibration (no
 collectives on one rank: compute and elementwise passes at the calibrated rates of the
 precision). The issue's target: predicted/measured in [0.75, 1.33] for every case.
 
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from plexus.perfmodel import ModelSpec, predict
+    from plexus.perfmodel import ModelSpec, estimate
     from plexus.runtime.local import free_port
     from plexus.testing.gridrun import load_bundle
     from plexus.bench.output import Tee, write_json, write_text
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                 spec = ModelSpec(g.num_nodes, a.nnz, g.num_features, g.num_classes, cfg,
                                  perm="none", dtype_bytes=2 if dtype == "bf16" else 4,
                                  from_store=True, device=device.type)
-                predicted = predict(spec, (1, 1, 1), cal).time_s
+                predicted = estimate(spec, (1, 1, 1), cal).time_s
                 try:
                     step = plexus_model(shard, device, cfg, dtype).train_step
                 except ValueError as e:  # a precision this device's kernels lack (CPU bf16)

@@ -51,7 +51,8 @@ _EXPORTS = {
     "Trainer": "plexus.engine.trainer",
     "build_model": "plexus.engine.build",
     "ModelSpec": "plexus.perfmodel",
-    "predict": "plexus.perfmodel",
+    "estimate": "plexus.perfmodel",
+    "predict": "plexus.perfmodel",  # deprecated: estimate (DeprecationWarning when called)
     "choose_grid": "plexus.perfmodel",
     # the Python API (plexus.api): your own training loop on the grid
     "launch": "plexus.api",
@@ -69,6 +70,8 @@ _EXPORTS = {
     "full_weights": "plexus.api",
     "load_pyg": "plexus.api",
     "ExportError": "plexus.api",
+    "infer": "plexus.api",
+    "InferenceError": "plexus.api",
     "RECIPES": "plexus.api",
     "run_script": "plexus.api",
     "ogb_evaluate": "plexus.api",
@@ -95,7 +98,7 @@ if TYPE_CHECKING:  # noqa: F401 — for type checkers and IDEs: the same names, 
     from plexus.api import (RECIPES, ExportError, GatherTooLargeError, GraphModel,
                             distributed_model, full_weights, gather_embeddings, gather_logits,
                             gather_outputs, gather_predictions, init, launch, load_outputs,
-                            load_pyg, save_outputs,
+                            load_pyg, save_outputs, infer, InferenceError,
                             ogb_evaluate, run_script, save_weights)
     from plexus_partition.model.cli import UsageError
     from plexus_partition.model.grid import GridShape
@@ -108,4 +111,4 @@ if TYPE_CHECKING:  # noqa: F401 — for type checkers and IDEs: the same names, 
     from plexus.engine.serial import SerialModel
     from plexus.engine.trainer import Trainer
     from plexus_partition import RankShard, make_permutation, shard_graph
-    from plexus.perfmodel import ModelSpec, choose_grid, predict
+    from plexus.perfmodel import ModelSpec, choose_grid, estimate, predict

@@ -9,7 +9,7 @@ from typing import Any
 from plexus_partition.console import plexus_partition, run_tool
 
 __all__ = ["plexus_train", "plexus_partition", "plexus_model", "plexus_bench", "plexus_sweep",
-           "plexus_report"]
+           "plexus_report", "plexus_predict"]
 
 
 def plexus_train() -> int:
@@ -38,3 +38,7 @@ def plexus_sweep() -> int:
 
 def plexus_report() -> int:
     return run_tool("plexus-report", "plexus.studies.cli:report_main")
+
+
+def plexus_predict() -> int:
+    return run_tool("plexus-predict", "plexus.train.predict:main")

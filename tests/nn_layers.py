@@ -1,5 +1,5 @@
-"""Layers for tests/nn/test_nn_layouts.py, importable by the ranks of a local world: the README's
-example layer (read from README.md's python block, so the test checks what the README shows),
+"""Layers for tests/nn/test_nn_layouts.py, importable by the ranks of a local world: the docs'
+example layer (read from docs/python-api.md's python block, so the test checks what the page shows),
 layers with layout mistakes, a layer right on 1x1x1 and wrong on a grid, layers on edge values;
 and `rank_checks`, the whole test file's work inside one world."""
 
@@ -15,10 +15,10 @@ import plexus.nn as pnn
 from plexus_datasets.graph import incoming
 from plexus.nn.check import layer_records
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "python-api.md"
 _block = next(b for b in re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"),
                                     re.S) if "pnn.Layer" in b)
-exec(_block.split('if __name__ == "__main__":')[0], globals())  # noqa: S102 (our README)
+exec(_block.split('if __name__ == "__main__":')[0], globals())  # noqa: S102 (our docs)
 README_LAYER = "WeightedConv"
 
 
@@ -289,3 +289,34 @@ def rank_checks(grids) -> dict:
                                  ("scalars-combine", "ScaledCombine"),
                                  ("scalars-dense", "ScaledDense"))}
     return {"checks": out, "records": records}
+
+
+class Propagate(pnn.Layer):
+    """APPNP's propagation without parameters: 3 hops z ← 0.9·Â·z + 0.1·x (PyG's ``APPNP(K=3,
+    alpha=0.1)``), the width kept; `check_layer` checks it by outputs and input gradients."""
+
+    order = "agg"
+    activation = None
+
+    def __init__(self, in_features, out_features):
+        super().__init__(in_features, out_features)
+        if in_features != out_features:
+            raise ValueError("a propagation keeps its width")
+
+    def forward(self, g, x, step):
+        h = 0.1 * g.to_rows(x)
+        z = x
+        for k in range(3):
+            rows = 0.9 * g.aggregate(z) + h
+            if k < 2:
+                z = g.to_nodes(rows)
+        return g.linear(rows, None, identity=1.0)
+
+
+class TwoHopsWithoutToNodes(Propagate):
+    """Two hops without `g.to_nodes` between them: the second `g.aggregate` gets Â·Z's rows,
+    not the input's, which every grid refuses (1x1x1 included)."""
+
+    def forward(self, g, x, step):
+        rows = g.aggregate(g.aggregate(x))
+        return g.linear(rows, None, identity=1.0)

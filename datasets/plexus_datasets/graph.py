@@ -8,11 +8,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from plexus_datasets.base.values import one_line
-
 from . import inputs
 from .errors import MAX_NODES, DatasetError, RootMissing  # noqa: F401 (their home before errors)
-from .validate import check_coo, check_graph_size, check_sparse, csr_from_parts
+from .validate import check_graph_size, check_sparse, csr_from_parts
 
 
 @dataclass
@@ -126,39 +124,17 @@ class Graph:
         values, GCNConv's ``edge_weight``) are the edge weights: a repeated edge's are summed (as
         GCNConv sums its messages), and an undirected graph's two directions get the mean of
         theirs. A bad field raises `DatasetError` (one line)."""
-        if not isinstance(name, str):
-            raise DatasetError(f"name must be a string, got {type(name).__name__}")
-        for attr in ("edge_index", "x", "y"):
-            if getattr(data, attr, None) is None:
-                raise DatasetError(f"{name}: the data has no {attr}")
-        edge_index = inputs.as_array(data.edge_index, name, "edge_index")
-        if edge_index.ndim != 2 or edge_index.shape[0] != 2 or edge_index.dtype.kind not in "iu":
-            raise DatasetError(f"{name}: edge_index must be an integer array of shape (2, E), "
-                               f"got {edge_index.dtype} {edge_index.shape}")
-        x = inputs.as_array(data.x, name, "x")
-        declared = getattr(data, "num_nodes", None)
-        n = x.shape[0] if x.ndim else -1
-        if declared is not None and (isinstance(declared, (bool, np.bool_)) or not isinstance(
-                declared, (int, np.integer)) or declared != n):
-            raise DatasetError(f"{name}: num_nodes is {one_line(repr(declared))[:40]} but x has "
-                               f"{n} rows")
-        check_graph_size(name, n, 2 * edge_index.shape[1], x.shape[1] if x.ndim == 2 else 0)
-        row, col = check_coo(edge_index[0], edge_index[1], (n, n), name, "edge_index")
-        adj = sp.csr_matrix((np.ones(row.size, np.float32), (row, col)), shape=(n, n))
-        adj.sum_duplicates()
-        adj.data[:] = 1.0  # repeated edges count once, here as in the GCN normalization
-        if directed is None:
-            nodiag = adj - sp.diags(adj.diagonal())
-            directed = bool((nodiag != nodiag.T).nnz)
-        if weighted:  # scipy's conversion to CSR sums a repeated edge's weights
-            w = inputs.as_array(getattr(data, "edge_weight", None), name, "edge_weight")
-            if w.shape != (row.size,) or w.dtype.kind not in "biuf":
-                raise DatasetError(f"{name}: weighted=True needs edge_weight, one number per "
-                                   f"edge ({row.size}), got {w.dtype} {w.shape}")
-            adj = sp.coo_matrix((w.astype(np.float64), (row, col)), shape=(n, n))
-        masks = {k: getattr(data, f"{k}_mask", None) for k in ("train", "val", "test")}
-        return cls.from_scipy(adj, x, data.y, **masks, directed=directed, name=name,
-                              multilabel=multilabel, weighted=weighted)
+        from .pyg import graph_from_pyg  # noqa: PLC0415
+
+        return graph_from_pyg(cls, data, directed=directed, name=name, multilabel=multilabel,
+                              weighted=weighted)
+
+    def to_pyg(self) -> Any:
+        """This graph as a ``torch_geometric.data.Data`` (`plexus_datasets.pyg.graph_to_pyg`;
+        needs torch and torch_geometric): the inverse of `from_pyg`."""
+        from .pyg import graph_to_pyg  # noqa: PLC0415
+
+        return graph_to_pyg(self)
 
     def normalized(self, aggregation: str = "gcn") -> sp.csr_matrix:
         """The sparse operator a model with ``aggregation`` multiplies by (`normalize`, with

@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="store directory to write (an existing store is kept unless --force)")
     p.add_argument("--force", action="store_true",
                    help="replace the shard store already at --out (only a store this user's "
-                        "Plexus wrote, with nothing added: README \"Shared machines\")")
+                        "Plexus wrote, with nothing added: docs/shared-machines.md)")
     p.add_argument("--aggregation", default=None, choices=AGGREGATIONS,
                    help=argparse.SUPPRESS)  # replaced by --model: refused with the fix
     p.add_argument("--jobs", type=int, default=1,

@@ -6,7 +6,8 @@ results out.
 predictions and embeddings gathered on rank 0 in the original node order, for graphs small
 enough), `outputs` (the same written by every rank into its own rows of memory-mapped .npy
 files, for any size), `export` (unsharded weights under PyG's parameter names; `load_pyg`: the
-PyG model an export describes, loaded), `recipes` (the OGB examples' settings),
+PyG model an export describes, loaded), `inference` (`infer`: a trained model on a new graph,
+on any grid), `recipes` (the OGB examples' settings),
 `script` (`run_script`: a script's bad input as one line, as the command-line tools say it),
 `ogb` (`ogb_evaluate`: the official OGB evaluator on gathered predictions), `memcheck` (a model
 predicted not to fit in memory refused before it is built: `distributed_model` and plexus-train).
@@ -15,6 +16,7 @@ It sits at the application level, beside `plexus.train`, which uses it for its r
 
 from .export import (ExportError, export_payload, full_weights, load_pyg, pyg_names,
                      pyg_state_dict, save_weights)
+from .inference import InferenceError, Weights, infer, read_export
 from .model import GraphModel, cut_shard, distributed_model, model_from_shard
 from .recipes import RECIPES, Recipe, RecipeError
 from .outputs import OutputsError, load_outputs, save_outputs
@@ -29,7 +31,7 @@ __all__ = [
     "gather_embeddings", "gather_logits", "gather_outputs", "gather_predictions",
     "GatherTooLargeError", "save_outputs", "load_outputs", "OutputsError",
     "pyg_names", "export_payload", "full_weights", "pyg_state_dict", "save_weights",
-    "load_pyg", "ExportError",
+    "load_pyg", "ExportError", "infer", "read_export", "Weights", "InferenceError",
     "RECIPES", "Recipe", "RecipeError", "init", "launch", "run_script", "USER_ERRORS",
     "ogb_evaluate",
 ]

@@ -52,8 +52,8 @@ def _to_pyg(decl: Param, tensor: torch.Tensor) -> torch.Tensor:
     return t.contiguous()
 
 
-def _declared(config: ModelConfig, num_features: int, num_classes: int, extras: bool = False
-              ) -> list[tuple[str, str, Param]]:
+def declared_tensors(config: ModelConfig, num_features: int, num_classes: int,
+                     extras: bool = False) -> list[tuple[str, str, Param]]:
     """(engine name, PyG name, declaration) of every parameter and statistic; with ``extras``
     what PyG's modules hold and Plexus does not
     (`plexus_partition.model.ops.KindSpec.pyg_extras`)."""
@@ -75,7 +75,7 @@ def _declared(config: ModelConfig, num_features: int, num_classes: int, extras: 
 def pyg_names(config: ModelConfig, num_features: int, num_classes: int) -> dict[str, str]:
     """Engine name ("W0", "att_src1", "mean0", ...) -> PyG name of every parameter and running
     statistic of the model."""
-    return {name: pyg for name, pyg, _ in _declared(config, num_features, num_classes)}
+    return {name: pyg for name, pyg, _ in declared_tensors(config, num_features, num_classes)}
 
 
 def pyg_state_dict(full: dict[str, torch.Tensor], config: ModelConfig, num_features: int,
@@ -87,7 +87,7 @@ def pyg_state_dict(full: dict[str, torch.Tensor], config: ModelConfig, num_featu
     ``num_batches_tracked`` (``epochs``). Raises ValueError for a tensor the declarations do not
     name."""
     declared = {name: (pyg, decl) for name, pyg, decl in
-                _declared(config, num_features, num_classes)}
+                declared_tensors(config, num_features, num_classes)}
     out = {}
     for name, tensor in full.items():
         if name == "features":
@@ -97,7 +97,7 @@ def pyg_state_dict(full: dict[str, torch.Tensor], config: ModelConfig, num_featu
                              "its operator's declaration (plexus_partition.model.ops) must list it")
         pyg, decl = declared[name]
         out[pyg] = _to_pyg(decl, tensor)
-    for _, pyg, decl in _declared(config, num_features, num_classes, extras=True):
+    for _, pyg, decl in declared_tensors(config, num_features, num_classes, extras=True):
         out.setdefault(pyg, torch.zeros(decl.shape) if decl.init == "zeros"
                        else torch.ones(decl.shape))
     for p in config.plans(num_features, num_classes):
@@ -156,18 +156,10 @@ class ExportError(ValueError):
     describes (a one-line message naming the file)."""
 
 
-def load_pyg(path: str | os.PathLike) -> torch.nn.Module:
-    """The PyG model an export (``save_weights``, ``plexus-train --export``) describes, with its
-    weights loaded strictly, in eval mode, on the CPU: ``model(x, edge_index)`` returns the
-    logits Plexus computes (x: N × features, edge_index: 2 × E, source then target, as PyG's;
-    a model trained with learnable features takes the file's ``features`` as x).
-
-    The model is built from the file's own description of every module (``pyg``: the kind's
-    PyG layer with its widths and options, GIN's inner MLP, BatchNorm1d, residual connections;
-    `plexus.engine.pygmodel`); a file written before that description existed is rebuilt from
-    its ``config``. Needs ``torch_geometric``. Raises `ExportError` (one line) for a file that
-    cannot be read or does not fit its description, ``ImportError`` without torch_geometric.
-    """
+def read_payload(path: str | os.PathLike) -> tuple[Path, dict]:
+    """(the file, its payload) of an export (``save_weights``, ``plexus-train --export``), read
+    on the CPU with ``weights_only``; raises `ExportError` (one line) for a file that is
+    missing, unreadable or not an export."""
     target = Path(path).expanduser()
     try:
         with open_regular(target, ExportError) as f:  # a FIFO would block torch.load
@@ -185,6 +177,22 @@ def load_pyg(path: str | os.PathLike) -> torch.nn.Module:
             "plexus-weights/") or not isinstance(payload.get("state_dict"), dict):
         raise ExportError(f"{target}: not a Plexus weights export (no format "
                           f"{FORMAT!r} and state_dict)")
+    return target, payload
+
+
+def load_pyg(path: str | os.PathLike) -> torch.nn.Module:
+    """The PyG model an export (``save_weights``, ``plexus-train --export``) describes, with its
+    weights loaded strictly, in eval mode, on the CPU: ``model(x, edge_index)`` returns the
+    logits Plexus computes (x: N × features, edge_index: 2 × E, source then target, as PyG's;
+    a model trained with learnable features takes the file's ``features`` as x).
+
+    The model is built from the file's own description of every module (``pyg``: the kind's
+    PyG layer with its widths and options, GIN's inner MLP, BatchNorm1d, residual connections;
+    `plexus.engine.pygmodel`); a file written before that description existed is rebuilt from
+    its ``config``. Needs ``torch_geometric``. Raises `ExportError` (one line) for a file that
+    cannot be read or does not fit its description, ``ImportError`` without torch_geometric.
+    """
+    target, payload = read_payload(path)
     try:
         spec = payload.get("pyg")
         layers = spec.get("layers") if isinstance(spec, dict) else None

@@ -10,12 +10,11 @@ from .check import add_arguments, check_main
 from .stepcost import step_seconds
 
 
-def bench_main(argv: Sequence[str] | None = None) -> int:
-    """``plexus-bench`` (its console entry point): the performance model's commands
-    (`plexus.perfmodel.benchcli.bench_main`) and ``check``."""
-    from plexus.perfmodel.benchcli import BenchCommand, bench_main as perfmodel_bench_main
+def _check_command() -> Any:
+    """``plexus-bench check`` as a `plexus.perfmodel.benchcli.BenchCommand`."""
+    from plexus.perfmodel.benchcli import BenchCommand
 
-    check = BenchCommand(
+    return BenchCommand(
         "check", help="check the engine against its serial model on this machine's devices",
         description="Run a few grids of 1, 2, 4, ... up to --world-size ranks (GCN and GAT, an "
                     "undirected and a directed small graph) against the serial model: one line "
@@ -24,7 +23,23 @@ def bench_main(argv: Sequence[str] | None = None) -> int:
                     "with one rank per GPU where CUDA is used, gloo on the CPU. Exit 0 if all "
                     "pass, 1 if any fails, 2 on bad input.",
         add_arguments=add_arguments, main=check_main)
-    return perfmodel_bench_main(argv, [check], mask_pass=dropout_pass, step_timer=step_seconds)
+
+
+def bench_parser() -> Any:
+    """The whole ``plexus-bench`` parser (``calibrate`` and ``check``), as ``--help`` prints
+    it (docs/options.py generates the options reference from it)."""
+    from plexus.perfmodel.benchcli import bench_parser as perfmodel_parser
+
+    return perfmodel_parser([_check_command()])
+
+
+def bench_main(argv: Sequence[str] | None = None) -> int:
+    """``plexus-bench`` (its console entry point): the performance model's commands
+    (`plexus.perfmodel.benchcli.bench_main`) and ``check``."""
+    from plexus.perfmodel.benchcli import bench_main as perfmodel_bench_main
+
+    return perfmodel_bench_main(argv, [_check_command()], mask_pass=dropout_pass,
+                                step_timer=step_seconds)
 
 
 def dropout_pass(x: Any) -> Any:

@@ -116,9 +116,35 @@ def layer_records(layer: LayerFactory | str, grids: Sequence[tuple[int, int, int
     return out
 
 
+class _Probe(Layer):
+    """x·W, no aggregation and no activation: in front of a layer without parameters, W's
+    gradient (Xᵀ times the layer's input gradient) carries that input gradient into the check."""
+
+    order = "dense"
+    activation = None
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__(in_features, out_features)
+        self.weight("w")
+
+    def forward(self, g, x, step):  # noqa: ANN001, ANN201 - a Layer's forward
+        return g.linear(x, self.w)
+
+
+def check_layers(make: LayerFactory, num_features: int, hidden: int,
+                 num_classes: int) -> list[Layer]:
+    """The network `check_layer` runs: two of the layer (features → hidden → classes); a layer
+    without parameters (a propagation, as APPNP's) keeps its width, so it runs twice on the
+    classes' width after a `_Probe` (features → classes), whose gradient is the input's."""
+    own = make(num_classes, num_classes)
+    if not own.declared:
+        return [_Probe(num_features, num_classes), own, make(num_classes, num_classes)]
+    return [make(num_features, hidden), make(hidden, num_classes)]
+
+
 def _one_step(make: LayerFactory, g: Graph, grid, hidden: int, dropout: float,
               aggregation: str, seed: int) -> dict:
-    layers = [make(g.num_features, hidden), make(hidden, g.num_classes)]
+    layers = check_layers(make, g.num_features, hidden, g.num_classes)
     net = Network(g, grid, layers, seed=seed, dropout=dropout, aggregation=aggregation)
     net.train()
     z = net(step=STEP)
@@ -219,7 +245,8 @@ def check_layer(layer: type | LayerFactory | str, grids: Sequence[tuple[int, int
     every grid of ``grids`` (1x1x1 first: the reference; one local gloo world per world size)
     on a small undirected and a small directed graph; ``report`` sees one PASS/FAIL line per
     check. Returns the checks; all passed means the layer gives 1x1x1's logits, loss and
-    gradients on every grid (its layouts are consistent)."""
+    gradients on every grid (its layouts are consistent). A layer without parameters (a
+    propagation) is checked by its outputs and its input gradients (`check_layers`)."""
     from plexus_partition.launch.env import threads_per_worker
     from plexus.runtime.world import run_world
 

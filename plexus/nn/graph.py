@@ -326,7 +326,8 @@ def _move(got: str, want: str) -> str:
     if g_rows == "nodes" and w_rows == "Â-rows":
         steps.append("g.to_rows(x) (or g.aggregate(x)) moves it to Â's rows")
     if g_rows == "Â-rows" and w_rows == "nodes":
-        steps.append("Â-rows tensors cannot go back to the input's rows in this layer")
+        steps.append("g.to_nodes(x) moves Â·Z's rows back to the input's, for another hop "
+                     "(g.aggregate) in the same layer")
     if g_cols != w_cols:
         steps.append("g.linear maps ×in to ×out" if g_cols == "in" else
                      "this operation comes before g.linear in this order")

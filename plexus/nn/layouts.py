@@ -176,8 +176,7 @@ def _refuse_cut(name: str, func, layout: str, args, kwargs) -> None:
         return
     cut_cols = layout.endswith("×in") or layout.endswith("×out")
     if bare in REDUCTIONS and (cut_cols or _dim(bare, args, kwargs) not in (1, -1)):
-        fix = ("g.row_norm(x) or g.normalize_rows(x) for a row's 2-norm (all-reduced over "
-               "the columns' axis)" if cut_cols else "reduce over dim=1 (the heads) only")
+        fix = _reduction_fix(bare) if cut_cols else "reduce over dim=1 (the heads) only"
         raise LayoutError(f"{name} over a {layout} tensor: its rows{' and columns' if cut_cols else ''}"
                           f" are cut over the grid, so a reduction sees this rank's block "
                           f"only: {fix}")
@@ -189,6 +188,23 @@ def _refuse_cut(name: str, func, layout: str, args, kwargs) -> None:
         raise LayoutError(f"{name} of a {layout} tensor: each rank holds a block of its rows "
                           "and columns, so slicing, reshaping or joining it differs per grid: "
                           "use g's operations (elementwise torch operations are fine)")
+
+
+#: reductions that are a row's 2-norm, which g all-reduces over the columns' axis
+NORMS = frozenset("norm normalize vector_norm linalg_vector_norm".split())
+
+
+def _reduction_fix(bare: str) -> str:
+    """The fix for a reduction over a node tensor's cut columns, by what it computes."""
+    if bare in NORMS:
+        return ("g.row_norm(x) or g.normalize_rows(x) for a row's 2-norm (all-reduced over the "
+                "columns' axis)")
+    if bare in ("softmax", "log_softmax", "softmin", "logsumexp"):
+        return ("plexus.nn has no softmax over a node's features: the loss takes the softmax "
+                "over the classes itself (return the logits), g.edge_softmax normalizes over "
+                "a node's edges")
+    return ("plexus.nn has no plain reduction over a node's features (a sum, mean, max, ...): "
+            "a learnt one is g.linear(x, self.<weight>); g.row_norm(x) gives a row's 2-norm")
 
 
 def _dim(name: str, args, kwargs):

@@ -9,6 +9,9 @@ crosses on a cluster), `profiles` (built-in GPU nodes; what prices a prediction)
 instantly for billion-edge graphs.
 """
 
+import warnings
+from typing import Any
+
 from plexus_partition.model.schedule import OPS, Collective
 
 from .calibration import (CALIBRATION_ENV, UNCALIBRATED, Calibration, CalibrationError,
@@ -16,7 +19,7 @@ from .calibration import (CALIBRATION_ENV, UNCALIBRATED, Calibration, Calibratio
 from .memory import Memory
 from .model import (CommVolume, Compute, Prediction, choose_grid, choose_orders, collective_time,
                     collectives, epoch_compute, epoch_memory, epoch_volume, factorizations,
-                    predict, rank_configs, setup_volume)
+                    estimate, rank_configs, setup_volume)
 from .placement import Placement, pricing
 from .profiles import load_profile, profile_names, resolve_calibration
 from .spec import ModelSpec, normalize_grid
@@ -27,5 +30,16 @@ __all__ = ["OPS", "Collective", "CALIBRATION_ENV", "UNCALIBRATED", "Calibration"
            "load_profile", "profile_names", "resolve_calibration", "CommVolume", "Compute",
            "Memory", "ModelSpec", "Prediction", "choose_grid", "choose_orders", "collective_time",
            "collectives", "epoch_compute", "epoch_memory", "epoch_volume", "factorizations",
-           "normalize_grid", "predict", "rank_configs", "setup_volume",
+           "normalize_grid", "estimate", "predict", "rank_configs", "setup_volume",
            "SetupMemory", "partition_memory", "read_memory", "run_peak", "setup_memory"]
+
+
+def predict(*args: Any, **kwargs: Any) -> Prediction:
+    """Deprecated name of `estimate` (the performance model's epoch time, volume and memory of a
+    grid), renamed so that it is not mistaken for a trained model's predictions
+    (`plexus.infer`); it warns and calls `estimate` (deprecated in 0.2.0, removed in 0.3.0)."""
+    warnings.warn("plexus.perfmodel.predict is renamed estimate (the performance model's "
+                  "estimate of an epoch; a trained model's predictions are plexus.infer; the old "
+                  "name is removed in 0.3.0)",
+                  DeprecationWarning, stacklevel=2)
+    return estimate(*args, **kwargs)

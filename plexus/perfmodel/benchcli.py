@@ -37,7 +37,8 @@ class BenchCommand:
     main: Callable[[argparse.Namespace], int]  # the exit status; reports its own errors
 
 
-def _bench_parser(commands: Sequence[BenchCommand] = ()) -> ArgumentParser:
+def bench_parser(commands: Sequence[BenchCommand] = ()) -> ArgumentParser:
+    """``plexus-bench``'s parser: ``calibrate`` and the given further ``commands``."""
     p = ArgumentParser(prog="plexus-bench", description="Benchmarks, calibration and checks for "
                                                         "Plexus.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
@@ -93,7 +94,7 @@ def bench_main(argv: Sequence[str] | None = None,
     ``calibrate --device cuda`` times, and ``step_timer``, the engine's training step on a tiny
     graph, which ``calibrate`` on a CPU times for the step's fixed work). Exit 2 on bad input,
     1 if a measurement fails."""
-    parser = _bench_parser(commands)
+    parser = bench_parser(commands)
     extra = {c.name: c for c in commands}
     try:
         args = parser.parse_args(argv)

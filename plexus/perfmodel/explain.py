@@ -1,6 +1,6 @@
 """``plexus-model --explain``: the account of one epoch collective by collective (layer,
 forward/backward, collective, axis and link, elements, bytes per rank, predicted time and its
-share of the epoch), priced exactly as `plexus.perfmodel.model.predict` prices the grid."""
+share of the epoch), priced exactly as `plexus.perfmodel.model.estimate` prices the grid."""
 
 from __future__ import annotations
 

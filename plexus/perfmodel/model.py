@@ -42,7 +42,7 @@ from .spec import BEST_ORDER, Grid3, ModelSpec, normalize_grid, spec_collectives
 
 __all__ = ["BEST_ORDER", "Grid3", "ModelSpec", "normalize_grid", "Memory", "CommVolume",
            "Compute", "Prediction", "collectives", "epoch_volume", "epoch_compute",
-           "epoch_memory", "collective_time", "predict", "factorizations", "rank_configs",
+           "epoch_memory", "collective_time", "estimate", "factorizations", "rank_configs",
            "choose_grid", "choose_orders"]
 
 # Above this many layers choose_orders searches greedily instead of over all 2^L orders.
@@ -322,7 +322,7 @@ def _resolve_orders(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[
                     ranks_per_host: int | None = None,
                     placement: Placement | None = None) -> tuple[str, ...]:
     """The per-layer orders to price: ``orders`` (validated), the model's, or with
-    ``best_orders`` the fastest on this grid (priced as `predict` prices it)."""
+    ``best_orders`` the fastest on this grid (priced as `estimate` prices it)."""
     if orders is not None:
         return parse_order(tuple(orders), spec.model.num_layers)  # type: ignore[return-value]
     fixed = spec.fixed_orders()
@@ -332,11 +332,11 @@ def _resolve_orders(spec: ModelSpec, shape: Mapping[str, int], orders: Sequence[
     return fixed
 
 
-def predict(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
-            calibration: Calibration | None = None,
-            orders: Sequence[str] | None = None,
-            ranks_per_host: int | None = None,
-            placement: Placement | None = None) -> Prediction:
+def estimate(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
+             calibration: Calibration | None = None,
+             orders: Sequence[str] | None = None,
+             ranks_per_host: int | None = None,
+             placement: Placement | None = None) -> Prediction:
     """Predicted epoch time (communication + compute; the only overlap priced is the
     aggregation's pieces' with ``overlap``: `priced_time`), volume and memory on ``grid``.
 
@@ -352,7 +352,7 @@ def predict(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     cal = calibration or Calibration()
     s = normalize_grid(grid)
     if placement is not None and placement.arrange:
-        return min((predict(spec, grid, cal, orders, ranks_per_host, p)
+        return min((estimate(spec, grid, cal, orders, ranks_per_host, p)
                     for p in placement.arrangements(s)), key=lambda p: p.time_s)
     orders = _resolve_orders(spec, s, orders, cal, ranks_per_host, placement)
     vol = epoch_volume(spec, s, orders)
@@ -391,7 +391,7 @@ def rank_configs(world_size: int, spec: ModelSpec, calibration: Calibration | No
                  ranks_per_host: int | None = None,
                  placement: Placement | None = None) -> list[Prediction]:
     """Predictions for every factorization of ``world_size``, fastest first, each priced as
-    `predict` prices it for ``ranks_per_host`` ranks per host (or on a cluster, ``placement``).
+    `estimate` prices it for ``ranks_per_host`` ranks per host (or on a cluster, ``placement``).
 
     Grids over ``memory_limit`` bytes per rank (if given) are kept but flagged ``fits=False`` and
     ranked after every grid that fits; where keeping stage 0's gathered input
@@ -400,10 +400,10 @@ def rank_configs(world_size: int, spec: ModelSpec, calibration: Calibration | No
     """
     preds = []
     for g in factorizations(world_size):
-        p = predict(spec, g, calibration, ranks_per_host=ranks_per_host, placement=placement)
+        p = estimate(spec, g, calibration, ranks_per_host=ranks_per_host, placement=placement)
         p.fits = memory_limit is None or p.memory.total <= memory_limit
         if not p.fits and spec.kept_input:  # the kept input is chosen where memory allows
-            alt = predict(replace(spec, keep_input=False), g, calibration,
+            alt = estimate(replace(spec, keep_input=False), g, calibration,
                           ranks_per_host=ranks_per_host, placement=placement)
             if alt.memory.total <= memory_limit:  # type: ignore[operator]
                 p = alt
@@ -426,7 +426,7 @@ def choose_orders(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
                   ranks_per_host: int | None = None,
                   placement: Placement | None = None) -> tuple[str, ...]:
     """Per-layer product order ("agg"/"combine") with the lowest predicted epoch time on ``grid``
-    (priced by `predict` for ``ranks_per_host`` ranks per host).
+    (priced by `estimate` for ``ranks_per_host`` ranks per host).
 
     The order of one layer changes the roles of all later ones, so up to 12 layers every one of
     the 2^L combinations is compared; deeper models are decided greedily layer by layer (later
@@ -437,7 +437,7 @@ def choose_orders(spec: ModelSpec, grid: Grid3 | Mapping[str, int],
     L = spec.model.num_layers
 
     def cost(orders: tuple[str, ...]) -> float:
-        return predict(spec, s, cal, orders, ranks_per_host, placement).time_s
+        return estimate(spec, s, cal, orders, ranks_per_host, placement).time_s
 
     if L <= _EXHAUSTIVE_ORDER_LAYERS:
         # product() lists all-"agg" first and min() keeps the first minimum: ties favour "agg".

@@ -32,7 +32,7 @@ class Placement:
     ``node``: how many ranks of each axis (x, y, z) a node holds (their product the GPUs per
     node), a block of the grid; None, the launcher's numbering with z fastest (a node holds
     consecutive ranks: as much of z as fits, then of y, then of x). ``arrange``: the model
-    prices every such block (`arrangements`) and keeps the fastest (`predict`)."""
+    prices every such block (`arrangements`) and keeps the fastest (`estimate`)."""
 
     gpus_per_node: int
     node: tuple[int, int, int] | None = None

@@ -232,13 +232,16 @@ def report_main(argv: Sequence[str] | None = None) -> int:
         csv_path = write_csv(folder.target(out / "runs.csv"), rows, columns(rows))
         hosts = sorted({str(r.get("host")) for r in rows})
         gpus = sorted({str(r.get("gpu")) for r in rows if r.get("gpu")})
+        cpus = sorted({str(r["cpus_on_host"]) for r in rows if r.get("cpus_on_host")})
         subtitle = (f"{len(rows)} runs on {', '.join(hosts)}"
-                    + (f", {', '.join(gpus)}" if gpus else ", CPU")
+                    + (f", {', '.join(gpus)}" if gpus else
+                       f", CPU, {'/'.join(cpus)} cores" if cpus else ", CPU")
                     + f", torch {rows[0].get('torch')}")
+        shown = shown_source(calibration.source, folder.root)
         # one set of statistics for the text below and the figures
         stats, check = prediction_stats(rows), check_scaling(rows)
         figs = write_figures(rows, out, subtitle, manifest.get("weak_series", []),
-                             calibration.source, target=folder.target, stats=stats, check=check)
+                             shown, target=folder.target, stats=stats, check=check)
     except (UsageError, ReportError, ValueError, OSError) as e:  # FolderError, SchemaError,
         return report_error(REPORT, e)  # UnsafeTargetError are ValueErrors
     except KeyboardInterrupt:
@@ -262,12 +265,12 @@ def report_main(argv: Sequence[str] | None = None) -> int:
         print(f"{REPORT}: predictions are UNCALIBRATED (the model's built-in GPU rates, not this "
               "machine's): give --calibration FILE (plexus-bench calibrate)", file=sys.stderr)
     else:
-        print(f"predictions priced with {calibration.source}")
+        print(f"predictions priced with {shown}")
     if stats is not None:
         print(stats.line())
         if math.isfinite(stats.spearman):
-            print(f"Spearman rank correlation, measured vs predicted epoch time: "
-                  f"{stats.spearman:.2f}")
+            print(f"rank correlation, measured vs predicted epoch time: "
+                  f"{stats.spearman_line()}")
     for message in check.messages():
         print(f"{REPORT}: warning: {message}", file=sys.stderr)
     if figs["weak_efficiency"]:
@@ -276,6 +279,19 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     skipped = f" (nothing to draw: {', '.join(figs['skipped'])})" if figs["skipped"] else ""
     print(f"{REPORT}: wrote {csv_path} and {len(figs['files'])} figure(s) in {out}{skipped}")
     return 0
+
+
+def shown_source(source: str, root: Path) -> str:
+    """A calibration's source as the report's figures name it: relative to the results folder
+    when inside it, else the file's name (a figure carries no absolute path of the machine that
+    drew it); a profile's or the built-in rates' name as it is."""
+    path = Path(source)
+    if not path.is_absolute():
+        return source
+    try:
+        return str(path.resolve().relative_to(root.resolve()))
+    except (ValueError, OSError):
+        return path.name
 
 
 def fmt(v: object) -> str:

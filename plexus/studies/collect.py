@@ -116,7 +116,7 @@ def model_spec(summary: dict[str, Any]) -> Any | None:
 def predictions(summary: dict[str, Any], epochs: list[dict[str, Any]],
                 calibration: Any) -> dict[str, Any]:
     """The model's time, memory and bytes for the logged run (empty without graph sizes)."""
-    from plexus.perfmodel import epoch_volume, predict, setup_volume  # noqa: PLC0415
+    from plexus.perfmodel import epoch_volume, estimate, setup_volume  # noqa: PLC0415
 
     spec = model_spec(summary)
     if spec is None:
@@ -124,7 +124,7 @@ def predictions(summary: dict[str, Any], epochs: list[dict[str, Any]],
     grid = GridShape.parse(summary["grid"]).dims
     # ranks that shared a host's cores (on a calibrated CPU machine each runs at its share)
     per_host = (summary.get("environment") or {}).get("ranks_per_host") or {}
-    p = predict(spec, grid, calibration,
+    p = estimate(spec, grid, calibration,
                 ranks_per_host=max(per_host.values()) if per_host else None)
     train = epoch_volume(spec, grid).per_axis("bytes")
     with_eval = epoch_volume(spec, grid, evaluate=True).per_axis("bytes")
@@ -224,6 +224,8 @@ def run_row(rid: str, epochs: list[dict[str, Any]], summary: dict[str, Any],
     row.update({"host": env.get("host"), "hosts": env.get("hosts"), "device": env.get("device"),
                 "gpu": env.get("gpu"), "torch": env.get("torch"),
                 "threads_per_rank": env.get("threads_per_rank"),
+                "cpus_on_host": env.get("cpus_on_host"),
+                "oversubscribed": oversubscribed(env),
                 "slurm_job_id": env.get("slurm_job_id")})
     return row
 
@@ -299,3 +301,16 @@ def columns(rows: Iterable[dict[str, Any]]) -> list[str]:
     rest = [k for k in keys if not k.startswith("t_")]
     at = rest.index("compute_mean_s") if "compute_mean_s" in rest else len(rest)
     return rest[:at] + timers + rest[at:]
+
+
+def oversubscribed(env: dict[str, Any]) -> bool | None:
+    """Whether a CPU run's busiest host ran more threads (its ranks times the threads per rank)
+    than it has cores: its epochs time the sharing, not the grid. None where the log does not
+    say (a GPU run is never)."""
+    if env.get("device") not in (None, "cpu"):
+        return False
+    per_host, threads, cpus = (env.get("ranks_per_host") or {}, env.get("threads_per_rank"),
+                               env.get("cpus_on_host"))
+    if not per_host or not isinstance(threads, int) or not isinstance(cpus, int):
+        return None
+    return max(per_host.values()) * threads > cpus

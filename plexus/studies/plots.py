@@ -66,7 +66,7 @@ def strong_scaling(plt: Any, rows: Sequence[Row], subtitle: str,
         return None
     check = check if check is not None else check_scaling(rows)
     fig, ax = plt.subplots(figsize=(7, 4.8))
-    flagged = False
+    flagged = crowded = False
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     worlds_seen: set[int] = set()
     for k, (ds, cs) in enumerate(groups.items()):
@@ -79,7 +79,9 @@ def strong_scaling(plt: Any, rows: Sequence[Row], subtitle: str,
             worlds_seen.add(c.world)
             err = [[max(t - lh[0], 0.0)], [max(lh[1] - t, 0.0)]] if lh else None
             ax.errorbar([c.world], [t], yerr=err, fmt="*" if c.auto else "o",
-                        ms=11 if c.auto else 5, color=col, alpha=0.7, capsize=3)
+                        ms=11 if c.auto else 5, color=col, alpha=0.7, capsize=3,
+                        mfc="none" if c.oversubscribed else col)
+            crowded = crowded or c.oversubscribed
             reps = c.repeats()
             if len(reps) > 1:  # every repeat, not one median
                 ax.scatter([c.world] * len(reps), reps, marker="_", s=90, color=col, zorder=3)
@@ -117,6 +119,10 @@ def strong_scaling(plt: Any, rows: Sequence[Row], subtitle: str,
         ax.plot([], [], "*", color="gray", ms=11, label="grid picked by the model (auto)")
         ax.plot([], [], "o", color="gray", ms=5, label="other grid (bars: quartiles of the epoch times)")
         ax.scatter([], [], marker="_", s=90, color="gray", label="each repeat's median")
+        if crowded:
+            ax.plot([], [], "o", color="gray", mfc="none", ms=5,
+                    label="hollow: ranks x threads > the host's cores (oversubscribed: times "
+                          "the sharing)")
         if flagged:
             ax.scatter([], [], s=120, facecolors="none", edgecolors="tab:red",
                        label="repeats disagree (spread above the threshold): median unreliable")
@@ -325,7 +331,7 @@ def predicted_vs_measured(plt: Any, rows: Sequence[Row], subtitle: str, calibrat
     log_scale(ax, "y")
     ax.set_xlabel(f"model-predicted epoch time (s; rates: {calibration})")
     ax.set_ylabel("measured epoch time (s, median)")
-    ax.set_title(f"Measured vs predicted epoch time: Spearman ρ = {stats.spearman:.2f}\n"
+    ax.set_title(f"Measured vs predicted epoch time: {stats.spearman_line()}\n"
                  f"{stats.line()}\n{subtitle}", fontsize=8)
     ax.legend(fontsize=7, loc="best")
     ax.grid(True, which="both", alpha=0.3)

@@ -41,6 +41,7 @@ class Config:
         self.spec = r0.get("spec") or r0["dataset"]  # the sweep's spec; the log's name if unknown
         self.auto = any("auto" in (r.get("picked_by") or "") for r in rows)
         self.flagged = any(str(r.get("spread_flagged")) == "True" for r in rows)
+        self.oversubscribed = any(str(r.get("oversubscribed")) == "True" for r in rows)
         self.spread = num(r0.get("repeat_spread"))
 
     def repeats(self) -> list[float]:
@@ -86,6 +87,10 @@ def best_per_world(cs: Sequence[Config]) -> dict[int, Config]:
     return dict(sorted(best.items()))
 
 
+#: below this many configurations a rank correlation says little (3 points: ρ = 1 one time in 6)
+FEW_CONFIGURATIONS = 8
+
+
 @dataclass(frozen=True)
 class PredictionStats:
     """Predicted over measured epoch time, one value per configuration (repeats pooled)."""
@@ -96,6 +101,15 @@ class PredictionStats:
     high: float
     within_3x: int
     spearman: float  # measured vs predicted (NaN with fewer than two configurations)
+
+    def spearman_line(self) -> str:
+        """Spearman's ρ with how many configurations it ranks, and a caveat under
+        `FEW_CONFIGURATIONS` (3 points rank perfectly by chance one time in six)."""
+        text = f"Spearman ρ = {self.spearman:.2f} over {self.configurations} configurations"
+        if self.configurations < FEW_CONFIGURATIONS:
+            text += (f" (too few to judge the ranking: fewer than {FEW_CONFIGURATIONS}, a "
+                     "perfect ρ comes by chance)")
+        return text
 
     def line(self) -> str:
         """The sentence the report prints and the figure's title repeats."""

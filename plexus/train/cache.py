@@ -26,7 +26,7 @@ that of a launcher. A run holds its store against eviction while it runs; with a
 once a run has its own (`plexus.train.cacheuse`); a run rebuilds what it needs.
 
 The cache is trusted only when it is this user's and nobody else can write it
-(`Cache.check_trusted`, README "Shared machines"); a store is reused only with this user's seal and
+(`Cache.check_trusted`, docs/shared-machines.md); a store is reused only with this user's seal and
 exactly the files sealed, rebuilt when it is this user's but changed since, and otherwise refused in
 one line and left where it is.
 """

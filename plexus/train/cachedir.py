@@ -79,11 +79,11 @@ class Cache:
     def check_trusted(self) -> None:
         """Raise `CacheError` (one line) unless the cache directory is this user's and nobody
         else can write it (created so, mode 700, when absent): a store, a record or a lock in a
-        directory others can write could be theirs (README "Shared machines")."""
+        directory others can write could be theirs (docs/shared-machines.md)."""
         why = untrusted_dir(self.root)
         if why is not None:
             raise CacheError(f"--cache {self.root}: {why}; Plexus uses only a cache directory of "
-                             "yours that nobody else can write (README \"Shared machines\"): "
+                             "yours that nobody else can write (docs/shared-machines.md): "
                              "give a private --cache DIR, or --no-cache")
 
     def subdir(self, name: str) -> Path:
@@ -98,7 +98,7 @@ class Cache:
         why = untrusted_dir(path)
         if why is not None:
             raise CacheError(f"--cache {self.root}: {path} is {why}; Plexus uses only a cache "
-                             "nobody else can write (README \"Shared machines\"): give a "
+                             "nobody else can write (docs/shared-machines.md): give a "
                              "private --cache DIR, or --no-cache")
         return path
 

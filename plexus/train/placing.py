@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from plexus.api.training import EngineConfig
-from plexus.perfmodel import Calibration, Placement, predict
+from plexus.perfmodel import Calibration, Placement, estimate
 from plexus_partition.model.cli import UsageError
 from plexus_partition.model.grid import GridShape
 from plexus_partition.model.topology import node_block, placed_ranks
@@ -55,7 +55,7 @@ def placed_engine(placement: str, engine: EngineConfig, grid: GridShape,
     if placement == "auto":
         if calibration is None or not calibration.links or spec_of is None:
             return engine
-        best = predict(spec_of(), grid, calibration, placement=Placement(k, arrange=True))
+        best = estimate(spec_of(), grid, calibration, placement=Placement(k, arrange=True))
         block = best.node
     else:
         block = tuple(int(v) for v in placement.split("x"))

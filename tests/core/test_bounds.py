@@ -18,7 +18,7 @@ from plexus_partition.launch.env import JobEnv, LaunchError, detect_environment
 
 def _parsers() -> dict[str, argparse.ArgumentParser]:
     from plexus_partition.cli import build_parser as partition_parser
-    from plexus.perfmodel.benchcli import BenchCommand, _bench_parser
+    from plexus.perfmodel.benchcli import BenchCommand, bench_parser
     from plexus.perfmodel.cli import _model_parser
     from plexus.bench.check import add_arguments
     from plexus.studies.cli import report_parser, sweep_parser
@@ -26,7 +26,7 @@ def _parsers() -> dict[str, argparse.ArgumentParser]:
 
     check = BenchCommand("check", "", "", add_arguments, lambda a: 0)
     return {"plexus-train": build_parser(), "plexus-partition": partition_parser(),
-            "plexus-model": _model_parser(), "plexus-bench": _bench_parser([check]),
+            "plexus-model": _model_parser(), "plexus-bench": bench_parser([check]),
             "plexus-sweep": sweep_parser(), "plexus-report": report_parser()}
 
 

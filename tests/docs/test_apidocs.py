@@ -1,4 +1,4 @@
-"""The API reference: README's command (docs/api.py, pdoc), run as written but into a temporary
+"""The API reference: docs/python-api.md's command (docs/api.py, pdoc), run as written but into a temporary
 folder, builds a page for every public module with the public names on it, and none for the test
 helpers or the study tools."""
 
@@ -20,7 +20,7 @@ OUT = "api-docs/"
 
 
 def readme_command() -> list[str]:
-    lines = [line for line in (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    lines = [line for line in (REPO / "docs" / "python-api.md").read_text(encoding="utf-8").splitlines()
              if line.startswith("./run python docs/api.py ")]
     assert len(lines) == 1, lines
     argv = shlex.split(lines[0])

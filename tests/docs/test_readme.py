@@ -1,6 +1,8 @@
-"""The README's commands work as written, and its figures are the committed results'.
+"""The commands of the README and of the docs/ pages work as written, and the README's figures
+are the committed results'.
 
-Every command of README.md's fenced ``sh``/``bash`` blocks is either run here, exactly as
+Every command of the fenced ``sh``/``bash`` blocks of README.md and docs/*.md is either run here,
+exactly as
 written, by ``bash -c`` in a fresh environment (no ``.venv/bin`` on PATH, no launcher variables)
 from a copy of the repository root, or listed in ``EXPENSIVE`` with the reason it is not; a new
 command that is in neither list fails `test_every_readme_command_is_classified`, so a README
@@ -23,6 +25,10 @@ import pytest
 
 from helpers import REPO
 README = REPO / "README.md"
+#: the pages whose commands are checked: the README (the front door) and the reference in docs/
+#: it links (docs/design.md, the design document, is not a page of commands)
+PAGES = [README, *sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "design.md")]
+TRAINING = REPO / "docs" / "training.md"
 
 # Run in this order (later ones use what earlier ones wrote), each within its time limit.
 CHEAP = [
@@ -129,7 +135,7 @@ def readme_commands(text: str) -> list[tuple[str, str]]:
     return out
 
 
-COMMANDS = readme_commands(README.read_text(encoding="utf-8"))
+COMMANDS = [c for page in PAGES for c in readme_commands(page.read_text(encoding="utf-8"))]
 
 
 def test_every_readme_command_is_classified():
@@ -138,9 +144,17 @@ def test_every_readme_command_is_classified():
     assert not unknown, ("README commands neither run by this test nor listed with a reason: "
                          f"{unknown}")
     gone = [k for k in [*CHEAP, *EXPENSIVE] if k not in keys]
-    assert not gone, f"listed here but no longer in README.md: {gone}"
+    assert not gone, f"listed here but no longer in README.md or docs/: {gone}"
     # the parser sees every kind: plain lines, a continued line, the batch script
     assert "(sbatch script)" in keys and any("--rdzv-endpoint" in k for k in keys)
+
+
+def test_the_readme_is_a_front_door():
+    """At most 300 lines (issue 59: it was 1,041), and it links every docs/ page."""
+    text = README.read_text(encoding="utf-8")
+    assert text.count("\n") <= 300, text.count("\n")
+    for page in PAGES[1:]:
+        assert f"](docs/{page.name})" in text, f"the README does not link docs/{page.name}"
 
 
 def test_no_bare_console_script_in_the_readme():
@@ -260,14 +274,14 @@ def test_benchmark_readme_commands_name_real_scripts_and_options():
 
 
 def test_readme_grid_auto_sample_is_what_the_command_prints(capsys):
-    """The README quotes `--grid auto`'s line for Cora on 2 ranks: it must be the line printed
-    (the model's predictions are deterministic)."""
+    """docs/training.md quotes `--grid auto`'s line for Cora on 2 ranks: it must be the line
+    printed (the model's predictions are deterministic)."""
     from plexus.train.cli import build_plan, build_parser
 
-    text = " ".join(README.read_text(encoding="utf-8").split())
+    text = " ".join(TRAINING.read_text(encoding="utf-8").split())
     quoted = re.search(r"`\./run train --grid auto --world-size 2` prints `(plexus-train: --grid "
                        r"auto: .*?)`", text)
-    assert quoted, "the README's --grid auto sample is gone"
+    assert quoted, "docs/training.md's --grid auto sample is gone"
     build_plan(build_parser().parse_args(["--grid", "auto", "--world-size", "2"]), None)
     assert capsys.readouterr().out.strip() == quoted.group(1)
 
@@ -280,3 +294,49 @@ def test_readme_lists_every_console_script():
     text = " ".join(README.read_text(encoding="utf-8").split())
     listed = re.search(r"The console scripts \((.*?)\) live in", text)
     assert listed and set(re.findall(r"`([\w-]+)`", listed.group(1))) == set(scripts)
+
+
+# ---- the "From PyG" page, run as written -----------------------------------------------------
+_FAKE_PLANETOID = '''\
+import numpy as np, torch, torch_geometric.datasets
+from torch_geometric.data import Data
+from plexus_datasets import load_dataset
+
+
+def _cora_as_pyg(root, name):  # no download here: the embedded Cora, as PyG's Planetoid gives it
+    assert name == "Cora"
+    g = load_dataset("cora")
+    adj = g.adj.tocoo()
+    mask = lambda m: torch.from_numpy(np.asarray(m, dtype=bool))
+    return [Data(x=torch.from_numpy(g.features), y=torch.from_numpy(g.labels),
+                 edge_index=torch.from_numpy(np.vstack([adj.row, adj.col]).astype(np.int64)),
+                 train_mask=mask(g.train_mask), val_mask=mask(g.val_mask),
+                 test_mask=mask(g.test_mask))]
+
+
+torch_geometric.datasets.Planetoid = _cora_as_pyg
+'''
+
+
+@pytest.mark.slow
+def test_the_from_pyg_example_trains_cora_as_written(tmp_path):
+    """The README's "From PyG" script, as written, with PyG's Planetoid answering from the
+    embedded Cora (no download here): Kipf & Welling's accuracy (the oracle: their paper's
+    ~0.81) at the best validation epoch on a 4-rank grid, and a weights file PyG loads."""
+    pytest.importorskip("torch_geometric")
+    text = README.read_text(encoding="utf-8")
+    block = re.search(r"## From PyG\n.*?```python\n(.*?)```", text, re.S)
+    assert block and "plexus.launch(" in block.group(1)
+    script = tmp_path / "from_pyg.py"
+    script.write_text(_FAKE_PLANETOID + block.group(1), encoding="utf-8")
+    from cli_helpers import cli_env  # noqa: PLC0415
+
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=cli_env(),
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    best = re.search(r"test_acc=([\d.]+)", proc.stdout)
+    assert best and float(best[1]) >= 0.78, proc.stdout
+    import plexus  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+
+    assert isinstance(plexus.load_pyg(tmp_path / "gcn.pt"), torch.nn.Module)

@@ -1,6 +1,6 @@
 """Every figure says how it was made (issue 48 item 8): each file of ``benchmarks/results/`` has
 a provenance entry (``provenance.json``: date and commit) and a row in its README, and every
-figure the top README quotes beside a results file is found in that file.
+figure the top README or a docs/ page quotes beside a results file is found in that file.
 
 The figure check is independent of the code that writes the README's headline block
 (`benchmarks/headline.py`, which ``test_readme`` compares with the README): it reads the
@@ -122,7 +122,9 @@ def unfound_figures(readme: str) -> list[str]:
 
 
 def test_every_figure_the_readme_quotes_is_in_the_results_file_it_names():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = "\n\n".join(p.read_text(encoding="utf-8")
+                         for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+                         if p.name != "design.md")  # the design document states no results
     assert sum(1 for u in units(readme) if "benchmarks/results" in u or ".txt`" in u) > 10
     assert unfound_figures(readme) == []
 

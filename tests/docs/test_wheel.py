@@ -1,6 +1,6 @@
 """The wheels: the three projects' (the engine, datasets/, partitioners/), built from the sources
 and installed into a fresh virtual environment, train from a directory outside the checkout.
-This is README's "Install into your own environment" route: the wheels must carry every package
+This is docs/install.md's route (into your own environment): the wheels must carry every package
 (plexus_datasets and plexus_partition from their own projects), the package data (the embedded
 Cora) and the console scripts, and the engine's wheel no fuzz harness and no moved package.
 
@@ -48,7 +48,7 @@ def test_wheel_installs_into_a_fresh_venv_and_trains(tmp_path):
         else:
             shutil.copy2(path, src / name)
     wheels = tmp_path / "wheels"
-    # the build backend of this environment (as README's command); where it has none (venvs of
+    # the build backend of this environment (as docs/install.md's command); where it has none (venvs of
     # Python >= 3.12 come without setuptools) pip fetches it, as `pip install .` does
     isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation,

@@ -1,6 +1,6 @@
 """plexus.nn layers cannot be silently wrong: layout mistakes stop with a one-line LayoutError
 on 1x1x1 and on multi-rank grids; check_layer FAILs a layer that is right on one rank only and
-PASSes the README's example; per-edge values (Â's, the graph's weights) equal the serial
+PASSes docs/python-api.md's example; per-edge values (Â's, the graph's weights) equal the serial
 reference on undirected and directed, weighted and unweighted graphs.
 
 One world per world size runs every check (tests/nn_layers.py's `rank_checks`); each check is
@@ -68,7 +68,7 @@ def _layer_checks(name: str):
 @pytest.mark.slow
 @pytest.mark.parametrize("layer", ["readme", "scalars-agg", "scalars-combine", "scalars-dense"])
 def test_check_layer_passes_correct_layers(layer):
-    # the README's layer; learnable scalars through g.replicate on the input, Â's rows, g.linear's
+    # the docs' layer; learnable scalars through g.replicate on the input, Â's rows, g.linear's
     # output and the output, and row norms (g.row_norm, g.normalize_rows), in every order
     checks = _layer_checks(layer)
     assert {c.grid for c in checks} == {"x".join(map(str, d)) for d in GRIDS}
@@ -165,9 +165,13 @@ def test_reductions_and_reshapes_over_cut_dimensions_are_refused():
     from plexus.nn.layouts import EDGES, ROWS_OUT
 
     out = _laid(ROWS_OUT, 5, 4)
-    for op in (lambda t: F.normalize(t, dim=1), lambda t: t.sum(1), lambda t: t.norm(dim=1),
-               lambda t: torch.softmax(t, 1), lambda t: t.mean()):
-        with pytest.raises(pnn.LayoutError, match=r"g\.normalize_rows"):
+    # each reduction gets the fix of what it computes (issue 59: not the 2-norm advice for all)
+    for op, fix in ((lambda t: F.normalize(t, dim=1), r"g\.normalize_rows"),
+                    (lambda t: t.norm(dim=1), r"g\.normalize_rows"),
+                    (lambda t: t.sum(1), "no plain reduction over a node's features"),
+                    (lambda t: t.mean(), "no plain reduction over a node's features"),
+                    (lambda t: torch.softmax(t, 1), "the loss takes the softmax")):
+        with pytest.raises(pnn.LayoutError, match=fix):
             op(out)
     for op in (lambda t: t[:, :2], lambda t: t.reshape(-1), lambda t: torch.cat([t, t], 1)):
         with pytest.raises(pnn.LayoutError, match="slicing, reshaping or joining"):

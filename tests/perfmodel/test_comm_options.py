@@ -10,7 +10,7 @@ from plexus_partition.model.schedule import SparseExchange, estimated_rows, exac
 from plexus.perfmodel import Calibration, ModelSpec
 from plexus.perfmodel.cli import model_main
 from plexus.perfmodel.explain import account
-from plexus.perfmodel.model import epoch_memory, epoch_volume, predict
+from plexus.perfmodel.model import epoch_memory, epoch_volume, estimate
 
 # N=16, one aggregate-first layer 8 -> 4 on 2x1x1: (o,i,d) = (x,y,z), Â's block 16 rows (d=1)
 # by 8 columns; AR(AGG) over x of 16·8 = 128 elements (128 moved), nothing else over x but the
@@ -102,7 +102,7 @@ def test_bf16_payloads_halve_every_layer_collective_not_the_loss():
 
 def test_explain_adds_up_to_the_prediction(capsys):
     spec = ModelSpec.of(5000, 60_000, 64, 8, num_layers=3, hidden=32)
-    pred = predict(spec, (2, 2, 2), Calibration())
+    pred = estimate(spec, (2, 2, 2), Calibration())
     rows = account(spec, pred, Calibration())
     assert sum(r.seconds for r in rows) == pytest.approx(pred.comm_s)
     assert sum(r.bytes for r in rows) == pytest.approx(pred.volume.total_bytes)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from helpers import assert_one_line
-from plexus.perfmodel import Calibration, CalibrationError, ModelSpec, load_profile, predict
+from plexus.perfmodel import Calibration, CalibrationError, ModelSpec, load_profile, estimate
 from plexus.perfmodel.calibration import LINK_CLASSES, SpmmCost, load_calibration, \
     write_calibration
 from plexus.perfmodel.model import epoch_compute
@@ -86,14 +86,14 @@ def test_a_gcn_epoch_prices_each_spmm_by_its_bytes():
     nnz = 40_000
     by_hand = (nnz * (80 + 4 * 64 + 0.0) + 2 * nnz * (80 + 4 * 32 + 40.0)) / 1e12
     flops_hand = (2 * nnz * 64 + 2 * 2 * nnz * 32) / 1e12
-    got = predict(spec, (1, 1, 1), cal).compute_s - predict(spec, (1, 1, 1), plain).compute_s
+    got = estimate(spec, (1, 1, 1), cal).compute_s - estimate(spec, (1, 1, 1), plain).compute_s
     assert got == pytest.approx(by_hand - flops_hand, rel=1e-9)
     assert epoch_compute(spec, (1, 1, 1)).spmm_flops == pytest.approx(2 * nnz * 64
                                                                       + 4 * nnz * 32)
     # bf16 compute keeps the flop rate: the byte model was measured in float32
     half = ModelSpec.of(4096, 40_000, 64, 8, num_layers=2, hidden=32, order="agg",
                         dtype_bytes=2)
-    assert predict(half, (1, 1, 1), cal).compute_s == predict(half, (1, 1, 1), plain).compute_s
+    assert estimate(half, (1, 1, 1), cal).compute_s == estimate(half, (1, 1, 1), plain).compute_s
 
 
 def test_a_missing_strided_class_is_priced_as_the_next_slower():
@@ -174,7 +174,7 @@ def test_the_model_keeps_the_fastest_block_and_prices_it_by_hand():
     pair = {c: (v["alpha"], v["beta"]) for c, v in links.items()}
     by_node = {}
     for node in [None, (1, 2, 2), (2, 1, 2), (2, 2, 1), (1, 1, 4), (1, 4, 1), (4, 1, 1)]:
-        p = predict(spec, (4, 4, 4), cal, placement=Placement(4, node=node))
+        p = estimate(spec, (4, 4, 4), cal, placement=Placement(4, node=node))
         # by hand: x, y, z's links from the block, each collective steps*alpha + bytes*beta
         k = dict(zip("xyz", node or (1, 1, 4)))
         cls = {a: "intra" if k[a] == 4 else "strided" if k[a] == 2 else "inter" for a in "xyz"}
@@ -182,7 +182,7 @@ def test_the_model_keeps_the_fastest_block_and_prices_it_by_hand():
                    * pair[cls[c.axis]][1] for c in collectives(spec, (4, 4, 4), p.orders))
         assert p.comm_s == pytest.approx(want, rel=1e-9), node
         by_node[node] = p.time_s
-    best = predict(spec, (4, 4, 4), cal, placement=Placement(4, arrange=True))
+    best = estimate(spec, (4, 4, 4), cal, placement=Placement(4, arrange=True))
     assert best.time_s == pytest.approx(min(by_node.values()))
     assert by_node[best.node] == pytest.approx(best.time_s)
     assert by_node[(1, 1, 4)] == by_node[None]  # the launcher's block, named or not

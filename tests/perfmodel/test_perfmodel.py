@@ -14,7 +14,7 @@ import pytest
 from helpers import REPO, assert_one_line
 from plexus.perfmodel import (OPS, Calibration, ModelSpec, choose_grid, choose_orders,
                               epoch_compute, epoch_memory, epoch_volume, factorizations,
-                              load_calibration, predict, rank_configs)
+                              load_calibration, estimate, rank_configs)
 from plexus.perfmodel.cli import model_main as main
 
 
@@ -91,7 +91,7 @@ def test_single_rank_moves_nothing():
     spec = ModelSpec.of(1000, 5000, 33, 7, num_layers=3, hidden=20, learnable_features=True)
     v = epoch_volume(spec, (1, 1, 1))
     assert v.collectives == [] and v.total_elements == 0 and v.total_bytes == 0
-    p = predict(spec, (1, 1, 1))
+    p = estimate(spec, (1, 1, 1))
     assert p.comm_s == 0 and p.compute_s > 0
 
 
@@ -265,7 +265,7 @@ def test_rank_configs_sorted_and_choose_grid_valid():
     # Orders chosen per grid ("best") are never slower than the paper's all-agg order.
     best = ModelSpec.of(2_449_029, 126_167_309, 100, 47, num_layers=3, hidden=128, order="best")
     for p in rank_configs(8, best):
-        assert p.time_s <= predict(spec, p.grid).time_s * (1 + 1e-12)
+        assert p.time_s <= estimate(spec, p.grid).time_s * (1 + 1e-12)
 
 
 def test_calibration_changes_the_prediction(tmp_path):
@@ -275,7 +275,7 @@ def test_calibration_changes_the_prediction(tmp_path):
                                 "beta": 1e-9, "axes": {"z": {"alpha": 1e-3, "beta": 1e-8}}}))
     cal = load_calibration(path)
     assert cal.link("z") == (1e-3, 1e-8) and cal.link("x") == (1e-4, 1e-9)
-    assert predict(spec, (2, 2, 2), cal).time_s > predict(spec, (2, 2, 2)).time_s
+    assert estimate(spec, (2, 2, 2), cal).time_s > estimate(spec, (2, 2, 2)).time_s
     assert Calibration.from_dict(cal.to_dict()).link("z") == cal.link("z")
     path.write_text(json.dumps({"alpha": -1}))
     with pytest.raises(ValueError, match="alpha"):
@@ -298,13 +298,13 @@ def test_collectives_priced_per_local_world(tmp_path):
     assert [cal.link("x", r) for r in (None, 1, 2, 3, 4, 16)] == \
         [(1e-4, 1e-9)] * 3 + [(2e-3, 5e-9)] * 3
     assert Calibration.from_dict(cal.to_dict()).worlds == cal.worlds  # the file round-trips
-    four = predict(spec, (2, 1, 2), cal, ranks_per_host=4)
+    four = estimate(spec, (2, 1, 2), cal, ranks_per_host=4)
     by_hand = sum(c.steps * 2e-3 + c.elements * 4 * 5e-9
                   for c in epoch_volume(spec, (2, 1, 2)).collectives)
     assert four.comm_s == pytest.approx(by_hand)
     assert four.comm_s == pytest.approx(sum(collective_time(c, cal, 4, 4) for c in
                                             epoch_volume(spec, (2, 1, 2)).collectives))
-    assert predict(spec, (2, 1, 2), cal).comm_s < four.comm_s  # no host info: the top pair
+    assert estimate(spec, (2, 1, 2), cal).comm_s < four.comm_s  # no host info: the top pair
     # an axis's own pair (a link across nodes) is above the local worlds'
     axis = Calibration.from_dict({**doc, "axes": {"z": {"alpha": 1.0, "beta": 1.0}}})
     assert axis.link("z", 4) == (1.0, 1.0) and axis.link("x", 4) == (2e-3, 5e-9)
@@ -343,7 +343,7 @@ def test_cli_ranks_per_host(tmp_path, capsys):
     for per_host, doc in docs.items():
         for config in doc["configs"]:
             grid = tuple(config["grid"])
-            want = predict(spec, grid, loaded, ranks_per_host=per_host)
+            want = estimate(spec, grid, loaded, ranks_per_host=per_host)
             assert tuple(config["orders"]) == want.orders == \
                 choose_orders(spec, grid, loaded, per_host)
             assert config["time_s"] == pytest.approx(want.time_s)
@@ -527,12 +527,12 @@ def test_elementwise_work_and_shared_cores_are_priced(tmp_path):
     assert c.elementwise == by_hand
     cal = Calibration(spmm_flops=1e9, gemm_flops=2e9, elementwise_rate=1e8, cores=2,
                       source="test")
-    alone = predict(spec, (1, 1, 1), cal, ranks_per_host=1)
+    alone = estimate(spec, (1, 1, 1), cal, ranks_per_host=1)
     assert alone.compute_s == pytest.approx(c.spmm_flops / 1e9 + c.gemm_flops / 2e9
                                             + by_hand / 1e8)
-    assert predict(spec, (1, 1, 1), cal, ranks_per_host=4).compute_s == \
+    assert estimate(spec, (1, 1, 1), cal, ranks_per_host=4).compute_s == \
         pytest.approx(2 * alone.compute_s)  # 4 ranks on 2 cores: half a core each
-    assert predict(spec, (1, 1, 1), cal).compute_s == pytest.approx(alone.compute_s)
+    assert estimate(spec, (1, 1, 1), cal).compute_s == pytest.approx(alone.compute_s)
     assert Calibration().core_share(8) == 1.0  # the GPU defaults: a device per rank
     # a calibration file carries the rate and the cores
     path = tmp_path / "cal.json"
@@ -566,9 +566,9 @@ def test_local_collectives_priced_per_call_in_their_group_by_hand():
         calls = [c for c in epoch_volume(spec, grid).collectives if c.axis == axis]
         by_hand = sum(lat + c.elements * (c.itemsize or 4) * beta for c in calls)
         ring = sum(c.steps * 2e-3 + c.elements * (c.itemsize or 4) * 5e-9 for c in calls)
-        assert predict(spec, grid, cal, ranks_per_host=4).comm_s_per_axis[axis] == \
+        assert estimate(spec, grid, cal, ranks_per_host=4).comm_s_per_axis[axis] == \
             pytest.approx(by_hand)
-        assert predict(spec, grid, old, ranks_per_host=4).comm_s_per_axis[axis] == \
+        assert estimate(spec, grid, old, ranks_per_host=4).comm_s_per_axis[axis] == \
             pytest.approx(ring)
         assert by_hand != pytest.approx(ring)
     c = epoch_volume(spec, (2, 2, 1)).collectives[0]
@@ -586,7 +586,7 @@ def test_fixed_work_per_stage_is_priced_at_the_share_of_the_cores():
     bare = Calibration.from_dict(LOCAL)
     assert cal.overhead(3) == pytest.approx(5e-4 + 3e-3)
     for ranks, share in ((1, 1.0), (2, 1.0), (4, 0.5)):
-        p, q = (predict(spec, (1, 1, 1), c, ranks_per_host=ranks) for c in (cal, bare))
+        p, q = (estimate(spec, (1, 1, 1), c, ranks_per_host=ranks) for c in (cal, bare))
         assert p.overhead_s == pytest.approx((5e-4 + 3 * 1e-3) / share)
         assert p.compute_s - q.compute_s == pytest.approx(p.overhead_s)
         assert p.time_s == pytest.approx(p.comm_s + p.compute_s)

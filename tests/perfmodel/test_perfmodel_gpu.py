@@ -19,7 +19,7 @@ from plexus_datasets.ogb_loader import OGB_NAMES
 from plexus_datasets.ogb_sizes import OGB_SIZES, ogb_sizes
 from plexus.perfmodel import (UNCALIBRATED, Calibration, CalibrationError, ModelSpec, Placement,
                               collectives, epoch_compute, load_calibration, load_profile,
-                              partition_memory, predict, profile_names, resolve_calibration)
+                              partition_memory, estimate, profile_names, resolve_calibration)
 from plexus.perfmodel.calibration import write_calibration
 from plexus.perfmodel.cli import model_main
 from plexus.perfmodel.gpucal import cuda_document, link_groups, measure_compute
@@ -63,7 +63,7 @@ def test_two_node_placement_priced_by_hand():
     # a node (intra), x crosses it (inter)
     spec = ModelSpec.of(4096, 40_000, 64, 8, num_layers=2, hidden=32, order="agg")
     cal = cluster()
-    p = predict(spec, (2, 2, 2), cal, placement=Placement(4))
+    p = estimate(spec, (2, 2, 2), cal, placement=Placement(4))
     assert p.links == {"x": "inter", "y": "intra", "z": "intra"}
     by_hand = {"x": 0.0, "y": 0.0, "z": 0.0}
     for c in collectives(spec, (2, 2, 2)):
@@ -72,7 +72,7 @@ def test_two_node_placement_priced_by_hand():
     assert p.comm_s_per_axis == pytest.approx(by_hand)
     assert by_hand["x"] > 0 and by_hand["y"] > 0 and by_hand["z"] > 0
     # on one node of 8 every axis is intra
-    one = predict(spec, (2, 2, 2), cal, placement=Placement(8))
+    one = estimate(spec, (2, 2, 2), cal, placement=Placement(8))
     assert set(one.links.values()) == {"intra"} and one.comm_s < p.comm_s
 
 
@@ -81,7 +81,7 @@ def test_bf16_rates_price_a_bf16_run():
     cal = cluster(precisions={"bf16": {"spmm_flops": 4e12, "gemm_flops": 3e14,
                                        "elementwise_rate": 5e11}})
     comp = epoch_compute(spec, (1, 1, 1))
-    p = predict(spec, (1, 1, 1), cal)
+    p = estimate(spec, (1, 1, 1), cal)
     assert p.compute_s == pytest.approx(comp.spmm_flops / 4e12 + comp.gemm_flops / 3e14
                                         + comp.elementwise / 5e11)
 
@@ -127,9 +127,9 @@ def test_bad_calibration_file_refused(tmp_path, capsys, change, named):
 def test_placement_across_nodes_needs_the_inter_class(tmp_path, capsys):
     one_node = cluster(nodes=1, links={"intra": {"alpha": 1e-6, "beta": 1e-12}})
     spec = ModelSpec.of(4096, 40_000, 64, 8)
-    predict(spec, (2, 2, 1), one_node, placement=Placement(4))  # fits in the node: fine
+    estimate(spec, (2, 2, 1), one_node, placement=Placement(4))  # fits in the node: fine
     with pytest.raises(CalibrationError, match="no 'inter' link class"):
-        predict(spec, (2, 2, 2), one_node, placement=Placement(4))
+        estimate(spec, (2, 2, 2), one_node, placement=Placement(4))
     path = write_calibration({**one_node.to_dict(), "source": "x"}, tmp_path / "one.json")
     assert model_main(["--gpus", "8", "--gpus-per-node", "4", "--nodes", "4096", "--nnz",
                        "40000", "--features", "64", "--classes", "8", "--calibration",

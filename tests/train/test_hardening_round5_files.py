@@ -86,7 +86,7 @@ def test_another_users_cache_with_a_graphs_link_is_refused_and_nothing_is_lost(s
     assert train_main(["--cache", str(cache), "--cache-clean"]) == 2
     err = capsys.readouterr().err
     assert_one_line(err)
-    assert f"owned by uid {NOBODY}" in err and "Shared machines" in err
+    assert f"owned by uid {NOBODY}" in err and "docs/shared-machines.md" in err
     assert {name: contents(victim / name) for name in kept} == kept
 
 

@@ -9,6 +9,7 @@ they are generous because a busy machine slows everything down.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import scipy.sparse as sp
 import torch
 
 from cli_helpers import losses, read_log, train
-from helpers import assert_one_line
+from helpers import REPO, assert_one_line
 from plexus.train import checkpoint as ckpt
 from plexus.engine.config import ModelConfig, TrainConfig
 from plexus_partition.launch.env import (LaunchError, detect_environment, slurm_tasks_on_node,
@@ -62,6 +63,46 @@ def test_console_output_is_plain_lines_from_rank_0(reference):
     timers = reference["summary"]["timers"]
     assert all(name in timers for name in ("spmm", "gemm", "all_reduce:x", "all_gather:z"))
     assert reference["proc"].stderr.strip() == ""
+
+
+#: what depends on the machine and its load in a run's output, masked before the README's
+#: sample is compared with a real run: times, the memory measured, the cores and threads, where
+#: the shard store is and whether this run built it
+_LOAD = [(re.compile(r"\d+(?:\.\d+)? ?(?:ms|us|s)\b"), "T"),
+         (re.compile(r"(built|reusing|reused) (the (cached )?shard store )?\S*/cora-2x2x2-\w+"
+                     r"( in T)?"), "STORE"),
+         (re.compile(r"\d+ threads? per rank(, [^,)]*)?"), "THREADS")]
+
+
+def _masked(lines: list[str]) -> list[str]:
+    out = []
+    for line in lines:
+        if line.startswith("plexus-train: note: "):  # only where ranks outnumber the cores
+            continue
+        if line.startswith("  memory per rank: peak RSS"):
+            line = re.sub(r"\d+(?:\.\d+)? [KMG]iB", "M", line)
+        for pattern, repl in _LOAD:
+            line = pattern.sub(repl, line)
+        out.append(line)
+    return out
+
+
+@pytest.mark.slow
+def test_the_readme_sample_is_this_runs_output(reference):
+    """README.md's sample of `./run train --grid 2x2x2` is this run's output line for line (it
+    cannot go stale: a line added to or dropped from the output fails here), with only what
+    depends on the machine's load masked; epochs 2-199 are elided there as one "..." line."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"It prints \(epochs 2-199 left out here\):\n\n```\n(.*?)```", text, re.S)
+    assert block, "the README's sample run is gone"
+    sample = block.group(1).splitlines()
+    out = reference["proc"].stdout.splitlines()
+    epochs = [i for i, line in enumerate(out) if line.startswith("epoch ")]
+    assert len(epochs) == 200
+    shown = out[:epochs[1]] + ["..."] + out[epochs[-1]:]
+    assert _masked(sample) == _masked(shown)
+    # what the masks keep is checked: the accuracies, losses and bytes are the run's own
+    assert "  best validation: epoch" in block.group(1) and "MiB sent" in block.group(1)
 
 
 @pytest.mark.slow
