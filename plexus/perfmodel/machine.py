@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from plexus_partition.launch.env import available_cores
+from plexus_datasets.base import gate
 
 from .calibration import Calibration, CalibrationError, load_calibration, write_calibration
 
@@ -62,7 +63,11 @@ class MachineRates:
 def _private_dir(folder: Path) -> None:
     """Make ``folder`` (owner only) or check that it is: another user's or a group-writable
     folder could hand a run rates that choose a bad grid."""
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        gate.make_folder(folder, mode=0o700)
+    except gate.UnsafeTargetError as e:
+        raise CalibrationError(f"{e} (or set {MACHINE_CACHE_ENV} to another folder; {OFF}: "
+                               "built-in rates)") from None
     st = os.lstat(folder)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() \
             or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):

@@ -30,6 +30,7 @@ from plexus_partition.launch.peers import SECRET_ENV, new_secret
 from .loopback import BACKEND as LOOPBACK, loopback_listener, register as register_loopback
 from .progress import PROGRESS_DIR_ENV, read_progress
 from plexus_datasets.base import owned
+from plexus_datasets.base import gate
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -197,9 +198,9 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any,
     # multiprocessing's own directory (the fork server's socket), made now so that it stays
     # where it is; a killed launcher's workers remove it with the job's directory.
     mp_dir = multiprocessing.util.get_temp_dir()
-    log_dir = tempfile.mkdtemp(prefix="plexus-launch-")
+    log_dir = str(gate.temp_folder(None, "plexus-launch-"))
     progress_dir = os.path.join(log_dir, "progress")
-    os.mkdir(progress_dir)
+    gate.make_folder(progress_dir)
     lifeline = Lifeline(os.getpid(), (log_dir, mp_dir))
     forked = mp.get_context("fork").Barrier(nprocs) if start_method == "fork" else None
     register_loopback()

@@ -28,6 +28,7 @@ import functools
 import os
 import stat
 from pathlib import Path
+from typing import IO, Any
 
 _MAX_LINKS = 40
 
@@ -154,13 +155,46 @@ def write_target(path: str | os.PathLike, *, directory: bool = False) -> Path:
     return Path(final)
 
 
-def make_folder(path: str | os.PathLike) -> Path:
+#: folders of the system: never a run's own folder (``--checkpoint /``), nor anything inside
+#: the first row's (``--tensorboard /etc/tb``)
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc",
+                "/sbin", "/sys", "/usr")
+SYSTEM_FOLDERS = ("/", "/home", "/mnt", "/media", "/opt", "/run", "/srv", "/tmp", "/var",
+                  "/var/tmp") + SYSTEM_TREES
+
+
+def run_folder(path: str | os.PathLike) -> Path:
+    """`write_target` of the folder a run makes its own (a checkpoint folder, a TensorBoard log,
+    a sweep's results), also refused (`UnsafeTargetError`) where it is a folder of the system
+    (`SYSTEM_FOLDERS`: ``/``, ``/tmp``, ...) or lies inside one of `SYSTEM_TREES` (``/etc``,
+    ``/usr``, ...), whoever runs it."""
+    target = write_target(path, directory=True)
+    real = os.path.normpath(str(target))
+    inside = next((t for t in SYSTEM_TREES if real.startswith(t + "/")), None)
+    if real in SYSTEM_FOLDERS or inside is not None:
+        where = f"inside the system folder {inside}" if inside else "a folder of the system"
+        raise UnsafeTargetError(f"{path}: is {where}; refusing to make it a run's folder (give "
+                                "a folder of your own, e.g. under your home)")
+    return target
+
+
+def make_folder(path: str | os.PathLike, mode: int = 0o777) -> Path:
     """The folder `write_target` allows for ``path`` (``directory=True``), made with its
-    parents where missing (mode 0777 less the umask, as ``mkdir -p``); raises
+    parents where missing (``mode`` less the umask, as ``mkdir -p``); raises
     `UnsafeTargetError` before anything is made, `OSError` when it cannot be made."""
     target = write_target(path, directory=True)
-    target.mkdir(parents=True, exist_ok=True)
+    target.mkdir(parents=True, exist_ok=True, mode=mode)
     return target
+
+
+def temp_folder(parent: str | os.PathLike | None, prefix: str) -> Path:
+    """A fresh private (0700) folder inside ``parent`` (made through `make_folder` where
+    missing), named ``prefix`` and a random tail, as ``tempfile.mkdtemp``; ``parent`` None: the
+    system's temporary folder."""
+    import tempfile  # noqa: PLC0415
+
+    where = make_folder(parent if parent is not None else tempfile.gettempdir())
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=where))
 
 
 def probe_folder(path: str | os.PathLike) -> Path:
@@ -179,3 +213,57 @@ def open_file(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:
     link at its last component (``O_NOFOLLOW``); the caller closes the descriptor."""
     write_target(path)
     return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+_FLAGS = {"w": os.O_WRONLY | os.O_CREAT, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+          "x": os.O_WRONLY | os.O_CREAT | os.O_EXCL, "r+": os.O_RDWR}
+
+
+def open_stream(path: str | os.PathLike, mode: str = "w", perms: int = 0o644) -> IO[Any]:
+    """A file object writing ``path`` (``mode``: "w", "a", "x" or "r+", with "b" for bytes;
+    text is UTF-8) once `write_target` allows it: never through a link at its last component,
+    and only into a regular file ("w" truncates it once known to be one, never a FIFO or a
+    device). Raises `UnsafeTargetError` (nothing written) or the `OSError` of the open."""
+    key = mode.replace("b", "").replace("t", "")
+    if key not in _FLAGS:
+        raise ValueError(f"open_stream: mode {mode!r} is not one of w, a, x, r+ (with b)")
+    fd = open_file(path, _FLAGS[key] | os.O_NONBLOCK, perms)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeTargetError(f"{path}: is not a regular file; refusing to write it")
+        os.set_blocking(fd, True)
+        if key == "w":
+            os.ftruncate(fd, 0)
+        return os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def save_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) into ``path`` through `open_stream` (replacing what it held)."""
+    with open_stream(path, "w") as f:
+        f.write(text)
+
+
+def summary_writer(logdir: str | os.PathLike, **kwargs: Any) -> Any:
+    """A ``torch.utils.tensorboard.SummaryWriter`` (``kwargs`` passed on) writing into the
+    folder `make_folder` allows for ``logdir``; a folder it made and the writer could not use
+    (a full disk) is removed again, so no empty log folder is left."""
+    from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415 (an optional package)
+
+    existed = os.path.lexists(logdir)
+    target = make_folder(logdir)
+    try:
+        return SummaryWriter(str(target), **kwargs)
+    except BaseException:
+        from . import owned  # noqa: PLC0415 (owned is built on this module)
+
+        try:
+            empty = not existed and not os.listdir(target)
+        except OSError:
+            empty = False
+        if empty:  # only a folder it made and left empty: never anything it holds
+            owned.remove_tree(target, quiet=True)
+        raise
