@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from plexus_datasets.base.atomic import atomic_file
+from plexus_datasets.base.gate import UnsafeTargetError, open_trusted
 from plexus_partition.model.grid import AXES
 
 from .errors import CalibrationError
@@ -390,9 +391,10 @@ def load_calibration(path: str | os.PathLike | None) -> Calibration:
                                   "plexus-bench calibrate wrote")
         if os.stat(path).st_size > MAX_CALIBRATION_BYTES:
             raise CalibrationError(f"calibration {path}: too large for a calibration file")
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        with open(fd, encoding="utf-8") as f:
+        with open_trusted(path, "r") as f:  # the gate: no file another user could have chosen
             data = json.load(f, parse_constant=_no_constant)
+    except UnsafeTargetError as e:
+        raise CalibrationError(f"calibration {e}") from None
     except OSError as e:
         raise CalibrationError(f"cannot read calibration {path}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:

@@ -66,7 +66,9 @@ def _private_dir(folder: Path) -> None:
     try:
         gate.make_folder(folder, mode=0o700)
     except gate.UnsafeTargetError as e:
-        raise CalibrationError(f"{e} (or set {MACHINE_CACHE_ENV} to another folder; {OFF}: "
+        raise CalibrationError(f"{folder}: not a folder of this user's that only they may write "
+                               f"({str(e).removeprefix(f'{folder}: ').split(';')[0]}); remove "
+                               f"it, or set {MACHINE_CACHE_ENV} to another folder ({OFF}: "
                                "built-in rates)") from None
     st = os.lstat(folder)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() \

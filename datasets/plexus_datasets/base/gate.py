@@ -267,3 +267,25 @@ def summary_writer(logdir: str | os.PathLike, **kwargs: Any) -> Any:
         if empty:  # only a folder it made and left empty: never anything it holds
             owned.remove_tree(target, quiet=True)
         raise
+
+
+def open_trusted(path: str | os.PathLike, mode: str = "rb") -> IO[Any]:
+    """A file the tools read as their own state (a checkpoint, a calibration or machine file),
+    opened for reading (``mode`` "rb" or "r": UTF-8) and held by its descriptor while it is
+    read: refused (`UnsafeTargetError`, nothing read) when another user could have chosen it,
+    by `write_target`'s rules (their link on the way, their file, a folder they can write),
+    or when it is not a regular file (never a FIFO: nothing blocks); `FileNotFoundError`
+    when nothing is there."""
+    write_target(path)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != _me():
+            why = ("not a regular file" if not stat.S_ISREG(st.st_mode)
+                   else f"owned by uid {st.st_uid}, not {_me()}")
+            raise UnsafeTargetError(f"{path}: {why}; refusing to read it as this user's state")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+    except BaseException:
+        os.close(fd)
+        raise
