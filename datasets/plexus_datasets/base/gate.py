@@ -227,7 +227,12 @@ def open_stream(path: str | os.PathLike, mode: str = "w", perms: int = 0o644) ->
     key = mode.replace("b", "").replace("t", "")
     if key not in _FLAGS:
         raise ValueError(f"open_stream: mode {mode!r} is not one of w, a, x, r+ (with b)")
-    fd = open_file(path, _FLAGS[key] | os.O_NONBLOCK, perms)
+    try:
+        fd = open_file(path, _FLAGS[key] | os.O_NONBLOCK, perms)
+    except OSError as e:
+        if e.errno != errno.ENXIO:  # a FIFO nobody reads, a device without its driver
+            raise
+        raise UnsafeTargetError(f"{path}: is not a regular file; refusing to write it") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
