@@ -173,8 +173,13 @@ class TensorBoardLog:
     def __init__(self, logdir: str | os.PathLike, resume: int | None = None) -> None:
         threading.excepthook = _quiet_event_writer
         self.logdir = Path(logdir)
-        # a resumed run's steps replace those an interrupted run wrote after the checkpoint
-        self._writer = summary_writer(self.logdir, purge_step=resume + 1 if resume else None)
+        made = not os.path.lexists(self.logdir)
+        try:  # a resumed run's steps replace those an interrupted run wrote after the checkpoint
+            self._writer = summary_writer(self.logdir, purge_step=resume + 1 if resume else None)
+        except BaseException:
+            if made and self.logdir.is_dir() and not any(self.logdir.iterdir()):
+                owned.remove_tree(self.logdir, quiet=True)  # a full disk leaves no empty folder
+            raise
         self._last: dict[str, float] = {}
 
     def epoch(self, stats: EpochStats, timers: Mapping[str, float]) -> None:

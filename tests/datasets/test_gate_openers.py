@@ -136,12 +136,21 @@ def test_a_trusted_read_of_a_co_users_file_or_through_their_link_is_refused(tmp_
         gate.open_trusted(tmp_path / "group.json")
 
 
-def test_a_summary_writer_that_cannot_start_leaves_no_folder(tmp_path):
+def test_a_tensorboard_log_that_cannot_start_leaves_no_folder(tmp_path, monkeypatch):
     pytest.importorskip("tensorboard")
-    with pytest.raises(TypeError):
-        gate.summary_writer(tmp_path / "tb", no_such_option=1)
+    import errno
+
+    import torch.utils.tensorboard as tb
+    from plexus.train.epochlogs import TensorBoardLog
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tb, "SummaryWriter", full_disk)
+    with pytest.raises(OSError):
+        TensorBoardLog(tmp_path / "tb")
     assert not (tmp_path / "tb").exists()
     (tmp_path / "kept").mkdir()
-    with pytest.raises(TypeError):
-        gate.summary_writer(tmp_path / "kept", no_such_option=1)
+    with pytest.raises(OSError):
+        TensorBoardLog(tmp_path / "kept")
     assert (tmp_path / "kept").is_dir()  # a folder that was there stays

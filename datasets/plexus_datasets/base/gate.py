@@ -254,24 +254,10 @@ def save_text(path: str | os.PathLike, text: str) -> None:
 
 def summary_writer(logdir: str | os.PathLike, **kwargs: Any) -> Any:
     """A ``torch.utils.tensorboard.SummaryWriter`` (``kwargs`` passed on) writing into the
-    folder `make_folder` allows for ``logdir``; a folder it made and the writer could not use
-    (a full disk) is removed again, so no empty log folder is left."""
+    folder `make_folder` allows for ``logdir``."""
     from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415 (an optional package)
 
-    existed = os.path.lexists(logdir)
-    target = make_folder(logdir)
-    try:
-        return SummaryWriter(str(target), **kwargs)
-    except BaseException:
-        from . import owned  # noqa: PLC0415 (owned is built on this module)
-
-        try:
-            empty = not existed and not os.listdir(target)
-        except OSError:
-            empty = False
-        if empty:  # only a folder it made and left empty: never anything it holds
-            owned.remove_tree(target, quiet=True)
-        raise
+    return SummaryWriter(str(make_folder(logdir)), **kwargs)
 
 
 def open_trusted(path: str | os.PathLike, mode: str = "rb") -> IO[Any]:
