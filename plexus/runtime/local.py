@@ -128,6 +128,11 @@ def _temporary_files_in(directory: str) -> Iterator[None]:
 FORKED_PEERS_TIMEOUT_S = 120.0
 
 
+class LaunchInterrupted(SystemExit):
+    """The launcher got a signal (Ctrl-C, SIGTERM) and stopped its workers: its one line was
+    printed; the exit status is 128 + the signal's number, as a shell reports a signal."""
+
+
 class WorkerStartError(RuntimeError):
     """A forked worker's peers were not all started in time (the launcher stalled or died)."""
 
@@ -175,7 +180,8 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any,
     even by SIGKILL (`plexus_partition.launch.lifeline`). ``fork``: every worker runs one torch
     thread, so CPU workers may be forked from this process (`_start_method`).
     """
-    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs  # noqa: PLC0415
+    from torch.distributed.elastic.multiprocessing.api import (DefaultLogsSpecs,  # noqa: PLC0415
+                                                               SignalException)
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError  # noqa: PLC0415
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch  # noqa: PLC0415
 
@@ -227,6 +233,11 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any,
                                                               new_secret(), entrypoint, *args)
             except ChildFailedError as e:
                 raise LocalJobFailed(_failures(e), read_progress(progress_dir)) from None
+            except SignalException as e:  # the agent stopped the workers: one line, no stack
+                name = signal.Signals(e.sigval).name
+                print(f"plexus: stopped by {name}: the job's {nprocs} workers were stopped with "
+                      "it", file=sys.stderr, flush=True)
+                raise LaunchInterrupted(128 + int(e.sigval)) from None
     finally:
         owned.remove_tree(log_dir, quiet=True)
     return [results[r] for r in range(nprocs)]
