@@ -121,9 +121,13 @@ def _create_files(target: Path, shapes: dict[str, tuple[tuple[int, ...], np.dtyp
     """Rank 0: a temporary directory beside ``target`` with every array's file at full size
     (sparse: nothing written yet)."""
     tmp = gate.temp_folder(target.parent, f".{target.name}.partial-")
-    tmp.chmod(0o755)  # mkdtemp makes it private; others read outputs as they read any file
-    for name, (shape, dtype) in shapes.items():
-        np.lib.format.open_memmap(tmp / FILES[name], mode="w+", dtype=dtype, shape=shape)
+    try:
+        tmp.chmod(0o755)  # mkdtemp makes it private; others read outputs as they read any file
+        for name, (shape, dtype) in shapes.items():
+            np.lib.format.open_memmap(tmp / FILES[name], mode="w+", dtype=dtype, shape=shape)
+    except BaseException:  # a full disk: no .NAME.partial-* left behind
+        owned.remove_tree(tmp, quiet=True)
+        raise
     return tmp
 
 

@@ -25,6 +25,8 @@ OPTIMIZERS = ("adam", "adamw", "sgd")
 #: The learning-rate schedules `TrainConfig.lr_schedule` names (torch.optim.lr_scheduler's
 #: CosineAnnealingLR, StepLR and ReduceLROnPlateau; "none": a constant rate).
 LR_SCHEDULES = ("none", "cosine", "step", "plateau")
+#: `TrainConfig.weight_decay_scope`'s values: every parameter, or the first layer's only (Kipf)
+WEIGHT_DECAY_SCOPES = ("all", "first")
 
 
 class TrainConfigError(ValueError):
@@ -72,6 +74,8 @@ class TrainConfig:
         finite = math.isfinite
         rules = [
             ("optimizer", self.optimizer in OPTIMIZERS, f"must be one of {', '.join(OPTIMIZERS)}"),
+            ("weight_decay_scope", self.weight_decay_scope in WEIGHT_DECAY_SCOPES,
+             f"must be one of {', '.join(WEIGHT_DECAY_SCOPES)}"),
             ("lr_schedule", self.lr_schedule in LR_SCHEDULES,
              f"must be one of {', '.join(LR_SCHEDULES)}"),
             ("momentum", 0 <= self.momentum < 1, "must be in [0, 1)"),  # false for NaN

@@ -60,6 +60,8 @@ def test_a_launch_timeout_at_its_bound_passes_the_check():
     ({"lr": 0}, "lr must be > 0"), ({"seed": -1}, "seed must be in [0, 2**63 - 1]"),
     ({"weight_decay": -1e-9}, "weight_decay must be >= 0"), ({"patience": 0}, "patience"),
     ({"eval_every": None}, "eval_every"), ({"lr_schedule": None}, "lr_schedule must be one of"),
+    ({"weight_decay_scope": "0.1"}, "weight_decay_scope must be one of all, first, got '0.1'"),
+    ({"weight_decay_scope": 5}, "weight_decay_scope must be one of all, first, got 5"),
 ])
 def test_a_train_config_out_of_the_table_is_one_line(kwargs, needle):
     with pytest.raises(TrainConfigError) as e:

@@ -243,3 +243,26 @@ def test_the_tensorboard_check_leaves_no_folder_behind(tmp_path):
     log = TensorBoardLog(tb)
     log.close()
     assert any(p.name.startswith("events.") for p in tb.iterdir())
+
+
+def test_a_full_disk_while_the_outputs_are_made_leaves_no_partial_folder(tmp_path, monkeypatch):
+    import errno
+
+    import numpy as np
+
+    from plexus.api import outputs
+
+    made = []
+
+    def full(path, **kwargs):
+        if made:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        made.append(path)
+        return real(path, **kwargs)
+
+    real = np.lib.format.open_memmap
+    monkeypatch.setattr(np.lib.format, "open_memmap", full)
+    shapes = {"pred": ((10,), np.dtype(np.int64)), "logits": ((10, 3), np.dtype(np.float32))}
+    with pytest.raises(OSError, match="No space left"):
+        outputs._create_files(tmp_path / "preds", shapes)
+    assert made and os.listdir(tmp_path) == []  # the first file was made, then all removed

@@ -19,6 +19,13 @@ calls, nothing opened), `write_target` refuses
   sticky: anything written inside it could be swapped by them.
 
 Every refusal is `UnsafeTargetError`: one line naming the path, the component and the fix.
+
+The openers every module writes through (tests/docs/test_one_gate_for_writes.py finds any other
+write): `make_folder`, `temp_folder`, `probe_folder`, `run_folder` (a run's own folder, never
+one of the system's: ``--checkpoint /``), `open_file` (a descriptor), `open_stream` (a file
+object, only ever a regular file), `save_text`, `summary_writer` (TensorBoard's), and
+`open_trusted`: a file read as this user's own state (a checkpoint, a calibration), refused by
+the same rules and also when another uid owns it, read from the descriptor it checked.
 """
 
 from __future__ import annotations
@@ -267,8 +274,8 @@ def open_trusted(path: str | os.PathLike, mode: str = "rb") -> IO[Any]:
     by `write_target`'s rules (their link on the way, their file, a folder they can write),
     or when it is not a regular file (never a FIFO: nothing blocks); `FileNotFoundError`
     when nothing is there."""
-    write_target(path)
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    real = write_target(path)  # this user's own links followed, as a write would
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != _me():
