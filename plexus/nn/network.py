@@ -139,12 +139,12 @@ class Network(GridModel):
                  dropout: float = 0.0, input_dropout: bool = True, aggregation: str = "gcn",
                  perm: str = DEFAULT_PERMUTATION, engine: EngineConfig | None = None) -> None:
         super().__init__()
-        check_network(graph, grid, layers, Layer)
         engine = engine or EngineConfig()
         check_seed(seed)
         if (isinstance(dropout, bool) or not isinstance(dropout, (int, float))
                 or not 0.0 <= dropout < 1.0):  # 1.0 would scale the kept (none) by 1 / 0
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r:.60}")
+        check_network(graph, grid, layers, Layer)
         self.layers = nn.ModuleList(layers)
         widths = [graph.num_features] + [layer.out_features for layer in layers]
         for l, layer in enumerate(layers):
