@@ -41,6 +41,7 @@ from .graph import sorted_unique
 from .npyio import load_npy, npy_layout, read_concatenated, read_rows, save_piece
 from .work import Runner
 from plexus_datasets.base import owned
+from plexus_datasets.base import gate
 
 #: row groups of the histogram pass (a bucket is a run of whole groups)
 HIST_BINS = 1 << 16
@@ -240,7 +241,7 @@ def _route_task(job: CanonJob, c: int) -> dict:
     for b in range(len(bounds) - 1):
         if bounds[b + 1] > bounds[b]:
             folder = Path(job.folder) / "route" / f"{b:05d}"
-            folder.mkdir(parents=True, exist_ok=True)
+            gate.make_folder(folder)
             save_piece(folder / f"{c:06d}.npy", keys[order[bounds[b]:bounds[b + 1]]])
     return {}
 

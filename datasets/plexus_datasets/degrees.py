@@ -11,6 +11,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from plexus_datasets.base import gate
+
 from .canonical import BUCKET_ENTRIES, Pieces, budget_bounds
 from .diskgraph import DiskGraphError
 from .errors import DatasetError
@@ -120,7 +122,7 @@ def _degree_files(pieces: Pieces, job: ScanJob, ranges: Sequence[tuple[int, int]
                               for i in range(len(ranges))]) if ranges else np.zeros(0, np.int64)
     else:
         col = row
-    Path(out).mkdir(parents=True, exist_ok=True)
+    gate.make_folder(out)
     for name, arr in (("row", row), ("col", col), ("loops", loops)):
         save_piece(Path(out) / f"{name}.npy", arr)
     return {"nnz": int(row.sum()), "loops": int(loops.sum())}
@@ -132,7 +134,7 @@ def scan_pieces(pieces: Pieces, folder: str | Path, runner: Runner, *, check: bo
     """Degrees of M from its pieces (``check``: also check that a stored csr graph is what its
     format promises: sorted unique rows, symmetric when undirected)."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    gate.make_folder(folder)
     job = ScanJob(pieces, str(folder), directed, check)
     results = runner.run(f"{prefix}-scan", _scan_task, [(job, k) for k in range(len(pieces))],
                          weights=pieces.nnz)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -23,6 +22,7 @@ from .errors import MAX_NODES
 from .graph import Graph
 from .npyio import NpyWriter, npy_layout, save_npy
 from plexus_datasets.base import owned
+from plexus_datasets.base import gate
 
 
 def check_target(out: Path) -> Path:
@@ -54,13 +54,10 @@ class DiskGraphWriter:
                      "num_features": int(num_features), "num_classes": int(num_classes),
                      "directed": bool(directed), "edges": edges, "self_loops": self_loops,
                      "feature_dtype": feature_dtype, "notes": list(notes)}
-        self.out.parent.mkdir(parents=True, exist_ok=True)
         if staging is None:
-            self.staging = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.partial-",
-                                                 dir=self.out.parent))
+            self.staging = gate.temp_folder(self.out.parent, f".{self.out.name}.partial-")
         else:
-            self.staging = Path(staging)
-            self.staging.mkdir(parents=True, exist_ok=True)
+            self.staging = gate.make_folder(staging)
         self.staging.chmod(0o755)
 
     def file(self, name: str) -> Path:
@@ -109,7 +106,7 @@ class DiskGraphWriter:
         for name in extra:  # scratch files of the converter
             target = self.staging / name
             owned.remove_tree(target) if target.is_dir() else owned.remove_file(target)
-        with open(self.staging / HEADER, "w", encoding="utf-8") as f:
+        with gate.open_stream(self.staging / HEADER, "w") as f:
             f.write(json.dumps(header, indent=2, sort_keys=True) + "\n")
         replace_directory(self.staging, self.out, check_target, seal=FORMAT,
                           describes=(HEADER,))

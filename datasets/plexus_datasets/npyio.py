@@ -27,6 +27,7 @@ from typing import IO, Iterator
 import numpy as np
 
 from plexus_datasets.base import owned
+from plexus_datasets.base import gate
 from plexus_datasets.base.values import one_line
 
 from .files import open_regular
@@ -170,7 +171,7 @@ class NpyWriter:
         self.rows = 0
         self.row_bytes = math.prod(self.tail) * self.dtype.itemsize
         if create:
-            self._f = open(self.path, "wb")
+            self._f = gate.open_stream(self.path, "wb")
             self.offset = write_header(self._f, self.dtype, (rows or 0,) + self.tail)
             if rows is not None:
                 self._f.truncate(self.offset + rows * self.row_bytes)
@@ -179,7 +180,7 @@ class NpyWriter:
             if layout.dtype != self.dtype or layout.shape != (rows,) + self.tail:
                 raise DatasetError(f"{self.path}: holds {layout.dtype}{layout.shape}, expected "
                                    f"{self.dtype}{(rows,) + self.tail}")
-            self._f = open(self.path, "r+b")
+            self._f = gate.open_stream(self.path, "r+b")
             self.offset = layout.offset
 
     def append(self, block: np.ndarray) -> None:
@@ -224,7 +225,7 @@ def save_npy(path: str | os.PathLike, arr: np.ndarray) -> None:
     if arr.dtype.hasobject:
         raise ValueError(f"{path}: refusing to write an object array (it would need a pickle)")
     try:
-        with open(path, "wb") as f:
+        with gate.open_stream(path, "wb") as f:
             write_header(f, arr.dtype, arr.shape)
             # a plain write, not numpy's tofile: a full disk is an OSError with its errno
             # ("No space left on device"), not "N requested and M written"
@@ -237,7 +238,7 @@ def save_npy(path: str | os.PathLike, arr: np.ndarray) -> None:
 
 def save_piece(path: Path, arr: np.ndarray) -> None:
     """Save beside and rename: a killed task leaves no file under the final name."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    gate.make_folder(path.parent)
     tmp = path.with_name(f".{path.name}.tmp")
     save_npy(tmp, arr)
     owned.replace_file(tmp, path)

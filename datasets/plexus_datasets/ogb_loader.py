@@ -19,6 +19,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from plexus_datasets.base.values import one_line
+from plexus_datasets.base import gate
 
 from .files import check_regular
 from .errors import DatasetError, RootMissing
@@ -179,7 +180,7 @@ def _dataset_class():
                 self.graph, self.labels = loaded.get("graph"), loaded.get("labels")
             else:
                 # ogb writes the cache with torch.save but does not create its folder.
-                os.makedirs(os.path.dirname(cache), exist_ok=True)
+                gate.make_folder(os.path.dirname(cache))
                 super().pre_process()
 
         def get_idx_split(self, split_type: str | None = None) -> dict:

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from plexus_datasets.base import gate
+
 NAME = "ogbn-proteins"
 TASKS = 112
 EDGE_FEATURES = 8
@@ -50,8 +52,8 @@ _MODULE = 64  # proteins per functional module (consecutive ids)
 
 def _write_csv(path: Path, pieces) -> None:
     """Write gzip'd text pieces (str or bytes; mtime 0: the same content, the same bytes)."""
-    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1,
-                                                mtime=0) as f:
+    with gate.open_stream(path, "wb") as raw, gzip.GzipFile(
+            filename=str(path), fileobj=raw, mode="wb", compresslevel=1, mtime=0) as f:
         for piece in pieces:
             f.write(piece.encode("ascii") if isinstance(piece, str) else piece)
 
@@ -163,8 +165,8 @@ def write_proteins_standin(root: str | Path, num_nodes: int = 2000, avg_degree: 
     edges = _edges(n, num_edges, bounds, rng)
     ds = Path(root) / NAME.replace("-", "_")
     raw, split = ds / "raw", ds / "split" / "species"
-    raw.mkdir(parents=True, exist_ok=True)
-    split.mkdir(parents=True, exist_ok=True)
+    gate.make_folder(raw)
+    gate.make_folder(split)
     # each module (its function) has its own odds of each kind of evidence
     odds = np.clip(np.asarray(_FEATURE_ODDS) * np.exp(rng.standard_normal(
         ((n - 1) // _MODULE + 1, EDGE_FEATURES))), 0.01, 0.95)
@@ -196,7 +198,7 @@ def write_proteins_standin(root: str | Path, num_nodes: int = 2000, avg_degree: 
                                                                          len(SPECIES) - 1)),
                            ("test", (len(SPECIES) - 1, len(SPECIES)))):
         _write_csv(split / f"{part}.csv.gz", [_rows(ids[bounds[lo]:bounds[hi], None], "%d")])
-    (ds / "RELEASE_v1.txt").write_text("")
+    gate.save_text(ds / "RELEASE_v1.txt", "")
     return ds
 
 

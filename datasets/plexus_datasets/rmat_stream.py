@@ -42,6 +42,7 @@ from .rmat import (PROJECTION_ROWS, rmat_chunks, rmat_edges, rmat_name, rmat_nod
 from .synthetic import random_split, rng_for
 from .work import Runner
 from plexus_datasets.base import owned
+from plexus_datasets.base import gate
 
 #: bytes of H read at once while summing neighbours
 WINDOW_BYTES = 1 << 27
@@ -219,7 +220,7 @@ def rmat_to_disk(params: dict, out: str | Path, runner: Runner, work: str | Path
     work = Path(work)
     if is_disk_graph(out) and not (work / "graph.partial").exists():
         return DiskGraph.open(out)  # finished by an earlier run that was then interrupted
-    work.mkdir(parents=True, exist_ok=True)
+    gate.make_folder(work)
     p = dict(params)
     n = 1 << p["scale"]
     m = p["edge_factor"] * n

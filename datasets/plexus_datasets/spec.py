@@ -146,7 +146,11 @@ def load_dataset(spec: str, root: str | None = None, seed: int = 0,
                  features: str = "auto") -> Graph:
     """The graph a spec names (`read_dataset`) with its features scaled as ``features`` says
     (`FEATURE_MODES`; the default, "auto", is each format's convention: Planetoid's rows sum to
-    1, every other format's values are kept)."""
+    1, every other format's values are kept). `DatasetError` (one line) for a spec that is not
+    a string."""
+    if not isinstance(spec, str):
+        raise DatasetError(f"a dataset spec is a string such as \"cora\" or \"graph:DIR\", "
+                           f"got {type(spec).__name__} {str(spec)[:40]}")
     mode = feature_mode(spec, features)
     graph = read_dataset(spec, root, seed, row_planetoid=mode == "row")
     kind = spec.strip().partition(":")[0].strip().lower()

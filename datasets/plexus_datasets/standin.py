@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from plexus_datasets.base import gate
+
 NAME = "ogbn-papers100M"
 CLASSES = 172
 FEATURES = 128
@@ -36,9 +38,9 @@ def write_papers100m_standin(root: str | Path, num_nodes: int = 4000, avg_degree
     rng = np.random.default_rng(seed)
     n, e = int(num_nodes), int(num_nodes) * int(avg_degree)
     ds = Path(root) / NAME.replace("-", "_")
-    (ds / "raw").mkdir(parents=True, exist_ok=True)
-    (ds / "split" / "time").mkdir(parents=True, exist_ok=True)
-    (ds / "RELEASE_v1.txt").write_text("")
+    gate.make_folder(ds / "raw")
+    gate.make_folder(ds / "split" / "time")
+    gate.save_text(ds / "RELEASE_v1.txt", "")
     # node ids grow with the year, as papers do; most papers are recent
     year = np.sort(2020 - (60 * rng.random(n) ** 2).astype(np.int64))
     # a citing paper, and a cited one at most as recent: skewed towards a few highly cited ones
@@ -57,15 +59,24 @@ def write_papers100m_standin(root: str | Path, num_nodes: int = 4000, avg_degree
     label = np.argmax((x32 + neigh / deg[:, None]) @ w, axis=1).astype(np.float32)
     has_label = rng.random(n) < labelled
     node_label = np.where(has_label, label, np.nan).astype(np.float32).reshape(-1, 1)
-    save = np.savez_compressed if compressed else np.savez
-    save(ds / "raw" / "data.npz", edge_index=edge_index, node_feat=x,
-         node_year=year.reshape(-1, 1).astype(np.int64),
-         num_nodes_list=np.array([n], dtype=np.int64),
-         num_edges_list=np.array([e], dtype=np.int64))
-    save(ds / "raw" / "node-label.npz", node_label=node_label)
+    _save(ds / "raw" / "data.npz", compressed, edge_index=edge_index, node_feat=x,
+          node_year=year.reshape(-1, 1).astype(np.int64),
+          num_nodes_list=np.array([n], dtype=np.int64), num_edges_list=np.array([e], dtype=np.int64))
+    _save(ds / "raw" / "node-label.npz", compressed, node_label=node_label)
     ids = np.flatnonzero(has_label)
     for part, keep in (("train", year[ids] <= 2017), ("valid", year[ids] == 2018),
                        ("test", year[ids] >= 2019)):
-        with gzip.open(ds / "split" / "time" / f"{part}.csv.gz", "wt") as f:
-            f.write("".join(f"{i}\n" for i in ids[keep]))
+        split = ds / "split" / "time" / f"{part}.csv.gz"
+        with gate.open_stream(split, "wb") as raw, \
+                gzip.GzipFile(filename=str(split), fileobj=raw, mode="wb", mtime=0) as f:
+            f.write("".join(f"{i}\n" for i in ids[keep]).encode("ascii"))
     return ds
+
+
+def _save(path: Path, compressed: bool, **arrays: np.ndarray) -> None:
+    """``np.savez`` (``compressed``: ``savez_compressed``) of ``arrays`` into ``path``."""
+    with gate.open_stream(path, "wb") as f:
+        if compressed:
+            np.savez_compressed(f, **arrays)
+        else:
+            np.savez(f, **arrays)

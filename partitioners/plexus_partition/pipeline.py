@@ -35,6 +35,7 @@ from .stream import Settings, config_key, partition_source
 from .workdir import stage_work_dir
 from .streamjob import PartitionError
 from plexus_datasets.base import owned
+from plexus_datasets.base import gate
 
 #: Failures that no rerun of the same work gets past (the input, the configuration, the work
 #: directory itself; errors of values that name no file among them): the work is removed
@@ -376,7 +377,9 @@ def _store_lock(out: Path, keep_existing: bool) -> FileLock:
     there once it is held."""
     path = out.parent / f".{out.name}.lock"
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
+        gate.make_folder(out.parent)
+    except gate.UnsafeTargetError as e:
+        raise ShardStoreError(str(e)) from None
     except OSError as e:
         raise ShardStoreError(f"{out.parent}: cannot create it ({e.strerror or e})") from None
     try:
@@ -409,7 +412,7 @@ def _write(graph: Graph, out: str) -> dict:
 
 def _lock(work: Path) -> int:
     """Hold the work directory for this run (released when the process ends, however)."""
-    fd = os.open(work / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = gate.open_file(work / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

@@ -23,6 +23,7 @@ from .plan import MASKS, feature_cols, feature_group, rank_input_ids, rank_outpu
 from .storeformat import FORMAT, MANIFEST, VERSION, file_sha256, gnn_layers, rank_file_name
 from .streamjob import BlockSpec, Job, PartitionError, route_of
 from plexus_datasets.base import owned
+from plexus_datasets.base import gate
 
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed: zip entries otherwise carry the wall clock
 _COPY_BUF = 1 << 22
@@ -127,9 +128,9 @@ def rank_task(job: Job, rank: int, meta: dict, block_nnz: dict,
                        "aggregation": job.aggregation}}
     name = rank_file_name(coords)
     path = job.path("store", name)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    gate.make_folder(path.parent)
     tmp = path.with_name(f".{name}.tmp")
-    with open(tmp, "wb") as raw:
+    with gate.open_stream(tmp, "wb") as raw:
         behind = WriteBehind(raw)  # the store is not read back here: keep it out of the cache
         out = _HashingWriter(behind)
         with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf:
@@ -208,7 +209,7 @@ def manifest_step(job: Job, meta: dict, ranks: list, graph_sha256: str, nnz: int
     }
     if job.model is not None:  # the kind recorded, and the GNN layers its stages make
         manifest.update(model=job.model, gnn_layers=gnn_layers(job.num_stages, job.model))
-    with open(job.path("store", MANIFEST), "w", encoding="utf-8") as f:
+    with gate.open_stream(job.path("store", MANIFEST), "w") as f:
         f.write(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         f.flush()
         os.fsync(f.fileno())

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from plexus_datasets.base import gate
 from plexus_datasets.base.tasks import CONSUMED
 from plexus_datasets.canonical import (budget_bounds, group_order, hash_array_prefix, pack,
                                        structure_sha256, unpack)
@@ -110,9 +111,8 @@ def permutation_step(job: Job, degrees: Degrees, kind: str, seed: int, given: bo
 def write_given(job: Job, perm: Permutation) -> dict:
     save_piece(job.path("node", "given.p1.npy"), np.asarray(perm.p1, dtype=np.int64))
     save_piece(job.path("node", "given.p2.npy"), np.asarray(perm.p2, dtype=np.int64))
-    job.path("node", "given.json").write_text(json.dumps(
-        {"kind": perm.kind, "seed": int(perm.seed), "locality": bool(perm.locality)}),
-        encoding="utf-8")
+    gate.save_text(job.path("node", "given.json"), json.dumps(
+        {"kind": perm.kind, "seed": int(perm.seed), "locality": bool(perm.locality)}))
     return {}
 
 

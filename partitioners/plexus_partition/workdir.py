@@ -17,10 +17,10 @@ import errno
 import json
 import os
 import stat
-import tempfile
 from pathlib import Path
 
 from plexus_datasets.base import owned
+from plexus_datasets.base import gate
 
 from .streamjob import PartitionError
 
@@ -40,12 +40,11 @@ def stage_work_dir(out: Path, key: str | None) -> Path:
     and source) the fixed name of `work_dir_name`, resumed when a killed run of this user left
     it, else created; without a key a fresh temporary one. Raises `PartitionError` for a name
     that holds anything but this user's own work of this key."""
-    out.parent.mkdir(parents=True, exist_ok=True)
     if key is None:
-        return Path(tempfile.mkdtemp(prefix=f".{out.name}.work-", dir=out.parent))
+        return gate.temp_folder(out.parent, f".{out.name}.work-")
     work = work_dir_name(out, key)
     if not _exists(work):
-        fresh = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
+        fresh = gate.temp_folder(out.parent, f".{out.name}.new-")
         try:
             _sign(fresh, key)
             owned.move(fresh, work)  # never follows a link planted meanwhile; fails on one
@@ -83,9 +82,7 @@ def _exists(path: Path) -> bool:
 
 def _sign(folder: Path, key: str) -> None:
     os.chmod(folder, 0o700)
-    fd = os.open(folder / SIGNATURE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
+    with gate.open_stream(folder / SIGNATURE, "x", 0o600) as f:
         f.write(json.dumps(owned.signed({"format": FORMAT, "key": key, "uid": os.geteuid()})))
         f.flush()
         os.fsync(f.fileno())

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,7 @@ from plexus_datasets.validate import check_alloc
 from .model import GraphModel
 from .results import NodeBlock, output_blocks
 from plexus_datasets.base import owned
+from plexus_datasets.base import gate
 
 MARKER = "outputs.json"
 FORMAT = "plexus-outputs"
@@ -120,11 +120,14 @@ def _agree(failure: str | None) -> None:
 def _create_files(target: Path, shapes: dict[str, tuple[tuple[int, ...], np.dtype]]) -> Path:
     """Rank 0: a temporary directory beside ``target`` with every array's file at full size
     (sparse: nothing written yet)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it private; others read outputs as they read any file
-    for name, (shape, dtype) in shapes.items():
-        np.lib.format.open_memmap(tmp / FILES[name], mode="w+", dtype=dtype, shape=shape)
+    tmp = gate.temp_folder(target.parent, f".{target.name}.partial-")
+    try:
+        tmp.chmod(0o755)  # mkdtemp makes it private; others read outputs as they read any file
+        for name, (shape, dtype) in shapes.items():
+            np.lib.format.open_memmap(tmp / FILES[name], mode="w+", dtype=dtype, shape=shape)
+    except BaseException:  # a full disk: no .NAME.partial-* left behind
+        owned.remove_tree(tmp, quiet=True)
+        raise
     return tmp
 
 
@@ -231,7 +234,7 @@ def publish_outputs(tmp: Path, target: Path, num_nodes: int,
                               "shape": [int(s) for s in shape]}
                        for name, (shape, dt) in shapes.items()},
             **extra}
-    with open(tmp / MARKER, "w", encoding="utf-8") as f:
+    with gate.open_stream(tmp / MARKER, "w") as f:
         f.write(json.dumps(meta, indent=1, sort_keys=True) + "\n")
         f.flush()
         os.fsync(f.fileno())

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from plexus_partition.model.grid import GridShape
+from plexus.engine.arguments import check_callable, check_kind, check_timeout
 from plexus.engine.grid import Grid
 from plexus_partition.launch.env import JobEnv, LaunchError, check_local_devices, detect_environment
 from plexus_partition.launch.group import DEFAULT_TIMEOUT_S, init_process_group
@@ -114,6 +115,9 @@ def launch(fn: Callable[..., Any], *args: Any, grid: str | GridShape = "1x1x1",
         raise SystemExit(f"plexus.launch: error: called at the top level of {where} without "
                          "if __name__ == \"__main__\": (each worker imports the script and "
                          "would launch again); put the call under that guard")
+    check_callable(fn, "plexus.launch")
+    check_kind(grid, (str, GridShape), "plexus.launch", "grid (\"XxYxZ\" or a GridShape)")
+    timeout_s = check_timeout(timeout_s, "plexus.launch")
     shape = GridShape.of(grid)
     if detect_environment() is not None or dist.is_initialized():
         return _run(fn, shape, timeout_s, args)

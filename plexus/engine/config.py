@@ -5,10 +5,10 @@ training (`TrainConfig`), how the engine runs (`EngineConfig`), and the model's
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
-from plexus_partition.model.bounds import check_bound
+from plexus_partition.model.bounds import BOUNDS, BoundError, check_bound
 from plexus_partition.model.model import DEFAULT_DTYPE, DTYPE_BYTES, DTYPES, ModelConfig, ModelError
 from plexus_partition.model.ops import KINDS, NORMS
 from plexus_partition.model.schedule import SPARSE_MODES
@@ -25,6 +25,8 @@ OPTIMIZERS = ("adam", "adamw", "sgd")
 #: The learning-rate schedules `TrainConfig.lr_schedule` names (torch.optim.lr_scheduler's
 #: CosineAnnealingLR, StepLR and ReduceLROnPlateau; "none": a constant rate).
 LR_SCHEDULES = ("none", "cosine", "step", "plateau")
+#: `TrainConfig.weight_decay_scope`'s values: every parameter, or the first layer's only (Kipf)
+WEIGHT_DECAY_SCOPES = ("all", "first")
 
 
 class TrainConfigError(ValueError):
@@ -60,9 +62,20 @@ class TrainConfig:
     # better validation metric (None: never)
 
     def __post_init__(self) -> None:
+        for f in fields(self):  # every number within the one table of bounds, typed
+            if f.name in BOUNDS:
+                if getattr(self, f.name) is None and f.default is not None:
+                    raise TrainConfigError(f.name, f"must be {BOUNDS[f.name].describe()}, got "
+                                                   "None")
+                try:
+                    check_bound(f.name, getattr(self, f.name))
+                except BoundError as e:
+                    raise TrainConfigError(f.name, str(e).removeprefix(f"{f.name} ")) from None
         finite = math.isfinite
         rules = [
             ("optimizer", self.optimizer in OPTIMIZERS, f"must be one of {', '.join(OPTIMIZERS)}"),
+            ("weight_decay_scope", self.weight_decay_scope in WEIGHT_DECAY_SCOPES,
+             f"must be one of {', '.join(WEIGHT_DECAY_SCOPES)}"),
             ("lr_schedule", self.lr_schedule in LR_SCHEDULES,
              f"must be one of {', '.join(LR_SCHEDULES)}"),
             ("momentum", 0 <= self.momentum < 1, "must be in [0, 1)"),  # false for NaN

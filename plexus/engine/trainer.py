@@ -14,6 +14,7 @@ from torch.nn.utils import clip_grads_with_norm_
 
 from plexus_datasets.trainable import check_trainable
 from . import optim
+from .arguments import check_model_and_config
 from .config import TrainConfig
 
 
@@ -149,6 +150,7 @@ class Trainer:
     ``stopped`` the epoch early stopping ended the run at (None: it did not)."""
 
     def __init__(self, model: TrainableModel, cfg: TrainConfig) -> None:
+        check_model_and_config(model, cfg)
         self.model, self.cfg = model, cfg
         _check_trainable(model, cfg)
         self.params = model.named_shards()

@@ -27,6 +27,7 @@ from plexus.engine.masks import dropout, edge_keep
 from plexus_partition import shard_graph
 
 from .graph import LayerGraph, output_layout
+from .validate import check_declared, check_network
 from .layouts import NODES_OUT, ROWS_OUT, LayoutError, laid, layout_of, param_view, plain
 
 _SHAPES = {"weight": lambda i, o: (i, o), "vector": lambda i, o: (o,), "scalar": lambda i, o: (1,)}
@@ -65,17 +66,20 @@ class Layer(nn.Module):
         """Declare an in_features × out_features weight, cut like the engine's W
         (Glorot-uniform, "zeros", "ones" or "identity": the identity matrix, a layer that
         starts as a skip); use it with ``g.linear(x, self.<name>)``."""
+        check_declared(self, name, "weight")
         self.declared.append((name, "weight", init))
 
     def vector(self, name: str, init: str = "zeros") -> None:
         """Declare a vector of out_features entries, cut like the output's columns (a bias:
         ``g.add_bias(out, self.<name>)``; per-column weights such as attention vectors)."""
+        check_declared(self, name, "vector")
         self.declared.append((name, "vector", init))
 
     def scalar(self, name: str, init: str = "zeros") -> None:
         """Declare one number, replicated on every rank: use it as ``g.replicate(self.<name>)``
         (its gradient then sums every rank's part; used directly on a layer's tensor it is a
         `LayoutError`, 1x1x1 included)."""
+        check_declared(self, name, "scalar")
         self.declared.append((name, "scalar", init))
 
     def reads_output(self, layer: int) -> None:
@@ -140,6 +144,7 @@ class Network(GridModel):
         if (isinstance(dropout, bool) or not isinstance(dropout, (int, float))
                 or not 0.0 <= dropout < 1.0):  # 1.0 would scale the kept (none) by 1 / 0
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r:.60}")
+        check_network(graph, grid, layers, Layer)
         self.layers = nn.ModuleList(layers)
         widths = [graph.num_features] + [layer.out_features for layer in layers]
         for l, layer in enumerate(layers):

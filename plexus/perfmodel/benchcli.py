@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 from plexus_datasets.base.atomic import UnsafeTargetError, output_target
 from plexus_partition.model.cli import ArgumentParser, UsageError, report_error
 from plexus_partition.model.grid import GridError, parse_world_sizes
+from plexus_partition.model.bounds import CALIBRATION_RANKS_PER_CORE
 from plexus_partition.launch.env import available_cores
 
 from .calibration import write_calibration
@@ -79,7 +80,8 @@ def _world_sizes(text: str, cores: int) -> list[int]:
     such a world; far more times the scheduler, not gloo) and there are at most
     `MAX_CALIBRATION_WORLDS` of them."""
     try:
-        return list(parse_world_sizes(text, 2 * cores, MAX_CALIBRATION_WORLDS))
+        return list(parse_world_sizes(text, CALIBRATION_RANKS_PER_CORE * cores,
+                                      MAX_CALIBRATION_WORLDS))
     except GridError as e:
         raise UsageError(f"--world-size {e} (at most twice the {cores} cores this process may "
                          "use)") from None

@@ -9,12 +9,12 @@ import json
 import math
 import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from plexus_datasets.base.atomic import atomic_file
+from plexus_datasets.base.gate import UnsafeTargetError, open_trusted
 from plexus_partition.model.grid import AXES
 
 from .errors import CalibrationError
@@ -378,21 +378,18 @@ def _device_fields(data: Mapping[str, Any], source: str,
 
 def load_calibration(path: str | os.PathLike | None) -> Calibration:
     """The calibration in the JSON file at ``path`` (written by ``plexus-bench calibrate``);
-    the defaults when ``path`` is None. Raises ValueError on an unreadable or invalid file (a
-    FIFO or a device is refused before it is opened; a key the format does not have, or a
-    missing rate, is refused rather than quietly replaced by the defaults)."""
+    the defaults when ``path`` is None. Raises ValueError on an unreadable, invalid or untrusted
+    file (a FIFO, a device, another user's file: refused before it is read; an unknown key or a
+    missing rate: refused rather than quietly replaced by the defaults)."""
     if path is None:
         return Calibration()
     try:
-        mode = os.stat(path).st_mode
-        if not stat.S_ISREG(mode):
-            raise CalibrationError(f"calibration {path}: not a regular file; give the JSON file "
-                                  "plexus-bench calibrate wrote")
-        if os.stat(path).st_size > MAX_CALIBRATION_BYTES:
-            raise CalibrationError(f"calibration {path}: too large for a calibration file")
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        with open(fd, encoding="utf-8") as f:
+        with open_trusted(path, "r") as f:  # the gate: no file another user could have chosen
+            if os.fstat(f.fileno()).st_size > MAX_CALIBRATION_BYTES:  # a regular file's
+                raise CalibrationError(f"calibration {path}: too large for a calibration file")
             data = json.load(f, parse_constant=_no_constant)
+    except UnsafeTargetError as e:  # the gate's line
+        raise CalibrationError(f"calibration {e}") from None
     except OSError as e:
         raise CalibrationError(f"cannot read calibration {path}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:

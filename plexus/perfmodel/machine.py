@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from plexus_partition.launch.env import available_cores
+from plexus_partition.model.bounds import CALIBRATION_RANKS_PER_CORE
+from plexus_datasets.base import gate
 
 from .calibration import Calibration, CalibrationError, load_calibration, write_calibration
 
@@ -62,7 +64,13 @@ class MachineRates:
 def _private_dir(folder: Path) -> None:
     """Make ``folder`` (owner only) or check that it is: another user's or a group-writable
     folder could hand a run rates that choose a bad grid."""
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        gate.make_folder(folder, mode=0o700)
+    except gate.UnsafeTargetError as e:
+        raise CalibrationError(f"{folder}: not a folder of this user's that only they may write "
+                               f"({str(e).removeprefix(f'{folder}: ').split(';')[0]}); remove "
+                               f"it, or set {MACHINE_CACHE_ENV} to another folder ({OFF}: "
+                               "built-in rates)") from None
     st = os.lstat(folder)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() \
             or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
@@ -93,7 +101,16 @@ def machine_rates(world: int, folder: Path,
     """This machine's rates for ``world`` local ranks: read from ``folder`` when kept there,
     else measured (``measure``: `plexus.perfmodel.measure.calibrate`'s signature; quick, one
     thread per rank), announced first through ``say``, and kept. Raises `CalibrationError` for
-    a folder that is not private."""
+    a folder that is not private, or a ``world`` past `CALIBRATION_RANKS_PER_CORE` per core (the
+    bound of ``plexus-bench calibrate --world-size``: checked before anything is measured)."""
+    cores = available_cores()
+    top = CALIBRATION_RANKS_PER_CORE * cores
+    if not 1 <= world <= top:
+        raise CalibrationError(f"--grid auto for {world} ranks: this machine's rates are measured "
+                               f"on a local world of at most {top} ranks "
+                               f"({CALIBRATION_RANKS_PER_CORE} per core of {cores}); give "
+                               "--calibration FILE (plexus-bench calibrate on the ranks' "
+                               "machines) or a --grid")
     _private_dir(folder)
     path = machine_file(folder, world)
     if _trusted(path):

@@ -30,6 +30,7 @@ from plexus_partition.launch.peers import SECRET_ENV, new_secret
 from .loopback import BACKEND as LOOPBACK, loopback_listener, register as register_loopback
 from .progress import PROGRESS_DIR_ENV, read_progress
 from plexus_datasets.base import owned
+from plexus_datasets.base import gate
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -127,6 +128,11 @@ def _temporary_files_in(directory: str) -> Iterator[None]:
 FORKED_PEERS_TIMEOUT_S = 120.0
 
 
+class LaunchInterrupted(SystemExit):
+    """The launcher got a signal (Ctrl-C, SIGTERM) and stopped its workers: its one line was
+    printed; the exit status is 128 + the signal's number, as a shell reports a signal."""
+
+
 class WorkerStartError(RuntimeError):
     """A forked worker's peers were not all started in time (the launcher stalled or died)."""
 
@@ -174,7 +180,8 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any,
     even by SIGKILL (`plexus_partition.launch.lifeline`). ``fork``: every worker runs one torch
     thread, so CPU workers may be forked from this process (`_start_method`).
     """
-    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs  # noqa: PLC0415
+    from torch.distributed.elastic.multiprocessing.api import (DefaultLogsSpecs,  # noqa: PLC0415
+                                                               SignalException)
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError  # noqa: PLC0415
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch  # noqa: PLC0415
 
@@ -197,9 +204,9 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any,
     # multiprocessing's own directory (the fork server's socket), made now so that it stays
     # where it is; a killed launcher's workers remove it with the job's directory.
     mp_dir = multiprocessing.util.get_temp_dir()
-    log_dir = tempfile.mkdtemp(prefix="plexus-launch-")
+    log_dir = str(gate.temp_folder(None, "plexus-launch-"))
     progress_dir = os.path.join(log_dir, "progress")
-    os.mkdir(progress_dir)
+    gate.make_folder(progress_dir)
     lifeline = Lifeline(os.getpid(), (log_dir, mp_dir))
     forked = mp.get_context("fork").Barrier(nprocs) if start_method == "fork" else None
     register_loopback()
@@ -226,6 +233,11 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any,
                                                               new_secret(), entrypoint, *args)
             except ChildFailedError as e:
                 raise LocalJobFailed(_failures(e), read_progress(progress_dir)) from None
+            except SignalException as e:  # the agent stopped the workers: one line, no stack
+                name = signal.Signals(e.sigval).name
+                print(f"plexus: stopped by {name}: the job's {nprocs} workers were stopped with "
+                      "it", file=sys.stderr, flush=True)
+                raise LaunchInterrupted(128 + int(e.sigval)) from None
     finally:
         owned.remove_tree(log_dir, quiet=True)
     return [results[r] for r in range(nprocs)]

@@ -15,6 +15,8 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from plexus_datasets.base import gate
+
 #: The directory the workers of a local job publish their progress in (set by the launcher).
 PROGRESS_DIR_ENV = "PLEXUS_PROGRESS_DIR"
 _WIDTH = 20  # digits of a count: every write has the same size
@@ -31,8 +33,8 @@ def start_beacon(rank: int, count: Callable[[], int], interval_s: float = 0.5) -
     if not directory or not os.path.isdir(directory):
         return False
     try:
-        fd = os.open(_file(directory, rank), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    except OSError:
+        fd = gate.open_file(_file(directory, rank), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except (OSError, gate.UnsafeTargetError):
         return False
 
     def beat() -> None:

@@ -18,6 +18,7 @@ from typing import IO, Any, Iterator
 
 from plexus_datasets.base.atomic import UnsafeTargetError, atomic_file, describe_mode, output_target
 from plexus_datasets.base.lockfile import FileLock, LockBusy, LockError, acquire
+from plexus_datasets.base import gate
 
 #: The sweep's lock file in a results folder.
 LOCK_NAME = ".plexus-sweep.lock"
@@ -36,7 +37,9 @@ class ResultsFolder:
         given = Path(out).expanduser()
         if create:
             try:
-                given.mkdir(parents=True, exist_ok=True)
+                gate.make_folder(gate.run_folder(given))
+            except gate.UnsafeTargetError as e:
+                raise FolderError(str(e)) from None
             except OSError as e:
                 raise FolderError(f"{given}: cannot create the results folder "
                                   f"({e.strerror or e})") from None
@@ -58,9 +61,11 @@ class ResultsFolder:
         the folder."""
         path = self.root.joinpath(*parts)
         try:
-            path.mkdir(parents=True, exist_ok=True)
+            gate.make_folder(path)
         except FileExistsError:
             pass
+        except gate.UnsafeTargetError as e:
+            raise FolderError(str(e)) from None
         except OSError as e:
             raise FolderError(f"{path}: cannot create it ({e.strerror or e})") from None
         real = self.inside(path)
@@ -136,16 +141,12 @@ class ResultsFolder:
         folder, opened without following a link and truncated only once known to be one."""
         target = self.target(path)
         try:
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                         | os.O_CLOEXEC, 0o644)
+            return gate.open_stream(target, "w")  # never a link, a FIFO or a device
+        except gate.UnsafeTargetError:
+            kind = describe_mode(os.lstat(target).st_mode)
+            raise FolderError(f"{path}: is {kind}, not a regular file") from None
         except OSError as e:
             raise FolderError(f"{path}: cannot write it ({e.strerror or e})") from None
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            os.close(fd)
-            raise FolderError(f"{path}: is {describe_mode(mode)}, not a regular file")
-        os.ftruncate(fd, 0)
-        return open(fd, "w", encoding="utf-8")
 
     def lock(self) -> FileLock:
         """Hold the folder for this sweep; raises `FolderError` while another sweep holds it."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from plexus_datasets.base import owned
+from plexus_datasets.base import gate
 from plexus_partition.model.grid import AXES, GridShape
 from plexus.core.timing import loadavg, median
 
@@ -326,7 +327,7 @@ def run_jobs(bundle: Bundle, jobs: Sequence[Job], opts: RunOptions | None = None
         for k, job in enumerate(jobs):
             for r, shard in enumerate(rank_shards(bundle, job.dims, job.model_cfg, perm,
                                                   opts.seed)):
-                with open(Path(tmp) / f"job{k}-rank{r}.pkl", "wb") as f:
+                with gate.open_stream(Path(tmp) / f"job{k}-rank{r}.pkl", "wb") as f:
                     pickle.dump(shard, f, protocol=pickle.HIGHEST_PROTOCOL)
                 del shard
         huge = any(j.engine_cfg.huge_pages for j in jobs)  # as plexus-train's workers

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from plexus_datasets.base.atomic import atomic_file
+from plexus_datasets.base import gate
 from plexus_partition.model.grid import GridShape
 from plexus_datasets.files import open_regular
 from plexus_partition import read_manifest
@@ -91,7 +92,9 @@ class Cache:
         another user's, or others can write it."""
         path = self.root / name
         try:
-            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            gate.make_folder(path, mode=0o700)
+        except gate.UnsafeTargetError as e:
+            raise CacheError(f"--cache {e}; give a private --cache DIR, or --no-cache") from None
         except OSError as e:
             raise CacheError(f"--cache {self.root}: cannot create {path} ({e.strerror or e}); "
                              "give another --cache DIR, or --no-cache") from None
@@ -193,7 +196,10 @@ class Cache:
     def locked(self, source_key: dict) -> Iterator[float]:
         """Hold the source's build lock; yields the seconds spent waiting for another run."""
         path = self.subdir("locks") / f"{key_digest(source_key)[:32]}.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = gate.open_file(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except gate.UnsafeTargetError as e:
+            raise CacheError(f"--cache {e}; give a private --cache DIR, or --no-cache") from None
         waited = 0.0
         try:
             try:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 from plexus_datasets.base import owned
+from plexus_datasets.base import gate
 
 from plexus_partition.model.bounds import BoundError, check_bound, env_number
 
@@ -73,8 +74,7 @@ def hold_store(root: Path, store: Path) -> StoreUse:
     """Hold ``store`` (a directory of the cache at ``root``) against eviction and mark it used
     now; waits while an eviction of it is under way (the caller then finds it gone)."""
     lock = use_lock_path(root, store)
-    lock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    fd = _open_lock(lock)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)
         os.utime(fd)  # the last use, for least-recently-used eviction
@@ -82,6 +82,12 @@ def hold_store(root: Path, store: Path) -> StoreUse:
         os.close(fd)
         raise
     return StoreUse(fd, store)
+
+
+def _open_lock(lock: Path) -> int:
+    """The descriptor of the use lock ``lock`` (its private folder made), through the gate."""
+    gate.make_folder(lock.parent, mode=0o700)
+    return gate.open_file(lock, os.O_RDWR | os.O_CREAT, 0o644)
 
 
 @dataclass(frozen=True)
@@ -163,9 +169,9 @@ def untrusted_dir(path: Path) -> str | None:
         os.lstat(path)
     except FileNotFoundError:
         try:
-            path.mkdir(parents=True, mode=0o700)
-        except FileExistsError:
-            pass
+            gate.make_folder(path, mode=0o700)
+        except gate.UnsafeTargetError as e:
+            return str(e).removeprefix(f"{path}: ")
         except OSError as e:
             return f"cannot create it ({e.strerror or e})"
     try:
@@ -201,8 +207,7 @@ def entries(root: Path) -> list[Entry]:
 def remove(root: Path, entry: Entry) -> bool:
     """Remove ``entry`` unless a run holds it (then False): under its lock, taken exclusively
     without waiting, it is renamed out of the cache and deleted."""
-    entry.lock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(entry.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    fd = _open_lock(entry.lock)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from plexus_datasets.base.atomic import atomic_file
-from plexus_datasets.base.gate import UnsafeTargetError, write_target
+from plexus_datasets.base.gate import UnsafeTargetError, open_trusted
 from plexus_datasets.base.lockfile import FileLock, LockBusy, LockError, acquire
 from plexus.api.training import TrainConfig, initial_parameters, initial_stats, split_name
 from plexus_partition.model.cli import UsageError
@@ -117,13 +117,14 @@ def load_checkpoint(directory: str | os.PathLike) -> dict:
     theirs on the way: `plexus_datasets.base.gate`, checked before it is opened)."""
     path = checkpoint_path(directory)
     try:  # the gate, before a byte is read: no checkpoint of another user, nor through their link
-        write_target(path)
+        f = open_trusted(path)
     except UnsafeTargetError as e:
         raise CheckpointError(f"--resume {e}") from None
-    if not path.is_file():
-        raise CheckpointError(f"--resume: no checkpoint at {path}")
+    except OSError:
+        raise CheckpointError(f"--resume: no checkpoint at {path}") from None
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with f:  # read from the descriptor the gate checked, whatever the name holds now
+            payload = torch.load(f, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated file, not a torch file, unexpected types
         text = " ".join(str(e).split())[:200]
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}: {text})") \

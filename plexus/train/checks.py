@@ -71,7 +71,7 @@ def check_checkpoint_dir(path: str) -> None:
     directory = Path(path).expanduser()
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"--checkpoint {path}: not a directory")
-    check_writable(directory, "--checkpoint")
+    check_writable(directory, "--checkpoint", own=True)
     check_output_file(directory / CHECKPOINT_NAME, "--checkpoint")
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Protocol
 
 from plexus_datasets.base.atomic import UnsafeTargetError, atomic_file, describe_mode, output_target
-from plexus_datasets.base.gate import open_file
+from plexus_datasets.base.gate import open_file, summary_writer
 from plexus.api.training import EpochStats
 
 from .errors import OutputFailed, UsageError, output_failure
@@ -171,13 +171,15 @@ class TensorBoardLog:
     """Scalars per epoch through `torch.utils.tensorboard.SummaryWriter`."""
 
     def __init__(self, logdir: str | os.PathLike, resume: int | None = None) -> None:
-        from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415 (optional package)
-
         threading.excepthook = _quiet_event_writer
         self.logdir = Path(logdir)
-        # a resumed run's steps replace those an interrupted run wrote after the checkpoint
-        self._writer = SummaryWriter(log_dir=str(self.logdir),
-                                     purge_step=resume + 1 if resume else None)
+        made = not os.path.lexists(self.logdir)
+        try:  # a resumed run's steps replace those an interrupted run wrote after the checkpoint
+            self._writer = summary_writer(self.logdir, purge_step=resume + 1 if resume else None)
+        except BaseException:
+            if made and self.logdir.is_dir() and not any(self.logdir.iterdir()):
+                owned.remove_tree(self.logdir, quiet=True)  # a full disk leaves no empty folder
+            raise
         self._last: dict[str, float] = {}
 
     def epoch(self, stats: EpochStats, timers: Mapping[str, float]) -> None:
@@ -247,7 +249,10 @@ def check_targets(log_csv: str | None, tensorboard: str | None) -> None:
         target = Path(tensorboard).expanduser()
         if target.exists() and not target.is_dir():
             raise UsageError(f"--tensorboard {tensorboard}: exists and is not a directory")
-        check_writable(target, "--tensorboard")
+        made = not os.path.lexists(target)
+        check_writable(target, "--tensorboard", own=True)
+        if made:  # the writer makes it again when it starts: a run that fails before leaves none
+            owned.remove_tree(target, quiet=True)
 
 
 def open_sinks(log_csv: str | None, tensorboard: str | None,

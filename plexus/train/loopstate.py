@@ -101,6 +101,57 @@ def check_loop_state(payload: dict, run: TrainConfig, groups: int, where: str) -
                 f"epoch {epoch} with best epoch {best_epoch} and patience {patience}: no run "
                 "stops there; it is damaged (start a new --checkpoint directory)")
     _check_schedule(loop.get("schedule"), run, saved, epoch, groups, where)
+    _check_given_rates(loop["lrs"], loop.get("schedule"), saved, epoch, where)
+
+
+def _rates_given(schedule: dict | None, saved: TrainConfig, epoch: int) -> list[float]:
+    """Every rate a run of ``saved``'s options can hold after ``epoch`` epochs with the
+    schedule state ``schedule`` (checked first): the constant --lr without a schedule; the
+    step and cosine schedules' one rate at their step (torch's closed forms, from their own
+    base rate); the plateau schedule's base rate times its factor k times (k at most its
+    steps), floored at its minimum."""
+    if schedule is None:
+        return [saved.lr]
+    base = float(schedule.get("base_lrs", [saved.lr])[0])  # plateau keeps none: its --lr
+    step = int(schedule["last_epoch"])
+    if saved.lr_schedule == "step":
+        return [base * saved.lr_gamma ** (step // saved.lr_step)]
+    if saved.lr_schedule == "cosine":
+        floor, span = float(schedule["eta_min"]), max(int(schedule["T_max"]), 1)
+        return [floor + (base - floor) * (1 + math.cos(math.pi * step / span)) / 2]
+    floor = float(schedule["min_lrs"][0]) if schedule.get("min_lrs") else saved.lr_min
+    out, rate = [], base
+    for _ in range(min(max(step, 0), epoch) + 1):
+        out.append(max(rate, floor))
+        if rate <= floor:
+            break
+        rate *= saved.lr_gamma
+    return out
+
+
+def _check_given_rates(lrs: list, schedule: dict | None, saved: TrainConfig, epoch: int,
+                       where: str) -> None:
+    """Every group's rate is one the saved schedule state gives (`_rates_given`), the same
+    for every group, and the schedule's own last rates are the optimizer's."""
+    given = _rates_given(schedule, saved, epoch)
+    tol = _SLACK * max(saved.lr, 1e-12)
+    for lr in lrs:
+        if not any(math.isclose(lr, g, rel_tol=_SLACK, abs_tol=tol) for g in given):
+            what = (f"the {saved.lr_schedule} schedule gives {given[0]:.6g} at its step "
+                    f"{schedule['last_epoch']}" if schedule is not None and len(given) == 1
+                    else f"its schedule gives only {', '.join(f'{g:.6g}' for g in given[:4])}"
+                    + (", ..." if len(given) > 4 else "") if schedule is not None
+                    else f"a run without a schedule keeps its --lr {saved.lr:g}")
+            raise LoopStateError(f"{where}: learning rate {lr:.6g}: {what}; no run of these "
+                                 "options holds it, the checkpoint is damaged")
+    if len(set(lrs)) > 1:
+        raise LoopStateError(f"{where}: the parameter groups' learning rates differ ({lrs[:4]}); "
+                             "every schedule sets one rate for all; the checkpoint is damaged")
+    last = (schedule or {}).get("_last_lr")
+    if last is not None and not all(math.isclose(a, b, rel_tol=_SLACK, abs_tol=tol)
+                                    for a, b in zip(last, lrs)):
+        raise LoopStateError(f"{where}: the schedule's last rates {last[:4]} are not the "
+                             f"optimizer's {lrs[:4]}; the checkpoint is damaged")
 
 
 def _check_rates(lrs: Any, saved: TrainConfig, groups: int, where: str, what: str) -> None:
@@ -110,6 +161,9 @@ def _check_rates(lrs: Any, saved: TrainConfig, groups: int, where: str, what: st
                              f"group ({groups}: --weight-decay-on as when it was written)")
     top = min(saved.lr, MAX_LR) * (1 + _SLACK)
     for lr in lrs:
+        if not _finite(lr) and not isinstance(lr, float):
+            raise LoopStateError(f"{where}: {what} {str(lr)[:30]!r} is a {type(lr).__name__}, "
+                                 "not a number; the checkpoint is damaged")
         if not _finite(lr) or not 0 <= lr <= top:
             raise LoopStateError(f"{where}: {what} {str(lr)[:30]} is not in [0, {saved.lr:g}] "
                                  "(its --lr): no schedule sets it; the checkpoint is damaged")
@@ -162,7 +216,11 @@ def _check_schedule(schedule: Any, run: TrainConfig, saved: TrainConfig, epoch: 
             raise LoopStateError(f"{where} holds a schedule's state, but the run has none")
         return
     if schedule is None:
-        return  # not stepped yet when written (an older checkpoint): the schedule starts afresh
+        if saved.lr_schedule == run.lr_schedule:  # its run kept the state of this schedule
+            raise LoopStateError(f"{where}: holds no state of the {run.lr_schedule} schedule it "
+                                 "was written with (every such run keeps it); the checkpoint is "
+                                 "damaged")
+        return  # written without a schedule: this run's starts afresh
     if not isinstance(schedule, dict) or set(schedule) != set(fresh):
         raise LoopStateError(f"{where}: the {run.lr_schedule} schedule's state has fields "
                              f"{sorted(str(k)[:20] for k in schedule)[:8]}, not torch's")

@@ -34,6 +34,35 @@ class FakeMeasure:
         return dict(DOC)
 
 
+@pytest.fixture(autouse=True)
+def two_cores(monkeypatch):
+    """The rates' bound counts this process's cores: two here, as on the machine the issue ran
+    on (a world of 4 is then the largest measured), whatever this machine has."""
+    monkeypatch.setattr(machine, "available_cores", lambda: 2)
+
+
+@pytest.mark.parametrize("world", [5, 100_000, 0])
+def test_a_world_past_two_ranks_per_core_is_refused_before_anything_is_measured(world, tmp_path):
+    fake = FakeMeasure()
+    with pytest.raises(CalibrationError) as e:
+        machine_rates(world, tmp_path / "m", measure=fake)
+    assert_one_line(e, f"--grid auto for {world} ranks", "at most 4 ranks (2 per core of 2)",
+                    "--calibration FILE")
+    assert fake.calls == [] and not (tmp_path / "m").exists()
+
+
+def test_plexus_train_grid_auto_world_100000_is_one_line_exit_2(capsys, tmp_path, monkeypatch):
+    from plexus.train.cli import main
+
+    monkeypatch.setenv(MACHINE_CACHE_ENV, str(tmp_path / "m"))  # this machine's rates, as a user
+    assert main(["--dataset", "rmat:scale=6,edge_factor=4,features=8,classes=3", "--grid",
+                 "auto", "--world-size", "100000", "--epochs", "1", "--quiet",
+                 "--no-cache"]) == 2
+    assert_one_line(capsys.readouterr().err, "--grid auto for 100000 ranks",
+                    prog="plexus-train")
+    assert not (tmp_path / "m").exists()  # nothing measured
+
+
 def test_the_cache_folder_is_the_users_or_off():
     assert machine_cache_dir({MACHINE_CACHE_ENV: "off"}) is None
     assert str(machine_cache_dir({MACHINE_CACHE_ENV: "/x/m"})) == "/x/m"

@@ -202,3 +202,67 @@ def test_an_output_over_a_graph_directorys_file_is_refused(graph_dir, flag, name
             "--no-cache", flag, str(graph_dir / name)]
     _refused(argv, capsys, "would overwrite the input")
     assert contents(graph_dir) == kept
+
+
+# ---- item 6: a run's folders never in the system's; no empty TensorBoard folder left -----------
+@pytest.mark.parametrize("flag, path", [("--checkpoint", "/"), ("--checkpoint", "/etc"),
+                                        ("--checkpoint", "/usr/lib/plexus-ck"),
+                                        ("--tensorboard", "/etc"), ("--tensorboard", "/"),
+                                        ("--tensorboard", "/etc/plexus-tb")])
+def test_a_runs_folder_in_the_systems_is_refused(flag, path, capsys):
+    if flag == "--tensorboard":
+        pytest.importorskip("tensorboard")
+    made = os.path.lexists(path)
+    _refused([*RUN, flag, path], capsys, flag, "system")
+    assert os.path.lexists(path) == made  # nothing made there
+
+
+def test_a_sweeps_results_folder_in_the_systems_is_refused():
+    from plexus.studies.folder import FolderError, ResultsFolder
+
+    for path in ("/", "/etc", "/usr/share/plexus-sweep"):
+        with pytest.raises(FolderError) as e:
+            ResultsFolder(path, create=True)
+        assert_one_line(e, "system")
+    assert not os.path.lexists("/usr/share/plexus-sweep")
+
+
+def test_the_tensorboard_check_leaves_no_folder_behind(tmp_path):
+    """The start-up check makes and probes the folder: a run that fails after it (a full disk,
+    a refused option later) would leave it empty; the check removes a folder it made, and the
+    writer makes it again when it starts."""
+    pytest.importorskip("tensorboard")
+    from plexus.train.epochlogs import TensorBoardLog, check_targets
+
+    tb = tmp_path / "deep" / "tb"
+    check_targets(None, str(tb))
+    assert not tb.exists()
+    (tmp_path / "kept").mkdir()
+    check_targets(None, str(tmp_path / "kept"))
+    assert (tmp_path / "kept").is_dir()  # a folder that was there stays
+    log = TensorBoardLog(tb)
+    log.close()
+    assert any(p.name.startswith("events.") for p in tb.iterdir())
+
+
+def test_a_full_disk_while_the_outputs_are_made_leaves_no_partial_folder(tmp_path, monkeypatch):
+    import errno
+
+    import numpy as np
+
+    from plexus.api import outputs
+
+    made = []
+
+    def full(path, **kwargs):
+        if made:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        made.append(path)
+        return real(path, **kwargs)
+
+    real = np.lib.format.open_memmap
+    monkeypatch.setattr(np.lib.format, "open_memmap", full)
+    shapes = {"pred": ((10,), np.dtype(np.int64)), "logits": ((10, 3), np.dtype(np.float32))}
+    with pytest.raises(OSError, match="No space left"):
+        outputs._create_files(tmp_path / "preds", shapes)
+    assert made and os.listdir(tmp_path) == []  # the first file was made, then all removed

@@ -110,6 +110,87 @@ def test_a_run_that_stopped_early_resumes_as_stopped():
     _check(ckpt.make_checkpoint(trainer.full_state(), cfg, tc, info), tc)
 
 
+def _constant_payload(lr: float = 0.05) -> tuple[dict, TrainConfig]:
+    tc = TrainConfig(epochs=8, lr=lr)  # no schedule: the rate is the --lr throughout
+    g, cfg = directed_toy_graph(), ModelConfig(2, 6, 0.5)
+    trainer = Trainer(SerialModel(g, cfg, seed=5), tc)
+    trainer.fit(3)
+    info = ckpt.DatasetInfo(g.name, g.num_nodes, g.num_features, g.num_classes)
+    return ckpt.make_checkpoint(trainer.full_state(), cfg, tc, info), tc
+
+
+# The rates a run of these options holds, by hand: a constant 0.05; step (0.2, gamma 0.5 every
+# 3 epochs) after 5 epochs: 0.2 * 0.5 = 0.1; cosine (0.02 to 0 over 8) after 5:
+# 0.01 * (1 + cos(5 pi / 8)) = 0.0061731657; plateau: 0.05 * 0.5^k.
+RATE_CASES = [
+    ("constant", [0.05], True), ("constant", [0.05 * (1 + 1e-9)], True),
+    ("constant", [1e-300], False), ("constant", [0.0499], False), ("constant", [0.0], False),
+    ("sgd-step-clip", [0.1], True), ("sgd-step-clip", [0.2], False),
+    ("sgd-step-clip", [0.05], False), ("sgd-step-clip", [1e-300], False),
+    ("adamw-cosine-clip", [0.0061731657], True), ("adamw-cosine-clip", [0.02], False),
+    ("adamw-cosine-clip", [0.006], False),
+    ("adam-plateau-patience", [0.05 * 0.5 ** 3], False),  # k = 3 past the state's own rate
+    ("adam-plateau-patience", [0.03], False), ("adam-plateau-patience", [1e-300], False),
+]
+
+
+@pytest.mark.parametrize("name, lrs, ok", RATE_CASES,
+                         ids=[f"{c[0]}:{c[1][0]:g}" for c in RATE_CASES])
+def test_only_rates_the_saved_schedule_gives_are_accepted(name, lrs, ok):
+    payload, tc = _constant_payload() if name == "constant" else _payload(name)
+    payload["state"]["loop"]["lrs"] = [lrs[0]] * len(payload["state"]["loop"]["lrs"])
+    schedule = payload["state"]["loop"]["schedule"]
+    if schedule is not None:
+        schedule["_last_lr"] = list(payload["state"]["loop"]["lrs"])
+        if name == "adam-plateau-patience" and ok is False and lrs[0] == 0.05 * 0.5 ** 3:
+            schedule["last_epoch"] = 2  # two evaluations: at most two reductions
+    if ok:
+        _check(payload, tc)
+        return
+    with pytest.raises(LoopStateError) as e:
+        _check(payload, tc)
+    assert_one_line(e, "learning rate")
+
+
+def test_the_plateau_rates_are_its_base_rate_times_its_factor():
+    payload, tc = _payload("adam-plateau-patience")
+    loop = payload["state"]["loop"]
+    for k in range(3):  # 0.05, 0.025, 0.0125: each a rate two evaluations allow
+        loop["schedule"]["last_epoch"] = max(k, 2)
+        loop["lrs"] = [0.05 * 0.5 ** k]
+        loop["schedule"]["_last_lr"] = list(loop["lrs"])
+        _check(payload, tc)
+
+
+def test_the_schedule_s_last_rates_must_be_the_optimizer_s():
+    payload, tc = _payload("sgd-step-clip")
+    payload["state"]["loop"]["schedule"]["_last_lr"] = [0.2]
+    with pytest.raises(LoopStateError) as e:
+        _check(payload, tc)
+    assert_one_line(e, "last rates")
+
+
+@pytest.mark.parametrize("name", ["sgd-step-clip", "adamw-cosine-clip", "adam-plateau-patience"])
+def test_a_missing_schedule_state_under_a_schedule_is_refused(name):
+    payload, tc = _payload(name)
+    payload["state"]["loop"]["schedule"] = None
+    with pytest.raises(LoopStateError) as e:
+        _check(payload, tc)
+    assert_one_line(e, f"no state of the {tc.lr_schedule} schedule")
+
+
+def test_a_string_rate_is_named_as_a_string():
+    payload, tc = _constant_payload()
+    payload["state"]["loop"]["lrs"] = ["0.05"]
+    with pytest.raises(LoopStateError) as e:
+        _check(payload, tc)
+    assert_one_line(e, "learning rate '0.05' is a str, not a number")
+
+
+def test_a_constant_run_s_state_passes():
+    _check(*_constant_payload())
+
+
 @pytest.mark.slow  # three child processes
 def test_the_fuzz_of_options_environments_and_checkpoints_breaks_nothing(tmp_path):
     """The small version of benchmarks/fuzz_checks.py (500 cases per kind there): 25 per kind,

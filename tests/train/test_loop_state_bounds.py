@@ -2,7 +2,8 @@
 `plexus.train.loopstate` once at its value (accepted) and once just past it (refused), on a state
 a real run wrote at epoch 5 (`test_loop_state._payload`: plateau at --lr 0.05 with --patience 4;
 cosine and step schedules). The bounds are the checks' documented ones, written here by hand:
-rates in [0, --lr] (with a relative slack of 1e-6), optimizer steps in [0, epoch], the best epoch
+rates in [0, --lr] (with a relative slack of 1e-6) and, since issue 56 N5, only those the saved
+schedule gives (the plateau's --lr x 0.5^k, k at most its steps), optimizer steps in [0, epoch], the best epoch
 in [1, epoch], metrics in [0, 1], early stopping exactly at the epoch and at least --patience
 after the best, a per-epoch schedule at exactly the epoch (a plateau at most there), its counters
 in [0, epoch + 1], the epoch a whole number in [0, 10^9].
@@ -49,12 +50,22 @@ def _both(*plants):
     return plant
 
 
+def _rate(value):
+    """The optimizer's rate and the schedule's last one both set to ``value`` (a state a run
+    writes has them equal; issue 56 N5: only the rates the saved schedule gives pass)."""
+    return _both(_set("state.loop.lrs", [value]), _set("state.loop.schedule._last_lr", [value]))
+
+
 # (config, name, planted, accepted)
 CASES = [
-    (PLATEAU, "rate at --lr", _set("state.loop.lrs", [LR]), True),
-    (PLATEAU, "rate within the slack", _set("state.loop.lrs", [LR * (1 + 5e-7)]), True),
-    (PLATEAU, "rate past the slack", _set("state.loop.lrs", [LR * (1 + 2e-6)]), False),
-    (PLATEAU, "rate 0", _set("state.loop.lrs", [0.0]), True),
+    (PLATEAU, "rate at --lr", _rate(LR), True),
+    (PLATEAU, "rate within the slack", _rate(LR * (1 + 5e-7)), True),
+    (PLATEAU, "rate past the slack", _rate(LR * (1 + 2e-6)), False),
+    # the plateau's rates are --lr x 0.5^k, k at most its steps: 0 is none of them (min_lr 0)
+    (PLATEAU, "rate 0", _rate(0.0), False),
+    (PLATEAU, "rate --lr x 0.5^2", _rate(LR * 0.25), True),
+    (PLATEAU, "rate --lr x 0.4 (no power of 0.5)", _rate(LR * 0.4), False),
+    (PLATEAU, "rate not the schedule's last", _set("state.loop.lrs", [LR]), False),
     (PLATEAU, "rate just below 0", _set("state.loop.lrs", [-1e-12]), False),
     (PLATEAU, "rate False (a flag, not 0)", _set("state.loop.lrs", [False]), False),
     (PLATEAU, "steps at the epoch", _steps(float(EPOCH)), True),
@@ -83,7 +94,10 @@ CASES = [
     (PLATEAU, "stopped before the epoch",
      _both(_set("state.loop.best.epoch", 1), _set("state.loop.stopped", EPOCH - 1)), False),
     (PLATEAU, "plateau at the epoch", _set("state.loop.schedule.last_epoch", EPOCH), True),
-    (PLATEAU, "plateau at 0", _set("state.loop.schedule.last_epoch", 0), True),
+    (PLATEAU, "plateau at 0 at --lr", _both(_set("state.loop.schedule.last_epoch", 0),
+                                            _rate(LR)), True),
+    (PLATEAU, "plateau at 0 with a reduced rate", _set("state.loop.schedule.last_epoch", 0),
+     False),
     (PLATEAU, "plateau one past the epoch", _set("state.loop.schedule.last_epoch", EPOCH + 1),
      False),
     (PLATEAU, "bad epochs at epoch + 1", _set("state.loop.schedule.num_bad_epochs", EPOCH + 1),

@@ -19,6 +19,13 @@ calls, nothing opened), `write_target` refuses
   sticky: anything written inside it could be swapped by them.
 
 Every refusal is `UnsafeTargetError`: one line naming the path, the component and the fix.
+
+The openers every module writes through (tests/docs/test_one_gate_for_writes.py finds any other
+write): `make_folder`, `temp_folder`, `probe_folder`, `run_folder` (a run's own folder, never
+one of the system's: ``--checkpoint /``), `open_file` (a descriptor), `open_stream` (a file
+object, only ever a regular file), `save_text`, `summary_writer` (TensorBoard's), and
+`open_trusted`: a file read as this user's own state (a checkpoint, a calibration), refused by
+the same rules and also when another uid owns it, read from the descriptor it checked.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import functools
 import os
 import stat
 from pathlib import Path
+from typing import IO, Any
 
 _MAX_LINKS = 40
 
@@ -154,13 +162,46 @@ def write_target(path: str | os.PathLike, *, directory: bool = False) -> Path:
     return Path(final)
 
 
-def make_folder(path: str | os.PathLike) -> Path:
+#: folders of the system: never a run's own folder (``--checkpoint /``), nor anything inside
+#: the first row's (``--tensorboard /etc/tb``)
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc",
+                "/sbin", "/sys", "/usr")
+SYSTEM_FOLDERS = ("/", "/home", "/mnt", "/media", "/opt", "/run", "/srv", "/tmp", "/var",
+                  "/var/tmp") + SYSTEM_TREES
+
+
+def run_folder(path: str | os.PathLike) -> Path:
+    """`write_target` of the folder a run makes its own (a checkpoint folder, a TensorBoard log,
+    a sweep's results), also refused (`UnsafeTargetError`) where it is a folder of the system
+    (`SYSTEM_FOLDERS`: ``/``, ``/tmp``, ...) or lies inside one of `SYSTEM_TREES` (``/etc``,
+    ``/usr``, ...), whoever runs it."""
+    target = write_target(path, directory=True)
+    real = os.path.normpath(str(target))
+    inside = next((t for t in SYSTEM_TREES if real.startswith(t + "/")), None)
+    if real in SYSTEM_FOLDERS or inside is not None:
+        where = f"inside the system folder {inside}" if inside else "a folder of the system"
+        raise UnsafeTargetError(f"{path}: is {where}; refusing to make it a run's folder (give "
+                                "a folder of your own, e.g. under your home)")
+    return target
+
+
+def make_folder(path: str | os.PathLike, mode: int = 0o777) -> Path:
     """The folder `write_target` allows for ``path`` (``directory=True``), made with its
-    parents where missing (mode 0777 less the umask, as ``mkdir -p``); raises
+    parents where missing (``mode`` less the umask, as ``mkdir -p``); raises
     `UnsafeTargetError` before anything is made, `OSError` when it cannot be made."""
     target = write_target(path, directory=True)
-    target.mkdir(parents=True, exist_ok=True)
+    target.mkdir(parents=True, exist_ok=True, mode=mode)
     return target
+
+
+def temp_folder(parent: str | os.PathLike | None, prefix: str) -> Path:
+    """A fresh private (0700) folder inside ``parent`` (made through `make_folder` where
+    missing), named ``prefix`` and a random tail, as ``tempfile.mkdtemp``; ``parent`` None: the
+    system's temporary folder."""
+    import tempfile  # noqa: PLC0415
+
+    where = make_folder(parent if parent is not None else tempfile.gettempdir())
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=where))
 
 
 def probe_folder(path: str | os.PathLike) -> Path:
@@ -179,3 +220,70 @@ def open_file(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:
     link at its last component (``O_NOFOLLOW``); the caller closes the descriptor."""
     write_target(path)
     return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+_FLAGS = {"w": os.O_WRONLY | os.O_CREAT, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+          "x": os.O_WRONLY | os.O_CREAT | os.O_EXCL, "r+": os.O_RDWR}
+
+
+def open_stream(path: str | os.PathLike, mode: str = "w", perms: int = 0o644) -> IO[Any]:
+    """A file object writing ``path`` (``mode``: "w", "a", "x" or "r+", with "b" for bytes;
+    text is UTF-8) once `write_target` allows it: never through a link at its last component,
+    and only into a regular file ("w" truncates it once known to be one, never a FIFO or a
+    device). Raises `UnsafeTargetError` (nothing written) or the `OSError` of the open."""
+    key = mode.replace("b", "").replace("t", "")
+    if key not in _FLAGS:
+        raise ValueError(f"open_stream: mode {mode!r} is not one of w, a, x, r+ (with b)")
+    try:
+        fd = open_file(path, _FLAGS[key] | os.O_NONBLOCK, perms)
+    except OSError as e:
+        if e.errno != errno.ENXIO:  # a FIFO nobody reads, a device without its driver
+            raise
+        raise UnsafeTargetError(f"{path}: is not a regular file; refusing to write it") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeTargetError(f"{path}: is not a regular file; refusing to write it")
+        os.set_blocking(fd, True)
+        if key == "w":
+            os.ftruncate(fd, 0)
+        return os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def save_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) into ``path`` through `open_stream` (replacing what it held)."""
+    with open_stream(path, "w") as f:
+        f.write(text)
+
+
+def summary_writer(logdir: str | os.PathLike, **kwargs: Any) -> Any:
+    """A ``torch.utils.tensorboard.SummaryWriter`` (``kwargs`` passed on) writing into the
+    folder `make_folder` allows for ``logdir``."""
+    from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415 (an optional package)
+
+    return SummaryWriter(str(make_folder(logdir)), **kwargs)
+
+
+def open_trusted(path: str | os.PathLike, mode: str = "rb") -> IO[Any]:
+    """A file the tools read as their own state (a checkpoint, a calibration or machine file),
+    opened for reading (``mode`` "rb" or "r": UTF-8) and held by its descriptor while it is
+    read: refused (`UnsafeTargetError`, nothing read) when another user could have chosen it,
+    by `write_target`'s rules (their link on the way, their file, a folder they can write),
+    or when it is not a regular file (never a FIFO: nothing blocks); `FileNotFoundError`
+    when nothing is there."""
+    real = write_target(path)  # this user's own links followed, as a write would
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != _me():
+            why = ("not a regular file" if not stat.S_ISREG(st.st_mode)
+                   else f"owned by uid {st.st_uid}, not {_me()}")
+            raise UnsafeTargetError(f"{path}: {why}; refusing to read it as this user's state")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+    except BaseException:
+        os.close(fd)
+        raise

@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from .values import ErrorType
 from . import owned
+from . import gate
 
 
 @dataclass(frozen=True)
@@ -82,8 +83,8 @@ def run_task(marker: str, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
     path = Path(marker)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     text = json.dumps(result, sort_keys=True)
-    tmp.write_text(json.dumps({"format": MARKER_FORMAT, "sha256": result_sha256(text),
-                               "result": text}), encoding="utf-8")
+    gate.save_text(tmp, json.dumps({"format": MARKER_FORMAT, "sha256": result_sha256(text),
+                                     "result": text}))
     owned.replace_file(tmp, path)
     for item in consumed:
         remove_task(item)
@@ -166,7 +167,7 @@ def record_files(work: Path) -> None:
     included), for `check_files` to compare a resumed run against."""
     record = work / "done" / FILES_RECORD
     tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(_file_states(work)), encoding="utf-8")
+    gate.save_text(tmp, json.dumps(_file_states(work)))
     owned.replace_file(tmp, record)
 
 
@@ -273,7 +274,7 @@ class Runner:
             check_files(self.work, self.error)  # a resumed run builds on nothing changed since
             self._checked = True
         folder = self.work / "done" / phase
-        folder.mkdir(parents=True, exist_ok=True)
+        gate.make_folder(folder)
         weights = [int(w) for w in (weights or [1] * len(tasks))]
         costs = list(costs) if costs is not None else weights
         finished = [i for i in range(len(tasks)) if marker_path(self.work, phase, i).exists()]

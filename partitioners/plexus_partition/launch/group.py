@@ -17,6 +17,19 @@ from .env import JobEnv, LaunchError, gpu_backend, ranks_per_gpu, threads_per_wo
 DEFAULT_TIMEOUT_S = 300.0
 
 
+def check_master_addr(addr: str) -> None:
+    """Raise `LaunchError` (one line, at once) when ``addr`` (MASTER_ADDR) names no host this
+    machine can resolve: the rendezvous would otherwise wait its whole timeout for it."""
+    import socket  # noqa: PLC0415
+
+    try:
+        socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError, ValueError) as e:
+        why = e.strerror if isinstance(e, socket.gaierror) and e.strerror else str(e)
+        raise LaunchError(f"MASTER_ADDR={addr[:60]!r} does not resolve ({why}); export the "
+                          "host name or address of rank 0's node") from None
+
+
 def init_process_group(env: JobEnv, timeout_s: float, cpu: bool = False,
                        device: str | None = None, threads: int | None = None) -> torch.device:
     """Join the job's default process group; return this rank's device.
@@ -43,6 +56,7 @@ def init_process_group(env: JobEnv, timeout_s: float, cpu: bool = False,
         backend = gpu_backend(env.local_world_size)
     else:
         device, backend = torch.device("cpu"), "gloo"
+    check_master_addr(env.master_addr)
     try:
         if env.kind == "torchrun" and "TORCHELASTIC_RUN_ID" in os.environ:
             # env:// lets torchrun's agent share its store with the workers.

@@ -30,6 +30,9 @@ MAX_NODES = 1 << 40
 MAX_EDGES = 1 << 48
 MAX_LR = 1e3  # Adam's step moves every weight by about the rate: far above, a run diverges
 MAX_PORT = 65535
+#: a local world timed for the rates (plexus-bench calibrate, --grid auto): at most this many
+#: ranks per core (far more times the scheduler, not gloo)
+CALIBRATION_RANKS_PER_CORE = 2
 
 
 class BoundError(ValueError):
