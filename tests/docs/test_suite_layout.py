@@ -4,11 +4,17 @@ each by its name), and a fast subset (`-m "not slow"`) that never starts a share
 from __future__ import annotations
 
 import ast
+import multiprocessing
 import re
+import subprocess
+import sys
 import tomllib
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
+import slow_rule
 from helpers import REPO
 
 TESTS = REPO / "tests"
@@ -160,3 +166,43 @@ def test_the_world_rule_sees_each_way_a_test_starts_one():
         assert starts(source), source
     for source in STARTS_NONE:
         assert not starts(source), source
+
+
+# ---- the slow rule at run time (tests/slow_rule.py, watched by the conftest) -------------------
+TOOLS = (["plexus-train", "--grid", "2x1x1"], [sys.executable, "benchmarks/compare.py", "HEAD"],
+         [sys.executable, "-m", "plexus.train"], ["./run", "test"], ["torchrun", "x.py"],
+         "plexus-model --help", [Path("/venv/bin/plexus-bench"), "check"])
+NOT_TOOLS = ([sys.executable, "-c", "import plexus"], ["git", "status"], ["find", "."], [],
+             ["python3", "-c", "pass", "a"])
+
+
+def test_the_run_time_slow_rule_knows_a_tool_and_a_world():
+    """Every tool command counts, no ``python -c`` or other program does; one process of a
+    world is allowed (``run_world(1, ...)``), two are a world."""
+    for argv in TOOLS:
+        assert slow_rule.tool_command(argv), argv
+    for argv in NOT_TOOLS:
+        assert not slow_rule.tool_command(argv), argv
+    rank = "a process of a world: p"
+    assert slow_rule.breaks_the_rule([rank]) == []
+    assert slow_rule.breaks_the_rule([rank, rank]) == [rank, rank]
+    assert slow_rule.breaks_the_rule(["a tool process: x", rank]) == ["a tool process: x"]
+
+
+def test_the_run_time_watch_records_each_start():
+    """The watch sees a subprocess that runs a tool (even one that then fails to start), no
+    other subprocess, and every `multiprocessing` process; nothing after it ends. (Each start is
+    made in a watch of its own: this test's own, the conftest's, would fail it.)"""
+    with slow_rule.watch() as record:
+        with pytest.raises(FileNotFoundError):
+            subprocess.run(["plexus-no-such-tool-58"])
+        subprocess.run(["true"], check=True)
+        p = multiprocessing.get_context("fork").Process(target=int)
+        p.start()
+        p.join()
+    assert len(record) == 2 and "plexus-no-such-tool-58" in record[0], record
+    assert record[1].startswith("a process of a world"), record
+    with slow_rule.watch() as later:  # (inside a watch of its own: this test's is the outer one)
+        with pytest.raises(FileNotFoundError):
+            subprocess.run(["plexus-no-such-tool-58"])
+    assert len(record) == 2 and len(later) == 1

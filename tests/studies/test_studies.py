@@ -358,7 +358,8 @@ def test_report_flags_a_repeat_spread_and_draws_only_what_it_has(study, tmp_path
     calibration.write_text(json.dumps({"spmm_flops": 1e9, "gemm_flops": 1e10}))
     assert report_main([str(tmp_path), "--calibration", str(calibration)]) == 0
     assert "UNCALIBRATED" not in capsys.readouterr().err
-    assert all(f"calibrated by {calibration}" in t for t in titles.values())
+    assert all(f"calibrated by {calibration.name}" in t and str(tmp_path) not in t
+               for t in titles.values())  # the file, not the machine's folder
     rows = read_csv(tmp_path / "report" / "runs.csv")
     assert [r["predictions_calibrated"] for r in rows] == ["True", "True"]
     assert all(r["calibration"].startswith(str(calibration)) for r in rows)
@@ -445,3 +446,14 @@ def test_sweep_passes_its_comm_options_to_every_run():
     default = build_request(sweep_parser().parse_args(["--dataset", "cora", "--out", "o"]))
     for key in ("comm_dtype", "sparse_comm", "activation"):
         assert key not in default.common()["model"]
+
+
+def test_a_figures_caption_names_the_calibration_file_not_its_folder():
+    """Issue 58 item 6: committed figures name no absolute path of the machine that drew them."""
+    from plexus.studies.plots import caption
+
+    line = caption("/home/someone/run/rates.json (collectives not measured: default alpha/beta)")
+    assert line.endswith("predictions calibrated by rates.json (collectives not measured: "
+                         "default alpha/beta)") and "/home" not in line
+    assert caption("/srv/cal.json").endswith("predictions calibrated by cal.json")
+    assert "UNCALIBRATED" in caption("defaults")
