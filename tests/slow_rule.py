@@ -2,20 +2,24 @@
 module) that starts a world of several ranks or a tool's process fails. The conftest watches every
 fast test from its set-up to its end; `tests/docs/test_suite_layout.py` checks the watch itself.
 
-What it counts: processes started with `multiprocessing` (the ranks of a local world; one rank
-alone is allowed, as the static rule allows ``run_world(1, ...)``), and subprocesses that run a tool
-or a Python program: a ``plexus-*`` command, ``torchrun``, ``./run``, or a Python interpreter
-given a script or ``-m`` (``python -c`` snippets and other programs, git or find, are not tools).
+What it counts: fresh interpreters started with `multiprocessing` (spawn or forkserver: the ranks
+of a local world; one rank alone is allowed, as the static rule allows ``run_world(1, ...)``; a fork
+of the test's process is not counted), and subprocesses that run a tool or a Python program: a
+``plexus-*`` command, ``torchrun``, or a Python interpreter given a script or ``-m``, or a ``-c``
+snippet that imports ``plexus`` (and torch with it). Other snippets (the partitioner's, which has
+no torch) and other programs (git, find, a stand-in ``./run``) are not tools.
 """
 
 from __future__ import annotations
 
 import multiprocessing.process
 import os
+import re
 import subprocess
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
+_IMPORTS_PLEXUS = re.compile(r"\b(import|from)\s+plexus\b")  # the engine's package (torch)
 _watching: list[list[str]] = []  # the open watches' records (one at a time in practice)
 
 
@@ -28,12 +32,14 @@ def tool_command(argv: Sequence[str] | str) -> bool:
     first = os.path.basename(os.fspath(args[0]))
     if isinstance(first, bytes):
         first = first.decode(errors="replace")
-    if first.startswith("plexus-") or first in ("torchrun", "run"):
+    if first.startswith("plexus-") or first == "torchrun":
         return True
     if first.startswith("python"):
         rest = [os.fspath(a) for a in args[1:]]
-        flags = [a for a in rest if a.startswith("-")]
-        return "-c" not in flags and (any(not a.startswith("-") for a in rest) or "-m" in flags)
+        if "-c" in rest:  # a snippet: a tool when it imports the project
+            code = rest[rest.index("-c") + 1] if rest.index("-c") + 1 < len(rest) else ""
+            return bool(_IMPORTS_PLEXUS.search(str(code)))
+        return any(not a.startswith("-") for a in rest) or "-m" in rest
     return False
 
 
@@ -50,7 +56,9 @@ def _install() -> None:
         popen_init(self, args, *a, **k)
 
     def start(self):
-        if _watching:
+        # a fresh interpreter (spawn, forkserver: a world's rank imports torch anew); a fork of
+        # this process (a partitioning pool's worker) starts nothing new
+        if _watching and getattr(self, "_start_method", None) in ("spawn", "forkserver"):
             _watching[-1].append(f"a process of a world: {self.name}")
         process_start(self)
 

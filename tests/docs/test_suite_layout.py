@@ -170,14 +170,18 @@ def test_the_world_rule_sees_each_way_a_test_starts_one():
 
 # ---- the slow rule at run time (tests/slow_rule.py, watched by the conftest) -------------------
 TOOLS = (["plexus-train", "--grid", "2x1x1"], [sys.executable, "benchmarks/compare.py", "HEAD"],
-         [sys.executable, "-m", "plexus.train"], ["./run", "test"], ["torchrun", "x.py"],
-         "plexus-model --help", [Path("/venv/bin/plexus-bench"), "check"])
-NOT_TOOLS = ([sys.executable, "-c", "import plexus"], ["git", "status"], ["find", "."], [],
-             ["python3", "-c", "pass", "a"])
+         [sys.executable, "-m", "plexus.train"], ["torchrun", "x.py"],
+         "plexus-model --help", [Path("/venv/bin/plexus-bench"), "check"],
+         [sys.executable, "-c", "from plexus.studies.cli import sweep_main; sweep_main()"],
+         ["python3", "-P", "-c", "import plexus, sys"])
+NOT_TOOLS = ([sys.executable, "-c", "import json"], ["git", "status"], ["find", "."], [],
+             ["python3", "-c", "pass", "a"], [sys.executable, "-c", "print('plexus')"],
+             [sys.executable, "-c", "import plexus_partition"])  # (the partitioner: no torch)
 
 
 def test_the_run_time_slow_rule_knows_a_tool_and_a_world():
-    """Every tool command counts, no ``python -c`` or other program does; one process of a
+    """Every tool command counts (a ``python -c`` snippet when it imports the project), no
+    other program does; one process of a
     world is allowed (``run_world(1, ...)``), two are a world."""
     for argv in TOOLS:
         assert slow_rule.tool_command(argv), argv
@@ -191,15 +195,22 @@ def test_the_run_time_slow_rule_knows_a_tool_and_a_world():
 
 def test_the_run_time_watch_records_each_start():
     """The watch sees a subprocess that runs a tool (even one that then fails to start), no
-    other subprocess, and every `multiprocessing` process; nothing after it ends. (Each start is
+    other subprocess, and every fresh interpreter `multiprocessing` starts (not a fork); nothing
+    after it ends. (Each start is
     made in a watch of its own: this test's own, the conftest's, would fail it.)"""
     with slow_rule.watch() as record:
         with pytest.raises(FileNotFoundError):
             subprocess.run(["plexus-no-such-tool-58"])
         subprocess.run(["true"], check=True)
-        p = multiprocessing.get_context("fork").Process(target=int)
-        p.start()
-        p.join()
+        fork = multiprocessing.get_context("fork").Process
+
+        class Spawned(fork):  # as a spawned rank reads to the watch; forked here (no start-up)
+            _start_method = "spawn"
+
+        for kind in (fork, Spawned):  # a fork is no fresh interpreter; a spawned one is
+            p = kind(target=int)
+            p.start()
+            p.join()
     assert len(record) == 2 and "plexus-no-such-tool-58" in record[0], record
     assert record[1].startswith("a process of a world"), record
     with slow_rule.watch() as later:  # (inside a watch of its own: this test's is the outer one)

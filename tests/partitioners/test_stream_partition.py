@@ -121,6 +121,7 @@ def test_rmat_generated_in_pieces_equals_in_memory(tmp_path, spec, perm, aggrega
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_memory_graph_with_jobs_and_the_cli_agree(tmp_path, toy):
     shape = shape_of((1, 2, 2))
     # the CLI records the kind it cuts for (--model, default gcn): the library is given it
@@ -208,6 +209,7 @@ def test_ranks_of_a_launcher_job_share_the_work(tmp_path, toy):
     assert_same_store(tmp_path / "one", tmp_path / "two")
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_ranks_of_a_launcher_job_share_the_nodes_blas_threads(tmp_path):
     """A rank of an srun job (no OMP_NUM_THREADS) keeps numpy's BLAS to its share of the node's
     cores (`init_process_group`), as PoolRunner's workers keep theirs to one: with a rank per
@@ -263,6 +265,7 @@ def _damage(graph_dir: Path, how: str) -> None:
         (graph_dir / "graph.json").write_text("{\"format\": \"plexus-graph\", \"vers")
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 @pytest.mark.parametrize("how,needle", [
     ("truncated", "src.npy: truncated"),
     ("header lies", "holds"),

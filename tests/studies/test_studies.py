@@ -206,6 +206,7 @@ def test_slurm_scripts(study, tmp_path):
     log.unlink()
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_slurm_job_array(tmp_path):
     out = tmp_path / "array"
     res = cli("sweep", "--dataset", SPEC, "--world-sizes", "2", "--grids", "all", *COMMON,
