@@ -144,6 +144,43 @@ def test_no_fast_test_starts_a_multi_rank_world():
         "\n".join(bad)
 
 
+def _tool_runs(test: ast.FunctionDef) -> int:
+    """The training runs a test completes in its own process, as far as its code shows: calls of
+    a tool's ``main`` (any name ending in ``main``) given ``--epochs`` and checked to succeed
+    (``== 0``). One is a fast test's share; more are an end-to-end test (issue 58: a fast test
+    ran plexus-train three times)."""
+    return sum(isinstance(n, ast.Compare) and isinstance(n.left, ast.Call)
+               and len(n.ops) == 1 and isinstance(n.ops[0], ast.Eq)
+               and isinstance(n.comparators[0], ast.Constant) and n.comparators[0].value == 0
+               and ast.unparse(n.left.func).split(".")[-1].endswith("main")
+               and "'--epochs'" in ast.unparse(n.left) for n in ast.walk(test))
+
+
+def test_no_fast_test_trains_end_to_end_more_than_once():
+    bad = []
+    for path in suite_files():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if _slow_module(tree):
+            continue
+        for n in tree.body:
+            if isinstance(n, ast.FunctionDef) and n.name.startswith("test_") and not any(
+                    _is_slow(d) for d in n.decorator_list) and _tool_runs(n) > 1:
+                bad.append(f"{path.relative_to(TESTS)}::{n.name}: {_tool_runs(n)} runs")
+    assert not bad, "fast tests that train end to end more than once (mark them slow):\n" + \
+        "\n".join(bad)
+
+
+def test_the_run_rule_counts_completed_training_runs():
+    def runs(source: str) -> int:
+        return _tool_runs(ast.parse(source).body[0])
+
+    assert runs("def test_a():\n    assert main(['--epochs', '3']) == 0\n"
+                "    assert main([*base, '--epochs', '5']) == 0\n") == 2
+    assert runs("def test_a():\n    assert run_main(['--epochs', '1']) == 0\n") == 1
+    assert runs("def test_a():\n    assert main(['--epochs', '1', '--lr', 'x']) == 2\n") == 0
+    assert runs("def test_a():\n    assert model_main(['--nodes', '9']) == 0\n") == 0
+
+
 # (the rule reads test functions' own code: these samples live outside any)
 STARTS_A_WORLD = ("def test_a():\n    run_world(2, fn)\n",
                   "def test_a():\n    run_world(world, fn)\n",

@@ -257,6 +257,7 @@ def test_a_second_run_on_a_checkpoint_directory_in_use_is_refused(tmp_path):
     assert third.returncode == 0, third.stderr
 
 
+@pytest.mark.slow  # plexus-train end to end, two runs (test_suite_layout's run rule)
 def test_the_checkpoint_lock_is_released_at_the_end_of_a_run(tmp_path):
     from plexus.train import checkpoint as ckpt
     from plexus.train import main
