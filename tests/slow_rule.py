@@ -84,9 +84,9 @@ def begin() -> list[str]:
 
 
 def end(record: list[str]) -> None:
-    """Stop the recording `begin` returned (again: nothing)."""
-    if record in _watching:
-        _watching.remove(record)
+    """Stop the recording `begin` returned (again: nothing). By identity: two empty records are
+    equal lists."""
+    _watching[:] = [r for r in _watching if r is not record]
 
 
 @contextmanager
