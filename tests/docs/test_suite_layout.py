@@ -127,19 +127,23 @@ def _world_starts(test: ast.FunctionDef) -> list[str]:
     return found
 
 
+def _fast_tests() -> list[tuple[str, ast.FunctionDef]]:
+    """("file::name", its code) of every test function neither it nor its module marks slow."""
+    out = []
+    for path in suite_files():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if not _slow_module(tree):
+            out += [(f"{path.relative_to(TESTS)}::{n.name}", n) for n in tree.body
+                    if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")
+                    and not any(_is_slow(d) for d in n.decorator_list)]
+    return out
+
+
 def test_no_fast_test_starts_a_multi_rank_world():
     """A test that starts a world of several ranks (`plexus.runtime.world.run_world`,
     `plexus.launch`, directly or in a script it runs) is `@pytest.mark.slow` (or its module is):
     the fast subset starts none."""
-    bad = []
-    for path in suite_files():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        if _slow_module(tree):
-            continue
-        for n in tree.body:
-            if isinstance(n, ast.FunctionDef) and n.name.startswith("test_") and not any(
-                    _is_slow(d) for d in n.decorator_list):
-                bad += [f"{path.relative_to(TESTS)}::{n.name}: {w}" for w in _world_starts(n)]
+    bad = [f"{where}: {w}" for where, test in _fast_tests() for w in _world_starts(test)]
     assert not bad, "fast tests that start a multi-rank world (mark them slow):\n" + \
         "\n".join(bad)
 
@@ -157,15 +161,8 @@ def _tool_runs(test: ast.FunctionDef) -> int:
 
 
 def test_no_fast_test_trains_end_to_end_more_than_once():
-    bad = []
-    for path in suite_files():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        if _slow_module(tree):
-            continue
-        for n in tree.body:
-            if isinstance(n, ast.FunctionDef) and n.name.startswith("test_") and not any(
-                    _is_slow(d) for d in n.decorator_list) and _tool_runs(n) > 1:
-                bad.append(f"{path.relative_to(TESTS)}::{n.name}: {_tool_runs(n)} runs")
+    bad = [f"{where}: {_tool_runs(test)} runs" for where, test in _fast_tests()
+           if _tool_runs(test) > 1]
     assert not bad, "fast tests that train end to end more than once (mark them slow):\n" + \
         "\n".join(bad)
 
