@@ -265,15 +265,13 @@ def _damage(graph_dir: Path, how: str) -> None:
         (graph_dir / "graph.json").write_text("{\"format\": \"plexus-graph\", \"vers")
 
 
-@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
-@pytest.mark.parametrize("how,needle", [
-    ("truncated", "src.npy: truncated"),
-    ("header lies", "holds"),
-    ("wrong dtype", "dst.npy: holds float64"),
-    ("bad id", "outside [0, "),
-    ("nan feature", "NaN/Inf in the features of node 5"),
-    ("corrupt header", "unreadable header"),
-])
+BAD_DIRECTORIES = [("truncated", "src.npy: truncated"), ("header lies", "holds"),
+                   ("wrong dtype", "dst.npy: holds float64"), ("bad id", "outside [0, "),
+                   ("nan feature", "NaN/Inf in the features of node 5"),
+                   ("corrupt header", "unreadable header")]
+
+
+@pytest.mark.parametrize("how,needle", BAD_DIRECTORIES)
 def test_bad_graph_directory_is_one_line_and_exit_2_with_nothing_left(tmp_path, toy, how,
                                                                       needle):
     g = tmp_path / "g"
@@ -285,8 +283,17 @@ def test_bad_graph_directory_is_one_line_and_exit_2_with_nothing_left(tmp_path, 
                            chunk_edges=50, bucket_entries=80)
     assert_one_line(err, needle)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
-    if how not in ("truncated", "nan feature"):  # the command line: two of them suffice
-        return
+
+
+@pytest.mark.slow  # the command line's own process (the library's cases are the table above)
+@pytest.mark.parametrize("how,needle", [c for c in BAD_DIRECTORIES
+                                        if c[0] in ("truncated", "nan feature")])
+def test_a_bad_graph_directory_on_the_command_line_is_one_line_and_exit_2(tmp_path, toy, how,
+                                                                         needle):
+    g = tmp_path / "g"
+    write_graph(toy, g)
+    _damage(g, how)
+    before = sorted(p.name for p in tmp_path.iterdir())
     cmd = [sys.executable, "-m", "plexus_partition.cli", "--dataset", f"graph:{g}", "--grid",
            "2x1x1", "--layers", "2", "--out", str(tmp_path / "s"), "--jobs", "2",
            "--chunk-edges", "50"]
