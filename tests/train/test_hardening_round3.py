@@ -409,7 +409,7 @@ def planned(tmp_path) -> tuple[Path, str]:
     """A results folder whose one run is planned (SLURM scripts written, nothing run)."""
     out = tmp_path / "out"
     res = study_here("sweep", "--dataset", SPEC, "--world-sizes", "1", "--grids", "1x1x1",
-                "--epochs", "2", "--launcher", "slurm", "--out", str(out))
+                     "--epochs", "2", "--launcher", "slurm", "--out", str(out))
     assert res.returncode == 0, res.stderr
     rid = next(iter(json.loads((out / "manifest.json").read_text())["runs"]))
     return out, rid
