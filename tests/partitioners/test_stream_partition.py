@@ -271,13 +271,18 @@ BAD_DIRECTORIES = [("truncated", "src.npy: truncated"), ("header lies", "holds")
                    ("corrupt header", "unreadable header")]
 
 
-@pytest.mark.parametrize("how,needle", BAD_DIRECTORIES)
-def test_bad_graph_directory_is_one_line_and_exit_2_with_nothing_left(tmp_path, toy, how,
-                                                                      needle):
+def _damaged(tmp_path: Path, toy, how: str) -> tuple[Path, list[str]]:
+    """The toy graph written under ``tmp_path`` and damaged ``how``; the folder's names then."""
     g = tmp_path / "g"
     write_graph(toy, g)
     _damage(g, how)
-    before = sorted(p.name for p in tmp_path.iterdir())
+    return g, sorted(p.name for p in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("how,needle", BAD_DIRECTORIES)
+def test_bad_graph_directory_is_one_line_and_exit_2_with_nothing_left(tmp_path, toy, how,
+                                                                      needle):
+    g, before = _damaged(tmp_path, toy, how)
     with pytest.raises(DiskGraphError) as err:
         partition_to_store(f"graph:{g}", tmp_path / "s", shape_of((2, 1, 1)), 2,
                            chunk_edges=50, bucket_entries=80)
@@ -290,10 +295,7 @@ def test_bad_graph_directory_is_one_line_and_exit_2_with_nothing_left(tmp_path, 
                                         if c[0] in ("truncated", "nan feature")])
 def test_a_bad_graph_directory_on_the_command_line_is_one_line_and_exit_2(tmp_path, toy, how,
                                                                          needle):
-    g = tmp_path / "g"
-    write_graph(toy, g)
-    _damage(g, how)
-    before = sorted(p.name for p in tmp_path.iterdir())
+    g, before = _damaged(tmp_path, toy, how)
     cmd = [sys.executable, "-m", "plexus_partition.cli", "--dataset", f"graph:{g}", "--grid",
            "2x1x1", "--layers", "2", "--out", str(tmp_path / "s"), "--jobs", "2",
            "--chunk-edges", "50"]
