@@ -122,6 +122,14 @@ def git(*args: str, cwd: Path = REPO) -> str:
                           text=True).stdout.strip()
 
 
+def tree_label(tree: Path, cwd: Path | None = None) -> str:
+    """How the header names side B's tree: its path from ``cwd`` (default the current folder)
+    when it lies inside it, else its folder's name; never the machine's absolute path (issue 58
+    item 6: the header is committed with the results)."""
+    cwd = Path.cwd() if cwd is None else cwd
+    return os.path.relpath(tree, cwd) if tree.is_relative_to(cwd) else tree.name
+
+
 def resolve(rev: str) -> str:
     """The commit ``rev`` names; `CompareError` where git knows none."""
     try:
@@ -400,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     counts_orphans = adopt_orphans()  # before the first run: its fork server's ranks count
     lines = [f"compare: {command}",
              f"A = {args.rev} ({commit[:10]}), installed into a temporary folder; "
-             f"B = {'this checkout' if tree == REPO else 'the tree ' + tree.name} ({head_b})",
+             f"B = the tree {tree_label(tree)} ({head_b})",
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}, host "
              f"{os.uname().nodename}, {os.cpu_count()} cpus, load before "
              f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}; mode {mode}, {rounds} rounds "

@@ -74,3 +74,47 @@ def _no_machine_measurement():
             os.environ.pop(MACHINE_CACHE_ENV, None)
         else:
             os.environ[MACHINE_CACHE_ENV] = saved
+
+
+# ---- the slow rule at run time (tests/slow_rule.py): a fast test starts no world, no tool -----
+_WATCH = pytest.StashKey[list]()
+
+
+def _fast(item: pytest.Item) -> bool:
+    return item.get_closest_marker("slow") is None
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item):
+    if _fast(item):  # from the set-up on: a module's shared world started for it counts
+        import slow_rule
+
+        item.stash[_WATCH] = slow_rule.begin()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_call(item):
+    result = yield
+    record = item.stash.get(_WATCH, None)
+    if record is not None:
+        import slow_rule
+
+        bad = slow_rule.breaks_the_rule(record)
+        if bad:
+            pytest.fail("a fast test started " + "; ".join(bad[:3]) + " (mark it "
+                        "@pytest.mark.slow: the fast subset starts no world and no tool)",
+                        pytrace=False)
+    return result
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_teardown(item):
+    try:
+        return (yield)
+    finally:
+        record = item.stash.get(_WATCH, None)
+        if record is not None:
+            import slow_rule
+
+            slow_rule.end(record)

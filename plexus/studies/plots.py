@@ -345,8 +345,15 @@ def caption(calibration: str) -> str:
     """The line every figure's title carries: which epochs, and which machine rates."""
     rates = ("predictions UNCALIBRATED: the model's built-in GPU rates, not this machine's "
              "(plexus-report --calibration FILE)" if calibration == UNCALIBRATED else
-             f"predictions calibrated by {calibration}")
+             f"predictions calibrated by {_file_name(calibration)}")
     return f"timed epochs: all but the first (warm-up) of each run\n{rates}"
+
+
+def _file_name(source: str) -> str:
+    """A calibration's source as a figure shows it: the file's name, not its folder (a committed
+    figure names no absolute path of the machine that drew it)."""
+    path, sep, rest = source.partition(" (")
+    return Path(path).name + sep + rest
 
 
 def write_figures(rows: Sequence[Row], folder: Path, subtitle: str,

@@ -77,6 +77,7 @@ def test_compare_flags_a_planted_slowdown(tmp_path: Path) -> None:
     assert all(r["epoch_s"] >= 8.0 for r in b)  # the planted code ran on side B
 
 
+@pytest.mark.slow  # the script's own process
 def test_compare_refuses_an_unknown_revision(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(SCRIPT), "no-such-rev-xyz", "--tiny"],
                           capture_output=True, text=True, timeout=120, cwd=REPO)
@@ -107,3 +108,14 @@ def test_the_cpu_seconds_of_a_fork_servers_ranks_are_counted() -> None:
                           timeout=60, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert 0.45 <= float(proc.stdout) < 5, proc.stdout
+
+
+def test_the_header_names_side_b_without_the_machines_absolute_path(tmp_path: Path) -> None:
+    """Issue 58 item 6: the header is committed with the results; it names the tree by its path
+    from the current folder, or by its folder's name when it lies elsewhere."""
+    import runpy
+
+    label = runpy.run_path(str(SCRIPT))["tree_label"]
+    assert label(tmp_path / "a" / "tree", cwd=tmp_path) == "a/tree"
+    assert label(tmp_path, cwd=tmp_path) == "."
+    assert label(tmp_path / "elsewhere" / "tree", cwd=tmp_path / "here") == "tree"

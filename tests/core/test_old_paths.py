@@ -54,6 +54,7 @@ def test_an_old_path_is_the_new_module(old, new):
     assert f"{old} moved to {new}" in done.stderr
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_from_imports_and_names_of_the_old_paths_work():
     done = _fresh("from plexus.core import grid, owned\n"
                   "from plexus.core.grid import GridShape\n"
@@ -74,6 +75,7 @@ def test_a_monkeypatch_through_the_old_name_is_seen_through_the_new(monkeypatch)
     assert env.THREADS_ENV == "PLEXUS_TEST_THREADS" and old is env
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_a_name_that_never_existed_is_still_an_import_error():
     done = _fresh("import plexus.core.nosuchmodule")
     assert done.returncode != 0 and "ModuleNotFoundError" in done.stderr

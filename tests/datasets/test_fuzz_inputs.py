@@ -44,6 +44,7 @@ def test_every_input_kind_loads_or_fails_in_one_line(tmp_path):
     assert not (tmp_path / harness.MARKER_NAME).exists()
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_graph_directories_and_exports_in_a_process_each_within_a_gib(tmp_path):
     """A sample of the readers' cases (``benchmarks/fuzz_readers.py`` runs 500 per kind): size
     bombs, FIFOs, nested and lying headers each load or fail in one line, every case in a
@@ -57,6 +58,7 @@ def test_graph_directories_and_exports_in_a_process_each_within_a_gib(tmp_path):
     assert all(counts[kind]["error"] > 0 for kind in inputs.READER_KINDS), counts
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_a_forked_case_that_dies_is_seen(tmp_path):
     """The per-case harness reports a case that kills its process and goes on, with each
     case's own peak RSS."""
@@ -109,6 +111,7 @@ def test_a_crafted_ogb_pickle_never_runs(crafted_ogb, prog, args):
     assert_one_line(proc, "split_dict.pt", "refused", prog=prog)
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_an_npz_with_a_broken_indptr_is_one_line_not_a_segfault(tmp_path):
     p = tmp_path / "g.npz"
     adj = sp.random(50, 50, density=0.2, format="csr", random_state=0, dtype=np.float32)
@@ -135,6 +138,7 @@ def test_swapped_shard_files_end_the_job_with_one_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_an_empty_dataset_spec_is_refused():
     proc = train("--dataset", "", "--grid", "1x1x1", "--epochs", "1", timeout=120)
     assert_one_line(proc, "--dataset is empty", prog="plexus-train")
@@ -151,6 +155,7 @@ def test_fuzz_cases_are_seeded(tmp_path):
     assert digest(tmp_path / "a") == digest(tmp_path / "b")
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_the_outcome_sorter_sees_a_signal_and_a_payload(tmp_path):
     """The harness can fail: a case that kills its process, or that creates the marker file,
     is reported as such, and the cases after it still run."""

@@ -225,6 +225,7 @@ def test_metrics_of_a_multilabel_model_read_logits_that_require_grad(api_world):
 
 
 # ---- 6, 7: numeric options bounded, one line each ----------------------------------------------
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_calibrate_with_100000_threads_is_one_line(tmp_path):
     """As a command: it was a segfault, exit 139."""
     proc = subprocess.run([str(BIN / "plexus-bench"), "calibrate", "--quick", "--threads",
@@ -334,6 +335,7 @@ for name, call in calls.items():
 """
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_fifos_in_place_of_files_are_refused_not_waited_on(tmp_path):
     proc = subprocess.run([sys.executable, "-c", _FIFOS, str(tmp_path)], capture_output=True,
                           text=True, timeout=120, env=cli_env(), stdin=subprocess.DEVNULL)

@@ -222,6 +222,7 @@ def test_bare_console_script_needs_the_venv_on_path(sandbox):
 
 
 # ---- figures ------------------------------------------------------------------------------
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_readme_figures_are_the_committed_results():
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "headline.py"), "--check"],
                           capture_output=True, text=True, timeout=120)
@@ -243,6 +244,7 @@ def test_readme_figures_are_the_committed_results():
     assert re.search(r"commit (\w+)", block)[1] in results
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_headline_check_fails_when_the_readme_differs(tmp_path):
     # the check can fail: a copy of the script beside a README whose figure was retyped
     script = (REPO / "benchmarks" / "headline.py").read_text(encoding="utf-8")

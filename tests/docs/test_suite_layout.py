@@ -4,11 +4,17 @@ each by its name), and a fast subset (`-m "not slow"`) that never starts a share
 from __future__ import annotations
 
 import ast
+import multiprocessing
 import re
+import subprocess
+import sys
 import tomllib
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
+import slow_rule
 from helpers import REPO
 
 TESTS = REPO / "tests"
@@ -121,21 +127,55 @@ def _world_starts(test: ast.FunctionDef) -> list[str]:
     return found
 
 
+def _fast_tests() -> list[tuple[str, ast.FunctionDef]]:
+    """("file::name", its code) of every test function neither it nor its module marks slow."""
+    out = []
+    for path in suite_files():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if not _slow_module(tree):
+            out += [(f"{path.relative_to(TESTS)}::{n.name}", n) for n in tree.body
+                    if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")
+                    and not any(_is_slow(d) for d in n.decorator_list)]
+    return out
+
+
 def test_no_fast_test_starts_a_multi_rank_world():
     """A test that starts a world of several ranks (`plexus.runtime.world.run_world`,
     `plexus.launch`, directly or in a script it runs) is `@pytest.mark.slow` (or its module is):
     the fast subset starts none."""
-    bad = []
-    for path in suite_files():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        if _slow_module(tree):
-            continue
-        for n in tree.body:
-            if isinstance(n, ast.FunctionDef) and n.name.startswith("test_") and not any(
-                    _is_slow(d) for d in n.decorator_list):
-                bad += [f"{path.relative_to(TESTS)}::{n.name}: {w}" for w in _world_starts(n)]
+    bad = [f"{where}: {w}" for where, test in _fast_tests() for w in _world_starts(test)]
     assert not bad, "fast tests that start a multi-rank world (mark them slow):\n" + \
         "\n".join(bad)
+
+
+def _tool_runs(test: ast.FunctionDef) -> int:
+    """The training runs a test completes in its own process, as far as its code shows: calls of
+    a tool's ``main`` (any name ending in ``main``) given ``--epochs`` and checked to succeed
+    (``== 0``). One is a fast test's share; more are an end-to-end test (issue 58: a fast test
+    ran plexus-train three times)."""
+    return sum(isinstance(n, ast.Compare) and isinstance(n.left, ast.Call)
+               and len(n.ops) == 1 and isinstance(n.ops[0], ast.Eq)
+               and isinstance(n.comparators[0], ast.Constant) and n.comparators[0].value == 0
+               and ast.unparse(n.left.func).split(".")[-1].endswith("main")
+               and "'--epochs'" in ast.unparse(n.left) for n in ast.walk(test))
+
+
+def test_no_fast_test_trains_end_to_end_more_than_once():
+    bad = [f"{where}: {_tool_runs(test)} runs" for where, test in _fast_tests()
+           if _tool_runs(test) > 1]
+    assert not bad, "fast tests that train end to end more than once (mark them slow):\n" + \
+        "\n".join(bad)
+
+
+def test_the_run_rule_counts_completed_training_runs():
+    def runs(source: str) -> int:
+        return _tool_runs(ast.parse(source).body[0])
+
+    assert runs("def test_a():\n    assert main(['--epochs', '3']) == 0\n"
+                "    assert main([*base, '--epochs', '5']) == 0\n") == 2
+    assert runs("def test_a():\n    assert run_main(['--epochs', '1']) == 0\n") == 1
+    assert runs("def test_a():\n    assert main(['--epochs', '1', '--lr', 'x']) == 2\n") == 0
+    assert runs("def test_a():\n    assert model_main(['--nodes', '9']) == 0\n") == 0
 
 
 # (the rule reads test functions' own code: these samples live outside any)
@@ -160,3 +200,54 @@ def test_the_world_rule_sees_each_way_a_test_starts_one():
         assert starts(source), source
     for source in STARTS_NONE:
         assert not starts(source), source
+
+
+# ---- the slow rule at run time (tests/slow_rule.py, watched by the conftest) -------------------
+TOOLS = (["plexus-train", "--grid", "2x1x1"], [sys.executable, "benchmarks/compare.py", "HEAD"],
+         [sys.executable, "-m", "plexus.train"], ["torchrun", "x.py"],
+         "plexus-model --help", [Path("/venv/bin/plexus-bench"), "check"],
+         [sys.executable, "-c", "from plexus.studies.cli import sweep_main; sweep_main()"],
+         ["python3", "-P", "-c", "import plexus, sys"])
+NOT_TOOLS = ([sys.executable, "-c", "import json"], ["git", "status"], ["find", "."], [],
+             ["python3", "-c", "pass", "a"], [sys.executable, "-c", "print('plexus')"],
+             [sys.executable, "-c", "import plexus_partition"])  # (the partitioner: no torch)
+
+
+def test_the_run_time_slow_rule_knows_a_tool_and_a_world():
+    """Every tool command counts (a ``python -c`` snippet when it imports the project), no
+    other program does; one process of a
+    world is allowed (``run_world(1, ...)``), two are a world."""
+    for argv in TOOLS:
+        assert slow_rule.tool_command(argv), argv
+    for argv in NOT_TOOLS:
+        assert not slow_rule.tool_command(argv), argv
+    rank = "a process of a world: p"
+    assert slow_rule.breaks_the_rule([rank]) == []
+    assert slow_rule.breaks_the_rule([rank, rank]) == [rank, rank]
+    assert slow_rule.breaks_the_rule(["a tool process: x", rank]) == ["a tool process: x"]
+
+
+def test_the_run_time_watch_records_each_start():
+    """The watch sees a subprocess that runs a tool (even one that then fails to start), no
+    other subprocess, and every fresh interpreter `multiprocessing` starts (not a fork); nothing
+    after it ends. (Each start is
+    made in a watch of its own: this test's own, the conftest's, would fail it.)"""
+    with slow_rule.watch() as record:
+        with pytest.raises(FileNotFoundError):
+            subprocess.run(["plexus-no-such-tool-58"])
+        subprocess.run(["true"], check=True)
+        fork = multiprocessing.get_context("fork").Process
+
+        class Spawned(fork):  # as a spawned rank reads to the watch; forked here (no start-up)
+            _start_method = "spawn"
+
+        for kind in (fork, Spawned):  # a fork is no fresh interpreter; a spawned one is
+            p = kind(target=int)
+            p.start()
+            p.join()
+    assert len(record) == 2 and "plexus-no-such-tool-58" in record[0], record
+    assert record[1].startswith("a process of a world"), record
+    with slow_rule.watch() as later:  # (inside a watch of its own: this test's is the outer one)
+        with pytest.raises(FileNotFoundError):
+            subprocess.run(["plexus-no-such-tool-58"])
+    assert len(record) == 2 and len(later) == 1

@@ -130,6 +130,7 @@ def test_bench_check_layer_prints_a_fail_line_and_exits_1():
     assert "0 of 2 checks passed" in lines[-1], proc.stdout
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 @pytest.mark.parametrize("spec", ["nn_layers", "nn_layers:rank_checks"])
 def test_bench_check_layer_bad_spec_is_one_line(spec):
     proc = subprocess.run(["plexus-bench", "check", "--layer", spec], env=cli_env(),

@@ -31,6 +31,7 @@ def test_plexus_partition_help_does_not_need_torch():
     assert done.returncode == 0 and "--grid" in done.stdout, done.stderr[-500:]
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_the_check_can_fail():
     # the block itself works: a module that needs torch fails under it
     assert _run("import plexus.engine.model").returncode != 0

@@ -121,6 +121,7 @@ def test_rmat_generated_in_pieces_equals_in_memory(tmp_path, spec, perm, aggrega
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_memory_graph_with_jobs_and_the_cli_agree(tmp_path, toy):
     shape = shape_of((1, 2, 2))
     # the CLI records the kind it cuts for (--model, default gcn): the library is given it
@@ -208,6 +209,7 @@ def test_ranks_of_a_launcher_job_share_the_work(tmp_path, toy):
     assert_same_store(tmp_path / "one", tmp_path / "two")
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_ranks_of_a_launcher_job_share_the_nodes_blas_threads(tmp_path):
     """A rank of an srun job (no OMP_NUM_THREADS) keeps numpy's BLAS to its share of the node's
     cores (`init_process_group`), as PoolRunner's workers keep theirs to one: with a rank per
@@ -263,27 +265,37 @@ def _damage(graph_dir: Path, how: str) -> None:
         (graph_dir / "graph.json").write_text("{\"format\": \"plexus-graph\", \"vers")
 
 
-@pytest.mark.parametrize("how,needle", [
-    ("truncated", "src.npy: truncated"),
-    ("header lies", "holds"),
-    ("wrong dtype", "dst.npy: holds float64"),
-    ("bad id", "outside [0, "),
-    ("nan feature", "NaN/Inf in the features of node 5"),
-    ("corrupt header", "unreadable header"),
-])
-def test_bad_graph_directory_is_one_line_and_exit_2_with_nothing_left(tmp_path, toy, how,
-                                                                      needle):
+BAD_DIRECTORIES = [("truncated", "src.npy: truncated"), ("header lies", "holds"),
+                   ("wrong dtype", "dst.npy: holds float64"), ("bad id", "outside [0, "),
+                   ("nan feature", "NaN/Inf in the features of node 5"),
+                   ("corrupt header", "unreadable header")]
+
+
+def _damaged(tmp_path: Path, toy, how: str) -> tuple[Path, list[str]]:
+    """The toy graph written under ``tmp_path`` and damaged ``how``; the folder's names then."""
     g = tmp_path / "g"
     write_graph(toy, g)
     _damage(g, how)
-    before = sorted(p.name for p in tmp_path.iterdir())
+    return g, sorted(p.name for p in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("how,needle", BAD_DIRECTORIES)
+def test_bad_graph_directory_is_one_line_and_exit_2_with_nothing_left(tmp_path, toy, how,
+                                                                      needle):
+    g, before = _damaged(tmp_path, toy, how)
     with pytest.raises(DiskGraphError) as err:
         partition_to_store(f"graph:{g}", tmp_path / "s", shape_of((2, 1, 1)), 2,
                            chunk_edges=50, bucket_entries=80)
     assert_one_line(err, needle)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
-    if how not in ("truncated", "nan feature"):  # the command line: two of them suffice
-        return
+
+
+@pytest.mark.slow  # the command line's own process (the library's cases are the table above)
+@pytest.mark.parametrize("how,needle", [c for c in BAD_DIRECTORIES
+                                        if c[0] in ("truncated", "nan feature")])
+def test_a_bad_graph_directory_on_the_command_line_is_one_line_and_exit_2(tmp_path, toy, how,
+                                                                         needle):
+    g, before = _damaged(tmp_path, toy, how)
     cmd = [sys.executable, "-m", "plexus_partition.cli", "--dataset", f"graph:{g}", "--grid",
            "2x1x1", "--layers", "2", "--out", str(tmp_path / "s"), "--jobs", "2",
            "--chunk-edges", "50"]

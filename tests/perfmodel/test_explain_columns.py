@@ -153,3 +153,17 @@ def test_explain_has_one_total_per_axis_adding_its_rows():
         share = re.search(r"([0-9.]+)% of the epoch", totals[axis])
         assert share and share.group(1) == f"{100 * seconds / epoch:.1f}", totals[axis]
         assert config["comm_s_per_axis"][axis] == pytest.approx(seconds, rel=1e-9), axis
+
+
+def test_explain_under_a_bf16_compute_precision_prices_its_payloads_at_2_bytes():
+    """``--dtype bf16`` (the payloads travel in the compute precision: no wire of their own):
+    every payload moves its elements times 2, the loss's statistics times 4 (issue 58: a
+    fallback of 4 bytes per element passed every fp32-computing test)."""
+    doc = json.loads(_run(BIG + ["--grid", "2x2x2", "--explain", "--dtype", "bf16", "--json"]))
+    rows = doc["explain"]
+    assert {r["axis"] for r in rows} == {"x", "y", "z"}
+    exact = [r for r in rows if r["phase"] in STATISTICS]
+    assert 0 < len(exact) < len(rows)
+    for r in rows:
+        want = _moved(r["op"], r["size"], 2) * (4 if r["phase"] in STATISTICS else 2)
+        assert r["bytes"] == pytest.approx(want, rel=1e-12), r

@@ -402,6 +402,7 @@ def test_cli_bad_input(argv, capsys):
     assert_one_line(err, prog="plexus-model")
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_cli_as_module():
     proc = subprocess.run([sys.executable, "-m", "plexus.perfmodel", "-G", "4", *SIZES],
                           capture_output=True, text=True, timeout=120)
@@ -441,6 +442,7 @@ def test_bench_calibrate_quick_without_collectives(tmp_path, capsys):
     assert "--world-size must be whole numbers" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_comm_volume_benchmark_runs(tmp_path):
     script = REPO / "benchmarks" / "comm_volume.py"
     out = tmp_path / "cv.csv"

@@ -206,6 +206,7 @@ def test_slurm_scripts(study, tmp_path):
     log.unlink()
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_slurm_job_array(tmp_path):
     out = tmp_path / "array"
     res = cli("sweep", "--dataset", SPEC, "--world-sizes", "2", "--grids", "all", *COMMON,
@@ -447,3 +448,14 @@ def test_sweep_passes_its_comm_options_to_every_run():
     default = build_request(sweep_parser().parse_args(["--dataset", "cora", "--out", "o"]))
     for key in ("comm_dtype", "sparse_comm", "activation"):
         assert key not in default.common()["model"]
+
+
+def test_a_figures_caption_names_the_calibration_file_not_its_folder():
+    """Issue 58 item 6: committed figures name no absolute path of the machine that drew them."""
+    from plexus.studies.plots import caption
+
+    line = caption("/home/someone/run/rates.json (collectives not measured: default alpha/beta)")
+    assert line.endswith("predictions calibrated by rates.json (collectives not measured: "
+                         "default alpha/beta)") and "/home" not in line
+    assert caption("/srv/cal.json").endswith("predictions calibrated by cal.json")
+    assert "UNCALIBRATED" in caption("defaults")

@@ -159,6 +159,7 @@ def _fail_in_child(kind: str) -> None:
     raise CacheError("bad input, one line")
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_the_partitioning_child_hands_back_its_error_or_its_death():
     from plexus.runtime.child import ChildDied, ChildTraceback, run_in_child
 

@@ -179,6 +179,7 @@ def test_log_json_at_a_device_node_or_a_symlink_to_one_is_refused(nodes, name, n
         p.name for p in nodes.values())  # no temporary file beside them
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_log_json_whose_temporary_file_is_a_fifo_is_refused(tmp_path):
     from cli_helpers import train
 
@@ -193,6 +194,7 @@ def test_log_json_whose_temporary_file_is_a_fifo_is_refused(tmp_path):
     assert _node(fifo) == before and not (tmp_path / "log.json").exists()
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_log_json_at_the_processes_stdout_is_refused(tmp_path):
     from cli_helpers import train
 
@@ -255,6 +257,7 @@ def test_a_second_run_on_a_checkpoint_directory_in_use_is_refused(tmp_path):
     assert third.returncode == 0, third.stderr
 
 
+@pytest.mark.slow  # plexus-train end to end, two runs (test_suite_layout's run rule)
 def test_the_checkpoint_lock_is_released_at_the_end_of_a_run(tmp_path):
     from plexus.train import checkpoint as ckpt
     from plexus.train import main

@@ -207,6 +207,7 @@ def test_float_options_out_of_range_are_one_line(args, needle, capsys):
     assert_one_line(err, needle, prog="plexus-train")
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 @pytest.mark.parametrize("prog, args", [
     ("plexus-train", ["--grid", "auto", "--world-size", "999999999999", "--epochs", "1"]),
     ("plexus-model", ["--world-size", "999999999999", "--nodes", "1000", "--nnz", "5000",
@@ -366,18 +367,49 @@ SPEC = "rmat:scale=6,edge_factor=4,features=8,classes=3"
 
 
 def study(tool: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """plexus-sweep's or plexus-report's main in its own process (the end-to-end form: its exit
+    status and stderr as a user sees them)."""
     main = {"sweep": "sweep_main", "report": "report_main"}[tool]
     code = f"import sys; from plexus.studies.cli import {main}; sys.exit({main}())"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                           timeout=timeout, env=cli_env())
 
 
+def study_here(tool: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    """The same main called in this process (issue 58 item 5: the table of hostile folders as
+    calls of the checking code, `test_a_hostile_folder_answers_the_same_in_a_process` runs a
+    case of each class end to end): its return value and what it printed, as `study` gives
+    them; a wait past ``timeout`` seconds (a FIFO read) fails the test instead of hanging it."""
+    import contextlib
+    import io
+
+    from plexus.studies import cli
+
+    def stuck(signum, frame):
+        raise TimeoutError(f"plexus-{tool} {' '.join(args)} waited {timeout} s")
+
+    out, err = io.StringIO(), io.StringIO()
+    previous = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(timeout)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = getattr(cli, f"{tool}_main")(list(args))
+            except SystemExit as e:  # argparse's usage errors
+                code = e.code if isinstance(e.code, int) else 1
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    return subprocess.CompletedProcess([f"plexus-{tool}", *args], code, out.getvalue(),
+                                       err.getvalue())
+
+
 @pytest.fixture
 def planned(tmp_path) -> tuple[Path, str]:
     """A results folder whose one run is planned (SLURM scripts written, nothing run)."""
     out = tmp_path / "out"
-    res = study("sweep", "--dataset", SPEC, "--world-sizes", "1", "--grids", "1x1x1",
-                "--epochs", "2", "--launcher", "slurm", "--out", str(out))
+    res = study_here("sweep", "--dataset", SPEC, "--world-sizes", "1", "--grids", "1x1x1",
+                     "--epochs", "2", "--launcher", "slurm", "--out", str(out))
     assert res.returncode == 0, res.stderr
     rid = next(iter(json.loads((out / "manifest.json").read_text())["runs"]))
     return out, rid
@@ -403,7 +435,7 @@ def test_sweep_never_writes_through_links_or_waits_on_fifos(planned, tmp_path, w
         target.symlink_to(out / "fifo")
     else:
         target.symlink_to(victim)
-    res = study("sweep", *SWEEP_LOCAL, "--out", str(out), timeout=60)
+    res = study_here("sweep", *SWEEP_LOCAL, "--out", str(out), timeout=60)
     assert res.returncode == 2
     assert_one_line(res.stderr, needle, prog="plexus-sweep")
     assert victim.read_text() == "keep me\n"
@@ -423,7 +455,7 @@ def test_a_hand_edited_manifest_is_one_line(planned, edit, needle):
     path.write_text(json.dumps(edited if isinstance(edited, list) else doc))
     for tool, args in (("sweep", [*SWEEP_LOCAL, "--launcher", "slurm", "--out", str(out)]),
                        ("report", [str(out)])):
-        res = study(tool, *args)
+        res = study_here(tool, *args)
         assert res.returncode == 2, (tool, res.stderr)
         assert_one_line(res.stderr, needle, prog=f"plexus-{tool}")
 
@@ -431,9 +463,9 @@ def test_a_hand_edited_manifest_is_one_line(planned, edit, needle):
 def test_a_log_line_that_is_not_an_object_is_one_line(planned):
     out, rid = planned
     (out / "runs" / f"{rid}.json").write_text("[1, 2]\n")
-    res = study("sweep", *SWEEP_LOCAL, "--launcher", "slurm", "--out", str(out))
+    res = study_here("sweep", *SWEEP_LOCAL, "--launcher", "slurm", "--out", str(out))
     assert res.returncode == 0, res.stderr  # not a complete log: the run is still to do
-    res = study("report", str(out))
+    res = study_here("report", str(out))
     assert res.returncode == 2
     assert_one_line(res.stderr, "line 1", "expected an object, got an array", prog="plexus-report")
 
@@ -486,10 +518,33 @@ def test_report_inputs_and_targets_are_one_line(finished, tmp_path, what, needle
         shutil.rmtree(mine / "report", ignore_errors=True)
         (tmp_path / "elsewhere").mkdir()
         (mine / "report").symlink_to(tmp_path / "elsewhere")
-    res = study("report", str(mine), timeout=60)
+    res = study_here("report", str(mine), timeout=60)
     assert res.returncode == 2, res.stdout + res.stderr
     assert_one_line(res.stderr, needle, prog="plexus-report")
     assert not (tmp_path / "elsewhere").exists() or not any((tmp_path / "elsewhere").iterdir())
+
+
+@pytest.mark.slow  # three processes: plexus-sweep's and plexus-report's
+def test_a_hostile_folder_answers_the_same_in_a_process(planned, finished, tmp_path):
+    """One case of each class above end to end (the others call the mains in this process):
+    a FIFO in a planned folder's place (plexus-sweep), a hand-edited manifest (plexus-sweep)
+    and a finished run's log read through a FIFO (plexus-report), each exit 2 in one line."""
+    out, rid = planned
+    os.mkfifo(out / "runs" / f"{rid}.json")
+    res = study("sweep", *SWEEP_LOCAL, "--out", str(out), timeout=60)
+    assert res.returncode == 2
+    assert_one_line(res.stderr, "is a FIFO", prog="plexus-sweep")
+    os.unlink(out / "runs" / f"{rid}.json")
+    path = out / "manifest.json"
+    path.write_text(json.dumps([1, 2]))
+    res = study("sweep", *SWEEP_LOCAL, "--launcher", "slurm", "--out", str(out))
+    assert res.returncode == 2
+    assert_one_line(res.stderr, "expected an object, got an array", prog="plexus-sweep")
+    mine, _ = _copy(finished, tmp_path / "finished")
+    os.mkfifo(mine / "runs" / "x.json")
+    res = study("report", str(mine), timeout=60)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert_one_line(res.stderr, "is a FIFO", prog="plexus-report")
 
 
 def test_a_second_sweep_on_one_folder_is_refused(planned):
@@ -502,13 +557,13 @@ def test_a_second_sweep_on_one_folder_is_refused(planned):
     manifest.write_text(json.dumps(doc))
     lock = ResultsFolder(out).lock()  # another sweep, running
     try:
-        res = study("sweep", *SWEEP_LOCAL, "--launcher", "slurm", "--out", str(out))
+        res = study_here("sweep", *SWEEP_LOCAL, "--launcher", "slurm", "--out", str(out))
         assert res.returncode == 2
         assert_one_line(res.stderr, f"another plexus-sweep (pid {os.getpid()}) is "
                         "running on this results folder", prog="plexus-sweep")
     finally:
         lock.release()
-    res = study("sweep", *SWEEP_LOCAL, "--launcher", "slurm", "--out", str(out))
+    res = study_here("sweep", *SWEEP_LOCAL, "--launcher", "slurm", "--out", str(out))
     assert res.returncode == 0, res.stderr
     assert json.loads(manifest.read_text())["runs"][rid]["state"] == "script written"
 
@@ -710,6 +765,7 @@ def test_a_malformed_calibration_is_one_line_not_the_defaults(content, needle, t
     assert_one_line(capsys.readouterr().err, needle, prog="plexus-model")
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_a_calibration_fifo_is_refused_not_waited_on(tmp_path):
     os.mkfifo(tmp_path / "cal.json")
     proc = train("--world-size", "4", *SIZES, "--calibration", str(tmp_path / "cal.json"),

@@ -140,6 +140,7 @@ def test_a_rank_stuck_joining_ends_the_job_when_its_peer_gives_up(monkeypatch, c
     assert "Traceback" not in err and "worker rank" not in err, err
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_inject_fault_is_checked():
     proc = train("--grid", "1x1x1", "--inject-fault", "explode:0:1")
     assert proc.returncode == 2 and "expected KIND:RANK:EPOCH" in proc.stderr
@@ -179,6 +180,7 @@ def test_memory_check_refuses_then_force_runs(monkeypatch, capsys):
     assert main(["--grid", "1x1x1", "--epochs", "1", "--quiet", "--force"]) == 0
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_memory_check_before_building_a_huge_graph():
     # 131072 nodes x 60000 features of float32 = 29 GiB: refused from the spec's sizes alone
     start = time.monotonic()

@@ -120,6 +120,20 @@ def test_a_big_graph_is_resolved_by_every_worker_not_loaded_by_the_launcher(tmp_
     assert runs[0].grid == GridShape.parse("2x1x1") and cora_sizes(runs[0]) == CORA
 
 
+def test_only_rank_0_checks_the_outputs_it_alone_writes(tmp_path):
+    """Rank 0 writes the JSON log (and every other output): under torchrun a log path that is a
+    folder is refused by rank 0's resolution, not by another rank's (which writes nothing)."""
+    argv = ["--dataset", "cora", "--grid", "2x1x1", "--log-json", str(tmp_path)]
+    for rank in (1, 0):
+        request = plan(argv, torchrun(rank, world=2))
+        assert type(request) is RunRequest
+        if rank:
+            assert resolve(request, 2, rank=rank, ranks_per_host=2).run is not None
+        else:
+            with pytest.raises(UsageError, match="--log-json"):
+                resolve(request, 2, rank=rank, ranks_per_host=2)
+
+
 # ---- (c) a rank given a resolved run reads and checks its shard, and chooses nothing --------
 def test_a_rank_given_a_resolved_run_never_chooses_a_grid(monkeypatch):
     import plexus.train.plan as plan_module

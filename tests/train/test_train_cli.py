@@ -340,6 +340,7 @@ def test_incompatible_checkpoint_is_refused(tmp_path, capsys):
     assert "not a plexus-train checkpoint" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a tool's process or a world's ranks (issue 58: the slow rule at run time)
 def test_command_line_errors_exit_2_without_traceback():
     proc = train("--grid", "2x2x2", "--dataset", "nope")
     assert proc.returncode == 2
