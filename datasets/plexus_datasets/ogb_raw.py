@@ -437,3 +437,13 @@ class _CsvRaw:
     def labels(self, chunk: int) -> Iterator[np.ndarray]:
         for block in _csv_chunks(self.label_path, chunk, None):
             yield _labels(block[:, 0], self.label_path)
+
+
+def csv_node_features(raw: Path, num_nodes: int) -> np.ndarray:
+    """The (num_nodes, F) float32 features of ``raw/node-feat.csv.gz``, whole (link datasets)."""
+    reader = _CsvRaw(Path(raw), True)
+    x = np.concatenate([np.zeros((0, reader.width), np.float32),
+                        *reader.features(num_nodes, reader.width)])
+    if x.shape[0] != num_nodes:
+        raise DatasetError(f"{reader.feat_file}: {x.shape[0]} feature rows, {num_nodes} nodes")
+    return x
