@@ -2,7 +2,8 @@
 (`plexus_partition.model.pairs.pair_collectives`, batch by batch: the positives and as many
 negatives), their α-β time, and the bytes the pairs add to a rank's peak (one batch's buffers
 and the embedding block's gradient, `LinkCost.buffer_bytes`; `link_memory` adds them to the node
-model's `rank_memory`).
+model's `rank_memory` in place of the backward's temporaries, which are never alive with
+them).
 
 A batch of b pairs has at most min(2b, N) distinct ends; the engine's ledger records the ends a
 batch really has (the test compares the two on the same count, tests/link_checks.py).
@@ -71,6 +72,9 @@ def link_cost(spec: ModelSpec, grid: Mapping[str, int] | Sequence[int], orders: 
 
 def link_memory(spec: ModelSpec, grid: Mapping[str, int] | Sequence[int],
                 orders: Sequence[str], cost: LinkCost) -> Memory:
-    """`rank_memory` of the encoder with the pair operator's ``cost`` in its workspace."""
+    """`rank_memory` of the encoder with the pair operator's ``cost``: the pair batches run
+    between the encoder's forward and its backward, so their buffers and the backward's
+    temporaries are never alive at once (the saved activations are, in both): the workspace is
+    the larger of the two."""
     mem = rank_memory(spec, normalize_grid(grid), orders)
-    return replace(mem, workspace=mem.workspace + cost.buffer_bytes)
+    return replace(mem, workspace=max(mem.workspace, cost.buffer_bytes))

@@ -58,11 +58,12 @@ def pair_bytes(block: int, width_padded: int, decoder: str, hidden: int = 0,
     batch's loss and backward run, on a rank whose output block has ``block`` columns: the ends'
     rows (taken, masked, summed: 3 per end), the pair's two ends' rows and their product
     (3·block), and for the MLP the gathered product at full width (twice: with its transpose)
-    and two buffers per hidden layer (its output and the ReLU's), plus the int64 ids (the pair,
-    its ends, their positions)."""
+    and five buffers per hidden layer (its output, the ReLU's, the dropout's, and in the
+    backward the gradients of its output and input), plus the int64 ids (the pair, its ends,
+    their positions)."""
     floats = 3 * 2 * block + 3 * block
     if decoder == "mlp":
-        floats += 2 * width_padded + 2 * hidden * max(layers - 1, 0) + 2
+        floats += 2 * width_padded + 5 * hidden * max(layers - 1, 0) + 2
     return int(floats * itemsize + 6 * 8)
 
 
