@@ -18,8 +18,6 @@ seeded random ones, as `ogb_to_disk` gives its node datasets.
 
 from __future__ import annotations
 
-import csv
-import importlib.util
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -28,7 +26,7 @@ import numpy as np
 from .errors import RootMissing, DatasetError
 from .graph import Graph, edges_to_csr
 from .linksplit import LinkSplit
-from .ogb_raw import csv_count, csv_node_features
+from .ogb_raw import csv_count, csv_node_features, master_meta
 from .synthetic import DEFAULT_FEATURES, random_features
 
 SPLIT_FILES = {"train": "train", "val": "valid", "test": "test"}
@@ -36,19 +34,12 @@ FORMATS = ("ogbl-collab", "ogbl-ppa", "ogbl-ddi")  # edge / edge_neg splits, Hit
 
 
 def link_meta(name: str) -> dict[str, str]:
-    """The column of ``ogb.linkproppred``'s ``master.csv`` for ``name``, read as text (no
-    import of ogb); one of `FORMATS`."""
+    """The column of ``ogb.linkproppred``'s ``master.csv`` for ``name`` (read as text, without
+    importing ogb); one of `FORMATS`."""
     if name not in FORMATS:
         raise DatasetError(f"{name}: not an OGB link dataset read here; use one of "
                            f"{', '.join(FORMATS)}")
-    spec = importlib.util.find_spec("ogb")
-    if spec is None or not spec.submodule_search_locations:
-        raise DatasetError(f"{name}: the ogb package is not installed (pip install ogb)")
-    path = Path(list(spec.submodule_search_locations)[0]) / "linkproppred" / "master.csv"
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.reader(f))
-    col = rows[0].index(name)
-    return {row[0]: row[col] for row in rows[1:] if len(row) > col}
+    return master_meta(name, "linkproppred")
 
 
 def dataset_dir(name: str, root: str | Path | None) -> Path:
