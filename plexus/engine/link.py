@@ -12,6 +12,8 @@ dropout rows). Every rank of a grid runs the same batches and gets the same scor
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import numpy as np
 import torch
 from torch import nn
@@ -89,11 +91,10 @@ class LinkTask(nn.Module):
         return total
 
     def _phase(self, phase: str):
+        """Within: the pairs' collectives recorded as ``phase``'s (the loss's, or the
+        evaluation's), issued by no layer."""
         comm = getattr(self.encoder, "comm", None)
-        if comm is None:
-            from contextlib import nullcontext
-            return nullcontext()
-        return comm.at(None, phase)
+        return nullcontext() if comm is None else comm.at(None, phase)
 
     @torch.no_grad()
     def scores(self, pairs: torch.Tensor, H: torch.Tensor | None = None) -> torch.Tensor:

@@ -164,4 +164,3 @@ def pair_loss(pos: torch.Tensor, neg: torch.Tensor, num_pos: int, num_neg: int) 
     + Σ softplus(neg)/num_neg, binary cross-entropy with logits (OGB's examples'
     −log σ(pos) − log(1 − σ(neg)), each averaged over its pairs)."""
     return F.softplus(-pos).sum() / max(num_pos, 1) + F.softplus(neg).sum() / max(num_neg, 1)
-
