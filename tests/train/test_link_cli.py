@@ -2,7 +2,9 @@
 the saved pair scores, and the exports: the encoder loaded into PyG (`plexus.load_pyg`) and the
 decoder (`plexus.api.link.load_decoder`) recompute every saved score from the message graph, to
 1e-5 (an oracle outside the engine); the log's final AUC and Hits@50 are those of the saved
-scores (sklearn's ROC-AUC, OGB's Hits@K rule written here). Options of the node task only, and
+scores (sklearn's ROC-AUC, OGB's Hits@K rule written here). On the ogbl-collab stand-in, the
+summary's OGB metric (its Evaluator) is that rule on the saved test scores. Options of the node
+task only, and
 an ogbl dataset given an edge split, are refused in one line with exit status 2."""
 
 from __future__ import annotations
@@ -75,3 +77,20 @@ def test_link_run_refuses_in_one_line(tmp_path, args, words):
     assert r.returncode == 2, r.stdout[-500:] + r.stderr[-500:]
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and words in err[0], r.stderr
+
+
+def test_link_run_on_an_ogbl_standin_reports_ogbs_metric(tmp_path):
+    from plexus.testing.ogbl_standin import write_ogbl_standin
+
+    wrote = write_ogbl_standin(tmp_path / "data", num_nodes=200, seed=2)
+    log, pred = tmp_path / "log.json", tmp_path / "pred"
+    r = train("--task", "link", "--grid", "1x1x1", "--dataset", "ogbl-collab", "--root",
+              str(tmp_path / "data"), "--epochs", "3", "--hidden", "16", "--layers", "2",
+              "--log-json", str(log), "--save-predictions", str(pred))
+    assert r.returncode == 0, r.stderr[-2000:]
+    ogb = json.loads(log.read_text())["summary"]["ogb"]
+    assert ogb["name"] == "ogbl-collab" and ogb["metric"] == "hits@50"
+    pos, neg = np.load(pred / "test_pos_scores.npy"), np.load(pred / "test_neg_scores.npy")
+    np.testing.assert_array_equal(np.load(pred / "test_pos_pairs.npy"), wrote["test"].T)
+    hits = 1.0 if len(neg) < 50 else float(np.mean(pos > np.sort(neg)[-50]))
+    assert ogb["value"] == pytest.approx(hits, abs=1e-12)
