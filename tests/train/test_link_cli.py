@@ -4,8 +4,8 @@ decoder (`plexus.api.link.load_decoder`) recompute every saved score from the me
 1e-5 (an oracle outside the engine); the log's final AUC and Hits@50 are those of the saved
 scores (sklearn's ROC-AUC, OGB's Hits@K rule written here). On the ogbl-collab stand-in, the
 summary's OGB metric (its Evaluator) is that rule on the saved test scores. Options of the node
-task only, and
-an ogbl dataset given an edge split, are refused in one line with exit status 2."""
+task only, and an ogbl dataset given an edge split, are refused in one line with exit status
+2."""
 
 from __future__ import annotations
 
