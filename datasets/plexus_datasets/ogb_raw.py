@@ -47,12 +47,12 @@ CHUNK_ROWS = 1 << 22
 MAX_COUNT_VALUES = 16  # num_nodes_list / num_edges_list: one value per graph
 
 
-def master_meta(name: str) -> dict[str, str]:
-    """The column of ogb's ``master.csv`` for ``name`` (case-insensitive), read as text."""
+def master_meta(name: str, task: str = "nodeproppred") -> dict[str, str]:
+    """The column of ``ogb.<task>``'s ``master.csv`` for ``name`` (case-insensitive), as text."""
     spec = importlib.util.find_spec("ogb")
     if spec is None or not spec.submodule_search_locations:
         raise DatasetError(f"{name}: the ogb package is not installed (pip install ogb)")
-    path = Path(list(spec.submodule_search_locations)[0]) / "nodeproppred" / "master.csv"
+    path = Path(list(spec.submodule_search_locations)[0]) / task / "master.csv"
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
     header = rows[0]
@@ -61,7 +61,8 @@ def master_meta(name: str) -> dict[str, str]:
             meta = {row[0]: row[col] for row in rows[1:] if len(row) > col}
             meta["name"] = column
             return meta
-    raise DatasetError(f"{name}: not an OGB node dataset; known: {', '.join(header[1:])}")
+    raise DatasetError(f"{name}: not an OGB {'link' if task == 'linkproppred' else 'node'} "
+                       f"dataset; known: {', '.join(header[1:])}")
 
 
 #: The most values one csv line may hold (OGB's widest node features have 128): pandas makes a
@@ -437,3 +438,13 @@ class _CsvRaw:
     def labels(self, chunk: int) -> Iterator[np.ndarray]:
         for block in _csv_chunks(self.label_path, chunk, None):
             yield _labels(block[:, 0], self.label_path)
+
+
+def csv_node_features(raw: Path, num_nodes: int) -> np.ndarray:
+    """The (num_nodes, F) float32 features of ``raw/node-feat.csv.gz``, whole (link datasets)."""
+    reader = _CsvRaw(Path(raw), True)
+    x = np.concatenate([np.zeros((0, reader.width), np.float32),
+                        *reader.features(num_nodes, reader.width)])
+    if x.shape[0] != num_nodes:
+        raise DatasetError(f"{reader.feat_file}: {x.shape[0]} feature rows, {num_nodes} nodes")
+    return x

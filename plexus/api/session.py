@@ -115,6 +115,13 @@ def launch(fn: Callable[..., Any], *args: Any, grid: str | GridShape = "1x1x1",
         raise SystemExit(f"plexus.launch: error: called at the top level of {where} without "
                          "if __name__ == \"__main__\": (each worker imports the script and "
                          "would launch again); put the call under that guard")
+    return run_grid(fn, *args, grid=grid, timeout_s=timeout_s)
+
+
+def run_grid(fn: Callable[..., Any], *args: Any, grid: str | GridShape = "1x1x1",
+             timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
+    """`launch` without its check of the calling script: for a tool's own module (such as
+    ``plexus-train --task link``), which workers import without launching again."""
     check_callable(fn, "plexus.launch")
     check_kind(grid, (str, GridShape), "plexus.launch", "grid (\"XxYxZ\" or a GridShape)")
     timeout_s = check_timeout(timeout_s, "plexus.launch")

@@ -54,6 +54,7 @@ from .placing import parse_placement
 from .problem import problem_shape
 from .plan import CHECKPOINT_EVERY, RunRequest
 from .resolve import resolve
+from .linktask import link_main
 from .runlog import console_line
 
 
@@ -292,6 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.explicit = explicit_options(argv)
         if args.cache_list or args.cache_clean:
             return cache_command(args)
+        if args.task == "link":
+            return link_main(args, env)
         plan = build_plan(args, env)
         if env is None and plan.uses_cache(None):
             plan, hold = from_cache(plan, args.force)

@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "it joins the job.")
     _job_options(p.add_argument_group("job"))
     _data_options(p.add_argument_group("data"))
+    _link_options(p.add_argument_group("link prediction (--task link, docs/link_prediction.md)"))
     add_model_options(p, ModelOptionsText(store_note=", or the store's with --shards"))
     _training_options(p.add_argument_group("training"))
     _output_options(p.add_argument_group("checkpoints and output"))
@@ -68,6 +69,20 @@ def _job_options(run: argparse._ArgumentGroup) -> None:
                           "than is available")
     # Tests of failure handling: KIND:RANK:EPOCH makes one rank raise, SIGKILL itself or hang.
     run.add_argument("--inject-fault", metavar="KIND:RANK:EPOCH", help=argparse.SUPPRESS)
+
+
+def _link_options(link: argparse._ArgumentGroup) -> None:
+    """The task, and link prediction's decoder and edge split."""
+    link.add_argument("--task", choices=("node", "link"), default="node",
+                      help="node classification (the default), or link prediction: the model "
+                           "is the encoder, pairs scored by --decoder")
+    link.add_argument("--decoder", choices=("dot", "mlp"), default="mlp",
+                      help="--task link: the pair decoder, the dot product of the two "
+                           "embeddings or OGB's LinkPredictor on their product (the default)")
+    link.add_argument("--edge-split", metavar="TRAIN,VAL,TEST", default=None,
+                      help="--task link: a random split of the graph's edges (default "
+                           "0.85,0.05,0.1; an ogbl-* dataset has its own), seeded by "
+                           "--split-seed")
 
 
 def _data_options(data: argparse._ArgumentGroup) -> None:

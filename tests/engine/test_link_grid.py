@@ -1,0 +1,38 @@
+"""Link prediction on the grid equals the serial model on every grid (1x1x1, 2x1x2, 2x2x1,
+2x2x2), with dropout, on an undirected and a directed graph, with both decoders; the ledger's
+pair collectives equal their declaration (tests/link_checks.py). One world per world size."""
+
+from __future__ import annotations
+
+import pytest
+
+from link_checks import DECODERS, run_link_checks
+from plexus.testing.localworld import run_world
+
+pytestmark = pytest.mark.slow  # multi-rank worlds
+
+GRIDS = {1: [(1, 1, 1)], 4: [(2, 1, 2), (2, 2, 1)], 8: [(2, 2, 2)]}
+CHECKS = [f"{g}/{d}/{c}" for g in ("undirected", "directed") for d in DECODERS
+          for c in ("step", "train", "ledger")]
+_results: dict[int, dict[str, list[str]]] = {}
+
+
+def world_results(world: int) -> dict[str, list[str]]:
+    """Run (once) every check of this world size's grids; the ranks' failures merged."""
+    if world not in _results:
+        merged: dict[str, list[str]] = {}
+        for rank_result in run_world(world, run_link_checks, GRIDS[world]):
+            for key, fails in rank_result.items():
+                merged.setdefault(key, []).extend(fails)
+        _results[world] = merged
+    return _results[world]
+
+
+@pytest.mark.parametrize("dims", [d for ds in GRIDS.values() for d in ds],
+                         ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("check", CHECKS)
+def test_link_prediction_on_the_grid_equals_serial(dims, check):
+    results = world_results(dims[0] * dims[1] * dims[2])
+    key = f"{'x'.join(map(str, dims))}/{check}"
+    assert key in results, f"check {key} did not run"
+    assert results[key] == [], "\n".join(results[key][:20])

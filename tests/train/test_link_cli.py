@@ -1,0 +1,96 @@
+"""``plexus-train --task link`` end to end on a 2x1x2 grid: epoch lines and the summary, the log,
+the saved pair scores, and the exports: the encoder loaded into PyG (`plexus.load_pyg`) and the
+decoder (`plexus.api.link.load_decoder`) recompute every saved score from the message graph, to
+1e-5 (an oracle outside the engine); the log's final AUC and Hits@50 are those of the saved
+scores (sklearn's ROC-AUC, OGB's Hits@K rule written here). On the ogbl-collab stand-in, the
+summary's OGB metric (its Evaluator) is that rule on the saved test scores. Options of the node
+task only, and an ogbl dataset given an edge split, are refused in one line with exit status
+2."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from cli_helpers import train
+from plexus_datasets.linksplit import random_edge_split
+from plexus_datasets.spec import load_dataset
+
+pytest.importorskip("torch_geometric")
+pytestmark = pytest.mark.slow  # whole plexus-train processes
+
+
+@pytest.mark.parametrize("decoder", ["mlp"])
+def test_link_run_outputs_and_exports(tmp_path, decoder):
+    from sklearn.metrics import roc_auc_score
+
+    from plexus.api.export import load_pyg
+    from plexus.api.link import load_decoder
+
+    pred, log, export = tmp_path / "pred", tmp_path / "log.json", tmp_path / "enc.pt"
+    r = train("--task", "link", "--grid", "2x1x2", "--dataset", "cora", "--epochs", "6",
+              "--eval-every", "3", "--hidden", "16", "--layers", "2", "--decoder", decoder,
+              "--edge-split", "0.8,0.1,0.1", "--split-seed", "3", "--save-predictions",
+              str(pred), "--log-json", str(log), "--export", str(export))
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("epoch")]
+    assert len(lines) == 2 and "val auc" in lines[0] and "test auc" in lines[0]
+    assert "summary" in r.stdout
+    entry = json.loads(log.read_text())
+    assert entry["task"] == "link" and len(entry["epochs"]) == 6
+    final = entry["summary"]
+    split = random_edge_split(load_dataset("cora"), "0.8,0.1,0.1", seed=3)
+    coo = split.graph.adj.tocoo()
+    edge_index = torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
+    encoder, dec = load_pyg(export), load_decoder(str(export) + ".decoder.pt").eval()
+    with torch.no_grad():
+        h = encoder(torch.from_numpy(split.graph.features), edge_index)
+    scores = {}
+    for s in ("val", "test"):
+        for kind, want_pairs in (("pos", split.pos[s]), ("neg", split.neg[s])):
+            pairs = np.load(pred / f"{s}_{kind}_pairs.npy")
+            np.testing.assert_array_equal(pairs, want_pairs)
+            got = np.load(pred / f"{s}_{kind}_scores.npy")
+            with torch.no_grad():
+                theirs = dec(h[pairs[0]], h[pairs[1]]).numpy()
+            np.testing.assert_allclose(got, theirs, rtol=1e-5, atol=1e-5)
+            scores[s, kind] = got
+    for s in ("val", "test"):
+        pos, neg = scores[s, "pos"], scores[s, "neg"]
+        auc = roc_auc_score(np.r_[np.ones(len(pos)), np.zeros(len(neg))], np.r_[pos, neg])
+        assert final[f"{s}_auc"] == pytest.approx(auc, abs=1e-9)
+        hits = float(np.mean(pos > np.sort(neg)[-50]))
+        assert final[f"{s}_hits@50"] == pytest.approx(hits, abs=1e-12)
+
+
+@pytest.mark.parametrize("args,words", [
+    (("--checkpoint", "ck"), "does not take --checkpoint"),
+    (("--optimizer", "sgd"), "trains with Adam"),
+    (("--dataset", "ogbl-collab", "--edge-split", "0.8,0.1,0.1"), "has its own edge split"),
+    (("--edge-split", "0.8,0.1"), "edge split"),
+])
+def test_link_run_refuses_in_one_line(tmp_path, args, words):
+    r = train("--task", "link", "--grid", "1x1x1", "--epochs", "1", *args, timeout=300)
+    assert r.returncode == 2, r.stdout[-500:] + r.stderr[-500:]
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and words in err[0], r.stderr
+
+
+def test_link_run_on_an_ogbl_standin_reports_ogbs_metric(tmp_path):
+    from plexus.testing.ogbl_standin import write_ogbl_standin
+
+    wrote = write_ogbl_standin(tmp_path / "data", num_nodes=200, seed=2)
+    log, pred = tmp_path / "log.json", tmp_path / "pred"
+    r = train("--task", "link", "--grid", "1x1x1", "--dataset", "ogbl-collab", "--root",
+              str(tmp_path / "data"), "--epochs", "3", "--hidden", "16", "--layers", "2",
+              "--log-json", str(log), "--save-predictions", str(pred))
+    assert r.returncode == 0, r.stderr[-2000:]
+    ogb = json.loads(log.read_text())["summary"]["ogb"]
+    assert ogb["name"] == "ogbl-collab" and ogb["metric"] == "hits@50"
+    pos, neg = np.load(pred / "test_pos_scores.npy"), np.load(pred / "test_neg_scores.npy")
+    np.testing.assert_array_equal(np.load(pred / "test_pos_pairs.npy"), wrote["test"].T)
+    hits = 1.0 if len(neg) < 50 else float(np.mean(pos > np.sort(neg)[-50]))
+    assert ogb["value"] == pytest.approx(hits, abs=1e-12)
