@@ -1,4 +1,5 @@
-"""The dry run's fourth probe checks the fit of the first three (`plexus.engine.dryrun.fit_stage`,
+"""The dry run's fourth probe checks the fit of the first three (and a fifth, the degree's, that no
+size moves with Â's non-zeros) (`plexus.engine.dryrun.fit_stage`,
 issue 58: removing the check passed every test): a size that fits a monomial at the base, the
 sizes' and the axes' probes but is another at the check probe is refused. The size the check
 probe sees is planted here (one element more than the stage issued), so whatever monomial the
@@ -24,10 +25,11 @@ def _gcn_stage():
     return next(iter(stage_sizes(plans, shape, pad, OPERATORS))).plan
 
 
-@pytest.mark.parametrize("probe", [0, 1, 2, 3])
+@pytest.mark.parametrize("probe", [0, 1, 2, 3, 4])
 def test_the_dry_runs_check_probe_refuses_a_size_the_fit_misses(monkeypatch, probe):
-    """Every probe's sizes count: one element more in any one of the four runs is refused
-    (probes 0-2 give a fit the others then contradict; probe 3 is the check itself)."""
+    """Every probe's sizes count: one element more in any one of the five runs is refused
+    (probes 0-2 give a fit the others then contradict; probe 3 is the check itself; the fifth
+    runs the base again at another degree of Â's block, where a size that moves is refused)."""
     plan = _gcn_stage()
     dims = (2, 2, 2)
     clean = dryrun.fit_stage(plan, dims, first=False, training=True)
@@ -44,4 +46,4 @@ def test_the_dry_runs_check_probe_refuses_a_size_the_fit_misses(monkeypatch, pro
     monkeypatch.setattr(dryrun, "run_stage", planted)
     with pytest.raises(dryrun.RecordingError):
         dryrun.fit_stage(plan, dims, first=False, training=True)
-    assert len(runs) == 4  # the four probes ran
+    assert len(runs) == 5  # the five probes ran
