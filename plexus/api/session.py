@@ -20,7 +20,7 @@ from plexus.engine.arguments import check_callable, check_kind, check_timeout
 from plexus.engine.grid import Grid
 from plexus_partition.launch.env import JobEnv, LaunchError, check_local_devices, detect_environment
 from plexus_partition.launch.group import DEFAULT_TIMEOUT_S, init_process_group
-from plexus.runtime.local import free_port, launch_local
+from plexus.runtime.local import LaunchInterrupted, free_port, launch_local
 
 
 
@@ -136,5 +136,9 @@ def run_grid(fn: Callable[..., Any], *args: Any, grid: str | GridShape = "1x1x1"
             return fn(Grid.create(shape, device, timeout_s), *args)
         finally:
             dist.destroy_process_group()
-    return launch_local(shape.world_size, _local_worker, fn, shape, timeout_s, args)[0]
+    try:
+        return launch_local(shape.world_size, _local_worker, fn, shape, timeout_s, args)[0]
+    except LaunchInterrupted as e:  # a signal: one line, no stack
+        print(f"plexus: {e.message}", file=sys.stderr, flush=True)
+        raise
 

@@ -129,8 +129,13 @@ FORKED_PEERS_TIMEOUT_S = 120.0
 
 
 class LaunchInterrupted(SystemExit):
-    """The launcher got a signal (Ctrl-C, SIGTERM) and stopped its workers: its one line was
-    printed; the exit status is 128 + the signal's number, as a shell reports a signal."""
+    """The launcher got a signal (Ctrl-C, SIGTERM) and stopped its workers; ``message`` says so
+    in one line (the caller prints it, named as its tool); the exit status is 128 + the
+    signal's number, as a shell reports a signal."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(code)
+        self.message = message
 
 
 class WorkerStartError(RuntimeError):
@@ -235,9 +240,8 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any,
                 raise LocalJobFailed(_failures(e), read_progress(progress_dir)) from None
             except SignalException as e:  # the agent stopped the workers: one line, no stack
                 name = signal.Signals(e.sigval).name
-                print(f"plexus: stopped by {name}: the job's {nprocs} workers were stopped with "
-                      "it", file=sys.stderr, flush=True)
-                raise LaunchInterrupted(128 + int(e.sigval)) from None
+                raise LaunchInterrupted(128 + int(e.sigval), f"stopped by {name}: the job's "
+                                        f"{nprocs} workers were stopped with it") from None
     finally:
         owned.remove_tree(log_dir, quiet=True)
     return [results[r] for r in range(nprocs)]

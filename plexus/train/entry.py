@@ -19,8 +19,8 @@ from plexus_partition.launch.env import JobEnv, LaunchError, detect_environment,
 from plexus_partition.launch.group import init_process_group
 from plexus_partition.launch.hostmem import enable_huge_pages
 from plexus.runtime.progress import lagging_rank
-from plexus.runtime.local import (PEER_ERROR_GRACE_S, LocalJobFailed, free_port, is_peer_error,
-                                  launch_local)
+from plexus.runtime.local import (PEER_ERROR_GRACE_S, LaunchInterrupted, LocalJobFailed,
+                                  free_port, is_peer_error, launch_local)
 
 from .cache import join_cached_store
 from .errors import PROG, OutputFailed, RunStopped, error_line
@@ -185,6 +185,9 @@ def run_local(plan: RunRequest) -> int:
             print(root.traceback.rstrip(), file=sys.stderr)
         print(error_line(e), file=sys.stderr, flush=True)
         return 1
+    except LaunchInterrupted as e:  # the agent stopped the workers on a signal: one line
+        print(error_line(e.message), file=sys.stderr, flush=True)
+        return int(e.code)
     except KeyboardInterrupt:  # before the agent took over the signal (starting the workers)
         print(error_line(f"the launcher (pid {os.getpid()}) was interrupted (SIGINT) while "
                          "starting the workers; the job stopped"), file=sys.stderr, flush=True)

@@ -44,3 +44,16 @@ def test_no_shim_for_an_unnamed_release():
         text = (ROOT / name).read_text()
         found += [f"{name}: {m.group(0)!r}" for m in vague.finditer(re.sub(r"\s+", " ", text))]
     assert found == []
+
+
+def test_every_package_folder_is_in_its_projects_wheel():
+    """A package folder the wheel's explicit list leaves out is missing from every install but
+    the editable one (plexus.engine.kinds was, until the wheel test ran)."""
+    for name in PROJECTS:
+        base = (ROOT / name).parent
+        config = tomllib.loads((ROOT / name).read_text())
+        listed = set(config["tool"]["setuptools"]["packages"])
+        top = {p.split(".")[0] for p in listed}
+        on_disk = {".".join(init.parent.relative_to(base).parts)
+                   for t in top for init in (base / t).rglob("__init__.py")}
+        assert on_disk == listed, (name, sorted(on_disk ^ listed))
