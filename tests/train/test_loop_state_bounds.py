@@ -123,6 +123,9 @@ CASES = [
     (COSINE, "cosine's base rate at --lr", _set("state.loop.schedule.base_lrs", [0.02]), True),
     (COSINE, "cosine's base rate past --lr", _set("state.loop.schedule.base_lrs", [0.0201]),
      False),
+    # past it by 1e-4 of itself: beyond any float rounding of a schedule (the slack is 1e-6)
+    (COSINE, "cosine's base rate just past --lr",
+     _set("state.loop.schedule.base_lrs", [0.02 * (1 + 1e-4)]), False),
     (STEP, "step schedule one behind", _set("state.loop.schedule.last_epoch", EPOCH - 1), False),
     (STEP, "step schedule at the epoch", _set("state.loop.schedule.last_epoch", EPOCH), True),
 ]
