@@ -3,7 +3,8 @@
 Rank order is that of `plexus_partition.model.grid.GridShape`: ``rank = (x·Y + y)·Z + z``. z is the
 innermost (fastest-varying) axis, so the Z ranks that share an (x, y) are consecutive: on a
 cluster launched node by node they sit on one node, on the fastest links. Put the axis with the
-heaviest traffic there (layer 0's depth axis, z, carries the all-gathers of H and W).
+heaviest traffic there, or give the grid a block per node (`Grid.create`'s ``node``: the grid's
+ranks are then mapped onto the processes so that each node holds that block).
 """
 
 from __future__ import annotations
