@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from engine_checks import ACTIVATION_CHECKS, run_activation_checks
-from plexus.testing.localworld import run_world
+from helpers import merged_world
 
 pytestmark = pytest.mark.slow  # worlds: left out of the fast subset
 pytest.importorskip("torch_geometric")
@@ -22,11 +22,7 @@ _results: dict[int, dict[str, list[str]]] = {}
 def world_results(world: int) -> dict[str, list[str]]:
     """Run (once) every check of the grids of this world size; merge the ranks' failures."""
     if world not in _results:
-        merged: dict[str, list[str]] = {}
-        for rank_result in run_world(world, run_activation_checks, GRIDS[world]):
-            for key, fails in rank_result.items():
-                merged.setdefault(key, []).extend(fails)
-        _results[world] = merged
+        _results[world] = merged_world(world, run_activation_checks, GRIDS[world])
     return _results[world]
 
 

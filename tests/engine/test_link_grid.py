@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from helpers import merged_world
 from link_checks import DECODERS, run_link_checks
-from plexus.testing.localworld import run_world
 
 pytestmark = pytest.mark.slow  # multi-rank worlds
 
@@ -20,11 +20,7 @@ _results: dict[int, dict[str, list[str]]] = {}
 def world_results(world: int) -> dict[str, list[str]]:
     """Run (once) every check of this world size's grids; the ranks' failures merged."""
     if world not in _results:
-        merged: dict[str, list[str]] = {}
-        for rank_result in run_world(world, run_link_checks, GRIDS[world]):
-            for key, fails in rank_result.items():
-                merged.setdefault(key, []).extend(fails)
-        _results[world] = merged
+        _results[world] = merged_world(world, run_link_checks, GRIDS[world])
     return _results[world]
 
 
