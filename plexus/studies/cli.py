@@ -90,7 +90,7 @@ def sweep_parser() -> argparse.ArgumentParser:
                    help="local: plexus-train starts its own workers on this machine; torchrun: "
                         "under torchrun on this machine; slurm: write batch scripts into "
                         "OUT/slurm/ and OUT/slurm/submit.sh (default local)")
-    r.add_argument("--python", default=sys.executable,
+    r.add_argument("--python",
                    help="the Python with plexus installed (default: this one); runs start it "
                         "with -P (Python 3.11+): a folder named plexus where they start never "
                         "shadows the installed package")
@@ -112,7 +112,7 @@ def sweep_parser() -> argparse.ArgumentParser:
                     help="one more #SBATCH option, e.g. --sbatch=--constraint=a100 (repeat)")
     sl.add_argument("--setup", action="append", default=[], metavar="LINE",
                     help="a shell line run before srun, e.g. 'module load cuda' (repeat)")
-    sl.add_argument("--workdir", default=os.getcwd(),
+    sl.add_argument("--workdir",
                     help="directory the jobs start in (default: the current one)")
     return p
 
@@ -163,8 +163,12 @@ def sweep_main(argv: Sequence[str] | None = None) -> int:
         a = sweep_parser().parse_args(argv)
         request = build_request(a)
         plans = plan_runs(request, model_auto_grid(request))
-        python = interpreter(a.python)
-        slurm = SlurmOptions(python=a.python, python_flags=python[1:], workdir=a.workdir, tasks_per_node=a.tasks_per_node,
+        # resolved here, not as parser defaults, so --help (and docs/options.md) is the same
+        # wherever the tool runs
+        chosen_python = a.python or sys.executable
+        python = interpreter(chosen_python)
+        slurm = SlurmOptions(python=chosen_python, python_flags=python[1:],
+                             workdir=a.workdir or os.getcwd(), tasks_per_node=a.tasks_per_node,
                              gpus_per_node=a.gpus_per_node, time=a.time, partition=a.partition,
                              account=a.account, sbatch=tuple(a.sbatch), setup=tuple(a.setup))
         result = run_sweep(request, plans, a.out, a.launcher, python=python, slurm=slurm,
