@@ -83,6 +83,23 @@ def store_model(manifest: dict) -> str | None:
     return None if model is None else str(model)
 
 
+#: What `store_split` says of a store whose manifest records no split (written before stores
+#: recorded it): it still loads and trains on the split it holds
+UNRECORDED_SPLIT = ("split not recorded (a store written before stores recorded theirs; "
+                    "plexus-partition again records it)")
+
+
+def store_split(manifest: dict) -> str:
+    """The train/val/test split a store carries, in words: its nodes per part and where the
+    split came from (the dataset's own, an npz file's masks, a seeded stand-in), or
+    `UNRECORDED_SPLIT` for an older store."""
+    split = manifest.get("split")
+    if split is None:
+        return UNRECORDED_SPLIT
+    return (f"train/val/test {split['train']}/{split['val']}/{split['test']} nodes, "
+            f"{split['origin']}")
+
+
 def store_aggregation_of(model: str | None, aggregation: str | None) -> str:
     """The Â a store is cut for: the ``model`` kind's (declared in `plexus_partition.model.ops`),
     else ``aggregation``, else GCN's; `ShardStoreError` when both are given and disagree."""
@@ -118,6 +135,10 @@ def _check_manifest_fields(manifest: dict, path: Path) -> None:
         if not is_count(layers) or layers != gnn_layers(manifest["num_stages"], model):
             raise bad(f"gnn_layers {layers!r:.40} does not match {manifest['num_stages']} "
                       f"stages of {model}")
+    split = manifest.get("split")
+    if split is not None and not (isinstance(split, dict) and isinstance(split.get("origin"), str)
+                                  and all(is_count(split.get(k)) for k in ("train", "val", "test"))):
+        raise bad("split must hold train, val and test counts and its origin")
     grid, perm = manifest["grid"], manifest["permutation"]
     if not all(is_count(grid.get(a)) and grid[a] >= 1 for a in ("x", "y", "z")) \
             or not isinstance(perm.get("kind"), str) or not is_count(perm.get("seed")):
