@@ -559,8 +559,16 @@ def main(argv: list[str] | None = None) -> int:
     from plexus.bench.output import write_text
 
     outcomes = ("ok", "error", "wrong-ok", "wrong-error", "traceback", "hang", "lost")
+    import subprocess  # noqa: PLC0415
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
+                            capture_output=True).stdout.strip() or "unknown"
+    argv_shown = " ".join(sys.argv[1:] if argv is None else argv)
     lines = [f"fuzz_gate: seed {args.seed}, {args.cases} cases per kind, as uid {os.geteuid()} "
-             f"with a second uid {NOBODY}", "",
+             f"with a second uid {NOBODY}",
+             f"command: python benchmarks/fuzz_gate.py {argv_shown}; commit {commit}; "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {os.cpu_count()} cpus, "
+             f"load {' '.join(f'{x:.1f}' for x in os.getloadavg())}", "",
              f"{'kind':<12}" + "".join(f"{o:>12}" for o in outcomes) + f"{'total':>8}{'s':>8}"]
     bad = []
     with tempfile.TemporaryDirectory(prefix="plexus-fuzz-gate-") as tmp:
