@@ -250,8 +250,8 @@ def build_failure(error: OSError, root: Path) -> CacheError:
     cause, and what frees the run from it."""
     where = f" ({error.filename})" if error.filename else ""
     return CacheError(f"cannot write the shard store into the cache {root}{where}: "
-                        f"{error.strerror or error}; free space there, or give another --cache "
-                        "DIR, or --no-cache")
+                      f"{error.strerror or error}; free space there, or give another --cache "
+                      "DIR, or --no-cache")
 
 
 def keep_under_cap(cache: Cache, store: CachedStore, max_bytes: int | None) -> None:
