@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from plexus_partition.model.ops import KINDS
+from plexus_datasets.base.gate import UnsafeTargetError, open_trusted
 from plexus_datasets.base.values import is_count, one_line
 from plexus_datasets.graph import AGGREGATIONS
 
@@ -20,18 +21,22 @@ class ShardStoreError(ValueError):
 
 
 def read_manifest(store_dir: str | os.PathLike) -> dict:
-    """The manifest of a store; `ShardStoreError` when it is missing or not a store's."""
+    """The manifest of a store, read as this user's own state (`open_trusted`: no file another
+    user could have chosen); `ShardStoreError` when it is missing, refused or not a store's."""
     path = Path(store_dir) / MANIFEST
     try:
-        if not path.is_file():
-            raise FileNotFoundError(path)
-        if path.stat().st_size > MAX_MANIFEST_BYTES:
-            raise ShardStoreError(f"{path}: {path.stat().st_size} bytes, more than a manifest "
-                                  f"has ({MAX_MANIFEST_BYTES}); the store is damaged")
-        with open(path, encoding="utf-8") as f:
+        with open_trusted(path, "r") as f:  # the gate: no manifest another user could choose
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_MANIFEST_BYTES:
+                raise ShardStoreError(f"{path}: {size} bytes, more than a manifest has "
+                                      f"({MAX_MANIFEST_BYTES}); the store is damaged")
             manifest = json.load(f)
+    except ShardStoreError:
+        raise
     except FileNotFoundError:
         raise ShardStoreError(f"{path}: missing; {store_dir} is not a shard store") from None
+    except UnsafeTargetError as e:
+        raise ShardStoreError(f"shard store {e}") from None
     except (OSError, ValueError, RecursionError) as e:  # RecursionError: absurdly nested JSON
         raise ShardStoreError(f"{path}: unreadable manifest ({type(e).__name__}: "
                               f"{one_line(e)[:200]})") from None
