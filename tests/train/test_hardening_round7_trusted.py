@@ -211,6 +211,7 @@ def test_a_full_disk_while_the_cache_builds_is_one_line_and_leaves_no_work(scale
 
 
 # ---- a resume with another --lr ----------------------------------------------------------------
+@pytest.mark.slow
 def test_a_resume_with_another_lr_is_refused_in_one_line(tmp_path, capsys):
     ck = tmp_path / "ck"
     assert train_main([*RUN, "--epochs", "2", "--lr", "0.01", "--checkpoint", str(ck)]) == 0
