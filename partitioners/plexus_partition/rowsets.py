@@ -27,8 +27,10 @@ def touched_rows(block: sp.csr_matrix) -> np.ndarray:
 def touched_columns(block: sp.csr_matrix) -> np.ndarray:
     """The columns of ``block`` holding at least one stored non-zero, ascending (int64): the
     rows of the stage's input whose gradient Â_blkᵀ·dY is not structurally zero (one pass over
-    the block's own non-zeros: a shard's, never the graph's)."""
-    return np.unique(block.indices).astype(np.int64)
+    the block's own non-zeros, no sort: a shard's, never the graph's)."""
+    hit = np.zeros(block.shape[1], dtype=bool)
+    hit[block.indices] = True
+    return np.flatnonzero(hit).astype(np.int64)
 
 
 def by_piece(rows: np.ndarray, total: int, parts: int) -> list[np.ndarray]:

@@ -36,7 +36,7 @@ import torch
 from plexus_partition.model.layout import block
 from plexus_partition.model.ops.conv import RootTerm
 
-from .exchange import GatherGrad, InputSum, RowExchange
+from .exchange import GatherGrad, InputSum
 from .exchanges3d import StageExchanges
 from .edges import (EdgeBlock, attention_softmax, edge_softmax, head_matrix, head_ranges,
                     sddmm, weighted_aggregate)
@@ -84,8 +84,6 @@ class StageGraph(StageExchanges):
         self._P: dict[tuple, torch.Tensor] = {}
         self._conv: dict[RootTerm, tuple] = {}
         self._cache: dict[object, torch.Tensor] = {}
-        self.exchange: RowExchange | None = None  # the sparse exchanges' lists, once built
-        self.input_exchange: RowExchange | None = None
 
     def param(self, kind: str) -> torch.Tensor | None:
         """The shard of the stage's parameter ``kind`` ("W", "Wr", "eps", ...; None if it has
