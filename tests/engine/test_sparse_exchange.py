@@ -1,4 +1,5 @@
-"""Sparse exchanges (issue 45 item 4) on an R-MAT graph at 8x1x1 and 1x8x1: results equal the
+"""Sparse exchanges (issue 45 item 4) on an R-MAT graph at 8x1x1, 1x8x1 and 1x1x8 (there stage 2's
+input gradient sums over z as SRS(dH) + AG(dH), issue 55 item 5): results equal the
 serial model's (undirected and directed), measured bytes per epoch (the ledger) equal the
 performance model's priced with row counts taken from every rank's shard, and sending only
 the touched rows moves less than ``--sparse-comm off`` by exactly the factor the model predicts.
@@ -14,7 +15,7 @@ from exchange_checks import CONFIGS, run_exchange_checks
 
 pytestmark = pytest.mark.slow  # a world of 8 ranks
 
-GRIDS = [(8, 1, 1), (1, 8, 1)]
+GRIDS = [(8, 1, 1), (1, 8, 1), (1, 1, 8)]
 worlds.declare("sparse-exchange", __file__, {8: (run_exchange_checks, (GRIDS,))})
 
 

@@ -288,6 +288,13 @@ class KindSpec:
         them with other stages); else it holds what it needs in `memory`'s ``resident``."""
         return False
 
+    def reads_input_by_aggregation(self, plan: LayerPlan) -> bool:
+        """Whether the stage's input reaches the loss only through its block of Â (aggregate
+        first, the plain block: Â_blk·H): its gradient Â_blkᵀ·dAGG is then zero outside the
+        block's touched columns, so the sum AR(dH) over depth may travel as a sparse exchange
+        ("input", `plexus_partition.model.schedule`)."""
+        return False
+
     def adds_input(self, plan: LayerPlan) -> bool:
         """Whether the stage adds its input to its output (a residual connection; PyG's stack
         adds it after the layer)."""
