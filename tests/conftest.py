@@ -76,6 +76,13 @@ def _no_machine_measurement():
             os.environ[MACHINE_CACHE_ENV] = saved
 
 
+# ---- the shared worlds (tests/worlds.py): a world runs the checks of the selected files only --
+def pytest_collection_finish(session):
+    import worlds
+
+    worlds.select({str(item.path) for item in session.items})
+
+
 # ---- the slow rule at run time (tests/slow_rule.py): a fast test starts no world, no tool -----
 _WATCH = pytest.StashKey[list]()
 

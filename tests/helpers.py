@@ -96,15 +96,3 @@ def sticky_folder(prefix: str):
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def merged_world(world: int, fn, *args) -> dict[str, list[str]]:
-    """``fn(*args)`` run on a local world of ``world`` ranks, each rank returning {check name:
-    [failures]}; the ranks' failures merged per check (the shared-world tests' pattern)."""
-    from plexus.testing.localworld import run_world  # noqa: PLC0415
-
-    merged: dict[str, list[str]] = {}
-    for rank_result in run_world(world, fn, *args):
-        for key, fails in rank_result.items():
-            merged.setdefault(key, []).extend(fails)
-    return merged

@@ -99,15 +99,17 @@ def _ranks(dims: tuple[str, str, str]) -> int:
 
 def _world_starts(test: ast.FunctionDef) -> list[str]:
     """The multi-rank worlds a test function starts, as far as its own code shows: a
-    ``run_world(n, ...)`` (n > 1 or not a literal), a ``launch(..., grid=...)`` of more than one
-    rank (or a grid not written out), and the same calls inside a script the test writes and
-    runs (a string holding ``launch(`` or ``run_world(``)."""
+    ``run_world(n, ...)`` or a shared world's ``worlds.ranks(n, ...)``/``worlds.merged(n, ...)``
+    (n > 1 or not a literal), a ``launch(..., grid=...)`` of more than one rank (or a grid not
+    written out), and the same calls inside a script the test writes and runs (a string holding
+    ``launch(`` or ``run_world(``)."""
     found = []
     for node in ast.walk(test):
         if isinstance(node, ast.Call):
             f = node.func
             name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
-            if name == "run_world":
+            shared = name in ("ranks", "merged") and ast.unparse(f).startswith("worlds.")
+            if name == "run_world" or shared:  # tests/worlds.py's shared world of n ranks
                 n = node.args[0] if node.args else None
                 if not (isinstance(n, ast.Constant) and isinstance(n.value, int) and n.value <= 1):
                     found.append(ast.unparse(node)[:70])
@@ -185,8 +187,11 @@ STARTS_A_WORLD = ("def test_a():\n    run_world(2, fn)\n",
                   "def test_a():\n    plexus.launch(fn, g, grid=dims)\n",
                   "def test_a():\n    launch(fn, g)\n",
                   "def test_a(p):\n    p.write_text(\"plexus.launch(fn, grid='1x2x2')\")\n",
-                  "def test_a(p):\n    p.write_text('run_world(4, fn)')\n")
+                  "def test_a(p):\n    p.write_text('run_world(4, fn)')\n",
+                  "def test_a():\n    worlds.ranks(2, 'family')\n",
+                  "def test_a():\n    worlds.merged(size, 'family')\n")
 STARTS_NONE = ("def test_a():\n    run_world(1, fn)\n",
+               "def test_a():\n    worlds.ranks(1, 'family')\n",
                "def test_a():\n    plexus.launch(fn, g, grid='1x1x1')\n",
                "def test_a(p):\n    p.write_text(\"plexus.launch(fn, grid='1x1x1')\")\n",
                "def test_a():\n    train('--grid', '2x2x2', '--dataset', 'nope')\n")

@@ -10,20 +10,20 @@ from __future__ import annotations
 import pytest
 
 from engine_checks import ACTIVATION_CHECKS, run_activation_checks
-from helpers import merged_world
+import worlds
 
 pytestmark = pytest.mark.slow  # worlds: left out of the fast subset
 pytest.importorskip("torch_geometric")
 
 GRIDS = {1: [(1, 1, 1)], 4: [(2, 1, 2), (2, 2, 1)]}
-_results: dict[int, dict[str, list[str]]] = {}
+worlds.declare("activations", __file__,
+               {world: (run_activation_checks, (grids,)) for world, grids in GRIDS.items()})
 
 
 def world_results(world: int) -> dict[str, list[str]]:
-    """Run (once) every check of the grids of this world size; merge the ranks' failures."""
-    if world not in _results:
-        _results[world] = merged_world(world, run_activation_checks, GRIDS[world])
-    return _results[world]
+    """Every check of the grids of this world size (run once, in the session's shared
+    world of this size: `tests/worlds.py`); merge the ranks' failures."""
+    return worlds.merged(world, "activations")
 
 
 @pytest.mark.parametrize("dims", [d for ds in GRIDS.values() for d in ds],

@@ -1,6 +1,7 @@
 """The 3D engine equals the serial reference on every grid.
 
-One world per world size runs every check of every grid of that size (worlds are slow to start);
+One world per world size runs every check of every grid of that size (worlds are slow to start:
+the session's shared world of that size, `tests/worlds.py`, which other files' checks share);
 each check is then reported as its own test. The GCN checks run on every grid; every model kind
 and option (BatchNorm, residual, GraphSAGE, GIN, dense layers) on the grids of `MODEL_GRIDS`, on an
 undirected and a directed graph.
@@ -10,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
+import worlds
 from engine_checks import (MODEL_CHECKS, OPCOUNT_CHECKS, OPCOUNT_GRIDS, WIRE_CHECKS, WIRE_GRIDS,
                            run_all_checks)
-from plexus.testing.localworld import run_world
 
 pytestmark = pytest.mark.slow  # worlds or end-to-end runs: left out of the fast subset
 
@@ -40,19 +41,15 @@ def checks(dims: tuple[int, int, int]) -> list[str]:
         "features/step-learnable-nobias", "engine/chunked-overlap-scipy",
         "engine/tuned-gemms-chunked", "ledger/agg", "ledger/mixed-learnable", "comm/mixed-layouts"]
 
-_results: dict[int, dict[str, list[str]]] = {}
+worlds.declare("engine", __file__, {
+    world: (run_all_checks, (GRIDS[world], MODEL_GRIDS, layer_counts(world), train_epochs(world)))
+    for world in GRIDS})
 
 
 def world_results(world: int) -> dict[str, list[str]]:
-    """Run (once) every check of the grids of this world size; merge the ranks' failures."""
-    if world not in _results:
-        merged: dict[str, list[str]] = {}
-        for rank_result in run_world(world, run_all_checks, GRIDS[world], MODEL_GRIDS,
-                                    layer_counts(world), train_epochs(world)):
-            for key, fails in rank_result.items():
-                merged.setdefault(key, []).extend(fails)
-        _results[world] = merged
-    return _results[world]
+    """Every check of the grids of this world size (run once, in the shared world); the ranks'
+    failures merged."""
+    return worlds.merged(world, "engine")
 
 
 def _check(dims: tuple[int, int, int], check: str) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import merged_world
+import worlds
 from link_checks import DECODERS, run_link_checks
 
 pytestmark = pytest.mark.slow  # multi-rank worlds
@@ -14,14 +14,14 @@ pytestmark = pytest.mark.slow  # multi-rank worlds
 GRIDS = {1: [(1, 1, 1)], 4: [(2, 1, 2), (2, 2, 1)], 8: [(2, 2, 2)]}
 CHECKS = [f"{g}/{d}/{c}" for g in ("undirected", "directed") for d in DECODERS
           for c in ("step", "train", "ledger")]
-_results: dict[int, dict[str, list[str]]] = {}
+worlds.declare("link", __file__,
+               {world: (run_link_checks, (grids,)) for world, grids in GRIDS.items()})
 
 
 def world_results(world: int) -> dict[str, list[str]]:
-    """Run (once) every check of this world size's grids; the ranks' failures merged."""
-    if world not in _results:
-        _results[world] = merged_world(world, run_link_checks, GRIDS[world])
-    return _results[world]
+    """Every check of this world size's grids (run once, in the session's shared
+    world of this size: `tests/worlds.py`); the ranks' failures merged."""
+    return worlds.merged(world, "link")
 
 
 @pytest.mark.parametrize("dims", [d for ds in GRIDS.values() for d in ds],

@@ -6,8 +6,8 @@
   gradient and the BatchNorm running statistics equal those without it (dropout on, directed and
   undirected graphs, 1 and 4 ranks), and a step holds fewer tensor bytes at its peak.
 
-One world per world size runs every check of that size (worlds are slow to start), as in
-tests/engine/test_engine.py.
+One world per world size runs every check of that size (worlds are slow to start: the session's
+shared world of that size, `tests/worlds.py`), as in tests/engine/test_engine.py.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import statistics
 import pytest
 import torch
 
+import worlds
 from engine_checks import HIDDEN, build, directed_toy_graph, toy_graph
 from plexus.engine.config import EngineConfig, ModelConfig, TrainConfig
 from plexus.engine.grid import Grid
 from plexus.engine.trainer import Trainer
 from plexus.perfmodel import ModelSpec, epoch_memory
-from plexus.testing.localworld import run_world
 
 # Norm-wise relative differences from float32 allowed to (logits, every gradient). bf16 keeps
 # 8 significant bits (2^-8 = 0.4 % per rounding): three layers of it stay within 3 %. Gradients
@@ -176,14 +176,13 @@ def run_checks(dims: tuple[int, int, int], precision: bool, recompute: bool) -> 
 
 
 WORLDS = {1: ((1, 1, 1), True, True), 2: ((2, 1, 1), True, False), 4: ((1, 2, 2), False, True)}
-_results: dict[int, list[dict]] = {}
+worlds.declare("precision", __file__, {size: (run_checks, args) for size, args in WORLDS.items()})
 
 
 def world(size: int) -> list[dict]:
-    """Every rank's results of the world of ``size`` ranks (run once)."""
-    if size not in _results:
-        _results[size] = run_world(size, run_checks, *WORLDS[size])
-    return _results[size]
+    """Every rank's results of the world of ``size`` ranks (run once, in the session's shared
+    world of that size: `tests/worlds.py`)."""
+    return worlds.ranks(size, "precision")
 
 
 def _failures(size: int, key: str) -> list[str]:

@@ -3,27 +3,25 @@ input gradient sums over z as SRS(dH) + AG(dH), issue 55 item 5): results equal 
 serial model's (undirected and directed), measured bytes per epoch (the ledger) equal the
 performance model's priced with row counts taken from every rank's shard, and sending only
 the touched rows moves less than ``--sparse-comm off`` by exactly the factor the model predicts.
-One world of 8 ranks runs every check (`tests/exchange_checks.py`)."""
+One world of 8 ranks (the session's shared one, `tests/worlds.py`) runs every check
+(`tests/exchange_checks.py`)."""
 
 from __future__ import annotations
 
 import pytest
 
+import worlds
 from exchange_checks import CONFIGS, run_exchange_checks
-from plexus.testing.localworld import run_world
 
 pytestmark = pytest.mark.slow  # a world of 8 ranks
 
 GRIDS = [(8, 1, 1), (1, 8, 1), (1, 1, 8)]
-_results: dict[str, list[str]] = {}
+worlds.declare("sparse-exchange", __file__, {8: (run_exchange_checks, (GRIDS,))})
 
 
 def results() -> dict[str, list[str]]:
-    if not _results:
-        for rank_result in run_world(8, run_exchange_checks, GRIDS):
-            for key, fails in rank_result.items():
-                _results.setdefault(key, []).extend(fails)
-    return _results
+    """Every check, run once in the session's shared world of 8 ranks (`tests/worlds.py`)."""
+    return worlds.merged(8, "sparse-exchange")
 
 
 @pytest.mark.parametrize("dims", GRIDS, ids=lambda d: "x".join(map(str, d)))

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+import worlds
 from cli_helpers import losses, read_log, train
 from helpers import assert_one_line
 from engine_checks import LOOP_CHECKS, LOOP_CONFIGS, LOOP_RESUME_AT, run_loop_checks
@@ -25,21 +26,17 @@ from plexus.engine.serial import SerialModel
 from plexus.engine.trainer import Trainer
 from plexus_partition.cli import main as partition_main
 from plexus.testing.exactness import directed_toy_graph
-from plexus.testing.localworld import run_world
 from plexus.train import checkpoint as ckpt
 from plexus.train import main
 
 LOOP_GRID = (1, 1, 2)
-_world: dict[str, list[str]] = {}
+worlds.declare("training-loop", __file__, {2: (run_loop_checks, ([LOOP_GRID],))})
 
 
 def _loop_results() -> dict[str, list[str]]:
-    """Every loop check on `LOOP_GRID`, in one world (started once for all of them)."""
-    if not _world:
-        for rank_result in run_world(2, run_loop_checks, [LOOP_GRID]):
-            for key, fails in rank_result.items():
-                _world.setdefault(key, []).extend(fails)
-    return _world
+    """Every loop check on `LOOP_GRID`, in one world (the session's shared world of 2 ranks,
+    `tests/worlds.py`, started once for all of them)."""
+    return worlds.merged(2, "training-loop")
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+import worlds
 from plexus.nn import BatchNorm, Layer
 
 pytestmark = pytest.mark.slow  # local worlds
@@ -105,11 +106,13 @@ def compare(dims: tuple[int, int, int]) -> dict:
     return out
 
 
-@pytest.mark.parametrize("size,dims", [(1, (1, 1, 1)), (2, (2, 1, 1))])
-def test_a_network_recomputes_each_layer_and_gives_the_same_step(size, dims):
-    from plexus.testing.localworld import run_world
+SIZES = {1: (1, 1, 1), 2: (2, 1, 1)}
+worlds.declare("forward-loop", __file__, {size: (compare, (dims,)) for size, dims in SIZES.items()})
 
-    for rank, graphs in enumerate(run_world(size, compare, dims)):
+
+@pytest.mark.parametrize("size,dims", sorted(SIZES.items()))
+def test_a_network_recomputes_each_layer_and_gives_the_same_step(size, dims):
+    for rank, graphs in enumerate(worlds.ranks(size, "forward-loop")):
         for name, got in graphs.items():
             # 4 layers: run once each without recompute; with it, backward runs each again
             assert got["calls"] == (4, 8), (rank, name, got["calls"])

@@ -3,7 +3,7 @@ on 1x1x1 and on multi-rank grids; check_layer FAILs a layer that is right on one
 PASSes docs/python-api.md's example; per-edge values (Â's, the graph's weights) equal the serial
 reference on undirected and directed, weighted and unweighted graphs.
 
-One world per world size runs every check (tests/nn_layers.py's `rank_checks`); each check is
+One world per world size (the session's shared one, `tests/worlds.py`) runs every check (tests/nn_layers.py's `rank_checks`); each check is
 then its own test."""
 
 from __future__ import annotations
@@ -14,23 +14,24 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import worlds
 from cli_helpers import cli_env
 from helpers import REPO, assert_one_line
 import plexus.nn as pnn
 from nn_layers import EDGE_LAYERS, MISTAKES, rank_checks
 from plexus.nn.check import compare
-from plexus.testing.localworld import run_world
 
 WORLDS = {1: [(1, 1, 1)], 4: [(2, 1, 2), (1, 2, 2)]}
 GRIDS = [d for ds in WORLDS.values() for d in ds]
 GRAPHS = ("undirected", "directed")
-_results: dict[int, list[dict]] = {}
+worlds.declare("nn-layouts", __file__,
+               {size: (rank_checks, (grids,)) for size, grids in WORLDS.items()})
 
 
 def world(size: int) -> list[dict]:
-    if size not in _results:
-        _results[size] = run_world(size, rank_checks, WORLDS[size])
-    return _results[size]
+    """Every rank's results (run once, in the session's shared world of ``size`` ranks:
+    `tests/worlds.py`)."""
+    return worlds.ranks(size, "nn-layouts")
 
 
 def _check(dims, key) -> None:
