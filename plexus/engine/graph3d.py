@@ -57,10 +57,8 @@ class StageGraph:
                  params: Mapping[str, torch.Tensor] | None = None) -> None:
         plan, comm, d_in, d_out = spec.plan, ctx.comm, spec.d_in, spec.d_out
         self.plan, self.comm, self.graph, self.dtype = plan, comm, ctx.graph, ctx.dtype
-        self.input_ids, self.seed = spec.input_ids, ctx.seed
-        self.d_in, self.d_out = d_in, d_out
-        self.real = spec.real or (d_in, d_out)
-        self.tuner = ctx.tuner
+        self.input_ids, self.seed, self.d_in, self.d_out = spec.input_ids, ctx.seed, d_in, d_out
+        self.real, self.tuner = spec.real or (d_in, d_out), ctx.tuner
         self.params = params if params is not None else {}
         self.rate, self.model, self.engine = spec.rate, ctx.model, ctx.engine
         self.output_ids, self.num_nodes = spec.output_ids, ctx.num_nodes
@@ -183,7 +181,9 @@ class StageGraph:
 
     def replicate(self, X: torch.Tensor, axis: str, name: str = "") -> torch.Tensor:
         """Mark X, replicated over ``axis``, as used differently by the ranks of the axis: its
-        gradient is summed over it (that all-reduce called ``name``, `Comm.labelled`)."""
+        gradient is summed over it (that all-reduce called ``name``, else by the code's label)."""
+        if not name:
+            return self.comm.all_reduce_grad(X, axis)         # bwd: AR over axis
         with self.comm.labelled(backward=name):
             return self.comm.all_reduce_grad(X, axis)         # bwd: AR over axis
 

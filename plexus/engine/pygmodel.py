@@ -66,8 +66,9 @@ def pyg_spec(config: ModelConfig, num_features: int, num_classes: int) -> dict:
     """The PyG model of ``config`` for ``num_features`` inputs and ``num_classes`` outputs, as
     plain values (JSON- and ``torch.load(weights_only=True)``-safe): ``layers`` holds per GNN
     layer its ``conv`` module, its ``norm`` module (BatchNorm1d with its width, eps and
-    momentum; None on the last layer or without BatchNorm) and whether it is ``residual``; the
-    other keys summarize (``widths``: input, each layer's output; ``stage_widths``: every
+    momentum; None on the last layer or without BatchNorm), whether it is ``residual`` and,
+    where its kind has them (`ModelKind.pyg_layer`), a ``propagate`` module run on the conv's
+    output (APPNP's); the other keys summarize (``widths``: input, each layer's output; ``stage_widths``: every
     stage's, GIN's inner MLP width included; ``norm``: the config's "batch" or "none")."""
     widths = config.layer_widths(num_features, num_classes)
     plans = config.plans(num_features, num_classes)
@@ -77,8 +78,11 @@ def pyg_spec(config: ModelConfig, num_features: int, num_classes: int) -> dict:
         stages = plans[l * step:(l + 1) * step]
         norm = {"class": "BatchNorm1d", "num_features": widths[l + 1], "eps": EPS,
                 "momentum": MOMENTUM} if stages[-1].norm else None
-        layers.append({"conv": conv_spec(config, l, widths[l], widths[l + 1]), "norm": norm,
-                       "residual": any(OPERATORS[p.op].adds_input(p) for p in stages)})
+        own = KINDS[config.kind].pyg_layer(config, l, widths[l], widths[l + 1]) or {}
+        layers.append({"conv": own.get("conv") or conv_spec(config, l, widths[l], widths[l + 1]),
+                       "norm": norm,
+                       "residual": any(OPERATORS[p.op].adds_input(p) for p in stages),
+                       **{k: v for k, v in own.items() if k != "conv" and v is not None}})
     return {"class": KINDS[config.kind].pyg_class, "num_layers": config.num_layers,
             "in_channels": num_features, "hidden_channels": config.hidden,
             "out_channels": num_classes, "bias": config.bias, "widths": widths,
@@ -158,6 +162,9 @@ class PygModel(nn.Module):
             raise PygSpecError("BatchNorm must follow the first layers, one each, and no other")
         self.bns = nn.ModuleList(build_module(n) for n in norms[:count]) if count else None
         self.residual = [bool(l.get("residual", False)) for l in layers]
+        # a layer's propagation after its conv (APPNP's), keyed by the layer: no parameters
+        self.props = nn.ModuleDict({str(l): build_module(d["propagate"])
+                                    for l, d in enumerate(layers) if d.get("propagate")})
         self.dropout = float(spec.get("dropout", 0.0))
         self.input_dropout = bool(spec.get("input_dropout", True))
         self.kind = str(spec.get("class", ""))
@@ -188,6 +195,8 @@ class PygModel(nn.Module):
                 h = conv(x, edge_index, edge_weight)
             else:
                 h = conv(x, edge_index)
+            if str(l) in self.props:
+                h = self.props[str(l)](h, edge_index)
             if self.residual[l]:
                 h = h + x
             if l < last:

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plexus_partition.model.ops import NORM_OP
+from plexus_partition.model.ops import NORM_OP, OPERATORS
 from plexus_datasets.graph import Graph
 
 from .config import ModelConfig
@@ -81,7 +81,7 @@ class SerialModel(TaskMetrics, nn.Module):
     def stage(self, p, H: torch.Tensor, step: int | None = None) -> torch.Tensor:
         """One stage without dropout and activation: its operator, bias, BatchNorm."""
         OUT = serial_of(p.op)(self, p, H, step)
-        b = self.param("b", p.index)
+        b = None if OPERATORS[p.op].own_bias else self.param("b", p.index)
         if b is not None:
             OUT = OUT + b
         if p.norm:

@@ -222,5 +222,5 @@ class Stage3D(nn.Module):
         g.training, g.stats = self.training, {k: getattr(self, k) for k in self.stat_kinds}
         with self.comm.exact(self.operator.statistics):
             OUT = self.layer.stage(g, H if self.operator.follows else g.receive(H), step)
-        b = self.param("b")
+        b = None if self.operator.own_bias else self.param("b")
         return OUT if b is None else g.add_bias(OUT, b, inplace=True)  # a fresh OUT

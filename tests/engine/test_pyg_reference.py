@@ -50,6 +50,10 @@ CONFIGS = {
     "gat-elu": ModelConfig(2, 4, 0.0, kind="gat", heads=2, activation="elu"),
     "graphconv-tanh": ModelConfig(3, HIDDEN, 0.0, kind="graphconv", activation="tanh"),
     "mlp-none": ModelConfig(3, HIDDEN, 0.0, kind="mlp", activation="none"),
+    # issue 57's kinds: APPNP after an MLP of 3 and of 1 Linear layer
+    "appnp": ModelConfig(3, HIDDEN, 0.0, kind="appnp", hops=4, teleport=0.2),
+    "appnp-1layer-nobias-elu": ModelConfig(1, HIDDEN, 0.0, kind="appnp", hops=2, bias=False,
+                                           activation="elu"),
 }
 ACTIVATIONS = ("relu", "elu", "leaky_relu", "gelu", "tanh", "none")
 
@@ -196,3 +200,47 @@ def test_each_activation_is_pygs_own(activation):
                    g.num_features, g.num_classes)
     want = type(activation_resolver(act)) if act else torch.nn.Identity
     assert all(type(conv.nn[1]) is want for conv in gin.convs), gin.convs
+
+
+def _edge_index(g) -> torch.Tensor:
+    coo = g.adj.tocoo()
+    return torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
+
+
+def _linear(serial: SerialModel, s: int) -> torch.nn.Linear:
+    """PyG's (torch's) Linear with stage ``s``'s W and b copied in by hand."""
+    W, b = serial.param("W", s), serial.param("b", s)
+    lin = torch.nn.Linear(W.shape[0], W.shape[1], bias=b is not None)
+    with torch.no_grad():
+        lin.weight.copy_(W.T)
+        if b is not None:
+            lin.bias.copy_(b)
+    return lin
+
+
+@pytest.mark.parametrize("directed", [False, True], ids=["undirected", "directed"])
+def test_appnp_equals_pygs_appnp_after_an_mlp(directed):
+    """The serial APPNP model equals PyG's examples/citation/appnp.py built here from
+    torch_geometric.nn.APPNP and torch's Linear (not from Plexus's PyG description): Linear,
+    ReLU, Linear, ReLU, Linear, then APPNP(K=5, alpha=0.15), weights copied by hand; logits
+    and every gradient."""
+    from torch_geometric.nn import APPNP
+
+    g = directed_toy_graph() if directed else toy_graph()
+    serial = SerialModel(g, ModelConfig(3, HIDDEN, 0.0, kind="appnp", hops=5, teleport=0.15),
+                         seed=4)
+    lins = [_linear(serial, s) for s in range(3)]
+    prop = APPNP(K=5, alpha=0.15)
+    x, edge_index = torch.from_numpy(g.features), _edge_index(g)
+    h = lins[1](lins[0](x).relu()).relu()
+    theirs = prop(lins[2](h), edge_index)
+    ours = serial()
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    mask, labels = torch.from_numpy(g.train_mask), torch.from_numpy(g.labels)
+    serial.loss(ours).backward()
+    F.cross_entropy(theirs[mask], labels[mask]).backward()
+    for s, lin in enumerate(lins):
+        torch.testing.assert_close(serial.param("W", s).grad, lin.weight.grad.T, rtol=1e-5,
+                                   atol=1e-5)
+        torch.testing.assert_close(serial.param("b", s).grad, lin.bias.grad, rtol=1e-5,
+                                   atol=1e-5)

@@ -329,7 +329,7 @@ class ModelConfig:
             self.layer_orders(num_features, num_classes)
         out = []
         for l, conv in enumerate(convs):
-            for op in self.kind_decl.stage_ops:
+            for op in self.kind_decl.ops_of_layer(self, l):
                 out.append(OPERATORS[op].stage_order(conv))
         return out
 
@@ -345,7 +345,7 @@ class ModelConfig:
         out, kind = [], self.kind_decl
         for p in layout:
             s, layer = p.index, p.index // step
-            op = kind.stage_ops[s % step]
+            op = kind.ops_of_layer(self, layer)[s % step]
             last_of_layer = s % step == step - 1
             norm = self.norm == "batch" and last_of_layer and s < self.num_stages - 1
             out.append(dataclasses.replace(

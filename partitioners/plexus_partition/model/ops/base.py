@@ -275,6 +275,9 @@ class KindSpec:
     name = ""
     graph = True  # multiplies by a block of Â (the partitioner cuts one for it)
     has_bias = True  # a bias b (when the plan has one) added by the stage framework
+    #: its torch code adds the bias b itself, inside the stage (APPNP's, before a propagation
+    #: it does not commute with): neither the framework nor the serial model adds it after
+    own_bias = False
     follows = False  # runs on a stage's output in its layout (BatchNorm): no receive
     statistics = False  # every collective is a float32 statistic (BatchNorm's), sent exactly
     # whatever the wire precision (`EngineConfig.comm_dtype`)
@@ -400,6 +403,17 @@ class ModelKind:
         default=lambda cfg, layer, pos, d_in, d_out: None)  # position in it, in, out)
     hidden_width: Callable[[Any], int] = field(default=lambda cfg: cfg.hidden)
     summary: Callable[[Any], str] = field(default=lambda cfg: "")
+    #: (config, layer) -> the operators of that GNN layer's stages, as many as ``stage_ops``
+    #: (None: ``stage_ops`` on every layer): APPNP's MLP layers before its propagating one
+    layer_ops: Callable[[Any, int], tuple[str, ...]] | None = None
+    #: (config, layer, in, out) -> that layer's PyG modules beside ``pyg_kwargs``' conv, or
+    #: None for the kind's own (`plexus.engine.pygmodel.layer_spec`)
+    pyg_layer: Callable[[Any, int, int, int], dict | None] = field(
+        default=lambda cfg, layer, d_in, d_out: None)
+
+    def ops_of_layer(self, cfg: Any, layer: int) -> tuple[str, ...]:
+        """The operators of GNN layer ``layer``'s stages under ``cfg``."""
+        return self.stage_ops if self.layer_ops is None else self.layer_ops(cfg, layer)
 
     @property
     def option_names(self) -> tuple[str, ...]:
