@@ -865,6 +865,9 @@ KIND2_GRIDS = {(1, 1, 1), (2, 1, 2), (2, 2, 1)}
 KIND2_MODELS = {
     "appnp": ModelConfig(3, HIDDEN, 0.5, kind="appnp", hops=3, teleport=0.2),
     "appnp-one-layer-nobias": ModelConfig(1, HIDDEN, 0.5, kind="appnp", hops=2, bias=False),
+    # GCNII: three GCN2Conv layers reading H⁰ (two carry it on), then two with two weights
+    "gcn2": ModelConfig(5, HIDDEN, 0.5, kind="gcn2", alpha=0.2, theta=0.7),
+    "gcn2-two-weights": ModelConfig(4, HIDDEN, 0.5, kind="gcn2", shared_weights=False),
 }
 KIND2_CHECKS = [f"{graph}/{name}/{kind}" for graph in ("undirected", "directed")
                 for name in KIND2_MODELS for kind in ("step", "train", "ledger")]

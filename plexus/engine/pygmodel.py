@@ -165,6 +165,12 @@ class PygModel(nn.Module):
         # a layer's propagation after its conv (APPNP's), keyed by the layer: no parameters
         self.props = nn.ModuleDict({str(l): build_module(d["propagate"])
                                     for l, d in enumerate(layers) if d.get("propagate")})
+        # the earlier layer whose output a layer's conv reads besides its input (GCN2Conv's
+        # x_0: conv(x, x_0, edge_index)), or None
+        self.initial = [l.get("initial") for l in layers]
+        if any(k is not None and not (isinstance(k, int) and 0 <= k < l)
+               for l, k in enumerate(self.initial)):
+            raise PygSpecError("a layer's 'initial' names an earlier layer by its index")
         self.dropout = float(spec.get("dropout", 0.0))
         self.input_dropout = bool(spec.get("input_dropout", True))
         self.kind = str(spec.get("class", ""))
@@ -179,14 +185,18 @@ class PygModel(nn.Module):
         """The logits of every node of ``x`` (N × features) over the edges ``edge_index``
         (2 × E, source then target, as PyG's; an MLP needs none); ``edge_weight`` goes to
         GCNConv (the other layers take none)."""
-        last = len(self.convs) - 1
+        last, outputs = len(self.convs) - 1, {}
         for l, conv in enumerate(self.convs):
             if self.dropout and (l > 0 or self.input_dropout):
                 x = F.dropout(x, self.dropout, self.training)
-            if isinstance(conv, nn.Linear):
+            if isinstance(conv, nn.Linear) and str(l) not in self.props:
                 h = conv(x)
             elif edge_index is None:
                 raise ValueError(f"a {self.kind} model needs edge_index (2 x E)")
+            elif isinstance(conv, nn.Linear):
+                h = conv(x)
+            elif self.initial[l] is not None:
+                h = conv(x, outputs[self.initial[l]], edge_index)
             elif edge_weight is not None:
                 if self.kind not in WEIGHTED_CLASSES:
                     raise ValueError(f"{self.kind} takes no edge weights; only "
@@ -203,5 +213,7 @@ class PygModel(nn.Module):
                 if self.bns is not None and l < len(self.bns):
                     h = self.bns[l](h)
                 h = self.act(h)
+            if l in self.initial:
+                outputs[l] = h
             x = h
         return x

@@ -349,7 +349,8 @@ class ModelConfig:
             last_of_layer = s % step == step - 1
             norm = self.norm == "batch" and last_of_layer and s < self.num_stages - 1
             out.append(dataclasses.replace(
-                p, layer=layer, op=op, norm=norm, bias=self.bias and not norm,
+                p, layer=layer, op=op, norm=norm,
+                bias=self.bias and not norm and OPERATORS[op].has_bias,
                 options=kind.stage_options(self, layer, s % step, widths[s], widths[s + 1])))
         return out
 

@@ -296,6 +296,18 @@ class KindSpec:
         adds it after the layer)."""
         return False
 
+    def reads(self, plan: LayerPlan) -> tuple[int, ...]:
+        """The earlier stages whose outputs (after their activation) the stage reads besides
+        its input (GCNII's initial residual H⁰), each handed to its torch code in its input's
+        layout: by the model, or by the stage before it (`carries`)."""
+        return stage_option(plan, "reads", ())
+
+    def carries(self, plan: LayerPlan) -> bool:
+        """Whether the stage hands the outputs it `reads` on, in the next stage's input layout
+        (the next stage reads them too); its torch code moves them, so its collectives are the
+        stage's own."""
+        return stage_option(plan, "carries", False)
+
     def learns_eps(self, plan: LayerPlan) -> bool:
         """Whether the stage trains a scalar ε replicated on every rank (GIN's)."""
         return False
