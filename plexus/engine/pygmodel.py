@@ -5,7 +5,8 @@
 is written down (GIN's inner MLP included) and the file rebuilds its own model. `PygModel`
 builds that description from PyG's public layers (each kind's declared class: GCNConv,
 SAGEConv, GINConv around Sequential(Linear, activation, Linear), GATConv, GraphConv; Linear for
-the MLP) in a ``ModuleList`` ``convs``, and
+the MLP, and for APPNP's and GCNII's Linear layers, with APPNP's propagation in ``props`` and
+GCN2Conv reading layer 0's output) in a ``ModuleList`` ``convs``, and
 BatchNorm1d in ``bns``, applied as conv → (+ input: residual) → BatchNorm → activation (the
 config's: ReLU, ELU, ...) on every layer but the last, dropout on each layer's input as `ModelConfig` places it. It is the one builder
 of `plexus.api.load_pyg` and of the reference stacks (`plexus.testing.pyg_reference`).

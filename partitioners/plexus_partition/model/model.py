@@ -135,7 +135,11 @@ class ModelConfig:
       ``heads`` heads concatenated on hidden layers (width hidden·heads), ``out_heads`` heads
       averaged on the last; ``attn_dropout`` drops attention coefficients,
       ``negative_slope`` is the LeakyReLU's;
-    - "mlp": H' = H·W + b (no graph: dense stages only).
+    - "mlp": H' = H·W + b (no graph: dense stages only);
+    - "appnp": Linear layers (dense stages), the last one's output Z⁰ propagated ``hops`` times
+      as Z ← (1-α)·Â·Z + α·Z⁰ (PyG's APPNP after an MLP, α ``teleport``);
+    - "gcn2": a Linear map giving H⁰, GCN2Conv layers ((1-α)·Â·H + α·H⁰)·((1-β)·I + β·W) with
+      β = log(θ/ℓ + 1), then a Linear map (``alpha``, ``theta``, ``shared_weights``).
 
     ``norm`` "batch" puts a BatchNorm (statistics over all real nodes) after every layer but the
     last, before its activation; the stage before it has no bias (BatchNorm subtracts the mean, so
