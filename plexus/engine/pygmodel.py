@@ -69,8 +69,9 @@ def pyg_spec(config: ModelConfig, num_features: int, num_classes: int) -> dict:
     layer its ``conv`` module, its ``norm`` module (BatchNorm1d with its width, eps and
     momentum; None on the last layer or without BatchNorm), whether it is ``residual`` and,
     where its kind has them (`ModelKind.pyg_layer`), a ``propagate`` module run on the conv's
-    output (APPNP's); the other keys summarize (``widths``: input, each layer's output; ``stage_widths``: every
-    stage's, GIN's inner MLP width included; ``norm``: the config's "batch" or "none")."""
+    output (APPNP's) and the ``initial`` layer whose output the conv reads too (GCN2Conv's
+    x_0); the other keys summarize (``widths``: input, each layer's output; ``stage_widths``:
+    every stage's, GIN's inner MLP width included; ``norm``: the config's "batch" or "none")."""
     widths = config.layer_widths(num_features, num_classes)
     plans = config.plans(num_features, num_classes)
     step = config.stages_per_layer

@@ -275,9 +275,7 @@ class KindSpec:
     name = ""
     graph = True  # multiplies by a block of Â (the partitioner cuts one for it)
     has_bias = True  # a bias b (when the plan has one) added by the stage framework
-    #: its torch code adds the bias b itself, inside the stage (APPNP's, before a propagation
-    #: it does not commute with): neither the framework nor the serial model adds it after
-    own_bias = False
+    own_bias = False  # its torch code adds b itself, inside the stage (APPNP's, before its hops)
     follows = False  # runs on a stage's output in its layout (BatchNorm): no receive
     statistics = False  # every collective is a float32 statistic (BatchNorm's), sent exactly
     # whatever the wire precision (`EngineConfig.comm_dtype`)
@@ -297,15 +295,13 @@ class KindSpec:
         return False
 
     def reads(self, plan: LayerPlan) -> tuple[int, ...]:
-        """The earlier stages whose outputs (after their activation) the stage reads besides
-        its input (GCNII's initial residual H⁰), each handed to its torch code in its input's
-        layout: by the model, or by the stage before it (`carries`)."""
+        """The earlier stages whose outputs (after their activation) the stage reads (GCNII's
+        H⁰), handed to it in its input's layout by the model or the stage before (`carries`)."""
         return stage_option(plan, "reads", ())
 
     def carries(self, plan: LayerPlan) -> bool:
-        """Whether the stage hands the outputs it `reads` on, in the next stage's input layout
-        (the next stage reads them too); its torch code moves them, so its collectives are the
-        stage's own."""
+        """Whether the stage hands the outputs it `reads` on in the next stage's input layout
+        (that stage reads them too), moved by its torch code: their collectives are its own."""
         return stage_option(plan, "carries", False)
 
     def learns_eps(self, plan: LayerPlan) -> bool:
@@ -415,11 +411,9 @@ class ModelKind:
         default=lambda cfg, layer, pos, d_in, d_out: None)  # position in it, in, out)
     hidden_width: Callable[[Any], int] = field(default=lambda cfg: cfg.hidden)
     summary: Callable[[Any], str] = field(default=lambda cfg: "")
-    #: (config, layer) -> the operators of that GNN layer's stages, as many as ``stage_ops``
-    #: (None: ``stage_ops`` on every layer): APPNP's MLP layers before its propagating one
+    #: (config, layer) -> that layer's stages' operators (None: ``stage_ops``; APPNP's MLP's)
     layer_ops: Callable[[Any, int], tuple[str, ...]] | None = None
-    #: (config, layer, in, out) -> that layer's PyG modules beside ``pyg_kwargs``' conv, or
-    #: None for the kind's own (`plexus.engine.pygmodel.layer_spec`)
+    #: (config, layer, in, out) -> that layer's PyG modules (`plexus.engine.pygmodel.pyg_spec`)
     pyg_layer: Callable[[Any, int, int, int], dict | None] = field(
         default=lambda cfg, layer, d_in, d_out: None)
 
