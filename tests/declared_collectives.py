@@ -1,7 +1,7 @@
 """The hand-written collectives of every kind, whose schedule is now recorded from a dry run of
 its torch code (`plexus.engine.dryrun`): the graph convolutions (GCN, SAGE, GIN, GraphConv),
 GAT, the dense stage and BatchNorm, as `plexus_partition.model.ops` declared them before
-(moved here unchanged but for the form), and APPNP's and GCNII's, written by hand from
+(moved here unchanged but for the form), and APPNP's, GCNII's and GATv2's, written by hand from
 docs/design.md's tables: the independent oracle `tests/engine/test_dryrun.py` checks the
 recording against. Each function is ``(add, z, phase)``, ``add`` the schedule's (name, phase,
 op, axis, size, itemsize=None) and
@@ -170,8 +170,47 @@ def gcn2(add, z, phase: str) -> None:
         add("RS(dW)", "backward", "reduce_scatter", d, div(z.D * z.D2, z.i * z.o))
 
 
+def gatv2(add, z, phase: str) -> None:
+    """GATv2 (combine first, by hand from docs/design.md's table): Zl and Zr as GAT's Z, Zr to
+    Â's rows, both and a gathered over d (their gradients reduce-scattered), GAT's softmax
+    statistics and aggregation; the biases of Wl and Wr summed over o and i."""
+    p, n, H = z.plan, z.n, _heads(z.plan)
+    o, i, d = p.outer, p.inner, p.depth
+    nodes, rows = div(n * z.Di, z.o * z.d), div(n * z.Di, z.i * z.d)
+    if phase != "backward":
+        for _ in ("Zl", "Zr"):
+            add("AG(W)", phase, "all_gather", o, div(z.D * z.Di, z.i * z.d))
+            add("AR(Z)", phase, "all_reduce", i, nodes)
+        add("AR(S·Zr)", phase, "all_reduce", o, rows)
+        add("AG(Z)", phase, "all_gather", d, div(n * z.Di, z.o))
+        add("AG(Z)", phase, "all_gather", d, div(n * z.Di, z.i))
+        add("AG(a)", phase, "all_gather", d, z.Di)
+        add("AR-MAX(e)", phase, "all_reduce", o, div(n * H, z.i), STAT_BYTES)
+        add("AR-SUM(e)", phase, "all_reduce", o, div(n * H, z.i), STAT_BYTES)
+        if not _concat(p):
+            add("RS(OUT)", phase, "reduce_scatter", d, div(n * z.D2, z.i))
+        add("AR(OUT)", phase, "all_reduce", o, div(n * z.D2, z.i * z.d))
+        return
+    if not _concat(p):
+        add("AG(dOUT)", "backward", "all_gather", d, div(n * z.D2, z.i))
+    add("AR(Σα·dα)", "backward", "all_reduce", o, div(n * H, z.i), STAT_BYTES)
+    add("RS(da)", "backward", "reduce_scatter", d, z.Di)
+    add("RS(dZ)", "backward", "reduce_scatter", d, div(n * z.Di, z.o))
+    add("RS(dZ)", "backward", "reduce_scatter", d, div(n * z.Di, z.i))
+    add("AR(dZr→rows)", "backward", "all_reduce", o, rows)
+    for axis in (o, i):  # a and the biases are replicated over o and i
+        add("AR(da)", "backward", "all_reduce", axis, div(z.Di, z.d))
+        if getattr(p.options, "lin_bias", True):
+            for _ in ("bl", "br"):
+                add("AR(db)", "backward", "all_reduce", axis, div(z.Di, z.d))
+    for _ in ("Zl", "Zr"):
+        add("AR(dZ)", "backward", "all_reduce", i, nodes)
+        add("RS(dW)", "backward", "reduce_scatter", o, div(z.D * z.Di, z.i * z.d))
+
+
 #: operator name -> its moved declaration (a graph convolution's: `conv`)
-DECLARED = {"gat": gat, "dense": dense, "batchnorm": batchnorm, "appnp": appnp, "gcn2": gcn2}
+DECLARED = {"gat": gat, "dense": dense, "batchnorm": batchnorm, "appnp": appnp, "gcn2": gcn2,
+            "gatv2": gatv2}
 
 
 def declaration(op: str):

@@ -59,6 +59,11 @@ CONFIGS = {
     "gcn2": ModelConfig(5, HIDDEN, 0.0, kind="gcn2", alpha=0.2, theta=0.7),
     "gcn2-two-weights-nobias": ModelConfig(4, HIDDEN, 0.0, kind="gcn2", shared_weights=False,
                                            bias=False),
+    # GATv2: 2 heads concatenated, then 3 averaged; with BatchNorm (Wl's and Wr's biases stay)
+    "gatv2": ModelConfig(3, 4, 0.0, kind="gatv2", heads=2, out_heads=3, negative_slope=0.1),
+    "gatv2-batchnorm-nobias": ModelConfig(2, 3, 0.0, kind="gatv2", heads=2, norm="batch",
+                                          bias=False),
+    "gatv2-batchnorm": ModelConfig(2, HIDDEN, 0.0, kind="gatv2", norm="batch"),
 }
 ACTIVATIONS = ("relu", "elu", "leaky_relu", "gelu", "tanh", "none")
 
