@@ -135,6 +135,8 @@ class ModelConfig:
       ``heads`` heads concatenated on hidden layers (width hidden·heads), ``out_heads`` heads
       averaged on the last; ``attn_dropout`` drops attention coefficients,
       ``negative_slope`` is the LeakyReLU's;
+    - "gatv2": GATv2Conv, GAT's options: e_ij = a^h·LeakyReLU(Zr_i^h + Zl_j^h) with
+      Zl = H·Wl + bl, Zr = H·Wr + br, messages α_ij·Zl_j;
     - "mlp": H' = H·W + b (no graph: dense stages only);
     - "appnp": Linear layers (dense stages), the last one's output Z⁰ propagated ``hops`` times
       as Z ← (1-α)·Â·Z + α·Z⁰ (PyG's APPNP after an MLP, α ``teleport``);

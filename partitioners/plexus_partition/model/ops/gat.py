@@ -33,16 +33,17 @@ from .base import (EDGE_PASS_BYTES, Flops, KindSpec, ModelKind, Param, StageMemo
 
 @dataclass(frozen=True)
 class Options:
-    """GAT's options (`plexus_partition.model.model.ModelConfig` fields, flags of the tools)."""
+    """GAT's and GATv2's options (`plexus_partition.model.model.ModelConfig` fields, flags of
+    the tools)."""
 
-    heads: int = option(1, "GAT: attention heads of the hidden layers, concatenated (default "
-                           "{default}; --hidden 64 --heads 4 is GATConv(in, 64, heads=4))",
-                        metavar="K", check="count")
-    out_heads: int = option(1, "GAT: heads of the last layer, averaged (default {default})",
-                            metavar="K", check="count")
-    attn_dropout: float = option(0.0, "GAT: dropout on the attention coefficients (default "
-                                      "{default})", metavar="P", check="rate")
-    negative_slope: float = option(0.2, "GAT: LeakyReLU's slope in the scores (default "
+    heads: int = option(1, "GAT, GATv2: attention heads of the hidden layers, concatenated "
+                           "(default {default}; --hidden 64 --heads 4 is GATConv(in, 64, "
+                           "heads=4))", metavar="K", check="count")
+    out_heads: int = option(1, "GAT, GATv2: heads of the last layer, averaged (default "
+                               "{default})", metavar="K", check="count")
+    attn_dropout: float = option(0.0, "GAT, GATv2: dropout on the attention coefficients "
+                                      "(default {default})", metavar="P", check="rate")
+    negative_slope: float = option(0.2, "GAT, GATv2: LeakyReLU's slope in the scores (default "
                                         "{default})", metavar="S", check="finite")
 
 
