@@ -25,6 +25,22 @@ def _concat(plan) -> bool:
     return getattr(plan.options, "concat", True)
 
 
+def _attention(add, z, phase: str) -> None:
+    """GAT's and GATv2's softmax statistics over o and α-weighted aggregation (averaged heads:
+    RS over d first); backward the softmax's row sums and, averaged, AG(dOUT) over d."""
+    p, n, H = z.plan, z.n, _heads(z.plan)
+    if phase != "backward":
+        add("AR-MAX(e)", phase, "all_reduce", p.outer, div(n * H, z.i), STAT_BYTES)
+        add("AR-SUM(e)", phase, "all_reduce", p.outer, div(n * H, z.i), STAT_BYTES)
+        if not _concat(p):
+            add("RS(OUT)", phase, "reduce_scatter", p.depth, div(n * z.D2, z.i))
+        add("AR(OUT)", phase, "all_reduce", p.outer, div(n * z.D2, z.i * z.d))
+        return
+    if not _concat(p):
+        add("AG(dOUT)", "backward", "all_gather", p.depth, div(n * z.D2, z.i))
+    add("AR(Σα·dα)", "backward", "all_reduce", p.outer, div(n * H, z.i), STAT_BYTES)
+
+
 def gat(add, z, phase: str) -> None:
     """GAT (combine first): Z = H·W, the node scores, the edge softmax's row statistics, the
     α-weighted aggregation per head, concatenated or averaged."""
@@ -35,15 +51,9 @@ def gat(add, z, phase: str) -> None:
         add("AR(Z)", phase, "all_reduce", i, div(n * z.Di, z.o * z.d))
         add("AR(s)", phase, "all_reduce", d, div(n * 2 * H, z.o), STAT_BYTES)
         add("AR(s→rows)", phase, "all_reduce", o, div(n * H, z.i), STAT_BYTES)
-        add("AR-MAX(e)", phase, "all_reduce", o, div(n * H, z.i), STAT_BYTES)
-        add("AR-SUM(e)", phase, "all_reduce", o, div(n * H, z.i), STAT_BYTES)
-        if not _concat(p):
-            add("RS(OUT)", phase, "reduce_scatter", d, div(n * z.D2, z.i))
-        add("AR(OUT)", phase, "all_reduce", o, div(n * z.D2, z.i * z.d))
+        _attention(add, z, phase)
         return
-    if not _concat(p):
-        add("AG(dOUT)", "backward", "all_gather", d, div(n * z.D2, z.i))
-    add("AR(Σα·dα)", "backward", "all_reduce", o, div(n * H, z.i), STAT_BYTES)
+    _attention(add, z, phase)
     add("AR(ds→rows)", "backward", "all_reduce", o, div(n * H, z.i), STAT_BYTES)
     add("AR(ds)", "backward", "all_reduce", d, div(n * 2 * H, z.o), STAT_BYTES)
     for axis in (o, i):  # a is replicated over o and i, its gradient partial over both
@@ -174,7 +184,7 @@ def gatv2(add, z, phase: str) -> None:
     """GATv2 (combine first, by hand from docs/design.md's table): Zl and Zr as GAT's Z, Zr to
     Â's rows, both and a gathered over d (their gradients reduce-scattered), GAT's softmax
     statistics and aggregation; the biases of Wl and Wr summed over o and i."""
-    p, n, H = z.plan, z.n, _heads(z.plan)
+    p, n = z.plan, z.n
     o, i, d = p.outer, p.inner, p.depth
     nodes, rows = div(n * z.Di, z.o * z.d), div(n * z.Di, z.i * z.d)
     if phase != "backward":
@@ -185,15 +195,9 @@ def gatv2(add, z, phase: str) -> None:
         add("AG(Z)", phase, "all_gather", d, div(n * z.Di, z.o))
         add("AG(Z)", phase, "all_gather", d, div(n * z.Di, z.i))
         add("AG(a)", phase, "all_gather", d, z.Di)
-        add("AR-MAX(e)", phase, "all_reduce", o, div(n * H, z.i), STAT_BYTES)
-        add("AR-SUM(e)", phase, "all_reduce", o, div(n * H, z.i), STAT_BYTES)
-        if not _concat(p):
-            add("RS(OUT)", phase, "reduce_scatter", d, div(n * z.D2, z.i))
-        add("AR(OUT)", phase, "all_reduce", o, div(n * z.D2, z.i * z.d))
+        _attention(add, z, phase)
         return
-    if not _concat(p):
-        add("AG(dOUT)", "backward", "all_gather", d, div(n * z.D2, z.i))
-    add("AR(Σα·dα)", "backward", "all_reduce", o, div(n * H, z.i), STAT_BYTES)
+    _attention(add, z, phase)
     add("RS(da)", "backward", "reduce_scatter", d, z.Di)
     add("RS(dZ)", "backward", "reduce_scatter", d, div(n * z.Di, z.o))
     add("RS(dZ)", "backward", "reduce_scatter", d, div(n * z.Di, z.i))

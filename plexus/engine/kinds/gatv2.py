@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from ..edges import head_matrix
 from .base import KindLayer
+from .gat import attend
 
 
 class GATv2(KindLayer):
@@ -63,12 +64,4 @@ class GATv2(KindLayer):
         dst, src = m.adj.indices()
         x = F.leaky_relu(Zrh[dst] + Zlh[src], m.cfg.options.negative_slope)
         e = (x * m.param("att", s).view(heads, width)).sum(-1)  # (edges, heads)
-        top = e.new_full((n, heads), float("-inf")).scatter_reduce(
-            0, dst[:, None].expand(-1, heads), e, "amax")
-        w = (e - top[dst]).exp()
-        alpha = w / w.new_zeros(n, heads).index_add(0, dst, w)[dst]
-        rate = m.cfg.options.attn_dropout
-        if m.training and rate > 0:
-            alpha = alpha * m.edge_keep(step or 0, p.layer, heads, dst, src, rate) / (1 - rate)
-        out = Zlh.new_zeros(n, heads, width).index_add(0, dst, alpha[:, :, None] * Zlh[src])
-        return out.reshape(n, heads * width) if self.spec.concat(p) else out.mean(1)
+        return attend(m, p, e, Zlh, step, self.spec.concat(p))

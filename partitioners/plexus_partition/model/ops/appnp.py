@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from .base import (Flops, KindSpec, ModelKind, Param, StageMemory, StageSizes, dropout_work,
                    option, param_memory, stage_option)
+from .dense import pyg_linear
 
 
 @dataclass(frozen=True)
@@ -87,9 +88,6 @@ class APPNP(KindSpec):
         return StageMemory(kept * fb, forward, backward, out, weights, optimizer, resident)
 
 
-def _linear(d_in: int, d_out: int, bias: bool) -> dict:
-    return {"class": "Linear", "in_features": d_in, "out_features": d_out, "bias": bias}
-
 
 def _last(cfg, layer: int) -> bool:
     return layer == cfg.num_layers - 1
@@ -105,6 +103,6 @@ KIND = ModelKind(
         cfg.options.hops, cfg.options.teleport) if _last(cfg, layer) else None,
     summary=lambda cfg: f"K {cfg.options.hops}, alpha {cfg.options.teleport}",
     pyg_layer=lambda cfg, layer, d_in, d_out: {
-        "conv": _linear(d_in, d_out, cfg.bias),
+        "conv": pyg_linear(d_in, d_out, cfg.bias),
         "propagate": {"class": "APPNP", "K": cfg.options.hops, "alpha": cfg.options.teleport}
         if _last(cfg, layer) else None})

@@ -173,14 +173,18 @@ class GAT(KindSpec):
         return StageMemory(kept_b, forward, backward, out, weights, optimizer, resident)
 
 
+def pyg_kwargs(cfg, layer: int, d_in: int, d_out: int) -> dict:
+    """GATConv's arguments besides its widths and bias for GNN layer ``layer`` (GATv2Conv's
+    too)."""
+    return {"heads": heads_of(cfg, layer), "concat": layer < cfg.num_layers - 1,
+            "negative_slope": cfg.options.negative_slope, "dropout": cfg.options.attn_dropout,
+            "add_self_loops": True}
+
+
 KIND = ModelKind("gat", ("gat",), "gcn", "GATConv", ("convs.{l}.",),
                  "GATConv: attention over in-neighbours and the node itself, heads "
                  "concatenated on hidden layers and averaged on the last",
                  attention=True, options=Options, stage_options=_stage_options,
                  hidden_width=lambda cfg: cfg.hidden * cfg.options.heads,
                  summary=lambda cfg: f"heads {cfg.options.heads}/{cfg.options.out_heads}",
-                 pyg_kwargs=lambda cfg, layer, d_in, d_out: {
-                     "heads": heads_of(cfg, layer), "concat": layer < cfg.num_layers - 1,
-                     "negative_slope": cfg.options.negative_slope,
-                     "dropout": cfg.options.attn_dropout,
-                     "add_self_loops": True})
+                 pyg_kwargs=pyg_kwargs)

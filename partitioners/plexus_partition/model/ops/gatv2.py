@@ -18,11 +18,13 @@ score gradients, partial over d's columns of dα.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from .base import EDGE_PASS_BYTES, Flops, ModelKind, Param, StageMemory, StageSizes, \
-    param_memory, stage_option
-from .gat import GAT, STAT_BYTES, Options, heads_of
+from . import gat
+from .base import (EDGE_PASS_BYTES, Flops, Param, StageMemory, StageSizes, param_memory,
+                   stage_option)
+from .gat import GAT, STAT_BYTES, heads_of
 
 
 @dataclass(frozen=True)
@@ -91,14 +93,10 @@ class GATv2(GAT):
                            base.resident)
 
 
-KIND = ModelKind("gatv2", ("gatv2",), "gcn", "GATv2Conv", ("convs.{l}.",),
-                 "GATv2Conv: attention a·LeakyReLU(Wr·x_i + Wl·x_j) over in-neighbours and the "
-                 "node itself, heads as GAT's (--heads, --out-heads)",
-                 attention=True, options=Options, stage_options=_stage_options,
-                 hidden_width=lambda cfg: cfg.hidden * cfg.options.heads,
-                 summary=lambda cfg: f"heads {cfg.options.heads}/{cfg.options.out_heads}",
-                 pyg_kwargs=lambda cfg, layer, d_in, d_out: {
-                     "heads": heads_of(cfg, layer), "concat": layer < cfg.num_layers - 1,
-                     "negative_slope": cfg.options.negative_slope,
-                     "dropout": cfg.options.attn_dropout,
-                     "add_self_loops": True, "share_weights": False})
+KIND = dataclasses.replace(
+    gat.KIND, name="gatv2", stage_ops=("gatv2",), pyg_class="GATv2Conv",
+    description="GATv2Conv: attention a·LeakyReLU(Wr·x_i + Wl·x_j) over in-neighbours and "
+                "the node itself, heads as GAT's (--heads, --out-heads)",
+    stage_options=_stage_options,
+    pyg_kwargs=lambda cfg, layer, d_in, d_out: {**gat.pyg_kwargs(cfg, layer, d_in, d_out),
+                                                "share_weights": False})

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from .base import (Flops, KindSpec, ModelKind, Param, StageMemory, StageSizes, dropout_work,
                    option, param_memory, stage_option)
+from .dense import pyg_linear
 
 
 @dataclass(frozen=True)
@@ -99,9 +100,6 @@ def _conv(cfg, layer: int) -> bool:
     return 0 < layer < cfg.num_layers - 1
 
 
-def _linear(d_in: int, d_out: int, bias: bool) -> dict:
-    return {"class": "Linear", "in_features": d_in, "out_features": d_out, "bias": bias}
-
 
 KIND = ModelKind(
     "gcn2", ("gcn2",), "gcn", "GCN2Conv", ("convs.{l}.",),
@@ -118,4 +116,4 @@ KIND = ModelKind(
         "conv": {"class": "GCN2Conv", "channels": d_in, "alpha": cfg.options.alpha,
                  "theta": cfg.options.theta, "layer": layer,
                  "shared_weights": cfg.options.shared_weights},
-        "initial": 0} if _conv(cfg, layer) else {"conv": _linear(d_in, d_out, cfg.bias)})
+        "initial": 0} if _conv(cfg, layer) else {"conv": pyg_linear(d_in, d_out, cfg.bias)})
