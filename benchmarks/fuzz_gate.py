@@ -17,6 +17,12 @@ under an alarm (a case still running after `CASE_LIMIT_S` is a hang).
   answer (a co-user's junk) differ at random. Oracle: every rank passes exactly when all match,
   else every rank raises `PeerRefused` in one line, rank 0's naming the first bad rank and, for
   options, the first differing option.
+- ``trusted``: a file read back as this user's own state (a shard store's manifest or rank
+  file, a sweep's manifest, the cache's record of a graph, a JSON log a resumed run keeps)
+  copied to the end of such a path, then made another uid's, others-writable, a co-user's
+  link or a FIFO; its reader (`read_manifest`, `read_shard`, the sweep's `read_manifest`,
+  `Cache.read_sizes`, `kept_json_records`): refused in one typed line exactly when hostile
+  (a log that is no regular file is skipped, nothing kept).
 - ``api``: `TrainConfig` with one field set to a hostile value, `plexus.launch` with a bad
   ``fn``, ``grid`` or ``timeout_s``, a `Layer` declaring hostile or repeated names,
   `load_dataset` and `Trainer` of non-values. Oracle: hand rules of the bounds table.
@@ -31,6 +37,7 @@ it accepts), ``traceback``, ``hang``; ``lost``: a file changed that the case had
 from __future__ import annotations
 
 import argparse
+import json
 import keyword
 import math
 import os
@@ -49,7 +56,7 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parent.parent
 NOBODY = 65534
 CASE_LIMIT_S = 20
-KINDS = ("links", "checkpoints", "ranks", "api")
+KINDS = ("links", "checkpoints", "ranks", "api", "trusted")
 FOLDERS = ("mine", "mine", "open", "sticky", "theirs", "mylink", "theirlink", "stickylink")
 HOSTILE = {"open", "theirs", "theirlink", "stickylink"}
 LASTS = ("absent", "absent", "myfile", "theirfile", "fifo")
@@ -189,6 +196,106 @@ def _checkpoint_case(root: Path, rng: random.Random, source: Path) -> tuple[str,
     except ckpt.CheckpointError as e:
         got = "error" if _one_line(e) else "traceback"
     return _verdict(got, on_way or whose != "mine"), f"checkpoint {whose}, on the way {on_way}"
+
+
+# ---- trusted reads: stores, a sweep's manifest, the cache's records, a resumed log -------------
+READERS = ("manifest", "rankfile", "sweep", "cache", "log")
+FILES = ("mine", "mine", "theirs", "writable", "theirlink", "fifo")
+
+
+def _trusted_sources(work: Path) -> dict[str, Path]:
+    """One real instance of each file a reader reads back: a 1x1x1 shard store, a sweep's
+    results folder, a cache with its record of the graph, a JSON log of two epochs."""
+    from plexus.studies.cli import sweep_main
+    from plexus.train.cli import main as train_main
+    from plexus_partition.cli import main as partition_main
+
+    tiny = "rmat:scale=6,edge_factor=4,features=8,classes=3"
+    run = ["--dataset", tiny, "--grid", "1x1x1", "--epochs", "2", "--quiet", "--eval-every", "0"]
+    assert partition_main(["--dataset", tiny, "--grid", "1x1x1", "--out",
+                           str(work / "store")]) == 0
+    assert sweep_main(["--dataset", "cora", "--grids", "1x1x1", "--world-sizes", "1",
+                       "--launcher", "slurm", "--no-calibrate", "--out",
+                       str(work / "sweep")]) == 0
+    assert train_main([*run, "--cache", str(work / "cache"), "--log-json",
+                       str(work / "log.json")]) == 0
+    return {"store": work / "store", "sweep": work / "sweep", "cache": work / "cache",
+            "log": work / "log.json"}
+
+
+def _trusted_case(root: Path, rng: random.Random, sources: dict[str, Path]) -> tuple[str, str]:
+    """A reader's file copied to the end of a random path (`_build`'s folders), then made
+    another uid's, others-writable (mode 666 or 646), a co-user's link to this user's copy, or
+    a FIFO. Oracle: refused (one line, the reader's typed error) exactly when a hostile entry
+    lies on the way or the file is not this user's own regular file; a log that is a FIFO or
+    a link is skipped (no lines kept: a resumed run never reads through a link there)."""
+    from plexus.studies.folder import FolderError, ResultsFolder
+    from plexus.studies.sweep import read_manifest as sweep_manifest
+    from plexus.train.cachedir import Cache
+    from plexus.train.errors import CacheError
+    from plexus.train.runlog import kept_json_records
+    from plexus_datasets.base.gate import UnsafeTargetError
+    from plexus_partition import ShardStoreError, read_manifest, read_shard
+
+    target, on_way, _, _, _ = _build(root, rng)
+    reader, how = rng.choice(READERS), rng.choice(FILES)
+    folder = target.parent / "it"
+    if reader in ("manifest", "rankfile"):
+        shutil.copytree(sources["store"], folder)
+        file = folder / ("manifest.json" if reader == "manifest" else next(
+            p.name for p in folder.iterdir() if p.name.startswith("rank-")))
+    elif reader == "sweep":
+        shutil.copytree(sources["sweep"], folder)
+        file = folder / "manifest.json"
+    elif reader == "cache":
+        shutil.copytree(sources["cache"], folder)
+        file = next((folder / "sources").iterdir())
+    else:
+        folder.mkdir()
+        file = folder / "log.json"
+        shutil.copyfile(sources["log"], file)
+    if how == "theirs":
+        os.chown(file, NOBODY, NOBODY)
+    elif how == "writable":
+        file.chmod(rng.choice((0o666, 0o646, 0o602)))
+    elif how == "theirlink":  # their link (made as root, then theirs) to this user's copy
+        mine = root / f"mine-{file.name}"
+        file.rename(mine)
+        file.symlink_to(mine)
+        os.lchown(file, NOBODY, NOBODY)
+    elif how == "fifo":
+        file.unlink()
+        os.mkfifo(file)
+    refuse = on_way or how != "mine"
+    errors: tuple[type[BaseException], ...]
+    try:
+        if reader == "manifest":
+            errors = (ShardStoreError,)
+            read_manifest(folder)
+        elif reader == "rankfile":
+            errors = (ShardStoreError,)
+            read_shard(folder, 0)
+        elif reader == "sweep":
+            errors = (FolderError,)
+            sweep_manifest(ResultsFolder(folder, create=True))  # as plexus-sweep opens it
+        elif reader == "cache":
+            errors = (CacheError,)
+            key = json.loads((sources["cache"] / "sources" / file.name).read_text())["source"]
+            if Cache(folder).read_sizes(key) is None:
+                raise AssertionError("this user's own record was not read")
+        else:
+            errors = (UnsafeTargetError,)
+            skipped = how in ("fifo", "theirlink")  # no regular file there: nothing kept
+            refuse = not skipped and (on_way or how != "mine")
+            kept = kept_json_records([file], 2)
+            if len(kept) != (0 if skipped else 2):
+                raise AssertionError(f"kept {len(kept)} epoch lines of a {how} file")
+        got = "ok"
+    except Exception as e:  # noqa: BLE001 - the reader's typed error, else a traceback
+        if not isinstance(e, errors):
+            raise
+        got = "error" if _one_line(e) else "traceback"
+    return _verdict(got, refuse), f"{reader} {how}, on the way hostile={on_way}"
 
 
 # ---- ranks -------------------------------------------------------------------------------------
@@ -411,6 +518,7 @@ def _checkpoint_source(work: Path) -> Path:
 def run_kind(kind: str, cases: int, seed: int, work: Path) -> list[tuple[str, str]]:
     rng = random.Random(f"{seed}-{kind}")
     source = _checkpoint_source(work) if kind == "checkpoints" else None
+    sources = _trusted_sources(work) if kind == "trusted" else {}
     out = []
     signal.signal(signal.SIGALRM, _alarm)
     for i in range(cases):
@@ -424,6 +532,8 @@ def run_kind(kind: str, cases: int, seed: int, work: Path) -> list[tuple[str, st
                 out.append(_checkpoint_case(root, rng, source))
             elif kind == "ranks":
                 out.append(_ranks_case(rng))
+            elif kind == "trusted":
+                out.append(_trusted_case(root, rng, sources))
             else:
                 out.append(_api_case(rng))
         except Hang:
@@ -449,8 +559,16 @@ def main(argv: list[str] | None = None) -> int:
     from plexus.bench.output import write_text
 
     outcomes = ("ok", "error", "wrong-ok", "wrong-error", "traceback", "hang", "lost")
+    import subprocess  # noqa: PLC0415
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
+                            capture_output=True).stdout.strip() or "unknown"
+    argv_shown = " ".join(sys.argv[1:] if argv is None else argv)
     lines = [f"fuzz_gate: seed {args.seed}, {args.cases} cases per kind, as uid {os.geteuid()} "
-             f"with a second uid {NOBODY}", "",
+             f"with a second uid {NOBODY}",
+             f"command: python benchmarks/fuzz_gate.py {argv_shown}; commit {commit}; "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {os.cpu_count()} cpus, "
+             f"load {' '.join(f'{x:.1f}' for x in os.getloadavg())}", "",
              f"{'kind':<12}" + "".join(f"{o:>12}" for o in outcomes) + f"{'total':>8}{'s':>8}"]
     bad = []
     with tempfile.TemporaryDirectory(prefix="plexus-fuzz-gate-") as tmp:

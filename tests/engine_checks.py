@@ -173,8 +173,9 @@ def check_training(grid: Grid, g: Graph, cfg: ModelConfig, perm: str,
 
 def graph_exchange_counts(grid: Grid, g: Graph, cfg: ModelConfig, perm: str
                           ) -> dict[tuple[int, str], tuple[int, int]]:
-    """{(stage, "sum"/"gather"): (rows this rank sends, the most of its axis)} from the graph
-    itself, apart from the partitioner's blocks and `plexus_partition.rowsets`: for every
+    """{(stage, "sum"/"gather"/"input"): (rows this rank sends, the most of its axis)} from the
+    graph itself, apart from the partitioner's blocks and `plexus_partition.rowsets` ("input":
+    the input gradient's sum over depth, its rows the block's touched columns): for every
     stage with a block of Â whose column axis o has p > 1 ranks, each rank c of o holds Â's
     rows of this rank's row block (its nodes in the permutation's row order) and the columns
     of column block c; a row is touched where Â has a non-zero between its node and one of
@@ -193,6 +194,17 @@ def graph_exchange_counts(grid: Grid, g: Graph, cfg: ModelConfig, perm: str
     out = {}
     for plan in cfg.plans(g.num_features, g.num_classes):
         o = plan.a_cols
+        if input_by_aggregation(plan) and shape[plan.depth] > 1:
+            # the input gradient's sum over depth: rank c of d holds Â's rows of row block c
+            # and this rank's columns; a column is touched where one of those rows reaches it
+            assert plan.a_rows == plan.depth  # aggregate first: Â's rows are cut by depth
+            cols = ids(order.order(2 if plan.adj == 1 else 1), o, coords[o])
+            touched = []
+            for c in range(shape[plan.depth]):
+                rows = ids(order.order(plan.adj), plan.depth, c)
+                sub = adj[rows[rows >= 0]][:, np.where(cols >= 0, cols, 0)]
+                touched.append((np.asarray(sub.getnnz(axis=0)) > 0) & (cols >= 0))
+            out[plan.index, "input"] = exchange_counts(touched, coords[plan.depth])[0]
         p = shape[o]
         if plan.dense or p == 1:
             continue
@@ -209,6 +221,14 @@ def graph_exchange_counts(grid: Grid, g: Graph, cfg: ModelConfig, perm: str
             touched.append(hit)
         out[plan.index, "sum"], out[plan.index, "gather"] = exchange_counts(touched, coords[o])
     return out
+
+
+def input_by_aggregation(plan) -> bool:
+    """Whether a stage's input meets only its block of Â, by hand: a later GCN stage,
+    aggregate first, adding no residual (its gradient is then zero outside the block's touched
+    columns, and its sum over depth may be a sparse exchange)."""
+    return (plan.index > 0 and plan.op == "gcn" and plan.order == "agg"
+            and not getattr(plan.options, "residual", False))
 
 
 def exchange_counts(touched: list, me: int) -> tuple[tuple[int, int], tuple[int, int]]:

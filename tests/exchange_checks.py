@@ -10,7 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from engine_checks import check_step, check_training, exchange_counts
+from engine_checks import check_step, check_training, exchange_counts, input_by_aggregation
 from plexus_partition.model.schedule import SparseExchange, exact_rows
 from plexus_datasets.graph import Graph
 from plexus_datasets.rmat import rmat_graph
@@ -26,7 +26,8 @@ HIDDEN = 6
 SEED = 11  # build_pair's partition seed
 #: both convolution orders on each axis: at 8x1x1 stage 0 sums over x (combine first: AR(OUT);
 #: aggregate first: AR(AGG)) and stage 2 over x again with its gradient's gather; at 1x8x1 the
-#: second config's stage 1 sums and gathers over y
+#: second config's stage 1 sums and gathers over y; at 1x1x8 stage 2 (aggregate first) of both
+#: sums its input gradient over z as an exchange of the block's touched columns
 CONFIGS = {"agg-combine-agg": ModelConfig(3, HIDDEN, 0.5, order="agg,combine,agg"),
            "combine-agg-agg": ModelConfig(3, HIDDEN, 0.5, order="combine,agg,agg")}
 
@@ -44,16 +45,24 @@ def rmat_graphs(scale: int = 8) -> dict[str, Graph]:
 
 
 def oracle_counts(g: Graph, cfg: ModelConfig, grid: Grid) -> dict[tuple[int, str], tuple]:
-    """{(stage, "sum"/"gather"): (this rank's rows sent, the most of its axis)} from the
-    shards of every rank of each stage's outer axis: a row is touched where the block holds a
-    non-zero in it; the sum sends the touched rows outside the rank's own 1/p of the rows, the
-    gather the other ranks' touched rows inside it."""
+    """{(stage, "sum"/"gather"/"input"): (this rank's rows sent, the most of its axis)} from
+    the shards of every rank of each stage's outer axis: a row is touched where the block holds
+    a non-zero in it; the sum sends the touched rows outside the rank's own 1/p of the rows, the
+    gather the other ranks' touched rows inside it; "input" (a later GCN stage, aggregate
+    first, over depth) is a sum whose rows are the columns the blocks of depth's ranks touch."""
     shape, coords = grid.shape, grid.coords
     orders = cfg.orders(g.num_features, g.num_classes)
     adj_hat = g.normalized(cfg.aggregation)
     out = {}
     for plan in cfg.plans(g.num_features, g.num_classes):
         o, p = plan.outer, shape[plan.outer]
+        d = plan.depth
+        if input_by_aggregation(plan) and shape[d] > 1:  # the input gradient's: columns
+            touched = [np.asarray(shard_graph(g, shape, dict(coords, **{d: c}), cfg.num_stages,
+                                              orders, "double", seed=SEED, adj_hat=adj_hat)
+                                  .adj_block(plan.index).getnnz(axis=0) > 0)
+                       for c in range(shape[d])]
+            out[plan.index, "input"] = exchange_counts(touched, coords[d])[0]
         if p == 1:
             continue
         touched = []

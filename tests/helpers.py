@@ -14,6 +14,19 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def shipped_torch_sparse() -> bool:
+    """Whether ../shared/wheels holds the torch-sparse build for this environment (torch
+    2.13.0 CPU, Python 3.11), which ./run then installs: there the backend must load, and the
+    tests that run it against the default must not skip."""
+    import sys
+
+    import torch
+
+    wheels = list((REPO.parent / "shared" / "wheels").glob("torch_sparse-*-cp311-*.whl"))
+    return bool(wheels) and sys.version_info[:2] == (3, 11) \
+        and torch.__version__.startswith("2.13.0") and not torch.version.cuda
 #: the three projects' package folders: the engine, the datasets project, the partitioner project
 PRODUCT_ROOTS = (REPO / "plexus", REPO / "datasets" / "plexus_datasets",
                  REPO / "partitioners" / "plexus_partition")

@@ -58,8 +58,14 @@ _HASH_BUF = 1 << 20
 
 def file_sha256(path: str | os.PathLike) -> str:
     """sha256 of a file, read in 1 MiB pieces (memory independent of the file size)."""
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(_HASH_BUF):
-            h.update(chunk)
+        return stream_sha256(f)
+
+
+def stream_sha256(f: IO[bytes]) -> str:
+    """sha256 of what is left to read of the open binary file ``f``, in 1 MiB pieces (a file
+    held by its descriptor is hashed and then read from the same descriptor)."""
+    h = hashlib.sha256()
+    while chunk := f.read(_HASH_BUF):
+        h.update(chunk)
     return h.hexdigest()

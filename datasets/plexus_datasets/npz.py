@@ -19,7 +19,7 @@ from plexus_datasets.base.values import one_line
 
 from .errors import DatasetError
 from .graph import Graph, edges_to_csr
-from .synthetic import complete_graph
+from .synthetic import complete_graph, split_note
 from .validate import check_alloc, check_graph_size, csr_from_parts, read_npz_member
 
 _CSR_PARTS = ("data", "indices", "indptr", "shape")
@@ -100,7 +100,9 @@ def _from_archive(archive, path: Path, seed: int) -> Graph:
             raise DatasetError(f"{path}: features have shape {features.shape}, expected ({n}, F)")
 
     labels, num_classes = _labels(archive, path, n)
-    masks = _split(archive, path, n)
+    masks, keys = _split(archive, path, n)
+    if masks is not None:  # a stand-in split says so itself (`complete_graph`)
+        notes.append(split_note(f"from the file's {'/'.join(keys)}"))
     return complete_graph(path.name, adj, features=features, labels=labels,
                           num_classes=num_classes, masks=masks, seed=seed, notes=notes,
                           source=str(path))
@@ -132,7 +134,9 @@ def _labels(archive, path: Path, n: int) -> tuple[np.ndarray | None, int | None]
     return labels, num_classes
 
 
-def _split(archive, path: Path, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _split(archive, path: Path, n: int
+           ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray] | None, tuple[str, ...]]:
+    """The file's train/val/test masks and the keys they came from; (None, ()) without them."""
     for keys in (("train_mask", "val_mask", "test_mask"), ("idx_train", "idx_val", "idx_test")):
         if not any(k in archive for k in keys):
             continue
@@ -154,5 +158,5 @@ def _split(archive, path: Path, n: int) -> tuple[np.ndarray, np.ndarray, np.ndar
                 mask = np.zeros(n, dtype=bool)
                 mask[arr.astype(np.int64)] = True
                 masks.append(mask)
-        return masks[0], masks[1], masks[2]
-    return None
+        return (masks[0], masks[1], masks[2]), keys
+    return None, ()

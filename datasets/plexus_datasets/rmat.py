@@ -22,7 +22,7 @@ import scipy.sparse as sp
 
 from .errors import DatasetError
 from .graph import Graph, edges_to_csr
-from .synthetic import random_features, random_split, rng_for
+from .synthetic import random_features, random_split, rng_for, split_note
 from .validate import check_graph_size
 
 RMAT_DEFAULTS: dict[str, float | int] = {
@@ -131,7 +131,7 @@ def rmat_notes(p: dict, isolated: int) -> list[str]:
             f"features are seeded random N(0,1), {p['features']} dims",
             f"labels: argmax of a random projection of features + neighbour mean, "
             f"{p['classes']} classes",
-            "split is seeded random 60%/20%/20%"]
+            split_note(f"is seeded random 60%/20%/20% (seed {p['seed']})")]
 
 
 def rmat_name(p: dict) -> str:

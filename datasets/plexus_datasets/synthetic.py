@@ -7,6 +7,8 @@ reported accuracy is never mistaken for one on real labels.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -17,6 +19,12 @@ DEFAULT_FEATURES = 128
 DEFAULT_CLASSES = 4
 DEFAULT_FRACTIONS = (0.6, 0.2)  # train, val; the rest is test
 
+#: How a loader's note on its graph's train/val/test split starts (`split_note`, `split_origin`)
+SPLIT_NOTE = "split "
+#: What `split_origin` says of a graph whose loader wrote no such note: the split its files define
+#: (Planetoid's public split, OGB's official one)
+OWN_SPLIT = "the dataset's own split"
+
 # Separate random streams per purpose, so that e.g. changing the feature width does not change
 # the labels or the split drawn with the same seed.
 _FEATURES, _LABELS, _SPLIT = 1, 2, 3
@@ -25,6 +33,18 @@ _FEATURES, _LABELS, _SPLIT = 1, 2, 3
 def rng_for(seed: int, purpose: int) -> np.random.Generator:
     """A generator for one purpose (features, labels, split, ...) derived from the user seed."""
     return np.random.default_rng([int(seed), int(purpose)])
+
+
+def split_note(how: str) -> str:
+    """The note a loader records of where its split came from (``how``: "is seeded random ...",
+    "from the file's train_mask/val_mask/test_mask"); `split_origin` reads it back."""
+    return f"{SPLIT_NOTE}{how}"
+
+
+def split_origin(notes: Sequence[str]) -> str:
+    """Where a graph's train/val/test split came from, as its notes say (`split_note`), else
+    `OWN_SPLIT`; what a shard store records of the split it carries."""
+    return next((n for n in notes if n.startswith(SPLIT_NOTE)), OWN_SPLIT)
 
 
 def random_features(num_nodes: int, dim: int = DEFAULT_FEATURES, seed: int = 0) -> np.ndarray:
@@ -103,8 +123,8 @@ def complete_graph(name: str, adj: sp.csr_matrix, *, features: np.ndarray | None
     if masks is None:
         masks = random_split(labels, seed)
         tr, va = DEFAULT_FRACTIONS
-        notes.append(f"split is seeded random {tr:.0%}/{va:.0%}/{1 - tr - va:.0%} "
-                     f"of labelled nodes (seed {seed})")
+        notes.append(split_note(f"is seeded random {tr:.0%}/{va:.0%}/{1 - tr - va:.0%} "
+                                f"of labelled nodes (seed {seed})"))
     graph = Graph(name=name, adj=adj, features=np.asarray(features, dtype=np.float32),
                   labels=labels, train_mask=masks[0], val_mask=masks[1], test_mask=masks[2],
                   num_classes=int(num_classes), directed=directed, notes=notes)

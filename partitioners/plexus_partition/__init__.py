@@ -5,7 +5,7 @@ from .permutations import PERMUTATIONS, Permutation, make_permutation
 from .plan import RankShard, shard_graph
 from .stats import LayerBalance, balance_report, format_report, layer_balance
 from .store import (ShardStoreError, is_store, read_manifest, read_shard, store_aggregation,
-                    store_model, write_store)
+                    store_model, store_split, write_store)
 from .streamjob import PartitionError, PartitionInterrupted
 
 
@@ -22,6 +22,6 @@ __all__ = [
     "RankShard", "shard_graph",
     "LayerBalance", "layer_balance", "balance_report", "format_report",
     "ShardStoreError", "write_store", "read_shard", "read_manifest", "is_store",
-    "store_aggregation", "store_model",
+    "store_aggregation", "store_model", "store_split",
     "PartitionError", "PartitionInterrupted", "partition_to_store",
 ]

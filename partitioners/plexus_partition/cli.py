@@ -206,7 +206,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     from plexus_datasets.convert import streamed_spec  # noqa: PLC0415
 
     from .pipeline import PartitionJob  # noqa: PLC0415
-    from .store import check_out_dir, is_store  # noqa: PLC0415
+    from .store import check_out_dir, is_store, store_split  # noqa: PLC0415
 
     if is_store(args.out) and not args.force:
         raise UsageError(f"--out {args.out}: a shard store is already there; add --force to "
@@ -238,7 +238,8 @@ def run(argv: Sequence[str] | None = None) -> int:
           f"(N={manifest['num_nodes']}, nnz={manifest['nnz']}) for grid {shape}, "
           f"{_layers_text(model)}, perm {args.perm}: {total / 2**20:.1f} MiB in {args.out} "
           f"({seconds:.1f}s, {_count(manifest['nnz'] / max(seconds, 1e-9) / procs)} "
-          f"non-zeros/s per process, {procs} process{'es' if procs > 1 else ''})")
+          f"non-zeros/s per process, {procs} process{'es' if procs > 1 else ''}); "
+          f"{store_split(manifest)}")
     return 0
 
 

@@ -20,7 +20,7 @@ from plexus_partition.model.layout import LayerPlan, block, layer_plans, pad_to,
 from plexus_datasets.graph import Graph, normalized_symmetric
 
 from .permutations import Permutation, make_permutation
-from .rowsets import touched_rows
+from .rowsets import touched_columns, touched_rows
 
 MASKS = ("train", "val", "test")
 
@@ -99,6 +99,11 @@ class RankShard:
         """The rows of ``layer``'s block of Â holding a non-zero (the sparse exchanges' row
         set, `plexus_partition.rowsets`), read off the block's row pointers."""
         return touched_rows(self.adj_block(layer))
+
+    def touched_columns(self, layer: int) -> np.ndarray:
+        """The columns of ``layer``'s block of Â holding a non-zero (the input gradient's sparse
+        exchange, `plexus_partition.rowsets`)."""
+        return touched_columns(self.adj_block(layer))
 
     def release_values(self) -> None:
         """Free the float arrays (Â values, features) once a model holds its own copies of them

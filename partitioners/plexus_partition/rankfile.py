@@ -194,7 +194,10 @@ def verify_rank_files(job: Job, ranks: list) -> None:
                                  "the work directory is damaged and cannot be resumed")
 
 
-def manifest_step(job: Job, meta: dict, ranks: list, graph_sha256: str, nnz: int) -> dict:
+def manifest_step(job: Job, meta: dict, ranks: list, graph_sha256: str, nnz: int,
+                  split: dict) -> dict:
+    """Serial step: the store's manifest, written once every rank file is verified; ``split``:
+    the train/val/test counts and where the split came from (`storemanifest.store_split`)."""
     verify_rank_files(job, ranks)
     manifest = {
         "format": FORMAT, "version": VERSION, "grid": dict(job.shape),
@@ -205,7 +208,7 @@ def manifest_step(job: Job, meta: dict, ranks: list, graph_sha256: str, nnz: int
         "seed": meta["seed"], "dataset": job.name, "graph_sha256": graph_sha256,
         "num_nodes": job.n, "nodes_padded": job.npad, "nnz": nnz,
         "num_features": job.num_features, "num_classes": job.num_classes,
-        "block_keys": [s.key for s in job.blocks], "ranks": ranks,
+        "block_keys": [s.key for s in job.blocks], "ranks": ranks, "split": split,
     }
     if job.model is not None:  # the kind recorded, and the GNN layers its stages make
         manifest.update(model=job.model, gnn_layers=gnn_layers(job.num_stages, job.model))

@@ -42,7 +42,8 @@ from .permutations import Permutation
 from .storeformat import (FORMAT, MANIFEST, MAX_MANIFEST_BYTES, VERSION,  # noqa: F401
                           file_sha256, gnn_layers, rank_file_name)
 from .storemanifest import (LEGACY_AGGREGATION, ShardStoreError, read_manifest,  # noqa: F401
-                            store_aggregation, store_aggregation_of, store_model)
+                            store_aggregation, store_aggregation_of, store_model,
+                            store_split)
 from .storeread import read_shard  # noqa: F401
 from .stream import Settings, partition_source
 from .streamjob import PartitionError

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from plexus_partition.model.ops import KINDS
+from plexus_datasets.base.gate import UnsafeTargetError, open_trusted
 from plexus_datasets.base.values import is_count, one_line
 from plexus_datasets.graph import AGGREGATIONS
 
@@ -20,18 +21,22 @@ class ShardStoreError(ValueError):
 
 
 def read_manifest(store_dir: str | os.PathLike) -> dict:
-    """The manifest of a store; `ShardStoreError` when it is missing or not a store's."""
+    """The manifest of a store, read as this user's own state (`open_trusted`: no file another
+    user could have chosen); `ShardStoreError` when it is missing, refused or not a store's."""
     path = Path(store_dir) / MANIFEST
     try:
-        if not path.is_file():
-            raise FileNotFoundError(path)
-        if path.stat().st_size > MAX_MANIFEST_BYTES:
-            raise ShardStoreError(f"{path}: {path.stat().st_size} bytes, more than a manifest "
-                                  f"has ({MAX_MANIFEST_BYTES}); the store is damaged")
-        with open(path, encoding="utf-8") as f:
+        with open_trusted(path, "r") as f:  # the gate: no manifest another user could choose
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_MANIFEST_BYTES:
+                raise ShardStoreError(f"{path}: {size} bytes, more than a manifest has "
+                                      f"({MAX_MANIFEST_BYTES}); the store is damaged")
             manifest = json.load(f)
+    except ShardStoreError:
+        raise
     except FileNotFoundError:
         raise ShardStoreError(f"{path}: missing; {store_dir} is not a shard store") from None
+    except UnsafeTargetError as e:
+        raise ShardStoreError(f"shard store {e}") from None
     except (OSError, ValueError, RecursionError) as e:  # RecursionError: absurdly nested JSON
         raise ShardStoreError(f"{path}: unreadable manifest ({type(e).__name__}: "
                               f"{one_line(e)[:200]})") from None
@@ -83,6 +88,23 @@ def store_model(manifest: dict) -> str | None:
     return None if model is None else str(model)
 
 
+#: What `store_split` says of a store whose manifest records no split (written before stores
+#: recorded it): it still loads and trains on the split it holds
+UNRECORDED_SPLIT = ("split not recorded (a store written before stores recorded theirs; "
+                    "plexus-partition again records it)")
+
+
+def store_split(manifest: dict) -> str:
+    """The train/val/test split a store carries, in words: its nodes per part and where the
+    split came from (the dataset's own, an npz file's masks, a seeded stand-in), or
+    `UNRECORDED_SPLIT` for an older store."""
+    split = manifest.get("split")
+    if split is None:
+        return UNRECORDED_SPLIT
+    return (f"train/val/test {split['train']}/{split['val']}/{split['test']} nodes, "
+            f"{split['origin']}")
+
+
 def store_aggregation_of(model: str | None, aggregation: str | None) -> str:
     """The Â a store is cut for: the ``model`` kind's (declared in `plexus_partition.model.ops`),
     else ``aggregation``, else GCN's; `ShardStoreError` when both are given and disagree."""
@@ -118,6 +140,10 @@ def _check_manifest_fields(manifest: dict, path: Path) -> None:
         if not is_count(layers) or layers != gnn_layers(manifest["num_stages"], model):
             raise bad(f"gnn_layers {layers!r:.40} does not match {manifest['num_stages']} "
                       f"stages of {model}")
+    split = manifest.get("split")
+    if split is not None and not (isinstance(split, dict) and isinstance(split.get("origin"), str)
+                                  and all(is_count(split.get(k)) for k in ("train", "val", "test"))):
+        raise bad("split must hold train, val and test counts and its origin")
     grid, perm = manifest["grid"], manifest["permutation"]
     if not all(is_count(grid.get(a)) and grid[a] >= 1 for a in ("x", "y", "z")) \
             or not isinstance(perm.get("kind"), str) or not is_count(perm.get("seed")):

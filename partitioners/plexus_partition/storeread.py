@@ -7,17 +7,19 @@ import json
 import operator
 import os
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import IO, Mapping, Sequence
 
 import numpy as np
 
 from plexus_partition.model.grid import GridError, GridShape
 from plexus_partition.model.layout import layer_plans, pad_to, padding
+from plexus_datasets.base.gate import UnsafeTargetError, open_trusted
 from plexus_datasets.base.values import is_count, one_line
+from plexus_datasets.files import stream_sha256
 from plexus_datasets.validate import csr_from_parts, read_npz_member
 
 from .plan import MASKS, RankShard, block_key, labels_fit
-from .storeformat import FORMAT, MANIFEST, file_sha256
+from .storeformat import FORMAT, MANIFEST
 from .storemanifest import ShardStoreError, read_manifest
 
 
@@ -94,9 +96,9 @@ def _rank_coords(manifest: dict, path: Path, rank: int | Mapping[str, int]) -> d
     return grid.coords(number)
 
 
-def _load_members(path: Path) -> dict[str, np.ndarray]:
+def _load_members(f: IO[bytes], path: Path) -> dict[str, np.ndarray]:
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        with np.load(f, allow_pickle=False) as npz:
             if not isinstance(npz, np.lib.npyio.NpzFile):
                 raise ValueError("not an .npz archive")
             return {name: read_npz_member(npz, name, str(path), ShardStoreError)
@@ -124,8 +126,10 @@ def read_shard(store_dir: str | os.PathLike, rank: int | Mapping[str, int], *,
     checks: when given, ``shape``, ``num_stages``, ``orders`` ("agg", "combine" or "dense" per
     stage, or one for all), ``perm`` and ``seed`` must be what the store was cut for.
 
-    Only this rank's file is read. It must match the manifest's size and sha256 (``verify``);
-    a rank outside the grid, a check that fails or a damaged file is a one-line
+    Only this rank's file is read, as this user's own state (the manifest too:
+    `plexus_datasets.base.gate.open_trusted` refuses a file another user could have chosen or
+    may rewrite), from the descriptor it checked. It must match the manifest's size and sha256
+    (``verify``); a rank outside the grid, a check that fails or a damaged file is a one-line
     `ShardStoreError` naming the file and what differs.
     """
     store = Path(store_dir)
@@ -138,15 +142,25 @@ def read_shard(store_dir: str | os.PathLike, rank: int | Mapping[str, int], *,
         raise ShardStoreError(f"{store / MANIFEST}: bad file name {name!r} for rank {coords}")
     path = store / name
     try:
-        size = path.stat().st_size
+        f = open_trusted(path)  # the gate; then sized, hashed and read from this descriptor
     except FileNotFoundError:
         raise ShardStoreError(f"{path}: shard file missing") from None
-    if size != entry["size"]:
-        what = "truncated" if size < entry["size"] else "wrong size"
-        raise ShardStoreError(f"{path}: {what}: {size} bytes, manifest says {entry.get('size')}")
-    if verify and file_sha256(path) != entry.get("sha256"):
-        raise ShardStoreError(f"{path}: sha256 mismatch with the manifest; the file is corrupt")
-    members = _load_members(path)
+    except UnsafeTargetError as e:
+        raise ShardStoreError(f"shard store {e}") from None
+    except OSError as e:
+        raise ShardStoreError(f"{path}: cannot open the shard file ({e.strerror or e})") from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size != entry["size"]:
+            what = "truncated" if size < entry["size"] else "wrong size"
+            raise ShardStoreError(f"{path}: {what}: {size} bytes, manifest says "
+                                  f"{entry.get('size')}")
+        if verify:
+            if stream_sha256(f) != entry.get("sha256"):
+                raise ShardStoreError(f"{path}: sha256 mismatch with the manifest; the file is "
+                                      "corrupt")
+            f.seek(0)
+        members = _load_members(f, path)
     shard = _shard_from_members(path, members, manifest)
     _check_shard(shard, path, manifest, coords)
     return shard

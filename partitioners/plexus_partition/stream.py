@@ -52,6 +52,7 @@ from plexus_datasets.base.tasks import call, remove_task
 from plexus_datasets.canonical import BUCKET_ENTRIES, CHUNK_EDGES, canonicalize, csr_pieces
 from plexus_datasets.degrees import Degrees, scan_pieces
 from plexus_datasets.graph import AGGREGATIONS
+from plexus_datasets.synthetic import split_origin
 from plexus_datasets.work import Runner
 
 from . import rankfile
@@ -112,8 +113,9 @@ def partition_source(source: Any, out_dir: str | os.PathLike, shape: GridShape,
                   for r in range(world)]
     per_rank = sum(block_nnz[s.key][0] for s in job.blocks) if job.blocks else 0
     ranks = runner.run("ranks", rankfile.rank_task, rank_tasks, [per_rank + 1] * world)
+    split = {**labels["counts"], "origin": split_origin(source.notes)}  # which split it carries
     manifest = runner.once("manifest", rankfile.manifest_step, job, meta, ranks, graph_sha256,
-                           meta["nnz"])
+                           meta["nnz"], split)
     if runner.leader:
         _install(work / "store", Path(out_dir), ranks, replace)
     # the rank files' inputs, removed by every process at once, then the rest by the leader

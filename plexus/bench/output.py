@@ -50,10 +50,30 @@ def _csv_value(v: Any) -> Any:
     return v
 
 
+#: The PNG text key holding a figure's words (`figure_text`): what a test of a committed figure
+#: reads, since the pixels cannot be
+FIGURE_TEXT_KEY = "Description"
+
+
+def figure_text(fig: Any) -> str:
+    """Every word a matplotlib figure shows, one piece a line: its titles, axis labels, legend
+    entries, annotations and texts."""
+    pieces = [fig._suptitle.get_text()] if getattr(fig, "_suptitle", None) else []
+    for ax in fig.axes:
+        pieces += [ax.get_title(), ax.get_xlabel(), ax.get_ylabel()]
+        legend = ax.get_legend()
+        if legend is not None:
+            pieces += [t.get_text() for t in legend.get_texts()]
+        pieces += [t.get_text() for t in ax.texts]
+    return "\n".join(p for p in pieces if p)
+
+
 def save_figure(fig: Any, path: str | os.PathLike) -> Path:
-    """Save a matplotlib figure as PNG atomically."""
+    """Save a matplotlib figure as PNG atomically, its words (`figure_text`) in the PNG's
+    `FIGURE_TEXT_KEY` text chunk."""
     with atomic_file(path, "wb") as f:
-        fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
+        fig.savefig(f, format="png", dpi=120, bbox_inches="tight",
+                    metadata={FIGURE_TEXT_KEY: figure_text(fig)})
     return Path(path)
 
 

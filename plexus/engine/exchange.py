@@ -11,6 +11,9 @@ whose sum has R rows, rank q owning the q-th piece of R/p rows:
   reduce-scatter gives each rank its piece of the sum, and an all-to-all hands each rank r the
   rows of this piece inside r's T (the other rows of the result are left zero: nothing reads
   them). It is the sum's adjoint and uses the same index lists the other way round.
+- ``input``: the sum of a stage's input gradient over depth (AR(dH)), where the input meets
+  only the block (`KindSpec.reads_input_by_aggregation`): each rank's Â_blkᵀ·dAGG is zero
+  outside the block's touched columns, which play T's part (`InputSum`).
 
 The row sets of the axis's ranks are exchanged once, when the stage first runs (an all-gather of
 index lists, at set-up: not part of a step, not in the ledger); after that each step moves fixed
@@ -154,6 +157,17 @@ class SparseSum(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         return grad, None, None
+
+
+class InputSum(GradCollective):
+    """Identity forward on a stage's input, replicated over the axis (depth), whose backward
+    sums the gradient over it as a `sparse_sum`: each rank's part Â_blkᵀ·dAGG is zero outside
+    its block's touched columns, the `RowExchange`'s rows (`Comm.all_reduce_grad` otherwise)."""
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        with ctx.comm.backward_of(ctx.tag):  # recorded under the forward's layer
+            return sparse_sum(ctx.comm, grad.contiguous(), ctx.over), None, None
 
 
 class GatherGrad(GradCollective):

@@ -36,7 +36,8 @@ import torch
 from plexus_partition.model.layout import block
 from plexus_partition.model.ops.conv import RootTerm
 
-from .exchange import GatherGrad, RowExchange
+from .exchange import GatherGrad, InputSum
+from .exchanges3d import StageExchanges
 from .edges import (EdgeBlock, attention_softmax, edge_softmax, head_matrix, head_ranges,
                     sddmm, weighted_aggregate)
 from .primitives import aggregate, gemm
@@ -44,7 +45,7 @@ from .stagespec import StageContext, StageSpec
 from .masks import dropout as masked_dropout
 
 
-class StageGraph:
+class StageGraph(StageExchanges):
     """The graph operations of one stage on this rank (see the module docstring for the
     layouts), built from the model's `StageContext` (``ctx``: communicator, blocks, seed,
     precision, tuner, model and engine configs, node count) and the stage's `StageSpec`
@@ -81,7 +82,6 @@ class StageGraph:
         self._P: dict[tuple, torch.Tensor] = {}
         self._conv: dict[RootTerm, tuple] = {}
         self._cache: dict[object, torch.Tensor] = {}
-        self.exchange: RowExchange | None = None  # the sparse exchange's lists, once built
 
     def param(self, kind: str) -> torch.Tensor | None:
         """The shard of the stage's parameter ``kind`` ("W", "Wr", "eps", ...; None if it has
@@ -129,16 +129,19 @@ class StageGraph:
         return self._edges
 
     # ---- node tensors -------------------------------------------------------------------------
-    def receive(self, H: torch.Tensor) -> torch.Tensor:
-        """H as the stage uses it: stage 0's block gathered over depth (unless ``input_kept``)."""
+    def receive(self, H: torch.Tensor, by_aggregation: bool = False) -> torch.Tensor:
+        """H as the stage uses it: stage 0's block gathered over depth (unless ``input_kept``);
+        ``by_aggregation``: H meets only the block (`KindSpec.reads_input_by_aggregation`)."""
         d, c = self.plan.depth, self.comm
         if self.plan.index == 0 and self.input_kept:          # gathered at set-up, fixed
             return H
         if self.plan.index == 0:
             with c.labelled("AG(H)", "RS(dH)"):               # over d
                 return c.all_gather(H, d)
-        with c.labelled(backward="AR(dH)"):                   # over d
-            return c.all_reduce_grad(H, d)
+        ex = self._input_exchange() if by_aggregation else None
+        with c.labelled(backward="AR(dH)"):                   # bwd: AR(dH) over d, or
+            return c.all_reduce_grad(H, d) if ex is None else InputSum.apply(H, c, ex)
+        #                                                       SRS + AG(dH) (sparse exchange)
 
     def dropout_args(self, rate: float, step: int | None, layer: int | None = None
                      ) -> tuple | None:
@@ -352,37 +355,6 @@ class StageGraph:
             self._conv[root] = self.graph.stacked(self.plan) if root.stacked else \
                 self.graph.plain(self.plan)
         return self._conv[root]
-
-    def _exchanges(self, root: RootTerm) -> tuple[RowExchange | None, RowExchange | None]:
-        """The sparse exchanges of the convolution's sum over o and, aggregate first, of its
-        replicated result's gradient (None: the all-reduce), by ``engine.sparse_comm``: a
-        plain block's touched rows (`plexus.engine.exchange`). Built at the stage's first run,
-        together by every rank of the axis."""
-        if "exchange" not in self._cache:
-            mode = getattr(self.engine, "sparse_comm", "off")
-            o = self.plan.outer
-            ex = None
-            if not root.stacked and mode != "off" and self.comm.grid.size(o) > 1:
-                m = self.graph.matrix(self.plan)
-                ex = RowExchange.build(self.comm, o, self.graph.shard.touched_rows(
-                    self.plan.index), m.shape[0])
-            self.exchange = ex
-            self._cache["exchange"] = (ex if ex is not None and ex.use("sum", mode) else None,
-                                       ex if ex is not None and self.plan.order == "agg"
-                                       and ex.use("gather", mode) else None)
-        return self._cache["exchange"]  # type: ignore[return-value]
-
-    def exchange_counts(self) -> dict[tuple[int, str], tuple[int, int]]:
-        """{(stage, "sum"/"gather"): (rows this rank sends, the most any rank of the axis
-        sends)} of the exchanges built (`plexus_partition.model.schedule.exact_rows` prices
-        them)."""
-        ex = self.exchange
-        if ex is None:
-            return {}
-        me = self.comm.grid.coords[ex.axis]
-        return {(self.plan.index, k): (ex.sent(k, me), max(ex.summed if k == "sum"
-                                                            else ex.gathered))
-                for k in ("sum", "gather")}
 
     def _root_weight(self, root: RootTerm, Wr: torch.Tensor | None, axis: str) -> torch.Tensor:
         """Wr gathered over W's flat axis (a learned root weight), or the identity's block (a

@@ -225,6 +225,7 @@ class Stage3D(nn.Module):
         g.training, g.stats = self.training, {k: getattr(self, k) for k in self.stat_kinds}
         g.outputs, g.carried = dict(outputs or {}), {}
         with self.comm.exact(self.operator.statistics):
-            OUT = self.layer.stage(g, H if self.operator.follows else g.receive(H), step)
+            OUT = self.layer.stage(g, H if self.operator.follows else g.receive(
+                H, self.operator.reads_input_by_aggregation(self.plan)), step)
         b = None if self.operator.own_bias else self.param("b")
         return OUT if b is None else g.add_bias(OUT, b, inplace=True)  # a fresh OUT

@@ -234,13 +234,7 @@ def report_main(argv: Sequence[str] | None = None) -> int:
         rows, manifest = collect(folder, calibration, a.spread_threshold)
         out = folder.subdir("report")
         csv_path = write_csv(folder.target(out / "runs.csv"), rows, columns(rows))
-        hosts = sorted({str(r.get("host")) for r in rows})
-        gpus = sorted({str(r.get("gpu")) for r in rows if r.get("gpu")})
-        cpus = sorted({str(r["cpus_on_host"]) for r in rows if r.get("cpus_on_host")})
-        subtitle = (f"{len(rows)} runs on {', '.join(hosts)}"
-                    + (f", {', '.join(gpus)}" if gpus else
-                       f", CPU, {'/'.join(cpus)} cores" if cpus else ", CPU")
-                    + f", torch {rows[0].get('torch')}")
+        subtitle = report_subtitle(rows)
         shown = shown_source(calibration.source, folder.root)
         # one set of statistics for the text below and the figures
         stats, check = prediction_stats(rows), check_scaling(rows)
@@ -283,6 +277,18 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     skipped = f" (nothing to draw: {', '.join(figs['skipped'])})" if figs["skipped"] else ""
     print(f"{REPORT}: wrote {csv_path} and {len(figs['files'])} figure(s) in {out}{skipped}")
     return 0
+
+
+def report_subtitle(rows: Sequence[dict]) -> str:
+    """The line under every figure's title: the runs, their hosts, the GPUs or the CPU's cores
+    (what says whether ranks shared them), and torch."""
+    hosts = sorted({str(r.get("host")) for r in rows})
+    gpus = sorted({str(r.get("gpu")) for r in rows if r.get("gpu")})
+    cpus = sorted({str(r["cpus_on_host"]) for r in rows if r.get("cpus_on_host")})
+    return (f"{len(rows)} runs on {', '.join(hosts)}"
+            + (f", {', '.join(gpus)}" if gpus else
+               f", CPU, {'/'.join(cpus)} cores" if cpus else ", CPU")
+            + f", torch {rows[0].get('torch')}")
 
 
 def shown_source(source: str, root: Path) -> str:

@@ -115,6 +115,26 @@ class ResultsFolder:
             except (OSError, UnicodeDecodeError) as e:
                 raise FolderError(f"{path}: cannot read it as UTF-8 text ({e})") from None
 
+    def read_trusted(self, path: str | os.PathLike) -> str | None:
+        """`read_text` of a file the sweep reads back as this user's own state (its manifest),
+        through `plexus_datasets.base.gate.open_trusted`: refused (`FolderError`) when another
+        user could have chosen it or may rewrite it; None when it does not exist."""
+        if self._regular(path) is None:
+            return None
+        try:  # by the name given: a link on the way is judged, not resolved away
+            with gate.open_trusted(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size > MAX_READ_BYTES:
+                    raise FolderError(f"{path}: {size} bytes; more than a results file holds "
+                                      f"({MAX_READ_BYTES} at most)")
+                return f.read(MAX_READ_BYTES + 1).decode("utf-8")
+        except FileNotFoundError:
+            return None
+        except gate.UnsafeTargetError as e:
+            raise FolderError(f"{path}: {str(e).partition(': ')[2]}") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise FolderError(f"{path}: cannot read it as UTF-8 text ({e})") from None
+
     def target(self, path: str | os.PathLike) -> Path:
         """The regular file (or nothing) that writing ``path`` replaces, inside the folder."""
         try:

@@ -57,6 +57,14 @@ def world_axis(ax: Any, worlds: Sequence[int]) -> None:
     ax.set_xlabel("ranks G = X·Y·Z")
 
 
+def crowded_legend(ax: Any) -> None:
+    """The legend entry of the hollow marks: runs whose ranks x threads exceed the host's
+    cores (`Config.oversubscribed`), whose times measure the sharing, not the grid."""
+    ax.plot([], [], "o", color="gray", mfc="none", ms=5,
+            label="hollow: ranks x threads > the host's cores (oversubscribed: times the "
+                  "sharing)")
+
+
 def strong_scaling(plt: Any, rows: Sequence[Row], subtitle: str,
                    check: ScalingCheck | None = None) -> Any | None:
     """The strong-scaling figure; ``check``'s warnings (threads per rank that differ, speed-ups
@@ -120,9 +128,7 @@ def strong_scaling(plt: Any, rows: Sequence[Row], subtitle: str,
         ax.plot([], [], "o", color="gray", ms=5, label="other grid (bars: quartiles of the epoch times)")
         ax.scatter([], [], marker="_", s=90, color="gray", label="each repeat's median")
         if crowded:
-            ax.plot([], [], "o", color="gray", mfc="none", ms=5,
-                    label="hollow: ranks x threads > the host's cores (oversubscribed: times "
-                          "the sharing)")
+            crowded_legend(ax)
         if flagged:
             ax.scatter([], [], s=120, facecolors="none", edgecolors="tab:red",
                        label="repeats disagree (spread above the threshold): median unreliable")
@@ -270,7 +276,7 @@ def weak_scaling(plt: Any, rows: Sequence[Row], subtitle: str, series: Sequence[
     if not cs:
         return None
     fig, ax = plt.subplots(figsize=(7, 4.6))
-    drawn = False
+    drawn = crowded = False
     worlds_seen: set[int] = set()
     for s in series or [{"base": "weak", "datasets": {}}]:
         datasets = set(s.get("datasets", {}).values())
@@ -281,7 +287,11 @@ def weak_scaling(plt: Any, rows: Sequence[Row], subtitle: str, series: Sequence[
         t1 = best[1].median()
         w = list(best)
         eff = [t1 / best[x].median() for x in w]  # type: ignore[operator]
-        ax.plot(w, eff, "o-", label=f"best grid per G, base {s.get('base')}")
+        line, = ax.plot(w, eff, "-", label=f"best grid per G, base {s.get('base')}")
+        ax.scatter(w, eff, color=line.get_color(), zorder=3,
+                   facecolors=["none" if best[x].oversubscribed else line.get_color()
+                               for x in w])
+        crowded = crowded or any(best[x].oversubscribed for x in w)
         if found is not None:
             found.update({f"G={x}": e for x, e in zip(w, eff)})
         for x, e in zip(w, eff):
@@ -290,7 +300,9 @@ def weak_scaling(plt: Any, rows: Sequence[Row], subtitle: str, series: Sequence[
         for c in mine:
             t = c.median()
             if t is not None and c is not best.get(c.world):
-                ax.scatter([c.world], [t1 / t], color="gray", s=12, alpha=0.6)  # type: ignore
+                ax.scatter([c.world], [t1 / t], color="gray", s=12, alpha=0.6,  # type: ignore
+                           facecolors="none" if c.oversubscribed else "gray")
+                crowded = crowded or c.oversubscribed
         worlds_seen |= set(w)
         drawn = True
     if not drawn:  # weak runs, but none at G=1 to compare with
@@ -298,6 +310,8 @@ def weak_scaling(plt: Any, rows: Sequence[Row], subtitle: str, series: Sequence[
         return None
     ax.axhline(1.0, linestyle="--", color="gray", label="ideal (constant time per epoch)")
     ax.scatter([], [], color="gray", s=12, label="other grids")
+    if crowded:
+        crowded_legend(ax)
     world_axis(ax, sorted(worlds_seen))
     ax.set_ylim(0, max(1.2, ax.get_ylim()[1]))
     ax.set_ylabel("weak-scaling efficiency T(1) / T(G)")
@@ -319,14 +333,18 @@ def predicted_vs_measured(plt: Any, rows: Sequence[Row], subtitle: str, calibrat
     fig, ax = plt.subplots(figsize=(6.4, 5.2))
     pred = [c.median("predicted_time_s") for c in cs]
     meas = [c.median() for c in cs]
-    for group, cg in by_dataset(cs).items():
+    for k, (group, cg) in enumerate(by_dataset(cs).items()):
+        col = f"C{k}"
         ax.scatter([c.median("predicted_time_s") for c in cg], [c.median() for c in cg],
-                   label=group, s=24)
+                   label=group, s=24, color=col,
+                   facecolors=["none" if c.oversubscribed else col for c in cg])
         for c in cg:
             ax.annotate(c.grid, (c.median("predicted_time_s"), c.median()),
                         textcoords="offset points", xytext=(4, 2), fontsize=7)
     lo, hi = min(pred + meas), max(pred + meas)  # type: ignore[operator]
     ax.plot([lo, hi], [lo, hi], "--", color="gray", label="measured = predicted")
+    if any(c.oversubscribed for c in cs):
+        crowded_legend(ax)
     log_scale(ax, "x")
     log_scale(ax, "y")
     ax.set_xlabel(f"model-predicted epoch time (s; rates: {calibration})")

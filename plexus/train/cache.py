@@ -33,6 +33,7 @@ one line and left where it is.
 
 from __future__ import annotations
 
+import errno
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -219,19 +220,38 @@ def obtain_store(cache: Cache, request: BuildRequest, graph: Graph | None = None
         built = time.perf_counter()
         if graph is None:  # a small graph costs less to partition here than to spawn for
             graph = request.source.small()
-        if graph is not None:
-            path, sizes, peak = build_store(request, graph)
-            peak = 0  # this process's peak is not the build's alone
-        else:
-            if request.check_memory and not streams(request):  # out of core: flat memory
-                precheck_partition(request.source.spec, request.source.seed, request.model,
-                                   request.perm)
-            path, sizes, peak = run_in_child(f"partitioning {request.source.spec}",
-                                             build_store, request)
+        try:
+            if graph is not None:
+                path, sizes, peak = build_store(request, graph)
+                peak = 0  # this process's peak is not the build's alone
+            else:
+                if request.check_memory and not streams(request):  # out of core: flat memory
+                    precheck_partition(request.source.spec, request.source.seed,
+                                       request.model, request.perm)
+                path, sizes, peak = run_in_child(f"partitioning {request.source.spec}",
+                                                 build_store, request)
+        except OSError as e:  # a full disk, a quota: the writers removed their partial files
+            if e.errno not in FULL:
+                raise
+            raise build_failure(e, cache.root) from None
         # still under the build lock: held before any other run could see it unused
         hold = hold_store(cache.root, Path(path))
     return CachedStore(path, True, time.perf_counter() - built, sizes,
                        choose_grid(request, sizes), peak, waited, hold=hold)
+
+
+#: The errors of a write that found no room: a full disk, a quota, a file-size limit, a
+#: read-only file system.
+FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+
+
+def build_failure(error: OSError, root: Path) -> CacheError:
+    """The one line of a store build that could not write (`CacheError`): the file and the
+    cause, and what frees the run from it."""
+    where = f" ({error.filename})" if error.filename else ""
+    return CacheError(f"cannot write the shard store into the cache {root}{where}: "
+                      f"{error.strerror or error}; free space there, or give another --cache "
+                      "DIR, or --no-cache")
 
 
 def keep_under_cap(cache: Cache, store: CachedStore, max_bytes: int | None) -> None:

@@ -18,7 +18,6 @@ from typing import Any, Callable, Iterator
 from plexus_datasets.base.atomic import atomic_file
 from plexus_datasets.base import gate
 from plexus_partition.model.grid import GridShape
-from plexus_datasets.files import open_regular
 from plexus_partition import read_manifest
 from plexus_partition.store import file_sha256, is_own_store
 
@@ -106,14 +105,17 @@ class Cache:
         return path
 
     def read_sizes(self, source_key: dict) -> Sizes | None:
-        """What an earlier build recorded about this source (None: nothing, or unreadable)."""
+        """What an earlier build recorded about this source (None: nothing, or unreadable);
+        `CacheError` when the record is one another user could have chosen or may rewrite."""
         path = self.root / "sources" / f"{key_digest(source_key)}.json"
         try:
-            with open_regular(path, ValueError, "r") as f:  # a FIFO planted there: no hang
+            with gate.open_trusted(path, "r") as f:  # the gate; a FIFO planted there: no hang
                 doc = json.loads(f.read(1 << 20))
             if doc.get("source") != source_key:
                 return None
             sizes = Sizes(**doc["sizes"])
+        except gate.UnsafeTargetError as e:
+            raise CacheError(f"--cache {self.root}: the cache's record {e}") from None
         except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
             return None  # damaged (nested thousands deep, not an object): rebuilt and rewritten
         types = {f.name: f.type for f in fields(Sizes)}
@@ -169,10 +171,10 @@ class Cache:
         (one line) and reported incomplete, so the caller rebuilds it."""
         stats = self._stats(store, ranks)
         stamp = self._stamp_path(store)
-        try:
-            if stamp.stat().st_size < (1 << 24) and \
-                    json.loads(stamp.read_text(encoding="utf-8")) == stats:
-                return True
+        try:  # a stamp another user could have chosen is no proof: the files are hashed
+            with gate.open_trusted(stamp, "r") as f:
+                if json.loads(f.read(1 << 24)) == stats:
+                    return True
         except (OSError, ValueError, RecursionError):
             pass
         for r in ranks:

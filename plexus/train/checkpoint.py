@@ -40,9 +40,10 @@ FORMAT_VERSION = 1
 _MOMENTS = {"adam": {"step", "exp_avg", "exp_avg_sq"}, "adamw": {"step", "exp_avg", "exp_avg_sq"},
             "sgd": {"momentum_buffer"}}
 # Training fields a resumed run must share with its checkpoint: the optimizer's state and the
-# schedule's are only meaningful for these (the epochs, patience and clipping may change)
-_LOOP_KEYS = ("optimizer", "momentum", "lr_schedule", "lr_step", "lr_gamma", "lr_patience",
-              "lr_min")
+# schedule's are only meaningful for these (the epochs, patience and clipping may change); a
+# new --lr is refused, not taken: the saved rates and schedule are those of the old one
+_LOOP_KEYS = ("optimizer", "lr", "momentum", "lr_schedule", "lr_step", "lr_gamma",
+              "lr_patience", "lr_min")
 # Model fields that change the parameter set or shapes, or the function they compute (the
 # activation): a checkpoint is only usable when they match.
 _MODEL_KEYS = ("kind", "num_layers", "hidden", "bias", "learnable_features", "norm", "residual",

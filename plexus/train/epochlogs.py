@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Protocol
 
 from plexus_datasets.base.atomic import UnsafeTargetError, atomic_file, describe_mode, output_target
-from plexus_datasets.base.gate import open_file, summary_writer
+from plexus_datasets.base.gate import open_file, open_trusted, summary_writer
 from plexus.api.training import EpochStats
 
 from .errors import OutputFailed, UsageError, output_failure
@@ -98,10 +98,13 @@ def _csv_line(values) -> str:
 
 def kept_csv_rows(path: Path, until: int) -> list[str]:
     """The whole rows of a CSV log at ``path`` for epochs 1..``until`` (a resumed run keeps them;
-    none when the file is not such a log)."""
+    none when the file is not such a log; `UnsafeTargetError` when another user could have
+    chosen it or may rewrite it)."""
     try:
-        with open(path, encoding="utf-8", newline="") as f:
+        with open_trusted(path, "r") as f:  # the gate: kept rows are this user's own
             text = f.read()
+    except UnsafeTargetError:
+        raise
     except (OSError, UnicodeDecodeError):
         return []
     lines = text.split("\n")[:-1]  # a last line without its newline was cut: dropped

@@ -205,6 +205,7 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         "kept_input": run.model.net.kept_input,  # layer 0's features gathered once at set-up
         "dtype": run.plan.engine.dtype,  # the computation's precision
         "comm_dtype": run.plan.engine.comm_dtype,  # activations' and gradients' wire precision
+        "spmm": run.plan.engine.spmm_backend,  # the sparse products' backend (--spmm)
         # ... and one by one, named where issued (set-up, training steps, evaluations)
         "comm_collectives": collective_account(
             run.comm.ledger.collectives, run.comm.ledger.names, run.grid.shape, len(history)),

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any, Mapping, Sequence
 
 from plexus_datasets.base.atomic import UnsafeTargetError, output_target, replace_into
-from plexus_datasets.base.gate import make_folder
+from plexus_datasets.base.gate import make_folder, open_trusted
 from plexus_partition.model.model import DEFAULT_ACTIVATION
 from plexus.api.training import DEFAULT_DTYPE, BestEpoch, EpochStats
 from plexus.core.units import format_bytes, format_seconds
@@ -65,13 +65,16 @@ BestRecord = BestEpoch
 def kept_json_records(paths: Sequence[Path], until: int) -> list[str]:
     """The epoch lines, epochs 1..``until``, of the first of ``paths`` (regular files only) that
     is a readable JSON log; a resumed run keeps them. Lines that are not whole JSON objects
-    with an epoch (a line cut by a kill, a summary, someone else's file) are dropped."""
+    with an epoch (a line cut by a kill, a summary, someone else's file) are dropped; a file
+    another user could have chosen or may rewrite is refused (`UnsafeTargetError`, one line)."""
     for path in paths:
         try:
             if not stat.S_ISREG(os.lstat(path).st_mode):
                 continue
-            with open(path, encoding="utf-8") as f:
+            with open_trusted(path, "r") as f:  # the gate: kept lines are this user's own
                 lines = f.read().split("\n")[:-1]  # a last line without its newline was cut
+        except UnsafeTargetError:
+            raise
         except (OSError, UnicodeDecodeError):
             continue
         kept, last = [], 0

@@ -14,7 +14,7 @@ from plexus_datasets.base.atomic import UnsafeTargetError
 from plexus.core.units import format_bytes
 from plexus.api.training import DEFAULT_DTYPE, Comm, EpochStats, Grid, Trainer
 from plexus_datasets.spec import feature_mode
-from plexus_partition import RankShard
+from plexus_partition import RankShard, read_manifest, store_split
 from plexus_partition.model.model import DEFAULT_ACTIVATION, ModelConfig
 from plexus_partition.launch.env import THREADS_ENV, available_cores, env_threads
 from plexus.runtime.progress import start_beacon
@@ -168,10 +168,12 @@ class Run:
 
 def data_note(plan: ResolvedRun) -> str:
     """What the first line says of the data a --dataset run made: its features' scaling
-    (--features, resolved for the format) and a --split-seed apart from --seed ('' for --shards:
-    the store holds what its partitioner read)."""
+    (--features, resolved for the format) and a --split-seed apart from --seed; of a --shards
+    store, the split it carries (its features are what its partitioner read; '' for the
+    cache's store of a --dataset run)."""
     if plan.shards:
-        return ""
+        return "" if plan.cache is not None else \
+            f", {store_split(read_manifest(plan.shards))}"
     mode = feature_mode(plan.dataset, plan.features)
     text = ", features row-normalized" if mode == "row" else ", features raw"
     text += " (--features auto)" if plan.features == "auto" else ""

@@ -100,6 +100,30 @@ def test_a_trusted_read_of_ones_own_file(tmp_path):
         gate.open_trusted(tmp_path / "absent")
 
 
+@pytest.mark.parametrize("mode", [0o666, 0o646, 0o664])
+def test_a_trusted_read_of_a_file_others_may_rewrite_is_refused(mode, tmp_path, monkeypatch):
+    state = tmp_path / "state.json"
+    state.write_text("{}")
+    state.chmod(mode)
+    if mode == 0o664:  # the group's write bit counts unless the group is this user's alone
+        monkeypatch.setattr(gate, "_private_group", lambda gid: False)
+    with pytest.raises(UnsafeTargetError) as e:
+        gate.open_trusted(state)
+    assert_one_line(e, str(state), f"writable by others (mode {mode:o})",
+                    f"chmod go-w {state}")
+    monkeypatch.setattr(gate, "_private_group", lambda gid: True)
+    if mode == 0o664:  # a user private group (umask 002): still this user's own
+        with gate.open_trusted(state, "r") as f:
+            assert f.read() == "{}"
+
+
+def test_a_trusted_read_says_read_not_write(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UnsafeTargetError) as e:
+        gate.open_trusted(tmp_path / "file" / "below")
+    assert_one_line(e, "cannot read there")
+
+
 def test_a_trusted_read_of_a_fifo_is_refused_without_blocking(tmp_path):
     os.mkfifo(tmp_path / "pipe")
     with pytest.raises(UnsafeTargetError) as e:

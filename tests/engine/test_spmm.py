@@ -8,6 +8,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from helpers import shipped_torch_sparse
 from plexus.engine.spmm import REDUCE_MIN_WIDTH, SparseBlock, available_backends
 
 
@@ -30,12 +31,7 @@ def test_block_products_equal_dense(backend, width):
 def test_the_shipped_torch_sparse_wheel_is_installed_and_used():
     # ./run installs ../shared/wheels' torch-sparse into an environment of the torch and Python
     # it was built for; there the backend must load (and every test above runs it too)
-    import sys
-    from pathlib import Path
-    wheels = list((Path(__file__).resolve().parents[2].parent / "shared" / "wheels")
-                  .glob("torch_sparse-*-cp311-*.whl"))
-    if not wheels or sys.version_info[:2] != (3, 11) or not torch.__version__.startswith(
-            "2.13.0") or torch.version.cuda:
+    if not shipped_torch_sparse():
         pytest.skip("no torch-sparse wheel for this torch and Python")
     assert "torch-sparse" in available_backends()
     a = sp.random(50, 40, density=0.1, random_state=0, format="csr", dtype=np.float32)

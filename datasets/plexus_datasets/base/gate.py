@@ -24,8 +24,10 @@ The openers every module writes through (tests/docs/test_one_gate_for_writes.py 
 write): `make_folder`, `temp_folder`, `probe_folder`, `run_folder` (a run's own folder, never
 one of the system's: ``--checkpoint /``), `open_file` (a descriptor), `open_stream` (a file
 object, only ever a regular file), `save_text`, `summary_writer` (TensorBoard's), and
-`open_trusted`: a file read as this user's own state (a checkpoint, a calibration), refused by
-the same rules and also when another uid owns it, read from the descriptor it checked.
+`open_trusted`: a file read as this user's own state (a checkpoint, a calibration or machine
+file, a shard store's manifest and rank files, a sweep's manifest, the cache's records, the log
+lines a resumed run keeps), refused by the same rules and also when another uid owns it or
+others may rewrite it, read from the descriptor it checked.
 """
 
 from __future__ import annotations
@@ -92,10 +94,12 @@ def _folder_refusal(folder: str, fst: os.stat_result, entry: str,
     return f"{folder} is {who}{plain}: another user could swap {entry}"
 
 
-def write_target(path: str | os.PathLike, *, directory: bool = False) -> Path:
+def write_target(path: str | os.PathLike, *, directory: bool = False,
+                 purpose: str = "write") -> Path:
     """The absolute path a write to ``path`` lands on, every link on the way followed once it
     is proven safe. Raises `UnsafeTargetError` (nothing written) when another user could have
-    chosen it (the module's rules), or when a component on the way is not a directory."""
+    chosen it (the module's rules), or when a component on the way is not a directory;
+    ``purpose`` ("write", "read") is the verb of its message."""
     given = os.fspath(Path(path).expanduser())
     todo = [c for c in os.path.abspath(given).split("/") if c]
     done: list[str] = []
@@ -120,13 +124,13 @@ def write_target(path: str | os.PathLike, *, directory: bool = False) -> Path:
         except OSError as e:
             why = "a component on the way is not a directory" if e.errno == errno.ENOTDIR \
                 else (e.strerror or str(e))
-            raise UnsafeTargetError(f"{given}: cannot write there ({why})") from None
+            raise UnsafeTargetError(f"{given}: cannot {purpose} there ({why})") from None
         if est is not None and stat.S_ISLNK(est.st_mode):
             if est.st_uid not in (0, _me()) or _others_can_write(fst):
                 how = (f"owned by uid {est.st_uid}" if est.st_uid not in (0, _me())
                        else f"in {folder}, which others can write")
                 raise UnsafeTargetError(f"{given}: {subject} is a symlink another user could "
-                                        f"have made ({how}); refusing to write through it "
+                                        f"have made ({how}); refusing to {purpose} through it "
                                         "(give the real path)")
             links += 1
             if links > _MAX_LINKS:
@@ -138,7 +142,7 @@ def write_target(path: str | os.PathLike, *, directory: bool = False) -> Path:
             continue
         why = _folder_refusal(folder, fst, subject, est)
         if why is not None:
-            raise UnsafeTargetError(f"{given}: {why}; refusing to write there (use a folder "
+            raise UnsafeTargetError(f"{given}: {why}; refusing to {purpose} there (use a folder "
                                     "only you can write, e.g. under your home)")
         if est is None:  # the rest is made by this user's write
             rest = os.path.normpath(os.path.join(entry, *todo)) if todo else entry
@@ -147,17 +151,18 @@ def write_target(path: str | os.PathLike, *, directory: bool = False) -> Path:
         if est.st_uid != _me() and (last or est.st_uid != 0):
             kind = "folder" if stat.S_ISDIR(est.st_mode) or not last else "file"
             raise UnsafeTargetError(f"{given}: {subject} is owned by uid {est.st_uid}, not "
-                                    f"{_me()}; refusing to write another user's {kind} (give "
+                                    f"{_me()}; refusing to {purpose} another user's {kind} (give "
                                     "a path of your own)")
         if not last and not stat.S_ISDIR(est.st_mode):
-            raise UnsafeTargetError(f"{given}: cannot write there ({entry} is not a directory)")
+            raise UnsafeTargetError(f"{given}: cannot {purpose} there ({entry} is not a "
+                                    "directory)")
         done.append(name)
         fst = est
     final = "/" + "/".join(done)
     if directory and stat.S_ISDIR(fst.st_mode) and _others_can_write(fst) \
             and not fst.st_mode & stat.S_ISVTX:
         raise UnsafeTargetError(f"{given}: a folder others can write (mode "
-                                f"{stat.S_IMODE(fst.st_mode):o}); refusing to write in it "
+                                f"{stat.S_IMODE(fst.st_mode):o}); refusing to {purpose} in it "
                                 f"(chmod go-w {final}, or use a folder only you can write)")
     return Path(final)
 
@@ -267,21 +272,35 @@ def summary_writer(logdir: str | os.PathLike, **kwargs: Any) -> Any:
     return SummaryWriter(str(make_folder(logdir)), **kwargs)
 
 
+def _trusted_refusal(real: Path, st: os.stat_result) -> str | None:
+    """Why the open file ``st`` (at ``real``) is not this user's own state (None: it is): not a
+    regular file, another uid's, or a file others may rewrite (others' write bit, the group's
+    unless it is this user's private group), each with its fix."""
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file; refusing to read it as this user's state (give the file)"
+    if st.st_uid != _me():
+        return (f"owned by uid {st.st_uid}, not {_me()}; refusing to read another user's file "
+                "as this user's state (give a file of your own)")
+    if _others_can_write(st):
+        return (f"writable by others (mode {stat.S_IMODE(st.st_mode):o}); refusing to read it "
+                f"as this user's state (chmod go-w {real}, once you know its content is yours)")
+    return None
+
+
 def open_trusted(path: str | os.PathLike, mode: str = "rb") -> IO[Any]:
     """A file the tools read as their own state (a checkpoint, a calibration or machine file),
     opened for reading (``mode`` "rb" or "r": UTF-8) and held by its descriptor while it is
     read: refused (`UnsafeTargetError`, nothing read) when another user could have chosen it,
     by `write_target`'s rules (their link on the way, their file, a folder they can write),
-    or when it is not a regular file (never a FIFO: nothing blocks); `FileNotFoundError`
-    when nothing is there."""
-    real = write_target(path)  # this user's own links followed, as a write would
+    when others may rewrite the file itself (its mode), or when it is not a regular file (never
+    a FIFO: nothing blocks); `FileNotFoundError` when nothing is there."""
+    real = write_target(path, purpose="read")  # this user's own links followed, as a write
     fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != _me():
-            why = ("not a regular file" if not stat.S_ISREG(st.st_mode)
-                   else f"owned by uid {st.st_uid}, not {_me()}")
-            raise UnsafeTargetError(f"{path}: {why}; refusing to read it as this user's state")
+        why = _trusted_refusal(real, st)
+        if why is not None:
+            raise UnsafeTargetError(f"{path}: {why}")
         os.set_blocking(fd, True)
         return os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
     except BaseException:

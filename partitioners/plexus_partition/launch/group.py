@@ -66,6 +66,10 @@ def init_process_group(env: JobEnv, timeout_s: float, cpu: bool = False,
                                     init_method=f"tcp://{env.master_addr}:{env.master_port}",
                                     rank=env.rank, world_size=env.world_size, timeout=timeout)
     except dist.DistError as e:  # a peer that never came, a port taken, an address unreachable
+        if env.rank == 0 and "EADDRINUSE" in str(e):  # its own cause, its own fix
+            raise LaunchError(f"rank 0 cannot listen on MASTER_PORT {env.master_port}: another "
+                              "process holds it (another job, perhaps another user's); give "
+                              "every rank of the job a free MASTER_PORT") from None
         raise LaunchError(f"could not join the job of {env.world_size} ranks at "
                           f"{env.master_addr}:{env.master_port} within {timeout_s:g} s "
                           f"({type(e).__name__}: {' '.join(str(e).split())[:160]}); start "

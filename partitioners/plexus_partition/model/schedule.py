@@ -124,8 +124,10 @@ class Collective:
 SPARSE_MODES = ("auto", "on", "off")
 #: The two sparse exchanges: "sum" adds partials that are zero outside the rows a rank's Â
 #: block touches (sparse reduce-scatter, then the all-gather); "gather" hands each rank only the
-#: rows its block reads of a sum (the reduce-scatter, then a sparse all-gather), the adjoint.
-EXCHANGES = ("sum", "gather")
+#: rows its block reads of a sum (the reduce-scatter, then a sparse all-gather), the adjoint;
+#: "input" is a sum (the same two collectives) of a stage's input gradient Â_blkᵀ·dAGG over
+#: depth, zero outside the columns the rank's block touches (`KindSpec.reads_input_by_aggregation`).
+EXCHANGES = ("sum", "gather", "input")
 
 #: (stage, exchange, axis, rows of the tensor, ranks on the axis) -> (rows this rank sends, the
 #: most rows any rank of the axis sends) in that stage's exchange
@@ -173,7 +175,7 @@ def exchange_names(name: str, sparse: str) -> dict[str, str]:
     what = name[name.index("("):] if "(" in name else f"({name})"
     if sparse == "gather":
         return {"reduce_scatter": "RS" + what, "all_to_all": "SAG" + what}
-    return {"all_to_all": "SRS" + what, "all_gather": "AG" + what}
+    return {"all_to_all": "SRS" + what, "all_gather": "AG" + what}  # "sum" and "input"
 
 
 def estimated_rows(mean_degree: float) -> SentRows:
@@ -236,7 +238,8 @@ class _Schedule:
         """``add(name, phase, op, axis, size, itemsize=None, rows=None, sparse=None)`` for a
         stage's declarations; ``rows``: the all-reduce's tensor has ``rows`` rows, of which
         this rank's Â block touches only some; ``sparse``: its partial is zero elsewhere
-        ("sum") or the rank reads only those ("gather"), so a sparse exchange may carry it."""
+        ("sum"; "input": a stage's input gradient, zero outside the block's touched columns) or
+        the rank reads only those ("gather"), so a sparse exchange may carry it."""
         def add(name: str, phase: str, op: str, axis: str, size: int,
                 itemsize: int | None = None, rows: int | None = None,
                 sparse: str | None = None) -> None:
@@ -283,7 +286,9 @@ class _Schedule:
             add("AR(db)", "backward", "all_reduce", p.out_rows, div(z.D2, z.size(p.out_cols)))
         self.operator(p.op, add, z, "backward")
         if p.index > 0:
-            add("AR(dH)", "backward", "all_reduce", p.depth, z.h_in)
+            sparse = "input" if OPERATORS[p.op].reads_input_by_aggregation(p) else None
+            add("AR(dH)", "backward", "all_reduce", p.depth, z.h_in, rows=div(z.n, z.o),
+                sparse=sparse)
         elif z.learnable_features:
             add("RS(dH)", "backward", "reduce_scatter", p.depth, z.h_in)
 

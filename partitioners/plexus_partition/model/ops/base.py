@@ -289,19 +289,24 @@ class KindSpec:
         them with other stages); else it holds what it needs in `memory`'s ``resident``."""
         return False
 
+    def reads_input_by_aggregation(self, plan: LayerPlan) -> bool:
+        """Whether the stage's input reaches the loss only through its block of Â (aggregate
+        first, the plain block: Â_blk·H): its gradient Â_blkᵀ·dAGG is then zero outside the
+        block's touched columns, so the sum AR(dH) over depth may travel as a sparse exchange
+        ("input", `plexus_partition.model.schedule`)."""
+        return False
+
     def adds_input(self, plan: LayerPlan) -> bool:
         """Whether the stage adds its input to its output (a residual connection; PyG's stack
         adds it after the layer)."""
         return False
 
     def reads(self, plan: LayerPlan) -> tuple[int, ...]:
-        """The earlier stages whose outputs (after their activation) the stage reads (GCNII's
-        H⁰), handed to it in its input's layout by the model or the stage before (`carries`)."""
+        """Earlier stages whose activated outputs it reads (GCNII's H⁰), in its input's layout."""
         return stage_option(plan, "reads", ())
 
     def carries(self, plan: LayerPlan) -> bool:
-        """Whether the stage hands the outputs it `reads` on in the next stage's input layout
-        (that stage reads them too), moved by its torch code: their collectives are its own."""
+        """Whether it hands what it `reads` on in the next stage's layout (its own collectives)."""
         return stage_option(plan, "carries", False)
 
     def learns_eps(self, plan: LayerPlan) -> bool:
@@ -414,8 +419,7 @@ class ModelKind:
     #: (config, layer) -> that layer's stages' operators (None: ``stage_ops``; APPNP's MLP's)
     layer_ops: Callable[[Any, int], tuple[str, ...]] | None = None
     #: (config, layer, in, out) -> that layer's PyG modules (`plexus.engine.pygmodel.pyg_spec`)
-    pyg_layer: Callable[[Any, int, int, int], dict | None] = field(
-        default=lambda cfg, layer, d_in, d_out: None)
+    pyg_layer: Callable[[Any, int, int, int], dict | None] = field(default=lambda *a: None)
 
     def ops_of_layer(self, cfg: Any, layer: int) -> tuple[str, ...]:
         """The operators of GNN layer ``layer``'s stages under ``cfg``."""

@@ -65,6 +65,10 @@ class ConvOperator(KindSpec):
     def gathers_wr(self, plan) -> bool:
         return self.root(plan).learned
 
+    def reads_input_by_aggregation(self, plan) -> bool:
+        """Aggregate first without a root term (GCN without a residual): H meets only Â_blk."""
+        return plan.order == "agg" and not self.root(plan).stacked and not self.adds_input(plan)
+
     def uses_plain_block(self, plan) -> bool:
         """Without a root term the stage multiplies by the shard's block (and its transpose);
         with one, by its own stacked copy [Â; S] or [Â | S] and that copy's transpose."""
