@@ -213,7 +213,7 @@ def gatv2(add, z, phase: str) -> None:
 
 
 #: operator name -> its moved declaration (a graph convolution's: `conv`)
-DECLARED = {"gat": gat, "dense": dense, "batchnorm": batchnorm, "appnp": appnp, "gcn2": gcn2,
+DECLARED = {"gat": gat, "dense": dense, "batchnorm": batchnorm, "appnp": appnp, "gcnii": gcn2,
             "gatv2": gatv2}
 
 

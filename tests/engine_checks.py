@@ -886,8 +886,8 @@ KIND2_MODELS = {
     "appnp": ModelConfig(3, HIDDEN, 0.5, kind="appnp", hops=3, teleport=0.2),
     "appnp-one-layer-nobias": ModelConfig(1, HIDDEN, 0.5, kind="appnp", hops=2, bias=False),
     # GCNII: three GCN2Conv layers reading H⁰ (two carry it on), then two with two weights
-    "gcn2": ModelConfig(5, HIDDEN, 0.5, kind="gcn2", alpha=0.2, theta=0.7),
-    "gcn2-two-weights": ModelConfig(4, HIDDEN, 0.5, kind="gcn2", shared_weights=False),
+    "gcnii": ModelConfig(5, HIDDEN, 0.5, kind="gcnii", alpha=0.2, theta=0.7),
+    "gcnii-two-weights": ModelConfig(4, HIDDEN, 0.5, kind="gcnii", shared_weights=False),
     # GATv2: 2 heads concatenated, then 4 averaged; 3 heads with BatchNorm, learnable features;
     # attention dropout on in both (hidden 3·2 and 2·3: no axis divides a head's width)
     "gatv2": ModelConfig(3, 3, 0.5, kind="gatv2", heads=2, out_heads=4, attn_dropout=0.3),

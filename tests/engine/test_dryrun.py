@@ -65,7 +65,7 @@ def stages(kind: str, grid, order: str, learnable: bool, num_layers: int = 3, **
 KINDS = [("gcn", {}), ("gcn", {"residual": True}), ("sage", {}), ("gin", {"train_eps": True}),
          ("mlp", {}), ("gat", {"heads": 2, "out_heads": 3}), ("graphconv", {}),
          ("appnp", {"hops": 3}), ("appnp", {"num_layers": 1, "hops": 1, "bias": False}),
-         ("gcn2", {"num_layers": 5}), ("gcn2", {"shared_weights": False}),
+         ("gcnii", {"num_layers": 5}), ("gcnii", {"shared_weights": False}),
          ("gatv2", {"heads": 2, "out_heads": 3}), ("gatv2", {"bias": False})]
 
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 SPEC = "rmat:scale=7,features=12,classes=4"
 KINDS = {"appnp": ("--layers", "2", "--hops", "3", "--teleport", "0.2"),
-         "gcn2": ("--layers", "4", "--alpha", "0.2", "--theta", "0.7", "--no-shared-weights"),
+         "gcnii": ("--layers", "4", "--alpha", "0.2", "--theta", "0.7", "--no-shared-weights"),
          "gatv2": ("--layers", "2", "--hidden", "4", "--heads", "2", "--out-heads", "3",
                    "--attn-dropout", "0.3")}
 # sparse exchanges off: their rows come from the graph, which the model prices per grid only

@@ -56,8 +56,8 @@ CONFIGS = {
     "appnp-1layer-nobias-elu": ModelConfig(1, HIDDEN, 0.0, kind="appnp", hops=2, bias=False,
                                            activation="elu"),
     # GCNII: Linear, 3 GCN2Conv (β from each layer's index), Linear; two weights, no bias
-    "gcn2": ModelConfig(5, HIDDEN, 0.0, kind="gcn2", alpha=0.2, theta=0.7),
-    "gcn2-two-weights-nobias": ModelConfig(4, HIDDEN, 0.0, kind="gcn2", shared_weights=False,
+    "gcnii": ModelConfig(5, HIDDEN, 0.0, kind="gcnii", alpha=0.2, theta=0.7),
+    "gcnii-two-weights-nobias": ModelConfig(4, HIDDEN, 0.0, kind="gcnii", shared_weights=False,
                                            bias=False),
     # GATv2: 2 heads concatenated, then 3 averaged; with BatchNorm (Wl's and Wr's biases stay)
     "gatv2": ModelConfig(3, 4, 0.0, kind="gatv2", heads=2, out_heads=3, negative_slope=0.1),
@@ -270,7 +270,7 @@ def test_gcn2_equals_pygs_gcn2conv_between_two_linears(directed, shared):
     from torch_geometric.nn import GCN2Conv
 
     g = directed_toy_graph() if directed else toy_graph()
-    cfg = ModelConfig(4, HIDDEN, 0.0, kind="gcn2", alpha=0.2, theta=0.7, shared_weights=shared)
+    cfg = ModelConfig(4, HIDDEN, 0.0, kind="gcnii", alpha=0.2, theta=0.7, shared_weights=shared)
     serial = SerialModel(g, cfg, seed=4)
     lins = [_linear(serial, 0), _linear(serial, 3)]
     convs = [GCN2Conv(HIDDEN, 0.2, 0.7, layer, shared_weights=shared) for layer in (1, 2)]

@@ -140,7 +140,7 @@ class ModelConfig:
     - "mlp": H' = H·W + b (no graph: dense stages only);
     - "appnp": Linear layers (dense stages), the last one's output Z⁰ propagated ``hops`` times
       as Z ← (1-α)·Â·Z + α·Z⁰ (PyG's APPNP after an MLP, α ``teleport``);
-    - "gcn2": a Linear map giving H⁰, GCN2Conv layers ((1-α)·Â·H + α·H⁰)·((1-β)·I + β·W) with
+    - "gcnii": a Linear map giving H⁰, GCN2Conv layers ((1-α)·Â·H + α·H⁰)·((1-β)·I + β·W) with
       β = log(θ/ℓ + 1), then a Linear map (``alpha``, ``theta``, ``shared_weights``).
 
     ``norm`` "batch" puts a BatchNorm (statistics over all real nodes) after every layer but the

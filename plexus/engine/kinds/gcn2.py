@@ -11,7 +11,7 @@ from .base import KindLayer
 
 
 class GCN2(KindLayer):
-    name = "gcn2"
+    name = "gcnii"
 
     def beta(self, cfg, layer: int) -> float:
         """The identity map's β of GNN layer ``layer``: log(θ/ℓ + 1)."""

@@ -44,7 +44,7 @@ class StageOptions:
 
 
 class GCN2(KindSpec):
-    name = "gcn2"
+    name = "gcnii"
     has_bias = False  # GCN2Conv has none
 
     def stage_order(self, conv_order: str) -> str:
@@ -102,11 +102,11 @@ def _conv(cfg, layer: int) -> bool:
 
 
 KIND = ModelKind(
-    "gcn2", ("gcn2",), "gcn", "GCN2Conv", ("convs.{l}.",),
+    "gcnii", ("gcnii",), "gcn", "GCN2Conv", ("convs.{l}.",),
     "GCN2Conv (GCNII) between two Linear maps: --layers counts them too (L-2 GCNII layers), "
     "each reading the first map's output H⁰ (PyG's examples/gcn2_cora.py)",
     options=Options,
-    layer_ops=lambda cfg, layer: ("gcn2",) if _conv(cfg, layer) else ("dense",),
+    layer_ops=lambda cfg, layer: ("gcnii",) if _conv(cfg, layer) else ("dense",),
     stage_options=lambda cfg, layer, pos, d_in, d_out: StageOptions(
         (0,), layer < cfg.num_layers - 2, cfg.options.shared_weights)
     if _conv(cfg, layer) else None,
