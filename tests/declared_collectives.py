@@ -1,9 +1,10 @@
 """The hand-written collectives of every kind, whose schedule is now recorded from a dry run of
 its torch code (`plexus.engine.dryrun`): the graph convolutions (GCN, SAGE, GIN, GraphConv),
 GAT, the dense stage and BatchNorm, as `plexus_partition.model.ops` declared them before
-(moved here unchanged but for the form), the independent
-oracle `tests/engine/test_dryrun.py` checks the recording against. Each function is
-``(add, z, phase)``, ``add`` the schedule's (name, phase, op, axis, size, itemsize=None) and
+(moved here unchanged but for the form), and APPNP's, GCNII's and GATv2's, written by hand from
+docs/design.md's tables: the independent oracle `tests/engine/test_dryrun.py` checks the
+recording against. Each function is ``(add, z, phase)``, ``add`` the schedule's (name, phase,
+op, axis, size, itemsize=None) and
 ``z`` a stage's `plexus_partition.model.ops.base.StageSizes`; "backward" is the phase of the
 backward's."""
 
@@ -24,6 +25,22 @@ def _concat(plan) -> bool:
     return getattr(plan.options, "concat", True)
 
 
+def _attention(add, z, phase: str) -> None:
+    """GAT's and GATv2's softmax statistics over o and α-weighted aggregation (averaged heads:
+    RS over d first); backward the softmax's row sums and, averaged, AG(dOUT) over d."""
+    p, n, H = z.plan, z.n, _heads(z.plan)
+    if phase != "backward":
+        add("AR-MAX(e)", phase, "all_reduce", p.outer, div(n * H, z.i), STAT_BYTES)
+        add("AR-SUM(e)", phase, "all_reduce", p.outer, div(n * H, z.i), STAT_BYTES)
+        if not _concat(p):
+            add("RS(OUT)", phase, "reduce_scatter", p.depth, div(n * z.D2, z.i))
+        add("AR(OUT)", phase, "all_reduce", p.outer, div(n * z.D2, z.i * z.d))
+        return
+    if not _concat(p):
+        add("AG(dOUT)", "backward", "all_gather", p.depth, div(n * z.D2, z.i))
+    add("AR(Σα·dα)", "backward", "all_reduce", p.outer, div(n * H, z.i), STAT_BYTES)
+
+
 def gat(add, z, phase: str) -> None:
     """GAT (combine first): Z = H·W, the node scores, the edge softmax's row statistics, the
     α-weighted aggregation per head, concatenated or averaged."""
@@ -34,15 +51,9 @@ def gat(add, z, phase: str) -> None:
         add("AR(Z)", phase, "all_reduce", i, div(n * z.Di, z.o * z.d))
         add("AR(s)", phase, "all_reduce", d, div(n * 2 * H, z.o), STAT_BYTES)
         add("AR(s→rows)", phase, "all_reduce", o, div(n * H, z.i), STAT_BYTES)
-        add("AR-MAX(e)", phase, "all_reduce", o, div(n * H, z.i), STAT_BYTES)
-        add("AR-SUM(e)", phase, "all_reduce", o, div(n * H, z.i), STAT_BYTES)
-        if not _concat(p):
-            add("RS(OUT)", phase, "reduce_scatter", d, div(n * z.D2, z.i))
-        add("AR(OUT)", phase, "all_reduce", o, div(n * z.D2, z.i * z.d))
+        _attention(add, z, phase)
         return
-    if not _concat(p):
-        add("AG(dOUT)", "backward", "all_gather", d, div(n * z.D2, z.i))
-    add("AR(Σα·dα)", "backward", "all_reduce", o, div(n * H, z.i), STAT_BYTES)
+    _attention(add, z, phase)
     add("AR(ds→rows)", "backward", "all_reduce", o, div(n * H, z.i), STAT_BYTES)
     add("AR(ds)", "backward", "all_reduce", d, div(n * 2 * H, z.o), STAT_BYTES)
     for axis in (o, i):  # a is replicated over o and i, its gradient partial over both
@@ -117,8 +128,93 @@ def conv(add, z, phase: str) -> None:
             add(f"RS(d{w})", "backward", "reduce_scatter", o, div(D * D2, z.i * z.d))
 
 
+def appnp(add, z, phase: str) -> None:
+    """APPNP's propagating stage (combine first, written by hand from docs/design.md's table):
+    Z = H·W as a dense stage's, b's gradient over o and i, S·Z⁰ over o, each hop's Â·Z over o
+    and (all but the last) Sᵀ·Z over i, whose backward marks sum over o and over i."""
+    p, n, hops = z.plan, z.n, z.plan.options.hops
+    o, i = p.outer, p.inner
+    nodes, rows = div(n * z.D2, z.o * z.d), div(n * z.D2, z.i * z.d)  # Z's rows, Â's rows
+    if phase != "backward":
+        add("AG(W)", phase, "all_gather", o, div(z.D * z.D2, z.i * z.d))
+        add("AR(Z)", phase, "all_reduce", i, nodes)
+        add("AR(S·Z⁰)", phase, "all_reduce", o, rows)
+        for k in range(hops):
+            add("AR(Â·Z)", phase, "all_reduce", o, rows)
+            if k < hops - 1:
+                add("AR(Sᵀ·Z)", phase, "all_reduce", i, nodes)
+        return
+    for _ in range(hops - 1):
+        add("AR(dZ)", "backward", "all_reduce", o, rows)
+        add("AR(dZ)", "backward", "all_reduce", i, nodes)
+    if p.bias:
+        for axis in (o, i):
+            add("AR(db)", "backward", "all_reduce", axis, div(z.D2, z.d))
+    add("AR(dZ)", "backward", "all_reduce", i, nodes)
+    add("RS(dW)", "backward", "reduce_scatter", o, div(z.D * z.D2, z.i * z.d))
+
+
+def gcn2(add, z, phase: str) -> None:
+    """A GCNII stage (aggregate first, by hand from docs/design.md's table): Â·H and S·H⁰
+    over o, each weight's AG over d and its product's AR(OUT) over i, H⁰ handed on (S·H⁰·I,
+    AR over i) where the next stage reads it; backward H⁰'s AR over d, the two marks over o,
+    each weight's RS over d."""
+    p, n = z.plan, z.n
+    o, i, d = p.outer, p.inner, p.depth
+    weights = 1 if getattr(p.options, "shared_weights", True) else 2
+    agg, out = div(n * z.D, z.d * z.i), div(n * z.D2, z.d * z.o)
+    carries = getattr(p.options, "carries", False)
+    if phase != "backward":
+        add("AR(AGG)", phase, "all_reduce", o, agg)
+        add("AR(S·H⁰)", phase, "all_reduce", o, agg)
+        for _ in range(weights):
+            add("AG(W)", phase, "all_gather", d, div(z.D * z.D2, z.i * z.o))
+            add("AR(OUT)", phase, "all_reduce", i, out)
+        if carries:
+            add("AR(OUT)", phase, "all_reduce", i, out)
+        return
+    add("AR(dH⁰)", "backward", "all_reduce", d, z.h_in)
+    add("AR(dAGG)", "backward", "all_reduce", o, agg)
+    add("AR(dS·H⁰)", "backward", "all_reduce", o, agg)
+    for _ in range(weights):
+        add("RS(dW)", "backward", "reduce_scatter", d, div(z.D * z.D2, z.i * z.o))
+
+
+def gatv2(add, z, phase: str) -> None:
+    """GATv2 (combine first, by hand from docs/design.md's table): Zl and Zr as GAT's Z, Zr to
+    Â's rows, both and a gathered over d (their gradients reduce-scattered), GAT's softmax
+    statistics and aggregation; the biases of Wl and Wr summed over o and i."""
+    p, n = z.plan, z.n
+    o, i, d = p.outer, p.inner, p.depth
+    nodes, rows = div(n * z.Di, z.o * z.d), div(n * z.Di, z.i * z.d)
+    if phase != "backward":
+        for _ in ("Zl", "Zr"):
+            add("AG(W)", phase, "all_gather", o, div(z.D * z.Di, z.i * z.d))
+            add("AR(Z)", phase, "all_reduce", i, nodes)
+        add("AR(S·Zr)", phase, "all_reduce", o, rows)
+        add("AG(Z)", phase, "all_gather", d, div(n * z.Di, z.o))
+        add("AG(Z)", phase, "all_gather", d, div(n * z.Di, z.i))
+        add("AG(a)", phase, "all_gather", d, z.Di)
+        _attention(add, z, phase)
+        return
+    _attention(add, z, phase)
+    add("RS(da)", "backward", "reduce_scatter", d, z.Di)
+    add("RS(dZ)", "backward", "reduce_scatter", d, div(n * z.Di, z.o))
+    add("RS(dZ)", "backward", "reduce_scatter", d, div(n * z.Di, z.i))
+    add("AR(dZr→rows)", "backward", "all_reduce", o, rows)
+    for axis in (o, i):  # a and the biases are replicated over o and i
+        add("AR(da)", "backward", "all_reduce", axis, div(z.Di, z.d))
+        if getattr(p.options, "lin_bias", True):
+            for _ in ("bl", "br"):
+                add("AR(db)", "backward", "all_reduce", axis, div(z.Di, z.d))
+    for _ in ("Zl", "Zr"):
+        add("AR(dZ)", "backward", "all_reduce", i, nodes)
+        add("RS(dW)", "backward", "reduce_scatter", o, div(z.D * z.Di, z.i * z.d))
+
+
 #: operator name -> its moved declaration (a graph convolution's: `conv`)
-DECLARED = {"gat": gat, "dense": dense, "batchnorm": batchnorm}
+DECLARED = {"gat": gat, "dense": dense, "batchnorm": batchnorm, "appnp": appnp, "gcnii": gcn2,
+            "gatv2": gatv2}
 
 
 def declaration(op: str):

@@ -877,14 +877,70 @@ def run_model_checks(grids: list[tuple[int, int, int]], epochs: int = 20) -> dic
     return on_every_grid(grids, checks)
 
 
+# The kinds of issue 57 (PyG's APPNP after an MLP, GCN2Conv, GATv2Conv) against their serial
+# references (themselves PyG's: tests/engine/test_pyg_reference.py) on 1x1x1, 2x1x2 and 2x2x1,
+# dropout on: logits, loss and every gradient of a step, the loss curve, the ledger against the
+# schedule (the dry run of their torch code), undirected and directed.
+KIND2_GRIDS = {(1, 1, 1), (2, 1, 2), (2, 2, 1)}
+KIND2_MODELS = {
+    "appnp": ModelConfig(3, HIDDEN, 0.5, kind="appnp", hops=3, teleport=0.2),
+    "appnp-one-layer-nobias": ModelConfig(1, HIDDEN, 0.5, kind="appnp", hops=2, bias=False),
+    # GCNII: three GCN2Conv layers reading H⁰ (two carry it on), then two with two weights
+    "gcnii": ModelConfig(5, HIDDEN, 0.5, kind="gcnii", alpha=0.2, theta=0.7),
+    "gcnii-two-weights": ModelConfig(4, HIDDEN, 0.5, kind="gcnii", shared_weights=False),
+    # GATv2: 2 heads concatenated, then 4 averaged; 3 heads with BatchNorm, learnable features;
+    # attention dropout on in both (hidden 3·2 and 2·3: no axis divides a head's width)
+    "gatv2": ModelConfig(3, 3, 0.5, kind="gatv2", heads=2, out_heads=4, attn_dropout=0.3),
+    "gatv2-batchnorm": ModelConfig(2, 2, 0.5, kind="gatv2", heads=3, norm="batch",
+                                   attn_dropout=0.5, learnable_features=True),
+}
+KIND2_CHECKS = [f"{graph}/{name}/{kind}" for graph in ("undirected", "directed")
+                for name in KIND2_MODELS for kind in ("step", "train", "ledger")]
+#: the losses of the grid and the serial model, epoch by epoch, at most this far apart
+KIND2_LOSS_ATOL = 1e-5
+
+
+def check_loss_curve(grid: Grid, g: Graph, cfg: ModelConfig, epochs: int) -> list[str]:
+    """`check_training`, and every epoch's loss within `KIND2_LOSS_ATOL` of the serial
+    model's (absolute)."""
+    dist_model, serial, _ = build(grid, g, cfg, "double")
+    tc = TrainConfig(epochs=epochs, eval_every=epochs)
+    hd, hs = Trainer(dist_model, tc).fit(), Trainer(serial, tc).fit()
+    gap = max(abs(a.loss - b.loss) for a, b in zip(hd, hs))
+    fails = [] if len(hd) == len(hs) == epochs else [f"{len(hd)} and {len(hs)} epochs"]
+    if not gap <= KIND2_LOSS_ATOL:
+        fails.append(f"the losses differ by up to {gap:.3g} > {KIND2_LOSS_ATOL}")
+    for key in ("train_acc", "val_acc", "test_acc"):
+        if abs(getattr(hd[-1], key) - getattr(hs[-1], key)) > 1e-9:
+            fails.append(f"{key}: {getattr(hd[-1], key)} != {getattr(hs[-1], key)}")
+    return fails
+
+
+def run_kind2_checks(grids: list[tuple[int, int, int]], epochs: int = 20
+                     ) -> dict[str, list[str]]:
+    """`KIND2_CHECKS` for every grid in ``grids`` (all of this world's size)."""
+    def checks(grid: Grid, tag: str, graphs: dict[str, Graph]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for gname, g in graphs.items():
+            for name, cfg in KIND2_MODELS.items():
+                out[f"{tag}/{gname}/{name}/step"] = check_step(grid, g, cfg, "double")
+                out[f"{tag}/{gname}/{name}/train"] = check_loss_curve(grid, g, cfg, epochs)
+                out[f"{tag}/{gname}/{name}/ledger"] = check_ledger(grid, g, cfg, "double")
+        return out
+
+    return on_every_grid(grids, checks)
+
+
 def run_all_checks(grids: list[tuple[int, int, int]], model_grids: set[tuple[int, int, int]],
                    layer_counts=(1, 2, 3, 4), epochs: int = 20) -> dict[str, list[str]]:
     """Both families in one world: the GCN checks (at ``layer_counts`` layers) on every grid,
-    the model checks on those of ``model_grids`` and the bf16 payload checks on those of
-    `WIRE_GRIDS`; training checks run ``epochs`` epochs."""
+    the model checks on those of ``model_grids``, the bf16 payload checks on those of
+    `WIRE_GRIDS` and issue 57's kinds on those of `KIND2_GRIDS`; training checks run
+    ``epochs`` epochs."""
     out = run_grid_checks(grids, layer_counts, epochs)
     out.update(run_model_checks([d for d in grids if d in model_grids], epochs))
     out.update(run_wire_checks([d for d in grids if d in WIRE_GRIDS]))
+    out.update(run_kind2_checks([d for d in grids if d in KIND2_GRIDS], epochs))
     return out
 
 

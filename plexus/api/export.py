@@ -41,7 +41,7 @@ FORMAT = "plexus-weights/2"  # 2: ``pyg`` describes every module (1: classes and
 NORM_PREFIX = "bns.{l}."  # BatchNorm1d after a layer, whatever the kind
 
 
-def _to_pyg(decl: Param, tensor: torch.Tensor) -> torch.Tensor:
+def to_pyg(decl: Param, tensor: torch.Tensor) -> torch.Tensor:
     """Our tensor in PyG's layout: W is [in, out] (H·W), torch.nn.Linear stores [out, in];
     attention vectors are (1, heads, width)."""
     t = tensor.detach().cpu()
@@ -96,7 +96,7 @@ def pyg_state_dict(full: dict[str, torch.Tensor], config: ModelConfig, num_featu
             raise ValueError(f"parameter {name!r} of a {config.kind} model has no PyG name; "
                              "its operator's declaration (plexus_partition.model.ops) must list it")
         pyg, decl = declared[name]
-        out[pyg] = _to_pyg(decl, tensor)
+        out[pyg] = to_pyg(decl, tensor)
     for _, pyg, decl in declared_tensors(config, num_features, num_classes, extras=True):
         out.setdefault(pyg, torch.zeros(decl.shape) if decl.init == "zeros"
                        else torch.ones(decl.shape))

@@ -203,13 +203,17 @@ def run_stage(plan: LayerPlan, dims: tuple[int, int, int], n: int, D: int, D2: i
         H = torch.rand(n // o, D // i, generator=gen)
     needs_dh = operator.follows or not first or learnable_features  # BatchNorm: a stage's output
     H = H.to(dtype).requires_grad_(training and needs_dh)
+    # the earlier outputs it reads: in H's layout, learned (their gradients go back)
+    g.outputs = {k: torch.rand(H.shape, generator=gen).to(dtype).requires_grad_(training)
+                 for k in operator.reads(p)}
     with comm.at(p.layer, "forward" if training else "eval"), \
             torch.enable_grad() if training else torch.no_grad(), \
             comm.exact(operator.statistics):
         OUT = layer_of(p.op).stage(g, H, 0)
-    if training:
+    if training:  # through the output and what the stage hands on
         with comm.at(p.layer, "backward"):
-            OUT.float().mul(torch.rand(OUT.shape, generator=gen)).sum().backward()
+            sum(Y.float().mul(torch.rand(Y.shape, generator=gen)).sum()
+                for Y in [OUT, *g.carried.values()]).backward()
     return comm.calls
 
 

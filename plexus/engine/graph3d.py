@@ -51,31 +51,29 @@ class StageGraph(StageExchanges):
     precision, tuner, model and engine configs, node count) and the stage's `StageSpec`
     (``spec``: plan, input ids, padded and real widths, output ids, dropout rate). A built-in
     stage (`plexus.engine.stage.Stage3D`) also gives its parameter shards (``params``, read with
-    `param`); it sets ``training`` and ``stats`` before each forward, ``consume_input`` and
-    ``update_stats`` when they change."""
+    `param`); it sets ``training``, ``stats`` and ``outputs`` (the earlier stages' outputs a
+    kind reads, `KindSpec.reads`; those it hands on go in ``carried``) before each forward,
+    ``consume_input`` and ``update_stats`` when they change."""
 
     def __init__(self, ctx: StageContext, spec: StageSpec,
                  params: Mapping[str, torch.Tensor] | None = None) -> None:
         plan, comm, d_in, d_out = spec.plan, ctx.comm, spec.d_in, spec.d_out
         self.plan, self.comm, self.graph, self.dtype = plan, comm, ctx.graph, ctx.dtype
-        self.input_ids, self.seed = spec.input_ids, ctx.seed
-        self.d_in, self.d_out = d_in, d_out
-        self.real = spec.real or (d_in, d_out)
-        self.tuner = ctx.tuner
+        self.input_ids, self.seed, self.d_in, self.d_out = spec.input_ids, ctx.seed, d_in, d_out
+        self.real, self.tuner = spec.real or (d_in, d_out), ctx.tuner
         self.params = params if params is not None else {}
         self.rate, self.model, self.engine = spec.rate, ctx.model, ctx.engine
         self.output_ids, self.num_nodes = spec.output_ids, ctx.num_nodes
-        self.training = True
+        self.training, self.outputs, self.carried = True, {}, {}
         # Set by a model that gathered its fixed input features once at set-up and keeps them
         # (stage 0): H arrives gathered over depth already
         self.input_kept = False
         # A stage with running statistics (BatchNorm's): its buffers by kind (set before each
-        # forward), and whether a training pass updates them (not a recomputed one)
+        # forward), whether a training pass updates them (not a recomputed one)
         self.stats: Mapping[str, torch.Tensor] = {}
         self.update_stats = True
         # Set by a model that passes H to this stage and never reads it again (e.g. a fresh
-        # ReLU output): the stage may then overwrite H (aggregate-first dropout) instead of
-        # copying it.
+        # ReLU output): the stage may overwrite H (aggregate-first dropout), not copy it.
         self.consume_input = False
         shape, coords = comm.grid.shape, comm.grid.coords
         self.in_col_start = block(d_in, shape[plan.in_cols], coords[plan.in_cols]).start
@@ -186,7 +184,9 @@ class StageGraph(StageExchanges):
 
     def replicate(self, X: torch.Tensor, axis: str, name: str = "") -> torch.Tensor:
         """Mark X, replicated over ``axis``, as used differently by the ranks of the axis: its
-        gradient is summed over it (that all-reduce called ``name``, `Comm.labelled`)."""
+        gradient is summed over it (that all-reduce called ``name``, else by the code's label)."""
+        if not name:
+            return self.comm.all_reduce_grad(X, axis)         # bwd: AR over axis
         with self.comm.labelled(backward=name):
             return self.comm.all_reduce_grad(X, axis)         # bwd: AR over axis
 

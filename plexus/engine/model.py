@@ -265,12 +265,18 @@ class DistributedModel(GridModel):
             if p.norm:
                 norms[str(p.index)] = self._norm_stage(p, ctx, f"{{}}{p.index}".format, shards)
         self.layers, self.norms = nn.ModuleList(stages), nn.ModuleDict(norms)
+        # each earlier output a stage reads -> the last stage reading it (carried until then)
+        self.reads = {p.index: OPERATORS[p.op].reads(p) for p in self.plans}
+        self.carry_until = {k: max(s for s, ks in self.reads.items() if k in ks)
+                            for ks in self.reads.values() for k in ks}
         # forward hands each a fresh ReLU output it never reuses (the ReLU keeps a mask, not
         # it); under recompute that output is the next segment's saved input, which the
         # recomputation reads again. Another activation's output may be what its backward
         # keeps (tanh's), and "none" hands on the stage's own output: not overwritten.
+        # An input that a later stage reads too (GCNII's H⁰) is never overwritten.
         for s, layer in enumerate(self.layers[1:], 1):
-            layer.consume_input = not self.recompute and self.activations[s - 1] == "relu"
+            layer.consume_input = (not self.recompute and self.activations[s - 1] == "relu"
+                                   and self.carry_until.get(s - 1, -1) < s)
         feats = torch.from_numpy(shard.features).to(device)
         self.kept_input = keeps_input(engine.keep_input, cfg.learnable_features,
                                       shape[self.plans[0].depth],
@@ -294,8 +300,26 @@ class DistributedModel(GridModel):
     def _compute(self, s: int, H: torch.Tensor, kept: dict[int, torch.Tensor],
                  step: int | None) -> torch.Tensor:
         """Stage ``s``'s `Stage3D` (its input's dropout inside its kind's code: fused into
-        the SpMM where it aggregates first)."""
-        return self.layers[s](H, step)
+        the SpMM where it aggregates first), with the earlier outputs it reads."""
+        return self.layers[s](H, step, {k: kept[k] for k in self.reads[s]})
+
+    def _keep(self, s: int, H: torch.Tensor, kept: dict[int, torch.Tensor]
+              ) -> dict[int, torch.Tensor]:
+        """The earlier outputs later stages read, as stage ``s`` handed them on in the next
+        stage's input layout (`KindSpec.carries`), and stage ``s``'s own output ``H`` if a
+        later stage reads it."""
+        if not self.carry_until:
+            return kept
+        carried = self.layers[s].g.carried
+        out = {k: c for k, c in carried.items() if self.carry_until[k] > s}
+        missing = [k for k in self.carry_until if k < s < self.carry_until[k] and k not in out]
+        if missing:
+            raise ValueError(f"stage {s} ({self.plans[s].op}) does not hand on stage "
+                             f"{missing[0]}'s output, which stage {self.carry_until[missing[0]]} "
+                             "reads: every stage between them must read and carry it")
+        if self.carry_until.get(s, -1) > s:
+            out[s] = H
+        return out
 
     def named_shards(self) -> dict[str, nn.Parameter]:
         """Trainable shards by grid-independent name, the learnable input features last."""

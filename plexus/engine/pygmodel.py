@@ -5,7 +5,8 @@
 is written down (GIN's inner MLP included) and the file rebuilds its own model. `PygModel`
 builds that description from PyG's public layers (each kind's declared class: GCNConv,
 SAGEConv, GINConv around Sequential(Linear, activation, Linear), GATConv, GraphConv; Linear for
-the MLP) in a ``ModuleList`` ``convs``, and
+the MLP, and for APPNP's and GCNII's Linear layers, with APPNP's propagation in ``props`` and
+GCN2Conv reading layer 0's output) in a ``ModuleList`` ``convs``, and
 BatchNorm1d in ``bns``, applied as conv → (+ input: residual) → BatchNorm → activation (the
 config's: ReLU, ELU, ...) on every layer but the last, dropout on each layer's input as `ModelConfig` places it. It is the one builder
 of `plexus.api.load_pyg` and of the reference stacks (`plexus.testing.pyg_reference`).
@@ -66,9 +67,11 @@ def pyg_spec(config: ModelConfig, num_features: int, num_classes: int) -> dict:
     """The PyG model of ``config`` for ``num_features`` inputs and ``num_classes`` outputs, as
     plain values (JSON- and ``torch.load(weights_only=True)``-safe): ``layers`` holds per GNN
     layer its ``conv`` module, its ``norm`` module (BatchNorm1d with its width, eps and
-    momentum; None on the last layer or without BatchNorm) and whether it is ``residual``; the
-    other keys summarize (``widths``: input, each layer's output; ``stage_widths``: every
-    stage's, GIN's inner MLP width included; ``norm``: the config's "batch" or "none")."""
+    momentum; None on the last layer or without BatchNorm), whether it is ``residual`` and,
+    where its kind has them (`ModelKind.pyg_layer`), a ``propagate`` module run on the conv's
+    output (APPNP's) and the ``initial`` layer whose output the conv reads too (GCN2Conv's
+    x_0); the other keys summarize (``widths``: input, each layer's output; ``stage_widths``:
+    every stage's, GIN's inner MLP width included; ``norm``: the config's "batch" or "none")."""
     widths = config.layer_widths(num_features, num_classes)
     plans = config.plans(num_features, num_classes)
     step = config.stages_per_layer
@@ -77,8 +80,11 @@ def pyg_spec(config: ModelConfig, num_features: int, num_classes: int) -> dict:
         stages = plans[l * step:(l + 1) * step]
         norm = {"class": "BatchNorm1d", "num_features": widths[l + 1], "eps": EPS,
                 "momentum": MOMENTUM} if stages[-1].norm else None
-        layers.append({"conv": conv_spec(config, l, widths[l], widths[l + 1]), "norm": norm,
-                       "residual": any(OPERATORS[p.op].adds_input(p) for p in stages)})
+        own = KINDS[config.kind].pyg_layer(config, l, widths[l], widths[l + 1]) or {}
+        layers.append({"conv": own.get("conv") or conv_spec(config, l, widths[l], widths[l + 1]),
+                       "norm": norm,
+                       "residual": any(OPERATORS[p.op].adds_input(p) for p in stages),
+                       **{k: v for k, v in own.items() if k != "conv" and v is not None}})
     return {"class": KINDS[config.kind].pyg_class, "num_layers": config.num_layers,
             "in_channels": num_features, "hidden_channels": config.hidden,
             "out_channels": num_classes, "bias": config.bias, "widths": widths,
@@ -158,6 +164,15 @@ class PygModel(nn.Module):
             raise PygSpecError("BatchNorm must follow the first layers, one each, and no other")
         self.bns = nn.ModuleList(build_module(n) for n in norms[:count]) if count else None
         self.residual = [bool(l.get("residual", False)) for l in layers]
+        # a layer's propagation after its conv (APPNP's), keyed by the layer: no parameters
+        self.props = nn.ModuleDict({str(l): build_module(d["propagate"])
+                                    for l, d in enumerate(layers) if d.get("propagate")})
+        # the earlier layer whose output a layer's conv reads besides its input (GCN2Conv's
+        # x_0: conv(x, x_0, edge_index)), or None
+        self.initial = [l.get("initial") for l in layers]
+        if any(k is not None and not (isinstance(k, int) and 0 <= k < l)
+               for l, k in enumerate(self.initial)):
+            raise PygSpecError("a layer's 'initial' names an earlier layer by its index")
         self.dropout = float(spec.get("dropout", 0.0))
         self.input_dropout = bool(spec.get("input_dropout", True))
         self.kind = str(spec.get("class", ""))
@@ -172,14 +187,18 @@ class PygModel(nn.Module):
         """The logits of every node of ``x`` (N × features) over the edges ``edge_index``
         (2 × E, source then target, as PyG's; an MLP needs none); ``edge_weight`` goes to
         GCNConv (the other layers take none)."""
-        last = len(self.convs) - 1
+        last, outputs = len(self.convs) - 1, {}
         for l, conv in enumerate(self.convs):
             if self.dropout and (l > 0 or self.input_dropout):
                 x = F.dropout(x, self.dropout, self.training)
-            if isinstance(conv, nn.Linear):
+            if isinstance(conv, nn.Linear) and str(l) not in self.props:
                 h = conv(x)
             elif edge_index is None:
                 raise ValueError(f"a {self.kind} model needs edge_index (2 x E)")
+            elif isinstance(conv, nn.Linear):
+                h = conv(x)
+            elif self.initial[l] is not None:
+                h = conv(x, outputs[self.initial[l]], edge_index)
             elif edge_weight is not None:
                 if self.kind not in WEIGHTED_CLASSES:
                     raise ValueError(f"{self.kind} takes no edge weights; only "
@@ -188,11 +207,15 @@ class PygModel(nn.Module):
                 h = conv(x, edge_index, edge_weight)
             else:
                 h = conv(x, edge_index)
+            if str(l) in self.props:
+                h = self.props[str(l)](h, edge_index)
             if self.residual[l]:
                 h = h + x
             if l < last:
                 if self.bns is not None and l < len(self.bns):
                     h = self.bns[l](h)
                 h = self.act(h)
+            if l in self.initial:
+                outputs[l] = h
             x = h
         return x

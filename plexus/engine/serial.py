@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plexus_partition.model.ops import NORM_OP
+from plexus_partition.model.ops import NORM_OP, OPERATORS
 from plexus_datasets.graph import Graph
 
 from .config import ModelConfig
@@ -62,6 +62,8 @@ class SerialModel(TaskMetrics, nn.Module):
         self.labels = torch.from_numpy(graph.labels)
         self.masks = {k: torch.from_numpy(getattr(graph, f"{k}_mask")) for k in ("train", "val", "test")}
         self.ids = torch.arange(graph.num_nodes)
+        # the earlier outputs the stage running now reads (`KindSpec.reads`), by stage
+        self.outputs: dict[int, torch.Tensor] = {}
 
     def param(self, kind: str, s: int) -> torch.Tensor | None:
         """Parameter ``kind`` of stage ``s`` ("W", "b", ...), None if the stage has none."""
@@ -81,7 +83,7 @@ class SerialModel(TaskMetrics, nn.Module):
     def stage(self, p, H: torch.Tensor, step: int | None = None) -> torch.Tensor:
         """One stage without dropout and activation: its operator, bias, BatchNorm."""
         OUT = serial_of(p.op)(self, p, H, step)
-        b = self.param("b", p.index)
+        b = None if OPERATORS[p.op].own_bias else self.param("b", p.index)
         if b is not None:
             OUT = OUT + b
         if p.norm:
@@ -93,14 +95,19 @@ class SerialModel(TaskMetrics, nn.Module):
         Without ``step``, a training call takes the next step of an internal counter."""
         step = self.steps(step, self.training)
         H = self.features
+        read = {k for p in self.plans for k in OPERATORS[p.op].reads(p)}
+        kept: dict[int, torch.Tensor] = {}
         for p in self.plans:
             if embeddings and p.index == self.cfg.last_layer_stage:
                 return H
             if self.training and self.cfg.drops_input(p):
                 H = dropout(H, self.seed, step, p.layer, self.ids, 0, self.cfg.dropout)
+            self.outputs = {k: kept[k] for k in OPERATORS[p.op].reads(p)}
             H = self.stage(p, H, step)
             if self.cfg.activates(p):
                 H = self.act(H)
+            if p.index in read:
+                kept[p.index] = H
         return H
 
     def loss(self, logits: torch.Tensor, mask: str | torch.Tensor = "train") -> torch.Tensor:

@@ -215,13 +215,17 @@ class Stage3D(nn.Module):
         finally:
             self.g.update_stats = True
 
-    def forward(self, H: torch.Tensor, step: int | None = None) -> torch.Tensor:
+    def forward(self, H: torch.Tensor, step: int | None = None,
+                outputs: Mapping[int, torch.Tensor] | None = None) -> torch.Tensor:
         """H: rows cut by outer, columns by inner (stage 0: rows cut by depth too, as stored;
-        later stages: replicated over depth, as the previous stage left it)."""
+        later stages: replicated over depth, as the previous stage left it); ``outputs``: the
+        earlier outputs the kind reads (`KindSpec.reads`), in H's layout; those the stage
+        hands on are in ``g.carried`` after it."""
         g = self.g
         g.training, g.stats = self.training, {k: getattr(self, k) for k in self.stat_kinds}
+        g.outputs, g.carried = dict(outputs or {}), {}
         with self.comm.exact(self.operator.statistics):
             OUT = self.layer.stage(g, H if self.operator.follows else g.receive(
                 H, self.operator.reads_input_by_aggregation(self.plan)), step)
-        b = self.param("b")
+        b = None if self.operator.own_bias else self.param("b")
         return OUT if b is None else g.add_bias(OUT, b, inplace=True)  # a fresh OUT

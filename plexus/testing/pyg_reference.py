@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from plexus.api.export import pyg_names
+from plexus.api.export import declared_tensors, to_pyg
 from plexus_partition.model.model import ModelConfig
 from plexus.engine.pygmodel import PygModel, pyg_spec
 from plexus.engine.serial import SerialModel
@@ -28,18 +28,20 @@ class PygStack(PygModel):
 
 def copy_weights(stack: PygStack, serial: SerialModel) -> dict[str, torch.Tensor]:
     """Serial parameters into the PyG stack under the names the declarations give them
-    (`plexus.api.export.pyg_names`: each operator's PyG name under its kind's module prefix);
+    (`plexus.api.export.declared_tensors`: each operator's PyG name under its kind's module
+    prefix, in PyG's layout: `plexus.api.export.to_pyg`);
     returns {serial name: the PyG tensor it became}. PyG's parameters that Plexus has none of
     (a bias before BatchNorm: β is the bias there) are zeroed. A wrong declared name cannot
     pass: it names no PyG tensor, or the outputs differ."""
-    names = pyg_names(serial.cfg, serial.widths[0], serial.widths[-1])
+    names = {name: (pyg, decl) for name, pyg, decl in
+             declared_tensors(serial.cfg, serial.widths[0], serial.widths[-1])}
     targets = {**dict(stack.named_parameters()), **dict(stack.named_buffers())}
     pairs = {}
     with torch.no_grad():
         for name, value in serial.params.items():
-            target = targets[names[name]]
-            value = value.T if value.dim() == 2 else value  # torch.nn.Linear stores [out, in]
-            target.copy_(value.reshape(target.shape))
+            pyg, decl = names[name]
+            target = targets[pyg]
+            target.copy_(to_pyg(decl, value).reshape(target.shape))  # Linear's: [out, in]
             pairs[name] = target
         paired = {id(t) for t in pairs.values()}
         for target in stack.parameters():

@@ -431,7 +431,9 @@ def test_every_recipe_builds_and_an_unknown_option_is_one_clear_error():
     gat = built["ogbn-arxiv-gat"]
     assert (gat.kind, gat.num_layers, gat.hidden, gat.heads, gat.out_heads, gat.norm) == (
         "gat", 3, 250, 3, 3, "batch")
-    with pytest.raises(RecipeError, match=r"needs model options .*hops=4"):
+    with pytest.raises(RecipeError, match=r"needs model options .*k_steps=4"):
+        Recipe("sgc", "cora", "nowhere", model={"k_steps": 4}).model_config()
+    with pytest.raises(RecipeError, match=r"recipe sgc: hops is an option of the appnp model"):
         Recipe("sgc", "cora", "nowhere", model={"hops": 4}).model_config()
     with pytest.raises(RecipeError, match=r"recipe bad: heads is an option of the gat model"):
         Recipe("bad", "cora", "nowhere", model={"heads": 4}).model_config()

@@ -51,8 +51,8 @@ def recorded(rec: StageRecorder, op: str, z, phase: str) -> Counter:
                    for name, ph, kind, axis, size, itemsize, rows, sparse in rec(op, z, phase))
 
 
-def stages(kind: str, grid, order: str, learnable: bool, **options):
-    cfg = ModelConfig(3, 16, 0.0, kind=kind, order=order, norm="batch", **options)
+def stages(kind: str, grid, order: str, learnable: bool, num_layers: int = 3, **options):
+    cfg = ModelConfig(num_layers, 16, 0.0, kind=kind, order=order, norm="batch", **options)
     plans = cfg.plans(FEATURES, CLASSES)
     shape = GridShape.of(grid)
     pad = padding(shape, plans, NODES, cfg.widths(FEATURES, CLASSES))
@@ -63,7 +63,10 @@ def stages(kind: str, grid, order: str, learnable: bool, **options):
 
 
 KINDS = [("gcn", {}), ("gcn", {"residual": True}), ("sage", {}), ("gin", {"train_eps": True}),
-         ("mlp", {}), ("gat", {"heads": 2, "out_heads": 3}), ("graphconv", {})]
+         ("mlp", {}), ("gat", {"heads": 2, "out_heads": 3}), ("graphconv", {}),
+         ("appnp", {"hops": 3}), ("appnp", {"num_layers": 1, "hops": 1, "bias": False}),
+         ("gcnii", {"num_layers": 5}), ("gcnii", {"shared_weights": False}),
+         ("gatv2", {"heads": 2, "out_heads": 3}), ("gatv2", {"bias": False})]
 
 
 def test_recorded_equals_declared_for_every_kind():

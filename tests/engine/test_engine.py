@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 import worlds
-from engine_checks import (MODEL_CHECKS, OPCOUNT_CHECKS, OPCOUNT_GRIDS, WIRE_CHECKS, WIRE_GRIDS,
-                           run_all_checks)
+from engine_checks import (KIND2_CHECKS, KIND2_GRIDS, MODEL_CHECKS, OPCOUNT_CHECKS,
+                           OPCOUNT_GRIDS, WIRE_CHECKS, WIRE_GRIDS, run_all_checks)
 
 pytestmark = pytest.mark.slow  # worlds or end-to-end runs: left out of the fast subset
 
@@ -79,6 +79,14 @@ def test_bf16_payloads_equal_serial_within_their_rounding(dims, check):
     `engine_checks.WIRE_FLOOR`' derived bound, its ledger against the schedule per
     collective (2 bytes per payload element, 4 per statistic), the collectives themselves
     against hand-rounded values."""
+    _check(dims, check)
+
+
+@pytest.mark.parametrize("dims", sorted(KIND2_GRIDS), ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("check", KIND2_CHECKS)
+def test_new_kinds_equal_serial(dims, check):
+    """APPNP, GCNII and GATv2 (issue 57): a step's logits, loss and gradients and the loss
+    curve with dropout on (losses within 1e-5), and the ledger against the schedule."""
     _check(dims, check)
 
 

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from engine_checks import directed_toy_graph, multilabel_graph, toy_graph, weighted_graph
 from plexus_partition.model.ops import split_name
+from plexus.api.export import declared_tensors
 from plexus.engine.config import ModelConfig
 from plexus.engine.serial import SerialModel
 
@@ -50,15 +51,32 @@ CONFIGS = {
     "gat-elu": ModelConfig(2, 4, 0.0, kind="gat", heads=2, activation="elu"),
     "graphconv-tanh": ModelConfig(3, HIDDEN, 0.0, kind="graphconv", activation="tanh"),
     "mlp-none": ModelConfig(3, HIDDEN, 0.0, kind="mlp", activation="none"),
+    # issue 57's kinds: APPNP after an MLP of 3 and of 1 Linear layer
+    "appnp": ModelConfig(3, HIDDEN, 0.0, kind="appnp", hops=4, teleport=0.2),
+    "appnp-1layer-nobias-elu": ModelConfig(1, HIDDEN, 0.0, kind="appnp", hops=2, bias=False,
+                                           activation="elu"),
+    # GCNII: Linear, 3 GCN2Conv (β from each layer's index), Linear; two weights, no bias
+    "gcnii": ModelConfig(5, HIDDEN, 0.0, kind="gcnii", alpha=0.2, theta=0.7),
+    "gcnii-two-weights-nobias": ModelConfig(4, HIDDEN, 0.0, kind="gcnii", shared_weights=False,
+                                           bias=False),
+    # GATv2: 2 heads concatenated, then 3 averaged; with BatchNorm (Wl's and Wr's biases stay)
+    "gatv2": ModelConfig(3, 4, 0.0, kind="gatv2", heads=2, out_heads=3, negative_slope=0.1),
+    "gatv2-batchnorm-nobias": ModelConfig(2, 3, 0.0, kind="gatv2", heads=2, norm="batch",
+                                          bias=False),
+    "gatv2-batchnorm": ModelConfig(2, HIDDEN, 0.0, kind="gatv2", norm="batch"),
 }
 ACTIVATIONS = ("relu", "elu", "leaky_relu", "gelu", "tanh", "none")
 
 
 def assert_gradients_equal(serial: SerialModel, pairs: dict[str, torch.Tensor]) -> None:
-    """Every serial parameter's gradient equals its PyG tensor's (weights transposed)."""
+    """Every serial parameter's gradient equals its PyG tensor's (transposed where the
+    declaration says PyG's is: a Linear's)."""
+    transposed = {name for name, _, decl in
+                  declared_tensors(serial.cfg, serial.widths[0], serial.widths[-1])
+                  if decl.transform == "T"}
     for s, target in pairs.items():
         got = serial.params[s].grad
-        want = target.grad.T if s[0] == "W" else target.grad.reshape(got.shape)
+        want = target.grad.T if s in transposed else target.grad.reshape(got.shape)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"gradient of {s}")
 
 
@@ -196,3 +214,86 @@ def test_each_activation_is_pygs_own(activation):
                    g.num_features, g.num_classes)
     want = type(activation_resolver(act)) if act else torch.nn.Identity
     assert all(type(conv.nn[1]) is want for conv in gin.convs), gin.convs
+
+
+def _edge_index(g) -> torch.Tensor:
+    coo = g.adj.tocoo()
+    return torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
+
+
+def _linear(serial: SerialModel, s: int) -> torch.nn.Linear:
+    """PyG's (torch's) Linear with stage ``s``'s W and b copied in by hand."""
+    W, b = serial.param("W", s), serial.param("b", s)
+    lin = torch.nn.Linear(W.shape[0], W.shape[1], bias=b is not None)
+    with torch.no_grad():
+        lin.weight.copy_(W.T)
+        if b is not None:
+            lin.bias.copy_(b)
+    return lin
+
+
+@pytest.mark.parametrize("directed", [False, True], ids=["undirected", "directed"])
+def test_appnp_equals_pygs_appnp_after_an_mlp(directed):
+    """The serial APPNP model equals PyG's examples/citation/appnp.py built here from
+    torch_geometric.nn.APPNP and torch's Linear (not from Plexus's PyG description): Linear,
+    ReLU, Linear, ReLU, Linear, then APPNP(K=5, alpha=0.15), weights copied by hand; logits
+    and every gradient."""
+    from torch_geometric.nn import APPNP
+
+    g = directed_toy_graph() if directed else toy_graph()
+    serial = SerialModel(g, ModelConfig(3, HIDDEN, 0.0, kind="appnp", hops=5, teleport=0.15),
+                         seed=4)
+    lins = [_linear(serial, s) for s in range(3)]
+    prop = APPNP(K=5, alpha=0.15)
+    x, edge_index = torch.from_numpy(g.features), _edge_index(g)
+    h = lins[1](lins[0](x).relu()).relu()
+    theirs = prop(lins[2](h), edge_index)
+    ours = serial()
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    mask, labels = torch.from_numpy(g.train_mask), torch.from_numpy(g.labels)
+    serial.loss(ours).backward()
+    F.cross_entropy(theirs[mask], labels[mask]).backward()
+    for s, lin in enumerate(lins):
+        torch.testing.assert_close(serial.param("W", s).grad, lin.weight.grad.T, rtol=1e-5,
+                                   atol=1e-5)
+        torch.testing.assert_close(serial.param("b", s).grad, lin.bias.grad, rtol=1e-5,
+                                   atol=1e-5)
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "two-weights"])
+@pytest.mark.parametrize("directed", [False, True], ids=["undirected", "directed"])
+def test_gcn2_equals_pygs_gcn2conv_between_two_linears(directed, shared):
+    """The serial GCNII model equals PyG's examples/gcn2_cora.py built here from
+    torch_geometric.nn.GCN2Conv and torch's Linear (not from Plexus's PyG description): x⁰ =
+    ReLU(Linear(x)), two GCN2Conv layers (layer 1 and 2, α 0.2, θ 0.7) with ReLU, Linear;
+    weights copied by hand; logits and every gradient."""
+    from torch_geometric.nn import GCN2Conv
+
+    g = directed_toy_graph() if directed else toy_graph()
+    cfg = ModelConfig(4, HIDDEN, 0.0, kind="gcnii", alpha=0.2, theta=0.7, shared_weights=shared)
+    serial = SerialModel(g, cfg, seed=4)
+    lins = [_linear(serial, 0), _linear(serial, 3)]
+    convs = [GCN2Conv(HIDDEN, 0.2, 0.7, layer, shared_weights=shared) for layer in (1, 2)]
+    with torch.no_grad():
+        for s, conv in enumerate(convs, 1):
+            conv.weight1.copy_(serial.param("W", s))
+            if not shared:
+                conv.weight2.copy_(serial.param("Wh", s))
+    x, edge_index = torch.from_numpy(g.features), _edge_index(g)
+    h = x0 = lins[0](x).relu()
+    for conv in convs:
+        h = conv(h, x0, edge_index).relu()
+    theirs, ours = lins[1](h), serial()
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    mask, labels = torch.from_numpy(g.train_mask), torch.from_numpy(g.labels)
+    serial.loss(ours).backward()
+    F.cross_entropy(theirs[mask], labels[mask]).backward()
+    for s, conv in enumerate(convs, 1):
+        torch.testing.assert_close(serial.param("W", s).grad, conv.weight1.grad, rtol=1e-5,
+                                   atol=1e-5)
+        if not shared:
+            torch.testing.assert_close(serial.param("Wh", s).grad, conv.weight2.grad,
+                                       rtol=1e-5, atol=1e-5)
+    for s, lin in ((0, lins[0]), (3, lins[1])):
+        torch.testing.assert_close(serial.param("W", s).grad, lin.weight.grad.T, rtol=1e-5,
+                                   atol=1e-5)

@@ -99,6 +99,11 @@ BOUNDS: dict[str, Bound] = {
     "dropout": _RATE,
     "attn_dropout": _RATE,
     "negative_slope": _real(-1e6, 1e6),
+    "hops": _int(1, 10**6),  # APPNP's K: one SpMM each
+    "teleport": _RATE,  # APPNP's alpha
+    "alpha": _RATE,  # GCNII's initial-residual weight
+    # GCNII's beta = log(theta/l + 1) is undefined at theta <= -1 (its first layer, l = 1)
+    "theta": _real(-1, 1e6, True, "> -1 and at most 1e6"),
     "nodes": _int(1, MAX_NODES),
     "nnz": _int(1, MAX_EDGES),
     "features": _int(1, MAX_WIDTH),

@@ -135,7 +135,13 @@ class ModelConfig:
       ``heads`` heads concatenated on hidden layers (width hidden·heads), ``out_heads`` heads
       averaged on the last; ``attn_dropout`` drops attention coefficients,
       ``negative_slope`` is the LeakyReLU's;
-    - "mlp": H' = H·W + b (no graph: dense stages only).
+    - "gatv2": GATv2Conv, GAT's options: e_ij = a^h·LeakyReLU(Zr_i^h + Zl_j^h) with
+      Zl = H·Wl + bl, Zr = H·Wr + br, messages α_ij·Zl_j;
+    - "mlp": H' = H·W + b (no graph: dense stages only);
+    - "appnp": Linear layers (dense stages), the last one's output Z⁰ propagated ``hops`` times
+      as Z ← (1-α)·Â·Z + α·Z⁰ (PyG's APPNP after an MLP, α ``teleport``);
+    - "gcnii": a Linear map giving H⁰, GCN2Conv layers ((1-α)·Â·H + α·H⁰)·((1-β)·I + β·W) with
+      β = log(θ/ℓ + 1), then a Linear map (``alpha``, ``theta``, ``shared_weights``).
 
     ``norm`` "batch" puts a BatchNorm (statistics over all real nodes) after every layer but the
     last, before its activation; the stage before it has no bias (BatchNorm subtracts the mean, so
@@ -329,7 +335,7 @@ class ModelConfig:
             self.layer_orders(num_features, num_classes)
         out = []
         for l, conv in enumerate(convs):
-            for op in self.kind_decl.stage_ops:
+            for op in self.kind_decl.ops_of_layer(self, l):
                 out.append(OPERATORS[op].stage_order(conv))
         return out
 
@@ -345,11 +351,12 @@ class ModelConfig:
         out, kind = [], self.kind_decl
         for p in layout:
             s, layer = p.index, p.index // step
-            op = kind.stage_ops[s % step]
+            op = kind.ops_of_layer(self, layer)[s % step]
             last_of_layer = s % step == step - 1
             norm = self.norm == "batch" and last_of_layer and s < self.num_stages - 1
             out.append(dataclasses.replace(
-                p, layer=layer, op=op, norm=norm, bias=self.bias and not norm,
+                p, layer=layer, op=op, norm=norm,
+                bias=self.bias and not norm and OPERATORS[op].has_bias,
                 options=kind.stage_options(self, layer, s % step, widths[s], widths[s + 1])))
         return out
 

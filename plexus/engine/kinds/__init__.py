@@ -7,11 +7,11 @@ written with the stage toolkit and its serial reference. Adding a kind: its spec
 
 from __future__ import annotations
 
-from . import batchnorm, dense, gat, gcn, gin, graphconv, sage
+from . import appnp, batchnorm, dense, gat, gatv2, gcn, gcn2, gin, graphconv, sage
 from .base import KindLayer
 
 #: The registry: each module's `KindLayer` subclasses with a name, one per operator.
-MODULES = (gcn, sage, gin, dense, gat, graphconv, batchnorm)
+MODULES = (gcn, sage, gin, dense, gat, gatv2, appnp, gcn2, graphconv, batchnorm)
 
 LAYERS: dict[str, KindLayer] = {layer.name: layer for layer in (
     v() for m in MODULES for v in vars(m).values()

@@ -36,13 +36,17 @@ class KindLayer:
         """The stage on the grid, written with the stage toolkit ``g``
         (`plexus.engine.graph3d.StageGraph`: ``g.linear``, ``g.aggregate``, ``g.conv``,
         ``g.dropout``, the edge operations; the parameter shards ``g.param(kind)``): H received
-        (rows by o, columns by i), its output before the bias (the engine adds it). What it
-        issues is the schedule (a dry run records it; the toolkit names each collective)."""
+        (rows by o, columns by i), its output before the bias (the engine adds it, unless the
+        spec's ``own_bias``). The earlier outputs the spec `reads` are ``g.outputs`` (in H's
+        layout, not yet received); those it `carries` it puts in ``g.carried``, in its
+        output's layout. What it issues is the schedule (a dry run records it; the toolkit
+        names each collective)."""
         raise NotImplementedError
 
     def serial(self, m: SerialModel, p: LayerPlan, H: torch.Tensor,
                step: int | None) -> torch.Tensor:
         """The serial reference of the stage on the whole graph before its bias: ``m`` is the
         serial model (``m.adj``: Â as a torch sparse matrix, ``m.param(kind, stage)``, ``m.cfg``,
-        ``m.seed``, ``m.training``); tensor methods only (``m.adj @ X``)."""
+        ``m.seed``, ``m.training``, ``m.outputs``: the earlier outputs the spec `reads`);
+        tensor methods only (``m.adj @ X``)."""
         raise NotImplementedError

@@ -45,12 +45,21 @@ class GAT(KindLayer):
         raw = s_dst[dst] + s_src[src]
         slope = m.cfg.options.negative_slope
         e = raw.clamp_min(0) + slope * raw.clamp_max(0)  # LeakyReLU, (edges, heads)
-        top = e.new_full((n, heads), float("-inf")).scatter_reduce(
-            0, dst[:, None].expand(-1, heads), e, "amax")
-        w = (e - top[dst]).exp()
-        alpha = w / w.new_zeros(n, heads).index_add(0, dst, w)[dst]
-        rate = m.cfg.options.attn_dropout
-        if m.training and rate > 0:
-            alpha = alpha * m.edge_keep(step or 0, p.layer, heads, dst, src, rate) / (1 - rate)
-        out = Zh.new_zeros(n, heads, width).index_add(0, dst, alpha[:, :, None] * Zh[src])
-        return out.reshape(n, heads * width) if self.spec.concat(p) else out.mean(1)
+        return attend(m, p, e, Zh, step, self.spec.concat(p))
+
+
+def attend(m, p, e, Zh, step, concat: bool):
+    """The serial attention of per-edge scores ``e`` (edges of ``m.adj``, heads) on node
+    messages ``Zh`` (nodes, heads, width): the softmax over each node's in-edges, attention
+    dropout with the engine's masks, α·Zh_j summed per destination, the heads concatenated
+    (``concat``) or averaged. GAT's and GATv2's."""
+    (n, heads, width), (dst, src) = Zh.shape, m.adj.indices()
+    top = e.new_full((n, heads), float("-inf")).scatter_reduce(
+        0, dst[:, None].expand(-1, heads), e, "amax")
+    w = (e - top[dst]).exp()
+    alpha = w / w.new_zeros(n, heads).index_add(0, dst, w)[dst]
+    rate = m.cfg.options.attn_dropout
+    if m.training and rate > 0:
+        alpha = alpha * m.edge_keep(step or 0, p.layer, heads, dst, src, rate) / (1 - rate)
+    out = Zh.new_zeros(n, heads, width).index_add(0, dst, alpha[:, :, None] * Zh[src])
+    return out.reshape(n, heads * width) if concat else out.mean(1)

@@ -11,13 +11,13 @@ stages. Adding a kind: one module here, listed in `MODULES`, its layer module in
 
 from __future__ import annotations
 
-from . import batchnorm, dense, gat, gcn, gin, graphconv, sage
+from . import appnp, batchnorm, dense, gat, gatv2, gcn, gcn2, gin, graphconv, sage
 from .base import (ACTIVATION_MODULES, ACTIVATIONS, DEFAULT_ACTIVATION, NORMS, Flops,
                    KindSpec, ModelKind, Param, StageMemory, StageSizes, split_name)
 
 #: The registry: each module declares its operators (`KindSpec` subclasses) and its model
 #: kind (``KIND``), in the order --model lists them.
-MODULES = (gcn, sage, gin, dense, gat, graphconv, batchnorm)
+MODULES = (gcn, sage, gin, dense, gat, gatv2, appnp, gcn2, graphconv, batchnorm)
 
 OPERATORS: dict[str, KindSpec] = {op.name: op for op in (
     v() for m in MODULES for v in vars(m).values()

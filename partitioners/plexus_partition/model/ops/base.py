@@ -275,6 +275,7 @@ class KindSpec:
     name = ""
     graph = True  # multiplies by a block of Â (the partitioner cuts one for it)
     has_bias = True  # a bias b (when the plan has one) added by the stage framework
+    own_bias = False  # its torch code adds b itself, inside the stage (APPNP's, before its hops)
     follows = False  # runs on a stage's output in its layout (BatchNorm): no receive
     statistics = False  # every collective is a float32 statistic (BatchNorm's), sent exactly
     # whatever the wire precision (`EngineConfig.comm_dtype`)
@@ -299,6 +300,14 @@ class KindSpec:
         """Whether the stage adds its input to its output (a residual connection; PyG's stack
         adds it after the layer)."""
         return False
+
+    def reads(self, plan: LayerPlan) -> tuple[int, ...]:
+        """Earlier stages whose activated outputs it reads (GCNII's H⁰), in its input's layout."""
+        return stage_option(plan, "reads", ())
+
+    def carries(self, plan: LayerPlan) -> bool:
+        """Whether it hands what it `reads` on in the next stage's layout (its own collectives)."""
+        return stage_option(plan, "carries", False)
 
     def learns_eps(self, plan: LayerPlan) -> bool:
         """Whether the stage trains a scalar ε replicated on every rank (GIN's)."""
@@ -407,6 +416,14 @@ class ModelKind:
         default=lambda cfg, layer, pos, d_in, d_out: None)  # position in it, in, out)
     hidden_width: Callable[[Any], int] = field(default=lambda cfg: cfg.hidden)
     summary: Callable[[Any], str] = field(default=lambda cfg: "")
+    #: (config, layer) -> that layer's stages' operators (None: ``stage_ops``; APPNP's MLP's)
+    layer_ops: Callable[[Any, int], tuple[str, ...]] | None = None
+    #: (config, layer, in, out) -> that layer's PyG modules (`plexus.engine.pygmodel.pyg_spec`)
+    pyg_layer: Callable[[Any, int, int, int], dict | None] = field(default=lambda *a: None)
+
+    def ops_of_layer(self, cfg: Any, layer: int) -> tuple[str, ...]:
+        """The operators of GNN layer ``layer``'s stages under ``cfg``."""
+        return self.stage_ops if self.layer_ops is None else self.layer_ops(cfg, layer)
 
     @property
     def option_names(self) -> tuple[str, ...]:

@@ -46,5 +46,10 @@ class Dense(KindSpec):
                            backward, out, weights, optimizer)
 
 
+def pyg_linear(d_in: int, d_out: int, bias: bool) -> dict:
+    """The PyG description of a Linear map (torch's), as a layer's or an MLP's module."""
+    return {"class": "Linear", "in_features": d_in, "out_features": d_out, "bias": bias}
+
+
 KIND = ModelKind("mlp", ("dense",), "gcn", "Linear", ("convs.{l}.",),
                  "an MLP: Linear layers, no graph", takes_edge_weights=True)

@@ -33,16 +33,17 @@ from .base import (EDGE_PASS_BYTES, Flops, KindSpec, ModelKind, Param, StageMemo
 
 @dataclass(frozen=True)
 class Options:
-    """GAT's options (`plexus_partition.model.model.ModelConfig` fields, flags of the tools)."""
+    """GAT's and GATv2's options (`plexus_partition.model.model.ModelConfig` fields, flags of
+    the tools)."""
 
-    heads: int = option(1, "GAT: attention heads of the hidden layers, concatenated (default "
-                           "{default}; --hidden 64 --heads 4 is GATConv(in, 64, heads=4))",
-                        metavar="K", check="count")
-    out_heads: int = option(1, "GAT: heads of the last layer, averaged (default {default})",
-                            metavar="K", check="count")
-    attn_dropout: float = option(0.0, "GAT: dropout on the attention coefficients (default "
-                                      "{default})", metavar="P", check="rate")
-    negative_slope: float = option(0.2, "GAT: LeakyReLU's slope in the scores (default "
+    heads: int = option(1, "GAT, GATv2: attention heads of the hidden layers, concatenated "
+                           "(default {default}; --hidden 64 --heads 4 is GATConv(in, 64, "
+                           "heads=4))", metavar="K", check="count")
+    out_heads: int = option(1, "GAT, GATv2: heads of the last layer, averaged (default "
+                               "{default})", metavar="K", check="count")
+    attn_dropout: float = option(0.0, "GAT, GATv2: dropout on the attention coefficients "
+                                      "(default {default})", metavar="P", check="rate")
+    negative_slope: float = option(0.2, "GAT, GATv2: LeakyReLU's slope in the scores (default "
                                         "{default})", metavar="S", check="finite")
 
 
@@ -172,14 +173,18 @@ class GAT(KindSpec):
         return StageMemory(kept_b, forward, backward, out, weights, optimizer, resident)
 
 
+def pyg_kwargs(cfg, layer: int, d_in: int, d_out: int) -> dict:
+    """GATConv's arguments besides its widths and bias for GNN layer ``layer`` (GATv2Conv's
+    too)."""
+    return {"heads": heads_of(cfg, layer), "concat": layer < cfg.num_layers - 1,
+            "negative_slope": cfg.options.negative_slope, "dropout": cfg.options.attn_dropout,
+            "add_self_loops": True}
+
+
 KIND = ModelKind("gat", ("gat",), "gcn", "GATConv", ("convs.{l}.",),
                  "GATConv: attention over in-neighbours and the node itself, heads "
                  "concatenated on hidden layers and averaged on the last",
                  attention=True, options=Options, stage_options=_stage_options,
                  hidden_width=lambda cfg: cfg.hidden * cfg.options.heads,
                  summary=lambda cfg: f"heads {cfg.options.heads}/{cfg.options.out_heads}",
-                 pyg_kwargs=lambda cfg, layer, d_in, d_out: {
-                     "heads": heads_of(cfg, layer), "concat": layer < cfg.num_layers - 1,
-                     "negative_slope": cfg.options.negative_slope,
-                     "dropout": cfg.options.attn_dropout,
-                     "add_self_loops": True})
+                 pyg_kwargs=pyg_kwargs)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from .base import ACTIVATION_MODULES, ModelKind, Param, option, stage_option
 from .conv import ConvOperator, RootTerm
+from .dense import pyg_linear
 
 
 @dataclass(frozen=True)
@@ -56,9 +57,6 @@ def _activation(name: str) -> dict:
     return {"class": ACTIVATION_MODULES[name]}
 
 
-def _linear(d_in: int, d_out: int, bias: bool) -> dict:
-    return {"class": "Linear", "in_features": d_in, "out_features": d_out, "bias": bias}
-
 
 # PyG's GINConv takes its MLP, not widths: the MLP is described module by module, hidden wide
 # inside (ModelConfig.widths), so an export records every width of it.
@@ -70,5 +68,5 @@ KIND = ModelKind("gin", ("gin", "dense"), "sum", "GINConv", ("convs.{l}.", "conv
                      StageOptions(cfg.options.train_eps) if pos == 0 else None,
                  pyg_kwargs=lambda cfg, layer, d_in, d_out: {
                      "train_eps": cfg.options.train_eps,
-                     "nn": [_linear(d_in, cfg.hidden, cfg.bias),
-                            _activation(cfg.activation), _linear(cfg.hidden, d_out, cfg.bias)]})
+                     "nn": [pyg_linear(d_in, cfg.hidden, cfg.bias), _activation(cfg.activation),
+                            pyg_linear(cfg.hidden, d_out, cfg.bias)]})
