@@ -2,11 +2,12 @@
 (`plexus_partition.model.pairs.pair_collectives`, batch by batch: the positives and as many
 negatives), their α-β time, and the bytes the pairs add to a rank's peak (one batch's buffers
 and the embedding block's gradient, `LinkCost.buffer_bytes`; `link_memory` adds them to the node
-model's `rank_memory` in place of the backward's temporaries, which are never alive with
-them).
+model's `rank_memory` of any rank in place of the backward's temporaries, which are never alive
+with them, and adds the decoder's replicated parameters, gradients and Adam moments).
 
-A batch of b pairs has at most min(2b, N) distinct ends; the engine's ledger records the ends a
-batch really has (the test compares the two on the same count, tests/link_checks.py).
+A batch of b pairs has at most min(2b, N) distinct ends, the price's default; given the ends
+each batch really has (``ends``), the price's bytes are the engine's ledger's
+(tests/link_checks.py, on every grid).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from plexus_partition.model.grid import AXES
-from plexus_partition.model.pairs import batch_pairs, pair_bytes, pair_collectives
+from plexus_partition.model.pairs import (batch_pairs, decoder_parameters, pair_bytes,
+                                          pair_collectives, pair_peak)
 from plexus_partition.model.schedule import Collective
 
 from .calibration import Calibration
@@ -36,7 +38,10 @@ class LinkCost:
     seconds: float
     bytes_per_axis: dict[str, float]
     batch: int
-    buffer_bytes: float
+    buffer_bytes: float  # one batch's peak (`pair_peak`), the embedding block and its gradient
+    decoder_bytes: float = 0.0  # the decoder's parameters and gradients (replicated)
+    decoder_state: float = 0.0  # their two Adam moments
+    pair_ids: float = 0.0  # the positives' ids (every rank) and the block's sorted row ids
 
 
 def batches(num_pairs: int, batch: int) -> list[int]:
@@ -47,10 +52,13 @@ def batches(num_pairs: int, batch: int) -> list[int]:
 def link_cost(spec: ModelSpec, grid: Mapping[str, int] | Sequence[int], orders: Sequence[str],
               num_pairs: int, decoder: str, hidden: int = 0, layers: int = 0,
               budget: float | None = None, calibration: Calibration | None = None,
-              ranks_per_host: int | None = None) -> LinkCost:
+              ranks_per_host: int | None = None,
+              ends: Sequence[int] | None = None) -> LinkCost:
     """The pair operator of one training step of ``num_pairs`` positives (and as many
     negatives) on the encoder ``spec`` (its classes: the embedding's columns) over ``grid``,
-    batched to ``budget`` bytes (None: all at once), priced with ``calibration``."""
+    batched to ``budget`` bytes (None: all at once), priced with ``calibration``; the decoder
+    ``decoder`` with ``layers`` layers of ``hidden`` units. ``ends``: each batch's distinct end
+    nodes, the positives' then the negatives' batch by batch (default: the bound min(2b, N))."""
     s = normalize_grid(grid)
     cal = calibration or Calibration()
     plans, pad = spec_layout(spec, s, orders)
@@ -58,23 +66,35 @@ def link_cost(spec: ModelSpec, grid: Mapping[str, int] | Sequence[int], orders: 
     width = wp // s[last.out_cols]
     per_pair = pair_bytes(width, wp, decoder, hidden, layers, EMBED_BYTES)
     size = num_pairs if budget is None else batch_pairs(budget, per_pair, num_pairs)
+    sizes = [b for b in batches(num_pairs, size) for _ in ("positives", "negatives")]
+    if ends is None:
+        ends = [min(2 * b, spec.num_nodes) for b in sizes]
+    elif len(ends) != len(sizes):
+        raise ValueError(f"ends: one count per batch ({len(sizes)}), got {len(ends)}")
     out: list[Collective] = []
-    for b in batches(num_pairs, size):
-        for _ in ("positives", "negatives"):
-            out += pair_collectives(last, s, wp, b, min(2 * b, spec.num_nodes), decoder)
+    for b, e in zip(sizes, ends):
+        out += pair_collectives(last, s, wp, b, e, decoder)
     itemsize = spec.comm_dtype_bytes or EMBED_BYTES
     seconds = sum(collective_time(c, cal, itemsize, ranks_per_host) for c in out)
     per_axis = {a: sum(c.bytes(itemsize) for c in out if c.axis == a) for a in AXES}
     rows = pad.nodes_padded // s[last.out_rows]
-    gradient = 2 * rows * width * EMBED_BYTES  # the detached embedding block and its gradient
-    return LinkCost(out, seconds, per_axis, size, size * per_pair + gradient)
+    gradient = 2 * rows * width * EMBED_BYTES  # the embedding block (kept) and its gradient
+    peak = pair_peak(size, min(2 * size, spec.num_nodes), width, wp, rows, decoder, hidden,
+                     layers, EMBED_BYTES)
+    params = decoder_parameters(decoder, spec.num_classes, hidden, layers) * EMBED_BYTES
+    ids = 2 * num_pairs * 8 + 2 * rows * 8  # int64: the positives, the sorted ids and order
+    return LinkCost(out, seconds, per_axis, size, peak + gradient, 2 * params, 2 * params, ids)
 
 
 def link_memory(spec: ModelSpec, grid: Mapping[str, int] | Sequence[int],
-                orders: Sequence[str], cost: LinkCost) -> Memory:
-    """`rank_memory` of the encoder with the pair operator's ``cost``: the pair batches run
-    between the encoder's forward and its backward, so their buffers and the backward's
-    temporaries are never alive at once (the saved activations are, in both): the workspace is
-    the larger of the two."""
-    mem = rank_memory(spec, normalize_grid(grid), orders)
-    return replace(mem, workspace=max(mem.workspace, cost.buffer_bytes))
+                orders: Sequence[str], cost: LinkCost,
+                coords: Mapping[str, int] | None = None) -> Memory:
+    """`rank_memory` of the encoder with the pair operator's ``cost``, for the rank at grid
+    ``coords`` (None: the rank that holds the most): the pair batches run between the encoder's
+    forward and its backward, over everything its stages keep for the backward, in place of the
+    node loss (`rank_memory`'s ``head``). The decoder's parameters, gradients and moments are
+    on every rank, and so are the positives' ids (``features``, with the shard's ids)."""
+    mem = rank_memory(spec, normalize_grid(grid), orders, coords, head=cost.buffer_bytes)
+    return replace(mem, features=mem.features + cost.pair_ids,
+                   weights=mem.weights + cost.decoder_bytes,
+                   optimizer=mem.optimizer + cost.decoder_state)

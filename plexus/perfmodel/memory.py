@@ -119,7 +119,7 @@ def _block_bytes(spec: ModelSpec, s: Mapping[str, int], n: int, fb: int, ib: int
 
 
 def rank_memory(spec: ModelSpec, s: Mapping[str, int], orders: Sequence[str],
-                coords: Mapping[str, int] | None = None) -> Memory:
+                coords: Mapping[str, int] | None = None, head: float | None = None) -> Memory:
     """Bytes one rank holds at the peak of a training epoch on the grid ``s`` with per-layer
     ``orders``, following the engine step by step: the rank at grid coordinates ``coords``, or
     without them the rank that holds the most.
@@ -131,7 +131,9 @@ def rank_memory(spec: ModelSpec, s: Mapping[str, int], orders: Sequence[str],
     structures), the feature shard, ids/labels/masks (`_feature_bytes`), parameters,
     gradients and Adam state. Activations, Â values and fixed features take ``dtype_bytes`` per
     element, parameters and their state `MASTER_BYTES` (plus a cast copy in a lower precision).
-    The peak of the stages' moments is `_training_peak`'s.
+    The peak of the stages' moments is `_training_peak`'s. ``head``: the bytes a link
+    prediction's pair batches hold between the encoder's forward and its backward
+    (`plexus.perfmodel.linkcost`), in place of the node loss's moments (None: the node loss).
     """
     plans, pad = spec_layout(spec, s, orders)
     n, fb = pad.nodes_padded, spec.dtype_bytes
@@ -145,8 +147,8 @@ def rank_memory(spec: ModelSpec, s: Mapping[str, int], orders: Sequence[str],
         adjacency = _block_bytes(spec, s, n, fb, ib, graph, coords)
     features, out_rows = _feature_bytes(spec, s, plans, pad.widths_padded, n)
     resident, weights, optimizer, peak_saved, peak_work = _training_peak(
-        spec, spec_sizes(spec, s, orders, ib), out_rows)
-    peak_work += comm_buffers(spec, s, orders)
+        spec, spec_sizes(spec, s, orders, ib), out_rows, stage_comm_buffers(spec, s, orders),
+        head)
     runtime = CUDA_RUNTIME_BYTES if spec.device == "cuda" else (
         STORE_RUNTIME_BYTES if spec.from_store else RUNTIME_BYTES)
     return Memory(adjacency + resident, features, peak_saved, peak_work, weights, optimizer,
@@ -175,12 +177,20 @@ def _feature_bytes(spec: ModelSpec, s: Mapping[str, int], plans: Sequence[LayerP
 
 
 def comm_buffers(spec: ModelSpec, s: Mapping[str, int], orders: Sequence[str]) -> float:
-    """The most bytes one collective holds besides its input and result, an upper bound added
-    to the step's peak: a sparse exchange's send buffer, its receive buffer (bounded by the
-    same count: an estimate's rows are symmetric) and its own piece of the sum (1/p of the
-    partner all-gather's or reduce-scatter's full size), or a payload cast to a narrower
-    ``comm_dtype`` (a copy of the message)."""
-    fb, most = spec.dtype_bytes, 0.0
+    """The most bytes one collective of the step holds besides its input and result
+    (`stage_comm_buffers`'s largest)."""
+    return max(stage_comm_buffers(spec, s, orders).values(), default=0.0)
+
+
+def stage_comm_buffers(spec: ModelSpec, s: Mapping[str, int], orders: Sequence[str]
+                       ) -> dict[tuple[int | None, str], float]:
+    """{(layer, phase): the most bytes one of its collectives holds besides its input and
+    result}, an upper bound added to that stage's moments of that phase: a sparse exchange's
+    send buffer, its receive buffer (bounded by the same count: an estimate's rows are
+    symmetric) and its own piece of the sum (1/p of the partner all-gather's or
+    reduce-scatter's full size), or a payload cast to a narrower ``comm_dtype`` (a copy of the
+    message)."""
+    fb, most = spec.dtype_bytes, {}
     listed = spec_collectives(spec, s, orders)
     for k, c in enumerate(listed):
         item = c.itemsize or spec.comm_itemsize
@@ -193,22 +203,30 @@ def comm_buffers(spec: ModelSpec, s: Mapping[str, int], orders: Sequence[str]) -
             # an all-gather's cast piece and gathered result
             extra = c.size * item * {"all_reduce": 3, "reduce_scatter": 2}.get(
                 c.op, 1 + 1 / c.group)
-        most = max(most, extra)
+        at = (c.layer, c.phase)
+        most[at] = max(most.get(at, 0.0), extra)
     return most
 
 
-def _training_peak(spec: ModelSpec, sizes: Sequence[StageSizes], out_rows: float
+def _training_peak(spec: ModelSpec, sizes: Sequence[StageSizes], out_rows: float,
+                   comm: Mapping[tuple[int | None, str], float] | None = None,
+                   head: float | None = None
                    ) -> tuple[float, float, float, float, float]:
     """(operators' resident bytes, weights, optimizer state, saved, transient) at the step's
     peak. Each stage's operator declares what it keeps for backward and what its forward and
     backward hold at once (`plexus_partition.model.ops.base.StageMemory`); a ReLU keeps a one-byte
     mask. The peak is the largest of every stage's forward and backward moments over what earlier
     stages keep. With ``recompute`` a stage keeps only its input, and its backward first runs its
-    forward again (rebuilding what it keeps)."""
+    forward again (rebuilding what it keeps). ``comm``: the collectives' buffers per stage and
+    phase (`stage_comm_buffers`), added to that stage's moments of that phase (a re-run
+    forward's: the larger of its forward's and its backward's).
+    ``head``: the transient bytes after the last stage's forward, over everything the stages
+    keep, in place of the node loss's moments (no encoder collective is in flight then)."""
     fb = spec.dtype_bytes
     cast = fb != MASTER_BYTES
     resident = weights = optimizer = 0.0
-    saved_before = 0.0  # what earlier stages hold for backward
+    saved_before = head_base = 0.0  # what earlier stages hold for backward (and the head)
+    comm = dict(comm or {})
     peaks: list[tuple[float, float]] = []  # (saved, transient) at each candidate moment
     for z in sizes:
         p = z.plan
@@ -227,20 +245,28 @@ def _training_peak(spec: ModelSpec, sizes: Sequence[StageSizes], out_rows: float
         moments = [(0.0, f) for f in op.forward]
         if bn:
             moments += [(op.kept, f) for f in bn.forward]
+        fwd, bwd = comm.get((p.index, "forward"), 0.0), comm.get((p.index, "backward"), 0.0)
         for k, f in moments:
-            peaks.append((saved_before + (0.0 if spec.recompute else k), f))
+            peaks.append((saved_before + (0.0 if spec.recompute else k), f + fwd))
         base = saved_before + saved
         if spec.recompute:  # the re-run's moments, then its backward over what it rebuilt
-            peaks += [(base + k, f) for k, f in moments]
+            peaks += [(base + k, f + max(fwd, bwd)) for k, f in moments]
             base += own
-        if p.index == len(sizes) - 1:  # the loss (per logit and per row)
-            peaks += _loss_moments(spec, base, op.out, cast, out_rows)
+        if p.index == len(sizes) - 1 and head is not None:  # link prediction's pairs
+            head_base = base
+        elif p.index == len(sizes) - 1:  # the loss (per logit and per row)
+            loss = comm.get((None, "loss"), 0.0)
+            peaks += [(k, t + loss) for k, t in _loss_moments(spec, base, op.out, cast, out_rows)]
+        back = []
         if bn:
-            peaks += [(base - own + k + op.kept + mask, t) for k, t in bn.backward]
+            back += [(base - own + k + op.kept + mask, t) for k, t in bn.backward]
         for k, t in op.backward:
-            peaks.append((base - own + k + (mask if k else 0.0), t))
+            back.append((base - own + k + (mask if k else 0.0), t))
         if z.needs_dh:  # the previous stage's ReLU backward beside dH
-            peaks.append((base - own, 2 * z.h_in * fb))
+            back.append((base - own, 2 * z.h_in * fb))
+        peaks += [(k, t + bwd) for k, t in back]
         saved_before += saved
+    if head is not None:
+        peaks.append((head_base, head))
     peak_saved, peak_work = max(peaks, key=lambda sw: sw[0] + sw[1])
     return resident, weights, optimizer, peak_saved, peak_work

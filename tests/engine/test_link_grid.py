@@ -1,6 +1,7 @@
 """Link prediction on the grid equals the serial model on every grid (1x1x1, 2x1x2, 2x2x1,
 2x2x2), with dropout, on an undirected and a directed graph, with both decoders; the ledger's
-pair collectives equal their declaration (tests/link_checks.py). One world per world size."""
+pair collectives equal their declaration, and every rank's tracked tensor peak is the memory
+model's within 15 % (tests/link_checks.py). One world per world size."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.slow  # multi-rank worlds
 
 GRIDS = {1: [(1, 1, 1)], 4: [(2, 1, 2), (2, 2, 1)], 8: [(2, 2, 2)]}
 CHECKS = [f"{g}/{d}/{c}" for g in ("undirected", "directed") for d in DECODERS
-          for c in ("step", "train", "ledger")]
+          for c in ("step", "train", "ledger")] + [f"memory/{d}" for d in DECODERS]
 worlds.declare("link", __file__,
                {world: (run_link_checks, (grids,)) for world, grids in GRIDS.items()})
 

@@ -57,9 +57,21 @@ def test_link_cost_by_hand(decoder):
     alpha, beta = cal.link("y")
     steps = 2 * 3 * (2 + (2 if decoder == "dot" else 1))  # AR: 2 steps, AG: 1, on 2 ranks
     assert cost.seconds == pytest.approx(steps * alpha + (ends + over_z) * 4 * beta, rel=1e-12)
-    # buffers: one batch of 4 pairs, and the embedding block (40/2 rows × 4) with its gradient
-    assert cost.buffer_bytes == 4 * per_pair + 2 * 20 * 4 * 4
-    node = rank_memory(spec, GRID, ORDERS)
-    # the batches run between the encoder's forward and backward: the larger workspace counts
-    assert link_memory(spec, GRID, ORDERS, cost).total == pytest.approx(
-        node.total - node.workspace + max(node.workspace, cost.buffer_bytes))
+    # one batch of 4 pairs with at most 8 ends, blocks of 4 columns (8 padded), 40/2 rows:
+    # each graph keeps 2·4 floats a pair, 3 int64 a pair and 12 bytes an end: 320 bytes; the MLP
+    # adds its product (8) and two buffers per hidden layer (2·2·5) a pair: 768
+    kept = 320 if decoder == "dot" else 768
+    # both graphs and the second's newest (the dot: a product and the ends' rows, (4+8)·4
+    # floats; the MLP: a hidden layer's output, mask and hash, 4·5·(4+1+2) bytes), or one graph
+    # and the ends' gradient beside the block's zeros and index_add ((8 + 2·20)·4 floats)
+    newest = 12 * 4 * 4 if decoder == "dot" else 4 * 5 * 7
+    peak = max(2 * kept + newest, kept + 48 * 4 * 4) + 2 * 4 * 8  # and the negatives' ids
+    assert cost.buffer_bytes == peak + 2 * 20 * 4 * 4  # the embedding block and its gradient
+    node, mem = rank_memory(spec, GRID, ORDERS), link_memory(spec, GRID, ORDERS, cost)
+    # the positives' ids (2·10) and the block's sorted ids and order (2·20), int64
+    assert mem.features == node.features + (2 * 10 + 2 * 20) * 8
+    # the MLP 7 → 5 → 5 → 1: 76 parameters, float32, their gradients, then two moments
+    params = 0 if decoder == "dot" else 76 * 4
+    assert (mem.weights, mem.optimizer) == (node.weights + 2 * params,
+                                            node.optimizer + 2 * params)
+    assert mem.activations + mem.workspace >= cost.buffer_bytes

@@ -67,6 +67,42 @@ def pair_bytes(block: int, width_padded: int, decoder: str, hidden: int = 0,
     return int(floats * itemsize + 6 * 8)
 
 
+def pair_peak(pairs: int, ends: int, block: int, width_padded: int, rows: int, decoder: str,
+              hidden: int = 0, layers: int = 0, itemsize: int = 4) -> float:
+    """Bytes one training batch of ``pairs`` positives and as many negatives (each with at
+    most ``ends`` distinct ends) holds at its peak besides the embedding block of ``rows`` ×
+    ``block`` and its gradient (`plexus.engine.link.LinkTask.train_step`; measured with the
+    tensor tracker, `plexus.testing.linkmemory`). Each of the two graphs keeps its pairs' two
+    end rows (2·block a pair), the MLP's input product (width_padded a pair) and two buffers per
+    hidden layer (the ReLU's output and the dropout's), and int64 ids (its ends' positions, 2 a
+    pair; the pair ids, 1; the ends' rows, 1 an end, and their float32 presence, 1 an end).
+    The peak is the larger of two moments: both graphs kept with the second's newest buffers
+    (the dot: a product and the ends' all-reduced rows; the MLP: its last hidden layer's linear
+    output, one-byte mask and 16-bit hash words), or one graph kept beside the other's ends'
+    gradient and the block's scattered gradient (zeros, then their ``index_add``: 2·rows·block).
+    The negatives' ids (2 a pair) are alive throughout."""
+    P, E, f = int(pairs), int(ends), itemsize
+    k = max(layers - 1, 0) if decoder == "mlp" else 0
+    kept = P * 2 * block * f + P * 3 * 8 + E * (8 + 4)
+    if decoder == "mlp":
+        kept += P * (width_padded + 2 * k * hidden) * f
+        newest = P * hidden * (f + 1 + 2) if k else 0
+    else:
+        newest = (P + E) * block * f
+    both = 2 * kept + newest
+    one = kept + (E + 2 * rows) * block * f
+    return float(max(both, one) + 2 * P * 8)
+
+
+def decoder_parameters(decoder: str, channels: int, hidden: int = 0, layers: int = 0) -> int:
+    """The decoder's parameters: none for "dot"; for "mlp" the weights and biases of its
+    ``layers`` Linear layers, ``channels`` → ``hidden`` → ... → 1 (OGB's ``LinkPredictor``)."""
+    if decoder != "mlp":
+        return 0
+    widths = [channels] + [hidden] * (layers - 1) + [1]
+    return sum(a * b + b for a, b in zip(widths, widths[1:]))
+
+
 def batch_pairs(budget: float, per_pair: int, total: int) -> int:
     """Pairs in one batch: as many as ``budget`` bytes hold at ``per_pair`` bytes each (at
     least one), at most ``total``."""
