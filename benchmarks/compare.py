@@ -479,10 +479,21 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         write_text(out / f"{args.name}.txt", "\n".join(lines) + "\n")
         write_json(out / f"{args.name}.json", {
-            "command": command, "rev": commit, "tree": str(tree), "mode": mode,
-            "rounds": rounds, "tolerance": args.tolerance, "scratch": str(tmp),
+            "command": command, "rev": commit, "tree": shown_path(tree), "mode": mode,
+            "rounds": rounds, "tolerance": args.tolerance, "scratch": shown_path(tmp),
             "runs": {"A": a.runs, "B": b.runs}, "regressions": bad})
     return 1 if bad else 0
+
+
+def shown_path(path: str | Path) -> str:
+    """``path`` as a committed result may name it: relative to this checkout, under
+    ``$TMPDIR/``, else as given (tests/docs/test_results_paths.py: no folder of the machine)."""
+    p = Path(path).resolve()
+    for root, label in ((REPO, ""), (Path(tempfile.gettempdir()).resolve(), "$TMPDIR/")):
+        if p == root or root in p.parents:
+            rel = p.relative_to(root).as_posix()
+            return (label + rel) if label else (rel if rel != "." else ".")
+    return str(path)
 
 
 if __name__ == "__main__":

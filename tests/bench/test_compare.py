@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -47,7 +48,9 @@ def test_compare_against_head_itself_reports_no_regression(tmp_path: Path) -> No
     assert a["comm_bytes_per_epoch"] == b["comm_bytes_per_epoch"]  # the same code: exact
     # its temporary worktree is gone, from git's list and from the disk (other worktrees of
     # the repository may come and go meanwhile: only its own is looked for)
-    assert doc["scratch"] not in worktrees() and not Path(doc["scratch"]).exists()
+    assert doc["scratch"].startswith("$TMPDIR/") and doc["tree"] == "."  # no machine folder
+    scratch = doc["scratch"].replace("$TMPDIR", tempfile.gettempdir(), 1)
+    assert scratch not in worktrees() and not Path(scratch).exists()
 
 
 def plant_sleep(tmp_path: Path, seconds: float) -> Path:
@@ -119,3 +122,13 @@ def test_the_header_names_side_b_without_the_machines_absolute_path(tmp_path: Pa
     assert label(tmp_path / "a" / "tree", cwd=tmp_path) == "a/tree"
     assert label(tmp_path, cwd=tmp_path) == "."
     assert label(tmp_path / "elsewhere" / "tree", cwd=tmp_path / "here") == "tree"
+
+
+def test_the_json_names_its_folders_without_the_machines_absolute_path(tmp_path: Path) -> None:
+    """The .json is committed too (startup_1c5befa.json once named /work/main and /tmp/...)."""
+    import runpy
+
+    shown = runpy.run_path(str(SCRIPT))["shown_path"]
+    assert shown(REPO) == "." and shown(REPO / "benchmarks" / "out") == "benchmarks/out"
+    scratch = Path(tempfile.gettempdir()) / "plexus-compare-x1"
+    assert shown(scratch) == "$TMPDIR/plexus-compare-x1"
