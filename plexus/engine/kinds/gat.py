@@ -24,11 +24,7 @@ class GAT(KindLayer):
             with g.comm.labelled("AR(s→rows)"):
                 s_src, s_dst = s[:, :heads], g.to_rows(s[:, heads:])  # AR(S·s) over o: Â's rows
             alpha = g.attention(s_dst, s_src, cfg.options.negative_slope)  # AR-MAX, AR-SUM over o
-        drop = cfg.options.attn_dropout if g.training else 0.0
-        if self.spec.concat(p):                       # AR(OUT) over o
-            return g.aggregate_weighted(alpha, Z, heads, width, drop, step)
-        part = g.aggregate_weighted(alpha, Z, heads, width, drop, step, reduce=False)
-        return g.average_heads(part, heads, width)    # RS(OUT) over d, AR(OUT) over o
+        return aggregate_heads(g, alpha, Z, heads, width, step, self.spec.concat(p))
 
     def serial(self, m, p, H, step):
         """Written from GATConv's definition on the whole graph: scores per head, softmax over
@@ -46,6 +42,17 @@ class GAT(KindLayer):
         slope = m.cfg.options.negative_slope
         e = raw.clamp_min(0) + slope * raw.clamp_max(0)  # LeakyReLU, (edges, heads)
         return attend(m, p, e, Zh, step, self.spec.concat(p))
+
+
+def aggregate_heads(g, alpha, Z, heads: int, width: int, step: int, concat: bool):
+    """The grid's α-weighted aggregation of ``Z`` per head, attention dropout on the training
+    step, the heads concatenated (``concat``: AR(OUT) over o) or averaged (RS(OUT) over d, AR(OUT)
+    over o). GAT's and GATv2's (`attend` is its serial twin)."""
+    drop = g.model.options.attn_dropout if g.training else 0.0
+    if concat:
+        return g.aggregate_weighted(alpha, Z, heads, width, drop, step)
+    part = g.aggregate_weighted(alpha, Z, heads, width, drop, step, reduce=False)
+    return g.average_heads(part, heads, width)
 
 
 def attend(m, p, e, Zh, step, concat: bool):

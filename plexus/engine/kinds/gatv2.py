@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 
 from ..edges import head_matrix
 from .base import KindLayer
-from .gat import attend
+from .gat import aggregate_heads, attend
 
 
 class GATv2(KindLayer):
@@ -44,11 +43,7 @@ class GATv2(KindLayer):
         scores = (F.leaky_relu(x, cfg.options.negative_slope) * a.float()) @ P
         with c.exact(), c.labelled(backward="AR(Σα·dα)"):  # float32 statistics, whatever
             alpha = g.edge_softmax(scores)               # the wire: AR-MAX, AR-SUM over o
-        drop = cfg.options.attn_dropout if g.training else 0.0
-        if self.spec.concat(p):                          # AR(OUT) over o
-            return g.aggregate_weighted(alpha, Zl, heads, width, drop, step)
-        part = g.aggregate_weighted(alpha, Zl, heads, width, drop, step, reduce=False)
-        return g.average_heads(part, heads, width)       # RS(OUT) over d, AR(OUT) over o
+        return aggregate_heads(g, alpha, Zl, heads, width, step, self.spec.concat(p))
 
     def serial(self, m, p, H, step):
         """Written from GATv2Conv's definition on the whole graph: per edge and head
