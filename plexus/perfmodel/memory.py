@@ -176,12 +176,6 @@ def _feature_bytes(spec: ModelSpec, s: Mapping[str, int], plans: Sequence[LayerP
     return features, out_rows
 
 
-def comm_buffers(spec: ModelSpec, s: Mapping[str, int], orders: Sequence[str]) -> float:
-    """The most bytes one collective of the step holds besides its input and result
-    (`stage_comm_buffers`'s largest)."""
-    return max(stage_comm_buffers(spec, s, orders).values(), default=0.0)
-
-
 def stage_comm_buffers(spec: ModelSpec, s: Mapping[str, int], orders: Sequence[str]
                        ) -> dict[tuple[int | None, str], float]:
     """{(layer, phase): the most bytes one of its collectives holds besides its input and
@@ -226,7 +220,7 @@ def _training_peak(spec: ModelSpec, sizes: Sequence[StageSizes], out_rows: float
     cast = fb != MASTER_BYTES
     resident = weights = optimizer = 0.0
     saved_before = head_base = 0.0  # what earlier stages hold for backward (and the head)
-    comm = dict(comm or {})
+    comm = comm or {}
     peaks: list[tuple[float, float]] = []  # (saved, transient) at each candidate moment
     for z in sizes:
         p = z.plan
