@@ -55,7 +55,7 @@ def _hold_port_as_nobody() -> tuple[int, int]:
             os.write(write, str(s.getsockname()[1]).encode())
             os.close(write)
             while True:
-                os.pause()
+                signal.pause()  # (os has no pause: the holder exited at once, freeing the port)
         finally:
             os._exit(0)
     os.close(write)
