@@ -36,6 +36,8 @@ from .export import save_weights
 from .model import GraphModel, cut_shard, model_from_shard
 
 DECODER_FORMAT = "plexus-link-decoder-1"
+#: The MLP decoder's layers unless asked otherwise (OGB's examples' ``LinkPredictor``).
+DECODER_LAYERS = 3
 
 
 def _config(model: ModelConfig | str | None, options: dict) -> ModelConfig:
@@ -109,7 +111,7 @@ class LinkModel:
 def link_model(split: LinkSplit, grid: Grid, model: ModelConfig | str | None = None, *,
                decoder: str = "mlp", seed: int = 0, perm: str = DEFAULT_PERMUTATION,
                engine: EngineConfig | None = None, out_channels: int | None = None,
-               decoder_layers: int = 3, decoder_hidden: int | None = None,
+               decoder_layers: int = DECODER_LAYERS, decoder_hidden: int | None = None,
                decoder_dropout: float | None = None, budget: float | None = None,
                **options: Any) -> LinkModel:
     """This rank's `LinkModel` on ``grid`` (call it on every rank): the encoder ``model`` (a

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from plexus.api.link import link_model
+from plexus.api.link import DECODER_LAYERS, link_model
 from plexus.engine.grid import Grid
 from plexus.perfmodel.linkcost import link_cost, link_memory
 from plexus.perfmodel.memory import Memory
@@ -17,9 +17,6 @@ from plexus.perfmodel.spec import ModelSpec
 from plexus.runtime.memstats import TensorTracker, resident_storages
 from plexus_datasets.graph import gcn_nnz
 from plexus_datasets.linksplit import LinkSplit
-
-#: The decoder's layers (OGB's LinkPredictor's default) in these runs.
-DECODER_LAYERS = 3
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,12 @@
 
 The graph is a dataset spec with a random edge split (`plexus_datasets.linksplit`), or an
 ``ogbl-*`` dataset from its raw files and split files (`plexus.api.linkdata`). Every rank trains
-its `plexus.api.link.LinkModel`; rank 0 prints an epoch line at every evaluation (the loss,
-then ROC-AUC and Hits@50 of validation and test), the summary (and for an ogbl dataset OGB's
-Evaluator's metric on the test pairs), and writes the outputs: ``--log-json`` (every epoch's
-figures and the summary), ``--save-predictions DIR`` (the scores of the validation and test
+its `plexus.api.link.LinkModel`. The first line names the graph, its pairs, the grid and the
+model; rank 0 prints an epoch line at every evaluation (the loss, then ROC-AUC and Hits@50 of
+validation and test); the summary (`plexus.train.linkreport`) gives the best validation epoch,
+the final one, for an ogbl dataset OGB's Evaluator's metric on the test pairs, the wall time,
+memory per rank beside the model's and the bytes sent. The outputs: ``--log-json`` (every
+epoch's figures and the summary), ``--save-predictions DIR`` (the scores of the validation and test
 pairs: ``DIR/{val,test}_{pos,neg}_{pairs,scores}.npy``), ``--export FILE`` (the encoder's PyG
 export, and the decoder beside it as FILE.decoder.pt, `plexus.api.link.load_decoder`).
 The node task's checkpoints, stores and caches are not this path's: asking for them is one
@@ -20,22 +22,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from plexus.api.link import link_model
+from plexus.api.link import DECODER_LAYERS, link_model
 from plexus.api.linkdata import load_ogbl, ogbl_evaluate
 from plexus.api.session import run_grid
 from plexus_datasets.base.atomic import atomic_file
 from plexus_datasets.linksplit import LinkSplit, random_edge_split
 from plexus_datasets.spec import load_dataset
 from plexus_partition.model.cli import UsageError
+from plexus_partition.launch.env import default_device
 from plexus_partition.model.grid import GridShape
 from plexus_partition.model.modelopts import model_config
 
 from .errors import error_line
+from .linkreport import BEST_BY, best_epoch, epoch_line, first_line, link_figures, model_words
+from .linkreport import summary_lines
 
 #: Options of the node task that --task link does not take (destinations).
 NOT_FOR_LINKS = ("shards", "checkpoint", "resume", "recipe", "save_embeddings", "export_best",
@@ -60,43 +66,44 @@ def check_link_args(args: argparse.Namespace, env: Any) -> GridShape:
     return GridShape.of("1x1x1" if args.grid in (None, "auto") else args.grid)
 
 
-def load_split(args: argparse.Namespace) -> LinkSplit:
-    """The run's pairs: an ogbl dataset's, or a random edge split of the dataset spec."""
+def load_split(args: argparse.Namespace) -> tuple[LinkSplit, str]:
+    """The run's pairs (an ogbl dataset's, or a random edge split of the dataset spec) and
+    where they came from, in words."""
     if (args.dataset or "").startswith("ogbl-"):
-        return load_ogbl(args.dataset, args.root)
+        return load_ogbl(args.dataset, args.root), "the dataset's own split"
     graph = load_dataset(args.dataset or "cora", args.root, seed=args.split_seed or 0,
                          features=args.features)
-    return random_edge_split(graph, args.edge_split or DEFAULT_EDGE_SPLIT,
-                             seed=args.split_seed or 0)
-
-
-def epoch_line(row: dict[str, Any]) -> str:
-    """``epoch 10  loss 0.4815  val auc 0.9012 hits@50 0.5521  test auc ...``."""
-    parts = [f"epoch {row['epoch']:4d}", f"loss {row['loss']:.4f}"]
-    for split in ("val", "test"):
-        keys = [k for k in row if k.startswith(f"{split}_")]
-        if keys:
-            parts.append(f"{split} " + " ".join(f"{k[len(split) + 1:]} {row[k]:.4f}"
-                                               for k in keys))
-    return "  ".join(parts)
+    fractions, seed = args.edge_split or DEFAULT_EDGE_SPLIT, args.split_seed or 0
+    return (random_edge_split(graph, fractions, seed=seed),
+            f"random edge split {fractions}, --split-seed {seed}")
 
 
 def _rank(grid, split: LinkSplit, cfg, opts: dict) -> dict | None:
-    """Every rank: build, train, score; rank 0 prints and writes (returns the summary)."""
-    model = link_model(split, grid, cfg, decoder=opts["decoder"], seed=opts["seed"])
+    """Every rank: build, train, score; rank 0 prints and writes the pairs' scores, and returns
+    the run's log (its epochs and summary)."""
+    model = link_model(split, grid, cfg, decoder=opts["decoder"], seed=opts["seed"],
+                       decoder_layers=DECODER_LAYERS)
     quiet, every = opts["quiet"], opts["eval_every"]
     me = grid.rank == 0
+    started = time.perf_counter()
 
     def speak(row: dict) -> None:
         if me and not quiet and any(k.startswith("val_") or k.startswith("test_") for k in row):
             print(epoch_line(row), flush=True)
 
     history = model.fit(opts["epochs"], lr=opts["lr"], eval_every=every, on_epoch=speak)
+    train_time = time.perf_counter() - started
     scored = {f"{s}_{kind}": (pairs, model.scores(pairs))
               for s in ("val", "test") for kind, pairs in
               (("pos", split.pos[s]), ("neg", split.neg[s])) if pairs.shape[1]}
     summary = {k: v for k, v in history[-1].items() if k != "epoch"}
     summary["epochs"] = len(history)
+    best_by = BEST_BY["ogbl" if split.name.startswith("ogbl-") else "random"]
+    summary.update(best_by=best_by, best=best_epoch(history, best_by), final=history[-1],
+                   train_time_s=train_time, model=model_words(cfg, opts["decoder"],
+                                                              DECODER_LAYERS),
+                   dataset=split.name, grid=str(grid.shape), world_size=grid.world_size,
+                   **link_figures(model, cfg, split, DECODER_LAYERS))
     if split.name.startswith("ogbl-") and "test_pos" in scored:
         summary["ogb"] = ogbl_evaluate(split.name, scored["test_pos"][1], scored["test_neg"][1])
     if opts["export"]:
@@ -110,29 +117,32 @@ def _rank(grid, split: LinkSplit, cfg, opts: dict) -> dict | None:
             for what, value in (("pairs", pairs), ("scores", scores)):
                 with atomic_file(out / f"{key}_{what}.npy") as f:
                     np.save(f, value)
-    if opts["log_json"]:
-        with atomic_file(opts["log_json"], "w") as f:
-            json.dump({"task": "link", "dataset": split.name, "decoder": opts["decoder"],
-                       "grid": str(grid.shape), "epochs": history, "summary": summary}, f,
-                      indent=1)
-    return summary
+    return {"task": "link", "dataset": split.name, "decoder": opts["decoder"],
+            "grid": str(grid.shape), "epochs": history, "summary": summary}
 
 
 def link_main(args: argparse.Namespace, env: Any) -> int:
     """``plexus-train --task link``; the exit status (bad input raises: the caller says it in
     one line, exit status 2)."""
+    t0 = time.perf_counter()
     shape = check_link_args(args, env)
-    split = load_split(args)
+    split, origin = load_split(args)
     cfg = model_config(args)
+    if not args.quiet:
+        print(first_line(split, origin, cfg, args.decoder, DECODER_LAYERS, shape.world_size,
+                         str(shape), default_device(args.device).type), flush=True)
     opts = {"decoder": args.decoder, "seed": args.seed, "epochs": args.epochs, "lr": args.lr,
             "eval_every": args.eval_every or args.epochs, "quiet": args.quiet,
-            "export": args.export, "save_predictions": args.save_predictions,
-            "log_json": args.log_json}
+            "export": args.export, "save_predictions": args.save_predictions}
     try:
-        summary = run_grid(_rank, split, cfg, opts, grid=shape, timeout_s=args.timeout)
+        log = run_grid(_rank, split, cfg, opts, grid=shape, timeout_s=args.timeout)
     except Exception as e:  # noqa: BLE001 — a worker's failure, said in one line
         print(error_line(e), file=sys.stderr, flush=True)
         return 1
-    if not args.quiet:
-        print("summary " + json.dumps(summary, sort_keys=True), flush=True)
+    summary = log["summary"]
+    summary["wall_time_s"] = time.perf_counter() - t0  # from this command's options on
+    if args.log_json:
+        with atomic_file(args.log_json, "w") as f:
+            json.dump(log, f, indent=1)
+    print("\n".join(summary_lines(summary)), flush=True)  # --quiet too, as the node task's
     return 0

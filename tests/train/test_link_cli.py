@@ -36,13 +36,37 @@ def test_link_run_outputs_and_exports(tmp_path, decoder):
               "--edge-split", "0.8,0.1,0.1", "--split-seed", "3", "--save-predictions",
               str(pred), "--log-json", str(log), "--export", str(export))
     assert r.returncode == 0, r.stderr[-2000:]
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("epoch")]
+    out = r.stdout.splitlines()
+    lines = [ln for ln in out if ln.startswith("epoch")]
     assert len(lines) == 2 and "val auc" in lines[0] and "test auc" in lines[0]
-    assert "summary" in r.stdout
     entry = json.loads(log.read_text())
     assert entry["task"] == "link" and len(entry["epochs"]) == 6
     final = entry["summary"]
+    # the first line: the graph, its pairs as this split has them, the grid and the model
     split = random_edge_split(load_dataset("cora"), "0.8,0.1,0.1", seed=3)
+    assert out[0].startswith("plexus-train: cora link prediction (N=2708, F=1433; positive "
+                             f"pairs train {split.pos['train'].shape[1]:,}, val "
+                             f"{split.pos['val'].shape[1]:,}, test {split.pos['test'].shape[1]:,}"
+                             ": random edge split 0.8,0.1,0.1, --split-seed 3) on grid 2x1x2 "
+                             "(4 ranks, cpu), gcn 2x16 encoder, mlp decoder (3 layers)"), out[0]
+    # the summary: the best epoch is the evaluated one of the highest validation AUC
+    evaluated = [row for row in entry["epochs"] if "val_auc" in row]
+    assert [row["epoch"] for row in evaluated] == [3, 6]
+    best = max(evaluated, key=lambda row: row["val_auc"])
+    assert final["best"]["epoch"] == best["epoch"] and final["best_by"] == "val_auc"
+    text = out[out.index(next(ln for ln in out if ln.startswith("summary: "))):]
+    assert text[0] == "summary: gcn 2x16 encoder, mlp decoder (3 layers) on cora, grid 2x1x2 " \
+                      "(4 ranks), 6 epochs"
+    assert text[1].startswith(f"  best validation (by val auc): epoch {best['epoch']}  val auc "
+                              f"{best['val_auc']:.4f}")
+    assert text[2].startswith(f"  final epoch 6: loss {entry['epochs'][-1]['loss']:.4f}")
+    assert text[3].startswith("  wall time: ") and text[4].startswith("  memory per rank: ")
+    assert text[5].startswith("  communication: ") and text[5].endswith(" sent, all ranks")
+    # the bytes: 2x1x2 has no y neighbours, and both other axes carry the encoder's and the
+    # pairs' collectives; every rank's peak RSS is there, beside the model's peak
+    assert final["comm_bytes"]["y"] == 0 and final["comm_bytes"]["x"] > 0 < final["comm_bytes"]["z"]
+    rss = final["memory"]["peak_rss_bytes"]
+    assert len(rss) == 4 and min(rss) > 50 * 2**20 and final["memory"]["predicted_bytes"] > 0
     coo = split.graph.adj.tocoo()
     edge_index = torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
     encoder, dec = load_pyg(export), load_decoder(str(export) + ".decoder.pt").eval()
@@ -86,8 +110,16 @@ def test_link_run_on_an_ogbl_standin_reports_ogbs_metric(tmp_path):
     log, pred = tmp_path / "log.json", tmp_path / "pred"
     r = train("--task", "link", "--grid", "1x1x1", "--dataset", "ogbl-collab", "--root",
               str(tmp_path / "data"), "--epochs", "3", "--hidden", "16", "--layers", "2",
-              "--log-json", str(log), "--save-predictions", str(pred))
+              "--log-json", str(log), "--save-predictions", str(pred), "--quiet")
     assert r.returncode == 0, r.stderr[-2000:]
+    # --quiet: the summary alone, with OGB's metric and the best epoch by its Hits@50
+    out = r.stdout.splitlines()
+    assert out[0].startswith("summary: ") and not any(ln.startswith("epoch") for ln in out)
+    assert any(ln.startswith("  OGB evaluator (ogbl-collab): test hits@50 ") for ln in out)
+    rows = [row for row in json.loads(log.read_text())["epochs"] if "val_hits@50" in row]
+    best = max(rows, key=lambda row: row["val_hits@50"])
+    assert any(ln.startswith(f"  best validation (by val hits@50): epoch {best['epoch']}  ")
+               for ln in out), out
     ogb = json.loads(log.read_text())["summary"]["ogb"]
     assert ogb["name"] == "ogbl-collab" and ogb["metric"] == "hits@50"
     pos, neg = np.load(pred / "test_pos_scores.npy"), np.load(pred / "test_neg_scores.npy")
