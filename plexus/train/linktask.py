@@ -14,13 +14,16 @@ epoch's figures and the summary), ``--save-predictions DIR`` (the scores of the 
 pairs: ``DIR/{val,test}_{pos,neg}_{pairs,scores}.npy``), ``--export FILE`` (the encoder's PyG
 export, and the decoder beside it as FILE.decoder.pt, `plexus.api.link.load_decoder`).
 The node task's checkpoints, stores and caches are not this path's: asking for them is one
-line and exit status 2.
+line and exit status 2. Under torchrun or srun every rank runs this with the same ``--grid``;
+before any tensor moves each proves the job's secret and its options to rank 0, as the node
+task's ranks do (`plexus.train.peercheck`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -35,11 +38,12 @@ from plexus_datasets.base.atomic import atomic_file
 from plexus_datasets.linksplit import LinkSplit, random_edge_split
 from plexus_datasets.spec import load_dataset
 from plexus_partition.model.cli import UsageError
-from plexus_partition.launch.env import default_device
+from plexus_partition.launch.env import LaunchError, default_device
 from plexus_partition.model.grid import GridShape
 from plexus_partition.model.modelopts import model_config
 
 from .errors import error_line
+from .peercheck import flat_options, prove_run
 from .linkreport import BEST_BY, best_epoch, epoch_line, first_line, link_figures, model_words
 from .linkreport import summary_lines
 
@@ -56,14 +60,32 @@ def check_link_args(args: argparse.Namespace, env: Any) -> GridShape:
     if given:
         raise UsageError(f"--task link does not take --{given[0].replace('_', '-')} (the node "
                          "task's); see docs/link_prediction.md")
-    if env is not None:
-        raise UsageError("--task link starts its own local workers; under torchrun or srun use "
-                         "the Python API (plexus.api.link.link_model)")
     if args.optimizer != "adam":
         raise UsageError("--task link trains with Adam; leave --optimizer out")
     if (args.dataset or "").startswith("ogbl-") and args.edge_split:
         raise UsageError(f"{args.dataset} has its own edge split; leave --edge-split out")
-    return GridShape.of("1x1x1" if args.grid in (None, "auto") else args.grid)
+    if args.grid not in (None, "auto"):
+        shape = GridShape.of(args.grid)
+        if env is not None:
+            shape.check_world(env.world_size, "the launcher started")
+        return shape
+    if env is not None and env.world_size > 1:
+        raise UsageError(f"--task link takes --grid XxYxZ with X·Y·Z = {env.world_size}, the "
+                         "ranks the launcher started (it has no --grid auto)")
+    return GridShape.of("1x1x1")
+
+
+def link_options(args: argparse.Namespace, cfg: Any, shape: GridShape) -> dict[str, str]:
+    """What every rank of one link job must share (`plexus.train.peercheck.prove_run`): the
+    data, its split, the model, the decoder, the training and the grid."""
+    from plexus import __version__  # noqa: PLC0415
+
+    out = {"plexus": __version__, "task": "link", "grid": str(shape)}
+    for name in ("dataset", "root", "features", "edge_split", "split_seed", "decoder", "seed",
+                 "epochs", "lr", "eval_every"):
+        out[name] = repr(getattr(args, name))
+    flat_options(cfg, "model", out)
+    return out
 
 
 def load_split(args: argparse.Namespace) -> tuple[LinkSplit, str]:
@@ -79,8 +101,10 @@ def load_split(args: argparse.Namespace) -> tuple[LinkSplit, str]:
 
 
 def _rank(grid, split: LinkSplit, cfg, opts: dict) -> dict | None:
-    """Every rank: build, train, score; rank 0 prints and writes the pairs' scores, and returns
-    the run's log (its epochs and summary)."""
+    """Every rank: proves the job's secret and its run to rank 0, builds, trains, scores; rank 0
+    prints and writes the pairs' scores, and returns the run's log (its epochs and summary)."""
+    prove_run(opts["options"], f"the job at {os.environ.get('MASTER_ADDR', '?')}:"
+                               f"{os.environ.get('MASTER_PORT', '?')}")
     model = link_model(split, grid, cfg, decoder=opts["decoder"], seed=opts["seed"],
                        decoder_layers=DECODER_LAYERS)
     quiet, every = opts["quiet"], opts["eval_every"]
@@ -128,17 +152,21 @@ def link_main(args: argparse.Namespace, env: Any) -> int:
     shape = check_link_args(args, env)
     split, origin = load_split(args)
     cfg = model_config(args)
-    if not args.quiet:
+    if not args.quiet and (env is None or env.rank == 0):
         print(first_line(split, origin, cfg, args.decoder, DECODER_LAYERS, shape.world_size,
                          str(shape), default_device(args.device).type), flush=True)
-    opts = {"decoder": args.decoder, "seed": args.seed, "epochs": args.epochs, "lr": args.lr,
+    opts = {"options": link_options(args, cfg, shape), "decoder": args.decoder, "seed": args.seed, "epochs": args.epochs, "lr": args.lr,
             "eval_every": args.eval_every or args.epochs, "quiet": args.quiet,
             "export": args.export, "save_predictions": args.save_predictions}
     try:
         log = run_grid(_rank, split, cfg, opts, grid=shape, timeout_s=args.timeout)
+    except LaunchError:  # under torchrun/srun: a peer refused, said by the caller (exit 2)
+        raise
     except Exception as e:  # noqa: BLE001 — a worker's failure, said in one line
         print(error_line(e), file=sys.stderr, flush=True)
         return 1
+    if log is None:  # a rank other than 0 of torchrun/srun's job: rank 0 reports
+        return 0
     summary = log["summary"]
     summary["wall_time_s"] = time.perf_counter() - t0  # from this command's options on
     if args.log_json:

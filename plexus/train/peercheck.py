@@ -19,10 +19,11 @@ _PER_RANK = frozenset({"launched_at", "setup_script_s", "quiet", "heartbeat_s", 
                        "cache"})
 
 
-def _flat(value: Any, name: str, out: dict[str, str]) -> None:
+def flat_options(value: Any, name: str, out: dict[str, str]) -> None:
+    """``value``'s fields into ``out`` as ``name.field``: repr(value), dataclasses unfolded."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         for f in dataclasses.fields(value):
-            _flat(getattr(value, f.name), f"{name}.{f.name}" if name else f.name, out)
+            flat_options(getattr(value, f.name), f"{name}.{f.name}" if name else f.name, out)
     else:
         out[name] = repr(value)
 
@@ -34,20 +35,24 @@ def run_options(plan: RunRequest) -> dict[str, str]:
     out: dict[str, str] = {"plexus": __version__}
     for f in dataclasses.fields(RunRequest):
         if f.name not in _PER_RANK:
-            _flat(getattr(plan, f.name), f.name, out)
+            flat_options(getattr(plan, f.name), f.name, out)
     return out
 
 
 def check_peers(plan: RunRequest, env: JobEnv) -> None:
     """Prove this rank's secret and run to rank 0 of the job it joined (and, on rank 0, check
     every rank's): `PeerRefused` (one line) on a mismatch, before any tensor moves."""
+    prove_run(run_options(plan), f"the job at {env.master_addr}:{env.master_port}")
+
+
+def prove_run(options: dict[str, str], where: str) -> None:
+    """`check_peers` for a run described by ``options`` (a flat name -> value map every rank
+    of the job must share) in the job ``where`` names: ``plexus-train --task link``'s too."""
     import torch.distributed as dist  # noqa: PLC0415
 
-    where = f"the job at {env.master_addr}:{env.master_port}"
     store = dist.distributed_c10d._get_default_store()
     try:
-        prove_peers(store, dist.get_rank(), dist.get_world_size(), run_options(plan),
-                    job_secret(), where)
+        prove_peers(store, dist.get_rank(), dist.get_world_size(), options, job_secret(), where)
     except dist.DistError as e:  # a peer that never answered within the store's timeout
         raise LaunchError(f"{where}: the ranks did not all prove who they are "
                           f"({type(e).__name__}: {' '.join(str(e).split())[:160]})") from None

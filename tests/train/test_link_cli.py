@@ -10,12 +10,17 @@ task only, and an ogbl dataset given an edge split, are refused in one line with
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 
 from cli_helpers import train
+from helpers import assert_one_line
+from plexus_partition.launch.peers import SECRET_ENV
 from plexus_datasets.linksplit import random_edge_split
 from plexus_datasets.spec import load_dataset
 
@@ -126,3 +131,37 @@ def test_link_run_on_an_ogbl_standin_reports_ogbs_metric(tmp_path):
     np.testing.assert_array_equal(np.load(pred / "test_pos_pairs.npy"), wrote["test"].T)
     hits = 1.0 if len(neg) < 50 else float(np.mean(pos > np.sort(neg)[-50]))
     assert ogb["value"] == pytest.approx(hits, abs=1e-12)
+
+
+# ---- two ranks started apart, as torchrun/srun start them ------------------------------------
+def _link_rank(rank: int, port: int, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+           "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+           SECRET_ENV: "one job's secret"}
+    return subprocess.Popen([sys.executable, "-m", "plexus.train", "--task", "link", "--grid",
+                             "2x1x1", "--epochs", "2", "--hidden", "8", "--timeout", "60", *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("case", ["same", "other decoder"])
+def test_link_ranks_under_a_launcher_train_together_or_refuse_in_one_line(case, tmp_path):
+    """Under torchrun/srun every rank runs plexus-train --task link: rank 0 alone reports (and
+    writes the log); a rank started with other options is refused before any tensor moves,
+    on every rank, in one line naming the option, with exit status 2."""
+    from plexus.runtime.local import free_port
+
+    port, log = free_port(), tmp_path / "log.json"
+    ranks = [_link_rank(0, port, "--decoder", "mlp", "--log-json", str(log)),
+             _link_rank(1, port, "--decoder", "mlp" if case == "same" else "dot",
+                        "--log-json", str(log))]
+    outs = [p.communicate(timeout=300) for p in ranks]
+    if case == "same":
+        assert [p.returncode for p in ranks] == [0, 0], outs
+        assert outs[0][0].splitlines()[0].startswith("plexus-train: cora link prediction")
+        assert "summary: gcn 2x8 encoder, mlp decoder (3 layers) on cora, grid 2x1x1 (2 ranks)" \
+            in outs[0][0]
+        assert outs[1][0] == "" and len(json.loads(log.read_text())["epochs"]) == 2
+        return
+    assert [p.returncode for p in ranks] == [2, 2], outs
+    assert_one_line(outs[0][1], "decoder 'mlp' at rank 0, 'dot' at rank 1", prog="plexus-train")
+    assert "epoch" not in outs[0][0] + outs[1][0] and not log.exists()  # nothing trained
