@@ -42,6 +42,7 @@ from plexus_partition.launch.env import LaunchError, default_device
 from plexus_partition.model.grid import GridShape
 from plexus_partition.model.modelopts import model_config
 
+from .checks import check_log_path, check_output_file, check_outputs_dir
 from .errors import error_line
 from .peercheck import flat_options, prove_run
 from .linkreport import BEST_BY, best_epoch, epoch_line, first_line, link_figures, model_words
@@ -64,6 +65,7 @@ def check_link_args(args: argparse.Namespace, env: Any) -> GridShape:
         raise UsageError("--task link trains with Adam; leave --optimizer out")
     if (args.dataset or "").startswith("ogbl-") and args.edge_split:
         raise UsageError(f"{args.dataset} has its own edge split; leave --edge-split out")
+    check_link_outputs(args)
     if args.grid not in (None, "auto"):
         shape = GridShape.of(args.grid)
         if env is not None:
@@ -73,6 +75,18 @@ def check_link_args(args: argparse.Namespace, env: Any) -> GridShape:
         raise UsageError(f"--task link takes --grid XxYxZ with X·Y·Z = {env.world_size}, the "
                          "ranks the launcher started (it has no --grid auto)")
     return GridShape.of("1x1x1")
+
+
+def check_link_outputs(args: argparse.Namespace) -> None:
+    """Every output of a link run checked before any worker starts, as the node task's
+    (`plexus.train.checks`): `UsageError` for one that cannot be written."""
+    if args.log_json:
+        check_log_path(args.log_json)
+    if args.save_predictions:
+        check_outputs_dir(args.save_predictions, "--save-predictions")
+    if args.export:
+        for path in (args.export, f"{args.export}.decoder.pt"):
+            check_output_file(path, "--export")
 
 
 def link_options(args: argparse.Namespace, cfg: Any, shape: GridShape) -> dict[str, str]:

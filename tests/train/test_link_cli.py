@@ -100,12 +100,16 @@ def test_link_run_outputs_and_exports(tmp_path, decoder):
     (("--optimizer", "sgd"), "trains with Adam"),
     (("--dataset", "ogbl-collab", "--edge-split", "0.8,0.1,0.1"), "has its own edge split"),
     (("--edge-split", "0.8,0.1"), "edge split"),
+    # outputs checked before any worker starts (they were found unwritable after training)
+    (("--save-predictions", "/proc/plexus-link"), "--save-predictions /proc: cannot write"),
+    (("--log-json", "/"), "--log-json /: is a directory"),
 ])
 def test_link_run_refuses_in_one_line(tmp_path, args, words):
     r = train("--task", "link", "--grid", "1x1x1", "--epochs", "1", *args, timeout=300)
     assert r.returncode == 2, r.stdout[-500:] + r.stderr[-500:]
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and words in err[0], r.stderr
+    assert "epoch" not in r.stdout  # refused before training
 
 
 def test_link_run_on_an_ogbl_standin_reports_ogbs_metric(tmp_path):
