@@ -12,11 +12,13 @@ validation or test edge carries a message. No torch here: the arrays are numpy.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .errors import DatasetError
 from .graph import Graph, edges_to_csr
+from .npyio import load_npy
 
 SPLITS = ("train", "val", "test")
 
@@ -140,3 +142,22 @@ def random_edge_split(graph: Graph, fractions: tuple[float, float, float] | str 
                     num_classes=1, directed=graph.directed,
                     notes=[*graph.notes, f"training edges of a {f} edge split, seed {seed}"])
     return LinkSplit(graph.name, message.validate(), parts, neg, graph.directed)
+
+
+def check_pairs(value: Any, n: int, where: str, key: str) -> np.ndarray:
+    """An E × 2 array of node ids in [0, n) (OGB's layout of pairs) as int64 (2, E), or a
+    one-line `DatasetError`."""
+    a = np.asarray(value) if isinstance(value, np.ndarray) else None
+    if a is None or a.ndim != 2 or a.shape[1] != 2 or a.dtype.kind not in "iu":
+        got = f"{a.dtype} {a.shape}" if a is not None else type(value).__name__
+        raise DatasetError(f"{where}: {key!r} must be an E×2 integer array of node ids, got {got}")
+    if a.size and (int(a.min()) < 0 or int(a.max()) >= n):
+        raise DatasetError(f"{where}: {key!r} has node ids in [{int(a.min())}, {int(a.max())}], "
+                           f"outside [0, {n - 1}]")
+    return np.ascontiguousarray(a.T.astype(np.int64))
+
+
+def load_pairs(path: str, n: int) -> np.ndarray:
+    """A user's pairs to score: a .npy file of P × 2 integer node ids in [0, n) (no pickle),
+    as int64 (2, P); a one-line `DatasetError` for anything else."""
+    return check_pairs(load_npy(path, dtype_kinds="iu", shape=(None, 2)), n, path, "pairs")

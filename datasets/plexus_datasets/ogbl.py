@@ -25,7 +25,7 @@ import numpy as np
 
 from .errors import RootMissing, DatasetError
 from .graph import Graph, edges_to_csr
-from .linksplit import LinkSplit
+from .linksplit import LinkSplit, check_pairs
 from .ogb_raw import csv_count, csv_node_features, master_meta
 from .synthetic import DEFAULT_FEATURES, random_features
 
@@ -65,18 +65,6 @@ def split_paths(name: str, root: str | Path | None) -> dict[str, Path]:
     return out
 
 
-def _pairs(value: Any, n: int, where: str, key: str) -> np.ndarray:
-    """An E × 2 array of node ids in [0, n) as int64 (2, E), or a one-line error."""
-    a = np.asarray(value) if isinstance(value, np.ndarray) else None
-    if a is None or a.ndim != 2 or a.shape[1] != 2 or a.dtype.kind not in "iu":
-        got = f"{a.dtype} {a.shape}" if a is not None else type(value).__name__
-        raise DatasetError(f"{where}: {key!r} must be an E×2 integer array of node ids, got {got}")
-    if a.size and (int(a.min()) < 0 or int(a.max()) >= n):
-        raise DatasetError(f"{where}: {key!r} has node ids in [{int(a.min())}, {int(a.max())}], "
-                           f"outside [0, {n - 1}]")
-    return np.ascontiguousarray(a.T.astype(np.int64))
-
-
 def split_arrays(splits: Mapping[str, Any], n: int, paths: Mapping[str, Path]
                  ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """The positive and negative pairs (2 × E each) of the split files' contents ``splits``
@@ -91,9 +79,9 @@ def split_arrays(splits: Mapping[str, Any], n: int, paths: Mapping[str, Path]
         for k in keys:
             if k not in d:
                 raise DatasetError(f"{where}: no {k!r} array (keys: {', '.join(map(str, d))})")
-        pos[s] = _pairs(d["edge"], n, where, "edge")
+        pos[s] = check_pairs(d["edge"], n, where, "edge")
         if s != "train":
-            neg[s] = _pairs(d["edge_neg"], n, where, "edge_neg")
+            neg[s] = check_pairs(d["edge_neg"], n, where, "edge_neg")
         if pos[s].shape[1] == 0:
             raise DatasetError(f"{where}: no positive pair")
     return pos, neg

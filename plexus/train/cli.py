@@ -54,7 +54,7 @@ from .placing import parse_placement
 from .problem import problem_shape
 from .plan import CHECKPOINT_EVERY, RunRequest
 from .resolve import resolve
-from .linktask import link_main
+from .linktask import link_main, refuse_link_options
 from .runlog import console_line
 
 
@@ -295,6 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cache_command(args)
         if args.task == "link":
             return link_main(args, env)
+        refuse_link_options(args)
         plan = build_plan(args, env)
         if env is None and plan.uses_cache(None):
             plan, hold = from_cache(plan, args.force)

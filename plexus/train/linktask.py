@@ -11,7 +11,8 @@ validation and test); the summary (`plexus.train.linkreport`) gives the best val
 the final one, for an ogbl dataset OGB's Evaluator's metric on the test pairs, the wall time,
 memory per rank beside the model's and the bytes sent. The outputs: ``--log-json`` (every
 epoch's figures and the summary), ``--save-predictions DIR`` (the scores of the validation and test
-pairs: ``DIR/{val,test}_{pos,neg}_{pairs,scores}.npy``), ``--export FILE`` (the encoder's PyG
+pairs: ``DIR/{val,test}_{pos,neg}_{pairs,scores}.npy``, and with ``--score-pairs FILE``
+those pairs' as ``DIR/given_{pairs,scores}.npy``), ``--export FILE`` (the encoder's PyG
 export, and the decoder beside it as FILE.decoder.pt, `plexus.api.link.load_decoder`).
 The node task's checkpoints, stores and caches are not this path's: asking for them is one
 line and exit status 2. Under torchrun or srun every rank runs this with the same ``--grid``;
@@ -35,7 +36,7 @@ from plexus.api.link import DECODER_LAYERS, link_model
 from plexus.api.linkdata import load_ogbl, ogbl_evaluate
 from plexus.api.session import run_grid
 from plexus_datasets.base.atomic import atomic_file
-from plexus_datasets.linksplit import LinkSplit, random_edge_split
+from plexus_datasets.linksplit import LinkSplit, load_pairs, random_edge_split
 from plexus_datasets.spec import load_dataset
 from plexus_partition.model.cli import UsageError
 from plexus_partition.launch.env import LaunchError, default_device
@@ -53,6 +54,8 @@ NOT_FOR_LINKS = ("shards", "checkpoint", "resume", "recipe", "save_embeddings", 
                  "log_csv", "tensorboard", "calibration", "lr_schedule", "clip_grad_norm",
                  "patience")
 DEFAULT_EDGE_SPLIT = "0.85,0.05,0.1"
+#: Options of --task link alone (destinations).
+LINK_ONLY = ("decoder", "edge_split", "score_pairs")
 
 
 def check_link_args(args: argparse.Namespace, env: Any) -> GridShape:
@@ -77,6 +80,14 @@ def check_link_args(args: argparse.Namespace, env: Any) -> GridShape:
     return GridShape.of("1x1x1")
 
 
+def refuse_link_options(args: argparse.Namespace) -> None:
+    """The node task given an option of --task link's alone: `UsageError` (one line)."""
+    given = sorted(d for d in LINK_ONLY if d in args.explicit)
+    if given:
+        raise UsageError(f"--{given[0].replace('_', '-')} is an option of --task link; add "
+                         "--task link, or leave it out for node classification")
+
+
 def check_link_outputs(args: argparse.Namespace) -> None:
     """Every output of a link run checked before any worker starts, as the node task's
     (`plexus.train.checks`): `UsageError` for one that cannot be written."""
@@ -87,6 +98,9 @@ def check_link_outputs(args: argparse.Namespace) -> None:
     if args.export:
         for path in (args.export, f"{args.export}.decoder.pt"):
             check_output_file(path, "--export")
+    if args.score_pairs and not args.save_predictions:
+        raise UsageError("--score-pairs writes its scores under --save-predictions DIR; give "
+                         "both")
 
 
 def link_options(args: argparse.Namespace, cfg: Any, shape: GridShape) -> dict[str, str]:
@@ -96,7 +110,7 @@ def link_options(args: argparse.Namespace, cfg: Any, shape: GridShape) -> dict[s
 
     out = {"plexus": __version__, "task": "link", "grid": str(shape)}
     for name in ("dataset", "root", "features", "edge_split", "split_seed", "decoder", "seed",
-                 "epochs", "lr", "eval_every"):
+                 "epochs", "lr", "eval_every", "score_pairs"):
         out[name] = repr(getattr(args, name))
     flat_options(cfg, "model", out)
     return out
@@ -134,6 +148,8 @@ def _rank(grid, split: LinkSplit, cfg, opts: dict) -> dict | None:
     scored = {f"{s}_{kind}": (pairs, model.scores(pairs))
               for s in ("val", "test") for kind, pairs in
               (("pos", split.pos[s]), ("neg", split.neg[s])) if pairs.shape[1]}
+    if opts["given"] is not None:
+        scored["given"] = (opts["given"], model.scores(opts["given"]))
     summary = {k: v for k, v in history[-1].items() if k != "epoch"}
     summary["epochs"] = len(history)
     best_by = BEST_BY["ogbl" if split.name.startswith("ogbl-") else "random"]
@@ -165,13 +181,14 @@ def link_main(args: argparse.Namespace, env: Any) -> int:
     t0 = time.perf_counter()
     shape = check_link_args(args, env)
     split, origin = load_split(args)
+    given = load_pairs(args.score_pairs, split.num_nodes) if args.score_pairs else None
     cfg = model_config(args)
     if not args.quiet and (env is None or env.rank == 0):
         print(first_line(split, origin, cfg, args.decoder, DECODER_LAYERS, shape.world_size,
                          str(shape), default_device(args.device).type), flush=True)
     opts = {"options": link_options(args, cfg, shape), "decoder": args.decoder, "seed": args.seed, "epochs": args.epochs, "lr": args.lr,
             "eval_every": args.eval_every or args.epochs, "quiet": args.quiet,
-            "export": args.export, "save_predictions": args.save_predictions}
+            "export": args.export, "save_predictions": args.save_predictions, "given": given}
     try:
         log = run_grid(_rank, split, cfg, opts, grid=shape, timeout_s=args.timeout)
     except LaunchError:  # under torchrun/srun: a peer refused, said by the caller (exit 2)

@@ -83,6 +83,9 @@ def _link_options(link: argparse._ArgumentGroup) -> None:
                       help="--task link: a random split of the graph's edges (default "
                            "0.85,0.05,0.1; an ogbl-* dataset has its own), seeded by "
                            "--split-seed")
+    link.add_argument("--score-pairs", metavar="FILE.npy", default=None,
+                      help="--task link with --save-predictions: also score these pairs (a .npy "
+                           "of P x 2 node ids, OGB's layout) into DIR/given_{pairs,scores}.npy")
 
 
 def _data_options(data: argparse._ArgumentGroup) -> None:

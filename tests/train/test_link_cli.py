@@ -36,10 +36,13 @@ def test_link_run_outputs_and_exports(tmp_path, decoder):
     from plexus.api.link import load_decoder
 
     pred, log, export = tmp_path / "pred", tmp_path / "log.json", tmp_path / "enc.pt"
+    given = np.array([[0, 1], [5, 2707], [100, 100], [2707, 0]], dtype=np.int32)  # P × 2
+    np.save(tmp_path / "given.npy", given)
     r = train("--task", "link", "--grid", "2x1x2", "--dataset", "cora", "--epochs", "6",
               "--eval-every", "3", "--hidden", "16", "--layers", "2", "--decoder", decoder,
               "--edge-split", "0.8,0.1,0.1", "--split-seed", "3", "--save-predictions",
-              str(pred), "--log-json", str(log), "--export", str(export))
+              str(pred), "--log-json", str(log), "--export", str(export),
+              "--score-pairs", str(tmp_path / "given.npy"))
     assert r.returncode == 0, r.stderr[-2000:]
     out = r.stdout.splitlines()
     lines = [ln for ln in out if ln.startswith("epoch")]
@@ -87,6 +90,11 @@ def test_link_run_outputs_and_exports(tmp_path, decoder):
                 theirs = dec(h[pairs[0]], h[pairs[1]]).numpy()
             np.testing.assert_allclose(got, theirs, rtol=1e-5, atol=1e-5)
             scores[s, kind] = got
+    # a user's own pairs, scored as PyG's model scores them
+    np.testing.assert_array_equal(np.load(pred / "given_pairs.npy"), given.T)
+    with torch.no_grad():
+        theirs = dec(h[given[:, 0]], h[given[:, 1]]).numpy()
+    np.testing.assert_allclose(np.load(pred / "given_scores.npy"), theirs, rtol=1e-5, atol=1e-5)
     for s in ("val", "test"):
         pos, neg = scores[s, "pos"], scores[s, "neg"]
         auc = roc_auc_score(np.r_[np.ones(len(pos)), np.zeros(len(neg))], np.r_[pos, neg])
@@ -103,8 +111,14 @@ def test_link_run_outputs_and_exports(tmp_path, decoder):
     # outputs checked before any worker starts (they were found unwritable after training)
     (("--save-predictions", "/proc/plexus-link"), "--save-predictions /proc: cannot write"),
     (("--log-json", "/"), "--log-json /: is a directory"),
+    (("--score-pairs", "p.npy"), "--score-pairs writes its scores under --save-predictions"),
+    (("--score-pairs", "bad.npy", "--save-predictions", "out"), "outside [0, 2707]"),
+    (("--task", "node", "--decoder", "dot"), "--decoder is an option of --task link"),
+    (("--task", "node", "--edge-split", "0.8,0.1,0.1"), "--edge-split is an option of --task"),
 ])
 def test_link_run_refuses_in_one_line(tmp_path, args, words):
+    np.save(tmp_path / "bad.npy", np.array([[0, 1], [2, 2708]]))  # a node id past Cora's
+    args = tuple(str(tmp_path / a) if a in ("bad.npy", "out") else a for a in args)
     r = train("--task", "link", "--grid", "1x1x1", "--epochs", "1", *args, timeout=300)
     assert r.returncode == 2, r.stdout[-500:] + r.stderr[-500:]
     err = r.stderr.strip().splitlines()
