@@ -19,7 +19,7 @@ from plexus_partition.model.grid import GridShape
 from plexus.engine.arguments import check_callable, check_kind, check_timeout
 from plexus.engine.grid import Grid
 from plexus_partition.launch.env import JobEnv, LaunchError, check_local_devices, detect_environment
-from plexus_partition.launch.group import DEFAULT_TIMEOUT_S, init_process_group
+from plexus_partition.launch.group import DEFAULT_TIMEOUT_S, init_process_group, prove_job
 from plexus.runtime.local import LaunchInterrupted, free_port, launch_local
 
 
@@ -42,7 +42,14 @@ def init(grid: str | GridShape | tuple[int, int, int], timeout_s: float = DEFAUL
         raise LaunchError("not inside torchrun or srun: start local workers with "
                           "plexus.launch(fn, ..., grid=...)")
     shape.check_world(env.world_size, "the launcher started")
-    return Grid.create(shape, init_process_group(env, timeout_s), timeout_s)
+    device = init_process_group(env, timeout_s)
+    # a port is no proof: every rank proves the job's secret, Plexus's version and the grid
+    # before a tensor moves (a rank pointed at another user's job is refused in one line)
+    from plexus import __version__  # noqa: PLC0415
+
+    prove_job({"plexus": __version__, "grid": str(shape)},
+              f"the job at {env.master_addr}:{env.master_port}", stage="grid")
+    return Grid.create(shape, device, timeout_s)
 
 
 def _run(fn: Callable[..., Any], grid: GridShape, timeout_s: float, args: tuple) -> Any:

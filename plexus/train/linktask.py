@@ -40,12 +40,13 @@ from plexus_datasets.linksplit import LinkSplit, load_pairs, random_edge_split
 from plexus_datasets.spec import load_dataset
 from plexus_partition.model.cli import UsageError
 from plexus_partition.launch.env import LaunchError, default_device
+from plexus_partition.launch.group import prove_job
 from plexus_partition.model.grid import GridShape
 from plexus_partition.model.modelopts import model_config
 
 from .checks import check_log_path, check_output_file, check_outputs_dir
 from .errors import error_line
-from .peercheck import flat_options, prove_run
+from .peercheck import flat_options
 from .linkreport import BEST_BY, best_epoch, epoch_line, first_line, link_figures, model_words
 from .linkreport import summary_lines
 
@@ -104,7 +105,7 @@ def check_link_outputs(args: argparse.Namespace) -> None:
 
 
 def link_options(args: argparse.Namespace, cfg: Any, shape: GridShape) -> dict[str, str]:
-    """What every rank of one link job must share (`plexus.train.peercheck.prove_run`): the
+    """What every rank of one link job must share (`plexus_partition.launch.group.prove_job`): the
     data, its split, the model, the decoder, the training and the grid."""
     from plexus import __version__  # noqa: PLC0415
 
@@ -131,7 +132,7 @@ def load_split(args: argparse.Namespace) -> tuple[LinkSplit, str]:
 def _rank(grid, split: LinkSplit, cfg, opts: dict) -> dict | None:
     """Every rank: proves the job's secret and its run to rank 0, builds, trains, scores; rank 0
     prints and writes the pairs' scores, and returns the run's log (its epochs and summary)."""
-    prove_run(opts["options"], f"the job at {os.environ.get('MASTER_ADDR', '?')}:"
+    prove_job(opts["options"], f"the job at {os.environ.get('MASTER_ADDR', '?')}:"
                                f"{os.environ.get('MASTER_PORT', '?')}")
     model = link_model(split, grid, cfg, decoder=opts["decoder"], seed=opts["seed"],
                        decoder_layers=DECODER_LAYERS)

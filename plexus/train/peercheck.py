@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from plexus_partition.launch.env import JobEnv, LaunchError
-from plexus_partition.launch.peers import job_secret, prove_peers
+from plexus_partition.launch.env import JobEnv
+from plexus_partition.launch.group import prove_job
 
 from .plan import RunRequest
 
@@ -42,17 +42,4 @@ def run_options(plan: RunRequest) -> dict[str, str]:
 def check_peers(plan: RunRequest, env: JobEnv) -> None:
     """Prove this rank's secret and run to rank 0 of the job it joined (and, on rank 0, check
     every rank's): `PeerRefused` (one line) on a mismatch, before any tensor moves."""
-    prove_run(run_options(plan), f"the job at {env.master_addr}:{env.master_port}")
-
-
-def prove_run(options: dict[str, str], where: str) -> None:
-    """`check_peers` for a run described by ``options`` (a flat name -> value map every rank
-    of the job must share) in the job ``where`` names: ``plexus-train --task link``'s too."""
-    import torch.distributed as dist  # noqa: PLC0415
-
-    store = dist.distributed_c10d._get_default_store()
-    try:
-        prove_peers(store, dist.get_rank(), dist.get_world_size(), options, job_secret(), where)
-    except dist.DistError as e:  # a peer that never answered within the store's timeout
-        raise LaunchError(f"{where}: the ranks did not all prove who they are "
-                          f"({type(e).__name__}: {' '.join(str(e).split())[:160]})") from None
+    prove_job(run_options(plan), f"the job at {env.master_addr}:{env.master_port}")

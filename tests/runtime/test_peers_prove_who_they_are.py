@@ -173,3 +173,53 @@ def test_a_rank_started_with_other_options_or_another_secret_is_refused_before_t
         else "rank 1 does not hold this job's secret"
     assert_one_line(err, needle, prog="plexus-train")
     assert "epoch" not in outs[0][0] + outs[1][0]  # nothing trained
+
+
+# ---- the Python API's ranks under a launcher (plexus.launch joining torchrun/srun's job) ------
+_API_SCRIPT = """
+import sys
+import plexus
+from plexus_partition.launch.env import LaunchError
+
+def main(grid):
+    return grid.rank
+
+if __name__ == "__main__":
+    try:
+        print("rank", plexus.launch(main, grid=sys.argv[1]), flush=True)
+    except LaunchError as e:
+        print(e, file=sys.stderr, flush=True)
+        sys.exit(3)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["same", "secret", "grid"])
+def test_api_ranks_prove_the_jobs_secret_and_grid_when_they_join(case, tmp_path):
+    """plexus.launch under torchrun/srun proves the job's secret, the version and the grid to
+    rank 0 before fn runs: a rank with another secret or another grid of the same size is
+    refused on every rank, naming the cause (it joined and ran before)."""
+    from plexus.runtime.local import free_port
+
+    script = tmp_path / "job.py"
+    script.write_text(_API_SCRIPT)
+    port = free_port()
+    procs = []
+    for rank in (0, 1):
+        grid = "1x2x1" if case == "grid" and rank == 1 else "2x1x1"
+        secret = "another" if case == "secret" and rank == 1 else "s"
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+               "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               SECRET_ENV: secret}
+        procs.append(subprocess.Popen([sys.executable, str(script), grid], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=240) for p in procs]
+    if case == "same":
+        assert [p.returncode for p in procs] == [0, 0], outs
+        assert [o[0].strip() for o in outs] == ["rank 0", "rank 1"]
+        return
+    assert [p.returncode for p in procs] == [3, 3], outs
+    needle = ("rank 1 does not hold this job's secret" if case == "secret"
+              else "grid 2x1x1 at rank 0, 1x2x1 at rank 1")
+    assert_one_line(outs[0][1], needle)
+    assert "rank" not in outs[0][0] + outs[1][0]  # fn never ran

@@ -1,4 +1,4 @@
-"""Joining a job's process group."""
+"""Joining a job's process group, and proving to its rank 0 who this rank is."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch.distributed as dist
 from threadpoolctl import threadpool_limits
 
 from .env import JobEnv, LaunchError, gpu_backend, ranks_per_gpu, threads_per_worker, use_cuda
+from .peers import job_secret, prove_peers
 
 
 # How long a collective may wait for its peers before the job ends (plexus-train --timeout, the
@@ -76,3 +77,17 @@ def init_process_group(env: JobEnv, timeout_s: float, cpu: bool = False,
                           "every rank with the same MASTER_ADDR and MASTER_PORT, or raise "
                           "the timeout") from None
     return device
+
+
+def prove_job(options: dict[str, str], where: str, stage: str = "") -> None:
+    """Prove this rank's secret and ``options`` to rank 0 of the default process group's job
+    (`plexus_partition.launch.peers`; rank 0 checks every rank's): `PeerRefused` (one line) on
+    a mismatch, `LaunchError` when a rank never answers, before any tensor moves. ``where``
+    names the job in the message; ``stage`` the round (`prove_peers`)."""
+    store = dist.distributed_c10d._get_default_store()
+    try:
+        prove_peers(store, dist.get_rank(), dist.get_world_size(), options, job_secret(), where,
+                    stage)
+    except dist.DistError as e:  # a peer that never answered within the store's timeout
+        raise LaunchError(f"{where}: the ranks did not all prove who they are "
+                          f"({type(e).__name__}: {' '.join(str(e).split())[:160]})") from None

@@ -98,36 +98,40 @@ def first_difference(ours: Mapping[str, str], theirs: Mapping[str, str]) -> str 
 
 
 def prove_peers(store: Any, rank: int, world: int, options: Mapping[str, str],
-                secret: bytes, where: str = "the job") -> None:
+                secret: bytes, where: str = "the job", stage: str = "") -> None:
     """Prove the job's secret and this rank's run to rank 0 through ``store`` (and, on rank 0,
     check every rank's): raises `PeerRefused` (one line) on every rank when one does not prove
-    the secret or runs other options, before anything else is exchanged."""
+    the secret or runs other options, before anything else is exchanged. ``stage`` names the
+    round where a job proves more than once (joining the grid, then its run): each round's
+    keys are its own."""
     options = {str(k): str(v) for k, v in options.items()}
     mine = digest(options)
+    prefix = f"{_PREFIX}{stage}/" if stage else _PREFIX
     if rank == 0:
         nonce = secrets.token_hex(16)
-        store.set(_PREFIX + "nonce", nonce)
+        store.set(prefix + "nonce", nonce)
     else:
-        nonce = store.get(_PREFIX + "nonce").decode(errors="replace")
-    store.set(f"{_PREFIX}hello/{rank}", json.dumps(
-        {"options": options, "proof": _proof(secret, nonce, rank, mine)}))
+        nonce = store.get(prefix + "nonce").decode(errors="replace")
+    store.set(f"{prefix}hello/{rank}", json.dumps(
+        {"options": options, "proof": _proof(secret, nonce, stage, rank, mine)}))
     if rank == 0:
         verdict = "ok"
         for peer in range(1, world):
-            why = _check_hello(store.get(f"{_PREFIX}hello/{peer}"), peer, nonce, secret,
-                               options)
+            why = _check_hello(store.get(f"{prefix}hello/{peer}"), peer, nonce, secret,
+                               options, stage)
             if why is not None:
                 verdict = why
                 break
-        store.set(_PREFIX + "verdict", json.dumps(
-            {"verdict": verdict, "proof": _proof(secret, nonce, "verdict", verdict, mine)}))
+        store.set(prefix + "verdict", json.dumps(
+            {"verdict": verdict,
+             "proof": _proof(secret, nonce, stage, "verdict", verdict, mine)}))
         if verdict != "ok":
             raise PeerRefused(f"{where}: {verdict}")
         return
-    doc = _json(store.get(_PREFIX + "verdict"))
+    doc = _json(store.get(prefix + "verdict"))
     verdict = doc.get("verdict") if isinstance(doc, dict) else None
     if not isinstance(verdict, str) or not hmac.compare_digest(
-            str(doc.get("proof")), _proof(secret, nonce, "verdict", verdict, mine)):
+            str(doc.get("proof")), _proof(secret, nonce, stage, "verdict", verdict, mine)):
         if verdict == "ok" or not isinstance(verdict, str):
             raise PeerRefused(f"{where}: rank 0 does not prove this job's secret or runs other "
                               f"options (another user's job, or a job started apart); start "
@@ -144,14 +148,14 @@ def _json(raw: bytes) -> Any:
 
 
 def _check_hello(raw: bytes, peer: int, nonce: str, secret: bytes,
-                 options: Mapping[str, str]) -> str | None:
+                 options: Mapping[str, str], stage: str = "") -> str | None:
     """Why rank ``peer``'s answer is refused (None: it proves the secret and runs ``options``)."""
     doc = _json(raw)
     theirs = doc.get("options") if isinstance(doc, dict) else None
     if not isinstance(theirs, dict) or not isinstance(doc.get("proof"), str):
         return f"rank {peer} did not answer as a Plexus rank (not one of this job)"
     theirs = {str(k): str(v) for k, v in theirs.items()}
-    if not hmac.compare_digest(doc["proof"], _proof(secret, nonce, peer, digest(theirs))):
+    if not hmac.compare_digest(doc["proof"], _proof(secret, nonce, stage, peer, digest(theirs))):
         return (f"rank {peer} does not hold this job's secret (another user's rank, or one "
                 f"started with another ${SECRET_ENV}); start every rank with the same secret")
     diff = first_difference(options, theirs)
