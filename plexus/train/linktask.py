@@ -17,7 +17,7 @@ export, and the decoder beside it as FILE.decoder.pt, `plexus.api.link.load_deco
 The node task's checkpoints, stores and caches are not this path's: asking for them is one
 line and exit status 2. Under torchrun or srun every rank runs this with the same ``--grid``;
 before any tensor moves each proves the job's secret and its options to rank 0, as the node
-task's ranks do (`plexus.train.peercheck`).
+task's ranks do (`plexus_partition.launch.group.prove_job`).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ from plexus_partition.model.modelopts import model_config
 
 from .checks import check_log_path, check_output_file, check_outputs_dir
 from .errors import error_line
-from .peercheck import flat_options
 from .linkreport import BEST_BY, best_epoch, epoch_line, first_line, link_figures, model_words
 from .linkreport import summary_lines
+from .peercheck import flat_options
 
 #: Options of the node task that --task link does not take (destinations).
 NOT_FOR_LINKS = ("shards", "checkpoint", "resume", "recipe", "save_embeddings", "export_best",
@@ -105,8 +105,9 @@ def check_link_outputs(args: argparse.Namespace) -> None:
 
 
 def link_options(args: argparse.Namespace, cfg: Any, shape: GridShape) -> dict[str, str]:
-    """What every rank of one link job must share (`plexus_partition.launch.group.prove_job`): the
-    data, its split, the model, the decoder, the training and the grid."""
+    """What every rank of one link job must share (proved to rank 0 by
+    `plexus_partition.launch.group.prove_job`): the data, its split, the model, the decoder,
+    the training and the grid."""
     from plexus import __version__  # noqa: PLC0415
 
     out = {"plexus": __version__, "task": "link", "grid": str(shape)}
@@ -187,7 +188,8 @@ def link_main(args: argparse.Namespace, env: Any) -> int:
     if not args.quiet and (env is None or env.rank == 0):
         print(first_line(split, origin, cfg, args.decoder, DECODER_LAYERS, shape.world_size,
                          str(shape), default_device(args.device).type), flush=True)
-    opts = {"options": link_options(args, cfg, shape), "decoder": args.decoder, "seed": args.seed, "epochs": args.epochs, "lr": args.lr,
+    opts = {"options": link_options(args, cfg, shape), "decoder": args.decoder,
+            "seed": args.seed, "epochs": args.epochs, "lr": args.lr,
             "eval_every": args.eval_every or args.epochs, "quiet": args.quiet,
             "export": args.export, "save_predictions": args.save_predictions, "given": given}
     try:
