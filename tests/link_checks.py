@@ -14,11 +14,14 @@ import torch
 from engine_checks import on_every_grid
 from plexus_datasets.graph import Graph
 from plexus_datasets.linksplit import random_edge_split
+from plexus_datasets.graph import gcn_nnz
 from plexus_partition.model.pairs import pair_collectives
 from plexus.engine.config import EngineConfig, ModelConfig
 from plexus.engine.grid import Grid
 from plexus.engine.link import LinkTask, fit
 from plexus.engine.pairs import LinkDecoder, negative_pairs
+from plexus.perfmodel.linkcost import LinkOptions, estimate_link
+from plexus.perfmodel.spec import ModelSpec
 from plexus.testing.exactness import build_pair
 from plexus.testing.exactness import close as _close
 from plexus.testing.linkmemory import link_peak
@@ -31,11 +34,11 @@ MEMORY_GRAPH = "rmat:scale=12,edge_factor=32,features=128,classes=8,seed=0"
 MEMORY_TOLERANCE = 0.15  # the issue's "within 15 % of the tracked peak", on every rank
 
 
-def _tasks(grid: Grid, g: Graph, decoder: str):
+def _tasks(grid: Grid, g: Graph, decoder: str, engine: EngineConfig | None = None):
     split = random_edge_split(g, (0.7, 0.1, 0.2), seed=2)
     eg = split.encoder_graph(OUT)
     cfg = ModelConfig(2, 6, 0.5)
-    dist_model, serial, _ = build_pair(grid, eg, cfg, "double", EngineConfig())
+    dist_model, serial, _ = build_pair(grid, eg, cfg, "double", engine or EngineConfig())
     pos = torch.from_numpy(split.pos["train"])
     tasks = []
     for model, on_grid in ((dist_model, True), (serial, False)):
@@ -130,6 +133,38 @@ def check_ledger(grid: Grid, g: Graph, decoder: str) -> list[str]:
     return fails
 
 
+def check_step_bytes(grid: Grid, g: Graph, decoder: str) -> list[str]:
+    """A whole training step's bytes per axis, every collective the ledger counts (the
+    encoder's forward and backward, the pairs'), are what ``plexus-model --task link`` prices
+    for it (`plexus.perfmodel.linkcost.estimate_link`, dense exchanges: the model estimates a
+    sparse exchange's rows from sizes alone), and so are its collectives, one by one."""
+    split, task, _ = _tasks(grid, g, decoder, EngineConfig(sparse_comm="off"))
+    ledger, enc = task.encoder.comm.ledger, task.encoder
+    ledger.reset()
+    task.train_step(1)
+    eg = split.encoder_graph(OUT)
+    spec = ModelSpec(eg.num_nodes, gcn_nnz(eg), eg.num_features, OUT, ModelConfig(2, 6, 0.5),
+                     sparse_comm="off", symmetric=not g.directed)
+    pos = split.pos["train"]
+    neg = negative_pairs(5, 1, g.num_nodes, pos.shape[1]).numpy()
+    ends = tuple(len(np.unique(pairs[:, s:s + BATCH])) for s in range(0, pos.shape[1], BATCH)
+                 for pairs in (pos, neg))  # each batch's, counted here from its pairs
+    link = LinkOptions(pos.shape[1], decoder, 5, 3, task.budget, ends)
+    shape = dict(grid.shape.items())
+    p = estimate_link(spec, shape, orders=[q.order for q in enc.plans], link=link)
+    got, want = ledger.per_axis("bytes"), p.volume.per_axis("bytes")
+    fails = [f"axis {a}: ledger {got[a]:.0f} B != priced {want[a]:.0f} B" for a in "xyz"
+             if abs(got[a] - want[a]) > 1e-6 * max(1.0, want[a])]
+    priced: dict = {}
+    for c in p.volume.collectives:
+        key = c.key(c.itemsize or 4)
+        priced[key] = priced.get(key, 0) + 1
+    if dict(ledger.collectives) != priced:
+        extra = sorted(set(ledger.collectives.items()) ^ set(priced.items()), key=str)[:6]
+        fails.append(f"collectives: ledger and price differ in {extra}")
+    return fails
+
+
 def check_memory(grid: Grid, split, decoder: str) -> list[str]:
     """This rank's tracked tensor peak over two training steps (batches of 4 MiB) against the
     memory model's figure for its grid coordinates: within `MEMORY_TOLERANCE`."""
@@ -157,6 +192,7 @@ def run_link_checks(grids: list[tuple[int, int, int]]) -> dict[str, list[str]]:
                 out[f"{key}/step"] = check_step(grid, g, dec)
                 out[f"{key}/train"] = check_training(grid, g, dec)
                 out[f"{key}/ledger"] = check_ledger(grid, g, dec)
+                out[f"{key}/bytes"] = check_step_bytes(grid, g, dec)
         return out
 
     return on_every_grid(grids, checks)

@@ -26,6 +26,7 @@ from plexus_datasets.base.atomic import atomic_file
 from plexus_datasets.linksplit import LinkSplit
 from plexus_partition.model.layout import DEFAULT_PERMUTATION
 from plexus_partition.model.model import ModelConfig
+from plexus_partition.model.pairs import DECODER_LAYERS
 from plexus.engine.config import EngineConfig
 from plexus.engine.grid import Grid
 from plexus.engine.link import LinkTask
@@ -36,8 +37,6 @@ from .export import save_weights
 from .model import GraphModel, cut_shard, model_from_shard
 
 DECODER_FORMAT = "plexus-link-decoder-1"
-#: The MLP decoder's layers unless asked otherwise (OGB's examples' ``LinkPredictor``).
-DECODER_LAYERS = 3
 
 
 def _config(model: ModelConfig | str | None, options: dict) -> ModelConfig:

@@ -18,15 +18,18 @@ import math
 import os
 import sys
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Callable, Sequence
 
 from plexus_partition.model.cli import ArgumentParser, UsageError, given_options, report_error
 from plexus_partition.model.grid import MAX_WORLD_SIZE, GridShape
 from plexus_partition.model.model import DTYPE_BYTES
+from plexus_partition.model.pairs import DECODER_LAYERS, DECODERS
 from plexus_partition.model.topology import COLLECTIVES
 from plexus_partition.model.modelopts import (ModelOptionsText, add_model_options,
                                               check_model_options, model_config)
 from plexus.engine.flags import add_comm_options, add_precision_options, comm_dtype_bytes
+from plexus.engine.pieces import FREE_SHARE
 from plexus.core.units import format_bytes
 from plexus_datasets.convert import streamed_spec
 from plexus_datasets.graph import MAX_NODES
@@ -34,6 +37,7 @@ from plexus_datasets.ogb_sizes import ogb_sizes
 from plexus_partition.launch.env import local_world_size
 
 from .calibration import CALIBRATION_ENV
+from .linkcost import LinkOptions, estimate_link
 from .model import rank_configs
 from .modeltext import Ranking, json_doc, text_lines
 from .placement import Placement
@@ -122,6 +126,16 @@ def _model_parser() -> ArgumentParser:
     p.add_argument("--top", type=int, default=10, metavar="K",
                    help="show the K fastest grids (default 10, 0 = all)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    link = p.add_argument_group("link prediction (plexus-train --task link)")
+    link.add_argument("--task", choices=("node", "link"), default="node",
+                      help="price node classification (the default) or a link-prediction step: "
+                           "the model as the encoder (of --hidden output columns), then the "
+                           "pairs scored by --decoder")
+    link.add_argument("--decoder", choices=DECODERS, default="mlp",
+                      help="--task link: the pair decoder (default mlp, plexus-train's)")
+    link.add_argument("--pairs", type=int, metavar="P",
+                      help="--task link: positive training pairs a step, and as many negatives "
+                           "(default: 0.85 of the graph's (nnz - N)/2 edges, the default split)")
     return p
 
 
@@ -296,14 +310,41 @@ def _rank(args: argparse.Namespace, sizes: _Sizes, recipe_fields: dict[str, Any]
         limit, limit_name = cal.device_memory, "GPU memory"
     if limit is not None and limit_name == "GPU memory":
         limit_name = f"GPU's {format_bytes(limit)}"
+    price, task = _link_price(args, spec, limit)
+    if task:
+        spec = replace(spec, num_classes=model.hidden)  # the encoder's output: the embedding
     runs = []
     for world in worlds:
         at = replace(spec, from_store=world > 1)  # plexus-train's ranks read a store
         runs.append((world, at, rank_configs(world, at, cal, limit, args.ranks_per_host,
-                                             placement)))
+                                             placement, price)))
     streamed = args.dataset is not None and streamed_spec(args.dataset)  # cut out of core
     return Ranking(spec, cal, sizes.origin, streamed, args.ranks_per_host, placement, per_node,
-                   limit, limit_name, runs, args.top, args.explain, only, args.gpus is None)
+                   limit, limit_name, runs, args.top, args.explain, only, args.gpus is None,
+                   task)
+
+
+def _link_price(args: argparse.Namespace, spec: ModelSpec, limit: float | None
+                ) -> tuple[Any, str]:
+    """For ``--task link``: the pricing of one link step (`estimate_link`) and the header's
+    line saying what it prices; for the node task (None, "")."""
+    if args.task != "link":
+        for flag in ("decoder", "pairs"):
+            if getattr(args, flag) != _model_parser().get_default(flag):
+                raise UsageError(f"--{flag} is an option of --task link; add --task link")
+        return None, ""
+    edges = max(1, (spec.nnz - spec.num_nodes) // 2)
+    pairs = args.pairs if args.pairs is not None else max(1, int(0.85 * edges))
+    if pairs < 1:
+        raise UsageError(f"--pairs must be >= 1, got {pairs}")
+    budget = None if limit is None else FREE_SHARE * limit  # the engine's piece budget
+    link = LinkOptions(pairs, args.decoder, spec.model.hidden, DECODER_LAYERS, budget)
+    mlp = f" ({DECODER_LAYERS} layers of {spec.model.hidden})" if args.decoder == "mlp" else ""
+    said = "" if args.pairs is not None else " (0.85 of the graph's edges; --pairs to set)"
+    return (partial(estimate_link, link=link),
+            f"task: link prediction, one training step of {pairs:,} positive pairs{said} and "
+            f"as many negatives, {args.decoder} decoder{mlp} on the encoder's "
+            f"{spec.model.hidden} output columns; no node loss")
 
 
 def model_main(argv: Sequence[str] | None = None,

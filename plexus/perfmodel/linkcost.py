@@ -7,7 +7,9 @@ with them, and adds the decoder's replicated parameters, gradients and Adam mome
 
 A batch of b pairs has at most min(2b, N) distinct ends, the price's default; given the ends
 each batch really has (``ends``), the price's bytes are the engine's ledger's
-(tests/link_checks.py, on every grid).
+(tests/link_checks.py, on every grid). `estimate_link` is `estimate` for the link task: the
+encoder's forward and backward without the node loss, then the pair operator
+(``plexus-model --task link``).
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from plexus_partition.model.pairs import (batch_pairs, decoder_parameters, pair_
 from plexus_partition.model.schedule import Collective
 
 from .calibration import Calibration
+from .forms import epoch_link_bytes
 from .memory import Memory, rank_memory
-from .model import collective_time
+from .model import CommVolume, Prediction, collective_time, estimate
+from .placement import Placement
 from .spec import ModelSpec, normalize_grid, spec_layout
 
 #: The embedding's bytes per element: the encoder's output is float32 whatever its precision.
@@ -98,3 +102,52 @@ def link_memory(spec: ModelSpec, grid: Mapping[str, int] | Sequence[int],
     return replace(mem, features=mem.features + cost.pair_ids,
                    weights=mem.weights + cost.decoder_bytes,
                    optimizer=mem.optimizer + cost.decoder_state)
+
+
+@dataclass(frozen=True)
+class LinkOptions:
+    """What the link task adds to an encoder's price: ``pairs`` positive training pairs a step
+    (and as many negatives), the ``decoder`` ("dot" or "mlp": ``layers`` Linear layers of
+    ``hidden`` units), batches of ``budget`` bytes (None: every pair at once); ``ends``:
+    each batch's distinct end nodes, as `link_cost` takes them (None: the bound min(2b, N))."""
+
+    pairs: int
+    decoder: str = "mlp"
+    hidden: int = 0
+    layers: int = 3
+    budget: float | None = None
+    ends: tuple[int, ...] | None = None
+
+
+def estimate_link(spec: ModelSpec, grid: Mapping[str, int] | Sequence[int],
+                  calibration: Calibration | None = None, orders: Sequence[str] | None = None,
+                  ranks_per_host: int | None = None, placement: Placement | None = None, *,
+                  link: LinkOptions) -> Prediction:
+    """`estimate` of one link-prediction training step on ``grid``: the encoder ``spec`` (its
+    classes: the embedding's columns) priced as the node task's step less its loss's
+    collectives (the node loss never runs), plus the pair operator's (`link_cost`); memory is
+    `link_memory`'s. The node loss's few element passes stay in the compute."""
+    cal = calibration or Calibration()
+    p = estimate(spec, grid, cal, orders, ranks_per_host, placement)
+    s = normalize_grid(grid)
+    spans = placement.spans(s) if placement else {}
+    cost = link_cost(spec, s, p.orders, link.pairs, link.decoder, link.hidden, link.layers,
+                     link.budget, cal, ranks_per_host, link.ends)
+    itemsize = spec.comm_dtype_bytes or EMBED_BYTES
+    per_axis = dict(p.comm_s_per_axis)
+    for c in p.volume.collectives:
+        if c.phase == "loss":  # the node loss's sums
+            per_axis[c.axis] -= collective_time(c, cal, spec.dtype_bytes, ranks_per_host,
+                                                p.links.get(c.axis), spans.get(c.axis),
+                                                spec.collectives)
+    pairs = [replace(c, itemsize=itemsize) for c in cost.collectives]
+    for c in pairs:
+        per_axis[c.axis] += collective_time(c, cal, itemsize, ranks_per_host,
+                                            p.links.get(c.axis), spans.get(c.axis),
+                                            spec.collectives)
+    kept = [c for c in p.volume.collectives if c.phase != "loss"] + pairs
+    comm = sum(per_axis.values())
+    return replace(p, time_s=comm + p.compute_s, comm_s=comm,
+                   volume=CommVolume(kept, spec.dtype_bytes), comm_s_per_axis=per_axis,
+                   memory=link_memory(spec, s, p.orders, cost),
+                   link_bytes=epoch_link_bytes(kept, spec, cal, p.links, spans))

@@ -387,24 +387,24 @@ def factorizations(world_size: int) -> list[Grid3]:
 
 
 def rank_configs(world_size: int, spec: ModelSpec, calibration: Calibration | None = None,
-                 memory_limit: float | None = None,
-                 ranks_per_host: int | None = None,
-                 placement: Placement | None = None) -> list[Prediction]:
+                 memory_limit: float | None = None, ranks_per_host: int | None = None,
+                 placement: Placement | None = None, price: Any = None) -> list[Prediction]:
     """Predictions for every factorization of ``world_size``, fastest first, each priced as
-    `estimate` prices it for ``ranks_per_host`` ranks per host (or on a cluster, ``placement``).
+    ``price`` (default `estimate`; `linkcost.estimate_link` for the link task) prices it for
+    ``ranks_per_host`` ranks per host (or on a cluster, ``placement``).
 
     Grids over ``memory_limit`` bytes per rank (if given) are kept but flagged ``fits=False`` and
     ranked after every grid that fits; where keeping stage 0's gathered input
     (`ModelSpec.keep_input`) is what breaks the limit, the grid is priced gathering it every
     step instead (as the engine chooses). Ties break on memory, then on the grid tuple.
     """
-    preds = []
+    preds, price = [], price or estimate
     for g in factorizations(world_size):
-        p = estimate(spec, g, calibration, ranks_per_host=ranks_per_host, placement=placement)
+        p = price(spec, g, calibration, ranks_per_host=ranks_per_host, placement=placement)
         p.fits = memory_limit is None or p.memory.total <= memory_limit
         if not p.fits and spec.kept_input:  # the kept input is chosen where memory allows
-            alt = estimate(replace(spec, keep_input=False), g, calibration,
-                          ranks_per_host=ranks_per_host, placement=placement)
+            alt = price(replace(spec, keep_input=False), g, calibration,
+                        ranks_per_host=ranks_per_host, placement=placement)
             if alt.memory.total <= memory_limit:  # type: ignore[operator]
                 p = alt
         preds.append(p)

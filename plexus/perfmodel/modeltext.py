@@ -39,6 +39,7 @@ class Ranking:
     explain: bool
     only: GridShape | None  # the one grid asked for (None: the fastest)
     one_world: bool  # no --gpus: the one world's fields at the top of the JSON
+    task: str = ""  # --task link: the header's line saying what a step prices
 
     def shown(self, preds: list[Prediction]) -> int:
         return len(preds) if self.top == 0 else min(self.top, len(preds))
@@ -51,7 +52,8 @@ def json_doc(r: Ranking) -> dict[str, Any]:
         "sizes_from": r.origin, "calibration": r.cal.to_dict(),
         "calibration_label": r.cal.label, "ranks_per_host": r.ranks_per_host,
         "gpus_per_node": r.per_node, "partition_bytes": partition_memory(r.spec, r.streamed),
-        "partition_out_of_core": r.streamed, "memory_limit": r.limit, "worlds": []}
+        "partition_out_of_core": r.streamed, "memory_limit": r.limit,
+        "task": "link" if r.task else "node", "worlds": []}
     for world, at, preds in r.runs:
         doc["worlds"].append({
             "world_size": world, "num_grids": len(preds),
@@ -69,6 +71,7 @@ def json_doc(r: Ranking) -> dict[str, Any]:
 def text_lines(r: Ranking) -> list[str]:
     """The header, then each world's table (and ``--explain``'s accounting)."""
     lines = header_lines(r.spec, r.cal, r.origin, r.streamed, r.ranks_per_host, r.placement)
+    lines += [r.task] if r.task else []
     for world, at, preds in r.runs:
         lines += [""] + table_lines(at, preds, world, r.shown(preds), r.limit_name, r.only)
         if r.explain and preds:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from plexus.api.link import DECODER_LAYERS, link_model
+from plexus.api.link import link_model
+from plexus_partition.model.pairs import DECODER_LAYERS
 from plexus.engine.grid import Grid
 from plexus.perfmodel.linkcost import link_cost, link_memory
 from plexus.perfmodel.memory import Memory

@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from plexus.api.link import DECODER_LAYERS, link_model
+from plexus.api.link import link_model
+from plexus_partition.model.pairs import DECODER_LAYERS
 from plexus.api.linkdata import load_ogbl, ogbl_evaluate
 from plexus.api.session import run_grid
 from plexus_datasets.base.atomic import atomic_file

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow  # multi-rank worlds
 
 GRIDS = {1: [(1, 1, 1)], 4: [(2, 1, 2), (2, 2, 1)], 8: [(2, 2, 2)]}
 CHECKS = [f"{g}/{d}/{c}" for g in ("undirected", "directed") for d in DECODERS
-          for c in ("step", "train", "ledger")] + [f"memory/{d}" for d in DECODERS]
+          for c in ("step", "train", "ledger", "bytes")] + [f"memory/{d}" for d in DECODERS]
 worlds.declare("link", __file__,
                {world: (run_link_checks, (grids,)) for world, grids in GRIDS.items()})
 

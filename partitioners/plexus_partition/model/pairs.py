@@ -23,6 +23,8 @@ from .schedule import Collective
 
 #: The decoders of a pair's two embeddings.
 DECODERS = ("dot", "mlp")
+#: The MLP decoder's layers unless asked otherwise (OGB's examples' ``LinkPredictor``).
+DECODER_LAYERS = 3
 #: The layer number the MLP decoder's dropout masks are keyed with (its hidden layer i:
 #: DECODER_LAYER + i), far above any encoder's.
 DECODER_LAYER = 1 << 20
