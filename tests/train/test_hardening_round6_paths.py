@@ -227,6 +227,20 @@ def test_a_sweeps_results_folder_in_the_systems_is_refused():
     assert not os.path.lexists("/usr/share/plexus-sweep")
 
 
+@pytest.mark.parametrize("out", ["/", "/etc", "/usr/share/plexus-sweep"])
+def test_plexus_sweep_out_in_the_systems_is_one_line_exit_2(out, capsys):
+    """The issue's command, through plexus-sweep's main (in this process: refused before any
+    run starts)."""
+    from plexus.studies.cli import sweep_main
+
+    made = os.path.lexists(out)
+    assert sweep_main(["--dataset", TINY, "--grids", "1x1x1", "--epochs", "1", "--out",
+                       out]) == 2
+    assert_one_line(capsys.readouterr().err, out, "system", "refusing to make it a run's folder",
+                    prog="plexus-sweep")
+    assert os.path.lexists(out) == made
+
+
 def test_the_tensorboard_check_leaves_no_folder_behind(tmp_path):
     """The start-up check makes and probes the folder: a run that fails after it (a full disk,
     a refused option later) would leave it empty; the check removes a folder it made, and the
