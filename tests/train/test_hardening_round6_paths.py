@@ -7,10 +7,13 @@ compared byte for byte before and after."""
 from __future__ import annotations
 
 import os
+import resource
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from cli_helpers import cli_env
 from fuzzing.storedamage import contents
 from helpers import NOBODY, as_nobody, assert_one_line, sticky_folder
 from plexus.train.cli import main as train_main
@@ -280,3 +283,32 @@ def test_a_full_disk_while_the_outputs_are_made_leaves_no_partial_folder(tmp_pat
     with pytest.raises(OSError, match="No space left"):
         outputs._create_files(tmp_path / "preds", shapes)
     assert made and os.listdir(tmp_path) == []  # the first file was made, then all removed
+
+
+# a full disk as the command meets it (RLIMIT_FSIZE: a write past the limit fails with EFBIG, as a
+# full disk's with ENOSPC): the 64 nodes' pred.npy is 640 bytes, logits.npy 896, so at 700 the
+# second file fails; at 0 and 10 bytes TensorBoard's first event does not fit
+@pytest.mark.slow
+@pytest.mark.parametrize("limit, flag, code, needle, there", [
+    (700, "--save-predictions", 1, "cannot write --save-predictions: out: File too large", False),
+    *[(limit, "--tensorboard", 2, "--tensorboard out: cannot write there (File too large)", there)
+      for limit in (0, 10) for there in (False, True)],  # a folder of the user's stays, as it was
+])
+def test_a_full_disk_leaves_no_partial_output_behind(limit, flag, code, needle, there, tmp_path):
+    if flag == "--tensorboard":
+        pytest.importorskip("tensorboard")
+    if there:
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "kept.txt").write_text("kept\n")
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+
+    def full() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    proc = subprocess.run(["plexus-train", *RUN, "--epochs", "2", flag, "out"], cwd=tmp_path,
+                          env=cli_env(), capture_output=True, text=True, timeout=300,
+                          preexec_fn=full)
+    assert proc.returncode == code, proc.stderr[-2000:]
+    assert_one_line(proc.stderr, needle, prog="plexus-train")
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    assert left == before  # no .out.partial-*, no empty folder, no events file of no events
