@@ -122,11 +122,17 @@ def test_calibrate_out_through_a_co_users_link_is_refused_before_timing(shared, 
 @pytest.mark.parametrize("flag", ["--checkpoint", "--tensorboard", "--save-predictions"])
 def test_an_output_folder_through_a_co_users_link_writes_nothing_there(flag, shared, victim,
                                                                        capsys):
-    kept = contents(victim)
+    kept, names = contents(victim), _entries(victim)
     link = shared / "ckA"
     assert as_nobody(_plant_link, str(link), str(victim / "project")) == "planted"
     _refused([*RUN, flag, str(link)], capsys, flag, "a symlink")
     assert contents(victim) == kept  # no lock, no temporary file, no events file
+    assert _entries(victim) == names  # nor an empty folder
+
+
+def _entries(folder: Path) -> list[str]:
+    """Every name under ``folder``, folders and links too (`contents` holds files only)."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
 @ROOT_ONLY
@@ -134,7 +140,7 @@ def test_the_key_folder_through_a_co_users_link_is_refused_and_nothing_made_ther
         shared, victim, monkeypatch, capsys):
     from plexus_datasets.base import owned
 
-    kept = contents(victim)
+    kept, names = contents(victim), _entries(victim)
     link = shared / "config"
     assert as_nobody(_plant_link, str(link), str(victim / "project")) == "planted"
     monkeypatch.setenv(owned.CONFIG_ENV, str(link))
@@ -143,7 +149,7 @@ def test_the_key_folder_through_a_co_users_link_is_refused_and_nothing_made_ther
     assert_one_line(e)
     _refused([*RUN, "--log-json", str(victim / "run.json")], capsys, owned.CONFIG_ENV,
              "a symlink")
-    assert contents(victim) == kept  # no key, no hard-linked copy
+    assert contents(victim) == kept and _entries(victim) == names  # no key, no hard-linked copy
 
 
 # ---- N2: a co-user's checkpoint or checkpoint folder ------------------------------------------
