@@ -153,26 +153,31 @@ def test_the_key_folder_through_a_co_users_link_is_refused_and_nothing_made_ther
 
 
 # ---- N2: a co-user's checkpoint or checkpoint folder ------------------------------------------
-def _chown_tree(path: Path, uid: int) -> None:
-    for p in [path, *path.rglob("*")]:
-        os.lchown(p, uid, uid)
-
-
 @ROOT_ONLY
 def test_a_co_users_checkpoint_is_refused_on_resume_before_it_is_loaded(shared, capsys,
                                                                         monkeypatch):
     from plexus.train import checkpoint as ckpt
 
-    ck = shared / "ckA"
-    assert train_main([*RUN, "--checkpoint", str(ck)]) == 0
-    ck.chmod(0o777)
-    _chown_tree(ck, NOBODY)  # their folder, their (weights-zeroed) checkpoint
+    mine, ck = shared / "mine", shared / "ckA"
+    assert train_main([*RUN, "--checkpoint", str(mine)]) == 0
+    # the co-user, a child of uid 65534, makes their folder and copies a checkpoint into it
+    assert as_nobody(_their_checkpoint, str(mine / "checkpoint.pt"), str(ck)) == "planted"
+    assert (ck / "checkpoint.pt").stat().st_uid == NOBODY
     before = contents(ck)
     loaded = []
     monkeypatch.setattr(ckpt.torch, "load", lambda *a, **k: loaded.append(a) or {})
     _refused([*RUN, "--epochs", "3", "--checkpoint", str(ck), "--resume"], capsys,
              "--resume", f"owned by uid {NOBODY}")
     assert loaded == [] and contents(ck) == before
+
+
+def _their_checkpoint(source: str, folder: str) -> str:
+    import shutil
+
+    os.mkdir(folder)
+    os.chmod(folder, 0o777)
+    shutil.copyfile(source, os.path.join(folder, "checkpoint.pt"))
+    return "planted"
 
 
 def _their_open_folder(path: str) -> str:
