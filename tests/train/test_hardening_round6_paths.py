@@ -219,10 +219,13 @@ def test_an_output_over_a_graph_directorys_file_is_refused(graph_dir, flag, name
 
 
 # ---- item 6: a run's folders never in the system's; no empty TensorBoard folder left -----------
+# --save-predictions /usr/share/x wrote its outputs there, exit 0, as root (found in round 6's audit)
 @pytest.mark.parametrize("flag, path", [("--checkpoint", "/"), ("--checkpoint", "/etc"),
                                         ("--checkpoint", "/usr/lib/plexus-ck"),
                                         ("--tensorboard", "/etc"), ("--tensorboard", "/"),
-                                        ("--tensorboard", "/etc/plexus-tb")])
+                                        ("--tensorboard", "/etc/plexus-tb"),
+                                        ("--save-predictions", "/usr/share/plexus-preds"),
+                                        ("--save-predictions", "/etc/plexus-preds")])
 def test_a_runs_folder_in_the_systems_is_refused(flag, path, capsys):
     if flag == "--tensorboard":
         pytest.importorskip("tensorboard")
