@@ -234,6 +234,22 @@ def test_a_runs_folder_in_the_systems_is_refused(flag, path, capsys):
     assert os.path.lexists(path) == made  # nothing made there
 
 
+@pytest.mark.parametrize("path", ["/", "/etc", "/usr/share/plexus-cache", "/tmp"])
+def test_a_cache_in_the_systems_folders_is_refused_and_nothing_made_there(path, capsys):
+    """--cache /etc wrote its locks/, sources/, verified/ and a store into /etc, exit 0, as
+    root (found in round 6's audit); /usr/share/x was made."""
+    def cache_names() -> set[str] | None:  # a cache's own entries (others come and go in /tmp)
+        if not os.path.lexists(path):
+            return None
+        return {n for n in os.listdir(path) if n in ("locks", "sources", "verified", "graphs",
+                                                    "work") or n.startswith("rmat-s6")}
+
+    before = cache_names()
+    _refused([*RUN[:-1], "--cache", path], capsys, f"--cache {path}: is ", "system",
+             "give a private --cache DIR")
+    assert cache_names() == before
+
+
 def test_a_sweeps_results_folder_in_the_systems_is_refused():
     from plexus.studies.folder import FolderError, ResultsFolder
 
