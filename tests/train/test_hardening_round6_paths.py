@@ -250,6 +250,19 @@ def test_a_cache_in_the_systems_folders_is_refused_and_nothing_made_there(path, 
     assert cache_names() == before
 
 
+@pytest.mark.parametrize("out", ["/", "/etc", "/usr/share/plexus-store"])
+def test_a_shard_store_in_the_systems_folders_is_refused(out, capsys):
+    """plexus-partition --out /usr/share/x wrote its store there, exit 0, as root (found in
+    round 6's audit); its main, in this process."""
+    from plexus_partition.cli import main as partition_main
+
+    made = os.path.lexists(out)
+    assert partition_main(["--dataset", TINY, "--grid", "1x1x1", "--out", out]) == 2
+    assert_one_line(capsys.readouterr().err, f"{out}: is ", "system",
+                    "refusing to make it a run's folder", prog="plexus-partition")
+    assert os.path.lexists(out) == made
+
+
 def test_a_sweeps_results_folder_in_the_systems_is_refused():
     from plexus.studies.folder import FolderError, ResultsFolder
 
