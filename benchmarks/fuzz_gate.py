@@ -26,6 +26,10 @@ under an alarm (a case still running after `CASE_LIMIT_S` is a hang).
 - ``api``: `TrainConfig` with one field set to a hostile value, `plexus.launch` with a bad
   ``fn``, ``grid`` or ``timeout_s``, a `Layer` declaring hostile or repeated names,
   `load_dataset` and `Trainer` of non-values. Oracle: hand rules of the bounds table.
+- ``widths``: a `Layer` made with a hostile in/out width, a `BatchNorm` with a hostile
+  num_features (None, a bool, a float, text, 0, negative, past 2**24, numpy integers). Oracle:
+  accepted exactly for a whole number (not a bool) in the table's [1, 2**24] (--hidden's).
+  (Added after ``fuzz_gate.txt`` was taken: ``--kinds widths`` writes ``fuzz_gate_widths.txt``.)
 
 Outcomes: ``ok`` (accepted, as the oracle says), ``error`` (refused in one typed line, as the
 oracle says), ``wrong-ok`` (accepted where the oracle refuses), ``wrong-error`` (refused where
@@ -56,7 +60,7 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parent.parent
 NOBODY = 65534
 CASE_LIMIT_S = 20
-KINDS = ("links", "checkpoints", "ranks", "api", "trusted")
+KINDS = ("links", "checkpoints", "ranks", "api", "trusted", "widths")
 FOLDERS = ("mine", "mine", "open", "sticky", "theirs", "mylink", "theirlink", "stickylink")
 HOSTILE = {"open", "theirs", "theirlink", "stickylink"}
 LASTS = ("absent", "absent", "myfile", "theirfile", "fifo")
@@ -487,16 +491,46 @@ def _api_case(rng: random.Random) -> tuple[str, str]:
     return _verdict(got, True), f"Trainer({value!r:.30})"
 
 
+WIDTHS = (*ODD, 3, 2**24, 2**24 + 1, 10**12, 7.0, -5)
+
+
+def _width_ok(w: Any) -> bool:
+    """--hidden's bound, written here by hand: a whole number, not a bool, in [1, 2**24]."""
+    import numpy as np
+
+    return not isinstance(w, (bool, np.bool_)) and isinstance(w, (int, np.integer)) \
+        and 1 <= w <= 2**24
+
+
+def _widths_case(rng: random.Random) -> tuple[str, str]:
+    import numpy as np
+
+    from plexus import nn
+    from plexus.engine.arguments import ArgumentError
+
+    norm = rng.random() < 0.3
+    picks = [rng.choice((*WIDTHS, np.int64(rng.choice((0, 4, 2**24 + 1))), np.int32(2)))
+             for _ in range(1 if norm else 2)]
+    try:
+        nn.BatchNorm(picks[0]) if norm else _declaring(["w"], *picks)
+        got = "ok"
+    except ArgumentError as e:
+        got = "error" if _one_line(e) else "traceback"
+    what = "BatchNorm" if norm else "Layer"
+    return (_verdict(got, not all(_width_ok(w) for w in picks)),
+            f"{what}({', '.join(f'{w!r:.20}' for w in picks)})")
+
+
 def _never(grid: Any) -> None:
     raise AssertionError("a launch the fuzz refused started")
 
 
-def _declaring(names: list) -> Any:
+def _declaring(names: list, width_in: Any = 3, width_out: Any = 4) -> Any:
     from plexus import nn
 
     class Fuzzed(nn.Layer):
         def __init__(self) -> None:
-            super().__init__(3, 4)
+            super().__init__(width_in, width_out)
             for n in names:
                 self.weight(n)
 
@@ -534,6 +568,8 @@ def run_kind(kind: str, cases: int, seed: int, work: Path) -> list[tuple[str, st
                 out.append(_ranks_case(rng))
             elif kind == "trusted":
                 out.append(_trusted_case(root, rng, sources))
+            elif kind == "widths":
+                out.append(_widths_case(rng))
             else:
                 out.append(_api_case(rng))
         except Hang:
@@ -584,7 +620,9 @@ def main(argv: list[str] | None = None) -> int:
     lines += [f"  {k}: {o}: {d}" for k, o, d in bad[:200]]
     text = "\n".join(lines)
     print(text)
-    write_text(args.out / "fuzz_gate.txt", text + "\n")
+    # a run of other kinds than all (``--kinds widths``) never replaces the full run's file
+    name = "fuzz_gate" if kinds == list(KINDS) else "fuzz_gate_" + "_".join(kinds)
+    write_text(args.out / f"{name}.txt", text + "\n")
     return 1 if bad else 0
 
 

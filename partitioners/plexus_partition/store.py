@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from plexus_datasets.base import owned
+from plexus_datasets.base import gate, owned
 from plexus_datasets.base.atomic import UnsafeTargetError, replace_directory, replaceable_directory
 from plexus_partition.model.grid import GridError, GridShape
 from plexus_partition.model.layout import DEFAULT_PERMUTATION
@@ -104,8 +104,12 @@ def is_own_store(path: str | os.PathLike, exact: bool = True) -> bool:
 def check_out_dir(out_dir: str | os.PathLike) -> Path:
     """Refuse a target that exists and is neither an empty directory nor a shard store this
     user wrote with nothing added (`is_own_store`, not exact: a damaged one is replaced),
-    naming why in one line."""
+    naming why in one line; a folder of the system too (--out /usr/share/x was written as
+    root)."""
     path = Path(out_dir)
+    why = gate.system_folder(os.path.realpath(path))
+    if why is not None:
+        raise ShardStoreError(f"{path}: {why}")
     if path.is_dir() and not path.is_symlink() and any(path.iterdir()):
         why = owned.seal_problem(path, FORMAT, exact=False)
         if why is not None:

@@ -95,8 +95,9 @@ def check_outputs_target(path: str | os.PathLike) -> Path:
     """The directory an outputs write replaces (absent, empty, or an earlier outputs directory
     this user wrote, exactly as written: `is_outputs_directory`, and sealed by this user's
     Plexus with exactly those files, `plexus_datasets.base.owned`); `OutputsError` for anything else
-    (`plexus_datasets.base.atomic.output_directory`)."""
+    (`plexus_datasets.base.atomic.output_directory`), or a folder of the system."""
     try:
+        gate.run_folder(Path(path).expanduser())  # a run's own folder: never /usr/share/x
         return output_directory(Path(path).expanduser(), _own_outputs)
     except UnsafeTargetError as e:
         raise OutputsError(str(e)) from None

@@ -27,7 +27,7 @@ from plexus.engine.masks import dropout, edge_keep
 from plexus_partition import shard_graph
 
 from .graph import LayerGraph, output_layout
-from .validate import check_declared, check_network
+from .validate import check_declared, check_network, check_width
 from .layouts import NODES_OUT, ROWS_OUT, LayoutError, laid, layout_of, param_view, plain
 
 _SHAPES = {"weight": lambda i, o: (i, o), "vector": lambda i, o: (o,), "scalar": lambda i, o: (1,)}
@@ -57,7 +57,8 @@ class Layer(nn.Module):
 
     def __init__(self, in_features: int, out_features: int) -> None:
         super().__init__()
-        self.in_features, self.out_features = in_features, out_features
+        self.in_features = check_width(self, in_features, "in_features")
+        self.out_features = check_width(self, out_features, "out_features")
         self.declared: list[tuple[str, str, str]] = []  # (name, layout, init)
         self.reads: set[int] = set()  # earlier layers whose outputs forward reads (g.output)
         self._plexus_kinds: dict[str, str] | None = None  # set while a Network runs forward
@@ -106,7 +107,7 @@ class BatchNorm(nn.Module):
 
     def __init__(self, num_features: int) -> None:
         super().__init__()
-        self.num_features = num_features
+        self.num_features = check_width(self, num_features, "num_features")
         self.norm: Stage3D | None = None  # the engine's BatchNorm stage, bound by the Network
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102

@@ -164,7 +164,11 @@ def _candidates(root: Path) -> Iterator[tuple[Path, str, Path, str]]:
 
 def untrusted_dir(path: Path) -> str | None:
     """Why the cache directory ``path`` may hold what others wrote (None: this user's, and
-    nobody else can write it). Absent, it is created private (700)."""
+    nobody else can write it). Absent, it is created private (700), never in the system's
+    folders (--cache /etc wrote its records and stores into /etc, as root)."""
+    why = gate.system_folder(os.path.realpath(path))
+    if why is not None:
+        return why
     try:
         os.lstat(path)
     except FileNotFoundError:

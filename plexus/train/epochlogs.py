@@ -177,11 +177,15 @@ class TensorBoardLog:
         threading.excepthook = _quiet_event_writer
         self.logdir = Path(logdir)
         made = not os.path.lexists(self.logdir)
+        before = set() if made else _event_files(self.logdir)
         try:  # a resumed run's steps replace those an interrupted run wrote after the checkpoint
             self._writer = summary_writer(self.logdir, purge_step=resume + 1 if resume else None)
         except BaseException:
+            # a full disk: the writer had made its events file, empty or cut in its first event
+            for name in _event_files(self.logdir) - before:
+                owned.remove_file(self.logdir / name, quiet=True)
             if made and self.logdir.is_dir() and not any(self.logdir.iterdir()):
-                owned.remove_tree(self.logdir, quiet=True)  # a full disk leaves no empty folder
+                owned.remove_tree(self.logdir, quiet=True)  # nor the folder it made
             raise
         self._last: dict[str, float] = {}
 
@@ -215,6 +219,15 @@ class TensorBoardLog:
             except Exception as e:  # noqa: BLE001 - as in `epoch`
                 raise OutputFailed(f"cannot write TensorBoard scalars in {self.logdir}: "
                                    f"{getattr(e, 'strerror', None) or e}") from None
+
+
+def _event_files(logdir: Path) -> set[str]:
+    """The names of TensorBoard's events files in ``logdir`` (none where it is no folder)."""
+    try:
+        return {e.name for e in os.scandir(logdir)
+                if e.name.startswith("events.out.tfevents.") and e.is_file(follow_symlinks=False)}
+    except OSError:
+        return set()
 
 
 def tensorboard_available() -> bool:

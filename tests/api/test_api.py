@@ -385,7 +385,7 @@ def test_ogb_metric_at_the_best_epoch_with_symmetrize(tmp_path):
     (["--save-embeddings"], "--save-embeddings needs --save-predictions"),
     (["--export-best"], "--export-best needs --export"),
     (["--export", "/"], "--export /: is a directory"),
-    (["--save-predictions", "/"], "--save-predictions /: a directory that holds other files"),
+    (["--save-predictions", "/"], "--save-predictions /: is a folder of the system"),
     (["--save-predictions", "p.npz"], "outputs are a directory of .npy files"),
     (["--save-predictions", "p", "--save-embeddings", "--layers", "1"],
      "needs a hidden layer"),

@@ -131,6 +131,33 @@ def test_a_parameter_declared_twice_is_one_line_and_distinct_names_pass():
     assert [n for n, _, _ in _Layer(3, 4, ("w", "w_2", "bias")).declared] == ["w", "w_2", "bias"]
 
 
+@pytest.mark.parametrize("width, shown", [
+    (None, "NoneType None"), (2.5, "float 2.5"), ("7", "str '7'"), (True, "bool True"),
+    (0, "int 0"), (-1, "int -1"), (2**24 + 1, "int 16777217"), (10**12, "int 1000000000000"),
+])
+@pytest.mark.parametrize("which", ["in_features", "out_features", "num_features"])
+def test_a_layer_width_out_of_the_table_is_one_line_before_anything_is_drawn(width, shown,
+                                                                           which):
+    """The bound is --hidden's, written here by hand: an integer in [1, 2**24]. Found: None and
+    2.5 raised torch.rand's TypeError inside Network, 10**12 asked the allocator for 44 TB."""
+    with pytest.raises(ArgumentError) as e:
+        if which == "num_features":
+            nn.BatchNorm(width)
+        else:
+            _Layer(*((width, 4) if which == "in_features" else (3, width)))
+    where = "BatchNorm" if which == "num_features" else "_Layer"
+    assert_one_line(e, f"{where}: {which} must be an integer in [1, 16777216], got {shown}")
+
+
+def test_a_layer_width_at_the_table_s_bounds_or_a_numpy_integer_is_accepted():
+    import numpy as np
+
+    assert (_Layer(1, 2**24).in_features, _Layer(1, 2**24).out_features) == (1, 2**24)
+    layer = _Layer(np.int64(3), np.int32(4))
+    assert (layer.in_features, layer.out_features) == (3, 4) and type(layer.in_features) is int
+    assert nn.BatchNorm(2**24).num_features == 2**24
+
+
 def _network_calls(grid) -> list[str]:
     from plexus_datasets.toy import toy_graph
 

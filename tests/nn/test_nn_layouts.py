@@ -128,6 +128,8 @@ def test_bench_check_layer_prints_a_fail_line_and_exits_1():
     assert proc.returncode == 1, proc.stdout + proc.stderr
     fails = [l for l in lines if l.startswith("FAIL") and "1x1x1" in l]
     assert len(fails) == 2 and all("LayoutError" in l and "order" in l for l in fails), proc.stdout
+    # the layer raised: what it raised, never differences of zero (issue 56, "max abs diff 0.0e+00")
+    assert not any("max abs diff" in l or "0.0e+00" in l for l in fails), proc.stdout
     assert "0 of 2 checks passed" in lines[-1], proc.stdout
 
 

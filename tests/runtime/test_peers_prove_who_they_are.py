@@ -99,6 +99,46 @@ def test_a_rank_that_joined_another_users_rank_0_refuses_it():
     assert victim and "rank 0 does not prove this job's secret" in victim[0], victim
 
 
+#: what a co-user may write into a job's store (it has no authentication: anyone on the host
+#: reaches 127.0.0.1): bytes that are no text, JSON nested past the parser, digits past its
+#: limit, answers of the wrong shape, a well-formed answer without the secret
+JUNK = [b"\xff\xfe\x00", b"[" * 100_000, b"1" * 10_000, b"null", b"{}",
+        b'{"options": [], "proof": "x"}', b'{"options": {"a": 1}, "proof": 5}',
+        b'{"options": {"train.lr": "0.01"}, "proof": "' + b"0" * 64 + b'"}']
+
+
+@pytest.mark.parametrize("junk", JUNK, ids=range(len(JUNK)))
+def test_junk_a_co_user_wrote_into_the_store_is_refused_in_one_line(junk):
+    """Issue 56, N4 (51 junk keys in a running job's store): rank 0 finds junk where rank 1's
+    answer goes and refuses it naming rank 1; a victim's rank 1 finds junk as the nonce and the
+    verdict and refuses rank 0. Junk under other names is never read."""
+    store = FakeStore()
+    for i in range(51):
+        store.set(f"junk/{i}", junk)
+    store.set("plexus/peers/hello/1", junk)
+    out = []
+
+    def rank0() -> None:
+        try:
+            prove_peers(store, 0, 2, RUN, b"s", "the job")
+            out.append("ok")
+        except PeerRefused as e:
+            out.append(assert_one_line(e))
+
+    t = threading.Thread(target=rank0)
+    t.start()
+    t.join(20)
+    assert len(out) == 1 and "rank 1 " in out[0] and "ok" != out[0], out
+    assert "did not answer as a Plexus rank" in out[0] or "does not hold this job's secret" \
+        in out[0], out
+    victim = FakeStore()
+    victim.set("plexus/peers/nonce", junk)
+    victim.set("plexus/peers/verdict", junk)
+    with pytest.raises(PeerRefused) as e:
+        prove_peers(victim, 1, 2, RUN, b"s", "the job")
+    assert_one_line(e, "rank 0 does not prove this job's secret")
+
+
 def test_the_secret_comes_from_the_variable_or_a_private_file(tmp_path):
     assert job_secret({SECRET_ENV: "abc"}) == b"abc" and job_secret({}) == b""
     path = tmp_path / "secret"

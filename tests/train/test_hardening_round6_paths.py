@@ -7,10 +7,13 @@ compared byte for byte before and after."""
 from __future__ import annotations
 
 import os
+import resource
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from cli_helpers import cli_env
 from fuzzing.storedamage import contents
 from helpers import NOBODY, as_nobody, assert_one_line, sticky_folder
 from plexus.train.cli import main as train_main
@@ -119,11 +122,17 @@ def test_calibrate_out_through_a_co_users_link_is_refused_before_timing(shared, 
 @pytest.mark.parametrize("flag", ["--checkpoint", "--tensorboard", "--save-predictions"])
 def test_an_output_folder_through_a_co_users_link_writes_nothing_there(flag, shared, victim,
                                                                        capsys):
-    kept = contents(victim)
+    kept, names = contents(victim), _entries(victim)
     link = shared / "ckA"
     assert as_nobody(_plant_link, str(link), str(victim / "project")) == "planted"
     _refused([*RUN, flag, str(link)], capsys, flag, "a symlink")
     assert contents(victim) == kept  # no lock, no temporary file, no events file
+    assert _entries(victim) == names  # nor an empty folder
+
+
+def _entries(folder: Path) -> list[str]:
+    """Every name under ``folder``, folders and links too (`contents` holds files only)."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
 @ROOT_ONLY
@@ -131,7 +140,7 @@ def test_the_key_folder_through_a_co_users_link_is_refused_and_nothing_made_ther
         shared, victim, monkeypatch, capsys):
     from plexus_datasets.base import owned
 
-    kept = contents(victim)
+    kept, names = contents(victim), _entries(victim)
     link = shared / "config"
     assert as_nobody(_plant_link, str(link), str(victim / "project")) == "planted"
     monkeypatch.setenv(owned.CONFIG_ENV, str(link))
@@ -140,30 +149,35 @@ def test_the_key_folder_through_a_co_users_link_is_refused_and_nothing_made_ther
     assert_one_line(e)
     _refused([*RUN, "--log-json", str(victim / "run.json")], capsys, owned.CONFIG_ENV,
              "a symlink")
-    assert contents(victim) == kept  # no key, no hard-linked copy
+    assert contents(victim) == kept and _entries(victim) == names  # no key, no hard-linked copy
 
 
 # ---- N2: a co-user's checkpoint or checkpoint folder ------------------------------------------
-def _chown_tree(path: Path, uid: int) -> None:
-    for p in [path, *path.rglob("*")]:
-        os.lchown(p, uid, uid)
-
-
 @ROOT_ONLY
 def test_a_co_users_checkpoint_is_refused_on_resume_before_it_is_loaded(shared, capsys,
                                                                         monkeypatch):
     from plexus.train import checkpoint as ckpt
 
-    ck = shared / "ckA"
-    assert train_main([*RUN, "--checkpoint", str(ck)]) == 0
-    ck.chmod(0o777)
-    _chown_tree(ck, NOBODY)  # their folder, their (weights-zeroed) checkpoint
+    mine, ck = shared / "mine", shared / "ckA"
+    assert train_main([*RUN, "--checkpoint", str(mine)]) == 0
+    # the co-user, a child of uid 65534, makes their folder and copies a checkpoint into it
+    assert as_nobody(_their_checkpoint, str(mine / "checkpoint.pt"), str(ck)) == "planted"
+    assert (ck / "checkpoint.pt").stat().st_uid == NOBODY
     before = contents(ck)
     loaded = []
     monkeypatch.setattr(ckpt.torch, "load", lambda *a, **k: loaded.append(a) or {})
     _refused([*RUN, "--epochs", "3", "--checkpoint", str(ck), "--resume"], capsys,
              "--resume", f"owned by uid {NOBODY}")
     assert loaded == [] and contents(ck) == before
+
+
+def _their_checkpoint(source: str, folder: str) -> str:
+    import shutil
+
+    os.mkdir(folder)
+    os.chmod(folder, 0o777)
+    shutil.copyfile(source, os.path.join(folder, "checkpoint.pt"))
+    return "planted"
 
 
 def _their_open_folder(path: str) -> str:
@@ -191,12 +205,12 @@ def graph_dir(tmp_path) -> Path:
     return out
 
 
-@pytest.mark.parametrize("flag, name", [("--export", "indices.npy"),
-                                        ("--log-json", "indptr.npy"),
-                                        ("--log-csv", "header.json")])
+# the issue's --export G/indices.npy on a csr graph; write_graph writes coo (src/dst): its arrays
+@pytest.mark.parametrize("flag, name", [("--export", "src.npy"), ("--log-json", "dst.npy"),
+                                        ("--log-csv", "graph.json"),
+                                        ("--export", "features.npy")])
 def test_an_output_over_a_graph_directorys_file_is_refused(graph_dir, flag, name, capsys):
-    if not (graph_dir / name).exists():
-        name = sorted(p.name for p in graph_dir.iterdir() if p.is_file())[0]
+    assert (graph_dir / name).is_file()  # the input's own array, not a stand-in
     kept = contents(graph_dir)
     argv = ["--dataset", f"graph:{graph_dir}", "--grid", "1x1x1", "--epochs", "1", "--quiet",
             "--no-cache", flag, str(graph_dir / name)]
@@ -205,16 +219,48 @@ def test_an_output_over_a_graph_directorys_file_is_refused(graph_dir, flag, name
 
 
 # ---- item 6: a run's folders never in the system's; no empty TensorBoard folder left -----------
+# --save-predictions /usr/share/x wrote its outputs there, exit 0, as root (found in round 6's audit)
 @pytest.mark.parametrize("flag, path", [("--checkpoint", "/"), ("--checkpoint", "/etc"),
                                         ("--checkpoint", "/usr/lib/plexus-ck"),
                                         ("--tensorboard", "/etc"), ("--tensorboard", "/"),
-                                        ("--tensorboard", "/etc/plexus-tb")])
+                                        ("--tensorboard", "/etc/plexus-tb"),
+                                        ("--save-predictions", "/usr/share/plexus-preds"),
+                                        ("--save-predictions", "/etc/plexus-preds")])
 def test_a_runs_folder_in_the_systems_is_refused(flag, path, capsys):
     if flag == "--tensorboard":
         pytest.importorskip("tensorboard")
     made = os.path.lexists(path)
     _refused([*RUN, flag, path], capsys, flag, "system")
     assert os.path.lexists(path) == made  # nothing made there
+
+
+@pytest.mark.parametrize("path", ["/", "/etc", "/usr/share/plexus-cache", "/tmp"])
+def test_a_cache_in_the_systems_folders_is_refused_and_nothing_made_there(path, capsys):
+    """--cache /etc wrote its locks/, sources/, verified/ and a store into /etc, exit 0, as
+    root (found in round 6's audit); /usr/share/x was made."""
+    def cache_names() -> set[str] | None:  # a cache's own entries (others come and go in /tmp)
+        if not os.path.lexists(path):
+            return None
+        return {n for n in os.listdir(path) if n in ("locks", "sources", "verified", "graphs",
+                                                    "work") or n.startswith("rmat-s6")}
+
+    before = cache_names()
+    _refused([*RUN[:-1], "--cache", path], capsys, f"--cache {path}: is ", "system",
+             "give a private --cache DIR")
+    assert cache_names() == before
+
+
+@pytest.mark.parametrize("out", ["/", "/etc", "/usr/share/plexus-store"])
+def test_a_shard_store_in_the_systems_folders_is_refused(out, capsys):
+    """plexus-partition --out /usr/share/x wrote its store there, exit 0, as root (found in
+    round 6's audit); its main, in this process."""
+    from plexus_partition.cli import main as partition_main
+
+    made = os.path.lexists(out)
+    assert partition_main(["--dataset", TINY, "--grid", "1x1x1", "--out", out]) == 2
+    assert_one_line(capsys.readouterr().err, f"{out}: is ", "system",
+                    "refusing to make it a run's folder", prog="plexus-partition")
+    assert os.path.lexists(out) == made
 
 
 def test_a_sweeps_results_folder_in_the_systems_is_refused():
@@ -225,6 +271,20 @@ def test_a_sweeps_results_folder_in_the_systems_is_refused():
             ResultsFolder(path, create=True)
         assert_one_line(e, "system")
     assert not os.path.lexists("/usr/share/plexus-sweep")
+
+
+@pytest.mark.parametrize("out", ["/", "/etc", "/usr/share/plexus-sweep"])
+def test_plexus_sweep_out_in_the_systems_is_one_line_exit_2(out, capsys):
+    """The issue's command, through plexus-sweep's main (in this process: refused before any
+    run starts)."""
+    from plexus.studies.cli import sweep_main
+
+    made = os.path.lexists(out)
+    assert sweep_main(["--dataset", TINY, "--grids", "1x1x1", "--epochs", "1", "--out",
+                       out]) == 2
+    assert_one_line(capsys.readouterr().err, out, "system", "refusing to make it a run's folder",
+                    prog="plexus-sweep")
+    assert os.path.lexists(out) == made
 
 
 def test_the_tensorboard_check_leaves_no_folder_behind(tmp_path):
@@ -266,3 +326,32 @@ def test_a_full_disk_while_the_outputs_are_made_leaves_no_partial_folder(tmp_pat
     with pytest.raises(OSError, match="No space left"):
         outputs._create_files(tmp_path / "preds", shapes)
     assert made and os.listdir(tmp_path) == []  # the first file was made, then all removed
+
+
+# a full disk as the command meets it (RLIMIT_FSIZE: a write past the limit fails with EFBIG, as a
+# full disk's with ENOSPC): the 64 nodes' pred.npy is 640 bytes, logits.npy 896, so at 700 the
+# second file fails; at 0 and 10 bytes TensorBoard's first event does not fit
+@pytest.mark.slow
+@pytest.mark.parametrize("limit, flag, code, needle, there", [
+    (700, "--save-predictions", 1, "cannot write --save-predictions: out: File too large", False),
+    *[(limit, "--tensorboard", 2, "--tensorboard out: cannot write there (File too large)", there)
+      for limit in (0, 10) for there in (False, True)],  # a folder of the user's stays, as it was
+])
+def test_a_full_disk_leaves_no_partial_output_behind(limit, flag, code, needle, there, tmp_path):
+    if flag == "--tensorboard":
+        pytest.importorskip("tensorboard")
+    if there:
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "kept.txt").write_text("kept\n")
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+
+    def full() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    proc = subprocess.run(["plexus-train", *RUN, "--epochs", "2", flag, "out"], cwd=tmp_path,
+                          env=cli_env(), capture_output=True, text=True, timeout=300,
+                          preexec_fn=full)
+    assert proc.returncode == code, proc.stderr[-2000:]
+    assert_one_line(proc.stderr, needle, prog="plexus-train")
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    assert left == before  # no .out.partial-*, no empty folder, no events file of no events

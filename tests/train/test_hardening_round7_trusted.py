@@ -210,6 +210,44 @@ def test_a_full_disk_while_the_cache_builds_is_one_line_and_leaves_no_work(scale
     assert [p for p in left if not p.startswith("locks")] == [], left
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("scale", [8, 10])  # rank 0 cuts in its process (small), in a child
+def test_a_full_disk_while_rank_0_builds_the_cache_under_torchrun_is_one_line(scale, tmp_path):
+    """The same full disk under a torchrun-style launch (two ranks started apart, RANK and
+    MASTER_PORT set, no launcher of ours): rank 0 builds the store (`join_cached_store`) and
+    says why in one line; rank 1 stops without a traceback; the cache keeps no work. The
+    oracle that the limit is the cause: the same two ranks without it train."""
+    from plexus.runtime.local import free_port
+
+    def ranks(limited: bool) -> list[tuple[int, str]]:
+        def limit() -> None:
+            if limited:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
+
+        port, procs = free_port(), []
+        for rank in range(2):
+            env = {**cli_env(), "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+                   "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                   "MASTER_PORT": str(port), "PLEXUS_JOB_SECRET": "s"}
+            procs.append(subprocess.Popen(
+                ["plexus-train", "--grid", "2x1x1", "--quiet", "--eval-every", "0", "--epochs",
+                 "1", "--timeout", "120", "--dataset",
+                 f"rmat:scale={scale},edge_factor=8,features=32,classes=3", "--cache", "c"],
+                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, preexec_fn=limit))
+        errs = [p.communicate(timeout=300)[1] for p in procs]
+        return [(p.returncode, err) for p, err in zip(procs, errs)]
+
+    (code0, err0), (code1, err1) = ranks(limited=True)
+    assert (code0, code1) == (2, 2), (err0[-2000:], err1[-2000:])
+    assert_one_line(err0, "cannot write the shard store into the cache c", "File too large",
+                    "free space there, or give another --cache DIR", prog="plexus-train")
+    assert "Errno" not in err0 and "Traceback" not in err1, err1[-2000:]
+    left = sorted(str(p.relative_to(tmp_path / "c")) for p in (tmp_path / "c").rglob("*"))
+    assert [p for p in left if not p.startswith("locks")] == [], left
+    assert [code for code, _ in ranks(limited=False)] == [0, 0]
+
+
 # ---- a resume with another --lr ----------------------------------------------------------------
 @pytest.mark.slow
 def test_a_resume_with_another_lr_is_refused_in_one_line(tmp_path, capsys):

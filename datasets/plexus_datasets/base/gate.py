@@ -181,13 +181,22 @@ def run_folder(path: str | os.PathLike) -> Path:
     (`SYSTEM_FOLDERS`: ``/``, ``/tmp``, ...) or lies inside one of `SYSTEM_TREES` (``/etc``,
     ``/usr``, ...), whoever runs it."""
     target = write_target(path, directory=True)
-    real = os.path.normpath(str(target))
-    inside = next((t for t in SYSTEM_TREES if real.startswith(t + "/")), None)
-    if real in SYSTEM_FOLDERS or inside is not None:
-        where = f"inside the system folder {inside}" if inside else "a folder of the system"
-        raise UnsafeTargetError(f"{path}: is {where}; refusing to make it a run's folder (give "
-                                "a folder of your own, e.g. under your home)")
+    why = system_folder(target)
+    if why is not None:
+        raise UnsafeTargetError(f"{path}: {why}")
     return target
+
+
+def system_folder(real: str | os.PathLike) -> str | None:
+    """Why the resolved folder ``real`` may not be a run's folder (`run_folder`): it is one of
+    `SYSTEM_FOLDERS` or inside one of `SYSTEM_TREES`; None where it is neither."""
+    real = os.path.normpath(str(real))
+    inside = next((t for t in SYSTEM_TREES if real.startswith(t + "/")), None)
+    if real not in SYSTEM_FOLDERS and inside is None:
+        return None
+    where = f"inside the system folder {inside}" if inside else "a folder of the system"
+    return (f"is {where}; refusing to make it a run's folder (give a folder of your own, e.g. "
+            "under your home)")
 
 
 def make_folder(path: str | os.PathLike, mode: int = 0o777) -> Path:
