@@ -335,8 +335,6 @@ def _link_price(args: argparse.Namespace, spec: ModelSpec, limit: float | None
         return None, ""
     edges = max(1, (spec.nnz - spec.num_nodes) // 2)
     pairs = args.pairs if args.pairs is not None else max(1, int(0.85 * edges))
-    if pairs < 1:
-        raise UsageError(f"--pairs must be >= 1, got {pairs}")
     budget = None if limit is None else FREE_SHARE * limit  # the engine's piece budget
     link = LinkOptions(pairs, args.decoder, spec.model.hidden, DECODER_LAYERS, budget)
     mlp = f" ({DECODER_LAYERS} layers of {spec.model.hidden})" if args.decoder == "mlp" else ""

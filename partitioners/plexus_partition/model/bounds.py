@@ -108,6 +108,7 @@ BOUNDS: dict[str, Bound] = {
     "nnz": _int(1, MAX_EDGES),
     "features": _int(1, MAX_WIDTH),
     "classes": _int(1, MAX_WIDTH),
+    "pairs": _int(1, MAX_EDGES),  # link prediction's positive pairs a step (an edge each)
     # training
     "epochs": _int(0, MAX_COUNT),
     "repeats": _int(1, 10**6),
