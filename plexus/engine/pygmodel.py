@@ -89,7 +89,8 @@ def pyg_spec(config: ModelConfig, num_features: int, num_classes: int) -> dict:
             "in_channels": num_features, "hidden_channels": config.hidden,
             "out_channels": num_classes, "bias": config.bias, "widths": widths,
             "stage_widths": config.widths(num_features, num_classes), "norm": config.norm,
-            "residual": config.residual, "train_eps": config.train_eps,
+            # the flat form's (a kind without them: their defaults), as exports always wrote
+            "residual": config.as_dict()["residual"], "train_eps": config.as_dict()["train_eps"],
             "dropout": config.dropout, "input_dropout": config.input_dropout,
             "activation": config.activation, "container": "convs", "norm_container": "bns",
             "layers": layers}

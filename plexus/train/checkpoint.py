@@ -321,11 +321,12 @@ def check_loop(payload: dict, train: TrainConfig, where: str = "checkpoint") -> 
 def check_model(payload: dict, model: ModelConfig, where: str = "checkpoint") -> None:
     """Raise `CheckpointError` if the checkpoint's model has other parameters than ``model``."""
     saved = payload.get("model", {})
-    # the configs' own values (the flat form leaves out a ReLU activation); a field an older
-    # checkpoint lacks: the default
-    base = ModelConfig()
-    wanted = {k: getattr(model, k) for k in _MODEL_KEYS}
-    default = {k: getattr(base, k) for k in _MODEL_KEYS}
+    # the configs' values in the flat form (another kind's option: its default), with the
+    # activation the flat form leaves out at ReLU; a field an older checkpoint lacks: the default
+    def values(cfg: ModelConfig) -> dict:
+        return {**cfg.as_dict(), "activation": cfg.activation}
+
+    wanted, default = values(model), values(ModelConfig())
     diffs = [f"{k} {saved.get(k, default[k])!r:.60} (now {wanted[k]!r})" for k in _MODEL_KEYS
              if not _same_value(saved.get(k, default[k]), wanted[k])]
     if diffs:

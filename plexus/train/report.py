@@ -220,7 +220,7 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         "cache": run.plan.cache,  # the cached shard store of a --dataset run, or None
         "model": {"kind": run.plan.model.kind, "layers": run.plan.model.num_layers,
                   "hidden": run.plan.model.hidden, "norm": run.plan.model.norm,
-                  "residual": run.plan.model.residual,
+                  "residual": run.plan.model.as_dict()["residual"],  # the flat form's
                   "orders": list(run.shard.orders), "perm": run.shard.perm},
         **results,  # the files written (--save-predictions, --export)
     }

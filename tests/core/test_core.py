@@ -244,7 +244,10 @@ def test_the_flat_form_of_logs_and_checkpoints_still_reads():
     assert ModelConfig(**nested, options={"heads": 4, "out_heads": 2, "attn_dropout": 0.1}) == cfg
     assert pickle.loads(pickle.dumps(cfg)) == cfg and hash(pickle.loads(pickle.dumps(cfg)))
     gcn = ModelConfig(**{**old, "kind": "gcn", "heads": 1, "out_heads": 1, "attn_dropout": 0.0})
-    assert "heads" not in repr(gcn) and gcn.heads == 1  # read flat: another kind's default
+    assert "heads" not in repr(gcn) and gcn.as_dict()["heads"] == 1  # the flat form's default
+    # a config answers only its kind's options (issue 57): another kind's is no attribute
+    with pytest.raises(AttributeError, match="a gcn model has no 'heads' .an option of gat, gatv2"):
+        gcn.heads  # noqa: B018
     with pytest.raises(ModelError, match="heads is an option of the gat model"):
         ModelConfig(**{**old, "kind": "gcn"})
     with pytest.raises(ModelError, match="options of the sage model"):

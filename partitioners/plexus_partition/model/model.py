@@ -58,6 +58,12 @@ KIND_OPTIONS: dict[str, dataclasses.Field] = {
                                                    if kind.options else ())}
 
 
+def _kinds_of(option: str) -> list[str]:
+    """The kinds that have ``option``."""
+    return [k for k, spec in KINDS.items()
+            if spec.options and option in spec.options.__dataclass_fields__]
+
+
 def check_option(name: str, value: object, check: str, switch: bool = False) -> None:
     """`ModelError` unless ``value`` passes ``check`` ("count": an integer >= 1, "rate": in
     [0, 1), "finite": a finite number) or, for a ``switch``, is a bool (a string such as
@@ -161,8 +167,9 @@ class ModelConfig:
     write it (`as_dict`) and as the keywords of the API and the tools read:
     ``ModelConfig(kind="gat", heads=2)`` is ``ModelConfig(kind="gat",
     options=gat.Options(heads=2))``; another kind's option at its default is dropped, at any
-    other value refused (`ModelError`). ``cfg.heads`` reads ``cfg.options.heads`` (another
-    kind's option: its default).
+    other value refused (`ModelError`). ``cfg.heads`` reads ``cfg.options.heads``; a config
+    answers only its kind's options (another kind's is an `AttributeError` naming the kinds
+    that have it; the flat form, `as_dict`, holds every kind's, the others' at their defaults).
     """
 
     num_layers: int = 2
@@ -219,12 +226,13 @@ class ModelConfig:
         return dataclasses.replace(options, **mine) if mine else options
 
     def __getattr__(self, name: str) -> Any:
-        # only for names that are not attributes: a kind option read flat (cfg.heads)
+        # only for names that are not attributes: this kind's option read flat (cfg.heads)
         options = self.__dict__.get("options")
         if options is not None and name in type(options).__dataclass_fields__:
             return getattr(options, name)
-        if name in KIND_OPTIONS and "kind" in self.__dict__:
-            return KIND_OPTIONS[name].default  # another kind's option: its default
+        if name in KIND_OPTIONS and "kind" in self.__dict__:  # another kind's option
+            raise AttributeError(f"a {self.__dict__['kind']} model has no {name!r} (an option of "
+                                 f"{', '.join(_kinds_of(name))}); read it of those kinds only")
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def as_dict(self) -> dict[str, Any]:
@@ -236,7 +244,8 @@ class ModelConfig:
                if f.name != "options"}
         if self.activation == DEFAULT_ACTIVATION:  # ReLU's files (and keys) as they were
             del out["activation"]
-        out.update({name: getattr(self, name) for name in KIND_OPTIONS})
+        mine = dataclasses.asdict(self.options) if self.options is not None else {}
+        out.update({name: mine.get(name, f.default) for name, f in KIND_OPTIONS.items()})
         return out
 
     def __post_init__(self) -> None:
