@@ -42,6 +42,62 @@ def train(*args: str, timeout: float = 600, launcher: tuple[str, ...] = ("plexus
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+#: each console script's main, as `plexus.console` and `plexus_partition.console` start it
+TOOL_MAINS = {"plexus-train": "plexus.train.cli:main",
+              "plexus-partition": "plexus_partition.cli:main",
+              "plexus-model": "plexus.perfmodel.cli:model_main",
+              "plexus-bench": "plexus.bench.cli:bench_main",
+              "plexus-sweep": "plexus.studies.cli:sweep_main",
+              "plexus-report": "plexus.studies.cli:report_main",
+              "plexus-predict": "plexus.train.predict:main"}
+
+
+def tool_here(prog: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    """``prog``'s main called in this process (issue 58 item 5: a table of refusals as calls of
+    the code that refuses, one case of the table kept end to end in a process by `train`): its
+    return value and what it printed, as `train` gives them; a wait past ``timeout`` seconds
+    fails the test instead of hanging it."""
+    import contextlib
+    import importlib
+    import io
+
+    module, _, function = TOOL_MAINS[prog].partition(":")
+    main = getattr(importlib.import_module(module), function)
+
+    def stuck(signum, frame):
+        raise TimeoutError(f"{prog} {' '.join(args)} waited {timeout} s")
+
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    out, err = io.StringIO(), io.StringIO()
+    # a tool sets its process's threads (plexus-partition --threads: OMP_NUM_THREADS, the BLAS
+    # pools, torch's): restored after, or they would hold for every later test of the session
+    environ, threads = dict(os.environ), torch.get_num_threads()
+    previous = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(timeout)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                threadpool_limits(limits=None):
+            try:
+                code = main(list(args))
+            except SystemExit as e:  # argparse's usage errors
+                code = e.code if isinstance(e.code, int) else 1
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        os.environ.clear()
+        os.environ.update(environ)
+        torch.set_num_threads(threads)
+    return subprocess.CompletedProcess([prog, *args], code, out.getvalue(), err.getvalue())
+
+
+def train_here(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """plexus-train's main in this process (`tool_here`): for tests of what a run computes and
+    writes, where a process of its own would only add an interpreter's start."""
+    return tool_here("plexus-train", *args, timeout=timeout)
+
+
 def read_log(path: Path) -> tuple[list[dict], dict]:
     """(epoch records, summary) of a --log-json file."""
     records = [json.loads(line) for line in path.read_text().splitlines()]

@@ -24,7 +24,7 @@ import scipy.sparse as sp
 import torch
 
 import plexus
-from cli_helpers import read_log, train
+from cli_helpers import read_log, train, train_here
 from helpers import REPO, assert_one_line
 from plexus.api import RECIPES, RecipeError
 from plexus_partition.model.ops import KINDS
@@ -294,6 +294,8 @@ def pyg_forward(payload: dict, graph: Graph) -> tuple[torch.Tensor, torch.Tensor
 
 
 RUN = ("--grid", "2x1x1", "--epochs", "60", "--lr", "0.05", "--quiet")
+# `runs` starts plexus-train as a user does; the other runs call its main here (`train_here`):
+# they test what a run computes and writes, which no process boundary changes (issue 58 item 5)
 
 
 @pytest.fixture(scope="module")
@@ -368,8 +370,8 @@ def test_ogb_metric_at_the_best_epoch_with_symmetrize(tmp_path):
              adj_shape=np.array(a.shape), attr_matrix=cora.features, labels=cora.labels,
              train_mask=cora.train_mask, val_mask=cora.val_mask, test_mask=cora.test_mask)
     log = tmp_path / "ogb.json"
-    proc = train("--grid", "1x1x1", "--dataset", f"npz:{data}", "--symmetrize", *RUN[2:],
-                 "--log-json", str(log))
+    proc = train_here("--grid", "1x1x1", "--dataset", f"npz:{data}", "--symmetrize", *RUN[2:],
+                      "--log-json", str(log))
     assert proc.returncode == 0, proc.stderr
     summary = read_log(log)[1]
     assert summary["dataset"] == "ogbn-arxiv.npz"  # named by its file, scored as OGB's arxiv
@@ -460,11 +462,11 @@ def test_export_best_survives_a_resume(runs, tmp_path):
     stop = best["summary"]["best_epoch"] + 1
     assert stop < 60, "the setting must peak before the last epoch"
     ck, out = tmp_path / "ck", tmp_path / "resumed.pt"
-    first = train(*RUN[:2], "--epochs", str(stop), *RUN[4:], "--checkpoint", str(ck),
-                  "--export-best", "--export", str(tmp_path / "first.pt"))
+    first = train_here(*RUN[:2], "--epochs", str(stop), *RUN[4:], "--checkpoint", str(ck),
+                       "--export-best", "--export", str(tmp_path / "first.pt"))
     assert first.returncode == 0, first.stderr
-    proc = train(*RUN, "--checkpoint", str(ck), "--resume", "--export-best", "--export",
-                 str(out))
+    proc = train_here(*RUN, "--checkpoint", str(ck), "--resume", "--export-best", "--export",
+                      str(out))
     assert proc.returncode == 0, proc.stderr
     got = torch.load(out, weights_only=True)
     assert got["epoch"] == best["weights"]["epoch"]
@@ -475,10 +477,10 @@ def test_export_best_survives_a_resume(runs, tmp_path):
 @pytest.mark.slow
 def test_export_best_refuses_a_checkpoint_without_the_best_weights(tmp_path):
     ck = tmp_path / "ck"
-    first = train(*RUN[:2], "--epochs", "5", *RUN[4:], "--checkpoint", str(ck))
+    first = train_here(*RUN[:2], "--epochs", "5", *RUN[4:], "--checkpoint", str(ck))
     assert first.returncode == 0, first.stderr
-    proc = train(*RUN, "--checkpoint", str(ck), "--resume", "--export-best", "--export",
-                 str(tmp_path / "w.pt"))
+    proc = train_here(*RUN, "--checkpoint", str(ck), "--resume", "--export-best", "--export",
+                      str(tmp_path / "w.pt"))
     assert proc.returncode == 2
     assert_one_line(proc.stderr, "does not hold the weights of its best")
     assert not (tmp_path / "w.pt").exists()
@@ -536,8 +538,8 @@ def test_symmetrize_trains_on_the_undirected_graph(tmp_path, monkeypatch):
     got = {}
     for name, flags in (("directed", ()), ("symmetrized", ("--symmetrize",))):
         out = tmp_path / f"{name}-pred"
-        proc = train("--grid", "1x1x1", "--dataset", "ogbn-arxiv", "--root", str(tmp_path),
-                     "--epochs", "0", "--quiet", "--save-predictions", str(out), *flags)
+        proc = train_here("--grid", "1x1x1", "--dataset", "ogbn-arxiv", "--root", str(tmp_path),
+                          "--epochs", "0", "--quiet", "--save-predictions", str(out), *flags)
         assert proc.returncode == 0, proc.stderr
         got[name] = plexus.load_outputs(out)["logits"]
     for name, g in (("directed", graph), ("symmetrized", graph.to_undirected())):
@@ -564,9 +566,9 @@ def test_every_model_kind_exports_to_its_pyg_stack(model, tmp_path):
     BatchNorm1d (weights loaded strictly), whose logits and last hidden output equal the saved
     ones."""
     cora = load_dataset("cora")
-    proc = train("--grid", "1x2x1", "--epochs", "12", "--quiet", "--save-predictions",
-                 str(tmp_path / "p"), "--save-embeddings", "--export", str(tmp_path / "w.pt"),
-                 *model)
+    proc = train_here("--grid", "1x2x1", "--epochs", "12", "--quiet", "--save-predictions",
+                      str(tmp_path / "p"), "--save-embeddings", "--export", str(tmp_path / "w.pt"),
+                      *model)
     assert proc.returncode == 0, proc.stderr
     saved = plexus.load_outputs(tmp_path / "p")
     stack = plexus.load_pyg(tmp_path / "w.pt")

@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from cli_helpers import train
+from cli_helpers import tool_here, train
 from helpers import assert_one_line
 from plexus_partition.model.bounds import BOUNDS, BoundError, check_bound
 from plexus_partition.launch.env import JobEnv, LaunchError, detect_environment
@@ -69,8 +69,7 @@ def test_the_table_holds_the_limits_written_here(name, good, bad):
 
 
 # ---- the findings: each refused in one line, status 2, before anything starts --------------
-@pytest.mark.slow
-@pytest.mark.parametrize("prog, args, needle", [
+PAST_THE_TABLE = [
     ("plexus-train", ["--threads", "100000"], "--threads must be at most 1024, got 100000"),
     ("plexus-partition", ["--dataset", "cora", "--grid", "1x1x1", "--layers", "2",
                           "--threads", "100000"], "--threads must be at most 1024"),
@@ -81,10 +80,23 @@ def test_the_table_holds_the_limits_written_here(name, good, bad):
     ("plexus-sweep", ["--dataset", "cora", "--out", "/nonexistent/x", "--threads", "5000"],
      "--threads must be at most 1024"),
     ("plexus-bench", ["check", "--steps", "0"], "--steps must be >= 1"),
-])
+]
+
+
+@pytest.mark.parametrize("prog, args, needle", PAST_THE_TABLE)
 def test_numbers_past_the_table_are_one_line_and_status_2(prog, args, needle):
-    """(Subprocesses: on main, --threads 100000 was a segfault, exit 139, and --cache-max-gb
-    1e300 an OverflowError traceback.)"""
+    """Each tool's main called here (on main, --threads 100000 was a segfault, exit 139, and
+    --cache-max-gb 1e300 an OverflowError traceback: either would fail this test too); the
+    console script's own process: the test below."""
+    assert_one_line(tool_here(prog, *args), needle, prog=prog)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prog, args, needle", PAST_THE_TABLE[:2])
+def test_a_number_past_the_table_is_one_line_and_status_2_in_a_process(prog, args, needle):
+    """End to end, as a user sees it (exit status, stderr): the table's segfault case in the
+    engine's console script and in the partitioner's (each project starts its tools in its own
+    `run_tool`)."""
     proc = train(*args, launcher=(prog,), timeout=120)
     assert_one_line(proc, needle, prog=prog)
 

@@ -3,19 +3,22 @@ degree of the dry run's is the graph's): ``plexus-train --model K`` with dropout
 same losses on 1x1x1 and 2x1x2 (within 1e-5), its ledger's bytes equal what the schedule
 declares for the run, one training epoch's ledger bytes per axis (the difference of a 4- and a
 2-epoch run) equal ``plexus-model``'s price of that grid (``--json``), and a
-``plexus-partition --model K`` store trains as the ``--dataset`` run does."""
+``plexus-partition --model K`` store trains as the ``--dataset`` run does.
+
+The tools' mains are called in this process (their ranks are still processes of their own):
+what is tested is each kind through the tools' code, and an interpreter started per tool cost
+six starts of torch per kind (issue 58 item 5); the console scripts' processes are tested end to
+end in tests/train/test_train_cli.py and tests/core/test_bounds.py."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from helpers import REPO
+from cli_helpers import tool_here
 
 pytestmark = pytest.mark.slow
 
@@ -28,19 +31,16 @@ KINDS = {"appnp": ("--layers", "2", "--hops", "3", "--teleport", "0.2"),
 COMMON = ("--sparse-comm", "off", "--dropout", "0.5")
 
 
-def _run(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
-                                                             "OMP_NUM_THREADS")}
-    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=600)
+def _run(prog: str, *args: str) -> subprocess.CompletedProcess:
+    done = tool_here(prog, *args, timeout=600)
     assert done.returncode == 0, f"{args}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     return done
 
 
 def _train(tmp_path, name: str, *args: str) -> tuple[list[float], dict]:
     log = tmp_path / f"{name}.json"
-    _run(tmp_path, "-m", "plexus.train", *args, "--threads", "1", "--quiet", "--eval-every",
-         "0", "--log-json", str(log))
+    _run("plexus-train", *args, "--threads", "1", "--quiet", "--eval-every", "0",
+         "--log-json", str(log))
     records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     return [r["loss"] for r in records if "loss" in r], records[-1]
 
@@ -60,7 +60,7 @@ def test_a_new_kind_trains_prices_and_stores(tmp_path, kind):
         assert recorded == declared and sum(recorded.values()) > 0, (recorded, declared)
     epoch = {a: (summary["comm_bytes_max_rank"][a] - short["comm_bytes_max_rank"][a]) / 2
              for a in "xyz"}
-    priced = json.loads(_run(tmp_path, "-m", "plexus.perfmodel", "--dataset", SPEC, *model,
+    priced = json.loads(_run("plexus-model", "--dataset", SPEC, *model,
                              "--grid", "2x1x2", "--json").stdout)
     [config] = [c for w in priced["worlds"] for c in w["configs"] if c["grid"] == [2, 1, 2]]
     assert priced["spec"]["model"]["kind"] == kind
@@ -69,7 +69,7 @@ def test_a_new_kind_trains_prices_and_stores(tmp_path, kind):
 
     store = tmp_path / "store"
     layers = KINDS[kind][KINDS[kind].index("--layers") + 1]
-    _run(tmp_path, "-m", "plexus_partition.cli", "--dataset", SPEC, "--grid", "2x1x2",
+    _run("plexus-partition", "--dataset", SPEC, "--grid", "2x1x2",
          "--model", kind, "--layers", layers, "--out", str(store), "--threads", "1")
     manifest = json.loads((store / "manifest.json").read_text())
     assert manifest["model"] == kind

@@ -18,16 +18,15 @@ import numpy as np
 import pytest
 import torch
 
-from cli_helpers import train
+from cli_helpers import train, train_here
 from helpers import assert_one_line
 from plexus_partition.launch.peers import SECRET_ENV
 from plexus_datasets.linksplit import random_edge_split
 from plexus_datasets.spec import load_dataset
 
 pytest.importorskip("torch_geometric")
-pytestmark = pytest.mark.slow  # whole plexus-train processes
 
-
+@pytest.mark.slow  # a whole plexus-train process
 @pytest.mark.parametrize("decoder", ["mlp"])
 def test_link_run_outputs_and_exports(tmp_path, decoder):
     from sklearn.metrics import roc_auc_score
@@ -103,29 +102,48 @@ def test_link_run_outputs_and_exports(tmp_path, decoder):
         assert final[f"{s}_hits@50"] == pytest.approx(hits, abs=1e-12)
 
 
-@pytest.mark.parametrize("args,words", [
+REFUSED = [
     (("--checkpoint", "ck"), "does not take --checkpoint"),
     (("--optimizer", "sgd"), "trains with Adam"),
     (("--dataset", "ogbl-collab", "--edge-split", "0.8,0.1,0.1"), "has its own edge split"),
     (("--edge-split", "0.8,0.1"), "edge split"),
     # outputs checked before any worker starts (they were found unwritable after training)
-    (("--save-predictions", "/proc/plexus-link"), "--save-predictions /proc: cannot write"),
+    # (a system folder's: refused as such since the harden4 merge, which left this needle stale)
+    (("--save-predictions", "/proc/plexus-link"),
+     "--save-predictions /proc/plexus-link: is inside the system folder /proc"),
     (("--log-json", "/"), "--log-json /: is a directory"),
     (("--score-pairs", "p.npy"), "--score-pairs writes its scores under --save-predictions"),
     (("--score-pairs", "bad.npy", "--save-predictions", "out"), "outside [0, 2707]"),
     (("--task", "node", "--decoder", "dot"), "--decoder is an option of --task link"),
     (("--task", "node", "--edge-split", "0.8,0.1,0.1"), "--edge-split is an option of --task"),
-])
-def test_link_run_refuses_in_one_line(tmp_path, args, words):
+]
+
+
+def _refused_in_one_line(tmp_path, run, args, words: str) -> None:
     np.save(tmp_path / "bad.npy", np.array([[0, 1], [2, 2708]]))  # a node id past Cora's
     args = tuple(str(tmp_path / a) if a in ("bad.npy", "out") else a for a in args)
-    r = train("--task", "link", "--grid", "1x1x1", "--epochs", "1", *args, timeout=300)
+    r = run("--task", "link", "--grid", "1x1x1", "--epochs", "1", *args, timeout=300)
     assert r.returncode == 2, r.stdout[-500:] + r.stderr[-500:]
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and words in err[0], r.stderr
     assert "epoch" not in r.stdout  # refused before training
 
 
+@pytest.mark.parametrize("args,words", REFUSED)
+def test_link_run_refuses_in_one_line(tmp_path, args, words):
+    """plexus-train's main called here (a refusal needs no process of its own, issue 58 item
+    5); refusals end to end in a process: the test below."""
+    _refused_in_one_line(tmp_path, train_here, args, words)
+
+
+@pytest.mark.slow  # a whole plexus-train process
+@pytest.mark.parametrize("args,words", [REFUSED[0], REFUSED[5]])
+def test_a_link_run_refused_in_a_process_is_one_line(tmp_path, args, words):
+    """An option and an output refused as a user sees them: exit status and stderr."""
+    _refused_in_one_line(tmp_path, train, args, words)
+
+
+@pytest.mark.slow  # a whole plexus-train process
 def test_link_run_on_an_ogbl_standin_reports_ogbs_metric(tmp_path):
     from plexus.testing.ogbl_standin import write_ogbl_standin
 
@@ -161,6 +179,7 @@ def _link_rank(rank: int, port: int, *args: str) -> subprocess.Popen:
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow  # two plexus-train processes
 @pytest.mark.parametrize("case", ["same", "other decoder"])
 def test_link_ranks_under_a_launcher_train_together_or_refuse_in_one_line(case, tmp_path):
     """Under torchrun/srun every rank runs plexus-train --task link: rank 0 alone reports (and
