@@ -24,6 +24,7 @@ through 0.2.x, removed in 0.3.0 (`plexus.oldpaths`).
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from .oldpaths import install as _install_old_paths
@@ -46,10 +47,8 @@ _EXPORTS = {
     "TrainConfigError": "plexus.engine.config",
     "EngineConfig": "plexus.engine.config",
     "Grid": "plexus.engine.grid",
-    "DistributedModel": "plexus.engine.model",
     "SerialModel": "plexus.engine.serial",
     "Trainer": "plexus.engine.trainer",
-    "build_model": "plexus.engine.build",
     "ModelSpec": "plexus.perfmodel",
     "estimate": "plexus.perfmodel",
     "predict": "plexus.perfmodel",  # deprecated: estimate (DeprecationWarning when called)
@@ -78,10 +77,21 @@ _EXPORTS = {
     "UsageError": "plexus_partition.model.cli",
 }
 
+#: The engine's own model types, public before 0.2.0: one front door now, `GraphModel` (from
+#: `distributed_model`); these names warn (deprecated in 0.2.0, removed in 0.3.0) and still
+#: resolve at their modules.
+_DEPRECATED = {"DistributedModel": "plexus.engine.model", "build_model": "plexus.engine.build"}
+
 __all__ = ["__version__", *_EXPORTS]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _DEPRECATED:
+        warnings.warn(f"plexus.{name} is the engine's own (deprecated in 0.2.0, removed from "
+                      "plexus in 0.3.0): build a model with plexus.distributed_model, which "
+                      f"returns a plexus.GraphModel (or import {_DEPRECATED[name]}.{name})",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(_DEPRECATED[name]), name)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'plexus' has no attribute {name!r}")
@@ -103,11 +113,9 @@ if TYPE_CHECKING:  # noqa: F401 — for type checkers and IDEs: the same names, 
     from plexus_partition.model.cli import UsageError
     from plexus_partition.model.grid import GridShape
     from plexus_datasets import Graph, gcn_normalize, load_dataset
-    from plexus.engine.build import build_model
     from plexus_partition.model.model import ModelConfig
     from plexus.engine.config import EngineConfig, TrainConfig, TrainConfigError
     from plexus.engine.grid import Grid
-    from plexus.engine.model import DistributedModel
     from plexus.engine.serial import SerialModel
     from plexus.engine.trainer import Trainer
     from plexus_partition import RankShard, make_permutation, shard_graph
