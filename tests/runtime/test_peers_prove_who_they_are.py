@@ -82,21 +82,28 @@ def test_a_rank_with_other_options_is_refused_naming_the_first_option_that_diffe
 def test_a_rank_that_joined_another_users_rank_0_refuses_it():
     """The victim's rank 1 (its own secret) reaches a co-user's rank 0, which says "ok"."""
     store = FakeStore()
-    victim: list[str] = []
-
-    def rank1() -> None:
-        try:
-            prove_peers(store, 1, 2, RUN, b"victim's", "the job")
-            victim.append("ok")
-        except PeerRefused as e:
-            victim.append(str(e))
-
-    t = threading.Thread(target=rank1)
-    t.start()
+    victim, t = _proving(store, 1, b"victim's")
     store.set("plexus/peers/nonce", "n")
     store.set("plexus/peers/verdict", '{"verdict": "ok", "proof": "forged"}')
     t.join(20)
     assert victim and "rank 0 does not prove this job's secret" in victim[0], victim
+
+
+def _proving(store: FakeStore, rank: int, secret: bytes) -> tuple[list[str], threading.Thread]:
+    """Rank ``rank`` proving RUN with ``secret`` in a started thread; its list gets "ok" or the
+    one-line refusal."""
+    out: list[str] = []
+
+    def run() -> None:
+        try:
+            prove_peers(store, rank, 2, RUN, secret, "the job")
+            out.append("ok")
+        except PeerRefused as e:
+            out.append(assert_one_line(e))
+
+    t = threading.Thread(target=run)
+    t.start()
+    return out, t
 
 
 #: what a co-user may write into a job's store (it has no authentication: anyone on the host
@@ -116,17 +123,7 @@ def test_junk_a_co_user_wrote_into_the_store_is_refused_in_one_line(junk):
     for i in range(51):
         store.set(f"junk/{i}", junk)
     store.set("plexus/peers/hello/1", junk)
-    out = []
-
-    def rank0() -> None:
-        try:
-            prove_peers(store, 0, 2, RUN, b"s", "the job")
-            out.append("ok")
-        except PeerRefused as e:
-            out.append(assert_one_line(e))
-
-    t = threading.Thread(target=rank0)
-    t.start()
+    out, t = _proving(store, 0, b"s")
     t.join(20)
     assert len(out) == 1 and "rank 1 " in out[0] and "ok" != out[0], out
     assert "did not answer as a Plexus rank" in out[0] or "does not hold this job's secret" \
