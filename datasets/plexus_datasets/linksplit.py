@@ -21,6 +21,9 @@ from .graph import Graph, edges_to_csr
 from .npyio import load_npy
 
 SPLITS = ("train", "val", "test")
+#: The edge split of a graph without its own (PyG's RandomLinkSplit counts): plexus-train's
+#: --edge-split default, and the training pairs plexus-model --task link prices by default.
+DEFAULT_EDGE_SPLIT = "0.85,0.05,0.1"
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from plexus.engine.pieces import FREE_SHARE
 from plexus.core.units import format_bytes
 from plexus_datasets.convert import streamed_spec
 from plexus_datasets.graph import MAX_NODES
+from plexus_datasets.linksplit import DEFAULT_EDGE_SPLIT, parse_fractions
 from plexus_datasets.ogb_sizes import ogb_sizes
 from plexus_partition.launch.env import local_world_size
 
@@ -334,7 +335,8 @@ def _link_price(args: argparse.Namespace, spec: ModelSpec, limit: float | None
                 raise UsageError(f"--{flag} is an option of --task link; add --task link")
         return None, ""
     edges = max(1, (spec.nnz - spec.num_nodes) // 2)
-    pairs = args.pairs if args.pairs is not None else max(1, int(0.85 * edges))
+    train = parse_fractions(DEFAULT_EDGE_SPLIT)[0]  # plexus-train's default split's pairs
+    pairs = args.pairs if args.pairs is not None else max(1, int(train * edges))
     budget = None if limit is None else FREE_SHARE * limit  # the engine's piece budget
     link = LinkOptions(pairs, args.decoder, spec.model.hidden, DECODER_LAYERS, budget)
     mlp = f" ({DECODER_LAYERS} layers of {spec.model.hidden})" if args.decoder == "mlp" else ""

@@ -37,7 +37,8 @@ from plexus_partition.model.pairs import DECODER_LAYERS
 from plexus.api.linkdata import load_ogbl, ogbl_evaluate
 from plexus.api.session import run_grid
 from plexus_datasets.base.atomic import atomic_file
-from plexus_datasets.linksplit import LinkSplit, load_pairs, random_edge_split
+from plexus_datasets.linksplit import (DEFAULT_EDGE_SPLIT, LinkSplit, load_pairs,
+                                       random_edge_split)
 from plexus_datasets.spec import load_dataset
 from plexus_partition.model.cli import UsageError
 from plexus_partition.launch.env import LaunchError, default_device
@@ -55,7 +56,6 @@ from .peercheck import flat_options
 NOT_FOR_LINKS = ("shards", "checkpoint", "resume", "recipe", "save_embeddings", "export_best",
                  "log_csv", "tensorboard", "calibration", "lr_schedule", "clip_grad_norm",
                  "patience")
-DEFAULT_EDGE_SPLIT = "0.85,0.05,0.1"
 #: Options of --task link alone (destinations).
 LINK_ONLY = ("decoder", "edge_split", "score_pairs")
 
