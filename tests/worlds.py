@@ -33,6 +33,11 @@ def declare(family: str, test_file: str, worlds: dict[int, tuple[Callable, tuple
         _declared.setdefault(size, {})[family] = (str(Path(test_file).resolve()), fn, tuple(args))
 
 
+def declared_files() -> set[str]:
+    """The resolved paths of the test files that declared a family (imported so far)."""
+    return {path for families in _declared.values() for path, _, _ in families.values()}
+
+
 def select(test_files: set[str]) -> None:
     """Only the families of these files (the session's selected tests) run in a shared world."""
     global _selected  # noqa: PLW0603 — the session's selection, set once by the conftest

@@ -256,3 +256,28 @@ def test_the_run_time_watch_records_each_start():
         with pytest.raises(FileNotFoundError):
             subprocess.run(["plexus-no-such-tool-58"])
     assert len(record) == 2 and len(later) == 1
+
+
+def test_the_shared_worlds_go_to_one_worker_first_and_every_other_file_stays_whole():
+    """`./run test`'s workers (tests/workers.py): every test of a file that declares a shared
+    world (found here in the files' text) in one group, ahead of the rest; every other file a
+    group of its own; the other tests keep their order."""
+    import importlib.util
+
+    import workers
+    import worlds
+
+    declaring = {str(p.resolve()) for p in suite_files()
+                 if re.search(r"^worlds\.declare\(", p.read_text(encoding="utf-8"), re.M)}
+    assert len(declaring) >= 5, declaring
+    for path in sorted(declaring):  # their declarations, as a whole run's collection makes them
+        spec = importlib.util.spec_from_file_location(f"_layout_{Path(path).stem}", path)
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    assert worlds.declared_files() >= declaring
+    files = [str(p.resolve()) for p in suite_files()]
+    groups = [workers.group_of(f, worlds.declared_files()) for f in files]
+    assert {f for f, g in zip(files, groups) if g == workers.WORLDS_GROUP} == declaring
+    others = [g for g in groups if g != workers.WORLDS_GROUP]
+    assert len(set(others)) == len(others) == len(files) - len(declaring)
+    mixed = ["a", workers.WORLDS_GROUP, "b", "a", workers.WORLDS_GROUP, "c"]
+    assert workers.worlds_first(mixed) == [1, 4, 0, 2, 3, 5]
