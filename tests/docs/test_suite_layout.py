@@ -270,12 +270,21 @@ def test_the_shared_worlds_go_to_one_worker_first_and_every_other_file_stays_who
     declaring = {str(p.resolve()) for p in suite_files()
                  if re.search(r"^worlds\.declare\(", p.read_text(encoding="utf-8"), re.M)}
     assert len(declaring) >= 5, declaring
-    for path in sorted(declaring):  # their declarations, as a whole run's collection makes them
-        spec = importlib.util.spec_from_file_location(f"_layout_{Path(path).stem}", path)
-        spec.loader.exec_module(importlib.util.module_from_spec(spec))
-    assert worlds.declared_files() >= declaring
+    # Their declarations, as a whole run's collection makes them, made under throwaway module
+    # names: the session's registry is put back after, or its worlds would pickle the
+    # throwaway modules' functions (which no rank can import).
+    saved = {size: dict(families) for size, families in worlds._declared.items()}
+    try:
+        for path in sorted(declaring):
+            spec = importlib.util.spec_from_file_location(f"_layout_{Path(path).stem}", path)
+            spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        found = worlds.declared_files()
+    finally:
+        worlds._declared.clear()
+        worlds._declared.update(saved)
+    assert found >= declaring
     files = [str(p.resolve()) for p in suite_files()]
-    groups = [workers.group_of(f, worlds.declared_files()) for f in files]
+    groups = [workers.group_of(f, found) for f in files]
     assert {f for f, g in zip(files, groups) if g == workers.WORLDS_GROUP} == declaring
     others = [g for g in groups if g != workers.WORLDS_GROUP]
     assert len(set(others)) == len(others) == len(files) - len(declaring)

@@ -90,3 +90,25 @@ def test_a_missing_torch_or_changed_pyproject_leaves_the_fast_path(tmp_path):
     installs = [c for c in log.read_text().splitlines() if "pip install" in c]
     # the three projects, editable, in one pip command
     assert any("-e ./datasets -e ./partitioners -e .[test,plot]" in c for c in installs), installs
+
+
+def test_a_folder_of_links_to_the_checkout_finds_its_wheels_and_its_stamp(tmp_path):
+    # the README test's stand-in root links every entry: its ./run must find the torch-sparse
+    # wheels beside the real checkout (../shared/wheels), so the same stamp, and install nothing
+    root, log = _checkout(tmp_path / "home")
+    wheel = tmp_path / "home" / "shared" / "wheels" / "torch_sparse-0.6.18-cp311-cp311-linux.whl"
+    wheel.parent.mkdir(parents=True)
+    wheel.write_bytes(b"")
+    torch_init = tmp_path / "home" / "site" / "torch" / "__init__.py"
+    listed = f"{root}/../shared/wheels/{wheel.name}\n".encode()
+    want = subprocess.run(["cksum"], input=b"".join((root / p).read_bytes() for p in PYPROJECTS)
+                          + listed, capture_output=True, check=True).stdout.decode().strip()
+    (root / ".venv" / ".plexus-installed").write_text(f"{want}\n{torch_init}\n")
+    links = tmp_path / "links"
+    links.mkdir()
+    for entry in root.iterdir():
+        (links / entry.name).symlink_to(entry)
+    for where in (root, links):
+        proc = _run(where, "train")
+        assert proc.returncode == 0 and proc.stdout.strip() == "TRAIN", proc.stderr
+        assert not log.exists(), f"./run from {where.name} started python: {log.read_text()}"
