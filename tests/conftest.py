@@ -83,19 +83,13 @@ def pytest_collection_finish(session):
     worlds.select({str(item.path) for item in session.items})
 
 
-# ---- `./run test`'s workers (tests/workers.py): the shared worlds in one, first; files whole ----
-def pytest_collection_modifyitems(config, items):
-    if not config.pluginmanager.hasplugin("xdist") or not getattr(config.option, "numprocesses",
-                                                                   None):
-        return
+# ---- `./run test`'s workers (tests/workers.py): the shared worlds in one worker; files whole ----
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
     import workers
-    import worlds
 
-    groups = [workers.group_of(item.path, worlds.declared_files()) for item in items]
-    for item, group in zip(items, groups):
-        item.add_marker(pytest.mark.xdist_group(group))
-    order = workers.worlds_first(groups)
-    items[:] = [items[i] for i in order]
+    return workers.scheduler(config, log)
 
 
 # ---- the slow rule at run time (tests/slow_rule.py): a fast test starts no world, no tool -----

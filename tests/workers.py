@@ -1,26 +1,57 @@
 """How `./run test` shares the suite between its worker processes (pytest-xdist, ``--dist
-loadgroup``): the tests of the shared worlds (`tests/worlds.py`) all in one worker, first, so
-each world size starts once in the whole run and the longest piece of work starts at once; every
-other test file's tests together in one worker (a file's module fixtures are built once) and the
-files shared out as workers come free.
+loadfile``, whose scheduler the conftest replaces with this one): every test of the files that
+declare a shared world (`tests/worlds.py`) goes to one worker, so each world size starts once in
+the whole run; every other file's tests go together to one worker (a file's module fixtures are
+built once), the files shared out as workers come free. xdist hands out the biggest piece of work
+first: the worlds' (most of the suite's tests) start at once.
+
+The scheduler runs in xdist's controller, which imports no test file: a file declares a world
+when its module body calls ``worlds.declare(...)`` (read from its source).
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 from pathlib import Path
+from typing import Callable
 
-#: the group of every test of a file that declares a shared world
-WORLDS_GROUP = "shared-worlds"
-
-
-def group_of(test_file: str | Path, world_files: set[str]) -> str:
-    """The worker group of a test of ``test_file``: `WORLDS_GROUP` for a file whose checks run in
-    a shared world (``world_files``: their resolved paths), else the file itself."""
-    path = str(Path(test_file).resolve())
-    return WORLDS_GROUP if path in world_files else path
+#: the scope of every test of a file that declares a shared world
+WORLDS_SCOPE = "shared-worlds"
 
 
-def worlds_first(groups: list[str]) -> list[int]:
-    """The order (indices into ``groups``, one per collected test) that puts the shared worlds'
-    tests first and keeps every other test where it was."""
-    return sorted(range(len(groups)), key=lambda i: groups[i] != WORLDS_GROUP)
+def declares_a_world(source: str) -> bool:
+    """Whether a test module's top level calls ``worlds.declare``."""
+    for node in ast.parse(source).body:
+        call = node.value if isinstance(node, ast.Expr) else None
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) \
+                and call.func.attr == "declare" and isinstance(call.func.value, ast.Name) \
+                and call.func.value.id == "worlds":
+            return True
+    return False
+
+
+def scope_of(nodeid: str, is_world_file: Callable[[str], bool]) -> str:
+    """The worker scope of the test ``nodeid``: `WORLDS_SCOPE` for a test of a file (its path
+    in the id) that declares a world, else that file."""
+    file = nodeid.split("::", 1)[0]
+    return WORLDS_SCOPE if is_world_file(file) else file
+
+
+def scheduler(config, log):
+    """xdist's per-file scheduler, with the world-declaring files as one scope."""
+    from xdist.scheduler import LoadFileScheduling  # noqa: PLC0415 (only under xdist)
+
+    root = Path(config.rootpath)
+
+    @functools.cache
+    def is_world_file(file: str) -> bool:
+        path = root / file
+        return path.suffix == ".py" and path.is_file() \
+            and declares_a_world(path.read_text(encoding="utf-8"))
+
+    class SharedWorlds(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid, is_world_file)
+
+    return SharedWorlds(config, log)

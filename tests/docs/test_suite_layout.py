@@ -258,35 +258,81 @@ def test_the_run_time_watch_records_each_start():
     assert len(record) == 2 and len(later) == 1
 
 
-def test_the_shared_worlds_go_to_one_worker_first_and_every_other_file_stays_whole():
-    """`./run test`'s workers (tests/workers.py): every test of a file that declares a shared
-    world (found here in the files' text) in one group, ahead of the rest; every other file a
-    group of its own; the other tests keep their order."""
+class _Worker:
+    """A stand-in for xdist's worker: records the tests it is sent."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.sent, self.done, self.shutting_down = name, [], [], False
+        self.gateway = type("gateway", (), {"id": name})()
+
+    def send_runtest_some(self, indices: list[int]) -> None:
+        self.sent.extend(indices)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+class _XdistConfig:
+    """What xdist's scheduler reads of a `./run test` session's config (``-n 2 --dist
+    loadfile``) at the repository root."""
+
+    rootpath = REPO
+    option = type("option", (), {"loadscopereorder": True})()
+
+    def getvalue(self, name: str):
+        return {"dist": "loadfile", "tx": ["2*popen"], "numprocesses": 2}[name]
+
+
+def test_the_shared_worlds_go_to_one_worker_and_every_other_file_stays_whole(request):
+    """`./run test`'s scheduler (the conftest's, for ``--dist loadfile``: tests/workers.py),
+    driven through a whole run of the suite's test files with two stand-in workers: every test
+    of the files that declare a shared world (as their imports declare them here) sent to one
+    worker, that piece of work first; every other file's tests all to one worker; every test
+    sent once."""
     import importlib.util
 
-    import workers
     import worlds
 
-    declaring = {str(p.resolve()) for p in suite_files()
-                 if re.search(r"^worlds\.declare\(", p.read_text(encoding="utf-8"), re.M)}
-    assert len(declaring) >= 5, declaring
-    # Their declarations, as a whole run's collection makes them, made under throwaway module
+    files = sorted(suite_files())
+    # The declarations, as a whole run's collection makes them, made under throwaway module
     # names: the session's registry is put back after, or its worlds would pickle the
     # throwaway modules' functions (which no rank can import).
     saved = {size: dict(families) for size, families in worlds._declared.items()}
     try:
-        for path in sorted(declaring):
-            spec = importlib.util.spec_from_file_location(f"_layout_{Path(path).stem}", path)
-            spec.loader.exec_module(importlib.util.module_from_spec(spec))
-        found = worlds.declared_files()
+        for path in files:
+            if "worlds.declare(" in path.read_text(encoding="utf-8"):
+                spec = importlib.util.spec_from_file_location(f"_layout_{path.stem}", path)
+                spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        declaring = {Path(f) for f in worlds.declared_files()}
     finally:
         worlds._declared.clear()
         worlds._declared.update(saved)
-    assert found >= declaring
-    files = [str(p.resolve()) for p in suite_files()]
-    groups = [workers.group_of(f, found) for f in files]
-    assert {f for f, g in zip(files, groups) if g == workers.WORLDS_GROUP} == declaring
-    others = [g for g in groups if g != workers.WORLDS_GROUP]
-    assert len(set(others)) == len(others) == len(files) - len(declaring)
-    mixed = ["a", workers.WORLDS_GROUP, "b", "a", workers.WORLDS_GROUP, "c"]
-    assert workers.worlds_first(mixed) == [1, 4, 0, 2, 3, 5]
+    assert len(declaring) >= 5, declaring
+    # a collection: three tests of each file, by its path from the root
+    ids = [f"{p.relative_to(REPO).as_posix()}::test_{k}" for p in files for k in range(3)]
+    sched = request.config.hook.pytest_xdist_make_scheduler(config=_XdistConfig(), log=None)
+    nodes = [_Worker("gw0"), _Worker("gw1")]
+    for node in nodes:
+        sched.add_node(node)
+        sched.add_node_collection(node, ids)
+    sched.schedule()
+    first = [node.sent[0] for node in nodes]
+    while sched.has_pending or not sched.tests_finished:
+        progressed = False
+        for node in nodes:
+            pending = node.sent[len(node.done):]
+            if pending:
+                node.done.append(pending[0])
+                sched.mark_test_complete(node, pending[0])
+                progressed = True
+        assert progressed, "the scheduler stopped with tests unsent"
+    sent = {i: node.name for node in nodes for i in node.sent}
+    assert sorted(i for node in nodes for i in node.sent) == list(range(len(ids)))
+    worker_of = {}
+    for i, test in enumerate(ids):
+        piece = "worlds" if REPO / test.split("::")[0] in declaring else test.split("::")[0]
+        worker_of.setdefault(piece, set()).add(sent[i])
+    assert all(len(w) == 1 for w in worker_of.values()), worker_of
+    world_ids = {i for i, t in enumerate(ids) if REPO / t.split("::")[0] in declaring}
+    assert any(i in world_ids for i in first), "the worlds' piece of work did not start first"
+    assert len(worker_of) == len(files) - len(declaring) + 1
