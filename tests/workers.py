@@ -1,9 +1,9 @@
 """How `./run test` shares the suite between its worker processes (pytest-xdist, ``--dist
 loadfile``, whose scheduler the conftest replaces with this one): every test of the files that
 declare a shared world (`tests/worlds.py`) goes to one worker, so each world size starts once in
-the whole run; every other file's tests go together to one worker (a file's module fixtures are
-built once), the files shared out as workers come free. xdist hands out the biggest piece of work
-first: the worlds' (most of the suite's tests) start at once.
+the whole run, and they run first and alone (their ranks take every core); then every other
+file's tests go together to one worker (a file's module fixtures are built once), the files
+shared out as workers come free.
 
 The scheduler runs in xdist's controller, which imports no test file: a file declares a world
 when its module body calls ``worlds.declare(...)`` (read from its source).
@@ -53,5 +53,28 @@ def scheduler(config, log):
     class SharedWorlds(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return scope_of(nodeid, is_world_file)
+
+        def _worlds_pending(self) -> bool:
+            return WORLDS_SCOPE in self.workqueue or any(
+                not done for work in self.assigned_work.values()
+                for done in work.get(WORLDS_SCOPE, {}).values())
+
+        def _assign_work_unit(self, node) -> None:
+            # The worlds first, and alone: their ranks take every core, and a test beside them
+            # only slows both (on 2 cores a run with tests beside the worlds took longer than
+            # one process: 26 min 44 s, 40% more CPU time, against 25 min 50 s).
+            if WORLDS_SCOPE in self.workqueue:
+                self.workqueue.move_to_end(WORLDS_SCOPE, last=False)
+            elif self._worlds_pending():
+                return
+            super()._assign_work_unit(node)
+
+        def mark_test_complete(self, node, item_index: int, duration: float = 0) -> None:
+            running = self._worlds_pending()
+            super().mark_test_complete(node, item_index, duration)
+            if running and not self._worlds_pending():  # the waiting workers start now
+                for other in self.nodes:
+                    if other is not node:
+                        self._reschedule(other)
 
     return SharedWorlds(config, log)

@@ -261,12 +261,14 @@ def test_the_run_time_watch_records_each_start():
 class _Worker:
     """A stand-in for xdist's worker: records the tests it is sent."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, events: list) -> None:
+        self.events = events  # every worker's, in the order they happen
         self.name, self.sent, self.done, self.shutting_down = name, [], [], False
         self.gateway = type("gateway", (), {"id": name})()
 
     def send_runtest_some(self, indices: list[int]) -> None:
         self.sent.extend(indices)
+        self.events.append(("sent", indices))
 
     def shutdown(self) -> None:
         self.shutting_down = True
@@ -287,8 +289,8 @@ def test_the_shared_worlds_go_to_one_worker_and_every_other_file_stays_whole(req
     """`./run test`'s scheduler (the conftest's, for ``--dist loadfile``: tests/workers.py),
     driven through a whole run of the suite's test files with two stand-in workers: every test
     of the files that declare a shared world (as their imports declare them here) sent to one
-    worker, that piece of work first; every other file's tests all to one worker; every test
-    sent once."""
+    worker, that piece of work first and alone; every other file's tests all to one worker;
+    every test sent once, both workers used."""
     import importlib.util
 
     import worlds
@@ -308,21 +310,26 @@ def test_the_shared_worlds_go_to_one_worker_and_every_other_file_stays_whole(req
         worlds._declared.clear()
         worlds._declared.update(saved)
     assert len(declaring) >= 5, declaring
-    # a collection: three tests of each file, by its path from the root
-    ids = [f"{p.relative_to(REPO).as_posix()}::test_{k}" for p in files for k in range(3)]
+    # a collection, by path from the root: three tests of each file, but one file that is not
+    # a world's has more than all the worlds' files together (the worlds still go first)
+    big = next(p for p in files if p not in declaring)
+    ids = [f"{p.relative_to(REPO).as_posix()}::test_{k}" for p in files
+           for k in range(3 * len(declaring) + 1 if p == big else 3)]
     sched = request.config.hook.pytest_xdist_make_scheduler(config=_XdistConfig(), log=None)
-    nodes = [_Worker("gw0"), _Worker("gw1")]
+    events: list = []
+    nodes = [_Worker("gw0", events), _Worker("gw1", events)]
     for node in nodes:
         sched.add_node(node)
         sched.add_node_collection(node, ids)
     sched.schedule()
-    first = [node.sent[0] for node in nodes]
+    first = events[0][1]  # the first tests sent
     while sched.has_pending or not sched.tests_finished:
         progressed = False
         for node in nodes:
             pending = node.sent[len(node.done):]
             if pending:
                 node.done.append(pending[0])
+                events.append(("done", [pending[0]]))
                 sched.mark_test_complete(node, pending[0])
                 progressed = True
         assert progressed, "the scheduler stopped with tests unsent"
@@ -334,5 +341,12 @@ def test_the_shared_worlds_go_to_one_worker_and_every_other_file_stays_whole(req
         worker_of.setdefault(piece, set()).add(sent[i])
     assert all(len(w) == 1 for w in worker_of.values()), worker_of
     world_ids = {i for i, t in enumerate(ids) if REPO / t.split("::")[0] in declaring}
-    assert any(i in world_ids for i in first), "the worlds' piece of work did not start first"
+    assert set(first) <= world_ids, "the worlds' piece of work did not start first"
+    # and alone: no other test is sent before the last of the worlds' is done
+    last_world_done = max(k for k, (what, got) in enumerate(events)
+                          if what == "done" and got[0] in world_ids)
+    first_other_sent = min(k for k, (what, got) in enumerate(events)
+                           if what == "sent" and set(got) - world_ids)
+    assert last_world_done < first_other_sent, events[:4]
+    assert all(node.sent for node in nodes), "a worker was never given work"
     assert len(worker_of) == len(files) - len(declaring) + 1
