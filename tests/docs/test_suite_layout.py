@@ -268,7 +268,7 @@ class _Worker:
 
     def send_runtest_some(self, indices: list[int]) -> None:
         self.sent.extend(indices)
-        self.events.append(("sent", indices))
+        self.events.append(("sent", indices, self.name))
 
     def shutdown(self) -> None:
         self.shutting_down = True
@@ -327,9 +327,11 @@ def test_the_shared_worlds_go_to_one_worker_and_every_other_file_stays_whole(req
         progressed = False
         for node in nodes:
             pending = node.sent[len(node.done):]
-            if pending:
+            # as xdist's worker: it runs the last test it holds only once it is sent another
+            # (the next test's set-up is planned from it) or told to stop
+            if len(pending) > 1 or pending and node.shutting_down:
                 node.done.append(pending[0])
-                events.append(("done", [pending[0]]))
+                events.append(("done", [pending[0]], node.name))
                 sched.mark_test_complete(node, pending[0])
                 progressed = True
         assert progressed, "the scheduler stopped with tests unsent"
@@ -342,11 +344,12 @@ def test_the_shared_worlds_go_to_one_worker_and_every_other_file_stays_whole(req
     assert all(len(w) == 1 for w in worker_of.values()), worker_of
     world_ids = {i for i, t in enumerate(ids) if REPO / t.split("::")[0] in declaring}
     assert set(first) <= world_ids, "the worlds' piece of work did not start first"
-    # and alone: no other test is sent before the last of the worlds' is done
-    last_world_done = max(k for k, (what, got) in enumerate(events)
+    # and alone: no other test is sent to another worker before the last of the worlds' is done
+    world_worker = sent[min(world_ids)]
+    last_world_done = max(k for k, (what, got, _) in enumerate(events)
                           if what == "done" and got[0] in world_ids)
-    first_other_sent = min(k for k, (what, got) in enumerate(events)
-                           if what == "sent" and set(got) - world_ids)
+    first_other_sent = min(k for k, (what, got, who) in enumerate(events)
+                           if what == "sent" and who != world_worker)
     assert last_world_done < first_other_sent, events[:4]
     assert all(node.sent for node in nodes), "a worker was never given work"
     assert len(worker_of) == len(files) - len(declaring) + 1
