@@ -84,6 +84,7 @@ def pytest_collection_finish(session):
 
 
 # ---- `./run test`'s workers (tests/workers.py): the shared worlds in one worker; files whole ----
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: `-p no:xdist` runs without it
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadfile":
         return None

@@ -291,6 +291,8 @@ def test_the_shared_worlds_go_to_one_worker_and_every_other_file_stays_whole(req
     of the files that declare a shared world (as their imports declare them here) sent to one
     worker, that piece of work first and alone; every other file's tests all to one worker;
     every test sent once, both workers used."""
+    if not request.config.pluginmanager.hasplugin("xdist"):
+        pytest.skip("xdist is off (-p no:xdist): no scheduler to drive")
     import importlib.util
 
     import worlds
@@ -353,3 +355,14 @@ def test_the_shared_worlds_go_to_one_worker_and_every_other_file_stays_whole(req
     assert last_world_done < first_other_sent, events[:4]
     assert all(node.sent for node in nodes), "a worker was never given work"
     assert len(worker_of) == len(files) - len(declaring) + 1
+
+
+@pytest.mark.slow
+def test_the_suite_runs_with_xdist_turned_off():
+    # `./run test -p no:xdist` (the run script leaves such a command its own): the conftest's
+    # xdist hook must not stop pytest when xdist's hooks are not there
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q",
+                           "tests/docs/test_suite_layout.py::"
+                           "test_every_test_file_sits_in_a_subject_folder_under_a_name_used_once"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-2000:] + proc.stderr

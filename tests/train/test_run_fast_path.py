@@ -41,10 +41,11 @@ def _checkout(tmp_path: Path) -> tuple[Path, Path]:
     return root, log
 
 
-def _want(root: Path) -> str:
+def _want(root: Path, wheels: str = "") -> str:
     """The stamp's first line: the checksum of the three projects' pyproject.toml files, one
-    after the other, by the system's cksum."""
-    data = b"".join((root / project).read_bytes() for project in PYPROJECTS)
+    after the other, and of the list of torch-sparse ``wheels`` (a line each), by the system's
+    cksum."""
+    data = b"".join((root / project).read_bytes() for project in PYPROJECTS) + wheels.encode()
     return subprocess.run(["cksum"], input=data, capture_output=True, check=True
                           ).stdout.decode().strip()
 
@@ -100,9 +101,7 @@ def test_a_folder_of_links_to_the_checkout_finds_its_wheels_and_its_stamp(tmp_pa
     wheel.parent.mkdir(parents=True)
     wheel.write_bytes(b"")
     torch_init = tmp_path / "home" / "site" / "torch" / "__init__.py"
-    listed = f"{root}/../shared/wheels/{wheel.name}\n".encode()
-    want = subprocess.run(["cksum"], input=b"".join((root / p).read_bytes() for p in PYPROJECTS)
-                          + listed, capture_output=True, check=True).stdout.decode().strip()
+    want = _want(root, f"{root}/../shared/wheels/{wheel.name}\n")
     (root / ".venv" / ".plexus-installed").write_text(f"{want}\n{torch_init}\n")
     links = tmp_path / "links"
     links.mkdir()
