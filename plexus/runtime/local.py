@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from plexus_partition.launch.env import use_cuda
+from plexus_partition.launch.env import bind_crowded_rank, use_cuda
 from plexus_partition.launch.lifeline import Lifeline
 from plexus_partition.launch.peers import SECRET_ENV, new_secret
 from .loopback import BACKEND as LOOPBACK, loopback_listener, register as register_loopback
@@ -164,6 +164,8 @@ def _worker(lifeline: Lifeline, progress_dir: str, forked: Any, secret: str,
         if callable(signal.getsignal(sig)):  # the agent's handler, inherited by a fork
             signal.signal(sig, signal.SIG_DFL)
     lifeline.hold()  # first: a launcher that dies while this worker waits below ends it
+    # the agent names each worker's place; bound before the worker starts a thread
+    bind_crowded_rank(int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"]))
     if forked is not None:
         try:
             forked.wait(FORKED_PEERS_TIMEOUT_S)

@@ -19,7 +19,7 @@ from queue import Empty
 import torch
 import torch.multiprocessing as mp
 
-from plexus_partition.launch.env import ranks_per_gpu
+from plexus_partition.launch.env import bind_crowded_rank, ranks_per_gpu
 from .local import free_port
 
 
@@ -28,6 +28,7 @@ def _worker(rank: int, world: int, port: int, threads: int, fn, args, queue,
     import torch.distributed as dist
 
     os.environ.update(env)  # before this process's first tensor (see plexus_partition.launch.hostmem)
+    bind_crowded_rank(rank, world)  # before any thread starts: they inherit the core
     torch.set_num_threads(threads)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     reported = False
