@@ -75,7 +75,8 @@ def _start(size: int, family: str) -> None:
     done = _done.setdefault(size, {})
     todo = [(name, fn, args) for name, (path, fn, args) in sorted(_declared[size].items())
             if name not in done and (name == family or _selected is None or path in _selected)]
-    per_rank = run_world(size, run_families, todo, timeout=SHARED_TIMEOUT)
+    # the shared worlds run alone (tests/workers.py): their ranks may take a core each
+    per_rank = run_world(size, run_families, todo, timeout=SHARED_TIMEOUT, bind=True)
     for name, _, _ in todo:
         done[name] = [rank_result[name] for rank_result in per_rank]
 

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from plexus_partition.launch.env import bind_crowded_rank, use_cuda
+from plexus_partition.launch.env import use_cuda
 from plexus_partition.launch.lifeline import Lifeline
 from plexus_partition.launch.peers import SECRET_ENV, new_secret
 from .loopback import BACKEND as LOOPBACK, loopback_listener, register as register_loopback
@@ -164,8 +164,6 @@ def _worker(lifeline: Lifeline, progress_dir: str, forked: Any, secret: str,
         if callable(signal.getsignal(sig)):  # the agent's handler, inherited by a fork
             signal.signal(sig, signal.SIG_DFL)
     lifeline.hold()  # first: a launcher that dies while this worker waits below ends it
-    # the agent names each worker's place; bound before the worker starts a thread
-    bind_crowded_rank(int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"]))
     if forked is not None:
         try:
             forked.wait(FORKED_PEERS_TIMEOUT_S)
@@ -240,13 +238,30 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any,
                                                               new_secret(), entrypoint, *args)
             except ChildFailedError as e:
                 raise LocalJobFailed(_failures(e), read_progress(progress_dir)) from None
-            except SignalException as e:  # the agent stopped the workers: one line, no stack
-                name = signal.Signals(e.sigval).name
-                raise LaunchInterrupted(128 + int(e.sigval), f"stopped by {name}: the job's "
+            except Exception as e:  # noqa: BLE001 — a signal, however it surfaced, or re-raised
+                sigval = signal_of(e, SignalException)
+                if sigval is None:
+                    raise
+                # the agent stopped the workers: one line, no stack
+                name = signal.Signals(sigval).name
+                raise LaunchInterrupted(128 + int(sigval), f"stopped by {name}: the job's "
                                         f"{nprocs} workers were stopped with it") from None
     finally:
         owned.remove_tree(log_dir, quiet=True)
     return [results[r] for r in range(nprocs)]
+
+
+def signal_of(error: BaseException, signalled: type) -> int | None:
+    """The signal number of the agent's ``signalled`` (its SignalException) that ``error`` is or
+    was raised while handling, else None. A signal landing inside torch's metrics wrapper before
+    its start time is set surfaces as that wrapper's UnboundLocalError, the SignalException its
+    context: still the signal's one line, not a traceback."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, signalled):
+            return int(seen.sigval)
+        seen = seen.__context__
+    return None
 
 
 # Errors a rank sees when a *peer* failed: the consequence, never the root cause.

@@ -24,11 +24,12 @@ from .local import free_port
 
 
 def _worker(rank: int, world: int, port: int, threads: int, fn, args, queue,
-            env: dict[str, str], backend: str, per_gpu: int) -> None:
+            env: dict[str, str], backend: str, per_gpu: int, bind: bool) -> None:
     import torch.distributed as dist
 
     os.environ.update(env)  # before this process's first tensor (see plexus_partition.launch.hostmem)
-    bind_crowded_rank(rank, world)  # before any thread starts: they inherit the core
+    if bind:
+        bind_crowded_rank(rank, world)  # before the process group's threads: they inherit it
     torch.set_num_threads(threads)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     reported = False
@@ -49,20 +50,23 @@ def _worker(rank: int, world: int, port: int, threads: int, fn, args, queue,
 
 def run_world(world: int, fn, *args, timeout: float = 900, threads: int = 1,
               env: dict[str, str] | None = None, backend: str = "gloo",
-              cuda: bool = False) -> list:
+              cuda: bool = False, bind: bool = False) -> list:
     """Call ``fn(*args)`` on every rank of a fresh world; return the per-rank results in rank
     order. ``fn`` must be importable (module level). Raises with the failing rank's traceback if
     any rank raises; a rank silent for ``timeout`` seconds fails the call. ``env``: variables
     set in each rank before it does anything else. ``backend`` "nccl" gives rank r the GPU
     ``cuda:r`` (one per rank; the caller checks there are enough); ``cuda`` with "gloo": the
     ranks share the GPUs, as few per GPU as cover them
-    (`plexus_partition.launch.env.ranks_per_gpu`)."""
+    (`plexus_partition.launch.env.ranks_per_gpu`). ``bind``: ranks that outnumber the cores take one
+    each, round robin (`plexus_partition.launch.env.crowded_core`), for a world that has the
+    machine to itself (twice as fast collectives then; bound ranks cannot move away from
+    another job's process, so the default leaves placement to the OS, as launches do)."""
     per_gpu = 1 if backend == "nccl" else (ranks_per_gpu(world) if cuda else 0)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_worker, args=(r, world, port, threads, fn, args, queue, env or {},
-                                           backend, per_gpu), daemon=True)
+                                           backend, per_gpu, bind), daemon=True)
              for r in range(world)]
     for p in procs:
         p.start()

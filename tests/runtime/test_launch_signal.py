@@ -60,3 +60,25 @@ def test_a_signalled_launch_is_one_line(tmp_path, sig, group):
     assert lines == [f"plexus: stopped by {sig.name}: the job's 2 workers were stopped with it"], \
         err[-3000:]
     assert "Traceback" not in err
+
+
+def test_a_signal_that_surfaces_as_another_error_is_still_the_signal():
+    """A SIGINT landing inside torch's metrics wrapper before its start time is set surfaced as
+    an UnboundLocalError raised while handling the SignalException (a traceback instead of the
+    one line, 1 run of the suite's ~1,000 launches)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    from plexus.runtime.local import signal_of
+
+    def wrapper():
+        try:
+            raise SignalException("Process 1 got signal: 2", sigval=signal.SIGINT)
+        except SignalException:
+            raise UnboundLocalError("cannot access local variable 'start'") from None
+
+    try:
+        wrapper()
+    except UnboundLocalError as e:
+        assert signal_of(e, SignalException) == 2
+    assert signal_of(SignalException("x", sigval=signal.SIGTERM), SignalException) == 15
+    assert signal_of(RuntimeError("a worker failed"), SignalException) is None

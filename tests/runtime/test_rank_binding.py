@@ -1,7 +1,8 @@
-"""Local ranks that outnumber the machine's cores are bound one core each, round robin over the
-launching process's cores (`plexus_partition.launch.env.crowded_core`); ranks with a core each
-are left to the OS. Checked by hand-written placements, in the session's shared world of 4
-ranks (`tests/worlds.py`) and in the local launcher's workers, every thread of a rank included."""
+"""The ranks of a local world that has the machine to itself (`run_world(bind=True)`: the shared
+worlds, `tests/worlds.py`) and outnumber its cores are bound one core each, round robin over the
+launching process's cores (`plexus_partition.launch.env.crowded_core`); ranks with a core each,
+and every world without ``bind``, are left to the OS. Checked by hand-written placements in the
+session's shared world of 4 ranks (every thread of a rank included) and in a world of 3."""
 
 from __future__ import annotations
 
@@ -56,22 +57,18 @@ def test_the_ranks_of_a_local_world_sit_where_the_rule_puts_them():
         assert all(t == rank_want for t in threads), threads
 
 
-def _launched_placement() -> list[int]:
-    return sorted(os.sched_getaffinity(0))
-
-
 @pytest.mark.slow
 @needs_affinity
-def test_the_local_launchers_workers_take_a_core_each_on_two_cores():
-    from plexus.runtime.local import launch_local
+def test_a_world_left_to_the_os_keeps_the_launching_process_cores():
+    """Without ``bind`` (launches and calibrations: other jobs may share the cores) every rank
+    keeps the whole mask, even crowded: 3 ranks on two cores."""
+    from plexus.testing.localworld import run_world
 
     saved = os.sched_getaffinity(0)
-    cores = sorted(saved)[:2]  # two cores (or the one there is): 3 workers crowd them
-    os.sched_setaffinity(0, set(cores))
+    cores = sorted(saved)[:2]
+    os.sched_setaffinity(0, set(cores))  # the spawned ranks inherit it
     try:
-        got = launch_local(3, _launched_placement, fork=True)
+        got = run_world(3, placement)
     finally:
         os.sched_setaffinity(0, saved)
-    assert got == expected(3, cores)
-    if len(cores) == 2:
-        assert got == [[cores[0]], [cores[1]], [cores[0]]]
+    assert [mask for mask, _ in got] == [cores] * 3
