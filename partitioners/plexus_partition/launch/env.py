@@ -150,7 +150,8 @@ def crowded_core(local_rank: int, local_ranks: int, cores: list[int]) -> int | N
     to each other, a ring's neighbours, sit on different cores, so a collective's hops run side by
     side rather than in turns, and a rank that waits leaves its core to a rank of the same core
     instead of being moved (an 8-rank gloo all-reduce on 2 cores: 21 ms unbound, 16 ms with
-    ranks in blocks, 9.6 ms round robin; `docs/design.md`)."""
+    ranks in blocks, 9.6 ms round robin; DEVELOPERS.md). `plexus.runtime.world.run_world` binds
+    only when asked (``bind``): bound ranks cannot move away from another job's process."""
     if local_ranks <= len(cores):
         return None
     return cores[local_rank % len(cores)]
