@@ -185,8 +185,7 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any,
     even by SIGKILL (`plexus_partition.launch.lifeline`). ``fork``: every worker runs one torch
     thread, so CPU workers may be forked from this process (`_start_method`).
     """
-    from torch.distributed.elastic.multiprocessing.api import (DefaultLogsSpecs,  # noqa: PLC0415
-                                                               SignalException)
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs  # noqa: PLC0415
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError  # noqa: PLC0415
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch  # noqa: PLC0415
 
@@ -239,7 +238,7 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any,
             except ChildFailedError as e:
                 raise LocalJobFailed(_failures(e), read_progress(progress_dir)) from None
             except Exception as e:  # noqa: BLE001 — a signal, however it surfaced, or re-raised
-                sigval = signal_of(e, SignalException)
+                sigval = signal_of(e)
                 if sigval is None:
                     raise
                 # the agent stopped the workers: one line, no stack
@@ -251,14 +250,16 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any,
     return [results[r] for r in range(nprocs)]
 
 
-def signal_of(error: BaseException, signalled: type) -> int | None:
-    """The signal number of the agent's ``signalled`` (its SignalException) that ``error`` is or
-    was raised while handling, else None. A signal landing inside torch's metrics wrapper before
+def signal_of(error: BaseException) -> int | None:
+    """The signal number of the elastic agent's SignalException that ``error`` is or was raised
+    while handling, else None. A signal landing inside torch's metrics wrapper before
     its start time is set surfaces as that wrapper's UnboundLocalError, the SignalException its
     context: still the signal's one line, not a traceback."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException  # noqa: PLC0415
+
     seen: BaseException | None = error
     while seen is not None:
-        if isinstance(seen, signalled):
+        if isinstance(seen, SignalException):
             return int(seen.sigval)
         seen = seen.__context__
     return None

@@ -76,9 +76,8 @@ def test_a_signal_that_surfaces_as_another_error_is_still_the_signal():
         except SignalException:
             raise UnboundLocalError("cannot access local variable 'start'") from None
 
-    try:
+    with pytest.raises(UnboundLocalError) as raised:
         wrapper()
-    except UnboundLocalError as e:
-        assert signal_of(e, SignalException) == 2
-    assert signal_of(SignalException("x", sigval=signal.SIGTERM), SignalException) == 15
-    assert signal_of(RuntimeError("a worker failed"), SignalException) is None
+    assert signal_of(raised.value) == 2
+    assert signal_of(SignalException("x", sigval=signal.SIGTERM)) == 15
+    assert signal_of(RuntimeError("a worker failed")) is None
