@@ -1,9 +1,10 @@
 """One local world per world size for the whole session (issue 58 item 5): the test files whose
 checks run in gloo worlds declare, at import, which function runs on every rank at each world
 size (a "family" of checks); the first test that needs a world of N ranks starts one, in which
-every declared family of that size runs, one after the other. Starting a world is the slow part
-(every rank imports torch and the engine anew: tens of seconds for 8 or 16 ranks on 2 cores), so
-the session starts each size once instead of once per file.
+every declared family of that size runs, one after the other. Starting a world was the slow part
+(every rank importing torch and the engine anew: tens of seconds for 8 or 16 ranks on 2 cores), so
+the session starts each size once instead of once per file, its ranks forked from a fork server
+that imported them once.
 
 A family runs only when a test of its file is selected (the conftest passes the session's
 selection to `select`), so a narrow run starts no more than it needs. Each family's per-rank
@@ -22,6 +23,9 @@ _declared: dict[int, dict[str, tuple[str, Callable, tuple]]] = {}
 _selected: set[str] | None = None  # the session's selected test files (None: every file)
 _done: dict[int, dict[str, list]] = {}  # size -> family -> per-rank results (or the error)
 
+#: what the fork server of the shared worlds' ranks imports once (the checks' own modules sit in
+#: tests/, off the server's path: each rank imports them, 0.15 s)
+PRELOAD = ("plexus.engine.model", "plexus.engine.trainer", "plexus.testing.exactness")
 #: a shared world runs several files' checks before any rank reports: the silence allowed
 SHARED_TIMEOUT = 3600
 
@@ -75,8 +79,11 @@ def _start(size: int, family: str) -> None:
     done = _done.setdefault(size, {})
     todo = [(name, fn, args) for name, (path, fn, args) in sorted(_declared[size].items())
             if name not in done and (name == family or _selected is None or path in _selected)]
-    # the shared worlds run alone (tests/workers.py): their ranks may take a core each
-    per_rank = run_world(size, run_families, todo, timeout=SHARED_TIMEOUT, bind=True)
+    # the shared worlds run alone (tests/workers.py): their ranks may take a core each; forked
+    # from a server that imports torch and the engine once (a fresh interpreter per rank cost
+    # 2.4-23 s a world here, 61 s for the session's seven sizes)
+    per_rank = run_world(size, run_families, todo, timeout=SHARED_TIMEOUT, bind=True,
+                         preload=list(PRELOAD))
     for name, _, _ in todo:
         done[name] = [rank_result[name] for rank_result in per_rank]
 

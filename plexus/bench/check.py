@@ -190,7 +190,8 @@ def run_checks(world_size: int, cuda: bool, steps: int = 3, inject_mismatch: boo
         ranks = run_world(size, rank_checks, grids, cuda, steps, inject_mismatch,
                           timeout=timeout,
                           threads=1 if cuda else threads_per_worker(size, requested=threads),
-                          backend=gpu_backend(size) if cuda else "gloo", cuda=cuda)
+                          backend=gpu_backend(size) if cuda else "gloo", cuda=cuda,
+                          preload=[__name__])  # CPU worlds: forked, torch imported once
         for result in merge(ranks):
             results.append(result)
             if on_result is not None:

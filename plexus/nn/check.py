@@ -263,7 +263,8 @@ def check_layer(layer: type | LayerFactory | str, grids: Sequence[tuple[int, int
     checks: list[LayerCheck] = []
     for size, group in by_size.items():
         ranks = run_world(size, _records, layer, group, hidden, dropout, aggregation, seed,
-                          timeout=timeout, threads=threads_per_worker(size))
+                          timeout=timeout, threads=threads_per_worker(size),
+                          preload=[__name__])  # a world per size: torch imported once
         records += ranks[0]
         new = compare(records)[len(checks):]
         for c in new:

@@ -217,8 +217,9 @@ def measure_collectives(world_size: int = 2, sizes: Sequence[int] = (1, 4_096, 6
     from plexus.runtime.world import run_world  # noqa: PLC0415 (starts processes)
 
     groups = list(group_sizes) if group_sizes else [world_size]
+    # forked from a fork server that imported torch once: a calibration starts several worlds
     return run_world(world_size, _time_collectives, list(sizes), reps, gemms, groups,
-                     timeout=timeout)[0]
+                     timeout=timeout, preload=[__name__])[0]
 
 
 def busy_gemms(gemm_flops: float, busy_s: float = BUSY_S) -> int:

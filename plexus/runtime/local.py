@@ -94,11 +94,18 @@ def _start_method(entrypoint: Callable[..., Any], fork: bool) -> str:
         return "fork"
     if "forkserver" not in mp.get_all_start_methods():
         return "spawn"
-    mp.set_forkserver_preload(["torch", "plexus.runtime.bootstrap", entrypoint.__module__])
+    preload_forkserver([entrypoint.__module__])
     return "forkserver"
 
 
-def _start_forkserver() -> None:
+def preload_forkserver(modules: list[str]) -> None:
+    """What the fork server imports once when it starts: torch, the start-up hook
+    (`plexus.runtime.bootstrap`) and ``modules``. One server per process, whoever starts it
+    (a launch, `plexus.runtime.world.run_world`); a worker imports what it lacks itself."""
+    mp.set_forkserver_preload(["torch", "plexus.runtime.bootstrap", *modules])
+
+
+def start_forkserver() -> None:
     """Start the fork server with SIGINT ignored: it imports torch first (seconds), and a
     Ctrl-C then would print its traceback; the launcher handles the interrupt alone. The
     workers it forks take SIGINT back (`_worker`)."""
@@ -199,7 +206,7 @@ def launch_local(nprocs: int, entrypoint: Callable[..., Any], *args: Any,
     _quiet_elastic_logs()
     start_method = _start_method(entrypoint, fork)
     if start_method == "forkserver":
-        _start_forkserver()
+        start_forkserver()
     for stream in (sys.stdout, sys.stderr):  # our own lines first, then the workers'
         try:
             stream.flush()

@@ -3,14 +3,18 @@ collect what every rank returns.
 
 For tests, benchmarks and the performance model's calibration on one machine (the training command
 uses torch's elastic launcher, `plexus.runtime.local.launch_local`, instead). Each rank gets
-``threads`` torch threads. Starting a world is the slow part (about 30 s for 16 ranks on 2 cores):
-run many checks inside one. It lives in the runtime so that the performance model can measure
-collectives without depending on the test helpers (`plexus.testing` depends on the model).
+``threads`` torch threads. Starting a world is the slow part (23 s for 16 fresh interpreters
+on 2 cores, each importing torch): run many checks inside one, or have the ranks forked from a
+fork server that imported torch once (``preload``: a world of 16 then starts in under a second
+here; callers that start several worlds use it). It lives in the runtime so that the
+performance model can measure collectives without depending on the test helpers
+(`plexus.testing` depends on the model).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 import traceback
 from datetime import timedelta
@@ -20,13 +24,21 @@ import torch
 import torch.multiprocessing as mp
 
 from plexus_partition.launch.env import bind_crowded_rank, ranks_per_gpu
-from .local import free_port
+from .local import free_port, preload_forkserver, start_forkserver
 
 
 def _worker(rank: int, world: int, port: int, threads: int, fn, args, queue,
-            env: dict[str, str], backend: str, per_gpu: int, bind: bool) -> None:
+            env: dict[str, str], backend: str, per_gpu: int, bind: bool,
+            caller: tuple[dict[str, str], set[int] | None] | None) -> None:
     import torch.distributed as dist
 
+    if caller is not None:  # forked from the fork server: the caller's, as a spawned rank has
+        environ, cores = caller
+        os.environ.clear()
+        os.environ.update(environ)
+        if cores is not None:
+            os.sched_setaffinity(0, cores)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the server ignores it
     os.environ.update(env)  # before this process's first tensor (see plexus_partition.launch.hostmem)
     if bind:
         bind_crowded_rank(rank, world)  # before the process group's threads: they inherit it
@@ -50,7 +62,8 @@ def _worker(rank: int, world: int, port: int, threads: int, fn, args, queue,
 
 def run_world(world: int, fn, *args, timeout: float = 900, threads: int = 1,
               env: dict[str, str] | None = None, backend: str = "gloo",
-              cuda: bool = False, bind: bool = False) -> list:
+              cuda: bool = False, bind: bool = False,
+              preload: list[str] | None = None) -> list:
     """Call ``fn(*args)`` on every rank of a fresh world; return the per-rank results in rank
     order. ``fn`` must be importable (module level). Raises with the failing rank's traceback if
     any rank raises; a rank silent for ``timeout`` seconds fails the call. ``env``: variables
@@ -60,13 +73,27 @@ def run_world(world: int, fn, *args, timeout: float = 900, threads: int = 1,
     (`plexus_partition.launch.env.ranks_per_gpu`). ``bind``: ranks that outnumber the cores take one
     each, round robin (`plexus_partition.launch.env.crowded_core`), for a world that has the
     machine to itself (twice as fast collectives then; bound ranks cannot move away from
-    another job's process, so the default leaves placement to the OS, as launches do)."""
+    another job's process, so the default leaves placement to the OS, as launches do).
+    ``preload`` (CPU worlds; None: each rank a fresh interpreter): the ranks are forked from
+    this process's fork server, which imports torch and these modules once, at its first use
+    (`plexus.runtime.local.preload_forkserver`; from its own ``sys.path``: the installed
+    packages); each rank gets this process's
+    environment and core mask, as a fresh interpreter would (torch was imported under the
+    server's environment: variables torch reads at import are the server's)."""
     per_gpu = 1 if backend == "nccl" else (ranks_per_gpu(world) if cuda else 0)
-    ctx = mp.get_context("spawn")
+    caller = None
+    if preload is not None and not per_gpu and "forkserver" in mp.get_all_start_methods():
+        preload_forkserver(list(preload))
+        start_forkserver()
+        ctx = mp.get_context("forkserver")
+        caller = (dict(os.environ),
+                  os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None)
+    else:
+        ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_worker, args=(r, world, port, threads, fn, args, queue, env or {},
-                                           backend, per_gpu, bind), daemon=True)
+                                           backend, per_gpu, bind, caller), daemon=True)
              for r in range(world)]
     for p in procs:
         p.start()
