@@ -287,15 +287,6 @@ def cached_options(plan: Plan, cache: Cache, world: int | None,
     return replace(plan, shards=store.path, grid=store.grid, cache=store.summary()), store
 
 
-#: How long the other ranks of a launched job wait for rank 0 to build the store. A dead rank 0
-#: ends the wait at once (its connections close); this only bounds a build that hangs.
-BUILD_WAIT_S = 2 * 86400
-
-
-class PeerSetupFailed(RuntimeError):
-    """Rank 0 could not provide the store (it reports why; the other ranks only stop)."""
-
-
 def join_cached_store(plan: RunRequest, say: Callable[[str], None]
                       ) -> tuple[RunRequest, Any]:
     """Collective, under torchrun or srun once the process group exists: rank 0 finds or builds
@@ -303,26 +294,14 @@ def join_cached_store(plan: RunRequest, say: Callable[[str], None]
     wait for it, then all read their shards from it. Returns the options and rank 0's hold on
     the store against eviction (None on the other ranks: keep it for the run). Raises
     `PeerSetupFailed` on the other ranks when rank 0 failed (rank 0 raises its own error)."""
-    from datetime import timedelta  # noqa: PLC0415
+    import torch.distributed as dist  # noqa: PLC0415 (ranks only)
 
-    import torch.distributed as dist  # noqa: PLC0415
+    from .fromrank0 import from_rank_0  # noqa: PLC0415
 
-    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=BUILD_WAIT_S))
-    box: list[Any] = [None]
-    error: BaseException | None = None
-    hold = None
-    if dist.get_rank() == 0:
-        try:
-            new, store = cached_options(plan, Cache(Path(plan.cache_dir), say),  # type: ignore
-                                        dist.get_world_size(), force=plan.force)
-            say(store.line())
-            box[0], hold = new, store.hold
-        except Exception as e:  # noqa: BLE001 — the other ranks must hear of it first
-            error = e
-    dist.broadcast_object_list(box, src=0, group=group)
-    dist.destroy_process_group(group)
-    if error is not None:
-        raise error
-    if box[0] is None:
-        raise PeerSetupFailed("rank 0 could not provide the shard store")
-    return box[0], hold
+    def provide() -> tuple[RunRequest, Any]:
+        new, store = cached_options(plan, Cache(Path(plan.cache_dir), say),  # type: ignore
+                                    dist.get_world_size(), force=plan.force)
+        say(store.line())
+        return new, store.hold
+
+    return from_rank_0(provide, "provide the shard store")

@@ -53,7 +53,7 @@ from .parser import build_parser, explicit_options
 from .placing import parse_placement
 from .problem import problem_shape
 from .plan import CHECKPOINT_EVERY, RunRequest
-from .resolve import resolve
+from .resolve import resolve_at_launch
 from .linktask import link_main, refuse_link_options
 from .runlog import console_line
 
@@ -192,13 +192,12 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 
 def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunRequest:
     """Validate the parsed options into the run's `RunRequest`; the launching process of a
-    local run (``env`` None) also resolves it (`plexus.train.resolve.resolve`: the graph's
-    sizes, the grid, the grid-fit, memory, checkpoint and output checks) before any worker
-    starts, and returns the `ResolvedRun` (the request itself where the ranks must resolve it:
-    a big graph it does not load).
+    local run (``env`` None) also resolves it before any worker starts where it learns the
+    graph's sizes cheaply (`plexus.train.resolve.resolve_at_launch`), and returns the
+    `ResolvedRun`; otherwise the request, which rank 0 resolves once the ranks have joined.
 
     Under a launcher (``env`` set) every rank runs this, so it stays cheap there: it returns
-    the request, which each rank resolves once it has joined the job (`plexus.train.entry`).
+    the request (`plexus.train.entry`: rank 0 resolves it, every rank receives the run).
     """
     recipe_fields = apply_recipe(args, getattr(args, "explicit", set())) if args.recipe else {}
     train = check_numbers(args)
@@ -239,10 +238,8 @@ def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunRequest:
         device=args.device, calibration=calibration.path, threads=args.threads,
         placement=parse_placement(args.placement),
         cache_max_bytes=cache_cap(args))
-    if env is None:
-        return resolve(request, world, world_note=world_note,
-                       calibration=calibration.calibration).run or request
-    return request
+    return request if env is not None else resolve_at_launch(request, world, world_note,
+                                                             calibration.calibration)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from .errors import PROG, OutputFailed, RunStopped, error_line
 from .peercheck import check_peers
 from .plan import ResolvedRun, RunRequest
 from .prepare import LocalSetup, agree_on_failure, load_local
-from .resolve import resolve
+from .resolve import resolved_by_rank_0
 from .report import finish
 from .runlog import console_line
 from .session import build_run
@@ -51,9 +51,9 @@ def reserve_standard_fds() -> None:
 def run_rank(plan: RunRequest, env: JobEnv, *, join_failure_ends_job: bool = False) -> int:
     """Everything one rank does, from joining the job to the summary; returns the exit status.
 
-    ``plan``: the `ResolvedRun` the launching process resolved, or the `RunRequest` every rank
-    resolves alike once it has joined (under torchrun/srun; a big graph the launching process
-    did not load).
+    ``plan``: the `ResolvedRun` the launching process resolved, or the `RunRequest` rank 0
+    resolves once the ranks have joined (under torchrun/srun; a big graph the launching
+    process did not load), every rank receiving the run.
 
     ``join_failure_ends_job``: a rank that cannot join the job ends its process with status 2
     instead of returning it (`local_worker`: the local launcher waits for every worker's
@@ -78,21 +78,19 @@ def run_rank(plan: RunRequest, env: JobEnv, *, join_failure_ends_job: bool = Fal
     setup = None
     hold = None  # rank 0's hold on the cached store against eviction, for the whole run
     try:
-        graph = resolved = None
-        if not isinstance(plan, ResolvedRun):
+        graph = None
+        if not isinstance(plan, ResolvedRun):  # rank 0 resolves it; every rank receives it
             if plan.uses_cache(dist.get_world_size()):
                 # launched by torchrun/srun: rank 0 provides the store (no launcher of ours did)
                 plan, hold = join_cached_store(plan, lambda text: None if plan.quiet else
                                                console_line(f"{PROG}: {text}"))
-            resolved = resolve(plan, dist.get_world_size(), rank=dist.get_rank(),
-                               ranks_per_host=env.local_world_size)
-            assert resolved.run is not None  # a rank always resolves its run
-            plan, graph = resolved.run, resolved.graph
+            found = resolved_by_rank_0(plan, env.local_world_size)
+            plan, graph = found.run, found.graph
         setup = load_local(plan, dist.get_rank(), dist.get_world_size(), device,
                            env.local_world_size, graph)
     except Exception as e:  # noqa: BLE001 — every rank must learn of it, see agree_on_failure
         error = e
-    graph = resolved = None  # the shard is cut: the whole graph may go
+    graph = None  # the shard is cut: the whole graph may go
     # where this rank's set-up went, for the summary: the process group, its shard (the store
     # opened and read, or the graph cut), then the model (`_train`)
     phases = {"process_group_s": joined - started, "load_s": time.perf_counter() - joined}

@@ -27,7 +27,7 @@ from plexus_partition.store import graph_hash
 
 from .placing import grid_rank
 from . import checkpoint as ckpt
-from .cache import PeerSetupFailed
+from .fromrank0 import PeerSetupFailed
 from .cachekeys import Source
 from .checkpoint import load_resume
 from .checks import needs_validation_flag

@@ -1,20 +1,21 @@
-"""A `RunRequest` resolved into the `ResolvedRun` every rank trains, by one function (`resolve`):
-the graph's sizes (from the loaded graph, an R-MAT spec or a store's manifest), the grid of
-``--grid auto``, the grid-fit and memory checks, the checkpoint to resume from and the outputs.
+"""A `RunRequest` resolved into the `ResolvedRun` every rank trains, by one function (`resolve`)
+with one list of checks: the graph's sizes (from the loaded graph, an R-MAT spec or a store's
+manifest), the grid of ``--grid auto``, the grid-fit and memory checks, the devices, the
+checkpoint to resume from and the outputs.
 
-The launching process of a local run calls it once, before any worker starts, and hands the
-result to its workers. Under torchrun or srun (no launcher of ours) every rank calls it with the
-same request once the process group exists (after rank 0 provided the cache's store): it is
-deterministic, so all ranks resolve alike. The launching process does not load a big graph
-(`plexus.train.checks.precheck_dataset`) only to learn its sizes: for a big ``--dataset``
-run whose sizes neither its spec nor a store tells, it checks what it can (devices, checkpoint,
-outputs) and leaves the resolution to the ranks, which load the graph anyway and cut their
-shards from the graph they resolved with (`Resolution.graph`).
+It runs once per job. Where the process group exists (under torchrun or srun, or a local run
+whose launching process could not learn the sizes cheaply) rank 0 resolves and every rank
+receives the run (`resolved_by_rank_0`). A local run's launching process resolves before any
+worker starts wherever the sizes are cheap to learn there (`sizes_at_launch`: a store's
+manifest, a small graph, an R-MAT spec, or the graph ``--grid auto`` must price), so a bad run
+stops before a worker starts, and its workers receive the resolved run. A big graph is not
+loaded by the launching process only to learn its sizes (`plexus.train.checks.precheck_dataset`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from plexus_datasets import Graph
 from plexus_datasets.trainable import check_trainable, graph_counts
@@ -27,7 +28,7 @@ from plexus.perfmodel import Calibration, CalibrationError, load_calibration
 from . import checkpoint as ckpt
 from .cachekeys import Source
 from .checkpoint import load_resume
-from .checks import check_launch_outputs, check_output_paths, needs_validation_flag
+from .checks import check_launch_outputs, needs_validation_flag
 from .errors import PROG, UsageError
 from .placing import placed_engine
 from .plan import (GraphSizes, ResolvedRun, RunRequest, check_grid_fits, check_launch_memory,
@@ -36,96 +37,135 @@ from .runlog import console_line
 
 
 @dataclass(frozen=True)
-class Resolution:
-    """What `resolve` produced: the run, and the graph it loaded to learn the sizes (a rank cuts
-    its shard from it instead of loading it again; None where none was loaded)."""
+class KnownSizes:
+    """What a run's graph is known by before it is resolved: its sizes, the graph where it was
+    loaded to learn them, and the grid of the store they came from (None: not a store)."""
 
-    run: ResolvedRun | None  # None: the launching process left the resolution to the ranks
+    sizes: GraphSizes
+    graph: Graph | None = None
+    store_grid: GridShape | None = None
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What `resolve` produced: the run, and the graph it loaded to learn the sizes (the rank
+    that resolved cuts its shard from it instead of loading it again; None where none was)."""
+
+    run: ResolvedRun
     graph: Graph | None = None
 
 
-def resolve(request: RunRequest, world: int | None, *, rank: int | None = None,
-            ranks_per_host: int | None = None, world_note: str = "",
-            calibration: Calibration | None = None) -> Resolution:
-    """Resolve ``request`` for a job of ``world`` ranks (None: not known yet, the grid given).
+def resolve(request: RunRequest, world: int | None, calibration: Calibration, *,
+            known: KnownSizes | None = None, ranks_per_host: int | None = None,
+            before_workers: bool = False, grid_rates: Calibration | None = None,
+            rates_said: str | None = None, world_note: str = "") -> Resolution:
+    """Resolve ``request`` for a job of ``world`` ranks (None: not known yet, the grid given),
+    ``ranks_per_host`` of them on this host.
 
-    ``rank`` None: the launching process of a local run (its ``world_note`` says where the rank
-    count came from; ``calibration`` the rates --grid auto prices with, else measured on CPUs,
-    `auto_rates`); its run is None where the sizes need a big graph loaded (every worker then
-    resolves). Otherwise rank ``rank`` of the job (``ranks_per_host`` of them on its host),
-    which always gets its run. Raises the run's user errors (`UsageError`, `DatasetError`, ...).
-    """
-    if rank is None:
-        return _at_launch(request, world, world_note, calibration)
-    return _on_rank(request, world, rank, ranks_per_host, calibration)
-
-
-def _at_launch(request: RunRequest, world: int | None, world_note: str,
-               calibration: Calibration | None) -> Resolution:
-    graph = None if request.shards else _small_graph(request, need=request.grid is None)
+    ``known``: the graph's sizes where the caller learnt them (`sizes_at_launch`), else learnt
+    here (a store's manifest, or the graph loaded). ``calibration``: the rates the run is priced
+    and placed with; ``grid_rates`` (and ``rates_said``, how the line names them) the ones
+    ``--grid auto`` chooses with where they differ (this machine's, `auto_rates`).
+    ``before_workers``: no rank holds its set-up yet (a local run's launching process): the
+    run's whole peak, set-up included, is checked here; otherwise each rank checks what training
+    needs once it holds its shard (`plexus.train.plan.rank_peaks`). ``world_note`` follows the
+    rank count on the --grid auto line. Raises the run's user errors (`UsageError`,
+    `DatasetError`, ...)."""
+    known = known or _learn_sizes(request)
+    sizes, graph = known.sizes, known.graph
     if graph is not None:
-        sizes: GraphSizes | None = GraphSizes.of_graph(graph, request.model)
-    elif request.shards:
-        sizes = GraphSizes.of_manifest(read_manifest(request.shards))
-    else:
-        sizes = GraphSizes.of_spec(request.dataset, request.data_seed)
-    # the launcher prices the graph before any worker starts unless its sizes come from a store
-    # (a store's grid was checked against its manifest with the options, and its ranks price
-    # their memory from their shards: the manifest lacks the task kind and Â's symmetry)
-    priced = sizes is not None and not request.shards
-    grid = request.grid
-    if grid is None:  # the performance model needs the graph's sizes: loaded above
-        assert sizes is not None and world is not None
-        rates, said = auto_rates(request, world, calibration or Calibration())
-        grid, why = choose_run_grid(request, sizes, world, rates, world, world_note, said)
+        check_trainable(graph.name, graph_counts(graph), graph.num_classes, graph.multilabel,
+                        needs_validation_flag(request.train))
+    grid = request.grid or known.store_grid
+    if grid is None:  # --grid auto: the performance model prices the graph's sizes
+        assert world is not None
+        grid, why = choose_run_grid(request, sizes, world, grid_rates or calibration,
+                                    ranks_per_host, world_note, rates_said)
         if not request.quiet:
             console_line(f"{PROG}: {why}")
-    if priced:
-        assert sizes is not None
+    if world is not None:
+        grid.check_world(world)
+    # a store's grid was checked against its manifest with the options, and its ranks price
+    # their memory from their shards (the manifest lacks the task kind and Â's symmetry)
+    from_store = known.store_grid is not None
+    if not from_store:
         check_grid_fits(grid, request.model, sizes)
-        if not request.force:
-            check_launch_memory(request, grid, sizes)
-    check_local_devices(grid.world_size, request.device)
-    if request.resume:  # the dataset is checked here when it was loaded, else by the workers
+    priced_here = before_workers and not from_store and not request.force
+    if priced_here:
+        check_launch_memory(request, grid, sizes)
+    check_local_devices(ranks_per_host or grid.world_size, request.device)
+    if request.resume:  # the dataset is checked here when it was loaded, else by the ranks
         load_resume(request, None if graph is None else ckpt.DatasetInfo(
             graph.name, graph.num_nodes, graph.num_features, graph.num_classes,
             graph_hash(graph)))
-    check_launch_outputs(request)
-    if sizes is None:  # a big graph: every worker learns its sizes as it loads it
-        return Resolution(None)
-    request = _placed(request, grid, sizes, world, None, calibration)
-    # workers are other processes: the graph is not handed on (each cuts its shard from its own)
-    return Resolution(ResolvedRun.of(request, grid, sizes,
-                                     rank_checks_memory=not (priced or request.force)))
-
-
-def _on_rank(request: RunRequest, world: int | None, rank: int, ranks_per_host: int | None,
-             calibration: Calibration | None) -> Resolution:
-    graph = None
-    if request.shards:  # given, or the cache's (rank 0 provided it)
-        manifest = read_manifest(request.shards)
-        sizes = GraphSizes.of_manifest(manifest)
-        grid = request.grid or GridShape.of(manifest["grid"])
-    else:
-        graph = Source.of_run(request).load()
-        sizes = GraphSizes.of_graph(graph, request.model)
-        grid = request.grid
-        if grid is None:  # --grid auto: every rank computes the same choice
-            assert world is not None
-            rates = calibration or load_calibration(request.calibration)
-            grid, why = choose_run_grid(request, sizes, world, rates, ranks_per_host)
-            if rank == 0 and not request.quiet:
-                print(f"{PROG}: {why}", flush=True)
-    if world is not None:
-        grid.check_world(world)
-    if graph is not None:  # a store's grid was checked against its manifest with the options
-        check_grid_fits(grid, request.model, sizes)
-    request = _placed(request, grid, sizes, world, ranks_per_host,
-                      calibration or load_calibration(request.calibration))
-    run = ResolvedRun.of(request, grid, sizes, rank_checks_memory=not request.force)
-    if rank == 0:  # rank 0 writes the outputs
-        check_output_paths(run)
+    check_launch_outputs(request)  # rank 0's (whoever resolves speaks for rank 0)
+    request = _placed(request, grid, sizes, world, ranks_per_host, calibration)
+    run = ResolvedRun.of(request, grid, sizes,
+                         rank_checks_memory=not (priced_here or request.force))
     return Resolution(run, graph)
+
+
+def sizes_at_launch(request: RunRequest) -> KnownSizes | None:
+    """The graph's sizes as a local run's launching process learns them cheaply: a store's
+    manifest, the graph when it is small (`Source.small`: any problem in it shows before a
+    worker starts) or when ``--grid auto`` must price it, an R-MAT spec's; None where only
+    loading a big graph would tell (rank 0 resolves the run then)."""
+    if request.shards:
+        return _store_sizes(request.shards)
+    source = Source.of_run(request)
+    graph = source.small()
+    if graph is None and request.grid is None:
+        graph = source.load()
+    if graph is not None:
+        return KnownSizes(GraphSizes.of_graph(graph, request.model), graph)
+    sizes = GraphSizes.of_spec(request.dataset, request.data_seed)
+    return None if sizes is None else KnownSizes(sizes)
+
+
+def resolve_at_launch(request: RunRequest, world: int | None, world_note: str,
+                      calibration: Calibration) -> RunRequest:
+    """A local run resolved by its launching process before any worker starts, where it learns
+    the graph's sizes cheaply (`sizes_at_launch`); else the request, which rank 0 resolves once
+    the workers have joined (a big graph is loaded by the ranks, not here too)."""
+    known = sizes_at_launch(request)
+    if known is None:
+        return request
+    rates, said = auto_rates(request, world, calibration) if request.grid is None \
+        else (calibration, None)
+    return resolve(request, world, calibration, known=known, ranks_per_host=world,
+                   before_workers=True, grid_rates=rates, rates_said=said,
+                   world_note=world_note).run
+
+
+def resolved_by_rank_0(request: RunRequest, ranks_per_host: int) -> Resolution:
+    """Collective, once the process group exists: rank 0 resolves ``request`` (`resolve`, the
+    calibration the request names), every rank receives the run; rank 0 keeps the graph it
+    loaded. `PeerSetupFailed` on the other ranks where rank 0 failed (it raises its own)."""
+    import torch.distributed as dist  # noqa: PLC0415 (ranks only)
+
+    from .fromrank0 import from_rank_0  # noqa: PLC0415
+
+    def produce() -> tuple[ResolvedRun, Any]:
+        found = resolve(request, dist.get_world_size(), load_calibration(request.calibration),
+                        ranks_per_host=ranks_per_host)
+        return found.run, found.graph
+
+    run, graph = from_rank_0(produce, "resolve the run")
+    return Resolution(run, graph)
+
+
+def _learn_sizes(request: RunRequest) -> KnownSizes:
+    """The graph's sizes where the process group exists: a store's manifest, else the graph
+    loaded (the rank that resolved cuts its shard from it)."""
+    if request.shards:
+        return _store_sizes(request.shards)
+    graph = Source.of_run(request).load()
+    return KnownSizes(GraphSizes.of_graph(graph, request.model), graph)
+
+
+def _store_sizes(shards: str) -> KnownSizes:
+    manifest = read_manifest(shards)
+    return KnownSizes(GraphSizes.of_manifest(manifest), store_grid=GridShape.of(manifest["grid"]))
 
 
 def _placed(request: RunRequest, grid: GridShape, sizes: GraphSizes, world: int | None,
@@ -135,19 +175,6 @@ def _placed(request: RunRequest, grid: GridShape, sizes: GraphSizes, world: int 
                            calibration, lambda: request.spec(sizes, request.reads_store(
                                world or grid.world_size)))
     return request if engine is request.engine else replace(request, engine=engine)
-
-
-def _small_graph(request: RunRequest, need: bool) -> Graph | None:
-    """The run's graph, loaded here when it is small (`Source.small`: any problem in it shows
-    before a worker starts) or when ``need`` (--grid auto prices it); None otherwise."""
-    source = Source.of_run(request)
-    graph = source.small()
-    if graph is None and need:
-        graph = source.load()
-    if graph is not None:
-        check_trainable(graph.name, graph_counts(graph), graph.num_classes, graph.multilabel,
-                        needs_validation_flag(request.train))
-    return graph
 
 
 def auto_rates(request: RunRequest, world: int, calibration: Calibration

@@ -1,6 +1,6 @@
 """A run's request resolved once (`plexus.train.resolve.resolve`): the launching process's
-`ResolvedRun` and every torchrun/srun rank's have a concrete grid and the graph's sizes, all ranks
-resolve alike, and a rank given a resolved run only reads and checks its shard.
+`ResolvedRun` and rank 0's under torchrun/srun have a concrete grid and the graph's sizes, all
+ranks build the same request, and a rank given a resolved run only reads and checks its shard.
 
 The expectations are independent of the resolver: Cora's sizes known by hand, the grid given on
 the command line or the one the store was cut for."""
@@ -21,7 +21,8 @@ from plexus_partition.model.grid import GridShape
 from plexus.train.cli import build_parser, build_plan
 from plexus.train.errors import UsageError
 from plexus.train.plan import ResolvedRun, RunRequest
-from plexus.train.resolve import resolve
+from plexus.perfmodel import Calibration
+from plexus.train.resolve import resolve, sizes_at_launch
 
 # Cora: 2708 nodes; Â holds its 10556 directed edges and a self loop per node; 1433 features,
 # 7 classes, undirected (Â = Âᵀ under the GCN aggregation), single-label
@@ -74,23 +75,20 @@ def test_the_launcher_resolves_a_grid_and_the_graphs_sizes(argv, grid, store):
 
 @pytest.mark.parametrize("argv", [["--grid", "auto"], ["--dataset", "cora", "--grid", "2x2x1"],
                                   ["--shards", "STORE"]])
-def test_every_rank_resolves_the_same_run_with_no_holes(argv, store):
+def test_rank_0_resolves_the_request_every_rank_built_alike_with_no_holes(argv, store):
     """Under torchrun each of the 4 ranks builds the request (unresolved: it has not joined
-    yet) and resolves it: the same run on every rank, on 4 ranks, with Cora's sizes."""
+    yet), all alike; rank 0 resolves it where the group exists (`resolved_by_rank_0` sends the
+    run to the others): a run on 4 ranks with Cora's sizes, its memory left to the ranks."""
     argv = [str(store) if a == "STORE" else a for a in argv]
-    runs = []
-    for rank in range(4):
-        request = plan(argv, torchrun(rank))
-        assert type(request) is RunRequest
-        resolution = resolve(request, 4, rank=rank, ranks_per_host=4)
-        assert resolution.run is not None
-        # a rank that loaded the graph to learn its sizes hands it on to cut its shard
-        assert (resolution.graph is None) == bool(request.shards)
-        if resolution.graph is not None:
-            assert resolution.graph.num_nodes == CORA[0]
-        runs.append(resolution.run)
-    assert all(run == runs[0] for run in runs[1:])
-    run = runs[0]
+    requests = [plan(argv, torchrun(rank)) for rank in range(4)]
+    assert all(type(r) is RunRequest for r in requests)
+    assert all(r == requests[0] for r in requests[1:])
+    resolution = resolve(requests[0], 4, Calibration(), ranks_per_host=4)
+    # the rank that loaded the graph to learn its sizes cuts its shard from it
+    assert (resolution.graph is None) == bool(requests[0].shards)
+    if resolution.graph is not None:
+        assert resolution.graph.num_nodes == CORA[0]
+    run = resolution.run
     assert run.grid.world_size == 4 and run.rank_checks_memory  # no launcher priced it
     assert cora_sizes(run)[:4] == CORA[:4]
     if argv[0] == "--shards":
@@ -99,11 +97,10 @@ def test_every_rank_resolves_the_same_run_with_no_holes(argv, store):
         assert run.grid == GridShape.parse(argv[3])
 
 
-def test_a_big_graph_is_resolved_by_every_worker_not_loaded_by_the_launcher(tmp_path,
-                                                                             monkeypatch):
+def test_a_big_graph_is_resolved_by_rank_0_not_loaded_by_the_launcher(tmp_path, monkeypatch):
     """A graph too big to load in the launching process (here: any file) whose sizes its spec
-    does not tell: the launcher checks what it can and hands its workers the request, and each
-    worker resolves it from the graph it loads anyway."""
+    does not tell: the launcher learns no sizes and hands its workers the request, and rank 0
+    resolves it from the graph it loads anyway."""
     import plexus.train.checks as checks
 
     g = load_dataset("cora")
@@ -115,23 +112,20 @@ def test_a_big_graph_is_resolved_by_every_worker_not_loaded_by_the_launcher(tmp_
     argv = ["--dataset", f"npz:{tmp_path / 'g.npz'}", "--grid", "2x1x1", "--no-cache"]
     request = plan(argv, None)
     assert type(request) is RunRequest and request.grid == GridShape.parse("2x1x1")
-    runs = [resolve(request, 2, rank=rank, ranks_per_host=2).run for rank in range(2)]
-    assert runs[0] == runs[1] and runs[0] is not None
-    assert runs[0].grid == GridShape.parse("2x1x1") and cora_sizes(runs[0]) == CORA
+    assert sizes_at_launch(request) is None
+    found = resolve(request, 2, Calibration(), ranks_per_host=2)
+    assert found.graph is not None and found.run.rank_checks_memory
+    assert found.run.grid == GridShape.parse("2x1x1") and cora_sizes(found.run) == CORA
 
 
-def test_only_rank_0_checks_the_outputs_it_alone_writes(tmp_path):
-    """Rank 0 writes the JSON log (and every other output): under torchrun a log path that is a
-    folder is refused by rank 0's resolution, not by another rank's (which writes nothing)."""
+def test_rank_0_resolving_checks_the_outputs_it_alone_writes(tmp_path):
+    """Rank 0 writes the JSON log (and every other output) and is the rank that resolves: under
+    torchrun a log path that is a folder is refused by its resolution."""
     argv = ["--dataset", "cora", "--grid", "2x1x1", "--log-json", str(tmp_path)]
-    for rank in (1, 0):
-        request = plan(argv, torchrun(rank, world=2))
-        assert type(request) is RunRequest
-        if rank:
-            assert resolve(request, 2, rank=rank, ranks_per_host=2).run is not None
-        else:
-            with pytest.raises(UsageError, match="--log-json"):
-                resolve(request, 2, rank=rank, ranks_per_host=2)
+    request = plan(argv, torchrun(0, world=2))
+    assert type(request) is RunRequest
+    with pytest.raises(UsageError, match="--log-json"):
+        resolve(request, 2, Calibration(), ranks_per_host=2)
 
 
 # ---- (c) a rank given a resolved run reads and checks its shard, and chooses nothing --------
