@@ -73,7 +73,9 @@ def resolve(request: RunRequest, world: int | None, calibration: Calibration, *,
     `DatasetError`, ...)."""
     known = known or _learn_sizes(request)
     sizes, graph = known.sizes, known.graph
-    if graph is not None:
+    # the trainable and resume checks are every rank's in `load_local` (on its shard, with the
+    # graph's hash it computes anyway): made here too only to stop a run before workers start
+    if graph is not None and before_workers:
         check_trainable(graph.name, graph_counts(graph), graph.num_classes, graph.multilabel,
                         needs_validation_flag(request.train))
     grid = request.grid or known.store_grid
@@ -94,7 +96,7 @@ def resolve(request: RunRequest, world: int | None, calibration: Calibration, *,
     if priced_here:
         check_launch_memory(request, grid, sizes)
     check_local_devices(ranks_per_host or grid.world_size, request.device)
-    if request.resume:  # the dataset is checked here when it was loaded, else by the ranks
+    if request.resume and before_workers:  # the dataset too where it was loaded
         load_resume(request, None if graph is None else ckpt.DatasetInfo(
             graph.name, graph.num_nodes, graph.num_features, graph.num_classes,
             graph_hash(graph)))
