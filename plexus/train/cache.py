@@ -274,34 +274,35 @@ def cached_options(plan: Plan, cache: Cache, world: int | None,
     ``force``: build even where the partitioning is predicted not to fit in memory).
 
     A `ResolvedRun` stays one: the store is cut on its grid from the graph it was resolved
-    for, so its grid and sizes hold; only where its shards come from changes (``shards``, and
-    ``cache`` saying how the store was come by). A `RunRequest` (--grid auto under
-    torchrun/srun, a big graph) gets the store's grid and is resolved from the store's
-    manifest."""
+    for, so its grid and sizes hold; only where its shards come from changes (``shards``; how
+    the store was come by is the store's ``summary()``, a fact of the job: `JobFacts.cache`).
+    A `RunRequest` (--grid auto under torchrun/srun, a big graph) gets the store's grid and is
+    resolved from the store's manifest."""
     cache.check_trusted()
     source = Source.of_run(plan)
     request = BuildRequest(source, source.key(), str(cache.root), plan.grid, world, plan.model,
                            plan.perm, check_memory=not force)
     store = obtain_store(cache, request, graph)
     keep_under_cap(cache, store, plan.cache_max_bytes)
-    return replace(plan, shards=store.path, grid=store.grid, cache=store.summary()), store
+    return replace(plan, shards=store.path, grid=store.grid), store
 
 
 def join_cached_store(plan: RunRequest, say: Callable[[str], None]
-                      ) -> tuple[RunRequest, Any]:
+                      ) -> tuple[tuple[RunRequest, dict], Any]:
     """Collective, under torchrun or srun once the process group exists: rank 0 finds or builds
     the store (`cached_options`; the cache directory must be one every rank sees), the others
-    wait for it, then all read their shards from it. Returns the options and rank 0's hold on
-    the store against eviction (None on the other ranks: keep it for the run). Raises
+    wait for it, then all read their shards from it. Returns the options with the store's
+    summary (`JobFacts.cache`) and rank 0's hold on the store against eviction (None on the
+    other ranks: keep it for the run). Raises
     `PeerSetupFailed` on the other ranks when rank 0 failed (rank 0 raises its own error)."""
     import torch.distributed as dist  # noqa: PLC0415 (ranks only)
 
     from .fromrank0 import from_rank_0  # noqa: PLC0415
 
-    def provide() -> tuple[RunRequest, Any]:
+    def provide() -> tuple[tuple[RunRequest, dict], Any]:
         new, store = cached_options(plan, Cache(Path(plan.cache_dir), say),  # type: ignore
                                     dist.get_world_size(), force=plan.force)
         say(store.line())
-        return new, store.hold
+        return (new, store.summary()), store.hold
 
     return from_rank_0(provide, "provide the shard store")

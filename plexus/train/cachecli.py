@@ -17,11 +17,11 @@ from .errors import PROG
 from .runlog import console_line
 
 
-def from_cache(plan: Plan, force: bool) -> tuple[Plan, StoreUse | None]:
+def from_cache(plan: Plan, force: bool) -> tuple[Plan, dict, StoreUse | None]:
     """The launching process finds or builds the store of the run's dataset in the cache (once,
     for all ranks, after every cheap check has passed) and says which in one line; the ranks
-    then read their shards from it. Returns the plan and the hold on the store against
-    eviction (keep it until the run ends)."""
+    then read their shards from it. Returns the plan, the store's summary (`JobFacts.cache`)
+    and the hold on the store against eviction (keep it until the run ends)."""
     def say(text: str) -> None:
         if not plan.quiet:
             console_line(f"{PROG}: {text}")
@@ -30,7 +30,7 @@ def from_cache(plan: Plan, force: bool) -> tuple[Plan, StoreUse | None]:
     plan, store = cached_options(plan, Cache(Path(plan.cache_dir), say),  # type: ignore
                                  plan.grid.world_size, force=force)
     say(store.line())
-    return plan, store.hold
+    return plan, store.summary(), store.hold
 
 
 def cache_cap(args: argparse.Namespace) -> int | None:

@@ -18,7 +18,6 @@ where it can be checked up front.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import time
@@ -48,6 +47,7 @@ from .cacheuse import StoreUse
 from .entry import reserve_standard_fds, run_local, run_rank
 from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .faults import Fault
+from .jobfacts import JobFacts
 from .outputs import check_claims, dataset_files, run_claims
 from .parser import build_parser, explicit_options
 from .placing import parse_placement
@@ -229,7 +229,6 @@ def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunRequest:
         heartbeat_s=args.heartbeat,
         timeout_s=args.timeout,
         force=args.force,
-        fault=Fault.parse(args.inject_fault) if args.inject_fault else None,
         save_predictions=args.save_predictions, save_embeddings=args.save_embeddings,
         export=args.export, export_best=args.export_best, symmetrize=args.symmetrize,
         split_seed=args.split_seed, features=args.features,
@@ -294,8 +293,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return link_main(args, env)
         refuse_link_options(args)
         plan = build_plan(args, env)
+        # what the ranks are handed beside the run: the launch's facts, the cache's store, a
+        # test's fault (under torchrun/srun start-up counts from each rank's own start)
+        facts = JobFacts(None if env is not None else launched_at,
+                         0.0 if env is not None else script_s,
+                         fault=Fault.parse(args.inject_fault) if args.inject_fault else None)
         if env is None and plan.uses_cache(None):
-            plan, hold = from_cache(plan, args.force)
+            plan, summary, hold = from_cache(plan, args.force)
+            facts = replace(facts, cache=summary)
     except (*USER_ERRORS, RecipeError, ValueError, OSError) as e:
         # Under a launcher every rank checks the same options: rank 0 speaks for them all.
         if env is None or env.rank == 0:
@@ -310,10 +315,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "started; nothing was started"), file=sys.stderr, flush=True)
         return 130
     try:
-        if env is not None:  # a rank of torchrun/srun: start-up counts from its own start
-            return run_rank(plan, env)
-        return run_local(dataclasses.replace(plan, launched_at=launched_at,
-                                             setup_script_s=script_s))
+        if env is not None:  # a rank of torchrun/srun
+            return run_rank(plan, env, facts)
+        return run_local(plan, facts)
     finally:
         if hold is not None:  # the store may be evicted once the run is over
             hold.release()

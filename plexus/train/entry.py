@@ -10,6 +10,7 @@ import signal
 import sys
 import time
 import traceback
+from dataclasses import replace
 
 import torch
 import torch.distributed as dist
@@ -24,6 +25,7 @@ from plexus.runtime.local import (PEER_ERROR_GRACE_S, LaunchInterrupted, LocalJo
 
 from .cache import join_cached_store
 from .errors import PROG, OutputFailed, RunStopped, error_line
+from .jobfacts import JobFacts
 from .peercheck import check_peers
 from .plan import ResolvedRun, RunRequest
 from .prepare import LocalSetup, agree_on_failure, load_local
@@ -48,19 +50,21 @@ def reserve_standard_fds() -> None:
                 os.close(null)
 
 
-def run_rank(plan: RunRequest, env: JobEnv, *, join_failure_ends_job: bool = False) -> int:
+def run_rank(plan: RunRequest, env: JobEnv, facts: JobFacts = JobFacts(), *,
+             join_failure_ends_job: bool = False) -> int:
     """Everything one rank does, from joining the job to the summary; returns the exit status.
 
     ``plan``: the `ResolvedRun` the launching process resolved, or the `RunRequest` rank 0
     resolves once the ranks have joined (under torchrun/srun; a big graph the launching
-    process did not load), every rank receiving the run.
+    process did not load), every rank receiving the run. ``facts``: what the launching process
+    knows beside it (`JobFacts`: when the command started, the cache's store, a test's fault).
 
     ``join_failure_ends_job``: a rank that cannot join the job ends its process with status 2
     instead of returning it (`local_worker`: the local launcher waits for every worker's
     return value, so peers stuck in the rendezvous would otherwise hold the job forever)."""
     started = time.perf_counter()
     # start-up: from the command's start (or this rank's own, under torchrun/srun) to here
-    origin = plan.launched_at or process_start_time()
+    origin = facts.launched_at or process_start_time()
     startup_s = max(time.time() - origin, 0.0) if origin is not None else 0.0
     if plan.engine.huge_pages:
         enable_huge_pages()  # before this process's first CPU tensor
@@ -82,12 +86,13 @@ def run_rank(plan: RunRequest, env: JobEnv, *, join_failure_ends_job: bool = Fal
         if not isinstance(plan, ResolvedRun):  # rank 0 resolves it; every rank receives it
             if plan.uses_cache(dist.get_world_size()):
                 # launched by torchrun/srun: rank 0 provides the store (no launcher of ours did)
-                plan, hold = join_cached_store(plan, lambda text: None if plan.quiet else
-                                               console_line(f"{PROG}: {text}"))
+                (plan, cached), hold = join_cached_store(
+                    plan, lambda text: None if plan.quiet else console_line(f"{PROG}: {text}"))
+                facts = replace(facts, cache=cached)
             found = resolved_by_rank_0(plan, env.local_world_size)
             plan, graph = found.run, found.graph
         setup = load_local(plan, dist.get_rank(), dist.get_world_size(), device,
-                           env.local_world_size, graph)
+                           env.local_world_size, graph, cached=facts.cache is not None)
     except Exception as e:  # noqa: BLE001 — every rank must learn of it, see agree_on_failure
         error = e
     graph = None  # the shard is cut: the whole graph may go
@@ -95,7 +100,7 @@ def run_rank(plan: RunRequest, env: JobEnv, *, join_failure_ends_job: bool = Fal
     # opened and read, or the graph cut), then the model (`_train`)
     phases = {"process_group_s": joined - started, "load_s": time.perf_counter() - joined}
     try:
-        return _train(plan, setup, error, device, started, startup_s, phases)
+        return _train(plan, facts, setup, error, device, started, startup_s, phases)
     finally:
         if setup is not None:
             setup.release()  # the checkpoint directory's lock, on every path out
@@ -103,7 +108,8 @@ def run_rank(plan: RunRequest, env: JobEnv, *, join_failure_ends_job: bool = Fal
             hold.release()
 
 
-def _train(plan: RunRequest, setup: LocalSetup | None, error: BaseException | None,
+def _train(plan: RunRequest, facts: JobFacts, setup: LocalSetup | None,
+           error: BaseException | None,
            device: torch.device, started: float, startup_s: float,
            phases: dict[str, float]) -> int:
     """Agree on set-up failures, then train (the second half of `run_rank`, which began at
@@ -118,7 +124,7 @@ def _train(plan: RunRequest, setup: LocalSetup | None, error: BaseException | No
         return code
     assert setup is not None and isinstance(plan, ResolvedRun)
     built = time.perf_counter()
-    run = build_run(plan, setup, device)
+    run = build_run(plan, setup, device, facts)
     try:
         start = time.perf_counter()
         phases["build_s"] = start - built
@@ -145,26 +151,26 @@ def _train(plan: RunRequest, setup: LocalSetup | None, error: BaseException | No
     return 0
 
 
-def local_worker(plan: RunRequest) -> int:
+def local_worker(plan: RunRequest, facts: JobFacts) -> int:
     """Entry point of a worker started by `launch_local` (torchrun-style environment; it has
     already tied its life to the launcher's)."""
     env = detect_environment()
     if env is None:
         raise LaunchError("worker started without RANK/WORLD_SIZE in its environment")
-    return run_rank(plan, env, join_failure_ends_job=True)
+    return run_rank(plan, env, facts, join_failure_ends_job=True)
 
 
-def run_local(plan: RunRequest) -> int:
+def run_local(plan: RunRequest, facts: JobFacts = JobFacts()) -> int:
     """Start X·Y·Z local workers and wait for them; the job's exit status. ``plan``: resolved,
-    or the request every worker resolves (its grid given)."""
+    or the request every worker resolves (its grid given); ``facts``: handed to every worker."""
     assert plan.grid is not None
     nprocs = plan.grid.world_size
     if nprocs == 1:
-        return run_single(plan)
+        return run_single(plan, facts)
     try:
         # one thread per worker (ranks at least the cores, the usual case): forked from this
         # process, which has imported everything a worker needs
-        codes = launch_local(nprocs, local_worker, plan,
+        codes = launch_local(nprocs, local_worker, plan, facts,
                              fork=threads_per_worker(nprocs, requested=plan.threads) == 1)
     except LocalJobFailed as e:
         root = e.failures[0]
@@ -201,11 +207,11 @@ def run_local(plan: RunRequest) -> int:
     return max((int(c or 0) for c in codes), default=0)
 
 
-def run_single(plan: RunRequest) -> int:
+def run_single(plan: RunRequest, facts: JobFacts = JobFacts()) -> int:
     """A one-rank job runs in this process: a worker process would only add start-up time."""
     env = JobEnv("single", 0, 1, 0, 1, "127.0.0.1", free_port())
     try:
-        return run_rank(plan, env)
+        return run_rank(plan, env, facts)
     except KeyboardInterrupt:
         print(error_line(f"interrupted (SIGINT) (pid {os.getpid()}); the job stopped"),
               file=sys.stderr, flush=True)

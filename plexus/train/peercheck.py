@@ -13,10 +13,9 @@ from plexus_partition.launch.group import prove_job
 
 from .plan import RunRequest
 
-#: Fields of a request a rank may hold alone: when it started, how it talks to its console, its
-#: threads, and what the cache made of the run (rank 0's, handed on after this check)
-_PER_RANK = frozenset({"launched_at", "setup_script_s", "quiet", "heartbeat_s", "threads",
-                       "cache"})
+#: Fields of a request a rank may hold alone: how it talks to its console and its threads (when
+#: it started and what the cache made of the run are not the request's: `JobFacts`)
+_PER_RANK = frozenset({"quiet", "heartbeat_s", "threads"})
 
 
 def flat_options(value: Any, name: str, out: dict[str, str]) -> None:

@@ -33,7 +33,6 @@ from plexus.perfmodel import (Calibration, ModelSpec, Prediction, choose_grid, p
 from plexus_partition.launch.env import default_device
 from plexus_partition.launch.group import DEFAULT_TIMEOUT_S
 
-from .faults import Fault
 
 CHECKPOINT_EVERY = 10  # epochs between checkpoints unless --checkpoint-every says
 
@@ -102,9 +101,6 @@ class RunRequest:
     shards: str | None = None
     cache_dir: str | None = None  # the shard-store cache of --dataset runs (None: --no-cache)
     cache_explicit: bool = False  # --cache was given (a 1x1x1 run uses the cache only then)
-    # how the cache came by the store that ``shards`` now names (`plexus.train.cache`): the
-    # cache turns a --dataset run into one reading its store; None: not from the cache
-    cache: dict | None = None
     cache_max_bytes: int | None = None  # the cache's size cap (None: none); LRU eviction
     checkpoint: str | None = None
     checkpoint_every: int = CHECKPOINT_EVERY
@@ -113,10 +109,6 @@ class RunRequest:
     quiet: bool = False
     verbose: bool = False  # --verbose: the summary's timers and bytes per axis and collective
     heartbeat_s: float = 0.0  # --quiet's heartbeat interval (0: none)
-    # when the command started (`time.time`): the run's wall time counts start-up from there;
-    # None: from the rank's own process start (a rank of torchrun/srun)
-    launched_at: float | None = None
-    setup_script_s: float = 0.0  # ./run's set-up before the command (not in the start-up)
     device: str | None = None  # "cpu" or "cuda" (--device); None: CUDA where available
     threads: int | None = None  # torch threads per rank (--threads); None: OMP_NUM_THREADS/share
     calibration: str | None = None  # the rates --grid auto prices with (None: built-in)
@@ -125,7 +117,6 @@ class RunRequest:
     placement: str = "auto"
     timeout_s: float = DEFAULT_TIMEOUT_S
     force: bool = False  # --force: no memory check refuses the run
-    fault: Fault | None = None  # --inject-fault (tests of failure handling)
     # results out (plexus.train.results) and OGB fidelity
     save_predictions: str | None = None  # a directory: pred.npy, logits.npy (+ embeddings.npy)
     save_embeddings: bool = False

@@ -75,13 +75,13 @@ def open_json_log(path: str, resume: int | None = None) -> JsonLog:
 
 
 def load_local(plan: ResolvedRun, rank: int, world: int, device: torch.device,
-               local_ranks: int, graph: Graph | None = None) -> LocalSetup:
+               local_ranks: int, graph: Graph | None = None, cached: bool = False) -> LocalSetup:
     """This rank's shard (and checkpoint), with no communication, checked against the plan
-    (``graph``: the whole graph where resolving the run loaded it on this rank). Raises
-    `USER_ERRORS`."""
+    (``graph``: the whole graph where resolving the run loaded it on this rank; ``cached``:
+    the plan's store is the cache's, found complete). Raises `USER_ERRORS`."""
     plan.grid.check_world(world)
     rank = grid_rank(plan.engine, plan.grid, rank)  # the shard of this process's grid rank
-    shard, nnz, sha256 = load_shard(plan, rank, graph)
+    shard, nnz, sha256 = load_shard(plan, rank, graph, cached)
     check_shard(plan, shard)
     # a store or a big graph was not seen by the launching process: the same check on each rank
     check_trainable(shard.name, shard.mask_counts, shard.num_classes, shard.labels.ndim == 2,
@@ -98,8 +98,8 @@ def load_local(plan: ResolvedRun, rank: int, world: int, device: torch.device,
                       peaks.training, peaks.setup, own.training, own.setup, local_ranks)
 
 
-def load_shard(plan: ResolvedRun, rank: int, graph: Graph | None = None
-               ) -> tuple[RankShard, int, str]:
+def load_shard(plan: ResolvedRun, rank: int, graph: Graph | None = None,
+               cached: bool = False) -> tuple[RankShard, int, str]:
     """This rank's shard on the plan's grid, the graph's nnz of Â and content hash ('' where no
     checkpoint needs it): read from the plan's store, or cut from the whole graph (``graph``,
     else loaded here)."""
@@ -111,7 +111,7 @@ def load_shard(plan: ResolvedRun, rank: int, graph: Graph | None = None
         # every member's CRC-32 is checked as it is read: its sha256 pass, a second full read
         # of the file on every rank, is for stores brought from elsewhere (--shards).
         shard = read_shard(plan.shards, rank, shape=grid, num_stages=model.num_stages,
-                           orders=orders, perm=plan.perm, verify=plan.cache is None)
+                           orders=orders, perm=plan.perm, verify=not cached)
         return shard, int(manifest["nnz"]), str(manifest["graph_sha256"])
     if graph is None:
         graph = Source.of_run(plan).load()

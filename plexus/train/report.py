@@ -15,14 +15,12 @@ import torch.distributed as dist
 from plexus_partition.model.grid import AXES
 from plexus_partition.model.schedule import SETUP, volume_per_axis
 from plexus_partition.model.topology import LINKS
-from plexus.core.units import format_seconds
 from plexus.api.training import EpochStats, Ledger, Timers, staged
 from plexus.runtime.memstats import cuda_peak_bytes, peak_rss_bytes
 
 from .provenance import gather_provenance
 from .results import end_of_run
 from .runlog import BestRecord
-from .plan import RunRequest
 from .walltime import WallTime
 from .session import Run
 from .traffic import collective_account, setup_declared, step_declared
@@ -123,17 +121,6 @@ def gather_memory(run: Run, train_rss: int | None = None) -> dict:
             "predicted_setup_bytes_per_rank": [float(b) for b in column(6)]}
 
 
-def startup_origin(plan: RunRequest) -> str:
-    """Where the summary's start-up counts from, in words (the set-up script's time named and
-    left out)."""
-    if plan.launched_at is None:
-        return "this rank's process start"
-    if plan.setup_script_s >= 0.05:
-        return (f"the command's start, after ./run's set-up ({format_seconds(plan.setup_script_s)}"
-                ", not counted)")
-    return "the command's start"
-
-
 def finish(run: Run, history: list[EpochStats], train_time_s: float,
            setup_s: float = 0.0, startup_s: float = 0.0,
            phases: dict[str, float] | None = None) -> None:
@@ -191,8 +178,8 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         "mean_epoch_time_s": float(np.mean(epoch_times)) if epoch_times else 0.0,
         "wall_time": wall.as_dict(), "evaluations": int(evaluations),
         "setup_phases": phases or None,
-        "startup_from": startup_origin(run.plan),
-        "setup_script_s": run.plan.setup_script_s or None,
+        "startup_from": run.facts.startup_origin(),
+        "setup_script_s": run.facts.setup_script_s or None,
         "comm_bytes": comm_total, "comm_bytes_max_rank": comm_max,
         # the same bytes per link class: inside a node, across nodes (--gpus-per-node)
         "comm_bytes_per_link": link_total, "comm_bytes_per_link_max_rank": link_max,
@@ -217,7 +204,7 @@ def finish(run: Run, history: list[EpochStats], train_time_s: float,
         "ogb": results.pop("ogb", None),
         "ogb_best": results.pop("ogb_best", None),
         "memory": memory,
-        "cache": run.plan.cache,  # the cached shard store of a --dataset run, or None
+        "cache": run.facts.cache,  # the cached shard store of a --dataset run, or None
         "model": {"kind": run.plan.model.kind, "layers": run.plan.model.num_layers,
                   "hidden": run.plan.model.hidden, "norm": run.plan.model.norm,
                   "residual": run.plan.model.as_dict()["residual"],  # the flat form's

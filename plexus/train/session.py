@@ -23,6 +23,7 @@ from plexus.runtime.memstats import (TensorTracker, peak_rss_bytes, reset_peak_r
 
 from . import checkpoint as ckpt
 from .errors import PROG, OutputFailed, TrainingDiverged, output_failure
+from .jobfacts import JobFacts
 from .plan import ResolvedRun
 from .prepare import LocalSetup
 from .results import BestWeights, needs_best_weights
@@ -34,6 +35,7 @@ class Run:
     """One rank's training run after set-up."""
 
     plan: ResolvedRun
+    facts: JobFacts  # what the launch handed beside the run
     grid: Grid
     comm: Comm
     model: GraphModel
@@ -144,8 +146,8 @@ class Run:
         """After every epoch: stop on divergence (of the loss, or of the state the step left)
         or on an output rank 0 could not write, track the best validation epoch, report,
         checkpoint."""
-        if self.plan.fault is not None:
-            self.plan.fault.maybe_corrupt(self.grid.rank, stats.epoch, self.model.named_shards())
+        if self.facts.fault is not None:
+            self.facts.fault.maybe_corrupt(self.grid.rank, stats.epoch, self.model.named_shards())
         self.check_finite(stats)
         if self.timers_after_first is None:
             self.timers_after_first = dict(self.comm.timers.seconds)
@@ -162,17 +164,17 @@ class Run:
                                      or stats.epoch == self.plan.train.epochs
                                      or self.trainer.stopped is not None):
             self.save_checkpoint()
-        if self.plan.fault is not None:
-            self.plan.fault.maybe_fire(self.grid.rank, stats.epoch)
+        if self.facts.fault is not None:
+            self.facts.fault.maybe_fire(self.grid.rank, stats.epoch)
 
 
-def data_note(plan: ResolvedRun) -> str:
+def data_note(plan: ResolvedRun, cached: bool = False) -> str:
     """What the first line says of the data a --dataset run made: its features' scaling
     (--features, resolved for the format) and a --split-seed apart from --seed; of a --shards
     store, the split it carries (its features are what its partitioner read; '' for the
-    cache's store of a --dataset run)."""
+    cache's store of a --dataset run: ``cached``)."""
     if plan.shards:
-        return "" if plan.cache is not None else \
+        return "" if cached else \
             f", {store_split(read_manifest(plan.shards))}"
     mode = feature_mode(plan.dataset, plan.features)
     text = ", features row-normalized" if mode == "row" else ", features raw"
@@ -244,7 +246,8 @@ def communication_lines(plan: ResolvedRun, model: GraphModel, grid: Grid) -> lis
     return lines
 
 
-def build_run(plan: ResolvedRun, setup: LocalSetup, device: torch.device) -> Run:
+def build_run(plan: ResolvedRun, setup: LocalSetup, device: torch.device,
+              facts: JobFacts = JobFacts()) -> Run:
     """Collective set-up: grid, model, trainer, restored checkpoint, rank 0's reporter."""
     engine = plan.engine
     grid = Grid.create(setup.grid, device, plan.timeout_s,
@@ -275,7 +278,7 @@ def build_run(plan: ResolvedRun, setup: LocalSetup, device: torch.device) -> Run
                     f"{threads_origin(plan.threads)}), "
                     f"{plural(plan.model.num_layers, 'layer')}{activation_note(plan.model)}, orders "
                     f"{','.join(setup.shard.orders)}, permutation {setup.shard.perm}"
-                    f"{data_note(plan)}, "
+                    f"{data_note(plan, facts.cache is not None)}, "
                     f"{precisions(plan.engine.dtype, plan.engine.comm_dtype)}")
         if device.type == "cpu":
             crowded = crowding_note(setup.local_ranks, available_cores())
@@ -294,7 +297,7 @@ def build_run(plan: ResolvedRun, setup: LocalSetup, device: torch.device) -> Run
     setup_peak = peak_rss_bytes()
     if not reset_peak_rss():
         setup_peak = 0
-    return Run(plan, grid, model.comm, model, trainer, setup.shard, setup.dataset, best, log,
-               saved, saved, best_weights, setup.predicted_bytes, setup.predicted_setup_bytes,
+    return Run(plan, facts, grid, model.comm, model, trainer, setup.shard, setup.dataset, best,
+               log, saved, saved, best_weights, setup.predicted_bytes, setup.predicted_setup_bytes,
                tracker, setup_peak, predicted_rank_bytes=setup.predicted_rank_bytes,
                predicted_rank_setup_bytes=setup.predicted_rank_setup_bytes)

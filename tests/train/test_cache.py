@@ -37,7 +37,7 @@ def test_a_store_is_reused_exactly_when_it_would_be_identical(tmp_path):
     cache = Cache(tmp_path / "cache")
     data = _npz(tmp_path / "g.npz")
     first, store = cached_options(cache_plan(data), cache, None)
-    assert store.built and first.shards == store.path and first.cache["built"]
+    assert store.built and first.shards == store.path and store.summary()["built"]
     manifest = read_manifest(store.path)
     assert manifest["grid"] == {"x": 2, "y": 1, "z": 1} and manifest["num_stages"] == 2
     again = cached_options(cache_plan(data), cache, None)[1]
