@@ -8,7 +8,9 @@
 #   bash benchmarks/gpu_checks.sh [OUT_DIR]      (default: $OUT, else gpu-out)
 #   STEPS="masks gpu-bench" bash benchmarks/gpu_checks.sh   (only the steps named)
 # Everything goes to OUT_DIR/log.txt (and the benchmark's gpu.txt / gpu.json); the tail of the
-# log is a summary. Each step runs whatever the previous one did: one failure costs one step.
+# log is a summary. The lent machine sends back at most 8 files of $OUT: give it a subfolder and
+# pack that into one archive (bash benchmarks/gpu_checks.sh $OUT/r; tar czf $OUT/r.tgz -C $OUT r).
+# Each step runs whatever the previous one did: one failure costs one step.
 source "$(dirname "$0")/gpu_lib.sh"  # OUT, LOG, say, step; the checkout installed
 say "$(python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)')"
 
