@@ -18,13 +18,16 @@ rounds of A B A B ..., each side with its default threads (OMP_NUM_THREADS unset
 node's cores per rank). Figures per run: the median epoch (``--log-json``, the first epoch left
 out), the whole process's wall time, its CPU time (user + system of the process and its ranks),
 the peak RSS of its largest process (``os.wait4``), and for training the bytes sent per epoch
-(the engine's ledger, ``comm_bytes`` of the summary, over the epochs run).
+(the engine's ledger, ``comm_bytes`` of the summary, over the epochs run) and a digest of its
+per-epoch losses as logged (crc32 of their exact decimal forms: the same seeded run gives the
+same digest only where every loss is the same float, bit for bit).
 
 How a figure is judged (the rule is printed with the table): over the rounds, the median and
 the spread (max - min) of each side. A timing or memory figure is a REGRESSION when B's median
 exceeds A's by more than ``--tolerance`` (default 5%) *and* by more than the noise, the larger
 of the two spreads, *and* B was worse than A in every interleaved round. Bytes are exact: any
-difference is reported (more bytes: a regression, fewer: a change). Exit status 1 when
+difference is reported (more bytes: a regression, fewer: a change); the loss digests are
+"identical" when every run of both sides has the same one, else "changed". Exit status 1 when
 anything regressed, 0 when not, 2 for bad input.
 """
 
@@ -42,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,7 +56,7 @@ MIB = 2**20
 
 #: The R-MAT graph of the per-kind 1x1x1 epochs (issue 49's GAT workload at scale 17).
 RMAT = "rmat:scale={scale},edge_factor=16,features=128,classes=16,seed=0"
-KINDS = ("gcn", "sage", "gin", "gat", "graphconv")
+KINDS = ("gcn", "sage", "gin", "mlp", "gat", "graphconv")
 #: GAT as issue 49 measured it: 2 layers, 4 heads of 64, dropout 0.5 on features and attention;
 #: the other kinds as its GCN figures: 3 layers of 128.
 GAT_ARGS = ["--layers", "2", "--hidden", "64", "--heads", "4", "--attn-dropout", "0.5"]
@@ -68,6 +72,8 @@ MODES = {
 #: Figures of a timing or a size: lower is better, judged against the noise.
 TIMED = ("epoch_s", "wall_s", "cpu_s", "peak_rss_mib")
 EXACT = ("comm_bytes_per_epoch",)
+#: Figures that are the same in every run of both sides or not: no median, no ratio.
+IDENTICAL = ("loss_digest",)
 
 
 @dataclass(frozen=True)
@@ -256,6 +262,9 @@ def run_once(side: Side, w: Workload, scratch: Path, timeout: float) -> dict:
             r["epoch_s"] = statistics.median(timed)
         if "comm_bytes" in summary and epochs:
             r["comm_bytes_per_epoch"] = sum(summary["comm_bytes"].values()) / len(epochs)
+        losses = [x["loss"] for x in lines if "epoch_time_s" in x and "loss" in x]
+        if losses:  # json's floats round-trip: equal text is the same float
+            r["loss_digest"] = zlib.crc32(json.dumps(losses).encode())
     return r
 
 
@@ -268,6 +277,8 @@ def judge(figure: str, a: list[float], b: list[float], tolerance: float) -> str:
     side, round by round (the module's rule)."""
     if not a or not b:
         return "missing"
+    if figure in IDENTICAL:
+        return "identical" if len(set(a) | set(b)) == 1 else "changed"
     ma, mb = statistics.median(a), statistics.median(b)
     if figure in EXACT:
         return "" if ma == mb else ("REGRESSION" if mb > ma else "changed")
@@ -281,6 +292,8 @@ def judge(figure: str, a: list[float], b: list[float], tolerance: float) -> str:
 
 
 def fmt(figure: str, v: float) -> str:
+    if figure in IDENTICAL:
+        return f"{v:.0f}"
     if figure in EXACT:
         return f"{v:,.0f}"
     return f"{v:.1f}" if figure == "peak_rss_mib" else f"{v:.3f}"
@@ -300,21 +313,22 @@ def table(a: Side, b: Side, names: list[str], tolerance: float) -> tuple[list[st
         if errors:
             bad += any(lbl == b.label for lbl, _ in errors)
             continue
-        for figure in TIMED + EXACT:
+        for figure in TIMED + EXACT + IDENTICAL:
             va = [r[figure] for r in ra if figure in r]
             vb = [r[figure] for r in rb if figure in r]
             if not va and not vb:
                 continue
             verdict = judge(figure, va, vb, tolerance)
-            if verdict and figure not in EXACT and min(len(va), len(vb)) < 2:
+            if verdict and figure in TIMED and min(len(va), len(vb)) < 2:
                 verdict += " (1 round: no noise measured)"
             bad += verdict.startswith("REGRESSION")
             ma = statistics.median(va) if va else float("nan")
             mb = statistics.median(vb) if vb else float("nan")
-            ratio = f"{mb / ma:6.3f}" if ma else "     -"
-            rows.append(f"{name:<28} {figure:<21} {fmt(figure, ma):>13} "
-                        f"{fmt(figure, spread(va)):>9} {fmt(figure, mb):>13} "
-                        f"{fmt(figure, spread(vb)):>9} {ratio}  {verdict}")
+            ratio = f"{mb / ma:6.3f}" if ma and figure not in IDENTICAL else "     -"
+            sa, sb = ("-", "-") if figure in IDENTICAL else (fmt(figure, spread(va)),
+                                                             fmt(figure, spread(vb)))
+            rows.append(f"{name:<28} {figure:<21} {fmt(figure, ma):>13} {sa:>9} "
+                        f"{fmt(figure, mb):>13} {sb:>9} {ratio}  {verdict}")
     return rows, bad
 
 

@@ -46,6 +46,11 @@ def test_compare_against_head_itself_reports_no_regression(tmp_path: Path) -> No
     assert len(runs["A"]["gcn 1x1x1 rmat8"]) == len(runs["B"]["gcn 1x1x1 rmat8"]) == 3
     a, b = runs["A"]["gcn 1x1x1 rmat8"][0], runs["B"]["gcn 1x1x1 rmat8"][0]
     assert a["comm_bytes_per_epoch"] == b["comm_bytes_per_epoch"]  # the same code: exact
+    # the same seeded run: the same losses, bit for bit, in every round of both sides
+    digests = {r["loss_digest"] for side in "AB" for r in runs[side]["gcn 1x1x1 rmat8"]}
+    assert len(digests) == 1
+    assert any(" loss_digest " in line and line.endswith("identical")
+               for line in proc.stdout.splitlines()), proc.stdout
     # its temporary worktree is gone, from git's list and from the disk (other worktrees of
     # the repository may come and go meanwhile: only its own is looked for)
     assert doc["scratch"].startswith("$TMPDIR/") and doc["tree"] == "."  # no machine folder
@@ -132,3 +137,15 @@ def test_the_json_names_its_folders_without_the_machines_absolute_path(tmp_path:
     assert shown(REPO) == "." and shown(REPO / "benchmarks" / "out") == "benchmarks/out"
     scratch = Path(tempfile.gettempdir()) / "plexus-compare-x1"
     assert shown(scratch) == "$TMPDIR/plexus-compare-x1"
+
+
+def test_loss_digests_are_identical_only_when_every_run_of_both_sides_has_the_same() -> None:
+    """The seeded runs' losses (their crc32 digests): one value in every run of both sides is
+    "identical"; another in one run of either side is "changed", never a median or a ratio."""
+    import runpy
+
+    judge = runpy.run_path(str(SCRIPT))["judge"]
+    assert judge("loss_digest", [7.0, 7.0, 7.0], [7.0, 7.0, 7.0], 0.05) == "identical"
+    assert judge("loss_digest", [7.0, 7.0, 7.0], [7.0, 8.0, 7.0], 0.05) == "changed"
+    assert judge("loss_digest", [7.0, 9.0], [7.0, 7.0], 0.05) == "changed"  # A not seeded alike
+    assert judge("loss_digest", [], [7.0], 0.05) == "missing"
