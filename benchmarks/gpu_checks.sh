@@ -21,30 +21,28 @@ T=(plexus-train --device cuda --epochs 30 --seed 3 --hidden 64 --dropout 0.5 --n
 step cora-1x1x1 240 "${T[@]}" --grid 1x1x1 --log-json "$OUT/cora111.jsonl"
 step cora-2x2x2 300 "${T[@]}" --grid 2x2x2 --log-json "$OUT/cora222.jsonl"
 step cora-gat-1x1x1 240 "${T[@]}" --model gat --heads 4 --hidden 8 --grid 1x1x1
-step compare 60 python3 - "$OUT/cora111.jsonl" "$OUT/cora222.jsonl" <<'EOF'
+# LABEL EPOCHS A.jsonl B.jsonl: two runs' losses, epoch by epoch, equal to 1e-4 (one GPU)
+LOSSES_AGREE="$OUT/losses_agree.py"
+cat > "$LOSSES_AGREE" <<'EOF'
 import json, sys
-runs = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
+label, epochs, paths = sys.argv[1], int(sys.argv[2]), sys.argv[3:5]
+runs = [[json.loads(l) for l in open(p)] for p in paths]
 loss = [[r["loss"] for r in run if "loss" in r and "epoch" in r] for run in runs]
 diff = max(abs(a - b) for a, b in zip(*loss))
-print(f"2x2x2 vs 1x1x1 on one GPU: {len(loss[0])} epochs, max |loss difference| {diff:.2e}",
-      "PASS" if diff <= 1e-4 and len(loss[0]) == len(loss[1]) == 30 else "FAIL")
+print(f"{label} on one GPU: {len(loss[0])} epochs, max |loss difference| {diff:.2e}",
+      "PASS" if diff <= 1e-4 and len(loss[0]) == len(loss[1]) == epochs else "FAIL")
 EOF
+step compare 60 python3 "$LOSSES_AGREE" "2x2x2 vs 1x1x1" 30 "$OUT/cora111.jsonl" \
+    "$OUT/cora222.jsonl"
 # the kinds written as plexus.nn layers since (issue 57): each on 1x1x1 and 2x1x2 of one GPU,
 # with dropout, equal to 1e-4
 for K in "gatv2 --heads 2 --hidden 16" "appnp --hops 5" "gcnii --layers 4"; do
     k=${K%% *}
     step "$k-1x1x1" 240 "${T[@]}" --model $K --epochs 10 --grid 1x1x1 --log-json "$OUT/$k-1.jsonl"
     step "$k-2x1x2" 240 "${T[@]}" --model $K --epochs 10 --grid 2x1x2 --log-json "$OUT/$k-4.jsonl"
+    step "$k-compare" 60 python3 "$LOSSES_AGREE" "$k 2x1x2 vs 1x1x1" 10 "$OUT/$k-1.jsonl" \
+        "$OUT/$k-4.jsonl"
 done
-step kinds-compare 60 python3 - "$OUT" <<'EOF'
-import json, sys
-for k in ("gatv2", "appnp", "gcnii"):
-    runs = [[json.loads(l) for l in open(f"{sys.argv[1]}/{k}-{g}.jsonl")] for g in (1, 4)]
-    loss = [[r["loss"] for r in run if "loss" in r and "epoch" in r] for run in runs]
-    diff = max(abs(a - b) for a, b in zip(*loss))
-    print(f"{k}: 2x1x2 vs 1x1x1 on one GPU, {len(loss[0])} epochs, max |loss difference| "
-          f"{diff:.2e}", "PASS" if diff <= 1e-4 and len(loss[0]) == len(loss[1]) == 10 else "FAIL")
-EOF
 # issue 55 item 7: collectives in two levels and a node's block of the grid, 4 ranks sharing the
 # GPU on 2 virtual nodes: the placed flat run equals the launcher-numbered one bit for bit, the
 # two-level one to rounding
