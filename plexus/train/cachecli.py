@@ -12,7 +12,7 @@ from plexus.core.units import format_bytes
 
 from .cache import Plan, cached_options
 from .cachedir import Cache, default_cache_dir
-from .cacheuse import MAX_GB_ENV, StoreUse, cap_bytes, entries, evict
+from .cacheuse import MAX_GB_ENV, StoreUse, entries, evict
 from .errors import PROG
 from .runlog import console_line
 
@@ -33,18 +33,13 @@ def from_cache(plan: Plan, force: bool) -> tuple[Plan, dict, StoreUse | None]:
     return plan, store.summary(), store.hold
 
 
-def cache_cap(args: argparse.Namespace) -> int | None:
-    """The cache's size cap in bytes (--cache-max-gb, else the environment's; None: none)."""
-    return cap_bytes(args.cache_max_gb)
-
-
 def cache_command(args: argparse.Namespace) -> int:
     """``--cache-list`` / ``--cache-clean``: the cache directory's contents, or what no run
     holds removed; status 0. Only this user's private cache is listed or cleaned, and in it
     only the stores and graphs this user's Plexus sealed (`plexus.train.cacheuse.entries`):
     a folder of the user's own there, or anything planted, stays."""
     root = Path(args.cache or default_cache_dir()).expanduser()
-    cap = cache_cap(args)
+    cap = args.cache_max_bytes  # --cache-max-gb, else the environment's (plexus.train.options)
     if root.exists() or root.is_symlink():
         Cache(root).check_trusted()  # another user's cache, or one others write: left alone
     if args.cache_clean:

@@ -15,7 +15,6 @@ from plexus_datasets.base import owned
 from plexus_datasets.base.atomic import UnsafeTargetError, output_target
 from plexus_datasets.base.gate import write_target
 from plexus_partition.model.cli import UsageError
-from plexus_partition.model.model import ModelError, parse_order
 from plexus_datasets import DatasetError, Graph, load_dataset, spec_paths
 from plexus_datasets.spec import spec_files
 
@@ -109,15 +108,6 @@ def check_launch_outputs(plan: RunRequest) -> None:
     if plan.checkpoint:
         lock_directory(Path(plan.checkpoint).expanduser()).release()
     check_targets(plan.log_csv, plan.tensorboard)
-
-
-def check_order(order: str, num_layers: int) -> None:
-    """--order is agg, combine, auto or one of those two per layer
-    (`plexus_partition.model.model.parse_order`, the one parser)."""
-    try:
-        parse_order(order, num_layers)
-    except ModelError as e:
-        raise UsageError(f"--order: {e}") from None
 
 
 def precheck_dataset(spec: str, root: str | None, seed: int, features: str = "auto"

@@ -25,14 +25,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
-from plexus.api.recipes import RecipeError, get_recipe
+from plexus.api.recipes import RecipeError
 from plexus.api.training import (DEFAULT_DTYPE, EngineConfig, TrainConfig, TrainConfigError,
                                  check_backend)
 from plexus_partition.model.grid import GridShape
-from plexus_partition.model.bounds import BoundError, check_options
 from plexus_partition.model.layout import DEFAULT_PERMUTATION
 from plexus.core.timing import command_start_time
-from plexus_partition.model.modelopts import check_model_options, model_config
+from plexus_partition.model.modelopts import model_config
 from plexus.engine.flags import comm_dtype_bytes
 from plexus.perfmodel import (CALIBRATION_ENV, Calibration, CalibrationError, find_calibration,
                               resolve_calibration)
@@ -42,15 +41,14 @@ from plexus_partition.launch.env import (JobEnv, LaunchError, default_device, de
 
 from . import checkpoint as ckpt
 from .cachedir import default_cache_dir
-from .cachecli import cache_cap, cache_command, from_cache
+from .cachecli import cache_command, from_cache
 from .cacheuse import StoreUse
 from .entry import reserve_standard_fds, run_local, run_rank
 from .errors import PROG, USER_ERRORS, UsageError, error_line
 from .faults import Fault
 from .jobfacts import JobFacts
 from .outputs import check_claims, dataset_files, run_claims
-from .parser import build_parser, explicit_options
-from .placing import parse_placement
+from .parser import build_parser
 from .problem import problem_shape
 from .plan import CHECKPOINT_EVERY, RunRequest
 from .resolve import resolve_at_launch
@@ -59,8 +57,8 @@ from .runlog import console_line
 
 
 # ---- checks --------------------------------------------------------------------------------
-# The numeric options' bounds are the one table's (plexus_partition.model.bounds), which the parser
-# checks; what is left here is the options' relations.
+# The options come typed and bounded from the parser (plexus.train.options: the one table of
+# bounds, a recipe's values included); what is left here is the options' relations.
 
 
 def train_config(args: argparse.Namespace) -> TrainConfig:
@@ -80,11 +78,6 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
 def check_numbers(args: argparse.Namespace) -> TrainConfig:
     """Range checks of the numeric options and the options' relations; returns the checked
     `TrainConfig`."""
-    try:
-        check_options(vars(args))  # the parser did; a recipe's values or a caller's too
-    except BoundError as e:
-        raise UsageError(str(e)) from None
-    check_model_options(args)
     train = train_config(args)
     if args.threads is None:
         try:
@@ -110,33 +103,6 @@ def check_numbers(args: argparse.Namespace) -> TrainConfig:
         raise UsageError("--symmetrize changes the graph, but a --shards store was cut from it "
                          "already; drop --symmetrize (or cut a store from a symmetrized graph)")
     return train
-
-
-
-# ---- recipes ------------------------------------------------------------------------------
-# Recipe field -> the option that sets it (a field without an option is set on the model).
-_RECIPE_FLAGS = {"num_layers": "layers", "kind": "model"}
-
-
-def apply_recipe(args: argparse.Namespace, explicit: set[str]) -> dict:
-    """Set the recipe's values on the options not given explicitly; return the model fields no
-    option sets (applied to the `ModelConfig`). Raises `RecipeError` (a user error) when the
-    engine lacks a model option the recipe needs."""
-    recipe = get_recipe(args.recipe)
-    recipe.check()
-    rest = {}
-    values = {**recipe.model, **recipe.train, "symmetrize": recipe.symmetrize,
-              "dataset": recipe.dataset}
-    for field, value in values.items():
-        dest = _RECIPE_FLAGS.get(field, field)
-        if dest in explicit or (dest == "dataset" and args.shards):  # a store fixes its dataset
-            continue
-        if hasattr(args, dest):
-            setattr(args, dest, value)
-        else:
-            rest[field] = value
-    return rest
-
 
 
 
@@ -199,7 +165,6 @@ def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunRequest:
     Under a launcher (``env`` set) every rank runs this, so it stays cheap there: it returns
     the request (`plexus.train.entry`: rank 0 resolves it, every rank receives the run).
     """
-    recipe_fields = apply_recipe(args, getattr(args, "explicit", set())) if args.recipe else {}
     train = check_numbers(args)
     if args.dataset is not None and not args.dataset.strip():  # '' must not quietly mean cora
         raise UsageError("--dataset is empty; give a spec such as cora, ogbn-arxiv or npz:PATH")
@@ -216,7 +181,8 @@ def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunRequest:
     calibration = run_calibration(args.calibration)
     # "auto" collectives priced with the calibration's link classes, as the model prices them
     engine = replace(engine_config(args), link_rates=calibration.calibration.links)
-    model = model_config(args, num_layers=shape.layers, order=shape.order, **recipe_fields)
+    model = model_config(args, num_layers=shape.layers, order=shape.order,
+                         **args.recipe_model)
     if args.save_embeddings and model.num_layers < 2:
         raise UsageError("--save-embeddings needs a hidden layer (--layers 2 or more)")
     cache_dir = None if args.no_cache or args.shards else Path(args.cache or default_cache_dir())
@@ -235,8 +201,7 @@ def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunRequest:
         log_csv=args.log_csv, tensorboard=args.tensorboard,
         cache_dir=cache_dir and str(cache_dir.expanduser()), cache_explicit=bool(args.cache),
         device=args.device, calibration=calibration.path, threads=args.threads,
-        placement=parse_placement(args.placement),
-        cache_max_bytes=cache_cap(args))
+        placement=args.placement, cache_max_bytes=args.cache_max_bytes)
     return request if env is not None else resolve_at_launch(request, world, world_note,
                                                              calibration.calibration)
 
@@ -286,7 +251,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         env = detect_environment()
         args = build_parser().parse_args(argv)
-        args.explicit = explicit_options(argv)
         if args.cache_list or args.cache_clean:
             return cache_command(args)
         if args.task == "link":

@@ -71,8 +71,8 @@ def check_link_args(args: argparse.Namespace, env: Any) -> GridShape:
     if (args.dataset or "").startswith("ogbl-") and args.edge_split:
         raise UsageError(f"{args.dataset} has its own edge split; leave --edge-split out")
     check_link_outputs(args)
-    if args.grid not in (None, "auto"):
-        shape = GridShape.of(args.grid)
+    if args.grid is not None:  # a GridShape, typed by the parser (None: auto)
+        shape = args.grid
         if env is not None:
             shape.check_world(env.world_size, "the launcher started")
         return shape

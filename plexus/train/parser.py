@@ -25,13 +25,26 @@ from .cachedir import CACHE_ENV
 from .cacheuse import MAX_GB_ENV
 from .errors import PROG
 from .heartbeat import DEFAULT_HEARTBEAT_S
+from .options import typed_options
 from .plan import CHECKPOINT_EVERY
 
 
+class _TrainParser(ArgumentParser):
+    """The plexus-train parser: its options come back typed (`plexus.train.options`)."""
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        parsed, rest = super().parse_known_args(args, namespace)
+        return typed_options(parsed, explicit_options(args)), rest
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """All plexus-train options."""
+    """All plexus-train options, parsed into typed values (`plexus.train.options`)."""
+    return _add_options(_TrainParser)
+
+
+def _add_options(parser: type[ArgumentParser]) -> ArgumentParser:
     kinds = ", ".join(f"{name}: {k.pyg_class}" for name, k in KINDS.items())
-    p = ArgumentParser(prog=PROG, description=f"Train a GNN (--model {kinds}) with 3D tensor "
+    p = parser(prog=PROG, description=f"Train a GNN (--model {kinds}) with 3D tensor "
                        "parallelism (Plexus). "
                        "Outside a launcher it starts X·Y·Z local workers; under torchrun or srun "
                        "it joins the job.")
@@ -289,7 +302,7 @@ def _engine_options(eng: argparse._ArgumentGroup) -> None:
 def explicit_options(argv: Sequence[str] | None) -> set[str]:
     """The destinations of the options given on the command line (a recipe does not override
     them)."""
-    shadow = build_parser()
+    shadow = _add_options(ArgumentParser)  # untyped: every default suppressed
     for action in shadow._actions:  # noqa: SLF001 — argparse has no public way to list them
         action.default = argparse.SUPPRESS
     given, _ = shadow.parse_known_args(argv)

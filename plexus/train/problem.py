@@ -8,14 +8,13 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from plexus_partition.model.grid import GridError, GridShape
+from plexus_partition.model.grid import GridShape
 from plexus_partition.model.layout import ORDERS
 from plexus_partition.model.modelopts import model_config, resolve_layers, resolve_order
 from plexus_partition.model.ops import KINDS
 
-from .checks import check_order
 from .errors import UsageError
-from .plan import GraphSizes, check_grid_fits
+from .plan import GraphSizes
 
 
 @dataclass
@@ -73,7 +72,6 @@ def from_store(args: argparse.Namespace, shape: ProblemShape) -> ProblemShape:
     # graph, an MLP's: any order gives it)
     order = shape.order or ",".join(o if o in ORDERS else ORDERS[0]
                                     for o in manifest["orders"][::per])
-    check_order(order, layers)
     store_model = model_config(args, num_layers=layers, order=order)
     sizes = GraphSizes.of_manifest(manifest)
     resolved = ",".join(store_model.orders(sizes.num_features, sizes.num_classes))
@@ -84,7 +82,6 @@ def from_store(args: argparse.Namespace, shape: ProblemShape) -> ProblemShape:
     if resolved != store_orders:
         raise UsageError(f"--order {order} gives layer orders {resolved} but {args.shards} was "
                          f"cut for {store_orders}")
-    check_grid_fits(store_grid, store_model, sizes)
     return ProblemShape(store_grid, layers, order, str(manifest.get("dataset", args.shards)), perm,
                   "; ".join(n for n in notes if n))
 
@@ -109,20 +106,10 @@ def store_kind(args: argparse.Namespace, manifest: dict) -> str:
 def problem_shape(args: argparse.Namespace) -> ProblemShape:
     """The grid (None: auto), layers, order, dataset and permutation the options ask for, with a
     --shards store's taken from its manifest."""
-    # no --grid (and no store to take it from) is --grid auto
-    grid = (None if args.grid is None or args.grid.strip().lower() == "auto"
-            else parse_grid(args.grid))
-    shape = ProblemShape(grid, args.layers, args.order, args.dataset or "cora")
+    # args.grid: a GridShape, or None (auto; a store's grid with --shards)
+    shape = ProblemShape(args.grid, args.layers, args.order, args.dataset or "cora")
     if args.shards:
         shape = from_store(args, shape)
     shape.layers = resolve_layers(shape.layers)
-    shape.order = resolve_order(shape.order)
-    check_order(shape.order, shape.layers)
+    shape.order = resolve_order(shape.order)  # checked with the model (`model_config`)
     return shape
-
-
-def parse_grid(text: str) -> GridShape:
-    try:
-        return GridShape.parse(text)
-    except GridError as e:
-        raise UsageError(f"--grid: {e}; or 'auto' with --world-size") from None

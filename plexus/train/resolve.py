@@ -87,11 +87,10 @@ def resolve(request: RunRequest, world: int | None, calibration: Calibration, *,
             console_line(f"{PROG}: {why}")
     if world is not None:
         grid.check_world(world)
-    # a store's grid was checked against its manifest with the options, and its ranks price
-    # their memory from their shards (the manifest lacks the task kind and Â's symmetry)
+    check_grid_fits(grid, request.model, sizes)  # a store's: its manifest's sizes
+    # a store's ranks price their memory from their shards (the manifest lacks the task kind
+    # and Â's symmetry)
     from_store = known.store_grid is not None
-    if not from_store:
-        check_grid_fits(grid, request.model, sizes)
     priced_here = before_workers and not from_store and not request.force
     if priced_here:
         check_launch_memory(request, grid, sizes)

@@ -34,7 +34,7 @@ from plexus.engine.serial import SerialModel
 from plexus.engine.trainer import Trainer
 from plexus_partition.launch.env import LaunchError
 from plexus.train import main
-from plexus.train.cli import explicit_options
+from plexus.train.parser import explicit_options
 
 ATOL = 1e-5
 
@@ -496,8 +496,8 @@ def test_a_recipe_sets_what_the_command_line_does_not(monkeypatch):
                                                       "bias": False},
         train={"epochs": 7, "lr": 0.02}, symmetrize=True))
     argv = ["--grid", "1x1x1", "--recipe", "test-recipe", "--hidden", "8", "--epochs", "9"]
-    args = build_parser().parse_args(argv)
-    args.explicit = explicit_options(argv)
+    args = build_parser().parse_args(argv)  # the recipe applied as the options are parsed
+    assert args.explicit == {"grid", "recipe", "hidden", "epochs"}
     env = JobEnv("torchrun", 0, 1, 0, 1, "127.0.0.1", 29500)  # a launched rank: cheap checks
     opts = build_plan(args, env)
     assert (opts.model.num_layers, opts.model.hidden, opts.model.bias) == (3, 8, False)

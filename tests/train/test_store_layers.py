@@ -16,7 +16,7 @@ from plexus_partition.model.grid import GridShape
 from plexus_datasets import load_dataset
 from plexus_partition import write_store
 from plexus.train.cli import build_plan, main
-from plexus.train.parser import build_parser, explicit_options
+from plexus.train.parser import build_parser
 
 DATA = Path(__file__).parents[1] / "partitioners" / "data"
 OLD_SUM = DATA / "main-16bafc1-sum-2stages"  # 2 stages (combine, dense) of sum's Â, no kind
@@ -24,9 +24,7 @@ SPEC = "rmat:scale=6,edge_factor=4,features=8,classes=3"
 
 
 def _plan(*argv: str):
-    args = build_parser().parse_args(list(argv))
-    args.explicit = explicit_options(list(argv))
-    return build_plan(args, None)
+    return build_plan(build_parser().parse_args(list(argv)), None)
 
 
 @pytest.fixture()

@@ -32,6 +32,10 @@ class ModelError(ValueError):
     """A model option that is unknown, out of range or does not apply to the kind (one line)."""
 
 
+class OrderError(ModelError):
+    """An order `parse_order` refuses (the tools say their flag: --order, --orders)."""
+
+
 
 
 def check_activation(name: object, what: str = "activation") -> str:
@@ -93,7 +97,7 @@ def parse_order(order: str | Sequence[str], num_layers: int,
     """The one parser of product orders: one of ``allowed`` ("agg" or "combine"; the
     partitioner's stages also "dense") for every layer, a comma-separated list (or a sequence)
     with one per ``unit``, or one of the ``symbolic`` values ("auto"; the performance model adds
-    "best"), returned as it is. Raises `ModelError`."""
+    "best"), returned as it is. Raises `OrderError`."""
     if isinstance(order, str):
         text = order.strip()
         if text in symbolic:
@@ -104,10 +108,10 @@ def parse_order(order: str | Sequence[str], num_layers: int,
     bad = [o for o in parts if o not in allowed]
     if bad:
         choices = ", ".join([*allowed, *symbolic])
-        raise ModelError(f"unknown order {bad[0]!r}; use {choices} or a comma-separated list "
+        raise OrderError(f"unknown order {bad[0]!r}; use {choices} or a comma-separated list "
                          f"of {'/'.join(allowed)}, one per {unit}")
     if len(parts) != num_layers:
-        raise ModelError(f"the order lists {len(parts)} {unit}s but the model has {num_layers}")
+        raise OrderError(f"the order lists {len(parts)} {unit}s but the model has {num_layers}")
     return tuple(parts)
 
 
@@ -263,7 +267,7 @@ class ModelConfig:
             raise ModelError(f"num_layers must be in [1, {MAX_LAYERS}], got {self.num_layers}")
         if not isinstance(self.order, str):
             raise ModelError(f"order must be a string, got {self.order!r}")
-        parse_order(self.order, self.num_layers)  # validates
+        parse_order(self.order, self.num_layers)  # validates (an `OrderError`)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -340,8 +344,8 @@ class ModelConfig:
                layer_orders: Sequence[str] | None = None) -> list[str]:
         """The order of every stage ("agg", "combine" or "dense"), "auto" resolved;
         ``layer_orders`` overrides the configured per-layer orders."""
-        convs = layer_orders if layer_orders is not None else \
-            self.layer_orders(num_features, num_classes)
+        convs = (layer_orders if layer_orders is not None
+                 else self.layer_orders(num_features, num_classes))
         out = []
         for l, conv in enumerate(convs):
             for op in self.kind_decl.ops_of_layer(self, l):

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from .cli import UsageError
-from .model import ACTIVATIONS, KIND_OPTIONS, MAX_LAYERS, ModelConfig, ModelError
+from .model import ACTIVATIONS, KIND_OPTIONS, MAX_LAYERS, ModelConfig, ModelError, OrderError
 from .ops import KINDS, NORMS
 
 _DEFAULT = ModelConfig()
@@ -151,6 +151,8 @@ def model_config(args: argparse.Namespace, **overrides: object) -> ModelConfig:
     values.update(overrides)
     try:
         return ModelConfig(**values)
+    except OrderError as e:  # the one check of --order against the layers (`parse_order`)
+        raise UsageError(f"--order: {e}") from None
     except ModelError as e:
         text = str(e)
         for name in values:  # say the flag, not the field
