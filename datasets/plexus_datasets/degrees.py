@@ -67,8 +67,8 @@ def _scan_task(job: ScanJob, k: int) -> dict:
                                      "are not sorted and unique, as a csr graph's must be")
             if not job.directed:
                 r, cu = rows.astype(np.uint64), c.astype(np.uint64)
-                sym = (sym + int((_mix(r * n + cu) - _mix(cu * n + r)).sum(dtype=np.uint64))) \
-                    % 2**64
+                sym = ((sym + int((_mix(r * n + cu) - _mix(cu * n + r)).sum(dtype=np.uint64)))
+                    % 2**64)
         loops.append(rows[c == rows])
     result: dict[str, Any] = {"sym": sym} if job.check and not job.directed else {}
     save_piece(Path(job.folder) / f"{k:05d}.loops.npy",

@@ -133,8 +133,8 @@ def check_header(h: Any, where: str) -> dict:
         raise bad(f"'edges' must be one of {EDGE_FORMS} and 'self_loops' one of {SELF_LOOPS}")
     if not isinstance(h.get("feature_dtype"), str) or h["feature_dtype"] not in FEATURE_DTYPES:
         raise bad(f"feature_dtype must be one of {', '.join(FEATURE_DTYPES)}")
-    if not isinstance(h.get("notes", []), list) or \
-            not all(isinstance(s, str) for s in h.get("notes", [])):
+    if (not isinstance(h.get("notes", []), list) or
+            not all(isinstance(s, str) for s in h.get("notes", []))):
         raise bad("'notes' must be a list of strings")
     arrays = h.get("arrays")
     if not isinstance(arrays, dict) or set(arrays) != set(_expected_arrays(h)):
@@ -325,8 +325,8 @@ def is_disk_graph(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a directory with a graph header (not checked further)."""
     try:
         hfile = Path(path) / HEADER
-        return hfile.is_file() and hfile.stat().st_size <= MAX_HEADER_BYTES and \
-            json.loads(hfile.read_text(encoding="utf-8")).get("format") == FORMAT
+        return (hfile.is_file() and hfile.stat().st_size <= MAX_HEADER_BYTES and
+            json.loads(hfile.read_text(encoding="utf-8")).get("format") == FORMAT)
     except (OSError, ValueError, AttributeError, RecursionError):
         return False
 

@@ -81,8 +81,8 @@ def read_edgelist(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
         if edges is None:
             edges = _parse_slow(path, comment)
     except (OSError, EOFError) as e:  # unreadable file, corrupt .gz
-        raise DatasetError(f"{path}: cannot read ({type(e).__name__}: {one_line(e)[:200]})") \
-            from None
+        raise DatasetError(
+            f"{path}: cannot read ({type(e).__name__}: {one_line(e)[:200]})") from None
     except OverflowError:
         raise DatasetError(f"{path}: a node id does not fit in 64 bits") from None
     if edges[0].size == 0:

@@ -221,8 +221,8 @@ class Graph:
                        else type(arr).__name__)
                 want = str(shape).replace(" ", "") if shape else f"({n}, F)"
                 if attr == "labels":
-                    want += f" (or int8 ({n}, {self.num_classes}) for a multi-label task)" \
-                        if not multi else ""
+                    want += (f" (or int8 ({n}, {self.num_classes}) for a multi-label task)"
+                        if not multi else "")
                 raise DatasetError(f"{where}: {attr} must be a {np.dtype(dtype)} array of shape "
                                    f"{want}, got {got} (Graph.from_scipy converts them)")
         return where
@@ -297,8 +297,8 @@ def gcn_normalize(adj: sp.spmatrix, directed: bool = False,
     loops = m.diagonal() if weighted else None
     m.setdiag(0)
     m.eliminate_zeros()
-    eye = sp.identity(adj.shape[0], dtype=np.float32, format="csr") if loops is None else \
-        sp.diags(np.where(loops != 0, loops, 1).astype(np.float32), format="csr")
+    eye = (sp.identity(adj.shape[0], dtype=np.float32, format="csr") if loops is None else
+        sp.diags(np.where(loops != 0, loops, 1).astype(np.float32), format="csr"))
     m = m + eye
     deg = np.asarray(m.sum(axis=1)).ravel()
     d = sp.diags(row_scale("gcn", deg))
@@ -398,8 +398,8 @@ def _weighted_csr(src: np.ndarray, dst: np.ndarray, weights: np.ndarray, n: int,
     order = np.argsort(keys, kind="stable")
     keys, weights = keys[order], weights[order]
     del order
-    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if keys.size else \
-        np.zeros(0, dtype=np.int64)
+    starts = (np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if keys.size else
+        np.zeros(0, dtype=np.int64))
     counts = np.diff(np.r_[starts, keys.size])
     values = np.add.reduceat(weights, starts) / counts if keys.size else weights
     keys = keys[starts]

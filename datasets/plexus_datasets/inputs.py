@@ -162,8 +162,8 @@ def class_count(value: Any, labels_: np.ndarray, n: int, where: str) -> int:
         value = labels_.shape[1]
     if value is None:
         value = int(labels_.max()) + 1 if labels_.size and labels_.max() >= 0 else 1
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
-            or value < 1:
+    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer))
+            or value < 1):
         raise DatasetError(f"{where}: num_classes must be a positive integer, got "
                            f"{one_line(repr(value))[:60]}")
     check_alloc(4.0 * max(n, 1) * int(value), where, f"logits for {int(value)} classes")

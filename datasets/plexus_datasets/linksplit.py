@@ -62,8 +62,8 @@ def parse_fractions(text: str) -> tuple[float, float, float]:
         parts = tuple(float(p) for p in str(text).split(","))
     except ValueError:
         parts = ()
-    if len(parts) != 3 or not all(0.0 <= p <= 1.0 for p in parts) \
-            or abs(sum(parts) - 1.0) > 1e-6:
+    if (len(parts) != 3 or not all(0.0 <= p <= 1.0 for p in parts)
+            or abs(sum(parts) - 1.0) > 1e-6):
         raise DatasetError(f"edge split {text!r}: give three fractions train,val,test in "
                            "[0, 1] summing to 1, e.g. 0.85,0.05,0.1")
     if parts[0] == 0.0:

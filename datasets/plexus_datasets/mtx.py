@@ -112,8 +112,8 @@ def load_mtx(path: str | Path, seed: int = 0) -> Graph:
                                 or dst.max() > n or (src != np.round(src)).any()
                                 or (dst != np.round(dst)).any()):
                     raise DatasetError(f"{path}: entry indices must be integers in [1, {n}]")
-                nonzero = (body[:, 2:] != 0).any(axis=1) if body.shape[1] > 2 else \
-                    np.ones(entries, dtype=bool)
+                nonzero = ((body[:, 2:] != 0).any(axis=1) if body.shape[1] > 2 else
+                    np.ones(entries, dtype=bool))
                 src = src[nonzero].astype(np.int64) - 1
                 dst = dst[nonzero].astype(np.int64) - 1
             else:  # dense, column-major; every nonzero value is an edge
@@ -121,8 +121,8 @@ def load_mtx(path: str | Path, seed: int = 0) -> Graph:
                 flat = np.flatnonzero((body != 0).any(axis=1))
                 src, dst = flat % n, flat // n
     except (OSError, EOFError) as e:  # unreadable file, corrupt .gz
-        raise DatasetError(f"{path}: cannot read ({type(e).__name__}: {one_line(e)[:200]})") \
-            from None
+        raise DatasetError(
+            f"{path}: cannot read ({type(e).__name__}: {one_line(e)[:200]})") from None
     adj = edges_to_csr(src, dst, n, symmetrize=True)
     name = path.name  # the file, never the bare stem: a cora.mtx is not the embedded Cora
     return complete_graph(name, adj, seed=seed, source=str(path),

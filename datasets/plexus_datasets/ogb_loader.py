@@ -113,8 +113,8 @@ def _check_raw_csv(ds_dir: Path, files: list[str]) -> None:
         if not f.endswith(".csv.gz") or "num-" in f or not (ds_dir / f).is_file():
             continue
         per_node = f.startswith(("raw/node", "split/"))
-        limit = e if f.startswith("raw/edge") else n if per_node else \
-            None if n is None or e is None else max(n, e)
+        limit = (e if f.startswith("raw/edge") else n if per_node else
+            None if n is None or e is None else max(n, e))
         check_csv_lines(ds_dir / f, limit)
 
 
@@ -258,9 +258,9 @@ def _node_features(graph_dict: dict, n: int, edge_index: np.ndarray, directed: b
     ``notes``), else None; first the graph's declared size is checked to fit in memory."""
     feats = graph_dict.get("node_feat")
     edge_feat = graph_dict.get("edge_feat") if feats is None else None
-    width = feats.shape[1] if isinstance(feats, np.ndarray) and feats.ndim == 2 else \
-        edge_feat.shape[1] if isinstance(edge_feat, np.ndarray) and edge_feat.ndim == 2 else \
-        DEFAULT_FEATURES
+    width = (feats.shape[1] if isinstance(feats, np.ndarray) and feats.ndim == 2 else
+        edge_feat.shape[1] if isinstance(edge_feat, np.ndarray) and edge_feat.ndim == 2 else
+        DEFAULT_FEATURES)
     check_graph_size(str(ds_dir), n, edge_index.shape[1] * (1 if directed else 2), width)
     if feats is None and edge_feat is not None:
         edge_feat = _numeric(edge_feat, ds_dir, "edge_feat")
@@ -331,8 +331,8 @@ def mean_incoming(edge_index: np.ndarray, edge_feat: np.ndarray, n: int,
 def _numeric(value: Any, ds_dir: Path, what: str, kinds: str = "biuf") -> np.ndarray:
     """``value`` as a numpy array of one of ``kinds``; `DatasetError` for anything else."""
     if not isinstance(value, np.ndarray) or value.dtype.kind not in kinds:
-        kind = f"array of {value.dtype}" if isinstance(value, np.ndarray) else \
-            type(value).__name__
+        kind = (f"array of {value.dtype}" if isinstance(value, np.ndarray) else
+            type(value).__name__)
         raise DatasetError(f"{ds_dir}: {what} is a {kind}, expected numbers"
                            f"{' (node ids)' if kinds == 'iu' else ''}; a cache under "
                            f"{ds_dir} may be damaged (delete processed/ to rebuild it)")

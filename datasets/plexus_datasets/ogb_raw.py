@@ -147,8 +147,8 @@ def _csv_chunks(path: Path, rows: int, dtype: type) -> Iterator[np.ndarray]:
             with gzip.open(raw, "rb") as f:
                 if not f.read(1):
                     return  # an empty file: no rows (pandas refuses to parse it)
-        with open_regular(path) as raw, gzip.open(raw, "rb") as gz, \
-                io.BufferedReader(_BoundedLines(gz, path)) as f:
+        with (open_regular(path) as raw, gzip.open(raw, "rb") as gz,
+                io.BufferedReader(_BoundedLines(gz, path)) as f):
             seen = 0
             for frame in pd.read_csv(f, header=None, chunksize=rows, na_filter=False):
                 values = frame.values
@@ -189,8 +189,8 @@ def _require(path: Path, what: str) -> Path:
 
 
 def _count(values: np.ndarray, path: Path, what: str) -> int:
-    if values.size != 1 or values.dtype.kind not in "iuf" or float(values[0]) != int(values[0]) \
-            or not 0 <= int(values[0]) <= MAX_NODES * 64:
+    if (values.size != 1 or values.dtype.kind not in "iuf" or float(values[0]) != int(values[0])
+            or not 0 <= int(values[0]) <= MAX_NODES * 64):
         raise DatasetError(f"{path}: {what} must be one non-negative integer (one graph), got "
                            f"{values.size} values starting {one_line(values[:4].tolist())[:80]}")
     return int(values[0])
@@ -367,8 +367,8 @@ class _BinaryRaw:
         with NpyStream(self.data, "node_feat.npy") as s:
             for flat in s.chunks(n * width, rows * width):
                 block = flat.reshape(-1, width)
-                yield block if self.dtype in (np.float16, np.float32) else \
-                    block.astype(np.float32)
+                yield (block if self.dtype in (np.float16, np.float32) else
+                    block.astype(np.float32))
 
     @property
     def label_path(self) -> Path:
@@ -428,8 +428,8 @@ class _CsvRaw:
                 raise DatasetError(f"{self.feat_file}: rows of {block.shape[1]} values, the "
                                    f"first has {width}")
             # ogb parses floats to float64 and casts: the same values
-            yield block.astype(np.float32) if block.dtype.kind == "f" else \
-                block.astype(np.float32)
+            yield (block.astype(np.float32) if block.dtype.kind == "f" else
+                block.astype(np.float32))
 
     @property
     def label_path(self) -> Path:

@@ -125,8 +125,8 @@ def load_planetoid(name_or_path: str, root: str | Path | None = None,
         raise DatasetError(f"{path}: not a directory and not one of {', '.join(PLANETOID_NAMES)}")
     names = sorted(p.name[len("ind."):-len(".x")] for p in path.glob("ind.*.x"))
     if len(names) != 1:
-        found = f"several sets ({', '.join(names)}); pass DIR/ind.<name>" if names else \
-            "no ind.<name>.x file"
+        found = (f"several sets ({', '.join(names)}); pass DIR/ind.<name>" if names else
+            "no ind.<name>.x file")
         raise DatasetError(f"{path}: {found}")
     return read_planetoid(path, names[0], row_normalized)
 

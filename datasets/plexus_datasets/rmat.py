@@ -181,8 +181,8 @@ def parse_rmat_params(text: str, seed: int = 0) -> dict[str, float | int]:
             params[key] = int(value) if key in _INT_KEYS else float(value)
         except ValueError:
             kind = "an integer" if key in _INT_KEYS else "a number"
-            raise DatasetError(f"rmat:{text}: {key} must be {kind}, got {value.strip()!r}") \
-                from None
+            raise DatasetError(
+                f"rmat:{text}: {key} must be {kind}, got {value.strip()!r}") from None
     _check_params(params, f"rmat:{text}")
     return params
 

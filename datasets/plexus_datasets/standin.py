@@ -67,8 +67,8 @@ def write_papers100m_standin(root: str | Path, num_nodes: int = 4000, avg_degree
     for part, keep in (("train", year[ids] <= 2017), ("valid", year[ids] == 2018),
                        ("test", year[ids] >= 2019)):
         split = ds / "split" / "time" / f"{part}.csv.gz"
-        with gate.open_stream(split, "wb") as raw, \
-                gzip.GzipFile(filename=str(split), fileobj=raw, mode="wb", mtime=0) as f:
+        with (gate.open_stream(split, "wb") as raw,
+                gzip.GzipFile(filename=str(split), fileobj=raw, mode="wb", mtime=0) as f):
             f.write("".join(f"{i}\n" for i in ids[keep]).encode("ascii"))
     return ds
 

@@ -118,8 +118,8 @@ def csr_from_parts(data: Any, indices: Any, indptr: Any, shape: Any, where: str,
     indptr = _index_array(indptr, where, f"{what} indptr", error)
     indices = _index_array(indices, where, f"{what} indices", error)
     if not isinstance(data, np.ndarray) or data.ndim != 1 or data.dtype.kind not in "biuf":
-        kind = f"{data.dtype}{data.shape}" if isinstance(data, np.ndarray) else \
-            type(data).__name__
+        kind = (f"{data.dtype}{data.shape}" if isinstance(data, np.ndarray) else
+            type(data).__name__)
         raise error(f"{where}: {what} values must be a 1-D numeric array, got {kind}")
     if indptr.size != rows + 1:
         raise error(f"{where}: {what} indptr has {indptr.size} entries, expected rows + 1 = "
@@ -171,12 +171,12 @@ def sparse_from_pickle(obj: Any, where: str, error: ErrorType = DatasetError) ->
         return compressed if isinstance(obj, sp.csr_matrix) else compressed.T.tocsr()
     if isinstance(obj, sp.coo_matrix):
         coords = state.get("coords")
-        row, col = coords if isinstance(coords, tuple) and len(coords) == 2 else \
-            (state.get("row"), state.get("col"))
+        row, col = (coords if isinstance(coords, tuple) and len(coords) == 2 else
+            (state.get("row"), state.get("col")))
         row, col = check_coo(row, col, shape, where, "matrix", error)
         data = state.get("data")
-        if not isinstance(data, np.ndarray) or data.shape != row.shape or \
-                data.dtype.kind not in "biuf":
+        if (not isinstance(data, np.ndarray) or data.shape != row.shape or
+                data.dtype.kind not in "biuf"):
             raise error(f"{where}: matrix values do not match its {row.size} coordinates")
         return sp.csr_matrix((data, (row, col)), shape=_shape2(shape, where, "matrix", error))
     raise error(f"{where}: a {type(obj).__name__} is not a supported sparse matrix type "
@@ -229,8 +229,8 @@ def _dia_to_csr(matrix: Any, shape: tuple[int, int], where: str, what: str,
         rows_all.append(rows[keep])
         cols_all.append(cols[keep])
         values.append(data[i, :cols.size][keep])
-    row, col = np.concatenate([np.zeros(0, np.int64), *rows_all]), \
-        np.concatenate([np.zeros(0, np.int64), *cols_all])
+    row, col = (np.concatenate([np.zeros(0, np.int64), *rows_all]),
+        np.concatenate([np.zeros(0, np.int64), *cols_all]))
     vals = np.concatenate([np.zeros(0, data.dtype), *values])
     return sp.csr_matrix((vals, (row, col)), shape=shape)
 
@@ -266,8 +266,8 @@ def check_sparse(matrix: Any, where: str, what: str = "matrix",
             row, col = check_coo(getattr(matrix, "row", None), getattr(matrix, "col", None),
                                  shape, where, what, error)
             data = matrix.data
-            if not isinstance(data, np.ndarray) or data.shape != row.shape or \
-                    data.dtype.kind not in "biuf":
+            if (not isinstance(data, np.ndarray) or data.shape != row.shape or
+                    data.dtype.kind not in "biuf"):
                 raise error(f"{where}: {what} values do not match its {row.size} coordinates")
             return sp.csr_matrix((data, (row, col)), shape=shape)
         if fmt == "bsr":

@@ -77,8 +77,8 @@ def permutation_from_counts(kind: str, seed: int, row_nnz: np.ndarray, col_nnz: 
                             num_blocks: int = 1, locality: bool = True) -> Permutation:
     """`make_permutation` from the non-zeros of every row and every column of Â (node-sized
     arrays: what the out-of-core partitioner has instead of Â)."""
-    if isinstance(num_blocks, bool) or not isinstance(num_blocks, (int, np.integer)) \
-            or num_blocks < 1:
+    if (isinstance(num_blocks, bool) or not isinstance(num_blocks, (int, np.integer))
+            or num_blocks < 1):
         raise ValueError(f"num_blocks must be a positive integer, got {num_blocks!r:.40}")
     n = len(row_nnz)
     rng = np.random.default_rng(seed)

@@ -169,8 +169,8 @@ class PartitionJob:
         (a worker killed, an interrupt, no memory) keeps it for a rerun to resume."""
         prep = self.prepare()
         env, out, key = prep.env, prep.out, prep.key
-        store_lock = _store_lock(out, self.keep_existing) if env is None or env.rank == 0 \
-            else None
+        store_lock = (_store_lock(out, self.keep_existing) if env is None or env.rank == 0
+            else None)
         try:
             work = stage_work_dir(out, key)
             resumed = (work / "done").exists()

@@ -185,8 +185,8 @@ def verify_rank_files(job: Job, ranks: list) -> None:
         path = Path(job.path("store", entry["file"]))
         try:
             st = os.lstat(path)
-            same = stat.S_ISREG(st.st_mode) and st.st_size == entry["size"] \
-                and file_sha256(path) == entry["sha256"]
+            same = (stat.S_ISREG(st.st_mode) and st.st_size == entry["size"]
+                and file_sha256(path) == entry["sha256"])
         except OSError:
             same = False
         if not same:

@@ -145,8 +145,8 @@ def _check_manifest_fields(manifest: dict, path: Path) -> None:
                                   and all(is_count(split.get(k)) for k in ("train", "val", "test"))):
         raise bad("split must hold train, val and test counts and its origin")
     grid, perm = manifest["grid"], manifest["permutation"]
-    if not all(is_count(grid.get(a)) and grid[a] >= 1 for a in ("x", "y", "z")) \
-            or not isinstance(perm.get("kind"), str) or not is_count(perm.get("seed")):
+    if (not all(is_count(grid.get(a)) and grid[a] >= 1 for a in ("x", "y", "z"))
+            or not isinstance(perm.get("kind"), str) or not is_count(perm.get("seed"))):
         raise bad("bad grid or permutation")
     if not all(isinstance(o, str) for o in manifest["orders"] + manifest["block_keys"]):
         raise bad("orders and block_keys must be lists of strings")

@@ -169,8 +169,8 @@ def read_shard(store_dir: str | os.PathLike, rank: int | Mapping[str, int], *,
 def _shard_from_members(path: Path, m: dict[str, np.ndarray], manifest: dict) -> RankShard:
     try:
         header = json.loads(m["header"].tobytes().decode("utf-8"))
-        if not isinstance(header, dict) or header.get("format") != FORMAT \
-                or header["shape"] != manifest["grid"]:
+        if (not isinstance(header, dict) or header.get("format") != FORMAT
+                or header["shape"] != manifest["grid"]):
             raise ShardStoreError(f"{path}: header does not match the manifest")
         blocks = {}
         for i, key in enumerate(header["block_keys"]):
@@ -246,8 +246,8 @@ def _check_shard(s: RankShard, path: Path, manifest: dict, coords: dict[str, int
         if blk.dtype != np.float32 or not np.isfinite(blk.data).all():
             raise bad(f"block {key} is not finite float32")
     for layer, (plan, ids) in enumerate(zip(plans, s.input_ids)):
-        if not _vector(ids, npad // shape[plan.in_rows], "iu") or \
-                (ids.size and (ids.min() < -1 or ids.max() >= n)):
+        if (not _vector(ids, npad // shape[plan.in_rows], "iu") or
+                (ids.size and (ids.min() < -1 or ids.max() >= n))):
             raise bad(f"input_ids.{layer} do not fit the grid and {n} nodes")
     rows = len(s.input_ids[0]) // shape[plans[0].depth]
     if not (isinstance(s.features, np.ndarray) and s.features.dtype == np.float32
@@ -255,8 +255,8 @@ def _check_shard(s: RankShard, path: Path, manifest: dict, coords: dict[str, int
             and np.isfinite(s.features).all()):
         raise bad("its features are not a finite float32 block of the grid's shape")
     out = npad // shape[plans[-1].out_rows]
-    if not _vector(s.output_ids, out, "iu") or \
-            (out and (s.output_ids.min() < -1 or s.output_ids.max() >= n)):
+    if (not _vector(s.output_ids, out, "iu") or
+            (out and (s.output_ids.min() < -1 or s.output_ids.max() >= n))):
         raise bad(f"output_ids do not fit the grid and {n} nodes")
     if not labels_fit(s.labels, out, s.num_classes):
         raise bad(f"labels are neither {out} ids in [-1, {s.num_classes - 1}] nor an int8 "

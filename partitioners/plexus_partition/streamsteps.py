@@ -100,8 +100,8 @@ def permutation_step(job: Job, degrees: Degrees, kind: str, seed: int, given: bo
         subs[str(adj)] = [[a, b] for a, b in zip(cuts[:-1], cuts[1:])]
         del per_pos, order
         # the sub-bucket of every row position (a gather in the route, not a search)
-        ids = np.uint8 if len(cuts) <= 1 << 8 else np.uint16 if len(cuts) <= 1 << 16 else \
-            np.int32
+        ids = (np.uint8 if len(cuts) <= 1 << 8 else np.uint16 if len(cuts) <= 1 << 16 else
+            np.int32)
         save_piece(job.path("node", f"sub{adj}.npy"),
               np.repeat(np.arange(len(cuts) - 1, dtype=ids), np.diff(cuts)))
     meta["subs"] = subs

@@ -107,16 +107,16 @@ def _foreign(work: Path, key: str) -> str | None:
         fd = os.open(work / SIGNATURE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         try:
             sig_st = os.fstat(fd)
-            if not stat.S_ISREG(sig_st.st_mode) or sig_st.st_size > _MAX_SIGNATURE_BYTES \
-                    or sig_st.st_uid != uid:
+            if (not stat.S_ISREG(sig_st.st_mode) or sig_st.st_size > _MAX_SIGNATURE_BYTES
+                    or sig_st.st_uid != uid):
                 return f"its {SIGNATURE} is not this user's small regular file"
             sig = json.loads(os.read(fd, _MAX_SIGNATURE_BYTES + 1).decode("utf-8"))
         finally:
             os.close(fd)
     except (OSError, ValueError, RecursionError):
         return f"no readable {SIGNATURE}"
-    if not isinstance(sig, dict) or sig.get("format") != FORMAT or sig.get("key") != key \
-            or sig.get("uid") != uid:
+    if (not isinstance(sig, dict) or sig.get("format") != FORMAT or sig.get("key") != key
+            or sig.get("uid") != uid):
         return f"its {SIGNATURE} is not this configuration's"
     if not owned.verify(sig):
         return f"its {SIGNATURE} does not verify under this user's key (forged or edited)"

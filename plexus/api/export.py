@@ -223,8 +223,8 @@ def _misfit(shapes: dict[str, torch.Tensor], state: dict) -> str:
     missing = sorted(set(shapes) - set(state))
     extra = sorted(set(state) - set(shapes))
     if missing or extra:
-        return (f"missing {missing[:3]}" if missing else "") + \
-            ("; " if missing and extra else "") + (f"unexpected {extra[:3]}" if extra else "")
+        return ((f"missing {missing[:3]}" if missing else "") +
+            ("; " if missing and extra else "") + (f"unexpected {extra[:3]}" if extra else ""))
     for name, want in shapes.items():
         have = state[name]
         if not isinstance(have, torch.Tensor) or tuple(have.shape) != tuple(want.shape):

@@ -75,9 +75,9 @@ def is_outputs_directory(path: str | os.PathLike) -> bool:
             os.close(fd)
     except (OSError, ValueError, RecursionError):
         return False
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT \
-            or meta.get("version") != VERSION or not isinstance(meta.get("arrays"), dict) \
-            or not meta["arrays"]:
+    if (not isinstance(meta, dict) or meta.get("format") != FORMAT
+            or meta.get("version") != VERSION or not isinstance(meta.get("arrays"), dict)
+            or not meta["arrays"]):
         return False
     arrays = meta["arrays"]
     if any(name not in FILES or not isinstance(info, dict) or info.get("file") != FILES[name]

@@ -74,8 +74,8 @@ def _is_main_guard(node: ast.stmt) -> bool:
     parts = [node.test.left, *node.test.comparators]
     names = {p.id for p in parts if isinstance(p, ast.Name)}
     texts = {p.value for p in parts if isinstance(p, ast.Constant)}
-    return names == {"__name__"} and texts == {"__main__"} and \
-        isinstance(node.test.ops[0], ast.Eq)
+    return (names == {"__name__"} and texts == {"__main__"} and
+        isinstance(node.test.ops[0], ast.Eq))
 
 
 def unguarded_main_call() -> str | None:

@@ -97,8 +97,8 @@ def check_grids(world_size: int) -> list[tuple[int, int, int]]:
 
 def _fits(shape: GridShape, g, cfg: ModelConfig) -> bool:
     plans = cfg.plans(g.num_features, g.num_classes)
-    return grid_misfit(shape, plans, g.num_nodes, cfg.widths(g.num_features, g.num_classes)) \
-        is None
+    return (grid_misfit(shape, plans, g.num_nodes, cfg.widths(g.num_features, g.num_classes))
+        is None)
 
 
 def rank_checks(grids: Sequence[tuple[int, int, int]], cuda: bool, steps: int,

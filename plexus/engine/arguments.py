@@ -43,8 +43,8 @@ def check_callable(fn: Any, where: str, what: str = "fn") -> Any:
 
 def check_timeout(timeout_s: Any, where: str) -> float:
     """A timeout in seconds: a finite number > 0 and at most `MAX_TIMEOUT_S` (the table's)."""
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
-            or not math.isfinite(timeout_s) or not 0 < timeout_s <= MAX_TIMEOUT_S:
+    if (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
+            or not math.isfinite(timeout_s) or not 0 < timeout_s <= MAX_TIMEOUT_S):
         raise ArgumentError(f"{where}: timeout_s must be a number of seconds > 0 and at most "
                             f"{MAX_TIMEOUT_S}, got {shown(timeout_s)}")
     return float(timeout_s)

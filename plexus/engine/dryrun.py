@@ -206,9 +206,9 @@ def run_stage(plan: LayerPlan, dims: tuple[int, int, int], n: int, D: int, D2: i
     # the earlier outputs it reads: in H's layout, learned (their gradients go back)
     g.outputs = {k: torch.rand(H.shape, generator=gen).to(dtype).requires_grad_(training)
                  for k in operator.reads(p)}
-    with comm.at(p.layer, "forward" if training else "eval"), \
-            torch.enable_grad() if training else torch.no_grad(), \
-            comm.exact(operator.statistics):
+    with (comm.at(p.layer, "forward" if training else "eval"),
+            torch.enable_grad() if training else torch.no_grad(),
+            comm.exact(operator.statistics)):
         OUT = layer_of(p.op).stage(g, H, 0)
     if training:  # through the output and what the stage hands on
         with comm.at(p.layer, "backward"):
@@ -295,8 +295,8 @@ def _fit(plan: LayerPlan, active: tuple[bool, ...], first: bool, training: bool,
     at = [sizes + dims for dims, sizes in probes]  # each probe's values of the VARIABLES
     out = []
     for j, c in enumerate(runs[0]):
-        what = f"operator {plan.op!r}: a {c.op} over its {_REVERSE[c.axis]} axis is no " \
-               f"monomial of {VARIABLES}"
+        what = (f"operator {plan.op!r}: a {c.op} over its {_REVERSE[c.axis]} axis is no "
+               f"monomial of {VARIABLES}")
         size = _fit_monomial(at, [r[j].size for r in runs], what)
         rows = None if c.rows is None else _fit_monomial(at, [r[j].rows for r in runs], what)
         out.append(Recorded("backward" if c.phase == "backward" else "forward", c.op,

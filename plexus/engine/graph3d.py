@@ -352,8 +352,8 @@ class StageGraph(StageExchanges):
     def _conv_block(self, root: RootTerm) -> tuple:
         """The convolution's block and its forward row chunks (plain or stacked), built once."""
         if root not in self._conv:
-            self._conv[root] = self.graph.stacked(self.plan) if root.stacked else \
-                self.graph.plain(self.plan)
+            self._conv[root] = (self.graph.stacked(self.plan) if root.stacked else
+                self.graph.plain(self.plan))
         return self._conv[root]
 
     def _root_weight(self, root: RootTerm, Wr: torch.Tensor | None, axis: str) -> torch.Tensor:

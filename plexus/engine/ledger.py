@@ -63,8 +63,8 @@ class Ledger:
             self.link_bytes[axis, op, link] += moved * itemsize
             return
         for part in parts:
-            self.link_bytes[axis, op, part.link] += \
-                ring_volume(part.op, part.numel, part.p) * itemsize
+            self.link_bytes[axis, op, part.link] += (
+                ring_volume(part.op, part.numel, part.p) * itemsize)
 
     def reset(self) -> None:
         """Forget everything recorded so far."""

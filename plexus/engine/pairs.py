@@ -140,10 +140,10 @@ class GridPairs:
         the row axis: every rank of it gets them) and each pair end's index among them (2 × P)."""
         ends, inverse = torch.unique(pairs.reshape(-1), return_inverse=True)
         at = torch.searchsorted(self.sorted_ids, ends).clamp_(max=max(len(self.sorted_ids) - 1, 0))
-        here = self.sorted_ids[at] == ends if len(self.sorted_ids) else \
-            torch.zeros_like(ends, dtype=torch.bool)
-        rows = H.index_select(0, self.order[at]) if len(self.sorted_ids) else \
-            H.new_zeros((len(ends), H.shape[1]))
+        here = (self.sorted_ids[at] == ends if len(self.sorted_ids) else
+            torch.zeros_like(ends, dtype=torch.bool))
+        rows = (H.index_select(0, self.order[at]) if len(self.sorted_ids) else
+            H.new_zeros((len(ends), H.shape[1])))
         rows = rows * here[:, None].to(rows.dtype)
         return self.comm.all_reduce(rows, self.rows_axis), inverse.reshape(2, -1)
 

@@ -116,9 +116,9 @@ def build_module(desc: Mapping[str, Any]) -> nn.Module:
         raise PygSpecError(f"{name}: a description does not choose {placed[0]!r}; the model is "
                            "built on the CPU in float32")
     for key, value in kwargs.items():
-        if isinstance(value, int) and not isinstance(value, bool) and \
-                (value < 0 or value > MAX_WIDTH) and key != "heads" or \
-                key == "heads" and (not isinstance(value, int) or not 1 <= value <= MAX_WIDTH):
+        if (isinstance(value, int) and not isinstance(value, bool) and
+                (value < 0 or value > MAX_WIDTH) and key != "heads" or
+                key == "heads" and (not isinstance(value, int) or not 1 <= value <= MAX_WIDTH)):
             raise PygSpecError(f"{name}: {key} = {value!r:.40} is out of range [0, {MAX_WIDTH}]")
     try:
         if name in TORCH_CLASSES:
@@ -152,8 +152,8 @@ class PygModel(nn.Module):
     def __init__(self, spec: Mapping[str, Any]) -> None:
         super().__init__()
         layers = spec.get("layers") if isinstance(spec, Mapping) else None
-        if not isinstance(layers, Sequence) or not layers or \
-                not all(isinstance(l, Mapping) and "conv" in l for l in layers):
+        if (not isinstance(layers, Sequence) or not layers or
+                not all(isinstance(l, Mapping) and "conv" in l for l in layers)):
             raise PygSpecError("the description has no 'layers' list of {conv, norm, residual}")
         if len(layers) > MAX_LAYERS:
             raise PygSpecError(f"the description has {len(layers)} layers; at most "

@@ -218,8 +218,8 @@ class Trainer:
         """Run until ``epochs`` (default: the config's) epochs are complete or early stopping
         ends the run (`stopped`; `best` is the epoch to report)."""
         history = []
-        while self.epoch < (epochs if epochs is not None else self.cfg.epochs) \
-                and self.stopped is None:
+        while (self.epoch < (epochs if epochs is not None else self.cfg.epochs)
+                and self.stopped is None):
             stats = self.run_epoch()
             history.append(stats)
             if callback is not None:

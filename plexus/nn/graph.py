@@ -307,8 +307,8 @@ class LayerGraph:
         block = sp.csr_matrix(sub[np.searchsorted(ids, rows)][:, np.searchsorted(ids, cols)])
         block.sum_duplicates()
         block.sort_indices()
-        keys = np.repeat(np.arange(block.shape[0], dtype=np.int64), np.diff(block.indptr)) \
-            * block.shape[1] + block.indices
+        keys = (np.repeat(np.arange(block.shape[0], dtype=np.int64), np.diff(block.indptr))
+            * block.shape[1] + block.indices)
         want = e.row.cpu().numpy().astype(np.int64) * block.shape[1] + e.col.cpu().numpy()
         at = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
         found = (keys[at] == want) if len(keys) else np.zeros(len(want), bool)

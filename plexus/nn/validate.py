@@ -52,8 +52,8 @@ def check_width(owner: Any, value: Any, what: str) -> int:
     [1, MAX_WIDTH] (`plexus_partition.model.bounds`, as --hidden's). Checked when it is made:
     the `Network` draws each weight at full size on every rank, where None or 2.5 was a bare
     TypeError from torch.rand and 10**12 an allocation of terabytes."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
-            or not 1 <= value <= MAX_WIDTH:
+    if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+            or not 1 <= value <= MAX_WIDTH):
         raise ArgumentError(f"{type(owner).__name__}: {what} must be an integer in "
                             f"[1, {MAX_WIDTH}], got {shown(value)}")
     return int(value)

@@ -218,8 +218,8 @@ class Calibration:
 
         def num(d: Mapping[str, Any], key: str, default: float, where: str) -> float:
             value = d.get(key, default)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value) or value <= 0:
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not math.isfinite(value) or value <= 0):
                 raise CalibrationError(f"{source}: {where}{key} must be a positive number, "
                                       f"got {value!r}")
             return float(value)
@@ -242,8 +242,8 @@ class Calibration:
         worlds = []
         for size, link in table("worlds", "4").items():
             # ASCII digits without a leading zero: "04" beside "4" would be the same world
-            if not re.fullmatch(r"[1-9][0-9]{0,5}", str(size)) or int(size) < 2 \
-                    or not isinstance(link, Mapping) or not {"alpha", "beta"} <= set(link):
+            if (not re.fullmatch(r"[1-9][0-9]{0,5}", str(size)) or int(size) < 2
+                    or not isinstance(link, Mapping) or not {"alpha", "beta"} <= set(link)):
                 raise CalibrationError(f"{source}: worlds.{size} must be a world size >= 2 "
                                        "(digits) with both alpha and beta")
             worlds.append((int(size), num(link, "alpha", base.alpha, f"worlds.{size}."),
@@ -292,14 +292,14 @@ def _cpu_fields(data: Mapping[str, Any], source: str,
         raise CalibrationError(f"{source}: groups must be {shape}")
     groups = []
     for world, by_size in raw.items():
-        if not re.fullmatch(r"[1-9][0-9]{0,5}", str(world)) or int(world) < 2 \
-                or not isinstance(by_size, Mapping):
+        if (not re.fullmatch(r"[1-9][0-9]{0,5}", str(world)) or int(world) < 2
+                or not isinstance(by_size, Mapping)):
             raise CalibrationError(f"{source}: groups.{world} must be a world size >= 2 with "
                                    f"{shape}")
         for size, link in by_size.items():
-            if not re.fullmatch(r"[1-9][0-9]{0,5}", str(size)) \
-                    or not 2 <= int(size) <= int(world) or int(world) % int(size) \
-                    or not isinstance(link, Mapping) or set(link) != {"latency", "beta"}:
+            if (not re.fullmatch(r"[1-9][0-9]{0,5}", str(size))
+                    or not 2 <= int(size) <= int(world) or int(world) % int(size)
+                    or not isinstance(link, Mapping) or set(link) != {"latency", "beta"}):
                 raise CalibrationError(f"{source}: groups.{world}.{size} must be a group size "
                                        f"dividing {world} with latency and beta")
             where = f"groups.{world}.{size}."
@@ -308,8 +308,8 @@ def _cpu_fields(data: Mapping[str, Any], source: str,
     out: dict[str, Any] = {"groups": tuple(sorted(groups))}
     for key in ("stage_overhead", "step_overhead"):
         value = data.get(key, 0.0)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value) or value < 0:
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value) or value < 0):
             raise CalibrationError(f"{source}: {key} must be seconds >= 0, got {value!r}")
         out[key] = float(value)
     return out
@@ -337,8 +337,8 @@ def _device_fields(data: Mapping[str, Any], source: str,
             raise CalibrationError(f"{source}: {key} must be a whole number >= 0, got {value!r}")
         counts[key] = value
     memory = data.get("device_memory", 0)
-    if isinstance(memory, bool) or not isinstance(memory, (int, float)) \
-            or not math.isfinite(memory) or memory < 0:
+    if (isinstance(memory, bool) or not isinstance(memory, (int, float))
+            or not math.isfinite(memory) or memory < 0):
         raise CalibrationError(f"{source}: device_memory must be bytes >= 0, got {memory!r}")
     raw_links = data.get("links", {}) or {}
     if not isinstance(raw_links, Mapping):
@@ -346,14 +346,14 @@ def _device_fields(data: Mapping[str, Any], source: str,
                                     "{\"intra\": {\"alpha\": ..., \"beta\": ...}}")
     links = []
     for name, link in raw_links.items():
-        if name not in LINK_CLASSES or not isinstance(link, Mapping) \
-                or not {"alpha", "beta"} <= set(link):
+        if (name not in LINK_CLASSES or not isinstance(link, Mapping)
+                or not {"alpha", "beta"} <= set(link)):
             raise CalibrationError(f"{source}: links.{name} must be one of "
                                         f"{'/'.join(LINK_CLASSES)} with both alpha and beta")
         links.append((name, num(link, "alpha", 0.0, f"links.{name}."),
                       num(link, "beta", 0.0, f"links.{name}.")))
-    needed = (["intra"] if device == "cuda" and counts["gpus_per_node"] > 1 else []) \
-        + (["inter"] if counts["nodes"] > 1 else [])
+    needed = ((["intra"] if device == "cuda" and counts["gpus_per_node"] > 1 else [])
+        + (["inter"] if counts["nodes"] > 1 else []))
     for name in needed:
         if name not in raw_links:
             where = (f"{counts['gpus_per_node']} GPUs per node" if name == "intra" else
@@ -405,8 +405,8 @@ def load_calibration(path: str | os.PathLike | None) -> Calibration:
         raise CalibrationError(f"calibration {path}: unknown key {unknown[0]!r}; a "
                                f"calibration file has {', '.join(sorted(RATE_KEYS))} "
                                "(plexus-bench calibrate writes it)")
-    source = str(path) if "alpha" in data else \
-        f"{path} (collectives not measured: default alpha/beta)"
+    source = (str(path) if "alpha" in data else
+        f"{path} (collectives not measured: default alpha/beta)")
     calibration = Calibration.from_dict(data, source=source)  # the values present, checked
     missing = [k for k in ("spmm_flops", "gemm_flops") if k not in data]
     if missing:

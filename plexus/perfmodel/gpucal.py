@@ -133,8 +133,8 @@ def time_links(local_world: int, sizes: Sequence[int], reps: int,
     import torch.distributed as dist
 
     world, rank = dist.get_world_size(), dist.get_rank()
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" \
-        else torch.device("cpu")
+    device = (torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl"
+        else torch.device("cpu"))
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     out: dict[str, list[dict[str, Any]]] = {}
     for cls, groups in link_groups(world, local_world).items():

@@ -72,8 +72,8 @@ def _private_dir(folder: Path) -> None:
                                f"it, or set {MACHINE_CACHE_ENV} to another folder ({OFF}: "
                                "built-in rates)") from None
     st = os.lstat(folder)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() \
-            or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    if (not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid()
+            or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
         raise CalibrationError(f"{folder}: not a folder of this user's that only they may "
                                f"write; remove it, or set {MACHINE_CACHE_ENV} to another "
                                f"folder ({OFF}: built-in rates)")
@@ -85,8 +85,8 @@ def _trusted(path: Path) -> bool:
         st = os.lstat(path)
     except FileNotFoundError:
         return False
-    return stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() \
-        and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    return (stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()
+        and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
 def machine_file(folder: Path, world: int) -> Path:

@@ -37,8 +37,8 @@ from .calibration import Calibration
 from .forms import collective_parts, epoch_link_bytes, parts_seconds
 from .memory import Memory, rank_memory
 from .placement import Placement
-from .spec import BEST_ORDER, Grid3, ModelSpec, normalize_grid, spec_collectives, spec_layout, \
-    spec_sizes, stage_operators
+from .spec import (BEST_ORDER, Grid3, ModelSpec, normalize_grid, spec_collectives, spec_layout,
+    spec_sizes, stage_operators)
 
 __all__ = ["BEST_ORDER", "Grid3", "ModelSpec", "normalize_grid", "Memory", "CommVolume",
            "Compute", "Prediction", "collectives", "epoch_volume", "epoch_compute",

@@ -39,8 +39,8 @@ class Placement:
     arrange: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.gpus_per_node, bool) or not isinstance(self.gpus_per_node, int) \
-                or self.gpus_per_node < 1:
+        if (isinstance(self.gpus_per_node, bool) or not isinstance(self.gpus_per_node, int)
+                or self.gpus_per_node < 1):
             raise ValueError(f"GPUs per node must be a whole number >= 1, got "
                              f"{self.gpus_per_node!r}")
         if self.node is not None and (len(self.node) != 3 or math.prod(self.node)

@@ -95,8 +95,8 @@ class ModelSpec:
         if self.collectives not in COLLECTIVES:
             raise ValueError(f"collectives must be one of {', '.join(COLLECTIVES)}, got "
                              f"{self.collectives!r}")
-        if isinstance(self.agg_chunks, bool) or not isinstance(self.agg_chunks, int) \
-                or self.agg_chunks < 1:
+        if (isinstance(self.agg_chunks, bool) or not isinstance(self.agg_chunks, int)
+                or self.agg_chunks < 1):
             raise ValueError(f"agg_chunks must be a whole number >= 1, got {self.agg_chunks!r}")
 
     @classmethod

@@ -54,15 +54,15 @@ class SpmmCost:
         """The byte model in ``raw`` (bandwidth, per_nnz and per_column: positive numbers;
         narrow: {width digits: bytes}), checked; `CalibrationError` names the bad key."""
         keys = {"bandwidth", "per_nnz", "per_column"}
-        if not isinstance(raw, Mapping) or not keys <= set(raw) \
-                or not set(raw) <= keys | {"narrow"}:
+        if (not isinstance(raw, Mapping) or not keys <= set(raw)
+                or not set(raw) <= keys | {"narrow"}):
             raise CalibrationError(f"{source}: spmm_cost must be an object with bandwidth, "
                                    "per_nnz, per_column and narrow {\"16\": bytes, ...}")
 
         def num(d: Mapping[str, Any], key: str, where: str) -> float:
             value = d[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value) or value <= 0:
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not math.isfinite(value) or value <= 0):
                 raise CalibrationError(f"{source}: {where}{key} must be a positive number, "
                                        f"got {value!r}")
             return float(value)

@@ -175,7 +175,7 @@ class ResultsFolder:
         except LockBusy as e:
             who = f" (pid {e.holder})" if e.holder is not None else ""
             raise FolderError(f"{self.given}: another plexus-sweep{who} is running on this "
-                              "results folder; wait for it to end, or use another --out") \
-                from None
+                              "results folder; wait for it to end, or use another --out"
+                              ) from None
         except LockError as e:
             raise FolderError(str(e)) from None

@@ -78,8 +78,8 @@ def _matches_type(value: Any, schema: Any) -> bool:
     if schema is int:
         return isinstance(value, int) and not isinstance(value, bool)
     if schema is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) \
-            and math.isfinite(value)
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
     return isinstance(value, schema)
 
 

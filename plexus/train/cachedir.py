@@ -56,8 +56,8 @@ class CachedStore:
         """The one line a run prints about it."""
         if not self.built:
             return f"reusing the cached shard store {self.path}"
-        peak = f", partitioning peak RSS {self.build_peak_rss_bytes / 2**30:.2f} GiB" \
-            if self.build_peak_rss_bytes else ""
+        peak = (f", partitioning peak RSS {self.build_peak_rss_bytes / 2**30:.2f} GiB"
+            if self.build_peak_rss_bytes else "")
         return f"built the shard store {self.path} in {self.seconds:.1f} s{peak}"
 
     def summary(self) -> dict:
@@ -178,8 +178,8 @@ class Cache:
         except (OSError, ValueError, RecursionError):
             pass
         for r in ranks:
-            if not stat.S_ISREG(os.lstat(store / r["file"]).st_mode) or \
-                    file_sha256(store / r["file"]) != r["sha256"]:
+            if (not stat.S_ISREG(os.lstat(store / r["file"]).st_mode) or
+                    file_sha256(store / r["file"]) != r["sha256"]):
                 self.say(f"cached store {store}: {r['file']} differs from its manifest's "
                          "sha256 (damaged); building it again")
                 return False

@@ -66,8 +66,8 @@ class Source:
             content = content_key(self.spec, self.root)
         except OSError as e:
             raise CacheError(f"{self.spec}: cannot read its file ({e.strerror or e})") from None
-        named = {"spec": self.spec.strip(), "files": files} if content is None else \
-            {"content": content}
+        named = ({"spec": self.spec.strip(), "files": files} if content is None else
+            {"content": content})
         key = {**named, "seed": self.seed, "symmetrize": self.symmetrize,
                "store": [STORE_FORMAT, STORE_VERSION], "plexus": __version__}
         # only where given: the stores of runs from before these options keep their keys

@@ -152,8 +152,8 @@ def _candidates(root: Path) -> Iterator[tuple[Path, str, Path, str]]:
 
     if _real_dir(root):
         for path in sorted(root.iterdir()):
-            if not path.name.startswith(".") and _real_dir(path) \
-                    and owned.is_sealed(path, STORE_FORMAT):
+            if (not path.name.startswith(".") and _real_dir(path)
+                    and owned.is_sealed(path, STORE_FORMAT)):
                 yield path, "store", use_lock_path(root, path), STORE_FORMAT
     graphs = root / GRAPHS
     if _real_dir(graphs):
@@ -185,8 +185,8 @@ def untrusted_dir(path: Path) -> str | None:
     try:
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
     except OSError as e:
-        return "a symlink or not a directory" if e.errno in (errno.ELOOP, errno.ENOTDIR) \
-            else f"cannot open it ({e.strerror or e})"
+        return ("a symlink or not a directory" if e.errno in (errno.ELOOP, errno.ENOTDIR)
+            else f"cannot open it ({e.strerror or e})")
     finally:
         os.close(parent)
     try:

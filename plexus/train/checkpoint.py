@@ -128,8 +128,8 @@ def load_checkpoint(directory: str | os.PathLike) -> dict:
             payload = torch.load(f, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated file, not a torch file, unexpected types
         text = " ".join(str(e).split())[:200]
-        raise CheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}: {text})") \
-            from None
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint ({type(e).__name__}: {text})") from None
     problem = _structure_problem(payload)
     if problem:
         raise CheckpointError(f"{path}: not a plexus-train checkpoint (format {FORMAT_VERSION}): "
@@ -173,15 +173,15 @@ def _structure_problem(payload: Any) -> str | None:
                 isinstance(v, torch.Tensor) for k, v in moments.items() if k != "step"):
             return f"optimizer state of {name!r} has fields of the wrong type"
     loop = state.get("loop", {})
-    if not isinstance(loop, dict) or not isinstance(loop.get("lrs", []), list) \
-            or not isinstance(loop.get("schedule") or {}, dict) \
-            or not (loop.get("stopped") is None or _is_int(loop["stopped"])):
+    if (not isinstance(loop, dict) or not isinstance(loop.get("lrs", []), list)
+            or not isinstance(loop.get("schedule") or {}, dict)
+            or not (loop.get("stopped") is None or _is_int(loop["stopped"]))):
         return "the training loop's state has fields of the wrong type"
-    if set(dataset) - {"name", "num_nodes", "num_features", "num_classes", "sha256"} \
-            or not isinstance(dataset.get("name"), str) \
-            or not isinstance(dataset.get("sha256", ""), str) \
+    if (set(dataset) - {"name", "num_nodes", "num_features", "num_classes", "sha256"}
+            or not isinstance(dataset.get("name"), str)
+            or not isinstance(dataset.get("sha256", ""), str)
             or not all(_is_int(dataset.get(k)) and dataset[k] >= 1
-                       for k in ("num_nodes", "num_features", "num_classes")):
+                       for k in ("num_nodes", "num_features", "num_classes"))):
         return "the dataset record has fields of the wrong type"
     model = payload["model"]
     if not (_is_int(model.get("num_layers")) and _is_int(model.get("hidden"))

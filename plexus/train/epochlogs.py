@@ -161,8 +161,8 @@ def _quiet_event_writer(args: threading.ExceptHookArgs) -> None:
     """``threading.excepthook``: TensorBoard's writer thread dies on a full disk and the writer
     raises that error again at its next call, where `TensorBoardLog` reports it in one line;
     the thread's own traceback is left out. Anything else is printed as before."""
-    if type(args.thread).__name__ == "_AsyncWriterThread" and args.exc_type is not None \
-            and issubclass(args.exc_type, OSError):
+    if (type(args.thread).__name__ == "_AsyncWriterThread" and args.exc_type is not None
+            and issubclass(args.exc_type, OSError)):
         return
     _previous_excepthook(args)
 

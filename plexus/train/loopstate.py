@@ -94,8 +94,8 @@ def check_loop_state(payload: dict, run: TrainConfig, groups: int, where: str) -
     stopped = loop.get("stopped")
     if stopped is not None:
         patience = saved.patience
-        if not _whole(stopped, 1, MAX_COUNT) or stopped != epoch or patience is None \
-                or best_epoch is None or stopped - best_epoch < patience:
+        if (not _whole(stopped, 1, MAX_COUNT) or stopped != epoch or patience is None
+                or best_epoch is None or stopped - best_epoch < patience):
             raise LoopStateError(
                 f"{where}: early stopping ended it at epoch {str(stopped)[:30]}, but it is at "
                 f"epoch {epoch} with best epoch {best_epoch} and patience {patience}: no run "

@@ -84,8 +84,8 @@ def _pattern_prefix(pattern: str) -> str:
 
 def _dirs_overlap(a: Claim, b: Claim) -> bool:
     """Whether two directory claims on one directory may write the same name."""
-    if set(a.names) & set(b.names) or any(b.writes_inside(n) for n in a.names) \
-            or any(a.writes_inside(n) for n in b.names):
+    if (set(a.names) & set(b.names) or any(b.writes_inside(n) for n in a.names)
+            or any(a.writes_inside(n) for n in b.names)):
         return True
     return any(_pattern_prefix(p).startswith(_pattern_prefix(q)) or
                _pattern_prefix(q).startswith(_pattern_prefix(p))
@@ -97,8 +97,8 @@ def _collision(a: Claim, b: Claim) -> str | None:
     if b.kind == "dir" and a.kind != "dir":
         a, b = b, a
     if a.kind == "dir" and b.kind == "dir":
-        return f"both write files in {a.path}" if a.path == b.path and _dirs_overlap(a, b) \
-            else None
+        return (f"both write files in {a.path}" if a.path == b.path and _dirs_overlap(a, b)
+            else None)
     if a.kind == "dir":  # and b a file, written or read
         if b.path == a.path:
             return f"{b.path} is the directory of {a.owner.split()[0]}"

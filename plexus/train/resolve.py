@@ -131,8 +131,8 @@ def resolve_at_launch(request: RunRequest, world: int | None, world_note: str,
     known = sizes_at_launch(request)
     if known is None:
         return request
-    rates, said = auto_rates(request, world, calibration) if request.grid is None \
-        else (calibration, None)
+    rates, said = (auto_rates(request, world, calibration) if request.grid is None
+        else (calibration, None))
     return resolve(request, world, calibration, known=known, ranks_per_host=world,
                    before_workers=True, grid_rates=rates, rates_said=said,
                    world_note=world_note).run
@@ -186,8 +186,8 @@ def auto_rates(request: RunRequest, world: int, calibration: Calibration
     from plexus.perfmodel.machine import machine_cache_dir, machine_rates  # noqa: PLC0415
 
     folder = machine_cache_dir()
-    if calibration.calibrated or calibration.profile or world <= 1 or folder is None \
-            or default_device(request.device).type != "cpu":
+    if (calibration.calibrated or calibration.profile or world <= 1 or folder is None
+            or default_device(request.device).type != "cpu"):
         return calibration, None
 
     def say(text: str) -> None:

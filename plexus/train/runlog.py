@@ -84,8 +84,8 @@ def kept_json_records(paths: Sequence[Path], until: int) -> list[str]:
             except ValueError:
                 continue
             epoch = obj.get("epoch") if isinstance(obj, dict) else None
-            if isinstance(epoch, int) and not isinstance(epoch, bool) \
-                    and not obj.get("summary") and last < epoch <= until:
+            if (isinstance(epoch, int) and not isinstance(epoch, bool)
+                    and not obj.get("summary") and last < epoch <= until):
                 last = epoch
                 kept.append(line + "\n")
         if kept:
@@ -317,11 +317,11 @@ def format_summary(s: dict, verbose: bool = False) -> str:
     """The end-of-run report: best-validation epoch, wall time, memory, bytes in all; with
     ``verbose`` the timers per rank and the bytes per axis and per collective as well."""
     m = s.get("model", {})
-    what = m.get("kind", "gcn") + (f" {m['layers']}x{m['hidden']}" if "layers" in m else "") \
-        + (" +BatchNorm" if m.get("norm") == "batch" else "") \
-        + (" +residual" if m.get("residual") else "") \
+    what = (m.get("kind", "gcn") + (f" {m['layers']}x{m['hidden']}" if "layers" in m else "")
+        + (" +BatchNorm" if m.get("norm") == "batch" else "")
+        + (" +residual" if m.get("residual") else "")
         + (f" +{act}" if (act := m.get("config", {}).get("activation", DEFAULT_ACTIVATION))
-           != DEFAULT_ACTIVATION else "")
+           != DEFAULT_ACTIVATION else ""))
     precision = (f", {precisions(s.get('dtype', DEFAULT_DTYPE), s['comm_dtype'])}"
                  if "comm_dtype" in s else "")
     lines = [f"summary: {what} on {s['dataset']}, grid {s['grid']} "

@@ -70,8 +70,8 @@ class Run:
         """What a stop at ``epoch`` leaves to resume from: every checkpoint this run wrote held
         a finite state (`agree` runs before each), and so did the one it resumed from
         (`plexus.train.checkpoint.check_state`), unless that one diverges at once."""
-        if self.saved_epoch is not None and self.saved_epoch == self.resumed_epoch \
-                and epoch == self.resumed_epoch + 1:
+        if (self.saved_epoch is not None and self.saved_epoch == self.resumed_epoch
+                and epoch == self.resumed_epoch + 1):
             # the state resumed from diverges at once: it is not a good checkpoint
             last = (f"the checkpoint resumed from, {ckpt.checkpoint_path(self.plan.checkpoint)} "
                     f"(epoch {self.resumed_epoch}), gives it at once: no good checkpoint to "
@@ -174,8 +174,8 @@ def data_note(plan: ResolvedRun, cached: bool = False) -> str:
     store, the split it carries (its features are what its partitioner read; '' for the
     cache's store of a --dataset run: ``cached``)."""
     if plan.shards:
-        return "" if cached else \
-            f", {store_split(read_manifest(plan.shards))}"
+        return ("" if cached else
+            f", {store_split(read_manifest(plan.shards))}")
     mode = feature_mode(plan.dataset, plan.features)
     text = ", features row-normalized" if mode == "row" else ", features raw"
     text += " (--features auto)" if plan.features == "auto" else ""

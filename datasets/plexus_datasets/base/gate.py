@@ -122,8 +122,8 @@ def write_target(path: str | os.PathLike, *, directory: bool = False,
         except FileNotFoundError:
             est = None
         except OSError as e:
-            why = "a component on the way is not a directory" if e.errno == errno.ENOTDIR \
-                else (e.strerror or str(e))
+            why = ("a component on the way is not a directory" if e.errno == errno.ENOTDIR
+                else (e.strerror or str(e)))
             raise UnsafeTargetError(f"{given}: cannot {purpose} there ({why})") from None
         if est is not None and stat.S_ISLNK(est.st_mode):
             if est.st_uid not in (0, _me()) or _others_can_write(fst):
@@ -159,8 +159,8 @@ def write_target(path: str | os.PathLike, *, directory: bool = False,
         done.append(name)
         fst = est
     final = "/" + "/".join(done)
-    if directory and stat.S_ISDIR(fst.st_mode) and _others_can_write(fst) \
-            and not fst.st_mode & stat.S_ISVTX:
+    if (directory and stat.S_ISDIR(fst.st_mode) and _others_can_write(fst)
+            and not fst.st_mode & stat.S_ISVTX):
         raise UnsafeTargetError(f"{given}: a folder others can write (mode "
                                 f"{stat.S_IMODE(fst.st_mode):o}); refusing to {purpose} in it "
                                 f"(chmod go-w {final}, or use a folder only you can write)")

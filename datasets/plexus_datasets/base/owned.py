@@ -82,8 +82,8 @@ def user_key() -> bytes:
     try:
         st, dst = os.fstat(fd), os.stat(folder)
         uid = os.geteuid()
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid or st.st_mode & 0o077 \
-                or dst.st_uid != uid or dst.st_mode & 0o022:
+        if (not stat.S_ISREG(st.st_mode) or st.st_uid != uid or st.st_mode & 0o077
+                or dst.st_uid != uid or dst.st_mode & 0o022):
             raise NotOursError(f"{path}: this user's Plexus key must be a 0600 file of uid "
                                f"{uid} in a folder nobody else can write; remove it (a new "
                                f"one is made), or set ${CONFIG_ENV} to a private folder")
@@ -244,8 +244,8 @@ def _trusted_link(parent_fd: int, name: str) -> str | None:
     except OSError:
         return None
     mine = (0, os.geteuid())
-    if not stat.S_ISLNK(st.st_mode) or st.st_uid not in mine or pst.st_uid not in mine \
-            or pst.st_mode & 0o022:
+    if (not stat.S_ISLNK(st.st_mode) or st.st_uid not in mine or pst.st_uid not in mine
+            or pst.st_mode & 0o022):
         return None
     return os.readlink(name, dir_fd=parent_fd)
 

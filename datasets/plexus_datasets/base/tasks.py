@@ -129,9 +129,9 @@ def read_marker(path: Path, error: ErrorType = MarkerError) -> Any:
         raise
     except (OSError, ValueError, RecursionError) as e:
         raise bad(f"unreadable ({type(e).__name__})") from None
-    if not isinstance(outer, dict) or outer.get("format") != MARKER_FORMAT \
-            or not isinstance(outer.get("result"), str) \
-            or outer.get("sha256") != result_sha256(outer["result"]):
+    if (not isinstance(outer, dict) or outer.get("format") != MARKER_FORMAT
+            or not isinstance(outer.get("result"), str)
+            or outer.get("sha256") != result_sha256(outer["result"])):
         raise bad("its content does not match its sha256")
     try:
         return json.loads(outer["result"])

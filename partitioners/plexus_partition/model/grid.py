@@ -59,8 +59,8 @@ def parse_world_sizes(text: str, largest: int = MAX_WORLD_SIZE,
         sizes = tuple(dict.fromkeys(int(t) for t in items))
     except ValueError:
         sizes = ()
-    if not sizes or min(sizes) < 1 or max(sizes) > largest \
-            or (most is not None and len(items) > most):
+    if (not sizes or min(sizes) < 1 or max(sizes) > largest
+            or (most is not None and len(items) > most)):
         limit = f", at most {most} of them," if most is not None else ""
         raise GridError(f"must be whole numbers in [1, {largest}]{limit} separated by commas, "
                         f"got {text[:80]!r}")

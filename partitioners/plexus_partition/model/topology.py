@@ -257,8 +257,8 @@ def form_seconds(pieces: tuple[Part, ...], itemsize: float,
     total = 0.0
     for part in pieces:
         alpha, beta = rates[part.link]
-        total += ring_steps(part.op, part.p) * alpha \
-            + ring_volume(part.op, part.numel, part.p) * itemsize * beta
+        total += (ring_steps(part.op, part.p) * alpha
+            + ring_volume(part.op, part.numel, part.p) * itemsize * beta)
     return total
 
 

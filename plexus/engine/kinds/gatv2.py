@@ -38,8 +38,8 @@ class GATv2(KindLayer):
         e = g.edges
         P = g.cached(("P", a.shape[0], width, heads),
                      lambda: head_matrix(0, a.shape[0], width, heads, a.device))
-        x = full_r.float().index_select(0, e.row.long()) + \
-            full_l.float().index_select(0, e.col.long())
+        x = (full_r.float().index_select(0, e.row.long()) +
+            full_l.float().index_select(0, e.col.long()))
         scores = (F.leaky_relu(x, cfg.options.negative_slope) * a.float()) @ P
         with c.exact(), c.labelled(backward="AR(Σα·dα)"):  # float32 statistics, whatever
             alpha = g.edge_softmax(scores)               # the wire: AR-MAX, AR-SUM over o
