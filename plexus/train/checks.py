@@ -1,4 +1,4 @@
-"""Checks of a run's input that need no process group: paths, outputs, orders, datasets (the
+"""Checks of a run's input that need no process group: paths, outputs, datasets (the
 checks that price the run from the graph's sizes are the plan's: `plexus.train.plan`).
 
 The launching process runs them before any worker starts (so bad input costs nothing); under a

@@ -76,7 +76,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
 
 
 def check_numbers(args: argparse.Namespace) -> TrainConfig:
-    """Range checks of the numeric options and the options' relations; returns the checked
+    """The options' relations (their ranges are the parser's); returns the checked
     `TrainConfig`."""
     train = train_config(args)
     if args.threads is None:

@@ -10,7 +10,7 @@ from typing import Sequence
 
 from plexus.api.recipes import RECIPES
 from plexus.api.training import BACKENDS, LR_SCHEDULES, OPTIMIZERS, TrainConfig
-from plexus_partition.model.cli import ArgumentParser
+from plexus_partition.model.cli import ArgumentParser, given_options
 from plexus_partition.model.layout import DEFAULT_PERMUTATION
 from plexus_partition.model.ops import KINDS
 from plexus_partition.model.topology import COLLECTIVES
@@ -301,10 +301,7 @@ def _engine_options(eng: argparse._ArgumentGroup) -> None:
 
 def explicit_options(argv: Sequence[str] | None) -> set[str]:
     """The destinations of the options given on the command line (a recipe does not override
-    them)."""
-    shadow = _add_options(ArgumentParser)  # untyped: every default suppressed
-    for action in shadow._actions:  # noqa: SLF001 — argparse has no public way to list them
-        action.default = argparse.SUPPRESS
-    given, _ = shadow.parse_known_args(argv)
-    return set(vars(given))
+    them): the tools' one rule (`given_options`), on the untyped parser (the typed one asks
+    this as it parses)."""
+    return given_options(_add_options(ArgumentParser), None if argv is None else list(argv))
 
