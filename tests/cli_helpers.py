@@ -176,3 +176,13 @@ def cache_plan(dataset: str = "cora", grid: str = "2x1x1", **changes):
     engine = changes.pop("engine", EngineConfig())
     return RunRequest(grid=GridShape.parse(grid), dataset=dataset, root=None, model=model,
                       train=TrainConfig(epochs=1, seed=seed), engine=engine, **changes)
+
+
+def launched(args):
+    """``plexus-train``'s parsed options as a local run's launching process makes them: the
+    request (`build_plan`), resolved there where the graph's sizes are cheap to learn
+    (`resolve_at_launch`; else the request, which rank 0 resolves)."""
+    from plexus.train.cli import build_plan  # noqa: PLC0415 (torch: only the tests that plan)
+    from plexus.train.resolve import resolve_at_launch  # noqa: PLC0415
+
+    return resolve_at_launch(build_plan(args, None))

@@ -37,9 +37,8 @@ from plexus.perfmodel import (CALIBRATION_ENV, Calibration, CalibrationError, fi
                               resolve_calibration)
 from plexus.runtime.child import ChildDied
 from plexus_partition.launch.env import (JobEnv, LaunchError, default_device, detect_environment,
-                                         env_threads, local_world_size)
+                                         env_threads)
 
-from . import checkpoint as ckpt
 from .cachedir import default_cache_dir
 from .cachecli import cache_command, from_cache
 from .cacheuse import StoreUse
@@ -109,21 +108,18 @@ def check_numbers(args: argparse.Namespace) -> TrainConfig:
 # ---- options -> RunRequest --------------------------------------------------------------------
 
 
-def _check_world(grid: GridShape | None, args: argparse.Namespace, env: JobEnv | None
-                 ) -> tuple[int | None, str]:
-    """The job's world size (None: not known yet), consistent with the grid and --world-size,
-    and for --grid auto with no size given (outside a launcher: one rank per local GPU or CPU
-    core) the words saying where the size came from ('' otherwise)."""
-    world = env.world_size if env is not None else None
-    if args.world_size is not None and world is not None and args.world_size != world:
-        raise UsageError(f"--world-size {args.world_size} but the launcher started {world} ranks")
-    world = world if world is not None else args.world_size
-    if grid is None and world is None:
-        per = "GPU" if default_device(args.device).type == "cuda" else "CPU core"
-        return local_world_size(args.device), f", one per {per} here"
-    if grid is not None and world is not None:
-        grid.check_world(world, "the launcher started" if env is not None else "--world-size is")
-    return world, ""
+def _check_launcher_world(grid: GridShape | None, args: argparse.Namespace, env: JobEnv | None
+                           ) -> None:
+    """Under a launcher, the grid and --world-size against the ranks it started (checked on
+    every rank before the process group forms: a wrong grid cuts no store); a local run's count
+    of workers is its launch's (`plexus.train.resolve.local_world`)."""
+    if env is None:
+        return
+    if args.world_size is not None and args.world_size != env.world_size:
+        raise UsageError(f"--world-size {args.world_size} but the launcher started "
+                         f"{env.world_size} ranks")
+    if grid is not None:
+        grid.check_world(env.world_size, "the launcher started")
 
 
 def _comm_options(args: argparse.Namespace) -> dict:
@@ -157,13 +153,10 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 
 
 def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunRequest:
-    """Validate the parsed options into the run's `RunRequest`; the launching process of a
-    local run (``env`` None) also resolves it before any worker starts where it learns the
-    graph's sizes cheaply (`plexus.train.resolve.resolve_at_launch`), and returns the
-    `ResolvedRun`; otherwise the request, which rank 0 resolves once the ranks have joined.
-
-    Under a launcher (``env`` set) every rank runs this, so it stays cheap there: it returns
-    the request (`plexus.train.entry`: rank 0 resolves it, every rank receives the run).
+    """Validate the parsed options into the run's `RunRequest`, which is resolved once per job
+    (`plexus.train.resolve`): by a local run's launching process before any worker starts
+    (`resolve_at_launch`, where it learns the graph's sizes cheaply), else by rank 0 once the
+    ranks have joined. Under a launcher (``env`` set) every rank runs this, so it stays cheap.
     """
     train = check_numbers(args)
     if args.dataset is not None and not args.dataset.strip():  # '' must not quietly mean cora
@@ -173,11 +166,10 @@ def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunRequest:
                             args.save_predictions, args.export,
                             dataset_files(args.dataset, args.root, args.shards),
                             None if args.no_cache else args.cache))
-    resume = resolve_resume(args, env is None or env.rank == 0)
     shape = problem_shape(args)
     if shape.note and not args.quiet and (env is None or env.rank == 0):
         console_line(f"{PROG}: {shape.note}")
-    world, world_note = _check_world(shape.grid, args, env)
+    _check_launcher_world(shape.grid, args, env)
     calibration = run_calibration(args.calibration)
     # "auto" collectives priced with the calibration's link classes, as the model prices them
     engine = replace(engine_config(args), link_rates=calibration.calibration.links)
@@ -190,7 +182,7 @@ def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunRequest:
         grid=shape.grid, dataset=shape.dataset, root=args.root, model=model, train=train,
         engine=engine, perm=shape.perm or args.perm or DEFAULT_PERMUTATION, shards=args.shards,
         checkpoint=args.checkpoint,
-        checkpoint_every=args.checkpoint_every or CHECKPOINT_EVERY, resume=resume,
+        checkpoint_every=args.checkpoint_every or CHECKPOINT_EVERY, resume=args.resume,
         log_json=args.log_json, quiet=args.quiet, verbose=args.verbose,
         heartbeat_s=args.heartbeat,
         timeout_s=args.timeout,
@@ -201,9 +193,9 @@ def build_plan(args: argparse.Namespace, env: JobEnv | None) -> RunRequest:
         log_csv=args.log_csv, tensorboard=args.tensorboard,
         cache_dir=cache_dir and str(cache_dir.expanduser()), cache_explicit=bool(args.cache),
         device=args.device, calibration=calibration.path, threads=args.threads,
-        placement=args.placement, cache_max_bytes=args.cache_max_bytes)
-    return request if env is not None else resolve_at_launch(request, world, world_note,
-                                                             calibration.calibration)
+        world_size=args.world_size, placement=args.placement,
+        cache_max_bytes=args.cache_max_bytes)
+    return request
 
 
 @dataclass(frozen=True)
@@ -221,21 +213,6 @@ def run_calibration(path: str | None) -> _RunCalibration:
     except CalibrationError as e:
         option = "--calibration" if path else f"${CALIBRATION_ENV}"
         raise UsageError(f"{option}: {e}") from None
-
-
-def resolve_resume(args: argparse.Namespace, speak: bool) -> bool:
-    """``--resume auto``: resume when the checkpoint file exists, else start at epoch 0 (said
-    once when ``speak``). Every rank decides before the process group forms, so before any
-    checkpoint of this run can appear: all decide alike."""
-    if args.resume != "auto":
-        return bool(args.resume)
-    path = ckpt.checkpoint_path(Path(args.checkpoint).expanduser())
-    if path.is_file():
-        return True
-    if speak and not args.quiet:
-        print(f"{PROG}: --resume auto: no checkpoint at {path} yet; starting from epoch 0",
-              flush=True)
-    return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -257,6 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return link_main(args, env)
         refuse_link_options(args)
         plan = build_plan(args, env)
+        if env is None:  # a local run: resolved here where cheap, else by its rank 0
+            plan = resolve_at_launch(plan)
         # what the ranks are handed beside the run: the launch's facts, the cache's store, a
         # test's fault (under torchrun/srun start-up counts from each rank's own start)
         facts = JobFacts(None if env is not None else launched_at,

@@ -104,13 +104,15 @@ class RunRequest:
     cache_max_bytes: int | None = None  # the cache's size cap (None: none); LRU eviction
     checkpoint: str | None = None
     checkpoint_every: int = CHECKPOINT_EVERY
-    resume: bool = False
+    resume: bool | str = False  # "auto": decided when the run is resolved (a bool after)
     log_json: str | None = None
     quiet: bool = False
     verbose: bool = False  # --verbose: the summary's timers and bytes per axis and collective
     heartbeat_s: float = 0.0  # --quiet's heartbeat interval (0: none)
     device: str | None = None  # "cpu" or "cuda" (--device); None: CUDA where available
     threads: int | None = None  # torch threads per rank (--threads); None: OMP_NUM_THREADS/share
+    world_size: int | None = None  # --world-size: the workers a local run starts (None: the
+    # grid's, or for --grid auto one per local GPU or core); a launcher's world is its own
     calibration: str | None = None  # the rates --grid auto prices with (None: built-in)
     # --placement: "auto" (the model's fastest node block where the calibration has link
     # classes), "launcher", or a block "XxYxZ"; resolved into engine.node_block

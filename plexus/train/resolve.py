@@ -1,7 +1,7 @@
 """A `RunRequest` resolved into the `ResolvedRun` every rank trains, by one function (`resolve`)
 with one list of checks: the graph's sizes (from the loaded graph, an R-MAT spec or a store's
-manifest), the grid of ``--grid auto``, the grid-fit and memory checks, the devices, the
-checkpoint to resume from and the outputs.
+manifest), the grid of ``--grid auto``, the grid-fit and memory checks, the devices,
+whether ``--resume auto`` resumes and the checkpoint it resumes from, and the outputs.
 
 It runs once per job. Where the process group exists (under torchrun or srun, or a local run
 whose launching process could not learn the sizes cheaply) rank 0 resolves and every rank
@@ -15,13 +15,14 @@ loaded by the launching process only to learn its sizes (`plexus.train.checks.pr
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from plexus_datasets import Graph
 from plexus_datasets.trainable import check_trainable, graph_counts
 from plexus_partition import read_manifest
 from plexus_partition.model.grid import GridShape
-from plexus_partition.launch.env import check_local_devices, default_device
+from plexus_partition.launch.env import check_local_devices, default_device, local_world_size
 from plexus_partition.store import graph_hash
 from plexus.perfmodel import Calibration, CalibrationError, load_calibration
 
@@ -71,6 +72,7 @@ def resolve(request: RunRequest, world: int | None, calibration: Calibration, *,
     needs once it holds its shard (`plexus.train.plan.rank_peaks`). ``world_note`` follows the
     rank count on the --grid auto line. Raises the run's user errors (`UsageError`,
     `DatasetError`, ...)."""
+    request = _resume_decided(request)
     known = known or _learn_sizes(request)
     sizes, graph = known.sizes, known.graph
     # the trainable and resume checks are every rank's in `load_local` (on its shard, with the
@@ -123,19 +125,49 @@ def sizes_at_launch(request: RunRequest) -> KnownSizes | None:
     return None if sizes is None else KnownSizes(sizes)
 
 
-def resolve_at_launch(request: RunRequest, world: int | None, world_note: str,
-                      calibration: Calibration) -> RunRequest:
+def resolve_at_launch(request: RunRequest) -> RunRequest:
     """A local run resolved by its launching process before any worker starts, where it learns
     the graph's sizes cheaply (`sizes_at_launch`); else the request, which rank 0 resolves once
     the workers have joined (a big graph is loaded by the ranks, not here too)."""
+    world, world_note = local_world(request)
     known = sizes_at_launch(request)
     if known is None:
         return request
+    calibration = load_calibration(request.calibration)
     rates, said = (auto_rates(request, world, calibration) if request.grid is None
         else (calibration, None))
     return resolve(request, world, calibration, known=known, ranks_per_host=world,
                    before_workers=True, grid_rates=rates, rates_said=said,
                    world_note=world_note).run
+
+
+def local_world(request: RunRequest) -> tuple[int | None, str]:
+    """How many workers a local run starts (None: the grid's), checked against its grid, and
+    for --grid auto with no --world-size (one rank per local GPU or CPU core) the words saying
+    where the count came from ('' otherwise)."""
+    if request.world_size is not None:
+        if request.grid is not None:
+            request.grid.check_world(request.world_size, "--world-size is")
+        return request.world_size, ""
+    if request.grid is not None:
+        return None, ""
+    per = "GPU" if default_device(request.device).type == "cuda" else "CPU core"
+    return local_world_size(request.device), f", one per {per} here"
+
+
+def _resume_decided(request: RunRequest) -> RunRequest:
+    """``--resume auto`` decided: resume where the checkpoint file exists, else start at epoch
+    0 (said unless --quiet). Whoever resolves the run decides, once for the job and before any
+    checkpoint of this run can be written; every rank receives the answer."""
+    if request.resume != "auto":
+        return request
+    assert request.checkpoint is not None  # the options' relations: --resume needs it
+    path = ckpt.checkpoint_path(Path(request.checkpoint).expanduser())
+    found = path.is_file()
+    if not found and not request.quiet:
+        console_line(f"{PROG}: --resume auto: no checkpoint at {path} yet; starting from "
+                     "epoch 0")
+    return replace(request, resume=found)
 
 
 def resolved_by_rank_0(request: RunRequest, ranks_per_host: int) -> Resolution:

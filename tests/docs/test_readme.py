@@ -278,13 +278,14 @@ def test_benchmark_readme_commands_name_real_scripts_and_options():
 def test_readme_grid_auto_sample_is_what_the_command_prints(capsys):
     """docs/training.md quotes `--grid auto`'s line for Cora on 2 ranks: it must be the line
     printed (the model's predictions are deterministic)."""
-    from plexus.train.cli import build_plan, build_parser
+    from plexus.train.cli import build_parser
+    from cli_helpers import launched
 
     text = " ".join(TRAINING.read_text(encoding="utf-8").split())
     quoted = re.search(r"`\./run train --grid auto --world-size 2` prints `(plexus-train: --grid "
                        r"auto: .*?)`", text)
     assert quoted, "docs/training.md's --grid auto sample is gone"
-    build_plan(build_parser().parse_args(["--grid", "auto", "--world-size", "2"]), None)
+    launched(build_parser().parse_args(["--grid", "auto", "--world-size", "2"]))
     assert capsys.readouterr().out.strip() == quoted.group(1)
 
 

@@ -19,7 +19,8 @@ import json
 import pytest
 
 from plexus.perfmodel import epoch_memory
-from plexus.train.cli import build_plan, main
+from plexus.train.cli import main
+from cli_helpers import launched
 from plexus.train.parser import build_parser
 from plexus.train.plan import GraphSizes
 from plexus_datasets import load_dataset
@@ -55,7 +56,7 @@ def test_the_memory_model_matches_the_tracked_tensor_peak(run, grid, graph, tmp_
     assert main(argv) == 0, capsys.readouterr().err
     memory = json.loads(log.read_text().splitlines()[-1])["memory"]
     measured = max(memory["tracked_peak_bytes"])
-    plan = build_plan(build_parser().parse_args(argv), None)
+    plan = launched(build_parser().parse_args(argv))
     spec = plan.spec(GraphSizes.of_graph(graph, plan.model), from_store=False, device="cpu")
     predicted = epoch_memory(dataclasses.replace(spec, allocator_slack=False), plan.grid)
     tensors = predicted.total - predicted.runtime

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from cli_helpers import train
+from cli_helpers import launched, train
 from plexus.train.cache import BuildRequest, Source, streams
-from plexus.train.cli import build_plan
 from plexus.train.parser import build_parser
 from plexus.train.session import data_note
 
@@ -27,7 +26,7 @@ def _npz(path, seed=0, n=40):
 
 
 def _plan(*argv: str):
-    return build_plan(build_parser().parse_args(["--grid", "1x1x1", "--no-cache", *argv]), None)
+    return launched(build_parser().parse_args(["--grid", "1x1x1", "--no-cache", *argv]))
 
 
 def test_the_split_seed_defaults_to_the_seed_and_stands_apart_when_given(tmp_path):

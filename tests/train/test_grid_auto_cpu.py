@@ -15,7 +15,8 @@ from helpers import assert_one_line
 from plexus.perfmodel import CalibrationError, ModelSpec, rank_configs
 from plexus.perfmodel import machine
 from plexus.perfmodel.machine import MACHINE_CACHE_ENV, machine_cache_dir, machine_rates
-from plexus.train.cli import build_plan, build_parser
+from plexus.train.cli import build_parser
+from cli_helpers import launched
 from plexus.train.plan import deciding_term
 
 #: a measurement's document as plexus-bench calibrate writes it, with rates no default has
@@ -118,7 +119,7 @@ def test_the_line_names_the_term_that_decided():
 
 
 def _auto_line(capsys, *argv: str) -> str:
-    build_plan(build_parser().parse_args(["--no-cache", *argv]), None)
+    launched(build_parser().parse_args(["--no-cache", *argv]))
     return capsys.readouterr().out
 
 

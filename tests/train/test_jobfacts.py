@@ -36,12 +36,13 @@ def test_facts_are_frozen_values_a_worker_receives_whole():
 
 
 def test_ranks_prove_the_options_they_share_and_not_their_own():
-    from plexus.train.cli import build_parser, build_plan
+    from plexus.train.cli import build_parser
+    from cli_helpers import launched
     from plexus.train.peercheck import run_options
 
     def options(*argv: str) -> dict[str, str]:
-        return run_options(build_plan(build_parser().parse_args(
-            ["--grid", "1x1x2", "--epochs", "3", *argv]), None))
+        return run_options(launched(build_parser().parse_args(
+            ["--grid", "1x1x2", "--epochs", "3", *argv])))
 
     base = options()
     assert options("--quiet", "--threads", "1") == base  # a rank's console and threads

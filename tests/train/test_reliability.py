@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli_helpers import (cli_env, job_workers, losses, read_log, session_processes, train,
-                         wait_for_epoch)
+from cli_helpers import (cli_env, job_workers, launched, losses, read_log, session_processes,
+                         train, wait_for_epoch)
 from helpers import assert_one_line
 from plexus.train import checkpoint as ckpt
 from plexus.api import memcheck
@@ -295,9 +295,9 @@ def test_shard_store_for_another_configuration_exits_2(store, args, needle, caps
 def test_a_store_cut_with_agg_trains_with_its_orders_when_none_is_given(store, capsys):
     """The default order (auto) does not override a store's: without --order the store's
     orders win; an explicit order that resolves to others is refused."""
-    from plexus.train.cli import build_plan, build_parser
+    from plexus.train.cli import build_parser
 
-    opts = build_plan(build_parser().parse_args(["--shards", str(store), "--quiet"]), None)
+    opts = launched(build_parser().parse_args(["--shards", str(store), "--quiet"]))
     assert opts.model.layer_orders(1433, 7) == ("agg", "agg")
     assert main(["--shards", str(store), "--order", "auto", "--epochs", "1"]) == 2
     err = capsys.readouterr().err

@@ -22,7 +22,7 @@ from plexus.train.cli import build_parser, build_plan
 from plexus.train.errors import UsageError
 from plexus.train.plan import ResolvedRun, RunRequest
 from plexus.perfmodel import Calibration
-from plexus.train.resolve import resolve, sizes_at_launch
+from plexus.train.resolve import resolve, resolve_at_launch, sizes_at_launch
 
 # Cora: 2708 nodes; Â holds its 10556 directed edges and a self loop per node; 1433 features,
 # 7 classes, undirected (Â = Âᵀ under the GCN aggregation), single-label
@@ -51,7 +51,9 @@ def torchrun(rank: int, world: int = 4) -> JobEnv:
 
 
 def plan(argv: list[str], env: JobEnv | None):
-    return build_plan(build_parser().parse_args([*argv, "--quiet"]), env)
+    """The options' request; a local run's (``env`` None) as its launching process resolves it."""
+    request = build_plan(build_parser().parse_args([*argv, "--quiet"]), env)
+    return request if env is not None else resolve_at_launch(request)
 
 
 # ---- (a) no holes: the launcher's and a rank's resolved runs --------------------------------
@@ -127,6 +129,27 @@ def test_rank_0_resolving_checks_the_outputs_it_alone_writes(tmp_path):
     with pytest.raises(UsageError, match="--log-json"):
         resolve(request, 2, Calibration(), ranks_per_host=2)
 
+
+
+def test_resume_auto_is_decided_once_by_whoever_resolves(tmp_path, capsys):
+    """Under torchrun every rank's request keeps ``--resume auto`` undecided; the resolution
+    decides it once for the job (from whether the checkpoint file exists then) and says so once
+    when it starts afresh; the ranks receive a plain yes or no."""
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    argv = ["--dataset", "cora", "--grid", "2x1x1", "--checkpoint", str(ck), "--resume", "auto"]
+    requests = [build_plan(build_parser().parse_args(argv), torchrun(r, world=2))
+                for r in range(2)]
+    assert [r.resume for r in requests] == ["auto", "auto"]
+    assert capsys.readouterr().out == ""  # no rank decided, nor said anything
+    fresh = resolve(requests[0], 2, Calibration(), ranks_per_host=2).run
+    assert fresh.resume is False
+    said = capsys.readouterr().out.splitlines()
+    assert said == [f"plexus-train: --resume auto: no checkpoint at {ck / 'checkpoint.pt'} "
+                    "yet; starting from epoch 0"]
+    (ck / "checkpoint.pt").write_bytes(b"the ranks read and check it (load_resume)")
+    again = resolve(requests[0], 2, Calibration(), ranks_per_host=2).run
+    assert again.resume is True and capsys.readouterr().out == ""
 
 # ---- (c) a rank given a resolved run reads and checks its shard, and chooses nothing --------
 def test_a_rank_given_a_resolved_run_never_chooses_a_grid(monkeypatch):

@@ -15,7 +15,8 @@ from helpers import assert_one_line
 from plexus_partition.model.grid import GridShape
 from plexus_datasets import load_dataset
 from plexus_partition import write_store
-from plexus.train.cli import build_plan, main
+from plexus.train.cli import main
+from cli_helpers import launched
 from plexus.train.parser import build_parser
 
 DATA = Path(__file__).parents[1] / "partitioners" / "data"
@@ -24,7 +25,7 @@ SPEC = "rmat:scale=6,edge_factor=4,features=8,classes=3"
 
 
 def _plan(*argv: str):
-    return build_plan(build_parser().parse_args(list(argv)), None)
+    return launched(build_parser().parse_args(list(argv)))
 
 
 @pytest.fixture()

@@ -20,7 +20,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from cli_helpers import losses, read_log, train, train_here
+from cli_helpers import launched, losses, read_log, train, train_here
 from helpers import REPO, assert_one_line
 from plexus.train import checkpoint as ckpt
 from plexus.engine.config import ModelConfig, TrainConfig
@@ -465,16 +465,16 @@ def test_no_grid_is_grid_auto_over_the_local_cores(capsys, monkeypatch):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setattr(env_module, "available_cores", lambda: 3)
     for argv in ([], ["--grid", "auto"]):
-        opts = build_plan(build_parser().parse_args(argv), None)
+        opts = launched(build_parser().parse_args(argv))
         line = capsys.readouterr().out
         assert opts.grid is not None and opts.grid.world_size == 3, argv
         assert line.startswith(f"plexus-train: --grid auto: chose {opts.grid} for 3 ranks, one "
                                "per CPU core here (predicted epoch "), line
         assert line.count("\n") == 1, line
     # --world-size still sets the count; a given grid is taken as it is, silently
-    opts = build_plan(build_parser().parse_args(["--world-size", "2"]), None)
+    opts = launched(build_parser().parse_args(["--world-size", "2"]))
     assert opts.grid.world_size == 2 and "for 2 ranks (predicted" in capsys.readouterr().out
-    opts = build_plan(build_parser().parse_args(["--grid", "1x1x1"]), None)
+    opts = launched(build_parser().parse_args(["--grid", "1x1x1"]))
     assert str(opts.grid) == "1x1x1" and capsys.readouterr().out == ""
 
 
@@ -492,7 +492,7 @@ def test_the_launcher_resolves_the_plan_once_and_a_launched_rank_the_same_way(tm
 
     argv = ["--grid", "auto", "--world-size", "2", "--quiet", "--log-json",
             str(tmp_path / "log.json")]
-    launcher = build_plan(build_parser().parse_args(argv), None)
+    launcher = launched(build_parser().parse_args(argv))
     assert isinstance(launcher, ResolvedRun) and launcher.grid.world_size == 2
     # Cora: 2708 nodes, 10556 directed edges plus a self loop each in Â, 1433 features, 7 classes
     s = launcher.sizes

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from plexus.api.recipes import RECIPES, Recipe
-from plexus.train.cli import build_plan
+from cli_helpers import launched
 from plexus.train.errors import UsageError
 from plexus.train.parser import build_parser
 from plexus_partition import cli as partition_cli
@@ -54,7 +54,7 @@ def test_a_recipes_values_are_bounded_like_the_command_lines(monkeypatch):
 ])
 def test_the_order_is_checked_once_and_named_by_its_flag(argv, message):
     with pytest.raises(UsageError) as e:
-        build_plan(build_parser().parse_args(["--grid", "1x1x1", "--quiet", *argv]), None)
+        launched(build_parser().parse_args(["--grid", "1x1x1", "--quiet", *argv]))
     assert str(e.value).startswith(message)
 
 
@@ -62,10 +62,10 @@ def test_a_stores_grid_is_checked_against_the_model_where_the_run_is_resolved(tm
     out = tmp_path / "store"
     assert partition_cli.main(["--dataset", "cora", "--grid", "2x2x2", "--layers", "2",
                                "--orders", "agg", "--out", str(out)]) == 0
-    fits = build_plan(build_parser().parse_args(["--shards", str(out), "--order", "agg",
-                                                 "--quiet"]), None)
+    fits = launched(build_parser().parse_args(["--shards", str(out), "--order", "agg",
+                                               "--quiet"]))
     assert fits.grid == GridShape(2, 2, 2)
     # one hidden feature cannot be cut over an axis of 2 ranks (every axis of 2x2x2 has 2)
     with pytest.raises(UsageError, match=r"has 2 ranks but cuts the 1 hidden features"):
-        build_plan(build_parser().parse_args(["--shards", str(out), "--order", "agg",
-                                              "--hidden", "1", "--quiet"]), None)
+        launched(build_parser().parse_args(["--shards", str(out), "--order", "agg",
+                                            "--hidden", "1", "--quiet"]))

@@ -44,13 +44,13 @@ def test_the_default_order_is_auto_and_agg_is_one_flag_away():
     first on narrowing layers); the paper's "agg" is ``--order agg``."""
     from plexus.studies.cli import sweep_parser
     from plexus.studies.plan import ModelOptions
-    from plexus.train.cli import build_plan
+    from cli_helpers import launched
 
     assert ModelConfig().order == modelopts.DEFAULT_ORDER == "auto"
-    opts = build_plan(train_parser().parse_args(["--grid", "1x1x1", "--quiet"]), None)
+    opts = launched(train_parser().parse_args(["--grid", "1x1x1", "--quiet"]))
     assert opts.model.layer_orders(1433, 7) == ("combine", "combine")  # Cora: 1433 > 16 > 7
     assert ModelConfig(num_layers=3, hidden=64).layer_orders(16, 7) == ("agg", "agg", "combine")
-    paper = build_plan(train_parser().parse_args(["--grid", "1x1x1", "--order", "agg"]), None)
+    paper = launched(train_parser().parse_args(["--grid", "1x1x1", "--order", "agg"]))
     assert paper.model.layer_orders(1433, 7) == ("agg", "agg")
     sweep = sweep_parser().parse_args(["--dataset", "cora", "--out", "x"])
     assert sweep.order == ModelOptions().order == modelopts.DEFAULT_ORDER
@@ -126,10 +126,10 @@ def test_grid_auto_names_its_choice_the_runner_up_and_their_figures(capsys):
     from plexus.core.units import format_bytes, format_seconds
     from plexus_datasets import gcn_nnz, load_dataset
     from plexus.perfmodel import ModelSpec, rank_configs
-    from plexus.train.cli import build_plan
+    from cli_helpers import launched
     from plexus.api.memcheck import predicted_peaks
 
-    opts = build_plan(train_parser().parse_args(["--grid", "auto", "--world-size", "4"]), None)
+    opts = launched(train_parser().parse_args(["--grid", "auto", "--world-size", "4"]))
     line = capsys.readouterr().out.strip()
     g = load_dataset("cora")
     sizes = (g.num_nodes, gcn_nnz(g), g.num_features, g.num_classes)
@@ -153,8 +153,7 @@ def test_grid_auto_names_its_choice_the_runner_up_and_their_figures(capsys):
         "the times are not this machine's (plexus-bench calibrate --out FILE, then "
         "--calibration FILE)")
     assert summary_peak(best.grid) != format_bytes(best.memory.total)  # the old mismatch
-    build_plan(train_parser().parse_args(["--grid", "auto", "--world-size", "4", "--quiet"]),
-                  None)
+    launched(train_parser().parse_args(["--grid", "auto", "--world-size", "4", "--quiet"]))
     assert capsys.readouterr().out == ""
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli_helpers import cli_env, read_log
+from cli_helpers import cli_env, launched, read_log
 from helpers import REPO, assert_one_line
 
 
@@ -183,14 +183,14 @@ def test_cache_list_and_clean_on_the_command_line(cache_of_three, capsys):
 def test_a_run_holds_its_store_and_the_cap_evicts_the_others(tmp_path, monkeypatch):
     from plexus.train.cache import Cache, cached_options
     from plexus.train.cacheuse import MAX_GB_ENV, entries, evict
-    from plexus.train.cli import build_plan, build_parser
+    from plexus.train.cli import build_parser
 
     root = tmp_path / "cache"
     other = tiny_store(root, "other-1x1x2-0", 0)
     os.utime(other, (time.time() - 60, time.time() - 60))
     monkeypatch.setenv(MAX_GB_ENV, "1e-6")  # a cap smaller than any store
-    opts = build_plan(build_parser().parse_args(
-        ["--grid", "1x1x2", "--cache", str(root), "--epochs", "1"]), None)
+    opts = launched(build_parser().parse_args(
+        ["--grid", "1x1x2", "--cache", str(root), "--epochs", "1"]))
     assert opts.cache_max_bytes == int(1e-6 * 2**30)
     said: list[str] = []
     new, store = cached_options(opts, Cache(root, said.append), 2)
@@ -210,20 +210,20 @@ def test_partition_cuts_the_orders_plexus_train_resolves_by_default(dataset, ext
     from plexus_datasets import load_dataset
     from plexus_partition import read_manifest
     from plexus_partition.cli import main as partition
-    from plexus.train.cli import build_plan, build_parser
+    from plexus.train.cli import build_parser
 
     out = tmp_path / "store"
     assert partition(["--dataset", dataset, "--grid", "1x1x2", "--layers", "2", "--out", str(out),
                       *extra]) == 0
-    opts = build_plan(build_parser().parse_args(
-        ["--grid", "1x1x2", "--dataset", dataset, "--no-cache", *extra]), None)
+    opts = launched(build_parser().parse_args(
+        ["--grid", "1x1x2", "--dataset", dataset, "--no-cache", *extra]))
     g = load_dataset(dataset)
     want = opts.model.orders(g.num_features, g.num_classes)
     assert read_manifest(out)["orders"] == want
     if extra == ["--hidden", "2000"]:  # a widening first layer: auto aggregates it first
         assert want == ["agg", "combine"]
     # and plexus-train --shards takes the store's orders as its own default
-    shards = build_plan(build_parser().parse_args(["--shards", str(out), *extra]), None)
+    shards = launched(build_parser().parse_args(["--shards", str(out), *extra]))
     assert shards.model.orders(g.num_features, g.num_classes) == want
 
 
@@ -231,7 +231,7 @@ def test_partition_auto_orders_cut_gin_stores_as_plexus_train_resolves_them(tmp_
     from plexus_datasets import load_dataset
     from plexus_partition import read_manifest
     from plexus_partition.cli import main as partition
-    from plexus.train.cli import build_plan, build_parser
+    from plexus.train.cli import build_parser
 
     out = tmp_path / "gin"
     # --layers counts GNN layers, as plexus-train's: two GIN layers are four stages (agg, dense)
@@ -239,9 +239,9 @@ def test_partition_auto_orders_cut_gin_stores_as_plexus_train_resolves_them(tmp_
                       "gin", "--out", str(out)]) == 0
     assert (read_manifest(out)["num_stages"], read_manifest(out)["gnn_layers"]) == (4, 2)
     g = load_dataset("cora")
-    want = build_plan(build_parser().parse_args(
-        ["--grid", "1x1x1", "--dataset", "cora", "--model", "gin", "--no-cache"]),
-        None).model.orders(g.num_features, g.num_classes)
+    want = launched(build_parser().parse_args(
+        ["--grid", "1x1x1", "--dataset", "cora", "--model", "gin", "--no-cache"])
+    ).model.orders(g.num_features, g.num_classes)
     assert read_manifest(out)["orders"] == want and "dense" in want
 
 
