@@ -37,11 +37,16 @@ A recipe names `ModelConfig` fields; one the engine does not have yet is a `Reci
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from plexus_partition.model.model import ModelConfig
 from plexus.engine.config import TrainConfig
+
+
+#: A recipe's field -> the tools' option that sets it, where their names differ.
+OPTION_OF_FIELD = {"num_layers": "layers", "kind": "model"}
 
 
 class RecipeError(ValueError):
@@ -79,6 +84,23 @@ class Recipe:
     def train_config(self, **overrides: Any) -> TrainConfig:
         """The recipe's `TrainConfig`, with ``overrides`` (fields) taking precedence."""
         return TrainConfig(**{**self.train, **overrides})
+
+    @staticmethod
+    def set_options(values: Mapping[str, Any], args: argparse.Namespace,
+                    given: set[str]) -> dict[str, Any]:
+        """Set each of ``values`` (a recipe's fields) on the option of a tool's ``args`` that
+        holds it, unless the command line gave that option (``given``: the command line wins);
+        return the fields no option of the tool holds (for its `ModelConfig`)."""
+        rest = {}
+        for name, value in values.items():
+            dest = OPTION_OF_FIELD.get(name, name)
+            if dest in given:
+                continue
+            if hasattr(args, dest):
+                setattr(args, dest, value)
+            else:
+                rest[name] = value
+        return rest
 
 
 _HIDDEN_ONLY_DROPOUT = {"num_layers": 3, "hidden": 256, "dropout": 0.5, "input_dropout": False}

@@ -47,8 +47,6 @@ from .spec import BEST_ORDER, ModelSpec
 
 # Up to this many stored edges the CLI builds Â to count its non-zeros exactly.
 _EXACT_NNZ_LIMIT = 50_000_000
-# A recipe's ModelConfig field -> the plexus-model option that sets it (the others by name).
-_RECIPE_FLAGS = {"num_layers": "layers", "kind": "model"}
 
 
 def _model_parser() -> ArgumentParser:
@@ -228,16 +226,7 @@ def _apply_recipe(args: argparse.Namespace, explicit: set[str],
     recipe = recipe_lookup(args.recipe)
     if args.dataset is None and args.nodes is None:
         args.dataset = recipe.dataset
-    rest = {}
-    for name, value in recipe.model.items():
-        dest = _RECIPE_FLAGS.get(name, name)
-        if dest in explicit:
-            continue
-        if hasattr(args, dest):
-            setattr(args, dest, value)
-        else:
-            rest[name] = value
-    return rest, bool(recipe.symmetrize)
+    return recipe.set_options(recipe.model, args, explicit), bool(recipe.symmetrize)
 
 
 

@@ -19,9 +19,6 @@ from plexus_partition.model.grid import GridError, GridShape
 from .cacheuse import cap_bytes
 from .placing import parse_placement
 
-#: Recipe field -> the option that sets it (a field without an option is set on the model).
-_RECIPE_FLAGS = {"num_layers": "layers", "kind": "model"}
-
 
 def typed_options(args: argparse.Namespace, explicit: set[str]) -> argparse.Namespace:
     """``args`` as parsed, typed in place and returned: ``explicit`` kept, the recipe applied
@@ -41,17 +38,10 @@ def apply_recipe(args: argparse.Namespace, explicit: set[str]) -> dict:
     `RecipeError` (a user error) when the engine lacks a model option the recipe needs."""
     recipe = get_recipe(args.recipe)
     recipe.check()
-    rest = {}
-    values = {**recipe.model, **recipe.train, "symmetrize": recipe.symmetrize,
-              "dataset": recipe.dataset}
-    for field, value in values.items():
-        dest = _RECIPE_FLAGS.get(field, field)
-        if dest in explicit or (dest == "dataset" and args.shards):  # a store fixes its dataset
-            continue
-        if hasattr(args, dest):
-            setattr(args, dest, value)
-        else:
-            rest[field] = value
+    values = {**recipe.model, **recipe.train, "symmetrize": recipe.symmetrize}
+    if not args.shards:  # a store fixes its dataset
+        values["dataset"] = recipe.dataset
+    rest = recipe.set_options(values, args, explicit)
     try:
         check_options(vars(args))  # the parser checked the command line's values, not these
     except BoundError as e:

@@ -5,6 +5,8 @@ run is resolved)."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from plexus.api.recipes import RECIPES, Recipe
@@ -45,6 +47,29 @@ def test_a_recipes_values_are_bounded_like_the_command_lines(monkeypatch):
     # the same value given on the command line over the recipe's is the user's choice, checked
     args = build_parser().parse_args(["--recipe", "test-steep", "--lr", "0.5"])
     assert args.lr == 0.5
+
+
+def test_a_recipe_fills_what_the_command_line_left_in_both_tools(monkeypatch, tmp_path):
+    """The one rule both plexus-train and plexus-model apply: a recipe's field goes onto its
+    option (num_layers onto --layers, kind onto --model) unless the command line gave it; a
+    field no option holds is left for the model; a store fixes its dataset."""
+    from plexus.perfmodel.cli import _apply_recipe
+
+    monkeypatch.setitem(RECIPES, "test-mix", Recipe(
+        "test-mix", "pubmed", "a test", model={"kind": "sage", "num_layers": 4, "hidden": 48},
+        train={"epochs": 7}))
+    args = build_parser().parse_args(["--recipe", "test-mix", "--layers", "2"])
+    assert (args.model, args.layers, args.hidden, args.epochs, args.dataset) == (
+        "sage", 2, 48, 7, "pubmed")
+    assert args.recipe_model == {}  # plexus-train has an option for every model field
+    store = build_parser().parse_args(["--recipe", "test-mix", "--shards", str(tmp_path)])
+    assert store.dataset is None and store.layers == 4
+    # a tool without a --hidden: the field is left for its model
+    model_args = argparse.Namespace(recipe="test-mix", dataset=None, nodes=None, layers=3,
+                                    model="gcn")
+    rest, symmetrize = _apply_recipe(model_args, {"model"}, RECIPES.__getitem__)
+    assert (model_args.model, model_args.layers, model_args.dataset) == ("gcn", 4, "pubmed")
+    assert rest == {"hidden": 48} and symmetrize is False
 
 
 @pytest.mark.parametrize("argv, message", [
